@@ -1,0 +1,44 @@
+# qveil: `make demo` and `make test` work from a fresh clone (they create .venv/ first).
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+STAMP := $(VENV)/.qveil-installed
+
+.PHONY: setup demo test test-fast check proto proto-check bench reliability clean
+
+setup: $(STAMP)
+
+# torch first and pinned: the CPU wheel on this machine; any other spec pulls GBs of CUDA.
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade "pip>=24"
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q -e '.[server,trainer,dev]'
+	touch $(STAMP)
+
+demo: setup
+	bash scripts/demo.sh
+
+test: setup
+	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+check: setup proto-check
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy core
+
+# Regenerate the committed gRPC/protobuf stubs (never edit them by hand).
+proto: setup
+	bash scripts/gen_proto.sh
+
+# Fails when the committed stubs differ from what the .proto files generate.
+proto-check: setup
+	bash scripts/gen_proto.sh --check
+
+bench: setup
+	for f in benchmarks/bench_*.py; do $(PY) $$f || exit 1; done
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info demo-out

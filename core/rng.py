@@ -1,0 +1,74 @@
+"""Sources of randomness for every sampler in qveil.
+
+Release noise must come from OS entropy (non-negotiable 5): an attacker who learns a PRNG's
+seed or state learns the noise and can subtract it. So the default source, :class:`OSEntropy`,
+turns bytes from ``os.urandom`` straight into standard normals (53-bit uniforms through the
+inverse normal CDF); there is no seed or generator state anywhere to leak. A seeded
+``numpy.random.Generator`` is accepted for tests and experiments only; whoever uses one must
+mark the resulting artefact ``seeded: true`` (see :func:`is_seeded`).
+
+Samplers need only ``standard_normal(size=None)``, the :class:`NormalSource` protocol, which
+both kinds satisfy. Nothing in qveil uses numpy's or Python's global random state.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+from scipy.special import ndtri
+
+__all__ = ["NormalSource", "OSEntropy", "is_seeded", "resolve_rng", "seeded_rng"]
+
+_TWO_POW_53 = float(2**53)
+
+
+@runtime_checkable
+class NormalSource(Protocol):
+    """Anything that draws independent standard normals."""
+
+    def standard_normal(self, size: Any = None) -> Any: ...
+
+
+class OSEntropy:
+    """Standard normals from OS entropy: ``os.urandom`` -> uniform on (0, 1) -> Phi^{-1}.
+
+    Each uniform is (k + 1/2) / 2^53 for a uniform 53-bit integer k, so it never hits 0 or 1;
+    the largest normal it can produce is about 8.3 in absolute value (probability of a true
+    normal beyond that: 1e-16).
+    """
+
+    def standard_normal(self, size: Any = None) -> Any:
+        n = 1 if size is None else int(np.prod(size))
+        k = np.frombuffer(os.urandom(8 * n), dtype=np.uint64) >> np.uint64(11)
+        z = ndtri((k.astype(np.float64) + 0.5) / _TWO_POW_53)
+        if size is None:
+            return float(z[0])
+        return z.reshape(size)
+
+    def __repr__(self) -> str:
+        return "OSEntropy()"
+
+
+def seeded_rng(seed: int) -> np.random.Generator:
+    """A reproducible generator, for tests and experiments only (marks output ``seeded``)."""
+    if isinstance(seed, bool) or not isinstance(seed, int | np.integer):
+        raise TypeError(f"seed must be an integer, got {seed!r}")
+    return np.random.default_rng(int(seed))
+
+
+def is_seeded(rng: NormalSource) -> bool:
+    """True unless ``rng`` draws from OS entropy."""
+    return not isinstance(rng, OSEntropy)
+
+
+def resolve_rng(rng: NormalSource | int | None) -> NormalSource:
+    """``None`` -> OS entropy (the release default); an int -> seeded; a source -> itself."""
+    if rng is None:
+        return OSEntropy()
+    if isinstance(rng, int | np.integer) and not isinstance(rng, bool):
+        return seeded_rng(int(rng))
+    if isinstance(rng, NormalSource):
+        return rng
+    raise TypeError(f"rng must be None, an int seed or a normal source, got {rng!r}")

@@ -1,0 +1,48 @@
+"""Shared fixtures. PostgreSQL tests use the real server on 127.0.0.1:5432 (trust auth);
+they skip with a reason when it is absent, except under CI=true, where they must run."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+PG_ADMIN_URL = os.environ.get("QVEIL_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+def _pg_connect(url: str):  # type: ignore[no-untyped-def]
+    import psycopg
+
+    return psycopg.connect(url, autocommit=True, connect_timeout=3)
+
+
+@pytest.fixture(scope="session")
+def pg_available() -> str:
+    """The admin URL of the test PostgreSQL server, or skip (fail under CI=true)."""
+    try:
+        with _pg_connect(PG_ADMIN_URL) as conn:
+            conn.execute("SELECT 1")
+    except Exception as exc:  # noqa: BLE001 - any failure means "absent"
+        if IN_CI:
+            pytest.fail(f"PostgreSQL at {PG_ADMIN_URL} is required under CI=true: {exc}")
+        pytest.skip(f"PostgreSQL at {PG_ADMIN_URL} is not reachable: {exc}")
+    return PG_ADMIN_URL
+
+
+@pytest.fixture
+def pg_url(pg_available: str) -> Iterator[str]:
+    """A fresh, empty PostgreSQL database for one test (SQLAlchemy URL), dropped afterwards."""
+    name = f"qveil_t_{uuid.uuid4().hex[:12]}"
+    with _pg_connect(pg_available) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
+    finally:
+        with _pg_connect(pg_available) as conn:
+            conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = %s AND pid <> pg_backend_pid()", (name,))
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}"')

@@ -1,0 +1,217 @@
+"""Shared by the system-level reliability suite (issue 9): real server subprocesses, kills,
+health waits, process memory, and a results file that scripts/reliability.sh turns into
+docs/reliability.md.
+
+Quick form (default, inside `make test`) vs full form (`make reliability`, which sets
+QVEIL_RELIABILITY=full): every test reads its sizes through ``scale(quick, full)``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+FULL = os.environ.get("QVEIL_RELIABILITY", "").lower() == "full"
+#: JSON-lines file the tests append their numbers to (set by scripts/reliability.sh).
+RESULTS = os.environ.get("QVEIL_RELIABILITY_RESULTS")
+
+
+def scale(quick: int | float, full: int | float) -> int | float:
+    """``full`` under QVEIL_RELIABILITY=full, else ``quick``."""
+    return full if FULL else quick
+
+
+def report(name: str, **numbers: object) -> None:
+    """Record one test's numbers for docs/reliability.md (no-op without the results file)."""
+    line = {"name": name, "form": "full" if FULL else "quick", **numbers}
+    print(f"[reliability] {json.dumps(line, default=str)}")
+    if RESULTS:
+        with open(RESULTS, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(line, default=str) + "\n")
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 free right now (the server binds it with SO_REUSEPORT)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident set size of a process, from /proc (0 if it is gone)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        return 0
+    return 0
+
+
+def health_status(target: str, *, timeout: float = 1.0) -> str:
+    """grpc.health.v1 status name of the whole server, or the error code name."""
+    try:
+        with grpc.insecure_channel(target) as ch:
+            reply = health_pb2_grpc.HealthStub(ch).Check(
+                health_pb2.HealthCheckRequest(service=""), timeout=timeout)
+        return str(health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status))
+    except grpc.RpcError as exc:
+        return str(exc.code().name)
+
+
+def serve_argv(*, bundle: str | os.PathLike[str], store: str, port: int,
+               extra: Sequence[str] = ()) -> list[str]:
+    """The `qveil serve` command line (run with this interpreter, not a PATH lookup)."""
+    return [sys.executable, "-m", "qveil.cli", "serve", "--bundle", str(bundle),
+            "--store", store, "--listen", f"127.0.0.1:{port}", *extra]
+
+
+@dataclass
+class ServerProc:
+    """One real `qveil serve` subprocess on 127.0.0.1:port, restartable on the same port."""
+
+    argv: list[str]
+    port: int
+    log_path: Path
+    env: dict[str, str] | None = None
+    proc: subprocess.Popen[bytes] | None = None
+    starts: int = 0
+    exit_codes: list[int] = field(default_factory=list)
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def start(self, *, wait: bool = True, timeout: float = 60.0) -> ServerProc:
+        assert self.proc is None or self.proc.poll() is not None, "already running"
+        env = dict(os.environ if self.env is None else self.env)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        with open(self.log_path, "ab") as log:
+            log.write(f"\n=== start {self.starts}: {' '.join(self.argv)}\n".encode())
+            log.flush()
+            self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT,
+                                         env=env, start_new_session=True)
+        self.starts += 1
+        if wait:
+            self.wait_serving(timeout=timeout)
+        return self
+
+    def wait_serving(self, *, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        status = "?"
+        while time.monotonic() < deadline:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode} before serving;"
+                                   f" log:\n{self.log_tail()}")
+            status = health_status(self.target, timeout=0.5)
+            if status == "SERVING":
+                return
+            time.sleep(0.05)
+        raise TimeoutError(f"server not SERVING after {timeout}s (last: {status}); log:\n"
+                           f"{self.log_tail()}")
+
+    def kill(self) -> int:
+        """SIGKILL and reap; returns the exit code (-9)."""
+        return self._signal(signal.SIGKILL, timeout=10.0)
+
+    def terminate(self, *, timeout: float = 30.0) -> int:
+        """SIGTERM (graceful drain) and wait; returns the exit code."""
+        return self._signal(signal.SIGTERM, timeout=timeout)
+
+    def _signal(self, sig: int, *, timeout: float) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            code = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = self.proc.wait(timeout=10)
+        self.exit_codes.append(code)
+        return code
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def rss(self) -> int:
+        return rss_bytes(self.pid) if self.alive() else 0
+
+    def log_tail(self, n: int = 60) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return "(no log)"
+
+    def stop(self) -> None:
+        """Best-effort cleanup (tests call it in finally)."""
+        if self.alive():
+            self.terminate(timeout=15.0)
+
+
+def start_server(tmp: Path, *, bundle: str | os.PathLike[str], store: str,
+                 extra: Sequence[str] = (), name: str = "server", port: int | None = None,
+                 wait: bool = True, env: dict[str, str] | None = None) -> ServerProc:
+    """Start `qveil serve` on loopback; returns once it reports SERVING (when ``wait``)."""
+    port = port or free_port()
+    srv = ServerProc(argv=serve_argv(bundle=bundle, store=store, port=port, extra=extra),
+                     port=port, log_path=tmp / f"{name}.log", env=env)
+    return srv.start(wait=wait)
+
+
+def sqlite_url(path: Path) -> str:
+    return f"sqlite:///{path.resolve()}"
+
+
+def tmpfs_mount(path: Path, *, size: str) -> bool:
+    """Mount a tmpfs of ``size`` at ``path`` (root only); False when mounting is not allowed."""
+    path.mkdir(parents=True, exist_ok=True)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0777", "tmpfs",
+                        str(path)], capture_output=True, text=True, check=False)
+    return r.returncode == 0
+
+
+def tmpfs_remount(path: Path, options: str) -> None:
+    subprocess.run(["mount", "-o", f"remount,{options}", str(path)], check=True,
+                   capture_output=True, text=True)
+
+
+def umount(path: Path) -> None:
+    subprocess.run(["umount", "-l", str(path)], check=False, capture_output=True)
+
+
+def fill_filesystem(path: Path) -> Path:
+    """Write a ballast file under ``path`` until the filesystem is full; returns it."""
+    ballast = path / "ballast.bin"
+    chunk = b"\0" * 65536
+    with open(ballast, "wb", buffering=0) as fh:
+        try:
+            while True:
+                fh.write(chunk)
+                fh.flush()
+        except OSError:
+            pass
+        small = b"\0" * 512
+        try:
+            while True:
+                fh.write(small)
+                fh.flush()
+        except OSError:
+            pass
+    return ballast

@@ -31,18 +31,27 @@ def machine_line() -> str:
     except OSError:
         pass
     try:
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                             text=True, check=False, cwd=DOC.parent).stdout.strip()
+        rev = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=False,
+            cwd=DOC.parent,
+        ).stdout.strip()
     except OSError:
         rev = "?"
-    return (f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {cpu}, {os.cpu_count()} cores, "
-            f"Python {platform.python_version()}, commit {rev or '?'}")
+    return (
+        f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {cpu}, {os.cpu_count()} cores, "
+        f"Python {platform.python_version()}, commit {rev or '?'}"
+    )
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     """A Markdown table; floats get 4 significant digits."""
+
     def fmt(v: object) -> str:
         return f"{v:.4g}" if isinstance(v, float) else str(v)
+
     out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     out += ["| " + " | ".join(fmt(v) for v in row) + " |" for row in rows]
     return "\n".join(out)
@@ -50,12 +59,13 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
 
 def write_section(name: str, title: str, command: str, body: str) -> None:
     """Replace (or append) the section ``name`` of docs/benchmarks.md and print it."""
-    block = (f"<!-- BEGIN {name} -->\n## {title}\n\n`{command}`\n\n"
-             f"Machine: {machine_line()}\n\n{body.strip()}\n<!-- END {name} -->")
+    block = (
+        f"<!-- BEGIN {name} -->\n## {title}\n\n`{command}`\n\n"
+        f"Machine: {machine_line()}\n\n{body.strip()}\n<!-- END {name} -->"
+    )
     print(block)
     DOC.parent.mkdir(parents=True, exist_ok=True)
     text = DOC.read_text() if DOC.exists() else HEADER
-    pat = re.compile(rf"<!-- BEGIN {re.escape(name)} -->.*?<!-- END {re.escape(name)} -->",
-                     re.S)
+    pat = re.compile(rf"<!-- BEGIN {re.escape(name)} -->.*?<!-- END {re.escape(name)} -->", re.S)
     text = pat.sub(lambda _m: block, text) if pat.search(text) else text.rstrip() + "\n\n" + block
     DOC.write_text(text.rstrip() + "\n")

@@ -28,7 +28,8 @@ SUBCOMMANDS: dict[str, str] = {
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="qveil", description="Private value-function release with functional noise.")
+        prog="qveil", description="Private value-function release with functional noise."
+    )
     parser.add_argument("--version", action="version", version=f"qveil {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, module in SUBCOMMANDS.items():
@@ -46,9 +47,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _missing(name: str, exc: ImportError):  # type: ignore[no-untyped-def]
     def run(args: argparse.Namespace) -> int:
-        print(f"qveil {name}: needs {exc.name!r}; install qveil with its extras "
-              f"(pip install 'qveil[server,trainer]')", file=sys.stderr)
+        print(
+            f"qveil {name}: needs {exc.name!r}; install qveil with its extras "
+            f"(pip install 'qveil[server,trainer]')",
+            file=sys.stderr,
+        )
         return 2
+
     return run
 
 

@@ -70,8 +70,14 @@ class IntegrityError(QveilError):
 class BudgetExceeded(FailedPrecondition):
     """A privacy event would take a dataset's cumulative epsilon or delta above its cap."""
 
-    def __init__(self, *, dataset_id: str, spent: tuple[float, float],
-                 requested: tuple[float, float], cap: tuple[float, float]) -> None:
+    def __init__(
+        self,
+        *,
+        dataset_id: str,
+        spent: tuple[float, float],
+        requested: tuple[float, float],
+        cap: tuple[float, float],
+    ) -> None:
         self.dataset_id = dataset_id
         self.spent = spent
         self.requested = requested

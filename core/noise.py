@@ -26,12 +26,13 @@ This module is pure: no I/O, no global RNG. The store and the trainer both use i
 from __future__ import annotations
 
 import math
+from array import array
+from bisect import bisect_left
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
-from sortedcontainers import SortedList
 
 from qveil.errors import InvalidArgument
 from qveil.rng import NormalSource, resolve_rng
@@ -46,6 +47,11 @@ __all__ = [
 
 FloatArray = npt.NDArray[np.float64]
 
+# Block size of the sorted point index: inserts move at most ~2 * _LOAD doubles (memmove),
+# lookups are two C-level bisections; so a new point costs O(log n) comparisons and the
+# per-point time stays flat up to millions of points (docs/benchmarks.md, "noise").
+_LOAD = 256
+
 
 def _check_positive(name: str, value: float) -> float:
     v = float(value)
@@ -54,53 +60,93 @@ def _check_positive(name: str, value: float) -> float:
     return v
 
 
-def ou_covariance(xs: npt.ArrayLike, ys: npt.ArrayLike | None = None, *, beta: float,
-                  sigma: float) -> FloatArray:
+def _check_sigma(value: float) -> float:
+    s = float(value)
+    if not math.isfinite(s) or s < 0:
+        raise InvalidArgument(f"sigma must be a finite number >= 0, got {value!r}")
+    return s
+
+
+def ou_covariance(
+    xs: npt.ArrayLike, ys: npt.ArrayLike | None = None, *, beta: float, sigma: float
+) -> FloatArray:
     """Dense covariance sigma^2 exp(-beta |x - y|) (the paper's kernel), for tests and audits."""
-    x = np.asarray(xs, dtype=np.float64)
-    y = x if ys is None else np.asarray(ys, dtype=np.float64)
-    return float(sigma) ** 2 * np.exp(-float(beta) * np.abs(x[:, None] - y[None, :]))
+    x = np.asarray(xs, dtype=np.float64).reshape(-1)
+    y = x if ys is None else np.asarray(ys, dtype=np.float64).reshape(-1)
+    cov: FloatArray = float(sigma) ** 2 * np.exp(-float(beta) * np.abs(x[:, None] - y[None, :]))
+    return cov
 
 
-def conditional_moments(*, beta: float, sigma: float,
-                        d_left: float | None, g_left: float | None,
-                        d_right: float | None, g_right: float | None) -> tuple[float, float]:
+def _moments(
+    beta: float, s2: float, dl: float | None, gl: float, dr: float | None, gr: float
+) -> tuple[float, float]:
+    """The exact OU conditional (mean, std); unchecked, positional: the sampler's hot path."""
+    if dl is None:
+        if dr is None:
+            return 0.0, math.sqrt(s2)
+        return math.exp(-beta * dr) * gr, math.sqrt(s2 * -math.expm1(-2.0 * beta * dr))
+    if dr is None:
+        return math.exp(-beta * dl) * gl, math.sqrt(s2 * -math.expm1(-2.0 * beta * dl))
+    a = math.exp(-beta * dl)
+    b = math.exp(-beta * dr)
+    one_m_a2 = -math.expm1(-2.0 * beta * dl)
+    one_m_b2 = -math.expm1(-2.0 * beta * dr)
+    one_m_a2b2 = -math.expm1(-2.0 * beta * (dl + dr))
+    mean = (a * one_m_b2 * gl + b * one_m_a2 * gr) / one_m_a2b2
+    return mean, math.sqrt(s2 * one_m_a2 * (one_m_b2 / one_m_a2b2))
+
+
+def conditional_moments(
+    *,
+    beta: float,
+    sigma: float,
+    d_left: float | None,
+    g_left: float | None,
+    d_right: float | None,
+    g_right: float | None,
+) -> tuple[float, float]:
     """Mean and standard deviation of g(x) given its nearest stored neighbours.
 
-    ``d_left``/``g_left`` describe the nearest stored point left of x (distance > 0 and its
-    value), ``d_right``/``g_right`` the nearest one to the right; pass ``None`` for a side with
-    no stored point. Exact for the OU kernel (see the module docstring); by the Markov
-    property no other stored point matters.
+    ``d_left``/``g_left`` describe the nearest stored point left of x (distance >= 0 and its
+    value), ``d_right``/``g_right`` the nearest one to the right; pass ``None`` for both
+    values of a side with no stored point. Exact for the OU kernel (``NOTES-privacy.md``
+    section 1, *not* the paper's equation (2)); by the Markov property no other stored point
+    matters. ``1 - exp(-2 beta d)`` is always ``-expm1(-2 beta d)``, so the result keeps full
+    relative precision for beta * d from 1e-12 to 1e5 and beyond (a side at distance
+    ``inf`` is the same as no neighbour on that side).
     """
-    s2 = sigma * sigma
-    if d_left is None and d_right is None:
-        return 0.0, sigma
-    if d_right is None or g_right is None:
-        assert d_left is not None and g_left is not None
-        one_minus_rho2 = -math.expm1(-2.0 * beta * d_left)
-        return math.exp(-beta * d_left) * g_left, math.sqrt(s2 * one_minus_rho2)
-    if d_left is None or g_left is None:
-        one_minus_rho2 = -math.expm1(-2.0 * beta * d_right)
-        return math.exp(-beta * d_right) * g_right, math.sqrt(s2 * one_minus_rho2)
-    a = math.exp(-beta * d_left)
-    b = math.exp(-beta * d_right)
-    one_m_a2 = -math.expm1(-2.0 * beta * d_left)
-    one_m_b2 = -math.expm1(-2.0 * beta * d_right)
-    one_m_a2b2 = -math.expm1(-2.0 * beta * (d_left + d_right))
-    mean = (a * one_m_b2 * g_left + b * one_m_a2 * g_right) / one_m_a2b2
-    var = s2 * one_m_a2 * one_m_b2 / one_m_a2b2
-    return mean, math.sqrt(var)
+    b = _check_positive("beta", beta)
+    s = _check_sigma(sigma)
+    sides: list[tuple[float | None, float]] = []
+    for name, d, g in (("left", d_left, g_left), ("right", d_right, g_right)):
+        if (d is None) != (g is None):
+            raise InvalidArgument(f"d_{name} and g_{name} must both be given or both be None")
+        if d is None or g is None:
+            sides.append((None, 0.0))
+            continue
+        dd, gg = float(d), float(g)
+        if math.isnan(dd) or dd < 0:
+            raise InvalidArgument(f"d_{name} must be a distance >= 0, got {d!r}")
+        if not math.isfinite(gg):
+            raise InvalidArgument(f"g_{name} must be finite, got {g!r}")
+        sides.append((dd, gg))
+    (dl, gl), (dr, gr) = sides
+    return _moments(b, s * s, dl, gl, dr, gr)
 
 
 def validate_unit_states(xs: npt.ArrayLike) -> FloatArray:
     """Return ``xs`` as a 1-D float64 array on [0, 1], or raise :class:`InvalidArgument`.
 
-    Negative zero is folded into +0.0 so that 0.0 and -0.0 are one state.
+    Accepts real numbers only (no strings, booleans, complex or objects), a scalar as a
+    length-1 array. Negative zero is folded into +0.0 so that 0.0 and -0.0 are one state.
     """
     try:
-        arr = np.asarray(xs, dtype=np.float64)
+        raw = np.asarray(xs)
     except (TypeError, ValueError) as exc:
         raise InvalidArgument(f"states must be numbers: {exc}") from None
+    if raw.dtype.kind not in "iuf" and not (raw.dtype.kind == "O" and raw.size == 0):
+        raise InvalidArgument(f"states must be real numbers, got dtype {raw.dtype}")
+    arr = raw.astype(np.float64, copy=False)
     if arr.ndim == 0:
         arr = arr.reshape(1)
     if arr.ndim != 1:
@@ -109,7 +155,8 @@ def validate_unit_states(xs: npt.ArrayLike) -> FloatArray:
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         raise InvalidArgument(f"state {arr[i]!r} at index {i} is not a finite number in [0, 1]")
-    return arr + 0.0
+    out: FloatArray = arr + 0.0
+    return out
 
 
 class OUSamplePath:
@@ -118,28 +165,34 @@ class OUSamplePath:
     ``sample(xs)`` returns the stored value for every known state and draws each new state
     from its exact conditional given its nearest stored neighbours, storing it before moving
     on; so a batch, or any sequence of batches in any order, has the GP's joint law. Each new
-    point costs O(log n) (a sorted index of the stored states).
+    point costs O(log n): the stored points live in a blocked sorted index (sorted blocks of
+    at most ``2 * _LOAD`` states with parallel value blocks, 16 bytes per point).
 
     ``rng``: ``None`` (the default, for releases) draws from OS entropy; a seeded
     ``numpy.random.Generator`` or an int seed is for tests and experiments only.
     """
 
-    __slots__ = ("_beta", "_sigma", "_rng", "_xs", "_gs")
+    __slots__ = ("_beta", "_sigma", "_rng", "_xb", "_gb", "_maxes", "_n")
 
-    def __init__(self, *, beta: float, sigma: float,
-                 rng: NormalSource | int | None = None) -> None:
+    def __init__(self, *, beta: float, sigma: float, rng: NormalSource | int | None = None) -> None:
         self._beta = _check_positive("beta", beta)
-        s = float(sigma)
-        if not math.isfinite(s) or s < 0:
-            raise InvalidArgument(f"sigma must be a finite number >= 0, got {sigma!r}")
-        self._sigma = s
+        self._sigma = _check_sigma(sigma)
         self._rng = resolve_rng(rng)
-        self._xs: SortedList = SortedList()
-        self._gs: dict[float, float] = {}
+        self._xb: list[array[float]] = []  # sorted blocks of states
+        self._gb: list[array[float]] = []  # their values, same shape
+        self._maxes: list[float] = []  # last state of each block
+        self._n = 0
 
     @classmethod
-    def from_points(cls, xs: npt.ArrayLike, gs: npt.ArrayLike, *, beta: float, sigma: float,
-                    rng: NormalSource | int | None = None) -> OUSamplePath:
+    def from_points(
+        cls,
+        xs: npt.ArrayLike,
+        gs: npt.ArrayLike,
+        *,
+        beta: float,
+        sigma: float,
+        rng: NormalSource | int | None = None,
+    ) -> OUSamplePath:
         """Restore a path from stored points (e.g. from :meth:`points` or a store)."""
         path = cls(beta=beta, sigma=sigma, rng=rng)
         path.add_points(xs, gs)
@@ -158,94 +211,267 @@ class OUSamplePath:
         return self._rng
 
     def __len__(self) -> int:
-        return len(self._gs)
+        return self._n
 
     def __contains__(self, x: object) -> bool:
-        return isinstance(x, float | int) and float(x) + 0.0 in self._gs
+        if isinstance(x, bool) or not isinstance(x, float | int | np.integer | np.floating):
+            return False
+        return self._get(float(x) + 0.0) is not None
 
-    def add_points(self, xs: npt.ArrayLike, gs: npt.ArrayLike) -> None:
-        """Insert already-drawn points (restoring a path). A known state must keep its value."""
-        x = validate_unit_states(xs)
-        g = np.asarray(gs, dtype=np.float64).reshape(-1)
-        if g.shape != x.shape:
-            raise InvalidArgument(f"{x.size} states but {g.size} values")
-        if not np.isfinite(g).all():
-            raise InvalidArgument("stored noise values must be finite")
-        for xi, gi in zip(x.tolist(), g.tolist(), strict=True):
-            old = self._gs.get(xi)
-            if old is None:
-                self._xs.add(xi)
-                self._gs[xi] = gi
-            elif old != gi:
-                raise InvalidArgument(f"state {xi!r} already has value {old!r}, not {gi!r}")
+    def __repr__(self) -> str:
+        return f"OUSamplePath(beta={self._beta!r}, sigma={self._sigma!r}, points={self._n})"
 
-    def neighbours(self, x: float) -> tuple[tuple[float, float] | None,
-                                            tuple[float, float] | None]:
-        """The nearest stored (x, g) strictly left and strictly right of ``x`` (or None)."""
-        i = self._xs.bisect_left(x)
-        left = right = None
-        if i > 0:
-            xl = self._xs[i - 1]
-            left = (xl, self._gs[xl])
-        j = i + 1 if i < len(self._xs) and self._xs[i] == x else i
-        if j < len(self._xs):
-            xr = self._xs[j]
-            right = (xr, self._gs[xr])
+    # -- the sorted index ------------------------------------------------------------------
+
+    def _locate(self, x: float) -> tuple[int, int]:
+        """(block, position) where ``x`` is or would be inserted; (-1, 0) when empty."""
+        maxes = self._maxes
+        if not maxes:
+            return -1, 0
+        i = bisect_left(maxes, x)
+        if i == len(maxes):
+            i -= 1
+            return i, len(self._xb[i])
+        return i, bisect_left(self._xb[i], x)
+
+    def _get(self, x: float) -> float | None:
+        i, j = self._locate(x)
+        if i < 0:
+            return None
+        xb = self._xb[i]
+        if j < len(xb) and xb[j] == x:
+            return self._gb[i][j]
+        return None
+
+    def _around(
+        self, i: int, j: int, x: float
+    ) -> tuple[tuple[float, float] | None, tuple[float, float] | None]:
+        """Nearest stored (x, g) strictly left and strictly right of ``x`` at slot (i, j)."""
+        if i < 0:
+            return None, None
+        xbs, gbs = self._xb, self._gb
+        xb = xbs[i]
+        left: tuple[float, float] | None = None
+        right: tuple[float, float] | None = None
+        if j > 0:
+            left = (xb[j - 1], gbs[i][j - 1])
+        elif i > 0:
+            left = (xbs[i - 1][-1], gbs[i - 1][-1])
+        r = j + 1 if j < len(xb) and xb[j] == x else j
+        if r < len(xb):
+            right = (xb[r], gbs[i][r])
+        elif i + 1 < len(xbs):
+            right = (xbs[i + 1][0], gbs[i + 1][0])
         return left, right
 
+    def _insert(self, i: int, j: int, x: float, g: float) -> None:
+        """Insert a new state at slot (i, j) from :meth:`_locate`."""
+        if i < 0:
+            self._xb.append(array("d", (x,)))
+            self._gb.append(array("d", (g,)))
+            self._maxes.append(x)
+            self._n = 1
+            return
+        xb, gb = self._xb[i], self._gb[i]
+        xb.insert(j, x)
+        gb.insert(j, g)
+        if j == len(xb) - 1:
+            self._maxes[i] = x
+        self._n += 1
+        if len(xb) > 2 * _LOAD:  # split the block in two
+            self._xb[i : i + 1] = [xb[:_LOAD], xb[_LOAD:]]
+            self._gb[i : i + 1] = [gb[:_LOAD], gb[_LOAD:]]
+            self._maxes[i : i + 1] = [xb[_LOAD - 1], xb[-1]]
+
+    def _rebuild(self, xs: FloatArray, gs: FloatArray) -> None:
+        """Replace the index by sorted, distinct ``xs`` with values ``gs``."""
+        self._xb = [array("d", xs[k : k + _LOAD].tobytes()) for k in range(0, xs.size, _LOAD)]
+        self._gb = [array("d", gs[k : k + _LOAD].tobytes()) for k in range(0, gs.size, _LOAD)]
+        self._maxes = [xb[-1] for xb in self._xb]
+        self._n = int(xs.size)
+
+    # -- public API ------------------------------------------------------------------------
+
+    def add_points(self, xs: npt.ArrayLike, gs: npt.ArrayLike) -> None:
+        """Insert already-drawn points (restoring a path). A known state must keep its value.
+
+        All or nothing: on any error (bad state, non-finite value, a state given two values)
+        :class:`InvalidArgument` is raised and the path is unchanged.
+        """
+        x = validate_unit_states(xs)
+        try:
+            g = np.asarray(gs, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise InvalidArgument(f"noise values must be numbers: {exc}") from None
+        if g.ndim == 0:
+            g = g.reshape(1)
+        if g.shape != x.shape:
+            raise InvalidArgument(f"states have shape {x.shape} but values {g.shape}")
+        if not np.isfinite(g).all():
+            raise InvalidArgument("stored noise values must be finite")
+        if x.size == 0:
+            return
+        old_x, old_g = self.points()
+        all_x = np.concatenate([old_x, x])
+        all_g = np.concatenate([old_g, g])
+        order = np.argsort(all_x, kind="stable")
+        sx, sg = all_x[order], all_g[order]
+        same = sx[1:] == sx[:-1]
+        clash = same & (sg[1:] != sg[:-1])
+        if clash.any():
+            k = int(np.flatnonzero(clash)[0])
+            raise InvalidArgument(
+                f"state {sx[k]!r} is given two values, {sg[k]!r} and {sg[k + 1]!r}"
+            )
+        keep = np.concatenate([[True], ~same])
+        self._rebuild(sx[keep], sg[keep])
+
+    def neighbours(self, x: float) -> tuple[tuple[float, float] | None, tuple[float, float] | None]:
+        """The nearest stored (x, g) strictly left and strictly right of ``x`` (or None)."""
+        xf = float(validate_unit_states(x)[0])
+        i, j = self._locate(xf)
+        return self._around(i, j, xf)
+
     def conditional(self, x: float) -> tuple[float, float]:
-        """Mean and standard deviation of a new point at ``x`` given everything stored."""
-        left, right = self.neighbours(x)
-        return conditional_moments(
-            beta=self._beta, sigma=self._sigma,
-            d_left=None if left is None else x - left[0],
-            g_left=None if left is None else left[1],
-            d_right=None if right is None else right[0] - x,
-            g_right=None if right is None else right[1],
+        """Mean and standard deviation of a new point at ``x`` given everything stored.
+
+        For a stored ``x`` this is the law of a *new* draw given its neighbours, not the
+        stored value (which :meth:`sample` returns).
+        """
+        xf = float(validate_unit_states(x)[0])
+        left, right = self._around(*self._locate(xf), xf)
+        return _moments(
+            self._beta,
+            self._sigma * self._sigma,
+            None if left is None else xf - left[0],
+            0.0 if left is None else left[1],
+            None if right is None else right[0] - xf,
+            0.0 if right is None else right[1],
         )
 
     def sample(self, xs: npt.ArrayLike) -> FloatArray:
         """g at each state of ``xs`` (1-D, in [0, 1]): stored values, new ones drawn exactly.
 
-        New states are drawn in the order they appear (first occurrence), each conditioned
-        on all points stored so far; duplicates within the call get one value.
+        New states are drawn in the order they first appear, each conditioned on all points
+        stored so far (so the batch has the exact joint law); duplicates within the call get
+        one value. Bad input raises :class:`InvalidArgument` before anything is stored.
         """
         x = validate_unit_states(xs)
-        out = np.empty_like(x)
-        gs = self._gs
-        for i, xi in enumerate(x.tolist()):
-            g = gs.get(xi)
-            if g is None:
-                g = self._draw(xi)
-            out[i] = g
+        if x.size == 0:
+            return x
+        ux, first, inverse = np.unique(x, return_index=True, return_inverse=True)
+        values = np.zeros(ux.size, dtype=np.float64)
+        known = np.zeros(ux.size, dtype=bool)
+        if 8 * ux.size >= self._n:  # a big batch: look all up at once in O(n + m log n)
+            px, pg = self.points()
+            if px.size:
+                pos = np.minimum(np.searchsorted(px, ux), px.size - 1)
+                known = px[pos] == ux
+                values[known] = pg[pos[known]]
+        else:  # a few states on a big path: O(log n) each
+            get = self._get
+            for k, u in enumerate(ux.tolist()):
+                g = get(u)
+                if g is not None:
+                    known[k] = True
+                    values[k] = g
+        new = np.flatnonzero(~known)
+        if new.size:
+            new = new[np.argsort(first[new], kind="stable")]  # first-occurrence order
+            z = np.asarray(self._rng.standard_normal(new.size), dtype=np.float64).reshape(-1)
+            if z.size != new.size or not np.isfinite(z).all():
+                raise InvalidArgument("the normal source returned a bad draw")
+            values[new] = self._draw_all(ux[new].tolist(), z.tolist())
+        out: FloatArray = values[inverse.reshape(-1)]
         return out
 
-    def new_states(self, xs: Iterable[float]) -> list[float]:
-        """The distinct states of ``xs`` not yet stored, in first-occurrence order."""
-        seen: set[float] = set()
-        out = []
-        for xi in xs:
-            if xi not in self._gs and xi not in seen:
-                seen.add(xi)
-                out.append(xi)
+    def _draw_all(self, new: list[float], z: list[float]) -> list[float]:
+        """Draw and store the distinct, not yet stored states ``new`` using normals ``z``.
+
+        The hot loop: :meth:`_locate`, :meth:`_around`, :func:`_moments` and :meth:`_insert`
+        inlined (same formulas, same order of operations), since call overhead dominates.
+        """
+        beta, s2 = self._beta, self._sigma * self._sigma
+        two_beta = 2.0 * beta
+        exp, expm1, sqrt = math.exp, math.expm1, math.sqrt
+        xbs, gbs, maxes = self._xb, self._gb, self._maxes
+        out: list[float] = []
+        for x, zi in zip(new, z, strict=True):
+            nb = len(maxes)
+            if not nb:
+                g = sqrt(s2) * zi
+                self._insert(-1, 0, x, g)
+                out.append(g)
+                continue
+            i = bisect_left(maxes, x)
+            if i == nb:
+                i -= 1
+                xb = xbs[i]
+                j = len(xb)
+            else:
+                xb = xbs[i]
+                j = bisect_left(xb, x)
+            gb = gbs[i]
+            # nearest stored neighbours (x is not stored, so xb[j] > x when it exists)
+            if j > 0:
+                dl: float | None = x - xb[j - 1]
+                gl = gb[j - 1]
+            elif i > 0:
+                dl = x - xbs[i - 1][-1]
+                gl = gbs[i - 1][-1]
+            else:
+                dl, gl = None, 0.0
+            if j < len(xb):
+                dr: float | None = xb[j] - x
+                gr = gb[j]
+            elif i + 1 < nb:
+                dr = xbs[i + 1][0] - x
+                gr = gbs[i + 1][0]
+            else:
+                dr, gr = None, 0.0
+            if dl is None:
+                assert dr is not None  # the path is not empty
+                g = exp(-beta * dr) * gr + sqrt(s2 * -expm1(-two_beta * dr)) * zi
+            elif dr is None:
+                g = exp(-beta * dl) * gl + sqrt(s2 * -expm1(-two_beta * dl)) * zi
+            else:
+                ea = exp(-beta * dl)
+                eb = exp(-beta * dr)
+                one_m_a2 = -expm1(-two_beta * dl)
+                one_m_b2 = -expm1(-two_beta * dr)
+                one_m_a2b2 = -expm1(-two_beta * (dl + dr))
+                mean = (ea * one_m_b2 * gl + eb * one_m_a2 * gr) / one_m_a2b2
+                g = mean + sqrt(s2 * one_m_a2 * (one_m_b2 / one_m_a2b2)) * zi
+            # insert at (i, j)
+            xb.insert(j, x)
+            gb.insert(j, g)
+            if j == len(xb) - 1:
+                maxes[i] = x
+            self._n += 1
+            if len(xb) > 2 * _LOAD:
+                xbs[i : i + 1] = [xb[:_LOAD], xb[_LOAD:]]
+                gbs[i : i + 1] = [gb[:_LOAD], gb[_LOAD:]]
+                maxes[i : i + 1] = [xb[_LOAD - 1], xb[-1]]
+            out.append(g)
         return out
 
-    def _draw(self, x: float) -> float:
-        mean, std = self.conditional(x)
-        g = mean + std * float(self._rng.standard_normal())
-        self._xs.add(x)
-        self._gs[x] = g
-        return g
+    def new_states(self, xs: Iterable[float] | npt.ArrayLike) -> list[float]:
+        """The distinct states of ``xs`` (validated) not yet stored, in first-occurrence order."""
+        xl = validate_unit_states(xs).tolist()  # type: ignore[arg-type]
+        get = self._get
+        return [xi for xi in dict.fromkeys(xl) if get(xi) is None]
 
     def points(self) -> tuple[FloatArray, FloatArray]:
-        """The stored (xs, gs), in increasing state order."""
-        xs = np.fromiter(self._xs, dtype=np.float64, count=len(self._xs))
-        gs = np.fromiter((self._gs[x] for x in self._xs), dtype=np.float64, count=len(self._xs))
+        """The stored (xs, gs), in increasing state order (copies)."""
+        if not self._n:
+            return np.empty(0, dtype=np.float64), np.empty(0, dtype=np.float64)
+        xs = np.concatenate([np.frombuffer(b, dtype=np.float64) for b in self._xb])
+        gs = np.concatenate([np.frombuffer(b, dtype=np.float64) for b in self._gb])
         return xs, gs
 
     def max_abs(self) -> float:
         """max |g| over the stored points (0.0 for an empty path)."""
-        return max((abs(v) for v in self._gs.values()), default=0.0)
+        return max((float(np.max(np.abs(np.frombuffer(b)))) for b in self._gb), default=0.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,7 +489,8 @@ class StateInterval:
         lo, hi = float(self.lo), float(self.hi)
         if not (math.isfinite(lo) and math.isfinite(hi)) or not lo < hi:
             raise InvalidArgument(
-                f"state interval needs finite lo < hi, got [{self.lo!r}, {self.hi!r}]")
+                f"state interval needs finite lo < hi, got [{self.lo!r}, {self.hi!r}]"
+            )
         object.__setattr__(self, "lo", lo)
         object.__setattr__(self, "hi", hi)
 
@@ -286,7 +513,8 @@ class StateInterval:
             i = int(np.flatnonzero(bad)[0])
             raise InvalidArgument(
                 f"state {s[i]!r} at index {i} is outside the state interval "
-                f"[{self.lo!r}, {self.hi!r}]")
+                f"[{self.lo!r}, {self.hi!r}]"
+            )
         return np.clip((s - self.lo) / self.width, 0.0, 1.0) + 0.0
 
     def from_unit(self, xs: npt.ArrayLike) -> FloatArray:

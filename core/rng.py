@@ -2,7 +2,7 @@
 
 Release noise must come from OS entropy (non-negotiable 5): an attacker who learns a PRNG's
 seed or state learns the noise and can subtract it. So the default source, :class:`OSEntropy`,
-turns bytes from ``os.urandom`` straight into standard normals (53-bit uniforms through the
+turns bytes from ``os.urandom`` straight into standard normals (52-bit uniforms through the
 inverse normal CDF); there is no seed or generator state anywhere to leak. A seeded
 ``numpy.random.Generator`` is accepted for tests and experiments only; whoever uses one must
 mark the resulting artefact ``seeded: true`` (see :func:`is_seeded`).
@@ -14,6 +14,7 @@ both kinds satisfy. Nothing in qveil uses numpy's or Python's global random stat
 from __future__ import annotations
 
 import os
+import types
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -21,7 +22,7 @@ from scipy.special import ndtri
 
 __all__ = ["NormalSource", "OSEntropy", "is_seeded", "resolve_rng", "seeded_rng"]
 
-_TWO_POW_53 = float(2**53)
+_TWO_POW_52 = float(2**52)
 
 
 @runtime_checkable
@@ -34,15 +35,17 @@ class NormalSource(Protocol):
 class OSEntropy:
     """Standard normals from OS entropy: ``os.urandom`` -> uniform on (0, 1) -> Phi^{-1}.
 
-    Each uniform is (k + 1/2) / 2^53 for a uniform 53-bit integer k, so it never hits 0 or 1;
-    the largest normal it can produce is about 8.3 in absolute value (probability of a true
-    normal beyond that: 1e-16).
+    Each uniform is (k + 1/2) / 2^52 for a uniform 52-bit integer k: every such value is an
+    exact double, the grid is symmetric about 1/2 (so the normals are exactly symmetric), and
+    it never hits 0 or 1 (with 53 bits, k + 1/2 is not representable near 2^53 and rounds up
+    to 1, which would give an infinite "normal"). The largest normal it can produce is about
+    8.2 in absolute value (probability of a true normal beyond that: 2e-16).
     """
 
     def standard_normal(self, size: Any = None) -> Any:
         n = 1 if size is None else int(np.prod(size))
-        k = np.frombuffer(os.urandom(8 * n), dtype=np.uint64) >> np.uint64(11)
-        z = ndtri((k.astype(np.float64) + 0.5) / _TWO_POW_53)
+        k = np.frombuffer(os.urandom(8 * n), dtype=np.uint64) >> np.uint64(12)
+        z = ndtri((k.astype(np.float64) + 0.5) / _TWO_POW_52)
         if size is None:
             return float(z[0])
         return z.reshape(size)
@@ -64,11 +67,23 @@ def is_seeded(rng: NormalSource) -> bool:
 
 
 def resolve_rng(rng: NormalSource | int | None) -> NormalSource:
-    """``None`` -> OS entropy (the release default); an int -> seeded; a source -> itself."""
+    """``None`` -> OS entropy (the release default); an int -> seeded; a source -> itself.
+
+    numpy's and Python's *global* random state (the ``numpy.random`` or ``random`` module,
+    or numpy's hidden global ``RandomState``) are refused: shared, seedable by anyone, and
+    silently correlated with every other user of the process.
+    """
     if rng is None:
         return OSEntropy()
     if isinstance(rng, int | np.integer) and not isinstance(rng, bool):
         return seeded_rng(int(rng))
+    if isinstance(rng, types.ModuleType) or rng is _numpy_global_state():
+        raise TypeError("the global random state is not a valid noise source; pass a generator")
     if isinstance(rng, NormalSource):
         return rng
     raise TypeError(f"rng must be None, an int seed or a normal source, got {rng!r}")
+
+
+def _numpy_global_state() -> object:
+    """numpy's hidden global RandomState (behind ``np.random.normal`` etc.), if reachable."""
+    return getattr(getattr(np.random, "mtrand", None), "_rand", None)

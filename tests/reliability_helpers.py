@@ -215,3 +215,92 @@ def fill_filesystem(path: Path) -> Path:
         except OSError:
             pass
     return ballast
+
+
+# --- docs/reliability.md (scripts/reliability.sh calls `python tests/reliability_helpers.py
+# write-doc ...` after the full run) ---------------------------------------------------------
+
+def _fmt(v: object) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    if isinstance(v, dict):
+        return ", ".join(f"{k}: {_fmt(x)}" for k, x in v.items()) or "none"
+    return str(v)
+
+
+def write_doc(results: Path, doc: Path, *, command: str, elapsed: str, summary: str,
+              exit_code: str) -> None:
+    """Render the JSON-lines results of one run as docs/reliability.md."""
+    import platform
+    from datetime import UTC, datetime
+
+    rows = [json.loads(line) for line in results.read_text().splitlines() if line.strip()] \
+        if results.exists() else []
+
+    def total(key: str) -> int:
+        return sum(int(r.get(key, 0) or 0) for r in rows)
+
+    errors_seen: dict[str, int] = {}
+    for r in rows:
+        for code, n in (r.get("unexpected_errors") or {}).items():
+            errors_seen[code] = errors_seen.get(code, 0) + int(n)
+    load = [r for r in rows if r.get("name") == "load_soak"]
+    held = (f"{load[-1]['rate']:.0f} calls/s x {load[-1]['batch']} states for "
+            f"{load[-1]['duration_s']:.0f} s, {load[-1]['errors']} errors, p99 "
+            f"{load[-1]['p99_ms']:.1f} ms") if load else "not run"
+    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                         text=True, check=False).stdout.strip()
+    lines = [
+        "# Reliability (system level)",
+        "",
+        "Written by `scripts/reliability.sh`; rerun with the command below. The same tests run in "
+        "a quick form inside `make test` (fewer kills, a 10-second soak). What each test does "
+        "and asserts is in its docstring in `tests/test_reliability*.py`.",
+        "",
+        f"`{command}`",
+        "",
+        f"Run: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {os.cpu_count()} cores, Python "
+        f"{platform.python_version()}, commit {rev or '?'}; {elapsed} s; pytest exit {exit_code}"
+        f" ({summary.strip('= ') or 'no summary'}).",
+        "",
+        "| what | result |",
+        "|---|---|",
+        f"| SIGKILLs survived (server restarted, no answer lost) | {total('kills')} |",
+        f"| answers re-checked after the kills / across replicas | {total('answers_rechecked')} |",
+        f"| answers changed or missing | {total('answers_changed') + total('answers_missing')} |",
+        f"| errors seen by in-limit clients (other than retried UNAVAILABLE) | "
+        f"{_fmt(errors_seen)} |",
+        f"| replicas on one PostgreSQL store | "
+        f"{max([int(r.get('replicas', 0) or 0) for r in rows] or [0])} |",
+        f"| load held | {held} |",
+        "",
+    ]
+    for r in rows:
+        name = r.pop("name")
+        r.pop("form", None)
+        lines += [f"## {name}", "", "| key | value |", "|---|---|"]
+        lines += [f"| {k} | {_fmt(v)} |" for k, v in r.items()]
+        lines.append("")
+    doc.write_text("\n".join(lines).rstrip() + "\n")
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(description="reliability suite helpers")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    w = sub.add_parser("write-doc")
+    w.add_argument("--results", type=Path, required=True)
+    w.add_argument("--doc", type=Path, required=True)
+    w.add_argument("--command", required=True)
+    w.add_argument("--elapsed", default="?")
+    w.add_argument("--pytest-summary", default="")
+    w.add_argument("--exit-code", default="?")
+    a = p.parse_args(argv)
+    write_doc(a.results, a.doc, command=a.command, elapsed=a.elapsed, summary=a.pytest_summary,
+              exit_code=a.exit_code)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main())

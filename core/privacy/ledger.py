@@ -1,0 +1,199 @@
+"""Ledger primitives: immutable privacy events, their composition, and the budget check.
+
+An event records one release against one dataset (the reward data): its mode, every
+accountant parameter, and the guarantee (epsilon, delta). Like dp_accounting's DpEvent it is
+frozen and serialisable, so an auditor replays it (:func:`verify_event` recomputes the numbers
+from the recorded parameters) instead of trusting a log line. Storage belongs to the server;
+this module is pure.
+
+Composition of k events on one dataset (:func:`compose`):
+
+* basic composition (Dwork & Roth 2014, Theorem 3.16): (sum eps_i, sum delta_i), always valid;
+* exact GDP composition when every event carries a GDP parameter mu_i (gdp and output modes):
+  the mechanisms compose to sqrt(sum mu_i^2)-GDP (Dong, Roth & Su 2019, Cor. 3.3); at the same
+  total delta (the mechanisms' deltas plus any Lemma 8 noise-bound terms, which add) the
+  epsilon is gdp_epsilon(sum of mechanism deltas, mu). The smaller of the two epsilons is
+  returned (both are valid at that delta).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, fields
+from datetime import UTC, datetime
+from typing import Any
+
+from qveil.errors import BudgetExceeded, InvalidArgument
+from qveil.privacy.accountant import account
+from qveil.privacy.gaussian import gdp_epsilon
+from qveil.privacy.params import MODES, PrivacyParams, PrivacyResult
+
+__all__ = ["PrivacyEvent", "check_budget", "compose", "verify_event"]
+
+
+def _nonneg(name: str, value: Any, *, below_one: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidArgument(f"{name} must be a number, got {value!r}")
+    v = float(value)
+    if not math.isfinite(v) or v < 0 or (below_one and v >= 1.0):
+        rng = "in [0, 1)" if below_one else "finite and >= 0"
+        raise InvalidArgument(f"{name} must be {rng}, got {value!r}")
+    return v
+
+
+def _ident(name: str, value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidArgument(f"{name} must be a non-empty string, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrivacyEvent:
+    """One release's privacy cost against one dataset. Immutable; JSON round-trips exactly."""
+
+    mode: str
+    params: Mapping[str, Any]
+    """PrivacyParams.to_dict() of the release (everything needed to recompute it)."""
+    epsilon: float
+    delta: float
+    """The event's total delta (PrivacyResult.delta_total)."""
+    dataset_id: str
+    bundle_id: str
+    created_at: str
+    """ISO 8601 timestamp with a UTC offset."""
+    mu: float | None = None
+    """GDP parameter (gdp and output modes), for exact composition."""
+    delta_mechanism: float | None = None
+    """The mechanism's delta (PrivacyResult.delta); delta - delta_mechanism is Lemma 8's term."""
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise InvalidArgument(f"mode must be one of {', '.join(MODES)}; got {self.mode!r}")
+        if not isinstance(self.params, Mapping):
+            raise InvalidArgument(f"params must be a mapping, got {self.params!r}")
+        object.__setattr__(self, "params", dict(self.params))
+        object.__setattr__(self, "epsilon", _nonneg("epsilon", self.epsilon))
+        object.__setattr__(self, "delta", _nonneg("delta", self.delta, below_one=True))
+        _ident("dataset_id", self.dataset_id)
+        _ident("bundle_id", self.bundle_id)
+        try:
+            ts = datetime.fromisoformat(_ident("created_at", self.created_at))
+        except ValueError:
+            raise InvalidArgument(
+                f"created_at must be an ISO 8601 timestamp, got {self.created_at!r}") from None
+        if ts.tzinfo is None:
+            raise InvalidArgument(f"created_at must carry a UTC offset, got {self.created_at!r}")
+        if self.mu is not None:
+            object.__setattr__(self, "mu", _nonneg("mu", self.mu))
+        if self.delta_mechanism is not None:
+            dm = _nonneg("delta_mechanism", self.delta_mechanism, below_one=True)
+            if dm > self.delta:
+                raise InvalidArgument(
+                    f"delta_mechanism={dm!r} cannot exceed the event's delta={self.delta!r}")
+            object.__setattr__(self, "delta_mechanism", dm)
+
+    def __hash__(self) -> int:  # params is a dict: hash the canonical JSON instead
+        return hash(self.to_json())
+
+    @classmethod
+    def from_result(cls, result: PrivacyResult, *, dataset_id: str, bundle_id: str,
+                    created_at: str | None = None) -> PrivacyEvent:
+        """The event for a release accounted as ``result``; a result whose guarantee does not
+        hold cannot be entered (there is no epsilon to charge)."""
+        if not result.holds or result.epsilon is None or result.delta_total is None:
+            raise InvalidArgument(
+                f"cannot record a release without a guarantee in the ledger: {result.reason}")
+        return cls(mode=result.mode, params=result.params.to_dict(), epsilon=result.epsilon,
+                   delta=result.delta_total, dataset_id=dataset_id, bundle_id=bundle_id,
+                   created_at=created_at or datetime.now(UTC).isoformat(),
+                   mu=result.mu, delta_mechanism=result.delta)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: (dict(self.params) if f.name == "params" else getattr(self, f.name))
+                for f in fields(self)}
+
+    def to_json(self) -> str:
+        """Canonical JSON (sorted keys, no NaN)."""
+        return json.dumps(self.to_dict(), sort_keys=True, allow_nan=False)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> PrivacyEvent:
+        try:
+            d = json.loads(text)
+        except (TypeError, ValueError) as exc:
+            raise InvalidArgument(f"privacy event is not valid JSON: {exc}") from None
+        if not isinstance(d, dict):
+            raise InvalidArgument(f"privacy event JSON must be an object, got {d!r}")
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise InvalidArgument(f"unknown privacy event field(s): {', '.join(unknown)}")
+        try:
+            return cls(**d)
+        except TypeError as exc:
+            raise InvalidArgument(f"privacy event: {exc}") from None
+
+
+def compose(events: Iterable[PrivacyEvent]) -> tuple[float, float]:
+    """(epsilon, delta) of all ``events`` together (one dataset): basic composition, or exact
+    GDP composition when every event has a mu, whichever gives the smaller epsilon at the
+    same total delta. No events: (0, 0)."""
+    evs = list(events)
+    for e in evs:
+        if not isinstance(e, PrivacyEvent):
+            raise InvalidArgument(f"compose() needs PrivacyEvent items, got {type(e).__name__}")
+    if not evs:
+        return 0.0, 0.0
+    eps_basic = math.fsum(e.epsilon for e in evs)
+    delta = math.fsum(e.delta for e in evs)
+    if all(e.mu is not None and e.delta_mechanism is not None for e in evs):
+        mu = math.sqrt(math.fsum(e.mu * e.mu for e in evs))  # type: ignore[operator]
+        d_mech = math.fsum(e.delta_mechanism for e in evs)  # type: ignore[misc]
+        if 0.0 < d_mech < 1.0:
+            eps_basic = min(eps_basic, gdp_epsilon(delta=d_mech, mu=mu))
+    return eps_basic, min(delta, 1.0)
+
+
+def check_budget(events: Sequence[PrivacyEvent], new: PrivacyEvent, *, cap_epsilon: float,
+                 cap_delta: float) -> tuple[float, float]:
+    """(epsilon, delta) spent after adding ``new`` to ``events``, if within the caps; else
+    raises :class:`qveil.errors.BudgetExceeded` carrying spent, requested and cap.
+
+    All events must belong to ``new.dataset_id`` (a ledger is per dataset)."""
+    cap_e = _nonneg("cap_epsilon", cap_epsilon)
+    cap_d = _nonneg("cap_delta", cap_delta)
+    if cap_d > 1.0:
+        raise InvalidArgument(f"cap_delta must be in [0, 1], got {cap_delta!r}")
+    if not isinstance(new, PrivacyEvent):
+        raise InvalidArgument(f"new must be a PrivacyEvent, got {type(new).__name__}")
+    others = [e for e in events if e.dataset_id != new.dataset_id]
+    if others:
+        raise InvalidArgument(
+            f"events of dataset {others[0].dataset_id!r} in the ledger of dataset "
+            f"{new.dataset_id!r}")
+    spent = compose(events)
+    total = compose([*events, new])
+    if total[0] > cap_e or total[1] > cap_d:
+        raise BudgetExceeded(dataset_id=new.dataset_id, spent=spent,
+                             requested=(new.epsilon, new.delta), cap=(cap_e, cap_d))
+    return total
+
+
+def verify_event(event: PrivacyEvent, *, rel_tol: float = 1e-9) -> PrivacyResult:
+    """Recompute an event from its recorded parameters (an auditor's check). Raises
+    InvalidArgument naming the mismatch when the recorded numbers are not what the
+    accountant gives."""
+    result = account(PrivacyParams.from_dict(event.params))
+    if not result.holds or result.epsilon is None or result.delta_total is None:
+        raise InvalidArgument(f"event {event.bundle_id!r}: no guarantee holds: {result.reason}")
+    if result.mode != event.mode:
+        raise InvalidArgument(f"event {event.bundle_id!r}: mode {event.mode!r} != "
+                              f"recomputed {result.mode!r}")
+    for name, got, want in (("epsilon", event.epsilon, result.epsilon),
+                            ("delta", event.delta, result.delta_total)):
+        if not math.isclose(got, want, rel_tol=rel_tol, abs_tol=0.0):
+            raise InvalidArgument(f"event {event.bundle_id!r}: recorded {name}={got!r} but the "
+                                  f"accountant gives {want!r}")
+    return result

@@ -1,0 +1,117 @@
+"""``qveil query``: released values, best actions or the card from a running server.
+
+    qveil query --target 127.0.0.1:50051 --state 0.3 --state 0.7 [--action 1] [--json]
+    qveil query --target HOST:PORT --best --state 0.3
+    qveil query --target HOST:PORT --card
+Light: imports only the client SDK (no torch, no SQLAlchemy)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from typing import Any
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("query", help="query released values from a qveil server",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--target", required=True, help="server address HOST:PORT")
+    p.add_argument("--state", action="append", default=[], metavar="S",
+                   help="a state (repeat, or comma-separated list)")
+    p.add_argument("--action", action="append", type=int, default=[], metavar="A",
+                   help="an action (repeat); default: every action")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--best", action="store_true", help="best action per state")
+    mode.add_argument("--card", action="store_true", help="print the release's public card")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--token-file", help="file holding the bearer token")
+    p.add_argument("--tls", action="store_true", help="TLS with the system roots")
+    p.add_argument("--tls-ca", help="CA certificate (PEM) that signed the server certificate")
+    p.add_argument("--tls-cert", help="client certificate (PEM) for mutual TLS")
+    p.add_argument("--tls-key", help="client private key (PEM) for mutual TLS")
+    p.add_argument("--tls-server-name", help="name to check the server certificate against")
+    p.add_argument("--timeout", type=float, default=30.0, help="per-call deadline, seconds")
+    p.set_defaults(func=run)
+
+
+def _states(raw: list[str]) -> list[float]:
+    from qveil.errors import InvalidArgument
+
+    out: list[float] = []
+    for item in raw:
+        for part in item.split(","):
+            part = part.strip()
+            if not part:
+                continue
+            try:
+                out.append(float(part))
+            except ValueError:
+                raise InvalidArgument(f"--state {part!r} is not a number") from None
+    return out
+
+
+def _jsonable(obj: Any) -> Any:
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: _jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, tuple | list):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if hasattr(obj, "isoformat"):
+        return obj.isoformat()
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    return obj
+
+
+def run(args: argparse.Namespace) -> int:
+    from qveil.client import TLSConfig, ValueClient
+    from qveil.client.channel import read_token_file
+    from qveil.errors import InvalidArgument
+
+    token = read_token_file(args.token_file) if args.token_file else None
+    tls: TLSConfig | bool | None = None
+    if args.tls_ca or args.tls_cert or args.tls_key or args.tls_server_name:
+        tls = TLSConfig(ca=args.tls_ca, cert=args.tls_cert, key=args.tls_key,
+                        server_name=args.tls_server_name)
+    elif args.tls:
+        tls = True
+    with ValueClient(args.target, token=token, tls=tls, timeout=args.timeout) as client:
+        if args.card:
+            rel = client.release()
+            if args.json:
+                print(json.dumps(_jsonable(rel), indent=2, sort_keys=True))
+            else:
+                for k, v in _jsonable(rel).items():
+                    if k != "card":
+                        print(f"{k:>15}: {v}")
+            return 0
+        states = _states(args.state)
+        if not states:
+            raise InvalidArgument("give at least one --state (or --card)")
+        if args.best:
+            best = client.get_best_actions(states)
+            if args.json:
+                print(json.dumps({"release_id": best.release_id, "states": states,
+                                  "actions": best.actions.tolist(),
+                                  "values": best.values.tolist()}))
+            else:
+                print(f"release {best.release_id}")
+                print(f"{'state':>12} {'best action':>12} {'value':>14}")
+                for s, a, v in zip(states, best.actions, best.values, strict=True):
+                    print(f"{s:>12.6g} {int(a):>12d} {v:>14.6f}")
+            return 0
+        vals = client.get_values(states, args.action or None)
+        if args.json:
+            print(json.dumps({"release_id": vals.release_id, "states": states,
+                              "actions": list(vals.actions), "values": vals.values.tolist(),
+                              "value_grid": vals.value_grid}))
+        else:
+            print(f"release {vals.release_id}")
+            print(f"{'state':>12} " + " ".join(f"{'a=' + str(a):>14}" for a in vals.actions))
+            for s, row in zip(states, vals.values, strict=True):
+                print(f"{s:>12.6g} " + " ".join(f"{v:>14.6f}" for v in row))
+    sys.stdout.flush()
+    return 0

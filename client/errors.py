@@ -1,0 +1,178 @@
+"""Typed exceptions of the client SDK, one per gRPC status code the server uses.
+
+They mirror the server's table (``qveil.server.errors.STATUS_TABLE``): each class derives from
+the same ``qveil.errors`` domain exception the server mapped to that code, so callers can catch
+either the transport-specific class or the domain one::
+
+    RpcError (qveil.errors.QveilError)
+    ├── InvalidArgumentError      INVALID_ARGUMENT      (qveil.errors.InvalidArgument)
+    ├── NotFoundError             NOT_FOUND             (qveil.errors.NotFound)
+    ├── FailedPreconditionError   FAILED_PRECONDITION   (qveil.errors.FailedPrecondition)
+    ├── PermissionDeniedError     PERMISSION_DENIED     (qveil.errors.PermissionDenied)
+    ├── UnauthenticatedError      UNAUTHENTICATED       (qveil.errors.Unauthenticated)
+    ├── ResourceExhaustedError    RESOURCE_EXHAUSTED    (qveil.errors.ResourceExhausted)
+    ├── UnavailableError          UNAVAILABLE           (qveil.errors.Unavailable)
+    ├── DataLossError             DATA_LOSS             (qveil.errors.IntegrityError)
+    ├── DeadlineExceededError     DEADLINE_EXCEEDED
+    ├── UnimplementedError        UNIMPLEMENTED
+    └── ServerError               INTERNAL, UNKNOWN and anything else
+
+The server attaches a ``google.rpc.Status`` (trailer ``grpc-status-details-bin``) with an
+``ErrorInfo`` (``reason``, e.g. ``STATE_OUT_OF_INTERVAL``) and, for bad input, a ``BadRequest``
+naming the offending field; both are exposed as attributes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import grpc
+from google.rpc import error_details_pb2, status_pb2
+
+from qveil import errors as domain
+
+__all__ = [
+    "DataLossError",
+    "DeadlineExceededError",
+    "FailedPreconditionError",
+    "FieldViolation",
+    "InvalidArgumentError",
+    "NotFoundError",
+    "PermissionDeniedError",
+    "ResourceExhaustedError",
+    "RpcError",
+    "ServerError",
+    "UnauthenticatedError",
+    "UnavailableError",
+    "UnimplementedError",
+    "from_grpc_error",
+]
+
+DETAILS_KEY = "grpc-status-details-bin"
+
+
+@dataclass(frozen=True, slots=True)
+class FieldViolation:
+    """One bad field of a request (from ``google.rpc.BadRequest``)."""
+
+    field: str
+    description: str
+
+
+class RpcError(domain.QveilError):
+    """A call failed with a non-OK gRPC status.
+
+    Attributes: ``code`` (grpc.StatusCode), ``message`` (the server's text), ``reason`` and
+    ``metadata`` (from ``google.rpc.ErrorInfo``; "" and {} when absent), ``violations`` (tuple of
+    :class:`FieldViolation`), ``retry_delay`` (seconds from ``google.rpc.RetryInfo`` or None).
+    """
+
+    code: grpc.StatusCode = grpc.StatusCode.UNKNOWN
+
+    def __init__(self, message: str, *, code: grpc.StatusCode | None = None, reason: str = "",
+                 metadata: dict[str, str] | None = None,
+                 violations: tuple[FieldViolation, ...] = (),
+                 retry_delay: float | None = None) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+        self.message = message
+        self.reason = reason
+        self.metadata = dict(metadata or {})
+        self.violations = violations
+        self.retry_delay = retry_delay
+
+    def __str__(self) -> str:
+        tag = f"{self.code.name}" + (f"/{self.reason}" if self.reason else "")
+        return f"{self.message} [{tag}]"
+
+
+class InvalidArgumentError(RpcError, domain.InvalidArgument):
+    code = grpc.StatusCode.INVALID_ARGUMENT
+
+
+class NotFoundError(RpcError, domain.NotFound):
+    code = grpc.StatusCode.NOT_FOUND
+
+
+class FailedPreconditionError(RpcError, domain.FailedPrecondition):
+    code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class PermissionDeniedError(RpcError, domain.PermissionDenied):
+    code = grpc.StatusCode.PERMISSION_DENIED
+
+
+class UnauthenticatedError(RpcError, domain.Unauthenticated):
+    code = grpc.StatusCode.UNAUTHENTICATED
+
+
+class ResourceExhaustedError(RpcError, domain.ResourceExhausted):
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+class UnavailableError(RpcError, domain.Unavailable):
+    code = grpc.StatusCode.UNAVAILABLE
+
+
+class DataLossError(RpcError, domain.IntegrityError):
+    code = grpc.StatusCode.DATA_LOSS
+
+
+class DeadlineExceededError(RpcError):
+    code = grpc.StatusCode.DEADLINE_EXCEEDED
+
+
+class UnimplementedError(RpcError):
+    code = grpc.StatusCode.UNIMPLEMENTED
+
+
+class ServerError(RpcError):
+    code = grpc.StatusCode.INTERNAL
+
+
+BY_CODE: dict[grpc.StatusCode, type[RpcError]] = {
+    cls.code: cls
+    for cls in (InvalidArgumentError, NotFoundError, FailedPreconditionError,
+                PermissionDeniedError, UnauthenticatedError, ResourceExhaustedError,
+                UnavailableError, DataLossError, DeadlineExceededError, UnimplementedError)
+}
+
+
+def _details(trailing: object) -> status_pb2.Status | None:
+    for key, value in trailing or ():  # type: ignore[attr-defined]
+        if key == DETAILS_KEY and isinstance(value, bytes):
+            status = status_pb2.Status()
+            try:
+                status.ParseFromString(value)
+            except Exception:  # noqa: BLE001 - a malformed trailer is ignored, not fatal
+                return None
+            return status
+    return None
+
+
+def from_grpc_error(exc: grpc.RpcError) -> RpcError:
+    """The typed exception for a failed call (works for sync and aio errors)."""
+    code = exc.code() if callable(getattr(exc, "code", None)) else grpc.StatusCode.UNKNOWN  # type: ignore[attr-defined]
+    message = exc.details() if callable(getattr(exc, "details", None)) else str(exc)  # type: ignore[attr-defined]
+    trailing = exc.trailing_metadata() if callable(getattr(exc, "trailing_metadata", None)) else ()  # type: ignore[attr-defined]
+    reason, metadata, violations, retry = "", {}, [], None
+    status = _details(trailing)
+    if status is not None:
+        for any_msg in status.details:
+            if any_msg.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+                info = error_details_pb2.ErrorInfo()
+                any_msg.Unpack(info)
+                reason, metadata = info.reason, dict(info.metadata)
+            elif any_msg.Is(error_details_pb2.BadRequest.DESCRIPTOR):
+                bad = error_details_pb2.BadRequest()
+                any_msg.Unpack(bad)
+                violations += [FieldViolation(v.field, v.description)
+                               for v in bad.field_violations]
+            elif any_msg.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
+                info_r = error_details_pb2.RetryInfo()
+                any_msg.Unpack(info_r)
+                retry = info_r.retry_delay.ToTimedelta().total_seconds()
+    cls = BY_CODE.get(code, ServerError)
+    return cls(message or code.name, code=code, reason=reason, metadata=metadata,
+               violations=tuple(violations), retry_delay=retry)

@@ -1,0 +1,130 @@
+"""qveil's own result types for the API (the SDK never hands out generated protobuf classes)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = [
+    "ActionIntegrity",
+    "ActionNormality",
+    "BestActions",
+    "IntegrityResult",
+    "NoisePoint",
+    "Release",
+    "ServerStats",
+    "StatisticalReport",
+    "Values",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """The public card of a release (what ``GetRelease`` answers); no weights, no noise."""
+
+    release_id: str
+    mode: str
+    epsilon: float
+    delta: float
+    delta_total: float
+    holds: bool
+    basis: str
+    reason: str | None
+    sigma: float
+    beta: float
+    state_interval: tuple[float, float]
+    n_actions: int
+    created_at: datetime | None
+    status: str  # "staged" | "active" | "retired" | ""
+    seeded: bool
+    env_id: str
+    q_bound: float | None
+    value_grid: float
+    card: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Values:
+    """Released values: ``values[i, j]`` is state ``i``, action ``actions[j]``."""
+
+    release_id: str
+    actions: tuple[int, ...]
+    values: npt.NDArray[np.float64]
+    value_grid: float
+
+
+@dataclass(frozen=True, slots=True)
+class BestActions:
+    """Argmax action and its released value per state."""
+
+    release_id: str
+    actions: npt.NDArray[np.int64]
+    values: npt.NDArray[np.float64]
+    value_grid: float
+
+
+@dataclass(frozen=True, slots=True)
+class NoisePoint:
+    """One stored noise value (auditor role only)."""
+
+    seq: int
+    x: float
+    state: float
+    g: float
+    created_at: datetime | None
+    hash: str
+
+
+@dataclass(frozen=True, slots=True)
+class ActionIntegrity:
+    action: int
+    ok: bool
+    count: int
+    high_water_mark: int
+    first_broken_seq: int | None
+    gaps: tuple[int, ...]
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class IntegrityResult:
+    release_id: str
+    ok: bool
+    actions: tuple[ActionIntegrity, ...]
+    report: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ActionNormality:
+    action: int
+    n: int
+    ks_p: float
+    chi2_p: float
+    mean: float
+    var: float
+    passed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class StatisticalReport:
+    release_id: str
+    passed: bool
+    actions: tuple[ActionNormality, ...]
+    report: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ServerStats:
+    active_release_id: str
+    uptime_seconds: float
+    requests_by_code: dict[str, int]
+    states_answered: int
+    new_points: int
+    in_flight: int
+    max_in_flight: int
+    stored_points: dict[int, int]
+    max_batch: int

@@ -1,0 +1,238 @@
+"""Server factory and lifecycle.
+
+``create_server(core, health, listen=...) -> (server, port)`` builds a grpc.aio server with
+the three qveil services, grpc.health.v1 and (by flag) reflection, bound but not started;
+tests bind ``127.0.0.1:0``. :func:`serve` is the whole life of ``qveil serve``: bind (health
+NOT_SERVING), open the store, load and verify the bundle, register and activate its release,
+verify the stored noise, SERVING; on SIGTERM/SIGINT: NOT_SERVING, keep answering for
+``drain_delay`` seconds (load balancers notice), then ``server.stop(grace)`` (new calls
+refused, calls in flight finish), close the store, exit 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import os
+import signal
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from qveil.errors import InvalidArgument
+from qveil.server.auth import Authorizer, load_tokens
+from qveil.server.handlers import Handlers, Limits, new_executor
+from qveil.server.health import Health
+from qveil.server.metrics import Metrics
+from qveil.server.servicers import AdminServicer, AuditServicer, Core, ValueServicer
+from qveil.v1 import admin_service_pb2, audit_service_pb2, value_service_pb2
+from qveil.v1 import admin_service_pb2_grpc as admin_grpc
+from qveil.v1 import audit_service_pb2_grpc as audit_grpc
+from qveil.v1 import value_service_pb2_grpc as value_grpc
+
+__all__ = ["ServeConfig", "TLSFiles", "create_server", "default_store_url", "is_loopback",
+           "serve"]
+
+log = logging.getLogger("qveil.server")
+
+SERVICE_NAMES = (
+    value_service_pb2.DESCRIPTOR.services_by_name["ValueService"].full_name,
+    admin_service_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name,
+    audit_service_pb2.DESCRIPTOR.services_by_name["AuditService"].full_name,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TLSFiles:
+    cert: Path
+    key: Path
+    client_ca: Path | None = None  # set: mutual TLS, client certificates signed by this CA
+
+    def credentials(self) -> grpc.ServerCredentials:
+        return grpc.ssl_server_credentials(
+            [(self.key.read_bytes(), self.cert.read_bytes())],
+            root_certificates=self.client_ca.read_bytes() if self.client_ca else None,
+            require_client_auth=self.client_ca is not None)
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    bundle: Path
+    store_url: str | None = None
+    listen: str = "127.0.0.1:50051"
+    tls: TLSFiles | None = None
+    insecure: bool = False
+    tokens_file: Path | None = None
+    reflection: bool = False
+    limits: Limits = field(default_factory=Limits)
+    max_message_bytes: int = 4 * 1024 * 1024
+    workers: int = 4
+    grace: float = 10.0
+    drain_delay: float = 0.0
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
+    port_file: Path | None = None
+
+
+def split_host(listen: str) -> tuple[str, str]:
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit():
+        raise InvalidArgument(f"--listen {listen!r} must be HOST:PORT")
+    return host.strip("[]"), port
+
+
+def is_loopback(listen: str) -> bool:
+    host, _ = split_host(listen)
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_transport(config: ServeConfig) -> None:
+    """The rules of issue 6: plaintext only on loopback unless --insecure; without a tokens
+    file, loopback only (anyone may query there, nobody may administer or audit)."""
+    loop = is_loopback(config.listen)
+    if not loop and config.tls is None and not config.insecure:
+        raise InvalidArgument(f"refusing to listen on non-loopback {config.listen!r} without "
+                              "TLS (give --tls-cert/--tls-key, or --insecure to override)")
+    if not loop and config.tokens_file is None:
+        raise InvalidArgument(f"refusing to listen on non-loopback {config.listen!r} without "
+                              "--tokens-file: anonymous access is for loopback only")
+
+
+def default_store_url(bundle: Path) -> str:
+    """SQLite beside the bundle (shared by its sibling bundles: one store per directory)."""
+    return f"sqlite:///{(bundle.resolve().parent / 'qveil-store.sqlite')}"
+
+
+def create_server(core: Core, health: Health, *, listen: str = "127.0.0.1:0",
+                  credentials: grpc.ServerCredentials | None = None,
+                  reflection: bool = False,
+                  max_message_bytes: int = 4 * 1024 * 1024) -> tuple[grpc.aio.Server, int]:
+    """A grpc.aio server with qveil's services, health and optional reflection, bound to
+    ``listen`` (port 0: any free port); returns (server, bound port). Not started."""
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    server = grpc.aio.server(options=[
+        ("grpc.max_receive_message_length", max_message_bytes),
+        ("grpc.max_send_message_length", 16 * max_message_bytes),
+        ("grpc.so_reuseport", 0),
+    ])
+    value_grpc.add_ValueServiceServicer_to_server(ValueServicer(core), server)
+    admin_grpc.add_AdminServiceServicer_to_server(AdminServicer(core), server)
+    audit_grpc.add_AuditServiceServicer_to_server(AuditServicer(core), server)
+    health_pb2_grpc.add_HealthServicer_to_server(health.servicer, server)
+    if reflection:
+        from grpc_reflection.v1alpha import reflection as refl
+
+        names = (*SERVICE_NAMES, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+                 refl.SERVICE_NAME)
+        refl.enable_server_reflection(names, server)
+    port = (server.add_secure_port(listen, credentials) if credentials is not None
+            else server.add_insecure_port(listen))
+    if port == 0:
+        raise InvalidArgument(f"cannot bind {listen!r} (address in use or not available)")
+    return server, port
+
+
+def _write_port_file(path: Path, port: int) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(f"{port}\n")
+    os.replace(tmp, path)
+
+
+async def serve(config: ServeConfig, *, on_event: Callable[[str], None] | None = None) -> int:
+    """Run ``qveil serve`` until SIGTERM/SIGINT; returns the exit code."""
+    say = on_event or (lambda msg: print(f"qveil serve: {msg}", file=sys.stderr, flush=True))
+    check_transport(config)
+    authorizer = Authorizer(load_tokens(config.tokens_file) if config.tokens_file else None)
+    metrics = Metrics()
+    executor = new_executor(config.workers)
+    handlers = Handlers(store=None, holder=_holder(), limits=config.limits, metrics=metrics)
+    core = Core(handlers, authorizer, executor)
+    health = Health()
+    await health.set_serving(False)
+    server, port = create_server(
+        core, health, listen=config.listen,
+        credentials=config.tls.credentials() if config.tls else None,
+        reflection=config.reflection, max_message_bytes=config.max_message_bytes)
+    await server.start()
+    host, _ = split_host(config.listen)
+    say(f"listening on {host}:{port} ({'TLS' if config.tls else 'plaintext'}"
+        f"{', mTLS' if config.tls and config.tls.client_ca else ''}, "
+        f"{'tokens' if authorizer.enabled else 'no tokens: anonymous query only'})")
+    if config.port_file is not None:
+        _write_port_file(config.port_file, port)
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+
+    store = None
+    try:
+        url = config.store_url or default_store_url(config.bundle)
+
+        def start_up() -> Any:
+            from qveil.server.store import open_store
+
+            st = open_store(url)
+            handlers.store = st
+            return handlers.start(config.bundle)
+
+        starting = loop.run_in_executor(executor, start_up)
+        waiter = asyncio.ensure_future(stop.wait())
+        done, _ = await asyncio.wait({starting, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        if starting not in done:  # stopped while starting
+            say("stopped before the release was ready")
+            await server.stop(0)
+            return 0
+        active = starting.result()
+        store = handlers.store
+        core.ready = True
+        await health.set_serving(True)
+        if config.metrics_port is not None:
+            mport = metrics.serve_prometheus(config.metrics_port, host=config.metrics_host,
+                                             stored_points=handlers.stored_points)
+            say(f"metrics on http://{config.metrics_host}:{mport}/metrics")
+        say(f"serving release {active.release_id} (store {_redact(url)})")
+        await waiter
+        say("draining: health NOT_SERVING")
+        handlers.holder.draining = True
+        await health.drain()
+        if config.drain_delay > 0:
+            await asyncio.sleep(config.drain_delay)
+        await server.stop(config.grace)
+        say("stopped")
+        return 0
+    except BaseException:
+        await server.stop(0)
+        raise
+    finally:
+        executor.shutdown(wait=True)
+        st = store or handlers.store
+        if st is not None:
+            st.close()
+
+
+def _holder() -> Any:
+    from qveil.server.state import ReleaseHolder
+
+    return ReleaseHolder()
+
+
+def _redact(url: str) -> str:
+    """A store URL without its password."""
+    if "://" in url and "@" in url:
+        scheme, rest = url.split("://", 1)
+        creds, host = rest.rsplit("@", 1)
+        return f"{scheme}://{creds.split(':', 1)[0]}:***@{host}" if ":" in creds else url
+    return url

@@ -1,0 +1,125 @@
+"""Domain objects (bundle, store records, integrity reports) -> the API's types.
+
+The API types and their protobuf mapping live in ``qveil.client.types`` / ``qveil.client.convert``
+(one mapping shared by server and SDK); this module only builds those types from the
+server-side domain objects, so generated classes never reach the store or the bundle code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from datetime import UTC, datetime
+from typing import Any
+
+from qveil.client import types as t
+
+__all__ = ["integrity_from_report", "noise_point", "release_from_bundle",
+           "release_from_record"]
+
+
+def _f(v: Any, default: float = math.nan) -> float:
+    try:
+        return float(v) if v is not None else default
+    except (TypeError, ValueError):
+        return default
+
+
+def _when(v: Any) -> datetime | None:
+    if v is None or v == "":
+        return None
+    if isinstance(v, datetime):
+        return v if v.tzinfo else v.replace(tzinfo=UTC)
+    try:
+        d = datetime.fromisoformat(str(v))
+    except ValueError:
+        return None
+    return d if d.tzinfo else d.replace(tzinfo=UTC)
+
+
+def _status(record: Any) -> str:
+    return str(getattr(record, "status", "") or "") if record is not None else ""
+
+
+def release_from_bundle(bundle: Any, *, record: Any = None, value_grid: float) -> t.Release:
+    """The public view of a loaded bundle: ``bundle.public_card()`` only (a whitelist: no
+    weights, no weight hash, no noise)."""
+    card = bundle.public_card()
+    lo, hi = card["state_interval"]
+    return t.Release(
+        release_id=str(card["bundle_id"]), mode=str(card.get("mode") or ""),
+        epsilon=_f(card.get("epsilon")), delta=_f(card.get("delta")),
+        delta_total=_f(card.get("delta_total")), holds=bool(card.get("holds")),
+        basis=str(card.get("basis") or ""), reason=card.get("reason") or None,
+        sigma=_f(card.get("sigma")), beta=_f(card.get("beta")),
+        state_interval=(float(lo), float(hi)), n_actions=int(card["actions"]),
+        created_at=_when(card.get("created_at")), status=_status(record),
+        seeded=bool(card.get("seeded")), env_id=str(card.get("env_id") or ""),
+        q_bound=None if card.get("q_bound") is None else float(card["q_bound"]),
+        value_grid=value_grid, card=card)
+
+
+def release_from_record(record: Any, *, value_grid: float) -> t.Release:
+    """A release known only from the store (its bundle is not on this server): the store's
+    parameters, privacy fields unknown (NaN / empty)."""
+    lo, hi = record.interval
+    return t.Release(
+        release_id=str(record.release_id), mode="", epsilon=math.nan, delta=math.nan,
+        delta_total=math.nan, holds=False, basis="", reason="bundle not available on this server",
+        sigma=float(record.sigma), beta=float(record.beta), state_interval=(float(lo), float(hi)),
+        n_actions=int(record.n_actions), created_at=_when(getattr(record, "created_at", None)),
+        status=_status(record), seeded=False, env_id="", q_bound=None, value_grid=value_grid,
+        card={})
+
+
+def noise_point(p: Any, *, lo: float, hi: float) -> t.NoisePoint:
+    x = float(p.x)
+    return t.NoisePoint(seq=int(p.seq), x=x, state=lo + x * (hi - lo), g=float(p.g),
+                        created_at=_when(getattr(p, "created_at", None)),
+                        hash=str(getattr(p, "hash", "") or ""))
+
+
+def _jsonable(obj: Any) -> Any:
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: _jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple | set | frozenset):
+        return [_jsonable(v) for v in obj]
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    if isinstance(obj, datetime):
+        return obj.isoformat()
+    if isinstance(obj, float | int | str | bool) or obj is None:
+        return obj
+    return str(obj)
+
+
+def integrity_from_report(release_id: str, report: Any) -> t.IntegrityResult:
+    """The store's IntegrityReport (duck-typed: ``ok`` plus per-action details when the
+    store provides them) as the API type; the whole report also goes out as JSON."""
+    as_dict = _jsonable(report) if not isinstance(report, dict) else _jsonable(report)
+    per_action = getattr(report, "actions", None)
+    if per_action is None and isinstance(as_dict, dict):
+        per_action = as_dict.get("actions")
+    actions: list[t.ActionIntegrity] = []
+    items = per_action.items() if isinstance(per_action, dict) else enumerate(per_action or [])
+    for key, a in items:
+        get = (a.get if isinstance(a, dict) else (lambda k, d=None, _a=a: getattr(_a, k, d)))
+        action = get("action", key)
+        broken = get("first_broken", get("first_broken_seq", None))
+        if isinstance(broken, dict | tuple | list):
+            broken = (broken.get("seq") if isinstance(broken, dict) else broken[0])
+        gaps = get("gaps", ()) or ()
+        actions.append(t.ActionIntegrity(
+            action=int(action), ok=bool(get("ok", True)), count=int(get("count", 0) or 0),
+            high_water_mark=int(get("high_water_mark", get("high_water", 0)) or 0),
+            first_broken_seq=None if broken is None else int(broken),
+            gaps=tuple(int(g if not isinstance(g, list | tuple) else g[0]) for g in gaps)[:100],
+            message=str(get("message", "") or "")))
+    ok = bool(getattr(report, "ok", as_dict.get("ok") if isinstance(as_dict, dict) else False))
+    report_dict = as_dict if isinstance(as_dict, dict) else {"report": as_dict}
+    json.dumps(report_dict)  # must be serialisable
+    return t.IntegrityResult(release_id=release_id, ok=ok, actions=tuple(actions),
+                             report=report_dict)

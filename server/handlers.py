@@ -1,0 +1,402 @@
+"""Transport-independent request handlers: validation, the network forward, the store, the
+value grid. Blocking (they call the store); the servicers run them in a thread pool off the
+event loop. They raise ``qveil.errors`` exceptions only; ``qveil.server.errors`` maps them.
+
+Answer of a query (issue 6): for state s of release r and action a,
+
+    value(s, a) = grid_round( Q_r(s, a) + g_{r,a}(x) ),   x = (s - lo) / (hi - lo)
+
+where Q_r is the bundle's numpy forward (clamped to +-q_bound in output mode, inside the
+bundle) and g_{r,a}(x) is ``store.get_or_sample`` (stored value, or an exact OU conditional draw
+committed durably before it is returned). Every input is validated BEFORE the store is
+touched, so a rejected request stores nothing.
+
+Why the grid: released values are rounded to multiples of ``value_grid`` (a power of two,
+default 2^-20). The low-order bits of a floating-point sum q + g are not uniformly
+distributed and depend on q (Mironov 2012, "On significance of the least significant bits
+for differential privacy"): an attacker reading exact doubles can learn about q from bits
+that the noise does not cover. Rounding to a fixed power-of-two grid coarser than the double
+spacing of any served magnitude (|v| < 2^32) removes those bits. It is a mitigation, not a
+proof: the noise itself is a double drawn from OS entropy.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from qveil.client import types as t
+from qveil.errors import (
+    FailedPrecondition,
+    IntegrityError,
+    InvalidArgument,
+    NotFound,
+)
+from qveil.server import convert
+from qveil.server.errors import bad_argument
+from qveil.server.metrics import Metrics
+from qveil.server.state import ActiveRelease, ReleaseHolder
+
+__all__ = ["DEFAULT_VALUE_GRID", "Handlers", "Limits", "grid_round"]
+
+DEFAULT_VALUE_GRID = 2.0**-20
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    max_batch: int = 4096          # states per request
+    max_in_flight: int = 64        # concurrent qveil RPCs; more get RESOURCE_EXHAUSTED
+    value_grid: float = DEFAULT_VALUE_GRID
+    points_chunk: int = 2048       # noise points per streamed audit message
+
+    def __post_init__(self) -> None:
+        if self.max_batch < 1 or self.max_in_flight < 1 or self.points_chunk < 1:
+            raise InvalidArgument("limits must be positive")
+        g = self.value_grid
+        if not (g > 0 and math.isfinite(g) and math.frexp(g)[0] == 0.5):
+            raise InvalidArgument(f"value grid {g!r} must be a positive power of two")
+
+
+def grid_round(values: npt.NDArray[np.float64], grid: float) -> npt.NDArray[np.float64]:
+    """Round to the nearest multiple of ``grid`` (a power of two: the scaling is exact)."""
+    return np.round(values / grid) * grid + 0.0
+
+
+def _check_deadline(deadline: float | None) -> None:
+    if deadline is not None and time.monotonic() >= deadline:
+        raise TimeoutError("deadline exceeded before the store was queried; nothing stored")
+
+
+class Handlers:
+    """All operations of the three services, on one store and one release holder."""
+
+    def __init__(self, *, store: Any, holder: ReleaseHolder, limits: Limits,
+                 metrics: Metrics | None = None,
+                 bundle_dirs: Sequence[str | Path] = ()) -> None:
+        self.store = store
+        self.holder = holder
+        self.limits = limits
+        self.metrics = metrics or Metrics()
+        #: release id -> bundle directory, for activation by id and for cards in listings
+        self.known_bundles: dict[str, Path] = {}
+        self.bundle_dirs = [Path(d) for d in bundle_dirs]
+        self._cards: dict[str, t.Release] = {}
+
+    # ------------------------------------------------------------------ validation helpers
+    def _states(self, rel: ActiveRelease, states: npt.ArrayLike) -> npt.NDArray[np.float64]:
+        s = np.asarray(states, dtype=np.float64).reshape(-1)
+        n = s.size
+        if n == 0:
+            raise bad_argument("empty batch: give at least one state", field="states",
+                               reason="EMPTY_BATCH")
+        if n > self.limits.max_batch:
+            raise bad_argument(f"batch of {n} states exceeds the limit of "
+                               f"{self.limits.max_batch}", field="states",
+                               reason="BATCH_TOO_LARGE")
+        finite = np.isfinite(s)
+        if not finite.all():
+            i = int(np.flatnonzero(~finite)[0])
+            raise bad_argument(f"state {s[i]!r} at index {i} is not a finite number",
+                               field=f"states[{i}]", reason="STATE_NOT_FINITE")
+        iv = rel.bundle.interval
+        out = (s < iv.lo) | (s > iv.hi)
+        if out.any():
+            i = int(np.flatnonzero(out)[0])
+            raise bad_argument(f"state {s[i]!r} at index {i} is outside the state interval "
+                               f"[{iv.lo!r}, {iv.hi!r}]", field=f"states[{i}]",
+                               reason="STATE_OUT_OF_INTERVAL")
+        return iv.to_unit(s)
+
+    def _actions(self, rel: ActiveRelease, actions: Sequence[int]) -> list[int]:
+        m = rel.bundle.n_actions
+        if len(actions) == 0:
+            return list(range(m))
+        out: list[int] = []
+        for j, a in enumerate(actions):
+            a = int(a)
+            if not 0 <= a < m:
+                raise bad_argument(f"unknown action {a} at index {j}: this release has "
+                                   f"actions 0..{m - 1}", field=f"actions[{j}]",
+                                   reason="UNKNOWN_ACTION")
+            if a in out:
+                raise bad_argument(f"action {a} is repeated (index {j})",
+                                   field=f"actions[{j}]", reason="DUPLICATE_ACTION")
+            out.append(a)
+        return out
+
+    def _release_for_query(self, release_id: str) -> ActiveRelease:
+        rel = self.holder.current()  # ONE snapshot for the whole call
+        if release_id and release_id != rel.release_id:
+            exc = FailedPrecondition(f"release {release_id!r} is not the active release "
+                                     f"(active: {rel.release_id!r})")
+            exc.reason = "RELEASE_NOT_ACTIVE"  # type: ignore[attr-defined]
+            raise exc
+        return rel
+
+    # ------------------------------------------------------------------ ValueService
+    def _released(self, rel: ActiveRelease, xs: npt.NDArray[np.float64], actions: list[int],
+                  deadline: float | None) -> npt.NDArray[np.float64]:
+        q = rel.bundle.q_values_unit(xs)[:, actions]
+        ux, inverse = np.unique(xs, return_inverse=True)
+        noise = np.empty((xs.size, len(actions)), dtype=np.float64)
+        for j, a in enumerate(actions):
+            _check_deadline(deadline)
+            g = np.asarray(self.store.get_or_sample(rel.release_id, a, ux), dtype=np.float64)
+            noise[:, j] = g[inverse]
+        self.metrics.answered(int(xs.size) * len(actions), 0)
+        return grid_round(q + noise, self.limits.value_grid)
+
+    def get_values(self, states: npt.ArrayLike, actions: Sequence[int] = (), *,
+                   release_id: str = "", deadline: float | None = None) -> t.Values:
+        rel = self._release_for_query(release_id)
+        xs = self._states(rel, states)
+        acts = self._actions(rel, actions)
+        vals = self._released(rel, xs, acts, deadline)
+        return t.Values(release_id=rel.release_id, actions=tuple(acts), values=vals,
+                        value_grid=self.limits.value_grid)
+
+    def get_best_actions(self, states: npt.ArrayLike, *, release_id: str = "",
+                         deadline: float | None = None) -> t.BestActions:
+        rel = self._release_for_query(release_id)
+        xs = self._states(rel, states)
+        vals = self._released(rel, xs, list(range(rel.bundle.n_actions)), deadline)
+        best = np.argmax(vals, axis=1)  # ties: the lowest action
+        return t.BestActions(release_id=rel.release_id, actions=best.astype(np.int64),
+                             values=vals[np.arange(vals.shape[0]), best],
+                             value_grid=self.limits.value_grid)
+
+    def get_release(self) -> t.Release:
+        rel = self.holder.current()
+        return convert.release_from_bundle(rel.bundle, record=rel.record,
+                                           value_grid=self.limits.value_grid)
+
+    # ------------------------------------------------------------------ lifecycle / admin
+    def _load(self, path: Path) -> Any:
+        from qveil.bundle import load_bundle
+
+        return load_bundle(path, verify=True)
+
+    def _register(self, bundle: Any) -> Any:
+        """The store's record of the bundle's release, created (staged) when absent; a
+        record with different parameters is refused (a release id names one noise path)."""
+        rid = bundle.bundle_id
+        iv = bundle.interval
+        fingerprint = str(bundle.card.get("card_sha256") or bundle.card.get("weights_sha256"))
+        try:
+            rec = self.store.get_release(rid)
+        except NotFound:
+            return self.store.create_release(
+                release_id=rid, fingerprint=fingerprint, sigma=bundle.sigma, beta=bundle.beta,
+                interval=(iv.lo, iv.hi), n_actions=bundle.n_actions, status="staged")
+        mismatch = [name for name, a, b in (
+            ("fingerprint", getattr(rec, "fingerprint", fingerprint), fingerprint),
+            ("sigma", float(rec.sigma), bundle.sigma), ("beta", float(rec.beta), bundle.beta),
+            ("interval", tuple(map(float, rec.interval)), (iv.lo, iv.hi)),
+            ("n_actions", int(rec.n_actions), bundle.n_actions)) if a != b]
+        if mismatch:
+            raise IntegrityError(f"release {rid!r} is registered in the store with different "
+                                 f"{', '.join(mismatch)} than the bundle")
+        return rec
+
+    def start(self, bundle_path: str | Path, *, verify_store: bool = True) -> ActiveRelease:
+        """Server start: load and verify the bundle, register its release if absent, verify
+        the store's record of it, mark it active and make it the served release."""
+        return self._activate(Path(bundle_path), expected_id="", verify_store=verify_store)
+
+    def _activate(self, path: Path, *, expected_id: str, verify_store: bool) -> ActiveRelease:
+        with self.holder.activation_lock:
+            bundle = self._load(path)
+            if expected_id and bundle.bundle_id != expected_id:
+                raise InvalidArgument(f"bundle {str(path)!r} holds release "
+                                      f"{bundle.bundle_id!r}, not {expected_id!r}")
+            rec = self._register(bundle)
+            if getattr(rec, "status", "") == "retired":
+                raise FailedPrecondition(f"release {bundle.bundle_id!r} is retired; retired "
+                                         "releases are never answered again")
+            if verify_store:
+                report = self.store.verify(bundle.bundle_id)
+                if not bool(getattr(report, "ok", True)):
+                    raise IntegrityError(f"stored noise of release {bundle.bundle_id!r} fails "
+                                         f"verification: {report}")
+            previous = self.holder.peek()
+            if previous is None or previous.release_id != bundle.bundle_id:
+                self.store.set_release_status(bundle.bundle_id, "active")
+            rec = self.store.get_release(bundle.bundle_id)
+            new = ActiveRelease(bundle=bundle, record=rec)
+            self.holder.swap(new)
+            if previous is not None and previous.release_id != new.release_id:
+                self.store.set_release_status(previous.release_id, "staged")
+            # other releases still marked active (an earlier process) become staged
+            for other in self.store.list_releases():
+                if other.release_id != new.release_id and other.status == "active":
+                    self.store.set_release_status(other.release_id, "staged")
+            self.known_bundles[bundle.bundle_id] = path.resolve()
+            self._cards.pop(bundle.bundle_id, None)
+            return new
+
+    def _find_bundle(self, release_id: str) -> Path:
+        if release_id in self.known_bundles:
+            return self.known_bundles[release_id]
+        import json
+
+        roots = {p.parent for p in self.known_bundles.values()} | set(self.bundle_dirs)
+        for root in sorted(roots):
+            for card in sorted(root.glob("*/card.json")):
+                try:
+                    if json.loads(card.read_text()).get("bundle_id") == release_id:
+                        self.known_bundles[release_id] = card.parent.resolve()
+                        return card.parent
+                except (OSError, ValueError):
+                    continue
+        raise NotFound(f"no bundle for release {release_id!r} on this server (give "
+                       "bundle_path, or put the bundle beside the served one)")
+
+    def activate(self, release_id: str = "", bundle_path: str = "") -> tuple[t.Release, str]:
+        if not release_id and not bundle_path:
+            raise bad_argument("give release_id or bundle_path", field="release_id",
+                               reason="MISSING_RELEASE")
+        previous = self.holder.peek()
+        path = Path(bundle_path) if bundle_path else self._find_bundle(release_id)
+        new = self._activate(path, expected_id=release_id, verify_store=True)
+        return (convert.release_from_bundle(new.bundle, record=new.record,
+                                            value_grid=self.limits.value_grid),
+                previous.release_id if previous is not None else "")
+
+    def retire(self, release_id: str) -> t.Release:
+        if not release_id:
+            raise bad_argument("release_id is required", field="release_id",
+                               reason="MISSING_RELEASE")
+        with self.holder.activation_lock:
+            current = self.holder.peek()
+            if current is not None and current.release_id == release_id:
+                raise FailedPrecondition(f"release {release_id!r} is active; activate another "
+                                         "release before retiring it")
+            self.store.get_release(release_id)  # NotFound
+            self.store.set_release_status(release_id, "retired")
+            self._cards.pop(release_id, None)
+            return self._describe(self.store.get_release(release_id))
+
+    def _describe(self, record: Any) -> t.Release:
+        rid = str(record.release_id)
+        path = self.known_bundles.get(rid)
+        if path is None:
+            try:
+                path = self._find_bundle(rid)
+            except NotFound:
+                path = None
+        if path is not None:
+            try:
+                from qveil.bundle import load_bundle
+
+                base = self._cards.get(rid)
+                if base is None:
+                    bundle = load_bundle(path, verify=False)
+                    base = convert.release_from_bundle(bundle, record=None,
+                                                       value_grid=self.limits.value_grid)
+                    self._cards[rid] = base
+                from dataclasses import replace
+
+                return replace(base, status=str(record.status))
+            except Exception:  # noqa: BLE001 - a listing shows what the store knows
+                pass
+        return convert.release_from_record(record, value_grid=self.limits.value_grid)
+
+    def list_releases(self) -> tuple[list[t.Release], str]:
+        current = self.holder.peek()
+        return ([self._describe(r) for r in self.store.list_releases()],
+                current.release_id if current is not None else "")
+
+    def stats(self) -> t.ServerStats:
+        current = self.holder.peek()
+        stored: dict[int, int] = {}
+        if current is not None:
+            for a in range(current.bundle.n_actions):
+                stored[a] = int(self.store.count_points(current.release_id, a))
+        m = self.metrics
+        return t.ServerStats(
+            active_release_id=current.release_id if current is not None else "",
+            uptime_seconds=m.uptime(), requests_by_code=dict(m.requests),
+            states_answered=m.states_answered, new_points=m.new_points,
+            in_flight=m.in_flight, max_in_flight=self.limits.max_in_flight,
+            stored_points=stored, max_batch=self.limits.max_batch)
+
+    def stored_points(self) -> dict[tuple[str, int], int]:
+        current = self.holder.peek()
+        if current is None:
+            return {}
+        return {(current.release_id, a): int(self.store.count_points(current.release_id, a))
+                for a in range(current.bundle.n_actions)}
+
+    # ------------------------------------------------------------------ AuditService
+    def _audit_release(self, release_id: str, action: int | None) -> Any:
+        if not release_id:
+            release_id = self.holder.current().release_id
+        rec = self.store.get_release(release_id)  # NotFound
+        if action is not None and not 0 <= int(action) < int(rec.n_actions):
+            raise bad_argument(f"unknown action {action}: release {release_id!r} has actions "
+                               f"0..{int(rec.n_actions) - 1}", field="action",
+                               reason="UNKNOWN_ACTION")
+        return rec
+
+    def noise_points(self, release_id: str, action: int) -> tuple[str, Iterator[list[t.NoisePoint]]]:
+        """(release id, generator of chunks of stored points in insertion order)."""
+        rec = self._audit_release(release_id, action)
+        lo, hi = map(float, rec.interval)
+        chunk = self.limits.points_chunk
+
+        def chunks() -> Iterator[list[t.NoisePoint]]:
+            buf: list[t.NoisePoint] = []
+            for p in self.store.iter_points(rec.release_id, int(action)):
+                buf.append(convert.noise_point(p, lo=lo, hi=hi))
+                if len(buf) >= chunk:
+                    yield buf
+                    buf = []
+            if buf:
+                yield buf
+
+        return str(rec.release_id), chunks()
+
+    def verify(self, release_id: str = "", action: int | None = None) -> t.IntegrityResult:
+        rec = self._audit_release(release_id, action)
+        report = (self.store.verify(rec.release_id) if action is None
+                  else self.store.verify(rec.release_id, int(action)))
+        return convert.integrity_from_report(str(rec.release_id), report)
+
+    def report(self, release_id: str = "", action: int | None = None) -> t.StatisticalReport:
+        """Whitened innovations of each action's stored path (insertion order, exact OU
+        conditionals: qveil.stats.whiten) tested against N(0, 1) (normality_report)."""
+        try:
+            from qveil.stats import normality_report, whiten
+        except ImportError:
+            raise NotImplementedError("the statistical report needs qveil.stats "
+                                      "(core/stats.py), which is not installed") from None
+        rec = self._audit_release(release_id, action)
+        actions = [int(action)] if action is not None else list(range(int(rec.n_actions)))
+        out: list[t.ActionNormality] = []
+        full: dict[str, Any] = {}
+        for a in actions:
+            pts = list(self.store.iter_points(rec.release_id, a))
+            xs = np.array([p.x for p in pts], dtype=np.float64)
+            gs = np.array([p.g for p in pts], dtype=np.float64)
+            z = whiten(xs, gs, beta=float(rec.beta), sigma=float(rec.sigma))
+            r = normality_report(z)
+            full[str(a)] = convert._jsonable(r)
+            out.append(t.ActionNormality(
+                action=a, n=int(r["n"]), ks_p=float(r["ks_p"]), chi2_p=float(r["chi2_p"]),
+                mean=float(r["mean"]), var=float(r["var"]), passed=bool(r["passed"])))
+        return t.StatisticalReport(release_id=str(rec.release_id),
+                                   passed=all(a.passed for a in out), actions=tuple(out),
+                                   report={"actions": full, "beta": float(rec.beta),
+                                           "sigma": float(rec.sigma)})
+
+
+def new_executor(workers: int) -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=workers, thread_name_prefix="qveil-store")

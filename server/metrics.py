@@ -1,0 +1,88 @@
+"""Counters of one server process (always on; GetStats reports them) and an optional
+Prometheus endpoint (``qveil serve --metrics-port N``; prometheus-client, server extra).
+
+Prometheus series: ``qveil_requests_total{method,code}``, ``qveil_request_seconds{method}``
+(histogram), ``qveil_states_answered_total``, ``qveil_new_points_total``,
+``qveil_stored_points{release,action}`` (read from the store at scrape time) and
+``qveil_in_flight``. No label ever carries a state, a value or a token.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["Metrics"]
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+        self._lock = threading.Lock()
+        self.requests: Counter[str] = Counter()
+        self.states_answered = 0
+        self.new_points = 0
+        self.in_flight = 0
+        self._prom: dict[str, Any] | None = None
+
+    # -- recording (called by the servicers) -------------------------------------------
+    def observe(self, method: str, code: str, seconds: float) -> None:
+        with self._lock:
+            self.requests[code] += 1
+        if self._prom is not None:
+            self._prom["requests"].labels(method=method, code=code).inc()
+            self._prom["latency"].labels(method=method).observe(seconds)
+
+    def answered(self, states: int, new_points: int) -> None:
+        with self._lock:
+            self.states_answered += states
+            self.new_points += new_points
+        if self._prom is not None:
+            self._prom["states"].inc(states)
+            if new_points:
+                self._prom["new"].inc(new_points)
+
+    def uptime(self) -> float:
+        return time.monotonic() - self.started
+
+    # -- Prometheus ----------------------------------------------------------------------
+    def serve_prometheus(self, port: int, *, host: str = "127.0.0.1",
+                         stored_points: Callable[[], dict[tuple[str, int], int]] | None = None
+                         ) -> int:
+        """Start the Prometheus HTTP endpoint on host:port (0 = any free port); return it."""
+        from prometheus_client import CollectorRegistry, Counter as PCounter, Gauge, Histogram
+        from prometheus_client import start_http_server
+        from prometheus_client.core import GaugeMetricFamily
+
+        reg = CollectorRegistry()
+        self._prom = {
+            "requests": PCounter("qveil_requests", "RPCs by method and status code",
+                                 ["method", "code"], registry=reg),
+            "latency": Histogram("qveil_request_seconds", "RPC latency", ["method"],
+                                 buckets=(.0005, .001, .002, .005, .01, .02, .05, .1, .2, .5,
+                                          1, 2, 5), registry=reg),
+            "states": PCounter("qveil_states_answered", "states answered", registry=reg),
+            "new": PCounter("qveil_new_points", "new noise points drawn and stored",
+                            registry=reg),
+        }
+        g = Gauge("qveil_in_flight", "RPCs in flight", registry=reg)
+        g.set_function(lambda: self.in_flight)
+
+        class _Stored:
+            def collect(self_inner) -> Any:  # noqa: N805
+                fam = GaugeMetricFamily("qveil_stored_points", "stored noise points",
+                                        labels=["release", "action"])
+                if stored_points is not None:
+                    try:
+                        for (rel, action), n in stored_points().items():
+                            fam.add_metric([rel, str(action)], n)
+                    except Exception:  # noqa: BLE001 - a scrape must not fail on the store
+                        pass
+                yield fam
+
+        reg.register(_Stored())
+        server, _thread = start_http_server(port, addr=host, registry=reg)
+        return int(server.server_port)

@@ -1,0 +1,213 @@
+"""Thin grpc.aio servicers: authorize, bound concurrency, run the handler in the thread pool,
+convert, map errors. No SQL and no math here (that is ``handlers``); no status-code choices
+(that is ``errors.STATUS_TABLE``)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+import grpc
+import numpy as np
+
+from qveil.client import convert
+from qveil.errors import ResourceExhausted, Unavailable
+from qveil.server.auth import Authorizer
+from qveil.server.errors import status_for
+from qveil.server.handlers import Handlers
+from qveil.v1 import admin_service_pb2 as admin_pb
+from qveil.v1 import admin_service_pb2_grpc as admin_grpc
+from qveil.v1 import audit_service_pb2 as audit_pb
+from qveil.v1 import audit_service_pb2_grpc as audit_grpc
+from qveil.v1 import value_service_pb2 as value_pb
+from qveil.v1 import value_service_pb2_grpc as value_grpc
+
+__all__ = ["AdminServicer", "AuditServicer", "Core", "ValueServicer"]
+
+log = logging.getLogger("qveil.server")
+R = TypeVar("R")
+
+VALUE = "qveil.v1.ValueService"
+ADMIN = "qveil.v1.AdminService"
+AUDIT = "qveil.v1.AuditService"
+
+
+class Core:
+    """What every servicer shares: handlers, authorizer, executor, readiness, in-flight bound."""
+
+    def __init__(self, handlers: Handlers, authorizer: Authorizer,
+                 executor: ThreadPoolExecutor) -> None:
+        self.handlers = handlers
+        self.authorizer = authorizer
+        self.executor = executor
+        self.ready = False
+        self.in_flight = 0
+
+    def _deadline(self, context: grpc.aio.ServicerContext) -> float | None:
+        remaining = context.time_remaining()
+        if remaining is None or remaining > 1e7:
+            return None
+        return time.monotonic() + remaining
+
+    async def unary(self, service: str, method: str, context: grpc.aio.ServicerContext,
+                    fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
+        start = time.perf_counter()
+        code = "OK"
+        entered = False
+        try:
+            self._admit(service, context)
+            entered = True
+            self.in_flight += 1
+            self.handlers.metrics.in_flight = self.in_flight
+            loop = asyncio.get_running_loop()
+            if "deadline" in kwargs:
+                kwargs["deadline"] = self._deadline(context)
+            return await loop.run_in_executor(self.executor, lambda: fn(*args, **kwargs))
+        except asyncio.CancelledError:
+            code = "CANCELLED"
+            raise
+        except Exception as exc:  # noqa: BLE001 - every error goes through the one table
+            mapped = status_for(exc)
+            code = mapped.code.name
+            if mapped.code == grpc.StatusCode.INTERNAL:
+                log.exception("internal error in %s", method)
+            await context.abort(mapped.code, mapped.message,
+                                trailing_metadata=mapped.trailing_metadata)
+            raise AssertionError("abort returned") from None
+        finally:
+            if entered:
+                self.in_flight -= 1
+                self.handlers.metrics.in_flight = self.in_flight
+            self.handlers.metrics.observe(method, code, time.perf_counter() - start)
+
+    def _admit(self, service: str, context: grpc.aio.ServicerContext) -> None:
+        md = context.invocation_metadata() or ()
+        authorization = next((v for k, v in md if k == "authorization"), None)
+        self.authorizer.authorize(service, authorization if isinstance(authorization, str)
+                                  else None)
+        if not self.ready:
+            raise Unavailable("the server is starting: model and store not verified yet")
+        if self.in_flight >= self.handlers.limits.max_in_flight:
+            raise ResourceExhausted(
+                f"{self.in_flight} calls in flight, the bound is "
+                f"{self.handlers.limits.max_in_flight}; retry shortly")
+
+    async def abort(self, context: grpc.aio.ServicerContext, method: str, exc: Exception,
+                    start: float) -> None:
+        mapped = status_for(exc)
+        if mapped.code == grpc.StatusCode.INTERNAL:
+            log.error("internal error in %s", method, exc_info=exc)
+        self.handlers.metrics.observe(method, mapped.code.name, time.perf_counter() - start)
+        await context.abort(mapped.code, mapped.message, trailing_metadata=mapped.trailing_metadata)
+
+
+def _floats(values: Any) -> np.ndarray:
+    return np.fromiter(values, dtype=np.float64, count=len(values))
+
+
+class ValueServicer(value_grpc.ValueServiceServicer):
+    def __init__(self, core: Core) -> None:
+        self.core = core
+        self.h = core.handlers
+
+    async def GetValues(self, request: value_pb.GetValuesRequest,  # noqa: N802
+                        context: grpc.aio.ServicerContext) -> value_pb.GetValuesResponse:
+        result = await self.core.unary(VALUE, "GetValues", context, self.h.get_values,
+                                       _floats(request.states), list(request.actions),
+                                       release_id=request.release_id, deadline=None)
+        return convert.values_to_proto(result)
+
+    async def GetBestActions(self, request: value_pb.GetBestActionsRequest,  # noqa: N802
+                             context: grpc.aio.ServicerContext
+                             ) -> value_pb.GetBestActionsResponse:
+        result = await self.core.unary(VALUE, "GetBestActions", context,
+                                       self.h.get_best_actions, _floats(request.states),
+                                       release_id=request.release_id, deadline=None)
+        return convert.best_actions_to_proto(result)
+
+    async def GetRelease(self, request: value_pb.GetReleaseRequest,  # noqa: N802
+                         context: grpc.aio.ServicerContext) -> value_pb.GetReleaseResponse:
+        rel = await self.core.unary(VALUE, "GetRelease", context, self.h.get_release)
+        return value_pb.GetReleaseResponse(release=convert.release_to_proto(rel))
+
+
+class AdminServicer(admin_grpc.AdminServiceServicer):
+    def __init__(self, core: Core) -> None:
+        self.core = core
+        self.h = core.handlers
+
+    async def ListReleases(self, request: admin_pb.ListReleasesRequest,  # noqa: N802
+                           context: grpc.aio.ServicerContext) -> admin_pb.ListReleasesResponse:
+        releases, active = await self.core.unary(ADMIN, "ListReleases", context,
+                                                 self.h.list_releases)
+        return admin_pb.ListReleasesResponse(
+            releases=[convert.release_to_proto(r) for r in releases], active_release_id=active)
+
+    async def ActivateRelease(self, request: admin_pb.ActivateReleaseRequest,  # noqa: N802
+                              context: grpc.aio.ServicerContext
+                              ) -> admin_pb.ActivateReleaseResponse:
+        rel, previous = await self.core.unary(ADMIN, "ActivateRelease", context,
+                                              self.h.activate, request.release_id,
+                                              request.bundle_path)
+        return admin_pb.ActivateReleaseResponse(release=convert.release_to_proto(rel),
+                                                previous_release_id=previous)
+
+    async def RetireRelease(self, request: admin_pb.RetireReleaseRequest,  # noqa: N802
+                            context: grpc.aio.ServicerContext) -> admin_pb.RetireReleaseResponse:
+        rel = await self.core.unary(ADMIN, "RetireRelease", context, self.h.retire,
+                                    request.release_id)
+        return admin_pb.RetireReleaseResponse(release=convert.release_to_proto(rel))
+
+    async def GetStats(self, request: admin_pb.GetStatsRequest,  # noqa: N802
+                       context: grpc.aio.ServicerContext) -> admin_pb.GetStatsResponse:
+        stats = await self.core.unary(ADMIN, "GetStats", context, self.h.stats)
+        return convert.stats_to_proto(stats)
+
+
+class AuditServicer(audit_grpc.AuditServiceServicer):
+    def __init__(self, core: Core) -> None:
+        self.core = core
+        self.h = core.handlers
+
+    async def StreamNoisePoints(self, request: audit_pb.StreamNoisePointsRequest,  # noqa: N802
+                                context: grpc.aio.ServicerContext
+                                ) -> AsyncIterator[audit_pb.StreamNoisePointsResponse]:
+        release_id, chunks = await self.core.unary(AUDIT, "StreamNoisePoints", context,
+                                                   self.h.noise_points, request.release_id,
+                                                   request.action)
+        # One dedicated thread walks the store's cursor (a DB cursor stays on one thread).
+        start = time.perf_counter()
+        loop = asyncio.get_running_loop()
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="qveil-audit") as one:
+            while True:
+                try:
+                    chunk = await loop.run_in_executor(one, next, chunks, None)
+                except Exception as exc:  # noqa: BLE001
+                    await self.core.abort(context, "StreamNoisePoints", exc, start)
+                    return
+                if chunk is None:
+                    break
+                yield audit_pb.StreamNoisePointsResponse(
+                    release_id=release_id, action=request.action,
+                    points=[convert.noise_point_to_proto(p) for p in chunk])
+            await loop.run_in_executor(one, chunks.close)
+
+    async def VerifyIntegrity(self, request: audit_pb.VerifyIntegrityRequest,  # noqa: N802
+                              context: grpc.aio.ServicerContext
+                              ) -> audit_pb.VerifyIntegrityResponse:
+        action = request.action if request.HasField("action") else None
+        result = await self.core.unary(AUDIT, "VerifyIntegrity", context, self.h.verify,
+                                       request.release_id, action)
+        return convert.integrity_to_proto(result)
+
+    async def GetStatisticalReport(self, request: audit_pb.GetStatisticalReportRequest,  # noqa: N802
+                                   context: grpc.aio.ServicerContext
+                                   ) -> audit_pb.GetStatisticalReportResponse:
+        action = request.action if request.HasField("action") else None
+        result = await self.core.unary(AUDIT, "GetStatisticalReport", context, self.h.report,
+                                       request.release_id, action)
+        return convert.report_to_proto(result)

@@ -1,0 +1,57 @@
+"""Small helpers shared by the experiments: a progress-bar map over processes, CSV writing."""
+
+from __future__ import annotations
+
+import csv
+import multiprocessing as mp
+import os
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+__all__ = ["default_workers", "progress_map", "write_csv"]
+
+
+def default_workers() -> int:
+    """Processes to use: QVEIL_EXPERIMENT_WORKERS, else the number of CPUs (at most 2 here)."""
+    env = os.environ.get("QVEIL_EXPERIMENT_WORKERS")
+    if env:
+        return max(1, int(env))
+    return max(1, min(os.cpu_count() or 1, 4))
+
+
+def _star(args: tuple[Callable[..., Any], tuple[Any, ...]]) -> Any:
+    fn, a = args
+    return fn(*a)
+
+
+def progress_map(fn: Callable[..., Any], jobs: Sequence[tuple[Any, ...]], *, workers: int = 1,
+                 desc: str = "") -> list[Any]:
+    """``[fn(*job) for job in jobs]`` with a tqdm bar, in ``workers`` processes (spawned, so
+    torch's threads are never forked). Results keep the order of ``jobs``."""
+    if workers <= 1 or len(jobs) <= 1:
+        return [fn(*j) for j in tqdm(jobs, desc=desc, leave=False)]
+    ctx = mp.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=ctx) as pool:
+        it: Iterable[Any] = pool.map(_star, [(fn, j) for j in jobs])
+        return list(tqdm(it, total=len(jobs), desc=desc, leave=False))
+
+
+def write_csv(path: Path, rows: Sequence[dict[str, Any]], fields: Sequence[str] | None = None
+              ) -> Path:
+    """Write dict rows to ``path`` (columns: ``fields`` or the union of keys in order)."""
+    if fields is None:
+        seen: dict[str, None] = {}
+        for r in rows:
+            for k in r:
+                seen.setdefault(k, None)
+        fields = list(seen)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as fh:
+        wr = csv.DictWriter(fh, fieldnames=list(fields), extrasaction="ignore")
+        wr.writeheader()
+        wr.writerows(rows)
+    return path

@@ -1,0 +1,68 @@
+"""``qveil experiments fig1|fig2|bgp16|theory [--quick] [--seeds N] [--out DIR] [--workers W]``.
+
+Each experiment writes CSV and PNG files into ``--out`` (default ``results/<name>``) and
+prints what it wrote. ``--quick`` is the small version the test suite runs; without it the
+full reproduction (all four take about half an hour together on 2 cores; see
+docs/results.md). Modules are imported only when their experiment runs (torch for fig1/fig2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import time
+from pathlib import Path
+from typing import Any
+
+from qveil.errors import InvalidArgument
+
+__all__ = ["EXPERIMENTS", "add_parser", "run"]
+
+#: name -> (module, one-line description)
+EXPERIMENTS: dict[str, tuple[str, str]] = {
+    "fig1": ("qveil.experiments.fig1",
+             "Algorithm 1 learning curves on LineWalk, sigma in {0,.1,.2,.4,.8}, J in {1, T/B}"),
+    "fig2": ("qveil.experiments.fig2",
+             "every method at eps 0.9 / 0.45 (delta 1e-4), each by its own accountant; "
+             "return against eps"),
+    "bgp16": ("qveil.experiments.bgp16",
+              "BGP16 chain MDP: RMSE vs batch size for LSW, LSL, DP-LSW, DP-LSL"),
+    "theory": ("qveil.experiments.theory",
+               "Lemma 8 sup bound, Proposition 10 utility bound, Proposition 9 query time"),
+}
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("experiments", help="reproduce the papers' figures and checks",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("name", choices=sorted(EXPERIMENTS), help="; ".join(
+        f"{k}: {v[1]}" for k, v in EXPERIMENTS.items()))
+    p.add_argument("--quick", action="store_true",
+                   help="small settings (seconds): what the test suite runs")
+    p.add_argument("--seeds", type=int, default=None,
+                   help="number of seeds / runs (default: the experiment's own; theory: the "
+                        "base seed)")
+    p.add_argument("--out", type=Path, default=None, help="output directory "
+                   "(default results/<name>)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="processes (default: CPUs, or QVEIL_EXPERIMENT_WORKERS)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from qveil.experiments._util import default_workers
+
+    if args.seeds is not None and args.seeds < 1 and args.name != "theory":
+        raise InvalidArgument(f"--seeds must be >= 1, got {args.seeds}")
+    if args.workers is not None and args.workers < 1:
+        raise InvalidArgument(f"--workers must be >= 1, got {args.workers}")
+    out = args.out if args.out is not None else Path("results") / args.name
+    module = importlib.import_module(EXPERIMENTS[args.name][0])
+    t0 = time.perf_counter()
+    paths = module.run(out=out, quick=bool(args.quick), seeds=args.seeds,
+                       workers=args.workers or default_workers())
+    dt = time.perf_counter() - t0
+    for key, path in paths.items():
+        print(f"{key}: {path}")
+    print(f"{args.name}: done in {dt:.1f} s")
+    return 0

@@ -124,7 +124,6 @@ def create_server(core: Core, health: Health, *, listen: str = "127.0.0.1:0",
     server = grpc.aio.server(options=[
         ("grpc.max_receive_message_length", max_message_bytes),
         ("grpc.max_send_message_length", 16 * max_message_bytes),
-        ("grpc.so_reuseport", 0),
     ])
     value_grpc.add_ValueServiceServicer_to_server(ValueServicer(core), server)
     admin_grpc.add_AdminServiceServicer_to_server(AdminServicer(core), server)

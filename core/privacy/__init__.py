@@ -17,12 +17,14 @@ from qveil.privacy.gaussian import (
     gdp_epsilon,
     gdp_mu,
 )
+from qveil.privacy.ledger import PrivacyEvent, check_budget, compose, verify_event
 from qveil.privacy.params import E3_SETTINGS, E3_SOURCES, MODES, PrivacyParams, PrivacyResult
 
 __all__ = [
     "E3_SETTINGS",
     "E3_SOURCES",
     "MODES",
+    "PrivacyEvent",
     "PrivacyParams",
     "PrivacyResult",
     "account",
@@ -30,7 +32,10 @@ __all__ = [
     "analytic_gaussian_epsilon",
     "analytic_gaussian_sigma",
     "calibrate",
+    "check_budget",
+    "compose",
     "gdp_delta",
     "gdp_epsilon",
     "gdp_mu",
+    "verify_event",
 ]

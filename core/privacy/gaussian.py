@@ -46,8 +46,8 @@ __all__ = [
 ]
 
 # bisection stops when the bracket is this tight, relative to its upper end
-_REL_TOL = 1e-12
-_MAX_ITER = 400
+_REL_TOL = 0.0  # bisect to adjacent floats: the returned end is as tight as a double allows
+_MAX_ITER = 2200
 
 
 def _finite(name: str, value: float, *, lo: float | None = None, lo_open: bool = True,

@@ -1,0 +1,376 @@
+"""deploy/ checked as far as this machine can (issue 9, Build 5).
+
+No Docker daemon or systemd PID 1 here, so: the compose file is parsed as YAML and checked for
+its services, health checks and durability flags; the Dockerfile is parsed instruction by
+instruction (torch==2.13.0 first, non-root USER, HEALTHCHECK through the probe, COPY sources
+exist); the unit passes `systemd-analyze verify`; the tokens example loads with the server's
+own parser. Above all, the **real server is started with exactly the arguments that the
+unit, the compose file and the Dockerfile's CMD give it**: only the values of --bundle,
+--store, --listen, --tls-cert/--tls-key and --tokens-file are replaced by temporary ones on
+127.0.0.1 (the test fails if any of those flags is absent, so a renamed flag is caught), and
+the server must reach SERVING, answer a query with a token, pass deploy/healthcheck.py, and
+exit 0 on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+import grpc
+import pytest
+import yaml
+from reliability_helpers import ServerProc, free_port, make_bundle
+
+from qveil.server.auth import ROLES, add_token, load_tokens
+
+ROOT = Path(__file__).resolve().parent.parent
+DEPLOY = ROOT / "deploy"
+PROBE = DEPLOY / "healthcheck.py"
+
+
+# ------------------------------------------------------------------ parsing helpers -------
+
+def dockerfile_instructions(text: str) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) with line continuations joined and comments dropped."""
+    out: list[tuple[str, str]] = []
+    buf = ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not buf and (not line or line.startswith("#")):
+            continue
+        if buf and line.startswith("#"):
+            continue
+        if line.endswith("\\"):
+            buf += line[:-1] + " "
+            continue
+        buf += line
+        word, _, rest = buf.strip().partition(" ")
+        out.append((word.upper(), rest.strip()))
+        buf = ""
+    assert not buf, "Dockerfile ends inside a continued line"
+    return out
+
+
+def systemd_sections(text: str) -> dict[str, list[tuple[str, str]]]:
+    """Sections of a unit file as ordered (key, value) lists (keys may repeat)."""
+    sections: dict[str, list[tuple[str, str]]] = {}
+    current = None
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line[0] in "#;":
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            current = line[1:-1]
+            sections.setdefault(current, [])
+            continue
+        assert current is not None, f"key outside a section: {line!r}"
+        key, sep, value = line.partition("=")
+        assert sep, f"not a key=value line: {line!r}"
+        sections[current].append((key.strip(), value.strip()))
+    return sections
+
+
+def env_file(path: Path) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for raw in path.read_text().splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, sep, value = line.partition("=")
+        assert sep and re.fullmatch(r"[A-Z_][A-Z0-9_]*", key), f"bad env line {line!r}"
+        env[key] = value
+    return env
+
+
+def expand_systemd(value: str, env: Mapping[str, str]) -> list[str]:
+    """systemd's ${VAR} expansion (one word each) of an ExecStart= line, then word split."""
+    words = []
+    for w in shlex.split(value):
+        m = re.fullmatch(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", w)
+        words.append(env[m.group(1)] if m else w)
+    return words
+
+
+def expand_compose(value: str, env: Mapping[str, str]) -> str:
+    """Compose's ${VAR}, ${VAR:?msg}, ${VAR:-default} interpolation."""
+    def sub(m: re.Match[str]) -> str:
+        name, op, arg = m.group(1), m.group(2) or "", m.group(3) or ""
+        if name in env and env[name] != "":
+            return env[name]
+        if op == ":-":
+            return arg
+        raise AssertionError(f"compose needs {name}: {arg}")
+    return re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:\?|:-)([^}]*))?\}", sub, value)
+
+
+def replace_values(argv: list[str], repl: Mapping[str, str]) -> list[str]:
+    """Replace the value after each flag in ``repl``; every such flag must be present."""
+    out = list(argv)
+    for flag, value in repl.items():
+        idx = [i for i, a in enumerate(out) if a == flag]
+        assert len(idx) == 1, f"{flag} appears {len(idx)} times in {argv}"
+        out[idx[0] + 1] = value
+    return out
+
+
+# ------------------------------------------------------------------ static checks ---------
+
+def test_compose_file() -> None:
+    doc = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())
+    services = doc["services"]
+    assert "postgres" in services
+    replicas = [n for n, s in services.items() if s.get("image", "").startswith("qveil")]
+    assert len(replicas) == 2, f"expected two qveil replicas, got {replicas}"
+    pg = services["postgres"]
+    flags = " ".join(pg["command"])
+    for setting in ("fsync=on", "synchronous_commit=on", "full_page_writes=on"):
+        assert setting in flags, f"postgres runs without {setting}"
+    assert "pg_isready" in " ".join(pg["healthcheck"]["test"])
+    for name in replicas:
+        svc = services[name]
+        cmd = [str(c) for c in svc["command"]]
+        store = cmd[cmd.index("--store") + 1]
+        assert store.startswith("postgresql+psycopg://") and "@postgres:" in store
+        assert svc["depends_on"]["postgres"]["condition"] == "service_healthy"
+        assert "healthcheck.py" in " ".join(svc["healthcheck"]["test"])
+        for port in svc["ports"]:
+            assert str(port).startswith("127.0.0.1:"), f"{name} publishes {port} beyond loopback"
+        assert "--tls-cert" in cmd and "--tokens-file" in cmd, "non-loopback needs TLS + tokens"
+        assert svc["stop_signal"] == "SIGTERM"
+    stores = {[str(c) for c in services[n]["command"]][
+        [str(c) for c in services[n]["command"]].index("--store") + 1] for n in replicas}
+    assert len(stores) == 1, "replicas must share one store"
+
+
+def test_dockerfile() -> None:
+    ins = dockerfile_instructions((DEPLOY / "Dockerfile").read_text())
+    kinds = [k for k, _ in ins]
+    assert kinds[0] == "FROM"
+    runs = [a for k, a in ins if k == "RUN"]
+    pip_runs = [a for a in runs if "pip install" in a]
+    first = pip_runs[0]
+    assert re.search(r"pip install torch==2\.13\.0(\s|$)", first), f"first pip install: {first}"
+    assert first.index("torch==2.13.0") < min(
+        (m.start() for m in re.finditer(r"pip install (?!torch|--upgrade)", first)),
+        default=len(first)), "torch must be installed before anything else"
+    for a in runs:
+        for spec in re.findall(r"torch[=<>~!]*[\w.]*", a):
+            assert spec in ("torch==2.13.0", "torch"), f"other torch spec {spec!r}: CUDA wheels"
+    users = [a for k, a in ins if k == "USER"]
+    assert users and users[-1].split(":")[0] not in ("root", "0"), "must run as non-root"
+    assert kinds.index("USER") < kinds.index("ENTRYPOINT")
+    health = [a for k, a in ins if k == "HEALTHCHECK"]
+    assert len(health) == 1 and "healthcheck.py" in health[0]
+    assert "COPY deploy/healthcheck.py /opt/qveil/healthcheck.py" in [
+        f"{k} {a}" for k, a in ins]
+    for k, a in ins:
+        if k == "COPY" and not a.startswith("--"):
+            for src in a.split()[:-1]:
+                assert (ROOT / src).exists(), f"COPY source {src} missing"
+    assert json.loads(dict(ins)["ENTRYPOINT"]) == ["qveil", "serve"]
+    assert "50051" in dict(ins)["EXPOSE"]
+
+
+def test_systemd_unit() -> None:
+    unit = systemd_sections((DEPLOY / "qveil.service").read_text())
+    svc = dict(unit["Service"])
+    assert svc["User"] == "qveil" and svc["KillSignal"] == "SIGTERM"
+    assert svc["Restart"] == "on-failure" and svc["StateDirectory"] == "qveil"
+    assert float(svc["TimeoutStopSec"]) > 22, "must exceed --drain-delay 2 + --grace 20"
+    assert unit["Install"] == [("WantedBy", "multi-user.target")]
+    tool = shutil.which("systemd-analyze")
+    if tool is None:
+        pytest.skip("systemd-analyze is not installed")
+
+
+def test_systemd_analyze_verify(tmp_path: Path) -> None:
+    """`systemd-analyze verify` on the unit, with ExecStart pointing at this venv's qveil."""
+    tool = shutil.which("systemd-analyze")
+    if tool is None:
+        pytest.skip("systemd-analyze is not installed")
+    qveil = Path(sys.executable).with_name("qveil")
+    text = (DEPLOY / "qveil.service").read_text().replace("/opt/qveil/venv/bin/qveil",
+                                                           str(qveil))
+    unit = tmp_path / "qveil.service"
+    unit.write_text(text)
+    r = subprocess.run([tool, "verify", str(unit)], capture_output=True, text=True,
+                       check=False, timeout=60)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    assert "Unknown" not in out and "Failed" not in out, out
+
+
+def test_env_and_tokens_examples() -> None:
+    env = env_file(DEPLOY / "qveil.env")
+    assert set(env) >= {"QVEIL_BUNDLE", "QVEIL_STORE", "QVEIL_LISTEN"}
+    assert env["QVEIL_STORE"].startswith("sqlite:////var/lib/qveil/")
+    assert env["QVEIL_LISTEN"].startswith("127.0.0.1:")
+    entries = load_tokens(DEPLOY / "tokens.example.toml")
+    assert {e.role for e in entries} == set(ROLES)
+    text = (DEPLOY / "tokens.example.toml").read_text()
+    assert not re.search(r"^\s*token\s*=", text, re.M), "the tokens file must hold hashes only"
+
+
+# ------------------------------------------------------------------ the real server -------
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_bundle(tmp_path_factory.mktemp("deploy") / "bundle")
+
+
+def make_certs(d: Path) -> dict[str, Path]:
+    """A throwaway CA and a server certificate for localhost / 127.0.0.1."""
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    def name(cn: str) -> x509.Name:
+        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+
+    now = dt.datetime.now(dt.UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca = (x509.CertificateBuilder().subject_name(name("qveil test CA"))
+          .issuer_name(name("qveil test CA")).public_key(ca_key.public_key())
+          .serial_number(x509.random_serial_number()).not_valid_before(now)
+          .not_valid_after(now + dt.timedelta(days=1))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+          .sign(ca_key, hashes.SHA256()))
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (x509.CertificateBuilder().subject_name(name("localhost")).issuer_name(ca.subject)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now).not_valid_after(now + dt.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([
+                x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    paths = {"ca": d / "ca.pem", "cert": d / "server.pem", "key": d / "server-key.pem"}
+    paths["ca"].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    paths["cert"].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    paths["key"].write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                               serialization.PrivateFormat.PKCS8,
+                                               serialization.NoEncryption()))
+    return paths
+
+
+def _probe(target: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QVEIL_HEALTH")}
+    return subprocess.run([sys.executable, str(PROBE), target, *args], capture_output=True,
+                           text=True, check=False, timeout=30, env=env)
+
+
+def _query(target: str, token: str, *, creds: grpc.ChannelCredentials | None = None,
+           low: float = -1.0) -> int:
+    from qveil.v1 import value_service_pb2 as vpb
+    from qveil.v1 import value_service_pb2_grpc as vgrpc
+
+    ch = (grpc.secure_channel(target, creds, options=[("grpc.ssl_target_name_override",
+                                                       "localhost")])
+          if creds else grpc.insecure_channel(target))
+    with ch:
+        stub = vgrpc.ValueServiceStub(ch)
+        md = (("authorization", f"Bearer {token}"),)
+        reply = stub.GetValues(vpb.GetValuesRequest(states=[low, 0.0, 0.5]), metadata=md,
+                               timeout=20)
+        with pytest.raises(grpc.RpcError) as exc:
+            stub.GetValues(vpb.GetValuesRequest(states=[0.0]), timeout=20)  # no token
+        assert exc.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    return len(reply.values)
+
+
+def _run(tmp_path: Path, argv: list[str], name: str, *, tls: dict[str, Path] | None,
+         token: str) -> None:
+    """Start `qveil <argv>` (argv starts with "serve"), query, probe, SIGTERM."""
+    assert argv[0] == "serve", argv
+    port = int(argv[argv.index("--listen") + 1].rsplit(":", 1)[1])
+    srv = ServerProc(argv=[sys.executable, "-m", "qveil.cli", *argv], port=port,
+                     log_path=tmp_path / f"{name}.log")
+    if tls is None:
+        srv.start()
+        probe = _probe(srv.target)
+        creds = None
+    else:
+        srv.start(wait=False)
+        probe = None
+        creds = grpc.ssl_channel_credentials(root_certificates=tls["ca"].read_bytes())
+    try:
+        if tls is not None:
+            import time
+
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                probe = _probe(srv.target, "--ca", str(tls["ca"]), "--server-name", "localhost",
+                               "--timeout", "1")
+                if probe.returncode == 0 or not srv.alive():
+                    break
+                time.sleep(0.1)
+        assert probe is not None and probe.returncode == 0, (
+            f"health probe: {probe and probe.stdout} {probe and probe.stderr}\n{srv.log_tail()}")
+        assert probe.stdout.strip() == "SERVING"
+        assert _query(srv.target, token, creds=creds) == 6  # 3 states x 2 actions
+    finally:
+        code = srv.terminate()
+    assert code == 0, f"exit code {code} after SIGTERM\n{srv.log_tail()}"
+    if tls is None:
+        assert _probe(srv.target, "--timeout", "1").returncode == 1  # down: unhealthy
+
+
+def _tokens(tmp_path: Path) -> tuple[Path, str]:
+    path = tmp_path / "tokens.toml"
+    token = add_token(path, "query", "deploy-test")
+    return path, token
+
+
+def test_server_starts_with_the_systemd_unit_arguments(tmp_path: Path, bundle: Path) -> None:
+    unit = systemd_sections((DEPLOY / "qveil.service").read_text())
+    env = env_file(DEPLOY / "qveil.env")
+    argv = expand_systemd(dict(unit["Service"])["ExecStart"], env)
+    assert argv[0] == "/opt/qveil/venv/bin/qveil"
+    tokens, token = _tokens(tmp_path)
+    argv = replace_values(argv[1:], {
+        "--bundle": str(bundle),
+        "--store": f"sqlite:///{tmp_path / 'store.sqlite'}",
+        "--listen": f"127.0.0.1:{free_port()}",  # the example is loopback already
+        "--tokens-file": str(tokens),
+    })
+    _run(tmp_path, argv, "unit", tls=None, token=token)
+
+
+def _compose_like(tmp_path: Path, bundle: Path, argv: list[str], name: str) -> None:
+    certs = make_certs(tmp_path)
+    tokens, token = _tokens(tmp_path)
+    listen = argv[argv.index("--listen") + 1]
+    assert listen.startswith("0.0.0.0:"), "in a container the server listens on all interfaces"
+    argv = replace_values(argv, {
+        "--bundle": str(bundle),
+        "--store": f"sqlite:///{tmp_path / 'store.sqlite'}",
+        "--listen": f"127.0.0.1:{free_port()}",
+        "--tls-cert": str(certs["cert"]),
+        "--tls-key": str(certs["key"]),
+        "--tokens-file": str(tokens),
+    })
+    _run(tmp_path, ["serve", *argv], name, tls=certs, token=token)
+
+
+def test_server_starts_with_the_compose_arguments(tmp_path: Path, bundle: Path) -> None:
+    doc = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())
+    cmd = [expand_compose(str(c), {"QVEIL_DB_PASSWORD": "x"})
+           for c in doc["services"]["qveil-1"]["command"]]
+    _compose_like(tmp_path, bundle, cmd, "compose")
+
+
+def test_server_starts_with_the_dockerfile_cmd(tmp_path: Path, bundle: Path) -> None:
+    ins = dockerfile_instructions((DEPLOY / "Dockerfile").read_text())
+    cmd = json.loads(dict(ins)["CMD"])
+    _compose_like(tmp_path, bundle, cmd, "dockerfile")

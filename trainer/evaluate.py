@@ -1,0 +1,137 @@
+"""Evaluate a release bundle: average return of greedy policies on the bundle's environment.
+
+* ``released``: argmax_a Q(s, a) + g_a(x), the noisy function as the server would answer it,
+  with a FRESH sample path per action (the bundle's release sigma and beta; one path for all
+  episodes, as one release is one function);
+* ``bare network``: argmax_a Q(s, a) without noise (what the privacy costs is the gap);
+* ``random`` and, on LineWalk, the hand-written ``towards 0.5`` policy as references.
+
+Torch-free: it uses :class:`qveil.bundle.Bundle`'s numpy forward pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from qveil.bundle import Bundle
+from qveil.noise import OUSamplePath
+from qveil.rng import NormalSource
+from qveil.trainer.env import ENV_ID, towards_middle_policy
+
+__all__ = ["PolicyScore", "evaluate_bundle", "format_table", "run_policy"]
+
+
+@dataclass(frozen=True)
+class PolicyScore:
+    """Mean, standard deviation and standard error of the episode return of one policy."""
+
+    policy: str
+    mean: float
+    std: float
+    sem: float
+    episodes: int
+
+
+def run_policy(
+    env: gym.Env[Any, Any],
+    policy: Callable[[float], int],
+    *,
+    episodes: int,
+    seed: int | None = None,
+) -> list[float]:
+    """Undiscounted returns of ``policy`` (raw state -> action) over ``episodes`` episodes."""
+    returns = []
+    obs, _ = env.reset(seed=seed)
+    for _ in range(int(episodes)):
+        total = 0.0
+        while True:
+            obs, r, term, trunc, _ = env.step(policy(float(np.asarray(obs).reshape(-1)[0])))
+            total += float(r)
+            if term or trunc:
+                break
+        returns.append(total)
+        obs, _ = env.reset()
+    return returns
+
+
+def _score(name: str, rets: list[float]) -> PolicyScore:
+    a = np.asarray(rets, dtype=float)
+    std = float(a.std(ddof=1)) if len(a) > 1 else 0.0
+    return PolicyScore(name, float(a.mean()), std, std / max(1.0, np.sqrt(len(a))), len(a))
+
+
+def evaluate_bundle(
+    bundle: Bundle,
+    *,
+    episodes: int = 100,
+    seed: int | None = None,
+    noise_rng: NormalSource | None = None,
+) -> list[PolicyScore]:
+    """Score the released (noisy), bare, random and reference policies on the bundle's env.
+
+    Every policy sees the same sequence of environment seeds when ``seed`` is given.
+    ``noise_rng`` None draws the fresh release path from OS entropy.
+    """
+    from qveil.trainer import register_envs
+
+    register_envs()
+    if episodes < 1:
+        from qveil.errors import InvalidArgument
+
+        raise InvalidArgument(f"episodes must be >= 1, got {episodes!r}")
+    kwargs = dict(bundle.card.get("hyperparameters", {}).get("env_kwargs", {}))
+    env = gym.make(bundle.env_id, **kwargs)
+    m = bundle.n_actions
+    paths = (
+        [OUSamplePath(beta=bundle.beta, sigma=bundle.sigma, rng=noise_rng) for _ in range(m)]
+        if bundle.sigma > 0
+        else None
+    )
+    act_rng = np.random.default_rng(seed)
+
+    def released(s: float) -> int:
+        x = bundle.to_unit([s])
+        q = bundle.q_values_unit(x)[0]
+        if paths is not None:
+            q = q + np.array([p.sample(x)[0] for p in paths])
+        return int(np.argmax(q))
+
+    def bare(s: float) -> int:
+        return int(np.argmax(bundle.q_values([s])[0]))
+
+    def random_policy(_s: float) -> int:
+        return int(act_rng.integers(m))
+
+    policies: list[tuple[str, Callable[[float], int]]] = [
+        (f"released (Q + g, fresh path, sigma={bundle.sigma:.4g})", released),
+        ("bare network (Q, no noise)", bare),
+        ("random", random_policy),
+    ]
+    if bundle.env_id == ENV_ID:
+        policies.append(("towards 0.5 (hand-written)", towards_middle_policy))
+    try:
+        return [
+            _score(name, run_policy(env, pol, episodes=episodes, seed=seed))
+            for name, pol in policies
+        ]
+    finally:
+        env.close()
+
+
+def format_table(scores: list[PolicyScore]) -> str:
+    """A plain-text table: policy, mean return, std, standard error, episodes."""
+    w = max(len(s.policy) for s in scores)
+    lines = [
+        f"{'policy':<{w}}  {'mean return':>11}  {'std':>7}  {'s.e.':>6}  episodes",
+        "-" * (w + 42),
+    ]
+    lines += [
+        f"{s.policy:<{w}}  {s.mean:>11.3f}  {s.std:>7.3f}  {s.sem:>6.3f}  {s.episodes:>8}"
+        for s in scores
+    ]
+    return "\n".join(lines)

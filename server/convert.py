@@ -8,7 +8,7 @@ server-side domain objects, so generated classes never reach the store or the bu
 from __future__ import annotations
 
 import dataclasses
-import json
+import itertools
 import math
 from datetime import UTC, datetime
 from typing import Any
@@ -31,6 +31,8 @@ def _when(v: Any) -> datetime | None:
         return None
     if isinstance(v, datetime):
         return v if v.tzinfo else v.replace(tzinfo=UTC)
+    if isinstance(v, int | float):
+        return datetime.fromtimestamp(float(v), UTC)
     try:
         d = datetime.fromisoformat(str(v))
     except ValueError:
@@ -97,29 +99,18 @@ def _jsonable(obj: Any) -> Any:
 
 
 def integrity_from_report(release_id: str, report: Any) -> t.IntegrityResult:
-    """The store's IntegrityReport (duck-typed: ``ok`` plus per-action details when the
-    store provides them) as the API type; the whole report also goes out as JSON."""
-    as_dict = _jsonable(report) if not isinstance(report, dict) else _jsonable(report)
-    per_action = getattr(report, "actions", None)
-    if per_action is None and isinstance(as_dict, dict):
-        per_action = as_dict.get("actions")
+    """The store's IntegrityReport (qveil.server.store.integrity) as the API type; gap
+    ranges are expanded to at most the first 100 missing sequence numbers; the whole report
+    also goes out as JSON."""
     actions: list[t.ActionIntegrity] = []
-    items = per_action.items() if isinstance(per_action, dict) else enumerate(per_action or [])
-    for key, a in items:
-        get = (a.get if isinstance(a, dict) else (lambda k, d=None, _a=a: getattr(_a, k, d)))
-        action = get("action", key)
-        broken = get("first_broken", get("first_broken_seq", None))
-        if isinstance(broken, dict | tuple | list):
-            broken = (broken.get("seq") if isinstance(broken, dict) else broken[0])
-        gaps = get("gaps", ()) or ()
+    for a in report.actions:
+        gaps = list(itertools.islice(
+            (s for lo, hi in a.gaps for s in range(int(lo), int(hi) + 1)), 100))
         actions.append(t.ActionIntegrity(
-            action=int(action), ok=bool(get("ok", True)), count=int(get("count", 0) or 0),
-            high_water_mark=int(get("high_water_mark", get("high_water", 0)) or 0),
-            first_broken_seq=None if broken is None else int(broken),
-            gaps=tuple(int(g if not isinstance(g, list | tuple) else g[0]) for g in gaps)[:100],
-            message=str(get("message", "") or "")))
-    ok = bool(getattr(report, "ok", as_dict.get("ok") if isinstance(as_dict, dict) else False))
-    report_dict = as_dict if isinstance(as_dict, dict) else {"report": as_dict}
-    json.dumps(report_dict)  # must be serialisable
-    return t.IntegrityResult(release_id=release_id, ok=ok, actions=tuple(actions),
-                             report=report_dict)
+            action=int(a.action), ok=bool(a.ok), count=int(a.count),
+            high_water_mark=int(a.high_water),
+            first_broken_seq=None if a.first_broken is None else int(a.first_broken),
+            gaps=tuple(gaps), message="; ".join(map(str, a.problems))))
+    full = report.to_dict() if hasattr(report, "to_dict") else _jsonable(report)
+    return t.IntegrityResult(release_id=release_id, ok=bool(report.ok), actions=tuple(actions),
+                             report=_jsonable(full))

@@ -243,7 +243,7 @@ class InProcessServer:
     127.0.0.1:0, over a real store. ``core``, ``health`` and ``handlers`` are exposed so tests
     can drive readiness and draining deterministically."""
 
-    def __init__(self, bundle: Path | None, store_url: str, *, tokens: Path | None = None,
+    def __init__(self, bundle: Path | None, store_url: str | Any, *, tokens: Path | None = None,
                  max_batch: int = 4096, max_in_flight: int = 64, reflection: bool = False,
                  start: bool = True) -> None:
         from qveil.server.app import create_server
@@ -252,9 +252,12 @@ class InProcessServer:
         from qveil.server.health import Health
         from qveil.server.servicers import Core
         from qveil.server.state import ReleaseHolder
-        from qveil.server.store import open_store
+        if isinstance(store_url, str):
+            from qveil.server.store import open_store
 
-        self.store = open_store(store_url)
+            self.store = open_store(store_url)
+        else:
+            self.store = store_url
         self.executor = new_executor(4)
         self.handlers = Handlers(store=self.store, holder=ReleaseHolder(),
                                  limits=Limits(max_batch=max_batch, max_in_flight=max_in_flight))

@@ -1,0 +1,363 @@
+"""End to end against a real `qveil serve` subprocess on 127.0.0.1 (port 0) with a SQLite
+store and a tokens file: answers are network + stored noise, identical across clients and
+restarts; best actions are the argmax; the card is the bundle's public card; every RPC x
+role; the error table; rejected requests store nothing; reflection-only and health clients."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import numpy as np
+import pytest
+from server_helpers import (
+    QVEIL,
+    ServerProcess,
+    Tokens,
+    health_status,
+    make_bundle,
+    make_tokens,
+    start_server,
+)
+
+from qveil.bundle import PUBLIC_CARD_KEYS, load_bundle
+from qveil.client import (
+    AdminClient,
+    AsyncValueClient,
+    AuditClient,
+    FailedPreconditionError,
+    InvalidArgumentError,
+    NotFoundError,
+    PermissionDeniedError,
+    RpcError,
+    UnauthenticatedError,
+    ValueClient,
+)
+from qveil.server.handlers import grid_round
+from qveil.v1 import admin_service_pb2 as admin_pb
+from qveil.v1 import admin_service_pb2_grpc as admin_grpc
+from qveil.v1 import audit_service_pb2 as audit_pb
+from qveil.v1 import audit_service_pb2_grpc as audit_grpc
+from qveil.v1 import value_service_pb2 as value_pb
+from qveil.v1 import value_service_pb2_grpc as value_grpc
+
+MAX_BATCH = 512
+
+
+class Env:
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.bundle = make_bundle(tmp / "bundles" / "b1", seed=1)
+        self.bundle2 = make_bundle(tmp / "bundles" / "b2", seed=2)
+        self.b = load_bundle(self.bundle)
+        self.b2 = load_bundle(self.bundle2)
+        self.tokens: Tokens = make_tokens(tmp / "tokens.toml")
+        self.store = f"sqlite:///{tmp / 'store.sqlite'}"
+        self.server: ServerProcess | None = None
+
+    def start(self) -> ServerProcess:
+        self.server = start_server(self.tmp, self.bundle, "--tokens-file", str(self.tokens.path),
+                                   "--reflection", "--max-batch", str(MAX_BATCH),
+                                   "--metrics-port", "0", store=self.store)
+        return self.server
+
+    @property
+    def target(self) -> str:
+        assert self.server is not None
+        return self.server.target
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    e = Env(tmp_path_factory.mktemp("e2e"))
+    e.start()
+    try:
+        yield e
+    finally:
+        if e.server is not None:
+            assert e.server.terminate() == 0, e.server.output()
+
+
+def stored_noise(env: Env, release_id: str = "") -> dict[int, dict[float, float]]:
+    with AuditClient(env.target, token=env.tokens.auditor) as a:
+        return {act: {p.x: p.g for p in a.noise_points(act, release_id=release_id)}
+                for act in range(env.b.n_actions)}
+
+
+def total_points(env: Env) -> int:
+    with AdminClient(env.target, token=env.tokens.admin) as ad:
+        return sum(ad.stats().stored_points.values())
+
+
+STATES = np.array([-1.0, -0.5, 0.0, 0.3, 0.3, 0.75, 1.2, 2.0, 0.3000001])
+
+
+def test_answers_are_network_plus_stored_noise(env: Env) -> None:
+    with ValueClient(env.target, token=env.tokens.query) as c:
+        got = c.get_values(STATES)
+    assert got.release_id == env.b.bundle_id and got.actions == (0, 1, 2)
+    noise = stored_noise(env)
+    xs = env.b.to_unit(STATES)
+    g = np.array([[noise[a][x] for a in range(3)] for x in xs])
+    want = grid_round(env.b.q_values(STATES) + g, got.value_grid)
+    # the server's batched forward may differ from ours in the last bits; the grid hides it
+    assert np.max(np.abs(got.values - want)) <= got.value_grid
+    assert np.all(np.mod(got.values, got.value_grid) == 0)
+    assert got.values[3].tolist() == got.values[4].tolist()  # repeated state, same answer
+    assert all(len(noise[a]) == len(set(xs)) for a in range(3))  # one point per new state
+
+
+def test_identical_across_clients_and_actions_subset(env: Env) -> None:
+    import asyncio
+
+    with ValueClient(env.target, token=env.tokens.query) as c1:
+        v1 = c1.values(STATES)
+        sub = c1.values(STATES, actions=[2, 0])
+    with ValueClient(env.target, token=env.tokens.admin) as c2:
+        v2 = c2.values(STATES[::-1])[::-1]
+
+    async def aio() -> np.ndarray:
+        async with AsyncValueClient(env.target, token=env.tokens.auditor) as c3:
+            return await c3.values(STATES)
+
+    v3 = asyncio.run(aio())
+    np.testing.assert_array_equal(v1, v2)
+    np.testing.assert_array_equal(v1, v3)
+    np.testing.assert_array_equal(sub, v1[:, [2, 0]])
+
+
+def test_best_actions_are_argmax(env: Env) -> None:
+    states = np.linspace(-1, 2, 200)
+    with ValueClient(env.target, token=env.tokens.query) as c:
+        vals = c.values(states)
+        best = c.get_best_actions(states)
+    np.testing.assert_array_equal(best.actions, np.argmax(vals, axis=1))
+    np.testing.assert_array_equal(best.values, vals.max(axis=1))
+
+
+def test_card_matches_bundle_and_hides_weights(env: Env) -> None:
+    with ValueClient(env.target, token=env.tokens.query) as c:
+        r = c.release()
+    card = env.b.public_card()
+    assert r.card == card and set(r.card) <= set(PUBLIC_CARD_KEYS)
+    assert r.release_id == env.b.bundle_id and r.status == "active"
+    assert (r.mode, r.epsilon, r.delta, r.delta_total, r.holds, r.basis) == (
+        card["mode"], card["epsilon"], card["delta"], card["delta_total"], card["holds"],
+        card["basis"])
+    assert (r.sigma, r.beta, r.n_actions, r.q_bound) == (env.b.sigma, env.b.beta, 3,
+                                                         env.b.q_bound)
+    assert r.state_interval == tuple(card["state_interval"])
+    assert "weights_sha256" not in r.card and "network" not in r.card
+
+
+def _fields(desc: Any, seen: set[str]) -> set[str]:
+    if desc.full_name in seen:
+        return set()
+    seen.add(desc.full_name)
+    out = set()
+    for f in desc.fields:
+        out.add(f.name)
+        if f.message_type is not None:
+            out |= _fields(f.message_type, seen)
+    return out
+
+
+def test_query_role_schema_carries_no_weights_or_noise() -> None:
+    """Every message the query role can receive, recursively: no field that could carry a
+    weight or a raw noise value (those are AuditService's NoisePoint.g only)."""
+    names: set[str] = set()
+    for m in value_pb.DESCRIPTOR.services_by_name["ValueService"].methods:
+        names |= _fields(m.output_type, set())
+    assert not {n for n in names if re.search(r"weight|noise|^g$|^w\d", n)}, names
+
+
+# ----------------------------------------------------------------------------- role matrix
+ROLES = (None, "query", "admin", "auditor")
+ALLOWED = {"ValueService": {None, "query", "admin", "auditor"},
+           "AdminService": {"admin"}, "AuditService": {"auditor"}}
+
+
+def _calls(env: Env, ch: grpc.Channel) -> dict[tuple[str, str], Callable[[Any], Any]]:
+    v, ad, au = (value_grpc.ValueServiceStub(ch), admin_grpc.AdminServiceStub(ch),
+                 audit_grpc.AuditServiceStub(ch))
+    rid = env.b.bundle_id
+    return {
+        ("ValueService", "GetValues"): lambda md: v.GetValues(
+            value_pb.GetValuesRequest(states=[0.1]), metadata=md, timeout=10),
+        ("ValueService", "GetBestActions"): lambda md: v.GetBestActions(
+            value_pb.GetBestActionsRequest(states=[0.1]), metadata=md, timeout=10),
+        ("ValueService", "GetRelease"): lambda md: v.GetRelease(
+            value_pb.GetReleaseRequest(), metadata=md, timeout=10),
+        ("AdminService", "ListReleases"): lambda md: ad.ListReleases(
+            admin_pb.ListReleasesRequest(), metadata=md, timeout=10),
+        ("AdminService", "ActivateRelease"): lambda md: ad.ActivateRelease(
+            admin_pb.ActivateReleaseRequest(release_id=rid), metadata=md, timeout=30),
+        ("AdminService", "RetireRelease"): lambda md: ad.RetireRelease(
+            admin_pb.RetireReleaseRequest(release_id=env.b2.bundle_id), metadata=md,
+            timeout=10),
+        ("AdminService", "GetStats"): lambda md: ad.GetStats(
+            admin_pb.GetStatsRequest(), metadata=md, timeout=10),
+        ("AuditService", "StreamNoisePoints"): lambda md: list(au.StreamNoisePoints(
+            audit_pb.StreamNoisePointsRequest(action=0), metadata=md, timeout=10)),
+        ("AuditService", "VerifyIntegrity"): lambda md: au.VerifyIntegrity(
+            audit_pb.VerifyIntegrityRequest(), metadata=md, timeout=30),
+        ("AuditService", "GetStatisticalReport"): lambda md: au.GetStatisticalReport(
+            audit_pb.GetStatisticalReportRequest(), metadata=md, timeout=30),
+    }
+
+
+def test_every_rpc_by_role(env: Env) -> None:
+    # b2 registered (staged) so that the admin's RetireRelease has something to retire
+    with AdminClient(env.target, token=env.tokens.admin) as ad:
+        ad.activate(bundle_path=str(env.bundle2))
+        ad.activate(env.b.bundle_id)
+    seen: dict[tuple[str, str, str | None], str] = {}
+    with grpc.insecure_channel(env.target) as ch:
+        calls = _calls(env, ch)
+        assert len(calls) == 10
+        for (service, method), call in calls.items():
+            for role in ROLES:
+                token = env.tokens.of(role)
+                md = (("authorization", f"Bearer {token}"),) if token else ()
+                try:
+                    call(md)
+                    seen[(service, method, role)] = "OK"
+                except grpc.RpcError as exc:
+                    seen[(service, method, role)] = exc.code().name
+    for (service, method, role), code in seen.items():
+        if role is None:
+            want = "UNAUTHENTICATED"  # the server has a tokens file: every call needs a token
+        elif role in ALLOWED[service]:
+            want = "OK"
+        else:
+            want = "PERMISSION_DENIED"
+        assert code == want, (service, method, role, code)
+
+
+# ----------------------------------------------------------------------------- errors
+def test_error_table_and_rejections_store_nothing(env: Env) -> None:
+    with ValueClient(env.target, token=env.tokens.query) as c:
+        c.values([0.5])
+        before = total_points(env)
+        bad_inputs: list[tuple[Any, Any, str]] = [
+            ([float("nan")], None, "STATE_NOT_FINITE"),
+            ([0.2, float("inf")], None, "STATE_NOT_FINITE"),
+            ([float("-inf")], None, "STATE_NOT_FINITE"),
+            ([0.1, 2.0000001], None, "STATE_OUT_OF_INTERVAL"),
+            ([-1.5], None, "STATE_OUT_OF_INTERVAL"),
+            ([0.4], [3], "UNKNOWN_ACTION"),
+            ([0.4], [-1], "UNKNOWN_ACTION"),
+            ([0.4], [1, 1], "DUPLICATE_ACTION"),
+            ([], None, "EMPTY_BATCH"),
+            (np.linspace(-1, 2, MAX_BATCH + 1) + 1e-7, None, "BATCH_TOO_LARGE"),
+        ]
+        for states, actions, reason in bad_inputs:
+            with pytest.raises(InvalidArgumentError) as ei:
+                c.values(states, actions)
+            assert ei.value.reason == reason, (states, actions, ei.value)
+            assert ei.value.code == grpc.StatusCode.INVALID_ARGUMENT
+        with pytest.raises(InvalidArgumentError):
+            c.best_actions([float("nan")])
+        with pytest.raises(FailedPreconditionError):
+            c.get_values([0.41], release_id="not-the-active-one")
+    with AuditClient(env.target, token=env.tokens.auditor) as a:
+        with pytest.raises(NotFoundError):
+            a.verify(release_id="no-such-release")
+        with pytest.raises(InvalidArgumentError):
+            list(a.noise_points(7))
+    with AdminClient(env.target, token=env.tokens.admin) as ad:
+        with pytest.raises(NotFoundError):
+            ad.retire("no-such-release")
+        with pytest.raises(NotFoundError):
+            ad.activate("no-such-release")
+        with pytest.raises(FailedPreconditionError):
+            ad.retire(env.b.bundle_id)  # the active one
+    with ValueClient(env.target) as anon, pytest.raises(UnauthenticatedError):
+        anon.values([0.42])
+    with ValueClient(env.target, token="wrong") as bad, pytest.raises(UnauthenticatedError):
+        bad.values([0.42])
+    with AdminClient(env.target, token=env.tokens.query) as q, \
+            pytest.raises(PermissionDeniedError):
+        q.stats()
+    assert total_points(env) == before
+
+
+def test_cli_query(env: Env, tmp_path: Path) -> None:
+    tf = tmp_path / "tok"
+    tf.write_text(env.tokens.query + "\n")
+    r = subprocess.run([QVEIL, "query", "--target", env.target, "--state", "0.3,1.5",
+                        "--json", "--token-file", str(tf)], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    with ValueClient(env.target, token=env.tokens.query) as c:
+        np.testing.assert_array_equal(np.array(out["values"]), c.values([0.3, 1.5]))
+    r = subprocess.run([QVEIL, "query", "--target", env.target, "--state", "9",
+                        "--token-file", str(tf)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "outside the state interval" in r.stderr
+    r = subprocess.run([QVEIL, "query", "--target", env.target, "--card",
+                        "--token-file", str(tf)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and env.b.bundle_id in r.stdout
+
+
+def test_metrics_endpoint(env: Env) -> None:
+    assert env.server is not None
+    m = re.search(r"metrics on (http://\S+)", env.server.output())
+    assert m, env.server.output()
+    text = urllib.request.urlopen(m.group(1), timeout=10).read().decode()
+    assert 'qveil_requests_total{code="OK",method="GetValues"}' in text
+    assert "qveil_request_seconds_bucket" in text and "qveil_stored_points{" in text
+
+
+# ----------------------------------------------------------------------------- foreign clients
+def test_reflection_only_client(env: Env) -> None:
+    """A client nobody here wrote: discovers the API through server reflection and speaks it
+    with protobuf dynamic messages (no generated qveil stubs)."""
+    from google.protobuf import descriptor_pool, message_factory
+    from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
+        ProtoReflectionDescriptorDatabase,
+    )
+
+    with grpc.insecure_channel(env.target) as ch:
+        db = ProtoReflectionDescriptorDatabase(ch)
+        assert "qveil.v1.ValueService" in db.get_services()
+        pool = descriptor_pool.DescriptorPool(db)
+        svc = pool.FindServiceByName("qveil.v1.ValueService")
+        method = svc.methods_by_name["GetValues"]
+        req_cls = message_factory.GetMessageClass(method.input_type)
+        resp_cls = message_factory.GetMessageClass(method.output_type)
+        call = ch.unary_unary(f"/{svc.full_name}/{method.name}",
+                              request_serializer=req_cls.SerializeToString,
+                              response_deserializer=resp_cls.FromString)
+        req = req_cls()
+        req.states.extend([0.3, 1.5])
+        resp = call(req, metadata=(("authorization", f"Bearer {env.tokens.query}"),),
+                    timeout=10)
+        got = np.array(resp.values).reshape(2, len(resp.actions))
+    with ValueClient(env.target, token=env.tokens.query) as c:
+        np.testing.assert_array_equal(got, c.values([0.3, 1.5]))
+    assert health_status(env.target) == "SERVING"
+    for name in ("qveil.v1.ValueService", "qveil.v1.AdminService", "qveil.v1.AuditService"):
+        assert health_status(env.target, name) == "SERVING"
+
+
+# ----------------------------------------------------------------------------- restart
+def test_same_answers_after_restart(env: Env) -> None:
+    states = np.linspace(-1, 2, 33)
+    with ValueClient(env.target, token=env.tokens.query) as c:
+        before = c.values(states)
+        card = c.release()
+    assert env.server is not None and env.server.terminate() == 0
+    env.start()
+    with ValueClient(env.target, token=env.tokens.query) as c:
+        np.testing.assert_array_equal(c.values(states), before)
+        assert c.release().card == card.card
+    with pytest.raises(RpcError):
+        with ValueClient("127.0.0.1:1", timeout=0.5) as dead:
+            dead.values([0.1])

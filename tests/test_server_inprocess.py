@@ -1,0 +1,217 @@
+"""The real grpc.aio server (qveil.server.app.create_server) on a background event loop, over
+loopback, with a real SQLite store: the bad-input property test, health transitions, the
+concurrency bound, deadlines, anonymous mode and atomic activation."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from server_helpers import InProcessServer, health_status, make_bundle
+
+from qveil.bundle import load_bundle
+from qveil.client import (
+    AdminClient,
+    AuditClient,
+    DeadlineExceededError,
+    PermissionDeniedError,
+    ResourceExhaustedError,
+    UnavailableError,
+    ValueClient,
+)
+from qveil.v1 import value_service_pb2 as value_pb
+from qveil.v1 import value_service_pb2_grpc as value_grpc
+
+LO, HI, M, MAX_BATCH = -1.0, 2.0, 3, 64
+
+
+@pytest.fixture(scope="module")
+def bundles(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    d = tmp_path_factory.mktemp("bundles")
+    return make_bundle(d / "b1", seed=11), make_bundle(d / "b2", seed=12)
+
+
+@pytest.fixture(scope="module")
+def srv(bundles: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory
+        ) -> Iterator[InProcessServer]:
+    store = f"sqlite:///{tmp_path_factory.mktemp('store') / 's.sqlite'}"
+    with InProcessServer(bundles[0], store, max_batch=MAX_BATCH) as s:
+        yield s
+
+
+# ----------------------------------------------------------------------------- property test
+finite_in = st.floats(LO, HI, allow_nan=False)
+bad_state = st.one_of(
+    st.just(math.nan), st.just(math.inf), st.just(-math.inf),
+    st.floats(HI, 1e308, exclude_min=True), st.floats(-1e308, LO, exclude_max=True),
+    st.sampled_from([np.nextafter(HI, 3.0), np.nextafter(LO, -2.0), 5e-324 + HI]),
+)
+good_actions = st.lists(st.integers(0, M - 1), unique=True, max_size=M)
+bad_action = st.one_of(st.integers(M, 2**31 - 1), st.integers(-(2**31), -1))
+
+
+@st.composite
+def invalid_request(draw: st.DrawFn) -> value_pb.GetValuesRequest:
+    """A GetValues request with at least one defect: bad state(s) among good ones, bad or
+    repeated actions, an empty batch or one over the limit."""
+    kind = draw(st.sampled_from(["state", "action", "dup_action", "empty", "oversize",
+                                 "mixed"]))
+    states = draw(st.lists(finite_in, min_size=1, max_size=MAX_BATCH - 1))
+    actions = draw(good_actions)
+    if kind in ("state", "mixed"):
+        for _ in range(draw(st.integers(1, 3))):
+            states.insert(draw(st.integers(0, len(states))), draw(bad_state))
+        states = states[:MAX_BATCH]
+        if not any(not (LO <= s <= HI) for s in states):  # truncated away: put one back
+            states[-1] = math.nan
+    if kind in ("action", "mixed"):
+        actions = [*actions, draw(bad_action)]
+        actions.insert(draw(st.integers(0, len(actions) - 1)), actions.pop())
+    if kind == "dup_action":
+        a = draw(st.integers(0, M - 1))
+        actions = [*[x for x in actions if x != a], a, a]
+    if kind == "empty":
+        states = []
+    if kind == "oversize":
+        states = draw(st.lists(finite_in, min_size=MAX_BATCH + 1, max_size=2 * MAX_BATCH))
+    return value_pb.GetValuesRequest(states=states, actions=actions)
+
+
+def test_bad_requests_are_invalid_argument_and_store_nothing(srv: InProcessServer) -> None:
+    """~1500 invalid GetValues requests over real gRPC: each INVALID_ARGUMENT naming the
+    field, and the store's row count never moves (validation precedes every store call)."""
+    before = srv.store.count_points()
+    with grpc.insecure_channel(srv.target) as ch:
+        stub = value_grpc.ValueServiceStub(ch)
+        # warm the store with valid points so "nothing stored" is tested on a non-empty store
+        stub.GetValues(value_pb.GetValuesRequest(states=[0.0, 0.5, 1.0]), timeout=10)
+        before = srv.store.count_points()
+        codes: list[str] = []
+
+        @settings(max_examples=1500, deadline=None, derandomize=True,
+                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+        @given(invalid_request())
+        def check(req: value_pb.GetValuesRequest) -> None:
+            with pytest.raises(grpc.RpcError) as ei:
+                stub.GetValues(req, timeout=10)
+            assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT, (req, ei.value)
+            assert ei.value.details()
+            codes.append(ei.value.code().name)
+
+        check()
+    assert len(codes) >= 1000
+    assert srv.store.count_points() == before
+
+
+# ----------------------------------------------------------------------------- health, limits
+def test_health_transitions(bundles: tuple[Path, Path], tmp_path: Path) -> None:
+    with InProcessServer(bundles[0], f"sqlite:///{tmp_path / 's.sqlite'}", start=False) as s:
+        assert health_status(s.target) == "NOT_SERVING"
+        with ValueClient(s.target, retry=None, timeout=5) as c:
+            from qveil.client.channel import RetryPolicy
+
+            c._retry = RetryPolicy(attempts=1)
+            with pytest.raises(UnavailableError):
+                c.values([0.1])
+            s.ready(bundles[0])
+            assert health_status(s.target) == "SERVING"
+            assert health_status(s.target, "qveil.v1.ValueService") == "SERVING"
+            c.values([0.1])
+            s.run(s.health.drain())
+            assert health_status(s.target) == "NOT_SERVING"
+            assert health_status(s.target, "qveil.v1.ValueService") == "NOT_SERVING"
+
+
+def _block_executor(s: InProcessServer, workers: int = 4) -> threading.Event:
+    """Occupy every store thread until the returned event is set."""
+    gate = threading.Event()
+    for _ in range(workers):
+        s.executor.submit(gate.wait, 30)
+    return gate
+
+
+def test_concurrency_bound_and_deadline(bundles: tuple[Path, Path], tmp_path: Path) -> None:
+    with InProcessServer(bundles[0], f"sqlite:///{tmp_path / 's.sqlite'}",
+                         max_in_flight=1) as s:
+        before = s.store.count_points()
+        gate = _block_executor(s)
+        with ValueClient(s.target, timeout=20) as c, ThreadPoolExecutor(1) as pool:
+            first = pool.submit(c.values, [0.25])
+            while s.core.in_flight < 1:
+                time.sleep(0.005)
+            with pytest.raises(ResourceExhaustedError) as ei:
+                c.values([0.75])
+            assert ei.value.retry_delay is not None
+            gate.set()
+            assert first.result(20).shape == (1, M)
+        assert s.store.count_points() == before + M
+        # a deadline that expires while the call waits for a store thread: nothing stored
+        gate = _block_executor(s)
+        with ValueClient(s.target) as c:
+            with pytest.raises(DeadlineExceededError):
+                c.values([0.9], timeout=0.2)
+        gate.set()
+        time.sleep(0.3)
+        assert s.store.count_points() == before + M
+
+
+def test_anonymous_loopback_mode(srv: InProcessServer) -> None:
+    """No tokens file: anyone queries, nobody administers or audits."""
+    with ValueClient(srv.target) as c:
+        assert c.values([0.5]).shape == (1, M)
+    with AdminClient(srv.target) as ad, pytest.raises(PermissionDeniedError):
+        ad.list_releases()
+    with AuditClient(srv.target) as au, pytest.raises(PermissionDeniedError):
+        au.verify()
+
+
+def test_activation_is_atomic_under_load(bundles: tuple[Path, Path], tmp_path: Path) -> None:
+    """While releases are swapped back and forth, every response comes from exactly one
+    release: its release id names it and its values are that release's values."""
+    b1, b2 = (load_bundle(b) for b in bundles)
+    states = np.linspace(LO, HI, 16)
+    from qveil.server.auth import add_token
+
+    tokens = tmp_path / "t.toml"
+    admin = add_token(tokens, "admin")
+    query = add_token(tokens, "query")
+    with InProcessServer(bundles[0], f"sqlite:///{tmp_path / 's.sqlite'}",
+                         tokens=tokens) as s:
+        with AdminClient(s.target, token=admin) as ad:
+            ad.activate(bundle_path=str(bundles[1]))
+            with ValueClient(s.target, token=query) as c:
+                truth = {b2.bundle_id: c.values(states)}
+            ad.activate(b1.bundle_id)
+            with ValueClient(s.target, token=query) as c:
+                truth[b1.bundle_id] = c.values(states)
+            seen: list[tuple[str, np.ndarray]] = []
+            stop = threading.Event()
+
+            def query_loop() -> None:
+                with ValueClient(s.target, token=query) as c:
+                    while not stop.is_set():
+                        v = c.get_values(states)
+                        seen.append((v.release_id, v.values))
+
+            th = threading.Thread(target=query_loop)
+            th.start()
+            for i in range(6):
+                ad.activate((b2 if i % 2 == 0 else b1).bundle_id)
+            stop.set()
+            th.join(30)
+            listed, active = ad.list_releases()
+        assert active == b1.bundle_id
+        assert {r.release_id: r.status for r in listed} == {b1.bundle_id: "active",
+                                                            b2.bundle_id: "staged"}
+    assert len(seen) > 5 and {rid for rid, _ in seen} <= set(truth)
+    for rid, vals in seen:
+        np.testing.assert_array_equal(vals, truth[rid])

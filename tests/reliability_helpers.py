@@ -64,17 +64,30 @@ def health_status(target: str, *, timeout: float = 1.0) -> str:
     try:
         with grpc.insecure_channel(target) as ch:
             reply = health_pb2_grpc.HealthStub(ch).Check(
-                health_pb2.HealthCheckRequest(service=""), timeout=timeout)
+                health_pb2.HealthCheckRequest(service=""), timeout=timeout
+            )
         return str(health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status))
     except grpc.RpcError as exc:
         return str(exc.code().name)
 
 
-def serve_argv(*, bundle: str | os.PathLike[str], store: str, port: int,
-               extra: Sequence[str] = ()) -> list[str]:
+def serve_argv(
+    *, bundle: str | os.PathLike[str], store: str, port: int, extra: Sequence[str] = ()
+) -> list[str]:
     """The `qveil serve` command line (run with this interpreter, not a PATH lookup)."""
-    return [sys.executable, "-m", "qveil.cli", "serve", "--bundle", str(bundle),
-            "--store", store, "--listen", f"127.0.0.1:{port}", *extra]
+    return [
+        sys.executable,
+        "-m",
+        "qveil.cli",
+        "serve",
+        "--bundle",
+        str(bundle),
+        "--store",
+        store,
+        "--listen",
+        f"127.0.0.1:{port}",
+        *extra,
+    ]
 
 
 @dataclass
@@ -105,8 +118,9 @@ class ServerProc:
         with open(self.log_path, "ab") as log:
             log.write(f"\n=== start {self.starts}: {' '.join(self.argv)}\n".encode())
             log.flush()
-            self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT,
-                                         env=env, start_new_session=True)
+            self.proc = subprocess.Popen(
+                self.argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
         self.starts += 1
         if wait:
             self.wait_serving(timeout=timeout)
@@ -118,14 +132,17 @@ class ServerProc:
         while time.monotonic() < deadline:
             assert self.proc is not None
             if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited with {self.proc.returncode} before serving;"
-                                   f" log:\n{self.log_tail()}")
+                raise RuntimeError(
+                    f"server exited with {self.proc.returncode} before serving;"
+                    f" log:\n{self.log_tail()}"
+                )
             status = health_status(self.target, timeout=0.5)
             if status == "SERVING":
                 return
             time.sleep(0.05)
-        raise TimeoutError(f"server not SERVING after {timeout}s (last: {status}); log:\n"
-                           f"{self.log_tail()}")
+        raise TimeoutError(
+            f"server not SERVING after {timeout}s (last: {status}); log:\n{self.log_tail()}"
+        )
 
     def kill(self) -> int:
         """SIGKILL and reap; returns the exit code (-9)."""
@@ -165,13 +182,25 @@ class ServerProc:
             self.terminate(timeout=15.0)
 
 
-def start_server(tmp: Path, *, bundle: str | os.PathLike[str], store: str,
-                 extra: Sequence[str] = (), name: str = "server", port: int | None = None,
-                 wait: bool = True, env: dict[str, str] | None = None) -> ServerProc:
+def start_server(
+    tmp: Path,
+    *,
+    bundle: str | os.PathLike[str],
+    store: str,
+    extra: Sequence[str] = (),
+    name: str = "server",
+    port: int | None = None,
+    wait: bool = True,
+    env: dict[str, str] | None = None,
+) -> ServerProc:
     """Start `qveil serve` on loopback; returns once it reports SERVING (when ``wait``)."""
     port = port or free_port()
-    srv = ServerProc(argv=serve_argv(bundle=bundle, store=store, port=port, extra=extra),
-                     port=port, log_path=tmp / f"{name}.log", env=env)
+    srv = ServerProc(
+        argv=serve_argv(bundle=bundle, store=store, port=port, extra=extra),
+        port=port,
+        log_path=tmp / f"{name}.log",
+        env=env,
+    )
     return srv.start(wait=wait)
 
 
@@ -182,14 +211,19 @@ def sqlite_url(path: Path) -> str:
 def tmpfs_mount(path: Path, *, size: str) -> bool:
     """Mount a tmpfs of ``size`` at ``path`` (root only); False when mounting is not allowed."""
     path.mkdir(parents=True, exist_ok=True)
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0777", "tmpfs",
-                        str(path)], capture_output=True, text=True, check=False)
+    r = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0777", "tmpfs", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     return r.returncode == 0
 
 
 def tmpfs_remount(path: Path, options: str) -> None:
-    subprocess.run(["mount", "-o", f"remount,{options}", str(path)], check=True,
-                   capture_output=True, text=True)
+    subprocess.run(
+        ["mount", "-o", f"remount,{options}", str(path)], check=True, capture_output=True, text=True
+    )
 
 
 def umount(path: Path) -> None:
@@ -217,8 +251,239 @@ def fill_filesystem(path: Path) -> Path:
     return ballast
 
 
+def make_bundle(
+    path: Path,
+    *,
+    sigma: float = 1.0,
+    beta: float = 20.0,
+    actions: int = 2,
+    interval: tuple[float, float] = (-1.0, 1.0),
+    seed: int = 0,
+) -> Path:
+    """A small, valid release bundle (random 1-8-m ReLU network, output-mode card from the real
+    accountant with the given sigma and kernel rate beta; ``seeded: true``). Seconds, not a
+    training run: the suite tests the server and store, not the trainer."""
+    import numpy as np
+
+    from qveil.bundle import build_card, lipschitz_bound, write_bundle
+    from qveil.privacy import PrivacyParams, account
+
+    rng = np.random.default_rng(seed)
+    weights = {
+        "W0": rng.normal(size=(8, 1)) * 0.5,
+        "b0": rng.normal(size=8) * 0.1,
+        "W1": rng.normal(size=(actions, 8)) * 0.3,
+        "b1": np.zeros(actions),
+    }
+    lip = max(1.0, lipschitz_bound(weights)) * 1.01
+    params = PrivacyParams(
+        mode="output",
+        sigma=sigma,
+        delta=1e-5,
+        samples=1000,
+        batch_size=32,
+        lr=0.05,
+        k=1.0,
+        lipschitz=lip,
+        resets=1,
+        actions=actions,
+        gamma=0.9,
+        reward_bound=1.0,
+        beta=beta,
+    )
+    card = build_card(
+        env_id="qveil/LineWalk-v0",
+        interval=interval,
+        actions=actions,
+        hyperparameters={"made_by": "tests/reliability_helpers.make_bundle"},
+        privacy_result=account(params),
+        lipschitz=lip,
+        seeded=True,
+    )
+    return write_bundle(
+        path,
+        card=card,
+        weights=weights,
+        config_toml="# reliability tests\n",
+        training_log_rows=[{"episode": 0, "return": 0.0}],
+    )
+
+
+# --- clients that record every answer ------------------------------------------------------
+
+CHANNEL_OPTIONS = [
+    ("grpc.initial_reconnect_backoff_ms", 50),
+    ("grpc.min_reconnect_backoff_ms", 50),
+    ("grpc.max_reconnect_backoff_ms", 300),
+]
+
+
+class AnswerBook:
+    """Every (state, action) -> value any client received, thread-safe. A second answer for
+    the same key must be identical (checked on the spot: ``conflicts``)."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self._lock = threading.Lock()
+        self.values: dict[tuple[float, int], float] = {}
+        self.release_ids: set[str] = set()
+        self.conflicts: list[tuple[float, int, float, float]] = []
+        self.codes: dict[str, int] = {}
+        self.repeats_checked = 0
+
+    def add(
+        self,
+        release_id: str,
+        states: Sequence[float],
+        actions: Sequence[int],
+        values: Sequence[float],
+    ) -> None:
+        m = len(actions)
+        with self._lock:
+            self.release_ids.add(release_id)
+            self.codes["OK"] = self.codes.get("OK", 0) + 1
+            for i, s in enumerate(states):
+                for j, a in enumerate(actions):
+                    v = float(values[i * m + j])
+                    prev = self.values.setdefault((float(s), int(a)), v)
+                    if prev != v:
+                        self.conflicts.append((float(s), int(a), prev, v))
+                    elif prev is not v:
+                        self.repeats_checked += 1
+
+    def error(self, code: str) -> None:
+        with self._lock:
+            self.codes[code] = self.codes.get(code, 0) + 1
+
+    def states(self) -> list[float]:
+        with self._lock:
+            return sorted({s for s, _ in self.values})
+
+    def sample_known(self, rng: object, n: int) -> list[float]:
+        with self._lock:
+            keys = list(self.values.keys()) if n else []
+        if not keys:
+            return []
+        idx = rng.integers(len(keys), size=n)  # type: ignore[attr-defined]
+        return [keys[int(i)][0] for i in idx]
+
+
+def get_values(
+    stub: object,
+    states: Sequence[float],
+    *,
+    actions: Sequence[int] = (),
+    timeout: float = 20.0,
+    metadata: object = None,
+) -> object:
+    from qveil.v1 import value_service_pb2 as vpb
+
+    return stub.GetValues(  # type: ignore[attr-defined]
+        vpb.GetValuesRequest(states=list(states), actions=list(actions)),
+        timeout=timeout,
+        metadata=metadata,
+    )
+
+
+def release_info(target: str, *, timeout: float = 10.0) -> object:
+    from qveil.v1 import value_service_pb2 as vpb
+    from qveil.v1 import value_service_pb2_grpc as vgrpc
+
+    with grpc.insecure_channel(target) as ch:
+        return (
+            vgrpc.ValueServiceStub(ch).GetRelease(vpb.GetReleaseRequest(), timeout=timeout).release
+        )
+
+
+def query_worker(
+    book: AnswerBook,
+    targets: Sequence[str],
+    stop: object,
+    *,
+    seed: int,
+    low: float,
+    high: float,
+    n_new: int = 16,
+    n_known: int = 8,
+    band: tuple[float, float] | None = None,
+    pause: float = 0.0,
+    expected: frozenset[str] = frozenset({"UNAVAILABLE"}),
+    unexpected: list[str] | None = None,
+) -> None:
+    """Stream GetValues calls (all actions) with ``n_new`` fresh states and ``n_known``
+    already-answered ones until ``stop`` is set. On an error code in ``expected`` the call is
+    counted and the worker moves to the next target (failover); any other error is recorded in
+    ``unexpected``. States are drawn in ``band`` (default: the whole interval)."""
+    import numpy as np
+
+    from qveil.v1 import value_service_pb2_grpc as vgrpc
+
+    rng = np.random.default_rng(seed)
+    lo, hi = band if band is not None else (low, high)
+    channels = [grpc.insecure_channel(t, options=CHANNEL_OPTIONS) for t in targets]
+    stubs = [vgrpc.ValueServiceStub(ch) for ch in channels]
+    k = seed % len(stubs)
+    try:
+        while not stop.is_set():  # type: ignore[attr-defined]
+            states = rng.uniform(lo, hi, size=n_new).tolist() + book.sample_known(rng, n_known)
+            try:
+                reply = get_values(stubs[k], states, timeout=20.0)
+            except grpc.RpcError as exc:
+                code = exc.code().name
+                book.error(code)
+                if code not in expected and unexpected is not None:
+                    unexpected.append(f"{targets[k]}: {code}: {exc.details()}")
+                k = (k + 1) % len(stubs)
+                time.sleep(0.05)
+                continue
+            book.add(reply.release_id, states, list(reply.actions), list(reply.values))
+            if pause:
+                time.sleep(pause)
+    finally:
+        for ch in channels:
+            ch.close()
+
+
+def recheck(book: AnswerBook, target: str, *, batch: int = 1000) -> tuple[int, list[object]]:
+    """Ask ``target`` again for every recorded (state, action); returns (values compared,
+    mismatches as (state, action, recorded, now))."""
+    from qveil.v1 import value_service_pb2_grpc as vgrpc
+
+    states = book.states()
+    mism: list[object] = []
+    n = 0
+    with grpc.insecure_channel(target) as ch:
+        stub = vgrpc.ValueServiceStub(ch)
+        for i in range(0, len(states), batch):
+            chunk = states[i : i + batch]
+            reply = get_values(stub, chunk, timeout=60.0)
+            acts = list(reply.actions)
+            for r, s in enumerate(chunk):
+                for c, a in enumerate(acts):
+                    key = (s, a)
+                    if key in book.values:
+                        n += 1
+                        now = float(reply.values[r * len(acts) + c])
+                        if now != book.values[key]:
+                            mism.append((s, a, book.values[key], now))
+    return n, mism
+
+
+def run_audit(store_url: str, *, timeout: float = 300.0) -> subprocess.CompletedProcess[str]:
+    """`qveil audit --store URL` (the admin/audit part's command) as a subprocess."""
+    return subprocess.run(
+        [sys.executable, "-m", "qveil.cli", "audit", "--store", store_url],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
 # --- docs/reliability.md (scripts/reliability.sh calls `python tests/reliability_helpers.py
 # write-doc ...` after the full run) ---------------------------------------------------------
+
 
 def _fmt(v: object) -> str:
     if isinstance(v, float):
@@ -228,14 +493,18 @@ def _fmt(v: object) -> str:
     return str(v)
 
 
-def write_doc(results: Path, doc: Path, *, command: str, elapsed: str, summary: str,
-              exit_code: str) -> None:
+def write_doc(
+    results: Path, doc: Path, *, command: str, elapsed: str, summary: str, exit_code: str
+) -> None:
     """Render the JSON-lines results of one run as docs/reliability.md."""
     import platform
     from datetime import UTC, datetime
 
-    rows = [json.loads(line) for line in results.read_text().splitlines() if line.strip()] \
-        if results.exists() else []
+    rows = (
+        [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
+        if results.exists()
+        else []
+    )
 
     def total(key: str) -> int:
         return sum(int(r.get(key, 0) or 0) for r in rows)
@@ -245,11 +514,18 @@ def write_doc(results: Path, doc: Path, *, command: str, elapsed: str, summary: 
         for code, n in (r.get("unexpected_errors") or {}).items():
             errors_seen[code] = errors_seen.get(code, 0) + int(n)
     load = [r for r in rows if r.get("name") == "load_soak"]
-    held = (f"{load[-1]['rate']:.0f} calls/s x {load[-1]['batch']} states for "
+    held = (
+        (
+            f"{load[-1]['rate']:.0f} calls/s x {load[-1]['batch']} states for "
             f"{load[-1]['duration_s']:.0f} s, {load[-1]['errors']} errors, p99 "
-            f"{load[-1]['p99_ms']:.1f} ms") if load else "not run"
-    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                         text=True, check=False).stdout.strip()
+            f"{load[-1]['p99_ms']:.1f} ms"
+        )
+        if load
+        else "not run"
+    )
+    rev = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+    ).stdout.strip()
     lines = [
         "# Reliability (system level)",
         "",
@@ -297,8 +573,14 @@ def _main(argv: Sequence[str] | None = None) -> int:
     w.add_argument("--pytest-summary", default="")
     w.add_argument("--exit-code", default="?")
     a = p.parse_args(argv)
-    write_doc(a.results, a.doc, command=a.command, elapsed=a.elapsed, summary=a.pytest_summary,
-              exit_code=a.exit_code)
+    write_doc(
+        a.results,
+        a.doc,
+        command=a.command,
+        elapsed=a.elapsed,
+        summary=a.pytest_summary,
+        exit_code=a.exit_code,
+    )
     return 0
 
 

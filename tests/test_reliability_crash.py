@@ -1,0 +1,213 @@
+"""Crash suite (issue 9, Build 1): the real `qveil serve` SIGKILLed at random moments while
+clients stream queries with new points; SIGTERM drains in-flight calls.
+
+The promise under test (non-negotiable 1): a noise value is never answered before it is
+durably committed, and a stored value never changes. So after any number of kills:
+
+* every answer any client ever received is returned unchanged by the restarted server
+  (re-asked state by state), and every repeated answer during the run was identical;
+* none is missing: every answered state has its noise row in the store (read directly);
+* the audit (`qveil audit --store URL`: hash chains, sequence gaps) passes.
+
+A server that answered before committing (or committed with synchronous=OFF) loses the last
+answers on SIGKILL: the restarted server draws fresh values for those states and the re-check
+reports them as changed. Quick form (make test): 8 kills; full form (make reliability): 50.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import threading
+import time
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+from reliability_helpers import (
+    AnswerBook,
+    ServerProc,
+    free_port,
+    get_values,
+    make_bundle,
+    query_worker,
+    recheck,
+    release_info,
+    report,
+    run_audit,
+    scale,
+    serve_argv,
+    sqlite_url,
+)
+
+from qveil.bundle import load_bundle
+from qveil.server.store import open_store
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_bundle(tmp_path_factory.mktemp("crash") / "bundle", sigma=1.0, beta=20.0)
+
+
+def _stored_states(
+    store_url: str, bundle_dir: Path, release_id: str
+) -> dict[int, dict[float, float]]:
+    store = open_store(store_url, create=False)
+    try:
+        n_actions = load_bundle(bundle_dir).n_actions
+        return {
+            a: {float(p.x): float(p.g) for p in store.iter_points(release_id, a)}
+            for a in range(n_actions)
+        }
+    finally:
+        store.close()
+
+
+def test_sigkill_at_random_moments_loses_no_answer(tmp_path: Path, bundle: Path) -> None:
+    kills = int(scale(8, 50))
+    clients = 4
+    store_url = sqlite_url(tmp_path / "store.sqlite")
+    port = free_port()
+    srv = ServerProc(
+        argv=serve_argv(bundle=bundle, store=store_url, port=port),
+        port=port,
+        log_path=tmp_path / "server.log",
+    )
+    srv.start()
+    rel = release_info(srv.target)
+    book = AnswerBook()
+    unexpected: list[str] = []
+    stop = threading.Event()
+    workers = [
+        threading.Thread(
+            target=query_worker,
+            args=(book, [srv.target], stop),
+            kwargs=dict(
+                seed=10 + i,
+                low=rel.state_low,
+                high=rel.state_high,
+                n_new=16,
+                n_known=8,
+                unexpected=unexpected,
+            ),
+            daemon=True,
+        )
+        for i in range(clients)
+    ]
+    rnd = random.Random(1234)
+    t0 = time.monotonic()
+    try:
+        for w in workers:
+            w.start()
+        for _ in range(kills):
+            time.sleep(rnd.uniform(0.1, 0.9))
+            assert srv.kill() == -signal.SIGKILL
+            srv.start()
+        time.sleep(0.5)
+    finally:
+        stop.set()
+        for w in workers:
+            w.join(timeout=60)
+    run_s = time.monotonic() - t0
+    try:
+        assert not book.conflicts, f"repeated answers differed: {book.conflicts[:5]}"
+        assert not unexpected, f"errors other than UNAVAILABLE: {unexpected[:5]}"
+        assert book.codes.get("OK", 0) > 10 * kills, f"too few answered calls: {book.codes}"
+        assert book.release_ids == {rel.release_id}
+        checked, mismatches = recheck(book, srv.target)
+        assert not mismatches, (
+            f"{len(mismatches)} of {checked} answers changed after the kills, e.g. {mismatches[:5]}"
+        )
+    finally:
+        srv.terminate()
+    stored = _stored_states(store_url, bundle, rel.release_id)
+    b = load_bundle(bundle)
+    xs = dict(zip(book.states(), b.to_unit(np.array(book.states())).tolist(), strict=True))
+    missing = [(s, a) for (s, a) in book.values if xs[s] not in stored[a]]
+    assert not missing, f"{len(missing)} answered states have no stored noise: {missing[:5]}"
+    audit = run_audit(store_url)
+    assert audit.returncode == 0, f"audit failed:\n{audit.stdout}\n{audit.stderr}"
+    report(
+        "crash_sigkill",
+        kills=kills,
+        clients=clients,
+        run_s=round(run_s, 1),
+        calls=dict(book.codes),
+        answers_rechecked=checked,
+        answers_changed=0,
+        answers_missing=0,
+        repeats_checked_live=book.repeats_checked,
+        stored_points=sum(len(v) for v in stored.values()),
+        audit="passed",
+        unexpected_errors={},
+    )
+
+
+def test_sigterm_drains_in_flight_calls(tmp_path: Path, bundle: Path) -> None:
+    """Calls in flight when SIGTERM arrives all complete with OK (big batches of new points,
+    so the server is busy committing); the server exits 0; their answers are stored."""
+    store_url = sqlite_url(tmp_path / "store.sqlite")
+    port = free_port()
+    srv = ServerProc(
+        argv=serve_argv(bundle=bundle, store=store_url, port=port),
+        port=port,
+        log_path=tmp_path / "server.log",
+    )
+    srv.start()
+    rel = release_info(srv.target)
+    book = AnswerBook()
+    results: list[tuple[float, float, str]] = []  # (start, end, code)
+    lock = threading.Lock()
+    go = threading.Barrier(9)
+
+    def one(seed: int) -> None:
+        from qveil.v1 import value_service_pb2_grpc as vgrpc
+
+        rng = np.random.default_rng(seed)
+        with grpc.insecure_channel(srv.target) as ch:
+            stub = vgrpc.ValueServiceStub(ch)
+            states = rng.uniform(rel.state_low, rel.state_high, size=2000).tolist()
+            go.wait()
+            t_start = time.monotonic()
+            try:
+                reply = get_values(stub, states, timeout=60.0)
+                code = "OK"
+                book.add(reply.release_id, states, list(reply.actions), list(reply.values))
+            except grpc.RpcError as exc:
+                code = exc.code().name
+            with lock:
+                results.append((t_start, time.monotonic(), code))
+
+    threads = [threading.Thread(target=one, args=(s,)) for s in range(8)]
+    for t in threads:
+        t.start()
+    go.wait()
+    time.sleep(0.15)  # every call is on the wire and admitted
+    t_term = time.monotonic()
+    code = srv.terminate(timeout=60)
+    for t in threads:
+        t.join(timeout=60)
+    in_flight = [r for r in results if r[0] < t_term - 0.05]
+    assert len(in_flight) == 8
+    failed = [r for r in in_flight if r[2] != "OK"]
+    finished_after = sum(1 for r in in_flight if r[1] > t_term)
+    assert not failed, f"in-flight calls failed during the drain: {failed}"
+    assert code == 0, f"server exit code after SIGTERM: {code}\n{srv.log_tail()}"
+    srv.start()
+    try:
+        checked, mismatches = recheck(book, srv.target)
+        assert not mismatches
+    finally:
+        srv.terminate()
+    report(
+        "sigterm_drain",
+        calls_in_flight=len(in_flight),
+        finished_after_sigterm=finished_after,
+        errors=0,
+        exit_code=code,
+        answers_rechecked=checked,
+        unexpected_errors={},
+    )

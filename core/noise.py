@@ -51,6 +51,8 @@ FloatArray = npt.NDArray[np.float64]
 # lookups are two C-level bisections; so a new point costs O(log n) comparisons and the
 # per-point time stays flat up to millions of points (docs/benchmarks.md, "noise").
 _LOAD = 256
+# Calls with at most this many states take a pure-Python path (no np.unique etc.).
+_SMALL = 16
 
 
 def _check_positive(name: str, value: float) -> float:
@@ -140,6 +142,18 @@ def validate_unit_states(xs: npt.ArrayLike) -> FloatArray:
     Accepts real numbers only (no strings, booleans, complex or objects), a scalar as a
     length-1 array. Negative zero is folded into +0.0 so that 0.0 and -0.0 are one state.
     """
+    if type(xs) is float or type(xs) is int:  # one query state: skip numpy's overhead
+        xs = [xs]
+    if (
+        isinstance(xs, list)
+        and len(xs) <= 16
+        and all(type(v) is float or type(v) is int for v in xs)
+    ):
+        vals = [float(v) + 0.0 for v in xs]
+        for i, v in enumerate(vals):
+            if not 0.0 <= v <= 1.0:  # also catches NaN
+                raise InvalidArgument(f"state {v!r} at index {i} is not a finite number in [0, 1]")
+        return np.array(vals, dtype=np.float64)
     try:
         raw = np.asarray(xs)
     except (TypeError, ValueError) as exc:
@@ -357,8 +371,20 @@ class OUSamplePath:
         one value. Bad input raises :class:`InvalidArgument` before anything is stored.
         """
         x = validate_unit_states(xs)
-        if x.size == 0:
-            return x
+        if x.size <= _SMALL:  # a query's few states: plain Python is several times faster
+            xl: list[float] = x.tolist()
+            get = self._get
+            found: dict[float, float] = {}
+            todo: list[float] = []
+            for xi in dict.fromkeys(xl):
+                g = get(xi)
+                if g is None:
+                    todo.append(xi)
+                else:
+                    found[xi] = g
+            if todo:
+                found.update(zip(todo, self._draw_all(todo, self._normals(len(todo))), strict=True))
+            return np.array([found[xi] for xi in xl], dtype=np.float64)
         ux, first, inverse = np.unique(x, return_index=True, return_inverse=True)
         values = np.zeros(ux.size, dtype=np.float64)
         known = np.zeros(ux.size, dtype=bool)
@@ -378,11 +404,21 @@ class OUSamplePath:
         new = np.flatnonzero(~known)
         if new.size:
             new = new[np.argsort(first[new], kind="stable")]  # first-occurrence order
-            z = np.asarray(self._rng.standard_normal(new.size), dtype=np.float64).reshape(-1)
-            if z.size != new.size or not np.isfinite(z).all():
-                raise InvalidArgument("the normal source returned a bad draw")
-            values[new] = self._draw_all(ux[new].tolist(), z.tolist())
+            values[new] = self._draw_all(ux[new].tolist(), self._normals(new.size))
         out: FloatArray = values[inverse.reshape(-1)]
+        return out
+
+    def _normals(self, k: int) -> list[float]:
+        """``k`` standard normals from the path's source, checked."""
+        if k == 1:
+            z1 = float(self._rng.standard_normal())
+            if not math.isfinite(z1):
+                raise InvalidArgument("the normal source returned a bad draw")
+            return [z1]
+        z = np.asarray(self._rng.standard_normal(k), dtype=np.float64).reshape(-1)
+        if z.size != k or not np.isfinite(z).all():
+            raise InvalidArgument("the normal source returned a bad draw")
+        out: list[float] = z.tolist()
         return out
 
     def _draw_all(self, new: list[float], z: list[float]) -> list[float]:

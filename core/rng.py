@@ -43,11 +43,12 @@ class OSEntropy:
     """
 
     def standard_normal(self, size: Any = None) -> Any:
-        n = 1 if size is None else int(np.prod(size))
-        k = np.frombuffer(os.urandom(8 * n), dtype=np.uint64) >> np.uint64(12)
-        z = ndtri((k.astype(np.float64) + 0.5) / _TWO_POW_52)
-        if size is None:
-            return float(z[0])
+        if size is None:  # one draw (a server query): the same arithmetic without numpy arrays
+            k = int.from_bytes(os.urandom(8), "little") >> 12
+            return float(ndtri((k + 0.5) / _TWO_POW_52))
+        n = int(np.prod(size))
+        bits = np.frombuffer(os.urandom(8 * n), dtype="<u8") >> np.uint64(12)
+        z = ndtri((bits.astype(np.float64) + 0.5) / _TWO_POW_52)
         return z.reshape(size)
 
     def __repr__(self) -> str:

@@ -189,3 +189,15 @@ def test_source_has_no_global_rng_calls() -> None:
     assert not offenders, offenders
     # the check itself can fail:
     assert _GLOBAL_NP.findall("z = np.random.normal(0, 1); np.random.default_rng(1)") == ["normal"]
+
+
+def test_batching_does_not_change_seeded_values() -> None:
+    """Point by point, in chunks (small and large code paths) or all at once: the same seeded
+    path, because new states are always drawn in first-occurrence order."""
+    xs = np.random.default_rng(1).random(2000)
+    one = _path(3)
+    by_point = np.array([one.sample(x)[0] for x in xs.tolist()])
+    chunked = _path(3)
+    by_chunk = np.concatenate([chunked.sample(c) for c in np.array_split(xs, 150)])
+    assert np.array_equal(by_point, _path(3).sample(xs))
+    assert np.array_equal(by_chunk, by_point)

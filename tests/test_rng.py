@@ -67,3 +67,10 @@ def test_resolve_rng_refuses_global_state_and_junk() -> None:
             resolve_rng(bad)  # type: ignore[arg-type]
     g = np.random.default_rng(1)
     assert resolve_rng(g) is g and isinstance(g, NormalSource)
+
+
+def test_scalar_and_array_paths_agree(monkeypatch: pytest.MonkeyPatch) -> None:
+    """OSEntropy's one-draw fast path does the same arithmetic as the array path."""
+    raw = bytes(range(1, 9))
+    monkeypatch.setattr("qveil.rng.os.urandom", lambda n: raw * (n // 8))
+    assert OSEntropy().standard_normal() == OSEntropy().standard_normal(1)[0]

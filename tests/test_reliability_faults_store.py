@@ -1,0 +1,367 @@
+"""Faults under the sample-path store (issue 9, Build 4), at the store API.
+
+What production brings to the store: its filesystem full, its database read-only, PostgreSQL
+connections cut (a restart of the cluster in the full form). For each, the promises are:
+
+* new points fail cleanly: a domain ``Unavailable`` (gRPC UNAVAILABLE at the server), nothing
+  half-written (the point count does not move on a failed call);
+* no value that was not stored is ever answered: every value a call returned is in the store,
+  unchanged, after the fault, after a reopen, and the integrity chain verifies;
+* the service recovers by itself: once the fault is gone the same store object (no reopen,
+  no restart) commits new points again.
+
+A broken store fails these: one that answered from an uncommitted transaction would return
+values missing after the reopen; one that leaked a raw driver error would raise something
+other than ``Unavailable``; one that kept a dead or read-only connection in its pool would never
+recover. The server-level versions (clients over gRPC) are in test_reliability_faults_server.py.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlparse
+
+import numpy as np
+import pytest
+from reliability_helpers import (
+    FULL,
+    fill_filesystem,
+    report,
+    scale,
+    sqlite_url,
+    tmpfs_mount,
+    tmpfs_remount,
+    umount,
+)
+
+from qveil.errors import QveilError, Unavailable
+from qveil.rng import seeded_rng
+from qveil.server.store import open_store
+
+RID = "rel-faults"
+SIGMA, BETA = 1.0, 5.0
+
+
+def _release(store) -> None:  # type: ignore[no-untyped-def]
+    store.create_release(
+        release_id=RID,
+        fingerprint="f" * 64,
+        sigma=SIGMA,
+        beta=BETA,
+        interval=(0.0, 1.0),
+        n_actions=2,
+        status="active",
+    )
+
+
+def _record(
+    answered: dict[tuple[int, float], float], action: int, xs: np.ndarray, gs: np.ndarray
+) -> None:
+    for x, g in zip(xs.tolist(), np.asarray(gs).tolist(), strict=True):
+        prev = answered.setdefault((action, x), g)
+        assert prev == g, f"store answered two values for action {action} x={x}: {prev} {g}"
+
+
+def _check_all_stored(url: str, answered: dict[tuple[int, float], float]) -> int:
+    """Reopen the store; every answered value is there unchanged; chains verify."""
+    store = open_store(url, create=False)
+    try:
+        stored: dict[tuple[int, float], float] = {}
+        for a in (0, 1):
+            for p in store.iter_points(RID, a):
+                stored[(a, float(p.x))] = float(p.g)
+        missing = [k for k in answered if k not in stored]
+        changed = [k for k, g in answered.items() if k in stored and stored[k] != g]
+        assert not missing, f"{len(missing)} answered values not in the store, e.g. {missing[:3]}"
+        assert not changed, f"{len(changed)} answered values changed, e.g. {changed[:3]}"
+        rep = store.verify(RID)
+        assert rep.ok, f"integrity verification failed after the fault: {rep}"
+        return len(answered)
+    finally:
+        store.close()
+
+
+@pytest.fixture
+def tmpfs(tmp_path: Path) -> Iterator[Path]:
+    mnt = tmp_path / "fs"
+    if not tmpfs_mount(mnt, size="4m"):
+        pytest.skip(
+            "cannot mount a tmpfs here (needs root); the store's own tests cover "
+            "a full disk with SQLite max_page_count"
+        )
+    try:
+        yield mnt
+    finally:
+        umount(mnt)
+
+
+def test_sqlite_filesystem_full_fails_cleanly_and_recovers(tmpfs: Path) -> None:
+    """A 4 MiB tmpfs under the SQLite store is filled with a ballast file while the store is
+    open: the next commits fail with Unavailable and store nothing, known points are still
+    answered unchanged, and deleting the ballast lets the SAME store object commit again."""
+    url = sqlite_url(tmpfs / "store.sqlite")
+    store = open_store(url, rng=seeded_rng(91))
+    answered: dict[tuple[int, float], float] = {}
+    rng = np.random.default_rng(92)
+    try:
+        _release(store)
+        known = rng.uniform(size=200)
+        g_known = store.get_or_sample(RID, 0, known)
+        _record(answered, 0, known, g_known)
+        ballast = fill_filesystem(tmpfs)
+        failed_xs = None
+        committed_while_full = 0
+        for _ in range(400):
+            xs = rng.uniform(size=50)
+            before = store.count_points(RID, 0)
+            try:
+                gs = store.get_or_sample(RID, 0, xs)
+            except Unavailable as exc:
+                assert store.count_points(RID, 0) == before, "a failed call stored points"
+                failed_xs, message = xs, str(exc)
+                break
+            except QveilError as exc:
+                pytest.fail(
+                    f"a full disk must surface as Unavailable, got {type(exc).__name__}: {exc}"
+                )
+            _record(answered, 0, xs, gs)
+            committed_while_full += 1
+        assert failed_xs is not None, "20000 new points fit on a full 4 MiB filesystem?"
+        assert np.array_equal(store.get_or_sample(RID, 0, known), g_known)
+        ballast.unlink()
+        t0 = time.monotonic()
+        gs = store.get_or_sample(RID, 0, failed_xs)  # the same object, no reopen
+        recovery_s = time.monotonic() - t0
+        _record(answered, 0, failed_xs, gs)
+    finally:
+        store.close()
+    checked = _check_all_stored(url, answered)
+    report(
+        "fault_sqlite_disk_full",
+        commits_after_full=committed_while_full,
+        error=message[:120],
+        answers_rechecked=checked,
+        recovered=True,
+        recovery_s=recovery_s,
+    )
+
+
+def test_sqlite_read_only_filesystem(tmpfs: Path) -> None:
+    """The store's filesystem is read-only when the store opens (a remount after an error, a
+    read-only volume): either the open is refused with a clear domain error, or known points
+    are answered and new points fail with Unavailable, storing nothing. After the remount
+    read-write a store opened again commits, and nothing answered before was lost."""
+    url = sqlite_url(tmpfs / "store.sqlite")
+    answered: dict[tuple[int, float], float] = {}
+    rng = np.random.default_rng(93)
+    store = open_store(url, rng=seeded_rng(94))
+    try:
+        _release(store)
+        known = rng.uniform(size=100)
+        _record(answered, 1, known, store.get_or_sample(RID, 1, known))
+    finally:
+        store.close()
+    tmpfs_remount(tmpfs, "ro")
+    outcome = ""
+    try:
+        try:
+            ro = open_store(url, create=False)
+        except QveilError as exc:
+            outcome = f"open refused: {type(exc).__name__}: {exc}"
+        else:
+            try:
+                assert np.array_equal(
+                    ro.get_or_sample(RID, 1, known), [answered[(1, x)] for x in known.tolist()]
+                )
+                with pytest.raises(Unavailable):
+                    ro.get_or_sample(RID, 1, rng.uniform(size=10))
+                assert ro.count_points(RID, 1) == len(known)
+                outcome = "known points answered, new points Unavailable"
+            finally:
+                ro.close()
+    finally:
+        tmpfs_remount(tmpfs, "rw")
+    store = open_store(url, rng=seeded_rng(95))
+    try:
+        xs = rng.uniform(size=10)
+        _record(answered, 1, xs, store.get_or_sample(RID, 1, xs))
+    finally:
+        store.close()
+    checked = _check_all_stored(url, answered)
+    report("fault_sqlite_read_only", outcome=outcome, answers_rechecked=checked)
+
+
+# ---------------------------------------------------------------- PostgreSQL -------------
+
+
+def _admin(url: str):  # type: ignore[no-untyped-def]
+    import psycopg
+
+    return psycopg.connect(url, autocommit=True, connect_timeout=5)
+
+
+def _terminate(admin_url: str, db: str) -> int:
+    with _admin(admin_url) as conn:
+        rows = conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = %s AND pid <> pg_backend_pid()",
+            (db,),
+        ).fetchall()
+    return len(rows)
+
+
+def _retry_new_points(
+    store,
+    rng: np.random.Generator,
+    answered: dict[tuple[int, float], float],  # type: ignore[no-untyped-def]
+    *,
+    within: float,
+) -> float:
+    """Call with new points until one commits (the store recovering by itself)."""
+    t0 = time.monotonic()
+    last: Exception | None = None
+    while time.monotonic() - t0 < within:
+        xs = rng.uniform(size=5)
+        try:
+            _record(answered, 0, xs, store.get_or_sample(RID, 0, xs))
+            return time.monotonic() - t0
+        except Unavailable as exc:
+            last = exc
+            time.sleep(0.1)
+    pytest.fail(f"store did not recover within {within}s; last error: {last}")
+
+
+@pytest.mark.postgres
+def test_postgres_read_only_then_writable_again(pg_url: str, pg_available: str) -> None:
+    """The database turns read-only (default_transaction_read_only, then the store's sessions
+    are cut, as in a failover to a read-only node): new points fail with Unavailable and store
+    nothing; known points are still answered; when it is writable again (and the read-only
+    sessions are cut again), the same store object commits again by itself."""
+    db = urlparse(pg_url).path.lstrip("/")
+    store = open_store(pg_url, rng=seeded_rng(96))
+    answered: dict[tuple[int, float], float] = {}
+    rng = np.random.default_rng(97)
+    try:
+        _release(store)
+        known = rng.uniform(size=100)
+        g_known = store.get_or_sample(RID, 0, known)
+        _record(answered, 0, known, g_known)
+        with _admin(pg_available) as conn:
+            conn.execute(f'ALTER DATABASE "{db}" SET default_transaction_read_only = on')
+        _terminate(pg_available, db)
+        before = store.count_points(RID, 0)
+        failures = Counter[str]()
+        for _ in range(3):
+            try:
+                store.get_or_sample(RID, 0, rng.uniform(size=10))
+                pytest.fail("a read-only database committed new points")
+            except Unavailable:
+                failures["UNAVAILABLE"] += 1
+            except QveilError as exc:
+                pytest.fail(f"read-only must be Unavailable, got {type(exc).__name__}: {exc}")
+        assert store.count_points(RID, 0) == before
+        assert np.array_equal(store.get_or_sample(RID, 0, known), g_known)
+        with _admin(pg_available) as conn:
+            conn.execute(f'ALTER DATABASE "{db}" RESET default_transaction_read_only')
+        _terminate(pg_available, db)
+        recovery_s = _retry_new_points(store, rng, answered, within=15.0)
+    finally:
+        with _admin(pg_available) as conn:
+            conn.execute(f'ALTER DATABASE "{db}" RESET default_transaction_read_only')
+        store.close()
+    checked = _check_all_stored(pg_url, answered)
+    report(
+        "fault_postgres_read_only",
+        failed_cleanly=failures["UNAVAILABLE"],
+        recovery_s=recovery_s,
+        answers_rechecked=checked,
+    )
+
+
+def _pg_cluster_restart() -> None:
+    version = sorted(os.listdir("/etc/postgresql"))[-1]
+    subprocess.run(
+        ["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "restart"],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.postgres
+def test_postgres_connections_cut_while_streaming(pg_url: str, pg_available: str) -> None:
+    """Four threads stream new points while the store's PostgreSQL sessions are terminated
+    again and again (pg_terminate_backend; full form with QVEIL_PG_RESTART=1: the machine's
+    cluster is restarted once too). Calls may fail with Unavailable, never otherwise; every
+    value any call returned is stored unchanged; calls succeed again after the last cut."""
+    db = urlparse(pg_url).path.lstrip("/")
+    store = open_store(pg_url, rng=seeded_rng(98))
+    _release(store)
+    answered: dict[tuple[int, float], float] = {}
+    lock = threading.Lock()
+    codes: Counter[str] = Counter()
+    unexpected: list[str] = []
+    stop = threading.Event()
+
+    def stream(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        while not stop.is_set():
+            xs = rng.uniform(size=20)
+            a = int(rng.integers(2))
+            try:
+                gs = store.get_or_sample(RID, a, xs)
+            except Unavailable:
+                with lock:
+                    codes["UNAVAILABLE"] += 1
+                time.sleep(0.05)
+                continue
+            except Exception as exc:  # noqa: BLE001 - recorded and asserted below
+                with lock:
+                    unexpected.append(f"{type(exc).__name__}: {exc}")
+                continue
+            with lock:
+                codes["OK"] += 1
+                _record(answered, a, xs, gs)
+
+    cuts = int(scale(5, 25))
+    restart = FULL and os.environ.get("QVEIL_PG_RESTART") == "1"
+    threads = [threading.Thread(target=stream, args=(100 + i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    terminated = 0
+    try:
+        for i in range(cuts):
+            time.sleep(0.4)
+            terminated += _terminate(pg_available, db)
+            if restart and i == cuts // 2:
+                _pg_cluster_restart()
+        time.sleep(0.2)
+        ok_before_end = codes["OK"]
+        time.sleep(1.0)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=30)
+    try:
+        recovery_s = _retry_new_points(store, np.random.default_rng(99), answered, within=15.0)
+    finally:
+        store.close()
+    assert not unexpected, f"errors other than Unavailable: {unexpected[:5]}"
+    assert codes["OK"] > ok_before_end or recovery_s < 15.0
+    checked = _check_all_stored(pg_url, answered)
+    report(
+        "fault_postgres_connections_cut",
+        cuts=cuts,
+        backends_terminated=terminated,
+        cluster_restarted=restart,
+        calls_ok=codes["OK"],
+        calls_unavailable=codes["UNAVAILABLE"],
+        answers_rechecked=checked,
+        recovery_s=recovery_s,
+    )

@@ -1,0 +1,284 @@
+"""Server throughput and latency over loopback -> docs/benchmarks.md, section "server".
+
+    .venv/bin/python benchmarks/bench_server.py [--seconds 3] [--concurrency 8]
+
+Closed loop: ``concurrency`` grpc.aio calls in flight from this process for ``seconds`` per
+cell. Cells: GetValues with batches of 1, 64 and 1024 states (all actions), of *repeated*
+states (a pool stored beforehand, answered from the store's memory) and of *new* states
+(fresh uniform draws: each a durable conditional sample), against one `qveil serve` process
+and two (same SQLite store, calls alternated between them). Ceilings in the same run:
+a bare grpc.aio echo server (same messages, no work), the same echo server plus the numpy
+MLP forward (the "bare gRPC + MLP" ceiling), and the raw store (``get_or_sample`` in
+process, one thread). Ratios are against those ceilings (issue 6 targets: repeated batches
+>= 0.5 x gRPC + MLP; single queries >= 0.5 x echo).
+
+The machine has 2 cores shared by the client, the server(s) and SQLite, so the two-process
+rows are bounded by the CPU, not by the server design; compare within one run only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import grpc
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _report import table, write_section  # noqa: E402
+
+from qveil.v1 import value_service_pb2 as pb  # noqa: E402
+from qveil.v1 import value_service_pb2_grpc as pb_grpc  # noqa: E402
+
+LO, HI, M = 0.0, 1.0, 2
+POOL = 4096
+
+
+def make_bundle(path: Path) -> Path:
+    """A LineWalk-shaped bundle: MLP 1-64-64-2 (the trainer's usual size), output mode."""
+    from qveil.bundle import build_card, lipschitz_bound, write_bundle
+    from qveil.privacy import E3_SETTINGS, PrivacyParams, account
+
+    rng = np.random.default_rng(0)
+    w = {"W0": rng.normal(size=(64, 1)), "b0": rng.normal(size=64) * 0.1,
+         "W1": rng.normal(size=(64, 64)) / 8, "b1": rng.normal(size=64) * 0.1,
+         "W2": rng.normal(size=(M, 64)) / 8, "b2": rng.normal(size=M) * 0.1}
+    lip = max(lipschitz_bound(w), 1.0)
+    params = PrivacyParams(mode="output", sigma=1.0,
+                           **{**E3_SETTINGS, "lipschitz": lip, "actions": M})
+    card = build_card(env_id="qveil/LineWalk-v0", interval=(LO, HI), actions=M,
+                      hyperparameters={"benchmark": True}, privacy_result=account(params),
+                      lipschitz=lip, seeded=True)
+    return write_bundle(path, card=card, weights=w, config_toml="", learning_curve_png=b"",
+                        training_log_rows=[{"episode": 0, "return": 0.0}])
+
+
+# ----------------------------------------------------------------------------- echo server
+def echo_server(port_file: str, bundle: str | None) -> None:
+    """A bare grpc.aio ValueService: answers GetValues with zeros (or the MLP forward when
+    ``bundle`` is given), no auth, no store, no validation beyond the forward's own."""
+
+    async def main() -> None:
+        weights = None
+        if bundle:
+            from qveil.bundle import load_bundle
+
+            weights = load_bundle(bundle, verify=False)
+
+        class Echo(pb_grpc.ValueServiceServicer):
+            async def GetValues(self, request, context):  # noqa: N802
+                n = len(request.states)
+                if weights is None:
+                    vals = np.zeros(n * M)
+                else:
+                    xs = np.fromiter(request.states, dtype=np.float64, count=n)
+                    vals = weights.q_values_unit(xs).ravel()
+                return pb.GetValuesResponse(release_id="echo", actions=list(range(M)),
+                                            values=vals.tolist())
+
+        server = grpc.aio.server()
+        pb_grpc.add_ValueServiceServicer_to_server(Echo(), server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        Path(port_file).write_text(str(port))
+        await server.wait_for_termination()
+
+    asyncio.run(main())
+
+
+def spawn(args: list[str], port_file: Path, timeout: float = 60) -> tuple[subprocess.Popen, int]:
+    port_file.unlink(missing_ok=True)
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    t0 = time.monotonic()
+    while not port_file.exists() or not port_file.read_text().strip():
+        if proc.poll() is not None:
+            raise RuntimeError(f"{args} exited: {proc.stderr.read().decode()}")
+        if time.monotonic() - t0 > timeout:
+            raise RuntimeError(f"{args} did not start")
+        time.sleep(0.05)
+    return proc, int(port_file.read_text())
+
+
+def wait_ready(target: str) -> None:
+    with grpc.insecure_channel(target) as ch:
+        stub = pb_grpc.ValueServiceStub(ch)
+        for _ in range(300):
+            try:
+                stub.GetValues(pb.GetValuesRequest(states=[0.5]), timeout=5)
+                return
+            except grpc.RpcError:
+                time.sleep(0.1)
+    raise RuntimeError(f"{target} never answered")
+
+
+# ----------------------------------------------------------------------------- load
+async def closed_loop(targets: list[str], batch: int, kind: str, seconds: float,
+                      concurrency: int, pool: np.ndarray) -> dict[str, float]:
+    chans = [grpc.aio.insecure_channel(t) for t in targets]
+    stubs = [pb_grpc.ValueServiceStub(c) for c in chans]
+    rng = np.random.default_rng(batch * 7 + len(targets))
+    lat: list[float] = []
+    errors = 0
+    stop_at = time.perf_counter() + seconds
+
+    async def worker(i: int) -> None:
+        nonlocal errors
+        k = i
+        while time.perf_counter() < stop_at:
+            states = (rng.choice(pool, size=batch) if kind == "repeated"
+                      else rng.uniform(LO, HI, size=batch))
+            req = pb.GetValuesRequest(states=states.tolist())
+            t0 = time.perf_counter()
+            try:
+                await stubs[k % len(stubs)].GetValues(req, timeout=60)
+                lat.append(time.perf_counter() - t0)
+            except grpc.aio.AioRpcError:
+                errors += 1
+            k += 1
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker(i) for i in range(concurrency)))
+    wall = time.perf_counter() - t0
+    for c in chans:
+        await c.close()
+    a = np.array(lat) * 1000
+    return {"calls_s": len(lat) / wall, "states_s": len(lat) * batch / wall,
+            "p50_ms": float(np.percentile(a, 50)) if a.size else float("nan"),
+            "p99_ms": float(np.percentile(a, 99)) if a.size else float("nan"),
+            "errors": errors}
+
+
+def store_ceiling(url: str, release_id: str, pool_unit: np.ndarray, seconds: float
+                  ) -> dict[tuple[str, int], float]:
+    """States/s of store.get_or_sample in this process (one thread, all actions)."""
+    from qveil.server.store import open_store
+
+    out = {}
+    store = open_store(url)
+    try:
+        rng = np.random.default_rng(5)
+        for kind in ("repeated", "new"):
+            for batch in (1, 64, 1024):
+                n = 0
+                t0 = time.perf_counter()
+                while time.perf_counter() - t0 < seconds / 2:
+                    xs = (rng.choice(pool_unit, size=batch) if kind == "repeated"
+                          else rng.uniform(0, 1, size=batch))
+                    for a in range(M):
+                        store.get_or_sample(release_id, a, xs)
+                    n += batch
+                out[(kind, batch)] = n / (time.perf_counter() - t0)
+    finally:
+        store.close()
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seconds", type=float, default=3.0)
+    ap.add_argument("--concurrency", type=int, default=8)
+    ap.add_argument("--echo-server", help=argparse.SUPPRESS)
+    ap.add_argument("--echo-bundle", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.echo_server:
+        echo_server(args.echo_server, args.echo_bundle)
+        return 0
+
+    qveil = str(Path(sys.executable).parent / "qveil")
+    procs: list[subprocess.Popen] = []
+    with tempfile.TemporaryDirectory(prefix="qveil-bench-") as tmpd:
+        tmp = Path(tmpd)
+        bundle = make_bundle(tmp / "bundle")
+        store = f"sqlite:///{tmp / 'store.sqlite'}"
+        pool = np.random.default_rng(1).uniform(LO, HI, size=POOL)
+        rows: list[list[object]] = []
+        results: dict[tuple[str, int, str], dict[str, float]] = {}
+        try:
+            servers = []
+            for i in range(2):
+                p, port = spawn([qveil, "serve", "--bundle", str(bundle), "--store", store,
+                                 "--listen", "127.0.0.1:0", "--port-file",
+                                 str(tmp / f"s{i}.port"), "--max-in-flight", "1024"],
+                                tmp / f"s{i}.port")
+                procs.append(p)
+                servers.append(f"127.0.0.1:{port}")
+                wait_ready(servers[-1])
+            echo_p, echo_port = spawn([sys.executable, __file__, "--echo-server",
+                                       str(tmp / "e.port")], tmp / "e.port")
+            mlp_p, mlp_port = spawn([sys.executable, __file__, "--echo-server",
+                                     str(tmp / "m.port"), "--echo-bundle", str(bundle)],
+                                    tmp / "m.port")
+            procs += [echo_p, mlp_p]
+            # store the pool once (repeated points are then answered from memory)
+            with grpc.insecure_channel(servers[0]) as ch:
+                stub = pb_grpc.ValueServiceStub(ch)
+                for chunk in np.array_split(pool, 4):
+                    stub.GetValues(pb.GetValuesRequest(states=chunk.tolist()), timeout=120)
+                for t in servers[1:]:
+                    with grpc.insecure_channel(t) as ch2:
+                        pb_grpc.ValueServiceStub(ch2).GetValues(
+                            pb.GetValuesRequest(states=pool.tolist()), timeout=120)
+
+            def run(targets: list[str], batch: int, kind: str) -> dict[str, float]:
+                return asyncio.run(closed_loop(targets, batch, kind, args.seconds,
+                                               args.concurrency, pool))
+
+            for batch in (1, 64, 1024):
+                results[("echo", batch, "-")] = run([f"127.0.0.1:{echo_port}"], batch,
+                                                    "repeated")
+                results[("echo+mlp", batch, "-")] = run([f"127.0.0.1:{mlp_port}"], batch,
+                                                        "repeated")
+                for kind in ("repeated", "new"):
+                    results[("qveil x1", batch, kind)] = run(servers[:1], batch, kind)
+                    results[("qveil x2", batch, kind)] = run(servers, batch, kind)
+                print(f"batch {batch} done", file=sys.stderr, flush=True)
+        finally:
+            for p in procs:
+                p.send_signal(signal.SIGTERM)
+            for p in procs:
+                try:
+                    p.wait(30)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+        from qveil.bundle import load_bundle
+
+        rid = load_bundle(bundle, verify=False).bundle_id
+        raw = store_ceiling(store, rid, pool - LO / (HI - LO), args.seconds)
+
+    for (what, batch, kind), r in results.items():
+        echo = results[("echo", batch, "-")]["states_s"]
+        mlp = results[("echo+mlp", batch, "-")]["states_s"]
+        rows.append([what, kind, batch, r["calls_s"], r["states_s"], r["p50_ms"], r["p99_ms"],
+                     r["states_s"] / echo, r["states_s"] / mlp, int(r["errors"])])
+    store_rows = [[kind, batch, v] for (kind, batch), v in raw.items()]
+    r1 = results[("qveil x1", 1, "repeated")]["states_s"] / results[("echo", 1, "-")]["states_s"]
+    rb = {b: results[("qveil x1", b, "repeated")]["states_s"]
+          / results[("echo+mlp", b, "-")]["states_s"] for b in (64, 1024)}
+    body = "\n\n".join([
+        f"Closed loop, {args.concurrency} calls in flight from one grpc.aio client process, "
+        f"{args.seconds:g} s per row; GetValues over all {M} actions of an MLP 1-64-64-{M}; "
+        "SQLite store (WAL, synchronous=FULL); 'states/s' counts states (each answered for "
+        f"every action). Ratios are states/s over the echo and echo+MLP ceilings of the same "
+        "batch size.",
+        table(["server", "points", "batch", "calls/s", "states/s", "p50 ms", "p99 ms",
+               "/ echo", "/ echo+MLP", "errors"], rows),
+        "Raw store ceiling (`get_or_sample` in process, one thread, all actions):",
+        table(["points", "batch", "states/s"], store_rows),
+        f"Targets (issue 6): single repeated queries / echo = {r1:.2f} (target >= 0.5); "
+        f"repeated batches / (gRPC + MLP) = {rb[64]:.2f} at 64, {rb[1024]:.2f} at 1024 "
+        "(target >= 0.5).",
+    ])
+    write_section("server", "Server: throughput and latency over loopback",
+                  "python benchmarks/bench_server.py", body)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

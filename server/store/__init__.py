@@ -1,0 +1,77 @@
+"""qveil.server.store: the persistent per-action GP sample-path store (issue 4).
+
+``open_store(url)`` gives a :class:`SamplePathStore` on one of three backends:
+
+* ``memory://`` (private) or ``memory://NAME`` (process-global, reopenable): tests, training;
+* ``sqlite:////abs/path.sqlite``: the embedded default (WAL, synchronous=FULL, BEGIN IMMEDIATE);
+* ``postgresql+psycopg://user@host:port/db``: several replicas sharing one store.
+
+``get_or_sample(release_id, action, xs)`` returns each state's stored noise, drawing new states
+exactly given their stored neighbours (qveil.noise) and committing them durably first.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from qveil.errors import InvalidArgument
+from qveil.rng import NormalSource
+from qveil.server.store.base import InsertRecord, NoisePoint, ReleaseRecord, SamplePathStore
+from qveil.server.store.integrity import ActionIntegrity, IntegrityReport
+
+__all__ = [
+    "ActionIntegrity",
+    "DEFAULT_URL_ENV",
+    "InsertRecord",
+    "IntegrityReport",
+    "NoisePoint",
+    "ReleaseRecord",
+    "SamplePathStore",
+    "default_url",
+    "open_store",
+]
+
+#: Environment variable naming the store URL when ``open_store`` gets none.
+DEFAULT_URL_ENV = "QVEIL_STORE_URL"
+
+
+def default_url() -> str:
+    """``$QVEIL_STORE_URL``, else ``sqlite:///$QVEIL_HOME/store.sqlite`` (QVEIL_HOME defaults
+    to ~/.local/share/qveil)."""
+    url = os.environ.get(DEFAULT_URL_ENV)
+    if url:
+        return url
+    home = Path(os.environ.get("QVEIL_HOME", "~/.local/share/qveil")).expanduser()
+    home.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{home.resolve() / 'store.sqlite'}"
+
+
+def open_store(
+    url: str | None = None,
+    *,
+    rng: NormalSource | int | None = None,
+    create: bool = True,
+    key: bytes | None = None,
+    busy_timeout: float = 30.0,
+    **options: object,
+) -> SamplePathStore:
+    """Open (and migrate, with ``create``) a store; refuses unsafe durability settings.
+
+    ``rng=None`` draws release noise from OS entropy (the only production setting; a seed is
+    for tests). ``key``: HMAC key of the integrity chain (default: ``$QVEIL_STORE_KEY`` if
+    set, else plain SHA-256). ``create=False`` refuses a missing or unmigrated database.
+    """
+    if url is None:
+        url = default_url()
+    if not isinstance(url, str):
+        raise InvalidArgument(f"store URL must be a string, got {url!r}")
+    if key is None and os.environ.get("QVEIL_STORE_KEY"):
+        key = os.environ["QVEIL_STORE_KEY"].encode("utf-8")
+    if url.startswith("memory:"):
+        from qveil.server.store.memory import MemoryStore
+        name = url[len("memory:"):].lstrip("/")
+        return MemoryStore(name, rng=rng, key=key)
+    from qveil.server.store.sql import SQLStore
+    return SQLStore(url, rng=rng, key=key, create=create, busy_timeout=busy_timeout,
+                    **options)  # type: ignore[arg-type]

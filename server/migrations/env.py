@@ -1,0 +1,48 @@
+"""Alembic environment of the sample-path store. Run programmatically by
+:func:`qveil.server.store.migrate.upgrade` (which passes an open connection in
+``config.attributes["connection"]``); ``alembic`` on the command line also works with
+``-x url=...``."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import context
+
+from qveil.server.store.models import metadata
+
+config = context.config
+
+#: pg_advisory_xact_lock key that serialises concurrent migrations on PostgreSQL
+MIGRATION_LOCK_KEY = 0x71_76_65_69_6C_4D_49_47  # "qveilMIG"
+
+
+def _run(connection: sa.Connection) -> None:
+    context.configure(
+        connection=connection,
+        target_metadata=metadata,
+        render_as_batch=connection.dialect.name == "sqlite",
+        compare_type=True,
+    )
+    with context.begin_transaction():
+        if connection.dialect.name == "postgresql":
+            connection.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"),
+                               {"k": MIGRATION_LOCK_KEY})
+        context.run_migrations()
+
+
+def run_migrations_online() -> None:
+    connection = config.attributes.get("connection")
+    if connection is not None:
+        _run(connection)
+        return
+    url = context.get_x_argument(as_dictionary=True).get("url") or config.get_main_option(
+        "sqlalchemy.url")
+    engine = sa.create_engine(url)
+    with engine.connect() as conn:
+        _run(conn)
+    engine.dispose()
+
+
+if context.is_offline_mode():
+    raise SystemExit("offline (SQL script) migrations are not supported; pass -x url=...")
+run_migrations_online()

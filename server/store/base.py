@@ -1,0 +1,522 @@
+"""The store's interface and the backend-independent part of ``get_or_sample``.
+
+Every backend keeps, per (release, action), an in-process copy of the committed points: a
+sorted map x -> g plus the high-water mark (largest seq seen) and the head hash. Values never
+change, so a state found in the copy is answered without touching the database (cached hits
+are always right). A state not in the copy is resolved under the per-(release, action) lock
+(a process-wide thread lock, plus the backend's cross-process lock: SQLite ``BEGIN
+IMMEDIATE``, PostgreSQL ``pg_advisory_xact_lock``), *inside* one write transaction:
+
+1. read from the database every row committed since the copy's high-water mark (seq order),
+   so any neighbour another thread, process or replica inserted is known;
+2. restore an :class:`~qveil.noise.OUSamplePath` from the nearest stored point on each side of
+   every new state and call ``.sample(new)``: by the Markov property of the OU kernel that
+   is the exact joint conditional law (NOTES-privacy section 1); the store does no math;
+3. insert the new rows (seq = high-water + 1, ..., chained hashes), re-read them and compare
+   (a row that is not ours means a lost race: roll back and retry the whole transaction);
+4. commit durably; only then add the new points to the copy and return them.
+
+A value drawn in an attempt that fails is never returned and never enters the copy.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+import time
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+from sortedcontainers import SortedDict
+
+from qveil.errors import IntegrityError, InvalidArgument, NotFound, QveilError, Unavailable
+from qveil.noise import OUSamplePath, validate_unit_states
+from qveil.rng import NormalSource, resolve_rng
+from qveil.server.store.integrity import (
+    ChainHasher,
+    IntegrityReport,
+    verify_chain,
+)
+from qveil.server.store.models import RELEASE_STATUSES
+
+__all__ = ["InsertRecord", "NoisePoint", "ReleaseRecord", "Row", "SamplePathStore"]
+
+FloatArray = npt.NDArray[np.float64]
+#: A stored row as the backends exchange it: (seq, x, g, created_at, hash hex).
+Row = tuple[int, float, float, float, str]
+
+_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,127}$")
+MAX_ATTEMPTS = 8
+
+
+@dataclass(frozen=True)
+class ReleaseRecord:
+    """One release's noise parameters (beta on the unit interval) and status."""
+
+    release_id: str
+    fingerprint: str
+    sigma: float
+    beta: float
+    interval: tuple[float, float]
+    n_actions: int
+    status: str
+    created_at: datetime
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["interval"] = list(self.interval)
+        d["created_at"] = self.created_at.isoformat()
+        return d
+
+
+@dataclass(frozen=True, slots=True)
+class NoisePoint:
+    """A stored noise value: per-action insertion ``seq``, unit state ``x``, value ``g``,
+    ``created_at`` (unix seconds, UTC) and its chain ``hash`` (hex)."""
+
+    seq: int
+    x: float
+    g: float
+    created_at: float
+    hash: str
+
+    @property
+    def created_datetime(self) -> datetime:
+        return datetime.fromtimestamp(self.created_at, UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class InsertRecord:
+    """Debug record of one insertion: what it saw (nearest committed-or-earlier-in-batch
+    neighbours) when it was drawn. Used by the concurrency tests."""
+
+    seq: int
+    x: float
+    g: float
+    left: float | None
+    right: float | None
+
+
+class _ActionState:
+    """The in-process copy of one (release, action): every committed point with seq <= hw."""
+
+    __slots__ = ("values", "hw", "head")
+
+    def __init__(self, head: bytes) -> None:
+        self.values: SortedDict = SortedDict()
+        self.hw = 0
+        self.head = head
+
+
+class WriteTxn(Protocol):
+    """One write transaction of a backend, holding the cross-process lock of its action."""
+
+    def fetch_since(self, hw: int) -> Sequence[Row]: ...
+    def head(self) -> tuple[int, str | None]: ...
+    def insert(self, rows: Sequence[Row]) -> None: ...
+    def confirm(self, rows: Sequence[Row]) -> bool: ...
+
+
+class Retry(Exception):  # noqa: N818 - control flow, not an error
+    """Raised inside a write attempt: roll back and run the whole transaction again."""
+
+
+_LOCKS: dict[tuple[str, str, int], threading.Lock] = {}
+_LOCKS_GUARD = threading.Lock()
+
+
+def _process_lock(identity: str, release_id: str, action: int) -> threading.Lock:
+    key = (identity, release_id, action)
+    lock = _LOCKS.get(key)
+    if lock is None:
+        with _LOCKS_GUARD:
+            lock = _LOCKS.setdefault(key, threading.Lock())
+    return lock
+
+
+def validate_release_fields(
+    *, release_id: str, fingerprint: str, sigma: float, beta: float,
+    interval: tuple[float, float], n_actions: int, status: str,
+) -> tuple[str, str, float, float, tuple[float, float], int, str]:
+    """Check and normalise the fields of a new release (InvalidArgument on any bad one)."""
+    if not isinstance(release_id, str) or not _ID_RE.match(release_id):
+        raise InvalidArgument(
+            f"release_id must be 1-128 characters of [A-Za-z0-9._:@+-], got {release_id!r}")
+    if not isinstance(fingerprint, str) or not 0 < len(fingerprint) <= 256:
+        raise InvalidArgument("fingerprint must be a non-empty string of <= 256 characters")
+    try:
+        s, b = float(sigma), float(beta)
+        lo, hi = (float(v) for v in interval)
+    except (TypeError, ValueError):
+        raise InvalidArgument("sigma, beta and interval must be numbers") from None
+    if not math.isfinite(s) or s < 0:
+        raise InvalidArgument(f"sigma must be a finite number >= 0, got {sigma!r}")
+    if not math.isfinite(b) or b <= 0:
+        raise InvalidArgument(f"beta must be a finite number > 0, got {beta!r}")
+    if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+        raise InvalidArgument(f"interval needs finite lo < hi, got {interval!r}")
+    if isinstance(n_actions, bool) or not isinstance(n_actions, int | np.integer) \
+            or n_actions < 1:
+        raise InvalidArgument(f"n_actions must be an integer >= 1, got {n_actions!r}")
+    check_status(status)
+    return release_id, fingerprint, s, b, (lo, hi), int(n_actions), status
+
+
+def check_status(status: str) -> str:
+    if status not in RELEASE_STATUSES:
+        raise InvalidArgument(f"status must be one of {RELEASE_STATUSES}, got {status!r}")
+    return status
+
+
+def check_action(action: int, n_actions: int) -> int:
+    if isinstance(action, bool) or not isinstance(action, int | np.integer):
+        raise InvalidArgument(f"action must be an integer, got {action!r}")
+    a = int(action)
+    if not 0 <= a < n_actions:
+        raise InvalidArgument(f"action {a} is out of range [0, {n_actions})")
+    return a
+
+
+class SamplePathStore(ABC):
+    """Persistent per-(release, action) GP sample paths (see the module docstring).
+
+    ``rng=None`` (production) draws from OS entropy; a seed is for tests only. ``key``
+    (bytes) makes the integrity chain an HMAC under that server key.
+    """
+
+    #: backend name ("memory", "sqlite", "postgresql")
+    backend = "abstract"
+
+    def __init__(self, *, identity: str, rng: NormalSource | int | None = None,
+                 key: bytes | None = None) -> None:
+        self._identity = identity
+        self._rng = resolve_rng(rng)
+        self._hasher = ChainHasher(key)
+        self._rel_cache: dict[str, ReleaseRecord] = {}
+        self._states: dict[tuple[str, int], _ActionState] = {}
+        self._states_guard = threading.Lock()
+        self._closed = False
+        self._insert_hook: Callable[[str, int, list[InsertRecord]], None] | None = None
+        self._serialize = True  # False only in the test-only broken mode
+
+    # -- backend hooks ----------------------------------------------------------------------
+
+    @abstractmethod
+    def _db_insert_release(self, rec: ReleaseRecord) -> bool:
+        """Insert; False when the id exists (nothing changed)."""
+
+    @abstractmethod
+    def _db_get_release(self, release_id: str) -> ReleaseRecord | None: ...
+
+    @abstractmethod
+    def _db_list_releases(self) -> list[ReleaseRecord]: ...
+
+    @abstractmethod
+    def _db_set_status(self, release_id: str, status: str) -> bool: ...
+
+    @abstractmethod
+    def _db_fetch_since(self, release_id: str, action: int, hw: int) -> Sequence[Row]:
+        """Rows with seq > hw in seq order (a read, no lock)."""
+
+    @abstractmethod
+    def _db_write_txn(self, release_id: str, action: int) -> AbstractContextManager[WriteTxn]:
+        """A write transaction holding the action's cross-process lock; commits on clean
+        exit (durably, before returning), rolls back on an exception. Backend errors come
+        out as Unavailable / IntegrityError / :class:`Retry`."""
+
+    @abstractmethod
+    def _db_iter_rows(self, release_id: str, action: int | None) -> Iterator[tuple[int, Row]]:
+        """(action, row) in (action, seq) order."""
+
+    @abstractmethod
+    def _db_count(self, release_id: str | None, action: int | None) -> int: ...
+
+    @abstractmethod
+    def _db_import(self, rec: ReleaseRecord, rows: dict[int, list[Row]]) -> None:
+        """Insert a release and all its rows in one transaction (InvalidArgument if it exists)."""
+
+    def _db_close(self) -> None:  # noqa: B027 - optional hook
+        """Release the backend's resources (default: nothing)."""
+
+    # -- releases ---------------------------------------------------------------------------
+
+    def create_release(
+        self, *, release_id: str, fingerprint: str, sigma: float, beta: float,
+        interval: tuple[float, float], n_actions: int, status: str = "staged",
+    ) -> ReleaseRecord:
+        """Register a release. Idempotent for identical parameters; a different release under
+        an existing id is refused (InvalidArgument)."""
+        self._check_open()
+        rid, fp, s, b, iv, m, st = validate_release_fields(
+            release_id=release_id, fingerprint=fingerprint, sigma=sigma, beta=beta,
+            interval=interval, n_actions=n_actions, status=status)
+        rec = ReleaseRecord(rid, fp, s, b, iv, m, st, datetime.now(UTC))
+        if self._db_insert_release(rec):
+            self._rel_cache[rid] = rec
+            return rec
+        old = self.get_release(rid)
+        if (old.fingerprint, old.sigma, old.beta, old.interval, old.n_actions) != (fp, s, b, iv, m):
+            raise InvalidArgument(
+                f"release {rid!r} already exists with different parameters "
+                f"(fingerprint {old.fingerprint!r}, sigma {old.sigma!r}, beta {old.beta!r}, "
+                f"interval {old.interval!r}, n_actions {old.n_actions})")
+        return old
+
+    def get_release(self, release_id: str) -> ReleaseRecord:
+        """The release's current record (status read from the database), or NotFound."""
+        self._check_open()
+        if not isinstance(release_id, str):
+            raise InvalidArgument(f"release_id must be a string, got {release_id!r}")
+        rec = self._db_get_release(release_id)
+        if rec is None:
+            raise NotFound(f"no release {release_id!r} in this store")
+        self._rel_cache[release_id] = rec
+        return rec
+
+    def list_releases(self) -> list[ReleaseRecord]:
+        self._check_open()
+        return self._db_list_releases()
+
+    def set_release_status(self, release_id: str, status: str) -> ReleaseRecord:
+        self._check_open()
+        check_status(status)
+        if not self._db_set_status(release_id, status):
+            raise NotFound(f"no release {release_id!r} in this store")
+        return self.get_release(release_id)
+
+    def _release(self, release_id: str) -> ReleaseRecord:
+        rec = self._rel_cache.get(release_id)
+        return rec if rec is not None else self.get_release(release_id)
+
+    # -- noise ------------------------------------------------------------------------------
+
+    def _state(self, release_id: str, action: int) -> _ActionState:
+        key = (release_id, action)
+        st = self._states.get(key)
+        if st is None:
+            with self._states_guard:
+                st = self._states.get(key)
+                if st is None:
+                    st = _ActionState(self._hasher.genesis(release_id, action))
+                    self._states[key] = st
+        return st
+
+    @staticmethod
+    def _apply(st: _ActionState, rows: Sequence[Row]) -> None:
+        """Add committed rows (consecutive seqs after st.hw) to the in-process copy."""
+        if not rows:
+            return
+        values = st.values
+        expect = st.hw + 1
+        for seq, x, g, _c, _h in rows:
+            if seq != expect:
+                raise IntegrityError(
+                    f"noise log has a gap or reorder: expected seq {expect}, found {seq}; "
+                    "refusing to sample against an incomplete path (run verify)")
+            old = values.get(x)
+            if old is not None and old != g:
+                raise IntegrityError(f"state {x!r} stored with two values {old!r} and {g!r}")
+            values[x] = g
+            expect += 1
+        st.hw = expect - 1
+        st.head = bytes.fromhex(rows[-1][4])
+
+    def get_or_sample(self, release_id: str, action: int, xs: npt.ArrayLike) -> FloatArray:
+        """g_action(x) for each unit state of ``xs``: stored values as stored, new states drawn
+        exactly given their stored neighbours and committed durably before this returns.
+
+        Duplicates get one value; bad input raises InvalidArgument and stores nothing.
+        """
+        self._check_open()
+        rel = self._release(release_id)
+        a = check_action(action, rel.n_actions)
+        xl: list[float] = validate_unit_states(xs).tolist()
+        st = self._state(release_id, a)
+        get = st.values.get
+        out = [get(v) for v in xl]
+        if None in out:
+            missing = [v for v in dict.fromkeys(xl) if get(v) is None]
+            self._resolve(rel, a, st, missing)
+            out = [get(v) for v in xl]
+        return np.array(out, dtype=np.float64)
+
+    def _resolve(self, rel: ReleaseRecord, a: int, st: _ActionState,
+                 missing: list[float]) -> None:
+        rid = rel.release_id
+        lock = _process_lock(self._identity, rid, a) if self._serialize else _NullLock()
+        with lock:
+            # committed rows this process has not seen yet (a plain read: cheap, no lock)
+            self._apply(st, self._db_fetch_since(rid, a, st.hw))
+            new = [v for v in missing if v not in st.values]
+            if not new:
+                return
+            last: Exception | None = None
+            for attempt in range(MAX_ATTEMPTS):
+                try:
+                    with self._db_write_txn(rid, a) as tx:
+                        self._apply(st, tx.fetch_since(st.hw))
+                        new = [v for v in new if v not in st.values]
+                        if not new:
+                            return
+                        rows, seen = self._draw(rel, st, a, new, tx)
+                        tx.insert(rows)
+                        if not tx.confirm(rows):
+                            raise Retry("another writer stored rows concurrently")
+                    # committed durably: only now may the values be used
+                    if self._serialize:
+                        self._apply(st, rows)
+                    else:  # broken mode: seqs were taken from the database head
+                        self._apply(st, self._db_fetch_since(rid, a, st.hw))
+                    if self._insert_hook is not None and seen is not None:
+                        self._insert_hook(rid, a, seen)
+                    return
+                except Retry as exc:
+                    last = exc
+                    time.sleep(min(0.2, 0.002 * 2**attempt))
+            raise Unavailable(
+                f"store: could not commit new noise points of release {rid!r} action {a} "
+                f"after {MAX_ATTEMPTS} attempts ({last}); nothing was answered")
+
+    def _draw(self, rel: ReleaseRecord, st: _ActionState, a: int, new: list[float],
+              tx: WriteTxn) -> tuple[list[Row], list[InsertRecord] | None]:
+        """Sample ``new`` from the path restored from their stored neighbours; chain rows."""
+        values = st.values
+        keys = values.keys()
+        n = len(values)
+        nx: list[float] = []
+        ng: list[float] = []
+        for v in new:
+            i = values.bisect_left(v)
+            if i > 0:
+                k = keys[i - 1]
+                nx.append(k)
+                ng.append(values[k])
+            if i < n:
+                k = keys[i]
+                nx.append(k)
+                ng.append(values[k])
+        path = OUSamplePath.from_points(nx, ng, beta=rel.beta, sigma=rel.sigma, rng=self._rng)
+        seen: list[tuple[float | None, float | None]] | None = None
+        if self._insert_hook is None:
+            gs = path.sample(new).tolist()
+        else:  # the same draws one by one, recording what each one was conditioned on
+            seen, gs = [], []
+            for v in new:
+                left, right = path.neighbours(v)
+                seen.append((None if left is None else left[0],
+                             None if right is None else right[0]))
+                gs.append(float(path.sample([v])[0]))
+        if self._serialize:
+            seq, prev = st.hw, st.head
+        else:  # test-only broken mode: trust whatever the head is right now
+            seq, head = tx.head()
+            prev = bytes.fromhex(head) if head else self._hasher.genesis(rel.release_id, a)
+        now = time.time()
+        link = self._hasher.link
+        rows: list[Row] = []
+        for v, g in zip(new, gs, strict=True):
+            seq += 1
+            prev = link(prev, seq, v, g)
+            rows.append((seq, v, g, now, prev.hex()))
+        recs = None
+        if seen is not None:
+            recs = [InsertRecord(r[0], r[1], r[2], lft, rgt)
+                    for r, (lft, rgt) in zip(rows, seen, strict=True)]
+        return rows, recs
+
+    def iter_points(self, release_id: str, action: int) -> Iterator[NoisePoint]:
+        """Stored points of one action in insertion-sequence order (read from the database)."""
+        self._check_open()
+        a = check_action(action, self._release(release_id).n_actions)
+        for _a, (seq, x, g, c, h) in self._db_iter_rows(release_id, a):
+            yield NoisePoint(seq, x, g, c, h)
+
+    def count_points(self, release_id: str | None = None, action: int | None = None) -> int:
+        self._check_open()
+        if action is not None:
+            if release_id is None:
+                raise InvalidArgument("count_points: action needs a release_id")
+            check_action(action, self._release(release_id).n_actions)
+        elif release_id is not None:
+            self._release(release_id)
+        return self._db_count(release_id, action)
+
+    def cached_points(self, release_id: str, action: int) -> int:
+        """How many points of (release, action) this process holds in memory."""
+        st = self._states.get((release_id, int(action)))
+        return 0 if st is None else len(st.values)
+
+    # -- integrity, export ------------------------------------------------------------------
+
+    def verify(self, release_id: str, action: int | None = None) -> IntegrityReport:
+        """Recompute every chain of the release (or one action) from the database."""
+        self._check_open()
+        rel = self._release(release_id)
+        acts = range(rel.n_actions) if action is None else [check_action(action, rel.n_actions)]
+        results = []
+        for a in acts:
+            rows = ((s, x, g, h) for _a, (s, x, g, _c, h) in self._db_iter_rows(release_id, a))
+            results.append(verify_chain(release_id, a, rows, self._hasher))
+        return IntegrityReport(release_id=release_id, ok=all(r.ok for r in results),
+                               keyed=self._hasher.keyed, actions=tuple(results))
+
+    def export(self, release_id: str, path: str) -> int:
+        """Write the release and all its points as JSONL (see :mod:`.export`); returns rows."""
+        from qveil.server.store.export import export_release
+        self._check_open()
+        return export_release(self, release_id, path)
+
+    def import_(self, path: str) -> ReleaseRecord:
+        """Load a JSONL export, verifying counts, seqs and every chain link first."""
+        from qveil.server.store.export import import_release
+        self._check_open()
+        return import_release(self, path)
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def set_debug_hook(self, hook: Callable[[str, int, list[InsertRecord]], None] | None) -> None:
+        """Test aid: after each commit, ``hook(release_id, action, records)`` with what every
+        inserted point was conditioned on (draws are then made one by one; same law)."""
+        self._insert_hook = hook
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise Unavailable("the store is closed")
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._db_close()
+
+    def __enter__(self) -> SamplePathStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self._identity}>"
+
+
+class _NullLock:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def new_identity(prefix: str) -> str:
+    return f"{prefix}:{uuid.uuid4().hex}"
+
+
+__all__ += ["QveilError", "Retry", "WriteTxn", "check_action", "check_status",
+            "validate_release_fields", "new_identity"]

@@ -1,0 +1,133 @@
+"""Export and import of one release as JSON Lines, verified on import.
+
+Format (one JSON object per line; floats written by ``repr``, so every x and g round-trips
+bit for bit):
+
+    {"type": "release", "format": "qveil.noise.v1", ...ReleaseRecord fields...}
+    {"type": "point", "action": a, "seq": s, "x": x, "g": g, "created_at": t, "hash": h}
+    ...                                                  (in (action, seq) order)
+    {"type": "end", "counts": {"a": n, ...}, "heads": {"a": hash, ...}}
+
+Import checks, before writing anything: the format tag, every field, the end record (counts
+and head hashes: a truncated file is refused), seqs 1..n without gaps per action, states in
+[0, 1] and unique per action, finite values, and every chain link under the importing
+store's key. Then the release and all rows are written in one transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from qveil.errors import IntegrityError, InvalidArgument
+from qveil.server.store.base import ReleaseRecord, Row, validate_release_fields
+from qveil.server.store.integrity import verify_chain
+
+if TYPE_CHECKING:
+    from qveil.server.store.base import SamplePathStore
+
+__all__ = ["FORMAT", "export_release", "import_release"]
+
+FORMAT = "qveil.noise.v1"
+
+
+def export_release(store: SamplePathStore, release_id: str, path: str | os.PathLike[str]) -> int:
+    """Write ``release_id`` to ``path`` (atomically: temp file + rename); returns point count."""
+    rec = store.get_release(release_id)
+    dest = Path(path)
+    tmp = dest.with_name(dest.name + ".tmp")
+    counts: dict[str, int] = {}
+    heads: dict[str, str] = {}
+    n = 0
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(json.dumps({"type": "release", "format": FORMAT, **rec.to_dict()}) + "\n")
+        for a, (seq, x, g, c, h) in store._db_iter_rows(release_id, None):
+            f.write(json.dumps({"type": "point", "action": a, "seq": seq, "x": x, "g": g,
+                                "created_at": c, "hash": h}) + "\n")
+            counts[str(a)] = counts.get(str(a), 0) + 1
+            heads[str(a)] = h
+            n += 1
+        f.write(json.dumps({"type": "end", "counts": counts, "heads": heads}) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, dest)
+    return n
+
+
+def _num(d: dict[str, Any], k: str, line: int) -> float:
+    v = d.get(k)
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+        raise InvalidArgument(f"line {line}: field {k!r} must be a finite number, got {v!r}")
+    return float(v)
+
+
+def import_release(store: SamplePathStore, path: str | os.PathLike[str]) -> ReleaseRecord:
+    """Verify ``path`` completely, then store its release and points in one transaction."""
+    rec: ReleaseRecord | None = None
+    rows: dict[int, list[Row]] = {}
+    end: dict[str, Any] | None = None
+    try:
+        f = open(path, encoding="utf-8")  # noqa: SIM115
+    except OSError as exc:
+        raise InvalidArgument(f"cannot read export {path}: {exc}") from None
+    with f:
+        for i, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            if end is not None:
+                raise InvalidArgument(f"line {i}: data after the end record")
+            try:
+                d = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise InvalidArgument(f"line {i}: not JSON: {exc}") from None
+            t = d.get("type") if isinstance(d, dict) else None
+            if i == 1 or rec is None:
+                if t != "release" or d.get("format") != FORMAT:
+                    raise InvalidArgument(f"line {i}: not a {FORMAT} export (no release header)")
+                try:
+                    rid, fp, s, b, iv, m, st = validate_release_fields(
+                        release_id=d["release_id"], fingerprint=d["fingerprint"],
+                        sigma=d["sigma"], beta=d["beta"], interval=tuple(d["interval"]),
+                        n_actions=d["n_actions"], status=d["status"])
+                    created = datetime.fromisoformat(d["created_at"])
+                except (KeyError, TypeError, ValueError) as exc:
+                    raise InvalidArgument(f"line {i}: bad release header: {exc}") from None
+                rec = ReleaseRecord(rid, fp, s, b, iv, m, st, created)
+            elif t == "point":
+                a = d.get("action")
+                seq = d.get("seq")
+                if isinstance(a, bool) or not isinstance(a, int) or not 0 <= a < rec.n_actions:
+                    raise InvalidArgument(f"line {i}: bad action {a!r}")
+                if isinstance(seq, bool) or not isinstance(seq, int):
+                    raise InvalidArgument(f"line {i}: bad seq {seq!r}")
+                h = d.get("hash")
+                if not isinstance(h, str) or len(h) != 64:
+                    raise InvalidArgument(f"line {i}: bad hash {h!r}")
+                rows.setdefault(a, []).append(
+                    (seq, _num(d, "x", i), _num(d, "g", i), _num(d, "created_at", i), h))
+            elif t == "end":
+                end = d
+            else:
+                raise InvalidArgument(f"line {i}: unknown record type {t!r}")
+    if rec is None:
+        raise InvalidArgument(f"{path}: empty export")
+    if end is None:
+        raise IntegrityError(f"{path}: no end record: the export is truncated")
+    counts = {str(a): len(r) for a, r in rows.items()}
+    heads = {str(a): r[-1][4] for a, r in rows.items() if r}
+    if counts != end.get("counts") or heads != end.get("heads"):
+        raise IntegrityError(f"{path}: counts or head hashes differ from the end record")
+    for a, rs in sorted(rows.items()):
+        rep = verify_chain(rec.release_id, a, ((s, x, g, h) for s, x, g, _c, h in rs),
+                           store._hasher)
+        if not rep.ok:
+            raise IntegrityError(
+                f"{path}: action {a} fails verification: " + "; ".join(rep.problems)
+                + (" (was it exported under another server key?)" if store._hasher.keyed
+                   else ""))
+    store._db_import(rec, rows)
+    return store.get_release(rec.release_id)

@@ -1,0 +1,57 @@
+"""Alembic, run programmatically: bring a database to the models' schema, or check it is."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+
+import qveil.server.migrations as _migrations
+from qveil.errors import FailedPrecondition
+
+__all__ = ["alembic_config", "current_revision", "head_revision", "upgrade"]
+
+
+def alembic_config() -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(Path(_migrations.__file__).resolve().parent))
+    return cfg
+
+
+def head_revision() -> str:
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    assert head is not None
+    return head
+
+
+def current_revision(engine: sa.Engine) -> str | None:
+    with engine.connect() as conn:
+        rev = MigrationContext.configure(conn).get_current_revision()
+        conn.rollback()
+        return rev
+
+
+def upgrade(engine: sa.Engine, *, create: bool, read_engine: sa.Engine | None = None) -> str:
+    """Migrate to head (``create``) or check the schema is at head; returns the revision.
+
+    Concurrent openers are serialised by the migration transaction itself (SQLite: the
+    engine's ``BEGIN IMMEDIATE``; PostgreSQL: an advisory lock taken in env.py).
+    """
+    head = head_revision()
+    cur = current_revision(read_engine or engine)
+    if cur == head:
+        return head
+    if not create:
+        raise FailedPrecondition(
+            f"store schema is at revision {cur!r} but this code needs {head!r}; open it with "
+            "create=True (or run the migrations) first")
+    cfg = alembic_config()
+    with engine.connect() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "head")
+        conn.commit()
+    return head

@@ -1,0 +1,67 @@
+"""SQLAlchemy table metadata of the sample-path store (the schema Alembic migrates to).
+
+Two tables:
+
+* ``releases``: one row per released Q-function: the bundle fingerprint, the noise
+  parameters (sigma, beta on [0, 1]), the raw state interval, the action count and a status.
+* ``noise_points``: every noise value ever released, one row per (release, action, x), never
+  updated. ``seq`` is the per-(release, action) insertion sequence (1, 2, 3, ... in commit
+  order, assigned under the per-action lock), ``hash`` the integrity chain link over
+  (seq, x, g, previous hash) (:mod:`qveil.server.store.integrity`), ``created_at`` unix
+  seconds (UTC). The primary key (release, action, seq) is the log order; the unique
+  constraint (release, action, x) is both "one value per state" and the index for neighbour
+  and exact-state look-ups.
+
+Floats are IEEE doubles on both backends (``Double``: SQLite REAL, PostgreSQL DOUBLE PRECISION),
+so a stored x or g round-trips bit for bit.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+__all__ = ["RELEASE_STATUSES", "metadata", "noise_points", "releases"]
+
+#: Allowed values of ``releases.status``.
+RELEASE_STATUSES = ("staged", "active", "retired")
+
+metadata = sa.MetaData(
+    naming_convention={
+        "pk": "pk_%(table_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "ck": "ck_%(table_name)s_%(constraint_name)s",
+    }
+)
+
+releases = sa.Table(
+    "releases",
+    metadata,
+    sa.Column("release_id", sa.String(128), primary_key=True),
+    sa.Column("fingerprint", sa.String(256), nullable=False),
+    sa.Column("sigma", sa.Double(), nullable=False),
+    sa.Column("beta", sa.Double(), nullable=False),
+    sa.Column("interval_lo", sa.Double(), nullable=False),
+    sa.Column("interval_hi", sa.Double(), nullable=False),
+    sa.Column("n_actions", sa.Integer(), nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+    sa.CheckConstraint("status IN ('staged', 'active', 'retired')", name="status"),
+    sa.CheckConstraint("n_actions >= 1", name="n_actions"),
+)
+
+noise_points = sa.Table(
+    "noise_points",
+    metadata,
+    sa.Column("release_id", sa.String(128), sa.ForeignKey("releases.release_id"),
+              primary_key=True),
+    sa.Column("action", sa.Integer(), primary_key=True),
+    sa.Column("seq", sa.BigInteger(), primary_key=True),
+    sa.Column("x", sa.Double(), nullable=False),
+    sa.Column("g", sa.Double(), nullable=False),
+    sa.Column("created_at", sa.Double(), nullable=False),
+    sa.Column("hash", sa.String(64), nullable=False),
+    # one value per state; also the index for neighbour / exact-state look-ups
+    sa.UniqueConstraint("release_id", "action", "x"),
+)

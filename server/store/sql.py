@@ -1,0 +1,417 @@
+"""SQLite and PostgreSQL backend: one implementation on SQLAlchemy Core.
+
+Durability and serialisation (issue 4, item 4; checked at start-up, refused without them):
+
+* SQLite: WAL journal, ``synchronous=FULL`` (a commit is fsynced before it returns), the
+  driver's implicit transactions disabled (``isolation_level=None``) and ``BEGIN IMMEDIATE``
+  emitted for every write transaction (the database write lock is taken *before* the
+  neighbours are read), a busy timeout, and one writer connection per store (a process-wide
+  lock per (release, action) serialises threads; ``BEGIN IMMEDIATE`` serialises processes).
+  Reads use a separate small pool (WAL readers do not block the writer).
+* PostgreSQL: READ COMMITTED, ``pg_advisory_xact_lock`` per (release, action) as the first
+  statement of every write transaction, ``INSERT ... ON CONFLICT DO NOTHING`` and a
+  re-select of the inserted seq range (a row that is not ours -> roll back, retry the whole
+  transaction), whole-transaction retry on serialisation failures and deadlocks; fsync and
+  synchronous_commit must be on.
+
+Database errors come out as :class:`qveil.errors.Unavailable` (disk full, read-only, busy
+beyond the timeout, connection lost) with the transaction rolled back: nothing half-written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import bindparam, event, func, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.engine import URL, make_url
+
+from qveil.errors import (
+    FailedPrecondition,
+    IntegrityError,
+    InvalidArgument,
+    QveilError,
+    Unavailable,
+)
+from qveil.rng import NormalSource
+from qveil.server.store import migrate
+from qveil.server.store.base import ReleaseRecord, Retry, Row, SamplePathStore
+from qveil.server.store.models import noise_points as NP  # noqa: N812
+from qveil.server.store.models import releases as REL  # noqa: N812
+
+__all__ = ["SQLStore", "advisory_key"]
+
+_RETRY_SQLSTATES = {"40001", "40P01"}  # serialization_failure, deadlock_detected
+
+
+def advisory_key(release_id: str, action: int) -> int:
+    """The signed 64-bit pg_advisory_xact_lock key of (release, action)."""
+    d = hashlib.sha256(f"qveil.noise:{release_id}:{int(action)}".encode()).digest()
+    return int.from_bytes(d[:8], "big", signed=True)
+
+
+def _to_record(row: Any) -> ReleaseRecord:
+    created = row.created_at
+    if isinstance(created, str):
+        created = datetime.fromisoformat(created)
+    if created.tzinfo is None:
+        created = created.replace(tzinfo=UTC)
+    return ReleaseRecord(row.release_id, row.fingerprint, float(row.sigma), float(row.beta),
+                         (float(row.interval_lo), float(row.interval_hi)), int(row.n_actions),
+                         row.status, created)
+
+
+class _SqlTxn:
+    __slots__ = ("_store", "_conn", "_params")
+
+    def __init__(self, store: SQLStore, conn: sa.Connection, rid: str, action: int) -> None:
+        self._store = store
+        self._conn = conn
+        self._params = {"r": rid, "a": action}
+
+    def fetch_since(self, hw: int) -> Sequence[Row]:
+        res = self._conn.execute(self._store._q_since, {**self._params, "hw": hw})
+        return [tuple(r) for r in res]  # type: ignore[misc]
+
+    def head(self) -> tuple[int, str | None]:
+        row = self._conn.execute(self._store._q_head, self._params).first()
+        return (0, None) if row is None else (int(row[0]), row[1])
+
+    def insert(self, rows: Sequence[Row]) -> None:
+        r, a = self._params["r"], self._params["a"]
+        self._conn.execute(self._store._ins_points, [
+            {"release_id": r, "action": a, "seq": s, "x": x, "g": g, "created_at": c,
+             "hash": h} for s, x, g, c, h in rows])
+
+    def confirm(self, rows: Sequence[Row]) -> bool:
+        if not self._store._serialize:
+            return True
+        got = self._conn.execute(self._store._q_range, {
+            **self._params, "lo": rows[0][0], "hi": rows[-1][0]}).all()
+        return [tuple(g) for g in got] == list(rows)
+
+
+class SQLStore(SamplePathStore):
+    """The persistent store on SQLite (``sqlite:///abs/path``) or PostgreSQL."""
+
+    def __init__(self, url: str | URL, *, rng: NormalSource | int | None = None,
+                 key: bytes | None = None, create: bool = True, busy_timeout: float = 30.0,
+                 pool_size: int = 4, _unsafe_deferred_begin: bool = False) -> None:
+        try:
+            u = make_url(url)
+        except Exception as exc:  # noqa: BLE001 - any parse failure is bad input
+            raise InvalidArgument(f"bad store URL {url!r}: {exc}") from None
+        self._busy = float(busy_timeout)
+        self._writer_lock = threading.Lock()
+        self._engines: list[sa.Engine] = []
+        backend = u.get_backend_name()
+        if backend == "sqlite":
+            self.backend = "sqlite"
+            db = u.database or ""
+            if db in ("", ":memory:") or db.startswith("file:"):
+                raise InvalidArgument(
+                    f"SQLite store needs a file path (sqlite:////abs/path.sqlite), got {url!r}")
+            path = Path(db).expanduser().resolve()
+            if not path.exists():
+                if not create:
+                    raise Unavailable(f"SQLite store {path} does not exist (create=False)")
+                if not path.parent.is_dir():
+                    raise Unavailable(f"directory {path.parent} of the store does not exist")
+            u = u.set(database=str(path))
+            identity = f"sqlite:{path}"
+        elif backend == "postgresql":
+            self.backend = "postgresql"
+            if u.get_driver_name() != "psycopg":
+                u = u.set(drivername="postgresql+psycopg")
+            identity = f"postgresql:{u.render_as_string(hide_password=True)}"
+        else:
+            raise InvalidArgument(
+                f"unsupported store URL scheme {u.drivername!r} (memory://, sqlite:///path, "
+                "postgresql+psycopg://...)")
+        super().__init__(identity=identity, rng=rng, key=key)
+        self._url = u
+        self._serialize = not _unsafe_deferred_begin
+        if _unsafe_deferred_begin and self.backend != "sqlite":
+            raise InvalidArgument("the broken test mode exists for SQLite only")
+        self._build_statements()
+        try:
+            with self._translated("open"):
+                if self.backend == "sqlite":
+                    self._writer = self._sqlite_engine(
+                        pool_size=1 if self._serialize else pool_size,
+                        begin=self._serialize, implicit=not self._serialize)
+                    self._reader = self._sqlite_engine(pool_size=pool_size, begin=False,
+                                                       implicit=False)
+                    mig = self._writer if self._serialize else self._sqlite_engine(
+                        pool_size=1, begin=True, implicit=False)
+                else:
+                    self._writer = self._reader = mig = self._track(sa.create_engine(
+                        u, isolation_level="READ COMMITTED", pool_size=pool_size,
+                        max_overflow=pool_size, pool_pre_ping=True,
+                        connect_args={"connect_timeout": max(1, int(self._busy))}))
+                self.schema_revision = migrate.upgrade(mig, create=create,
+                                                       read_engine=self._reader)
+                self.settings = self._check_settings()
+        except BaseException:
+            self._db_close()
+            raise
+
+    # -- engines, settings ----------------------------------------------------------------
+
+    def _track(self, eng: sa.Engine) -> sa.Engine:
+        self._engines.append(eng)
+        return eng
+
+    def _sqlite_engine(self, *, pool_size: int, begin: bool, implicit: bool) -> sa.Engine:
+        """``implicit=True`` keeps the driver's own deferred BEGIN (test-only broken mode)."""
+        args: dict[str, Any] = {"timeout": self._busy, "check_same_thread": False}
+        if not implicit:
+            args["isolation_level"] = None
+        eng = sa.create_engine(self._url, pool_size=pool_size, max_overflow=0,
+                               pool_timeout=max(self._busy, 1.0), connect_args=args)
+        ms = int(self._busy * 1000)
+
+        @event.listens_for(eng, "connect")
+        def _on_connect(dbapi_conn: Any, _rec: Any) -> None:
+            cur = dbapi_conn.cursor()
+            cur.execute(f"PRAGMA busy_timeout = {ms}")
+            cur.execute("PRAGMA journal_mode = WAL")
+            cur.execute("PRAGMA synchronous = FULL")
+            cur.execute("PRAGMA foreign_keys = ON")
+            cur.close()
+
+        if begin:
+            @event.listens_for(eng, "begin")
+            def _on_begin(conn: sa.Connection) -> None:
+                conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+        return self._track(eng)
+
+    def _check_settings(self) -> dict[str, Any]:
+        """Read back the durability settings; refuse (FailedPrecondition) without them."""
+        if self.backend == "sqlite":
+            with self._writer.connect() as conn:
+                dbapi = conn.connection.dbapi_connection
+                cur = dbapi.cursor()  # raw: no BEGIN IMMEDIATE just to read settings
+                s = {
+                    "journal_mode": cur.execute("PRAGMA journal_mode").fetchone()[0],
+                    "synchronous": cur.execute("PRAGMA synchronous").fetchone()[0],
+                    "busy_timeout_ms": cur.execute("PRAGMA busy_timeout").fetchone()[0],
+                    "driver_isolation_level": getattr(dbapi, "isolation_level", "?"),
+                    "begin": "IMMEDIATE" if self._serialize else "driver-implicit DEFERRED",
+                }
+                cur.close()
+            bad = []
+            if str(s["journal_mode"]).lower() != "wal":
+                bad.append(f"journal_mode={s['journal_mode']} (need wal)")
+            if int(s["synchronous"]) < 2:
+                bad.append(f"synchronous={s['synchronous']} (need FULL=2 or EXTRA=3)")
+            if int(s["busy_timeout_ms"]) <= 0:
+                bad.append("busy_timeout is 0")
+            if self._serialize and s["driver_isolation_level"] is not None:
+                bad.append("the driver's implicit transactions are enabled")
+        else:
+            with self._writer.connect() as conn:
+                s = {k: conn.exec_driver_sql(f"SHOW {k}").scalar() for k in
+                     ("transaction_isolation", "fsync", "synchronous_commit",
+                      "full_page_writes", "default_transaction_read_only")}
+                conn.rollback()
+            bad = []
+            if s["transaction_isolation"] != "read committed":
+                bad.append(f"transaction_isolation={s['transaction_isolation']}")
+            if s["fsync"] != "on":
+                bad.append("fsync is off")
+            if s["synchronous_commit"] in ("off",):
+                bad.append("synchronous_commit is off")
+            if s["full_page_writes"] != "on":
+                bad.append("full_page_writes is off")
+        if bad:
+            raise FailedPrecondition(
+                f"refusing to run the noise store on {self._identity}: unsafe settings: "
+                + "; ".join(bad))
+        return s
+
+    def _build_statements(self) -> None:
+        r, a = bindparam("r"), bindparam("a")
+        cols = (NP.c.seq, NP.c.x, NP.c.g, NP.c.created_at, NP.c.hash)
+        mine = (NP.c.release_id == r, NP.c.action == a)
+        self._q_since = select(*cols).where(*mine, NP.c.seq > bindparam("hw")).order_by(NP.c.seq)
+        self._q_range = select(*cols).where(
+            *mine, NP.c.seq >= bindparam("lo"), NP.c.seq <= bindparam("hi")).order_by(NP.c.seq)
+        self._q_head = select(NP.c.seq, NP.c.hash).where(*mine).order_by(
+            NP.c.seq.desc()).limit(1)
+        self._q_all = select(NP.c.action, *cols).where(NP.c.release_id == r).order_by(
+            NP.c.action, NP.c.seq)
+        self._q_action = select(NP.c.action, *cols).where(*mine).order_by(NP.c.seq)
+        self._q_lock = select(func.pg_advisory_xact_lock(bindparam("k", type_=sa.BigInteger)))
+        ins = sqlite_insert if self.backend == "sqlite" else pg_insert
+        if self._serialize:
+            self._ins_points = ins(NP).on_conflict_do_nothing()
+        else:  # broken mode: a conflict raises and the attempt is retried
+            self._ins_points = sa.insert(NP)
+        self._ins_release = ins(REL).on_conflict_do_nothing()
+
+    # -- error translation ----------------------------------------------------------------
+
+    def _map(self, exc: sa.exc.DBAPIError, what: str) -> Exception:
+        orig = exc.orig
+        where = f"noise store {self._identity}"
+        if self.backend == "sqlite":
+            name = getattr(orig, "sqlite_errorname", "") or ""
+            msg = str(orig)
+            if isinstance(exc, sa.exc.IntegrityError):
+                if not self._serialize:
+                    return Retry(msg)
+                return IntegrityError(f"{where}: constraint violated during {what}: {msg}")
+            if name == "SQLITE_FULL" or "disk is full" in msg:
+                return Unavailable(f"{where}: disk full during {what}; the transaction was "
+                                   "rolled back, nothing was written")
+            if name.startswith("SQLITE_READONLY") or "readonly" in msg:
+                return Unavailable(f"{where} is read-only; cannot {what} (nothing was written)")
+            if name.startswith("SQLITE_BUSY") or "locked" in msg:
+                return Unavailable(f"{where} stayed locked beyond the busy timeout "
+                                   f"({self._busy:g} s) during {what}")
+            return Unavailable(f"{where}: database error during {what}: {msg}")
+        code = getattr(orig, "sqlstate", None) or ""
+        if code in _RETRY_SQLSTATES:
+            return Retry(f"sqlstate {code}")
+        if isinstance(exc, sa.exc.IntegrityError):
+            return IntegrityError(f"{where}: constraint violated during {what}: {orig}")
+        if code == "53100":
+            return Unavailable(f"{where}: disk full during {what}; nothing was written")
+        if code == "25006":
+            return Unavailable(f"{where} is read-only; cannot {what} (nothing was written)")
+        if exc.connection_invalidated or code.startswith("08") or code.startswith("57P"):
+            return Unavailable(f"{where}: database connection lost during {what}; "
+                               "nothing was answered")
+        return Unavailable(f"{where}: database error during {what}: {orig}")
+
+    @contextmanager
+    def _translated(self, what: str) -> Iterator[None]:
+        try:
+            yield
+        except (QveilError, Retry):
+            raise
+        except sa.exc.DBAPIError as exc:
+            raise self._map(exc, what) from exc
+        except sa.exc.TimeoutError as exc:
+            raise Unavailable(f"noise store {self._identity}: no connection free within "
+                              f"{self._busy:g} s during {what}") from exc
+        except OSError as exc:
+            raise Unavailable(f"noise store {self._identity}: {exc} during {what}") from exc
+
+    @contextmanager
+    def _write(self, what: str, lock_key: int | None = None) -> Iterator[sa.Connection]:
+        """One write transaction: commit (durably) on clean exit, roll back otherwise."""
+        guard = self._writer_lock if (self.backend == "sqlite" and self._serialize) else None
+        if guard is not None:
+            guard.acquire()
+        try:
+            with self._translated(what), self._writer.connect() as conn, conn.begin():
+                if lock_key is not None and self.backend == "postgresql":
+                    conn.execute(self._q_lock, {"k": lock_key})
+                yield conn
+        finally:
+            if guard is not None:
+                guard.release()
+
+    @contextmanager
+    def _read(self, what: str) -> Iterator[sa.Connection]:
+        with self._translated(what), self._reader.connect() as conn:
+            yield conn
+
+    # -- backend hooks --------------------------------------------------------------------
+
+    def _db_insert_release(self, rec: ReleaseRecord) -> bool:
+        with self._write("create a release") as conn:
+            res = conn.execute(self._ins_release, {
+                "release_id": rec.release_id, "fingerprint": rec.fingerprint,
+                "sigma": rec.sigma, "beta": rec.beta, "interval_lo": rec.interval[0],
+                "interval_hi": rec.interval[1], "n_actions": rec.n_actions,
+                "status": rec.status, "created_at": rec.created_at})
+            return bool(res.rowcount == 1)
+
+    def _db_get_release(self, release_id: str) -> ReleaseRecord | None:
+        with self._read("read a release") as conn:
+            row = conn.execute(select(REL).where(REL.c.release_id == release_id)).first()
+        return None if row is None else _to_record(row)
+
+    def _db_list_releases(self) -> list[ReleaseRecord]:
+        with self._read("list releases") as conn:
+            rows = conn.execute(select(REL).order_by(REL.c.created_at, REL.c.release_id)).all()
+        return [_to_record(r) for r in rows]
+
+    def _db_set_status(self, release_id: str, status: str) -> bool:
+        with self._write("set a release status") as conn:
+            res = conn.execute(sa.update(REL).where(REL.c.release_id == release_id)
+                               .values(status=status))
+            return bool(res.rowcount == 1)
+
+    def _db_fetch_since(self, release_id: str, action: int, hw: int) -> Sequence[Row]:
+        with self._read("read noise points") as conn:
+            res = conn.execute(self._q_since, {"r": release_id, "a": action, "hw": hw})
+            return [tuple(r) for r in res]  # type: ignore[misc]
+
+    def _db_write_txn(self, release_id: str, action: int) -> AbstractContextManager[_SqlTxn]:
+        return self._txn(release_id, action)
+
+    @contextmanager
+    def _txn(self, release_id: str, action: int) -> Iterator[_SqlTxn]:
+        with self._write("store new noise points", advisory_key(release_id, action)) as conn:
+            yield _SqlTxn(self, conn, release_id, action)
+
+    def _db_iter_rows(self, release_id: str, action: int | None) -> Iterator[tuple[int, Row]]:
+        q = self._q_all if action is None else self._q_action
+        params: dict[str, Any] = {"r": release_id}
+        if action is not None:
+            params["a"] = action
+        with self._read("read noise points") as conn:
+            res = conn.execution_options(yield_per=20000).execute(q, params)
+            for a, s, x, g, c, h in res:
+                yield a, (s, x, g, c, h)
+
+    def _db_count(self, release_id: str | None, action: int | None) -> int:
+        q = select(func.count()).select_from(NP)
+        if release_id is not None:
+            q = q.where(NP.c.release_id == release_id)
+        if action is not None:
+            q = q.where(NP.c.action == action)
+        with self._read("count noise points") as conn:
+            return int(conn.execute(q).scalar_one())
+
+    def _db_import(self, rec: ReleaseRecord, rows: dict[int, list[Row]]) -> None:
+        with self._write("import a release") as conn:
+            res = conn.execute(self._ins_release, {
+                "release_id": rec.release_id, "fingerprint": rec.fingerprint,
+                "sigma": rec.sigma, "beta": rec.beta, "interval_lo": rec.interval[0],
+                "interval_hi": rec.interval[1], "n_actions": rec.n_actions,
+                "status": rec.status, "created_at": rec.created_at})
+            if res.rowcount != 1:
+                raise InvalidArgument(f"release {rec.release_id!r} already exists in this store")
+            for a, rs in rows.items():
+                for k in range(0, len(rs), 10000):
+                    conn.execute(sa.insert(NP), [
+                        {"release_id": rec.release_id, "action": a, "seq": s, "x": x, "g": g,
+                         "created_at": c, "hash": h} for s, x, g, c, h in rs[k:k + 10000]])
+
+    def _db_close(self) -> None:
+        for eng in self._engines:
+            eng.dispose()
+        self._engines.clear()
+
+    # -- test aids --------------------------------------------------------------------------
+
+    def _sqlite_pragma_all(self, sql: str) -> None:
+        """Test aid: run a PRAGMA on every pooled connection (e.g. max_page_count)."""
+        for eng in (self._writer, self._reader):
+            with eng.connect() as conn:
+                conn.exec_driver_sql(sql)
+                conn.rollback()

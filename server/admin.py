@@ -1,0 +1,466 @@
+"""Admin operations on a store: retrain under the privacy ledger, list, activate, retire, budget.
+
+These are the domain functions behind ``qveil admin`` (directly on the store) and the server's
+AdminService handlers (through :func:`record_server_action`). Each operation appends an entry to
+the admin audit log (:mod:`qveil.server.audit_log`), also when it is refused or fails.
+
+Retraining (issue 7, item 1), in order, so that a refusal leaves nothing behind:
+
+1. load the training config, apply ``--epsilon``/``--sigma``; ask the accountant what the run
+   will cost (``qveil.trainer.train.privacy_for``) and check it against the dataset's cap
+   *before* training (a refused retrain costs no compute);
+2. train (``qveil.trainer.train.run_training``) into a new bundle directory;
+3. recompute the release's privacy from the bundle's own card (``qveil.privacy.account``, never
+   the card's numbers) and record the event: cap check and append in one serialized transaction
+   (:meth:`qveil.server.ledger.Ledger.record`); refused -> the bundle directory is deleted,
+   :class:`~qveil.errors.BudgetExceeded` (spent, requested, cap) is raised, nothing registered;
+4. register the release in the store (status ``staged``) under its bundle id, which is a fresh
+   uuid: a new release always starts an empty noise path. Noise is never shared between
+   releases: two releases answering with the same noise could be subtracted to cancel it. An id
+   the store already knows is refused;
+5. optionally activate it.
+
+Activation directly on the store only flips statuses (one ``active`` release); a running server
+must be told through AdminService (``qveil admin --target``) so that it swaps atomically.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import shutil
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+
+from qveil.errors import (
+    BudgetExceeded,
+    FailedPrecondition,
+    IntegrityError,
+    InvalidArgument,
+    NotFound,
+    QveilError,
+)
+from qveil.server import admin_tables as T
+from qveil.server import audit_log
+from qveil.server.admin_db import AdminDB, open_admin_db
+from qveil.server.audit_log import utc_now
+from qveil.server.ledger import BudgetReport, Cap, Ledger, LedgerEntry
+
+__all__ = [
+    "AdminContext",
+    "ReleaseInfo",
+    "RetrainResult",
+    "activate",
+    "budget",
+    "open_admin",
+    "record_server_action",
+    "release_bundle_path",
+    "releases",
+    "retire",
+    "retrain",
+    "set_cap",
+]
+
+
+@dataclass
+class AdminContext:
+    """What the admin operations act on: a store, its admin records and who is acting."""
+
+    store: Any
+    db: AdminDB
+    actor: str
+    store_url: str
+    owns_store: bool = True
+
+    @property
+    def ledger(self) -> Ledger:
+        return Ledger(self.db)
+
+    def close(self) -> None:
+        self.db.close()
+        if self.owns_store:
+            self.store.close()
+
+    def __enter__(self) -> AdminContext:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def open_admin(store_url: str, *, actor: str | None = None, rng: Any = None,
+               create: bool = True) -> AdminContext:
+    """Open the store at ``store_url`` (running its migrations, which create the admin tables)
+    and its admin records. ``memory://`` is for tests: nothing survives the process."""
+    from qveil.server.store import open_store
+
+    store = open_store(store_url, rng=rng, create=create)
+    try:
+        db = admin_db_for(store, store_url)
+    except BaseException:
+        store.close()
+        raise
+    return AdminContext(store=store, db=db, actor=actor or audit_log.default_actor(),
+                        store_url=store_url)
+
+
+def admin_db_for(store: Any, store_url: str | None = None) -> AdminDB:
+    """The admin records beside ``store`` (same database)."""
+    url = store_url or getattr(store, "url", None) or getattr(store, "_url", None)
+    if url is not None and not isinstance(url, str):  # a SQLAlchemy URL object
+        url = url.render_as_string(hide_password=False)
+    if url is None or str(url).startswith("memory://"):
+        db = getattr(store, "_qveil_admin_db", None)
+        if db is None:  # one private in-memory admin database per in-memory store
+            db = open_admin_db("memory://")
+            try:
+                store._qveil_admin_db = db
+            except AttributeError:
+                pass
+        return db
+    return open_admin_db(str(url))
+
+
+# ------------------------------------------------------------------------------- listing
+@dataclass(frozen=True)
+class ReleaseInfo:
+    """A release as ``qveil admin releases`` shows it."""
+
+    release_id: str
+    status: str
+    sigma: float
+    beta: float
+    interval: tuple[float, float]
+    n_actions: int
+    created_at: str
+    dataset_id: str | None
+    bundle_path: str | None
+    epsilon: float | None
+    delta: float | None
+    points: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self) | {"interval": list(self.interval)}
+
+
+def _bundle_rows(db: AdminDB) -> dict[str, Any]:
+    with db.read() as conn:
+        return {r.release_id: r for r in conn.execute(sa.select(T.release_bundles))}
+
+
+def _ledger_by_release(db: AdminDB) -> dict[str, Any]:
+    t = T.ledger_events
+    with db.read() as conn:
+        return {r.release_id: r for r in conn.execute(
+            sa.select(t.c.release_id, t.c.epsilon, t.c.delta, t.c.dataset_id)
+            .where(t.c.release_id.is_not(None)))}
+
+
+def releases(ctx: AdminContext) -> list[ReleaseInfo]:
+    """Every release of the store with its dataset, bundle, ledger numbers and point count."""
+    bundles = _bundle_rows(ctx.db)
+    spent = _ledger_by_release(ctx.db)
+    out = []
+    for r in sorted(ctx.store.list_releases(), key=lambda r: (str(r.created_at), r.release_id)):
+        b = bundles.get(r.release_id)
+        e = spent.get(r.release_id)
+        out.append(ReleaseInfo(
+            release_id=r.release_id, status=str(r.status), sigma=float(r.sigma),
+            beta=float(r.beta), interval=(float(r.interval[0]), float(r.interval[1])),
+            n_actions=int(r.n_actions), created_at=str(r.created_at),
+            dataset_id=None if b is None else b.dataset_id,
+            bundle_path=None if b is None else b.bundle_path,
+            epsilon=None if e is None else float(e.epsilon),
+            delta=None if e is None else float(e.delta),
+            points=int(ctx.store.count_points(r.release_id))))
+    return out
+
+
+def release_bundle_path(ctx: AdminContext, release_id: str) -> str | None:
+    """The bundle directory recorded for ``release_id`` by retrain (None if unknown)."""
+    with ctx.db.read() as conn:
+        r = conn.execute(sa.select(T.release_bundles.c.bundle_path)
+                         .where(T.release_bundles.c.release_id == release_id)).first()
+    return None if r is None else str(r.bundle_path)
+
+
+# ------------------------------------------------------------------------------- budget
+def set_cap(ctx: AdminContext, dataset_id: str, *, epsilon: float, delta: float) -> Cap:
+    """Set (append) the privacy cap of a dataset."""
+    try:
+        return ctx.ledger.set_cap(dataset_id, cap_epsilon=epsilon, cap_delta=delta,
+                                  actor=ctx.actor)
+    except QveilError as exc:
+        _log(ctx, "ledger.set_cap", dataset_id, exc, {"cap_epsilon": _num(epsilon),
+                                                      "cap_delta": _num(delta)})
+        raise
+
+
+def budget(ctx: AdminContext, dataset_id: str | None = None) -> list[BudgetReport]:
+    """Spent, remaining and events of one dataset (or of every dataset)."""
+    led = ctx.ledger
+    ids = [dataset_id] if dataset_id is not None else led.datasets()
+    return [led.budget(d) for d in ids]
+
+
+def _num(v: Any) -> Any:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return str(v)
+    return f if math.isfinite(f) else str(f)
+
+
+def _log(ctx: AdminContext, action: str, target: str, exc: BaseException | None,
+         params: dict[str, Any]) -> None:
+    """Audit-log the outcome of an operation (refused for domain refusals, failed otherwise)."""
+    if exc is None:
+        outcome, detail = "ok", ""
+    elif isinstance(exc, BudgetExceeded | FailedPrecondition | InvalidArgument | NotFound):
+        outcome, detail = "refused", str(exc)
+    else:
+        outcome, detail = "failed", f"{type(exc).__name__}: {exc}"
+    try:
+        audit_log.append(ctx.db, actor=ctx.actor, action=action, target=target,
+                         outcome=outcome, params=params, detail=detail[:2000])
+    except QveilError:
+        if exc is None:
+            raise
+
+
+# ------------------------------------------------------------------------------- retrain
+@dataclass(frozen=True)
+class RetrainResult:
+    """What ``qveil admin retrain`` did."""
+
+    release_id: str
+    bundle_path: Path
+    dataset_id: str
+    ledger_entry: LedgerEntry
+    budget: BudgetReport
+    activated: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"release_id": self.release_id, "bundle_path": str(self.bundle_path),
+                "dataset_id": self.dataset_id, "ledger": self.ledger_entry.to_dict(),
+                "budget": self.budget.to_dict(), "activated": self.activated}
+
+
+def default_releases_dir(store_url: str) -> Path | None:
+    """Where retrained bundles go by default: beside a SQLite store file (the server finds
+    bundles there by id: ``qveil serve`` keeps its store beside its bundle)."""
+    try:
+        u = sa.engine.make_url(store_url)
+    except sa.exc.ArgumentError:
+        return None
+    if u.get_backend_name() == "sqlite" and u.database not in (None, "", ":memory:"):
+        return Path(u.database).resolve().parent
+    return None
+
+
+def _training_config(config: str | Path, *, sigma: float | None, epsilon: float | None,
+                     delta: float | None, mode: str | None) -> Any:
+    from qveil.trainer.config import TrainConfig
+
+    if sigma is not None and epsilon is not None:
+        raise InvalidArgument("give --epsilon or --sigma, not both")
+    cfg = TrainConfig.from_toml(config)
+    over: dict[str, Any] = {}
+    if mode is not None:
+        over["mode"] = mode
+    if delta is not None:
+        over["delta"] = delta
+    if sigma is not None:
+        over.update(sigma=sigma, epsilon=None)
+    elif epsilon is not None:
+        over.update(epsilon=epsilon, sigma=None)
+    cfg = dataclasses.replace(cfg, **over)
+    cfg.validate()
+    if cfg.sigma is None and cfg.epsilon is None:
+        raise InvalidArgument("give --epsilon E or --sigma S (or set one in the config)")
+    if cfg.sigma == 0:
+        raise InvalidArgument("sigma = 0 is the non-private baseline: it has no privacy "
+                              "guarantee and cannot be released under a ledger")
+    return cfg
+
+
+def _planned_event(cfg: Any, dataset_id: str) -> Any:
+    """The privacy event the run will cost, computed by the accountant before training."""
+    from qveil.privacy.ledger import PrivacyEvent
+    from qveil.trainer.train import make_env, privacy_for
+
+    info = make_env(cfg)
+    try:
+        result, _ = privacy_for(cfg, n_actions=info.n_actions)
+    finally:
+        info.env.close()
+    if isinstance(result, dict) or not result.holds:
+        reason = result.get("reason") if isinstance(result, dict) else result.reason
+        raise FailedPrecondition(f"this configuration has no privacy guarantee ({reason}); "
+                                 "it cannot be released under the ledger")
+    return PrivacyEvent.from_result(result, dataset_id=dataset_id, bundle_id="planned")
+
+
+def _bundle_event(bundle: Any, dataset_id: str) -> Any:
+    """The release's event, recomputed by the accountant from the card's own parameters."""
+    from qveil.privacy import PrivacyParams, account
+    from qveil.privacy.ledger import PrivacyEvent
+
+    result = account(PrivacyParams.from_dict(bundle.card["privacy_params"]))
+    return PrivacyEvent.from_result(result, dataset_id=dataset_id, bundle_id=bundle.bundle_id)
+
+
+def _fingerprint(bundle: Any) -> str:
+    # the same fingerprint the server registers (qveil.server.handlers.Handlers._register)
+    return str(bundle.card.get("card_sha256") or bundle.card.get("weights_sha256"))
+
+
+def retrain(ctx: AdminContext, *, config: str | Path, dataset_id: str,
+            epsilon: float | None = None, sigma: float | None = None,
+            delta: float | None = None, mode: str | None = None,
+            out_dir: str | Path | None = None, activate_after: bool = False,
+            seed: int | None = None, progress: bool = False) -> RetrainResult:
+    """Train a new release under ``dataset_id``'s cap (see the module docstring).
+
+    ``out_dir``: directory that receives the bundle directory (named by release id); default
+    beside a SQLite store file. ``seed``: tests and experiments only (the card says seeded).
+    Raises BudgetExceeded / FailedPrecondition / InvalidArgument with nothing registered.
+    """
+    from qveil.bundle import load_bundle
+    from qveil.trainer.train import run_training
+
+    params: dict[str, Any] = {"dataset_id": dataset_id, "config": str(config),
+                              "requested_epsilon": epsilon, "requested_sigma": sigma,
+                              "seeded": seed is not None}
+    bundle_dir: Path | None = None
+    staging: Path | None = None
+    try:
+        cfg = _training_config(config, sigma=sigma, epsilon=epsilon, delta=delta, mode=mode)
+        params["mode"] = cfg.mode
+        planned = _planned_event(cfg, dataset_id)
+        params["planned_epsilon"], params["planned_delta"] = planned.epsilon, planned.delta
+        ctx.ledger.check(planned)  # refuse before spending compute
+        root = Path(out_dir) if out_dir is not None else default_releases_dir(ctx.store_url)
+        if root is None:
+            raise InvalidArgument("give --out-dir: where to write the new bundle (the default, "
+                                  "beside the store file, exists for SQLite stores only)")
+        root.mkdir(parents=True, exist_ok=True)
+        staging = root / f".retrain-{uuid.uuid4().hex}"
+        outcome = run_training(cfg, staging, seed=seed, progress=progress)
+        bundle = load_bundle(outcome.path, verify=True)
+        release_id = bundle.bundle_id
+        bundle_dir = root / release_id
+        if bundle_dir.exists():
+            raise IntegrityError(f"bundle directory {str(bundle_dir)!r} already exists")
+        Path(outcome.path).rename(bundle_dir)
+        bundle = load_bundle(bundle_dir, verify=True)
+        params["release_id"] = release_id
+        try:  # a release id names one noise path: never reuse one
+            ctx.store.get_release(release_id)
+        except NotFound:
+            pass
+        else:
+            raise IntegrityError(f"release id {release_id!r} already exists in the store: "
+                                 "refusing to share its noise path")
+        event = _bundle_event(bundle, dataset_id)
+        entry = ctx.ledger.record(event, release_id=release_id, actor=ctx.actor)
+        iv = bundle.interval
+        ctx.store.create_release(release_id=release_id, fingerprint=_fingerprint(bundle),
+                                 sigma=bundle.sigma, beta=bundle.beta, interval=(iv.lo, iv.hi),
+                                 n_actions=bundle.n_actions, status="staged")
+        with ctx.db.write("release-bundles") as conn:
+            conn.execute(T.release_bundles.insert().values(
+                release_id=release_id, dataset_id=dataset_id,
+                bundle_path=str(bundle_dir.resolve()), created_at=utc_now()))
+        params.update(epsilon=event.epsilon, delta=event.delta, sigma=bundle.sigma,
+                      beta=bundle.beta, ledger_seq=entry.seq, bundle_path=str(bundle_dir))
+    except BaseException as exc:
+        if bundle_dir is not None and bundle_dir.exists() and "ledger_seq" not in params:
+            shutil.rmtree(bundle_dir, ignore_errors=True)  # refused: leave nothing behind
+        if staging is not None and staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+        if isinstance(exc, Exception):
+            _log(ctx, "retrain", dataset_id, exc, _clean(params))
+        raise
+    _log(ctx, "retrain", dataset_id, None, _clean(params))
+    activated = False
+    if activate_after:
+        activate(ctx, release_id)
+        activated = True
+    return RetrainResult(release_id=release_id, bundle_path=bundle_dir, dataset_id=dataset_id,
+                         ledger_entry=entry, budget=ctx.ledger.budget(dataset_id),
+                         activated=activated)
+
+
+def _clean(params: dict[str, Any]) -> dict[str, Any]:
+    return {k: (_num(v) if isinstance(v, float) else v) for k, v in params.items()}
+
+
+# ------------------------------------------------------------------------------- lifecycle
+def activate(ctx: AdminContext, release_id: str) -> ReleaseInfo:
+    """Make ``release_id`` the store's active release (directly on the store; a running
+    server must be told through AdminService instead). Refuses a retired release, a release
+    whose bundle fails verification or disagrees with the store's record, and a release whose
+    stored noise fails verification. The previously active release becomes ``staged`` (it can
+    be activated again: that is the rollback)."""
+    params: dict[str, Any] = {"release_id": release_id, "path": "store"}
+    try:
+        rec = ctx.store.get_release(release_id)
+        if str(rec.status) == "retired":
+            raise FailedPrecondition(f"release {release_id!r} is retired; retired releases are "
+                                     "never answered again")
+        path = release_bundle_path(ctx, release_id)
+        if path is not None:
+            from qveil.bundle import load_bundle
+
+            b = load_bundle(path, verify=True)
+            iv = b.interval
+            if (b.bundle_id != release_id or b.sigma != float(rec.sigma)
+                    or b.beta != float(rec.beta) or b.n_actions != int(rec.n_actions)
+                    or (iv.lo, iv.hi) != tuple(map(float, rec.interval))):
+                raise IntegrityError(f"bundle {path!r} disagrees with the store's record of "
+                                     f"release {release_id!r}")
+        rep = ctx.store.verify(release_id)
+        if not bool(getattr(rep, "ok", False)):
+            raise IntegrityError(f"stored noise of release {release_id!r} fails verification: "
+                                 f"{rep}")
+        previous = [r.release_id for r in ctx.store.list_releases()
+                    if str(r.status) == "active" and r.release_id != release_id]
+        ctx.store.set_release_status(release_id, "active")
+        for p in previous:
+            ctx.store.set_release_status(p, "staged")
+        params["previous"] = previous
+    except QveilError as exc:
+        _log(ctx, "activate", release_id, exc, params)
+        raise
+    _log(ctx, "activate", release_id, None, params)
+    return next(r for r in releases(ctx) if r.release_id == release_id)
+
+
+def retire(ctx: AdminContext, release_id: str) -> ReleaseInfo:
+    """Retire a release for good (its stored noise is kept for audits). The active release
+    cannot be retired: activate another one first."""
+    params = {"release_id": release_id, "path": "store"}
+    try:
+        rec = ctx.store.get_release(release_id)
+        if str(rec.status) == "active":
+            raise FailedPrecondition(f"release {release_id!r} is active; activate another "
+                                     "release before retiring it")
+        ctx.store.set_release_status(release_id, "retired")
+    except QveilError as exc:
+        _log(ctx, "retire", release_id, exc, params)
+        raise
+    _log(ctx, "retire", release_id, None, params)
+    return next(r for r in releases(ctx) if r.release_id == release_id)
+
+
+def record_server_action(db: AdminDB, *, actor: str, action: str, target: str,
+                         error: BaseException | None = None,
+                         params: dict[str, Any] | None = None) -> None:
+    """Audit-log an operation the server performed (AdminService handlers call this)."""
+    ctx = AdminContext(store=None, db=db, actor=actor, store_url="", owns_store=False)
+    _log(ctx, action, target, error, dict(params or {}, path="server"))

@@ -1,0 +1,462 @@
+"""Noise audits: is every stored value intact, and is each stored path the claimed GP?
+
+``qveil audit`` and the AuditService both return :func:`audit_store`'s report. For each release
+and action of the sample-path store it checks
+
+1. **integrity**: the store's own hash chain (``SamplePathStore.verify``), the insertion
+   sequence (strictly increasing, no gaps, no duplicate state), the row count against
+   ``count_points``, and the **high-water mark against the audit log**: every passing audit
+   appends the sequence number and hash of each path's newest row to the admin audit log
+   (:mod:`qveil.server.audit_log`); a later audit fails if a path now ends *before* a recorded
+   mark (rows deleted, or the store restored from an old copy: both re-sample answered states)
+   or if the row at a recorded mark has a different hash (a chain recomputed after an edit);
+2. **the law of the stored values**: the points replayed in insertion order are whitened by the
+   exact OU conditionals (``qveil.stats.whiten``; NOTES-privacy.md section 1), and the
+   innovations, iid N(0, 1) under the claimed (sigma, beta), are tested by
+   ``qveil.stats.normality_report`` (Kolmogorov-Smirnov, chi-square, mean and variance tests,
+   with p-values);
+3. **power**: the same test applied to the path as if its noise had sigma x 1.3 (the stored
+   innovations multiplied by 1.3, which is exactly what a path drawn with 1.3 sigma and
+   whitened with sigma looks like), and the exact power of the variance test alone against
+   sigma x 1.3 at this path's size (a lower bound on the whole test's power), so a reader sees
+   whether a pass means anything (a path of 30 points cannot tell sigma from 1.3 sigma).
+
+**Pass level** (documented in docs/operations.md, "Audits"): a path passes when all four
+p-values are >= ``level / P``, where ``level`` = ``qveil.stats.DEFAULT_PASS_LEVEL`` (0.001) and
+P is the number of paths tested (Bonferroni). A healthy store then fails an audit with
+probability <= 4 x 0.001 = 0.4 %, whatever its size. Paths with fewer than
+:data:`MIN_POINTS` points are checked for integrity but not tested (reported as untested).
+The audit also verifies the privacy ledger and the admin audit log chains.
+
+The report holds no noise values (counts, hashes, p-values only); the optional plot and point
+export do, and are for the auditor role.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy import stats as sps
+
+from qveil.errors import InvalidArgument, QveilError
+from qveil.server import audit_log
+from qveil.server.admin_db import AdminDB
+from qveil.server.audit_log import utc_now
+from qveil.server.ledger import Ledger
+from qveil.stats import DEFAULT_PASS_LEVEL, normality_report, whiten
+
+__all__ = [
+    "MIN_POINTS",
+    "POWER_FACTOR",
+    "ActionAudit",
+    "AuditReport",
+    "ReleaseAudit",
+    "audit_store",
+    "export_report",
+    "plot_paths",
+    "variance_test_power",
+]
+
+#: normality_report needs this many innovations.
+MIN_POINTS = 20
+#: The alternative the power is shown against: sigma x 1.3.
+POWER_FACTOR = 1.3
+
+
+def variance_test_power(n: int, *, factor: float, level: float) -> float:
+    """Exact power of the two-sided variance test (sum z^2 ~ chi2_n, reject outside the central
+    1 - level) when the innovations have standard deviation ``factor`` instead of 1."""
+    if n <= 0:
+        return 0.0
+    lo = sps.chi2.ppf(level / 2.0, n)
+    hi = sps.chi2.isf(level / 2.0, n)
+    f2 = factor * factor
+    return float(min(1.0, sps.chi2.sf(hi / f2, n) + sps.chi2.cdf(lo / f2, n)))
+
+
+@dataclass
+class ActionAudit:
+    """Audit of one action's stored path."""
+
+    action: int
+    count: int = 0
+    high_water_mark: int | None = None
+    integrity_ok: bool = True
+    problems: list[str] = field(default_factory=list)
+    anchor: dict[str, Any] | None = None
+    stats: dict[str, Any] | None = None
+    power: dict[str, Any] | None = None
+    tested: bool = False
+    stats_ok: bool = True
+    head_hash: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.integrity_ok and self.stats_ok
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"action": self.action, "count": self.count,
+                "high_water_mark": self.high_water_mark, "head_hash": self.head_hash,
+                "integrity_ok": self.integrity_ok, "anchor": self.anchor,
+                "tested": self.tested, "stats": self.stats, "power": self.power,
+                "stats_ok": self.stats_ok, "passed": self.passed,
+                "problems": list(self.problems)}
+
+
+@dataclass
+class ReleaseAudit:
+    """Audit of one release: its record and every action's path."""
+
+    release_id: str
+    status: str
+    sigma: float
+    beta: float
+    interval: tuple[float, float]
+    n_actions: int
+    actions: list[ActionAudit] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def integrity_ok(self) -> bool:
+        return not self.problems and all(a.integrity_ok for a in self.actions)
+
+    @property
+    def stats_ok(self) -> bool:
+        return all(a.stats_ok for a in self.actions)
+
+    @property
+    def passed(self) -> bool:
+        return self.integrity_ok and self.stats_ok
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"release_id": self.release_id, "status": self.status, "sigma": self.sigma,
+                "beta": self.beta, "interval": list(self.interval),
+                "n_actions": self.n_actions, "integrity_ok": self.integrity_ok,
+                "stats_ok": self.stats_ok, "passed": self.passed,
+                "problems": list(self.problems), "actions": [a.to_dict() for a in self.actions]}
+
+
+@dataclass
+class AuditReport:
+    """The whole audit (what ``qveil audit`` prints and exports, and AuditService returns)."""
+
+    generated_at: str
+    store: str
+    level: float
+    path_level: float
+    releases: list[ReleaseAudit]
+    ledger: dict[str, Any]
+    audit_log: dict[str, Any]
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return (not self.problems and all(r.passed for r in self.releases)
+                and bool(self.ledger.get("ok")) and bool(self.audit_log.get("ok")))
+
+    def failures(self) -> list[str]:
+        """Every problem found, one line each (empty when the audit passed)."""
+        out = list(self.problems)
+        out += [f"ledger: {p}" for p in self.ledger.get("problems", [])]
+        out += list(self.audit_log.get("problems", []))
+        for r in self.releases:
+            out += [f"release {r.release_id}: {p}" for p in r.problems]
+            for a in r.actions:
+                out += [f"release {r.release_id} action {a.action}: {p}" for p in a.problems]
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": "qveil.audit/v1",
+            "generated_at": self.generated_at,
+            "store": self.store,
+            "passed": self.passed,
+            "pass_level": {
+                "level": self.level,
+                "per_path_level": self.path_level,
+                "rule": "a path passes when its KS, chi-square, mean and variance p-values are "
+                        "all >= per_path_level = level / (paths tested) (Bonferroni); a healthy "
+                        "store fails with probability <= 4 x level",
+                "min_points": MIN_POINTS,
+            },
+            "power_alternative": f"sigma x {POWER_FACTOR}",
+            "releases": [r.to_dict() for r in self.releases],
+            "ledger": self.ledger,
+            "audit_log": self.audit_log,
+            "failures": self.failures(),
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True, allow_nan=False,
+                          default=_json_default)
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, np.generic):
+        return o.item()
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def _finite_or_none(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+# ------------------------------------------------------------------------------- store access
+def _records(store: Any, release_id: str | None) -> list[Any]:
+    if release_id is not None:
+        return [store.get_release(release_id)]
+    return sorted(store.list_releases(), key=lambda r: (str(r.created_at), r.release_id))
+
+
+def _load_points(store: Any, rid: str, action: int) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                              list[str]]:
+    seqs, xs, gs, hashes = [], [], [], []
+    for p in store.iter_points(rid, action):
+        seqs.append(int(p.seq))
+        xs.append(float(p.x))
+        gs.append(float(p.g))
+        hashes.append(str(p.hash))
+    return (np.asarray(seqs, dtype=np.int64), np.asarray(xs, dtype=np.float64),
+            np.asarray(gs, dtype=np.float64), hashes)
+
+
+def _store_integrity(store: Any, rid: str, action: int) -> list[str]:
+    """The store's own verification (hash chain, gaps, duplicates) as problem lines."""
+    rep = store.verify(rid, action)
+    if bool(getattr(rep, "ok", False)):
+        return []
+    out = []
+    for a in getattr(rep, "actions", ()):
+        if not a.ok:
+            out += [f"store verification: {p}" for p in a.problems] or [
+                "store verification failed"]
+    return out or [f"store verification failed: {rep!r}"]
+
+
+def _anchors(db: AdminDB, rid: str) -> dict[int, dict[str, Any]]:
+    """The highest high-water mark per action recorded by passing audits of ``rid``."""
+    best: dict[int, dict[str, Any]] = {}
+    for e in audit_log.entries(db, action="audit", target=rid):
+        if e.outcome != "ok":
+            continue
+        for key, mark in (e.params.get("actions") or {}).items():
+            try:
+                a, hwm = int(key), int(mark["hwm"])
+            except (KeyError, TypeError, ValueError):
+                continue
+            if a not in best or hwm > best[a]["hwm"]:
+                best[a] = {"hwm": hwm, "hash": mark.get("hash"), "audit_seq": e.seq,
+                           "at": e.at}
+    return best
+
+
+# ------------------------------------------------------------------------------- the audit
+def _audit_action(store: Any, rec: Any, action: int, anchor: dict[str, Any] | None
+                  ) -> tuple[ActionAudit, np.ndarray | None]:
+    a = ActionAudit(action=action)
+    seqs, xs, gs, hashes = _load_points(store, rec.release_id, action)
+    a.count = int(seqs.size)
+    a.high_water_mark = int(seqs[-1]) if seqs.size else None
+    a.head_hash = hashes[-1] if hashes else None
+    counted = int(store.count_points(rec.release_id, action))
+    if counted != a.count:
+        a.problems.append(f"count_points says {counted} rows but {a.count} were read")
+    if seqs.size:
+        steps = np.diff(seqs)
+        if (steps <= 0).any():
+            i = int(np.flatnonzero(steps <= 0)[0])
+            a.problems.append(f"insertion sequence out of order at seq {int(seqs[i + 1])} "
+                              f"(after {int(seqs[i])})")
+        elif (steps != 1).any():
+            i = int(np.flatnonzero(steps != 1)[0])
+            a.problems.append(f"sequence gap: {int(seqs[i + 1]) - int(seqs[i]) - 1} row(s) "
+                              f"missing after seq {int(seqs[i])}")
+        if np.unique(xs).size != xs.size:
+            a.problems.append("a state appears twice (one state must have one value)")
+        if not np.isfinite(gs).all():
+            a.problems.append("a stored value is not finite")
+    a.problems += _store_integrity(store, rec.release_id, action)
+    if anchor is not None:
+        a.anchor = {"recorded_hwm": anchor["hwm"], "audit_entry": anchor["audit_seq"],
+                    "ok": True}
+        if a.high_water_mark is None or a.high_water_mark < anchor["hwm"]:
+            a.anchor["ok"] = False
+            a.problems.append(
+                f"high-water mark {a.high_water_mark} is below {anchor['hwm']} recorded by "
+                f"audit-log entry {anchor['audit_seq']} ({anchor['at']}): stored rows were "
+                "deleted or the store was restored from an older copy")
+        else:
+            idx = np.flatnonzero(seqs == anchor["hwm"])
+            if idx.size != 1 or hashes[int(idx[0])] != anchor["hash"]:
+                a.anchor["ok"] = False
+                a.problems.append(
+                    f"the row at seq {anchor['hwm']} differs from the one recorded by audit-log "
+                    f"entry {anchor['audit_seq']}")
+    a.integrity_ok = not a.problems
+    z = None
+    if a.count >= MIN_POINTS and np.isfinite(gs).all() and np.unique(xs).size == xs.size:
+        order = np.argsort(seqs, kind="stable")
+        z = whiten(xs[order], gs[order], beta=rec.beta, sigma=rec.sigma)
+    return a, z
+
+
+def _test_action(a: ActionAudit, z: np.ndarray | None, path_level: float) -> None:
+    if z is None:
+        if a.count < MIN_POINTS:
+            a.stats = {"n": a.count, "skipped": f"fewer than {MIN_POINTS} points: not tested"}
+        else:
+            a.stats = {"n": a.count, "skipped": "not tested: integrity failure"}
+        return
+    a.tested = True
+    rep = normality_report(z, level=path_level)
+    a.stats = {k: _finite_or_none(v) for k, v in rep.items()}
+    alt = normality_report(z * POWER_FACTOR, level=path_level)
+    a.power = {
+        "alternative": f"sigma x {POWER_FACTOR}",
+        "rescaled_min_p": min(alt["ks_p"], alt["chi2_p"], alt["mean_p"], alt["var_p"]),
+        "rescaled_ks_p": alt["ks_p"],
+        "rescaled_chi2_p": alt["chi2_p"],
+        "rescaled_var_p": alt["var_p"],
+        "rescaled_rejected": not alt["passed"],
+        "variance_test_power": variance_test_power(int(z.size), factor=POWER_FACTOR,
+                                                   level=path_level),
+    }
+    if not rep["passed"]:
+        a.stats_ok = False
+        a.problems.append(
+            "stored values are not the claimed GP: whitened innovations fail the normality test "
+            f"(ks_p={rep['ks_p']:.3g}, chi2_p={rep['chi2_p']:.3g}, mean_p={rep['mean_p']:.3g}, "
+            f"var_p={rep['var_p']:.3g}, var={rep['var']:.4g}; pass level {path_level:.3g})")
+
+
+def audit_store(store: Any, db: AdminDB, *, release_id: str | None = None,
+                level: float = DEFAULT_PASS_LEVEL, record: bool = True,
+                actor: str | None = None, store_label: str = "") -> AuditReport:
+    """Audit every release of ``store`` (or only ``release_id``); see the module docstring.
+
+    ``record``: append one audit-log entry per release (outcome ok/failed; a passing audit's
+    entry carries the high-water marks that later audits check). Raises NotFound for an unknown
+    ``release_id``; every finding is in the report, not raised.
+    """
+    if not 0.0 < level < 1.0:
+        raise InvalidArgument(f"level must be in (0, 1), got {level!r}")
+    actor = actor or audit_log.default_actor()
+    recs = _records(store, release_id)
+    pending: list[tuple[ReleaseAudit, list[tuple[ActionAudit, np.ndarray | None]]]] = []
+    for rec in recs:
+        ra = ReleaseAudit(release_id=rec.release_id, status=str(rec.status),
+                          sigma=float(rec.sigma), beta=float(rec.beta),
+                          interval=(float(rec.interval[0]), float(rec.interval[1])),
+                          n_actions=int(rec.n_actions))
+        try:
+            anchors = _anchors(db, rec.release_id)
+        except QveilError as exc:
+            anchors = {}
+            ra.problems.append(f"cannot read audit-log anchors: {exc}")
+        items = []
+        for action in range(ra.n_actions):
+            try:
+                items.append(_audit_action(store, rec, action, anchors.get(action)))
+            except QveilError as exc:
+                aa = ActionAudit(action=action, integrity_ok=False, problems=[str(exc)])
+                items.append((aa, None))
+        extra = sorted(a for a in anchors if not 0 <= a < ra.n_actions)
+        if extra:
+            ra.problems.append(f"audit log records actions {extra} the release does not have")
+        pending.append((ra, items))
+    n_tested = sum(1 for _, items in pending for _, z in items if z is not None)
+    path_level = level / max(1, n_tested)
+    releases = []
+    for ra, items in pending:
+        for aa, z in items:
+            _test_action(aa, z, path_level)
+            ra.actions.append(aa)
+        releases.append(ra)
+    ledger = Ledger(db).verify().to_dict()
+    log = audit_log.verify_audit_log(db).to_dict()
+    report = AuditReport(generated_at=utc_now(), store=store_label, level=level,
+                         path_level=path_level, releases=releases, ledger=ledger,
+                         audit_log=log)
+    if record:
+        _record(db, report, actor)
+    return report
+
+
+def _record(db: AdminDB, report: AuditReport, actor: str) -> None:
+    for r in report.releases:
+        marks = {str(a.action): {"hwm": a.high_water_mark, "hash": a.head_hash,
+                                 "count": a.count}
+                 for a in r.actions if a.high_water_mark is not None}
+        ok = r.passed and bool(report.ledger.get("ok")) and bool(report.audit_log.get("ok"))
+        audit_log.append(db, actor=actor, action="audit", target=r.release_id,
+                         outcome="ok" if ok else "failed",
+                         params={"passed": ok, "actions": marks,
+                                 "per_path_level": report.path_level},
+                         detail="" if ok else "; ".join(
+                             [*r.problems, *[p for a in r.actions for p in a.problems]])[:2000])
+
+
+# ------------------------------------------------------------------------------- outputs
+def export_report(report: AuditReport, path: str | Path) -> Path:
+    """Write the report as JSON (no noise values)."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(p.name + ".tmp")
+    tmp.write_text(report.to_json() + "\n", encoding="utf-8")
+    tmp.replace(p)
+    return p
+
+
+def plot_paths(store: Any, report: AuditReport, path: str | Path, *,
+               max_releases: int = 12) -> Path:
+    """PNG of stored noise against state, one panel per (release, action), with the claimed
+    +-2 sigma band and the audit verdict in each title. Shows noise values: auditor only."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rels: Sequence[ReleaseAudit] = report.releases[:max_releases]
+    if not rels:
+        raise InvalidArgument("nothing to plot: the store has no releases")
+    ncols = max(r.n_actions for r in rels)
+    fig, axes = plt.subplots(len(rels), ncols, figsize=(4.2 * ncols, 3.0 * len(rels)),
+                             squeeze=False)
+    for i, r in enumerate(rels):
+        lo, hi = r.interval
+        for j in range(ncols):
+            ax = axes[i][j]
+            if j >= r.n_actions:
+                ax.axis("off")
+                continue
+            _, xs, gs, _ = _load_points(store, r.release_id, j)
+            order = np.argsort(xs)
+            states = lo + xs[order] * (hi - lo)
+            ax.plot(states, gs[order], lw=0.8, marker=".", ms=2, color="tab:blue")
+            for s in (-2.0, 2.0):
+                ax.axhline(s * r.sigma, color="grey", ls="--", lw=0.7)
+            ax.axhline(0.0, color="grey", lw=0.5)
+            aa = r.actions[j] if j < len(r.actions) else None
+            verdict = "?" if aa is None else ("pass" if aa.passed else "FAIL")
+            p = "" if aa is None or not aa.tested or aa.stats is None else (
+                f", ks_p={aa.stats['ks_p']:.2g}")
+            ax.set_title(f"{r.release_id[:12]} a={j} n={xs.size} {verdict}{p}", fontsize=8)
+            ax.set_xlabel("state")
+            ax.set_ylabel("stored noise g")
+            ax.set_xlim(lo, hi)
+    fig.suptitle(f"stored noise vs state (dashed: +-2 sigma); audit "
+                 f"{'passed' if report.passed else 'FAILED'}", fontsize=10)
+    fig.tight_layout()
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out

@@ -1,0 +1,117 @@
+"""``qveil audit --store URL [--release ID] [--plot FILE.png] [--export FILE]``.
+
+Audits every release of the store (or one): integrity (hash chains, counts, sequence gaps,
+high-water marks against the admin audit log), the statistical test of each action's stored
+path (whitened innovations against N(0, 1), with p-values, the pass level and the power against
+sigma x 1.3), the privacy ledger and the audit log chains. ``--plot`` draws stored noise
+against state per action (PNG); ``--export`` writes the full report as JSON (the same report
+the AuditService returns); ``--export-points DIR`` also exports each release's stored points
+(JSONL, holds noise values: auditor only). Exit 0 when the audit passes, 1 when it fails,
+2 on a usage or access error. See docs/operations.md, "Audits".
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from qveil.errors import InvalidArgument
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(sub: Any) -> argparse.ArgumentParser:
+    p = sub.add_parser("audit", help="verify stored noise: integrity and statistical tests",
+                       description=__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--store", metavar="URL", help="store URL (default $QVEIL_STORE_URL)")
+    p.add_argument("--release", metavar="ID", help="one release (default: every release)")
+    p.add_argument("--plot", metavar="FILE.png", help="plot stored noise vs state per action")
+    p.add_argument("--export", metavar="FILE", help="write the report as JSON")
+    p.add_argument("--export-points", metavar="DIR",
+                   help="also export each release's stored points (JSONL; noise values)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--no-record", action="store_true",
+                   help="do not append this audit (and its high-water marks) to the audit log")
+    p.set_defaults(func=run)
+    return p
+
+
+def _summary(report: Any) -> str:
+    d = report.to_dict()
+    lines = [f"audit of {d['store']} at {d['generated_at']}: "
+             f"{'PASSED' if d['passed'] else 'FAILED'}",
+             f"pass level: every p-value >= {d['pass_level']['per_path_level']:.3g} "
+             f"(= {d['pass_level']['level']:g} / paths tested); power against "
+             f"{d['power_alternative']}"]
+    for r in report.releases:
+        lines.append(f"release {r.release_id} [{r.status}] sigma={r.sigma:.4g} "
+                     f"beta={r.beta:.4g}: {'pass' if r.passed else 'FAIL'}")
+        for a in r.actions:
+            if a.tested and a.stats is not None and a.power is not None:
+                s, pw = a.stats, a.power
+                stat = (f"ks_p={s['ks_p']:.3g} chi2_p={s['chi2_p']:.3g} "
+                        f"mean_p={s['mean_p']:.3g} var_p={s['var_p']:.3g} var={s['var']:.3f}; "
+                        f"x{1.3}: min_p={pw['rescaled_min_p']:.2g} "
+                        f"{'rejected' if pw['rescaled_rejected'] else 'NOT rejected'}, "
+                        f"var-test power={pw['variance_test_power']:.3f}")
+            else:
+                stat = (a.stats or {}).get("skipped", "not tested")
+            lines.append(f"  action {a.action}: n={a.count} hwm={a.high_water_mark} "
+                         f"integrity={'ok' if a.integrity_ok else 'BROKEN'}; {stat}")
+    lines.append(f"ledger: {'ok' if d['ledger']['ok'] else 'BROKEN'} "
+                 f"({d['ledger']['count']} rows); audit log: "
+                 f"{'ok' if d['audit_log']['ok'] else 'BROKEN'} "
+                 f"({d['audit_log']['count']} entries)")
+    for f in d["failures"]:
+        lines.append(f"FAIL: {f}")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    from qveil.server.admin import admin_db_for
+    from qveil.server.audit import audit_store, export_report, plot_paths
+    from qveil.server.audit_log import default_actor
+    from qveil.server.store import open_store
+
+    url = args.store or os.environ.get("QVEIL_STORE_URL")
+    if not url:
+        raise InvalidArgument("qveil audit needs --store URL (or $QVEIL_STORE_URL)")
+    store = open_store(url, create=False)
+    try:
+        db = admin_db_for(store, url)
+        try:
+            report = audit_store(store, db, release_id=args.release,
+                                 record=not args.no_record,
+                                 actor=f"{default_actor()} (cli)", store_label=_redact(url))
+            if args.export:
+                export_report(report, args.export)
+            if args.plot:
+                plot_paths(store, report, args.plot)
+            if args.export_points:
+                out = Path(args.export_points)
+                out.mkdir(parents=True, exist_ok=True)
+                for r in report.releases:
+                    store.export(r.release_id, str(out / f"{r.release_id}.jsonl"))
+        finally:
+            db.close()
+    finally:
+        store.close()
+    print(report.to_json() if args.json else _summary(report))
+    if args.export:
+        print(f"report written to {args.export}", file=sys.stderr)
+    if args.plot:
+        print(f"plot written to {args.plot}", file=sys.stderr)
+    return 0 if report.passed else 1
+
+
+def _redact(url: str) -> str:
+    if "://" in url and "@" in url:
+        scheme, rest = url.split("://", 1)
+        creds, host = rest.rsplit("@", 1)
+        if ":" in creds:
+            return f"{scheme}://{creds.split(':', 1)[0]}:***@{host}"
+    return url

@@ -1,0 +1,376 @@
+"""The privacy ledger: every privacy event of every dataset, persisted in the store's database.
+
+One row per :class:`qveil.privacy.PrivacyEvent` (its canonical JSON, exactly as the accountant
+serialises it) per dataset, hash-chained per dataset (``qveil.server.hashchain``), plus an
+append-only history of each dataset's cap. Recording an event is one serialized transaction
+(``AdminDB.write``: BEGIN IMMEDIATE on SQLite, an advisory lock per dataset on PostgreSQL):
+
+    read the dataset's events and cap -> qveil.privacy.check_budget -> append -> audit-log entry
+
+so two concurrent retrains cannot both fit under a cap that only one of them fits, and a refused
+event leaves nothing behind (:class:`qveil.errors.BudgetExceeded` carries spent, requested and
+cap). Composition is the accountant's (``qveil.privacy.compose``); this module adds no privacy
+arithmetic of its own (non-negotiable 6), and :meth:`Ledger.verify` re-runs the accountant on
+each event's own parameters so that an auditor trusts the record, not a number typed into it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import sqlalchemy as sa
+
+from qveil.errors import FailedPrecondition, IntegrityError, InvalidArgument
+from qveil.privacy.ledger import PrivacyEvent, check_budget, compose, verify_event
+from qveil.server import admin_tables as T
+from qveil.server import audit_log
+from qveil.server.admin_db import AdminDB
+from qveil.server.audit_log import ChainReport, utc_now
+from qveil.server.hashchain import GENESIS, link_hash
+
+__all__ = ["BudgetReport", "Cap", "Ledger", "LedgerEntry"]
+
+#: Relative tolerance when the accountant's recomputed epsilon is compared with the record's.
+RECOMPUTE_RTOL = 1e-9
+
+
+@dataclass(frozen=True, slots=True)
+class Cap:
+    """A dataset's privacy cap (the newest row of its cap history)."""
+
+    dataset_id: str
+    epsilon: float
+    delta: float
+    seq: int
+    actor: str
+    created_at: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"dataset_id": self.dataset_id, "epsilon": self.epsilon, "delta": self.delta,
+                "seq": self.seq, "actor": self.actor, "created_at": self.created_at}
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerEntry:
+    """One recorded privacy event."""
+
+    dataset_id: str
+    seq: int
+    release_id: str | None
+    event: PrivacyEvent
+    created_at: str
+    hash: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"dataset_id": self.dataset_id, "seq": self.seq, "release_id": self.release_id,
+                "bundle_id": self.event.bundle_id, "mode": self.event.mode,
+                "epsilon": self.event.epsilon, "delta": self.event.delta,
+                "created_at": self.created_at, "hash": self.hash,
+                "event": json.loads(self.event.to_json())}
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetReport:
+    """What ``qveil admin budget`` shows for one dataset."""
+
+    dataset_id: str
+    cap: Cap | None
+    spent: tuple[float, float]
+    remaining: tuple[float, float] | None
+    entries: list[LedgerEntry] = field(default_factory=list)
+    ephemeral: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "dataset_id": self.dataset_id,
+            "cap": None if self.cap is None else self.cap.to_dict(),
+            "spent": {"epsilon": self.spent[0], "delta": self.spent[1]},
+            "remaining": None if self.remaining is None else
+            {"epsilon": self.remaining[0], "delta": self.remaining[1]},
+            "composition": "qveil.privacy.compose over the dataset's recorded events",
+            "events": [e.to_dict() for e in self.entries],
+            "ephemeral": self.ephemeral,
+        }
+
+
+def _lock(dataset_id: str) -> str:
+    return f"ledger:{dataset_id}"
+
+
+def _check_dataset(dataset_id: str) -> str:
+    if not isinstance(dataset_id, str) or not dataset_id.strip() or len(dataset_id) > 200:
+        raise InvalidArgument(f"dataset id must be a non-empty string of <= 200 characters, "
+                              f"got {dataset_id!r}")
+    return dataset_id
+
+
+def _event_fields(dataset_id: str, seq: int, release_id: str | None, bundle_id: str | None,
+                  event_json: str, epsilon: float, delta: float, created_at: str) -> dict[str, Any]:
+    return {"dataset_id": dataset_id, "seq": seq, "release_id": release_id,
+            "bundle_id": bundle_id, "event": event_json, "epsilon": epsilon, "delta": delta,
+            "created_at": created_at}
+
+
+def _cap_fields(dataset_id: str, seq: int, eps: float, delta: float, actor: str,
+                created_at: str) -> dict[str, Any]:
+    return {"dataset_id": dataset_id, "seq": seq, "cap_epsilon": eps, "cap_delta": delta,
+            "actor": actor, "created_at": created_at}
+
+
+class Ledger:
+    """The privacy ledger of one store database (see the module docstring)."""
+
+    def __init__(self, db: AdminDB) -> None:
+        self.db = db
+
+    # ---------------------------------------------------------------- caps
+    def set_cap(self, dataset_id: str, *, cap_epsilon: float, cap_delta: float,
+                actor: str) -> Cap:
+        """Append a new cap for ``dataset_id`` (audit-logged). A cap below what is already spent
+        is allowed: it only blocks further events."""
+        _check_dataset(dataset_id)
+        eps, delta = float(cap_epsilon), float(cap_delta)
+        if not (math.isfinite(eps) and eps > 0):
+            raise InvalidArgument(f"cap epsilon must be a finite number > 0, got {cap_epsilon!r}")
+        if not (math.isfinite(delta) and 0 <= delta < 1):
+            raise InvalidArgument(f"cap delta must be in [0, 1), got {cap_delta!r}")
+        t = T.ledger_caps
+        with self.db.write(_lock(dataset_id)) as conn:
+            last = conn.execute(sa.select(t.c.seq, t.c.hash).where(t.c.dataset_id == dataset_id)
+                                .order_by(t.c.seq.desc()).limit(1)).first()
+            seq = 1 if last is None else int(last.seq) + 1
+            prev = GENESIS if last is None else str(last.hash)
+            at = utc_now()
+            h = link_hash(prev, _cap_fields(dataset_id, seq, eps, delta, actor, at))
+            conn.execute(t.insert().values(dataset_id=dataset_id, seq=seq, cap_epsilon=eps,
+                                           cap_delta=delta, actor=actor, created_at=at,
+                                           prev_hash=prev, hash=h))
+            audit_log.append(self.db, conn=conn, actor=actor, action="ledger.set_cap",
+                             target=dataset_id, outcome="ok",
+                             params={"dataset_id": dataset_id, "cap_epsilon": eps,
+                                     "cap_delta": delta, "cap_seq": seq, "cap_hash": h})
+        return Cap(dataset_id, eps, delta, seq, actor, at)
+
+    def cap(self, dataset_id: str) -> Cap | None:
+        with self.db.read() as conn:
+            return self._cap(conn, dataset_id)
+
+    @staticmethod
+    def _cap(conn: sa.Connection, dataset_id: str) -> Cap | None:
+        t = T.ledger_caps
+        r = conn.execute(sa.select(t).where(t.c.dataset_id == dataset_id)
+                         .order_by(t.c.seq.desc()).limit(1)).first()
+        if r is None:
+            return None
+        return Cap(r.dataset_id, float(r.cap_epsilon), float(r.cap_delta), int(r.seq), r.actor,
+                   r.created_at)
+
+    # ---------------------------------------------------------------- events
+    @staticmethod
+    def _entries(conn: sa.Connection, dataset_id: str) -> list[LedgerEntry]:
+        t = T.ledger_events
+        out = []
+        for r in conn.execute(sa.select(t).where(t.c.dataset_id == dataset_id)
+                              .order_by(t.c.seq)):
+            out.append(LedgerEntry(r.dataset_id, int(r.seq), r.release_id,
+                                   PrivacyEvent.from_json(r.event_json), r.created_at, r.hash))
+        return out
+
+    def entries(self, dataset_id: str) -> list[LedgerEntry]:
+        """The dataset's recorded events, oldest first."""
+        with self.db.read() as conn:
+            return self._entries(conn, dataset_id)
+
+    def datasets(self) -> list[str]:
+        """Every dataset with a cap or an event."""
+        with self.db.read() as conn:
+            a = conn.execute(sa.select(T.ledger_events.c.dataset_id).distinct()).scalars().all()
+            b = conn.execute(sa.select(T.ledger_caps.c.dataset_id).distinct()).scalars().all()
+        return sorted(set(a) | set(b))
+
+    def check(self, event: PrivacyEvent) -> None:
+        """Raise :class:`BudgetExceeded` (or :class:`FailedPrecondition` when the dataset has no
+        cap) if ``event`` would not fit now; writes nothing. Used before training starts so that
+        a refused retrain costs no compute; :meth:`record` checks again atomically."""
+        with self.db.read() as conn:
+            self._check(conn, event)
+
+    def _check(self, conn: sa.Connection, event: PrivacyEvent) -> Cap:
+        cap = self._cap(conn, event.dataset_id)
+        if cap is None:
+            raise FailedPrecondition(
+                f"dataset {event.dataset_id!r} has no privacy cap; set one first: qveil admin "
+                f"set-cap --dataset-id {event.dataset_id} --epsilon EPS --delta DELTA")
+        events = [e.event for e in self._entries(conn, event.dataset_id)]
+        check_budget(events, event, cap_epsilon=cap.epsilon, cap_delta=cap.delta)
+        return cap
+
+    def record(self, event: PrivacyEvent, *, release_id: str | None, actor: str) -> LedgerEntry:
+        """Check the cap and append ``event`` in one serialized transaction, with its audit-log
+        entry. Raises :class:`BudgetExceeded` (nothing written) when it does not fit."""
+        dataset_id = _check_dataset(event.dataset_id)
+        if not (math.isfinite(event.epsilon) and event.epsilon >= 0
+                and math.isfinite(event.delta) and 0 <= event.delta <= 1):
+            raise InvalidArgument(f"privacy event has invalid (epsilon, delta) = "
+                                  f"({event.epsilon!r}, {event.delta!r})")
+        t = T.ledger_events
+        event_json = event.to_json()
+        with self.db.write(_lock(dataset_id)) as conn:
+            self._check(conn, event)
+            if release_id is not None and conn.execute(
+                    sa.select(t.c.seq).where(t.c.release_id == release_id)).first() is not None:
+                raise FailedPrecondition(f"release {release_id!r} already has a ledger entry")
+            last = conn.execute(sa.select(t.c.seq, t.c.hash).where(t.c.dataset_id == dataset_id)
+                                .order_by(t.c.seq.desc()).limit(1)).first()
+            seq = 1 if last is None else int(last.seq) + 1
+            prev = GENESIS if last is None else str(last.hash)
+            at = utc_now()
+            eps, delta = float(event.epsilon), float(event.delta)
+            h = link_hash(prev, _event_fields(dataset_id, seq, release_id, event.bundle_id,
+                                              event_json, eps, delta, at))
+            conn.execute(t.insert().values(
+                dataset_id=dataset_id, seq=seq, release_id=release_id, bundle_id=event.bundle_id,
+                event_json=event_json, epsilon=eps, delta=delta, created_at=at, prev_hash=prev,
+                hash=h))
+            audit_log.append(self.db, conn=conn, actor=actor, action="ledger.record",
+                             target=dataset_id, outcome="ok",
+                             params={"dataset_id": dataset_id, "ledger_seq": seq,
+                                     "ledger_hash": h, "release_id": release_id,
+                                     "epsilon": eps, "delta": delta, "mode": event.mode})
+        return LedgerEntry(dataset_id, seq, release_id, event, at, h)
+
+    def spent(self, dataset_id: str) -> tuple[float, float]:
+        """(epsilon, delta) composed by the accountant over the dataset's events."""
+        return self.budget(dataset_id).spent
+
+    def budget(self, dataset_id: str) -> BudgetReport:
+        """Cap, spent, remaining and the events of one dataset."""
+        _check_dataset(dataset_id)
+        with self.db.read() as conn:
+            cap = self._cap(conn, dataset_id)
+            entries = self._entries(conn, dataset_id)
+        spent = compose([e.event for e in entries]) if entries else (0.0, 0.0)
+        spent = (float(spent[0]), float(spent[1]))
+        remaining = None if cap is None else (max(0.0, cap.epsilon - spent[0]),
+                                              max(0.0, cap.delta - spent[1]))
+        return BudgetReport(dataset_id, cap, spent, remaining, entries, self.db.ephemeral)
+
+    # ---------------------------------------------------------------- verification
+    def verify(self) -> ChainReport:
+        """Every dataset's event chain and cap chain, each event's numbers recomputed by the
+        accountant, and the cross-references with the audit log (which catch deleted newest
+        rows: each event and cap row is announced by an audit-log entry and vice versa)."""
+        problems: list[str] = []
+        n = 0
+        heads: list[str] = []
+        with self.db.read() as conn:
+            refs_ev = set()
+            refs_cap = set()
+            for e in conn.execute(sa.select(T.audit_log.c.action, T.audit_log.c.params_json)
+                                  .where(T.audit_log.c.action.in_(
+                                      ["ledger.record", "ledger.set_cap"]))):
+                try:
+                    p = json.loads(e.params_json)
+                    if e.action == "ledger.record":
+                        refs_ev.add((p["dataset_id"], int(p["ledger_seq"]), p["ledger_hash"]))
+                    else:
+                        refs_cap.add((p["dataset_id"], int(p["cap_seq"]), p["cap_hash"]))
+                except (ValueError, KeyError, TypeError):
+                    problems.append("audit log: an entry referencing the ledger is unreadable")
+            seen_ev = set()
+            seen_cap = set()
+            datasets = sorted(
+                set(conn.execute(sa.select(T.ledger_events.c.dataset_id).distinct()).scalars())
+                | set(conn.execute(sa.select(T.ledger_caps.c.dataset_id).distinct()).scalars()))
+            for ds in datasets:
+                k, head = self._verify_events(conn, ds, problems, seen_ev)
+                n += k
+                heads.append(head)
+                k, head = self._verify_caps(conn, ds, problems, seen_cap)
+                n += k
+                heads.append(head)
+        for ds, seq, h in sorted(refs_ev - seen_ev):
+            problems.append(f"ledger {ds!r}: event {seq} announced in the audit log "
+                            f"(hash {h[:12]}) is missing or changed")
+        for ds, seq, _h in sorted(seen_ev - refs_ev):
+            problems.append(f"ledger {ds!r}: event {seq} has no audit-log entry")
+        for ds, seq, h in sorted(refs_cap - seen_cap):
+            problems.append(f"ledger {ds!r}: cap {seq} announced in the audit log "
+                            f"(hash {h[:12]}) is missing or changed")
+        for ds, seq, _h in sorted(seen_cap - refs_cap):
+            problems.append(f"ledger {ds!r}: cap {seq} has no audit-log entry")
+        head = link_hash(GENESIS, {"heads": heads}) if heads else GENESIS
+        return ChainReport(ok=not problems, count=n, head_hash=head, problems=problems)
+
+    @staticmethod
+    def _verify_events(conn: sa.Connection, ds: str, problems: list[str],
+                       seen: set[tuple[str, int, str]]) -> tuple[int, str]:
+        t = T.ledger_events
+        prev, expected, n = GENESIS, 1, 0
+        for r in conn.execute(sa.select(t).where(t.c.dataset_id == ds).order_by(t.c.seq)):
+            n += 1
+            seq = int(r.seq)
+            where = f"ledger {ds!r}: event {seq}"
+            if seq != expected:
+                problems.append(f"ledger {ds!r}: sequence gap: expected event {expected}, "
+                                f"found {seq}")
+            if r.prev_hash != prev:
+                problems.append(f"{where} does not link to the event before it")
+            h = link_hash(r.prev_hash, _event_fields(ds, seq, r.release_id, r.bundle_id,
+                                                     r.event_json, float(r.epsilon),
+                                                     float(r.delta), r.created_at))
+            if h != r.hash:
+                problems.append(f"{where} was edited (hash mismatch)")
+            seen.add((ds, seq, r.hash))
+            prev, expected = r.hash, seq + 1
+            try:
+                ev = PrivacyEvent.from_json(r.event_json)
+            except Exception as exc:  # noqa: BLE001 - any parse failure is a finding
+                problems.append(f"{where}: event JSON unreadable: {exc}")
+                continue
+            if ev.dataset_id != ds:
+                problems.append(f"{where}: event names dataset {ev.dataset_id!r}")
+            if ev.epsilon != float(r.epsilon) or ev.delta != float(r.delta):
+                problems.append(f"{where}: epsilon/delta columns differ from the event")
+            problems.extend(f"{where}: {m}" for m in _recompute(ev))
+        return n, prev
+
+    @staticmethod
+    def _verify_caps(conn: sa.Connection, ds: str, problems: list[str],
+                     seen: set[tuple[str, int, str]]) -> tuple[int, str]:
+        t = T.ledger_caps
+        prev, expected, n = GENESIS, 1, 0
+        for r in conn.execute(sa.select(t).where(t.c.dataset_id == ds).order_by(t.c.seq)):
+            n += 1
+            seq = int(r.seq)
+            if seq != expected:
+                problems.append(f"ledger {ds!r}: cap sequence gap: expected {expected}, "
+                                f"found {seq}")
+            if r.prev_hash != prev:
+                problems.append(f"ledger {ds!r}: cap {seq} does not link to the one before it")
+            h = link_hash(r.prev_hash, _cap_fields(ds, seq, float(r.cap_epsilon),
+                                                   float(r.cap_delta), r.actor, r.created_at))
+            if h != r.hash:
+                problems.append(f"ledger {ds!r}: cap {seq} was edited (hash mismatch)")
+            seen.add((ds, seq, r.hash))
+            prev, expected = r.hash, seq + 1
+        return n, prev
+
+    def verify_or_raise(self) -> ChainReport:
+        rep = self.verify()
+        if not rep.ok:
+            raise IntegrityError("privacy ledger fails verification: " + "; ".join(rep.problems))
+        return rep
+
+
+def _recompute(ev: PrivacyEvent) -> list[str]:
+    """Re-run the accountant on the event's own parameters (``qveil.privacy.ledger.verify_event``);
+    report any disagreement with the recorded numbers."""
+    try:
+        verify_event(ev, rel_tol=RECOMPUTE_RTOL)
+    except Exception as exc:  # noqa: BLE001 - an unrecomputable event is a finding
+        return [f"the accountant does not reproduce it: {exc}"]
+    return []

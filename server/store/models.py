@@ -65,3 +65,8 @@ noise_points = sa.Table(
     # one value per state; also the index for neighbour / exact-state look-ups
     sa.UniqueConstraint("release_id", "action", "x"),
 )
+
+# The admin records (issue 7: privacy ledger, caps, admin audit log, release bundles) share this
+# MetaData and this Alembic history (migration 0002); importing them here keeps `metadata`
+# complete whatever is imported first, so compare_metadata sees every table.
+from qveil.server import admin_tables as _admin_tables  # noqa: E402,F401

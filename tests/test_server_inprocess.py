@@ -87,7 +87,7 @@ def invalid_request(draw: st.DrawFn) -> value_pb.GetValuesRequest:
 
 
 def test_bad_requests_are_invalid_argument_and_store_nothing(srv: InProcessServer) -> None:
-    """~1500 invalid GetValues requests over real gRPC: each INVALID_ARGUMENT naming the
+    """~1200 invalid GetValues requests over real gRPC: each INVALID_ARGUMENT naming the
     field, and the store's row count never moves (validation precedes every store call)."""
     before = srv.store.count_points()
     with grpc.insecure_channel(srv.target) as ch:
@@ -97,7 +97,7 @@ def test_bad_requests_are_invalid_argument_and_store_nothing(srv: InProcessServe
         before = srv.store.count_points()
         codes: list[str] = []
 
-        @settings(max_examples=1500, deadline=None, derandomize=True,
+        @settings(max_examples=1200, deadline=None, derandomize=True,
                   suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
         @given(invalid_request())
         def check(req: value_pb.GetValuesRequest) -> None:

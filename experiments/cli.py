@@ -44,6 +44,9 @@ def add_parser(sub: Any) -> None:
                         "base seed)")
     p.add_argument("--out", type=Path, default=None, help="output directory "
                    "(default results/<name>)")
+    p.add_argument("--config", type=Path, default=None,
+                   help="fig1/fig2: training config (default configs/linewalk.toml, the "
+                        "paper's settings)")
     p.add_argument("--workers", type=int, default=None,
                    help="processes (default: CPUs, or QVEIL_EXPERIMENT_WORKERS)")
     p.set_defaults(func=run)
@@ -59,8 +62,15 @@ def run(args: argparse.Namespace) -> int:
     out = args.out if args.out is not None else Path("results") / args.name
     module = importlib.import_module(EXPERIMENTS[args.name][0])
     t0 = time.perf_counter()
+    kwargs: dict[str, Any] = {}
+    if args.config is not None:
+        if args.name not in ("fig1", "fig2"):
+            raise InvalidArgument("--config applies to fig1 and fig2 only")
+        if not args.config.is_file():
+            raise InvalidArgument(f"config file {str(args.config)!r} does not exist")
+        kwargs["config"] = args.config
     paths = module.run(out=out, quick=bool(args.quick), seeds=args.seeds,
-                       workers=args.workers or default_workers())
+                       workers=args.workers or default_workers(), **kwargs)
     dt = time.perf_counter() - t0
     for key, path in paths.items():
         print(f"{key}: {path}")

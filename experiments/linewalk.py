@@ -1,0 +1,152 @@
+"""One LineWalk run of any method, trained with qveil.trainer and scored as released.
+
+A *spec* (a plain dict, so it can cross process boundaries) names the method and its noise;
+:func:`run_spec` trains, then evaluates the RELEASED function on fresh episodes:
+
+* Algorithm 1 (``alg1``, any sigma including 0 = the non-private DQN): ``train_q`` with the
+  training noise (sigma, beta); the release is Q + g with a fresh path per action at the
+  release (sigma, beta) and, in output mode, Q clamped to |Q| <= r0 / (1 - gamma).
+* ``dpsgd`` and ``input``: :mod:`qveil.experiments.baselines`; the release is Q itself.
+
+Learning curves are the returns of the training episodes (what the agent collected while
+learning, with its noisy greedy actions), as in the paper's figures; the headline number is
+the mean return of the released function over ``eval_episodes`` fresh episodes.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["load_cfg", "privacy_row", "reference_returns", "run_spec"]
+
+DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "linewalk.toml"
+
+
+def load_cfg(path: str | Path | None = None, **changes: Any) -> Any:
+    """The training config (default: configs/linewalk.toml, the paper's settings)."""
+    from qveil.trainer.config import TrainConfig
+
+    cfg = TrainConfig.from_toml(path or DEFAULT_CONFIG)
+    return cfg.replace(**changes) if changes else cfg
+
+
+def privacy_row(cfg: Any, *, n_actions: int = 2) -> tuple[dict[str, Any], Any]:
+    """qveil.privacy's result for cfg (its sigma or its target epsilon) as a dict, and the
+    effective config (calibration may choose k)."""
+    from qveil.trainer.train import privacy_for
+
+    out = privacy_for(cfg, n_actions=n_actions)
+    res, eff = out if isinstance(out, tuple) else (out, cfg)
+    return res.to_dict(), eff
+
+
+def _forward(weights: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
+    n = len([k for k in weights if k.startswith("W")])
+    h = np.asarray(x, dtype=np.float64).reshape(-1, 1)
+    for i in range(n):
+        h = h @ weights[f"W{i}"].T + weights[f"b{i}"]
+        if i < n - 1:
+            h = np.maximum(h, 0.0)
+    return h
+
+
+def evaluate_release(cfg: Any, weights: dict[str, np.ndarray], *, sigma: float, beta: float,
+                     q_bound: float | None, episodes: int, seed: int) -> list[float]:
+    """Returns of argmax_a [clamp(Q)(x, a) + g_a(x)] over fresh episodes (one fresh path per
+    action for the whole evaluation: one release is one function)."""
+    from qveil.noise import OUSamplePath
+    from qveil.trainer.evaluate import run_policy
+    from qveil.trainer.train import make_env
+
+    info = make_env(cfg)
+    m = info.n_actions
+    paths = None
+    if sigma > 0:
+        paths = [OUSamplePath(beta=beta, sigma=sigma, rng=np.random.default_rng([7, seed, a]))
+                 for a in range(m)]
+
+    def policy(s: float) -> int:
+        x = info.interval.to_unit([s])
+        q = _forward(weights, x)[0]
+        if q_bound is not None:
+            q = np.clip(q, -q_bound, q_bound)
+        if paths is not None:
+            q = q + np.array([p.sample(x)[0] for p in paths])
+        return int(np.argmax(q))
+
+    try:
+        return run_policy(info.env, policy, episodes=episodes, seed=10_000 + seed)
+    finally:
+        info.env.close()
+
+
+def reference_returns(cfg: Any, *, episodes: int = 200, seed: int = 0) -> dict[str, float]:
+    """Mean returns of the random policy and the hand-written 'towards 0.5' policy."""
+    from qveil.trainer.env import towards_middle_policy
+    from qveil.trainer.evaluate import run_policy
+    from qveil.trainer.train import make_env
+
+    info = make_env(cfg)
+    rng = np.random.default_rng(seed)
+    try:
+        rnd = run_policy(info.env, lambda _s: int(rng.integers(info.n_actions)),
+                         episodes=episodes, seed=seed)
+        mid = run_policy(info.env, towards_middle_policy, episodes=episodes, seed=seed)
+    finally:
+        info.env.close()
+    return {"random": float(np.mean(rnd)), "towards 0.5": float(np.mean(mid))}
+
+
+def run_spec(spec: dict[str, Any]) -> dict[str, Any]:
+    """Train and evaluate one spec. Keys: method (alg1|dpsgd|input), config (path),
+    config_changes (dict), seed, eval_episodes; alg1: train_sigma, train_beta, release_sigma,
+    release_beta, q_bound; dpsgd: clip, noise_std; input: noise_std. Returns the spec plus
+    ``curve`` (training-episode returns), ``release_return`` (mean), ``seconds``."""
+    import torch
+
+    torch.set_num_threads(1)
+    from qveil.experiments.baselines import train_dpsgd, train_input_perturbation
+    from qveil.trainer.algorithm import train_q
+    from qveil.trainer.train import make_env
+
+    cfg = load_cfg(spec.get("config"), **spec.get("config_changes", {}))
+    seed = int(spec["seed"])
+    t0 = time.perf_counter()
+    method = spec["method"]
+    release_sigma, release_beta, q_bound = 0.0, 1.0, None
+    if method == "alg1":
+        info = make_env(cfg)
+        try:
+            res = train_q(cfg, info.env, interval=info.interval, sigma=float(spec["train_sigma"]),
+                          beta=float(spec["train_beta"]), seed=seed)
+        finally:
+            info.env.close()
+        net, rows = res.network, res.log_rows
+        release_sigma = float(spec.get("release_sigma", spec["train_sigma"]))
+        release_beta = float(spec.get("release_beta", spec["train_beta"]))
+        q_bound = spec.get("q_bound")
+    elif method == "dpsgd":
+        res = train_dpsgd(cfg, clip=float(spec["clip"]), noise_std=float(spec["noise_std"]),
+                          seed=seed)
+        net, rows = res.network, res.log_rows
+    elif method == "input":
+        res = train_input_perturbation(cfg, noise_std=float(spec["noise_std"]), seed=seed)
+        net, rows = res.network, res.log_rows
+    else:
+        raise ValueError(f"unknown method {method!r}")
+    weights = net.export()
+    rets = evaluate_release(cfg, weights, sigma=release_sigma, beta=release_beta,
+                            q_bound=q_bound, episodes=int(spec.get("eval_episodes", 20)),
+                            seed=seed)
+    curve = [(int(r["steps"]), float(r["return"])) for r in rows]
+    out = dict(spec)
+    out.update(curve=curve, release_return=float(np.mean(rets)),
+               release_return_sd=float(np.std(rets)), seconds=time.perf_counter() - t0,
+               final_train_return=float(np.mean([c[1] for c in curve[-10:]]))
+               if curve else math.nan)
+    return out

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import signal
 import subprocess
 import sys
@@ -47,17 +46,35 @@ def make_bundle(path: Path) -> Path:
     from qveil.privacy import E3_SETTINGS, PrivacyParams, account
 
     rng = np.random.default_rng(0)
-    w = {"W0": rng.normal(size=(64, 1)), "b0": rng.normal(size=64) * 0.1,
-         "W1": rng.normal(size=(64, 64)) / 8, "b1": rng.normal(size=64) * 0.1,
-         "W2": rng.normal(size=(M, 64)) / 8, "b2": rng.normal(size=M) * 0.1}
+    w = {
+        "W0": rng.normal(size=(64, 1)),
+        "b0": rng.normal(size=64) * 0.1,
+        "W1": rng.normal(size=(64, 64)) / 8,
+        "b1": rng.normal(size=64) * 0.1,
+        "W2": rng.normal(size=(M, 64)) / 8,
+        "b2": rng.normal(size=M) * 0.1,
+    }
     lip = max(lipschitz_bound(w), 1.0)
-    params = PrivacyParams(mode="output", sigma=1.0,
-                           **{**E3_SETTINGS, "lipschitz": lip, "actions": M})
-    card = build_card(env_id="qveil/LineWalk-v0", interval=(LO, HI), actions=M,
-                      hyperparameters={"benchmark": True}, privacy_result=account(params),
-                      lipschitz=lip, seeded=True)
-    return write_bundle(path, card=card, weights=w, config_toml="", learning_curve_png=b"",
-                        training_log_rows=[{"episode": 0, "return": 0.0}])
+    params = PrivacyParams(
+        mode="output", sigma=1.0, **{**E3_SETTINGS, "lipschitz": lip, "actions": M}
+    )
+    card = build_card(
+        env_id="qveil/LineWalk-v0",
+        interval=(LO, HI),
+        actions=M,
+        hyperparameters={"benchmark": True},
+        privacy_result=account(params),
+        lipschitz=lip,
+        seeded=True,
+    )
+    return write_bundle(
+        path,
+        card=card,
+        weights=w,
+        config_toml="",
+        learning_curve_png=b"",
+        training_log_rows=[{"episode": 0, "return": 0.0}],
+    )
 
 
 # ----------------------------------------------------------------------------- echo server
@@ -80,8 +97,9 @@ def echo_server(port_file: str, bundle: str | None) -> None:
                 else:
                     xs = np.fromiter(request.states, dtype=np.float64, count=n)
                     vals = weights.q_values_unit(xs).ravel()
-                return pb.GetValuesResponse(release_id="echo", actions=list(range(M)),
-                                            values=vals.tolist())
+                return pb.GetValuesResponse(
+                    release_id="echo", actions=list(range(M)), values=vals.tolist()
+                )
 
         server = grpc.aio.server()
         pb_grpc.add_ValueServiceServicer_to_server(Echo(), server)
@@ -119,8 +137,9 @@ def wait_ready(target: str) -> None:
 
 
 # ----------------------------------------------------------------------------- load
-async def closed_loop(targets: list[str], batch: int, kind: str, seconds: float,
-                      concurrency: int, pool: np.ndarray) -> dict[str, float]:
+async def closed_loop(
+    targets: list[str], batch: int, kind: str, seconds: float, concurrency: int, pool: np.ndarray
+) -> dict[str, float]:
     chans = [grpc.aio.insecure_channel(t) for t in targets]
     stubs = [pb_grpc.ValueServiceStub(c) for c in chans]
     rng = np.random.default_rng(batch * 7 + len(targets))
@@ -132,8 +151,11 @@ async def closed_loop(targets: list[str], batch: int, kind: str, seconds: float,
         nonlocal errors
         k = i
         while time.perf_counter() < stop_at:
-            states = (rng.choice(pool, size=batch) if kind == "repeated"
-                      else rng.uniform(LO, HI, size=batch))
+            states = (
+                rng.choice(pool, size=batch)
+                if kind == "repeated"
+                else rng.uniform(LO, HI, size=batch)
+            )
             req = pb.GetValuesRequest(states=states.tolist())
             t0 = time.perf_counter()
             try:
@@ -149,14 +171,18 @@ async def closed_loop(targets: list[str], batch: int, kind: str, seconds: float,
     for c in chans:
         await c.close()
     a = np.array(lat) * 1000
-    return {"calls_s": len(lat) / wall, "states_s": len(lat) * batch / wall,
-            "p50_ms": float(np.percentile(a, 50)) if a.size else float("nan"),
-            "p99_ms": float(np.percentile(a, 99)) if a.size else float("nan"),
-            "errors": errors}
+    return {
+        "calls_s": len(lat) / wall,
+        "states_s": len(lat) * batch / wall,
+        "p50_ms": float(np.percentile(a, 50)) if a.size else float("nan"),
+        "p99_ms": float(np.percentile(a, 99)) if a.size else float("nan"),
+        "errors": errors,
+    }
 
 
-def store_ceiling(url: str, release_id: str, pool_unit: np.ndarray, seconds: float
-                  ) -> dict[tuple[str, int], float]:
+def store_ceiling(
+    url: str, release_id: str, pool_unit: np.ndarray, seconds: float
+) -> dict[tuple[str, int], float]:
     """States/s of store.get_or_sample in this process (one thread, all actions)."""
     from qveil.server.store import open_store
 
@@ -169,8 +195,11 @@ def store_ceiling(url: str, release_id: str, pool_unit: np.ndarray, seconds: flo
                 n = 0
                 t0 = time.perf_counter()
                 while time.perf_counter() - t0 < seconds / 2:
-                    xs = (rng.choice(pool_unit, size=batch) if kind == "repeated"
-                          else rng.uniform(0, 1, size=batch))
+                    xs = (
+                        rng.choice(pool_unit, size=batch)
+                        if kind == "repeated"
+                        else rng.uniform(0, 1, size=batch)
+                    )
                     for a in range(M):
                         store.get_or_sample(release_id, a, xs)
                     n += batch
@@ -203,18 +232,40 @@ def main() -> int:
         try:
             servers = []
             for i in range(2):
-                p, port = spawn([qveil, "serve", "--bundle", str(bundle), "--store", store,
-                                 "--listen", "127.0.0.1:0", "--port-file",
-                                 str(tmp / f"s{i}.port"), "--max-in-flight", "1024"],
-                                tmp / f"s{i}.port")
+                p, port = spawn(
+                    [
+                        qveil,
+                        "serve",
+                        "--bundle",
+                        str(bundle),
+                        "--store",
+                        store,
+                        "--listen",
+                        "127.0.0.1:0",
+                        "--port-file",
+                        str(tmp / f"s{i}.port"),
+                        "--max-in-flight",
+                        "1024",
+                    ],
+                    tmp / f"s{i}.port",
+                )
                 procs.append(p)
                 servers.append(f"127.0.0.1:{port}")
                 wait_ready(servers[-1])
-            echo_p, echo_port = spawn([sys.executable, __file__, "--echo-server",
-                                       str(tmp / "e.port")], tmp / "e.port")
-            mlp_p, mlp_port = spawn([sys.executable, __file__, "--echo-server",
-                                     str(tmp / "m.port"), "--echo-bundle", str(bundle)],
-                                    tmp / "m.port")
+            echo_p, echo_port = spawn(
+                [sys.executable, __file__, "--echo-server", str(tmp / "e.port")], tmp / "e.port"
+            )
+            mlp_p, mlp_port = spawn(
+                [
+                    sys.executable,
+                    __file__,
+                    "--echo-server",
+                    str(tmp / "m.port"),
+                    "--echo-bundle",
+                    str(bundle),
+                ],
+                tmp / "m.port",
+            )
             procs += [echo_p, mlp_p]
             # store the pool once (repeated points are then answered from memory)
             with grpc.insecure_channel(servers[0]) as ch:
@@ -224,17 +275,19 @@ def main() -> int:
                 for t in servers[1:]:
                     with grpc.insecure_channel(t) as ch2:
                         pb_grpc.ValueServiceStub(ch2).GetValues(
-                            pb.GetValuesRequest(states=pool.tolist()), timeout=120)
+                            pb.GetValuesRequest(states=pool.tolist()), timeout=120
+                        )
 
             def run(targets: list[str], batch: int, kind: str) -> dict[str, float]:
-                return asyncio.run(closed_loop(targets, batch, kind, args.seconds,
-                                               args.concurrency, pool))
+                return asyncio.run(
+                    closed_loop(targets, batch, kind, args.seconds, args.concurrency, pool)
+                )
 
             for batch in (1, 64, 1024):
-                results[("echo", batch, "-")] = run([f"127.0.0.1:{echo_port}"], batch,
-                                                    "repeated")
-                results[("echo+mlp", batch, "-")] = run([f"127.0.0.1:{mlp_port}"], batch,
-                                                        "repeated")
+                results[("echo", batch, "-")] = run([f"127.0.0.1:{echo_port}"], batch, "repeated")
+                results[("echo+mlp", batch, "-")] = run(
+                    [f"127.0.0.1:{mlp_port}"], batch, "repeated"
+                )
                 for kind in ("repeated", "new"):
                     results[("qveil x1", batch, kind)] = run(servers[:1], batch, kind)
                     results[("qveil x2", batch, kind)] = run(servers, batch, kind)
@@ -255,28 +308,62 @@ def main() -> int:
     for (what, batch, kind), r in results.items():
         echo = results[("echo", batch, "-")]["states_s"]
         mlp = results[("echo+mlp", batch, "-")]["states_s"]
-        rows.append([what, kind, batch, r["calls_s"], r["states_s"], r["p50_ms"], r["p99_ms"],
-                     r["states_s"] / echo, r["states_s"] / mlp, int(r["errors"])])
+        rows.append(
+            [
+                what,
+                kind,
+                batch,
+                r["calls_s"],
+                r["states_s"],
+                r["p50_ms"],
+                r["p99_ms"],
+                r["states_s"] / echo,
+                r["states_s"] / mlp,
+                int(r["errors"]),
+            ]
+        )
     store_rows = [[kind, batch, v] for (kind, batch), v in raw.items()]
     r1 = results[("qveil x1", 1, "repeated")]["states_s"] / results[("echo", 1, "-")]["states_s"]
-    rb = {b: results[("qveil x1", b, "repeated")]["states_s"]
-          / results[("echo+mlp", b, "-")]["states_s"] for b in (64, 1024)}
-    body = "\n\n".join([
-        f"Closed loop, {args.concurrency} calls in flight from one grpc.aio client process, "
-        f"{args.seconds:g} s per row; GetValues over all {M} actions of an MLP 1-64-64-{M}; "
-        "SQLite store (WAL, synchronous=FULL); 'states/s' counts states (each answered for "
-        f"every action). Ratios are states/s over the echo and echo+MLP ceilings of the same "
-        "batch size.",
-        table(["server", "points", "batch", "calls/s", "states/s", "p50 ms", "p99 ms",
-               "/ echo", "/ echo+MLP", "errors"], rows),
-        "Raw store ceiling (`get_or_sample` in process, one thread, all actions):",
-        table(["points", "batch", "states/s"], store_rows),
-        f"Targets (issue 6): single repeated queries / echo = {r1:.2f} (target >= 0.5); "
-        f"repeated batches / (gRPC + MLP) = {rb[64]:.2f} at 64, {rb[1024]:.2f} at 1024 "
-        "(target >= 0.5).",
-    ])
-    write_section("server", "Server: throughput and latency over loopback",
-                  "python benchmarks/bench_server.py", body)
+    rb = {
+        b: results[("qveil x1", b, "repeated")]["states_s"]
+        / results[("echo+mlp", b, "-")]["states_s"]
+        for b in (64, 1024)
+    }
+    body = "\n\n".join(
+        [
+            f"Closed loop, {args.concurrency} calls in flight from one grpc.aio client process, "
+            f"{args.seconds:g} s per row; GetValues over all {M} actions of an MLP 1-64-64-{M}; "
+            "SQLite store (WAL, synchronous=FULL); 'states/s' counts states (each answered for "
+            f"every action). Ratios are states/s over the echo and echo+MLP ceilings of the same "
+            "batch size.",
+            table(
+                [
+                    "server",
+                    "points",
+                    "batch",
+                    "calls/s",
+                    "states/s",
+                    "p50 ms",
+                    "p99 ms",
+                    "/ echo",
+                    "/ echo+MLP",
+                    "errors",
+                ],
+                rows,
+            ),
+            "Raw store ceiling (`get_or_sample` in process, one thread, all actions):",
+            table(["points", "batch", "states/s"], store_rows),
+            f"Targets (issue 6): single repeated queries / echo = {r1:.2f} (target >= 0.5); "
+            f"repeated batches / (gRPC + MLP) = {rb[64]:.2f} at 64, {rb[1024]:.2f} at 1024 "
+            "(target >= 0.5).",
+        ]
+    )
+    write_section(
+        "server",
+        "Server: throughput and latency over loopback",
+        "python benchmarks/bench_server.py",
+        body,
+    )
     return 0
 
 

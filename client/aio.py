@@ -30,14 +30,23 @@ __all__ = ["AsyncValueClient"]
 class AsyncValueClient:
     """``async with AsyncValueClient(target) as c: q = await c.values([0.3])``."""
 
-    def __init__(self, target: str, *, token: str | None = None,
-                 tls: TLSConfig | bool | None = None, timeout: float | None = 30.0,
-                 retry: RetryPolicy | None = None) -> None:
+    def __init__(
+        self,
+        target: str,
+        *,
+        token: str | None = None,
+        tls: TLSConfig | bool | None = None,
+        timeout: float | None = 30.0,
+        retry: RetryPolicy | None = None,
+    ) -> None:
         creds = channel_credentials(tls)
         opts = channel_options(tls)
         self.target = target
-        self._channel = (grpc.aio.secure_channel(target, creds, options=opts)
-                         if creds is not None else grpc.aio.insecure_channel(target, options=opts))
+        self._channel = (
+            grpc.aio.secure_channel(target, creds, options=opts)
+            if creds is not None
+            else grpc.aio.insecure_channel(target, options=opts)
+        )
         self._stub = value_grpc.ValueServiceStub(self._channel)
         self._metadata = auth_metadata(token)
         self._timeout = timeout
@@ -46,28 +55,41 @@ class AsyncValueClient:
     async def _call(self, method: Any, request: Any, timeout: float | None) -> Any:
         for attempt in range(self._retry.attempts):
             try:
-                return await method(request, timeout=timeout or self._timeout,
-                                    metadata=self._metadata)
+                return await method(
+                    request, timeout=timeout or self._timeout, metadata=self._metadata
+                )
             except grpc.aio.AioRpcError as exc:
-                if (exc.code() == grpc.StatusCode.UNAVAILABLE
-                        and attempt + 1 < self._retry.attempts):
+                if exc.code() == grpc.StatusCode.UNAVAILABLE and attempt + 1 < self._retry.attempts:
                     await asyncio.sleep(self._retry.delay(attempt))
                     continue
                 raise from_grpc_error(exc) from None
         raise AssertionError("unreachable")
 
-    async def get_values(self, states: npt.ArrayLike, actions: Sequence[int] | None = None, *,
-                         release_id: str = "", timeout: float | None = None) -> t.Values:
-        req = value_pb.GetValuesRequest(states=as_states(states), actions=list(actions or ()),
-                                        release_id=release_id)
+    async def get_values(
+        self,
+        states: npt.ArrayLike,
+        actions: Sequence[int] | None = None,
+        *,
+        release_id: str = "",
+        timeout: float | None = None,
+    ) -> t.Values:
+        req = value_pb.GetValuesRequest(
+            states=as_states(states), actions=list(actions or ()), release_id=release_id
+        )
         return convert.values_from_proto(await self._call(self._stub.GetValues, req, timeout))
 
-    async def values(self, states: npt.ArrayLike, actions: Sequence[int] | None = None, *,
-                     timeout: float | None = None) -> npt.NDArray[np.float64]:
+    async def values(
+        self,
+        states: npt.ArrayLike,
+        actions: Sequence[int] | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> npt.NDArray[np.float64]:
         return (await self.get_values(states, actions, timeout=timeout)).values
 
-    async def best_actions(self, states: npt.ArrayLike, *,
-                           timeout: float | None = None) -> npt.NDArray[np.int64]:
+    async def best_actions(
+        self, states: npt.ArrayLike, *, timeout: float | None = None
+    ) -> npt.NDArray[np.int64]:
         req = value_pb.GetBestActionsRequest(states=as_states(states))
         resp = await self._call(self._stub.GetBestActions, req, timeout)
         return convert.best_actions_from_proto(resp).actions

@@ -53,9 +53,11 @@ def channel_credentials(tls: TLSConfig | bool | None) -> grpc.ChannelCredentials
         return None
     if tls is True:
         return grpc.ssl_channel_credentials()
-    return grpc.ssl_channel_credentials(root_certificates=_read(tls.ca),
-                                        private_key=_read(tls.key),
-                                        certificate_chain=_read(tls.cert))
+    return grpc.ssl_channel_credentials(
+        root_certificates=_read(tls.ca),
+        private_key=_read(tls.key),
+        certificate_chain=_read(tls.cert),
+    )
 
 
 def channel_options(tls: TLSConfig | bool | None) -> list[tuple[str, object]]:

@@ -15,13 +15,28 @@ from typing import Any
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("query", help="query released values from a qveil server",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "query",
+        help="query released values from a qveil server",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--target", required=True, help="server address HOST:PORT")
-    p.add_argument("--state", action="append", default=[], metavar="S",
-                   help="a state (repeat, or comma-separated list)")
-    p.add_argument("--action", action="append", type=int, default=[], metavar="A",
-                   help="an action (repeat); default: every action")
+    p.add_argument(
+        "--state",
+        action="append",
+        default=[],
+        metavar="S",
+        help="a state (repeat, or comma-separated list)",
+    )
+    p.add_argument(
+        "--action",
+        action="append",
+        type=int,
+        default=[],
+        metavar="A",
+        help="an action (repeat); default: every action",
+    )
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--best", action="store_true", help="best action per state")
     mode.add_argument("--card", action="store_true", help="print the release's public card")
@@ -74,8 +89,9 @@ def run(args: argparse.Namespace) -> int:
     token = read_token_file(args.token_file) if args.token_file else None
     tls: TLSConfig | bool | None = None
     if args.tls_ca or args.tls_cert or args.tls_key or args.tls_server_name:
-        tls = TLSConfig(ca=args.tls_ca, cert=args.tls_cert, key=args.tls_key,
-                        server_name=args.tls_server_name)
+        tls = TLSConfig(
+            ca=args.tls_ca, cert=args.tls_cert, key=args.tls_key, server_name=args.tls_server_name
+        )
     elif args.tls:
         tls = True
     with ValueClient(args.target, token=token, tls=tls, timeout=args.timeout) as client:
@@ -94,9 +110,16 @@ def run(args: argparse.Namespace) -> int:
         if args.best:
             best = client.get_best_actions(states)
             if args.json:
-                print(json.dumps({"release_id": best.release_id, "states": states,
-                                  "actions": best.actions.tolist(),
-                                  "values": best.values.tolist()}))
+                print(
+                    json.dumps(
+                        {
+                            "release_id": best.release_id,
+                            "states": states,
+                            "actions": best.actions.tolist(),
+                            "values": best.values.tolist(),
+                        }
+                    )
+                )
             else:
                 print(f"release {best.release_id}")
                 print(f"{'state':>12} {'best action':>12} {'value':>14}")
@@ -105,9 +128,17 @@ def run(args: argparse.Namespace) -> int:
             return 0
         vals = client.get_values(states, args.action or None)
         if args.json:
-            print(json.dumps({"release_id": vals.release_id, "states": states,
-                              "actions": list(vals.actions), "values": vals.values.tolist(),
-                              "value_grid": vals.value_grid}))
+            print(
+                json.dumps(
+                    {
+                        "release_id": vals.release_id,
+                        "states": states,
+                        "actions": list(vals.actions),
+                        "values": vals.values.tolist(),
+                        "value_grid": vals.value_grid,
+                    }
+                )
+            )
         else:
             print(f"release {vals.release_id}")
             print(f"{'state':>12} " + " ".join(f"{'a=' + str(a):>14}" for a in vals.actions))

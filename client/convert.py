@@ -40,12 +40,25 @@ def timestamp_from_proto(ts: timestamp_pb2.Timestamp, present: bool) -> datetime
 
 def release_to_proto(r: t.Release) -> release_pb2.Release:
     msg = release_pb2.Release(
-        release_id=r.release_id, mode=r.mode, epsilon=r.epsilon, delta=r.delta,
-        delta_total=r.delta_total, holds=r.holds, basis=r.basis, reason=r.reason or "",
-        sigma=r.sigma, beta=r.beta, state_low=r.state_interval[0],
-        state_high=r.state_interval[1], action_count=r.n_actions,
-        status=STATUS_TO_PROTO[r.status], seeded=r.seeded, env_id=r.env_id,
-        value_grid=r.value_grid, card_json=json.dumps(r.card, sort_keys=True, default=str))
+        release_id=r.release_id,
+        mode=r.mode,
+        epsilon=r.epsilon,
+        delta=r.delta,
+        delta_total=r.delta_total,
+        holds=r.holds,
+        basis=r.basis,
+        reason=r.reason or "",
+        sigma=r.sigma,
+        beta=r.beta,
+        state_low=r.state_interval[0],
+        state_high=r.state_interval[1],
+        action_count=r.n_actions,
+        status=STATUS_TO_PROTO[r.status],
+        seeded=r.seeded,
+        env_id=r.env_id,
+        value_grid=r.value_grid,
+        card_json=json.dumps(r.card, sort_keys=True, default=str),
+    )
     ts = timestamp_to_proto(r.created_at)
     if ts is not None:
         msg.create_time.CopyFrom(ts)
@@ -56,41 +69,65 @@ def release_to_proto(r: t.Release) -> release_pb2.Release:
 
 def release_from_proto(msg: release_pb2.Release) -> t.Release:
     return t.Release(
-        release_id=msg.release_id, mode=msg.mode, epsilon=msg.epsilon, delta=msg.delta,
-        delta_total=msg.delta_total, holds=msg.holds, basis=msg.basis,
-        reason=msg.reason or None, sigma=msg.sigma, beta=msg.beta,
-        state_interval=(msg.state_low, msg.state_high), n_actions=msg.action_count,
+        release_id=msg.release_id,
+        mode=msg.mode,
+        epsilon=msg.epsilon,
+        delta=msg.delta,
+        delta_total=msg.delta_total,
+        holds=msg.holds,
+        basis=msg.basis,
+        reason=msg.reason or None,
+        sigma=msg.sigma,
+        beta=msg.beta,
+        state_interval=(msg.state_low, msg.state_high),
+        n_actions=msg.action_count,
         created_at=timestamp_from_proto(msg.create_time, msg.HasField("create_time")),
-        status=STATUS_FROM_PROTO.get(msg.status, ""), seeded=msg.seeded, env_id=msg.env_id,
-        q_bound=msg.q_bound if msg.HasField("q_bound") else None, value_grid=msg.value_grid,
-        card=json.loads(msg.card_json) if msg.card_json else {})
+        status=STATUS_FROM_PROTO.get(msg.status, ""),
+        seeded=msg.seeded,
+        env_id=msg.env_id,
+        q_bound=msg.q_bound if msg.HasField("q_bound") else None,
+        value_grid=msg.value_grid,
+        card=json.loads(msg.card_json) if msg.card_json else {},
+    )
 
 
 def values_to_proto(v: t.Values) -> value_pb.GetValuesResponse:
     return value_pb.GetValuesResponse(
-        release_id=v.release_id, actions=list(v.actions),
-        values=np.asarray(v.values, dtype=np.float64).ravel().tolist(), value_grid=v.value_grid)
+        release_id=v.release_id,
+        actions=list(v.actions),
+        values=np.asarray(v.values, dtype=np.float64).ravel().tolist(),
+        value_grid=v.value_grid,
+    )
 
 
 def values_from_proto(msg: value_pb.GetValuesResponse) -> t.Values:
     actions = tuple(msg.actions)
     vals = np.asarray(msg.values, dtype=np.float64)
     width = max(len(actions), 1)
-    return t.Values(release_id=msg.release_id, actions=actions,
-                    values=vals.reshape(len(vals) // width, width), value_grid=msg.value_grid)
+    return t.Values(
+        release_id=msg.release_id,
+        actions=actions,
+        values=vals.reshape(len(vals) // width, width),
+        value_grid=msg.value_grid,
+    )
 
 
 def best_actions_to_proto(b: t.BestActions) -> value_pb.GetBestActionsResponse:
     return value_pb.GetBestActionsResponse(
-        release_id=b.release_id, actions=np.asarray(b.actions).tolist(),
-        values=np.asarray(b.values, dtype=np.float64).tolist(), value_grid=b.value_grid)
+        release_id=b.release_id,
+        actions=np.asarray(b.actions).tolist(),
+        values=np.asarray(b.values, dtype=np.float64).tolist(),
+        value_grid=b.value_grid,
+    )
 
 
 def best_actions_from_proto(msg: value_pb.GetBestActionsResponse) -> t.BestActions:
-    return t.BestActions(release_id=msg.release_id,
-                         actions=np.asarray(msg.actions, dtype=np.int64),
-                         values=np.asarray(msg.values, dtype=np.float64),
-                         value_grid=msg.value_grid)
+    return t.BestActions(
+        release_id=msg.release_id,
+        actions=np.asarray(msg.actions, dtype=np.int64),
+        values=np.asarray(msg.values, dtype=np.float64),
+        value_grid=msg.value_grid,
+    )
 
 
 def noise_point_to_proto(p: t.NoisePoint) -> audit_pb.NoisePoint:
@@ -102,29 +139,54 @@ def noise_point_to_proto(p: t.NoisePoint) -> audit_pb.NoisePoint:
 
 
 def noise_point_from_proto(msg: audit_pb.NoisePoint) -> t.NoisePoint:
-    return t.NoisePoint(seq=msg.seq, x=msg.x, state=msg.state, g=msg.g,
-                        created_at=timestamp_from_proto(msg.create_time,
-                                                        msg.HasField("create_time")),
-                        hash=msg.hash)
+    return t.NoisePoint(
+        seq=msg.seq,
+        x=msg.x,
+        state=msg.state,
+        g=msg.g,
+        created_at=timestamp_from_proto(msg.create_time, msg.HasField("create_time")),
+        hash=msg.hash,
+    )
 
 
 def integrity_to_proto(r: t.IntegrityResult) -> audit_pb.VerifyIntegrityResponse:
     return audit_pb.VerifyIntegrityResponse(
-        release_id=r.release_id, ok=r.ok, report_json=json.dumps(r.report, default=str),
-        actions=[audit_pb.ActionIntegrity(
-            action=a.action, ok=a.ok, count=a.count, high_water_mark=a.high_water_mark,
-            first_broken_seq=-1 if a.first_broken_seq is None else a.first_broken_seq,
-            gaps=list(a.gaps), message=a.message) for a in r.actions])
+        release_id=r.release_id,
+        ok=r.ok,
+        report_json=json.dumps(r.report, default=str),
+        actions=[
+            audit_pb.ActionIntegrity(
+                action=a.action,
+                ok=a.ok,
+                count=a.count,
+                high_water_mark=a.high_water_mark,
+                first_broken_seq=-1 if a.first_broken_seq is None else a.first_broken_seq,
+                gaps=list(a.gaps),
+                message=a.message,
+            )
+            for a in r.actions
+        ],
+    )
 
 
 def integrity_from_proto(msg: audit_pb.VerifyIntegrityResponse) -> t.IntegrityResult:
     return t.IntegrityResult(
-        release_id=msg.release_id, ok=msg.ok,
+        release_id=msg.release_id,
+        ok=msg.ok,
         report=json.loads(msg.report_json) if msg.report_json else {},
-        actions=tuple(t.ActionIntegrity(
-            action=a.action, ok=a.ok, count=a.count, high_water_mark=a.high_water_mark,
-            first_broken_seq=None if a.first_broken_seq < 0 else a.first_broken_seq,
-            gaps=tuple(a.gaps), message=a.message) for a in msg.actions))
+        actions=tuple(
+            t.ActionIntegrity(
+                action=a.action,
+                ok=a.ok,
+                count=a.count,
+                high_water_mark=a.high_water_mark,
+                first_broken_seq=None if a.first_broken_seq < 0 else a.first_broken_seq,
+                gaps=tuple(a.gaps),
+                message=a.message,
+            )
+            for a in msg.actions
+        ),
+    )
 
 
 def _finite_or_nan(v: float) -> float:
@@ -133,35 +195,69 @@ def _finite_or_nan(v: float) -> float:
 
 def report_to_proto(r: t.StatisticalReport) -> audit_pb.GetStatisticalReportResponse:
     return audit_pb.GetStatisticalReportResponse(
-        release_id=r.release_id, passed=r.passed,
+        release_id=r.release_id,
+        passed=r.passed,
         report_json=json.dumps(r.report, default=str),
-        actions=[audit_pb.ActionNormality(action=a.action, n=a.n, ks_p=a.ks_p, chi2_p=a.chi2_p,
-                                          mean=a.mean, var=a.var, passed=a.passed)
-                 for a in r.actions])
+        actions=[
+            audit_pb.ActionNormality(
+                action=a.action,
+                n=a.n,
+                ks_p=a.ks_p,
+                chi2_p=a.chi2_p,
+                mean=a.mean,
+                var=a.var,
+                passed=a.passed,
+            )
+            for a in r.actions
+        ],
+    )
 
 
 def report_from_proto(msg: audit_pb.GetStatisticalReportResponse) -> t.StatisticalReport:
     return t.StatisticalReport(
-        release_id=msg.release_id, passed=msg.passed,
+        release_id=msg.release_id,
+        passed=msg.passed,
         report=json.loads(msg.report_json) if msg.report_json else {},
-        actions=tuple(t.ActionNormality(action=a.action, n=a.n, ks_p=_finite_or_nan(a.ks_p),
-                                        chi2_p=_finite_or_nan(a.chi2_p), mean=a.mean,
-                                        var=a.var, passed=a.passed) for a in msg.actions))
+        actions=tuple(
+            t.ActionNormality(
+                action=a.action,
+                n=a.n,
+                ks_p=_finite_or_nan(a.ks_p),
+                chi2_p=_finite_or_nan(a.chi2_p),
+                mean=a.mean,
+                var=a.var,
+                passed=a.passed,
+            )
+            for a in msg.actions
+        ),
+    )
 
 
 def stats_to_proto(s: t.ServerStats) -> admin_pb.GetStatsResponse:
     return admin_pb.GetStatsResponse(
-        active_release_id=s.active_release_id, uptime_seconds=s.uptime_seconds,
-        requests_by_code=dict(s.requests_by_code), states_answered=s.states_answered,
-        new_points=s.new_points, in_flight=s.in_flight, max_in_flight=s.max_in_flight,
-        stored_points=[admin_pb.ActionPointCount(action=a, count=c)
-                       for a, c in sorted(s.stored_points.items())],
-        max_batch=s.max_batch)
+        active_release_id=s.active_release_id,
+        uptime_seconds=s.uptime_seconds,
+        requests_by_code=dict(s.requests_by_code),
+        states_answered=s.states_answered,
+        new_points=s.new_points,
+        in_flight=s.in_flight,
+        max_in_flight=s.max_in_flight,
+        stored_points=[
+            admin_pb.ActionPointCount(action=a, count=c) for a, c in sorted(s.stored_points.items())
+        ],
+        max_batch=s.max_batch,
+    )
 
 
 def stats_from_proto(msg: admin_pb.GetStatsResponse) -> t.ServerStats:
     return t.ServerStats(
-        active_release_id=msg.active_release_id, uptime_seconds=msg.uptime_seconds,
-        requests_by_code=dict(msg.requests_by_code), states_answered=msg.states_answered,
-        new_points=msg.new_points, in_flight=msg.in_flight, max_in_flight=msg.max_in_flight,
-        stored_points={p.action: p.count for p in msg.stored_points}, max_batch=msg.max_batch)
+        active_release_id=msg.active_release_id,
+        uptime_seconds=msg.uptime_seconds,
+        requests_by_code=dict(msg.requests_by_code),
+        states_answered=msg.states_answered,
+        new_points=msg.new_points,
+        in_flight=msg.in_flight,
+        max_in_flight=msg.max_in_flight,
+        stored_points={p.action: p.count for p in msg.stored_points},
+        max_batch=msg.max_batch,
+    )

@@ -69,10 +69,16 @@ class RpcError(domain.QveilError):
 
     code: grpc.StatusCode = grpc.StatusCode.UNKNOWN
 
-    def __init__(self, message: str, *, code: grpc.StatusCode | None = None, reason: str = "",
-                 metadata: dict[str, str] | None = None,
-                 violations: tuple[FieldViolation, ...] = (),
-                 retry_delay: float | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: grpc.StatusCode | None = None,
+        reason: str = "",
+        metadata: dict[str, str] | None = None,
+        violations: tuple[FieldViolation, ...] = (),
+        retry_delay: float | None = None,
+    ) -> None:
         super().__init__(message)
         if code is not None:
             self.code = code
@@ -133,9 +139,18 @@ class ServerError(RpcError):
 
 BY_CODE: dict[grpc.StatusCode, type[RpcError]] = {
     cls.code: cls
-    for cls in (InvalidArgumentError, NotFoundError, FailedPreconditionError,
-                PermissionDeniedError, UnauthenticatedError, ResourceExhaustedError,
-                UnavailableError, DataLossError, DeadlineExceededError, UnimplementedError)
+    for cls in (
+        InvalidArgumentError,
+        NotFoundError,
+        FailedPreconditionError,
+        PermissionDeniedError,
+        UnauthenticatedError,
+        ResourceExhaustedError,
+        UnavailableError,
+        DataLossError,
+        DeadlineExceededError,
+        UnimplementedError,
+    )
 }
 
 
@@ -167,12 +182,17 @@ def from_grpc_error(exc: grpc.RpcError) -> RpcError:
             elif any_msg.Is(error_details_pb2.BadRequest.DESCRIPTOR):
                 bad = error_details_pb2.BadRequest()
                 any_msg.Unpack(bad)
-                violations += [FieldViolation(v.field, v.description)
-                               for v in bad.field_violations]
+                violations += [FieldViolation(v.field, v.description) for v in bad.field_violations]
             elif any_msg.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
                 info_r = error_details_pb2.RetryInfo()
                 any_msg.Unpack(info_r)
                 retry = info_r.retry_delay.ToTimedelta().total_seconds()
     cls = BY_CODE.get(code, ServerError)
-    return cls(message or code.name, code=code, reason=reason, metadata=metadata,
-               violations=tuple(violations), retry_delay=retry)
+    return cls(
+        message or code.name,
+        code=code,
+        reason=reason,
+        metadata=metadata,
+        violations=tuple(violations),
+        retry_delay=retry,
+    )

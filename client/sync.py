@@ -42,25 +42,39 @@ def as_states(states: npt.ArrayLike) -> list[float]:
 
 
 class _Base:
-    def __init__(self, target: str, *, token: str | None = None,
-                 tls: TLSConfig | bool | None = None, timeout: float | None = 30.0,
-                 retry: RetryPolicy | None = None) -> None:
+    def __init__(
+        self,
+        target: str,
+        *,
+        token: str | None = None,
+        tls: TLSConfig | bool | None = None,
+        timeout: float | None = 30.0,
+        retry: RetryPolicy | None = None,
+    ) -> None:
         creds = channel_credentials(tls)
         opts = channel_options(tls)
         self.target = target
-        self._channel = (grpc.secure_channel(target, creds, options=opts) if creds is not None
-                         else grpc.insecure_channel(target, options=opts))
+        self._channel = (
+            grpc.secure_channel(target, creds, options=opts)
+            if creds is not None
+            else grpc.insecure_channel(target, options=opts)
+        )
         self._metadata = auth_metadata(token)
         self._timeout = timeout
         self._retry = retry or RetryPolicy()
 
-    def _call(self, method: Callable[..., R], request: Any, *, idempotent: bool = True,
-              timeout: float | None = None) -> R:
+    def _call(
+        self,
+        method: Callable[..., R],
+        request: Any,
+        *,
+        idempotent: bool = True,
+        timeout: float | None = None,
+    ) -> R:
         attempts = self._retry.attempts if idempotent else 1
         for attempt in range(attempts):
             try:
-                return method(request, timeout=timeout or self._timeout,
-                              metadata=self._metadata)
+                return method(request, timeout=timeout or self._timeout, metadata=self._metadata)
             except grpc.RpcError as exc:
                 if exc.code() == grpc.StatusCode.UNAVAILABLE and attempt + 1 < attempts:  # type: ignore[attr-defined]
                     time.sleep(self._retry.delay(attempt))
@@ -86,33 +100,54 @@ class ValueClient(_Base):
     ...     a = c.best_actions([0.1, 0.5])                  # shape (2,)
     """
 
-    def __init__(self, target: str, *, token: str | None = None,
-                 tls: TLSConfig | bool | None = None, timeout: float | None = 30.0,
-                 retry: RetryPolicy | None = None) -> None:
+    def __init__(
+        self,
+        target: str,
+        *,
+        token: str | None = None,
+        tls: TLSConfig | bool | None = None,
+        timeout: float | None = 30.0,
+        retry: RetryPolicy | None = None,
+    ) -> None:
         super().__init__(target, token=token, tls=tls, timeout=timeout, retry=retry)
         self._stub = value_grpc.ValueServiceStub(self._channel)
 
-    def get_values(self, states: npt.ArrayLike, actions: Sequence[int] | None = None, *,
-                   release_id: str = "", timeout: float | None = None) -> t.Values:
+    def get_values(
+        self,
+        states: npt.ArrayLike,
+        actions: Sequence[int] | None = None,
+        *,
+        release_id: str = "",
+        timeout: float | None = None,
+    ) -> t.Values:
         """Released values with the answering release and the action columns."""
-        req = value_pb.GetValuesRequest(states=as_states(states),
-                                        actions=list(actions or ()), release_id=release_id)
+        req = value_pb.GetValuesRequest(
+            states=as_states(states), actions=list(actions or ()), release_id=release_id
+        )
         return convert.values_from_proto(self._call(self._stub.GetValues, req, timeout=timeout))
 
-    def values(self, states: npt.ArrayLike, actions: Sequence[int] | None = None, *,
-               timeout: float | None = None) -> npt.NDArray[np.float64]:
+    def values(
+        self,
+        states: npt.ArrayLike,
+        actions: Sequence[int] | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> npt.NDArray[np.float64]:
         """Array (n_states, n_actions) of released values Q(s, a) + g_a(s) (all actions when
         ``actions`` is None, else those columns in that order)."""
         return self.get_values(states, actions, timeout=timeout).values
 
-    def get_best_actions(self, states: npt.ArrayLike, *, release_id: str = "",
-                         timeout: float | None = None) -> t.BestActions:
+    def get_best_actions(
+        self, states: npt.ArrayLike, *, release_id: str = "", timeout: float | None = None
+    ) -> t.BestActions:
         req = value_pb.GetBestActionsRequest(states=as_states(states), release_id=release_id)
         return convert.best_actions_from_proto(
-            self._call(self._stub.GetBestActions, req, timeout=timeout))
+            self._call(self._stub.GetBestActions, req, timeout=timeout)
+        )
 
-    def best_actions(self, states: npt.ArrayLike, *,
-                     timeout: float | None = None) -> npt.NDArray[np.int64]:
+    def best_actions(
+        self, states: npt.ArrayLike, *, timeout: float | None = None
+    ) -> npt.NDArray[np.int64]:
         """The argmax action of the released values, one per state."""
         return self.get_best_actions(states, timeout=timeout).actions
 
@@ -125,9 +160,15 @@ class ValueClient(_Base):
 class AdminClient(_Base):
     """Admin role: list, activate and retire releases; server stats."""
 
-    def __init__(self, target: str, *, token: str | None = None,
-                 tls: TLSConfig | bool | None = None, timeout: float | None = 120.0,
-                 retry: RetryPolicy | None = None) -> None:
+    def __init__(
+        self,
+        target: str,
+        *,
+        token: str | None = None,
+        tls: TLSConfig | bool | None = None,
+        timeout: float | None = 120.0,
+        retry: RetryPolicy | None = None,
+    ) -> None:
         super().__init__(target, token=token, tls=tls, timeout=timeout, retry=retry)
         self._stub = admin_grpc.AdminServiceStub(self._channel)
 
@@ -137,28 +178,37 @@ class AdminClient(_Base):
 
     def activate(self, release_id: str = "", *, bundle_path: str = "") -> tuple[t.Release, str]:
         """Activate a release; returns (the new active release, the previous release id)."""
-        resp = self._call(self._stub.ActivateRelease,
-                          admin_pb.ActivateReleaseRequest(release_id=release_id,
-                                                          bundle_path=bundle_path),
-                          idempotent=False)
+        resp = self._call(
+            self._stub.ActivateRelease,
+            admin_pb.ActivateReleaseRequest(release_id=release_id, bundle_path=bundle_path),
+            idempotent=False,
+        )
         return convert.release_from_proto(resp.release), resp.previous_release_id
 
     def retire(self, release_id: str) -> t.Release:
-        resp = self._call(self._stub.RetireRelease,
-                          admin_pb.RetireReleaseRequest(release_id=release_id), idempotent=False)
+        resp = self._call(
+            self._stub.RetireRelease,
+            admin_pb.RetireReleaseRequest(release_id=release_id),
+            idempotent=False,
+        )
         return convert.release_from_proto(resp.release)
 
     def stats(self) -> t.ServerStats:
-        return convert.stats_from_proto(self._call(self._stub.GetStats,
-                                                   admin_pb.GetStatsRequest()))
+        return convert.stats_from_proto(self._call(self._stub.GetStats, admin_pb.GetStatsRequest()))
 
 
 class AuditClient(_Base):
     """Auditor role: stored noise points, integrity verification, statistical report."""
 
-    def __init__(self, target: str, *, token: str | None = None,
-                 tls: TLSConfig | bool | None = None, timeout: float | None = 300.0,
-                 retry: RetryPolicy | None = None) -> None:
+    def __init__(
+        self,
+        target: str,
+        *,
+        token: str | None = None,
+        tls: TLSConfig | bool | None = None,
+        timeout: float | None = 300.0,
+        retry: RetryPolicy | None = None,
+    ) -> None:
         super().__init__(target, token=token, tls=tls, timeout=timeout, retry=retry)
         self._stub = audit_grpc.AuditServiceStub(self._channel)
 
@@ -166,8 +216,9 @@ class AuditClient(_Base):
         """Stored points of one action in insertion order (streamed)."""
         req = audit_pb.StreamNoisePointsRequest(release_id=release_id, action=action)
         try:
-            for chunk in self._stub.StreamNoisePoints(req, timeout=self._timeout,
-                                                      metadata=self._metadata):
+            for chunk in self._stub.StreamNoisePoints(
+                req, timeout=self._timeout, metadata=self._metadata
+            ):
                 for p in chunk.points:
                     yield convert.noise_point_from_proto(p)
         except grpc.RpcError as exc:
@@ -179,8 +230,7 @@ class AuditClient(_Base):
             req.action = action
         return convert.integrity_from_proto(self._call(self._stub.VerifyIntegrity, req))
 
-    def report(self, *, release_id: str = "",
-               action: int | None = None) -> t.StatisticalReport:
+    def report(self, *, release_id: str = "", action: int | None = None) -> t.StatisticalReport:
         req = audit_pb.GetStatisticalReportRequest(release_id=release_id)
         if action is not None:
             req.action = action

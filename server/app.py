@@ -35,8 +35,7 @@ from qveil.v1 import admin_service_pb2_grpc as admin_grpc
 from qveil.v1 import audit_service_pb2_grpc as audit_grpc
 from qveil.v1 import value_service_pb2_grpc as value_grpc
 
-__all__ = ["ServeConfig", "TLSFiles", "create_server", "default_store_url", "is_loopback",
-           "serve"]
+__all__ = ["ServeConfig", "TLSFiles", "create_server", "default_store_url", "is_loopback", "serve"]
 
 log = logging.getLogger("qveil.server")
 
@@ -57,7 +56,8 @@ class TLSFiles:
         return grpc.ssl_server_credentials(
             [(self.key.read_bytes(), self.cert.read_bytes())],
             root_certificates=self.client_ca.read_bytes() if self.client_ca else None,
-            require_client_auth=self.client_ca is not None)
+            require_client_auth=self.client_ca is not None,
+        )
 
 
 @dataclass(frozen=True)
@@ -101,11 +101,15 @@ def check_transport(config: ServeConfig) -> None:
     file, loopback only (anyone may query there, nobody may administer or audit)."""
     loop = is_loopback(config.listen)
     if not loop and config.tls is None and not config.insecure:
-        raise InvalidArgument(f"refusing to listen on non-loopback {config.listen!r} without "
-                              "TLS (give --tls-cert/--tls-key, or --insecure to override)")
+        raise InvalidArgument(
+            f"refusing to listen on non-loopback {config.listen!r} without "
+            "TLS (give --tls-cert/--tls-key, or --insecure to override)"
+        )
     if not loop and config.tokens_file is None:
-        raise InvalidArgument(f"refusing to listen on non-loopback {config.listen!r} without "
-                              "--tokens-file: anonymous access is for loopback only")
+        raise InvalidArgument(
+            f"refusing to listen on non-loopback {config.listen!r} without "
+            "--tokens-file: anonymous access is for loopback only"
+        )
 
 
 def default_store_url(bundle: Path) -> str:
@@ -113,18 +117,25 @@ def default_store_url(bundle: Path) -> str:
     return f"sqlite:///{(bundle.resolve().parent / 'qveil-store.sqlite')}"
 
 
-def create_server(core: Core, health: Health, *, listen: str = "127.0.0.1:0",
-                  credentials: grpc.ServerCredentials | None = None,
-                  reflection: bool = False,
-                  max_message_bytes: int = 4 * 1024 * 1024) -> tuple[grpc.aio.Server, int]:
+def create_server(
+    core: Core,
+    health: Health,
+    *,
+    listen: str = "127.0.0.1:0",
+    credentials: grpc.ServerCredentials | None = None,
+    reflection: bool = False,
+    max_message_bytes: int = 4 * 1024 * 1024,
+) -> tuple[grpc.aio.Server, int]:
     """A grpc.aio server with qveil's services, health and optional reflection, bound to
     ``listen`` (port 0: any free port); returns (server, bound port). Not started."""
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    server = grpc.aio.server(options=[
-        ("grpc.max_receive_message_length", max_message_bytes),
-        ("grpc.max_send_message_length", 16 * max_message_bytes),
-    ])
+    server = grpc.aio.server(
+        options=[
+            ("grpc.max_receive_message_length", max_message_bytes),
+            ("grpc.max_send_message_length", 16 * max_message_bytes),
+        ]
+    )
     value_grpc.add_ValueServiceServicer_to_server(ValueServicer(core), server)
     admin_grpc.add_AdminServiceServicer_to_server(AdminServicer(core), server)
     audit_grpc.add_AuditServiceServicer_to_server(AuditServicer(core), server)
@@ -132,11 +143,17 @@ def create_server(core: Core, health: Health, *, listen: str = "127.0.0.1:0",
     if reflection:
         from grpc_reflection.v1alpha import reflection as refl
 
-        names = (*SERVICE_NAMES, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-                 refl.SERVICE_NAME)
+        names = (
+            *SERVICE_NAMES,
+            health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+            refl.SERVICE_NAME,
+        )
         refl.enable_server_reflection(names, server)
-    port = (server.add_secure_port(listen, credentials) if credentials is not None
-            else server.add_insecure_port(listen))
+    port = (
+        server.add_secure_port(listen, credentials)
+        if credentials is not None
+        else server.add_insecure_port(listen)
+    )
     if port == 0:
         raise InvalidArgument(f"cannot bind {listen!r} (address in use or not available)")
     return server, port
@@ -160,14 +177,20 @@ async def serve(config: ServeConfig, *, on_event: Callable[[str], None] | None =
     health = Health()
     await health.set_serving(False)
     server, port = create_server(
-        core, health, listen=config.listen,
+        core,
+        health,
+        listen=config.listen,
         credentials=config.tls.credentials() if config.tls else None,
-        reflection=config.reflection, max_message_bytes=config.max_message_bytes)
+        reflection=config.reflection,
+        max_message_bytes=config.max_message_bytes,
+    )
     await server.start()
     host, _ = split_host(config.listen)
-    say(f"listening on {host}:{port} ({'TLS' if config.tls else 'plaintext'}"
+    say(
+        f"listening on {host}:{port} ({'TLS' if config.tls else 'plaintext'}"
         f"{', mTLS' if config.tls and config.tls.client_ca else ''}, "
-        f"{'tokens' if authorizer.enabled else 'no tokens: anonymous query only'})")
+        f"{'tokens' if authorizer.enabled else 'no tokens: anonymous query only'})"
+    )
     if config.port_file is not None:
         _write_port_file(config.port_file, port)
 
@@ -199,8 +222,9 @@ async def serve(config: ServeConfig, *, on_event: Callable[[str], None] | None =
         core.ready = True
         await health.set_serving(True)
         if config.metrics_port is not None:
-            mport = metrics.serve_prometheus(config.metrics_port, host=config.metrics_host,
-                                             stored_points=handlers.stored_points)
+            mport = metrics.serve_prometheus(
+                config.metrics_port, host=config.metrics_host, stored_points=handlers.stored_points
+            )
             say(f"metrics on http://{config.metrics_host}:{mport}/metrics")
         say(f"serving release {active.release_id} (store {_redact(url)})")
         await waiter

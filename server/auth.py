@@ -38,8 +38,16 @@ from pathlib import Path
 
 from qveil.errors import InvalidArgument, PermissionDenied, Unauthenticated
 
-__all__ = ["PERMISSIONS", "ROLES", "Authorizer", "Principal", "TokenEntry", "add_token",
-           "hash_token", "load_tokens"]
+__all__ = [
+    "PERMISSIONS",
+    "ROLES",
+    "Authorizer",
+    "Principal",
+    "TokenEntry",
+    "add_token",
+    "hash_token",
+    "load_tokens",
+]
 
 ROLES = ("query", "admin", "auditor")
 
@@ -85,13 +93,17 @@ def load_tokens(path: str | Path) -> tuple[TokenEntry, ...]:
     for i, item in enumerate(data.get("token", [])):
         role, digest = item.get("role"), str(item.get("sha256", "")).lower()
         if role not in ROLES:
-            raise InvalidArgument(f"tokens file {str(p)!r}: entry {i} has role {role!r}; "
-                                  f"expected one of {ROLES}")
+            raise InvalidArgument(
+                f"tokens file {str(p)!r}: entry {i} has role {role!r}; expected one of {ROLES}"
+            )
         if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
-            raise InvalidArgument(f"tokens file {str(p)!r}: entry {i} needs sha256 = 64 hex "
-                                  "digits (the file stores hashes, never tokens)")
-        entries.append(TokenEntry(role=role, name=str(item.get("name", f"#{i}")),
-                                  digest=bytes.fromhex(digest)))
+            raise InvalidArgument(
+                f"tokens file {str(p)!r}: entry {i} needs sha256 = 64 hex "
+                "digits (the file stores hashes, never tokens)"
+            )
+        entries.append(
+            TokenEntry(role=role, name=str(item.get("name", f"#{i}")), digest=bytes.fromhex(digest))
+        )
     if not entries:
         raise InvalidArgument(f"tokens file {str(p)!r} has no [[token]] entries")
     return tuple(entries)
@@ -106,8 +118,10 @@ def add_token(path: str | Path, role: str, name: str = "") -> str:
     p = Path(path)
     fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     with os.fdopen(fd, "a") as fh:
-        fh.write(f'\n[[token]]\nrole = "{role}"\nname = "{name or role}"\n'
-                 f'sha256 = "{hash_token(token)}"\n')
+        fh.write(
+            f'\n[[token]]\nrole = "{role}"\nname = "{name or role}"\n'
+            f'sha256 = "{hash_token(token)}"\n'
+        )
     return token
 
 
@@ -147,9 +161,11 @@ class Authorizer:
                 return principal
             raise PermissionDenied(
                 f"{service} needs the admin or auditor role; this server has no tokens file, "
-                "so nobody may administer or audit (start it with --tokens-file)")
+                "so nobody may administer or audit (start it with --tokens-file)"
+            )
         if principal.role not in allowed:
             raise PermissionDenied(
                 f"role {principal.role!r} may not call {service} (allowed: "
-                f"{', '.join(sorted(allowed))})")
+                f"{', '.join(sorted(allowed))})"
+            )
         return principal

@@ -14,37 +14,70 @@ from typing import Any
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("serve", help="serve a release bundle over gRPC",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "serve",
+        help="serve a release bundle over gRPC",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--bundle", type=Path, help="release bundle directory (qveil train --out)")
-    p.add_argument("--store", help="store URL (sqlite:///ABS/PATH.sqlite or "
-                   "postgresql+psycopg://...); default: SQLite beside the bundle")
+    p.add_argument(
+        "--store",
+        help="store URL (sqlite:///ABS/PATH.sqlite or "
+        "postgresql+psycopg://...); default: SQLite beside the bundle",
+    )
     p.add_argument("--listen", default="127.0.0.1:50051", help="HOST:PORT (port 0: any free)")
     p.add_argument("--port-file", type=Path, help="write the bound port here once listening")
     t = p.add_argument_group("transport and auth")
     t.add_argument("--tls-cert", type=Path, help="server certificate chain (PEM)")
     t.add_argument("--tls-key", type=Path, help="server private key (PEM)")
-    t.add_argument("--tls-client-ca", type=Path,
-                   help="mutual TLS: require client certificates signed by this CA (PEM)")
-    t.add_argument("--insecure", action="store_true",
-                   help="allow plaintext on a non-loopback address (not recommended)")
+    t.add_argument(
+        "--tls-client-ca",
+        type=Path,
+        help="mutual TLS: require client certificates signed by this CA (PEM)",
+    )
+    t.add_argument(
+        "--insecure",
+        action="store_true",
+        help="allow plaintext on a non-loopback address (not recommended)",
+    )
     t.add_argument("--tokens-file", type=Path, help="TOML file of token hashes per role")
-    t.add_argument("--add-token", metavar="ROLE", choices=("query", "admin", "auditor"),
-                   help="append a new token of ROLE to --tokens-file, print it, exit")
+    t.add_argument(
+        "--add-token",
+        metavar="ROLE",
+        choices=("query", "admin", "auditor"),
+        help="append a new token of ROLE to --tokens-file, print it, exit",
+    )
     t.add_argument("--token-name", default="", help="name of the token added by --add-token")
     t.add_argument("--reflection", action="store_true", help="enable gRPC server reflection")
     o = p.add_argument_group("limits and operation")
     o.add_argument("--max-batch", type=int, default=4096, help="states per request")
-    o.add_argument("--max-in-flight", type=int, default=64,
-                   help="concurrent calls; beyond it RESOURCE_EXHAUSTED")
+    o.add_argument(
+        "--max-in-flight",
+        type=int,
+        default=64,
+        help="concurrent calls; beyond it RESOURCE_EXHAUSTED",
+    )
     o.add_argument("--max-message-bytes", type=int, default=4 * 1024 * 1024)
-    o.add_argument("--value-grid", type=float, default=2.0**-20,
-                   help="released values are multiples of this power of two")
+    o.add_argument(
+        "--value-grid",
+        type=float,
+        default=2.0**-20,
+        help="released values are multiples of this power of two",
+    )
     o.add_argument("--workers", type=int, default=4, help="threads for store calls")
-    o.add_argument("--grace", type=float, default=10.0,
-                   help="seconds calls in flight get to finish on shutdown")
-    o.add_argument("--drain-delay", type=float, default=0.0,
-                   help="seconds to keep answering after SIGTERM with health NOT_SERVING")
+    o.add_argument(
+        "--grace",
+        type=float,
+        default=10.0,
+        help="seconds calls in flight get to finish on shutdown",
+    )
+    o.add_argument(
+        "--drain-delay",
+        type=float,
+        default=0.0,
+        help="seconds to keep answering after SIGTERM with health NOT_SERVING",
+    )
     o.add_argument("--metrics-port", type=int, help="Prometheus endpoint port (0: any free)")
     o.add_argument("--metrics-host", default="127.0.0.1")
     o.add_argument("--log-level", default="WARNING")
@@ -60,8 +93,9 @@ def run(args: argparse.Namespace) -> int:
     from qveil.server.auth import add_token
     from qveil.server.handlers import Limits
 
-    logging.basicConfig(level=args.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     if args.add_token:
         if not args.tokens_file:
             raise InvalidArgument("--add-token needs --tokens-file")
@@ -73,14 +107,28 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidArgument("give both --tls-cert and --tls-key")
     if args.tls_client_ca is not None and args.tls_cert is None:
         raise InvalidArgument("--tls-client-ca (mutual TLS) needs --tls-cert/--tls-key")
-    tls = (TLSFiles(cert=args.tls_cert, key=args.tls_key, client_ca=args.tls_client_ca)
-           if args.tls_cert else None)
+    tls = (
+        TLSFiles(cert=args.tls_cert, key=args.tls_key, client_ca=args.tls_client_ca)
+        if args.tls_cert
+        else None
+    )
     config = ServeConfig(
-        bundle=args.bundle, store_url=args.store, listen=args.listen, tls=tls,
-        insecure=args.insecure, tokens_file=args.tokens_file, reflection=args.reflection,
-        limits=Limits(max_batch=args.max_batch, max_in_flight=args.max_in_flight,
-                      value_grid=args.value_grid),
-        max_message_bytes=args.max_message_bytes, workers=args.workers, grace=args.grace,
-        drain_delay=args.drain_delay, metrics_port=args.metrics_port,
-        metrics_host=args.metrics_host, port_file=args.port_file)
+        bundle=args.bundle,
+        store_url=args.store,
+        listen=args.listen,
+        tls=tls,
+        insecure=args.insecure,
+        tokens_file=args.tokens_file,
+        reflection=args.reflection,
+        limits=Limits(
+            max_batch=args.max_batch, max_in_flight=args.max_in_flight, value_grid=args.value_grid
+        ),
+        max_message_bytes=args.max_message_bytes,
+        workers=args.workers,
+        grace=args.grace,
+        drain_delay=args.drain_delay,
+        metrics_port=args.metrics_port,
+        metrics_host=args.metrics_host,
+        port_file=args.port_file,
+    )
     return asyncio.run(serve(config))

@@ -15,8 +15,7 @@ from typing import Any
 
 from qveil.client import types as t
 
-__all__ = ["integrity_from_report", "noise_point", "release_from_bundle",
-           "release_from_record"]
+__all__ = ["integrity_from_report", "noise_point", "release_from_bundle", "release_from_record"]
 
 
 def _f(v: Any, default: float = math.nan) -> float:
@@ -50,16 +49,26 @@ def release_from_bundle(bundle: Any, *, record: Any = None, value_grid: float) -
     card = bundle.public_card()
     lo, hi = card["state_interval"]
     return t.Release(
-        release_id=str(card["bundle_id"]), mode=str(card.get("mode") or ""),
-        epsilon=_f(card.get("epsilon")), delta=_f(card.get("delta")),
-        delta_total=_f(card.get("delta_total")), holds=bool(card.get("holds")),
-        basis=str(card.get("basis") or ""), reason=card.get("reason") or None,
-        sigma=_f(card.get("sigma")), beta=_f(card.get("beta")),
-        state_interval=(float(lo), float(hi)), n_actions=int(card["actions"]),
-        created_at=_when(card.get("created_at")), status=_status(record),
-        seeded=bool(card.get("seeded")), env_id=str(card.get("env_id") or ""),
+        release_id=str(card["bundle_id"]),
+        mode=str(card.get("mode") or ""),
+        epsilon=_f(card.get("epsilon")),
+        delta=_f(card.get("delta")),
+        delta_total=_f(card.get("delta_total")),
+        holds=bool(card.get("holds")),
+        basis=str(card.get("basis") or ""),
+        reason=card.get("reason") or None,
+        sigma=_f(card.get("sigma")),
+        beta=_f(card.get("beta")),
+        state_interval=(float(lo), float(hi)),
+        n_actions=int(card["actions"]),
+        created_at=_when(card.get("created_at")),
+        status=_status(record),
+        seeded=bool(card.get("seeded")),
+        env_id=str(card.get("env_id") or ""),
         q_bound=None if card.get("q_bound") is None else float(card["q_bound"]),
-        value_grid=value_grid, card=card)
+        value_grid=value_grid,
+        card=card,
+    )
 
 
 def release_from_record(record: Any, *, value_grid: float) -> t.Release:
@@ -67,19 +76,38 @@ def release_from_record(record: Any, *, value_grid: float) -> t.Release:
     parameters, privacy fields unknown (NaN / empty)."""
     lo, hi = record.interval
     return t.Release(
-        release_id=str(record.release_id), mode="", epsilon=math.nan, delta=math.nan,
-        delta_total=math.nan, holds=False, basis="", reason="bundle not available on this server",
-        sigma=float(record.sigma), beta=float(record.beta), state_interval=(float(lo), float(hi)),
-        n_actions=int(record.n_actions), created_at=_when(getattr(record, "created_at", None)),
-        status=_status(record), seeded=False, env_id="", q_bound=None, value_grid=value_grid,
-        card={})
+        release_id=str(record.release_id),
+        mode="",
+        epsilon=math.nan,
+        delta=math.nan,
+        delta_total=math.nan,
+        holds=False,
+        basis="",
+        reason="bundle not available on this server",
+        sigma=float(record.sigma),
+        beta=float(record.beta),
+        state_interval=(float(lo), float(hi)),
+        n_actions=int(record.n_actions),
+        created_at=_when(getattr(record, "created_at", None)),
+        status=_status(record),
+        seeded=False,
+        env_id="",
+        q_bound=None,
+        value_grid=value_grid,
+        card={},
+    )
 
 
 def noise_point(p: Any, *, lo: float, hi: float) -> t.NoisePoint:
     x = float(p.x)
-    return t.NoisePoint(seq=int(p.seq), x=x, state=lo + x * (hi - lo), g=float(p.g),
-                        created_at=_when(getattr(p, "created_at", None)),
-                        hash=str(getattr(p, "hash", "") or ""))
+    return t.NoisePoint(
+        seq=int(p.seq),
+        x=x,
+        state=lo + x * (hi - lo),
+        g=float(p.g),
+        created_at=_when(getattr(p, "created_at", None)),
+        hash=str(getattr(p, "hash", "") or ""),
+    )
 
 
 def _jsonable(obj: Any) -> Any:
@@ -104,13 +132,21 @@ def integrity_from_report(release_id: str, report: Any) -> t.IntegrityResult:
     also goes out as JSON."""
     actions: list[t.ActionIntegrity] = []
     for a in report.actions:
-        gaps = list(itertools.islice(
-            (s for lo, hi in a.gaps for s in range(int(lo), int(hi) + 1)), 100))
-        actions.append(t.ActionIntegrity(
-            action=int(a.action), ok=bool(a.ok), count=int(a.count),
-            high_water_mark=int(a.high_water),
-            first_broken_seq=None if a.first_broken is None else int(a.first_broken),
-            gaps=tuple(gaps), message="; ".join(map(str, a.problems))))
+        gaps = list(
+            itertools.islice((s for lo, hi in a.gaps for s in range(int(lo), int(hi) + 1)), 100)
+        )
+        actions.append(
+            t.ActionIntegrity(
+                action=int(a.action),
+                ok=bool(a.ok),
+                count=int(a.count),
+                high_water_mark=int(a.high_water),
+                first_broken_seq=None if a.first_broken is None else int(a.first_broken),
+                gaps=tuple(gaps),
+                message="; ".join(map(str, a.problems)),
+            )
+        )
     full = report.to_dict() if hasattr(report, "to_dict") else _jsonable(report)
-    return t.IntegrityResult(release_id=release_id, ok=bool(report.ok), actions=tuple(actions),
-                             report=_jsonable(full))
+    return t.IntegrityResult(
+        release_id=release_id, ok=bool(report.ok), actions=tuple(actions), report=_jsonable(full)
+    )

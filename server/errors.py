@@ -21,8 +21,14 @@ from google.rpc import code_pb2, error_details_pb2, status_pb2
 
 from qveil import errors as e
 
-__all__ = ["DETAILS_KEY", "ERROR_DOMAIN", "STATUS_TABLE", "MappedError", "bad_argument",
-           "status_for"]
+__all__ = [
+    "DETAILS_KEY",
+    "ERROR_DOMAIN",
+    "STATUS_TABLE",
+    "MappedError",
+    "bad_argument",
+    "status_for",
+]
 
 DETAILS_KEY = "grpc-status-details-bin"
 ERROR_DOMAIN = "qveil"
@@ -80,13 +86,20 @@ def status_for(exc: BaseException) -> MappedError:
     details = [_pack(error_details_pb2.ErrorInfo(reason=reason, domain=ERROR_DOMAIN))]
     field = getattr(exc, "field", None)
     if code == grpc.StatusCode.INVALID_ARGUMENT:
-        details.append(_pack(error_details_pb2.BadRequest(field_violations=[
-            error_details_pb2.BadRequest.FieldViolation(field=str(field or ""),
-                                                        description=message)])))
+        details.append(
+            _pack(
+                error_details_pb2.BadRequest(
+                    field_violations=[
+                        error_details_pb2.BadRequest.FieldViolation(
+                            field=str(field or ""), description=message
+                        )
+                    ]
+                )
+            )
+        )
     if code in _RETRY_AFTER:
         delay = duration_pb2.Duration()
         delay.FromMilliseconds(int(_RETRY_AFTER[code] * 1000))
         details.append(_pack(error_details_pb2.RetryInfo(retry_delay=delay)))
-    status = status_pb2.Status(code=getattr(code_pb2, code.name), message=message,
-                               details=details)
+    status = status_pb2.Status(code=getattr(code_pb2, code.name), message=message, details=details)
     return MappedError(code, message, reason, ((DETAILS_KEY, status.SerializeToString()),))

@@ -52,10 +52,10 @@ DEFAULT_VALUE_GRID = 2.0**-20
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    max_batch: int = 4096          # states per request
-    max_in_flight: int = 64        # concurrent qveil RPCs; more get RESOURCE_EXHAUSTED
+    max_batch: int = 4096  # states per request
+    max_in_flight: int = 64  # concurrent qveil RPCs; more get RESOURCE_EXHAUSTED
     value_grid: float = DEFAULT_VALUE_GRID
-    points_chunk: int = 2048       # noise points per streamed audit message
+    points_chunk: int = 2048  # noise points per streamed audit message
 
     def __post_init__(self) -> None:
         if self.max_batch < 1 or self.max_in_flight < 1 or self.points_chunk < 1:
@@ -78,9 +78,15 @@ def _check_deadline(deadline: float | None) -> None:
 class Handlers:
     """All operations of the three services, on one store and one release holder."""
 
-    def __init__(self, *, store: Any, holder: ReleaseHolder, limits: Limits,
-                 metrics: Metrics | None = None,
-                 bundle_dirs: Sequence[str | Path] = ()) -> None:
+    def __init__(
+        self,
+        *,
+        store: Any,
+        holder: ReleaseHolder,
+        limits: Limits,
+        metrics: Metrics | None = None,
+        bundle_dirs: Sequence[str | Path] = (),
+    ) -> None:
         self.store = store
         self.holder = holder
         self.limits = limits
@@ -95,24 +101,33 @@ class Handlers:
         s = np.asarray(states, dtype=np.float64).reshape(-1)
         n = s.size
         if n == 0:
-            raise bad_argument("empty batch: give at least one state", field="states",
-                               reason="EMPTY_BATCH")
+            raise bad_argument(
+                "empty batch: give at least one state", field="states", reason="EMPTY_BATCH"
+            )
         if n > self.limits.max_batch:
-            raise bad_argument(f"batch of {n} states exceeds the limit of "
-                               f"{self.limits.max_batch}", field="states",
-                               reason="BATCH_TOO_LARGE")
+            raise bad_argument(
+                f"batch of {n} states exceeds the limit of {self.limits.max_batch}",
+                field="states",
+                reason="BATCH_TOO_LARGE",
+            )
         finite = np.isfinite(s)
         if not finite.all():
             i = int(np.flatnonzero(~finite)[0])
-            raise bad_argument(f"state {float(s[i])!r} at index {i} is not a finite number",
-                               field=f"states[{i}]", reason="STATE_NOT_FINITE")
+            raise bad_argument(
+                f"state {float(s[i])!r} at index {i} is not a finite number",
+                field=f"states[{i}]",
+                reason="STATE_NOT_FINITE",
+            )
         iv = rel.bundle.interval
         out = (s < iv.lo) | (s > iv.hi)
         if out.any():
             i = int(np.flatnonzero(out)[0])
-            raise bad_argument(f"state {float(s[i])!r} at index {i} is outside the state interval "
-                               f"[{iv.lo!r}, {iv.hi!r}]", field=f"states[{i}]",
-                               reason="STATE_OUT_OF_INTERVAL")
+            raise bad_argument(
+                f"state {float(s[i])!r} at index {i} is outside the state interval "
+                f"[{iv.lo!r}, {iv.hi!r}]",
+                field=f"states[{i}]",
+                reason="STATE_OUT_OF_INTERVAL",
+            )
         return iv.to_unit(s)
 
     def _actions(self, rel: ActiveRelease, actions: Sequence[int]) -> list[int]:
@@ -123,27 +138,38 @@ class Handlers:
         for j, a in enumerate(actions):
             a = int(a)
             if not 0 <= a < m:
-                raise bad_argument(f"unknown action {a} at index {j}: this release has "
-                                   f"actions 0..{m - 1}", field=f"actions[{j}]",
-                                   reason="UNKNOWN_ACTION")
+                raise bad_argument(
+                    f"unknown action {a} at index {j}: this release has actions 0..{m - 1}",
+                    field=f"actions[{j}]",
+                    reason="UNKNOWN_ACTION",
+                )
             if a in out:
-                raise bad_argument(f"action {a} is repeated (index {j})",
-                                   field=f"actions[{j}]", reason="DUPLICATE_ACTION")
+                raise bad_argument(
+                    f"action {a} is repeated (index {j})",
+                    field=f"actions[{j}]",
+                    reason="DUPLICATE_ACTION",
+                )
             out.append(a)
         return out
 
     def _release_for_query(self, release_id: str) -> ActiveRelease:
         rel = self.holder.current()  # ONE snapshot for the whole call
         if release_id and release_id != rel.release_id:
-            exc = FailedPrecondition(f"release {release_id!r} is not the active release "
-                                     f"(active: {rel.release_id!r})")
+            exc = FailedPrecondition(
+                f"release {release_id!r} is not the active release (active: {rel.release_id!r})"
+            )
             exc.reason = "RELEASE_NOT_ACTIVE"  # type: ignore[attr-defined]
             raise exc
         return rel
 
     # ------------------------------------------------------------------ ValueService
-    def _released(self, rel: ActiveRelease, xs: npt.NDArray[np.float64], actions: list[int],
-                  deadline: float | None) -> npt.NDArray[np.float64]:
+    def _released(
+        self,
+        rel: ActiveRelease,
+        xs: npt.NDArray[np.float64],
+        actions: list[int],
+        deadline: float | None,
+    ) -> npt.NDArray[np.float64]:
         q = rel.bundle.q_values_unit(xs)[:, actions]
         ux, inverse = np.unique(xs, return_inverse=True)
         noise = np.empty((xs.size, len(actions)), dtype=np.float64)
@@ -154,29 +180,44 @@ class Handlers:
         self.metrics.answered(int(xs.size) * len(actions), 0)
         return grid_round(q + noise, self.limits.value_grid)
 
-    def get_values(self, states: npt.ArrayLike, actions: Sequence[int] = (), *,
-                   release_id: str = "", deadline: float | None = None) -> t.Values:
+    def get_values(
+        self,
+        states: npt.ArrayLike,
+        actions: Sequence[int] = (),
+        *,
+        release_id: str = "",
+        deadline: float | None = None,
+    ) -> t.Values:
         rel = self._release_for_query(release_id)
         xs = self._states(rel, states)
         acts = self._actions(rel, actions)
         vals = self._released(rel, xs, acts, deadline)
-        return t.Values(release_id=rel.release_id, actions=tuple(acts), values=vals,
-                        value_grid=self.limits.value_grid)
+        return t.Values(
+            release_id=rel.release_id,
+            actions=tuple(acts),
+            values=vals,
+            value_grid=self.limits.value_grid,
+        )
 
-    def get_best_actions(self, states: npt.ArrayLike, *, release_id: str = "",
-                         deadline: float | None = None) -> t.BestActions:
+    def get_best_actions(
+        self, states: npt.ArrayLike, *, release_id: str = "", deadline: float | None = None
+    ) -> t.BestActions:
         rel = self._release_for_query(release_id)
         xs = self._states(rel, states)
         vals = self._released(rel, xs, list(range(rel.bundle.n_actions)), deadline)
         best = np.argmax(vals, axis=1)  # ties: the lowest action
-        return t.BestActions(release_id=rel.release_id, actions=best.astype(np.int64),
-                             values=vals[np.arange(vals.shape[0]), best],
-                             value_grid=self.limits.value_grid)
+        return t.BestActions(
+            release_id=rel.release_id,
+            actions=best.astype(np.int64),
+            values=vals[np.arange(vals.shape[0]), best],
+            value_grid=self.limits.value_grid,
+        )
 
     def get_release(self) -> t.Release:
         rel = self.holder.current()
-        return convert.release_from_bundle(rel.bundle, record=rel.record,
-                                           value_grid=self.limits.value_grid)
+        return convert.release_from_bundle(
+            rel.bundle, record=rel.record, value_grid=self.limits.value_grid
+        )
 
     # ------------------------------------------------------------------ lifecycle / admin
     def _load(self, path: Path) -> Any:
@@ -194,16 +235,30 @@ class Handlers:
             rec = self.store.get_release(rid)
         except NotFound:
             return self.store.create_release(
-                release_id=rid, fingerprint=fingerprint, sigma=bundle.sigma, beta=bundle.beta,
-                interval=(iv.lo, iv.hi), n_actions=bundle.n_actions, status="staged")
-        mismatch = [name for name, a, b in (
-            ("fingerprint", getattr(rec, "fingerprint", fingerprint), fingerprint),
-            ("sigma", float(rec.sigma), bundle.sigma), ("beta", float(rec.beta), bundle.beta),
-            ("interval", tuple(map(float, rec.interval)), (iv.lo, iv.hi)),
-            ("n_actions", int(rec.n_actions), bundle.n_actions)) if a != b]
+                release_id=rid,
+                fingerprint=fingerprint,
+                sigma=bundle.sigma,
+                beta=bundle.beta,
+                interval=(iv.lo, iv.hi),
+                n_actions=bundle.n_actions,
+                status="staged",
+            )
+        mismatch = [
+            name
+            for name, a, b in (
+                ("fingerprint", getattr(rec, "fingerprint", fingerprint), fingerprint),
+                ("sigma", float(rec.sigma), bundle.sigma),
+                ("beta", float(rec.beta), bundle.beta),
+                ("interval", tuple(map(float, rec.interval)), (iv.lo, iv.hi)),
+                ("n_actions", int(rec.n_actions), bundle.n_actions),
+            )
+            if a != b
+        ]
         if mismatch:
-            raise IntegrityError(f"release {rid!r} is registered in the store with different "
-                                 f"{', '.join(mismatch)} than the bundle")
+            raise IntegrityError(
+                f"release {rid!r} is registered in the store with different "
+                f"{', '.join(mismatch)} than the bundle"
+            )
         return rec
 
     def start(self, bundle_path: str | Path, *, verify_store: bool = True) -> ActiveRelease:
@@ -215,17 +270,21 @@ class Handlers:
         with self.holder.activation_lock:
             bundle = self._load(path)
             if expected_id and bundle.bundle_id != expected_id:
-                raise InvalidArgument(f"bundle {str(path)!r} holds release "
-                                      f"{bundle.bundle_id!r}, not {expected_id!r}")
+                raise InvalidArgument(
+                    f"bundle {str(path)!r} holds release {bundle.bundle_id!r}, not {expected_id!r}"
+                )
             rec = self._register(bundle)
             if getattr(rec, "status", "") == "retired":
-                raise FailedPrecondition(f"release {bundle.bundle_id!r} is retired; retired "
-                                         "releases are never answered again")
+                raise FailedPrecondition(
+                    f"release {bundle.bundle_id!r} is retired; retired "
+                    "releases are never answered again"
+                )
             if verify_store:
                 report = self.store.verify(bundle.bundle_id)
                 if not bool(getattr(report, "ok", True)):
-                    raise IntegrityError(f"stored noise of release {bundle.bundle_id!r} fails "
-                                         f"verification: {report}")
+                    raise IntegrityError(
+                        f"stored noise of release {bundle.bundle_id!r} fails verification: {report}"
+                    )
             previous = self.holder.peek()
             if previous is None or previous.release_id != bundle.bundle_id:
                 self.store.set_release_status(bundle.bundle_id, "active")
@@ -256,29 +315,37 @@ class Handlers:
                         return card.parent
                 except (OSError, ValueError):
                     continue
-        raise NotFound(f"no bundle for release {release_id!r} on this server (give "
-                       "bundle_path, or put the bundle beside the served one)")
+        raise NotFound(
+            f"no bundle for release {release_id!r} on this server (give "
+            "bundle_path, or put the bundle beside the served one)"
+        )
 
     def activate(self, release_id: str = "", bundle_path: str = "") -> tuple[t.Release, str]:
         if not release_id and not bundle_path:
-            raise bad_argument("give release_id or bundle_path", field="release_id",
-                               reason="MISSING_RELEASE")
+            raise bad_argument(
+                "give release_id or bundle_path", field="release_id", reason="MISSING_RELEASE"
+            )
         previous = self.holder.peek()
         path = Path(bundle_path) if bundle_path else self._find_bundle(release_id)
         new = self._activate(path, expected_id=release_id, verify_store=True)
-        return (convert.release_from_bundle(new.bundle, record=new.record,
-                                            value_grid=self.limits.value_grid),
-                previous.release_id if previous is not None else "")
+        return (
+            convert.release_from_bundle(
+                new.bundle, record=new.record, value_grid=self.limits.value_grid
+            ),
+            previous.release_id if previous is not None else "",
+        )
 
     def retire(self, release_id: str) -> t.Release:
         if not release_id:
-            raise bad_argument("release_id is required", field="release_id",
-                               reason="MISSING_RELEASE")
+            raise bad_argument(
+                "release_id is required", field="release_id", reason="MISSING_RELEASE"
+            )
         with self.holder.activation_lock:
             current = self.holder.peek()
             if current is not None and current.release_id == release_id:
-                raise FailedPrecondition(f"release {release_id!r} is active; activate another "
-                                         "release before retiring it")
+                raise FailedPrecondition(
+                    f"release {release_id!r} is active; activate another release before retiring it"
+                )
             self.store.get_release(release_id)  # NotFound
             self.store.set_release_status(release_id, "retired")
             self._cards.pop(release_id, None)
@@ -299,8 +366,9 @@ class Handlers:
                 base = self._cards.get(rid)
                 if base is None:
                     bundle = load_bundle(path, verify=False)
-                    base = convert.release_from_bundle(bundle, record=None,
-                                                       value_grid=self.limits.value_grid)
+                    base = convert.release_from_bundle(
+                        bundle, record=None, value_grid=self.limits.value_grid
+                    )
                     self._cards[rid] = base
                 from dataclasses import replace
 
@@ -311,8 +379,10 @@ class Handlers:
 
     def list_releases(self) -> tuple[list[t.Release], str]:
         current = self.holder.peek()
-        return ([self._describe(r) for r in self.store.list_releases()],
-                current.release_id if current is not None else "")
+        return (
+            [self._describe(r) for r in self.store.list_releases()],
+            current.release_id if current is not None else "",
+        )
 
     def stats(self) -> t.ServerStats:
         current = self.holder.peek()
@@ -323,17 +393,24 @@ class Handlers:
         m = self.metrics
         return t.ServerStats(
             active_release_id=current.release_id if current is not None else "",
-            uptime_seconds=m.uptime(), requests_by_code=dict(m.requests),
-            states_answered=m.states_answered, new_points=m.new_points,
-            in_flight=m.in_flight, max_in_flight=self.limits.max_in_flight,
-            stored_points=stored, max_batch=self.limits.max_batch)
+            uptime_seconds=m.uptime(),
+            requests_by_code=dict(m.requests),
+            states_answered=m.states_answered,
+            new_points=m.new_points,
+            in_flight=m.in_flight,
+            max_in_flight=self.limits.max_in_flight,
+            stored_points=stored,
+            max_batch=self.limits.max_batch,
+        )
 
     def stored_points(self) -> dict[tuple[str, int], int]:
         current = self.holder.peek()
         if current is None:
             return {}
-        return {(current.release_id, a): int(self.store.count_points(current.release_id, a))
-                for a in range(current.bundle.n_actions)}
+        return {
+            (current.release_id, a): int(self.store.count_points(current.release_id, a))
+            for a in range(current.bundle.n_actions)
+        }
 
     # ------------------------------------------------------------------ AuditService
     def _audit_release(self, release_id: str, action: int | None) -> Any:
@@ -341,12 +418,17 @@ class Handlers:
             release_id = self.holder.current().release_id
         rec = self.store.get_release(release_id)  # NotFound
         if action is not None and not 0 <= int(action) < int(rec.n_actions):
-            raise bad_argument(f"unknown action {action}: release {release_id!r} has actions "
-                               f"0..{int(rec.n_actions) - 1}", field="action",
-                               reason="UNKNOWN_ACTION")
+            raise bad_argument(
+                f"unknown action {action}: release {release_id!r} has actions "
+                f"0..{int(rec.n_actions) - 1}",
+                field="action",
+                reason="UNKNOWN_ACTION",
+            )
         return rec
 
-    def noise_points(self, release_id: str, action: int) -> tuple[str, Iterator[list[t.NoisePoint]]]:
+    def noise_points(
+        self, release_id: str, action: int
+    ) -> tuple[str, Iterator[list[t.NoisePoint]]]:
         """(release id, generator of chunks of stored points in insertion order)."""
         rec = self._audit_release(release_id, action)
         lo, hi = map(float, rec.interval)
@@ -366,8 +448,11 @@ class Handlers:
 
     def verify(self, release_id: str = "", action: int | None = None) -> t.IntegrityResult:
         rec = self._audit_release(release_id, action)
-        report = (self.store.verify(rec.release_id) if action is None
-                  else self.store.verify(rec.release_id, int(action)))
+        report = (
+            self.store.verify(rec.release_id)
+            if action is None
+            else self.store.verify(rec.release_id, int(action))
+        )
         return convert.integrity_from_report(str(rec.release_id), report)
 
     def report(self, release_id: str = "", action: int | None = None) -> t.StatisticalReport:
@@ -376,8 +461,9 @@ class Handlers:
         try:
             from qveil.stats import normality_report, whiten
         except ImportError:
-            raise NotImplementedError("the statistical report needs qveil.stats "
-                                      "(core/stats.py), which is not installed") from None
+            raise NotImplementedError(
+                "the statistical report needs qveil.stats (core/stats.py), which is not installed"
+            ) from None
         rec = self._audit_release(release_id, action)
         actions = [int(action)] if action is not None else list(range(int(rec.n_actions)))
         out: list[t.ActionNormality] = []
@@ -391,18 +477,36 @@ class Handlers:
                 r = normality_report(z)
             except InvalidArgument as exc:  # too few points to test: reported, not failed
                 full[str(a)] = {"n": len(pts), "skipped": str(exc)}
-                out.append(t.ActionNormality(action=a, n=len(pts), ks_p=math.nan,
-                                             chi2_p=math.nan, mean=math.nan, var=math.nan,
-                                             passed=True))
+                out.append(
+                    t.ActionNormality(
+                        action=a,
+                        n=len(pts),
+                        ks_p=math.nan,
+                        chi2_p=math.nan,
+                        mean=math.nan,
+                        var=math.nan,
+                        passed=True,
+                    )
+                )
                 continue
             full[str(a)] = convert._jsonable(r)
-            out.append(t.ActionNormality(
-                action=a, n=int(r["n"]), ks_p=float(r["ks_p"]), chi2_p=float(r["chi2_p"]),
-                mean=float(r["mean"]), var=float(r["var"]), passed=bool(r["passed"])))
-        return t.StatisticalReport(release_id=str(rec.release_id),
-                                   passed=all(a.passed for a in out), actions=tuple(out),
-                                   report={"actions": full, "beta": float(rec.beta),
-                                           "sigma": float(rec.sigma)})
+            out.append(
+                t.ActionNormality(
+                    action=a,
+                    n=int(r["n"]),
+                    ks_p=float(r["ks_p"]),
+                    chi2_p=float(r["chi2_p"]),
+                    mean=float(r["mean"]),
+                    var=float(r["var"]),
+                    passed=bool(r["passed"]),
+                )
+            )
+        return t.StatisticalReport(
+            release_id=str(rec.release_id),
+            passed=all(a.passed for a in out),
+            actions=tuple(out),
+            report={"actions": full, "beta": float(rec.beta), "sigma": float(rec.sigma)},
+        )
 
 
 def new_executor(workers: int) -> ThreadPoolExecutor:

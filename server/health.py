@@ -16,8 +16,11 @@ class Health:
         self.serving = False
 
     async def set_serving(self, serving: bool) -> None:
-        status = (health_pb2.HealthCheckResponse.SERVING if serving
-                  else health_pb2.HealthCheckResponse.NOT_SERVING)
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if serving
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
         for name in SERVICES:
             await self.servicer.set(name, status)
         self.serving = serving

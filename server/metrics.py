@@ -49,32 +49,41 @@ class Metrics:
         return time.monotonic() - self.started
 
     # -- Prometheus ----------------------------------------------------------------------
-    def serve_prometheus(self, port: int, *, host: str = "127.0.0.1",
-                         stored_points: Callable[[], dict[tuple[str, int], int]] | None = None
-                         ) -> int:
+    def serve_prometheus(
+        self,
+        port: int,
+        *,
+        host: str = "127.0.0.1",
+        stored_points: Callable[[], dict[tuple[str, int], int]] | None = None,
+    ) -> int:
         """Start the Prometheus HTTP endpoint on host:port (0 = any free port); return it."""
-        from prometheus_client import CollectorRegistry, Counter as PCounter, Gauge, Histogram
-        from prometheus_client import start_http_server
+        from prometheus_client import CollectorRegistry, Gauge, Histogram, start_http_server
+        from prometheus_client import Counter as PCounter
         from prometheus_client.core import GaugeMetricFamily
 
         reg = CollectorRegistry()
         self._prom = {
-            "requests": PCounter("qveil_requests", "RPCs by method and status code",
-                                 ["method", "code"], registry=reg),
-            "latency": Histogram("qveil_request_seconds", "RPC latency", ["method"],
-                                 buckets=(.0005, .001, .002, .005, .01, .02, .05, .1, .2, .5,
-                                          1, 2, 5), registry=reg),
+            "requests": PCounter(
+                "qveil_requests", "RPCs by method and status code", ["method", "code"], registry=reg
+            ),
+            "latency": Histogram(
+                "qveil_request_seconds",
+                "RPC latency",
+                ["method"],
+                buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5),
+                registry=reg,
+            ),
             "states": PCounter("qveil_states_answered", "states answered", registry=reg),
-            "new": PCounter("qveil_new_points", "new noise points drawn and stored",
-                            registry=reg),
+            "new": PCounter("qveil_new_points", "new noise points drawn and stored", registry=reg),
         }
         g = Gauge("qveil_in_flight", "RPCs in flight", registry=reg)
         g.set_function(lambda: self.in_flight)
 
         class _Stored:
             def collect(self_inner) -> Any:  # noqa: N805
-                fam = GaugeMetricFamily("qveil_stored_points", "stored noise points",
-                                        labels=["release", "action"])
+                fam = GaugeMetricFamily(
+                    "qveil_stored_points", "stored noise points", labels=["release", "action"]
+                )
                 if stored_points is not None:
                     try:
                         for (rel, action), n in stored_points().items():

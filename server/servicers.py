@@ -39,8 +39,9 @@ AUDIT = "qveil.v1.AuditService"
 class Core:
     """What every servicer shares: handlers, authorizer, executor, readiness, in-flight bound."""
 
-    def __init__(self, handlers: Handlers, authorizer: Authorizer,
-                 executor: ThreadPoolExecutor) -> None:
+    def __init__(
+        self, handlers: Handlers, authorizer: Authorizer, executor: ThreadPoolExecutor
+    ) -> None:
         self.handlers = handlers
         self.authorizer = authorizer
         self.executor = executor
@@ -53,8 +54,15 @@ class Core:
             return None
         return time.monotonic() + remaining
 
-    async def unary(self, service: str, method: str, context: grpc.aio.ServicerContext,
-                    fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
+    async def unary(
+        self,
+        service: str,
+        method: str,
+        context: grpc.aio.ServicerContext,
+        fn: Callable[..., R],
+        *args: Any,
+        **kwargs: Any,
+    ) -> R:
         start = time.perf_counter()
         code = "OK"
         entered = False
@@ -75,8 +83,9 @@ class Core:
             code = mapped.code.name
             if mapped.code == grpc.StatusCode.INTERNAL:
                 log.exception("internal error in %s", method)
-            await context.abort(mapped.code, mapped.message,
-                                trailing_metadata=mapped.trailing_metadata)
+            await context.abort(
+                mapped.code, mapped.message, trailing_metadata=mapped.trailing_metadata
+            )
             raise AssertionError("abort returned") from None
         finally:
             if entered:
@@ -87,17 +96,20 @@ class Core:
     def _admit(self, service: str, context: grpc.aio.ServicerContext) -> None:
         md = context.invocation_metadata() or ()
         authorization = next((v for k, v in md if k == "authorization"), None)
-        self.authorizer.authorize(service, authorization if isinstance(authorization, str)
-                                  else None)
+        self.authorizer.authorize(
+            service, authorization if isinstance(authorization, str) else None
+        )
         if not self.ready:
             raise Unavailable("the server is starting: model and store not verified yet")
         if self.in_flight >= self.handlers.limits.max_in_flight:
             raise ResourceExhausted(
                 f"{self.in_flight} calls in flight, the bound is "
-                f"{self.handlers.limits.max_in_flight}; retry shortly")
+                f"{self.handlers.limits.max_in_flight}; retry shortly"
+            )
 
-    async def abort(self, context: grpc.aio.ServicerContext, method: str, exc: Exception,
-                    start: float) -> None:
+    async def abort(
+        self, context: grpc.aio.ServicerContext, method: str, exc: Exception, start: float
+    ) -> None:
         mapped = status_for(exc)
         if mapped.code == grpc.StatusCode.INTERNAL:
             log.error("internal error in %s", method, exc_info=exc)
@@ -114,23 +126,44 @@ class ValueServicer(value_grpc.ValueServiceServicer):
         self.core = core
         self.h = core.handlers
 
-    async def GetValues(self, request: value_pb.GetValuesRequest,  # noqa: N802
-                        context: grpc.aio.ServicerContext) -> value_pb.GetValuesResponse:
-        result = await self.core.unary(VALUE, "GetValues", context, self.h.get_values,
-                                       _floats(request.states), list(request.actions),
-                                       release_id=request.release_id, deadline=None)
+    async def GetValues(
+        self,
+        request: value_pb.GetValuesRequest,  # noqa: N802
+        context: grpc.aio.ServicerContext,
+    ) -> value_pb.GetValuesResponse:
+        result = await self.core.unary(
+            VALUE,
+            "GetValues",
+            context,
+            self.h.get_values,
+            _floats(request.states),
+            list(request.actions),
+            release_id=request.release_id,
+            deadline=None,
+        )
         return convert.values_to_proto(result)
 
-    async def GetBestActions(self, request: value_pb.GetBestActionsRequest,  # noqa: N802
-                             context: grpc.aio.ServicerContext
-                             ) -> value_pb.GetBestActionsResponse:
-        result = await self.core.unary(VALUE, "GetBestActions", context,
-                                       self.h.get_best_actions, _floats(request.states),
-                                       release_id=request.release_id, deadline=None)
+    async def GetBestActions(
+        self,
+        request: value_pb.GetBestActionsRequest,  # noqa: N802
+        context: grpc.aio.ServicerContext,
+    ) -> value_pb.GetBestActionsResponse:
+        result = await self.core.unary(
+            VALUE,
+            "GetBestActions",
+            context,
+            self.h.get_best_actions,
+            _floats(request.states),
+            release_id=request.release_id,
+            deadline=None,
+        )
         return convert.best_actions_to_proto(result)
 
-    async def GetRelease(self, request: value_pb.GetReleaseRequest,  # noqa: N802
-                         context: grpc.aio.ServicerContext) -> value_pb.GetReleaseResponse:
+    async def GetRelease(
+        self,
+        request: value_pb.GetReleaseRequest,  # noqa: N802
+        context: grpc.aio.ServicerContext,
+    ) -> value_pb.GetReleaseResponse:
         rel = await self.core.unary(VALUE, "GetRelease", context, self.h.get_release)
         return value_pb.GetReleaseResponse(release=convert.release_to_proto(rel))
 
@@ -140,30 +173,50 @@ class AdminServicer(admin_grpc.AdminServiceServicer):
         self.core = core
         self.h = core.handlers
 
-    async def ListReleases(self, request: admin_pb.ListReleasesRequest,  # noqa: N802
-                           context: grpc.aio.ServicerContext) -> admin_pb.ListReleasesResponse:
-        releases, active = await self.core.unary(ADMIN, "ListReleases", context,
-                                                 self.h.list_releases)
+    async def ListReleases(
+        self,
+        request: admin_pb.ListReleasesRequest,  # noqa: N802
+        context: grpc.aio.ServicerContext,
+    ) -> admin_pb.ListReleasesResponse:
+        releases, active = await self.core.unary(
+            ADMIN, "ListReleases", context, self.h.list_releases
+        )
         return admin_pb.ListReleasesResponse(
-            releases=[convert.release_to_proto(r) for r in releases], active_release_id=active)
+            releases=[convert.release_to_proto(r) for r in releases], active_release_id=active
+        )
 
-    async def ActivateRelease(self, request: admin_pb.ActivateReleaseRequest,  # noqa: N802
-                              context: grpc.aio.ServicerContext
-                              ) -> admin_pb.ActivateReleaseResponse:
-        rel, previous = await self.core.unary(ADMIN, "ActivateRelease", context,
-                                              self.h.activate, request.release_id,
-                                              request.bundle_path)
-        return admin_pb.ActivateReleaseResponse(release=convert.release_to_proto(rel),
-                                                previous_release_id=previous)
+    async def ActivateRelease(
+        self,
+        request: admin_pb.ActivateReleaseRequest,  # noqa: N802
+        context: grpc.aio.ServicerContext,
+    ) -> admin_pb.ActivateReleaseResponse:
+        rel, previous = await self.core.unary(
+            ADMIN,
+            "ActivateRelease",
+            context,
+            self.h.activate,
+            request.release_id,
+            request.bundle_path,
+        )
+        return admin_pb.ActivateReleaseResponse(
+            release=convert.release_to_proto(rel), previous_release_id=previous
+        )
 
-    async def RetireRelease(self, request: admin_pb.RetireReleaseRequest,  # noqa: N802
-                            context: grpc.aio.ServicerContext) -> admin_pb.RetireReleaseResponse:
-        rel = await self.core.unary(ADMIN, "RetireRelease", context, self.h.retire,
-                                    request.release_id)
+    async def RetireRelease(
+        self,
+        request: admin_pb.RetireReleaseRequest,  # noqa: N802
+        context: grpc.aio.ServicerContext,
+    ) -> admin_pb.RetireReleaseResponse:
+        rel = await self.core.unary(
+            ADMIN, "RetireRelease", context, self.h.retire, request.release_id
+        )
         return admin_pb.RetireReleaseResponse(release=convert.release_to_proto(rel))
 
-    async def GetStats(self, request: admin_pb.GetStatsRequest,  # noqa: N802
-                       context: grpc.aio.ServicerContext) -> admin_pb.GetStatsResponse:
+    async def GetStats(
+        self,
+        request: admin_pb.GetStatsRequest,  # noqa: N802
+        context: grpc.aio.ServicerContext,
+    ) -> admin_pb.GetStatsResponse:
         stats = await self.core.unary(ADMIN, "GetStats", context, self.h.stats)
         return convert.stats_to_proto(stats)
 
@@ -173,12 +226,19 @@ class AuditServicer(audit_grpc.AuditServiceServicer):
         self.core = core
         self.h = core.handlers
 
-    async def StreamNoisePoints(self, request: audit_pb.StreamNoisePointsRequest,  # noqa: N802
-                                context: grpc.aio.ServicerContext
-                                ) -> AsyncIterator[audit_pb.StreamNoisePointsResponse]:
-        release_id, chunks = await self.core.unary(AUDIT, "StreamNoisePoints", context,
-                                                   self.h.noise_points, request.release_id,
-                                                   request.action)
+    async def StreamNoisePoints(
+        self,
+        request: audit_pb.StreamNoisePointsRequest,  # noqa: N802
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[audit_pb.StreamNoisePointsResponse]:
+        release_id, chunks = await self.core.unary(
+            AUDIT,
+            "StreamNoisePoints",
+            context,
+            self.h.noise_points,
+            request.release_id,
+            request.action,
+        )
         # One dedicated thread walks the store's cursor (a DB cursor stays on one thread).
         start = time.perf_counter()
         loop = asyncio.get_running_loop()
@@ -192,22 +252,30 @@ class AuditServicer(audit_grpc.AuditServiceServicer):
                 if chunk is None:
                     break
                 yield audit_pb.StreamNoisePointsResponse(
-                    release_id=release_id, action=request.action,
-                    points=[convert.noise_point_to_proto(p) for p in chunk])
+                    release_id=release_id,
+                    action=request.action,
+                    points=[convert.noise_point_to_proto(p) for p in chunk],
+                )
             await loop.run_in_executor(one, chunks.close)
 
-    async def VerifyIntegrity(self, request: audit_pb.VerifyIntegrityRequest,  # noqa: N802
-                              context: grpc.aio.ServicerContext
-                              ) -> audit_pb.VerifyIntegrityResponse:
+    async def VerifyIntegrity(
+        self,
+        request: audit_pb.VerifyIntegrityRequest,  # noqa: N802
+        context: grpc.aio.ServicerContext,
+    ) -> audit_pb.VerifyIntegrityResponse:
         action = request.action if request.HasField("action") else None
-        result = await self.core.unary(AUDIT, "VerifyIntegrity", context, self.h.verify,
-                                       request.release_id, action)
+        result = await self.core.unary(
+            AUDIT, "VerifyIntegrity", context, self.h.verify, request.release_id, action
+        )
         return convert.integrity_to_proto(result)
 
-    async def GetStatisticalReport(self, request: audit_pb.GetStatisticalReportRequest,  # noqa: N802
-                                   context: grpc.aio.ServicerContext
-                                   ) -> audit_pb.GetStatisticalReportResponse:
+    async def GetStatisticalReport(
+        self,
+        request: audit_pb.GetStatisticalReportRequest,  # noqa: N802
+        context: grpc.aio.ServicerContext,
+    ) -> audit_pb.GetStatisticalReportResponse:
         action = request.action if request.HasField("action") else None
-        result = await self.core.unary(AUDIT, "GetStatisticalReport", context, self.h.report,
-                                       request.release_id, action)
+        result = await self.core.unary(
+            AUDIT, "GetStatisticalReport", context, self.h.report, request.release_id, action
+        )
         return convert.report_to_proto(result)

@@ -27,25 +27,48 @@ QVEIL = str(Path(sys.executable).parent / "qveil")
 
 
 # ----------------------------------------------------------------------------- bundles
-def make_bundle(path: Path, *, seed: int = 0, actions: int = 3, sigma: float = 2.0,
-                interval: tuple[float, float] = (-1.0, 2.0), hidden: int = 16) -> Path:
+def make_bundle(
+    path: Path,
+    *,
+    seed: int = 0,
+    actions: int = 3,
+    sigma: float = 2.0,
+    interval: tuple[float, float] = (-1.0, 2.0),
+    hidden: int = 16,
+) -> Path:
     """A small real bundle (output mode: served Q clamped to the card's bound), written by
     qveil.bundle.write_bundle with privacy numbers from qveil.privacy.account."""
     from qveil.bundle import build_card, lipschitz_bound, write_bundle
     from qveil.privacy import E3_SETTINGS, PrivacyParams, account
 
     rng = np.random.default_rng(seed)
-    w = {"W0": rng.normal(size=(hidden, 1)) * 2, "b0": rng.normal(size=hidden),
-         "W1": rng.normal(size=(actions, hidden)) * 0.5, "b1": rng.normal(size=actions)}
+    w = {
+        "W0": rng.normal(size=(hidden, 1)) * 2,
+        "b0": rng.normal(size=hidden),
+        "W1": rng.normal(size=(actions, hidden)) * 0.5,
+        "b1": rng.normal(size=actions),
+    }
     lip = max(lipschitz_bound(w), 1.0)
-    params = PrivacyParams(mode="output", sigma=sigma,
-                           **{**E3_SETTINGS, "lipschitz": lip, "actions": actions})
-    card = build_card(env_id="LineWalk-v0", interval=interval, actions=actions,
-                      hyperparameters={"made_by": "tests/server_helpers.py", "seed": seed},
-                      privacy_result=account(params), lipschitz=lip, seeded=True)
-    return write_bundle(path, card=card, weights=w, config_toml="# test bundle\n",
-                        training_log_rows=[{"episode": 0, "return": 0.0}],
-                        learning_curve_png=b"")
+    params = PrivacyParams(
+        mode="output", sigma=sigma, **{**E3_SETTINGS, "lipschitz": lip, "actions": actions}
+    )
+    card = build_card(
+        env_id="LineWalk-v0",
+        interval=interval,
+        actions=actions,
+        hyperparameters={"made_by": "tests/server_helpers.py", "seed": seed},
+        privacy_result=account(params),
+        lipschitz=lip,
+        seeded=True,
+    )
+    return write_bundle(
+        path,
+        card=card,
+        weights=w,
+        config_toml="# test bundle\n",
+        training_log_rows=[{"episode": 0, "return": 0.0}],
+        learning_curve_png=b"",
+    )
 
 
 # ----------------------------------------------------------------------------- tokens
@@ -63,8 +86,9 @@ class Tokens:
 def make_tokens(path: Path) -> Tokens:
     from qveil.server.auth import add_token
 
-    return Tokens(path, add_token(path, "query"), add_token(path, "admin"),
-                  add_token(path, "auditor"))
+    return Tokens(
+        path, add_token(path, "query"), add_token(path, "admin"), add_token(path, "auditor")
+    )
 
 
 # ----------------------------------------------------------------------------- certificates
@@ -95,9 +119,13 @@ def make_certs(d: Path) -> Certs:
         return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
 
     def write_key(k: Any, p: Path) -> Path:
-        p.write_bytes(k.private_bytes(serialization.Encoding.PEM,
-                                      serialization.PrivateFormat.PKCS8,
-                                      serialization.NoEncryption()))
+        p.write_bytes(
+            k.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.PKCS8,
+                serialization.NoEncryption(),
+            )
+        )
         return p
 
     def write_cert(c: Any, p: Path) -> Path:
@@ -105,39 +133,63 @@ def make_certs(d: Path) -> Certs:
         return p
 
     ca_key = key()
-    ca = (x509.CertificateBuilder().subject_name(name("qveil test CA"))
-          .issuer_name(name("qveil test CA")).public_key(ca_key.public_key())
-          .serial_number(x509.random_serial_number())
-          .not_valid_before(now - dt.timedelta(minutes=5))
-          .not_valid_after(now + dt.timedelta(days=1))
-          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-          .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
-                                       content_commitment=False, key_encipherment=False,
-                                       data_encipherment=False, key_agreement=False,
-                                       encipher_only=False, decipher_only=False), critical=True)
-          .sign(ca_key, hashes.SHA256()))
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(name("qveil test CA"))
+        .issuer_name(name("qveil test CA"))
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
 
     def leaf(cn: str, usage: Any, san: list[Any] | None) -> tuple[Any, Any]:
         k = key()
-        b = (x509.CertificateBuilder().subject_name(name(cn)).issuer_name(ca.subject)
-             .public_key(k.public_key()).serial_number(x509.random_serial_number())
-             .not_valid_before(now - dt.timedelta(minutes=5))
-             .not_valid_after(now + dt.timedelta(days=1))
-             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-             .add_extension(x509.ExtendedKeyUsage([usage]), critical=False))
+        b = (
+            x509.CertificateBuilder()
+            .subject_name(name(cn))
+            .issuer_name(ca.subject)
+            .public_key(k.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(minutes=5))
+            .not_valid_after(now + dt.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        )
         if san:
             b = b.add_extension(x509.SubjectAlternativeName(san), critical=False)
         return b.sign(ca_key, hashes.SHA256()), k
 
-    srv, srv_key = leaf("localhost", ExtendedKeyUsageOID.SERVER_AUTH,
-                        [x509.DNSName("localhost"),
-                         x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])
+    srv, srv_key = leaf(
+        "localhost",
+        ExtendedKeyUsageOID.SERVER_AUTH,
+        [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))],
+    )
     cli, cli_key = leaf("qveil test client", ExtendedKeyUsageOID.CLIENT_AUTH, None)
     d.mkdir(parents=True, exist_ok=True)
-    return Certs(ca=write_cert(ca, d / "ca.pem"), server_cert=write_cert(srv, d / "server.pem"),
-                 server_key=write_key(srv_key, d / "server-key.pem"),
-                 client_cert=write_cert(cli, d / "client.pem"),
-                 client_key=write_key(cli_key, d / "client-key.pem"))
+    return Certs(
+        ca=write_cert(ca, d / "ca.pem"),
+        server_cert=write_cert(srv, d / "server.pem"),
+        server_key=write_key(srv_key, d / "server-key.pem"),
+        client_cert=write_cert(cli, d / "client.pem"),
+        client_key=write_key(cli_key, d / "client-key.pem"),
+    )
 
 
 # ----------------------------------------------------------------------------- subprocess
@@ -168,22 +220,43 @@ class ServerProcess:
             raise AssertionError(f"server did not stop on SIGTERM:\n{self.output()}") from None
 
 
-def start_server(tmp: Path, bundle: Path, *extra: str, store: str | None = None,
-                 wait_serving: bool = True, timeout: float = 30.0,
-                 health_creds: grpc.ChannelCredentials | None = None,
-                 name: str = "server") -> ServerProcess:
+def start_server(
+    tmp: Path,
+    bundle: Path,
+    *extra: str,
+    store: str | None = None,
+    wait_serving: bool = True,
+    timeout: float = 30.0,
+    health_creds: grpc.ChannelCredentials | None = None,
+    name: str = "server",
+) -> ServerProcess:
     """Start `qveil serve --listen 127.0.0.1:0 --port-file F ...`; wait for the port file and
     (by default) for health SERVING."""
     port_file = tmp / f"{name}.port"
     port_file.unlink(missing_ok=True)
     log = tmp / f"{name}.log"
-    args = [QVEIL, "serve", "--bundle", str(bundle), "--listen", "127.0.0.1:0",
-            "--port-file", str(port_file), *extra]
+    args = [
+        QVEIL,
+        "serve",
+        "--bundle",
+        str(bundle),
+        "--listen",
+        "127.0.0.1:0",
+        "--port-file",
+        str(port_file),
+        *extra,
+    ]
     if store:
         args += ["--store", store]
     fh = log.open("w")
-    proc = subprocess.Popen(args, stdout=fh, stderr=subprocess.STDOUT, text=True, cwd=tmp,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    proc = subprocess.Popen(
+        args,
+        stdout=fh,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=tmp,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     fh.close()
     deadline = time.monotonic() + timeout
     while not port_file.exists():
@@ -195,28 +268,42 @@ def start_server(tmp: Path, bundle: Path, *extra: str, store: str | None = None,
         time.sleep(0.02)
     sp = ServerProcess(proc, int(port_file.read_text()), log, args)
     if wait_serving:
-        wait_health(sp.target, "SERVING", timeout=deadline - time.monotonic(),
-                    creds=health_creds, proc=sp)
+        wait_health(
+            sp.target, "SERVING", timeout=deadline - time.monotonic(), creds=health_creds, proc=sp
+        )
     return sp
 
 
-def health_status(target: str, service: str = "", *,
-                  creds: grpc.ChannelCredentials | None = None,
-                  options: list[tuple[str, Any]] | None = None) -> str:
+def health_status(
+    target: str,
+    service: str = "",
+    *,
+    creds: grpc.ChannelCredentials | None = None,
+    options: list[tuple[str, Any]] | None = None,
+) -> str:
     """The standard health client: grpc_health.v1 Health/Check -> status name."""
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    ch = (grpc.secure_channel(target, creds, options=options or []) if creds
-          else grpc.insecure_channel(target))
+    ch = (
+        grpc.secure_channel(target, creds, options=options or [])
+        if creds
+        else grpc.insecure_channel(target)
+    )
     with ch:
         resp = health_pb2_grpc.HealthStub(ch).Check(
-            health_pb2.HealthCheckRequest(service=service), timeout=5)
+            health_pb2.HealthCheckRequest(service=service), timeout=5
+        )
     return health_pb2.HealthCheckResponse.ServingStatus.Name(resp.status)
 
 
-def wait_health(target: str, want: str, *, timeout: float = 20.0,
-                creds: grpc.ChannelCredentials | None = None,
-                proc: ServerProcess | None = None) -> list[str]:
+def wait_health(
+    target: str,
+    want: str,
+    *,
+    timeout: float = 20.0,
+    creds: grpc.ChannelCredentials | None = None,
+    proc: ServerProcess | None = None,
+) -> list[str]:
     """Poll Health/Check until it answers ``want``; returns the statuses seen."""
     seen: list[str] = []
     deadline = time.monotonic() + timeout
@@ -243,15 +330,24 @@ class InProcessServer:
     127.0.0.1:0, over a real store. ``core``, ``health`` and ``handlers`` are exposed so tests
     can drive readiness and draining deterministically."""
 
-    def __init__(self, bundle: Path | None, store_url: str | Any, *, tokens: Path | None = None,
-                 max_batch: int = 4096, max_in_flight: int = 64, reflection: bool = False,
-                 start: bool = True) -> None:
+    def __init__(
+        self,
+        bundle: Path | None,
+        store_url: str | Any,
+        *,
+        tokens: Path | None = None,
+        max_batch: int = 4096,
+        max_in_flight: int = 64,
+        reflection: bool = False,
+        start: bool = True,
+    ) -> None:
         from qveil.server.app import create_server
         from qveil.server.auth import Authorizer, load_tokens
         from qveil.server.handlers import Handlers, Limits, new_executor
         from qveil.server.health import Health
         from qveil.server.servicers import Core
         from qveil.server.state import ReleaseHolder
+
         if isinstance(store_url, str):
             from qveil.server.store import open_store
 
@@ -259,10 +355,14 @@ class InProcessServer:
         else:
             self.store = store_url
         self.executor = new_executor(4)
-        self.handlers = Handlers(store=self.store, holder=ReleaseHolder(),
-                                 limits=Limits(max_batch=max_batch, max_in_flight=max_in_flight))
-        self.core = Core(self.handlers, Authorizer(load_tokens(tokens) if tokens else None),
-                         self.executor)
+        self.handlers = Handlers(
+            store=self.store,
+            holder=ReleaseHolder(),
+            limits=Limits(max_batch=max_batch, max_in_flight=max_in_flight),
+        )
+        self.core = Core(
+            self.handlers, Authorizer(load_tokens(tokens) if tokens else None), self.executor
+        )
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self._thread.start()
@@ -270,8 +370,9 @@ class InProcessServer:
         async def build() -> Any:
             self.health = Health()
             await self.health.set_serving(False)
-            server, port = create_server(self.core, self.health, listen="127.0.0.1:0",
-                                         reflection=reflection)
+            server, port = create_server(
+                self.core, self.health, listen="127.0.0.1:0", reflection=reflection
+            )
             await server.start()
             return server, port
 

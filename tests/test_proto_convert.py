@@ -19,26 +19,50 @@ from server_helpers import REPO
 
 
 def test_release_round_trip() -> None:
-    r = t.Release(release_id="abc", mode="output", epsilon=1.5, delta=1e-5, delta_total=2e-5,
-                  holds=True, basis="Theorem X", reason=None, sigma=2.0, beta=0.8,
-                  state_interval=(-1.0, 2.0), n_actions=3,
-                  created_at=datetime(2026, 11, 22, 5, 0, tzinfo=UTC), status="active",
-                  seeded=True, env_id="LineWalk-v0", q_bound=5.0, value_grid=2.0**-20,
-                  card={"bundle_id": "abc", "k": [1, 2]})
+    r = t.Release(
+        release_id="abc",
+        mode="output",
+        epsilon=1.5,
+        delta=1e-5,
+        delta_total=2e-5,
+        holds=True,
+        basis="Theorem X",
+        reason=None,
+        sigma=2.0,
+        beta=0.8,
+        state_interval=(-1.0, 2.0),
+        n_actions=3,
+        created_at=datetime(2026, 11, 22, 5, 0, tzinfo=UTC),
+        status="active",
+        seeded=True,
+        env_id="LineWalk-v0",
+        q_bound=5.0,
+        value_grid=2.0**-20,
+        card={"bundle_id": "abc", "k": [1, 2]},
+    )
     assert convert.release_from_proto(convert.release_to_proto(r)) == r
-    r2 = t.Release(**{**{f: getattr(r, f) for f in r.__slots__},  # type: ignore[attr-defined]
-                      "q_bound": None, "created_at": None, "reason": "no", "status": "retired"})
+    r2 = t.Release(
+        **{
+            **{f: getattr(r, f) for f in r.__slots__},  # type: ignore[attr-defined]
+            "q_bound": None,
+            "created_at": None,
+            "reason": "no",
+            "status": "retired",
+        }
+    )
     assert convert.release_from_proto(convert.release_to_proto(r2)) == r2
 
 
 def test_values_and_best_round_trip() -> None:
-    v = t.Values(release_id="r", actions=(2, 0), values=np.arange(6.0).reshape(3, 2),
-                 value_grid=0.5)
+    v = t.Values(
+        release_id="r", actions=(2, 0), values=np.arange(6.0).reshape(3, 2), value_grid=0.5
+    )
     back = convert.values_from_proto(convert.values_to_proto(v))
     assert back.actions == v.actions and back.release_id == "r"
     np.testing.assert_array_equal(back.values, v.values)
-    b = t.BestActions(release_id="r", actions=np.array([0, 2]), values=np.array([1.0, -2.0]),
-                      value_grid=0.25)
+    b = t.BestActions(
+        release_id="r", actions=np.array([0, 2]), values=np.array([1.0, -2.0]), value_grid=0.25
+    )
     bb = convert.best_actions_from_proto(convert.best_actions_to_proto(b))
     np.testing.assert_array_equal(bb.actions, b.actions)
     np.testing.assert_array_equal(bb.values, b.values)
@@ -47,19 +71,52 @@ def test_values_and_best_round_trip() -> None:
 def test_audit_and_stats_round_trip() -> None:
     p = t.NoisePoint(seq=7, x=0.25, state=-0.25, g=-1.5, created_at=None, hash="ab")
     assert convert.noise_point_from_proto(convert.noise_point_to_proto(p)) == p
-    i = t.IntegrityResult(release_id="r", ok=False, actions=(t.ActionIntegrity(
-        action=1, ok=False, count=3, high_water_mark=4, first_broken_seq=2, gaps=(3,),
-        message="broken"), t.ActionIntegrity(action=0, ok=True, count=1, high_water_mark=1,
-                                             first_broken_seq=None, gaps=(), message="")),
-        report={"ok": False})
+    i = t.IntegrityResult(
+        release_id="r",
+        ok=False,
+        actions=(
+            t.ActionIntegrity(
+                action=1,
+                ok=False,
+                count=3,
+                high_water_mark=4,
+                first_broken_seq=2,
+                gaps=(3,),
+                message="broken",
+            ),
+            t.ActionIntegrity(
+                action=0,
+                ok=True,
+                count=1,
+                high_water_mark=1,
+                first_broken_seq=None,
+                gaps=(),
+                message="",
+            ),
+        ),
+        report={"ok": False},
+    )
     assert convert.integrity_from_proto(convert.integrity_to_proto(i)) == i
-    s = t.StatisticalReport(release_id="r", passed=True, actions=(t.ActionNormality(
-        action=0, n=10, ks_p=0.5, chi2_p=0.4, mean=0.1, var=1.1, passed=True),),
-        report={"a": 1})
+    s = t.StatisticalReport(
+        release_id="r",
+        passed=True,
+        actions=(
+            t.ActionNormality(action=0, n=10, ks_p=0.5, chi2_p=0.4, mean=0.1, var=1.1, passed=True),
+        ),
+        report={"a": 1},
+    )
     assert convert.report_from_proto(convert.report_to_proto(s)) == s
-    st = t.ServerStats(active_release_id="r", uptime_seconds=1.5, requests_by_code={"OK": 3},
-                       states_answered=9, new_points=4, in_flight=1, max_in_flight=64,
-                       stored_points={0: 3, 1: 5}, max_batch=4096)
+    st = t.ServerStats(
+        active_release_id="r",
+        uptime_seconds=1.5,
+        requests_by_code={"OK": 3},
+        states_answered=9,
+        new_points=4,
+        in_flight=1,
+        max_in_flight=64,
+        stored_points={0: 3, 1: 5},
+        max_batch=4096,
+    )
     assert convert.stats_from_proto(convert.stats_to_proto(st)) == st
 
 
@@ -80,8 +137,9 @@ class _FakeCall(grpc.RpcError):
 
 
 @pytest.mark.parametrize("dom_cls,code,_reason", STATUS_TABLE)
-def test_client_tree_mirrors_server_table(dom_cls: type, code: grpc.StatusCode,
-                                          _reason: str) -> None:
+def test_client_tree_mirrors_server_table(
+    dom_cls: type, code: grpc.StatusCode, _reason: str
+) -> None:
     """Every row of the server's one table comes back to the client as the typed exception
     for that code, which is also an instance of the domain exception of the row."""
     if dom_cls is domain.BudgetExceeded:
@@ -99,8 +157,11 @@ def test_client_tree_mirrors_server_table(dom_cls: type, code: grpc.StatusCode,
 
 
 def test_bad_argument_details_reach_client() -> None:
-    mapped = status_for(bad_argument("state nan at index 2 is not finite", field="states[2]",
-                                     reason="STATE_NOT_FINITE"))
+    mapped = status_for(
+        bad_argument(
+            "state nan at index 2 is not finite", field="states[2]", reason="STATE_NOT_FINITE"
+        )
+    )
     back = cerr.from_grpc_error(_FakeCall(mapped))
     assert isinstance(back, cerr.InvalidArgumentError) and isinstance(back, ValueError)
     assert back.reason == "STATE_NOT_FINITE"
@@ -120,8 +181,11 @@ def test_auth_table(tmp_path) -> None:  # type: ignore[no-untyped-def]
     text = f.read_text()
     assert all(v not in text for v in tok.values())  # hashes only
     auth = Authorizer(load_tokens(f))
-    allowed = {"qveil.v1.ValueService": {"query", "admin", "auditor"},
-               "qveil.v1.AdminService": {"admin"}, "qveil.v1.AuditService": {"auditor"}}
+    allowed = {
+        "qveil.v1.ValueService": {"query", "admin", "auditor"},
+        "qveil.v1.AdminService": {"admin"},
+        "qveil.v1.AuditService": {"auditor"},
+    }
     for service, roles in allowed.items():
         for role, token in tok.items():
             if role in roles:
@@ -152,12 +216,21 @@ def test_grid_rounding_is_exact_multiple() -> None:
 
 
 def test_client_imports_no_torch_or_sqlalchemy() -> None:
-    subprocess.run([sys.executable, "-c", "import sys, qveil.client, qveil.client.cli; "
-                    "bad=[m for m in sys.modules if m.split('.')[0] in "
-                    "('torch','sqlalchemy')]; assert not bad, bad"], check=True, cwd=REPO)
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, qveil.client, qveil.client.cli; "
+            "bad=[m for m in sys.modules if m.split('.')[0] in "
+            "('torch','sqlalchemy')]; assert not bad, bad",
+        ],
+        check=True,
+        cwd=REPO,
+    )
 
 
 def test_generated_stubs_do_not_drift() -> None:
-    r = subprocess.run(["bash", "scripts/gen_proto.sh", "--check"], cwd=REPO,
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        ["bash", "scripts/gen_proto.sh", "--check"], cwd=REPO, capture_output=True, text=True
+    )
     assert r.returncode == 0, r.stdout + r.stderr

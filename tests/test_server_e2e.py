@@ -62,9 +62,18 @@ class Env:
         self.server: ServerProcess | None = None
 
     def start(self) -> ServerProcess:
-        self.server = start_server(self.tmp, self.bundle, "--tokens-file", str(self.tokens.path),
-                                   "--reflection", "--max-batch", str(MAX_BATCH),
-                                   "--metrics-port", "0", store=self.store)
+        self.server = start_server(
+            self.tmp,
+            self.bundle,
+            "--tokens-file",
+            str(self.tokens.path),
+            "--reflection",
+            "--max-batch",
+            str(MAX_BATCH),
+            "--metrics-port",
+            "0",
+            store=self.store,
+        )
         return self.server
 
     @property
@@ -86,8 +95,10 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
 
 def stored_noise(env: Env, release_id: str = "") -> dict[int, dict[float, float]]:
     with AuditClient(env.target, token=env.tokens.auditor) as a:
-        return {act: {p.x: p.g for p in a.noise_points(act, release_id=release_id)}
-                for act in range(env.b.n_actions)}
+        return {
+            act: {p.x: p.g for p in a.noise_points(act, release_id=release_id)}
+            for act in range(env.b.n_actions)
+        }
 
 
 def total_points(env: Env) -> int:
@@ -148,10 +159,14 @@ def test_card_matches_bundle_and_hides_weights(env: Env) -> None:
     assert r.card == card and set(r.card) <= set(PUBLIC_CARD_KEYS)
     assert r.release_id == env.b.bundle_id and r.status == "active"
     assert (r.mode, r.epsilon, r.delta, r.delta_total, r.holds, r.basis) == (
-        card["mode"], card["epsilon"], card["delta"], card["delta_total"], card["holds"],
-        card["basis"])
-    assert (r.sigma, r.beta, r.n_actions, r.q_bound) == (env.b.sigma, env.b.beta, 3,
-                                                         env.b.q_bound)
+        card["mode"],
+        card["epsilon"],
+        card["delta"],
+        card["delta_total"],
+        card["holds"],
+        card["basis"],
+    )
+    assert (r.sigma, r.beta, r.n_actions, r.q_bound) == (env.b.sigma, env.b.beta, 3, env.b.q_bound)
     assert r.state_interval == tuple(card["state_interval"])
     assert "weights_sha256" not in r.card and "network" not in r.card
 
@@ -179,36 +194,53 @@ def test_query_role_schema_carries_no_weights_or_noise() -> None:
 
 # ----------------------------------------------------------------------------- role matrix
 ROLES = (None, "query", "admin", "auditor")
-ALLOWED = {"ValueService": {None, "query", "admin", "auditor"},
-           "AdminService": {"admin"}, "AuditService": {"auditor"}}
+ALLOWED = {
+    "ValueService": {None, "query", "admin", "auditor"},
+    "AdminService": {"admin"},
+    "AuditService": {"auditor"},
+}
 
 
 def _calls(env: Env, ch: grpc.Channel) -> dict[tuple[str, str], Callable[[Any], Any]]:
-    v, ad, au = (value_grpc.ValueServiceStub(ch), admin_grpc.AdminServiceStub(ch),
-                 audit_grpc.AuditServiceStub(ch))
+    v, ad, au = (
+        value_grpc.ValueServiceStub(ch),
+        admin_grpc.AdminServiceStub(ch),
+        audit_grpc.AuditServiceStub(ch),
+    )
     rid = env.b.bundle_id
     return {
         ("ValueService", "GetValues"): lambda md: v.GetValues(
-            value_pb.GetValuesRequest(states=[0.1]), metadata=md, timeout=10),
+            value_pb.GetValuesRequest(states=[0.1]), metadata=md, timeout=10
+        ),
         ("ValueService", "GetBestActions"): lambda md: v.GetBestActions(
-            value_pb.GetBestActionsRequest(states=[0.1]), metadata=md, timeout=10),
+            value_pb.GetBestActionsRequest(states=[0.1]), metadata=md, timeout=10
+        ),
         ("ValueService", "GetRelease"): lambda md: v.GetRelease(
-            value_pb.GetReleaseRequest(), metadata=md, timeout=10),
+            value_pb.GetReleaseRequest(), metadata=md, timeout=10
+        ),
         ("AdminService", "ListReleases"): lambda md: ad.ListReleases(
-            admin_pb.ListReleasesRequest(), metadata=md, timeout=10),
+            admin_pb.ListReleasesRequest(), metadata=md, timeout=10
+        ),
         ("AdminService", "ActivateRelease"): lambda md: ad.ActivateRelease(
-            admin_pb.ActivateReleaseRequest(release_id=rid), metadata=md, timeout=30),
+            admin_pb.ActivateReleaseRequest(release_id=rid), metadata=md, timeout=30
+        ),
         ("AdminService", "RetireRelease"): lambda md: ad.RetireRelease(
-            admin_pb.RetireReleaseRequest(release_id=env.b2.bundle_id), metadata=md,
-            timeout=10),
+            admin_pb.RetireReleaseRequest(release_id=env.b2.bundle_id), metadata=md, timeout=10
+        ),
         ("AdminService", "GetStats"): lambda md: ad.GetStats(
-            admin_pb.GetStatsRequest(), metadata=md, timeout=10),
-        ("AuditService", "StreamNoisePoints"): lambda md: list(au.StreamNoisePoints(
-            audit_pb.StreamNoisePointsRequest(action=0), metadata=md, timeout=10)),
+            admin_pb.GetStatsRequest(), metadata=md, timeout=10
+        ),
+        ("AuditService", "StreamNoisePoints"): lambda md: list(
+            au.StreamNoisePoints(
+                audit_pb.StreamNoisePointsRequest(action=0), metadata=md, timeout=10
+            )
+        ),
         ("AuditService", "VerifyIntegrity"): lambda md: au.VerifyIntegrity(
-            audit_pb.VerifyIntegrityRequest(), metadata=md, timeout=30),
+            audit_pb.VerifyIntegrityRequest(), metadata=md, timeout=30
+        ),
         ("AuditService", "GetStatisticalReport"): lambda md: au.GetStatisticalReport(
-            audit_pb.GetStatisticalReportRequest(), metadata=md, timeout=30),
+            audit_pb.GetStatisticalReportRequest(), metadata=md, timeout=30
+        ),
     }
 
 
@@ -282,8 +314,7 @@ def test_error_table_and_rejections_store_nothing(env: Env) -> None:
         anon.values([0.42])
     with ValueClient(env.target, token="wrong") as bad, pytest.raises(UnauthenticatedError):
         bad.values([0.42])
-    with AdminClient(env.target, token=env.tokens.query) as q, \
-            pytest.raises(PermissionDeniedError):
+    with AdminClient(env.target, token=env.tokens.query) as q, pytest.raises(PermissionDeniedError):
         q.stats()
     assert total_points(env) == before
 
@@ -291,18 +322,39 @@ def test_error_table_and_rejections_store_nothing(env: Env) -> None:
 def test_cli_query(env: Env, tmp_path: Path) -> None:
     tf = tmp_path / "tok"
     tf.write_text(env.tokens.query + "\n")
-    r = subprocess.run([QVEIL, "query", "--target", env.target, "--state", "0.3,1.5",
-                        "--json", "--token-file", str(tf)], capture_output=True, text=True,
-                       timeout=60)
+    r = subprocess.run(
+        [
+            QVEIL,
+            "query",
+            "--target",
+            env.target,
+            "--state",
+            "0.3,1.5",
+            "--json",
+            "--token-file",
+            str(tf),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     with ValueClient(env.target, token=env.tokens.query) as c:
         np.testing.assert_array_equal(np.array(out["values"]), c.values([0.3, 1.5]))
-    r = subprocess.run([QVEIL, "query", "--target", env.target, "--state", "9",
-                        "--token-file", str(tf)], capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [QVEIL, "query", "--target", env.target, "--state", "9", "--token-file", str(tf)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 2 and "outside the state interval" in r.stderr
-    r = subprocess.run([QVEIL, "query", "--target", env.target, "--card",
-                        "--token-file", str(tf)], capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [QVEIL, "query", "--target", env.target, "--card", "--token-file", str(tf)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0 and env.b.bundle_id in r.stdout
 
 
@@ -332,13 +384,14 @@ def test_reflection_only_client(env: Env) -> None:
         method = svc.methods_by_name["GetValues"]
         req_cls = message_factory.GetMessageClass(method.input_type)
         resp_cls = message_factory.GetMessageClass(method.output_type)
-        call = ch.unary_unary(f"/{svc.full_name}/{method.name}",
-                              request_serializer=req_cls.SerializeToString,
-                              response_deserializer=resp_cls.FromString)
+        call = ch.unary_unary(
+            f"/{svc.full_name}/{method.name}",
+            request_serializer=req_cls.SerializeToString,
+            response_deserializer=resp_cls.FromString,
+        )
         req = req_cls()
         req.states.extend([0.3, 1.5])
-        resp = call(req, metadata=(("authorization", f"Bearer {env.tokens.query}"),),
-                    timeout=10)
+        resp = call(req, metadata=(("authorization", f"Bearer {env.tokens.query}"),), timeout=10)
         got = np.array(resp.values).reshape(2, len(resp.actions))
     with ValueClient(env.target, token=env.tokens.query) as c:
         np.testing.assert_array_equal(got, c.values([0.3, 1.5]))

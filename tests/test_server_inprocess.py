@@ -41,8 +41,9 @@ def bundles(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 
 @pytest.fixture(scope="module")
-def srv(bundles: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory
-        ) -> Iterator[InProcessServer]:
+def srv(
+    bundles: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[InProcessServer]:
     store = f"sqlite:///{tmp_path_factory.mktemp('store') / 's.sqlite'}"
     with InProcessServer(bundles[0], store, max_batch=MAX_BATCH) as s:
         yield s
@@ -51,8 +52,11 @@ def srv(bundles: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory
 # ----------------------------------------------------------------------------- property test
 finite_in = st.floats(LO, HI, allow_nan=False)
 bad_state = st.one_of(
-    st.just(math.nan), st.just(math.inf), st.just(-math.inf),
-    st.floats(HI, 1e308, exclude_min=True), st.floats(-1e308, LO, exclude_max=True),
+    st.just(math.nan),
+    st.just(math.inf),
+    st.just(-math.inf),
+    st.floats(HI, 1e308, exclude_min=True),
+    st.floats(-1e308, LO, exclude_max=True),
     st.sampled_from([np.nextafter(HI, 3.0), np.nextafter(LO, -2.0), 5e-324 + HI]),
 )
 good_actions = st.lists(st.integers(0, M - 1), unique=True, max_size=M)
@@ -63,8 +67,7 @@ bad_action = st.one_of(st.integers(M, 2**31 - 1), st.integers(-(2**31), -1))
 def invalid_request(draw: st.DrawFn) -> value_pb.GetValuesRequest:
     """A GetValues request with at least one defect: bad state(s) among good ones, bad or
     repeated actions, an empty batch or one over the limit."""
-    kind = draw(st.sampled_from(["state", "action", "dup_action", "empty", "oversize",
-                                 "mixed"]))
+    kind = draw(st.sampled_from(["state", "action", "dup_action", "empty", "oversize", "mixed"]))
     states = draw(st.lists(finite_in, min_size=1, max_size=MAX_BATCH - 1))
     actions = draw(good_actions)
     if kind in ("state", "mixed"):
@@ -97,8 +100,12 @@ def test_bad_requests_are_invalid_argument_and_store_nothing(srv: InProcessServe
         before = srv.store.count_points()
         codes: list[str] = []
 
-        @settings(max_examples=1200, deadline=None, derandomize=True,
-                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+        @settings(
+            max_examples=1200,
+            deadline=None,
+            derandomize=True,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+        )
         @given(invalid_request())
         def check(req: value_pb.GetValuesRequest) -> None:
             with pytest.raises(grpc.RpcError) as ei:
@@ -140,8 +147,7 @@ def _block_executor(s: InProcessServer, workers: int = 4) -> threading.Event:
 
 
 def test_concurrency_bound_and_deadline(bundles: tuple[Path, Path], tmp_path: Path) -> None:
-    with InProcessServer(bundles[0], f"sqlite:///{tmp_path / 's.sqlite'}",
-                         max_in_flight=1) as s:
+    with InProcessServer(bundles[0], f"sqlite:///{tmp_path / 's.sqlite'}", max_in_flight=1) as s:
         before = s.store.count_points()
         gate = _block_executor(s)
         with ValueClient(s.target, timeout=20) as c, ThreadPoolExecutor(1) as pool:
@@ -184,8 +190,7 @@ def test_activation_is_atomic_under_load(bundles: tuple[Path, Path], tmp_path: P
     tokens = tmp_path / "t.toml"
     admin = add_token(tokens, "admin")
     query = add_token(tokens, "query")
-    with InProcessServer(bundles[0], f"sqlite:///{tmp_path / 's.sqlite'}",
-                         tokens=tokens) as s:
+    with InProcessServer(bundles[0], f"sqlite:///{tmp_path / 's.sqlite'}", tokens=tokens) as s:
         with AdminClient(s.target, token=admin) as ad:
             ad.activate(bundle_path=str(bundles[1]))
             with ValueClient(s.target, token=query) as c:
@@ -210,8 +215,10 @@ def test_activation_is_atomic_under_load(bundles: tuple[Path, Path], tmp_path: P
             th.join(30)
             listed, active = ad.list_releases()
         assert active == b1.bundle_id
-        assert {r.release_id: r.status for r in listed} == {b1.bundle_id: "active",
-                                                            b2.bundle_id: "staged"}
+        assert {r.release_id: r.status for r in listed} == {
+            b1.bundle_id: "active",
+            b2.bundle_id: "staged",
+        }
     assert len(seen) > 5 and {rid for rid, _ in seen} <= set(truth)
     for rid, vals in seen:
         np.testing.assert_array_equal(vals, truth[rid])

@@ -43,10 +43,10 @@ def test_tls_rejects_plaintext_client(bundle: Path, certs, tmp_path: Path) -> No
     from qveil.server.app import TLSFiles, create_server
 
     with InProcessServer(None, f"sqlite:///{tmp_path / 's.sqlite'}") as s:
+
         async def tls_server():  # type: ignore[no-untyped-def]
             creds = TLSFiles(cert=certs.server_cert, key=certs.server_key).credentials()
-            srv, port = create_server(s.core, s.health, listen="127.0.0.1:0",
-                                      credentials=creds)
+            srv, port = create_server(s.core, s.health, listen="127.0.0.1:0", credentials=creds)
             await srv.start()
             return srv, port
 
@@ -56,44 +56,69 @@ def test_tls_rejects_plaintext_client(bundle: Path, certs, tmp_path: Path) -> No
         try:
             with ValueClient(target, tls=TLSConfig(ca=certs.ca), timeout=10) as c:
                 assert c.values([0.5]).shape == (1, 3)
-            with ValueClient(target, timeout=3, retry=NO_RETRY) as plain, \
-                    pytest.raises(UnavailableError):
+            with (
+                ValueClient(target, timeout=3, retry=NO_RETRY) as plain,
+                pytest.raises(UnavailableError),
+            ):
                 plain.values([0.5])
             # a TLS client that does not trust the server's CA fails too
-            with ValueClient(target, tls=TLSConfig(ca=certs.client_cert), timeout=3,
-                             retry=NO_RETRY) as wrong_ca, pytest.raises(UnavailableError):
+            with (
+                ValueClient(
+                    target, tls=TLSConfig(ca=certs.client_cert), timeout=3, retry=NO_RETRY
+                ) as wrong_ca,
+                pytest.raises(UnavailableError),
+            ):
                 wrong_ca.values([0.5])
         finally:
             s.run(srv.stop(0))
 
 
 def test_mtls_rejects_client_without_certificate(bundle: Path, certs, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    tls = ["--tls-cert", str(certs.server_cert), "--tls-key", str(certs.server_key),
-           "--tls-client-ca", str(certs.ca)]
-    hc = grpc.ssl_channel_credentials(certs.ca.read_bytes(), certs.client_key.read_bytes(),
-                                      certs.client_cert.read_bytes())
-    sp = start_server(tmp_path, bundle, *tls, store=f"sqlite:///{tmp_path / 's.sqlite'}",
-                      health_creds=hc)
+    tls = [
+        "--tls-cert",
+        str(certs.server_cert),
+        "--tls-key",
+        str(certs.server_key),
+        "--tls-client-ca",
+        str(certs.ca),
+    ]
+    hc = grpc.ssl_channel_credentials(
+        certs.ca.read_bytes(), certs.client_key.read_bytes(), certs.client_cert.read_bytes()
+    )
+    sp = start_server(
+        tmp_path, bundle, *tls, store=f"sqlite:///{tmp_path / 's.sqlite'}", health_creds=hc
+    )
     try:
         good = TLSConfig(ca=certs.ca, cert=certs.client_cert, key=certs.client_key)
         with ValueClient(sp.target, tls=good, timeout=10) as c:
             assert c.values([0.5]).shape == (1, 3)
         for bad in (TLSConfig(ca=certs.ca), None):
-            with ValueClient(sp.target, tls=bad, timeout=3, retry=NO_RETRY) as c, \
-                    pytest.raises(UnavailableError):
+            with (
+                ValueClient(sp.target, tls=bad, timeout=3, retry=NO_RETRY) as c,
+                pytest.raises(UnavailableError),
+            ):
                 c.values([0.5])
     finally:
         assert sp.terminate() == 0
 
 
-@pytest.mark.parametrize("extra,needle", [
-    (["--listen", "0.0.0.0:0"], "without TLS"),
-    (["--listen", "0.0.0.0:0", "--insecure"], "without --tokens-file"),
-])
-def test_refuses_non_loopback_without_tls_or_tokens(bundle: Path, tmp_path: Path,
-                                                    extra: list[str], needle: str) -> None:
-    r = subprocess.run([QVEIL, "serve", "--bundle", str(bundle), *extra], capture_output=True,
-                       text=True, timeout=60, cwd=tmp_path)
+@pytest.mark.parametrize(
+    "extra,needle",
+    [
+        (["--listen", "0.0.0.0:0"], "without TLS"),
+        (["--listen", "0.0.0.0:0", "--insecure"], "without --tokens-file"),
+    ],
+)
+def test_refuses_non_loopback_without_tls_or_tokens(
+    bundle: Path, tmp_path: Path, extra: list[str], needle: str
+) -> None:
+    r = subprocess.run(
+        [QVEIL, "serve", "--bundle", str(bundle), *extra],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
     assert r.returncode == 2 and needle in r.stderr, r.stderr
     assert not list(tmp_path.glob("*.sqlite"))  # refused before opening any store
 
@@ -102,8 +127,15 @@ def test_sigterm_drains(bundle: Path, tmp_path: Path) -> None:
     """SIGTERM: health turns NOT_SERVING at once while calls still succeed for
     --drain-delay seconds; then calls in flight finish and the process exits 0. A client
     never sees an error other than UNAVAILABLE (after the server stopped listening)."""
-    sp = start_server(tmp_path, bundle, "--drain-delay", "1.5", "--grace", "5",
-                      store=f"sqlite:///{tmp_path / 's.sqlite'}")
+    sp = start_server(
+        tmp_path,
+        bundle,
+        "--drain-delay",
+        "1.5",
+        "--grace",
+        "5",
+        store=f"sqlite:///{tmp_path / 's.sqlite'}",
+    )
     results: list[str] = []
     stop = threading.Event()
 

@@ -210,12 +210,18 @@ class Ledger:
 
     def record(self, event: PrivacyEvent, *, release_id: str | None, actor: str) -> LedgerEntry:
         """Check the cap and append ``event`` in one serialized transaction, with its audit-log
-        entry. Raises :class:`BudgetExceeded` (nothing written) when it does not fit."""
+        entry. Raises :class:`BudgetExceeded` (nothing written) when it does not fit, and
+        :class:`InvalidArgument` when the accountant does not reproduce the event's numbers
+        from its own parameters."""
         dataset_id = _check_dataset(event.dataset_id)
         if not (math.isfinite(event.epsilon) and event.epsilon >= 0
                 and math.isfinite(event.delta) and 0 <= event.delta <= 1):
             raise InvalidArgument(f"privacy event has invalid (epsilon, delta) = "
                                   f"({event.epsilon!r}, {event.delta!r})")
+        try:  # the numbers recorded are the accountant's, recomputed now (non-negotiable 6)
+            verify_event(event, rel_tol=RECOMPUTE_RTOL)
+        except InvalidArgument as exc:
+            raise InvalidArgument(f"privacy event refused: {exc}") from None
         t = T.ledger_events
         event_json = event.to_json()
         with self.db.write(_lock(dataset_id)) as conn:

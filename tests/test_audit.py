@@ -1,0 +1,215 @@
+"""``qveil audit`` (issue 7): passes on a healthy store; fails on an edited value, a deleted row,
+a reordered sequence, a truncated store (high-water mark against the audit log) and on paths
+filled with noise of the wrong sigma or beta.
+
+Real SQLite files, stores filled through the store's own API with seeded sources. Wrong-law
+paths are made with the store's own insert path too: a release is filled in a scratch
+in-memory store with the *true* (wrong) parameters, exported, its header's claimed sigma or
+beta rewritten, and imported (``SamplePathStore.import_`` verifies every chain link; the chain
+covers (seq, x, g), not the release's parameters). What a wrong implementation would score is
+in each assertion's comment: at n = 400 per action, sigma x 1.3 gives var ~ 1.69 and
+var_p ~ 1e-25; the variance test alone has power 0.99995 at the audit's pass level.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from qveil.cli import main
+from qveil.server.admin import admin_db_for
+from qveil.server.audit import audit_store, variance_test_power
+from qveil.server.store import open_store
+
+SIGMA, BETA, N = 0.5, 3.0, 400
+
+
+def fill(store, rid: str, *, sigma: float = SIGMA, beta: float = BETA, n: int = N,
+         seed: int = 0, actions: int = 2) -> None:
+    """Register a release and answer n random states per action, in batches (store API)."""
+    store.create_release(release_id=rid, fingerprint=f"fp-{rid}", sigma=sigma, beta=beta,
+                         interval=(-1.0, 1.0), n_actions=actions)
+    rng = np.random.default_rng(seed)
+    for a in range(actions):
+        xs = rng.random(n)
+        for chunk in np.array_split(xs, 8):  # several transactions, like real traffic
+            store.get_or_sample(rid, a, chunk)
+
+
+def fill_with_wrong_law(url: str, tmp: Path, rid: str, *, claimed: dict[str, float],
+                        true: dict[str, float], seed: int = 5) -> None:
+    """A release whose record claims ``claimed`` (sigma, beta) but whose stored values were
+    drawn with ``true``: filled in a scratch store, exported, header rewritten, imported."""
+    scratch = open_store("memory://", rng=seed)
+    fill(scratch, rid, **true)
+    path = tmp / f"{rid}.jsonl"
+    scratch.export(rid, str(path))
+    scratch.close()
+    lines = path.read_text().splitlines()
+    header = json.loads(lines[0])
+    header.update(claimed)
+    path.write_text("\n".join([json.dumps(header), *lines[1:]]) + "\n")
+    with open_store(url) as st:
+        st.import_(str(path))
+
+
+@pytest.fixture
+def healthy(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path / 'store.sqlite'}"
+    with open_store(url, rng=123) as st:
+        fill(st, "rel-a", seed=1)
+        fill(st, "rel-b", seed=2, sigma=2.0, beta=40.0)
+        st.create_release(release_id="rel-empty", fingerprint="fp", sigma=1.0, beta=1.0,
+                          interval=(0.0, 1.0), n_actions=1)
+    return url
+
+
+def run_audit(url: str, *extra: str) -> tuple[int, dict]:
+    out = Path(url.removeprefix("sqlite:///")).with_name(f"report-{len(extra)}.json")
+    code = main(["audit", "--store", url, "--export", str(out), *extra])
+    return code, json.loads(out.read_text())
+
+
+def _sql(url: str, *statements: str) -> None:
+    conn = sqlite3.connect(url.removeprefix("sqlite:///"))
+    try:
+        for s in statements:
+            assert conn.execute(s).rowcount >= 1, s
+        conn.commit()
+    finally:
+        conn.close()
+
+
+def test_healthy_store_passes_with_power_plot_and_export(healthy: str, tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]
+                                                        ) -> None:
+    png = tmp_path / "noise.png"
+    code, rep = run_audit(healthy, "--plot", str(png))
+    assert code == 0, rep["failures"]
+    assert rep["passed"] and rep["failures"] == []
+    assert rep["pass_level"]["per_path_level"] == pytest.approx(1e-3 / 4)  # 4 paths tested
+    tested = [a for r in rep["releases"] for a in r["actions"] if a["tested"]]
+    assert len(tested) == 4
+    for a in tested:
+        assert a["stats"]["n"] == N and a["stats"]["passed"]
+        assert a["integrity_ok"] and a["high_water_mark"] == N
+        # power: the same path as if its noise had sigma x 1.3 is rejected
+        assert a["power"]["rescaled_rejected"], a["power"]
+        assert a["power"]["variance_test_power"] > 0.999
+    empty = next(r for r in rep["releases"] if r["release_id"] == "rel-empty")
+    assert empty["passed"] and "fewer than" in empty["actions"][0]["stats"]["skipped"]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the report never carries a noise value
+    with open_store(healthy) as st:
+        gs = [p.g for p in st.iter_points("rel-a", 0)]
+    text = json.dumps(rep)
+    assert not any(repr(g) in text for g in gs[:50])
+    assert "PASSED" in capsys.readouterr().out
+
+
+def test_audit_service_report_equals_cli_report(healthy: str) -> None:
+    """The same function makes both; only timestamps differ."""
+    with open_store(healthy) as st:
+        db = admin_db_for(st, healthy)
+        r1 = audit_store(st, db, record=False, store_label=healthy).to_dict()
+        r2 = audit_store(st, db, record=False, store_label=healthy).to_dict()
+        db.close()
+    r1.pop("generated_at")
+    r2.pop("generated_at")
+    assert r1 == r2
+
+
+@pytest.mark.parametrize("statements, finding", [
+    (["UPDATE noise_points SET g = g + 1e-9 WHERE release_id = 'rel-a' AND action = 0 "
+      "AND seq = 100"], "hash chain broken at seq 100"),
+    (["DELETE FROM noise_points WHERE release_id = 'rel-a' AND action = 1 AND seq = 200"],
+     "sequence gap"),
+    (["UPDATE noise_points SET seq = -1 WHERE release_id = 'rel-b' AND action = 0 AND seq = 50",
+      "UPDATE noise_points SET seq = 50 WHERE release_id = 'rel-b' AND action = 0 AND seq = 51",
+      "UPDATE noise_points SET seq = 51 WHERE release_id = 'rel-b' AND action = 0 AND seq = -1"],
+     "hash chain broken at seq 50"),
+], ids=["edited-value", "deleted-row", "reordered"])
+def test_tampered_store_fails(healthy: str, statements: list[str], finding: str) -> None:
+    _sql(healthy, *statements)
+    code, rep = run_audit(healthy)
+    assert code == 1
+    assert not rep["passed"]
+    assert any(finding in f for f in rep["failures"]), rep["failures"]
+
+
+def test_truncation_is_caught_by_the_high_water_mark_in_the_audit_log(healthy: str) -> None:
+    code, _ = run_audit(healthy)  # records each path's high-water mark and head hash
+    assert code == 0
+    # delete the newest rows: the remaining chain is intact, counts agree, no gap shows
+    _sql(healthy, "DELETE FROM noise_points WHERE release_id = 'rel-a' AND action = 0 "
+                  "AND seq > 390")
+    with open_store(healthy) as st:
+        assert st.verify("rel-a").ok  # the store's own check cannot see it
+    code, rep = run_audit(healthy, "--no-record")
+    assert code == 1
+    assert any("high-water mark 390 is below 400" in f for f in rep["failures"]), rep["failures"]
+
+
+def test_rewritten_tail_is_caught_by_the_recorded_head_hash(healthy: str) -> None:
+    """Someone replaces the newest row and recomputes its link: chain valid, hash differs."""
+    code, _ = run_audit(healthy)
+    assert code == 0
+    with open_store(healthy) as st:
+        pts = list(st.iter_points("rel-a", 1))
+    from qveil.server.store.integrity import ChainHasher
+
+    prev = bytes.fromhex(pts[-2].hash)
+    forged_g = pts[-1].g + 0.25
+    forged = ChainHasher().link(prev, pts[-1].seq, pts[-1].x, forged_g).hex()
+    _sql(healthy, f"UPDATE noise_points SET g = {forged_g!r}, hash = '{forged}' WHERE "
+                  f"release_id = 'rel-a' AND action = 1 AND seq = {pts[-1].seq}")
+    with open_store(healthy) as st:
+        assert st.verify("rel-a").ok
+    code, rep = run_audit(healthy, "--no-record")
+    assert code == 1
+    assert any(f"row at seq {N} differs" in f for f in rep["failures"]), rep["failures"]
+
+
+@pytest.mark.parametrize("claimed, true, reason", [
+    ({"sigma": SIGMA}, {"sigma": 1.3 * SIGMA}, "sigma x 1.3: var ~ 1.69"),
+    ({"sigma": SIGMA}, {"sigma": 0.7 * SIGMA}, "sigma x 0.7: var ~ 0.49"),
+    ({"beta": BETA}, {"beta": 4.0 * BETA}, "beta x 4: innovations var ~ 4 at small spacing"),
+    ({"beta": BETA}, {"beta": BETA / 4.0}, "beta / 4: innovations var ~ 1/4"),
+], ids=["sigma-x1.3", "sigma-x0.7", "beta-x4", "beta-div4"])
+def test_wrong_law_fails_the_statistical_test(healthy: str, tmp_path: Path, claimed: dict,
+                                              true: dict, reason: str) -> None:
+    fill_with_wrong_law(healthy, tmp_path, "rel-wrong", claimed=claimed, true=true)
+    code, rep = run_audit(healthy)
+    assert code == 1, reason
+    wrong = next(r for r in rep["releases"] if r["release_id"] == "rel-wrong")
+    assert wrong["integrity_ok"]  # every row and link is intact: only the law is wrong
+    for a in wrong["actions"]:
+        assert not a["stats"]["passed"], (reason, a["stats"])
+        assert a["stats"]["var_p"] < 1e-10, (reason, a["stats"])
+    others = [r for r in rep["releases"] if r["release_id"] != "rel-wrong"]
+    assert all(r["passed"] for r in others)
+
+
+def test_variance_test_power_matches_simulation() -> None:
+    """The exact power in the report agrees with a simulation of normality_report's variance
+    test (var_p = 2 min(F, 1 - F) of sum z^2 under chi2_n) on 20000 draws of N(0, 1.69)."""
+    from scipy import stats as sps
+
+    from qveil.stats import normality_report
+
+    rng = np.random.default_rng(7)
+    n, level = 100, 1e-3
+    z = 1.3 * rng.standard_normal((20000, n))
+    ss = np.einsum("ij,ij->i", z, z)
+    var_p = np.minimum(1.0, 2.0 * np.minimum(sps.chi2.cdf(ss, n), sps.chi2.sf(ss, n)))
+    # the same p-value normality_report computes, on a few rows
+    for row in z[:3]:
+        assert normality_report(row, level=level)["var_p"] == pytest.approx(
+            float(np.minimum(1.0, 2.0 * min(sps.chi2.cdf(row @ row, n),
+                                            sps.chi2.sf(row @ row, n)))))
+    assert float(np.mean(var_p < level)) == pytest.approx(
+        variance_test_power(n, factor=1.3, level=level), abs=0.01)

@@ -149,7 +149,10 @@ def validate_unit_states(xs: npt.ArrayLike) -> FloatArray:
         and len(xs) <= 16
         and all(type(v) is float or type(v) is int for v in xs)
     ):
-        vals = [float(v) + 0.0 for v in xs]
+        try:
+            vals = [float(v) + 0.0 for v in xs]
+        except OverflowError:
+            raise InvalidArgument("states must be finite numbers in [0, 1]") from None
         for i, v in enumerate(vals):
             if not 0.0 <= v <= 1.0:  # also catches NaN
                 raise InvalidArgument(f"state {v!r} at index {i} is not a finite number in [0, 1]")

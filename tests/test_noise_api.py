@@ -43,6 +43,9 @@ BAD_INPUTS = [
     [0.2, None],
     [True, False],
     [0.5 + 0j],
+    [10**400],
+    10**400,
+    math.nan,
 ]
 
 

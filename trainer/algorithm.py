@@ -183,13 +183,47 @@ class _PlainSGD:
                 p.add_(p.grad, alpha=-self.lr)
 
 
-def _make_optimizer(cfg: TrainConfig, net: LipschitzMLP) -> _PlainSGD | torch.optim.Optimizer:
+class _RMSprop(_PlainSGD):
+    """torch.optim.RMSprop's default update (alpha 0.99, eps 1e-8, no momentum), written out:
+    v <- 0.99 v + 0.01 g^2; theta <- theta - lr g / (sqrt(v) + eps). (Importing torch.optim
+    pulls in torch._dynamo, ~2 s per process.)"""
+
+    def __init__(self, params: list[torch.nn.Parameter], lr: float) -> None:
+        super().__init__(params, lr)
+        self.v = [torch.zeros_like(p) for p in params]
+
+    @torch.no_grad()
+    def step(self) -> None:
+        for p, v in zip(self.params, self.v, strict=True):
+            if p.grad is not None:
+                v.mul_(0.99).addcmul_(p.grad, p.grad, value=0.01)
+                p.addcdiv_(p.grad, v.sqrt().add_(1e-8), value=-self.lr)
+
+
+class _Adam(_PlainSGD):
+    """torch.optim.Adam's default update (betas 0.9, 0.999, eps 1e-8), written out."""
+
+    def __init__(self, params: list[torch.nn.Parameter], lr: float) -> None:
+        super().__init__(params, lr)
+        self.m = [torch.zeros_like(p) for p in params]
+        self.v = [torch.zeros_like(p) for p in params]
+        self.t = 0
+
+    @torch.no_grad()
+    def step(self) -> None:
+        self.t += 1
+        c1, c2 = 1 - 0.9**self.t, 1 - 0.999**self.t
+        for p, m, v in zip(self.params, self.m, self.v, strict=True):
+            if p.grad is not None:
+                m.mul_(0.9).add_(p.grad, alpha=0.1)
+                v.mul_(0.999).addcmul_(p.grad, p.grad, value=0.001)
+                p.addcdiv_(m, (v / c2).sqrt_().add_(1e-8), value=-self.lr / c1)
+
+
+def _make_optimizer(cfg: TrainConfig, net: LipschitzMLP) -> _PlainSGD:
     params = list(net.parameters())
-    if cfg.optimizer == "sgd":
-        return _PlainSGD(params, cfg.lr)
-    if cfg.optimizer == "rmsprop":
-        return torch.optim.RMSprop(params, lr=cfg.lr)
-    return torch.optim.Adam(params, lr=cfg.lr)
+    kind = {"sgd": _PlainSGD, "rmsprop": _RMSprop, "adam": _Adam}[cfg.optimizer]
+    return kind(params, cfg.lr)
 
 
 class _Actor:
@@ -203,13 +237,23 @@ class _Actor:
         e = self.net.export()
         self.layers = [(e[f"W{i}"], e[f"b{i}"]) for i in range(self.net.n_layers)]
 
+    def snapshot(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """A frozen copy of the current effective weights (a target network)."""
+        return [(w.copy(), b.copy()) for w, b in self.layers]
+
     def q(self, x: float) -> np.ndarray:
-        h = np.array([[x]])
-        for i, (w, b) in enumerate(self.layers):
+        return self.q_batch(np.array([x]))[0]
+
+    def q_batch(
+        self, xs: np.ndarray, layers: list[tuple[np.ndarray, np.ndarray]] | None = None
+    ) -> np.ndarray:
+        layers = self.layers if layers is None else layers
+        h = xs.reshape(-1, 1)
+        for i, (w, b) in enumerate(layers):
             h = h @ w.T + b
-            if i < len(self.layers) - 1:
+            if i < len(layers) - 1:
                 np.maximum(h, 0.0, out=h)
-        return h[0]
+        return h
 
 
 def train_q(
@@ -262,12 +306,10 @@ def _train_q(
     net = LipschitzMLP(
         n_actions=m, hidden=tuple(cfg.hidden), lipschitz=cfg.lipschitz, generator=rngs.torch
     )
-    target = None
-    if cfg.target_update_episodes > 0:
-        target = LipschitzMLP(n_actions=m, hidden=tuple(cfg.hidden), lipschitz=cfg.lipschitz)
-        target.load_state_dict(net.state_dict())
     opt = _make_optimizer(cfg, net)
-    actor = _Actor(net)
+    actor = _Actor(net)  # numpy copy of the effective weights, refreshed after every update
+    # the target network is a frozen copy of the effective weights (None: the current ones)
+    target = actor.snapshot() if cfg.target_update_episodes > 0 else None
     noise = NoisePaths(n_actions=m, sigma=sigma, beta=beta, k=cfg.k, rng=rngs.noise)
     r_lo, r_hi = cfg.reward_range
 
@@ -306,9 +348,8 @@ def _train_q(
         acts = mem_a[idx]
         g_s = noise.values(xs)[np.arange(len(idx)), acts]
         g_s2 = noise.values(xs2)
-        with torch.no_grad():
-            q_next = (target or net)(torch.from_numpy(xs2)).numpy() + g_s2
-            y = mem_r[idx] + cfg.gamma * (1.0 - mem_done[idx]) * q_next.max(axis=1)
+        q_next = actor.q_batch(xs2, target) + g_s2  # held constant (no gradient)
+        y = mem_r[idx] + cfg.gamma * (1.0 - mem_done[idx]) * q_next.max(axis=1)
         q = net(torch.from_numpy(xs)).gather(1, torch.from_numpy(acts).view(-1, 1)).view(-1)
         pred = q + torch.from_numpy(g_s)
         yt = torch.from_numpy(y)
@@ -372,7 +413,7 @@ def _train_q(
                     recent = [rr["return"] for rr in log_rows[-10:]]
                     bar.set_postfix(ep=len(log_rows), ret=f"{np.mean(recent):.2f}")
                     if target is not None and len(log_rows) % cfg.target_update_episodes == 0:
-                        target.load_state_dict(net.state_dict())
+                        target = actor.snapshot()
                     obs, _ = env.reset()
                     x = float(interval.to_unit(np.asarray(obs, dtype=np.float64).reshape(-1))[0])
                     ep_return = 0.0

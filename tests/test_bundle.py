@@ -1,0 +1,292 @@
+"""Release bundles: files, a complete card, verification on load (weights hash, card checksum,
+Lipschitz bound, privacy recomputed by the accountant), tampering refused, torch-free reads,
+and the ``qveil train`` / ``qveil evaluate`` entry points end to end."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from qveil.bundle import (
+    CARD_KEYS,
+    FILES,
+    PUBLIC_CARD_KEYS,
+    build_card,
+    card_digest,
+    load_bundle,
+    write_bundle,
+)
+from qveil.cli import main
+from qveil.errors import IntegrityError, InvalidArgument, NotFound
+from qveil.privacy import PrivacyParams, account
+from qveil.trainer.config import TrainConfig, to_toml
+from qveil.trainer.train import run_training
+
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One small bundle made through the CLI (seeded, sigma 0.1, paper mode): the quick
+    config cut to 400 samples (8 episodes, J = 8) to keep the suite fast."""
+    d = tmp_path_factory.mktemp("b")
+    cfg = dataclasses.replace(
+        TrainConfig.from_toml(CONFIGS / "linewalk-quick.toml"), samples=400, resets=8
+    )
+    (d / "c.toml").write_text(to_toml(cfg))
+    out = d / "bundle"
+    rc = main(
+        [
+            "train",
+            "--config",
+            str(d / "c.toml"),
+            "--out",
+            str(out),
+            "--sigma",
+            "0.1",
+            "--seed",
+            "3",
+            "--no-progress",
+        ]
+    )
+    assert rc == 0
+    return out
+
+
+def _copy(src: Path, dst: Path) -> Path:
+    dst.mkdir()
+    for f in src.iterdir():
+        (dst / f.name).write_bytes(f.read_bytes())
+    return dst
+
+
+def _rewrite_card(path: Path, edit: Any, *, reseal: bool) -> None:
+    card = json.loads((path / "card.json").read_text())
+    edit(card)
+    if reseal:
+        card["card_sha256"] = card_digest(card)
+    (path / "card.json").write_text(json.dumps(card))
+
+
+def test_files_and_complete_card(trained: Path) -> None:
+    assert sorted(p.name for p in trained.iterdir()) == sorted(FILES)
+    card = json.loads((trained / "card.json").read_text())
+    assert set(CARD_KEYS) <= set(card)
+    cfg = TrainConfig.from_toml(trained / "config.toml")
+    assert card["hyperparameters"] == json.loads(json.dumps(cfg.to_dict()))
+    assert card["seeded"] is True and card["env_id"] == "qveil/LineWalk-v0"
+    assert card["state_interval"] == [0.0, 1.0] and card["actions"] == 2
+    assert card["J"] == cfg.resets == card["training_noise"]["paths_per_action"]
+    # the accountant was told the updates actually taken and the step size used
+    assert card["privacy_params"]["steps"] == card["training"]["updates"] == cfg.planned_updates
+    assert card["privacy_params"]["lr"] == cfg.lr and card["privacy_params"]["plain_sgd"]
+    assert card["mode"] == "paper" and card["holds"] is True and card["q_bound"] is None
+    assert card["sigma"] == 0.1 and card["privacy"]["sigma"] == 0.1
+    lip = card["lipschitz"]
+    assert lip["measured"] <= lip["bound_from_weights"] <= lip["bound"] == cfg.lipschitz
+    assert card["assumptions"]["enforced"] and card["assumptions"]["assumed"]
+    assert "exceed_k" in card["training_noise"]
+    assert any("exceeded k" in a for a in card["assumptions"]["assumed"])
+    assert card["env_fingerprint"].startswith("sha256:")
+    log = (trained / "training_log.csv").read_text().splitlines()
+    assert log[0].startswith("episode,steps,return") and len(log) == 1 + 8
+    assert (trained / "learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_load_verifies_and_serves_q_values(trained: Path) -> None:
+    b = load_bundle(trained)
+    assert b.n_actions == 2 and b.sigma == 0.1 and b.q_bound is None
+    q = b.q_values([0.0, 0.25, 1.0])
+    assert q.shape == (3, 2) and np.isfinite(q).all()
+    for bad in ([1.5], [-0.1], [float("nan")], [[0.1, 0.2]]):
+        with pytest.raises(InvalidArgument):
+            b.q_values(bad)
+    fresh = account(PrivacyParams.from_dict(b.card["privacy_params"])).to_dict()
+    assert b.card["epsilon"] == fresh["epsilon"]
+
+
+def test_public_card_is_a_whitelist(trained: Path) -> None:
+    pub = load_bundle(trained).public_card()
+    assert set(pub) <= set(PUBLIC_CARD_KEYS)
+    assert "weights_sha256" not in pub and "training_noise" not in pub
+    assert "card_sha256" not in pub and pub["epsilon"] is not None
+
+
+def test_tampered_card_is_refused(trained: Path, tmp_path: Path) -> None:
+    def lower_eps(c: dict[str, Any]) -> None:
+        c["epsilon"] = c["privacy"]["epsilon"] = 0.5
+
+    def lower_sigma_params(c: dict[str, Any]) -> None:  # a consistent-looking lie
+        c["privacy_params"]["sigma"] = c["sigma"] = c["privacy"]["sigma"] = 5.0
+
+    def raise_lipschitz(c: dict[str, Any]) -> None:
+        c["privacy_params"]["lipschitz"] = 0.01
+
+    # 1. an edit without resealing: the checksum catches it
+    p = _copy(trained, tmp_path / "a")
+    _rewrite_card(p, lower_eps, reseal=False)
+    with pytest.raises(IntegrityError, match="card.json was modified"):
+        load_bundle(p)
+    # 2. resealed edits: the accountant's recomputation catches them
+    for i, (edit, what) in enumerate(
+        [
+            (lower_eps, "epsilon"),
+            (lower_sigma_params, "epsilon"),
+            (raise_lipschitz, "Lipschitz bound"),
+        ]
+    ):
+        p = _copy(trained, tmp_path / f"r{i}")
+        _rewrite_card(p, edit, reseal=True)
+        with pytest.raises(IntegrityError, match=what):
+            load_bundle(p)
+    assert load_bundle(p, verify=False).n_actions == 2  # explicit opt-out only
+
+
+def test_tampered_weights_are_refused(trained: Path, tmp_path: Path) -> None:
+    p = _copy(trained, tmp_path / "w")
+    with np.load(p / "weights.npz") as z:
+        w = {k: z[k] for k in z.files}
+    w["b2"] = w["b2"] + 1.0
+    np.savez(p / "weights.npz", **w)
+    with pytest.raises(IntegrityError, match="weights.npz sha256"):
+        load_bundle(p)
+
+
+def test_missing_bundle_and_files(tmp_path: Path) -> None:
+    with pytest.raises(NotFound):
+        load_bundle(tmp_path / "nope")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InvalidArgument, match="no card.json"):
+        load_bundle(tmp_path / "empty")
+
+
+def _small_weights(scale: float = 1.0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    return {
+        "W0": scale * rng.uniform(-1, 1, (4, 1)),
+        "b0": rng.uniform(-1, 1, 4),
+        "W1": scale * rng.uniform(-1, 1, (2, 4)) / 4,
+        "b1": np.array([30.0, -30.0]),
+    }
+
+
+def _output_card(**kw: Any) -> dict[str, Any]:
+    params = PrivacyParams(
+        mode="output",
+        sigma=2.0,
+        delta=1e-5,
+        samples=100,
+        batch_size=10,
+        lr=0.1,
+        k=3.0,
+        lipschitz=2.0,
+        resets=1,
+        actions=2,
+        gamma=0.9,
+        reward_bound=1.0,
+    )
+    return build_card(
+        env_id="qveil/LineWalk-v0",
+        interval=(-2.0, 2.0),
+        actions=2,
+        hyperparameters={"note": "test"},
+        privacy_result=account(params),
+        lipschitz=2.0,
+        seeded=True,
+        **kw,
+    )
+
+
+def test_write_bundle_for_tests_output_mode_clamps(tmp_path: Path) -> None:
+    """write_bundle + build_card make small bundles quickly (the server's tests use this);
+    output mode serves Q clamped to r0/(1-gamma) = 10 on the raw interval [-2, 2]."""
+    out = write_bundle(
+        tmp_path / "o",
+        card=_output_card(),
+        weights=_small_weights(),
+        config_toml="",
+        training_log_rows=[{"episode": 1, "return": 1.0}],
+    )
+    b = load_bundle(out)
+    assert b.q_bound == pytest.approx(10.0) and b.interval.lo == -2.0
+    q = b.q_values([-2.0, 0.0, 2.0])
+    assert q[:, 0].max() == pytest.approx(10.0) and q[:, 1].min() == pytest.approx(-10.0)
+    with pytest.raises(InvalidArgument, match="outside the state interval"):
+        b.q_values([2.5])
+    assert b.card["lipschitz"]["raw_state_bound"] == pytest.approx(0.5)
+
+
+def test_write_bundle_refuses_a_non_lipschitz_network_and_writes_nothing(tmp_path: Path) -> None:
+    with pytest.raises(InvalidArgument, match="not 2-Lipschitz"):
+        write_bundle(
+            tmp_path / "x",
+            card=_output_card(),
+            weights=_small_weights(scale=50.0),
+            config_toml="",
+            training_log_rows=[],
+        )
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_sigma_zero_bundle_says_no_guarantee(tmp_path: Path) -> None:
+    cfg = dataclasses.replace(
+        TrainConfig.from_toml(CONFIGS / "linewalk-quick.toml"), samples=100, resets=2, sigma=0.0
+    )
+    out = run_training(cfg, tmp_path / "z", seed=None)
+    b = load_bundle(out.path)
+    assert b.card["holds"] is False and b.card["epsilon"] is None and b.sigma == 0.0
+    assert b.card["seeded"] is False
+    assert b.card["release_noise"]["source"] == "OS entropy"
+
+
+def test_output_mode_trains_without_noise_and_releases_with_its_sigma(tmp_path: Path) -> None:
+    cfg = dataclasses.replace(
+        TrainConfig.from_toml(CONFIGS / "linewalk-quick.toml"),
+        samples=100,
+        resets=2,
+        mode="output",
+        epsilon=2.0,
+    )
+    card = run_training(cfg, tmp_path / "out", seed=1).card
+    assert card["training_noise"]["sigma"] == 0.0 and card["training_noise"]["points"] == 0
+    assert card["sigma"] == card["privacy"]["sigma"] > 0 and card["holds"] is True
+    assert card["epsilon"] <= 2.0 and card["q_bound"] == pytest.approx(0.5 / (1 - 0.9))
+    assert card["beta"] == card["privacy"]["beta"]
+
+
+def test_adaptive_optimizer_card_says_holds_false_in_paper_mode(tmp_path: Path) -> None:
+    cfg = dataclasses.replace(
+        TrainConfig.from_toml(CONFIGS / "linewalk-quick.toml"),
+        samples=100,
+        resets=2,
+        optimizer="rmsprop",
+        sigma=1.0,
+    )
+    card = run_training(cfg, tmp_path / "rms", seed=1).card
+    assert card["holds"] is False and "not plain SGD" in card["reason"]
+    assert card["privacy_params"]["plain_sgd"] is False
+    assert any(a.startswith("VIOLATED") for a in card["assumptions"]["assumed"])
+
+
+def test_bundle_module_is_torch_free(trained: Path) -> None:
+    code = (
+        "import sys; from qveil.bundle import load_bundle; "
+        f"b = load_bundle({str(trained)!r}); b.q_values([0.5]); "
+        "assert 'torch' not in sys.modules and 'gymnasium' not in sys.modules; print('ok')"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.stdout.strip() == "ok", r.stderr
+
+
+def test_evaluate_cli_prints_the_table(trained: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["evaluate", str(trained), "--episodes", "5", "--seed", "1"]) == 0
+    out = capsys.readouterr().out
+    for row in ("released (Q + g, fresh path", "bare network", "random", "towards 0.5"):
+        assert row in out

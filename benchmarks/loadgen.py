@@ -26,13 +26,22 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import grpc
 import numpy as np
+
 from qveil.v1 import value_service_pb2 as pb
 from qveil.v1 import value_service_pb2_grpc as pb_grpc
 
-__all__ = ["LoadResult", "RequestMix", "check_loopback", "measure_capacity", "run_load"]
+__all__ = [
+    "LoadResult",
+    "RequestMix",
+    "check_loopback",
+    "find_sustainable_rate",
+    "measure_capacity",
+    "run_load",
+]
 
 
 @dataclass
@@ -219,6 +228,7 @@ async def measure_capacity(
     concurrency: int = 8,
     batch: int = 8,
     new_fraction: float = 0.1,
+    pool: int = 1000,
     token: str | None = None,
     timeout: float = 10.0,
     seed: int = 1,
@@ -233,7 +243,9 @@ async def measure_capacity(
     codes: Counter[str] = Counter()
     async with grpc.aio.insecure_channel(target) as channel:
         low, high, _m = await _release_interval(channel, token, timeout)
-        mix = RequestMix(low=low, high=high, batch=batch, new_fraction=new_fraction, seed=seed)
+        mix = RequestMix(
+            low=low, high=high, batch=batch, new_fraction=new_fraction, pool=pool, seed=seed
+        )
         stub = pb_grpc.ValueServiceStub(channel)
         md = _metadata(token)
         start = time.perf_counter()
@@ -256,6 +268,33 @@ async def measure_capacity(
         wall = time.perf_counter() - start
     res.duration_s = wall
     return _summarise(res, lat, codes, wall)
+
+
+async def find_sustainable_rate(
+    target: str,
+    *,
+    capacity: float,
+    fractions: tuple[float, ...] = (0.3, 0.45, 0.6, 0.75),
+    step_s: float = 5.0,
+    concurrency: int = 48,
+    p99_limit_ms: float = 250.0,
+    **mix: Any,
+) -> tuple[float, list[LoadResult]]:
+    """Offer increasing fractions of the closed-loop ``capacity`` (calls/s) for ``step_s``
+    each; the sustainable rate is the highest step with no error, no skipped tick and p99
+    within ``p99_limit_ms`` (the first step's rate when none passes). Open-loop load needs
+    headroom: a closed loop slows down with the server, an open loop queues."""
+    best = fractions[0] * capacity
+    steps: list[LoadResult] = []
+    for f in fractions:
+        r = await run_load(
+            target, rate=f * capacity, duration=step_s, concurrency=concurrency, **mix
+        )
+        steps.append(r)
+        if r.error_count or r.skipped or not r.p99_ms <= p99_limit_ms:
+            break
+        best = f * capacity
+    return best, steps
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,16 +18,19 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+T = TypeVar("T")
 
 FULL = os.environ.get("QVEIL_RELIABILITY", "").lower() == "full"
 #: JSON-lines file the tests append their numbers to (set by scripts/reliability.sh).
 RESULTS = os.environ.get("QVEIL_RELIABILITY_RESULTS")
 
 
-def scale(quick: int | float, full: int | float) -> int | float:
+def scale(quick: T, full: T) -> T:
     """``full`` under QVEIL_RELIABILITY=full, else ``quick``."""
     return full if FULL else quick
 

@@ -133,6 +133,8 @@ def conditional_moments(
             raise InvalidArgument(f"g_{name} must be finite, got {g!r}")
         sides.append((dd, gg))
     (dl, gl), (dr, gr) = sides
+    if dl == 0.0 and dr == 0.0:
+        raise InvalidArgument("a point cannot be at distance 0 from both neighbours")
     return _moments(b, s * s, dl, gl, dr, gr)
 
 

@@ -128,6 +128,7 @@ def test_conditional_moments_rejects_bad_arguments() -> None:
         {"sigma": -1.0},
         {"d_left": -0.1},
         {"d_left": math.nan},
+        {"d_left": 0.0, "d_right": 0.0, "g_right": 1.0},
         {"g_left": math.inf},
         {"g_left": None},
         {"d_right": 0.2},

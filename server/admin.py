@@ -30,6 +30,8 @@ import dataclasses
 import math
 import shutil
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,6 +64,7 @@ __all__ = [
     "releases",
     "retire",
     "retrain",
+    "server_action",
     "set_cap",
 ]
 
@@ -109,20 +112,22 @@ def open_admin(store_url: str, *, actor: str | None = None, rng: Any = None,
 
 
 def admin_db_for(store: Any, store_url: str | None = None) -> AdminDB:
-    """The admin records beside ``store`` (same database)."""
+    """The admin records beside ``store`` (same database), opened once per store object."""
+    db = getattr(store, "_qveil_admin_db", None)
+    if db is not None:
+        return db
     url = store_url or getattr(store, "url", None) or getattr(store, "_url", None)
     if url is not None and not isinstance(url, str):  # a SQLAlchemy URL object
         url = url.render_as_string(hide_password=False)
-    if url is None or str(url).startswith("memory://"):
-        db = getattr(store, "_qveil_admin_db", None)
-        if db is None:  # one private in-memory admin database per in-memory store
-            db = open_admin_db("memory://")
-            try:
-                store._qveil_admin_db = db
-            except AttributeError:
-                pass
-        return db
-    return open_admin_db(str(url))
+    if url is None or str(url).startswith("memory:"):
+        db = open_admin_db("memory://")  # a private in-memory admin database per memory store
+    else:
+        db = open_admin_db(str(url))
+    try:
+        store._qveil_admin_db = db
+    except AttributeError:
+        pass
+    return db
 
 
 # ------------------------------------------------------------------------------- listing
@@ -464,3 +469,18 @@ def record_server_action(db: AdminDB, *, actor: str, action: str, target: str,
     """Audit-log an operation the server performed (AdminService handlers call this)."""
     ctx = AdminContext(store=None, db=db, actor=actor, store_url="", owns_store=False)
     _log(ctx, action, target, error, dict(params or {}, path="server"))
+
+
+@contextmanager
+def server_action(store: Any, action: str, target: str, *,
+                  actor: str = "server (admin role)", **params: Any) -> Iterator[None]:
+    """Wrap one AdminService operation of a running server: its outcome (ok, refused with the
+    reason, failed) is appended to the admin audit log of the server's store."""
+    db = admin_db_for(store)
+    try:
+        yield
+    except Exception as exc:
+        record_server_action(db, actor=actor, action=action, target=target, error=exc,
+                             params=params)
+        raise
+    record_server_action(db, actor=actor, action=action, target=target, params=params)

@@ -60,6 +60,7 @@ __all__ = [
     "audit_store",
     "export_report",
     "plot_paths",
+    "service_report",
     "variance_test_power",
 ]
 
@@ -402,6 +403,37 @@ def _record(db: AdminDB, report: AuditReport, actor: str) -> None:
                                  "per_path_level": report.path_level},
                          detail="" if ok else "; ".join(
                              [*r.problems, *[p for a in r.actions for p in a.problems]])[:2000])
+
+
+def service_report(store: Any, release_id: str, *, action: int | None = None,
+                   actor: str = "server (auditor role)", record: bool = True) -> Any:
+    """The AuditService's GetStatisticalReport: :func:`audit_store` of one release (the same
+    report as ``qveil audit --release ID``, in ``report``), with the per-action normality
+    summary the proto carries (NaN p-values for untested paths)."""
+    from qveil.client import types as t
+    from qveil.server.admin import admin_db_for
+
+    db = admin_db_for(store)
+    url = getattr(store, "_url", None)
+    label = url.render_as_string(hide_password=True) if hasattr(url, "render_as_string") \
+        else str(url or "")
+    rep = audit_store(store, db, release_id=release_id, record=record, actor=actor,
+                      store_label=label)
+    ra = rep.releases[0]
+    out = []
+    for a in ra.actions:
+        if action is not None and a.action != int(action):
+            continue
+        st = a.stats if a.tested and a.stats is not None else None
+        nan = float("nan")
+        out.append(t.ActionNormality(
+            action=a.action, n=a.count,
+            ks_p=nan if st is None else float(st["ks_p"]),
+            chi2_p=nan if st is None else float(st["chi2_p"]),
+            mean=nan if st is None else float(st["mean"]),
+            var=nan if st is None else float(st["var"]), passed=a.passed))
+    return t.StatisticalReport(release_id=ra.release_id, passed=rep.passed, actions=tuple(out),
+                               report=rep.to_dict())
 
 
 # ------------------------------------------------------------------------------- outputs

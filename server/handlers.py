@@ -321,6 +321,13 @@ class Handlers:
         )
 
     def activate(self, release_id: str = "", bundle_path: str = "") -> tuple[t.Release, str]:
+        from qveil.server.admin import server_action  # issue 7: admin audit log
+
+        with server_action(self.store, "activate", release_id or bundle_path,
+                           release_id=release_id, bundle_path=bundle_path):
+            return self._activate_request(release_id, bundle_path)
+
+    def _activate_request(self, release_id: str, bundle_path: str) -> tuple[t.Release, str]:
         if not release_id and not bundle_path:
             raise bad_argument(
                 "give release_id or bundle_path", field="release_id", reason="MISSING_RELEASE"
@@ -336,6 +343,12 @@ class Handlers:
         )
 
     def retire(self, release_id: str) -> t.Release:
+        from qveil.server.admin import server_action  # issue 7: admin audit log
+
+        with server_action(self.store, "retire", release_id, release_id=release_id):
+            return self._retire_request(release_id)
+
+    def _retire_request(self, release_id: str) -> t.Release:
         if not release_id:
             raise bad_argument(
                 "release_id is required", field="release_id", reason="MISSING_RELEASE"
@@ -456,57 +469,13 @@ class Handlers:
         return convert.integrity_from_report(str(rec.release_id), report)
 
     def report(self, release_id: str = "", action: int | None = None) -> t.StatisticalReport:
-        """Whitened innovations of each action's stored path (insertion order, exact OU
-        conditionals: qveil.stats.whiten) tested against N(0, 1) (normality_report)."""
-        try:
-            from qveil.stats import normality_report, whiten
-        except ImportError:
-            raise NotImplementedError(
-                "the statistical report needs qveil.stats (core/stats.py), which is not installed"
-            ) from None
+        """The audit of one release (qveil.server.audit.service_report: the same report as
+        ``qveil audit --release ID``): integrity, high-water marks, whitened innovations tested
+        against N(0, 1) with power against sigma x 1.3, ledger and audit-log chains."""
+        from qveil.server.audit import service_report  # issue 7
+
         rec = self._audit_release(release_id, action)
-        actions = [int(action)] if action is not None else list(range(int(rec.n_actions)))
-        out: list[t.ActionNormality] = []
-        full: dict[str, Any] = {}
-        for a in actions:
-            pts = list(self.store.iter_points(rec.release_id, a))
-            xs = np.array([p.x for p in pts], dtype=np.float64)
-            gs = np.array([p.g for p in pts], dtype=np.float64)
-            try:
-                z = whiten(xs, gs, beta=float(rec.beta), sigma=float(rec.sigma))
-                r = normality_report(z)
-            except InvalidArgument as exc:  # too few points to test: reported, not failed
-                full[str(a)] = {"n": len(pts), "skipped": str(exc)}
-                out.append(
-                    t.ActionNormality(
-                        action=a,
-                        n=len(pts),
-                        ks_p=math.nan,
-                        chi2_p=math.nan,
-                        mean=math.nan,
-                        var=math.nan,
-                        passed=True,
-                    )
-                )
-                continue
-            full[str(a)] = convert._jsonable(r)
-            out.append(
-                t.ActionNormality(
-                    action=a,
-                    n=int(r["n"]),
-                    ks_p=float(r["ks_p"]),
-                    chi2_p=float(r["chi2_p"]),
-                    mean=float(r["mean"]),
-                    var=float(r["var"]),
-                    passed=bool(r["passed"]),
-                )
-            )
-        return t.StatisticalReport(
-            release_id=str(rec.release_id),
-            passed=all(a.passed for a in out),
-            actions=tuple(out),
-            report={"actions": full, "beta": float(rec.beta), "sigma": float(rec.sigma)},
-        )
+        return service_report(self.store, str(rec.release_id), action=action)
 
 
 def new_executor(workers: int) -> ThreadPoolExecutor:

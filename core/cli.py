@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -58,6 +59,10 @@ def _missing(name: str, exc: ImportError):  # type: ignore[no-untyped-def]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    if list(sys.argv[1:] if argv is None else argv)[:1] == ["serve"]:
+        # the server runs many small forwards in a thread pool: single-threaded BLAS (set
+        # before numpy loads; an explicit OPENBLAS_NUM_THREADS wins)
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -189,6 +189,10 @@ class OUSamplePath:
 
     ``rng``: ``None`` (the default, for releases) draws from OS entropy; a seeded
     ``numpy.random.Generator`` or an int seed is for tests and experiments only.
+
+    Not thread-safe: concurrent callers of one path must serialize (non-negotiable 3; the
+    store does). With a seeded source the values do not depend on how the states are split
+    into calls, since new states are always drawn in first-occurrence order.
     """
 
     __slots__ = ("_beta", "_sigma", "_rng", "_xb", "_gb", "_maxes", "_n")

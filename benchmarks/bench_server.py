@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import signal
 import subprocess
 import sys
@@ -27,8 +28,10 @@ import tempfile
 import time
 from pathlib import Path
 
-import grpc
-import numpy as np
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as `qveil serve` does; before numpy
+
+import grpc  # noqa: E402
+import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import table, write_section  # noqa: E402
@@ -113,7 +116,8 @@ def echo_server(port_file: str, bundle: str | None) -> None:
 
 def spawn(args: list[str], port_file: Path, timeout: float = 60) -> tuple[subprocess.Popen, int]:
     port_file.unlink(missing_ok=True)
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS", "1")}
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     t0 = time.monotonic()
     while not port_file.exists() or not port_file.read_text().strip():
         if proc.poll() is not None:
@@ -190,6 +194,8 @@ def store_ceiling(
     store = open_store(url)
     try:
         rng = np.random.default_rng(5)
+        for a in range(M):  # warm: load the stored path into memory before timing
+            store.get_or_sample(release_id, a, pool_unit)
         for kind in ("repeated", "new"):
             for batch in (1, 64, 1024):
                 n = 0
@@ -303,7 +309,7 @@ def main() -> int:
         from qveil.bundle import load_bundle
 
         rid = load_bundle(bundle, verify=False).bundle_id
-        raw = store_ceiling(store, rid, pool - LO / (HI - LO), args.seconds)
+        raw = store_ceiling(store, rid, (pool - LO) / (HI - LO), args.seconds)
 
     for (what, batch, kind), r in results.items():
         echo = results[("echo", batch, "-")]["states_s"]
@@ -329,8 +335,11 @@ def main() -> int:
         / results[("echo+mlp", b, "-")]["states_s"]
         for b in (64, 1024)
     }
+    load = ", ".join(f"{v:.1f}" for v in os.getloadavg())
     body = "\n\n".join(
         [
+            f"Load average at the end of the run: {load} (on {os.cpu_count()} cores; other "
+            "work on the machine shows up directly in these numbers).",
             f"Closed loop, {args.concurrency} calls in flight from one grpc.aio client process, "
             f"{args.seconds:g} s per row; GetValues over all {M} actions of an MLP 1-64-64-{M}; "
             "SQLite store (WAL, synchronous=FULL); 'states/s' counts states (each answered for "

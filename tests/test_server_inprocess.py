@@ -222,3 +222,30 @@ def test_activation_is_atomic_under_load(bundles: tuple[Path, Path], tmp_path: P
     assert len(seen) > 5 and {rid for rid, _ in seen} <= set(truth)
     for rid, vals in seen:
         np.testing.assert_array_equal(vals, truth[rid])
+
+
+def test_client_retries_unavailable_until_ready(bundles: tuple[Path, Path], tmp_path: Path) -> None:
+    """The SDK retries UNAVAILABLE (queries are idempotent): a call made while the server is
+    still starting succeeds once it is ready."""
+    from qveil.client import RetryPolicy
+
+    with InProcessServer(bundles[0], f"sqlite:///{tmp_path / 's.sqlite'}", start=False) as s:
+        timer = threading.Timer(0.1, s.ready, args=(bundles[0],))
+        timer.start()
+        policy = RetryPolicy(attempts=10, initial_backoff=0.1, max_backoff=1.0)
+        with ValueClient(s.target, retry=policy, timeout=5) as c:
+            assert c.values([0.5]).shape == (1, M)
+        timer.join()
+
+
+@pytest.mark.postgres
+def test_two_replicas_share_a_postgres_store(bundles: tuple[Path, Path], pg_url: str) -> None:
+    """Two servers on one PostgreSQL store answer identically, whichever drew a point."""
+    states_a = np.linspace(LO, HI, 40)
+    states_b = np.linspace(LO, HI - 0.05, 40) + 0.0125
+    with InProcessServer(bundles[0], pg_url) as r1, InProcessServer(bundles[0], pg_url) as r2:
+        with ValueClient(r1.target) as c1, ValueClient(r2.target) as c2:
+            a1 = c1.values(states_a)  # drawn by replica 1
+            b2 = c2.values(states_b)  # drawn by replica 2
+            np.testing.assert_array_equal(c2.values(states_a), a1)
+            np.testing.assert_array_equal(c1.values(states_b), b2)

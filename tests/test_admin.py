@@ -1,0 +1,151 @@
+"""``qveil admin`` (issue 7): retrain under the ledger with a fresh noise path per release,
+refusals that leave nothing behind, activation, rollback and retirement on the store, and the
+audit log of it all. Real training (a tiny LineWalk config, seeded), real SQLite files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from qveil.cli import main
+from qveil.errors import BudgetExceeded, FailedPrecondition
+from qveil.privacy import PrivacyParams, account
+from qveil.server import admin, audit_log
+from qveil.server.ledger import Ledger
+
+REPO = Path(__file__).resolve().parent.parent
+TINY = {"samples": "100", "batch_size": "16", "replay_capacity": "100", "resets": "2"}
+
+
+@pytest.fixture
+def tiny_config(tmp_path: Path) -> Path:
+    """configs/linewalk-quick.toml shrunk to 100 samples (trains in about a second)."""
+    lines = []
+    for line in (REPO / "configs" / "linewalk-quick.toml").read_text().splitlines():
+        key = line.split("=", 1)[0].strip()
+        lines.append(f"{key} = {TINY[key]}" if key in TINY else line)
+    p = tmp_path / "tiny.toml"
+    p.write_text("\n".join(lines) + "\n")
+    return p
+
+
+@pytest.fixture
+def store_url(tmp_path: Path) -> str:
+    (tmp_path / "srv").mkdir()
+    return f"sqlite:///{tmp_path / 'srv' / 'qveil-store.sqlite'}"
+
+
+def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, object]:
+    code = main(list(argv))
+    out = capsys.readouterr().out
+    return code, (json.loads(out) if "--json" in argv and code == 0 else out)
+
+
+def test_retrain_activate_rollback_retire(store_url: str, tiny_config: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    code, _ = _cli(capsys, "admin", "set-cap", "--store", store_url, "--dataset-id", "users",
+                   "--epsilon", "5000", "--delta", "1e-3")
+    assert code == 0
+    code, r1 = _cli(capsys, "admin", "retrain", "--store", store_url, "--config",
+                    str(tiny_config), "--dataset-id", "users", "--sigma", "0.3", "--seed", "1",
+                    "--activate", "--json")
+    assert code == 0
+    rid1 = r1["release_id"]
+    bundle1 = Path(r1["bundle_path"])
+    assert r1["activated"] and bundle1.is_dir() and bundle1.name == rid1
+    assert bundle1.parent == Path(store_url.removeprefix("sqlite:///")).parent  # beside store
+
+    with admin.open_admin(store_url, actor="test") as ctx:
+        # the recorded numbers are the accountant's, recomputed from the bundle's own card
+        card = json.loads((bundle1 / "card.json").read_text())
+        res = account(PrivacyParams.from_dict(card["privacy_params"]))
+        [entry] = ctx.ledger.entries("users")
+        assert entry.release_id == rid1
+        assert entry.event.epsilon == res.epsilon and entry.event.delta == res.delta_total
+        # a second retrain: a new release id, an empty (fresh) noise path, nothing shared
+        ctx.store.get_or_sample(rid1, 0, [0.25, 0.5])
+        r2 = admin.retrain(ctx, config=tiny_config, dataset_id="users", sigma=0.3, seed=1)
+        rid2 = r2.release_id
+        assert rid2 != rid1
+        assert ctx.store.count_points(rid2) == 0 and ctx.store.count_points(rid1) == 2
+        assert r2.budget.spent[0] > entry.event.epsilon  # composed with the first
+        status = {r.release_id: r.status for r in admin.releases(ctx)}
+        assert status == {rid1: "active", rid2: "staged"}
+
+        admin.activate(ctx, rid2)
+        assert {r.release_id: r.status for r in admin.releases(ctx)} == {
+            rid1: "staged", rid2: "active"}
+        admin.activate(ctx, rid1)  # rollback: the old release, its stored noise unchanged
+        assert ctx.store.get_release(rid1).status == "active"
+        assert list(ctx.store.get_or_sample(rid1, 0, [0.25, 0.5])) == [
+            p.g for p in ctx.store.iter_points(rid1, 0)]
+        with pytest.raises(FailedPrecondition, match="is active"):
+            admin.retire(ctx, rid1)
+        admin.retire(ctx, rid2)
+        with pytest.raises(FailedPrecondition, match="retired"):
+            admin.activate(ctx, rid2)
+        assert ctx.store.get_release(rid2).status == "retired"
+
+        log = audit_log.entries(ctx.db)
+        assert [(e.action, e.outcome) for e in log] == [
+            ("ledger.set_cap", "ok"), ("ledger.record", "ok"), ("retrain", "ok"),
+            ("activate", "ok"), ("ledger.record", "ok"), ("retrain", "ok"),
+            ("activate", "ok"), ("activate", "ok"), ("retire", "refused"), ("retire", "ok"),
+            ("activate", "refused")]
+        assert audit_log.verify_audit_log(ctx.db).ok and ctx.ledger.verify().ok
+
+    code, rows = _cli(capsys, "admin", "releases", "--store", store_url, "--json")
+    assert code == 0 and {r["release_id"] for r in rows} == {rid1, rid2}
+    assert all(r["dataset_id"] == "users" and r["epsilon"] > 0 for r in rows)
+    code, budget = _cli(capsys, "admin", "budget", "--store", store_url, "--json")
+    assert code == 0 and [b["dataset_id"] for b in budget] == ["users"]
+    assert len(budget[0]["events"]) == 2 and budget[0]["remaining"]["epsilon"] > 0
+    code, text = _cli(capsys, "admin", "log", "--store", store_url)
+    assert code == 0 and "retire" in text and "refused" in text
+
+
+def test_retrain_over_budget_is_refused_before_training(store_url: str, tiny_config: Path,
+                                                        capsys: pytest.CaptureFixture[str]
+                                                        ) -> None:
+    assert main(["admin", "set-cap", "--store", store_url, "--dataset-id", "d",
+                 "--epsilon", "1", "--delta", "1e-3"]) == 0
+    code = main(["admin", "retrain", "--store", store_url, "--config", str(tiny_config),
+                 "--dataset-id", "d", "--sigma", "0.3", "--seed", "1"])
+    err = capsys.readouterr().err
+    assert code == 2 and "budget of dataset 'd' exceeded" in err and "cap (eps=1" in err
+    srv = Path(store_url.removeprefix("sqlite:///")).parent
+    assert sorted(p.name for p in srv.iterdir() if p.is_dir()) == []  # no bundle written
+    with admin.open_admin(store_url, actor="t") as ctx:
+        assert ctx.store.list_releases() == [] and ctx.ledger.entries("d") == []
+        last = audit_log.entries(ctx.db)[-1]
+        assert (last.action, last.outcome) == ("retrain", "refused")
+        assert "exceeded" in last.detail
+    # a dataset without a cap is refused too (no silent unlimited budget)
+    assert main(["admin", "retrain", "--store", store_url, "--config", str(tiny_config),
+                 "--dataset-id", "other", "--sigma", "0.3", "--seed", "1"]) == 2
+    assert "no privacy cap" in capsys.readouterr().err
+
+
+def test_refusal_at_record_time_leaves_nothing(store_url: str, tiny_config: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another retrain spent the budget while this one trained: the atomic check in
+    Ledger.record refuses, the bundle is deleted, no release is registered."""
+    with admin.open_admin(store_url, actor="t") as ctx:
+        ctx.ledger.set_cap("d", cap_epsilon=1.0, cap_delta=1e-3, actor="t")
+        monkeypatch.setattr(Ledger, "check", lambda self, event: None)  # the pre-check passed
+        with pytest.raises(BudgetExceeded) as info:
+            admin.retrain(ctx, config=tiny_config, dataset_id="d", sigma=0.3, seed=1)
+        assert info.value.cap == (1.0, 1e-3) and info.value.spent == (0.0, 0.0)
+        assert ctx.store.list_releases() == [] and ctx.ledger.entries("d") == []
+        assert admin.releases(ctx) == []
+    srv = Path(store_url.removeprefix("sqlite:///")).parent
+    assert [p for p in srv.iterdir() if p.is_dir()] == []
+
+
+def test_admin_needs_a_store(capsys: pytest.CaptureFixture[str],
+                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("QVEIL_STORE_URL", raising=False)
+    assert main(["admin", "budget"]) == 2
+    assert "needs --store" in capsys.readouterr().err

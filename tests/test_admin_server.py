@@ -1,0 +1,115 @@
+"""Admin and audit through a running server (issue 7): activation under load, and the
+AuditService returning the same report as ``qveil audit``. A real ``qveil serve`` subprocess
+on 127.0.0.1 port 0 with a tokens file; clients and ``qveil admin --target`` in this process."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from server_helpers import make_bundle, make_tokens, running
+
+from qveil.bundle import load_bundle
+from qveil.cli import main
+from qveil.client.sync import AuditClient, ValueClient
+from qveil.server import audit_log
+from qveil.server.admin import open_admin
+from qveil.server.handlers import grid_round
+
+
+@pytest.fixture
+def setup(tmp_path: Path):  # type: ignore[no-untyped-def]
+    bundles = tmp_path / "bundles"
+    a = make_bundle(bundles / "a", seed=0, sigma=2.0)
+    b = make_bundle(bundles / "b", seed=1, sigma=3.0)  # a sibling: the server finds it by id
+    tokens = make_tokens(tmp_path / "tokens.toml")
+    admin_tok = tmp_path / "admin.token"
+    admin_tok.write_text(tokens.admin + "\n")
+    store = f"sqlite:///{bundles / 'qveil-store.sqlite'}"  # qveil serve's default location
+    return a, b, tokens, admin_tok, store
+
+
+def test_activation_under_load_no_error_one_release_per_response(setup, tmp_path: Path,
+                                                                 capsys) -> None:
+    a, b, tokens, admin_tok, store = setup
+    ida, idb = load_bundle(a).bundle_id, load_bundle(b).bundle_id
+    with running(tmp_path, a, "--tokens-file", str(tokens.path)) as srv:
+        seen: list[tuple[str, np.ndarray, np.ndarray, float]] = []
+        errors: list[BaseException] = []
+        stop = threading.Event()
+        fixed = np.linspace(-1.0, 2.0, 7)
+
+        def query() -> None:
+            rng = np.random.default_rng(3)
+            with ValueClient(srv.target, token=tokens.query) as c:
+                while not stop.is_set():
+                    states = np.concatenate([fixed, rng.uniform(-1.0, 2.0, 3)])  # 3 new points
+                    try:
+                        v = c.get_values(states)
+                    except BaseException as exc:  # noqa: BLE001 - every error is a failure
+                        errors.append(exc)
+                        continue
+                    seen.append((v.release_id, states, np.asarray(v.values), v.value_grid))
+
+        t = threading.Thread(target=query)
+        t.start()
+        try:
+            time.sleep(0.5)
+            assert main(["admin", "activate", idb, "--target", srv.target,
+                         "--token-file", str(admin_tok)]) == 0
+            time.sleep(0.5)
+            assert main(["admin", "activate", ida, "--target", srv.target,  # rollback
+                         "--token-file", str(admin_tok)]) == 0
+            time.sleep(0.5)
+        finally:
+            stop.set()
+            t.join(30)
+        assert errors == []
+        ids = [r for r, *_ in seen]
+        # one client in sequence: A ... A B ... B A ... A, never interleaved
+        switches = [ids[0]] + [y for x, y in zip(ids, ids[1:], strict=False) if x != y]
+        assert switches == [ida, idb, ida], switches
+        assert len(seen) > 20
+        # every response is exactly network + stored noise of the release it names
+        bundles = {ida: load_bundle(a), idb: load_bundle(b)}
+        with AuditClient(srv.target, token=tokens.auditor) as au:
+            noise = {(rid, act): {p.x: p.g for p in au.noise_points(act, release_id=rid)}
+                     for rid in bundles for act in range(bundles[rid].n_actions)}
+        for rid, states, values, grid in seen:
+            bnd = bundles[rid]
+            xs = bnd.interval.to_unit(states)
+            g = np.array([[noise[(rid, act)][x] for act in range(bnd.n_actions)] for x in xs])
+            assert np.array_equal(values, grid_round(bnd.q_values(states) + g, grid)), rid
+        capsys.readouterr()
+        # the server audit-logged both activations (admin role); no token anywhere in the log
+        with open_admin(store, actor="t", create=False) as ctx:
+            acts = [e for e in audit_log.entries(ctx.db) if e.action == "activate"]
+            assert [(e.target, e.outcome, e.actor) for e in acts] == [
+                (idb, "ok", "server (admin role)"), (ida, "ok", "server (admin role)")]
+            dump = json.dumps([e.to_dict() for e in audit_log.entries(ctx.db)])
+            assert all(tok not in dump for tok in (tokens.admin, tokens.query, tokens.auditor))
+
+
+def test_audit_service_returns_the_qveil_audit_report(setup, tmp_path: Path, capsys) -> None:
+    a, _b, tokens, _admin_tok, store = setup
+    ida = load_bundle(a).bundle_id
+    with running(tmp_path, a, "--tokens-file", str(tokens.path)) as srv:
+        with ValueClient(srv.target, token=tokens.query) as c:
+            c.get_values(np.random.default_rng(0).uniform(-1.0, 2.0, 300))
+        export = tmp_path / "cli.json"
+        code = main(["audit", "--store", store, "--release", ida, "--export", str(export),
+                     "--no-record"])
+        assert code == 0
+        with AuditClient(srv.target, token=tokens.auditor) as au:
+            rep = au.report(release_id=ida)
+        cli = json.loads(export.read_text())
+        svc = rep.report
+        for d in (cli, svc):
+            d.pop("generated_at")
+        assert svc == cli
+        assert rep.passed and all(x.n == 300 for x in rep.actions)
+        capsys.readouterr()

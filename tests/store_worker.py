@@ -1,0 +1,94 @@
+"""Writer processes for the store's concurrency and crash tests.
+
+The tests start these with the ``fork`` start method (the child has the parent's imports, so
+30+ kill/restart cycles take seconds, not minutes); each child opens its *own* store (its own
+connections: nothing is shared with the parent but the database) and leaves with
+``os._exit``. ``python tests/store_worker.py concurrent|crash ...`` runs the same code in a
+fresh interpreter.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+
+def concurrent_writer(url: str, rid: str, action: int, seed: int, rounds: int,
+                      grid: list[float], log_path: str, broken: bool = False,
+                      start_at: float = 0.0, sweep: bool = False) -> None:
+    """Query random small batches of ``grid`` (overlapping with the other writers); log every
+    insertion's seen neighbours (debug hook, written after its commit) and every answer.
+
+    ``sweep``: all writers move through the (sorted) grid together, 4 grid points per round
+    with a random offset of 0-3 and 1-3 points per batch, so concurrent new points are
+    immediate neighbours of each other (the hardest case for serialisation)."""
+    from qveil.server.store import open_store
+
+    opts = {"_unsafe_deferred_begin": True} if broken else {}
+    store = open_store(url, rng=seed, **opts)  # type: ignore[arg-type]
+    rng = np.random.default_rng(seed + 1000)
+    g_arr = np.asarray(grid)
+    with open(log_path, "w", encoding="utf-8") as log:
+        def hook(_r: str, _a: int, recs: list) -> None:  # type: ignore[type-arg]
+            for r in recs:
+                log.write(json.dumps({"t": "ins", "seq": r.seq, "x": r.x, "left": r.left,
+                                      "right": r.right}) + "\n")
+
+        store.set_debug_hook(hook)
+        while time.time() < start_at:
+            time.sleep(0.001)
+        for _ in range(rounds):  # noqa: B007
+            k = int(rng.integers(1, 4))
+            if sweep:
+                lo = min(4 * _ + int(rng.integers(0, 4)), len(g_arr) - k)
+                xs = g_arr[lo:lo + k]
+            else:
+                xs = rng.choice(g_arr, size=k)
+            gs = store.get_or_sample(rid, action, xs)
+            log.write(json.dumps({"t": "ans", "x": xs.tolist(), "g": gs.tolist()}) + "\n")
+        log.flush()
+    store.close()
+
+
+def crash_writer(url: str, rid: str, seed: int, fd: int) -> None:
+    """Stream new points forever; after each answer, report it on ``fd`` (one JSON line).
+
+    The parent SIGKILLs this process at random moments; whatever it reported must survive."""
+    from qveil.server.store import open_store
+
+    store = open_store(url, rng=seed)
+    rng = np.random.default_rng(seed)
+    while True:
+        xs = rng.uniform(size=int(rng.integers(1, 12)))
+        gs = store.get_or_sample(rid, int(rng.integers(0, 2)), xs)
+        os.write(fd, (json.dumps({"x": xs.tolist(), "g": gs.tolist()}) + "\n").encode())
+
+
+def run_forked(target, *args):  # type: ignore[no-untyped-def]
+    """Start ``target(*args)`` in a forked child that leaves with os._exit (code 0 / 1)."""
+    pid = os.fork()
+    if pid == 0:  # child
+        code = 0
+        try:
+            target(*args)
+        except BaseException:  # noqa: BLE001
+            import traceback
+            traceback.print_exc()
+            code = 1
+        finally:
+            os._exit(code)
+    return pid
+
+
+if __name__ == "__main__":  # pragma: no cover - manual use
+    mode, *rest = sys.argv[1:]
+    if mode == "crash":
+        crash_writer(rest[0], rest[1], int(rest[2]), sys.stdout.fileno())
+    elif mode == "concurrent":
+        grid = np.linspace(0, 1, 200).tolist()
+        concurrent_writer(rest[0], rest[1], 0, int(rest[2]), int(rest[3]), grid, rest[4],
+                          broken=len(rest) > 5 and rest[5] == "broken")

@@ -49,6 +49,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from qveil.errors import InvalidArgument
 from qveil.noise import OUSamplePath, StateInterval
 from qveil.rng import NormalSource
 from qveil.trainer.config import TrainConfig
@@ -80,23 +81,43 @@ class NoisePaths:
         self.max_abs = 0.0
         self.seconds = 0.0
         self._paths: list[OUSamplePath] | None = None
+        self._cache: dict[float, np.ndarray] = {}
 
     def reset(self, iteration: int) -> None:
         self._close_epoch()
         self.resets.append(int(iteration))
+        self._cache = {}
         if self.sigma > 0:
             self._paths = [
                 OUSamplePath(beta=self.beta, sigma=self.sigma, rng=self.rng)
                 for _ in range(self.n_actions)
             ]
 
+    def value(self, x: float) -> np.ndarray:
+        """g_a(x) for one unit state and every action: shape (m,)."""
+        g = self._cache.get(x)
+        if g is None:
+            g = self.values(np.array([x]))[0]
+        return g
+
     def values(self, xs: np.ndarray) -> np.ndarray:
-        """g_a(x) for each unit state in ``xs`` (1-D) and each action: shape (n, m)."""
+        """g_a(x) for each unit state in ``xs`` (1-D) and each action: shape (n, m).
+
+        States already drawn in this epoch come from a mirror of the paths' stored values
+        (values never change); new ones are drawn by each action's path in one call, in
+        first-occurrence order (the exact joint law, qveil.noise)."""
         if self.sigma == 0:
             return np.zeros((len(xs), self.n_actions))
         assert self._paths is not None, "reset() must be called before values()"
         t0 = time.perf_counter()
-        out = np.stack([p.sample(xs) for p in self._paths], axis=1)
+        cache = self._cache
+        keys = xs.tolist()
+        new = [x for x in dict.fromkeys(keys) if x not in cache]
+        if new:
+            arr = np.array(new)
+            drawn = np.stack([p.sample(arr) for p in self._paths], axis=1)
+            cache.update(zip(new, drawn, strict=True))
+        out = np.array([cache[x] for x in keys])
         self.seconds += time.perf_counter() - t0
         return out
 
@@ -329,7 +350,19 @@ def _train_q(
     state = {"updates": 0, "clipped": 0}
     log_rows: list[dict[str, Any]] = []
     obs, _ = env.reset(seed=rngs.env_seed)
-    x = float(interval.to_unit(np.asarray(obs, dtype=np.float64).reshape(-1))[0])
+    lo, hi, width = interval.lo, interval.hi, interval.width
+
+    def unit(o: Any) -> float:
+        """StateInterval.to_unit for one observation (same arithmetic, less overhead)."""
+        st = float(np.asarray(o, dtype=np.float64).reshape(-1)[0])
+        if not lo <= st <= hi:  # also refuses NaN
+            raise InvalidArgument(
+                f"the environment returned state {st!r} outside its "
+                f"observation space [{lo!r}, {hi!r}]"
+            )
+        return min(1.0, max(0.0, (st - lo) / width)) + 0.0
+
+    x = unit(obs)
     ep_return = 0.0
     ep_len = 0
     step = 0
@@ -374,7 +407,7 @@ def _train_q(
             if not cfg.replay:
                 mem_len = mem_pos = 0
             for _ in range(steps_per_iter):
-                g = noise.values(np.array([x]))[0]  # x_t is in every path before it is used
+                g = noise.value(x)  # x_t is in every path before it is used
                 eps = _epsilon(cfg, step) if cfg.eps_start > 0 else 0.0
                 if eps > 0 and rngs.explore.random() < eps:
                     a = int(rngs.explore.integers(m))
@@ -386,8 +419,8 @@ def _train_q(
                 ep_len += 1
                 rc = min(r_hi, max(r_lo, r))
                 state["clipped"] += rc != r
-                x2 = float(interval.to_unit(np.asarray(obs2, dtype=np.float64).reshape(-1))[0])
-                noise.values(np.array([x2]))  # lines 14-18: x_{t+1} enters every path
+                x2 = unit(obs2)
+                noise.value(x2)  # lines 14-18: x_{t+1} enters every path
                 done = bool(terminated or (truncated and cfg.truncation_as_terminal))
                 mem_x[mem_pos], mem_a[mem_pos], mem_r[mem_pos] = x, a, rc
                 mem_x2[mem_pos], mem_done[mem_pos] = x2, float(done)
@@ -415,7 +448,7 @@ def _train_q(
                     if target is not None and len(log_rows) % cfg.target_update_episodes == 0:
                         target = actor.snapshot()
                     obs, _ = env.reset()
-                    x = float(interval.to_unit(np.asarray(obs, dtype=np.float64).reshape(-1))[0])
+                    x = unit(obs)
                     ep_return = 0.0
                     ep_len = 0
                 else:

@@ -1,18 +1,23 @@
 #!/usr/bin/env python3
-"""Online backup of a qveil SQLite store, verified, with its high-water marks.
+"""Online backup of a qveil SQLite store, and the high-water-mark checks of a restore.
 
-    python deploy/backup_sqlite.py /var/lib/qveil/store.sqlite /backup/qveil-20261122.sqlite
+    # a verified online copy, with its marks in <copy>.marks.json
+    python deploy/backup_sqlite.py backup /var/lib/qveil/store.sqlite /backup/qveil.sqlite
+    # record the live marks (cron, every minute, and at every clean shutdown)
+    python deploy/backup_sqlite.py marks --store sqlite:////var/lib/qveil/store.sqlite > m.json
+    # before a restored store serves: exit 1 if any action is behind the recorded marks
+    python deploy/backup_sqlite.py check-restore --store URL --marks m.json
 
-1. Copies the live store with SQLite's online backup API (``sqlite3.Connection.backup``): a
-   consistent snapshot including what is still only in the ``-wal`` file, taken while the
-   server keeps serving. Never copy the database, ``-wal`` or ``-shm`` files by hand.
-2. Checks the copy: ``PRAGMA integrity_check``, then opens it as a qveil store and verifies
-   every release's hash chains (no broken link, no gap).
-3. Prints (and writes beside the copy as ``<copy>.marks.json``) the per-(release, action)
-   high-water marks and counts of the copy: the numbers a restore is checked against
-   (docs/operations.md, "Restore checks").
+``backup`` copies the live store with SQLite's online backup API
+(``sqlite3.Connection.backup``): one consistent snapshot, including what is still only in
+the ``-wal`` file, taken while the server keeps serving. Never copy the database, ``-wal`` or
+``-shm`` files by hand. The copy is then checked (``PRAGMA integrity_check``; every release's
+hash chains, no gap) and its per-(release, action) high-water marks are written beside it.
 
-Exit status 0 when the copy verifies, 1 otherwise (the copy is then renamed ``*.bad``).
+``check-restore`` compares a store's marks with recorded ones (any store URL, PostgreSQL
+too): a restored store that is behind has lost answered values, and serving new points from
+it would re-sample states whose values are already out (docs/operations.md, "Restore
+checks"). Exit status 0 when everything verifies, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -27,8 +32,8 @@ from typing import Any
 
 
 def online_backup(src: Path, dst: Path, *, pages: int = 4096) -> None:
-    """Copy ``src`` to ``dst`` with the online backup API (in steps of ``pages`` pages, so a
-    busy writer is not blocked for the whole copy; SQLite restarts the copy if the source
+    """Copy ``src`` to ``dst`` with the online backup API (in steps of ``pages`` pages so a
+    busy writer is not blocked for the whole copy; SQLite restarts the copy when the source
     changes in between, so the result is one consistent snapshot)."""
     if dst.exists():
         raise FileExistsError(f"{dst} exists; refusing to overwrite a backup")
@@ -42,48 +47,104 @@ def online_backup(src: Path, dst: Path, *, pages: int = 4096) -> None:
         source.close()
 
 
-def check_copy(dst: Path) -> dict[str, Any]:
-    """integrity_check + qveil chain verification of every release; the marks."""
-    conn = sqlite3.connect(f"file:{dst}?mode=ro", uri=True)
-    try:
-        ic = conn.execute("PRAGMA integrity_check").fetchone()[0]
-    finally:
-        conn.close()
-    out: dict[str, Any] = {"file": str(dst), "sqlite_integrity": ic,
-                           "taken_at": datetime.now(UTC).isoformat(timespec="seconds"),
-                           "releases": {}}
+def store_marks(store_url: str) -> dict[str, Any]:
+    """Per release: chain verification, and per action the high-water mark and count."""
     from qveil.server.store import open_store
 
-    store = open_store(f"sqlite:///{dst.resolve()}", create=False)
+    out: dict[str, Any] = {
+        "store": store_url,
+        "taken_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "releases": {},
+    }
+    store = open_store(store_url, create=False)
     try:
-        ok = ic == "ok"
+        ok = True
         for rec in store.list_releases():
             rep = store.verify(rec.release_id)
             ok = ok and rep.ok
             out["releases"][rec.release_id] = {
-                "status": rec.status, "ok": rep.ok,
+                "status": rec.status,
+                "ok": rep.ok,
                 "high_water": {str(a): hw for a, hw in rep.high_water.items()},
-                "count": {str(a): store.count_points(rec.release_id, a)
-                          for a in range(rec.n_actions)}}
+                "count": {
+                    str(a): store.count_points(rec.release_id, a) for a in range(rec.n_actions)
+                },
+            }
     finally:
         store.close()
     out["ok"] = ok
     return out
 
 
+def behind(current: dict[str, Any], recorded: dict[str, Any]) -> list[str]:
+    """Every (release, action) whose mark in ``current`` is below the ``recorded`` one."""
+    problems = []
+    for rid, rec in recorded.get("releases", {}).items():
+        cur = current["releases"].get(rid)
+        if cur is None:
+            problems.append(f"release {rid}: missing from the store")
+            continue
+        for action, hw in rec["high_water"].items():
+            now = cur["high_water"].get(action)
+            if hw is not None and (now is None or now < hw):
+                problems.append(
+                    f"release {rid} action {action}: high-water mark {now} < recorded {hw}"
+                )
+    return problems
+
+
+def check_copy(dst: Path) -> dict[str, Any]:
+    conn = sqlite3.connect(f"file:{dst}?mode=ro", uri=True)
+    try:
+        ic = conn.execute("PRAGMA integrity_check").fetchone()[0]
+    finally:
+        conn.close()
+    marks = store_marks(f"sqlite:///{dst.resolve()}")
+    marks["sqlite_integrity"] = ic
+    marks["ok"] = bool(marks["ok"] and ic == "ok")
+    return marks
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("source", type=Path, help="the live store file (store.sqlite)")
-    p.add_argument("dest", type=Path, help="the backup file to create")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("backup", help="online backup + verification + marks")
+    b.add_argument("source", type=Path, help="the live store file (store.sqlite)")
+    b.add_argument("dest", type=Path, help="the backup file to create")
+    m = sub.add_parser("marks", help="print a store's high-water marks as JSON")
+    m.add_argument("--store", required=True)
+    c = sub.add_parser("check-restore", help="fail if a store is behind recorded marks")
+    c.add_argument("--store", required=True)
+    c.add_argument("--marks", type=Path, required=True, help="JSON from `marks` or `backup`")
     args = p.parse_args(argv)
-    online_backup(args.source, args.dest)
-    result = check_copy(args.dest)
-    marks = args.dest.with_name(args.dest.name + ".marks.json")
-    marks.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
-    if not result["ok"]:
-        args.dest.rename(args.dest.with_name(args.dest.name + ".bad"))
+    if args.cmd == "backup":
+        online_backup(args.source, args.dest)
+        result = check_copy(args.dest)
+        marks = args.dest.with_name(args.dest.name + ".marks.json")
+        marks.write_text(json.dumps(result, indent=2) + "\n")
+        print(json.dumps(result, indent=2))
+        if not result["ok"]:
+            args.dest.rename(args.dest.with_name(args.dest.name + ".bad"))
+            return 1
+        return 0
+    if args.cmd == "marks":
+        result = store_marks(args.store)
+        print(json.dumps(result, indent=2))
+        return 0 if result["ok"] else 1
+    current = store_marks(args.store)
+    problems = behind(current, json.loads(args.marks.read_text()))
+    if not current["ok"]:
+        problems.append("integrity verification failed")
+    for line in problems:
+        print(f"restore check: {line}", file=sys.stderr)
+    if problems:
+        print(
+            "restore check FAILED: do not serve new points from this store; retire the "
+            "affected releases (docs/operations.md, Restore checks)",
+            file=sys.stderr,
+        )
         return 1
+    print("restore check passed: every action at or above the recorded marks")
     return 0
 
 

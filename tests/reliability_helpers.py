@@ -309,7 +309,34 @@ def make_bundle(
         weights=weights,
         config_toml="# reliability tests\n",
         training_log_rows=[{"episode": 0, "return": 0.0}],
+        learning_curve_png=_tiny_png(),
     )
+
+
+def _tiny_png() -> bytes:
+    """A valid 1x1 grey PNG (no training curve to plot; spares importing matplotlib)."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    ihdr = struct.pack(">IIBBBBB", 1, 1, 8, 0, 0, 0, 0)
+    idat = zlib.compress(b"\x00\x80")
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", idat) + chunk(b"IEND", b"")
+
+
+_SHARED_BUNDLE: list[Path] = []
+
+
+def shared_bundle(factory: object) -> Path:
+    """One test bundle (sigma 1, beta 20, 2 actions, states in [-1, 1]) for the whole session;
+    every test still gets its own store."""
+    if not _SHARED_BUNDLE:
+        path = factory.mktemp("bundle") / "bundle"  # type: ignore[attr-defined]
+        _SHARED_BUNDLE.append(make_bundle(path))
+    return _SHARED_BUNDLE[0]
 
 
 # --- clients that record every answer ------------------------------------------------------

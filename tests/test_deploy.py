@@ -28,7 +28,7 @@ from pathlib import Path
 import grpc
 import pytest
 import yaml
-from reliability_helpers import ServerProc, free_port, make_bundle
+from reliability_helpers import ServerProc, free_port, shared_bundle
 
 from qveil.server.auth import ROLES, add_token, load_tokens
 
@@ -38,6 +38,7 @@ PROBE = DEPLOY / "healthcheck.py"
 
 
 # ------------------------------------------------------------------ parsing helpers -------
+
 
 def dockerfile_instructions(text: str) -> list[tuple[str, str]]:
     """(INSTRUCTION, arguments) with line continuations joined and comments dropped."""
@@ -102,6 +103,7 @@ def expand_systemd(value: str, env: Mapping[str, str]) -> list[str]:
 
 def expand_compose(value: str, env: Mapping[str, str]) -> str:
     """Compose's ${VAR}, ${VAR:?msg}, ${VAR:-default} interpolation."""
+
     def sub(m: re.Match[str]) -> str:
         name, op, arg = m.group(1), m.group(2) or "", m.group(3) or ""
         if name in env and env[name] != "":
@@ -109,6 +111,7 @@ def expand_compose(value: str, env: Mapping[str, str]) -> str:
         if op == ":-":
             return arg
         raise AssertionError(f"compose needs {name}: {arg}")
+
     return re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:\?|:-)([^}]*))?\}", sub, value)
 
 
@@ -123,6 +126,7 @@ def replace_values(argv: list[str], repl: Mapping[str, str]) -> list[str]:
 
 
 # ------------------------------------------------------------------ static checks ---------
+
 
 def test_compose_file() -> None:
     doc = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())
@@ -146,8 +150,12 @@ def test_compose_file() -> None:
             assert str(port).startswith("127.0.0.1:"), f"{name} publishes {port} beyond loopback"
         assert "--tls-cert" in cmd and "--tokens-file" in cmd, "non-loopback needs TLS + tokens"
         assert svc["stop_signal"] == "SIGTERM"
-    stores = {[str(c) for c in services[n]["command"]][
-        [str(c) for c in services[n]["command"]].index("--store") + 1] for n in replicas}
+    stores = {
+        [str(c) for c in services[n]["command"]][
+            [str(c) for c in services[n]["command"]].index("--store") + 1
+        ]
+        for n in replicas
+    }
     assert len(stores) == 1, "replicas must share one store"
 
 
@@ -161,7 +169,8 @@ def test_dockerfile() -> None:
     assert re.search(r"pip install torch==2\.13\.0(\s|$)", first), f"first pip install: {first}"
     assert first.index("torch==2.13.0") < min(
         (m.start() for m in re.finditer(r"pip install (?!torch|--upgrade)", first)),
-        default=len(first)), "torch must be installed before anything else"
+        default=len(first),
+    ), "torch must be installed before anything else"
     for a in runs:
         for spec in re.findall(r"torch[=<>~!]*[\w.]*", a):
             assert spec in ("torch==2.13.0", "torch"), f"other torch spec {spec!r}: CUDA wheels"
@@ -170,8 +179,7 @@ def test_dockerfile() -> None:
     assert kinds.index("USER") < kinds.index("ENTRYPOINT")
     health = [a for k, a in ins if k == "HEALTHCHECK"]
     assert len(health) == 1 and "healthcheck.py" in health[0]
-    assert "COPY deploy/healthcheck.py /opt/qveil/healthcheck.py" in [
-        f"{k} {a}" for k, a in ins]
+    assert "COPY deploy/healthcheck.py /opt/qveil/healthcheck.py" in [f"{k} {a}" for k, a in ins]
     for k, a in ins:
         if k == "COPY" and not a.startswith("--"):
             for src in a.split()[:-1]:
@@ -198,12 +206,12 @@ def test_systemd_analyze_verify(tmp_path: Path) -> None:
     if tool is None:
         pytest.skip("systemd-analyze is not installed")
     qveil = Path(sys.executable).with_name("qveil")
-    text = (DEPLOY / "qveil.service").read_text().replace("/opt/qveil/venv/bin/qveil",
-                                                           str(qveil))
+    text = (DEPLOY / "qveil.service").read_text().replace("/opt/qveil/venv/bin/qveil", str(qveil))
     unit = tmp_path / "qveil.service"
     unit.write_text(text)
-    r = subprocess.run([tool, "verify", str(unit)], capture_output=True, text=True,
-                       check=False, timeout=60)
+    r = subprocess.run(
+        [tool, "verify", str(unit)], capture_output=True, text=True, check=False, timeout=60
+    )
     out = r.stdout + r.stderr
     assert r.returncode == 0, out
     assert "Unknown" not in out and "Failed" not in out, out
@@ -222,9 +230,10 @@ def test_env_and_tokens_examples() -> None:
 
 # ------------------------------------------------------------------ the real server -------
 
+
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_bundle(tmp_path_factory.mktemp("deploy") / "bundle")
+    return shared_bundle(tmp_path_factory)
 
 
 def make_certs(d: Path) -> dict[str, Path]:
@@ -241,61 +250,93 @@ def make_certs(d: Path) -> dict[str, Path]:
 
     now = dt.datetime.now(dt.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca = (x509.CertificateBuilder().subject_name(name("qveil test CA"))
-          .issuer_name(name("qveil test CA")).public_key(ca_key.public_key())
-          .serial_number(x509.random_serial_number()).not_valid_before(now)
-          .not_valid_after(now + dt.timedelta(days=1))
-          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-          .sign(ca_key, hashes.SHA256()))
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(name("qveil test CA"))
+        .issuer_name(name("qveil test CA"))
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
     key = ec.generate_private_key(ec.SECP256R1())
-    cert = (x509.CertificateBuilder().subject_name(name("localhost")).issuer_name(ca.subject)
-            .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now).not_valid_after(now + dt.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([
-                x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                critical=False)
-            .sign(ca_key, hashes.SHA256()))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name("localhost"))
+        .issuer_name(ca.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+            ),
+            critical=False,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
     paths = {"ca": d / "ca.pem", "cert": d / "server.pem", "key": d / "server-key.pem"}
     paths["ca"].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     paths["cert"].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    paths["key"].write_bytes(key.private_bytes(serialization.Encoding.PEM,
-                                               serialization.PrivateFormat.PKCS8,
-                                               serialization.NoEncryption()))
+    paths["key"].write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
     return paths
 
 
 def _probe(target: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("QVEIL_HEALTH")}
-    return subprocess.run([sys.executable, str(PROBE), target, *args], capture_output=True,
-                           text=True, check=False, timeout=30, env=env)
+    return subprocess.run(
+        [sys.executable, str(PROBE), target, *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=30,
+        env=env,
+    )
 
 
-def _query(target: str, token: str, *, creds: grpc.ChannelCredentials | None = None,
-           low: float = -1.0) -> int:
+def _query(
+    target: str, token: str, *, creds: grpc.ChannelCredentials | None = None, low: float = -1.0
+) -> int:
     from qveil.v1 import value_service_pb2 as vpb
     from qveil.v1 import value_service_pb2_grpc as vgrpc
 
-    ch = (grpc.secure_channel(target, creds, options=[("grpc.ssl_target_name_override",
-                                                       "localhost")])
-          if creds else grpc.insecure_channel(target))
+    ch = (
+        grpc.secure_channel(target, creds, options=[("grpc.ssl_target_name_override", "localhost")])
+        if creds
+        else grpc.insecure_channel(target)
+    )
     with ch:
         stub = vgrpc.ValueServiceStub(ch)
         md = (("authorization", f"Bearer {token}"),)
-        reply = stub.GetValues(vpb.GetValuesRequest(states=[low, 0.0, 0.5]), metadata=md,
-                               timeout=20)
+        reply = stub.GetValues(
+            vpb.GetValuesRequest(states=[low, 0.0, 0.5]), metadata=md, timeout=20
+        )
         with pytest.raises(grpc.RpcError) as exc:
             stub.GetValues(vpb.GetValuesRequest(states=[0.0]), timeout=20)  # no token
         assert exc.value.code() == grpc.StatusCode.UNAUTHENTICATED
     return len(reply.values)
 
 
-def _run(tmp_path: Path, argv: list[str], name: str, *, tls: dict[str, Path] | None,
-         token: str) -> None:
+def _run(
+    tmp_path: Path, argv: list[str], name: str, *, tls: dict[str, Path] | None, token: str
+) -> None:
     """Start `qveil <argv>` (argv starts with "serve"), query, probe, SIGTERM."""
     assert argv[0] == "serve", argv
     port = int(argv[argv.index("--listen") + 1].rsplit(":", 1)[1])
-    srv = ServerProc(argv=[sys.executable, "-m", "qveil.cli", *argv], port=port,
-                     log_path=tmp_path / f"{name}.log")
+    srv = ServerProc(
+        argv=[sys.executable, "-m", "qveil.cli", *argv],
+        port=port,
+        log_path=tmp_path / f"{name}.log",
+    )
     if tls is None:
         srv.start()
         probe = _probe(srv.target)
@@ -310,13 +351,21 @@ def _run(tmp_path: Path, argv: list[str], name: str, *, tls: dict[str, Path] | N
 
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline:
-                probe = _probe(srv.target, "--ca", str(tls["ca"]), "--server-name", "localhost",
-                               "--timeout", "1")
+                probe = _probe(
+                    srv.target,
+                    "--ca",
+                    str(tls["ca"]),
+                    "--server-name",
+                    "localhost",
+                    "--timeout",
+                    "1",
+                )
                 if probe.returncode == 0 or not srv.alive():
                     break
                 time.sleep(0.1)
         assert probe is not None and probe.returncode == 0, (
-            f"health probe: {probe and probe.stdout} {probe and probe.stderr}\n{srv.log_tail()}")
+            f"health probe: {probe and probe.stdout} {probe and probe.stderr}\n{srv.log_tail()}"
+        )
         assert probe.stdout.strip() == "SERVING"
         assert _query(srv.target, token, creds=creds) == 6  # 3 states x 2 actions
     finally:
@@ -338,12 +387,15 @@ def test_server_starts_with_the_systemd_unit_arguments(tmp_path: Path, bundle: P
     argv = expand_systemd(dict(unit["Service"])["ExecStart"], env)
     assert argv[0] == "/opt/qveil/venv/bin/qveil"
     tokens, token = _tokens(tmp_path)
-    argv = replace_values(argv[1:], {
-        "--bundle": str(bundle),
-        "--store": f"sqlite:///{tmp_path / 'store.sqlite'}",
-        "--listen": f"127.0.0.1:{free_port()}",  # the example is loopback already
-        "--tokens-file": str(tokens),
-    })
+    argv = replace_values(
+        argv[1:],
+        {
+            "--bundle": str(bundle),
+            "--store": f"sqlite:///{tmp_path / 'store.sqlite'}",
+            "--listen": f"127.0.0.1:{free_port()}",  # the example is loopback already
+            "--tokens-file": str(tokens),
+        },
+    )
     _run(tmp_path, argv, "unit", tls=None, token=token)
 
 
@@ -352,21 +404,26 @@ def _compose_like(tmp_path: Path, bundle: Path, argv: list[str], name: str) -> N
     tokens, token = _tokens(tmp_path)
     listen = argv[argv.index("--listen") + 1]
     assert listen.startswith("0.0.0.0:"), "in a container the server listens on all interfaces"
-    argv = replace_values(argv, {
-        "--bundle": str(bundle),
-        "--store": f"sqlite:///{tmp_path / 'store.sqlite'}",
-        "--listen": f"127.0.0.1:{free_port()}",
-        "--tls-cert": str(certs["cert"]),
-        "--tls-key": str(certs["key"]),
-        "--tokens-file": str(tokens),
-    })
+    argv = replace_values(
+        argv,
+        {
+            "--bundle": str(bundle),
+            "--store": f"sqlite:///{tmp_path / 'store.sqlite'}",
+            "--listen": f"127.0.0.1:{free_port()}",
+            "--tls-cert": str(certs["cert"]),
+            "--tls-key": str(certs["key"]),
+            "--tokens-file": str(tokens),
+        },
+    )
     _run(tmp_path, ["serve", *argv], name, tls=certs, token=token)
 
 
 def test_server_starts_with_the_compose_arguments(tmp_path: Path, bundle: Path) -> None:
     doc = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())
-    cmd = [expand_compose(str(c), {"QVEIL_DB_PASSWORD": "x"})
-           for c in doc["services"]["qveil-1"]["command"]]
+    cmd = [
+        expand_compose(str(c), {"QVEIL_DB_PASSWORD": "x"})
+        for c in doc["services"]["qveil-1"]["command"]
+    ]
     _compose_like(tmp_path, bundle, cmd, "compose")
 
 

@@ -30,7 +30,6 @@ from reliability_helpers import (
     ServerProc,
     free_port,
     get_values,
-    make_bundle,
     query_worker,
     recheck,
     release_info,
@@ -38,6 +37,7 @@ from reliability_helpers import (
     run_audit,
     scale,
     serve_argv,
+    shared_bundle,
     sqlite_url,
 )
 
@@ -49,7 +49,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_bundle(tmp_path_factory.mktemp("crash") / "bundle", sigma=1.0, beta=20.0)
+    return shared_bundle(tmp_path_factory)
 
 
 def _stored_states(
@@ -117,7 +117,9 @@ def test_sigkill_at_random_moments_loses_no_answer(tmp_path: Path, bundle: Path)
         assert not unexpected, f"errors other than UNAVAILABLE: {unexpected[:5]}"
         assert book.codes.get("OK", 0) > 10 * kills, f"too few answered calls: {book.codes}"
         assert book.release_ids == {rel.release_id}
+        t1 = time.monotonic()
         checked, mismatches = recheck(book, srv.target)
+        recheck_s = time.monotonic() - t1
         assert not mismatches, (
             f"{len(mismatches)} of {checked} answers changed after the kills, e.g. {mismatches[:5]}"
         )
@@ -128,7 +130,9 @@ def test_sigkill_at_random_moments_loses_no_answer(tmp_path: Path, bundle: Path)
     xs = dict(zip(book.states(), b.to_unit(np.array(book.states())).tolist(), strict=True))
     missing = [(s, a) for (s, a) in book.values if xs[s] not in stored[a]]
     assert not missing, f"{len(missing)} answered states have no stored noise: {missing[:5]}"
+    t2 = time.monotonic()
     audit = run_audit(store_url)
+    audit_s = time.monotonic() - t2
     assert audit.returncode == 0, f"audit failed:\n{audit.stdout}\n{audit.stderr}"
     report(
         "crash_sigkill",
@@ -142,6 +146,8 @@ def test_sigkill_at_random_moments_loses_no_answer(tmp_path: Path, bundle: Path)
         repeats_checked_live=book.repeats_checked,
         stored_points=sum(len(v) for v in stored.values()),
         audit="passed",
+        recheck_s=round(recheck_s, 1),
+        audit_s=round(audit_s, 1),
         unexpected_errors={},
     )
 
@@ -195,6 +201,7 @@ def test_sigterm_drains_in_flight_calls(tmp_path: Path, bundle: Path) -> None:
     failed = [r for r in in_flight if r[2] != "OK"]
     finished_after = sum(1 for r in in_flight if r[1] > t_term)
     assert not failed, f"in-flight calls failed during the drain: {failed}"
+    assert finished_after >= 1, "no call was still in flight at SIGTERM: nothing was drained"
     assert code == 0, f"server exit code after SIGTERM: {code}\n{srv.log_tail()}"
     srv.start()
     try:

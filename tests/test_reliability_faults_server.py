@@ -29,12 +29,12 @@ from reliability_helpers import (
     AnswerBook,
     fill_filesystem,
     get_values,
-    make_bundle,
     query_worker,
     recheck,
     release_info,
     report,
     scale,
+    shared_bundle,
     sqlite_url,
     start_server,
     tmpfs_mount,
@@ -49,7 +49,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_bundle(tmp_path_factory.mktemp("faults") / "bundle", sigma=1.0, beta=20.0)
+    return shared_bundle(tmp_path_factory)
 
 
 class Traffic:

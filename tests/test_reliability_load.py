@@ -1,15 +1,20 @@
 """Load and soak (issue 9, Build 3) with benchmarks/loadgen.py against a real server.
 
 1. Soak: the server's capacity at a realistic mix (8 states per call, 10 % of them new, the
-   rest from a pool of 1000 repeated states) is measured closed-loop first; then loadgen offers
-   half of it, open-loop, for 10 s (quick) / 120 s (full). Zero errors, (almost) no call
-   skipped for lack of a free slot, the server's RSS bounded (after warm-up it may grow only
-   by what the stored points explain), the store growing by exactly the distinct states
-   (never by the number of queries), and p50/p99 recorded.
+   rest from a pool of 1000 repeated states) is measured closed-loop first; then open-loop
+   steps at rising fractions of it find the sustainable rate (no error, no skipped tick, p99
+   within 250 ms; quick form: one step at 30 %), and loadgen holds that rate for 8 s (quick)
+   / 120 s (full). Zero errors, (almost) no call skipped for lack of a free slot, the
+   server's RSS bounded (after warm-up it may grow only by what the stored points explain),
+   the store growing by exactly the distinct states (never by the number of queries), and
+   p50/p99 recorded.
 2. Overload: with --max-in-flight 4, a flood of 32 concurrent heavy calls gets
    RESOURCE_EXHAUSTED for the excess and nothing else; every admitted call is answered
    correctly (re-checked); an in-limit client (one call at a time) sees no error other than
-   RESOURCE_EXHAUSTED during the flood and none after it.
+   RESOURCE_EXHAUSTED during the flood and none after it. The server's bound is global, so
+   the in-limit client IS refused part of the time during a flood: the test records how often
+   (docs/reliability.md) rather than claiming it is unaffected; per-client limits would be
+   needed for that (reported to the server's owner).
 """
 
 from __future__ import annotations
@@ -26,11 +31,11 @@ import pytest
 from reliability_helpers import (
     AnswerBook,
     get_values,
-    make_bundle,
     recheck,
     release_info,
     report,
     scale,
+    shared_bundle,
     sqlite_url,
     start_server,
 )
@@ -45,7 +50,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_bundle(tmp_path_factory.mktemp("load") / "bundle", sigma=1.0, beta=20.0)
+    return shared_bundle(tmp_path_factory)
 
 
 class RssSampler(threading.Thread):
@@ -65,13 +70,13 @@ class RssSampler(threading.Thread):
 def test_soak_at_the_measured_sustainable_rate(tmp_path: Path, bundle: Path) -> None:
     store_url = sqlite_url(tmp_path / "store.sqlite")
     srv = start_server(tmp_path, bundle=bundle, store=store_url)
-    duration = float(scale(10, 120))
+    duration = float(scale(8, 120))
     batch, new_fraction, pool = 8, 0.1, 1000
     try:
         cap = asyncio.run(
             loadgen.measure_capacity(
                 srv.target,
-                seconds=float(scale(3, 10)),
+                seconds=float(scale(2, 10)),
                 concurrency=8,
                 batch=batch,
                 new_fraction=new_fraction,
@@ -83,7 +88,7 @@ def test_soak_at_the_measured_sustainable_rate(tmp_path: Path, bundle: Path) -> 
             loadgen.find_sustainable_rate(
                 srv.target,
                 capacity=cap.achieved_rate,
-                fractions=tuple(scale((0.3, 0.5), (0.3, 0.45, 0.6, 0.75))),
+                fractions=tuple(scale((0.3,), (0.3, 0.45, 0.6, 0.75))),
                 step_s=float(scale(2, 8)),
                 concurrency=48,
                 batch=batch,
@@ -176,7 +181,7 @@ def test_overload_gets_resource_exhausted(tmp_path: Path, bundle: Path) -> None:
         store=sqlite_url(tmp_path / "store.sqlite"),
         extra=["--max-in-flight", str(bound)],
     )
-    flood_s = float(scale(4, 20))
+    flood_s = float(scale(3, 20))
     book = AnswerBook()
     calm = AnswerBook()
     stop = threading.Event()
@@ -204,7 +209,7 @@ def test_overload_gets_resource_exhausted(tmp_path: Path, bundle: Path) -> None:
             with grpc.insecure_channel(srv.target) as ch:
                 stub = vgrpc.ValueServiceStub(ch)
                 while not stop.is_set():
-                    states = rng.uniform(rel.state_low, rel.state_high, 512).tolist()
+                    states = rng.uniform(rel.state_low, rel.state_high, 256).tolist()
                     try:
                         r = get_values(stub, states, timeout=30)
                         book.add(r.release_id, states, list(r.actions), list(r.values))
@@ -223,7 +228,7 @@ def test_overload_gets_resource_exhausted(tmp_path: Path, bundle: Path) -> None:
         stop.clear()
         after = threading.Thread(target=calm_client, args=("after",), daemon=True)
         after.start()
-        time.sleep(2.0)
+        time.sleep(1.0)
         stop.set()
         after.join(timeout=30)
         checked, mism = recheck(book, srv.target)

@@ -33,12 +33,12 @@ from reliability_helpers import (
     ServerProc,
     free_port,
     get_values,
-    make_bundle,
     recheck,
     release_info,
     report,
     scale,
     serve_argv,
+    shared_bundle,
 )
 
 from qveil.bundle import load_bundle
@@ -50,7 +50,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_bundle(tmp_path_factory.mktemp("replicas") / "bundle", sigma=1.0, beta=20.0, seed=3)
+    return shared_bundle(tmp_path_factory)
 
 
 def _walker(

@@ -317,7 +317,8 @@ def nonprivate_privacy(params: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _privacy_dict(result: Any) -> dict[str, Any]:
-    return _jsonable(result if isinstance(result, Mapping) else result.to_dict())
+    d: dict[str, Any] = _jsonable(result if isinstance(result, Mapping) else result.to_dict())
+    return d
 
 
 # ----------------------------------------------------------------------------- writing
@@ -466,7 +467,7 @@ def write_bundle(
 # ----------------------------------------------------------------------------- reading
 def _same(a: Any, b: Any) -> bool:
     if isinstance(a, bool) or isinstance(b, bool) or a is None or b is None:
-        return a == b
+        return bool(a == b)
     if isinstance(a, int | float) and isinstance(b, int | float):
         fa, fb = float(a), float(b)
         if math.isnan(fa) or math.isnan(fb):
@@ -592,11 +593,16 @@ class Bundle:
         return self.q_values_unit(self.interval.to_unit(states))
 
     def to_unit(self, states: npt.ArrayLike) -> FloatArray:
-        return self.interval.to_unit(states)
+        """Raw states -> unit states (validated against the interval)."""
+        x: FloatArray = self.interval.to_unit(states)
+        return x
 
     def public_card(self) -> dict[str, Any]:
         """The card without weights, their hash, or noise: a fixed whitelist of keys."""
-        return json.loads(json.dumps({k: self.card[k] for k in PUBLIC_CARD_KEYS if k in self.card}))
+        pub: dict[str, Any] = json.loads(
+            json.dumps({k: self.card[k] for k in PUBLIC_CARD_KEYS if k in self.card})
+        )
+        return pub
 
 
 def load_bundle(path: str | Path, *, verify: bool = True) -> Bundle:

@@ -64,8 +64,9 @@ def crash_writer(url: str, rid: str, seed: int, fd: int) -> None:
     rng = np.random.default_rng(seed)
     while True:
         xs = rng.uniform(size=int(rng.integers(1, 12)))
-        gs = store.get_or_sample(rid, int(rng.integers(0, 2)), xs)
-        os.write(fd, (json.dumps({"x": xs.tolist(), "g": gs.tolist()}) + "\n").encode())
+        a = int(rng.integers(0, 2))
+        gs = store.get_or_sample(rid, a, xs)
+        os.write(fd, (json.dumps({"a": a, "x": xs.tolist(), "g": gs.tolist()}) + "\n").encode())
 
 
 def run_forked(target, *args):  # type: ignore[no-untyped-def]

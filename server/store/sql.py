@@ -124,7 +124,10 @@ class SQLStore(SamplePathStore):
         if backend == "sqlite":
             self.backend = "sqlite"
             db = u.database or ""
-            if db in ("", ":memory:") or db.startswith("file:"):
+            is_uri = str(u.query.get("uri", "")).lower() in ("true", "1")
+            if db.startswith("file:") and is_uri:
+                db = db[len("file:"):]  # sqlite:///file:/abs/path?mode=ro&uri=true
+            if db in ("", ":memory:") or db.startswith("file:") or "mode=memory" in str(u):
                 raise InvalidArgument(
                     f"SQLite store needs a file path (sqlite:////abs/path.sqlite), got {url!r}")
             path = Path(db).expanduser().resolve()
@@ -133,7 +136,7 @@ class SQLStore(SamplePathStore):
                     raise Unavailable(f"SQLite store {path} does not exist (create=False)")
                 if not path.parent.is_dir():
                     raise Unavailable(f"directory {path.parent} of the store does not exist")
-            u = u.set(database=str(path))
+            u = u.set(database=("file:" if is_uri else "") + str(path))
             identity = f"sqlite:{path}"
         elif backend == "postgresql":
             self.backend = "postgresql"

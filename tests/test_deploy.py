@@ -219,8 +219,8 @@ def test_systemd_analyze_verify(tmp_path: Path) -> None:
 
 def test_env_and_tokens_examples() -> None:
     env = env_file(DEPLOY / "qveil.env")
-    assert set(env) >= {"QVEIL_BUNDLE", "QVEIL_STORE", "QVEIL_LISTEN"}
-    assert env["QVEIL_STORE"].startswith("sqlite:////var/lib/qveil/")
+    assert set(env) >= {"QVEIL_BUNDLE", "QVEIL_STORE_URL", "QVEIL_LISTEN"}
+    assert env["QVEIL_STORE_URL"].startswith("sqlite:////var/lib/qveil/")
     assert env["QVEIL_LISTEN"].startswith("127.0.0.1:")
     entries = load_tokens(DEPLOY / "tokens.example.toml")
     assert {e.role for e in entries} == set(ROLES)

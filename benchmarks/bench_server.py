@@ -1,9 +1,10 @@
 """Server throughput and latency over loopback -> docs/benchmarks.md, section "server".
 
-    .venv/bin/python benchmarks/bench_server.py [--seconds 3] [--concurrency 8]
+    .venv/bin/python benchmarks/bench_server.py [--seconds 1] [--rounds 3] [--concurrency 8]
 
 Closed loop: ``concurrency`` grpc.aio calls in flight from this process for ``seconds`` per
-cell. Cells: GetValues with batches of 1, 64 and 1024 states (all actions), of *repeated*
+cell, ``rounds`` interleaved rounds over all cells (median throughput). Cells: GetValues
+with batches of 1, 64 and 1024 states (all actions), of *repeated*
 states (a pool stored beforehand, answered from the store's memory) and of *new* states
 (fresh uniform draws: each a durable conditional sample), against one `qveil serve` process
 and two (same SQLite store, calls alternated between them). Ceilings in the same run:
@@ -27,6 +28,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as `qveil serve` does; before numpy
 
@@ -143,7 +145,7 @@ def wait_ready(target: str) -> None:
 # ----------------------------------------------------------------------------- load
 async def closed_loop(
     targets: list[str], batch: int, kind: str, seconds: float, concurrency: int, pool: np.ndarray
-) -> dict[str, float]:
+) -> dict[str, Any]:
     chans = [grpc.aio.insecure_channel(t) for t in targets]
     stubs = [pb_grpc.ValueServiceStub(c) for c in chans]
     rng = np.random.default_rng(batch * 7 + len(targets))
@@ -174,12 +176,10 @@ async def closed_loop(
     wall = time.perf_counter() - t0
     for c in chans:
         await c.close()
-    a = np.array(lat) * 1000
     return {
         "calls_s": len(lat) / wall,
         "states_s": len(lat) * batch / wall,
-        "p50_ms": float(np.percentile(a, 50)) if a.size else float("nan"),
-        "p99_ms": float(np.percentile(a, 99)) if a.size else float("nan"),
+        "lat": np.array(lat),
         "errors": errors,
     }
 
@@ -217,7 +217,8 @@ def store_ceiling(
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--seconds", type=float, default=3.0)
+    ap.add_argument("--seconds", type=float, default=1.0, help="per cell and round")
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--echo-server", help=argparse.SUPPRESS)
     ap.add_argument("--echo-bundle", help=argparse.SUPPRESS)
@@ -284,20 +285,34 @@ def main() -> int:
                             pb.GetValuesRequest(states=pool.tolist()), timeout=120
                         )
 
-            def run(targets: list[str], batch: int, kind: str) -> dict[str, float]:
+            def run(targets: list[str], batch: int, kind: str) -> dict[str, Any]:
                 return asyncio.run(
                     closed_loop(targets, batch, kind, args.seconds, args.concurrency, pool)
                 )
 
+            # rounds interleave every cell, so drifting machine load hits all cells alike;
+            # throughput is the median over rounds, latency percentiles pool all calls
+            cells: list[tuple[tuple[str, int, str], list[str], str]] = []
             for batch in (1, 64, 1024):
-                results[("echo", batch, "-")] = run([f"127.0.0.1:{echo_port}"], batch, "repeated")
-                results[("echo+mlp", batch, "-")] = run(
-                    [f"127.0.0.1:{mlp_port}"], batch, "repeated"
-                )
+                cells.append((("echo", batch, "-"), [f"127.0.0.1:{echo_port}"], "repeated"))
+                cells.append((("echo+mlp", batch, "-"), [f"127.0.0.1:{mlp_port}"], "repeated"))
                 for kind in ("repeated", "new"):
-                    results[("qveil x1", batch, kind)] = run(servers[:1], batch, kind)
-                    results[("qveil x2", batch, kind)] = run(servers, batch, kind)
-                print(f"batch {batch} done", file=sys.stderr, flush=True)
+                    cells.append((("qveil x1", batch, kind), servers[:1], kind))
+                    cells.append((("qveil x2", batch, kind), servers, kind))
+            runs: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
+            for rnd in range(args.rounds):
+                for key, targets, kind in cells:
+                    runs.setdefault(key, []).append(run(targets, key[1], kind))
+                print(f"round {rnd + 1}/{args.rounds} done", file=sys.stderr, flush=True)
+            for key, rs in runs.items():
+                lat = np.concatenate([r["lat"] for r in rs]) * 1000
+                results[key] = {
+                    "calls_s": float(np.median([r["calls_s"] for r in rs])),
+                    "states_s": float(np.median([r["states_s"] for r in rs])),
+                    "p50_ms": float(np.percentile(lat, 50)) if lat.size else float("nan"),
+                    "p99_ms": float(np.percentile(lat, 99)) if lat.size else float("nan"),
+                    "errors": float(sum(r["errors"] for r in rs)),
+                }
         finally:
             for p in procs:
                 p.send_signal(signal.SIGTERM)
@@ -341,7 +356,9 @@ def main() -> int:
             f"Load average at the end of the run: {load} (on {os.cpu_count()} cores; other "
             "work on the machine shows up directly in these numbers).",
             f"Closed loop, {args.concurrency} calls in flight from one grpc.aio client process, "
-            f"{args.seconds:g} s per row; GetValues over all {M} actions of an MLP 1-64-64-{M}; "
+            f"{args.seconds:g} s per row and round, {args.rounds} interleaved rounds (median "
+            "throughput; latency percentiles over all calls); "
+            f"GetValues over all {M} actions of an MLP 1-64-64-{M}; "
             "SQLite store (WAL, synchronous=FULL); 'states/s' counts states (each answered for "
             f"every action). Ratios are states/s over the echo and echo+MLP ceilings of the same "
             "batch size.",

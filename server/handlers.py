@@ -155,6 +155,7 @@ class Handlers:
     def _release_for_query(self, release_id: str) -> ActiveRelease:
         rel = self.holder.current()  # ONE snapshot for the whole call
         if release_id and release_id != rel.release_id:
+            self.store.get_release(release_id)  # NotFound for an unknown release
             exc = FailedPrecondition(
                 f"release {release_id!r} is not the active release (active: {rel.release_id!r})"
             )

@@ -296,8 +296,10 @@ def test_error_table_and_rejections_store_nothing(env: Env) -> None:
             assert ei.value.code == grpc.StatusCode.INVALID_ARGUMENT
         with pytest.raises(InvalidArgumentError):
             c.best_actions([float("nan")])
+        with pytest.raises(NotFoundError):
+            c.get_values([0.41], release_id="no-such-release")
         with pytest.raises(FailedPreconditionError):
-            c.get_values([0.41], release_id="not-the-active-one")
+            c.get_values([0.41], release_id=env.b2.bundle_id)  # registered, not active
     with AuditClient(env.target, token=env.tokens.auditor) as a:
         with pytest.raises(NotFoundError):
             a.verify(release_id="no-such-release")

@@ -27,7 +27,9 @@ class GetValuesRequest(_message.Message):
     ACTIONS_FIELD_NUMBER: _builtins.int
     RELEASE_ID_FIELD_NUMBER: _builtins.int
     release_id: _builtins.str
-    """When set, the call fails with FAILED_PRECONDITION unless this is the active release."""
+    """When set, the call fails unless this is the active release (FAILED_PRECONDITION; NOT_FOUND
+    for a release the store does not know).
+    """
     @_builtins.property
     def states(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
         """States in the release's state interval; finite; 1 .. max batch (server limit)."""
@@ -94,7 +96,9 @@ class GetBestActionsRequest(_message.Message):
     STATES_FIELD_NUMBER: _builtins.int
     RELEASE_ID_FIELD_NUMBER: _builtins.int
     release_id: _builtins.str
-    """When set, the call fails with FAILED_PRECONDITION unless this is the active release."""
+    """When set, the call fails unless this is the active release (FAILED_PRECONDITION; NOT_FOUND
+    for a release the store does not know).
+    """
     @_builtins.property
     def states(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
         """States in the release's state interval; finite; 1 .. max batch."""

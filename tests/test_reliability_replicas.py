@@ -103,11 +103,10 @@ def test_three_replicas_one_postgres_store(tmp_path: Path, bundle: Path, pg_url:
             )
         )
     try:
-        srvs[0].start()  # migrates and registers the release
-        for s in srvs[1:]:
-            s.start(wait=False)  # the other two start concurrently
-        for s in srvs[1:]:
-            s.wait_serving(timeout=60)
+        for s in srvs:  # all three at once on the fresh database (migrations, registration)
+            s.start(wait=False)
+        for s in srvs:
+            s.wait_serving(timeout=90)
         targets = [s.target for s in srvs]
         rel = release_info(targets[0])
         rng = np.random.default_rng(2024)

@@ -192,7 +192,7 @@ def test_activation_is_atomic_under_load(bundles: tuple[Path, Path], tmp_path: P
     query = add_token(tokens, "query")
     with InProcessServer(bundles[0], f"sqlite:///{tmp_path / 's.sqlite'}", tokens=tokens) as s:
         with AdminClient(s.target, token=admin) as ad:
-            ad.activate(bundle_path=str(bundles[1]))
+            ad.activate(b2.bundle_id)  # found among the served bundle's siblings
             with ValueClient(s.target, token=query) as c:
                 truth = {b2.bundle_id: c.values(states)}
             ad.activate(b1.bundle_id)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import statistics
 import sys
 import tempfile
@@ -54,7 +55,8 @@ def _case(name: str, cfg: TrainConfig, repeats: int) -> list[object]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=5, help="runs of the paper's case")
+    ap.add_argument("--dqn-repeats", type=int, default=1, help="runs of each replay case")
     args = ap.parse_args()
     paper = TrainConfig.from_toml(ROOT / "configs/linewalk.toml")
     dqn = TrainConfig.from_toml(ROOT / "configs/linewalk-dqn.toml")
@@ -62,12 +64,16 @@ def main() -> None:
         _case("paper, literal Algorithm 1 (linewalk.toml, eps 0.9 paper mode)",
               dataclasses.replace(paper, epsilon=0.9, mode="paper"), args.repeats),
         _case("authors' recipe (linewalk-dqn.toml, sigma 0.32 gdp mode)",
-              dataclasses.replace(dqn, sigma=0.32, mode="gdp"), args.repeats),
+              dataclasses.replace(dqn, sigma=0.32, mode="gdp"), args.dqn_repeats),
         _case("authors' recipe (linewalk-dqn.toml, sigma 0)",
-              dataclasses.replace(dqn, sigma=0.0, mode="paper"), args.repeats),
+              dataclasses.replace(dqn, sigma=0.0, mode="paper"), args.dqn_repeats),
     ]
+    load = ", ".join(f"{v:.1f}" for v in os.getloadavg())
     body = (
-        f"Median of {args.repeats} seeded runs of `train_q` (the training loop alone), and one "
+        f"Load average at the end of the run: {load} (2 cores; other work on the machine "
+        "inflates these times directly).\n\n"
+        f"Median of {args.repeats} (paper) / {args.dqn_repeats} (replay) seeded runs of "
+        "`train_q` (the training loop alone), and one "
         "end-to-end `run_training` (calibration, env, training, bundle written and verified). "
         "'noise points' counts GP values drawn over all paths and actions; 'noise s' is the "
         "time spent in `OUSamplePath.sample`. Targets: paper's run <= 30 s, noise < 10 %.\n\n"

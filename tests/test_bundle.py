@@ -285,8 +285,14 @@ def test_bundle_module_is_torch_free(trained: Path) -> None:
     assert r.stdout.strip() == "ok", r.stderr
 
 
-def test_evaluate_cli_prints_the_table(trained: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["evaluate", str(trained), "--episodes", "5", "--seed", "1"]) == 0
+def test_evaluate_cli_prints_the_table(
+    trained: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    png = tmp_path / "eval.png"
+    assert (
+        main(["evaluate", str(trained), "--episodes", "5", "--seed", "1", "--plot", str(png)]) == 0
+    )
+    assert png.read_bytes()[:4] == b"\x89PNG"
     out = capsys.readouterr().out
     for row in ("released (Q + g, fresh path", "bare network", "random", "towards 0.5"):
         assert row in out

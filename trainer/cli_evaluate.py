@@ -18,6 +18,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--episodes", type=int, default=100, help="episodes per policy (default 100)")
     p.add_argument("--seed", type=int, help="seed the environments and the fresh noise path")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--plot", metavar="PNG", help="also write a bar chart of the returns")
     p.set_defaults(func=run)
     return p
 
@@ -27,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
 
     from qveil.bundle import load_bundle
     from qveil.rng import seeded_rng
-    from qveil.trainer.evaluate import evaluate_bundle, format_table
+    from qveil.trainer.evaluate import evaluate_bundle, format_table, plot_scores
 
     bundle = load_bundle(args.bundle, verify=True)
     scores = evaluate_bundle(
@@ -50,4 +51,12 @@ def run(args: argparse.Namespace) -> int:
             f"release sigma {bundle.sigma:.4g}, beta {bundle.beta:.4g})"
         )
         print(format_table(scores))
+    if args.plot:
+        plot_scores(
+            scores,
+            args.plot,
+            title=f"{bundle.env_id}  bundle {bundle.bundle_id[:8]}  "
+            f"mode {bundle.card['mode']}  sigma {bundle.sigma:.4g}",
+        )
+        print(f"plot written to {args.plot}")
     return 0

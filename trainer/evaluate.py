@@ -23,7 +23,7 @@ from qveil.noise import OUSamplePath
 from qveil.rng import NormalSource
 from qveil.trainer.env import ENV_ID, towards_middle_policy
 
-__all__ = ["PolicyScore", "evaluate_bundle", "format_table", "run_policy"]
+__all__ = ["PolicyScore", "evaluate_bundle", "format_table", "plot_scores", "run_policy"]
 
 
 @dataclass(frozen=True)
@@ -135,3 +135,21 @@ def format_table(scores: list[PolicyScore]) -> str:
         for s in scores
     ]
     return "\n".join(lines)
+
+
+def plot_scores(scores: list[PolicyScore], path: str, *, title: str = "") -> None:
+    """A bar chart of the mean returns with +-1 standard error (PNG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.2), dpi=100)
+    names = [s.policy for s in scores]
+    ax.barh(names, [s.mean for s in scores], xerr=[s.sem for s in scores], color="tab:blue")
+    ax.invert_yaxis()
+    ax.set_xlabel(f"mean return over {scores[0].episodes} episodes (+-1 s.e.)")
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

@@ -213,3 +213,25 @@ def test_variance_test_power_matches_simulation() -> None:
                                             sps.chi2.sf(row @ row, n)))))
     assert float(np.mean(var_p < level)) == pytest.approx(
         variance_test_power(n, factor=1.3, level=level), abs=0.01)
+
+
+@pytest.mark.postgres
+def test_audit_on_postgresql(pg_url: str) -> None:
+    """Same audit on the PostgreSQL backend: passes, then fails on an edited value."""
+    import psycopg
+
+    with open_store(pg_url, rng=11) as st:
+        fill(st, "rel-pg", n=200, seed=4)
+        db = admin_db_for(st, pg_url)
+        rep = audit_store(st, db, store_label="pg")
+        assert rep.passed, rep.failures()
+        db.close()
+    with psycopg.connect(pg_url.replace("postgresql+psycopg", "postgresql"),
+                         autocommit=True) as conn:
+        conn.execute("UPDATE noise_points SET g = g * 1.0001 WHERE action = 1 AND seq = 7")
+    with open_store(pg_url) as st:
+        db = admin_db_for(st, pg_url)
+        rep = audit_store(st, db, store_label="pg")
+        db.close()
+    assert not rep.passed
+    assert any("hash chain broken at seq 7" in f for f in rep.failures()), rep.failures()

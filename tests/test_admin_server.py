@@ -85,11 +85,25 @@ def test_activation_under_load_no_error_one_release_per_response(setup, tmp_path
             g = np.array([[noise[(rid, act)][x] for act in range(bnd.n_actions)] for x in xs])
             assert np.array_equal(values, grid_round(bnd.q_values(states) + g, grid)), rid
         capsys.readouterr()
+        # list and retire through the server; the active release cannot be retired
+        tok = ["--target", srv.target, "--token-file", str(admin_tok)]
+        assert main(["admin", "retire", ida, *tok]) == 2
+        assert "is active" in capsys.readouterr().err
+        assert main(["admin", "retire", idb, *tok]) == 0
+        capsys.readouterr()
+        assert main(["admin", "releases", *tok, "--json"]) == 0
+        listed = json.loads(capsys.readouterr().out)
+        assert listed["active_release_id"] == ida
+        assert {r["release_id"]: r["status"] for r in listed["releases"]} == {
+            ida: "active", idb: "retired"}
         # the server audit-logged both activations (admin role); no token anywhere in the log
         with open_admin(store, actor="t", create=False) as ctx:
             acts = [e for e in audit_log.entries(ctx.db) if e.action == "activate"]
             assert [(e.target, e.outcome, e.actor) for e in acts] == [
                 (idb, "ok", "server (admin role)"), (ida, "ok", "server (admin role)")]
+            retires = [(e.target, e.outcome) for e in audit_log.entries(ctx.db)
+                       if e.action == "retire"]
+            assert retires == [(ida, "refused"), (idb, "ok")]
             dump = json.dumps([e.to_dict() for e in audit_log.entries(ctx.db)])
             assert all(tok not in dump for tok in (tokens.admin, tokens.query, tokens.auditor))
 

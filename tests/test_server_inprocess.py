@@ -249,3 +249,17 @@ def test_two_replicas_share_a_postgres_store(bundles: tuple[Path, Path], pg_url:
             b2 = c2.values(states_b)  # drawn by replica 2
             np.testing.assert_array_equal(c2.values(states_a), a1)
             np.testing.assert_array_equal(c1.values(states_b), b2)
+
+
+def test_oversized_message_is_refused_and_stores_nothing(srv: InProcessServer) -> None:
+    """A request over the server's message limit (4 MiB) is refused by gRPC itself."""
+    before = srv.store.count_points()
+    with grpc.insecure_channel(
+        srv.target, options=[("grpc.max_send_message_length", 64 << 20)]
+    ) as ch:
+        stub = value_grpc.ValueServiceStub(ch)
+        huge = value_pb.GetValuesRequest(states=np.linspace(LO, HI, 600_000).tolist())
+        with pytest.raises(grpc.RpcError) as ei:
+            stub.GetValues(huge, timeout=30)
+    assert ei.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert srv.store.count_points() == before

@@ -48,7 +48,7 @@ __all__ = [
 LEMMA8_CONSTANT = 8.68
 """Lemma 8: E[max_x g(x)] <= 8.68 sqrt(beta) sigma for g ~ GP(0, sigma^2 exp(-beta|x-y|))."""
 
-_K_MAX = float(2**62)  # calibration gives up on k beyond this (reported, never raised)
+_K_MAX = 2**40  # calibration gives up on k beyond ~1e12 (reported as holds=False, never raised)
 
 
 # ---------------------------------------------------------------------------- formulas
@@ -77,24 +77,28 @@ def theorem5_C(*, lr: float, k: float, batch_size: int, lipschitz: float) -> flo
     return (v * v + v) * lip * lip
 
 
+def _t5_sigma(eps: float, delta: float, n: float, c: float) -> float:
+    return math.sqrt(2.0 * n * math.log(math.e + eps / delta) * c) / eps
+
+
 def theorem5_sigma(*, epsilon: float, delta: float, mechanisms: int, C: float) -> float:  # noqa: N803
     """Theorem 5's noise level: sigma = sqrt(2 T' ln(e + eps/delta) C) / eps (the form the
     proof derives, end of Section 3.2; the typeset statement misplaces the square root)."""
-    eps = _pos("epsilon", epsilon)
-    d = _pos("delta", delta)
-    return math.sqrt(2.0 * _pos("mechanisms", mechanisms) * math.log(math.e + eps / d)
-                     * _pos("C", C)) / eps
+    return _t5_sigma(_pos("epsilon", epsilon), _pos("delta", delta),
+                     _pos("mechanisms", mechanisms), _pos("C", C))
 
 
 def _t5_gap(eps: float, sigma: float, delta: float, n: float, c: float) -> float:
-    """eps sigma - sqrt(2 n C ln(e + eps/delta)): >= 0 iff Theorem 5's inequality holds."""
-    return eps * sigma - math.sqrt(2.0 * n * c * math.log(math.e + eps / delta))
+    """sigma - sqrt(2 T' ln(e + eps/delta) C) / eps: >= 0 iff Theorem 5's inequality holds
+    (the same expression as :func:`theorem5_sigma`, so the check is exact in floating point).
+    Strictly increasing in eps > 0: ln grows slower than eps^2."""
+    return sigma - _t5_sigma(eps, delta, n, c)
 
 
 def theorem5_epsilon(*, sigma: float, delta: float, mechanisms: int, C: float) -> float:  # noqa: N803
     """Smallest eps for which Theorem 5's inequality sigma >= sqrt(2 T' ln(e+eps/delta) C)/eps
-    holds. h(eps) = eps sigma - sqrt(2 T' C ln(e + eps/delta)) is convex (sqrt of a concave
-    increasing function is concave) with h(0) < 0, so it has one root and h >= 0 beyond it.
+    holds. h(eps) = sigma - sqrt(2 T' C ln(e + eps/delta)) / eps is increasing, -> -inf as
+    eps -> 0 and -> sigma > 0 as eps -> inf, so it has one root and h >= 0 beyond it.
     Bisection on an adaptive bracket; the upper end is returned (verified h >= 0)."""
     s = _pos("sigma", sigma)
     d = _pos("delta", delta)
@@ -182,6 +186,17 @@ def _account_training(p: PrivacyParams) -> PrivacyResult:
             dg = None
         else:
             dg = lemma8_paper_delta(margin=margin, resets=p.resets)
+        # Soundness check: T' Gaussian mechanisms of sensitivity sqrt(C) are exactly
+        # mu-GDP, and that curve is tight, so no valid accounting of the proof's own
+        # mechanisms can give a smaller epsilon. The closed form drops the T'C/(2 sigma^2)
+        # term of the proof's derivation and falls below it when mu is large.
+        eps_exact = gdp_epsilon(delta=p.delta, mu=math.sqrt(n) * sens / sigma)
+        if eps < eps_exact:
+            reasons.append(
+                f"Theorem 5's closed form gives epsilon {eps:.6g}, below the exact epsilon "
+                f"{eps_exact:.6g} of {n} Gaussian mechanisms with the per-step sensitivity its "
+                f"proof assumes (the closed form drops the T'C/(2 sigma^2) term of the proof's "
+                f"derivation), so the claim cannot hold here")
         basis = (f"Theorem 5 of Wang & Hegde (2019) as stated (its claim; proof has open gaps, "
                  f"docs/privacy.md): {n} mechanisms ({p.updates} SGD updates + 1 release) of "
                  f"RKHS sensitivity sqrt(C) = {sens:.4g} (||r-r'||_inf <= "
@@ -266,13 +281,15 @@ def _meet_epsilon(p: PrivacyParams, sigma: float, target: float) -> PrivacyResul
     raise AssertionError("calibration final check failed")  # pragma: no cover
 
 
-def _sigma_training(p: PrivacyParams, k: float, eps: float, delta_mech: float) -> float:
+def _sigma_training(p: PrivacyParams, k: float, eps: float, delta_mech: float,
+                    mu_star: float | None) -> float:
     n = p.updates + 1
     c = theorem5_C(lr=p.lr, k=k, batch_size=p.batch_size, lipschitz=p.lipschitz)
     c *= p.reward_sensitivity ** 2
     if p.mode == "paper":
         return theorem5_sigma(epsilon=eps, delta=delta_mech, mechanisms=n, C=c)
-    return math.sqrt(n * c) / gdp_mu(epsilon=eps, delta=delta_mech)
+    assert mu_star is not None
+    return math.sqrt(n * c) / mu_star
 
 
 def calibrate(params: PrivacyParams, *, target_epsilon: float, tune: bool = True,
@@ -313,9 +330,11 @@ def calibrate(params: PrivacyParams, *, target_epsilon: float, tune: bool = True
     delta_mech = target_delta * float(delta_split)
     base = params.replace(delta=delta_mech, sigma=None)
 
+    mu_star = gdp_mu(epsilon=eps, delta=delta_mech) if params.mode == "gdp" else None
+
     def attempt(k: float) -> PrivacyResult:
         q = base.replace(k=k)
-        return _meet_epsilon(q, _sigma_training(q, k, eps, delta_mech), eps)
+        return _meet_epsilon(q, _sigma_training(q, k, eps, delta_mech, mu_star), eps)
 
     def valid(r: PrivacyResult) -> bool:
         return (r.delta_noise_bound is not None
@@ -324,21 +343,22 @@ def calibrate(params: PrivacyParams, *, target_epsilon: float, tune: bool = True
     if not tune:
         return _with_target(attempt(params.k), eps, target_delta)
     # smallest integer k >= 1 with a valid noise bound: doubling, then integer bisection
-    lo_bad, k = 0.0, 1.0
-    r = attempt(k)
+    # (Python ints: exact at any size)
+    lo_bad, k = 0, 1
+    r = attempt(float(k))
     while not valid(r):
-        lo_bad, k = k, 2.0 * k
-        if k > _K_MAX:
+        lo_bad, k = k, 2 * k
+        if k > _K_MAX:  # no k works (e.g. gdp when sigma grows as fast as k): say so
             return _with_target(attempt(params.k), eps, target_delta)
-        r = attempt(k)
+        r = attempt(float(k))
     hi_ok, best = k, r
-    while hi_ok - lo_bad > 1.0:
-        mid = math.floor((lo_bad + hi_ok) / 2.0)
+    while hi_ok - lo_bad > 1:
+        mid = (lo_bad + hi_ok) // 2
         rm = attempt(float(mid))
         if valid(rm):
-            hi_ok, best = float(mid), rm
+            hi_ok, best = mid, rm
         else:
-            lo_bad = float(mid)
+            lo_bad = mid
     return _with_target(best, eps, target_delta)
 
 

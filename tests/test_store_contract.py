@@ -12,10 +12,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import sqlalchemy as sa
-
-from qveil.errors import IntegrityError, InvalidArgument, NotFound
-from qveil.rng import OSEntropy
-from qveil.server.store import open_store
 from store_helpers import (
     BETA,
     RID,
@@ -26,6 +22,10 @@ from store_helpers import (
     stored,
     whiten,
 )
+
+from qveil.errors import IntegrityError, InvalidArgument, NotFound
+from qveil.rng import OSEntropy
+from qveil.server.store import open_store
 
 
 @pytest.fixture(params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])

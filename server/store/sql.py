@@ -71,12 +71,13 @@ def _to_record(row: Any) -> ReleaseRecord:
 
 
 class _SqlTxn:
-    __slots__ = ("_store", "_conn", "_params")
+    __slots__ = ("_store", "_conn", "_params", "_inserted")
 
     def __init__(self, store: SQLStore, conn: sa.Connection, rid: str, action: int) -> None:
         self._store = store
         self._conn = conn
         self._params = {"r": rid, "a": action}
+        self._inserted: int | None = None
 
     def fetch_since(self, hw: int) -> Sequence[Row]:
         res = self._conn.execute(self._store._q_since, {**self._params, "hw": hw})
@@ -95,13 +96,26 @@ class _SqlTxn:
 
     def insert(self, rows: Sequence[Row]) -> None:
         r, a = self._params["r"], self._params["a"]
-        self._conn.execute(self._store._ins_points, [
+        st = self._store
+        if st._ins_points_sql is not None:  # SQLite: the compiled Core insert, positional
+            res = self._conn.exec_driver_sql(st._ins_points_sql, [
+                (r, a, s, x, g, c, h) for s, x, g, c, h in rows])
+            # sqlite3's executemany rowcount is the total of rows inserted; DO NOTHING skips
+            # are not counted, so all-inserted <=> rowcount == len(rows)
+            self._inserted = res.rowcount
+            return
+        res = self._conn.execute(st._ins_points, [
             {"release_id": r, "action": a, "seq": s, "x": x, "g": g, "created_at": c,
              "hash": h} for s, x, g, c, h in rows])
+        if st._serialize:  # PostgreSQL: RETURNING lists the rows actually inserted
+            self._inserted = len(res.all())
 
     def confirm(self, rows: Sequence[Row]) -> bool:
         if not self._store._serialize:
             return True
+        if self._inserted == len(rows):  # every row is ours (SQLite row count, PG RETURNING)
+            return True
+        # something was skipped by ON CONFLICT DO NOTHING: re-select to say what (then retry)
         got = self._conn.execute(self._store._q_range, {
             **self._params, "lo": rows[0][0], "hi": rows[-1][0]}).all()
         return [tuple(g) for g in got] == list(rows)
@@ -164,10 +178,16 @@ class SQLStore(SamplePathStore):
                     mig = self._writer if self._serialize else self._sqlite_engine(
                         pool_size=1, begin=True, implicit=False)
                 else:
-                    self._writer = self._reader = mig = self._track(sa.create_engine(
+                    # no pre-ping (a round trip per checkout): a dead pooled connection
+                    # fails its statement, is invalidated, and the operation is retried
+                    cargs = {"connect_timeout": max(1, int(self._busy))}
+                    self._writer = mig = self._track(sa.create_engine(
                         u, isolation_level="READ COMMITTED", pool_size=pool_size,
-                        max_overflow=pool_size, pool_pre_ping=True,
-                        connect_args={"connect_timeout": max(1, int(self._busy))}))
+                        max_overflow=pool_size, connect_args=cargs))
+                    # single-statement reads need no BEGIN/ROLLBACK round trips
+                    self._reader = self._track(sa.create_engine(
+                        u, isolation_level="AUTOCOMMIT", pool_size=pool_size,
+                        max_overflow=pool_size, connect_args=cargs))
                 self.schema_revision = migrate.upgrade(mig, create=create,
                                                        read_engine=self._reader)
                 self.settings = self._check_settings()
@@ -266,9 +286,21 @@ class SQLStore(SamplePathStore):
         ins = sqlite_insert if self.backend == "sqlite" else pg_insert
         if self._serialize:
             self._ins_points = ins(NP).on_conflict_do_nothing()
+            if self.backend == "postgresql":  # one multi-row INSERT ... RETURNING per batch
+                self._ins_points = self._ins_points.returning(NP.c.seq)
         else:  # broken mode: a conflict raises and the attempt is retried
             self._ins_points = sa.insert(NP)
         self._ins_release = ins(REL).on_conflict_do_nothing()
+        # SQLite hot path: the same Core statement compiled once to positional SQL, executed
+        # with tuples (saves SQLAlchemy's per-row parameter processing, ~10 us a row)
+        self._ins_points_sql: str | None = None
+        if self.backend == "sqlite":
+            from sqlalchemy.dialects import sqlite as _sqlite_dialect
+            comp = self._ins_points.compile(dialect=_sqlite_dialect.dialect(paramstyle="qmark"),
+                                            column_keys=[c.name for c in NP.c])
+            names = list(comp.positiontup or [])
+            assert names == [c.name for c in NP.c], names
+            self._ins_points_sql = str(comp)
 
     # -- error translation ----------------------------------------------------------------
 
@@ -301,6 +333,8 @@ class SQLStore(SamplePathStore):
         if code == "25006":
             return Unavailable(f"{where} is read-only; cannot {what} (nothing was written)")
         if exc.connection_invalidated or code.startswith("08") or code.startswith("57P"):
+            if what.startswith("store new") or what.startswith("read"):
+                return Retry(f"connection lost ({orig})")  # retried on a new connection
             return Unavailable(f"{where}: database connection lost during {what}; "
                                "nothing was answered")
         return Unavailable(f"{where}: database error during {what}: {orig}")
@@ -339,6 +373,19 @@ class SQLStore(SamplePathStore):
         with self._translated(what), self._reader.connect() as conn:
             yield conn
 
+    def _read_call(self, what: str, fn: Any) -> Any:
+        """``fn(conn)`` on a reader connection; once more on a fresh one if the pooled
+        connection turned out to be dead."""
+        for attempt in (0, 1):
+            try:
+                with self._read(what) as conn:
+                    return fn(conn)
+            except Retry as exc:
+                if attempt:
+                    raise Unavailable(f"noise store {self._identity}: database connection "
+                                      f"lost during {what} ({exc})") from None
+        raise AssertionError("unreachable")
+
     # -- backend hooks --------------------------------------------------------------------
 
     def _db_insert_release(self, rec: ReleaseRecord) -> bool:
@@ -351,13 +398,13 @@ class SQLStore(SamplePathStore):
             return bool(res.rowcount == 1)
 
     def _db_get_release(self, release_id: str) -> ReleaseRecord | None:
-        with self._read("read a release") as conn:
-            row = conn.execute(select(REL).where(REL.c.release_id == release_id)).first()
+        row = self._read_call("read a release", lambda c: c.execute(
+            select(REL).where(REL.c.release_id == release_id)).first())
         return None if row is None else _to_record(row)
 
     def _db_list_releases(self) -> list[ReleaseRecord]:
-        with self._read("list releases") as conn:
-            rows = conn.execute(select(REL).order_by(REL.c.created_at, REL.c.release_id)).all()
+        rows = self._read_call("read releases", lambda c: c.execute(
+            select(REL).order_by(REL.c.created_at, REL.c.release_id)).all())
         return [_to_record(r) for r in rows]
 
     def _db_set_status(self, release_id: str, status: str) -> bool:
@@ -367,9 +414,9 @@ class SQLStore(SamplePathStore):
             return bool(res.rowcount == 1)
 
     def _db_fetch_since(self, release_id: str, action: int, hw: int) -> Sequence[Row]:
-        with self._read("read noise points") as conn:
-            res = conn.execute(self._q_since, {"r": release_id, "a": action, "hw": hw})
-            return [tuple(r) for r in res]  # type: ignore[misc]
+        params = {"r": release_id, "a": action, "hw": hw}
+        return self._read_call("read noise points", lambda c: [
+            tuple(r) for r in c.execute(self._q_since, params)])  # type: ignore[no-any-return]
 
     def _db_write_txn(self, release_id: str, action: int) -> AbstractContextManager[_SqlTxn]:
         return self._txn(release_id, action)
@@ -384,7 +431,10 @@ class SQLStore(SamplePathStore):
         params: dict[str, Any] = {"r": release_id}
         if action is not None:
             params["a"] = action
-        with self._read("read noise points") as conn:
+        # PostgreSQL streams through a server-side cursor, which needs a transaction (the
+        # READ COMMITTED engine; one statement = one snapshot); SQLite reads from the pool
+        eng = self._writer if self.backend == "postgresql" else self._reader
+        with self._translated("read noise points"), eng.connect() as conn:
             res = conn.execution_options(yield_per=20000).execute(q, params)
             for a, s, x, g, c, h in res:
                 yield a, (s, x, g, c, h)
@@ -395,8 +445,7 @@ class SQLStore(SamplePathStore):
             q = q.where(NP.c.release_id == release_id)
         if action is not None:
             q = q.where(NP.c.action == action)
-        with self._read("count noise points") as conn:
-            return int(conn.execute(q).scalar_one())
+        return int(self._read_call("read a count", lambda c: c.execute(q).scalar_one()))
 
     def _db_import(self, rec: ReleaseRecord, rows: dict[int, list[Row]]) -> None:
         with self._write("import a release") as conn:

@@ -155,6 +155,8 @@ class AuditReport:
     ledger: dict[str, Any]
     audit_log: dict[str, Any]
     problems: list[str] = field(default_factory=list)
+    #: Why recording this audit in the audit log failed (None: recorded, or not asked to).
+    record_error: str | None = None
 
     @property
     def passed(self) -> bool:
@@ -191,6 +193,7 @@ class AuditReport:
             "ledger": self.ledger,
             "audit_log": self.audit_log,
             "failures": self.failures(),
+            "record_error": self.record_error,
         }
 
     def to_json(self) -> str:
@@ -387,7 +390,11 @@ def audit_store(store: Any, db: AdminDB, *, release_id: str | None = None,
                          path_level=path_level, releases=releases, ledger=ledger,
                          audit_log=log)
     if record:
-        _record(db, report, actor)
+        try:
+            _record(db, report, actor)
+        except QveilError as exc:  # e.g. a read-only auditor account: the audit still stands
+            report.record_error = (f"this audit was not recorded in the audit log ({exc}); "
+                                   "its high-water marks will not anchor later audits")
     return report
 
 

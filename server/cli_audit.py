@@ -68,6 +68,8 @@ def _summary(report: Any) -> str:
                  f"({d['audit_log']['count']} entries)")
     for f in d["failures"]:
         lines.append(f"FAIL: {f}")
+    if d.get("record_error"):
+        lines.append(f"warning: {d['record_error']}")
     return "\n".join(lines)
 
 

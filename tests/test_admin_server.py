@@ -127,3 +127,30 @@ def test_audit_service_returns_the_qveil_audit_report(setup, tmp_path: Path, cap
         assert svc == cli
         assert rep.passed and all(x.n == 300 for x in rep.actions)
         capsys.readouterr()
+
+
+def test_retrain_with_a_running_server_activates_through_it(setup, tmp_path: Path,
+                                                            capsys) -> None:
+    """`qveil admin retrain --store S ... --activate --target ADDR`: trains here, records the
+    ledger event in the server's store, then the server swaps the new bundle in."""
+    a, _b, tokens, admin_tok, store = setup
+    cfg = tmp_path / "tiny.toml"
+    src = (Path(__file__).resolve().parent.parent / "configs" / "linewalk-quick.toml")
+    tiny = {"samples": "100", "batch_size": "16", "replay_capacity": "100", "resets": "2"}
+    cfg.write_text("\n".join(
+        f"{ln.split('=', 1)[0].strip()} = {tiny[ln.split('=', 1)[0].strip()]}"
+        if ln.split("=", 1)[0].strip() in tiny else ln
+        for ln in src.read_text().splitlines()) + "\n")
+    with running(tmp_path, a, "--tokens-file", str(tokens.path)) as srv:
+        assert main(["admin", "set-cap", "--store", store, "--dataset-id", "d",
+                     "--epsilon", "100", "--delta", "1e-3"]) == 0
+        capsys.readouterr()
+        assert main(["admin", "retrain", "--store", store, "--config", str(cfg),
+                     "--dataset-id", "d", "--mode", "output", "--sigma", "5", "--seed", "1",
+                     "--activate", "--target", srv.target, "--token-file", str(admin_tok),
+                     "--json", "--no-progress"]) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert out["activated"] and out["previous_release_id"] == load_bundle(a).bundle_id
+        with ValueClient(srv.target, token=tokens.query) as c:
+            assert c.release().release_id == out["release_id"]
+            assert c.get_values([0.5]).release_id == out["release_id"]

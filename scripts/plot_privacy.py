@@ -41,30 +41,40 @@ def eps_cell(r: PrivacyResult) -> str:
 
 
 def table_account() -> str:
-    rows = ["| mode | sigma | holds | epsilon | delta_total | beta | why not |",
-            "|---|---|---|---|---|---|---|"]
+    rows = [
+        "| mode | sigma | holds | epsilon | delta_total | beta | why not |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for sigma in (0.32, 0.74):
         for mode in MODES:
             r = account(e3(mode, sigma))
             why = "" if r.holds else (r.reason or "").split(":")[0].replace("|", "\\|")
-            rows.append(f"| {mode} | {sigma} | {'yes' if r.holds else 'no'} | {eps_cell(r)} | "
-                        f"{g(r.delta_total, '.3g')} | {g(r.beta)} | {why} |")
+            rows.append(
+                f"| {mode} | {sigma} | {'yes' if r.holds else 'no'} | {eps_cell(r)} | "
+                f"{g(r.delta_total, '.3g')} | {g(r.beta)} | {why} |"
+            )
     return "\n".join(rows)
 
 
 def table_calibrate() -> str:
-    rows = ["| mode | target eps | sigma needed | k | beta | delta_total | holds | command |",
-            "|---|---|---|---|---|---|---|---|"]
+    rows = [
+        "| mode | target eps | sigma needed | k | beta | delta_total | holds | command |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for eps in (0.45, 0.9):
         for mode in MODES:
             r = calibrate(e3(mode, None), target_epsilon=eps)
-            rows.append(f"| {mode} | {eps} | {g(r.sigma)} | {g(r.k, '.0f')} | {g(r.beta)} | "
-                        f"{g(r.delta_total, '.3g')} | {'yes' if r.holds else 'no'} | "
-                        f"`qveil privacy --mode {mode} --epsilon {eps}` |")
+            rows.append(
+                f"| {mode} | {eps} | {g(r.sigma)} | {g(r.k, '.0f')} | {g(r.beta)} | "
+                f"{g(r.delta_total, '.3g')} | {'yes' if r.holds else 'no'} | "
+                f"`qveil privacy --mode {mode} --epsilon {eps}` |"
+            )
         r = calibrate(e3("paper", None), target_epsilon=eps, tune=False)
-        rows.append(f"| paper, k = 23 fixed (as E.3) | {eps} | {g(r.sigma)} | 23 | {g(r.beta)} "
-                    f"| - | {'yes' if r.holds else 'no'} | "
-                    f"`qveil privacy --epsilon {eps} --k 23` |")
+        rows.append(
+            f"| paper, k = 23 fixed (as E.3) | {eps} | {g(r.sigma)} | 23 | {g(r.beta)} "
+            f"| - | {'yes' if r.holds else 'no'} | "
+            f"`qveil privacy --epsilon {eps} --k 23` |"
+        )
     return "\n".join(rows)
 
 
@@ -138,9 +148,11 @@ def _smallest_valid_k(mode: str, sigma: float) -> PrivacyResult | None:
     """paper/gdp at this sigma with the smallest integer k whose guarantee holds with total
     delta <= 1e-4, split half/half as in E.3 and in calibrate(): the mechanism gets 5e-5 and
     Lemma 8's term must be <= 5e-5. The best these modes offer at this sigma."""
+
     def ok(k: int) -> PrivacyResult | None:
         r = account(e3(mode, sigma, k=float(k), delta=5e-5))
         return r if r.holds and r.delta_total is not None and r.delta_total <= 1e-4 else None
+
     lo, hi = 0, 1
     while ok(hi) is None:
         lo, hi = hi, hi * 2
@@ -167,30 +179,55 @@ def plot(path: Path) -> None:
     fig, ax = plt.subplots(figsize=(8.5, 5.5), dpi=120)
     colors = {"paper": "tab:red", "gdp": "tab:blue", "output": "tab:green"}
     out = [account(e3("output", float(s))).epsilon for s in sigmas]
-    ax.plot(sigmas, out, color=colors["output"], lw=2,
-            label="output (strict; beta = L/M, 2 actions jointly)")
+    ax.plot(
+        sigmas,
+        out,
+        color=colors["output"],
+        lw=2,
+        label="output (strict; beta = L/M, 2 actions jointly)",
+    )
     for mode in ("paper", "gdp"):
         eps23 = [account(e3(mode, float(s))).epsilon_if_conditions_held for s in sigmas]
-        ax.plot(sigmas, eps23, color=colors[mode], ls=":", lw=1.3,
-                label=f"{mode}, k = 23 (E.3): formula only, NO guarantee (Lemma 8 fails)")
+        ax.plot(
+            sigmas,
+            eps23,
+            color=colors[mode],
+            ls=":",
+            lw=1.3,
+            label=f"{mode}, k = 23 (E.3): formula only, NO guarantee (Lemma 8 fails)",
+        )
         xs, ys = [], []
         for s in sigmas:
             r = _smallest_valid_k(mode, float(s))
             if r is not None:
                 xs.append(float(s))
                 ys.append(r.epsilon)
-        ax.plot(xs, ys, color=colors[mode], lw=2,
-                label=f"{mode}, smallest k that makes it hold (k grows with sigma)")
+        ax.plot(
+            xs,
+            ys,
+            color=colors[mode],
+            lw=2,
+            label=f"{mode}, smallest k that makes it hold (k grows with sigma)",
+        )
     for e in (0.45, 0.9):
         ax.axhline(e, color="0.6", lw=0.8, ls="--")
-    ax.plot([0.313], [0.9], marker="*", ms=14, color="k", ls="none",
-            label="E.3's claim: sigma = 0.313 for eps = 0.9")
+    ax.plot(
+        [0.313],
+        [0.9],
+        marker="*",
+        ms=14,
+        color="k",
+        ls="none",
+        label="E.3's claim: sigma = 0.313 for eps = 0.9",
+    )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("sigma (GP noise scale)")
     ax.set_ylabel("epsilon at total delta <= 1e-4")
-    ax.set_title("epsilon against sigma at the paper's Appendix E.3 settings\n"
-                 "(alpha=3e-4, B=64, T=5000, L=4, J=78, m=2, r0=0.5, gamma=0.9)")
+    ax.set_title(
+        "epsilon against sigma at the paper's Appendix E.3 settings\n"
+        "(alpha=3e-4, B=64, T=5000, L=4, J=78, m=2, r0=0.5, gamma=0.9)"
+    )
     ax.set_ylim(1e-2, 1e4)
     ax.grid(True, which="both", alpha=0.25)
     ax.legend(fontsize=7.5, loc="lower left")

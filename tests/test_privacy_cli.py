@@ -19,8 +19,7 @@ def _json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:  # type: igno
 
 def test_defaults_are_e3_and_paper_e3_does_not_hold(capsys: pytest.CaptureFixture[str]) -> None:
     d = _json(capsys, "--sigma", "0.32")
-    for key in ("mode", "epsilon", "delta_total", "holds", "sigma", "beta", "k", "basis",
-                "reason"):
+    for key in ("mode", "epsilon", "delta_total", "holds", "sigma", "beta", "k", "basis", "reason"):
         assert key in d
     assert d["mode"] == "paper" and d["holds"] is False and d["epsilon"] is None
     assert "Lemma 8" in d["reason"]
@@ -30,22 +29,63 @@ def test_defaults_are_e3_and_paper_e3_does_not_hold(capsys: pytest.CaptureFixtur
 
 
 def test_every_flag_reaches_the_params(capsys: pytest.CaptureFixture[str]) -> None:
-    d = _json(capsys, "--mode", "gdp", "--sigma", "7", "--delta", "1e-6", "--samples", "1000",
-              "--batch-size", "10", "--lr", "1e-3", "--k", "5000", "--lipschitz", "2",
-              "--resets", "3", "--actions", "4", "--gamma", "0.5", "--reward-bound", "2",
-              "--reward-sensitivity", "0.5", "--steps", "50")
+    d = _json(
+        capsys,
+        "--mode",
+        "gdp",
+        "--sigma",
+        "7",
+        "--delta",
+        "1e-6",
+        "--samples",
+        "1000",
+        "--batch-size",
+        "10",
+        "--lr",
+        "1e-3",
+        "--k",
+        "5000",
+        "--lipschitz",
+        "2",
+        "--resets",
+        "3",
+        "--actions",
+        "4",
+        "--gamma",
+        "0.5",
+        "--reward-bound",
+        "2",
+        "--reward-sensitivity",
+        "0.5",
+        "--steps",
+        "50",
+    )
     p = d["params"]
-    assert (p["mode"], p["sigma"], p["delta"], p["samples"], p["batch_size"], p["lr"], p["k"],
-            p["lipschitz"], p["resets"], p["actions"], p["gamma"], p["reward_bound"],
-            p["reward_sensitivity"], p["steps"]) == ("gdp", 7.0, 1e-6, 1000, 10, 1e-3, 5000.0,
-                                                     2.0, 3, 4, 0.5, 2.0, 0.5, 50)
+    assert (
+        p["mode"],
+        p["sigma"],
+        p["delta"],
+        p["samples"],
+        p["batch_size"],
+        p["lr"],
+        p["k"],
+        p["lipschitz"],
+        p["resets"],
+        p["actions"],
+        p["gamma"],
+        p["reward_bound"],
+        p["reward_sensitivity"],
+        p["steps"],
+    ) == ("gdp", 7.0, 1e-6, 1000, 10, 1e-3, 5000.0, 2.0, 3, 4, 0.5, 2.0, 0.5, 50)
     assert d["mechanisms"] == 51 and d["holds"] is True
 
 
 def test_epsilon_calibrates(capsys: pytest.CaptureFixture[str]) -> None:
     d = _json(capsys, "--mode", "output", "--epsilon", "0.9")
-    r = calibrate(PrivacyParams(mode="output", sigma=None, **E3_SETTINGS),  # type: ignore[arg-type]
-                  target_epsilon=0.9)
+    r = calibrate(
+        PrivacyParams(mode="output", sigma=None, **E3_SETTINGS),  # type: ignore[arg-type]
+        target_epsilon=0.9,
+    )
     assert d["sigma"] == r.sigma and d["epsilon"] <= 0.9 and d["bound"] == pytest.approx(5.0)
     # paper: k is searched unless --k is given
     searched = _json(capsys, "--epsilon", "0.9")
@@ -71,19 +111,24 @@ def test_text_output(capsys: pytest.CaptureFixture[str]) -> None:
         (["--epsilon", "0"], "got 0.0"),
     ],
 )
-def test_bad_values_exit_2(argv: list[str], fragment: str,
-                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_values_exit_2(
+    argv: list[str], fragment: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["privacy", *argv]) == 2
     assert fragment in capsys.readouterr().err
 
 
 def test_malformed_flags_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
-    for argv in (["privacy", "--sigma", "x"], ["privacy", "--sigma", "1", "--epsilon", "1"],
-                 ["privacy", "--sigma", "1", "--mode", "rdp"]):
+    for argv in (
+        ["privacy", "--sigma", "x"],
+        ["privacy", "--sigma", "1", "--epsilon", "1"],
+        ["privacy", "--sigma", "1", "--mode", "rdp"],
+    ):
         with pytest.raises(SystemExit) as exc:
             main(argv)
         assert exc.value.code == 2 and "error" in capsys.readouterr().err
     # and through the installed entry point, in a real process
-    proc = subprocess.run([sys.executable, "-m", "qveil.cli", "privacy"], capture_output=True,
-                          text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "qveil.cli", "privacy"], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 2 and "--sigma --epsilon is required" in proc.stderr

@@ -24,8 +24,15 @@ from qveil.privacy.gaussian import (
 
 def test_public_api_sorted_and_complete() -> None:
     assert qp.__all__ == sorted(qp.__all__)
-    for name in ("PrivacyParams", "PrivacyResult", "account", "calibrate", "PrivacyEvent",
-                 "compose", "check_budget"):
+    for name in (
+        "PrivacyParams",
+        "PrivacyResult",
+        "account",
+        "calibrate",
+        "PrivacyEvent",
+        "compose",
+        "check_budget",
+    ):
         assert name in qp.__all__ and hasattr(qp, name)
 
 
@@ -53,8 +60,9 @@ def test_gdp_delta_matches_numerical_integration(eps: float, mu: float) -> None:
 def test_gdp_closed_form_values() -> None:
     # eps = 0: delta = total variation = 2 Phi(mu/2) - 1
     for mu in (0.1, 1.0, 4.0):
-        assert gdp_delta(epsilon=0.0, mu=mu) == pytest.approx(2 * stats.norm.cdf(mu / 2) - 1,
-                                                              rel=1e-13)
+        assert gdp_delta(epsilon=0.0, mu=mu) == pytest.approx(
+            2 * stats.norm.cdf(mu / 2) - 1, rel=1e-13
+        )
     # mu = 1, eps = 1: Phi(-1/2) - e Phi(-3/2), hand-evaluable
     want = stats.norm.cdf(-0.5) - math.e * stats.norm.cdf(-1.5)
     assert gdp_delta(epsilon=1.0, mu=1.0) == pytest.approx(want, rel=1e-13)
@@ -80,8 +88,9 @@ def test_one_gaussian_mechanism_equals_gdp() -> None:
     """GDP with one step (mu = Delta/sigma) is the analytic Gaussian mechanism (BW18 Thm 8)."""
     for sens, sigma in ((1.0, 1.0), (0.3, 2.0), (5.0, 0.7)):
         for eps in (0.05, 0.5, 2.0):
-            bw = (stats.norm.cdf(sens / (2 * sigma) - eps * sigma / sens)
-                  - math.exp(eps) * stats.norm.cdf(-sens / (2 * sigma) - eps * sigma / sens))
+            bw = stats.norm.cdf(sens / (2 * sigma) - eps * sigma / sens) - math.exp(
+                eps
+            ) * stats.norm.cdf(-sens / (2 * sigma) - eps * sigma / sens)
             a = analytic_gaussian_delta(epsilon=eps, sensitivity=sens, sigma=sigma)
             g = gdp_delta(epsilon=eps, mu=sens / sigma)
             assert a == g
@@ -108,11 +117,11 @@ def test_analytic_sigma_is_smallest_and_meets_target(eps: float, delta: float) -
     for sens in (0.1, 1.0, 19.0):
         s = analytic_gaussian_sigma(epsilon=eps, delta=delta, sensitivity=sens)
         assert analytic_gaussian_delta(epsilon=eps, sensitivity=sens, sigma=s) <= delta
-        assert analytic_gaussian_delta(epsilon=eps, sensitivity=sens, sigma=s * (1 - 1e-9)) \
-            > delta
+        assert analytic_gaussian_delta(epsilon=eps, sensitivity=sens, sigma=s * (1 - 1e-9)) > delta
         # eps(sigma) is the conservative end of a bisection to adjacent doubles
-        assert analytic_gaussian_epsilon(delta=delta, sensitivity=sens, sigma=s) \
-            <= eps * (1 + 1e-12)
+        assert analytic_gaussian_epsilon(delta=delta, sensitivity=sens, sigma=s) <= eps * (
+            1 + 1e-12
+        )
 
 
 def test_analytic_beats_classic_gaussian_for_eps_below_one() -> None:

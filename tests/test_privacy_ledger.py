@@ -96,11 +96,15 @@ def test_budget_refuses_other_datasets_and_bad_caps() -> None:
 
 def test_event_validation() -> None:
     good = _event("output", 0.9).to_dict()
-    for key, val, frag in [("epsilon", -1.0, "got -1.0"), ("delta", 1.0, "got 1.0"),
-                           ("dataset_id", "", "dataset_id"), ("created_at", "yesterday",
-                                                              "'yesterday'"),
-                           ("created_at", "2026-11-22T06:00:00", "UTC offset"),
-                           ("mode", "rdp", "'rdp'"), ("epsilon", float("inf"), "inf")]:
+    for key, val, frag in [
+        ("epsilon", -1.0, "got -1.0"),
+        ("delta", 1.0, "got 1.0"),
+        ("dataset_id", "", "dataset_id"),
+        ("created_at", "yesterday", "'yesterday'"),
+        ("created_at", "2026-11-22T06:00:00", "UTC offset"),
+        ("mode", "rdp", "'rdp'"),
+        ("epsilon", float("inf"), "inf"),
+    ]:
         with pytest.raises(InvalidArgument, match=None) as exc:
             PrivacyEvent(**{**good, key: val})
         assert frag in str(exc.value)

@@ -32,14 +32,17 @@ def test_gram_norm_equals_dense_solve() -> None:
     g = rng.standard_normal(60)
     for beta in (0.3, 4.0, 40.0):
         k = ou_covariance(xs, beta=beta, sigma=1.0)
-        assert gram_norm_sq(xs, g, beta=beta) == pytest.approx(float(g @ np.linalg.solve(k, g)),
-                                                               rel=1e-8)
+        assert gram_norm_sq(xs, g, beta=beta) == pytest.approx(
+            float(g @ np.linalg.solve(k, g)), rel=1e-8
+        )
     # order does not matter; duplicates with equal values are fine
     perm = rng.permutation(60)
     assert gram_norm_sq(xs[perm], g[perm], beta=2.0) == pytest.approx(
-        gram_norm_sq(xs, g, beta=2.0), rel=1e-12)
+        gram_norm_sq(xs, g, beta=2.0), rel=1e-12
+    )
     assert gram_norm_sq(np.r_[xs, xs[:3]], np.r_[g, g[:3]], beta=2.0) == pytest.approx(
-        gram_norm_sq(xs, g, beta=2.0), rel=1e-12)
+        gram_norm_sq(xs, g, beta=2.0), rel=1e-12
+    )
 
 
 @pytest.mark.parametrize("beta", [0.5, 2.7, 30.0])
@@ -52,8 +55,13 @@ def test_lemma6_inner_product_is_the_rkhs_norm(beta: float) -> None:
     x = np.linspace(0.0, 1.0, 400_001)
     int_f2 = np.trapezoid(f(x) ** 2, x)
     int_df2 = np.trapezoid(df(x) ** 2, x)
-    want = lemma6_norm_sq(f0=float(f(0.0)), f1=float(f(1.0)), int_df_sq=float(int_df2),
-                          int_f_sq=float(int_f2), beta=beta)
+    want = lemma6_norm_sq(
+        f0=float(f(0.0)),
+        f1=float(f(1.0)),
+        int_df_sq=float(int_df2),
+        int_f_sq=float(int_f2),
+        beta=beta,
+    )
     got = gram_norm_sq(np.linspace(0, 1, 40_001), f(np.linspace(0, 1, 40_001)), beta=beta)
     assert got == pytest.approx(want, rel=1e-6)
     boundary = 0.5 * (f(0.0) ** 2 + f(1.0) ** 2)
@@ -114,8 +122,9 @@ def test_bound_holds_for_random_network_differences() -> None:
         d = float(np.max(np.abs(f))) + 1e-12
         d1 = float(np.max(np.abs(np.diff(f) / np.diff(x)))) + 1e-12
         for beta in (0.1, optimal_beta(sup_bound=d, lip_bound=d1), 50.0):
-            ratio = gram_norm_sq(x, f, beta=beta) / lemma6_bound_sq(sup_bound=d, lip_bound=d1,
-                                                                   beta=beta)
+            ratio = gram_norm_sq(x, f, beta=beta) / lemma6_bound_sq(
+                sup_bound=d, lip_bound=d1, beta=beta
+            )
             assert ratio <= 1.0 + 1e-9
             worst = max(worst, ratio)
     assert worst > 0.3  # the check is not vacuous

@@ -84,8 +84,9 @@ def _t5_sigma(eps: float, delta: float, n: float, c: float) -> float:
 def theorem5_sigma(*, epsilon: float, delta: float, mechanisms: int, C: float) -> float:  # noqa: N803
     """Theorem 5's noise level: sigma = sqrt(2 T' ln(e + eps/delta) C) / eps (the form the
     proof derives, end of Section 3.2; the typeset statement misplaces the square root)."""
-    return _t5_sigma(_pos("epsilon", epsilon), _pos("delta", delta),
-                     _pos("mechanisms", mechanisms), _pos("C", C))
+    return _t5_sigma(
+        _pos("epsilon", epsilon), _pos("delta", delta), _pos("mechanisms", mechanisms), _pos("C", C)
+    )
 
 
 def _t5_gap(eps: float, sigma: float, delta: float, n: float, c: float) -> float:
@@ -166,13 +167,15 @@ def _account_training(p: PrivacyParams) -> PrivacyResult:
     n = p.updates + 1  # the release is one more mechanism of the same sensitivity
     beta = theorem5_beta(lr=p.lr, k=p.k, batch_size=p.batch_size)
     c = theorem5_C(lr=p.lr, k=p.k, batch_size=p.batch_size, lipschitz=p.lipschitz)
-    c *= p.reward_sensitivity ** 2  # every sensitivity is linear in ||r - r'||_inf
+    c *= p.reward_sensitivity**2  # every sensitivity is linear in ||r - r'||_inf
     sens = math.sqrt(c)
     bound_e = LEMMA8_CONSTANT * math.sqrt(beta) * sigma
     reasons: list[str] = []
     if not p.plain_sgd:
-        reasons.append("the optimiser is not plain SGD with step alpha, so Theorem 5's "
-                       "per-step sensitivity sqrt(C) does not apply")
+        reasons.append(
+            "the optimiser is not plain SGD with step alpha, so Theorem 5's "
+            "per-step sensitivity sqrt(C) does not apply"
+        )
     mu: float | None
     if p.mode == "paper":
         mu = None
@@ -182,7 +185,8 @@ def _account_training(p: PrivacyParams) -> PrivacyResult:
             reasons.append(
                 f"Lemma 8's condition 2k > 8.68 sqrt(beta) sigma fails: 2k = {2 * p.k:.6g} "
                 f"<= 8.68 * sqrt({beta:.6g}) * {sigma:.6g} = {bound_e:.6g}, so Theorem 5 "
-                f"gives no guarantee")
+                f"gives no guarantee"
+            )
             dg = None
         else:
             dg = lemma8_paper_delta(margin=margin, resets=p.resets)
@@ -196,12 +200,15 @@ def _account_training(p: PrivacyParams) -> PrivacyResult:
                 f"Theorem 5's closed form gives epsilon {eps:.6g}, below the exact epsilon "
                 f"{eps_exact:.6g} of {n} Gaussian mechanisms with the per-step sensitivity its "
                 f"proof assumes (the closed form drops the T'C/(2 sigma^2) term of the proof's "
-                f"derivation), so the claim cannot hold here")
-        basis = (f"Theorem 5 of Wang & Hegde (2019) as stated (its claim; proof has open gaps, "
-                 f"docs/privacy.md): {n} mechanisms ({p.updates} SGD updates + 1 release) of "
-                 f"RKHS sensitivity sqrt(C) = {sens:.4g} (||r-r'||_inf <= "
-                 f"{p.reward_sensitivity:g}, L = {p.lipschitz:g}, plain SGD), delta_total with "
-                 f"Lemma 8's tail in Appendix E.3's form 1-(1-p)^J, J = {p.resets}.")
+                f"derivation), so the claim cannot hold here"
+            )
+        basis = (
+            f"Theorem 5 of Wang & Hegde (2019) as stated (its claim; proof has open gaps, "
+            f"docs/privacy.md): {n} mechanisms ({p.updates} SGD updates + 1 release) of "
+            f"RKHS sensitivity sqrt(C) = {sens:.4g} (||r-r'||_inf <= "
+            f"{p.reward_sensitivity:g}, L = {p.lipschitz:g}, plain SGD), delta_total with "
+            f"Lemma 8's tail in Appendix E.3's form 1-(1-p)^J, J = {p.resets}."
+        )
     else:
         mu = math.sqrt(n) * sens / sigma
         eps = gdp_epsilon(delta=p.delta, mu=mu)
@@ -210,31 +217,48 @@ def _account_training(p: PrivacyParams) -> PrivacyResult:
             reasons.append(
                 f"the noise bound |g| <= k needed for the per-step sensitivity fails: k = "
                 f"{p.k:.6g} <= 8.68 * sqrt({beta:.6g}) * {sigma:.6g} = {bound_e:.6g} "
-                f"(Lemma 8's bound on E[sup g])")
+                f"(Lemma 8's bound on E[sup g])"
+            )
             dg = None
         else:
             dg = lemma8_borell_delta(margin=margin, sigma=sigma, resets=p.resets)
-        basis = (f"Exact mu-GDP composition (Dong, Roth & Su 2019) of {n} Gaussian process "
-                 f"mechanisms ({p.updates} SGD updates + 1 release) with Theorem 5's per-step "
-                 f"RKHS sensitivity sqrt(C) = {sens:.4g} (||r-r'||_inf <= "
-                 f"{p.reward_sensitivity:g}, L = {p.lipschitz:g}, plain SGD; inherits that "
-                 f"proof's gaps), plus J = {p.resets} paths bounded by k via Lemma 8's mean "
-                 f"bound and the Borell-TIS tail.")
+        basis = (
+            f"Exact mu-GDP composition (Dong, Roth & Su 2019) of {n} Gaussian process "
+            f"mechanisms ({p.updates} SGD updates + 1 release) with Theorem 5's per-step "
+            f"RKHS sensitivity sqrt(C) = {sens:.4g} (||r-r'||_inf <= "
+            f"{p.reward_sensitivity:g}, L = {p.lipschitz:g}, plain SGD; inherits that "
+            f"proof's gaps), plus J = {p.resets} paths bounded by k via Lemma 8's mean "
+            f"bound and the Borell-TIS tail."
+        )
     delta_total = None if dg is None else p.delta + dg
     if delta_total is not None and delta_total >= 1.0:
         reasons.append(f"delta_total = {delta_total:.6g} >= 1: the guarantee is vacuous")
     holds = not reasons
     return PrivacyResult(
-        mode=p.mode, epsilon=eps if holds else None, delta=p.delta,
-        delta_total=delta_total if holds else None, holds=holds, sigma=sigma, beta=beta,
-        k=p.k, basis=basis, reason=None if holds else "; ".join(reasons), params=p, mu=mu,
-        sensitivity=sens, mechanisms=n, delta_noise_bound=dg, lemma8_margin=margin,
-        epsilon_if_conditions_held=None if holds else eps)
+        mode=p.mode,
+        epsilon=eps if holds else None,
+        delta=p.delta,
+        delta_total=delta_total if holds else None,
+        holds=holds,
+        sigma=sigma,
+        beta=beta,
+        k=p.k,
+        basis=basis,
+        reason=None if holds else "; ".join(reasons),
+        params=p,
+        mu=mu,
+        sensitivity=sens,
+        mechanisms=n,
+        delta_noise_bound=dg,
+        lemma8_margin=margin,
+        epsilon_if_conditions_held=None if holds else eps,
+    )
 
 
 def _output_beta(p: PrivacyParams) -> float:
-    return p.beta if p.beta is not None else optimal_beta(sup_bound=2.0 * p.q_bound,
-                                                          lip_bound=2.0 * p.lipschitz)
+    if p.beta is not None:
+        return float(p.beta)
+    return float(optimal_beta(sup_bound=2.0 * p.q_bound, lip_bound=2.0 * p.lipschitz))
 
 
 def _account_output(p: PrivacyParams) -> PrivacyResult:
@@ -245,27 +269,47 @@ def _account_output(p: PrivacyParams) -> PrivacyResult:
     sens = math.sqrt(p.actions * per_action_sq)  # m actions released jointly
     mu = sens / p.sigma
     eps = gdp_epsilon(delta=p.delta, mu=mu)
-    basis = (f"One Gaussian process mechanism at release (Hall et al. 2013; analytic Gaussian "
-             f"mechanism, Balle & Wang 2018) with RKHS sensitivity {sens:.4g} from Lemma 6's "
-             f"inner product for all {p.actions} actions jointly, assuming the served Q is "
-             f"clamped to |Q| <= r0/(1-gamma) = {m_bound:.4g} and {p.lipschitz:g}-Lipschitz "
-             f"in the unit state; holds for any two reward functions, whatever training did.")
+    basis = (
+        f"One Gaussian process mechanism at release (Hall et al. 2013; analytic Gaussian "
+        f"mechanism, Balle & Wang 2018) with RKHS sensitivity {sens:.4g} from Lemma 6's "
+        f"inner product for all {p.actions} actions jointly, assuming the served Q is "
+        f"clamped to |Q| <= r0/(1-gamma) = {m_bound:.4g} and {p.lipschitz:g}-Lipschitz "
+        f"in the unit state; holds for any two reward functions, whatever training did."
+    )
     return PrivacyResult(
-        mode="output", epsilon=eps, delta=p.delta, delta_total=p.delta, holds=True,
-        sigma=p.sigma, beta=beta, k=None, basis=basis, reason=None, params=p, mu=mu,
-        sensitivity=sens, mechanisms=1, bound=m_bound)
+        mode="output",
+        epsilon=eps,
+        delta=p.delta,
+        delta_total=p.delta,
+        holds=True,
+        sigma=p.sigma,
+        beta=beta,
+        k=None,
+        basis=basis,
+        reason=None,
+        params=p,
+        mu=mu,
+        sensitivity=sens,
+        mechanisms=1,
+        bound=m_bound,
+    )
 
 
 # ---------------------------------------------------------------------------- calibrate
 def _target_met(r: PrivacyResult, eps: float, delta: float) -> bool:
-    return bool(r.holds and r.epsilon is not None and r.epsilon <= eps
-                and r.delta_total is not None and r.delta_total <= delta)
+    return bool(
+        r.holds
+        and r.epsilon is not None
+        and r.epsilon <= eps
+        and r.delta_total is not None
+        and r.delta_total <= delta
+    )
 
 
 def _formula_eps(r: PrivacyResult) -> float:
     e = r.epsilon if r.epsilon is not None else r.epsilon_if_conditions_held
     assert e is not None
-    return e
+    return float(e)
 
 
 def _meet_epsilon(p: PrivacyParams, sigma: float, target: float) -> PrivacyResult:
@@ -281,19 +325,21 @@ def _meet_epsilon(p: PrivacyParams, sigma: float, target: float) -> PrivacyResul
     raise AssertionError("calibration final check failed")  # pragma: no cover
 
 
-def _sigma_training(p: PrivacyParams, k: float, eps: float, delta_mech: float,
-                    mu_star: float | None) -> float:
+def _sigma_training(
+    p: PrivacyParams, k: float, eps: float, delta_mech: float, mu_star: float | None
+) -> float:
     n = p.updates + 1
     c = theorem5_C(lr=p.lr, k=k, batch_size=p.batch_size, lipschitz=p.lipschitz)
-    c *= p.reward_sensitivity ** 2
+    c *= p.reward_sensitivity**2
     if p.mode == "paper":
         return theorem5_sigma(epsilon=eps, delta=delta_mech, mechanisms=n, C=c)
     assert mu_star is not None
     return math.sqrt(n * c) / mu_star
 
 
-def calibrate(params: PrivacyParams, *, target_epsilon: float, tune: bool = True,
-              delta_split: float = 0.5) -> PrivacyResult:
+def calibrate(
+    params: PrivacyParams, *, target_epsilon: float, tune: bool = True, delta_split: float = 0.5
+) -> PrivacyResult:
     """The smallest sigma meeting (target_epsilon, params.delta); params.sigma is ignored.
 
     * output: beta = L / M (sensitivity-minimising) when ``tune`` or params.beta is None;
@@ -318,11 +364,13 @@ def calibrate(params: PrivacyParams, *, target_epsilon: float, tune: bool = True
         raise InvalidArgument(f"tune must be true or false, got {tune!r}")
     target_delta = params.delta
     if params.mode == "output":
-        p = params.replace(beta=_output_beta(params) if (tune or params.beta is None)
-                           else params.beta, sigma=None)
+        p = params.replace(
+            beta=_output_beta(params) if (tune or params.beta is None) else params.beta, sigma=None
+        )
         beta = _output_beta(p)
-        sens = math.sqrt(p.actions * output_sensitivity_sq(
-            q_bound=p.q_bound, lipschitz=p.lipschitz, beta=beta))
+        sens = math.sqrt(
+            p.actions * output_sensitivity_sq(q_bound=p.q_bound, lipschitz=p.lipschitz, beta=beta)
+        )
         sigma = analytic_gaussian_sigma(epsilon=eps, delta=target_delta, sensitivity=sens)
         r = _meet_epsilon(p, sigma, eps)
         return _with_target(r, eps, target_delta)
@@ -337,8 +385,7 @@ def calibrate(params: PrivacyParams, *, target_epsilon: float, tune: bool = True
         return _meet_epsilon(q, _sigma_training(q, k, eps, delta_mech, mu_star), eps)
 
     def valid(r: PrivacyResult) -> bool:
-        return (r.delta_noise_bound is not None
-                and delta_mech + r.delta_noise_bound <= target_delta)
+        return r.delta_noise_bound is not None and delta_mech + r.delta_noise_bound <= target_delta
 
     if not tune:
         return _with_target(attempt(params.k), eps, target_delta)

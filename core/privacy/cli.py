@@ -23,47 +23,104 @@ __all__ = ["add_parser", "params_from_args", "run"]
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     e3, src = E3_SETTINGS, E3_SOURCES
     p = sub.add_parser(
-        "privacy", help="privacy accountant: epsilon for a sigma, or sigma for an epsilon",
+        "privacy",
+        help="privacy accountant: epsilon for a sigma, or sigma for an epsilon",
         description="Compute the privacy guarantee of a release (--sigma) or calibrate the "
-                    "smallest sigma for a target epsilon (--epsilon). Defaults are the "
-                    "paper's Appendix E.3 settings. See docs/privacy.md.")
-    p.add_argument("--mode", choices=MODES, default="paper",
-                   help="paper: Theorem 5 as stated; gdp: exact mu-GDP composition of the "
-                        "paper's per-step sensitivity; output: strict, one GP mechanism at "
-                        "release (default: %(default)s)")
+        "smallest sigma for a target epsilon (--epsilon). Defaults are the "
+        "paper's Appendix E.3 settings. See docs/privacy.md.",
+    )
+    p.add_argument(
+        "--mode",
+        choices=MODES,
+        default="paper",
+        help="paper: Theorem 5 as stated; gdp: exact mu-GDP composition of the "
+        "paper's per-step sensitivity; output: strict, one GP mechanism at "
+        "release (default: %(default)s)",
+    )
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--sigma", type=float, help="noise scale: report epsilon for it")
-    g.add_argument("--epsilon", type=float,
-                   help="target epsilon: calibrate the smallest sigma (and k in paper/gdp "
-                        "mode unless --k is given; beta in output mode)")
-    p.add_argument("--delta", type=float, default=e3["delta"],
-                   help=f"delta (default %(default)s; {src['delta']}). With --epsilon it is "
-                        f"the total target; paper/gdp split it half/half between the "
-                        f"mechanism and Lemma 8's noise bound, as in E.3")
-    p.add_argument("--samples", type=int, default=e3["samples"],
-                   help=f"T, training samples (default %(default)s; {src['samples']})")
-    p.add_argument("--batch-size", type=int, default=e3["batch_size"],
-                   help=f"B (default %(default)s; {src['batch_size']})")
-    p.add_argument("--lr", type=float, default=e3["lr"],
-                   help=f"alpha, SGD learning rate (default %(default)s; {src['lr']})")
-    p.add_argument("--k", type=float, default=None,
-                   help=f"k, the noise bound of Lemma 8 (default {e3['k']:g}; {src['k']}); "
-                        f"with --epsilon and no --k, the smallest valid k is searched")
-    p.add_argument("--lipschitz", type=float, default=e3["lipschitz"],
-                   help=f"L in the unit state (default %(default)s; {src['lipschitz']})")
-    p.add_argument("--resets", type=int, default=e3["resets"],
-                   help=f"J, training noise paths (default %(default)s; {src['resets']})")
-    p.add_argument("--actions", type=int, default=e3["actions"],
-                   help=f"m (default %(default)s; {src['actions']})")
-    p.add_argument("--gamma", type=float, default=e3["gamma"],
-                   help=f"discount (default %(default)s; {src['gamma']})")
-    p.add_argument("--reward-bound", type=float, default=e3["reward_bound"],
-                   help=f"r0, |r| <= r0 (default %(default)s; {src['reward_bound']})")
-    p.add_argument("--reward-sensitivity", type=float, default=e3["reward_sensitivity"],
-                   help=f"neighbours differ by ||r - r'||_inf <= this (default %(default)s; "
-                        f"{src['reward_sensitivity']})")
-    p.add_argument("--steps", type=int, default=None,
-                   help="SGD updates actually taken (default: ceil(T/B), rounded up)")
+    g.add_argument(
+        "--epsilon",
+        type=float,
+        help="target epsilon: calibrate the smallest sigma (and k in paper/gdp "
+        "mode unless --k is given; beta in output mode)",
+    )
+    p.add_argument(
+        "--delta",
+        type=float,
+        default=e3["delta"],
+        help=f"delta (default %(default)s; {src['delta']}). With --epsilon it is "
+        f"the total target; paper/gdp split it half/half between the "
+        f"mechanism and Lemma 8's noise bound, as in E.3",
+    )
+    p.add_argument(
+        "--samples",
+        type=int,
+        default=e3["samples"],
+        help=f"T, training samples (default %(default)s; {src['samples']})",
+    )
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=e3["batch_size"],
+        help=f"B (default %(default)s; {src['batch_size']})",
+    )
+    p.add_argument(
+        "--lr",
+        type=float,
+        default=e3["lr"],
+        help=f"alpha, SGD learning rate (default %(default)s; {src['lr']})",
+    )
+    p.add_argument(
+        "--k",
+        type=float,
+        default=None,
+        help=f"k, the noise bound of Lemma 8 (default {e3['k']:g}; {src['k']}); "
+        f"with --epsilon and no --k, the smallest valid k is searched",
+    )
+    p.add_argument(
+        "--lipschitz",
+        type=float,
+        default=e3["lipschitz"],
+        help=f"L in the unit state (default %(default)s; {src['lipschitz']})",
+    )
+    p.add_argument(
+        "--resets",
+        type=int,
+        default=e3["resets"],
+        help=f"J, training noise paths (default %(default)s; {src['resets']})",
+    )
+    p.add_argument(
+        "--actions",
+        type=int,
+        default=e3["actions"],
+        help=f"m (default %(default)s; {src['actions']})",
+    )
+    p.add_argument(
+        "--gamma",
+        type=float,
+        default=e3["gamma"],
+        help=f"discount (default %(default)s; {src['gamma']})",
+    )
+    p.add_argument(
+        "--reward-bound",
+        type=float,
+        default=e3["reward_bound"],
+        help=f"r0, |r| <= r0 (default %(default)s; {src['reward_bound']})",
+    )
+    p.add_argument(
+        "--reward-sensitivity",
+        type=float,
+        default=e3["reward_sensitivity"],
+        help=f"neighbours differ by ||r - r'||_inf <= this (default %(default)s; "
+        f"{src['reward_sensitivity']})",
+    )
+    p.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="SGD updates actually taken (default: ceil(T/B), rounded up)",
+    )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=run)
 
@@ -71,12 +128,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 def params_from_args(args: argparse.Namespace) -> PrivacyParams:
     """PrivacyParams from parsed flags (validated by PrivacyParams itself)."""
     return PrivacyParams(
-        mode=args.mode, sigma=args.sigma, delta=args.delta, samples=args.samples,
-        batch_size=args.batch_size, lr=args.lr,
-        k=E3_SETTINGS["k"] if args.k is None else args.k, lipschitz=args.lipschitz,
-        resets=args.resets, actions=args.actions, gamma=args.gamma,
-        reward_bound=args.reward_bound, reward_sensitivity=args.reward_sensitivity,
-        steps=args.steps)
+        mode=args.mode,
+        sigma=args.sigma,
+        delta=args.delta,
+        samples=args.samples,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        k=E3_SETTINGS["k"] if args.k is None else args.k,
+        lipschitz=args.lipschitz,
+        resets=args.resets,
+        actions=args.actions,
+        gamma=args.gamma,
+        reward_bound=args.reward_bound,
+        reward_sensitivity=args.reward_sensitivity,
+        steps=args.steps,
+    )
 
 
 def _fmt(v: Any) -> str:
@@ -89,22 +155,35 @@ def _fmt(v: Any) -> str:
 
 def _text(r: PrivacyResult) -> str:
     d = r.to_dict()
-    lines = [f"mode        {r.mode}",
-             f"holds       {'yes' if r.holds else 'NO'}"]
+    lines = [f"mode        {r.mode}", f"holds       {'yes' if r.holds else 'NO'}"]
     if r.holds:
         lines.append(f"guarantee   ({_fmt(r.epsilon)}, {_fmt(r.delta_total)})-DP")
     else:
         lines.append(f"reason      {r.reason}")
-        lines.append(f"(formula alone would give epsilon {_fmt(r.epsilon_if_conditions_held)}"
-                     f" -- NOT a guarantee)")
-    for key in ("sigma", "beta", "k", "delta", "delta_noise_bound", "mu", "sensitivity",
-                "mechanisms", "updates", "bound"):
+        lines.append(
+            f"(formula alone would give epsilon {_fmt(r.epsilon_if_conditions_held)}"
+            f" -- NOT a guarantee)"
+        )
+    for key in (
+        "sigma",
+        "beta",
+        "k",
+        "delta",
+        "delta_noise_bound",
+        "mu",
+        "sensitivity",
+        "mechanisms",
+        "updates",
+        "bound",
+    ):
         if key in d and d[key] is not None:
             lines.append(f"{key:<11} {_fmt(d[key])}")
     if r.target is not None:
         t = r.target
-        lines.append(f"target      eps {_fmt(t['epsilon'])}, delta {_fmt(t['delta'])}: "
-                     f"{'met' if t['met'] else 'NOT met'}")
+        lines.append(
+            f"target      eps {_fmt(t['epsilon'])}, delta {_fmt(t['delta'])}: "
+            f"{'met' if t['met'] else 'NOT met'}"
+        )
     lines.append(f"basis       {r.basis}")
     return "\n".join(lines)
 

@@ -50,8 +50,15 @@ _REL_TOL = 0.0  # bisect to adjacent floats: the returned end is as tight as a d
 _MAX_ITER = 2200
 
 
-def _finite(name: str, value: float, *, lo: float | None = None, lo_open: bool = True,
-            hi: float | None = None, hi_open: bool = True) -> float:
+def _finite(
+    name: str,
+    value: float,
+    *,
+    lo: float | None = None,
+    lo_open: bool = True,
+    hi: float | None = None,
+    hi_open: bool = True,
+) -> float:
     """Validate one scalar, naming it and repeating the bad value in the message."""
     if isinstance(value, bool):
         raise InvalidArgument(f"{name} must be a number, got {value!r}")
@@ -153,7 +160,8 @@ def gdp_mu(*, epsilon: float, delta: float) -> float:
             hi = mid
     if lo <= 0.0:  # only for absurdly small delta: delta(eps; tiny mu) still > delta
         raise InvalidArgument(
-            f"epsilon={epsilon!r}, delta={delta!r}: no positive mu meets this target")
+            f"epsilon={epsilon!r}, delta={delta!r}: no positive mu meets this target"
+        )
     return lo
 
 

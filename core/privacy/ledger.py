@@ -82,7 +82,8 @@ class PrivacyEvent:
             ts = datetime.fromisoformat(_ident("created_at", self.created_at))
         except ValueError:
             raise InvalidArgument(
-                f"created_at must be an ISO 8601 timestamp, got {self.created_at!r}") from None
+                f"created_at must be an ISO 8601 timestamp, got {self.created_at!r}"
+            ) from None
         if ts.tzinfo is None:
             raise InvalidArgument(f"created_at must carry a UTC offset, got {self.created_at!r}")
         if self.mu is not None:
@@ -91,28 +92,45 @@ class PrivacyEvent:
             dm = _nonneg("delta_mechanism", self.delta_mechanism, below_one=True)
             if dm > self.delta:
                 raise InvalidArgument(
-                    f"delta_mechanism={dm!r} cannot exceed the event's delta={self.delta!r}")
+                    f"delta_mechanism={dm!r} cannot exceed the event's delta={self.delta!r}"
+                )
             object.__setattr__(self, "delta_mechanism", dm)
 
     def __hash__(self) -> int:  # params is a dict: hash the canonical JSON instead
         return hash(self.to_json())
 
     @classmethod
-    def from_result(cls, result: PrivacyResult, *, dataset_id: str, bundle_id: str,
-                    created_at: str | None = None) -> PrivacyEvent:
+    def from_result(
+        cls,
+        result: PrivacyResult,
+        *,
+        dataset_id: str,
+        bundle_id: str,
+        created_at: str | None = None,
+    ) -> PrivacyEvent:
         """The event for a release accounted as ``result``; a result whose guarantee does not
         hold cannot be entered (there is no epsilon to charge)."""
         if not result.holds or result.epsilon is None or result.delta_total is None:
             raise InvalidArgument(
-                f"cannot record a release without a guarantee in the ledger: {result.reason}")
-        return cls(mode=result.mode, params=result.params.to_dict(), epsilon=result.epsilon,
-                   delta=result.delta_total, dataset_id=dataset_id, bundle_id=bundle_id,
-                   created_at=created_at or datetime.now(UTC).isoformat(),
-                   mu=result.mu, delta_mechanism=result.delta)
+                f"cannot record a release without a guarantee in the ledger: {result.reason}"
+            )
+        return cls(
+            mode=result.mode,
+            params=result.params.to_dict(),
+            epsilon=result.epsilon,
+            delta=result.delta_total,
+            dataset_id=dataset_id,
+            bundle_id=bundle_id,
+            created_at=created_at or datetime.now(UTC).isoformat(),
+            mu=result.mu,
+            delta_mechanism=result.delta,
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        return {f.name: (dict(self.params) if f.name == "params" else getattr(self, f.name))
-                for f in fields(self)}
+        return {
+            f.name: (dict(self.params) if f.name == "params" else getattr(self, f.name))
+            for f in fields(self)
+        }
 
     def to_json(self) -> str:
         """Canonical JSON (sorted keys, no NaN)."""
@@ -156,8 +174,9 @@ def compose(events: Iterable[PrivacyEvent]) -> tuple[float, float]:
     return eps_basic, min(delta, 1.0)
 
 
-def check_budget(events: Sequence[PrivacyEvent], new: PrivacyEvent, *, cap_epsilon: float,
-                 cap_delta: float) -> tuple[float, float]:
+def check_budget(
+    events: Sequence[PrivacyEvent], new: PrivacyEvent, *, cap_epsilon: float, cap_delta: float
+) -> tuple[float, float]:
     """(epsilon, delta) spent after adding ``new`` to ``events``, if within the caps; else
     raises :class:`qveil.errors.BudgetExceeded` carrying spent, requested and cap.
 
@@ -172,12 +191,17 @@ def check_budget(events: Sequence[PrivacyEvent], new: PrivacyEvent, *, cap_epsil
     if others:
         raise InvalidArgument(
             f"events of dataset {others[0].dataset_id!r} in the ledger of dataset "
-            f"{new.dataset_id!r}")
+            f"{new.dataset_id!r}"
+        )
     spent = compose(events)
     total = compose([*events, new])
     if total[0] > cap_e or total[1] > cap_d:
-        raise BudgetExceeded(dataset_id=new.dataset_id, spent=spent,
-                             requested=(new.epsilon, new.delta), cap=(cap_e, cap_d))
+        raise BudgetExceeded(
+            dataset_id=new.dataset_id,
+            spent=spent,
+            requested=(new.epsilon, new.delta),
+            cap=(cap_e, cap_d),
+        )
     return total
 
 
@@ -189,11 +213,16 @@ def verify_event(event: PrivacyEvent, *, rel_tol: float = 1e-9) -> PrivacyResult
     if not result.holds or result.epsilon is None or result.delta_total is None:
         raise InvalidArgument(f"event {event.bundle_id!r}: no guarantee holds: {result.reason}")
     if result.mode != event.mode:
-        raise InvalidArgument(f"event {event.bundle_id!r}: mode {event.mode!r} != "
-                              f"recomputed {result.mode!r}")
-    for name, got, want in (("epsilon", event.epsilon, result.epsilon),
-                            ("delta", event.delta, result.delta_total)):
+        raise InvalidArgument(
+            f"event {event.bundle_id!r}: mode {event.mode!r} != recomputed {result.mode!r}"
+        )
+    for name, got, want in (
+        ("epsilon", event.epsilon, result.epsilon),
+        ("delta", event.delta, result.delta_total),
+    ):
         if not math.isclose(got, want, rel_tol=rel_tol, abs_tol=0.0):
-            raise InvalidArgument(f"event {event.bundle_id!r}: recorded {name}={got!r} but the "
-                                  f"accountant gives {want!r}")
+            raise InvalidArgument(
+                f"event {event.bundle_id!r}: recorded {name}={got!r} but the "
+                f"accountant gives {want!r}"
+            )
     return result

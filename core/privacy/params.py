@@ -56,8 +56,15 @@ E3_SOURCES: dict[str, str] = {
 }
 
 
-def _num(name: str, value: Any, *, lo: float | None = None, lo_open: bool = True,
-         hi: float | None = None, hi_open: bool = True) -> float:
+def _num(
+    name: str,
+    value: Any,
+    *,
+    lo: float | None = None,
+    lo_open: bool = True,
+    hi: float | None = None,
+    hi_open: bool = True,
+) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise InvalidArgument(f"{name} must be a number, got {value!r}")
     v = float(value)
@@ -142,7 +149,8 @@ class PrivacyParams:
         if batch > samples:
             raise InvalidArgument(
                 f"batch_size must be <= samples (B <= T), got batch_size={batch!r} > "
-                f"samples={samples!r}")
+                f"samples={samples!r}"
+            )
         object.__setattr__(self, "samples", samples)
         object.__setattr__(self, "batch_size", batch)
         object.__setattr__(self, "lr", _num("lr", self.lr, lo=0.0))
@@ -150,11 +158,11 @@ class PrivacyParams:
         object.__setattr__(self, "lipschitz", _num("lipschitz", self.lipschitz, lo=0.0))
         object.__setattr__(self, "resets", _int("resets", self.resets, lo=1))
         object.__setattr__(self, "actions", _int("actions", self.actions, lo=1))
-        object.__setattr__(self, "gamma", _num("gamma", self.gamma, lo=0.0, lo_open=False,
-                                               hi=1.0))
+        object.__setattr__(self, "gamma", _num("gamma", self.gamma, lo=0.0, lo_open=False, hi=1.0))
         object.__setattr__(self, "reward_bound", _num("reward_bound", self.reward_bound, lo=0.0))
-        object.__setattr__(self, "reward_sensitivity",
-                           _num("reward_sensitivity", self.reward_sensitivity, lo=0.0))
+        object.__setattr__(
+            self, "reward_sensitivity", _num("reward_sensitivity", self.reward_sensitivity, lo=0.0)
+        )
         if self.steps is not None:
             object.__setattr__(self, "steps", _int("steps", self.steps, lo=0))
         if not isinstance(self.plain_sgd, bool):
@@ -163,7 +171,8 @@ class PrivacyParams:
             if self.mode != "output":
                 raise InvalidArgument(
                     f"beta is derived from k in {self.mode} mode (beta = B / (4 alpha (k+1))); "
-                    f"do not pass beta={self.beta!r}")
+                    f"do not pass beta={self.beta!r}"
+                )
             object.__setattr__(self, "beta", _num("beta", self.beta, lo=0.0))
         notes = self.notes
         if isinstance(notes, str) or not all(isinstance(n, str) for n in notes):

@@ -70,8 +70,9 @@ def output_sensitivity_sq(*, q_bound: float, lipschitz: float, beta: float) -> f
     return lemma6_bound_sq(sup_bound=2.0 * m, lip_bound=2.0 * lip, beta=beta)
 
 
-def lemma6_norm_sq(*, f0: float, f1: float, int_df_sq: float, int_f_sq: float,
-                   beta: float) -> float:
+def lemma6_norm_sq(
+    *, f0: float, f1: float, int_df_sq: float, int_f_sq: float, beta: float
+) -> float:
     """||f||_H^2 from Lemma 6's inner product, given f(0), f(1), int f'^2 and int f^2."""
     b = _pos("beta", beta)
     return 0.5 * (f0 * f0 + f1 * f1) + (int_df_sq + b * b * int_f_sq) / (2.0 * b)
@@ -95,8 +96,9 @@ def gram_norm_sq(xs: npt.ArrayLike, values: npt.ArrayLike, *, beta: float) -> fl
     x = np.asarray(xs, dtype=np.float64).ravel()
     g = np.asarray(values, dtype=np.float64).ravel()
     if x.shape != g.shape or x.size == 0:
-        raise InvalidArgument(f"xs and values must be non-empty and of equal length, got "
-                              f"{x.size} and {g.size}")
+        raise InvalidArgument(
+            f"xs and values must be non-empty and of equal length, got {x.size} and {g.size}"
+        )
     if not (np.all(np.isfinite(x)) and np.all(np.isfinite(g))):
         raise InvalidArgument("xs and values must be finite")
     order = np.argsort(x, kind="stable")

@@ -373,6 +373,7 @@ def retrain(ctx: AdminContext, *, config: str | Path, dataset_id: str,
                                  "refusing to share its noise path")
         event = _bundle_event(bundle, dataset_id)
         entry = ctx.ledger.record(event, release_id=release_id, actor=ctx.actor)
+        params["ledger_seq"] = entry.seq  # spent: from here on the bundle is kept
         iv = bundle.interval
         ctx.store.create_release(release_id=release_id, fingerprint=_fingerprint(bundle),
                                  sigma=bundle.sigma, beta=bundle.beta, interval=(iv.lo, iv.hi),
@@ -382,7 +383,7 @@ def retrain(ctx: AdminContext, *, config: str | Path, dataset_id: str,
                 release_id=release_id, dataset_id=dataset_id,
                 bundle_path=str(bundle_dir.resolve()), created_at=utc_now()))
         params.update(epsilon=event.epsilon, delta=event.delta, sigma=bundle.sigma,
-                      beta=bundle.beta, ledger_seq=entry.seq, bundle_path=str(bundle_dir))
+                      beta=bundle.beta, bundle_path=str(bundle_dir))
     except BaseException as exc:
         if bundle_dir is not None and bundle_dir.exists() and "ledger_seq" not in params:
             shutil.rmtree(bundle_dir, ignore_errors=True)  # refused: leave nothing behind

@@ -421,9 +421,9 @@ def service_report(store: Any, release_id: str, *, action: int | None = None,
     from qveil.server.admin import admin_db_for
 
     db = admin_db_for(store)
-    url = getattr(store, "_url", None)
-    label = url.render_as_string(hide_password=True) if hasattr(url, "render_as_string") \
-        else str(url or "")
+    url: Any = getattr(store, "_url", None)
+    label = (url.render_as_string(hide_password=True) if hasattr(url, "render_as_string")
+             else str(url or ""))
     rep = audit_store(store, db, release_id=release_id, record=record, actor=actor,
                       store_label=label)
     ra = rep.releases[0]

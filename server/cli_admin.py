@@ -87,7 +87,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     lg = ops.add_parser("log", parents=[common], help="show the admin audit log")
     lg.add_argument("--limit", type=int, default=50)
     p.set_defaults(func=run)
-    return p
+    return p  # type: ignore[no-any-return]
 
 
 def _store_url(args: argparse.Namespace, *, required: bool) -> str | None:

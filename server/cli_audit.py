@@ -37,7 +37,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--no-record", action="store_true",
                    help="do not append this audit (and its high-water marks) to the audit log")
     p.set_defaults(func=run)
-    return p
+    return p  # type: ignore[no-any-return]
 
 
 def _summary(report: Any) -> str:

@@ -273,8 +273,8 @@ class Ledger:
         n = 0
         heads: list[str] = []
         with self.db.read() as conn:
-            refs_ev = set()
-            refs_cap = set()
+            refs_ev: set[tuple[str, int, str]] = set()
+            refs_cap: set[tuple[str, int, str]] = set()
             for e in conn.execute(sa.select(T.audit_log.c.action, T.audit_log.c.params_json)
                                   .where(T.audit_log.c.action.in_(
                                       ["ledger.record", "ledger.set_cap"]))):
@@ -286,8 +286,8 @@ class Ledger:
                         refs_cap.add((p["dataset_id"], int(p["cap_seq"]), p["cap_hash"]))
                 except (ValueError, KeyError, TypeError):
                     problems.append("audit log: an entry referencing the ledger is unreadable")
-            seen_ev = set()
-            seen_cap = set()
+            seen_ev: set[tuple[str, int, str]] = set()
+            seen_cap: set[tuple[str, int, str]] = set()
             datasets = sorted(
                 set(conn.execute(sa.select(T.ledger_events.c.dataset_id).distinct()).scalars())
                 | set(conn.execute(sa.select(T.ledger_caps.c.dataset_id).distinct()).scalars()))

@@ -64,6 +64,9 @@ noise_points = sa.Table(
     sa.Column("hash", sa.String(64), nullable=False),
     # one value per state; also the index for neighbour / exact-state look-ups
     sa.UniqueConstraint("release_id", "action", "x"),
+    # SQLite: the rows live in the primary-key B-tree (no separate rowid tree + PK index),
+    # so an insert updates two B-trees instead of three
+    sqlite_with_rowid=False,
 )
 
 # The admin records (issue 7: privacy ledger, caps, admin audit log, release bundles) share this

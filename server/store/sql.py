@@ -9,10 +9,15 @@ Durability and serialisation (issue 4, item 4; checked at start-up, refused with
   lock per (release, action) serialises threads; ``BEGIN IMMEDIATE`` serialises processes).
   Reads use a separate small pool (WAL readers do not block the writer).
 * PostgreSQL: READ COMMITTED, ``pg_advisory_xact_lock`` per (release, action) as the first
-  statement of every write transaction, ``INSERT ... ON CONFLICT DO NOTHING`` and a
-  re-select of the inserted seq range (a row that is not ours -> roll back, retry the whole
-  transaction), whole-transaction retry on serialisation failures and deadlocks; fsync and
-  synchronous_commit must be on.
+  statement of every write transaction, ``INSERT ... ON CONFLICT DO NOTHING RETURNING seq``
+  (the rows actually written; if any was skipped, a re-select of the seq range shows which,
+  and the whole transaction is rolled back and retried), whole-transaction retry on
+  serialisation failures, deadlocks and lost connections; fsync and synchronous_commit must
+  be on. Single-statement reads run in autocommit (no BEGIN/ROLLBACK round trips).
+
+A value drawn in an attempt that did not commit is never returned: a retry re-reads the
+committed rows (including, after an ambiguous lost COMMIT, rows that did land) and draws
+only states still missing.
 
 Database errors come out as :class:`qveil.errors.Unavailable` (disk full, read-only, busy
 beyond the timeout, connection lost) with the transaction rolled back: nothing half-written.
@@ -219,7 +224,11 @@ class SQLStore(SamplePathStore):
             cur.execute("PRAGMA foreign_keys = ON")
             cur.close()
 
-        if begin:
+        if begin:  # the writer: a larger page cache keeps the x index's inner pages hot
+            @event.listens_for(eng, "connect")
+            def _cache(dbapi_conn: Any, _rec: Any) -> None:
+                dbapi_conn.execute("PRAGMA cache_size = -65536")  # 64 MiB
+
             @event.listens_for(eng, "begin")
             def _on_begin(conn: sa.Connection) -> None:
                 conn.exec_driver_sql("BEGIN IMMEDIATE")
@@ -434,10 +443,14 @@ class SQLStore(SamplePathStore):
         # PostgreSQL streams through a server-side cursor, which needs a transaction (the
         # READ COMMITTED engine; one statement = one snapshot); SQLite reads from the pool
         eng = self._writer if self.backend == "postgresql" else self._reader
-        with self._translated("read noise points"), eng.connect() as conn:
-            res = conn.execution_options(yield_per=20000).execute(q, params)
-            for a, s, x, g, c, h in res:
-                yield a, (s, x, g, c, h)
+        try:
+            with self._translated("read noise points"), eng.connect() as conn:
+                res = conn.execution_options(yield_per=20000).execute(q, params)
+                for a, s, x, g, c, h in res:
+                    yield a, (s, x, g, c, h)
+        except Retry as exc:  # a lost connection mid-iteration: no silent restart
+            raise Unavailable(f"noise store {self._identity}: database connection lost "
+                              f"while reading points ({exc})") from None
 
     def _db_count(self, release_id: str | None, action: int | None) -> int:
         q = select(func.count()).select_from(NP)

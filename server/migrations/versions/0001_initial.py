@@ -46,6 +46,7 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("release_id", "action", "seq", name="pk_noise_points"),
         sa.UniqueConstraint("release_id", "action", "x",
                             name="uq_noise_points_release_id_action_x"),
+        sqlite_with_rowid=False,
     )
 
 

@@ -5,7 +5,7 @@
     qveil admin set-cap --dataset-id ID --epsilon E --delta D
     qveil admin log [--limit N]
 
-Two ways to reach a release set (docs/operations.md, "Activation"):
+Two ways to reach the releases (docs/operations.md, "Activation"):
 
 * ``--store URL`` (or ``$QVEIL_STORE_URL``): directly on the store's database, when no server is
   running on it. ``activate`` then only records which release is active; a server started
@@ -46,6 +46,10 @@ def _common() -> argparse.ArgumentParser:
                    help="file holding the admin token (with --target)")
     g.add_argument("--tls-ca", metavar="PEM", default=argparse.SUPPRESS,
                    help="CA of the server certificate (with --target; enables TLS)")
+    g.add_argument("--tls-cert", metavar="PEM", default=argparse.SUPPRESS,
+                   help="client certificate for mutual TLS (with --tls-ca)")
+    g.add_argument("--tls-key", metavar="PEM", default=argparse.SUPPRESS,
+                   help="client key for mutual TLS (with --tls-ca)")
     g.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
                    help="print JSON")
     return c
@@ -104,8 +108,11 @@ def _admin_client(args: argparse.Namespace) -> Any:
 
     tf = getattr(args, "token_file", None)
     ca = getattr(args, "tls_ca", None)
-    return AdminClient(args.target, token=read_token_file(tf) if tf else None,
-                       tls=TLSConfig(ca=ca) if ca else None)
+    cert, key = getattr(args, "tls_cert", None), getattr(args, "tls_key", None)
+    if (cert is None) != (key is None):
+        raise InvalidArgument("give both --tls-cert and --tls-key (mutual TLS), or neither")
+    tls = TLSConfig(ca=ca, cert=cert, key=key) if (ca or cert) else None
+    return AdminClient(args.target, token=read_token_file(tf) if tf else None, tls=tls)
 
 
 def _print(args: argparse.Namespace, obj: Any, text: str) -> None:

@@ -247,7 +247,7 @@ def per_sample_grads(net: Any, xs: Any, acts: Any, ys: Any) -> Any:
 
     Backpropagation by hand through the ReLU MLP in the effective weights W (one batched pass:
     for a linear layer the per-sample gradient is outer(delta_i, h_i)), then through the
-    rescaling V -> W in closed form (:func:`_rescale_vjp`). Checked against torch.func in the
+    rescaling V -> W in closed form (:func:`_rescale_vjp`). Checked against autograd in the
     tests."""
     import torch
 

@@ -42,7 +42,7 @@ def run(*, out: Path, quick: bool = False, seeds: int | None = None, workers: in
     cfg = load_cfg(config, **changes)
     n_seeds = seeds if seeds is not None else (2 if quick else 10)
     sigmas = (0.0, 0.4) if quick else SIGMAS
-    js = (1, cfg.iterations)
+    js = (1, cfg.resets)  # the paper: J in {1, T/B}; linewalk.toml has resets = T/B = 78
     beta = theorem5_beta(lr=cfg.lr, k=cfg.k, batch_size=cfg.batch_size)
     specs = []
     for sigma in sigmas:

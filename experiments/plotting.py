@@ -20,10 +20,19 @@ DPI = 90
 
 
 def save(fig: Any, path: Path) -> Path:
+    """Write ``fig`` as a small PNG (adaptive 256-colour palette, optimised)."""
+    import io
+
+    from PIL import Image
+
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
-    fig.savefig(path, dpi=DPI)
+    buf = io.BytesIO()
+    fig.savefig(buf, dpi=DPI, format="png")
     plt.close(fig)
+    buf.seek(0)
+    with Image.open(buf) as im:
+        im.convert("RGB").quantize(colors=256).save(path, format="PNG", optimize=True)
     return path
 
 
@@ -67,7 +76,7 @@ def plot_bgp16(rows: Iterable[Mapping[str, Any]], path: Path, *, title: str) -> 
             ax.set_xlabel("batch size m (trajectories)")
             ax.set_ylabel("RMSE over states")
             ax.set_title(f"{feat} features; start = {start}", fontsize=9)
-            ax.grid(True, which="both", alpha=0.3)
+            ax.grid(True, which="major", alpha=0.3)
             ax.legend(fontsize=6)
     fig.suptitle(title, fontsize=9)
     return save(fig, path)

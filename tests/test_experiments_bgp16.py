@@ -148,9 +148,9 @@ def test_dp_lsw_noise_has_the_stated_scale() -> None:
     b = small_batch()
     rng = np.random.default_rng(3)
     draws = np.array([dp_lsw(b, tabular_features(3), np.ones(3), epsilon=EPS, delta=DELTA,
-                             r_max=R_MAX, gamma=GAMMA, rng=rng)[0] for _ in range(4000)])
+                             r_max=R_MAX, gamma=GAMMA, rng=rng)[0] for _ in range(1000)])
     sd = (draws - [0.375, 0.8, 0.0]).std()
-    assert sd == pytest.approx(41.5216, rel=0.03)  # 1.3x or 0.7x would fail
+    assert sd == pytest.approx(41.5216, rel=0.05)  # 3000 draws: s.e. 1.3%; 1.3x would fail
 
 
 def test_bad_privacy_parameters_are_refused() -> None:

@@ -142,6 +142,44 @@ def raw_sqlite_rate(path: Path, batch: int, calls: int, action: int) -> float:
     return rate
 
 
+_LEFT = ("SELECT x, g FROM noise_points WHERE release_id = ? AND action = ? AND x < ? "
+         "ORDER BY x DESC LIMIT 1")
+_RIGHT = ("SELECT x, g FROM noise_points WHERE release_id = ? AND action = ? AND x > ? "
+          "ORDER BY x LIMIT 1")
+
+
+def raw_sqlite_newpoint_rate(path: Path, batch: int, calls: int, action: int) -> float:
+    """A minimal raw new-point loop: per point two neighbour SELECTs, the exact conditional
+    draw (qveil.noise.conditional_moments), one INSERT; same durability; no hash chain."""
+    from qveil.noise import conditional_moments
+    con = sqlite3.connect(path, isolation_level=None, timeout=30)
+    con.execute("PRAGMA journal_mode=WAL")
+    con.execute("PRAGMA synchronous=FULL")
+    rng = np.random.default_rng(400 + batch + action)
+    qs = [rng.uniform(size=batch).tolist() for _ in range(calls)]
+    z = iter(rng.standard_normal(batch * calls).tolist())
+    h = "0" * 64
+    seq = 0
+    t0 = time.perf_counter()
+    for q in qs:
+        con.execute("BEGIN IMMEDIATE")
+        for x in q:
+            left = con.execute(_LEFT, (RID, action, x)).fetchone()
+            right = con.execute(_RIGHT, (RID, action, x)).fetchone()
+            m, sd = conditional_moments(
+                beta=50.0, sigma=1.0,
+                d_left=None if left is None else x - left[0],
+                g_left=None if left is None else left[1],
+                d_right=None if right is None else right[0] - x,
+                g_right=None if right is None else right[1])
+            seq += 1
+            con.execute(_INSERT, (RID, action, seq, x, m + sd * next(z), 0.0, h))
+        con.execute("COMMIT")
+    rate = batch * calls / (time.perf_counter() - t0)
+    con.close()
+    return rate
+
+
 def raw_pg_rate(url: str, batch: int, calls: int, action: int) -> float:
     import psycopg
     con = psycopg.connect(url.replace("postgresql+psycopg", "postgresql"))
@@ -193,13 +231,17 @@ def bench_new(tmp: Path, quick: bool, pg: PgDatabases | None,
         if purl is not None:
             backends.append(("PostgreSQL", purl, raw_pg_rate, purl, clear_raw_pg))
         for name, url, raw_fn, raw_target, clear in backends:
-            st, raw = [], []
+            st, raw, rawnp = [], [], []
             for rep in range(repeats):
                 st.append(store_new_rate(url, batch, calls, i, seed=rep))
                 clear()
                 raw.append(raw_fn(raw_target, batch, calls, 3))  # type: ignore[operator]
+                if name == "SQLite":
+                    clear()
+                    rawnp.append(raw_sqlite_newpoint_rate(spath, batch, calls, 3))
             ms, mr = statistics.median(st), statistics.median(raw)
-            rows.append([name, batch, ms, mr, ms / mr])
+            mnp = statistics.median(rawnp) if rawnp else float("nan")
+            rows.append([name, batch, ms, mr, ms / mr, mnp, ms / mnp])
     return rows
 
 
@@ -323,7 +365,9 @@ def main() -> int:
         "driver insert loop with the same durability, same table and index, same rows per "
         "commit (the ceiling). Store and raw loop alternate; medians of the runs:\n\n"
         + table(["backend", "states per call", "store new states/s", "raw insert loop rows/s",
-                 "store / raw"], new),
+                 "store / raw", "raw new-point loop states/s", "store / raw new-point"], new)
+        + "\n\nThe raw insert loop only inserts; the raw new-point loop (SQLite only) also "
+        "reads both neighbours and draws, but keeps no chain and no in-memory copy.",
         "Group commit: 16 threads, each asking for one new state per call (SQLite). With "
         "coalescing, the writer holding the lock also stores the states other threads queued "
         "meanwhile, in the same commit:\n\n"

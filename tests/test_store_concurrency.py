@@ -59,7 +59,13 @@ def test_16_threads(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -
     answers: list[tuple[float, float]] = []
     with open_store(url, rng=2) as s:
         make_release(s, n_actions=1, beta=BETA, sigma=SIGMA)
-        s.set_debug_hook(lambda r, a, recs: records.extend(recs))
+        per_commit: list[int] = []
+
+        def hook(_r: str, _a: int, recs: list[InsertRecord]) -> None:
+            records.extend(recs)
+            per_commit.append(len({r.x for r in recs}))
+
+        s.set_debug_hook(hook)
         barrier = threading.Barrier(16)
         errors: list[BaseException] = []
 
@@ -81,6 +87,8 @@ def test_16_threads(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -
             t.join()
         assert not errors, errors
     assert _check(url, answers, records) == []
+    # group commit happened: some transactions carried several threads' states
+    assert max(per_commit) > 5 and len(per_commit) < len(records)
 
 
 def _run_processes(url: str, tmp_path: Path, *, broken: bool, rounds: int, grid: list[float],

@@ -43,6 +43,44 @@ def test_disk_full_fails_cleanly(tmp_path: Path) -> None:
         assert s.verify(RID).ok
 
 
+def test_disk_full_with_group_commit(tmp_path: Path) -> None:
+    """8 threads asking for new states while the disk is full: every one gets Unavailable
+    (a failed leader's queued states are not silently dropped, not answered), nothing is
+    stored; with space again, all of them are stored by the next calls."""
+    import threading
+    url = f"sqlite:///{tmp_path / 'store.sqlite'}"
+    with open_store(url, rng=5) as s:
+        make_release(s)
+        s.get_or_sample(RID, 0, np.linspace(0, 1, 11))
+        with s._writer.connect() as c:  # type: ignore[attr-defined]
+            pages = c.exec_driver_sql("PRAGMA page_count").scalar()
+            c.rollback()
+        s._sqlite_pragma_all(f"PRAGMA max_page_count = {pages}")  # type: ignore[attr-defined]
+        xs = [np.random.default_rng(i).uniform(size=400) for i in range(8)]
+        outcome: list[object] = [None] * 8
+        barrier = threading.Barrier(8)
+
+        def work(i: int) -> None:
+            barrier.wait()
+            try:
+                outcome[i] = s.get_or_sample(RID, 0, xs[i])
+            except Unavailable as exc:
+                outcome[i] = exc
+
+        ts = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        assert all(isinstance(o, Unavailable) for o in outcome), outcome
+        assert s.count_points(RID, 0) == 11 and s.cached_points(RID, 0) == 11
+        s._sqlite_pragma_all("PRAGMA max_page_count = 1073741823")  # type: ignore[attr-defined]
+        got = [s.get_or_sample(RID, 0, x) for x in xs]
+        assert s.count_points(RID, 0) == 11 + 8 * 400
+        assert all(np.array_equal(s.get_or_sample(RID, 0, x), g) for x, g in zip(xs, got, strict=True))
+        assert s.verify(RID).ok
+
+
 def test_read_only_database(tmp_path: Path) -> None:
     path = tmp_path / "store.sqlite"
     known = np.linspace(0, 1, 20)

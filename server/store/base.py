@@ -110,7 +110,7 @@ class _ActionState:
     """The in-process copy of one (release, action): every committed point with seq <= hw,
     plus the new states other threads are waiting for (group commit)."""
 
-    __slots__ = ("values", "hw", "head", "pending", "pending_lock")
+    __slots__ = ("values", "hw", "head", "pending", "pending_lock", "cond", "gen")
 
     def __init__(self, head: bytes) -> None:
         self.values: SortedDict = SortedDict()
@@ -118,6 +118,8 @@ class _ActionState:
         self.head = head
         self.pending: dict[float, None] = {}
         self.pending_lock = threading.Lock()
+        self.cond = threading.Condition(threading.Lock())
+        self.gen = 0  # bumped after every leader's transaction (committed or not)
 
 
 class WriteTxn(Protocol):
@@ -360,52 +362,87 @@ class SamplePathStore(ABC):
 
     def _resolve(self, rel: ReleaseRecord, a: int, st: _ActionState,
                  missing: list[float]) -> None:
+        """Store the states of ``missing`` not stored yet (see the module docstring).
+
+        Group commit (``coalesce``): a thread queues its states, then either takes the
+        action's lock and stores everything queued so far in one transaction (leader), or
+        waits for the next commit and finds its states stored (follower). Followers wait on a
+        commit counter, not on the lock, so they return as soon as the commit that carried
+        their states is done. If a leader fails, every waiting thread's states are still
+        missing and the next leader includes its own.
+        """
         rid = rel.release_id
-        lock = _process_lock(self._identity, rid, a) if self._serialize else _NullLock()
-        coalesce = self.coalesce and self._serialize
-        if coalesce:  # queue ours: whoever holds the lock next stores them with its own
-            with st.pending_lock:
-                st.pending.update(dict.fromkeys(missing))
-        with lock:
-            if coalesce:
-                if all(v in st.values for v in missing):
-                    return  # a writer before us stored them in its transaction
-                with st.pending_lock:
-                    queued = list(st.pending)
-                    st.pending.clear()
-                # ours first (if the transaction fails, the others store their own)
-                missing = list(dict.fromkeys(missing + queued))
-            # committed rows this process has not seen yet (a plain read: cheap, no lock)
-            self._apply(st, self._db_fetch_since(rid, a, st.hw))
-            new = [v for v in missing if v not in st.values]
-            if not new:
-                return
-            last: Exception | None = None
-            for attempt in range(MAX_ATTEMPTS):
+        if not self._serialize:  # test-only broken mode: no lock at all
+            self._store_new(rel, a, st, missing)
+            return
+        lock = _process_lock(self._identity, rid, a)
+        if not self.coalesce:
+            with lock:
+                self._store_new(rel, a, st, missing)
+            return
+        values = st.values
+        while True:
+            with st.cond:
+                gen = st.gen
+            todo = [v for v in missing if v not in values]
+            if not todo:
+                return  # a leader stored them in its transaction
+            with st.pending_lock:  # (re-)queue ours for the next leader
+                st.pending.update(dict.fromkeys(todo))
+            if lock.acquire(blocking=False):
                 try:
-                    with self._db_write_txn(rid, a) as tx:
-                        self._apply(st, tx.fetch_since(st.hw))
-                        new = [v for v in new if v not in st.values]
-                        if not new:
-                            return
-                        rows, seen = self._draw(rel, st, a, new, tx)
-                        tx.insert(rows)
-                        if not tx.confirm(rows):
-                            raise Retry("another writer stored rows concurrently")
-                    # committed durably: only now may the values be used
-                    if self._serialize:
-                        self._apply(st, rows)
-                    else:  # broken mode: seqs were taken from the database head
-                        self._apply(st, self._db_fetch_since(rid, a, st.hw))
-                    if self._insert_hook is not None and seen is not None:
-                        self._insert_hook(rid, a, seen)
-                    return
-                except Retry as exc:
-                    last = exc
-                    time.sleep(min(0.2, 0.002 * 2**attempt))
-            raise Unavailable(
-                f"store: could not commit new noise points of release {rid!r} action {a} "
-                f"after {MAX_ATTEMPTS} attempts ({last}); nothing was answered")
+                    with st.pending_lock:
+                        queued = list(st.pending)
+                        st.pending.clear()
+                    # ours first; if this transaction fails the others store their own
+                    self._store_new(rel, a, st, list(dict.fromkeys(todo + queued)))
+                finally:
+                    lock.release()
+                    with st.cond:
+                        st.gen += 1
+                        st.cond.notify_all()
+                return
+            with st.cond:  # wait for the current leader's commit (or failure)
+                if st.gen == gen:
+                    # the lock may be held by another store object of this process, which
+                    # does not notify us: poll
+                    st.cond.wait(timeout=0.02)
+
+    def _store_new(self, rel: ReleaseRecord, a: int, st: _ActionState,
+                   missing: list[float]) -> None:
+        """Under the action's lock: one write transaction storing ``missing``'s new states."""
+        rid = rel.release_id
+        # committed rows this process has not seen yet (a plain read: cheap, no lock)
+        self._apply(st, self._db_fetch_since(rid, a, st.hw))
+        new = [v for v in missing if v not in st.values]
+        if not new:
+            return
+        last: Exception | None = None
+        for attempt in range(MAX_ATTEMPTS):
+            try:
+                with self._db_write_txn(rid, a) as tx:
+                    self._apply(st, tx.fetch_since(st.hw))
+                    new = [v for v in new if v not in st.values]
+                    if not new:
+                        return
+                    rows, seen = self._draw(rel, st, a, new, tx)
+                    tx.insert(rows)
+                    if not tx.confirm(rows):
+                        raise Retry("another writer stored rows concurrently")
+                # committed durably: only now may the values be used
+                if self._serialize:
+                    self._apply(st, rows)
+                else:  # broken mode: seqs were taken from the database head
+                    self._apply(st, self._db_fetch_since(rid, a, st.hw))
+                if self._insert_hook is not None and seen is not None:
+                    self._insert_hook(rid, a, seen)
+                return
+            except Retry as exc:
+                last = exc
+                time.sleep(min(0.2, 0.002 * 2**attempt))
+        raise Unavailable(
+            f"store: could not commit new noise points of release {rid!r} action {a} "
+            f"after {MAX_ATTEMPTS} attempts ({last}); nothing was answered")
 
     def _draw(self, rel: ReleaseRecord, st: _ActionState, a: int, new: list[float],
               tx: WriteTxn) -> tuple[list[Row], list[InsertRecord] | None]:
@@ -543,14 +580,6 @@ class SamplePathStore(ABC):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self._identity}>"
-
-
-class _NullLock:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 def new_identity(prefix: str) -> str:

@@ -77,7 +77,8 @@ def test_disk_full_with_group_commit(tmp_path: Path) -> None:
         s._sqlite_pragma_all("PRAGMA max_page_count = 1073741823")  # type: ignore[attr-defined]
         got = [s.get_or_sample(RID, 0, x) for x in xs]
         assert s.count_points(RID, 0) == 11 + 8 * 400
-        assert all(np.array_equal(s.get_or_sample(RID, 0, x), g) for x, g in zip(xs, got, strict=True))
+        for x, g in zip(xs, got, strict=True):
+            assert np.array_equal(s.get_or_sample(RID, 0, x), g)
         assert s.verify(RID).ok
 
 

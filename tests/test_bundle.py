@@ -34,7 +34,7 @@ CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One small bundle made through the CLI (seeded, sigma 0.1, paper mode): the quick
+    """One small bundle made through the CLI (seeded, sigma 0.1, gdp mode): the quick
     config cut to 400 samples (8 episodes, J = 8) to keep the suite fast."""
     d = tmp_path_factory.mktemp("b")
     cfg = dataclasses.replace(
@@ -51,6 +51,8 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
             str(out),
             "--sigma",
             "0.1",
+            "--mode",
+            "gdp",
             "--seed",
             "3",
             "--no-progress",
@@ -87,7 +89,7 @@ def test_files_and_complete_card(trained: Path) -> None:
     # the accountant was told the updates actually taken and the step size used
     assert card["privacy_params"]["steps"] == card["training"]["updates"] == cfg.planned_updates
     assert card["privacy_params"]["lr"] == cfg.lr and card["privacy_params"]["plain_sgd"]
-    assert card["mode"] == "paper" and card["holds"] is True and card["q_bound"] is None
+    assert card["mode"] == "gdp" and card["holds"] is True and card["q_bound"] is None
     assert card["sigma"] == 0.1 and card["privacy"]["sigma"] == 0.1
     lip = card["lipschitz"]
     assert lip["measured"] <= lip["bound_from_weights"] <= lip["bound"] == cfg.lipschitz

@@ -1,4 +1,6 @@
-"""Crash safety: a writer SIGKILLed 32 times while streaming new points (SQLite file).
+"""Crash safety: a writer SIGKILLed 32 times while streaming new points (SQLite file; and 10
+times on PostgreSQL, where the server rolls back the killed client's open transaction and
+releases its advisory lock).
 
 Every value a writer reported (it reports only after get_or_sample returned, i.e. after the
 durable commit) must be in the store unchanged after the kills, the chains must verify, and
@@ -17,6 +19,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 from store_helpers import RID, make_release
 from store_worker import crash_writer, run_forked
 
@@ -41,14 +44,19 @@ def _read_lines(fd: int, timeout: float) -> bytes:
     return buf
 
 
-def test_sigkill_during_stream_loses_nothing_reported(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'store.sqlite'}"
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_sigkill_during_stream_loses_nothing_reported(kind: str, tmp_path: Path,
+                                                       request: pytest.FixtureRequest) -> None:
+    if kind == "sqlite":
+        url, kills = f"sqlite:///{tmp_path / 'store.sqlite'}", KILLS
+    else:
+        url, kills = str(request.getfixturevalue("pg_url")), 10
     with open_store(url, rng=1) as s:
         make_release(s)
     reported: dict[tuple[int, float], float] = {}
     rng = np.random.default_rng(2)
     total_lines = 0
-    for i in range(KILLS):
+    for i in range(kills):
         r, w = os.pipe()
         pid = run_forked(crash_writer, url, RID, 100 + i, w)
         os.close(w)
@@ -65,7 +73,7 @@ def test_sigkill_during_stream_loses_nothing_reported(tmp_path: Path) -> None:
             total_lines += 1
             for x, g in zip(d["x"], d["g"], strict=True):
                 assert reported.setdefault((d["a"], x), g) == g
-    assert total_lines >= KILLS
+    assert total_lines >= kills
     with open_store(url) as s:
         rep = s.verify(RID)
         assert rep.ok, rep

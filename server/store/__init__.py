@@ -74,4 +74,4 @@ def open_store(
         return MemoryStore(name, rng=rng, key=key)
     from qveil.server.store.sql import SQLStore
     return SQLStore(url, rng=rng, key=key, create=create, busy_timeout=busy_timeout,
-                    **options)  # type: ignore[arg-type]
+                    **options)  # type: ignore[arg-type,unused-ignore]

@@ -86,7 +86,7 @@ class _SqlTxn:
 
     def fetch_since(self, hw: int) -> Sequence[Row]:
         res = self._conn.execute(self._store._q_since, {**self._params, "hw": hw})
-        return [tuple(r) for r in res]  # type: ignore[misc]
+        return [tuple(r) for r in res]
 
     def head(self) -> tuple[int, str | None]:
         if not self._store._serialize:
@@ -239,7 +239,7 @@ class SQLStore(SamplePathStore):
         """Read back the durability settings; refuse (FailedPrecondition) without them."""
         if self.backend == "sqlite":
             with self._writer.connect() as conn:
-                dbapi = conn.connection.dbapi_connection
+                dbapi: Any = conn.connection.dbapi_connection
                 cur = dbapi.cursor()  # raw: no BEGIN IMMEDIATE just to read settings
                 s = {
                     "journal_mode": cur.execute("PRAGMA journal_mode").fetchone()[0],
@@ -280,7 +280,8 @@ class SQLStore(SamplePathStore):
         return s
 
     def _build_statements(self) -> None:
-        r, a = bindparam("r"), bindparam("a")
+        r: Any = bindparam("r")
+        a: Any = bindparam("a")
         cols = (NP.c.seq, NP.c.x, NP.c.g, NP.c.created_at, NP.c.hash)
         mine = (NP.c.release_id == r, NP.c.action == a)
         self._q_since = select(*cols).where(*mine, NP.c.seq > bindparam("hw")).order_by(NP.c.seq)
@@ -292,7 +293,8 @@ class SQLStore(SamplePathStore):
             NP.c.action, NP.c.seq)
         self._q_action = select(NP.c.action, *cols).where(*mine).order_by(NP.c.seq)
         self._q_lock = select(func.pg_advisory_xact_lock(bindparam("k", type_=sa.BigInteger)))
-        ins = sqlite_insert if self.backend == "sqlite" else pg_insert
+        ins: Any = sqlite_insert if self.backend == "sqlite" else pg_insert
+        self._ins_points: Any
         if self._serialize:
             self._ins_points = ins(NP).on_conflict_do_nothing()
             if self.backend == "postgresql":  # one multi-row INSERT ... RETURNING per batch
@@ -424,8 +426,9 @@ class SQLStore(SamplePathStore):
 
     def _db_fetch_since(self, release_id: str, action: int, hw: int) -> Sequence[Row]:
         params = {"r": release_id, "a": action, "hw": hw}
-        return self._read_call("read noise points", lambda c: [
-            tuple(r) for r in c.execute(self._q_since, params)])  # type: ignore[no-any-return]
+        rows: Sequence[Row] = self._read_call("read noise points", lambda c: [
+            tuple(r) for r in c.execute(self._q_since, params)])
+        return rows
 
     def _db_write_txn(self, release_id: str, action: int) -> AbstractContextManager[_SqlTxn]:
         return self._txn(release_id, action)

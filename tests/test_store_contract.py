@@ -68,6 +68,9 @@ def test_releases(url: str) -> None:
     with open_store(url) as s:
         assert s.get_release(RID).status == "active"
         assert isinstance(s._rng, OSEntropy)  # production default: OS entropy
+        assert not s.seeded
+    with open_store(url, rng=12) as s:
+        assert s.seeded
 
 
 def test_same_answers_after_reopen_and_duplicates(url: str) -> None:

@@ -40,7 +40,7 @@ from sortedcontainers import SortedDict
 
 from qveil.errors import IntegrityError, InvalidArgument, NotFound, QveilError, Unavailable
 from qveil.noise import OUSamplePath, validate_unit_states
-from qveil.rng import NormalSource, resolve_rng
+from qveil.rng import NormalSource, is_seeded, resolve_rng
 from qveil.server.store.integrity import (
     ChainHasher,
     IntegrityReport,
@@ -524,6 +524,12 @@ class SamplePathStore(ABC):
         elif release_id is not None:
             self._release(release_id)
         return self._db_count(release_id, action)
+
+    @property
+    def seeded(self) -> bool:
+        """True when new noise comes from a seeded generator (tests, experiments): a server
+        must refuse or flag that for a release; False for OS entropy (``rng=None``)."""
+        return is_seeded(self._rng)
 
     def cached_points(self, release_id: str, action: int) -> int:
         """How many points of (release, action) this process holds in memory."""

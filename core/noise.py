@@ -417,6 +417,22 @@ class OUSamplePath:
         out: FloatArray = values[inverse.reshape(-1)]
         return out
 
+    def sample_one(self, x: float) -> float:
+        """g at one state ``x`` in [0, 1]: the fast path for callers that act on one state at
+        a time (Algorithm 1 needs g_a(s_t) before it acts at s_t). Same law as ``sample``."""
+        if isinstance(x, bool) or not isinstance(x, float | int | np.floating | np.integer):
+            raise InvalidArgument(f"state must be a number, got {x!r}")
+        try:
+            xf = float(x) + 0.0
+        except OverflowError:
+            raise InvalidArgument(f"state {x!r} is not a finite number in [0, 1]") from None
+        if not 0.0 <= xf <= 1.0:  # also refuses NaN
+            raise InvalidArgument(f"state {x!r} is not a finite number in [0, 1]")
+        g = self._get(xf)
+        if g is None:
+            g = self._draw_all([xf], self._normals(1))[0]
+        return g
+
     def _normals(self, k: int) -> list[float]:
         """``k`` standard normals from the path's source, checked."""
         if k == 1:

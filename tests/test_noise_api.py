@@ -204,3 +204,26 @@ def test_batching_does_not_change_seeded_values() -> None:
     by_chunk = np.concatenate([chunked.sample(c) for c in np.array_split(xs, 150)])
     assert np.array_equal(by_point, _path(3).sample(xs))
     assert np.array_equal(by_chunk, by_point)
+
+
+def test_sample_one_equals_sample_and_refuses_bad_input() -> None:
+    """The single-state fast path draws exactly what ``sample`` draws from the same source,
+    returns stored values for known states, and refuses what ``sample`` refuses."""
+    import numpy as np
+    import pytest
+
+    from qveil.errors import InvalidArgument
+    from qveil.noise import OUSamplePath
+
+    xs = np.random.default_rng(7).random(500)
+    a = OUSamplePath(beta=50.0, sigma=0.7, rng=3)
+    b = OUSamplePath(beta=50.0, sigma=0.7, rng=3)
+    one = [a.sample_one(float(x)) for x in xs]
+    many = [float(b.sample(np.array([x]))[0]) for x in xs]
+    assert one == many
+    assert a.sample_one(float(xs[10])) == one[10]  # stored value, no new draw
+    n = len(a)
+    for bad in (float("nan"), float("inf"), -1e-9, 1.0 + 1e-9, True, "0.3", 10**400):
+        with pytest.raises(InvalidArgument):
+            a.sample_one(bad)  # type: ignore[arg-type]
+    assert len(a) == n

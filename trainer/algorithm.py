@@ -100,8 +100,7 @@ class NoisePaths:
             if self._paths is None:  # sigma = 0: the zero function
                 return np.zeros(self.n_actions)
             t0 = time.perf_counter()
-            arr = np.array([x])
-            g = np.array([p.sample(arr)[0] for p in self._paths])
+            g = np.array([p.sample_one(x) for p in self._paths])
             self._cache[x] = g
             self.seconds += time.perf_counter() - t0
         return g

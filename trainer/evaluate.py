@@ -98,7 +98,7 @@ def evaluate_bundle(
         x = bundle.to_unit([s])
         q = bundle.q_values_unit(x)[0]
         if paths is not None:
-            q = q + np.array([p.sample(x)[0] for p in paths])
+            q = q + np.array([p.sample_one(float(x[0])) for p in paths])
         return int(np.argmax(q))
 
     def bare(s: float) -> int:

@@ -577,6 +577,7 @@ def write_doc(
         ("server: " if r["name"].startswith("server_") else "store: ")
         + f"{r['name'].removeprefix('server_fault_').removeprefix('fault_')} recovered in "
         f"{float(r['recovery_s']):.2f} s"
+        + (" (PostgreSQL cluster restarted)" if r.get("cluster_restarted") else "")
         for r in rows
         if "fault" in r["name"] and "recovery_s" in r
     ]

@@ -65,8 +65,9 @@ def _case(name: str, cfg: TrainConfig, repeats: int) -> list[object]:
 
 
 def _per_call(n: int = 6000) -> tuple[float, float]:
-    """us per single-state ``OUSamplePath.sample`` call vs the bare exact draw (internals,
-    for comparison only), both at the paper's beta and sigma on new random states."""
+    """us per single-state call (``OUSamplePath.sample_one``, what Algorithm 1 uses) vs the
+    bare exact draw (internals, for comparison only), at the paper's beta and sigma on new
+    random states."""
     from qveil.noise import OUSamplePath
 
     xs = np.random.default_rng(0).random(n).tolist()
@@ -75,7 +76,7 @@ def _per_call(n: int = 6000) -> tuple[float, float]:
         p = OUSamplePath(beta=2222.0, sigma=3.7, rng=np.random.default_rng(1))
         t0 = time.perf_counter()
         for x in xs:
-            p.sample(np.array([x]))
+            p.sample_one(x)
         best_call = min(best_call, (time.perf_counter() - t0) / n * 1e6)
         p = OUSamplePath(beta=2222.0, sigma=3.7, rng=np.random.default_rng(1))
         t0 = time.perf_counter()
@@ -112,12 +113,6 @@ def main() -> None:
     ]
     load = ", ".join(f"{v:.1f}" for v in os.getloadavg())
     call_us, draw_us = _per_call()
-    paper_row = rows[0]
-    share_scalar = (
-        100
-        * (paper_row[7] * draw_us / call_us)
-        / (paper_row[6] - paper_row[7] * (1 - draw_us / call_us))
-    )
     body = (
         f"Load average at the end of the run: {load} (2 cores; other work on the machine "
         "inflates these times directly).\n\n"
@@ -125,7 +120,7 @@ def main() -> None:
         "`train_q` (the training loop alone), and one "
         "end-to-end `run_training` (calibration, env, training, bundle written and verified). "
         "'noise points' counts GP values drawn over all paths and actions; 'noise s' is the "
-        "time spent in `OUSamplePath.sample`. Targets: paper's run <= 30 s, noise < 10 %.\n\n"
+        "time spent drawing noise (`OUSamplePath.sample_one`/`sample`). Targets: paper's run <= 30 s, noise < 10 %.\n\n"
         + table(
             [
                 "run",
@@ -141,16 +136,14 @@ def main() -> None:
             ],
             rows,
         )
-        + "\n\nThe paper's run meets the time target by far; its noise share does not. "
-        "Algorithm 1 is sequential: the action at s_t needs g_a(s_t) before the step, so "
-        "every new state costs one `OUSamplePath.sample` call per action (one call per "
-        "'noise point'), and each call's fixed overhead (array validation and dispatch, "
-        f"{call_us:.1f} us/call here) is several times the exact OU draw itself "
-        f"({draw_us:.1f} us measured through the path's internals, for comparison only). "
-        "A scalar entry point in qveil.noise would bring the share to about "
-        f"{share_scalar:.0f} %. In the replay recipe every update evaluates the current "
-        "path at 2 x 128 replayed states per action, most of them new (paths reset every "
-        "episode), so noise is a large share there too."
+        + "\n\nThe paper's run meets the time target by far. Algorithm 1 is sequential: the "
+        "action at s_t needs g_a(s_t) before the step, so every new state costs one "
+        "single-state `OUSamplePath.sample_one` call per action (one call per 'noise point'): "
+        f"{call_us:.1f} us/call here, against {draw_us:.1f} us for the exact OU draw itself "
+        "(measured through the path's internals, for comparison only); the rest is argument "
+        "checking and the source's per-call cost. In the replay recipe every update evaluates "
+        "the current path at 2 x 128 replayed states per action, most of them new (paths reset "
+        "every episode), so noise is a large share there."
     )
     write_section(
         "trainer", "Trainer (issue 5)", ".venv/bin/python benchmarks/bench_trainer.py", body

@@ -327,6 +327,37 @@ def bench_scaling(tmp: Path, sizes: list[int], quick: bool) -> list[list[object]
     return rows
 
 
+def plot(new: list[list[object]], scale: list[list[object]], path: Path) -> None:
+    """PNG: store vs raw loops per batch size, and new-point rate against stored points."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    batches = [1, 100, 1000]
+    for name, style in (("SQLite", "o-"), ("PostgreSQL", "s-")):
+        rs = [r for r in new if r[0] == name]
+        if rs:
+            ax1.plot(batches, [r[2] for r in rs], style, label=f"store, {name}")
+            ax1.plot(batches, [r[3] for r in rs], style.replace("-", "--"),
+                     label=f"raw insert loop, {name}", alpha=0.6)
+    rs = [r for r in new if r[0] == "SQLite"]
+    if rs:
+        ax1.plot(batches, [r[5] for r in rs], "^:", label="raw new-point loop, SQLite")
+    ax1.set(xscale="log", yscale="log", xlabel="states per call (one commit each)",
+            ylabel="new states / s", title="New points")
+    ax1.legend(fontsize=7)
+    ns = [float(str(r[0])) for r in scale]
+    ax2.plot(ns, [r[2] for r in scale], "o-", label="1 state per call")
+    ax2.plot(ns, [r[3] for r in scale], "s-", label="100 states per call")
+    ax2.set(xscale="log", yscale="log", xlabel="points already stored in the action",
+            ylabel="new states / s", title="Insert cost vs stored points (SQLite)")
+    ax2.legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer calls (smoke run)")
@@ -380,6 +411,9 @@ def main() -> int:
     if args.no_write:
         print(body)
     else:
+        png = Path(__file__).resolve().parent.parent / "docs" / "img" / "bench_store.png"
+        plot(new, scale, png)
+        body += "\n\n![store benchmark](img/bench_store.png)"
         write_section("store", "Sample-path store (issue 4)", cmd, body)
     return 0
 

@@ -43,9 +43,26 @@ def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _tool(*args: str) -> subprocess.CompletedProcess[str]:
+    """The tool as an operator runs it: a subprocess (used for the backup under load)."""
     return subprocess.run(
         [sys.executable, str(TOOL), *args], capture_output=True, text=True, timeout=120
     )
+
+
+def _tool_inproc(*args: str) -> subprocess.CompletedProcess[str]:
+    """The same ``main`` in this process (spares a Python start per check)."""
+    import contextlib
+    import importlib.util
+    import io
+
+    spec = importlib.util.spec_from_file_location("backup_sqlite", TOOL)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = mod.main(list(args))
+    return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
 
 
 def test_online_backup_under_load_and_restore_check(tmp_path: Path, bundle: Path) -> None:
@@ -95,13 +112,13 @@ def test_online_backup_under_load_and_restore_check(tmp_path: Path, bundle: Path
     assert not missing, f"{len(missing)} answers given before the backup are not in it"
     # the final live marks: the copy is behind them and must be refused; the live store passes
     final = tmp_path / "final-marks.json"
-    r = _tool("marks", "--store", sqlite_url(live))
+    r = _tool_inproc("marks", "--store", sqlite_url(live))
     assert r.returncode == 0, r.stderr
     final.write_text(r.stdout)
-    refused = _tool("check-restore", "--store", sqlite_url(copy), "--marks", str(final))
+    refused = _tool_inproc("check-restore", "--store", sqlite_url(copy), "--marks", str(final))
     assert refused.returncode == 1, refused.stdout + refused.stderr
     assert "high-water mark" in refused.stderr
-    accepted = _tool("check-restore", "--store", sqlite_url(live), "--marks", str(final))
+    accepted = _tool_inproc("check-restore", "--store", sqlite_url(live), "--marks", str(final))
     assert accepted.returncode == 0, accepted.stdout + accepted.stderr
     rid = rel.release_id
     report(

@@ -175,7 +175,7 @@ def test_sigterm_drains_in_flight_calls(tmp_path: Path, bundle: Path) -> None:
         rng = np.random.default_rng(seed)
         with grpc.insecure_channel(srv.target) as ch:
             stub = vgrpc.ValueServiceStub(ch)
-            states = rng.uniform(rel.state_low, rel.state_high, size=2000).tolist()
+            states = rng.uniform(rel.state_low, rel.state_high, size=3000).tolist()
             go.wait()
             t_start = time.monotonic()
             try:

@@ -120,7 +120,8 @@ def main() -> None:
         "`train_q` (the training loop alone), and one "
         "end-to-end `run_training` (calibration, env, training, bundle written and verified). "
         "'noise points' counts GP values drawn over all paths and actions; 'noise s' is the "
-        "time spent drawing noise (`OUSamplePath.sample_one`/`sample`). Targets: paper's run <= 30 s, noise < 10 %.\n\n"
+        "time spent drawing noise (`OUSamplePath.sample_one`/`sample`). "
+        "Targets: paper's run <= 30 s, noise < 10 %.\n\n"
         + table(
             [
                 "run",

@@ -56,5 +56,15 @@ echo
 echo "== 4. the public privacy card (no weights, no noise)"
 "$QVEIL" query --target "$TARGET" --card
 stop_server
+
+echo
+echo "== 5. what an honest guarantee costs: the noise each accounting mode needs for (eps=1, delta=1e-5)"
+echo "   at the paper's Appendix E.3 settings (computed by the accountant; docs/privacy.md explains)"
+for mode in paper gdp output; do
+  "$QVEIL" privacy --mode "$mode" --epsilon 1 --delta 1e-5 --json | .venv/bin/python -c '
+import json, sys
+d = json.load(sys.stdin)
+print("   %6s: sigma %9.4g  beta %9.4g  holds %s" % (d["mode"], d["sigma"], d["beta"], d["holds"]))'
+done
 echo
 echo "demo done: bundle, store and logs in $OUT/"

@@ -195,29 +195,83 @@ def run(*, out: Path, quick: bool = False, seeds: int | None = None, workers: in
               "mode trains without noise, so its curve is the non-private one",
         xlabel="samples", ylabel="training episode return")
 
-    for part, xkey, fname, xlabel in (("eps_sweep", "eps", "fig2_eps_sweep", "target epsilon"),
-                                      ("sensitivity", "reward_sensitivity", "fig2_sensitivity",
-                                       "reward sensitivity Delta_r (eps = 0.9)")):
+    np_mean = float(np.mean([row["release_return_mean"] for row in nonpriv]))
+    for part, xkey, fname, _xlabel in SWEEPS:
         rows = _summarise([r for r in results if r["part"] == part], ("key", xkey))
         paths[f"{part}_csv"] = write_csv(out / f"{fname}.csv", rows)
-        series, bands = {}, {}
-        for key in SWEEP_METHODS:
-            pts = sorted((row[xkey], row["release_return_mean"], row["release_return_sd"])
-                         for row in rows if row["key"] == key)
-            series[LABELS[key]] = ([p[0] for p in pts], [p[1] for p in pts])
-            bands[LABELS[key]] = [p[2] for p in pts]
-        np_mean = float(np.mean([row["release_return_mean"] for row in nonpriv]))
-        xs = sorted({row[xkey] for row in rows})
-        series["non-private DQN"] = (xs, [np_mean] * len(xs))
-        series["random policy"] = (xs, [ref["random"]] * len(xs))
-        series["'towards 0.5' policy"] = (xs, [ref["towards 0.5"]] * len(xs))
-        paths[f"{part}_png"] = plotting.plot_lines(
-            series, out / f"{fname}.png", bands=bands, logx=True,
-            title=f"Return of the released function vs {xlabel} (delta = {delta:g}; "
-                  f"{n_sweep} seed(s) per point)",
-            xlabel=xlabel, ylabel="mean return (20 eval episodes)",
-            styles={"non-private DQN": "--k", "random policy": ":k",
-                    "'towards 0.5' policy": "-.k"})
+        paths[f"{part}_png"] = plot_sweep(rows, out / f"{fname}.png", part=part, ref=ref,
+                                          non_private=np_mean, delta=delta, seeds=n_sweep)
+    return paths
+
+
+SWEEPS = (("eps_sweep", "eps", "fig2_eps_sweep", "target epsilon"),
+          ("sensitivity", "reward_sensitivity", "fig2_sensitivity",
+           "reward sensitivity Delta_r (eps = 0.9)"))
+
+
+def _truthy(v: Any) -> bool:
+    return v is True or str(v) == "True"
+
+
+def plot_sweep(rows: list[dict[str, Any]], path: Path, *, part: str, ref: dict[str, float],
+               non_private: float, delta: float, seeds: int) -> Path:
+    """Released return against eps (or Delta_r) per method, mean +- sd; points where the
+    accountant gives no guarantee (holds = false) are drawn as crosses."""
+    import matplotlib.pyplot as plt
+
+    from qveil.experiments.plotting import save
+
+    _, xkey, _, xlabel = next(s for s in SWEEPS if s[0] == part)
+    fig, ax = plt.subplots(figsize=(7.0, 4.4))
+    for i, key in enumerate(SWEEP_METHODS):
+        pts = sorted((float(r[xkey]), float(r["release_return_mean"]),
+                      float(r["release_return_sd"]), _truthy(r["privacy_holds"]))
+                     for r in rows if r["key"] == key)
+        if not pts:
+            continue
+        x = np.array([p[0] for p in pts])
+        y = np.array([p[1] for p in pts])
+        sd = np.array([p[2] for p in pts])
+        ok = np.array([p[3] for p in pts])
+        ax.plot(x, y, "-", color=f"C{i}", lw=1.2, label=LABELS[key])
+        ax.fill_between(x, y - sd, y + sd, color=f"C{i}", alpha=0.12)
+        ax.plot(x[ok], y[ok], "o", color=f"C{i}", ms=4)
+        ax.plot(x[~ok], y[~ok], "x", color=f"C{i}", ms=7, mew=2)
+    xs = sorted({float(r[xkey]) for r in rows})
+    ax.plot(xs, [non_private] * len(xs), "--k", lw=1, label="non-private DQN")
+    ax.plot(xs, [ref["random"]] * len(xs), ":k", lw=1, label="random policy")
+    ax.plot(xs, [ref["towards 0.5"]] * len(xs), "-.k", lw=1, label="'towards 0.5' policy")
+    ax.plot([], [], "xk", ms=7, mew=2, label="x = accountant: no guarantee")
+    ax.set_xscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("return of the released function (20 episodes)")
+    ax.set_title(f"Released return vs {xlabel} (delta = {delta:g}; {seeds} seed(s) per point; "
+                 "mean +- sd)", fontsize=8)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=6, loc="best")
+    return save(fig, path)
+
+
+def replot(out: Path, *, config: str | Path | None = None, delta: float = 1e-4
+           ) -> dict[str, Path]:
+    """Redraw fig2.png and the two sweep PNGs from the CSVs in ``out`` (no training; the
+    learning-curve PNG needs the runs and is not redrawn)."""
+    import csv
+
+    cfg = load_cfg(config)
+    ref = reference_returns(cfg)
+    with (out / "fig2_summary.csv").open() as fh:
+        summ = list(csv.DictReader(fh))
+    np_mean = float(np.mean([float(r["release_return_mean"]) for r in summ
+                             if r["key"] == "non-private"]))
+    n_seeds = max(int(r["seeds"]) for r in summ)
+    paths = {"png": _plot_targets(summ, out / "fig2.png", ref=ref, n_seeds=n_seeds, cfg=cfg)}
+    for part, _xkey, fname, _ in SWEEPS:
+        with (out / f"{fname}.csv").open() as fh:
+            rows = list(csv.DictReader(fh))
+        seeds = int(rows[0]["seeds"]) if rows else 0
+        paths[part] = plot_sweep(rows, out / f"{fname}.png", part=part, ref=ref,
+                                 non_private=np_mean, delta=delta, seeds=seeds)
     return paths
 
 
@@ -227,12 +281,12 @@ def _plot_targets(summ: list[dict[str, Any]], path: Path, *, ref: dict[str, floa
 
     from qveil.experiments.plotting import save
 
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.6), sharey=True)
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.8))
     for ax, eps in zip(axes, (0.9, 0.45), strict=True):
-        rows = {r["key"]: r for r in summ if r["eps"] == eps}
+        rows = {r["key"]: r for r in summ if float(r["eps"]) == eps}
         keys = [k for k in METHODS if k in rows]
-        ys = [rows[k]["release_return_mean"] for k in keys]
-        sds = [rows[k]["release_return_sd"] for k in keys]
+        ys = [float(rows[k]["release_return_mean"]) for k in keys]
+        sds = [float(rows[k]["release_return_sd"]) for k in keys]
         colors = ["0.6" if k in ("non-private", "paper-sigma") else f"C{i}"
                   for i, k in enumerate(keys)]
         ax.barh(range(len(keys)), ys, xerr=sds, color=colors, capsize=3)
@@ -241,11 +295,13 @@ def _plot_targets(summ: list[dict[str, Any]], path: Path, *, ref: dict[str, floa
             p = rows[k]
             if k == "non-private":
                 tag = "no privacy"
-            elif not p["privacy_holds"]:
-                tag = "no guarantee"
+            elif not _truthy(p["privacy_holds"]):
+                tag = f"no guarantee; sigma={float(p['privacy_noise']):.3g}"
             else:
-                tag = f"eps={p['privacy_epsilon']:.3g}, noise={p['privacy_noise']:.3g}"
-            labels.append(f"{LABELS[k]}\n[{tag}]")
+                tag = (f"eps={float(p['privacy_epsilon']):.3g}, "
+                       f"noise={float(p['privacy_noise']):.3g}")
+            labels.append(LABELS[k].replace(" (paper's", "\n(paper's").replace(
+                "; guarantee", ";\nguarantee") + f"\n[{tag}]")
         ax.set_yticks(range(len(keys)))
         ax.set_yticklabels(labels, fontsize=6)
         ax.axvline(ref["random"], color="k", ls=":", lw=1, label="random policy")

@@ -269,10 +269,8 @@ def bench_coalesce(tmp: Path, quick: bool) -> list[list[object]]:
             for t in ts:
                 t.join()
             dt = time.perf_counter() - t0
-            with s._writer.connect() as c:  # type: ignore[attr-defined]
-                commits = c.exec_driver_sql("SELECT count(DISTINCT created_at) FROM "
-                                            "noise_points").scalar()
-                c.rollback()
+            commits = s._writer_scalar(  # type: ignore[attr-defined]
+                "SELECT count(DISTINCT created_at) FROM noise_points")
             rows.append(["on" if coalesce else "off", 16 * per / dt, 16 * per / commits])
     return rows
 

@@ -24,9 +24,7 @@ def test_disk_full_fails_cleanly(tmp_path: Path) -> None:
     with open_store(url, rng=1) as s:
         make_release(s)
         g_known = s.get_or_sample(RID, 0, known)
-        with s._writer.connect() as c:  # type: ignore[attr-defined]
-            pages = c.exec_driver_sql("PRAGMA page_count").scalar()
-            c.rollback()
+        pages = s._writer_scalar("PRAGMA page_count")  # type: ignore[attr-defined]
         s._sqlite_pragma_all(f"PRAGMA max_page_count = {pages}")  # type: ignore[attr-defined]
         new = np.random.default_rng(2).uniform(size=3000)
         with pytest.raises(Unavailable, match="disk full"):
@@ -52,9 +50,7 @@ def test_disk_full_with_group_commit(tmp_path: Path) -> None:
     with open_store(url, rng=5) as s:
         make_release(s)
         s.get_or_sample(RID, 0, np.linspace(0, 1, 11))
-        with s._writer.connect() as c:  # type: ignore[attr-defined]
-            pages = c.exec_driver_sql("PRAGMA page_count").scalar()
-            c.rollback()
+        pages = s._writer_scalar("PRAGMA page_count")  # type: ignore[attr-defined]
         s._sqlite_pragma_all(f"PRAGMA max_page_count = {pages}")  # type: ignore[attr-defined]
         xs = [np.random.default_rng(i).uniform(size=400) for i in range(8)]
         outcome: list[object] = [None] * 8

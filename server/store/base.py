@@ -212,6 +212,7 @@ class SamplePathStore(ABC):
         self._closed = False
         self._insert_hook: Callable[[str, int, list[InsertRecord]], None] | None = None
         self._serialize = True  # False only in the test-only broken mode
+        self._pre_read_always = True
         #: group commit: a writer also stores the new states other threads queued meanwhile
         self.coalesce = True
 
@@ -412,8 +413,10 @@ class SamplePathStore(ABC):
                    missing: list[float]) -> None:
         """Under the action's lock: one write transaction storing ``missing``'s new states."""
         rid = rel.release_id
-        # committed rows this process has not seen yet (a plain read: cheap, no lock)
-        self._apply(st, self._db_fetch_since(rid, a, st.hw))
+        if st.hw == 0 or self._pre_read_always:
+            # committed rows this process has not seen yet, read without the write lock (on
+            # first touch this loads the whole action; later, other writers' new rows)
+            self._apply(st, self._db_fetch_since(rid, a, st.hw))
         new = [v for v in missing if v not in st.values]
         if not new:
             return

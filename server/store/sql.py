@@ -138,6 +138,7 @@ class SQLStore(SamplePathStore):
             raise InvalidArgument(f"bad store URL {url!r}: {exc}") from None
         self._busy = float(busy_timeout)
         self._writer_lock = threading.Lock()
+        self._wconn: sa.Connection | None = None
         self._engines: list[sa.Engine] = []
         backend = u.get_backend_name()
         if backend == "sqlite":
@@ -167,6 +168,10 @@ class SQLStore(SamplePathStore):
                 f"unsupported store URL scheme {u.drivername!r} (memory://, sqlite:///path, "
                 "postgresql+psycopg://...)")
         super().__init__(identity=identity, rng=rng, key=key)
+        # read new rows before taking the write lock on every miss on PostgreSQL (points
+        # other replicas stored are then found without the advisory lock); on SQLite only
+        # on first touch (a write transaction that writes nothing costs no fsync there)
+        self._pre_read_always = self.backend == "postgresql"
         self._url = u
         self._serialize = not _unsafe_deferred_begin
         if _unsafe_deferred_begin and self.backend != "sqlite":
@@ -367,17 +372,30 @@ class SQLStore(SamplePathStore):
     @contextmanager
     def _write(self, what: str, lock_key: int | None = None) -> Iterator[sa.Connection]:
         """One write transaction: commit (durably) on clean exit, roll back otherwise."""
-        guard = self._writer_lock if (self.backend == "sqlite" and self._serialize) else None
-        if guard is not None:
-            guard.acquire()
-        try:
-            with self._translated(what), self._writer.connect() as conn, conn.begin():
-                if lock_key is not None and self.backend == "postgresql":
-                    conn.execute(self._q_lock, {"k": lock_key})
-                yield conn
-        finally:
-            if guard is not None:
-                guard.release()
+        if self.backend == "sqlite" and self._serialize:
+            # the one writer connection of this store, kept checked out (no pool round trip
+            # per transaction); dropped and reopened after any error
+            with self._writer_lock:
+                ok = False
+                try:
+                    with self._translated(what):
+                        if self._wconn is None:
+                            self._wconn = self._writer.connect()
+                        with self._wconn.begin():
+                            yield self._wconn
+                    ok = True
+                finally:
+                    if not ok and self._wconn is not None:
+                        try:
+                            self._wconn.close()
+                        except Exception:  # noqa: BLE001 - already broken
+                            pass
+                        self._wconn = None
+            return
+        with self._translated(what), self._writer.connect() as conn, conn.begin():
+            if lock_key is not None and self.backend == "postgresql":
+                conn.execute(self._q_lock, {"k": lock_key})
+            yield conn
 
     @contextmanager
     def _read(self, what: str) -> Iterator[sa.Connection]:
@@ -479,15 +497,32 @@ class SQLStore(SamplePathStore):
                          "created_at": c, "hash": h} for s, x, g, c, h in rs[k:k + 10000]])
 
     def _db_close(self) -> None:
+        if self._wconn is not None:
+            with self._writer_lock:
+                try:
+                    self._wconn.close()
+                except Exception:  # noqa: BLE001
+                    pass
+                self._wconn = None
         for eng in self._engines:
             eng.dispose()
         self._engines.clear()
 
     # -- test aids --------------------------------------------------------------------------
 
+    def _writer_scalar(self, sql: str) -> Any:
+        """Test aid: one statement on the writer connection (rolled back), its scalar."""
+        with self._writer_lock:
+            if self._wconn is None:
+                self._wconn = self._writer.connect()
+            try:
+                return self._wconn.exec_driver_sql(sql).scalar()
+            finally:
+                self._wconn.rollback()
+
     def _sqlite_pragma_all(self, sql: str) -> None:
-        """Test aid: run a PRAGMA on every pooled connection (e.g. max_page_count)."""
-        for eng in (self._writer, self._reader):
-            with eng.connect() as conn:
-                conn.exec_driver_sql(sql)
-                conn.rollback()
+        """Test aid: run a PRAGMA on the writer and every pooled reader (e.g. max_page_count)."""
+        self._writer_scalar(sql)
+        with self._reader.connect() as conn:
+            conn.exec_driver_sql(sql)
+            conn.rollback()

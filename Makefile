@@ -27,7 +27,9 @@ test: setup
 check: setup proto-check
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy core
+	# mypy must see core/ under its installed name `qveil` to follow qveil.* imports.
+	mkdir -p .typecheck && ln -sfn ../core .typecheck/qveil
+	MYPYPATH=.typecheck $(VENV)/bin/mypy -p qveil
 
 # Regenerate the committed gRPC/protobuf stubs (never edit them by hand).
 proto: setup
@@ -45,4 +47,4 @@ reliability: setup
 	bash scripts/reliability.sh
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info demo-out
+	rm -rf $(VENV) .typecheck .pytest_cache .mypy_cache .ruff_cache build *.egg-info demo-out

@@ -147,7 +147,7 @@ def input_perturbation_calibrate(*, epsilon: float, delta: float, samples: int,
 
 
 # ----------------------------------------------------------------------------- training
-class NoisyRewards(gym.Wrapper):  # type: ignore[type-arg]
+class NoisyRewards(gym.Wrapper):
     """Adds N(0, noise_std^2) to every reward once, when it is collected; keeps the TRUE
     episode returns in ``true_returns`` (for evaluation only, never for training)."""
 
@@ -312,7 +312,8 @@ def train_dpsgd(cfg: Any, *, clip: float, noise_std: float, seed: int) -> DPSGDR
 
     def q_np(xs: np.ndarray, model: Any) -> np.ndarray:
         with torch.no_grad():
-            return model(torch.from_numpy(np.asarray(xs, dtype=np.float64))).numpy()
+            out: np.ndarray = model(torch.from_numpy(np.asarray(xs, dtype=np.float64))).numpy()
+            return out
 
     def update(idx: np.ndarray) -> None:
         nonlocal updates

@@ -91,7 +91,8 @@ def _return_bound(r_max: float, gamma: float, f_max: float | None) -> float:
 def lsw_fit(batch: Batch, phi: FloatArray, w: FloatArray) -> FloatArray:
     """theta_X^w = (Gamma^1/2 Phi)^+ Gamma^1/2 F_X (eq. (8))."""
     sq = np.sqrt(np.asarray(w, dtype=np.float64))
-    return np.linalg.pinv(sq[:, None] * phi) @ (sq * batch.mean_returns())
+    return np.asarray(np.linalg.pinv(sq[:, None] * phi) @ (sq * batch.mean_returns()),
+                      dtype=np.float64)
 
 
 def lsw_phi(counts: npt.ArrayLike, w: npt.ArrayLike, k: npt.ArrayLike) -> FloatArray:
@@ -99,7 +100,8 @@ def lsw_phi(counts: npt.ArrayLike, w: npt.ArrayLike, k: npt.ArrayLike) -> FloatA
     c = np.asarray(counts, dtype=np.float64)
     kk = np.atleast_1d(np.asarray(k, dtype=np.float64))
     den = np.maximum(c[None, :] - kk[:, None], 1.0) ** 2
-    return (np.asarray(w, dtype=np.float64)[None, :] / den).sum(axis=1)
+    return np.asarray((np.asarray(w, dtype=np.float64)[None, :] / den).sum(axis=1),
+                      dtype=np.float64)
 
 
 def lsw_psi(counts: npt.ArrayLike, w: npt.ArrayLike, *, beta: float) -> float:
@@ -146,7 +148,7 @@ def lsl_phi(counts: npt.ArrayLike, rho: npt.ArrayLike, *, m: int, lam: float,
     c = np.asarray(counts, dtype=np.float64)
     kk = np.atleast_1d(np.asarray(k, dtype=np.float64))
     s = (r[None, :] * np.minimum(c[None, :] + kk[:, None], float(m))).sum(axis=1)
-    return (c_lam * np.sqrt(s) + float(np.linalg.norm(r))) ** 2
+    return np.asarray((c_lam * np.sqrt(s) + float(np.linalg.norm(r))) ** 2, dtype=np.float64)
 
 
 def lsl_psi(counts: npt.ArrayLike, rho: npt.ArrayLike, *, m: int, lam: float, phi_norm: float,

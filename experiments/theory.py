@@ -101,7 +101,7 @@ def value_iteration(p: FloatArray, r: FloatArray, gamma: float, *, tol: float = 
         q = r + gamma * np.einsum("asj,j->as", p, v)
         nv = q.max(axis=0)
         if np.max(np.abs(nv - v)) < tol * (1.0 - gamma):
-            return nv
+            return np.asarray(nv, dtype=np.float64)
         v = nv
     return v
 

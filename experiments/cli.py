@@ -2,7 +2,7 @@
 
 Each experiment writes CSV and PNG files into ``--out`` (default ``results/<name>``) and
 prints what it wrote. ``--quick`` is the small version the test suite runs; without it the
-full reproduction (all four take about half an hour together on 2 cores; see
+full reproduction (the four together: about 7 minutes on a quiet 2-core machine; see
 docs/results.md). Modules are imported only when their experiment runs (torch for fig1/fig2).
 """
 

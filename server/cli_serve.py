@@ -58,6 +58,13 @@ def add_parser(sub: Any) -> None:
         default=64,
         help="concurrent calls; beyond it RESOURCE_EXHAUSTED",
     )
+    o.add_argument(
+        "--max-in-flight-per-caller",
+        type=int,
+        default=None,
+        help="concurrent calls of one caller (its token, or its connection when anonymous); "
+        "default 3/4 of --max-in-flight, so one flooding caller cannot starve the others",
+    )
     o.add_argument("--max-message-bytes", type=int, default=4 * 1024 * 1024)
     o.add_argument(
         "--value-grid",
@@ -121,7 +128,10 @@ def run(args: argparse.Namespace) -> int:
         tokens_file=args.tokens_file,
         reflection=args.reflection,
         limits=Limits(
-            max_batch=args.max_batch, max_in_flight=args.max_in_flight, value_grid=args.value_grid
+            max_batch=args.max_batch,
+            max_in_flight=args.max_in_flight,
+            max_in_flight_per_caller=args.max_in_flight_per_caller,
+            value_grid=args.value_grid,
         ),
         max_message_bytes=args.max_message_bytes,
         workers=args.workers,

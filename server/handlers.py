@@ -45,7 +45,7 @@ from qveil.server.errors import bad_argument
 from qveil.server.metrics import Metrics
 from qveil.server.state import ActiveRelease, ReleaseHolder
 
-__all__ = ["DEFAULT_VALUE_GRID", "Handlers", "Limits", "grid_round"]
+__all__ = ["DEFAULT_VALUE_GRID", "Handlers", "Limits", "grid_round", "per_caller_bound"]
 
 DEFAULT_VALUE_GRID = 2.0**-20
 
@@ -56,13 +56,30 @@ class Limits:
     max_in_flight: int = 64  # concurrent qveil RPCs; more get RESOURCE_EXHAUSTED
     value_grid: float = DEFAULT_VALUE_GRID
     points_chunk: int = 2048  # noise points per streamed audit message
+    # concurrent RPCs of ONE caller (token, or connection when anonymous); None -> 3/4 of
+    # max_in_flight, so one flooding caller can never take the capacity others need
+    max_in_flight_per_caller: int | None = None
 
     def __post_init__(self) -> None:
         if self.max_batch < 1 or self.max_in_flight < 1 or self.points_chunk < 1:
             raise InvalidArgument("limits must be positive")
+        if self.max_in_flight_per_caller is not None and not (
+            1 <= self.max_in_flight_per_caller <= self.max_in_flight
+        ):
+            raise InvalidArgument(
+                f"max_in_flight_per_caller {self.max_in_flight_per_caller!r} must be in "
+                f"[1, max_in_flight = {self.max_in_flight}]"
+            )
         g = self.value_grid
         if not (g > 0 and math.isfinite(g) and math.frexp(g)[0] == 0.5):
             raise InvalidArgument(f"value grid {g!r} must be a positive power of two")
+
+
+def per_caller_bound(limits: Limits) -> int:
+    """The effective per-caller bound (see ``Limits.max_in_flight_per_caller``)."""
+    if limits.max_in_flight_per_caller is not None:
+        return limits.max_in_flight_per_caller
+    return max(1, (3 * limits.max_in_flight) // 4)
 
 
 def grid_round(values: npt.NDArray[np.float64], grid: float) -> npt.NDArray[np.float64]:
@@ -324,8 +341,13 @@ class Handlers:
     def activate(self, release_id: str = "", bundle_path: str = "") -> tuple[t.Release, str]:
         from qveil.server.admin import server_action  # issue 7: admin audit log
 
-        with server_action(self.store, "activate", release_id or bundle_path,
-                           release_id=release_id, bundle_path=bundle_path):
+        with server_action(
+            self.store,
+            "activate",
+            release_id or bundle_path,
+            release_id=release_id,
+            bundle_path=bundle_path,
+        ):
             return self._activate_request(release_id, bundle_path)
 
     def _activate_request(self, release_id: str, bundle_path: str) -> tuple[t.Release, str]:

@@ -18,7 +18,7 @@ from qveil.client import convert
 from qveil.errors import ResourceExhausted, Unavailable
 from qveil.server.auth import Authorizer
 from qveil.server.errors import status_for
-from qveil.server.handlers import Handlers
+from qveil.server.handlers import Handlers, per_caller_bound
 from qveil.v1 import admin_service_pb2 as admin_pb
 from qveil.v1 import admin_service_pb2_grpc as admin_grpc
 from qveil.v1 import audit_service_pb2 as audit_pb
@@ -47,6 +47,7 @@ class Core:
         self.executor = executor
         self.ready = False
         self.in_flight = 0
+        self.by_caller: dict[str, int] = {}  # in-flight calls per caller (event loop only)
 
     def _deadline(self, context: grpc.aio.ServicerContext) -> float | None:
         remaining = context.time_remaining()
@@ -65,10 +66,10 @@ class Core:
     ) -> R:
         start = time.perf_counter()
         code = "OK"
-        entered = False
+        caller: str | None = None
         try:
-            self._admit(service, context)
-            entered = True
+            caller = self._admit(service, context)
+            self.by_caller[caller] = self.by_caller.get(caller, 0) + 1
             self.in_flight += 1
             self.handlers.metrics.in_flight = self.in_flight
             loop = asyncio.get_running_loop()
@@ -88,24 +89,46 @@ class Core:
             )
             raise AssertionError("abort returned") from None
         finally:
-            if entered:
+            if caller is not None:
+                left = self.by_caller[caller] - 1
+                if left:
+                    self.by_caller[caller] = left
+                else:
+                    del self.by_caller[caller]
                 self.in_flight -= 1
                 self.handlers.metrics.in_flight = self.in_flight
             self.handlers.metrics.observe(method, code, time.perf_counter() - start)
 
-    def _admit(self, service: str, context: grpc.aio.ServicerContext) -> None:
+    def _admit(self, service: str, context: grpc.aio.ServicerContext) -> str:
+        """Authorize and bound concurrency; return the caller's key for the per-caller count.
+
+        A caller is its token when the server has a tokens file, else its connection (peer).
+        Each caller may hold at most ``per_caller_bound`` calls in flight, below the global
+        bound, so a client flooding the server is refused while others keep being served.
+        """
         md = context.invocation_metadata() or ()
         authorization = next((v for k, v in md if k == "authorization"), None)
-        self.authorizer.authorize(
+        principal = self.authorizer.authorize(
             service, authorization if isinstance(authorization, str) else None
         )
         if not self.ready:
             raise Unavailable("the server is starting: model and store not verified yet")
-        if self.in_flight >= self.handlers.limits.max_in_flight:
+        limits = self.handlers.limits
+        caller = (
+            f"token:{principal.name}" if principal.role is not None else f"peer:{context.peer()}"
+        )
+        mine, per_caller = self.by_caller.get(caller, 0), per_caller_bound(limits)
+        if mine >= per_caller:
+            raise ResourceExhausted(
+                f"this caller has {mine} calls in flight, the per-caller bound is "
+                f"{per_caller}; retry shortly"
+            )
+        if self.in_flight >= limits.max_in_flight:
             raise ResourceExhausted(
                 f"{self.in_flight} calls in flight, the bound is "
-                f"{self.handlers.limits.max_in_flight}; retry shortly"
+                f"{limits.max_in_flight}; retry shortly"
             )
+        return caller
 
     async def abort(
         self, context: grpc.aio.ServicerContext, method: str, exc: Exception, start: float

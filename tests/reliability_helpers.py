@@ -568,8 +568,8 @@ def write_doc(
     over = by_name.get("overload")
     refused = (
         f"{over['in_limit_refused_during_flood']} of {over['in_limit_calls']} calls refused "
-        f"during a {over['flood_s']:.0f}-s flood (global bound {over['max_in_flight']}: a known "
-        "gap, see below); 0 after it"
+        f"during a {over['flood_s']:.0f}-s flood by another client (bound {over['max_in_flight']}"
+        " in all, 3/4 of it per caller); 0 after it"
         if over
         else "not run"
     )
@@ -618,9 +618,9 @@ def write_doc(
         f"| in-limit client during overload | {refused} |",
         f"| faults (disk full, read-only, cut connections) | {'; '.join(faults) or 'not run'} |",
         "",
-        "Known gap: the server's concurrency bound is global, so a flooding client gets "
-        "RESOURCE_EXHAUSTED as it should, but an in-limit client sharing the server is refused "
-        "part of the time too; per-client limits would be needed for it to be unaffected.",
+        "Overload: each caller (its token, or its connection when anonymous) may hold at most "
+        "3/4 of the server's in-flight bound (`--max-in-flight-per-caller`), so a flooding "
+        "client gets RESOURCE_EXHAUSTED while a client within its limit is not refused.",
         "",
     ]
     for r in rows:

@@ -8,13 +8,12 @@
    free slot, the server's RSS bounded (after warm-up it may grow only by what the stored
    points explain), the store growing by exactly the distinct states (never by the number of
    queries), and p50/p99 recorded.
-2. Overload: with --max-in-flight 4, a flood of 32 concurrent heavy calls gets
-   RESOURCE_EXHAUSTED for the excess and nothing else; every admitted call is answered
-   correctly (re-checked); an in-limit client (one call at a time) sees no error other than
-   RESOURCE_EXHAUSTED during the flood and none after it. The server's bound is global, so
-   the in-limit client IS refused part of the time during a flood: the test records how often
-   (docs/reliability.md) rather than claiming it is unaffected; per-client limits would be
-   needed for that (reported to the server's owner).
+2. Overload: with --max-in-flight 4 (per caller: 3), one client flooding with 32 concurrent
+   heavy calls over its connection gets RESOURCE_EXHAUSTED for the excess and nothing else;
+   every admitted call is answered correctly (re-checked); an in-limit client (its own
+   connection, one call at a time) is unaffected: not one refusal, during the flood or after.
+   A wrong (global-only) bound refuses the in-limit client part of the time: 30 % of its calls
+   in the quick form and 84-90 % in the full form were measured before the per-caller bound.
 """
 
 from __future__ import annotations
@@ -194,7 +193,10 @@ def test_overload_gets_resource_exhausted(tmp_path: Path, bundle: Path) -> None:
         def calm_client(phase: str) -> None:
             from qveil.v1 import value_service_pb2_grpc as vgrpc
 
-            with grpc.insecure_channel(srv.target) as ch:
+            # its own connection: channels of one process otherwise share gRPC's global
+            # subchannel pool, i.e. one connection, i.e. one anonymous caller
+            own = [("grpc.use_local_subchannel_pool", 1)]
+            with grpc.insecure_channel(srv.target, options=own) as ch:
                 stub = vgrpc.ValueServiceStub(ch)
                 while not stop.is_set():
                     try:
@@ -204,19 +206,21 @@ def test_overload_gets_resource_exhausted(tmp_path: Path, bundle: Path) -> None:
                         calm.error(f"{phase}:{exc.code().name}")
                     time.sleep(0.02)
 
-        def flood_worker(seed: int) -> None:
-            from qveil.v1 import value_service_pb2_grpc as vgrpc
+        from qveil.v1 import value_service_pb2_grpc as vgrpc
 
+        # the flooding client: one connection, 32 threads calling concurrently through it
+        flood_channel = grpc.insecure_channel(srv.target)
+        flood_stub = vgrpc.ValueServiceStub(flood_channel)
+
+        def flood_worker(seed: int) -> None:
             rng = np.random.default_rng(seed)
-            with grpc.insecure_channel(srv.target) as ch:
-                stub = vgrpc.ValueServiceStub(ch)
-                while not stop.is_set():
-                    states = rng.uniform(rel.state_low, rel.state_high, 256).tolist()
-                    try:
-                        r = get_values(stub, states, timeout=30)
-                        book.add(r.release_id, states, list(r.actions), list(r.values))
-                    except grpc.RpcError as exc:
-                        book.error(exc.code().name)
+            while not stop.is_set():
+                states = rng.uniform(rel.state_low, rel.state_high, 256).tolist()
+                try:
+                    r = get_values(flood_stub, states, timeout=30)
+                    book.add(r.release_id, states, list(r.actions), list(r.values))
+                except grpc.RpcError as exc:
+                    book.error(exc.code().name)
 
         c = threading.Thread(target=calm_client, args=("flood",), daemon=True)
         c.start()
@@ -227,6 +231,7 @@ def test_overload_gets_resource_exhausted(tmp_path: Path, bundle: Path) -> None:
         stop.set()
         for t in [c, *flood]:
             t.join(timeout=60)
+        flood_channel.close()
         stop.clear()
         after = threading.Thread(target=calm_client, args=("after",), daemon=True)
         after.start()
@@ -245,7 +250,7 @@ def test_overload_gets_resource_exhausted(tmp_path: Path, bundle: Path) -> None:
     assert set(flood_codes) <= {"RESOURCE_EXHAUSTED"}, f"flood saw {flood_codes}"
     assert flood_codes.get("RESOURCE_EXHAUSTED", 0) > 0, "32 > 4 in flight never refused?"
     calm_errors = {k: v for k, v in calm.codes.items() if k != "OK"}
-    assert set(calm_errors) <= {"flood:RESOURCE_EXHAUSTED"}, f"in-limit client saw {calm_errors}"
+    assert not calm_errors, f"in-limit client was affected by the flood: {calm_errors}"
     calm_calls = sum(calm.codes.values())
     report(
         "overload",

@@ -262,6 +262,42 @@ def _anchors(db: AdminDB, rid: str) -> dict[int, dict[str, Any]]:
     return best
 
 
+def anchors_from_report(path: str | Path) -> dict[str, dict[int, dict[str, Any]]]:
+    """High-water marks per release and action from an exported audit report (``--export``).
+
+    Marks recorded in the store's own audit log roll back with a whole-database restore; a
+    report kept outside the store does not, so ``qveil audit --against OLD.json`` proves a
+    restored store did not go back in time. Only a passing report can anchor.
+    """
+    try:
+        d = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise InvalidArgument(f"cannot read audit report {str(path)!r}: {exc}") from None
+    if not isinstance(d, dict) or d.get("kind") != "qveil.audit/v1":
+        raise InvalidArgument(f"{str(path)!r} is not a qveil audit report (kind qveil.audit/v1)")
+    if not d.get("passed"):
+        raise InvalidArgument(f"audit report {str(path)!r} did not pass; it cannot anchor")
+    out: dict[str, dict[int, dict[str, Any]]] = {}
+    for r in d.get("releases", []):
+        for a in r.get("actions", []):
+            if a.get("high_water_mark") is None:
+                continue
+            out.setdefault(str(r["release_id"]), {})[int(a["action"])] = {
+                "hwm": int(a["high_water_mark"]), "hash": a.get("head_hash"),
+                "audit_seq": f"in report {Path(path).name}", "at": d.get("generated_at")}
+    return out
+
+
+def _merge_anchors(mine: dict[int, dict[str, Any]], other: dict[int, dict[str, Any]] | None
+                   ) -> dict[int, dict[str, Any]]:
+    """Per action, the anchor with the higher high-water mark."""
+    merged = dict(mine)
+    for a, anchor in (other or {}).items():
+        if a not in merged or anchor["hwm"] > merged[a]["hwm"]:
+            merged[a] = anchor
+    return merged
+
+
 # ------------------------------------------------------------------------------- the audit
 def _audit_action(store: Any, rec: Any, action: int, anchor: dict[str, Any] | None
                   ) -> tuple[ActionAudit, np.ndarray | None]:
@@ -343,12 +379,16 @@ def _test_action(a: ActionAudit, z: np.ndarray | None, path_level: float) -> Non
 
 def audit_store(store: Any, db: AdminDB, *, release_id: str | None = None,
                 level: float = DEFAULT_PASS_LEVEL, record: bool = True,
-                actor: str | None = None, store_label: str = "") -> AuditReport:
+                actor: str | None = None, store_label: str = "",
+                external_anchors: dict[str, dict[int, dict[str, Any]]] | None = None
+                ) -> AuditReport:
     """Audit every release of ``store`` (or only ``release_id``); see the module docstring.
 
     ``record``: append one audit-log entry per release (outcome ok/failed; a passing audit's
-    entry carries the high-water marks that later audits check). Raises NotFound for an unknown
-    ``release_id``; every finding is in the report, not raised.
+    entry carries the high-water marks that later audits check). ``external_anchors`` (from
+    :func:`anchors_from_report`): marks kept outside the store, checked as well; a release
+    they name that the store lacks fails. Raises NotFound for an unknown ``release_id``; every
+    finding is in the report, not raised.
     """
     if not 0.0 < level < 1.0:
         raise InvalidArgument(f"level must be in (0, 1), got {level!r}")
@@ -365,6 +405,7 @@ def audit_store(store: Any, db: AdminDB, *, release_id: str | None = None,
         except QveilError as exc:
             anchors = {}
             ra.problems.append(f"cannot read audit-log anchors: {exc}")
+        anchors = _merge_anchors(anchors, (external_anchors or {}).get(rec.release_id))
         items = []
         for action in range(ra.n_actions):
             try:
@@ -384,11 +425,16 @@ def audit_store(store: Any, db: AdminDB, *, release_id: str | None = None,
             _test_action(aa, z, path_level)
             ra.actions.append(aa)
         releases.append(ra)
+    known = {r.release_id for r in recs}
+    problems = [f"release {rid} is in the --against report but not in the store (restored "
+                "from a copy older than the release?)"
+                for rid in sorted(external_anchors or {})
+                if rid not in known and (release_id is None or rid == release_id)]
     ledger = Ledger(db).verify().to_dict()
     log = audit_log.verify_audit_log(db).to_dict()
     report = AuditReport(generated_at=utc_now(), store=store_label, level=level,
                          path_level=path_level, releases=releases, ledger=ledger,
-                         audit_log=log)
+                         audit_log=log, problems=problems)
     if record:
         try:
             _record(db, report, actor)

@@ -33,6 +33,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--export", metavar="FILE", help="write the report as JSON")
     p.add_argument("--export-points", metavar="DIR",
                    help="also export each release's stored points (JSONL; noise values)")
+    p.add_argument("--against", metavar="REPORT.json",
+                   help="also check the high-water marks of an earlier exported report kept "
+                        "OUTSIDE the store (catches a whole-store restore from an older copy, "
+                        "which rolls the in-store audit log back too)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--no-record", action="store_true",
                    help="do not append this audit (and its high-water marks) to the audit log")
@@ -75,20 +79,22 @@ def _summary(report: Any) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from qveil.server.admin import admin_db_for
-    from qveil.server.audit import audit_store, export_report, plot_paths
+    from qveil.server.audit import anchors_from_report, audit_store, export_report, plot_paths
     from qveil.server.audit_log import default_actor
     from qveil.server.store import open_store
 
     url = args.store or os.environ.get("QVEIL_STORE_URL")
     if not url:
         raise InvalidArgument("qveil audit needs --store URL (or $QVEIL_STORE_URL)")
+    external = anchors_from_report(args.against) if args.against else None
     store = open_store(url, create=False)
     try:
         db = admin_db_for(store, url)
         try:
             report = audit_store(store, db, release_id=args.release,
                                  record=not args.no_record,
-                                 actor=f"{default_actor()} (cli)", store_label=_redact(url))
+                                 actor=f"{default_actor()} (cli)", store_label=_redact(url),
+                                 external_anchors=external)
             if args.export:
                 export_report(report, args.export)
             if args.plot:

@@ -154,6 +154,33 @@ def test_truncation_is_caught_by_the_high_water_mark_in_the_audit_log(healthy: s
     assert any("high-water mark 390 is below 400" in f for f in rep["failures"]), rep["failures"]
 
 
+def test_whole_store_restore_from_an_older_copy_is_caught_only_against_an_outside_report(
+        healthy: str, tmp_path: Path) -> None:
+    """A restore of the whole database rolls the in-store audit log back with the points, so
+    the in-store marks see nothing; a passing report exported earlier and kept outside the
+    store (``--against``) catches it. Without the outside report the old copy passes."""
+    old_copy = tmp_path / "old.sqlite"
+    src = sqlite3.connect(healthy.removeprefix("sqlite:///"))
+    dst = sqlite3.connect(old_copy)
+    src.backup(dst)  # the online backup API: a consistent copy
+    src.close()
+    dst.close()
+    with open_store(healthy, rng=9) as st:  # the live store moves on
+        st.get_or_sample("rel-a", 0, np.random.default_rng(4).random(50))
+    kept_outside = tmp_path / "kept-outside.json"
+    assert main(["audit", "--store", healthy, "--export", str(kept_outside)]) == 0
+    old_url = f"sqlite:///{old_copy}"
+    code, rep = run_audit(old_url, "--no-record")
+    assert code == 0, "the in-store marks rolled back with the copy: expected to pass alone"
+    code, rep = run_audit(old_url, "--no-record", "--against", str(kept_outside))
+    assert code == 1
+    assert any(f"high-water mark {N} is below {N + 50}" in f for f in rep["failures"]), rep
+    # a report that did not pass cannot anchor; a non-report is refused clearly
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"kind": "something else"}))
+    assert main(["audit", "--store", old_url, "--no-record", "--against", str(bad)]) == 2
+
+
 def test_rewritten_tail_is_caught_by_the_recorded_head_hash(healthy: str) -> None:
     """Someone replaces the newest row and recomputes its link: chain valid, hash differs."""
     code, _ = run_audit(healthy)

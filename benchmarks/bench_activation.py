@@ -73,15 +73,38 @@ def main() -> None:
             t.join()
         wall = time.perf_counter() - t0
     lat_ms = np.array(lat) * 1e3
-    rows = [[args.clients, args.activations, len(seen), len(errors), seen.count(ida),
-             seen.count(idb), len(seen) / wall, float(np.median(lat_ms)), float(lat_ms.max())]]
+    rows = [
+        [
+            args.clients,
+            args.activations,
+            len(seen),
+            len(errors),
+            seen.count(ida),
+            seen.count(idb),
+            len(seen) / wall,
+            float(np.median(lat_ms)),
+            float(lat_ms.max()),
+        ]
+    ]
     body = (
         f"{args.clients} client threads, each querying 10 states per call (7 repeated, 3 new), "
         f"while release A and B are activated alternately {args.activations} times, "
         f"{args.pause:g} s apart, through AdminService (bundles made by "
         "tests/server_helpers.make_bundle; SQLite store beside them).\n\n"
-        + table(["clients", "activations", "responses", "errors", "from A", "from B",
-                 "responses/s", "activate p50 (ms)", "activate max (ms)"], rows)
+        + table(
+            [
+                "clients",
+                "activations",
+                "responses",
+                "errors",
+                "from A",
+                "from B",
+                "responses/s",
+                "activate p50 (ms)",
+                "activate max (ms)",
+            ],
+            rows,
+        )
     )
     write_section("activation", "Activation under load", COMMAND, body)
 

@@ -39,9 +39,14 @@ ALTERNATIVES = {  # name -> (true sigma, true beta); the claimed law is (SIGMA, 
 }
 
 
-def rejection_rates(ns: list[int], reps: int, level: float, *,
-                    only: tuple[str, ...] | None = None,
-                    seed: int = 20261122) -> list[list[object]]:
+def rejection_rates(
+    ns: list[int],
+    reps: int,
+    level: float,
+    *,
+    only: tuple[str, ...] | None = None,
+    seed: int = 20261122,
+) -> list[list[object]]:
     rng = np.random.default_rng(seed)
     rows = []
     for name, (s, b) in ALTERNATIVES.items():
@@ -71,8 +76,14 @@ def audit_speed(ns: list[int]) -> list[list[object]]:
         with tempfile.TemporaryDirectory() as d:
             url = f"sqlite:///{d}/s.sqlite"
             st = open_store(url, rng=1)
-            st.create_release(release_id="r", fingerprint="f", sigma=SIGMA, beta=BETA,
-                              interval=(0.0, 1.0), n_actions=1)
+            st.create_release(
+                release_id="r",
+                fingerprint="f",
+                sigma=SIGMA,
+                beta=BETA,
+                interval=(0.0, 1.0),
+                n_actions=1,
+            )
             xs = np.random.default_rng(2).random(n)
             for chunk in np.array_split(xs, max(1, n // 1000)):
                 st.get_or_sample("r", 0, chunk)
@@ -101,8 +112,13 @@ def plot(ns: list[int], rows: list[list[object]], out: Path, level: float) -> No
     fig, ax = plt.subplots(figsize=(6.5, 4))
     for row in rows:
         ax.plot(ns, row[1:], marker="o", label=str(row[0]))
-    ax.plot(ns, [variance_test_power(n, factor=POWER_FACTOR, level=level) for n in ns], "k--",
-            lw=1, label="exact power of the variance test alone, sigma x 1.3")
+    ax.plot(
+        ns,
+        [variance_test_power(n, factor=POWER_FACTOR, level=level) for n in ns],
+        "k--",
+        lw=1,
+        label="exact power of the variance test alone, sigma x 1.3",
+    )
     ax.set_xscale("log")
     ax.set_xlabel("points in the path (n)")
     ax.set_ylabel("rejection rate")
@@ -118,8 +134,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--reps", type=int, default=200)
     ap.add_argument("--quick", action="store_true", help="fewer repetitions and sizes")
-    ap.add_argument("--false-alarms", type=int, default=2000, metavar="R",
-                    help="healthy paths per size for the false-alarm rate (0: skip)")
+    ap.add_argument(
+        "--false-alarms",
+        type=int,
+        default=2000,
+        metavar="R",
+        help="healthy paths per size for the false-alarm rate (0: skip)",
+    )
     args = ap.parse_args()
     level = DEFAULT_PASS_LEVEL
     ns = [30, 100, 300, 1000] if not args.quick else [30, 300]
@@ -145,16 +166,19 @@ def main() -> None:
         + table(["true law", *[f"n = {n}" for n in ns]], rates)
         + "\n\nExact power of the variance test alone against sigma x 1.3 at the same level "
         "(what each audited path reports as `variance_test_power`): "
-        + ", ".join(f"n = {n}: {variance_test_power(n, factor=POWER_FACTOR, level=level):.3f}"
-                    for n in ns)
+        + ", ".join(
+            f"n = {n}: {variance_test_power(n, factor=POWER_FACTOR, level=level):.3f}" for n in ns
+        )
         + ".\n\n"
-        + ("False alarms of the same test on healthy paths, more repetitions (bound "
-           f"{4 * level:g}):\n\n" + table(["n", "paths", "rejection rate"], fa_rows) + "\n\n"
-           if fa_rows else "")
+        + (
+            "False alarms of the same test on healthy paths, more repetitions (bound "
+            f"{4 * level:g}):\n\n" + table(["n", "paths", "rejection rate"], fa_rows) + "\n\n"
+            if fa_rows
+            else ""
+        )
         + "Whole-store audit (integrity + statistics, no plot) of a SQLite store with n "
         "points in one action, against reading the rows alone:\n\n"
-        + table(["n", "read rows (s)", "audit (s)", "points/s audited", "audit / read"],
-                speed)
+        + table(["n", "read rows (s)", "audit (s)", "points/s audited", "audit / read"], speed)
     )
     write_section("audit", "Audit: detection, false alarms and speed", COMMAND, body)
 

@@ -42,8 +42,9 @@ RID = "bench"
 
 
 def _release(store) -> None:  # type: ignore[no-untyped-def]
-    store.create_release(release_id=RID, fingerprint="f" * 64, sigma=1.0, beta=50.0,
-                         interval=(0.0, 1.0), n_actions=4)
+    store.create_release(
+        release_id=RID, fingerprint="f" * 64, sigma=1.0, beta=50.0, interval=(0.0, 1.0), n_actions=4
+    )
 
 
 class PgDatabases:
@@ -51,6 +52,7 @@ class PgDatabases:
 
     def __init__(self) -> None:
         import psycopg
+
         self._psycopg = psycopg
         self.names: list[str] = []
 
@@ -64,8 +66,11 @@ class PgDatabases:
     def drop_all(self) -> None:
         with self._psycopg.connect(PG_ADMIN, autocommit=True) as c:
             for n in self.names:
-                c.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                          "WHERE datname = %s AND pid <> pg_backend_pid()", (n,))
+                c.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = %s AND pid <> pg_backend_pid()",
+                    (n,),
+                )
                 c.execute(f'DROP DATABASE IF EXISTS "{n}"')
 
 
@@ -75,17 +80,20 @@ def median_rate(fn: Callable[[], float], repeats: int) -> float:
 
 # -- 1. cached reads ---------------------------------------------------------------------------
 
+
 def bench_cached(tmp: Path, quick: bool) -> list[list[object]]:
     rows = []
     with open_store(f"sqlite:///{tmp / 'cached.sqlite'}", rng=1) as s:
         _release(s)
         known = np.random.default_rng(1).uniform(size=10_000)
         for k in range(0, known.size, 1000):
-            s.get_or_sample(RID, 0, known[k:k + 1000])
+            s.get_or_sample(RID, 0, known[k : k + 1000])
         for batch, calls in ((1, 20_000), (100, 2_000), (1000, 300)):
             calls = calls // (5 if quick else 1)
-            qs = [known[np.random.default_rng(i).integers(0, known.size, batch)]
-                  for i in range(min(calls, 200))]
+            qs = [
+                known[np.random.default_rng(i).integers(0, known.size, batch)]
+                for i in range(min(calls, 200))
+            ]
 
             def run(batch: int = batch, calls: int = calls, qs: list = qs) -> float:
                 t0 = time.perf_counter()
@@ -98,6 +106,7 @@ def bench_cached(tmp: Path, quick: bool) -> list[list[object]]:
 
 
 # -- 2. new points: store vs raw driver ---------------------------------------------------------
+
 
 def _calls(batch: int, quick: bool) -> int:
     n = {1: 150, 100: 30, 1000: 8}[batch]
@@ -117,8 +126,10 @@ def store_new_rate(url: str, batch: int, calls: int, action: int, seed: int = 0)
         return batch * calls / (time.perf_counter() - t0)
 
 
-_INSERT = ("INSERT INTO noise_points (release_id, action, seq, x, g, created_at, hash) "
-           "VALUES (?, ?, ?, ?, ?, ?, ?)")
+_INSERT = (
+    "INSERT INTO noise_points (release_id, action, seq, x, g, created_at, hash) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
 
 
 def raw_sqlite_rate(path: Path, batch: int, calls: int, action: int) -> float:
@@ -142,16 +153,20 @@ def raw_sqlite_rate(path: Path, batch: int, calls: int, action: int) -> float:
     return rate
 
 
-_LEFT = ("SELECT x, g FROM noise_points WHERE release_id = ? AND action = ? AND x < ? "
-         "ORDER BY x DESC LIMIT 1")
-_RIGHT = ("SELECT x, g FROM noise_points WHERE release_id = ? AND action = ? AND x > ? "
-          "ORDER BY x LIMIT 1")
+_LEFT = (
+    "SELECT x, g FROM noise_points WHERE release_id = ? AND action = ? AND x < ? "
+    "ORDER BY x DESC LIMIT 1"
+)
+_RIGHT = (
+    "SELECT x, g FROM noise_points WHERE release_id = ? AND action = ? AND x > ? ORDER BY x LIMIT 1"
+)
 
 
 def raw_sqlite_newpoint_rate(path: Path, batch: int, calls: int, action: int) -> float:
     """A minimal raw new-point loop: per point two neighbour SELECTs, the exact conditional
     draw (qveil.noise.conditional_moments), one INSERT; same durability; no hash chain."""
     from qveil.noise import conditional_moments
+
     con = sqlite3.connect(path, isolation_level=None, timeout=30)
     con.execute("PRAGMA journal_mode=WAL")
     con.execute("PRAGMA synchronous=FULL")
@@ -167,11 +182,13 @@ def raw_sqlite_newpoint_rate(path: Path, batch: int, calls: int, action: int) ->
             left = con.execute(_LEFT, (RID, action, x)).fetchone()
             right = con.execute(_RIGHT, (RID, action, x)).fetchone()
             m, sd = conditional_moments(
-                beta=50.0, sigma=1.0,
+                beta=50.0,
+                sigma=1.0,
                 d_left=None if left is None else x - left[0],
                 g_left=None if left is None else left[1],
                 d_right=None if right is None else right[0] - x,
-                g_right=None if right is None else right[1])
+                g_right=None if right is None else right[1],
+            )
             seq += 1
             con.execute(_INSERT, (RID, action, seq, x, m + sd * next(z), 0.0, h))
         con.execute("COMMIT")
@@ -182,6 +199,7 @@ def raw_sqlite_newpoint_rate(path: Path, batch: int, calls: int, action: int) ->
 
 def raw_pg_rate(url: str, batch: int, calls: int, action: int) -> float:
     import psycopg
+
     con = psycopg.connect(url.replace("postgresql+psycopg", "postgresql"))
     rng = np.random.default_rng(300 + batch + action)
     qs = [rng.uniform(size=batch).tolist() for _ in range(calls)]
@@ -199,11 +217,11 @@ def raw_pg_rate(url: str, batch: int, calls: int, action: int) -> float:
     return rate
 
 
-def bench_new(tmp: Path, quick: bool, pg: PgDatabases | None,
-              repeats: int) -> list[list[object]]:
+def bench_new(tmp: Path, quick: bool, pg: PgDatabases | None, repeats: int) -> list[list[object]]:
     """Store and raw loop alternate ``repeats`` times per batch size (the disk's fsync rate
     drifts a lot on a shared machine); medians of each, ratio of the medians."""
     import psycopg
+
     rows = []
     spath = tmp / "new.sqlite"
     surl = f"sqlite:///{spath}"
@@ -247,6 +265,7 @@ def bench_new(tmp: Path, quick: bool, pg: PgDatabases | None,
 
 # -- 3. group commit -------------------------------------------------------------------------
 
+
 def bench_coalesce(tmp: Path, quick: bool) -> list[list[object]]:
     rows = []
     for coalesce in (False, True):
@@ -270,12 +289,14 @@ def bench_coalesce(tmp: Path, quick: bool) -> list[list[object]]:
                 t.join()
             dt = time.perf_counter() - t0
             commits = s._writer_scalar(  # type: ignore[attr-defined]
-                "SELECT count(DISTINCT created_at) FROM noise_points")
+                "SELECT count(DISTINCT created_at) FROM noise_points"
+            )
             rows.append(["on" if coalesce else "off", 16 * per / dt, 16 * per / commits])
     return rows
 
 
 # -- 4. scaling with stored points --------------------------------------------------------------
+
 
 def prefill(path: Path, n: int) -> None:
     """Write n valid points (an exact OU path, a valid chain) for action 0 with raw sqlite3."""
@@ -328,27 +349,44 @@ def bench_scaling(tmp: Path, sizes: list[int], quick: bool) -> list[list[object]
 def plot(new: list[list[object]], scale: list[list[object]], path: Path) -> None:
     """PNG: store vs raw loops per batch size, and new-point rate against stored points."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
     batches = [1, 100, 1000]
     for name, style in (("SQLite", "o-"), ("PostgreSQL", "s-")):
         rs = [r for r in new if r[0] == name]
         if rs:
             ax1.plot(batches, [r[2] for r in rs], style, label=f"store, {name}")
-            ax1.plot(batches, [r[3] for r in rs], style.replace("-", "--"),
-                     label=f"raw insert loop, {name}", alpha=0.6)
+            ax1.plot(
+                batches,
+                [r[3] for r in rs],
+                style.replace("-", "--"),
+                label=f"raw insert loop, {name}",
+                alpha=0.6,
+            )
     rs = [r for r in new if r[0] == "SQLite"]
     if rs:
         ax1.plot(batches, [r[5] for r in rs], "^:", label="raw new-point loop, SQLite")
-    ax1.set(xscale="log", yscale="log", xlabel="states per call (one commit each)",
-            ylabel="new states / s", title="New points")
+    ax1.set(
+        xscale="log",
+        yscale="log",
+        xlabel="states per call (one commit each)",
+        ylabel="new states / s",
+        title="New points",
+    )
     ax1.legend(fontsize=7)
     ns = [float(str(r[0])) for r in scale]
     ax2.plot(ns, [r[2] for r in scale], "o-", label="1 state per call")
     ax2.plot(ns, [r[3] for r in scale], "s-", label="100 states per call")
-    ax2.set(xscale="log", yscale="log", xlabel="points already stored in the action",
-            ylabel="new states / s", title="Insert cost vs stored points (SQLite)")
+    ax2.set(
+        xscale="log",
+        yscale="log",
+        xlabel="points already stored in the action",
+        ylabel="new states / s",
+        title="Insert cost vs stored points (SQLite)",
+    )
     ax2.legend(fontsize=7)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -383,29 +421,51 @@ def main() -> int:
         finally:
             if pg is not None:
                 pg.drop_all()
-    cmd = "python benchmarks/bench_store.py" + (" --quick" if args.quick else "") + (
-        f" --max-n {args.max_n:.0e}" if args.max_n != 1e6 else "") + (
-        " --no-pg" if args.no_pg else "")
-    body = "\n\n".join([
-        "Cached reads (known states, answered from the in-process copy; no database):\n\n"
-        + table(["what", "states per call", "states/s"], cached),
-        "New points (one durable commit per call: new rows since the last call read, "
-        "neighbours looked up, exact draw, chained hash, insert, check, commit) against a raw "
-        "driver insert loop with the same durability, same table and index, same rows per "
-        "commit (the ceiling). Store and raw loop alternate; medians of the runs:\n\n"
-        + table(["backend", "states per call", "store new states/s", "raw insert loop rows/s",
-                 "store / raw", "raw new-point loop states/s", "store / raw new-point"], new)
-        + "\n\nThe raw insert loop only inserts; the raw new-point loop (SQLite only) also "
-        "reads both neighbours and draws, but keeps no chain and no in-memory copy.",
-        "Group commit: 16 threads, each asking for one new state per call (SQLite). With "
-        "coalescing, the writer holding the lock also stores the states other threads queued "
-        "meanwhile, in the same commit:\n\n"
-        + table(["coalescing", "new states/s", "states per commit"], co),
-        "Cost against points already stored in the action (SQLite; the action's first touch "
-        "loads it into memory once):\n\n"
-        + table(["stored points", "first-touch load (s)", "new states/s, 1 per call",
-                 "new states/s, 100 per call"], scale),
-    ])
+    cmd = (
+        "python benchmarks/bench_store.py"
+        + (" --quick" if args.quick else "")
+        + (f" --max-n {args.max_n:.0e}" if args.max_n != 1e6 else "")
+        + (" --no-pg" if args.no_pg else "")
+    )
+    body = "\n\n".join(
+        [
+            "Cached reads (known states, answered from the in-process copy; no database):\n\n"
+            + table(["what", "states per call", "states/s"], cached),
+            "New points (one durable commit per call: new rows since the last call read, "
+            "neighbours looked up, exact draw, chained hash, insert, check, commit) against a raw "
+            "driver insert loop with the same durability, same table and index, same rows per "
+            "commit (the ceiling). Store and raw loop alternate; medians of the runs:\n\n"
+            + table(
+                [
+                    "backend",
+                    "states per call",
+                    "store new states/s",
+                    "raw insert loop rows/s",
+                    "store / raw",
+                    "raw new-point loop states/s",
+                    "store / raw new-point",
+                ],
+                new,
+            )
+            + "\n\nThe raw insert loop only inserts; the raw new-point loop (SQLite only) also "
+            "reads both neighbours and draws, but keeps no chain and no in-memory copy.",
+            "Group commit: 16 threads, each asking for one new state per call (SQLite). With "
+            "coalescing, the writer holding the lock also stores the states other threads queued "
+            "meanwhile, in the same commit:\n\n"
+            + table(["coalescing", "new states/s", "states per commit"], co),
+            "Cost against points already stored in the action (SQLite; the action's first touch "
+            "loads it into memory once):\n\n"
+            + table(
+                [
+                    "stored points",
+                    "first-touch load (s)",
+                    "new states/s, 1 per call",
+                    "new states/s, 100 per call",
+                ],
+                scale,
+            ),
+        ]
+    )
     if args.no_write:
         print(body)
     else:

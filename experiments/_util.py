@@ -28,8 +28,9 @@ def _star(args: tuple[Callable[..., Any], tuple[Any, ...]]) -> Any:
     return fn(*a)
 
 
-def progress_map(fn: Callable[..., Any], jobs: Sequence[tuple[Any, ...]], *, workers: int = 1,
-                 desc: str = "") -> list[Any]:
+def progress_map(
+    fn: Callable[..., Any], jobs: Sequence[tuple[Any, ...]], *, workers: int = 1, desc: str = ""
+) -> list[Any]:
     """``[fn(*job) for job in jobs]`` with a tqdm bar, in ``workers`` processes (spawned, so
     torch's threads are never forked). Results keep the order of ``jobs``."""
     if workers <= 1 or len(jobs) <= 1:
@@ -40,8 +41,9 @@ def progress_map(fn: Callable[..., Any], jobs: Sequence[tuple[Any, ...]], *, wor
         return list(tqdm(it, total=len(jobs), desc=desc, leave=False))
 
 
-def write_csv(path: Path, rows: Sequence[dict[str, Any]], fields: Sequence[str] | None = None
-              ) -> Path:
+def write_csv(
+    path: Path, rows: Sequence[dict[str, Any]], fields: Sequence[str] | None = None
+) -> Path:
     """Write dict rows to ``path`` (columns: ``fields`` or the union of keys in order)."""
     if fields is None:
         seen: dict[str, None] = {}

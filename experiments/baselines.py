@@ -80,33 +80,51 @@ def _check(name: str, v: float, *, allow_zero: bool = False) -> float:
     return x
 
 
-def _gdp(method: str, *, noise_std: float, sensitivity: float, mechanisms: int, delta: float,
-         basis: str) -> BaselinePrivacy:
+def _gdp(
+    method: str, *, noise_std: float, sensitivity: float, mechanisms: int, delta: float, basis: str
+) -> BaselinePrivacy:
     if int(mechanisms) < 1:
         raise InvalidArgument(f"mechanisms must be >= 1, got {mechanisms!r}")
     s = _check("noise_std", noise_std)
     mu = math.sqrt(int(mechanisms)) * _check("sensitivity", sensitivity) / s
-    return BaselinePrivacy(method=method, noise_std=s, sensitivity=sensitivity,
-                           mechanisms=int(mechanisms), mu=mu,
-                           epsilon=gdp_epsilon(delta=delta, mu=mu), delta=delta, basis=basis)
+    return BaselinePrivacy(
+        method=method,
+        noise_std=s,
+        sensitivity=sensitivity,
+        mechanisms=int(mechanisms),
+        mu=mu,
+        epsilon=gdp_epsilon(delta=delta, mu=mu),
+        delta=delta,
+        basis=basis,
+    )
 
 
 def _dpsgd_basis(batch_size: int, clip: float, steps: int) -> str:
-    return (f"DP-SGD without subsampling amplification: {steps} Gaussian mechanisms on the sum of "
-            f"B={batch_size} per-sample gradients clipped to C={clip:g} (L2 sensitivity 2BC, all "
-            "rewards may differ), composed exactly as Gaussian DP (Dong, Roth & Su 2019)")
+    return (
+        f"DP-SGD without subsampling amplification: {steps} Gaussian mechanisms on the sum of "
+        f"B={batch_size} per-sample gradients clipped to C={clip:g} (L2 sensitivity 2BC, all "
+        "rewards may differ), composed exactly as Gaussian DP (Dong, Roth & Su 2019)"
+    )
 
 
-def dpsgd_account(*, noise_std: float, batch_size: int, clip: float, steps: int,
-                  delta: float) -> BaselinePrivacy:
+def dpsgd_account(
+    *, noise_std: float, batch_size: int, clip: float, steps: int, delta: float
+) -> BaselinePrivacy:
     """epsilon of ``steps`` DP-SGD updates with noise std ``noise_std`` on the clipped sum."""
     sens = 2.0 * int(batch_size) * _check("clip", clip)
-    return _gdp("dp-sgd", noise_std=noise_std, sensitivity=sens, mechanisms=steps, delta=delta,
-                basis=_dpsgd_basis(batch_size, clip, steps))
+    return _gdp(
+        "dp-sgd",
+        noise_std=noise_std,
+        sensitivity=sens,
+        mechanisms=steps,
+        delta=delta,
+        basis=_dpsgd_basis(batch_size, clip, steps),
+    )
 
 
-def dpsgd_calibrate(*, epsilon: float, delta: float, batch_size: int, clip: float,
-                    steps: int) -> BaselinePrivacy:
+def dpsgd_calibrate(
+    *, epsilon: float, delta: float, batch_size: int, clip: float, steps: int
+) -> BaselinePrivacy:
     """Smallest noise std meeting (epsilon, delta): s = sqrt(steps) 2 B C / mu(eps, delta)."""
     mu = gdp_mu(epsilon=epsilon, delta=delta)
     sens = 2.0 * int(batch_size) * _check("clip", clip)
@@ -114,35 +132,46 @@ def dpsgd_calibrate(*, epsilon: float, delta: float, batch_size: int, clip: floa
     res = dpsgd_account(noise_std=s, batch_size=batch_size, clip=clip, steps=steps, delta=delta)
     while res.epsilon > epsilon:  # s rounds; nudge up until the verified target holds
         s = math.nextafter(s, math.inf)
-        res = dpsgd_account(noise_std=s, batch_size=batch_size, clip=clip, steps=steps,
-                            delta=delta)
+        res = dpsgd_account(noise_std=s, batch_size=batch_size, clip=clip, steps=steps, delta=delta)
     return res
 
 
 def _input_basis(samples: int, sens: float) -> str:
-    return (f"input perturbation: {samples} rewards each released once with Gaussian noise "
-            f"(L2 sensitivity Delta_r={sens:g} each, all rewards may differ), composed exactly "
-            "as Gaussian DP (Dong, Roth & Su 2019); training is post-processing")
+    return (
+        f"input perturbation: {samples} rewards each released once with Gaussian noise "
+        f"(L2 sensitivity Delta_r={sens:g} each, all rewards may differ), composed exactly "
+        "as Gaussian DP (Dong, Roth & Su 2019); training is post-processing"
+    )
 
 
-def input_perturbation_account(*, noise_std: float, samples: int, delta: float,
-                               reward_sensitivity: float = 1.0) -> BaselinePrivacy:
+def input_perturbation_account(
+    *, noise_std: float, samples: int, delta: float, reward_sensitivity: float = 1.0
+) -> BaselinePrivacy:
     """epsilon of ``samples`` rewards perturbed with N(0, noise_std^2)."""
-    return _gdp("input-perturbation", noise_std=noise_std, sensitivity=reward_sensitivity,
-                mechanisms=samples, delta=delta, basis=_input_basis(samples, reward_sensitivity))
+    return _gdp(
+        "input-perturbation",
+        noise_std=noise_std,
+        sensitivity=reward_sensitivity,
+        mechanisms=samples,
+        delta=delta,
+        basis=_input_basis(samples, reward_sensitivity),
+    )
 
 
-def input_perturbation_calibrate(*, epsilon: float, delta: float, samples: int,
-                                 reward_sensitivity: float = 1.0) -> BaselinePrivacy:
+def input_perturbation_calibrate(
+    *, epsilon: float, delta: float, samples: int, reward_sensitivity: float = 1.0
+) -> BaselinePrivacy:
     """Smallest per-reward noise std meeting (epsilon, delta): sqrt(T) Delta_r / mu."""
     mu = gdp_mu(epsilon=epsilon, delta=delta)
     s = math.sqrt(int(samples)) * _check("reward_sensitivity", reward_sensitivity) / mu
-    res = input_perturbation_account(noise_std=s, samples=samples, delta=delta,
-                                     reward_sensitivity=reward_sensitivity)
+    res = input_perturbation_account(
+        noise_std=s, samples=samples, delta=delta, reward_sensitivity=reward_sensitivity
+    )
     while res.epsilon > epsilon:
         s = math.nextafter(s, math.inf)
-        res = input_perturbation_account(noise_std=s, samples=samples, delta=delta,
-                                         reward_sensitivity=reward_sensitivity)
+        res = input_perturbation_account(
+            noise_std=s, samples=samples, delta=delta, reward_sensitivity=reward_sensitivity
+        )
     return res
 
 
@@ -151,8 +180,9 @@ class NoisyRewards(gym.Wrapper):
     """Adds N(0, noise_std^2) to every reward once, when it is collected; keeps the TRUE
     episode returns in ``true_returns`` (for evaluation only, never for training)."""
 
-    def __init__(self, env: gym.Env[Any, Any], *, noise_std: float,
-                 rng: np.random.Generator) -> None:
+    def __init__(
+        self, env: gym.Env[Any, Any], *, noise_std: float, rng: np.random.Generator
+    ) -> None:
         super().__init__(env)
         self.noise_std = float(noise_std)
         self.rng = rng
@@ -230,7 +260,7 @@ def _rescale_vjp(v: Any, g: Any, c: float, last: bool) -> Any:
         big = n > c
         nn_ = n[:, None]
         dot = (g * v[None]).sum(dim=2, keepdim=True)  # (B, out, 1)
-        scaled = c * g / nn_ - c * dot / nn_ ** 3 * v[None]
+        scaled = c * g / nn_ - c * dot / nn_**3 * v[None]
         return torch.where(big[None, :, None], scaled, g)
     u, svals, vh = torch.linalg.svd(v, full_matrices=False)
     s1 = svals[0]
@@ -238,7 +268,7 @@ def _rescale_vjp(v: Any, g: Any, c: float, last: bool) -> Any:
         return g
     top = torch.outer(u[:, 0], vh[0])
     dot = (g * v[None]).sum(dim=(1, 2))[:, None, None]
-    return c * g / s1 - c * dot / s1 ** 2 * top[None]
+    return c * g / s1 - c * dot / s1**2 * top[None]
 
 
 def per_sample_grads(net: Any, xs: Any, acts: Any, ys: Any) -> Any:
@@ -294,8 +324,9 @@ def train_dpsgd(cfg: Any, *, clip: float, noise_std: float, seed: int) -> DPSGDR
     env_ss, np_ss, torch_ss = ss.spawn(3)
     rng = np.random.default_rng(np_ss)
     tgen = torch.Generator().manual_seed(int(torch_ss.generate_state(1)[0]))
-    net = LipschitzMLP(n_actions=m, hidden=tuple(cfg.hidden), lipschitz=cfg.lipschitz,
-                       generator=tgen)
+    net = LipschitzMLP(
+        n_actions=m, hidden=tuple(cfg.hidden), lipschitz=cfg.lipschitz, generator=tgen
+    )
     target = None
     if cfg.target_update_episodes > 0:
         target = LipschitzMLP(n_actions=m, hidden=tuple(cfg.hidden), lipschitz=cfg.lipschitz)
@@ -319,8 +350,9 @@ def train_dpsgd(cfg: Any, *, clip: float, noise_std: float, seed: int) -> DPSGDR
         nonlocal updates
         q2 = q_np(mem["x2"][idx], target or net)
         y = mem["r"][idx] + cfg.gamma * (1.0 - mem["done"][idx]) * q2.max(axis=1)
-        g = per_sample_grads(net, torch.from_numpy(mem["x"][idx]),
-                             torch.from_numpy(mem_a[idx]), torch.from_numpy(y))
+        g = per_sample_grads(
+            net, torch.from_numpy(mem["x"][idx]), torch.from_numpy(mem_a[idx]), torch.from_numpy(y)
+        )
         norms = torch.linalg.vector_norm(g, dim=1, keepdim=True)
         g = g * torch.clamp(clip / torch.clamp(norms, min=1e-300), max=1.0)
         total = g.sum(dim=0)
@@ -330,7 +362,7 @@ def train_dpsgd(cfg: Any, *, clip: float, noise_std: float, seed: int) -> DPSGDR
             off = 0
             for _n, p in net.named_parameters():
                 k = p.numel()
-                p.sub_(step[off:off + k].reshape(p.shape))
+                p.sub_(step[off : off + k].reshape(p.shape))
                 off += k
         updates += 1
 
@@ -343,8 +375,14 @@ def train_dpsgd(cfg: Any, *, clip: float, noise_std: float, seed: int) -> DPSGDR
             if not cfg.replay:
                 mem_len = mem_pos = 0
             for _ in range(steps_per_iter):
-                eps = (cfg.eps_end + (cfg.eps_start - cfg.eps_end)
-                       * math.exp(-step_no / cfg.eps_decay)) if cfg.eps_start > 0 else 0.0
+                eps = (
+                    (
+                        cfg.eps_end
+                        + (cfg.eps_start - cfg.eps_end) * math.exp(-step_no / cfg.eps_decay)
+                    )
+                    if cfg.eps_start > 0
+                    else 0.0
+                )
                 if eps > 0 and rng.random() < eps:
                     a = int(rng.integers(m))
                 else:
@@ -363,8 +401,14 @@ def train_dpsgd(cfg: Any, *, clip: float, noise_std: float, seed: int) -> DPSGDR
                     for _u in range(cfg.updates_per_step):
                         update(rng.integers(mem_len, size=cfg.batch_size))
                 if term or trunc:
-                    log_rows.append({"episode": len(log_rows) + 1, "steps": step_no,
-                                     "return": ep_ret, "updates": updates})
+                    log_rows.append(
+                        {
+                            "episode": len(log_rows) + 1,
+                            "steps": step_no,
+                            "return": ep_ret,
+                            "updates": updates,
+                        }
+                    )
                     if target is not None and len(log_rows) % cfg.target_update_episodes == 0:
                         target.load_state_dict(net.state_dict())
                     obs, _ = env.reset()

@@ -73,8 +73,7 @@ def smooth_params(*, epsilon: float, delta: float, d: int) -> SmoothParams:
     if d < 1:
         raise InvalidArgument(f"d must be >= 1, got {d!r}")
     l2 = math.log(2.0 / delta)
-    return SmoothParams(alpha=5.0 * math.sqrt(2.0 * l2) / epsilon,
-                        beta=epsilon / (4.0 * (d + l2)))
+    return SmoothParams(alpha=5.0 * math.sqrt(2.0 * l2) / epsilon, beta=epsilon / (4.0 * (d + l2)))
 
 
 def _return_bound(r_max: float, gamma: float, f_max: float | None) -> float:
@@ -91,8 +90,9 @@ def _return_bound(r_max: float, gamma: float, f_max: float | None) -> float:
 def lsw_fit(batch: Batch, phi: FloatArray, w: FloatArray) -> FloatArray:
     """theta_X^w = (Gamma^1/2 Phi)^+ Gamma^1/2 F_X (eq. (8))."""
     sq = np.sqrt(np.asarray(w, dtype=np.float64))
-    return np.asarray(np.linalg.pinv(sq[:, None] * phi) @ (sq * batch.mean_returns()),
-                      dtype=np.float64)
+    return np.asarray(
+        np.linalg.pinv(sq[:, None] * phi) @ (sq * batch.mean_returns()), dtype=np.float64
+    )
 
 
 def lsw_phi(counts: npt.ArrayLike, w: npt.ArrayLike, k: npt.ArrayLike) -> FloatArray:
@@ -100,8 +100,9 @@ def lsw_phi(counts: npt.ArrayLike, w: npt.ArrayLike, k: npt.ArrayLike) -> FloatA
     c = np.asarray(counts, dtype=np.float64)
     kk = np.atleast_1d(np.asarray(k, dtype=np.float64))
     den = np.maximum(c[None, :] - kk[:, None], 1.0) ** 2
-    return np.asarray((np.asarray(w, dtype=np.float64)[None, :] / den).sum(axis=1),
-                      dtype=np.float64)
+    return np.asarray(
+        (np.asarray(w, dtype=np.float64)[None, :] / den).sum(axis=1), dtype=np.float64
+    )
 
 
 def lsw_psi(counts: npt.ArrayLike, w: npt.ArrayLike, *, beta: float) -> float:
@@ -111,8 +112,17 @@ def lsw_psi(counts: npt.ArrayLike, w: npt.ArrayLike, *, beta: float) -> float:
     return float(np.max(np.exp(-k * beta) * lsw_phi(counts, w, k)))
 
 
-def lsw_sigma(counts: npt.ArrayLike, phi: FloatArray, w: npt.ArrayLike, *, epsilon: float,
-              delta: float, r_max: float, gamma: float, f_max: float | None = None) -> float:
+def lsw_sigma(
+    counts: npt.ArrayLike,
+    phi: FloatArray,
+    w: npt.ArrayLike,
+    *,
+    epsilon: float,
+    delta: float,
+    r_max: float,
+    gamma: float,
+    f_max: float | None = None,
+) -> float:
     """sigma_X = alpha F ||(Gamma^1/2 Phi)^+|| sqrt(psi_X^w), F = R_max/(1-gamma) or f_max."""
     sp = smooth_params(epsilon=epsilon, delta=delta, d=phi.shape[1])
     sq = np.sqrt(np.asarray(w, dtype=np.float64))
@@ -121,13 +131,23 @@ def lsw_sigma(counts: npt.ArrayLike, phi: FloatArray, w: npt.ArrayLike, *, epsil
     return sp.alpha * f * pinv_norm * math.sqrt(lsw_psi(counts, w, beta=sp.beta))
 
 
-def dp_lsw(batch: Batch, phi: FloatArray, w: FloatArray, *, epsilon: float, delta: float,
-           r_max: float, gamma: float, rng: np.random.Generator,
-           f_max: float | None = None) -> tuple[FloatArray, float]:
+def dp_lsw(
+    batch: Batch,
+    phi: FloatArray,
+    w: FloatArray,
+    *,
+    epsilon: float,
+    delta: float,
+    r_max: float,
+    gamma: float,
+    rng: np.random.Generator,
+    f_max: float | None = None,
+) -> tuple[FloatArray, float]:
     """Algorithm 1 (DP-LSW): (theta + eta, sigma_X) with eta ~ N(0, sigma_X^2 I)."""
     theta = lsw_fit(batch, phi, w)
-    sigma = lsw_sigma(batch.counts, phi, w, epsilon=epsilon, delta=delta, r_max=r_max,
-                      gamma=gamma, f_max=f_max)
+    sigma = lsw_sigma(
+        batch.counts, phi, w, epsilon=epsilon, delta=delta, r_max=r_max, gamma=gamma, f_max=f_max
+    )
     return theta + sigma * rng.standard_normal(theta.shape), sigma
 
 
@@ -140,8 +160,15 @@ def lsl_fit(batch: Batch, phi: FloatArray, rho: FloatArray, *, lam: float) -> Fl
     return np.linalg.solve(a, phi.T @ (gx * batch.mean_returns()))
 
 
-def lsl_phi(counts: npt.ArrayLike, rho: npt.ArrayLike, *, m: int, lam: float,
-            phi_norm: float, k: npt.ArrayLike) -> FloatArray:
+def lsl_phi(
+    counts: npt.ArrayLike,
+    rho: npt.ArrayLike,
+    *,
+    m: int,
+    lam: float,
+    phi_norm: float,
+    k: npt.ArrayLike,
+) -> FloatArray:
     """phi_X^lambda(k) = (c_lambda sqrt(sum_s rho_s min(|X_s| + k, m)) + ||rho||_2)^2 (eq. 12)."""
     r = np.asarray(rho, dtype=np.float64)
     c_lam = phi_norm * float(np.max(r)) / math.sqrt(2.0 * lam)
@@ -151,36 +178,69 @@ def lsl_phi(counts: npt.ArrayLike, rho: npt.ArrayLike, *, m: int, lam: float,
     return np.asarray((c_lam * np.sqrt(s) + float(np.linalg.norm(r))) ** 2, dtype=np.float64)
 
 
-def lsl_psi(counts: npt.ArrayLike, rho: npt.ArrayLike, *, m: int, lam: float, phi_norm: float,
-            beta: float) -> float:
+def lsl_psi(
+    counts: npt.ArrayLike, rho: npt.ArrayLike, *, m: int, lam: float, phi_norm: float, beta: float
+) -> float:
     """psi_X^lambda = max_{0 <= k <= m} e^{-k beta} phi_X^lambda(k)."""
     k = np.arange(m + 1, dtype=np.float64)
-    return float(np.max(np.exp(-k * beta) * lsl_phi(counts, rho, m=m, lam=lam,
-                                                     phi_norm=phi_norm, k=k)))
+    return float(
+        np.max(np.exp(-k * beta) * lsl_phi(counts, rho, m=m, lam=lam, phi_norm=phi_norm, k=k))
+    )
 
 
-def lsl_sigma(counts: npt.ArrayLike, phi: FloatArray, rho: npt.ArrayLike, *, m: int, lam: float,
-              epsilon: float, delta: float, r_max: float, gamma: float,
-              f_max: float | None = None) -> float:
+def lsl_sigma(
+    counts: npt.ArrayLike,
+    phi: FloatArray,
+    rho: npt.ArrayLike,
+    *,
+    m: int,
+    lam: float,
+    epsilon: float,
+    delta: float,
+    r_max: float,
+    gamma: float,
+    f_max: float | None = None,
+) -> float:
     """sigma_X = 2 alpha F ||Phi|| / (lambda - ||Phi||^2 ||rho||_inf) sqrt(psi_X^lambda)."""
     sp = smooth_params(epsilon=epsilon, delta=delta, d=phi.shape[1])
     phi_norm = float(np.linalg.norm(phi, 2))
-    floor = phi_norm ** 2 * float(np.max(rho))
+    floor = phi_norm**2 * float(np.max(rho))
     if not lam > floor:
         raise InvalidArgument(
-            f"DP-LSL needs lambda > ||Phi||^2 ||rho||_inf = {floor:.6g}, got lambda = {lam!r}")
+            f"DP-LSL needs lambda > ||Phi||^2 ||rho||_inf = {floor:.6g}, got lambda = {lam!r}"
+        )
     f = _return_bound(r_max, gamma, f_max)
     psi = lsl_psi(counts, rho, m=m, lam=lam, phi_norm=phi_norm, beta=sp.beta)
     return 2.0 * sp.alpha * f * phi_norm / (lam - floor) * math.sqrt(psi)
 
 
-def dp_lsl(batch: Batch, phi: FloatArray, rho: FloatArray, *, lam: float, epsilon: float,
-           delta: float, r_max: float, gamma: float, rng: np.random.Generator,
-           f_max: float | None = None) -> tuple[FloatArray, float]:
+def dp_lsl(
+    batch: Batch,
+    phi: FloatArray,
+    rho: FloatArray,
+    *,
+    lam: float,
+    epsilon: float,
+    delta: float,
+    r_max: float,
+    gamma: float,
+    rng: np.random.Generator,
+    f_max: float | None = None,
+) -> tuple[FloatArray, float]:
     """Algorithm 2 (DP-LSL): (theta + eta, sigma_X) with eta ~ N(0, sigma_X^2 I)."""
     theta = lsl_fit(batch, phi, rho, lam=lam)
-    sigma = lsl_sigma(batch.counts, phi, rho, m=batch.m, lam=lam, epsilon=epsilon, delta=delta,
-                      r_max=r_max, gamma=gamma, f_max=f_max)
+    sigma = lsl_sigma(
+        batch.counts,
+        phi,
+        rho,
+        m=batch.m,
+        lam=lam,
+        epsilon=epsilon,
+        delta=delta,
+        r_max=r_max,
+        gamma=gamma,
+        f_max=f_max,
+    )
     return theta + sigma * rng.standard_normal(theta.shape), sigma
 
 
@@ -196,8 +256,13 @@ QUICK_SIZES = (10, 100, 1000)
 STARTS = ("uniform", "first")
 
 
-def _one_run(sizes: tuple[int, ...], run_id: int, epsilon: float, delta: float,
-             f_maxes: tuple[float | None, ...]) -> list[dict[str, object]]:
+def _one_run(
+    sizes: tuple[int, ...],
+    run_id: int,
+    epsilon: float,
+    delta: float,
+    f_maxes: tuple[float | None, ...],
+) -> list[dict[str, object]]:
     rows: list[dict[str, object]] = []
     for start in STARTS:
         mdp = ChainMDP(start=start)
@@ -214,36 +279,98 @@ def _one_run(sizes: tuple[int, ...], run_id: int, epsilon: float, delta: float,
                 th_w = lsw_fit(batch, phi, w)
                 th_l = lsl_fit(batch, phi, rho, lam=lam)
 
-                def rmse(theta: FloatArray, _phi: FloatArray = phi,
-                         _v: FloatArray = v_true) -> float:
+                def rmse(
+                    theta: FloatArray, _phi: FloatArray = phi, _v: FloatArray = v_true
+                ) -> float:
                     return float(np.sqrt(np.mean((_phi @ theta - _v) ** 2)))
 
-                base = {"start": start, "features": fname, "d": phi.shape[1], "m": m,
-                        "run": run_id, "lambda": lam, "epsilon": epsilon, "delta": delta}
-                rows.append({**base, "method": "LSW", "f_max": "", "sigma_x": 0.0,
-                             "rmse": rmse(th_w)})
-                rows.append({**base, "method": "LSL", "f_max": "", "sigma_x": 0.0,
-                             "rmse": rmse(th_l)})
+                base = {
+                    "start": start,
+                    "features": fname,
+                    "d": phi.shape[1],
+                    "m": m,
+                    "run": run_id,
+                    "lambda": lam,
+                    "epsilon": epsilon,
+                    "delta": delta,
+                }
+                rows.append(
+                    {**base, "method": "LSW", "f_max": "", "sigma_x": 0.0, "rmse": rmse(th_w)}
+                )
+                rows.append(
+                    {**base, "method": "LSL", "f_max": "", "sigma_x": 0.0, "rmse": rmse(th_l)}
+                )
                 for f_max in f_maxes:
                     f_label = "R_max/(1-gamma)" if f_max is None else f"{f_max:g}"
-                    s_w = lsw_sigma(batch.counts, phi, w, epsilon=epsilon, delta=delta,
-                                    r_max=mdp.r_max, gamma=mdp.gamma, f_max=f_max)
-                    s_l = lsl_sigma(batch.counts, phi, rho, m=m, lam=lam, epsilon=epsilon,
-                                    delta=delta, r_max=mdp.r_max, gamma=mdp.gamma, f_max=f_max)
+                    s_w = lsw_sigma(
+                        batch.counts,
+                        phi,
+                        w,
+                        epsilon=epsilon,
+                        delta=delta,
+                        r_max=mdp.r_max,
+                        gamma=mdp.gamma,
+                        f_max=f_max,
+                    )
+                    s_l = lsl_sigma(
+                        batch.counts,
+                        phi,
+                        rho,
+                        m=m,
+                        lam=lam,
+                        epsilon=epsilon,
+                        delta=delta,
+                        r_max=mdp.r_max,
+                        gamma=mdp.gamma,
+                        f_max=f_max,
+                    )
                     eta = rng.standard_normal((2, phi.shape[1]))
-                    rows.append({**base, "method": "DP-LSW", "f_max": f_label, "sigma_x": s_w,
-                                 "rmse": rmse(th_w + s_w * eta[0])})
-                    rows.append({**base, "method": "DP-LSL", "f_max": f_label, "sigma_x": s_l,
-                                 "rmse": rmse(th_l + s_l * eta[1])})
+                    rows.append(
+                        {
+                            **base,
+                            "method": "DP-LSW",
+                            "f_max": f_label,
+                            "sigma_x": s_w,
+                            "rmse": rmse(th_w + s_w * eta[0]),
+                        }
+                    )
+                    rows.append(
+                        {
+                            **base,
+                            "method": "DP-LSL",
+                            "f_max": f_label,
+                            "sigma_x": s_l,
+                            "rmse": rmse(th_l + s_l * eta[1]),
+                        }
+                    )
     return rows
 
 
-FIELDS = ["start", "features", "d", "method", "f_max", "m", "run", "lambda", "epsilon", "delta",
-          "sigma_x", "rmse"]
+FIELDS = [
+    "start",
+    "features",
+    "d",
+    "method",
+    "f_max",
+    "m",
+    "run",
+    "lambda",
+    "epsilon",
+    "delta",
+    "sigma_x",
+    "rmse",
+]
 
 
-def run(*, out: Path, quick: bool = False, seeds: int | None = None, epsilon: float = 0.1,
-        delta: float = 0.1, workers: int = 1) -> dict[str, Path]:
+def run(
+    *,
+    out: Path,
+    quick: bool = False,
+    seeds: int | None = None,
+    epsilon: float = 0.1,
+    delta: float = 0.1,
+    workers: int = 1,
+) -> dict[str, Path]:
     """RMSE against batch size on the chain (N = 40, p = 0.5, gamma = 0.99, eps = delta = 0.1),
     20 runs, tabular and pairs-aggregated features, both start distributions, DP noise with
     F_max as written (R_max/(1-gamma) = 100) and with F_max = 1 (the public bound on this
@@ -256,11 +383,16 @@ def run(*, out: Path, quick: bool = False, seeds: int | None = None, epsilon: fl
     n_runs = seeds if seeds is not None else (3 if quick else 20)
     f_maxes: tuple[float | None, ...] = (None, 1.0)
     jobs = [(sizes, r, epsilon, delta, f_maxes) for r in range(n_runs)]
-    rows = [row for part in progress_map(_one_run, jobs, workers=workers, desc="bgp16 runs")
-            for row in part]
+    rows = [
+        row
+        for part in progress_map(_one_run, jobs, workers=workers, desc="bgp16 runs")
+        for row in part
+    ]
     csv_path = write_csv(out / "bgp16.csv", rows, FIELDS)
     png = plotting.plot_bgp16(
-        rows, out / "bgp16.png",
+        rows,
+        out / "bgp16.png",
         title=f"BGP16 chain MDP: N=40, p=0.5, gamma=0.99, eps={epsilon:g}, delta={delta:g}; "
-              f"{n_runs} runs (mean +- s.e.)")
+        f"{n_runs} runs (mean +- s.e.)",
+    )
     return {"csv": csv_path, "png": png}

@@ -55,8 +55,11 @@ class Batch:
         v = np.asarray(visited, dtype=bool)
         if r.shape != v.shape or r.ndim != 2:
             raise InvalidArgument(f"returns {r.shape} and visited {v.shape} must be (m, N)")
-        return cls(m=int(r.shape[0]), counts=v.sum(axis=0).astype(np.int64),
-                   return_sums=np.where(v, r, 0.0).sum(axis=0))
+        return cls(
+            m=int(r.shape[0]),
+            counts=v.sum(axis=0).astype(np.int64),
+            return_sums=np.where(v, r, 0.0).sum(axis=0),
+        )
 
 
 @dataclass(frozen=True)

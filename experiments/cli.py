@@ -20,35 +20,62 @@ __all__ = ["EXPERIMENTS", "add_parser", "run"]
 
 #: name -> (module, one-line description)
 EXPERIMENTS: dict[str, tuple[str, str]] = {
-    "fig1": ("qveil.experiments.fig1",
-             "Algorithm 1 learning curves on LineWalk, sigma in {0,.1,.2,.4,.8}, J in {1, T/B}"),
-    "fig2": ("qveil.experiments.fig2",
-             "every method at eps 0.9 / 0.45 (delta 1e-4), each by its own accountant; "
-             "return against eps"),
-    "bgp16": ("qveil.experiments.bgp16",
-              "BGP16 chain MDP: RMSE vs batch size for LSW, LSL, DP-LSW, DP-LSL"),
-    "theory": ("qveil.experiments.theory",
-               "Lemma 8 sup bound, Proposition 10 utility bound, Proposition 9 query time"),
+    "fig1": (
+        "qveil.experiments.fig1",
+        "Algorithm 1 learning curves on LineWalk, sigma in {0,.1,.2,.4,.8}, J in {1, T/B}",
+    ),
+    "fig2": (
+        "qveil.experiments.fig2",
+        "every method at eps 0.9 / 0.45 (delta 1e-4), each by its own accountant; "
+        "return against eps",
+    ),
+    "bgp16": (
+        "qveil.experiments.bgp16",
+        "BGP16 chain MDP: RMSE vs batch size for LSW, LSL, DP-LSW, DP-LSL",
+    ),
+    "theory": (
+        "qveil.experiments.theory",
+        "Lemma 8 sup bound, Proposition 10 utility bound, Proposition 9 query time",
+    ),
 }
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("experiments", help="reproduce the papers' figures and checks",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("name", choices=sorted(EXPERIMENTS), help="; ".join(
-        f"{k}: {v[1]}" for k, v in EXPERIMENTS.items()))
-    p.add_argument("--quick", action="store_true",
-                   help="small settings (seconds): what the test suite runs")
-    p.add_argument("--seeds", type=int, default=None,
-                   help="number of seeds / runs (default: the experiment's own; theory: the "
-                        "base seed)")
-    p.add_argument("--out", type=Path, default=None, help="output directory "
-                   "(default results/<name>)")
-    p.add_argument("--config", type=Path, default=None,
-                   help="fig1/fig2: training config (default configs/linewalk.toml, the "
-                        "paper's settings)")
-    p.add_argument("--workers", type=int, default=None,
-                   help="processes (default: CPUs, or QVEIL_EXPERIMENT_WORKERS)")
+    p = sub.add_parser(
+        "experiments",
+        help="reproduce the papers' figures and checks",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "name",
+        choices=sorted(EXPERIMENTS),
+        help="; ".join(f"{k}: {v[1]}" for k, v in EXPERIMENTS.items()),
+    )
+    p.add_argument(
+        "--quick", action="store_true", help="small settings (seconds): what the test suite runs"
+    )
+    p.add_argument(
+        "--seeds",
+        type=int,
+        default=None,
+        help="number of seeds / runs (default: the experiment's own; theory: the base seed)",
+    )
+    p.add_argument(
+        "--out", type=Path, default=None, help="output directory (default results/<name>)"
+    )
+    p.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="fig1/fig2: training config (default configs/linewalk.toml, the paper's settings)",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="processes (default: CPUs, or QVEIL_EXPERIMENT_WORKERS)",
+    )
     p.set_defaults(func=run)
 
 
@@ -69,8 +96,13 @@ def run(args: argparse.Namespace) -> int:
         if not args.config.is_file():
             raise InvalidArgument(f"config file {str(args.config)!r} does not exist")
         kwargs["config"] = args.config
-    paths = module.run(out=out, quick=bool(args.quick), seeds=args.seeds,
-                       workers=args.workers or default_workers(), **kwargs)
+    paths = module.run(
+        out=out,
+        quick=bool(args.quick),
+        seeds=args.seeds,
+        workers=args.workers or default_workers(),
+        **kwargs,
+    )
     dt = time.perf_counter() - t0
     for key, path in paths.items():
         print(f"{key}: {path}")

@@ -31,8 +31,14 @@ def aggregate_curves(runs: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray
     return steps, mat.mean(axis=0), mat.std(axis=0)
 
 
-def run(*, out: Path, quick: bool = False, seeds: int | None = None, workers: int = 1,
-        config: str | Path | None = None) -> dict[str, Path]:
+def run(
+    *,
+    out: Path,
+    quick: bool = False,
+    seeds: int | None = None,
+    workers: int = 1,
+    config: str | Path | None = None,
+) -> dict[str, Path]:
     from qveil.experiments import plotting
     from qveil.experiments._util import progress_map, write_csv
     from qveil.privacy.accountant import theorem5_beta
@@ -48,12 +54,20 @@ def run(*, out: Path, quick: bool = False, seeds: int | None = None, workers: in
     for sigma in sigmas:
         for j in js if sigma > 0 else (js[-1],):
             for s in range(n_seeds):
-                specs.append({"method": "alg1", "config": str(config) if config else None,
-                              "config_changes": {**changes, "resets": j}, "seed": s,
-                              "train_sigma": sigma, "train_beta": beta, "sigma": sigma, "J": j,
-                              "eval_episodes": 3 if quick else 20})
-    results = progress_map(run_spec, [(sp,) for sp in specs], workers=workers,
-                           desc="fig1 runs")
+                specs.append(
+                    {
+                        "method": "alg1",
+                        "config": str(config) if config else None,
+                        "config_changes": {**changes, "resets": j},
+                        "seed": s,
+                        "train_sigma": sigma,
+                        "train_beta": beta,
+                        "sigma": sigma,
+                        "J": j,
+                        "eval_episodes": 3 if quick else 20,
+                    }
+                )
+    results = progress_map(run_spec, [(sp,) for sp in specs], workers=workers, desc="fig1 runs")
     groups: dict[tuple[float, int], list[dict[str, Any]]] = defaultdict(list)
     for r in results:
         groups[(r["sigma"], r["J"])].append(r)
@@ -61,8 +75,15 @@ def run(*, out: Path, quick: bool = False, seeds: int | None = None, workers: in
     curve_rows, summary = [], []
     for r in results:
         for steps, ret in r["curve"]:
-            curve_rows.append({"sigma": r["sigma"], "J": r["J"], "seed": r["seed"],
-                               "samples": steps, "return": ret})
+            curve_rows.append(
+                {
+                    "sigma": r["sigma"],
+                    "J": r["J"],
+                    "seed": r["seed"],
+                    "samples": steps,
+                    "return": ret,
+                }
+            )
     panels: dict[str, dict[str, tuple[Any, Any, Any]]] = {f"J = {j}": {} for j in js}
     for (sigma, j), runs in sorted(groups.items()):
         acct = {}
@@ -77,10 +98,15 @@ def run(*, out: Path, quick: bool = False, seeds: int | None = None, workers: in
         fin = [r["final_train_return"] for r in runs]
         rel = [r["release_return"] for r in runs]
         row: dict[str, Any] = {
-            "sigma": sigma, "J": j if sigma > 0 else "any", "beta": beta, "seeds": len(runs),
+            "sigma": sigma,
+            "J": j if sigma > 0 else "any",
+            "beta": beta,
+            "seeds": len(runs),
             "final_train_return_mean": float(np.mean(fin)),
             "final_train_return_sd": float(np.std(fin)),
-            "release_return_mean": float(np.mean(rel)), "release_return_sd": float(np.std(rel))}
+            "release_return_mean": float(np.mean(rel)),
+            "release_return_sd": float(np.std(rel)),
+        }
         for mode in ("paper", "gdp"):
             pr = acct.get(mode)
             row[f"{mode}_epsilon"] = None if pr is None else pr["epsilon"]
@@ -94,9 +120,14 @@ def run(*, out: Path, quick: bool = False, seeds: int | None = None, workers: in
         "summary_csv": write_csv(out / "fig1_summary.csv", summary),
     }
     paths["png"] = plotting.plot_curves(
-        panels, out / "fig1.png",
-        title=(f"Fig. 1: Algorithm 1 on LineWalk (T={cfg.samples}, B={cfg.batch_size}, "
-               f"alpha={cfg.lr:g}, k={cfg.k:g}, beta={beta:.4g}); mean +- sd over {n_seeds} "
-               f"seeds; random policy {ref['random']:.1f}, 'towards 0.5' {ref['towards 0.5']:.1f}"),
-        xlabel="samples", ylabel="training episode return")
+        panels,
+        out / "fig1.png",
+        title=(
+            f"Fig. 1: Algorithm 1 on LineWalk (T={cfg.samples}, B={cfg.batch_size}, "
+            f"alpha={cfg.lr:g}, k={cfg.k:g}, beta={beta:.4g}); mean +- sd over {n_seeds} "
+            f"seeds; random policy {ref['random']:.1f}, 'towards 0.5' {ref['towards 0.5']:.1f}"
+        ),
+        xlabel="samples",
+        ylabel="training episode return",
+    )
     return paths

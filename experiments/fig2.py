@@ -50,20 +50,38 @@ QUICK_CHANGES = {"samples": 320, "resets": 5}  # 5 iterations of B = 64
 DPSGD_CLIP = 1.0
 
 
-def method_spec(method: str, *, epsilon: float, delta: float, cfg: Any, config: str | None,
-                changes: dict[str, Any], reward_sensitivity: float = 1.0
-                ) -> tuple[dict[str, Any], dict[str, Any]]:
+def method_spec(
+    method: str,
+    *,
+    epsilon: float,
+    delta: float,
+    cfg: Any,
+    config: str | None,
+    changes: dict[str, Any],
+    reward_sensitivity: float = 1.0,
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """(spec for run_spec without the seed, privacy summary) for one method at a target."""
     from qveil.experiments.baselines import dpsgd_calibrate, input_perturbation_calibrate
     from qveil.privacy.accountant import theorem5_beta
 
-    base: dict[str, Any] = {"config": config, "config_changes": dict(changes),
-                            "label": LABELS[method], "key": method, "target_epsilon": epsilon}
+    base: dict[str, Any] = {
+        "config": config,
+        "config_changes": dict(changes),
+        "label": LABELS[method],
+        "key": method,
+        "target_epsilon": epsilon,
+    }
     rs = reward_sensitivity
     if method == "non-private":
         spec = {**base, "method": "alg1", "train_sigma": 0.0, "train_beta": 1.0}
-        return spec, {"epsilon": math.inf, "delta_total": 0.0, "holds": False, "noise": 0.0,
-                      "basis": "no privacy", "reason": "sigma = 0"}
+        return spec, {
+            "epsilon": math.inf,
+            "delta_total": 0.0,
+            "holds": False,
+            "noise": 0.0,
+            "basis": "no privacy",
+            "reason": "sigma = 0",
+        }
     if method == "paper-sigma":
         sigma = PAPER_SIGMA.get(round(epsilon, 4))
         if sigma is None:
@@ -71,39 +89,85 @@ def method_spec(method: str, *, epsilon: float, delta: float, cfg: Any, config: 
         beta = theorem5_beta(lr=cfg.lr, k=cfg.k, batch_size=cfg.batch_size)
         pr, _ = privacy_row(cfg.replace(mode="paper", sigma=sigma, reward_sensitivity=rs))
         spec = {**base, "method": "alg1", "train_sigma": sigma, "train_beta": beta}
-        return spec, {"epsilon": pr["epsilon"], "delta_total": pr["delta_total"],
-                      "holds": pr["holds"], "noise": sigma, "basis": pr["basis"],
-                      "reason": pr["reason"], "k": pr["k"], "beta": beta}
+        return spec, {
+            "epsilon": pr["epsilon"],
+            "delta_total": pr["delta_total"],
+            "holds": pr["holds"],
+            "noise": sigma,
+            "basis": pr["basis"],
+            "reason": pr["reason"],
+            "k": pr["k"],
+            "beta": beta,
+        }
     if method in ("paper", "gdp", "output"):
-        c = cfg.replace(mode=method, epsilon=epsilon, delta=delta, reward_sensitivity=rs,
-                        calibrate_k=True)
+        c = cfg.replace(
+            mode=method, epsilon=epsilon, delta=delta, reward_sensitivity=rs, calibrate_k=True
+        )
         pr, eff = privacy_row(c)
         ch = dict(changes)
         if method != "output":
             ch["k"] = eff.k
         if method == "output":
-            spec = {**base, "config_changes": ch, "method": "alg1", "train_sigma": 0.0,
-                    "train_beta": float(pr["beta"]), "release_sigma": float(pr["sigma"]),
-                    "release_beta": float(pr["beta"]),
-                    "q_bound": cfg.reward_bound / (1.0 - cfg.gamma)}
+            spec = {
+                **base,
+                "config_changes": ch,
+                "method": "alg1",
+                "train_sigma": 0.0,
+                "train_beta": float(pr["beta"]),
+                "release_sigma": float(pr["sigma"]),
+                "release_beta": float(pr["beta"]),
+                "q_bound": cfg.reward_bound / (1.0 - cfg.gamma),
+            }
         else:
-            spec = {**base, "config_changes": ch, "method": "alg1",
-                    "train_sigma": float(pr["sigma"]), "train_beta": float(pr["beta"])}
-        return spec, {"epsilon": pr["epsilon"], "delta_total": pr["delta_total"],
-                      "holds": pr["holds"], "noise": pr["sigma"], "basis": pr["basis"],
-                      "reason": pr["reason"], "k": pr["k"], "beta": pr["beta"]}
+            spec = {
+                **base,
+                "config_changes": ch,
+                "method": "alg1",
+                "train_sigma": float(pr["sigma"]),
+                "train_beta": float(pr["beta"]),
+            }
+        return spec, {
+            "epsilon": pr["epsilon"],
+            "delta_total": pr["delta_total"],
+            "holds": pr["holds"],
+            "noise": pr["sigma"],
+            "basis": pr["basis"],
+            "reason": pr["reason"],
+            "k": pr["k"],
+            "beta": pr["beta"],
+        }
     if method == "dp-sgd":
-        p = dpsgd_calibrate(epsilon=epsilon, delta=delta, batch_size=cfg.batch_size,
-                            clip=DPSGD_CLIP, steps=cfg.planned_updates)
+        p = dpsgd_calibrate(
+            epsilon=epsilon,
+            delta=delta,
+            batch_size=cfg.batch_size,
+            clip=DPSGD_CLIP,
+            steps=cfg.planned_updates,
+        )
         spec = {**base, "method": "dpsgd", "clip": DPSGD_CLIP, "noise_std": p.noise_std}
-        return spec, {"epsilon": p.epsilon, "delta_total": p.delta, "holds": True,
-                      "noise": p.noise_std, "basis": p.basis, "reason": None, "mu": p.mu}
+        return spec, {
+            "epsilon": p.epsilon,
+            "delta_total": p.delta,
+            "holds": True,
+            "noise": p.noise_std,
+            "basis": p.basis,
+            "reason": None,
+            "mu": p.mu,
+        }
     if method == "input":
-        p = input_perturbation_calibrate(epsilon=epsilon, delta=delta, samples=cfg.samples,
-                                         reward_sensitivity=rs)
+        p = input_perturbation_calibrate(
+            epsilon=epsilon, delta=delta, samples=cfg.samples, reward_sensitivity=rs
+        )
         spec = {**base, "method": "input", "noise_std": p.noise_std}
-        return spec, {"epsilon": p.epsilon, "delta_total": p.delta, "holds": True,
-                      "noise": p.noise_std, "basis": p.basis, "reason": None, "mu": p.mu}
+        return spec, {
+            "epsilon": p.epsilon,
+            "delta_total": p.delta,
+            "holds": True,
+            "noise": p.noise_std,
+            "basis": p.basis,
+            "reason": None,
+            "mu": p.mu,
+        }
     raise ValueError(f"unknown method {method!r}")
 
 
@@ -117,18 +181,30 @@ def _summarise(results: list[dict[str, Any]], keys: tuple[str, ...]) -> list[dic
         fin = [r["final_train_return"] for r in runs]
         first = runs[0]
         row = dict(zip(keys, gk, strict=True))
-        row.update({"label": first["label"], "seeds": len(runs),
-                    "release_return_mean": float(np.mean(rel)),
-                    "release_return_sd": float(np.std(rel)),
-                    "final_train_return_mean": float(np.mean(fin)),
-                    "final_train_return_sd": float(np.std(fin))})
+        row.update(
+            {
+                "label": first["label"],
+                "seeds": len(runs),
+                "release_return_mean": float(np.mean(rel)),
+                "release_return_sd": float(np.std(rel)),
+                "final_train_return_mean": float(np.mean(fin)),
+                "final_train_return_sd": float(np.std(fin)),
+            }
+        )
         row.update({f"privacy_{k}": v for k, v in first["privacy"].items()})
         rows.append(row)
     return rows
 
 
-def run(*, out: Path, quick: bool = False, seeds: int | None = None, workers: int = 1,
-        config: str | Path | None = None, delta: float = 1e-4) -> dict[str, Path]:
+def run(
+    *,
+    out: Path,
+    quick: bool = False,
+    seeds: int | None = None,
+    workers: int = 1,
+    config: str | Path | None = None,
+    delta: float = 1e-4,
+) -> dict[str, Path]:
     from qveil.experiments import plotting
     from qveil.experiments._util import progress_map, write_csv
 
@@ -146,28 +222,58 @@ def run(*, out: Path, quick: bool = False, seeds: int | None = None, workers: in
         for method in METHODS:
             if method == "non-private" and eps != 0.9:
                 continue  # one set of non-private runs serves both panels
-            spec, priv = method_spec(method, epsilon=eps, delta=delta, cfg=cfg,
-                                     config=cfg_path, changes=changes)
+            spec, priv = method_spec(
+                method, epsilon=eps, delta=delta, cfg=cfg, config=cfg_path, changes=changes
+            )
             for s in range(n_seeds):
-                jobs.append({**spec, "part": "targets", "eps": eps, "reward_sensitivity": 1.0,
-                             "seed": s, "eval_episodes": eval_eps, "privacy": priv})
+                jobs.append(
+                    {
+                        **spec,
+                        "part": "targets",
+                        "eps": eps,
+                        "reward_sensitivity": 1.0,
+                        "seed": s,
+                        "eval_episodes": eval_eps,
+                        "privacy": priv,
+                    }
+                )
     # (B) return against epsilon; (C) against the reward sensitivity at eps = 0.9
-    sweep_eps = (0.45, 100.0) if quick else (0.1, 0.45, 0.9, 2.0, 5.0, 10.0, 20.0, 50.0,
-                                                  100.0)
+    sweep_eps = (0.45, 100.0) if quick else (0.1, 0.45, 0.9, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0)
     sens = (0.01,) if quick else (1.0, 0.1, 0.01, 0.001)
-    for part, grid in (("eps_sweep", [(e, 1.0) for e in sweep_eps]),
-                       ("sensitivity", [(0.9, r) for r in sens])):
+    for part, grid in (
+        ("eps_sweep", [(e, 1.0) for e in sweep_eps]),
+        ("sensitivity", [(0.9, r) for r in sens]),
+    ):
         for eps, rs in grid:
             for method in SWEEP_METHODS:
-                spec, priv = method_spec(method, epsilon=eps, delta=delta, cfg=cfg,
-                                         config=cfg_path, changes=changes, reward_sensitivity=rs)
+                spec, priv = method_spec(
+                    method,
+                    epsilon=eps,
+                    delta=delta,
+                    cfg=cfg,
+                    config=cfg_path,
+                    changes=changes,
+                    reward_sensitivity=rs,
+                )
                 for s in range(n_sweep):
-                    jobs.append({**spec, "part": part, "eps": eps, "reward_sensitivity": rs,
-                                 "seed": 100 + s, "eval_episodes": eval_eps, "privacy": priv})
+                    jobs.append(
+                        {
+                            **spec,
+                            "part": part,
+                            "eps": eps,
+                            "reward_sensitivity": rs,
+                            "seed": 100 + s,
+                            "eval_episodes": eval_eps,
+                            "privacy": priv,
+                        }
+                    )
     results = progress_map(run_spec, [(j,) for j in jobs], workers=workers, desc="fig2 runs")
 
-    run_rows = [{k: v for k, v in r.items() if k not in ("curve", "privacy", "config_changes")}
-                | {f"privacy_{k}": v for k, v in r["privacy"].items()} for r in results]
+    run_rows = [
+        {k: v for k, v in r.items() if k not in ("curve", "privacy", "config_changes")}
+        | {f"privacy_{k}": v for k, v in r["privacy"].items()}
+        for r in results
+    ]
     paths = {"runs_csv": write_csv(out / "fig2_runs.csv", run_rows)}
     targets = [r for r in results if r["part"] == "targets"]
     summ = _summarise(targets, ("key", "eps"))
@@ -182,39 +288,64 @@ def run(*, out: Path, quick: bool = False, seeds: int | None = None, workers: in
     for eps in (0.9, 0.45):
         panel = {}
         for key in METHODS:
-            runs = [r for r in targets if r["key"] == key
-                    and (r["eps"] == eps or key == "non-private")]
+            runs = [
+                r for r in targets if r["key"] == key and (r["eps"] == eps or key == "non-private")
+            ]
             if runs:
                 from qveil.experiments.fig1 import aggregate_curves
 
                 panel[LABELS[key]] = aggregate_curves(runs)
         curve_panels[f"target eps = {eps}, delta = {delta:g}"] = panel
     paths["curves_png"] = plotting.plot_curves(
-        curve_panels, out / "fig2_curves.png",
+        curve_panels,
+        out / "fig2_curves.png",
         title="Fig. 2: training-episode returns on LineWalk (mean +- sd over seeds); output "
-              "mode trains without noise, so its curve is the non-private one",
-        xlabel="samples", ylabel="training episode return")
+        "mode trains without noise, so its curve is the non-private one",
+        xlabel="samples",
+        ylabel="training episode return",
+    )
 
     np_mean = float(np.mean([row["release_return_mean"] for row in nonpriv]))
     for part, xkey, fname, _xlabel in SWEEPS:
         rows = _summarise([r for r in results if r["part"] == part], ("key", xkey))
         paths[f"{part}_csv"] = write_csv(out / f"{fname}.csv", rows)
-        paths[f"{part}_png"] = plot_sweep(rows, out / f"{fname}.png", part=part, ref=ref,
-                                          non_private=np_mean, delta=delta, seeds=n_sweep)
+        paths[f"{part}_png"] = plot_sweep(
+            rows,
+            out / f"{fname}.png",
+            part=part,
+            ref=ref,
+            non_private=np_mean,
+            delta=delta,
+            seeds=n_sweep,
+        )
     return paths
 
 
-SWEEPS = (("eps_sweep", "eps", "fig2_eps_sweep", "target epsilon"),
-          ("sensitivity", "reward_sensitivity", "fig2_sensitivity",
-           "reward sensitivity Delta_r (eps = 0.9)"))
+SWEEPS = (
+    ("eps_sweep", "eps", "fig2_eps_sweep", "target epsilon"),
+    (
+        "sensitivity",
+        "reward_sensitivity",
+        "fig2_sensitivity",
+        "reward sensitivity Delta_r (eps = 0.9)",
+    ),
+)
 
 
 def _truthy(v: Any) -> bool:
     return v is True or str(v) == "True"
 
 
-def plot_sweep(rows: list[dict[str, Any]], path: Path, *, part: str, ref: dict[str, float],
-               non_private: float, delta: float, seeds: int) -> Path:
+def plot_sweep(
+    rows: list[dict[str, Any]],
+    path: Path,
+    *,
+    part: str,
+    ref: dict[str, float],
+    non_private: float,
+    delta: float,
+    seeds: int,
+) -> Path:
     """Released return against eps (or Delta_r) per method, mean +- sd; points where the
     accountant gives no guarantee (holds = false) are drawn as crosses."""
     import matplotlib.pyplot as plt
@@ -224,9 +355,16 @@ def plot_sweep(rows: list[dict[str, Any]], path: Path, *, part: str, ref: dict[s
     _, xkey, _, xlabel = next(s for s in SWEEPS if s[0] == part)
     fig, ax = plt.subplots(figsize=(7.0, 4.4))
     for i, key in enumerate(SWEEP_METHODS):
-        pts = sorted((float(r[xkey]), float(r["release_return_mean"]),
-                      float(r["release_return_sd"]), _truthy(r["privacy_holds"]))
-                     for r in rows if r["key"] == key)
+        pts = sorted(
+            (
+                float(r[xkey]),
+                float(r["release_return_mean"]),
+                float(r["release_return_sd"]),
+                _truthy(r["privacy_holds"]),
+            )
+            for r in rows
+            if r["key"] == key
+        )
         if not pts:
             continue
         x = np.array([p[0] for p in pts])
@@ -245,15 +383,16 @@ def plot_sweep(rows: list[dict[str, Any]], path: Path, *, part: str, ref: dict[s
     ax.set_xscale("log")
     ax.set_xlabel(xlabel)
     ax.set_ylabel("return of the released function (20 episodes)")
-    ax.set_title(f"Released return vs {xlabel} (delta = {delta:g}; {seeds} seed(s) per point; "
-                 "mean +- sd)", fontsize=8)
+    ax.set_title(
+        f"Released return vs {xlabel} (delta = {delta:g}; {seeds} seed(s) per point; mean +- sd)",
+        fontsize=8,
+    )
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=6, loc="best")
     return save(fig, path)
 
 
-def replot(out: Path, *, config: str | Path | None = None, delta: float = 1e-4
-           ) -> dict[str, Path]:
+def replot(out: Path, *, config: str | Path | None = None, delta: float = 1e-4) -> dict[str, Path]:
     """Redraw fig2.png and the two sweep PNGs from the CSVs in ``out`` (no training; the
     learning-curve PNG needs the runs and is not redrawn)."""
     import csv
@@ -262,21 +401,30 @@ def replot(out: Path, *, config: str | Path | None = None, delta: float = 1e-4
     ref = reference_returns(cfg)
     with (out / "fig2_summary.csv").open() as fh:
         summ = list(csv.DictReader(fh))
-    np_mean = float(np.mean([float(r["release_return_mean"]) for r in summ
-                             if r["key"] == "non-private"]))
+    np_mean = float(
+        np.mean([float(r["release_return_mean"]) for r in summ if r["key"] == "non-private"])
+    )
     n_seeds = max(int(r["seeds"]) for r in summ)
     paths = {"png": _plot_targets(summ, out / "fig2.png", ref=ref, n_seeds=n_seeds, cfg=cfg)}
     for part, _xkey, fname, _ in SWEEPS:
         with (out / f"{fname}.csv").open() as fh:
             rows = list(csv.DictReader(fh))
         seeds = int(rows[0]["seeds"]) if rows else 0
-        paths[part] = plot_sweep(rows, out / f"{fname}.png", part=part, ref=ref,
-                                 non_private=np_mean, delta=delta, seeds=seeds)
+        paths[part] = plot_sweep(
+            rows,
+            out / f"{fname}.png",
+            part=part,
+            ref=ref,
+            non_private=np_mean,
+            delta=delta,
+            seeds=seeds,
+        )
     return paths
 
 
-def _plot_targets(summ: list[dict[str, Any]], path: Path, *, ref: dict[str, float],
-                  n_seeds: int, cfg: Any) -> Path:
+def _plot_targets(
+    summ: list[dict[str, Any]], path: Path, *, ref: dict[str, float], n_seeds: int, cfg: Any
+) -> Path:
     import matplotlib.pyplot as plt
 
     from qveil.experiments.plotting import save
@@ -287,8 +435,9 @@ def _plot_targets(summ: list[dict[str, Any]], path: Path, *, ref: dict[str, floa
         keys = [k for k in METHODS if k in rows]
         ys = [float(rows[k]["release_return_mean"]) for k in keys]
         sds = [float(rows[k]["release_return_sd"]) for k in keys]
-        colors = ["0.6" if k in ("non-private", "paper-sigma") else f"C{i}"
-                  for i, k in enumerate(keys)]
+        colors = [
+            "0.6" if k in ("non-private", "paper-sigma") else f"C{i}" for i, k in enumerate(keys)
+        ]
         ax.barh(range(len(keys)), ys, xerr=sds, color=colors, capsize=3)
         labels = []
         for k in keys:
@@ -298,10 +447,13 @@ def _plot_targets(summ: list[dict[str, Any]], path: Path, *, ref: dict[str, floa
             elif not _truthy(p["privacy_holds"]):
                 tag = f"no guarantee; sigma={float(p['privacy_noise']):.3g}"
             else:
-                tag = (f"eps={float(p['privacy_epsilon']):.3g}, "
-                       f"noise={float(p['privacy_noise']):.3g}")
-            labels.append(LABELS[k].replace(" (paper's", "\n(paper's").replace(
-                "; guarantee", ";\nguarantee") + f"\n[{tag}]")
+                tag = (
+                    f"eps={float(p['privacy_epsilon']):.3g}, noise={float(p['privacy_noise']):.3g}"
+                )
+            labels.append(
+                LABELS[k].replace(" (paper's", "\n(paper's").replace("; guarantee", ";\nguarantee")
+                + f"\n[{tag}]"
+            )
         ax.set_yticks(range(len(keys)))
         ax.set_yticklabels(labels, fontsize=6)
         ax.axvline(ref["random"], color="k", ls=":", lw=1, label="random policy")
@@ -310,6 +462,9 @@ def _plot_targets(summ: list[dict[str, Any]], path: Path, *, ref: dict[str, floa
         ax.set_title(f"target eps = {eps}, delta = 1e-4", fontsize=9)
         ax.legend(fontsize=6, loc="lower right")
         ax.grid(True, axis="x", alpha=0.3)
-    fig.suptitle(f"Fig. 2 on LineWalk, T={cfg.samples}, B={cfg.batch_size}, alpha={cfg.lr:g}; "
-                 f"{n_seeds} seeds", fontsize=9)
+    fig.suptitle(
+        f"Fig. 2 on LineWalk, T={cfg.samples}, B={cfg.batch_size}, alpha={cfg.lr:g}; "
+        f"{n_seeds} seeds",
+        fontsize=9,
+    )
     return save(fig, path)

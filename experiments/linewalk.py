@@ -55,8 +55,16 @@ def _forward(weights: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
     return h
 
 
-def evaluate_release(cfg: Any, weights: dict[str, np.ndarray], *, sigma: float, beta: float,
-                     q_bound: float | None, episodes: int, seed: int) -> list[float]:
+def evaluate_release(
+    cfg: Any,
+    weights: dict[str, np.ndarray],
+    *,
+    sigma: float,
+    beta: float,
+    q_bound: float | None,
+    episodes: int,
+    seed: int,
+) -> list[float]:
     """Returns of argmax_a [clamp(Q)(x, a) + g_a(x)] over fresh episodes (one fresh path per
     action for the whole evaluation: one release is one function)."""
     from qveil.noise import OUSamplePath
@@ -67,8 +75,10 @@ def evaluate_release(cfg: Any, weights: dict[str, np.ndarray], *, sigma: float, 
     m = info.n_actions
     paths = None
     if sigma > 0:
-        paths = [OUSamplePath(beta=beta, sigma=sigma, rng=np.random.default_rng([7, seed, a]))
-                 for a in range(m)]
+        paths = [
+            OUSamplePath(beta=beta, sigma=sigma, rng=np.random.default_rng([7, seed, a]))
+            for a in range(m)
+        ]
 
     def policy(s: float) -> int:
         x = info.interval.to_unit([s])
@@ -94,8 +104,9 @@ def reference_returns(cfg: Any, *, episodes: int = 200, seed: int = 0) -> dict[s
     info = make_env(cfg)
     rng = np.random.default_rng(seed)
     try:
-        rnd = run_policy(info.env, lambda _s: int(rng.integers(info.n_actions)),
-                         episodes=episodes, seed=seed)
+        rnd = run_policy(
+            info.env, lambda _s: int(rng.integers(info.n_actions)), episodes=episodes, seed=seed
+        )
         mid = run_policy(info.env, towards_middle_policy, episodes=episodes, seed=seed)
     finally:
         info.env.close()
@@ -122,8 +133,14 @@ def run_spec(spec: dict[str, Any]) -> dict[str, Any]:
     if method == "alg1":
         info = make_env(cfg)
         try:
-            res = train_q(cfg, info.env, interval=info.interval, sigma=float(spec["train_sigma"]),
-                          beta=float(spec["train_beta"]), seed=seed)
+            res = train_q(
+                cfg,
+                info.env,
+                interval=info.interval,
+                sigma=float(spec["train_sigma"]),
+                beta=float(spec["train_beta"]),
+                seed=seed,
+            )
         finally:
             info.env.close()
         net, rows = res.network, res.log_rows
@@ -131,8 +148,9 @@ def run_spec(spec: dict[str, Any]) -> dict[str, Any]:
         release_beta = float(spec.get("release_beta", spec["train_beta"]))
         q_bound = spec.get("q_bound")
     elif method == "dpsgd":
-        res = train_dpsgd(cfg, clip=float(spec["clip"]), noise_std=float(spec["noise_std"]),
-                          seed=seed)
+        res = train_dpsgd(
+            cfg, clip=float(spec["clip"]), noise_std=float(spec["noise_std"]), seed=seed
+        )
         net, rows = res.network, res.log_rows
     elif method == "input":
         res = train_input_perturbation(cfg, noise_std=float(spec["noise_std"]), seed=seed)
@@ -140,13 +158,22 @@ def run_spec(spec: dict[str, Any]) -> dict[str, Any]:
     else:
         raise ValueError(f"unknown method {method!r}")
     weights = net.export()
-    rets = evaluate_release(cfg, weights, sigma=release_sigma, beta=release_beta,
-                            q_bound=q_bound, episodes=int(spec.get("eval_episodes", 20)),
-                            seed=seed)
+    rets = evaluate_release(
+        cfg,
+        weights,
+        sigma=release_sigma,
+        beta=release_beta,
+        q_bound=q_bound,
+        episodes=int(spec.get("eval_episodes", 20)),
+        seed=seed,
+    )
     curve = [(int(r["steps"]), float(r["return"])) for r in rows]
     out = dict(spec)
-    out.update(curve=curve, release_return=float(np.mean(rets)),
-               release_return_sd=float(np.std(rets)), seconds=time.perf_counter() - t0,
-               final_train_return=float(np.mean([c[1] for c in curve[-10:]]))
-               if curve else math.nan)
+    out.update(
+        curve=curve,
+        release_return=float(np.mean(rets)),
+        release_return_sd=float(np.std(rets)),
+        seconds=time.perf_counter() - t0,
+        final_train_return=float(np.mean([c[1] for c in curve[-10:]])) if curve else math.nan,
+    )
     return out

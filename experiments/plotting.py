@@ -48,19 +48,29 @@ def plot_bgp16(rows: Iterable[Mapping[str, Any]], path: Path, *, title: str) -> 
     rows = list(rows)
     feats = sorted({str(r["features"]) for r in rows}, reverse=True)
     starts = sorted({str(r["start"]) for r in rows}, reverse=True)
-    fig, axes = plt.subplots(len(starts), len(feats),
-                             figsize=(5.4 * len(feats), 3.9 * len(starts)), squeeze=False)
-    lines = [("LSW", "", "C0", "-"), ("LSL", "", "C1", "-"),
-             ("DP-LSW", "1", "C0", "--"), ("DP-LSL", "1", "C1", "--"),
-             ("DP-LSW", "R_max/(1-gamma)", "C0", ":"), ("DP-LSL", "R_max/(1-gamma)", "C1", ":")]
+    fig, axes = plt.subplots(
+        len(starts), len(feats), figsize=(5.4 * len(feats), 3.9 * len(starts)), squeeze=False
+    )
+    lines = [
+        ("LSW", "", "C0", "-"),
+        ("LSL", "", "C1", "-"),
+        ("DP-LSW", "1", "C0", "--"),
+        ("DP-LSL", "1", "C1", "--"),
+        ("DP-LSW", "R_max/(1-gamma)", "C0", ":"),
+        ("DP-LSL", "R_max/(1-gamma)", "C1", ":"),
+    ]
     for i, start in enumerate(starts):
         for j, feat in enumerate(feats):
             ax = axes[i][j]
             for method, fm, color, ls in lines:
                 groups: dict[int, list[float]] = defaultdict(list)
                 for r in rows:
-                    if (r["features"] == feat and r["method"] == method
-                            and str(r["start"]) == start and str(r["f_max"]) == fm):
+                    if (
+                        r["features"] == feat
+                        and r["method"] == method
+                        and str(r["start"]) == start
+                        and str(r["f_max"]) == fm
+                    ):
                         groups[int(r["m"])].append(float(r["rmse"]))
                 if not groups:
                     continue
@@ -69,8 +79,9 @@ def plot_bgp16(rows: Iterable[Mapping[str, Any]], path: Path, *, title: str) -> 
                 mu = np.array([s[0] for s in stats])
                 se = np.array([s[1] for s in stats])
                 label = method if not fm else f"{method} (F_max={fm})"
-                ax.errorbar(ms, mu, yerr=se, color=color, ls=ls, marker="o", ms=2.5,
-                            label=label, capsize=2)
+                ax.errorbar(
+                    ms, mu, yerr=se, color=color, ls=ls, marker="o", ms=2.5, label=label, capsize=2
+                )
             ax.set_xscale("log")
             ax.set_yscale("log")
             ax.set_xlabel("batch size m (trajectories)")
@@ -82,10 +93,18 @@ def plot_bgp16(rows: Iterable[Mapping[str, Any]], path: Path, *, title: str) -> 
     return save(fig, path)
 
 
-def plot_lines(series: Mapping[str, tuple[Sequence[float], Sequence[float]]], path: Path, *,
-               title: str, xlabel: str, ylabel: str, logx: bool = False, logy: bool = False,
-               bands: Mapping[str, Sequence[float]] | None = None,
-               styles: Mapping[str, str] | None = None) -> Path:
+def plot_lines(
+    series: Mapping[str, tuple[Sequence[float], Sequence[float]]],
+    path: Path,
+    *,
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    logx: bool = False,
+    logy: bool = False,
+    bands: Mapping[str, Sequence[float]] | None = None,
+    styles: Mapping[str, str] | None = None,
+) -> Path:
     """One panel of labelled (x, y) lines, optional +- bands per label."""
     fig, ax = plt.subplots(figsize=(6.0, 4.0))
     for label, (x, y) in series.items():
@@ -107,9 +126,15 @@ def plot_lines(series: Mapping[str, tuple[Sequence[float], Sequence[float]]], pa
     return save(fig, path)
 
 
-def plot_curves(panels: Mapping[str, Mapping[str, tuple[Sequence[float], Sequence[float],
-                                                         Sequence[float]]]],
-                path: Path, *, title: str, xlabel: str, ylabel: str, ncols: int = 2) -> Path:
+def plot_curves(
+    panels: Mapping[str, Mapping[str, tuple[Sequence[float], Sequence[float], Sequence[float]]]],
+    path: Path,
+    *,
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    ncols: int = 2,
+) -> Path:
     """Several panels of mean +- std curves: panels[name][label] = (x, mean, std)."""
     n = len(panels)
     ncols = min(ncols, n)

@@ -50,9 +50,16 @@ def lemma8_bound(*, beta: float, sigma: float) -> float:
     return LEMMA8_CONSTANT * math.sqrt(beta) * sigma
 
 
-def ou_path_maxima(*, beta: float, sigma: float, n_paths: int, rng: np.random.Generator,
-                   points_per_corr: float = 20.0, min_points: int = 2000, chunk: int = 64
-                   ) -> dict[str, FloatArray]:
+def ou_path_maxima(
+    *,
+    beta: float,
+    sigma: float,
+    n_paths: int,
+    rng: np.random.Generator,
+    points_per_corr: float = 20.0,
+    min_points: int = 2000,
+    chunk: int = 64,
+) -> dict[str, FloatArray]:
     """Per path: ``max`` and ``absmax`` of g on [0, 1] (bridge-corrected), and ``grid_max``.
 
     Grid: n = max(min_points, points_per_corr * beta) intervals; g_0 ~ N(0, sigma^2),
@@ -79,9 +86,9 @@ def ou_path_maxima(*, beta: float, sigma: float, n_paths: int, rng: np.random.Ge
         lo = 0.5 * (a + c - np.sqrt(diff2 + 2.0 * s2h * rng.exponential(size=a.shape)))
         mx = up.max(axis=1)
         mn = lo.min(axis=1)
-        out["max"][done:done + b] = mx
-        out["absmax"][done:done + b] = np.maximum(mx, -mn)
-        out["grid_max"][done:done + b] = g.max(axis=1)
+        out["max"][done : done + b] = mx
+        out["absmax"][done : done + b] = np.maximum(mx, -mn)
+        out["grid_max"][done : done + b] = g.max(axis=1)
         done += b
     return out
 
@@ -93,8 +100,9 @@ def random_mdp(n: int, m: int, rng: np.random.Generator) -> tuple[FloatArray, Fl
     return p, r
 
 
-def value_iteration(p: FloatArray, r: FloatArray, gamma: float, *, tol: float = 1e-10,
-                    max_iter: int = 100_000) -> FloatArray:
+def value_iteration(
+    p: FloatArray, r: FloatArray, gamma: float, *, tol: float = 1e-10, max_iter: int = 100_000
+) -> FloatArray:
     """Optimal state values v = max_a (r_a + gamma P_a v) to sup-norm accuracy ``tol``."""
     v = np.zeros(p.shape[1])
     for _ in range(max_iter):
@@ -112,16 +120,18 @@ def prop10_bound(*, sigma: float, n: int, gamma: float, with_sqrt_n: bool = True
     return 2.0 * math.sqrt(2.0) * sigma / (math.sqrt(nn * math.pi) * (1.0 - gamma))
 
 
-def prop10_loss(p: FloatArray, r: FloatArray, *, sigma: float, gamma: float,
-                rng: np.random.Generator) -> float:
+def prop10_loss(
+    p: FloatArray, r: FloatArray, *, sigma: float, gamma: float, rng: np.random.Generator
+) -> float:
     """(1/n) ||v' - v*||_1 for one noise draw: v' optimal for r + z, v* optimal for r."""
     v_star = value_iteration(p, r, gamma)
     v_noisy = value_iteration(p, r + sigma * rng.standard_normal(r.shape), gamma)
     return float(np.mean(np.abs(v_noisy - v_star)))
 
 
-def time_noise_path(checkpoints: tuple[int, ...], *, queries: int, seed: int = 9
-                    ) -> list[dict[str, float]]:
+def time_noise_path(
+    checkpoints: tuple[int, ...], *, queries: int, seed: int = 9
+) -> list[dict[str, float]]:
     """Grow one OUSamplePath to each n in ``checkpoints`` and time ``queries`` new states and
     ``queries`` repeated states at that size (seconds per query)."""
     rng = np.random.default_rng(seed)
@@ -141,8 +151,9 @@ def time_noise_path(checkpoints: tuple[int, ...], *, queries: int, seed: int = 9
         t0 = time.perf_counter()
         path.sample(old)
         t_old = (time.perf_counter() - t0) / queries
-        rows.append({"n_stored": float(n), "sec_per_new_query": t_new,
-                     "sec_per_repeat_query": t_old})
+        rows.append(
+            {"n_stored": float(n), "sec_per_new_query": t_new, "sec_per_repeat_query": t_old}
+        )
     return rows
 
 
@@ -152,17 +163,24 @@ def _lemma8_job(beta: float, n_paths: int, seed: int) -> dict[str, Any]:
     mx = ou_path_maxima(beta=beta, sigma=1.0, n_paths=n_paths, rng=rng)
     se = float(mx["max"].std(ddof=1) / math.sqrt(n_paths))
     bound = lemma8_bound(beta=beta, sigma=1.0)
-    return {"beta": beta, "sigma": 1.0, "n_paths": n_paths,
-            "mean_max": float(mx["max"].mean()), "se_max": se,
-            "mean_absmax": float(mx["absmax"].mean()),
-            "mean_grid_max": float(mx["grid_max"].mean()),
-            "bound_8.68sqrt(beta)sigma": bound, "bound_over_measured": bound / mx["max"].mean(),
-            "tail_P(max>=bound+1)": float(np.mean(mx["max"] >= bound + 1.0)),
-            "tail_exp(-1/2)": math.exp(-0.5)}
+    return {
+        "beta": beta,
+        "sigma": 1.0,
+        "n_paths": n_paths,
+        "mean_max": float(mx["max"].mean()),
+        "se_max": se,
+        "mean_absmax": float(mx["absmax"].mean()),
+        "mean_grid_max": float(mx["grid_max"].mean()),
+        "bound_8.68sqrt(beta)sigma": bound,
+        "bound_over_measured": bound / mx["max"].mean(),
+        "tail_P(max>=bound+1)": float(np.mean(mx["max"] >= bound + 1.0)),
+        "tail_exp(-1/2)": math.exp(-0.5),
+    }
 
 
-def _prop10_job(n: int, n_mdps: int, n_noise: int, sigma: float, gamma: float, seed: int
-                ) -> dict[str, Any]:
+def _prop10_job(
+    n: int, n_mdps: int, n_noise: int, sigma: float, gamma: float, seed: int
+) -> dict[str, Any]:
     rng = np.random.default_rng([10, seed, n])
     losses = []
     for _ in range(n_mdps):
@@ -172,15 +190,22 @@ def _prop10_job(n: int, n_mdps: int, n_noise: int, sigma: float, gamma: float, s
             v_noisy = value_iteration(p, r + sigma * rng.standard_normal(r.shape), gamma)
             losses.append(float(np.mean(np.abs(v_noisy - v_star))))
     a = np.asarray(losses)
-    return {"n_states": n, "actions": 2, "sigma": sigma, "gamma": gamma, "samples": a.size,
-            "mean_loss": float(a.mean()), "se_loss": float(a.std(ddof=1) / math.sqrt(a.size)),
-            "stated_bound": prop10_bound(sigma=sigma, n=n, gamma=gamma),
-            "bound_without_sqrt_n": prop10_bound(sigma=sigma, n=n, gamma=gamma,
-                                                 with_sqrt_n=False)}
+    return {
+        "n_states": n,
+        "actions": 2,
+        "sigma": sigma,
+        "gamma": gamma,
+        "samples": a.size,
+        "mean_loss": float(a.mean()),
+        "se_loss": float(a.std(ddof=1) / math.sqrt(a.size)),
+        "stated_bound": prop10_bound(sigma=sigma, n=n, gamma=gamma),
+        "bound_without_sqrt_n": prop10_bound(sigma=sigma, n=n, gamma=gamma, with_sqrt_n=False),
+    }
 
 
-def run(*, out: Path, quick: bool = False, seeds: int | None = None, workers: int = 1
-        ) -> dict[str, Path]:
+def run(
+    *, out: Path, quick: bool = False, seeds: int | None = None, workers: int = 1
+) -> dict[str, Path]:
     """All three checks; writes theory_lemma8.{csv,png}, theory_prop10.{csv,png},
     theory_prop9.{csv,png}."""
     from qveil.experiments import plotting
@@ -191,22 +216,34 @@ def run(*, out: Path, quick: bool = False, seeds: int | None = None, workers: in
     paths: dict[str, Path] = {}
 
     # Lemma 8
-    betas = (0.1, 1.0, 10.0, 100.0) if quick else (0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0, 300.0,
-                                                   1000.0, 2222.0, 10000.0)
+    betas = (
+        (0.1, 1.0, 10.0, 100.0)
+        if quick
+        else (0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0, 300.0, 1000.0, 2222.0, 10000.0)
+    )
     n_paths = 200 if quick else 1000
-    l8 = progress_map(_lemma8_job, [(b, n_paths, seed) for b in betas], workers=workers,
-                      desc="Lemma 8 betas")
+    l8 = progress_map(
+        _lemma8_job, [(b, n_paths, seed) for b in betas], workers=workers, desc="Lemma 8 betas"
+    )
     paths["lemma8_csv"] = write_csv(out / "theory_lemma8.csv", l8)
     bs = [r["beta"] for r in l8]
     paths["lemma8_png"] = plotting.plot_lines(
-        {"measured E[max g]": (bs, [r["mean_max"] for r in l8]),
-         "measured E[max |g|]": (bs, [r["mean_absmax"] for r in l8]),
-         "Lemma 8 bound 8.68 sqrt(beta) sigma": (bs, [r["bound_8.68sqrt(beta)sigma"]
-                                                      for r in l8])},
-        out / "theory_lemma8.png", title=f"Lemma 8: sup of an OU path on [0,1], sigma = 1, "
-                                         f"{n_paths} paths per beta",
-        xlabel="beta", ylabel="E[max] / sigma", logx=True, logy=True,
-        styles={"Lemma 8 bound 8.68 sqrt(beta) sigma": "--k"})
+        {
+            "measured E[max g]": (bs, [r["mean_max"] for r in l8]),
+            "measured E[max |g|]": (bs, [r["mean_absmax"] for r in l8]),
+            "Lemma 8 bound 8.68 sqrt(beta) sigma": (
+                bs,
+                [r["bound_8.68sqrt(beta)sigma"] for r in l8],
+            ),
+        },
+        out / "theory_lemma8.png",
+        title=f"Lemma 8: sup of an OU path on [0,1], sigma = 1, {n_paths} paths per beta",
+        xlabel="beta",
+        ylabel="E[max] / sigma",
+        logx=True,
+        logy=True,
+        styles={"Lemma 8 bound 8.68 sqrt(beta) sigma": "--k"},
+    )
 
     # Proposition 10
     ns = (4, 16, 64) if quick else (4, 16, 64, 256, 1024)
@@ -219,16 +256,26 @@ def run(*, out: Path, quick: bool = False, seeds: int | None = None, workers: in
     paths["prop10_csv"] = write_csv(out / "theory_prop10.csv", p10)
     xs = [r["n_states"] for r in p10]
     paths["prop10_png"] = plotting.plot_lines(
-        {"measured E[(1/n)||v'-v*||_1]": (xs, [r["mean_loss"] for r in p10]),
-         "stated bound 2sqrt2 sigma/(sqrt(n pi)(1-gamma))": (xs, [r["stated_bound"]
-                                                                   for r in p10]),
-         "bound without sqrt(n)": (xs, [r["bound_without_sqrt_n"] for r in p10])},
+        {
+            "measured E[(1/n)||v'-v*||_1]": (xs, [r["mean_loss"] for r in p10]),
+            "stated bound 2sqrt2 sigma/(sqrt(n pi)(1-gamma))": (
+                xs,
+                [r["stated_bound"] for r in p10],
+            ),
+            "bound without sqrt(n)": (xs, [r["bound_without_sqrt_n"] for r in p10]),
+        },
         out / "theory_prop10.png",
         title="Proposition 10: random MDPs (2 actions, Dirichlet(1) rows, r~U[0,1]), "
-              "sigma=0.3, gamma=0.9",
-        xlabel="number of states n", ylabel="utility loss", logx=True, logy=True,
-        styles={"stated bound 2sqrt2 sigma/(sqrt(n pi)(1-gamma))": "--r",
-                "bound without sqrt(n)": "--k"})
+        "sigma=0.3, gamma=0.9",
+        xlabel="number of states n",
+        ylabel="utility loss",
+        logx=True,
+        logy=True,
+        styles={
+            "stated bound 2sqrt2 sigma/(sqrt(n pi)(1-gamma))": "--r",
+            "bound without sqrt(n)": "--k",
+        },
+    )
 
     # Proposition 9
     checkpoints = (100, 1000, 10_000) if quick else (100, 1000, 10_000, 100_000, 1_000_000)
@@ -236,8 +283,14 @@ def run(*, out: Path, quick: bool = False, seeds: int | None = None, workers: in
     paths["prop9_csv"] = write_csv(out / "theory_prop9.csv", p9)
     xs9 = [r["n_stored"] for r in p9]
     paths["prop9_png"] = plotting.plot_lines(
-        {"new state (exact conditional draw)": (xs9, [1e6 * r["sec_per_new_query"] for r in p9]),
-         "stored state (lookup)": (xs9, [1e6 * r["sec_per_repeat_query"] for r in p9])},
-        out / "theory_prop9.png", title="Proposition 9: qveil.noise.OUSamplePath time per query",
-        xlabel="points stored n", ylabel="microseconds per query", logx=True)
+        {
+            "new state (exact conditional draw)": (xs9, [1e6 * r["sec_per_new_query"] for r in p9]),
+            "stored state (lookup)": (xs9, [1e6 * r["sec_per_repeat_query"] for r in p9]),
+        },
+        out / "theory_prop9.png",
+        title="Proposition 9: qveil.noise.OUSamplePath time per query",
+        xlabel="points stored n",
+        ylabel="microseconds per query",
+        logx=True,
+    )
     return paths

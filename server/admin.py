@@ -95,8 +95,9 @@ class AdminContext:
         self.close()
 
 
-def open_admin(store_url: str, *, actor: str | None = None, rng: Any = None,
-               create: bool = True) -> AdminContext:
+def open_admin(
+    store_url: str, *, actor: str | None = None, rng: Any = None, create: bool = True
+) -> AdminContext:
     """Open the store at ``store_url`` (running its migrations, which create the admin tables)
     and its admin records. ``memory://`` is for tests: nothing survives the process."""
     from qveil.server.store import open_store
@@ -107,8 +108,9 @@ def open_admin(store_url: str, *, actor: str | None = None, rng: Any = None,
     except BaseException:
         store.close()
         raise
-    return AdminContext(store=store, db=db, actor=actor or audit_log.default_actor(),
-                        store_url=store_url)
+    return AdminContext(
+        store=store, db=db, actor=actor or audit_log.default_actor(), store_url=store_url
+    )
 
 
 def admin_db_for(store: Any, store_url: str | None = None) -> AdminDB:
@@ -160,9 +162,14 @@ def _bundle_rows(db: AdminDB) -> dict[str, Any]:
 def _ledger_by_release(db: AdminDB) -> dict[str, Any]:
     t = T.ledger_events
     with db.read() as conn:
-        return {r.release_id: r for r in conn.execute(
-            sa.select(t.c.release_id, t.c.epsilon, t.c.delta, t.c.dataset_id)
-            .where(t.c.release_id.is_not(None)))}
+        return {
+            r.release_id: r
+            for r in conn.execute(
+                sa.select(t.c.release_id, t.c.epsilon, t.c.delta, t.c.dataset_id).where(
+                    t.c.release_id.is_not(None)
+                )
+            )
+        }
 
 
 def releases(ctx: AdminContext) -> list[ReleaseInfo]:
@@ -173,23 +180,33 @@ def releases(ctx: AdminContext) -> list[ReleaseInfo]:
     for r in sorted(ctx.store.list_releases(), key=lambda r: (str(r.created_at), r.release_id)):
         b = bundles.get(r.release_id)
         e = spent.get(r.release_id)
-        out.append(ReleaseInfo(
-            release_id=r.release_id, status=str(r.status), sigma=float(r.sigma),
-            beta=float(r.beta), interval=(float(r.interval[0]), float(r.interval[1])),
-            n_actions=int(r.n_actions), created_at=str(r.created_at),
-            dataset_id=None if b is None else b.dataset_id,
-            bundle_path=None if b is None else b.bundle_path,
-            epsilon=None if e is None else float(e.epsilon),
-            delta=None if e is None else float(e.delta),
-            points=int(ctx.store.count_points(r.release_id))))
+        out.append(
+            ReleaseInfo(
+                release_id=r.release_id,
+                status=str(r.status),
+                sigma=float(r.sigma),
+                beta=float(r.beta),
+                interval=(float(r.interval[0]), float(r.interval[1])),
+                n_actions=int(r.n_actions),
+                created_at=str(r.created_at),
+                dataset_id=None if b is None else b.dataset_id,
+                bundle_path=None if b is None else b.bundle_path,
+                epsilon=None if e is None else float(e.epsilon),
+                delta=None if e is None else float(e.delta),
+                points=int(ctx.store.count_points(r.release_id)),
+            )
+        )
     return out
 
 
 def release_bundle_path(ctx: AdminContext, release_id: str) -> str | None:
     """The bundle directory recorded for ``release_id`` by retrain (None if unknown)."""
     with ctx.db.read() as conn:
-        r = conn.execute(sa.select(T.release_bundles.c.bundle_path)
-                         .where(T.release_bundles.c.release_id == release_id)).first()
+        r = conn.execute(
+            sa.select(T.release_bundles.c.bundle_path).where(
+                T.release_bundles.c.release_id == release_id
+            )
+        ).first()
     return None if r is None else str(r.bundle_path)
 
 
@@ -197,11 +214,15 @@ def release_bundle_path(ctx: AdminContext, release_id: str) -> str | None:
 def set_cap(ctx: AdminContext, dataset_id: str, *, epsilon: float, delta: float) -> Cap:
     """Set (append) the privacy cap of a dataset."""
     try:
-        return ctx.ledger.set_cap(dataset_id, cap_epsilon=epsilon, cap_delta=delta,
-                                  actor=ctx.actor)
+        return ctx.ledger.set_cap(dataset_id, cap_epsilon=epsilon, cap_delta=delta, actor=ctx.actor)
     except QveilError as exc:
-        _log(ctx, "ledger.set_cap", dataset_id, exc, {"cap_epsilon": _num(epsilon),
-                                                      "cap_delta": _num(delta)})
+        _log(
+            ctx,
+            "ledger.set_cap",
+            dataset_id,
+            exc,
+            {"cap_epsilon": _num(epsilon), "cap_delta": _num(delta)},
+        )
         raise
 
 
@@ -220,8 +241,9 @@ def _num(v: Any) -> Any:
     return f if math.isfinite(f) else str(f)
 
 
-def _log(ctx: AdminContext, action: str, target: str, exc: BaseException | None,
-         params: dict[str, Any]) -> None:
+def _log(
+    ctx: AdminContext, action: str, target: str, exc: BaseException | None, params: dict[str, Any]
+) -> None:
     """Audit-log the outcome of an operation (refused for domain refusals, failed otherwise)."""
     if exc is None:
         outcome, detail = "ok", ""
@@ -230,8 +252,15 @@ def _log(ctx: AdminContext, action: str, target: str, exc: BaseException | None,
     else:
         outcome, detail = "failed", f"{type(exc).__name__}: {exc}"
     try:
-        audit_log.append(ctx.db, actor=ctx.actor, action=action, target=target,
-                         outcome=outcome, params=params, detail=detail[:2000])
+        audit_log.append(
+            ctx.db,
+            actor=ctx.actor,
+            action=action,
+            target=target,
+            outcome=outcome,
+            params=params,
+            detail=detail[:2000],
+        )
     except QveilError:
         if exc is None:
             raise
@@ -250,9 +279,14 @@ class RetrainResult:
     activated: bool
 
     def to_dict(self) -> dict[str, Any]:
-        return {"release_id": self.release_id, "bundle_path": str(self.bundle_path),
-                "dataset_id": self.dataset_id, "ledger": self.ledger_entry.to_dict(),
-                "budget": self.budget.to_dict(), "activated": self.activated}
+        return {
+            "release_id": self.release_id,
+            "bundle_path": str(self.bundle_path),
+            "dataset_id": self.dataset_id,
+            "ledger": self.ledger_entry.to_dict(),
+            "budget": self.budget.to_dict(),
+            "activated": self.activated,
+        }
 
 
 def default_releases_dir(store_url: str) -> Path | None:
@@ -267,8 +301,14 @@ def default_releases_dir(store_url: str) -> Path | None:
     return None
 
 
-def _training_config(config: str | Path, *, sigma: float | None, epsilon: float | None,
-                     delta: float | None, mode: str | None) -> Any:
+def _training_config(
+    config: str | Path,
+    *,
+    sigma: float | None,
+    epsilon: float | None,
+    delta: float | None,
+    mode: str | None,
+) -> Any:
     from qveil.trainer.config import TrainConfig
 
     if sigma is not None and epsilon is not None:
@@ -288,8 +328,10 @@ def _training_config(config: str | Path, *, sigma: float | None, epsilon: float 
     if cfg.sigma is None and cfg.epsilon is None:
         raise InvalidArgument("give --epsilon E or --sigma S (or set one in the config)")
     if cfg.sigma == 0:
-        raise InvalidArgument("sigma = 0 is the non-private baseline: it has no privacy "
-                              "guarantee and cannot be released under a ledger")
+        raise InvalidArgument(
+            "sigma = 0 is the non-private baseline: it has no privacy "
+            "guarantee and cannot be released under a ledger"
+        )
     return cfg
 
 
@@ -305,8 +347,10 @@ def _planned_event(cfg: Any, dataset_id: str) -> Any:
         info.env.close()
     if isinstance(result, dict) or not result.holds:
         reason = result.get("reason") if isinstance(result, dict) else result.reason
-        raise FailedPrecondition(f"this configuration has no privacy guarantee ({reason}); "
-                                 "it cannot be released under the ledger")
+        raise FailedPrecondition(
+            f"this configuration has no privacy guarantee ({reason}); "
+            "it cannot be released under the ledger"
+        )
     return PrivacyEvent.from_result(result, dataset_id=dataset_id, bundle_id="planned")
 
 
@@ -324,11 +368,20 @@ def _fingerprint(bundle: Any) -> str:
     return str(bundle.card.get("card_sha256") or bundle.card.get("weights_sha256"))
 
 
-def retrain(ctx: AdminContext, *, config: str | Path, dataset_id: str,
-            epsilon: float | None = None, sigma: float | None = None,
-            delta: float | None = None, mode: str | None = None,
-            out_dir: str | Path | None = None, activate_after: bool = False,
-            seed: int | None = None, progress: bool = False) -> RetrainResult:
+def retrain(
+    ctx: AdminContext,
+    *,
+    config: str | Path,
+    dataset_id: str,
+    epsilon: float | None = None,
+    sigma: float | None = None,
+    delta: float | None = None,
+    mode: str | None = None,
+    out_dir: str | Path | None = None,
+    activate_after: bool = False,
+    seed: int | None = None,
+    progress: bool = False,
+) -> RetrainResult:
     """Train a new release under ``dataset_id``'s cap (see the module docstring).
 
     ``out_dir``: directory that receives the bundle directory (named by release id); default
@@ -338,9 +391,13 @@ def retrain(ctx: AdminContext, *, config: str | Path, dataset_id: str,
     from qveil.bundle import load_bundle
     from qveil.trainer.train import run_training
 
-    params: dict[str, Any] = {"dataset_id": dataset_id, "config": str(config),
-                              "requested_epsilon": epsilon, "requested_sigma": sigma,
-                              "seeded": seed is not None}
+    params: dict[str, Any] = {
+        "dataset_id": dataset_id,
+        "config": str(config),
+        "requested_epsilon": epsilon,
+        "requested_sigma": sigma,
+        "seeded": seed is not None,
+    }
     bundle_dir: Path | None = None
     staging: Path | None = None
     try:
@@ -351,8 +408,10 @@ def retrain(ctx: AdminContext, *, config: str | Path, dataset_id: str,
         ctx.ledger.check(planned)  # refuse before spending compute
         root = Path(out_dir) if out_dir is not None else default_releases_dir(ctx.store_url)
         if root is None:
-            raise InvalidArgument("give --out-dir: where to write the new bundle (the default, "
-                                  "beside the store file, exists for SQLite stores only)")
+            raise InvalidArgument(
+                "give --out-dir: where to write the new bundle (the default, "
+                "beside the store file, exists for SQLite stores only)"
+            )
         root.mkdir(parents=True, exist_ok=True)
         staging = root / f".retrain-{uuid.uuid4().hex}"
         outcome = run_training(cfg, staging, seed=seed, progress=progress)
@@ -369,21 +428,39 @@ def retrain(ctx: AdminContext, *, config: str | Path, dataset_id: str,
         except NotFound:
             pass
         else:
-            raise IntegrityError(f"release id {release_id!r} already exists in the store: "
-                                 "refusing to share its noise path")
+            raise IntegrityError(
+                f"release id {release_id!r} already exists in the store: "
+                "refusing to share its noise path"
+            )
         event = _bundle_event(bundle, dataset_id)
         entry = ctx.ledger.record(event, release_id=release_id, actor=ctx.actor)
         params["ledger_seq"] = entry.seq  # spent: from here on the bundle is kept
         iv = bundle.interval
-        ctx.store.create_release(release_id=release_id, fingerprint=_fingerprint(bundle),
-                                 sigma=bundle.sigma, beta=bundle.beta, interval=(iv.lo, iv.hi),
-                                 n_actions=bundle.n_actions, status="staged")
+        ctx.store.create_release(
+            release_id=release_id,
+            fingerprint=_fingerprint(bundle),
+            sigma=bundle.sigma,
+            beta=bundle.beta,
+            interval=(iv.lo, iv.hi),
+            n_actions=bundle.n_actions,
+            status="staged",
+        )
         with ctx.db.write("release-bundles") as conn:
-            conn.execute(T.release_bundles.insert().values(
-                release_id=release_id, dataset_id=dataset_id,
-                bundle_path=str(bundle_dir.resolve()), created_at=utc_now()))
-        params.update(epsilon=event.epsilon, delta=event.delta, sigma=bundle.sigma,
-                      beta=bundle.beta, bundle_path=str(bundle_dir))
+            conn.execute(
+                T.release_bundles.insert().values(
+                    release_id=release_id,
+                    dataset_id=dataset_id,
+                    bundle_path=str(bundle_dir.resolve()),
+                    created_at=utc_now(),
+                )
+            )
+        params.update(
+            epsilon=event.epsilon,
+            delta=event.delta,
+            sigma=bundle.sigma,
+            beta=bundle.beta,
+            bundle_path=str(bundle_dir),
+        )
     except BaseException as exc:
         if bundle_dir is not None and bundle_dir.exists() and "ledger_seq" not in params:
             shutil.rmtree(bundle_dir, ignore_errors=True)  # refused: leave nothing behind
@@ -397,9 +474,14 @@ def retrain(ctx: AdminContext, *, config: str | Path, dataset_id: str,
     if activate_after:
         activate(ctx, release_id)
         activated = True
-    return RetrainResult(release_id=release_id, bundle_path=bundle_dir, dataset_id=dataset_id,
-                         ledger_entry=entry, budget=ctx.ledger.budget(dataset_id),
-                         activated=activated)
+    return RetrainResult(
+        release_id=release_id,
+        bundle_path=bundle_dir,
+        dataset_id=dataset_id,
+        ledger_entry=entry,
+        budget=ctx.ledger.budget(dataset_id),
+        activated=activated,
+    )
 
 
 def _clean(params: dict[str, Any]) -> dict[str, Any]:
@@ -417,25 +499,35 @@ def activate(ctx: AdminContext, release_id: str) -> ReleaseInfo:
     try:
         rec = ctx.store.get_release(release_id)
         if str(rec.status) == "retired":
-            raise FailedPrecondition(f"release {release_id!r} is retired; retired releases are "
-                                     "never answered again")
+            raise FailedPrecondition(
+                f"release {release_id!r} is retired; retired releases are never answered again"
+            )
         path = release_bundle_path(ctx, release_id)
         if path is not None:
             from qveil.bundle import load_bundle
 
             b = load_bundle(path, verify=True)
             iv = b.interval
-            if (b.bundle_id != release_id or b.sigma != float(rec.sigma)
-                    or b.beta != float(rec.beta) or b.n_actions != int(rec.n_actions)
-                    or (iv.lo, iv.hi) != tuple(map(float, rec.interval))):
-                raise IntegrityError(f"bundle {path!r} disagrees with the store's record of "
-                                     f"release {release_id!r}")
+            if (
+                b.bundle_id != release_id
+                or b.sigma != float(rec.sigma)
+                or b.beta != float(rec.beta)
+                or b.n_actions != int(rec.n_actions)
+                or (iv.lo, iv.hi) != tuple(map(float, rec.interval))
+            ):
+                raise IntegrityError(
+                    f"bundle {path!r} disagrees with the store's record of release {release_id!r}"
+                )
         rep = ctx.store.verify(release_id)
         if not bool(getattr(rep, "ok", False)):
-            raise IntegrityError(f"stored noise of release {release_id!r} fails verification: "
-                                 f"{rep}")
-        previous = [r.release_id for r in ctx.store.list_releases()
-                    if str(r.status) == "active" and r.release_id != release_id]
+            raise IntegrityError(
+                f"stored noise of release {release_id!r} fails verification: {rep}"
+            )
+        previous = [
+            r.release_id
+            for r in ctx.store.list_releases()
+            if str(r.status) == "active" and r.release_id != release_id
+        ]
         ctx.store.set_release_status(release_id, "active")
         for p in previous:
             ctx.store.set_release_status(p, "staged")
@@ -454,8 +546,9 @@ def retire(ctx: AdminContext, release_id: str) -> ReleaseInfo:
     try:
         rec = ctx.store.get_release(release_id)
         if str(rec.status) == "active":
-            raise FailedPrecondition(f"release {release_id!r} is active; activate another "
-                                     "release before retiring it")
+            raise FailedPrecondition(
+                f"release {release_id!r} is active; activate another release before retiring it"
+            )
         ctx.store.set_release_status(release_id, "retired")
     except QveilError as exc:
         _log(ctx, "retire", release_id, exc, params)
@@ -464,24 +557,32 @@ def retire(ctx: AdminContext, release_id: str) -> ReleaseInfo:
     return next(r for r in releases(ctx) if r.release_id == release_id)
 
 
-def record_server_action(db: AdminDB, *, actor: str, action: str, target: str,
-                         error: BaseException | None = None,
-                         params: dict[str, Any] | None = None) -> None:
+def record_server_action(
+    db: AdminDB,
+    *,
+    actor: str,
+    action: str,
+    target: str,
+    error: BaseException | None = None,
+    params: dict[str, Any] | None = None,
+) -> None:
     """Audit-log an operation the server performed (AdminService handlers call this)."""
     ctx = AdminContext(store=None, db=db, actor=actor, store_url="", owns_store=False)
     _log(ctx, action, target, error, dict(params or {}, path="server"))
 
 
 @contextmanager
-def server_action(store: Any, action: str, target: str, *,
-                  actor: str = "server (admin role)", **params: Any) -> Iterator[None]:
+def server_action(
+    store: Any, action: str, target: str, *, actor: str = "server (admin role)", **params: Any
+) -> Iterator[None]:
     """Wrap one AdminService operation of a running server: its outcome (ok, refused with the
     reason, failed) is appended to the admin audit log of the server's store."""
     db = admin_db_for(store)
     try:
         yield
     except Exception as exc:
-        record_server_action(db, actor=actor, action=action, target=target, error=exc,
-                             params=params)
+        record_server_action(
+            db, actor=actor, action=action, target=target, error=exc, params=params
+        )
         raise
     record_server_action(db, actor=actor, action=action, target=target, params=params)

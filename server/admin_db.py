@@ -39,8 +39,9 @@ BUSY_TIMEOUT_MS = 30_000
 
 def _lock_key(name: str) -> int:
     """A signed 64-bit advisory-lock key for ``name`` (PostgreSQL)."""
-    return int.from_bytes(hashlib.sha256(f"qveil-admin:{name}".encode()).digest()[:8], "big",
-                          signed=True)
+    return int.from_bytes(
+        hashlib.sha256(f"qveil-admin:{name}".encode()).digest()[:8], "big", signed=True
+    )
 
 
 class AdminDB:
@@ -65,8 +66,9 @@ class AdminDB:
                     conn.exec_driver_sql("BEGIN IMMEDIATE")
                 else:
                     conn.begin()
-                    conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"),
-                                 {"k": _lock_key(lock)})
+                    conn.execute(
+                        sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _lock_key(lock)}
+                    )
                 try:
                     yield conn
                 except BaseException:
@@ -133,8 +135,9 @@ def open_admin_db(url: str | None, *, create: bool = False) -> AdminDB:
     or pass ``create=True`` in tests); otherwise :class:`FailedPrecondition`.
     """
     if url is None or url == "" or url.startswith("memory://"):
-        engine = _sqlite_engine("sqlite://", poolclass=StaticPool,
-                                connect_args={"check_same_thread": False})
+        engine = _sqlite_engine(
+            "sqlite://", poolclass=StaticPool, connect_args={"check_same_thread": False}
+        )
         db = AdminDB(engine, url="memory://", ephemeral=True)
         with engine.begin() as conn:
             T.metadata.create_all(conn, tables=list(_TABLES))
@@ -148,8 +151,9 @@ def open_admin_db(url: str | None, *, create: bool = False) -> AdminDB:
     elif surl.get_backend_name() == "postgresql":
         engine = sa.create_engine(url, isolation_level="READ COMMITTED", pool_pre_ping=True)
     else:
-        raise InvalidArgument(f"unsupported store URL {url!r}: use sqlite:///... or "
-                              "postgresql+psycopg://...")
+        raise InvalidArgument(
+            f"unsupported store URL {url!r}: use sqlite:///... or postgresql+psycopg://..."
+        )
     db = AdminDB(engine, url=url, ephemeral=False)
     try:
         names = set(sa.inspect(engine).get_table_names())
@@ -165,5 +169,6 @@ def open_admin_db(url: str | None, *, create: bool = False) -> AdminDB:
             engine.dispose()
             raise FailedPrecondition(
                 f"the store at {url!r} has no admin tables ({', '.join(missing)}); open it with "
-                "the current qveil (its migrations create them: revision 0002_ledger_audit)")
+                "the current qveil (its migrations create them: revision 0002_ledger_audit)"
+            )
     return db

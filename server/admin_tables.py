@@ -23,7 +23,8 @@ _HASH = sa.String(64)
 #: One row per privacy event (``qveil.privacy.PrivacyEvent`` as canonical JSON) per dataset,
 #: chained per dataset in ``seq`` order (1, 2, ...).
 ledger_events = sa.Table(
-    "ledger_events", metadata,
+    "ledger_events",
+    metadata,
     sa.Column("dataset_id", sa.String(200), primary_key=True),
     sa.Column("seq", sa.Integer, primary_key=True, autoincrement=False),
     sa.Column("release_id", sa.String(128), nullable=True),
@@ -38,7 +39,8 @@ ledger_events = sa.Table(
 
 #: The cap of each dataset, as an append-only history chained per dataset; the newest row rules.
 ledger_caps = sa.Table(
-    "ledger_caps", metadata,
+    "ledger_caps",
+    metadata,
     sa.Column("dataset_id", sa.String(200), primary_key=True),
     sa.Column("seq", sa.Integer, primary_key=True, autoincrement=False),
     sa.Column("cap_epsilon", sa.Double(), nullable=False),
@@ -52,7 +54,8 @@ ledger_caps = sa.Table(
 #: Admin audit log: who did what, when, with which outcome; one global chain in ``seq`` order.
 #: Never holds tokens or noise values (``qveil.server.audit_log`` refuses such fields).
 audit_log = sa.Table(
-    "admin_audit_log", metadata,
+    "admin_audit_log",
+    metadata,
     sa.Column("seq", sa.Integer, primary_key=True, autoincrement=False),
     sa.Column("at", sa.String(40), nullable=False),
     sa.Column("actor", sa.String(200), nullable=False),
@@ -69,7 +72,8 @@ audit_log = sa.Table(
 #: Where the bundle of each release registered by ``qveil admin retrain`` lives, and which
 #: dataset's budget paid for it (the server activates a release from its bundle directory).
 release_bundles = sa.Table(
-    "release_bundles", metadata,
+    "release_bundles",
+    metadata,
     sa.Column("release_id", sa.String(128), primary_key=True),
     sa.Column("dataset_id", sa.String(200), nullable=False),
     sa.Column("bundle_path", sa.Text, nullable=False),

@@ -102,12 +102,20 @@ class ActionAudit:
         return self.integrity_ok and self.stats_ok
 
     def to_dict(self) -> dict[str, Any]:
-        return {"action": self.action, "count": self.count,
-                "high_water_mark": self.high_water_mark, "head_hash": self.head_hash,
-                "integrity_ok": self.integrity_ok, "anchor": self.anchor,
-                "tested": self.tested, "stats": self.stats, "power": self.power,
-                "stats_ok": self.stats_ok, "passed": self.passed,
-                "problems": list(self.problems)}
+        return {
+            "action": self.action,
+            "count": self.count,
+            "high_water_mark": self.high_water_mark,
+            "head_hash": self.head_hash,
+            "integrity_ok": self.integrity_ok,
+            "anchor": self.anchor,
+            "tested": self.tested,
+            "stats": self.stats,
+            "power": self.power,
+            "stats_ok": self.stats_ok,
+            "passed": self.passed,
+            "problems": list(self.problems),
+        }
 
 
 @dataclass
@@ -136,11 +144,19 @@ class ReleaseAudit:
         return self.integrity_ok and self.stats_ok
 
     def to_dict(self) -> dict[str, Any]:
-        return {"release_id": self.release_id, "status": self.status, "sigma": self.sigma,
-                "beta": self.beta, "interval": list(self.interval),
-                "n_actions": self.n_actions, "integrity_ok": self.integrity_ok,
-                "stats_ok": self.stats_ok, "passed": self.passed,
-                "problems": list(self.problems), "actions": [a.to_dict() for a in self.actions]}
+        return {
+            "release_id": self.release_id,
+            "status": self.status,
+            "sigma": self.sigma,
+            "beta": self.beta,
+            "interval": list(self.interval),
+            "n_actions": self.n_actions,
+            "integrity_ok": self.integrity_ok,
+            "stats_ok": self.stats_ok,
+            "passed": self.passed,
+            "problems": list(self.problems),
+            "actions": [a.to_dict() for a in self.actions],
+        }
 
 
 @dataclass
@@ -160,8 +176,12 @@ class AuditReport:
 
     @property
     def passed(self) -> bool:
-        return (not self.problems and all(r.passed for r in self.releases)
-                and bool(self.ledger.get("ok")) and bool(self.audit_log.get("ok")))
+        return (
+            not self.problems
+            and all(r.passed for r in self.releases)
+            and bool(self.ledger.get("ok"))
+            and bool(self.audit_log.get("ok"))
+        )
 
     def failures(self) -> list[str]:
         """Every problem found, one line each (empty when the audit passed)."""
@@ -184,8 +204,8 @@ class AuditReport:
                 "level": self.level,
                 "per_path_level": self.path_level,
                 "rule": "a path passes when its KS, chi-square, mean and variance p-values are "
-                        "all >= per_path_level = level / (paths tested) (Bonferroni); a healthy "
-                        "store fails with probability <= 4 x level",
+                "all >= per_path_level = level / (paths tested) (Bonferroni); a healthy "
+                "store fails with probability <= 4 x level",
                 "min_points": MIN_POINTS,
             },
             "power_alternative": f"sigma x {POWER_FACTOR}",
@@ -197,8 +217,9 @@ class AuditReport:
         }
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, sort_keys=True, allow_nan=False,
-                          default=_json_default)
+        return json.dumps(
+            self.to_dict(), indent=2, sort_keys=True, allow_nan=False, default=_json_default
+        )
 
 
 def _json_default(o: Any) -> Any:
@@ -220,16 +241,21 @@ def _records(store: Any, release_id: str | None) -> list[Any]:
     return sorted(store.list_releases(), key=lambda r: (str(r.created_at), r.release_id))
 
 
-def _load_points(store: Any, rid: str, action: int) -> tuple[np.ndarray, np.ndarray, np.ndarray,
-                                                              list[str]]:
+def _load_points(
+    store: Any, rid: str, action: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
     seqs, xs, gs, hashes = [], [], [], []
     for p in store.iter_points(rid, action):
         seqs.append(int(p.seq))
         xs.append(float(p.x))
         gs.append(float(p.g))
         hashes.append(str(p.hash))
-    return (np.asarray(seqs, dtype=np.int64), np.asarray(xs, dtype=np.float64),
-            np.asarray(gs, dtype=np.float64), hashes)
+    return (
+        np.asarray(seqs, dtype=np.int64),
+        np.asarray(xs, dtype=np.float64),
+        np.asarray(gs, dtype=np.float64),
+        hashes,
+    )
 
 
 def _store_integrity(store: Any, rid: str, action: int) -> list[str]:
@@ -240,8 +266,7 @@ def _store_integrity(store: Any, rid: str, action: int) -> list[str]:
     out = []
     for a in getattr(rep, "actions", ()):
         if not a.ok:
-            out += [f"store verification: {p}" for p in a.problems] or [
-                "store verification failed"]
+            out += [f"store verification: {p}" for p in a.problems] or ["store verification failed"]
     return out or [f"store verification failed: {rep!r}"]
 
 
@@ -257,8 +282,7 @@ def _anchors(db: AdminDB, rid: str) -> dict[int, dict[str, Any]]:
             except (KeyError, TypeError, ValueError):
                 continue
             if a not in best or hwm > best[a]["hwm"]:
-                best[a] = {"hwm": hwm, "hash": mark.get("hash"), "audit_seq": e.seq,
-                           "at": e.at}
+                best[a] = {"hwm": hwm, "hash": mark.get("hash"), "audit_seq": e.seq, "at": e.at}
     return best
 
 
@@ -283,13 +307,17 @@ def anchors_from_report(path: str | Path) -> dict[str, dict[int, dict[str, Any]]
             if a.get("high_water_mark") is None:
                 continue
             out.setdefault(str(r["release_id"]), {})[int(a["action"])] = {
-                "hwm": int(a["high_water_mark"]), "hash": a.get("head_hash"),
-                "audit_seq": f"in report {Path(path).name}", "at": d.get("generated_at")}
+                "hwm": int(a["high_water_mark"]),
+                "hash": a.get("head_hash"),
+                "audit_seq": f"in report {Path(path).name}",
+                "at": d.get("generated_at"),
+            }
     return out
 
 
-def _merge_anchors(mine: dict[int, dict[str, Any]], other: dict[int, dict[str, Any]] | None
-                   ) -> dict[int, dict[str, Any]]:
+def _merge_anchors(
+    mine: dict[int, dict[str, Any]], other: dict[int, dict[str, Any]] | None
+) -> dict[int, dict[str, Any]]:
     """Per action, the anchor with the higher high-water mark."""
     merged = dict(mine)
     for a, anchor in (other or {}).items():
@@ -299,8 +327,9 @@ def _merge_anchors(mine: dict[int, dict[str, Any]], other: dict[int, dict[str, A
 
 
 # ------------------------------------------------------------------------------- the audit
-def _audit_action(store: Any, rec: Any, action: int, anchor: dict[str, Any] | None
-                  ) -> tuple[ActionAudit, np.ndarray | None]:
+def _audit_action(
+    store: Any, rec: Any, action: int, anchor: dict[str, Any] | None
+) -> tuple[ActionAudit, np.ndarray | None]:
     a = ActionAudit(action=action)
     seqs, xs, gs, hashes = _load_points(store, rec.release_id, action)
     a.count = int(seqs.size)
@@ -313,33 +342,37 @@ def _audit_action(store: Any, rec: Any, action: int, anchor: dict[str, Any] | No
         steps = np.diff(seqs)
         if (steps <= 0).any():
             i = int(np.flatnonzero(steps <= 0)[0])
-            a.problems.append(f"insertion sequence out of order at seq {int(seqs[i + 1])} "
-                              f"(after {int(seqs[i])})")
+            a.problems.append(
+                f"insertion sequence out of order at seq {int(seqs[i + 1])} (after {int(seqs[i])})"
+            )
         elif (steps != 1).any():
             i = int(np.flatnonzero(steps != 1)[0])
-            a.problems.append(f"sequence gap: {int(seqs[i + 1]) - int(seqs[i]) - 1} row(s) "
-                              f"missing after seq {int(seqs[i])}")
+            a.problems.append(
+                f"sequence gap: {int(seqs[i + 1]) - int(seqs[i]) - 1} row(s) "
+                f"missing after seq {int(seqs[i])}"
+            )
         if np.unique(xs).size != xs.size:
             a.problems.append("a state appears twice (one state must have one value)")
         if not np.isfinite(gs).all():
             a.problems.append("a stored value is not finite")
     a.problems += _store_integrity(store, rec.release_id, action)
     if anchor is not None:
-        a.anchor = {"recorded_hwm": anchor["hwm"], "audit_entry": anchor["audit_seq"],
-                    "ok": True}
+        a.anchor = {"recorded_hwm": anchor["hwm"], "audit_entry": anchor["audit_seq"], "ok": True}
         if a.high_water_mark is None or a.high_water_mark < anchor["hwm"]:
             a.anchor["ok"] = False
             a.problems.append(
                 f"high-water mark {a.high_water_mark} is below {anchor['hwm']} recorded by "
                 f"audit-log entry {anchor['audit_seq']} ({anchor['at']}): stored rows were "
-                "deleted or the store was restored from an older copy")
+                "deleted or the store was restored from an older copy"
+            )
         else:
             idx = np.flatnonzero(seqs == anchor["hwm"])
             if idx.size != 1 or hashes[int(idx[0])] != anchor["hash"]:
                 a.anchor["ok"] = False
                 a.problems.append(
                     f"the row at seq {anchor['hwm']} differs from the one recorded by audit-log "
-                    f"entry {anchor['audit_seq']}")
+                    f"entry {anchor['audit_seq']}"
+                )
     a.integrity_ok = not a.problems
     z = None
     if a.count >= MIN_POINTS and np.isfinite(gs).all() and np.unique(xs).size == xs.size:
@@ -366,22 +399,30 @@ def _test_action(a: ActionAudit, z: np.ndarray | None, path_level: float) -> Non
         "rescaled_chi2_p": alt["chi2_p"],
         "rescaled_var_p": alt["var_p"],
         "rescaled_rejected": not alt["passed"],
-        "variance_test_power": variance_test_power(int(z.size), factor=POWER_FACTOR,
-                                                   level=path_level),
+        "variance_test_power": variance_test_power(
+            int(z.size), factor=POWER_FACTOR, level=path_level
+        ),
     }
     if not rep["passed"]:
         a.stats_ok = False
         a.problems.append(
             "stored values are not the claimed GP: whitened innovations fail the normality test "
             f"(ks_p={rep['ks_p']:.3g}, chi2_p={rep['chi2_p']:.3g}, mean_p={rep['mean_p']:.3g}, "
-            f"var_p={rep['var_p']:.3g}, var={rep['var']:.4g}; pass level {path_level:.3g})")
+            f"var_p={rep['var_p']:.3g}, var={rep['var']:.4g}; pass level {path_level:.3g})"
+        )
 
 
-def audit_store(store: Any, db: AdminDB, *, release_id: str | None = None,
-                level: float = DEFAULT_PASS_LEVEL, record: bool = True,
-                actor: str | None = None, store_label: str = "",
-                external_anchors: dict[str, dict[int, dict[str, Any]]] | None = None
-                ) -> AuditReport:
+def audit_store(
+    store: Any,
+    db: AdminDB,
+    *,
+    release_id: str | None = None,
+    level: float = DEFAULT_PASS_LEVEL,
+    record: bool = True,
+    actor: str | None = None,
+    store_label: str = "",
+    external_anchors: dict[str, dict[int, dict[str, Any]]] | None = None,
+) -> AuditReport:
     """Audit every release of ``store`` (or only ``release_id``); see the module docstring.
 
     ``record``: append one audit-log entry per release (outcome ok/failed; a passing audit's
@@ -396,10 +437,14 @@ def audit_store(store: Any, db: AdminDB, *, release_id: str | None = None,
     recs = _records(store, release_id)
     pending: list[tuple[ReleaseAudit, list[tuple[ActionAudit, np.ndarray | None]]]] = []
     for rec in recs:
-        ra = ReleaseAudit(release_id=rec.release_id, status=str(rec.status),
-                          sigma=float(rec.sigma), beta=float(rec.beta),
-                          interval=(float(rec.interval[0]), float(rec.interval[1])),
-                          n_actions=int(rec.n_actions))
+        ra = ReleaseAudit(
+            release_id=rec.release_id,
+            status=str(rec.status),
+            sigma=float(rec.sigma),
+            beta=float(rec.beta),
+            interval=(float(rec.interval[0]), float(rec.interval[1])),
+            n_actions=int(rec.n_actions),
+        )
         try:
             anchors = _anchors(db, rec.release_id)
         except QveilError as exc:
@@ -426,40 +471,64 @@ def audit_store(store: Any, db: AdminDB, *, release_id: str | None = None,
             ra.actions.append(aa)
         releases.append(ra)
     known = {r.release_id for r in recs}
-    problems = [f"release {rid} is in the --against report but not in the store (restored "
-                "from a copy older than the release?)"
-                for rid in sorted(external_anchors or {})
-                if rid not in known and (release_id is None or rid == release_id)]
+    problems = [
+        f"release {rid} is in the --against report but not in the store (restored "
+        "from a copy older than the release?)"
+        for rid in sorted(external_anchors or {})
+        if rid not in known and (release_id is None or rid == release_id)
+    ]
     ledger = Ledger(db).verify().to_dict()
     log = audit_log.verify_audit_log(db).to_dict()
-    report = AuditReport(generated_at=utc_now(), store=store_label, level=level,
-                         path_level=path_level, releases=releases, ledger=ledger,
-                         audit_log=log, problems=problems)
+    report = AuditReport(
+        generated_at=utc_now(),
+        store=store_label,
+        level=level,
+        path_level=path_level,
+        releases=releases,
+        ledger=ledger,
+        audit_log=log,
+        problems=problems,
+    )
     if record:
         try:
             _record(db, report, actor)
         except QveilError as exc:  # e.g. a read-only auditor account: the audit still stands
-            report.record_error = (f"this audit was not recorded in the audit log ({exc}); "
-                                   "its high-water marks will not anchor later audits")
+            report.record_error = (
+                f"this audit was not recorded in the audit log ({exc}); "
+                "its high-water marks will not anchor later audits"
+            )
     return report
 
 
 def _record(db: AdminDB, report: AuditReport, actor: str) -> None:
     for r in report.releases:
-        marks = {str(a.action): {"hwm": a.high_water_mark, "hash": a.head_hash,
-                                 "count": a.count}
-                 for a in r.actions if a.high_water_mark is not None}
+        marks = {
+            str(a.action): {"hwm": a.high_water_mark, "hash": a.head_hash, "count": a.count}
+            for a in r.actions
+            if a.high_water_mark is not None
+        }
         ok = r.passed and bool(report.ledger.get("ok")) and bool(report.audit_log.get("ok"))
-        audit_log.append(db, actor=actor, action="audit", target=r.release_id,
-                         outcome="ok" if ok else "failed",
-                         params={"passed": ok, "actions": marks,
-                                 "per_path_level": report.path_level},
-                         detail="" if ok else "; ".join(
-                             [*r.problems, *[p for a in r.actions for p in a.problems]])[:2000])
+        audit_log.append(
+            db,
+            actor=actor,
+            action="audit",
+            target=r.release_id,
+            outcome="ok" if ok else "failed",
+            params={"passed": ok, "actions": marks, "per_path_level": report.path_level},
+            detail=""
+            if ok
+            else "; ".join([*r.problems, *[p for a in r.actions for p in a.problems]])[:2000],
+        )
 
 
-def service_report(store: Any, release_id: str, *, action: int | None = None,
-                   actor: str = "server (auditor role)", record: bool = True) -> Any:
+def service_report(
+    store: Any,
+    release_id: str,
+    *,
+    action: int | None = None,
+    actor: str = "server (auditor role)",
+    record: bool = True,
+) -> Any:
     """The AuditService's GetStatisticalReport: :func:`audit_store` of one release (the same
     report as ``qveil audit --release ID``, in ``report``), with the per-action normality
     summary the proto carries (NaN p-values for untested paths)."""
@@ -468,10 +537,14 @@ def service_report(store: Any, release_id: str, *, action: int | None = None,
 
     db = admin_db_for(store)
     url: Any = getattr(store, "_url", None)
-    label = (url.render_as_string(hide_password=True) if hasattr(url, "render_as_string")
-             else str(url or ""))
-    rep = audit_store(store, db, release_id=release_id, record=record, actor=actor,
-                      store_label=label)
+    label = (
+        url.render_as_string(hide_password=True)
+        if hasattr(url, "render_as_string")
+        else str(url or "")
+    )
+    rep = audit_store(
+        store, db, release_id=release_id, record=record, actor=actor, store_label=label
+    )
     ra = rep.releases[0]
     out = []
     for a in ra.actions:
@@ -479,14 +552,20 @@ def service_report(store: Any, release_id: str, *, action: int | None = None,
             continue
         st = a.stats if a.tested and a.stats is not None else None
         nan = float("nan")
-        out.append(t.ActionNormality(
-            action=a.action, n=a.count,
-            ks_p=nan if st is None else float(st["ks_p"]),
-            chi2_p=nan if st is None else float(st["chi2_p"]),
-            mean=nan if st is None else float(st["mean"]),
-            var=nan if st is None else float(st["var"]), passed=a.passed))
-    return t.StatisticalReport(release_id=ra.release_id, passed=rep.passed, actions=tuple(out),
-                               report=rep.to_dict())
+        out.append(
+            t.ActionNormality(
+                action=a.action,
+                n=a.count,
+                ks_p=nan if st is None else float(st["ks_p"]),
+                chi2_p=nan if st is None else float(st["chi2_p"]),
+                mean=nan if st is None else float(st["mean"]),
+                var=nan if st is None else float(st["var"]),
+                passed=a.passed,
+            )
+        )
+    return t.StatisticalReport(
+        release_id=ra.release_id, passed=rep.passed, actions=tuple(out), report=rep.to_dict()
+    )
 
 
 # ------------------------------------------------------------------------------- outputs
@@ -500,8 +579,9 @@ def export_report(report: AuditReport, path: str | Path) -> Path:
     return p
 
 
-def plot_paths(store: Any, report: AuditReport, path: str | Path, *,
-               max_releases: int = 12) -> Path:
+def plot_paths(
+    store: Any, report: AuditReport, path: str | Path, *, max_releases: int = 12
+) -> Path:
     """PNG of stored noise against state, one panel per (release, action), with the claimed
     +-2 sigma band and the audit verdict in each title. Shows noise values: auditor only."""
     import matplotlib
@@ -513,8 +593,9 @@ def plot_paths(store: Any, report: AuditReport, path: str | Path, *,
     if not rels:
         raise InvalidArgument("nothing to plot: the store has no releases")
     ncols = max(r.n_actions for r in rels)
-    fig, axes = plt.subplots(len(rels), ncols, figsize=(4.2 * ncols, 3.0 * len(rels)),
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        len(rels), ncols, figsize=(4.2 * ncols, 3.0 * len(rels)), squeeze=False
+    )
     for i, r in enumerate(rels):
         lo, hi = r.interval
         for j in range(ncols):
@@ -531,14 +612,20 @@ def plot_paths(store: Any, report: AuditReport, path: str | Path, *,
             ax.axhline(0.0, color="grey", lw=0.5)
             aa = r.actions[j] if j < len(r.actions) else None
             verdict = "?" if aa is None else ("pass" if aa.passed else "FAIL")
-            p = "" if aa is None or not aa.tested or aa.stats is None else (
-                f", ks_p={aa.stats['ks_p']:.2g}")
+            p = (
+                ""
+                if aa is None or not aa.tested or aa.stats is None
+                else (f", ks_p={aa.stats['ks_p']:.2g}")
+            )
             ax.set_title(f"{r.release_id[:12]} a={j} n={xs.size} {verdict}{p}", fontsize=8)
             ax.set_xlabel("state")
             ax.set_ylabel("stored noise g")
             ax.set_xlim(lo, hi)
-    fig.suptitle(f"stored noise vs state (dashed: +-2 sigma); audit "
-                 f"{'passed' if report.passed else 'FAILED'}", fontsize=10)
+    fig.suptitle(
+        f"stored noise vs state (dashed: +-2 sigma); audit "
+        f"{'passed' if report.passed else 'FAILED'}",
+        fontsize=10,
+    )
     fig.tight_layout()
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -45,7 +45,8 @@ OUTCOMES = ("ok", "refused", "failed", "error")
 LOCK = "audit-log"
 MAX_PARAMS_CHARS = 16_384
 _FORBIDDEN = re.compile(
-    r"(token|secret|passw|credential|private.?key|api.?key|noise|^g$|^gs$|values?$)", re.I)
+    r"(token|secret|passw|credential|private.?key|api.?key|noise|^g$|^gs$|values?$)", re.I
+)
 
 
 def utc_now() -> str:
@@ -78,9 +79,18 @@ class AuditEntry:
     hash: str
 
     def to_dict(self) -> dict[str, Any]:
-        return {"seq": self.seq, "at": self.at, "actor": self.actor, "action": self.action,
-                "target": self.target, "params": self.params, "outcome": self.outcome,
-                "detail": self.detail, "prev_hash": self.prev_hash, "hash": self.hash}
+        return {
+            "seq": self.seq,
+            "at": self.at,
+            "actor": self.actor,
+            "action": self.action,
+            "target": self.target,
+            "params": self.params,
+            "outcome": self.outcome,
+            "detail": self.detail,
+            "prev_hash": self.prev_hash,
+            "hash": self.hash,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,8 +103,12 @@ class ChainReport:
     problems: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"ok": self.ok, "count": self.count, "head_hash": self.head_hash,
-                "problems": list(self.problems)}
+        return {
+            "ok": self.ok,
+            "count": self.count,
+            "head_hash": self.head_hash,
+            "problems": list(self.problems),
+        }
 
 
 def _check_params(params: Mapping[str, Any], path: str = "params") -> None:
@@ -102,20 +116,45 @@ def _check_params(params: Mapping[str, Any], path: str = "params") -> None:
         if _FORBIDDEN.search(str(k)):
             raise InvalidArgument(
                 f"audit log refuses field {path}.{k}: tokens, secrets and noise values are never "
-                "logged")
+                "logged"
+            )
         if isinstance(v, Mapping):
             _check_params(v, f"{path}.{k}")
 
 
-def _fields(seq: int, at: str, actor: str, action: str, target: str, params_json: str,
-            outcome: str, detail: str) -> dict[str, Any]:
-    return {"seq": seq, "at": at, "actor": actor, "action": action, "target": target,
-            "params": params_json, "outcome": outcome, "detail": detail}
+def _fields(
+    seq: int,
+    at: str,
+    actor: str,
+    action: str,
+    target: str,
+    params_json: str,
+    outcome: str,
+    detail: str,
+) -> dict[str, Any]:
+    return {
+        "seq": seq,
+        "at": at,
+        "actor": actor,
+        "action": action,
+        "target": target,
+        "params": params_json,
+        "outcome": outcome,
+        "detail": detail,
+    }
 
 
-def append(db: AdminDB, *, actor: str, action: str, target: str = "", outcome: str,
-           params: Mapping[str, Any] | None = None, detail: str = "",
-           conn: sa.Connection | None = None) -> AuditEntry:
+def append(
+    db: AdminDB,
+    *,
+    actor: str,
+    action: str,
+    target: str = "",
+    outcome: str,
+    params: Mapping[str, Any] | None = None,
+    detail: str = "",
+    conn: sa.Connection | None = None,
+) -> AuditEntry:
     """Append one entry (durably, serialized with every other writer) and return it.
 
     ``conn``: an open write transaction of :meth:`AdminDB.write` to append inside (so that an
@@ -137,19 +176,38 @@ def append(db: AdminDB, *, actor: str, action: str, target: str = "", outcome: s
     return _append(conn, actor, action, target, outcome, params_json, detail)
 
 
-def _append(conn: sa.Connection, actor: str, action: str, target: str, outcome: str,
-            params_json: str, detail: str) -> AuditEntry:
+def _append(
+    conn: sa.Connection,
+    actor: str,
+    action: str,
+    target: str,
+    outcome: str,
+    params_json: str,
+    detail: str,
+) -> AuditEntry:
     t = T.audit_log
     last = conn.execute(sa.select(t.c.seq, t.c.hash).order_by(t.c.seq.desc()).limit(1)).first()
     seq = 1 if last is None else int(last.seq) + 1
     prev = GENESIS if last is None else str(last.hash)
     at = utc_now()
     h = link_hash(prev, _fields(seq, at, actor, action, target, params_json, outcome, detail))
-    conn.execute(t.insert().values(seq=seq, at=at, actor=actor, action=action, target=target,
-                                   params_json=params_json, outcome=outcome, detail=detail,
-                                   prev_hash=prev, hash=h))
-    return AuditEntry(seq, at, actor, action, target, json.loads(params_json), outcome, detail,
-                      prev, h)
+    conn.execute(
+        t.insert().values(
+            seq=seq,
+            at=at,
+            actor=actor,
+            action=action,
+            target=target,
+            params_json=params_json,
+            outcome=outcome,
+            detail=detail,
+            prev_hash=prev,
+            hash=h,
+        )
+    )
+    return AuditEntry(
+        seq, at, actor, action, target, json.loads(params_json), outcome, detail, prev, h
+    )
 
 
 def _row_entry(r: Any) -> AuditEntry:
@@ -157,12 +215,23 @@ def _row_entry(r: Any) -> AuditEntry:
         params = json.loads(r.params_json)
     except ValueError:
         params = {"_unparseable": True}
-    return AuditEntry(int(r.seq), r.at, r.actor, r.action, r.target, params, r.outcome,
-                      r.detail, r.prev_hash, r.hash)
+    return AuditEntry(
+        int(r.seq),
+        r.at,
+        r.actor,
+        r.action,
+        r.target,
+        params,
+        r.outcome,
+        r.detail,
+        r.prev_hash,
+        r.hash,
+    )
 
 
-def entries(db: AdminDB, *, action: str | None = None, target: str | None = None,
-            limit: int | None = None) -> list[AuditEntry]:
+def entries(
+    db: AdminDB, *, action: str | None = None, target: str | None = None, limit: int | None = None
+) -> list[AuditEntry]:
     """Entries in sequence order, optionally filtered (newest ``limit`` when given)."""
     t = T.audit_log
     q = sa.select(t)
@@ -194,8 +263,10 @@ def verify_audit_log(db: AdminDB) -> ChainReport:
                 problems.append(f"audit log: sequence gap: expected entry {expected}, found {seq}")
             if r.prev_hash != prev:
                 problems.append(f"audit log: entry {seq} does not link to the entry before it")
-            h = link_hash(r.prev_hash, _fields(seq, r.at, r.actor, r.action, r.target,
-                                               r.params_json, r.outcome, r.detail))
+            h = link_hash(
+                r.prev_hash,
+                _fields(seq, r.at, r.actor, r.action, r.target, r.params_json, r.outcome, r.detail),
+            )
             if h != r.hash:
                 problems.append(f"audit log: entry {seq} was edited (hash mismatch)")
             prev = r.hash

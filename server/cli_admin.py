@@ -37,29 +37,55 @@ __all__ = ["add_parser", "run"]
 def _common() -> argparse.ArgumentParser:
     c = argparse.ArgumentParser(add_help=False)
     g = c.add_argument_group("where")
-    g.add_argument("--store", metavar="URL", default=argparse.SUPPRESS,
-                   help="store URL (sqlite:///ABS/PATH or postgresql+psycopg://...); "
-                        "default $QVEIL_STORE_URL")
-    g.add_argument("--target", metavar="HOST:PORT", default=argparse.SUPPRESS,
-                   help="a running server: go through its AdminService")
-    g.add_argument("--token-file", metavar="F", default=argparse.SUPPRESS,
-                   help="file holding the admin token (with --target)")
-    g.add_argument("--tls-ca", metavar="PEM", default=argparse.SUPPRESS,
-                   help="CA of the server certificate (with --target; enables TLS)")
-    g.add_argument("--tls-cert", metavar="PEM", default=argparse.SUPPRESS,
-                   help="client certificate for mutual TLS (with --tls-ca)")
-    g.add_argument("--tls-key", metavar="PEM", default=argparse.SUPPRESS,
-                   help="client key for mutual TLS (with --tls-ca)")
-    g.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
-                   help="print JSON")
+    g.add_argument(
+        "--store",
+        metavar="URL",
+        default=argparse.SUPPRESS,
+        help="store URL (sqlite:///ABS/PATH or postgresql+psycopg://...); default $QVEIL_STORE_URL",
+    )
+    g.add_argument(
+        "--target",
+        metavar="HOST:PORT",
+        default=argparse.SUPPRESS,
+        help="a running server: go through its AdminService",
+    )
+    g.add_argument(
+        "--token-file",
+        metavar="F",
+        default=argparse.SUPPRESS,
+        help="file holding the admin token (with --target)",
+    )
+    g.add_argument(
+        "--tls-ca",
+        metavar="PEM",
+        default=argparse.SUPPRESS,
+        help="CA of the server certificate (with --target; enables TLS)",
+    )
+    g.add_argument(
+        "--tls-cert",
+        metavar="PEM",
+        default=argparse.SUPPRESS,
+        help="client certificate for mutual TLS (with --tls-ca)",
+    )
+    g.add_argument(
+        "--tls-key",
+        metavar="PEM",
+        default=argparse.SUPPRESS,
+        help="client key for mutual TLS (with --tls-ca)",
+    )
+    g.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON")
     return c
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
     common = _common()
-    p = sub.add_parser("admin", help="retrain under the privacy ledger; list, activate, retire "
-                       "releases; budgets", description=__doc__, parents=[common],
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "admin",
+        help="retrain under the privacy ledger; list, activate, retire releases; budgets",
+        description=__doc__,
+        parents=[common],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ops = p.add_subparsers(dest="admin_command", metavar="OPERATION", required=True)
 
     r = ops.add_parser("retrain", parents=[common], help="train a new release under the ledger")
@@ -70,8 +96,11 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     g.add_argument("--sigma", type=float, help="noise scale sigma")
     r.add_argument("--delta", type=float, help="delta of the guarantee")
     r.add_argument("--mode", choices=("paper", "gdp", "output"), help="accounting mode")
-    r.add_argument("--out-dir", metavar="DIR",
-                   help="where the bundle directory goes (default: beside a SQLite store)")
+    r.add_argument(
+        "--out-dir",
+        metavar="DIR",
+        help="where the bundle directory goes (default: beside a SQLite store)",
+    )
     r.add_argument("--activate", action="store_true", help="activate the new release")
     r.add_argument("--seed", type=int, help="tests only: seeded training (card says seeded)")
     r.add_argument("--no-progress", action="store_true")
@@ -97,8 +126,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 def _store_url(args: argparse.Namespace, *, required: bool) -> str | None:
     url = getattr(args, "store", None) or os.environ.get("QVEIL_STORE_URL")
     if required and not url:
-        raise InvalidArgument(f"qveil admin {args.admin_command} needs --store URL "
-                              "(or $QVEIL_STORE_URL): the ledger lives in the store's database")
+        raise InvalidArgument(
+            f"qveil admin {args.admin_command} needs --store URL "
+            "(or $QVEIL_STORE_URL): the ledger lives in the store's database"
+        )
     return url
 
 
@@ -125,14 +156,18 @@ def _print(args: argparse.Namespace, obj: Any, text: str) -> None:
 def _releases_table(rows: list[dict[str, Any]]) -> str:
     if not rows:
         return "(no releases)"
-    head = f"{'release':34} {'status':8} {'sigma':>10} {'beta':>10} {'epsilon':>10} " \
-           f"{'points':>8}  dataset"
+    head = (
+        f"{'release':34} {'status':8} {'sigma':>10} {'beta':>10} {'epsilon':>10} "
+        f"{'points':>8}  dataset"
+    )
     lines = [head]
     for r in rows:
         eps = r.get("epsilon")
-        lines.append(f"{r['release_id'][:34]:34} {r['status']:8} {r['sigma']:10.4g} "
-                     f"{r['beta']:10.4g} {('-' if eps is None else f'{eps:.4g}'):>10} "
-                     f"{r.get('points', '-')!s:>8}  {r.get('dataset_id') or '-'}")
+        lines.append(
+            f"{r['release_id'][:34]:34} {r['status']:8} {r['sigma']:10.4g} "
+            f"{r['beta']:10.4g} {('-' if eps is None else f'{eps:.4g}'):>10} "
+            f"{r.get('points', '-')!s:>8}  {r.get('dataset_id') or '-'}"
+        )
     return "\n".join(lines)
 
 
@@ -143,14 +178,21 @@ def _budget_text(reports: list[Any]) -> str:
     for b in reports:
         d = b.to_dict()
         cap = d["cap"]
-        out.append(f"dataset {b.dataset_id}: spent eps={b.spent[0]:.6g} delta={b.spent[1]:.3g}"
-                   + ("" if cap is None else
-                      f"; cap eps={cap['epsilon']:.6g} delta={cap['delta']:.3g}; remaining "
-                      f"eps={d['remaining']['epsilon']:.6g} delta={d['remaining']['delta']:.3g}")
-                   + (" (memory store: not persistent)" if b.ephemeral else ""))
+        out.append(
+            f"dataset {b.dataset_id}: spent eps={b.spent[0]:.6g} delta={b.spent[1]:.3g}"
+            + (
+                ""
+                if cap is None
+                else f"; cap eps={cap['epsilon']:.6g} delta={cap['delta']:.3g}; remaining "
+                f"eps={d['remaining']['epsilon']:.6g} delta={d['remaining']['delta']:.3g}"
+            )
+            + (" (memory store: not persistent)" if b.ephemeral else "")
+        )
         for e in b.entries:
-            out.append(f"  #{e.seq} {e.created_at} release={e.release_id} mode={e.event.mode} "
-                       f"eps={e.event.epsilon:.6g} delta={e.event.delta:.3g}")
+            out.append(
+                f"  #{e.seq} {e.created_at} release={e.release_id} mode={e.event.mode} "
+                f"eps={e.event.epsilon:.6g} delta={e.event.delta:.3g}"
+            )
     return "\n".join(out)
 
 
@@ -166,29 +208,44 @@ def run(args: argparse.Namespace) -> int:
     with admin.open_admin(url, actor=f"{admin.audit_log.default_actor()} (cli)") as ctx:
         if cmd == "retrain":
             res = admin.retrain(
-                ctx, config=args.config, dataset_id=args.dataset_id, epsilon=args.epsilon,
-                sigma=args.sigma, delta=args.delta, mode=args.mode, out_dir=args.out_dir,
-                activate_after=bool(args.activate and not target), seed=args.seed,
-                progress=not args.no_progress and sys.stderr.isatty())
+                ctx,
+                config=args.config,
+                dataset_id=args.dataset_id,
+                epsilon=args.epsilon,
+                sigma=args.sigma,
+                delta=args.delta,
+                mode=args.mode,
+                out_dir=args.out_dir,
+                activate_after=bool(args.activate and not target),
+                seed=args.seed,
+                progress=not args.no_progress and sys.stderr.isatty(),
+            )
             d = res.to_dict()
             if args.activate and target:
                 with _admin_client(args) as client:
-                    rel, prev = client.activate(res.release_id,
-                                                bundle_path=str(res.bundle_path))
+                    rel, prev = client.activate(res.release_id, bundle_path=str(res.bundle_path))
                 d["activated"] = True
                 d["previous_release_id"] = prev
             e = res.ledger_entry.event
-            _print(args, d, f"release {res.release_id} ({res.bundle_path}) recorded in the "
-                   f"ledger of {res.dataset_id}: eps={e.epsilon:.6g} delta={e.delta:.3g}; "
-                   f"dataset spent eps={res.budget.spent[0]:.6g}"
-                   + ("; activated" if d["activated"] else "; staged"))
+            _print(
+                args,
+                d,
+                f"release {res.release_id} ({res.bundle_path}) recorded in the "
+                f"ledger of {res.dataset_id}: eps={e.epsilon:.6g} delta={e.delta:.3g}; "
+                f"dataset spent eps={res.budget.spent[0]:.6g}"
+                + ("; activated" if d["activated"] else "; staged"),
+            )
         elif cmd == "releases":
             rows = [r.to_dict() for r in admin.releases(ctx)]
             _print(args, rows, _releases_table(rows))
         elif cmd == "activate":
             info = admin.activate(ctx, args.release_id)
-            _print(args, info.to_dict(), f"release {info.release_id} is active (store only: "
-                   "a running server must be told with --target)")
+            _print(
+                args,
+                info.to_dict(),
+                f"release {info.release_id} is active (store only: "
+                "a running server must be told with --target)",
+            )
         elif cmd == "retire":
             info = admin.retire(ctx, args.release_id)
             _print(args, info.to_dict(), f"release {info.release_id} retired")
@@ -197,13 +254,23 @@ def run(args: argparse.Namespace) -> int:
             _print(args, [b.to_dict() for b in reps], _budget_text(reps))
         elif cmd == "set-cap":
             cap = admin.set_cap(ctx, args.dataset_id, epsilon=args.epsilon, delta=args.delta)
-            _print(args, cap.to_dict(), f"cap of {cap.dataset_id}: eps={cap.epsilon:.6g} "
-                   f"delta={cap.delta:.3g}")
+            _print(
+                args,
+                cap.to_dict(),
+                f"cap of {cap.dataset_id}: eps={cap.epsilon:.6g} delta={cap.delta:.3g}",
+            )
         elif cmd == "log":
             ents = admin.audit_log.entries(ctx.db, limit=args.limit)
-            _print(args, [e.to_dict() for e in ents], "\n".join(
-                f"#{e.seq} {e.at} {e.actor} {e.action} {e.target} -> {e.outcome}"
-                + (f" ({e.detail})" if e.detail else "") for e in ents) or "(empty)")
+            _print(
+                args,
+                [e.to_dict() for e in ents],
+                "\n".join(
+                    f"#{e.seq} {e.at} {e.actor} {e.action} {e.target} -> {e.outcome}"
+                    + (f" ({e.detail})" if e.detail else "")
+                    for e in ents
+                )
+                or "(empty)",
+            )
         else:  # pragma: no cover - argparse restricts the choices
             raise InvalidArgument(f"unknown operation {cmd!r}")
     return 0
@@ -213,10 +280,22 @@ def _run_remote(args: argparse.Namespace, cmd: str) -> int:
     with _admin_client(args) as client:
         if cmd == "releases":
             rels, active = client.list_releases()
-            rows = [{"release_id": r.release_id, "status": r.status, "sigma": r.sigma,
-                     "beta": r.beta, "epsilon": r.epsilon, "mode": r.mode} for r in rels]
-            _print(args, {"releases": rows, "active_release_id": active},
-                   _releases_table(rows) + f"\nactive: {active or '-'}")
+            rows = [
+                {
+                    "release_id": r.release_id,
+                    "status": r.status,
+                    "sigma": r.sigma,
+                    "beta": r.beta,
+                    "epsilon": r.epsilon,
+                    "mode": r.mode,
+                }
+                for r in rels
+            ]
+            _print(
+                args,
+                {"releases": rows, "active_release_id": active},
+                _releases_table(rows) + f"\nactive: {active or '-'}",
+            )
         elif cmd == "activate":
             bundle_path = getattr(args, "bundle_path", None) or ""
             url = _store_url(args, required=False)
@@ -226,11 +305,16 @@ def _run_remote(args: argparse.Namespace, cmd: str) -> int:
                 with admin.open_admin(url, create=False) as ctx:
                     bundle_path = admin.release_bundle_path(ctx, args.release_id) or ""
             rel, prev = client.activate(args.release_id, bundle_path=bundle_path)
-            _print(args, {"release_id": rel.release_id, "previous_release_id": prev},
-                   f"release {rel.release_id} is active on {args.target} "
-                   f"(previous: {prev or '-'})")
+            _print(
+                args,
+                {"release_id": rel.release_id, "previous_release_id": prev},
+                f"release {rel.release_id} is active on {args.target} (previous: {prev or '-'})",
+            )
         else:
             rel = client.retire(args.release_id)
-            _print(args, {"release_id": rel.release_id, "status": rel.status},
-                   f"release {rel.release_id} retired on {args.target}")
+            _print(
+                args,
+                {"release_id": rel.release_id, "status": rel.status},
+                f"release {rel.release_id} retired on {args.target}",
+            )
     return 0

@@ -24,52 +24,73 @@ __all__ = ["add_parser", "run"]
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
-    p = sub.add_parser("audit", help="verify stored noise: integrity and statistical tests",
-                       description=__doc__,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "audit",
+        help="verify stored noise: integrity and statistical tests",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--store", metavar="URL", help="store URL (default $QVEIL_STORE_URL)")
     p.add_argument("--release", metavar="ID", help="one release (default: every release)")
     p.add_argument("--plot", metavar="FILE.png", help="plot stored noise vs state per action")
     p.add_argument("--export", metavar="FILE", help="write the report as JSON")
-    p.add_argument("--export-points", metavar="DIR",
-                   help="also export each release's stored points (JSONL; noise values)")
-    p.add_argument("--against", metavar="REPORT.json",
-                   help="also check the high-water marks of an earlier exported report kept "
-                        "OUTSIDE the store (catches a whole-store restore from an older copy, "
-                        "which rolls the in-store audit log back too)")
+    p.add_argument(
+        "--export-points",
+        metavar="DIR",
+        help="also export each release's stored points (JSONL; noise values)",
+    )
+    p.add_argument(
+        "--against",
+        metavar="REPORT.json",
+        help="also check the high-water marks of an earlier exported report kept "
+        "OUTSIDE the store (catches a whole-store restore from an older copy, "
+        "which rolls the in-store audit log back too)",
+    )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
-    p.add_argument("--no-record", action="store_true",
-                   help="do not append this audit (and its high-water marks) to the audit log")
+    p.add_argument(
+        "--no-record",
+        action="store_true",
+        help="do not append this audit (and its high-water marks) to the audit log",
+    )
     p.set_defaults(func=run)
     return p  # type: ignore[no-any-return]
 
 
 def _summary(report: Any) -> str:
     d = report.to_dict()
-    lines = [f"audit of {d['store']} at {d['generated_at']}: "
-             f"{'PASSED' if d['passed'] else 'FAILED'}",
-             f"pass level: every p-value >= {d['pass_level']['per_path_level']:.3g} "
-             f"(= {d['pass_level']['level']:g} / paths tested); power against "
-             f"{d['power_alternative']}"]
+    lines = [
+        f"audit of {d['store']} at {d['generated_at']}: {'PASSED' if d['passed'] else 'FAILED'}",
+        f"pass level: every p-value >= {d['pass_level']['per_path_level']:.3g} "
+        f"(= {d['pass_level']['level']:g} / paths tested); power against "
+        f"{d['power_alternative']}",
+    ]
     for r in report.releases:
-        lines.append(f"release {r.release_id} [{r.status}] sigma={r.sigma:.4g} "
-                     f"beta={r.beta:.4g}: {'pass' if r.passed else 'FAIL'}")
+        lines.append(
+            f"release {r.release_id} [{r.status}] sigma={r.sigma:.4g} "
+            f"beta={r.beta:.4g}: {'pass' if r.passed else 'FAIL'}"
+        )
         for a in r.actions:
             if a.tested and a.stats is not None and a.power is not None:
                 s, pw = a.stats, a.power
-                stat = (f"ks_p={s['ks_p']:.3g} chi2_p={s['chi2_p']:.3g} "
-                        f"mean_p={s['mean_p']:.3g} var_p={s['var_p']:.3g} var={s['var']:.3f}; "
-                        f"x{1.3}: min_p={pw['rescaled_min_p']:.2g} "
-                        f"{'rejected' if pw['rescaled_rejected'] else 'NOT rejected'}, "
-                        f"var-test power={pw['variance_test_power']:.3f}")
+                stat = (
+                    f"ks_p={s['ks_p']:.3g} chi2_p={s['chi2_p']:.3g} "
+                    f"mean_p={s['mean_p']:.3g} var_p={s['var_p']:.3g} var={s['var']:.3f}; "
+                    f"x{1.3}: min_p={pw['rescaled_min_p']:.2g} "
+                    f"{'rejected' if pw['rescaled_rejected'] else 'NOT rejected'}, "
+                    f"var-test power={pw['variance_test_power']:.3f}"
+                )
             else:
                 stat = (a.stats or {}).get("skipped", "not tested")
-            lines.append(f"  action {a.action}: n={a.count} hwm={a.high_water_mark} "
-                         f"integrity={'ok' if a.integrity_ok else 'BROKEN'}; {stat}")
-    lines.append(f"ledger: {'ok' if d['ledger']['ok'] else 'BROKEN'} "
-                 f"({d['ledger']['count']} rows); audit log: "
-                 f"{'ok' if d['audit_log']['ok'] else 'BROKEN'} "
-                 f"({d['audit_log']['count']} entries)")
+            lines.append(
+                f"  action {a.action}: n={a.count} hwm={a.high_water_mark} "
+                f"integrity={'ok' if a.integrity_ok else 'BROKEN'}; {stat}"
+            )
+    lines.append(
+        f"ledger: {'ok' if d['ledger']['ok'] else 'BROKEN'} "
+        f"({d['ledger']['count']} rows); audit log: "
+        f"{'ok' if d['audit_log']['ok'] else 'BROKEN'} "
+        f"({d['audit_log']['count']} entries)"
+    )
     for f in d["failures"]:
         lines.append(f"FAIL: {f}")
     if d.get("record_error"):
@@ -91,10 +112,15 @@ def run(args: argparse.Namespace) -> int:
     try:
         db = admin_db_for(store, url)
         try:
-            report = audit_store(store, db, release_id=args.release,
-                                 record=not args.no_record,
-                                 actor=f"{default_actor()} (cli)", store_label=_redact(url),
-                                 external_anchors=external)
+            report = audit_store(
+                store,
+                db,
+                release_id=args.release,
+                record=not args.no_record,
+                actor=f"{default_actor()} (cli)",
+                store_label=_redact(url),
+                external_anchors=external,
+            )
             if args.export:
                 export_report(report, args.export)
             if args.plot:

@@ -44,8 +44,9 @@ def canonical_json(obj: Any) -> str:
     decoding and re-encoding gives the same text; NaN and infinities are refused.
     """
     _check_finite(obj)
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
-                      allow_nan=False)
+    return json.dumps(
+        obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
+    )
 
 
 def link_hash(prev_hash: str, fields: Mapping[str, Any]) -> str:

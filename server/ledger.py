@@ -49,8 +49,14 @@ class Cap:
     created_at: str
 
     def to_dict(self) -> dict[str, Any]:
-        return {"dataset_id": self.dataset_id, "epsilon": self.epsilon, "delta": self.delta,
-                "seq": self.seq, "actor": self.actor, "created_at": self.created_at}
+        return {
+            "dataset_id": self.dataset_id,
+            "epsilon": self.epsilon,
+            "delta": self.delta,
+            "seq": self.seq,
+            "actor": self.actor,
+            "created_at": self.created_at,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,11 +71,18 @@ class LedgerEntry:
     hash: str
 
     def to_dict(self) -> dict[str, Any]:
-        return {"dataset_id": self.dataset_id, "seq": self.seq, "release_id": self.release_id,
-                "bundle_id": self.event.bundle_id, "mode": self.event.mode,
-                "epsilon": self.event.epsilon, "delta": self.event.delta,
-                "created_at": self.created_at, "hash": self.hash,
-                "event": json.loads(self.event.to_json())}
+        return {
+            "dataset_id": self.dataset_id,
+            "seq": self.seq,
+            "release_id": self.release_id,
+            "bundle_id": self.event.bundle_id,
+            "mode": self.event.mode,
+            "epsilon": self.event.epsilon,
+            "delta": self.event.delta,
+            "created_at": self.created_at,
+            "hash": self.hash,
+            "event": json.loads(self.event.to_json()),
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,8 +101,9 @@ class BudgetReport:
             "dataset_id": self.dataset_id,
             "cap": None if self.cap is None else self.cap.to_dict(),
             "spent": {"epsilon": self.spent[0], "delta": self.spent[1]},
-            "remaining": None if self.remaining is None else
-            {"epsilon": self.remaining[0], "delta": self.remaining[1]},
+            "remaining": None
+            if self.remaining is None
+            else {"epsilon": self.remaining[0], "delta": self.remaining[1]},
             "composition": "qveil.privacy.compose over the dataset's recorded events",
             "events": [e.to_dict() for e in self.entries],
             "ephemeral": self.ephemeral,
@@ -102,22 +116,45 @@ def _lock(dataset_id: str) -> str:
 
 def _check_dataset(dataset_id: str) -> str:
     if not isinstance(dataset_id, str) or not dataset_id.strip() or len(dataset_id) > 200:
-        raise InvalidArgument(f"dataset id must be a non-empty string of <= 200 characters, "
-                              f"got {dataset_id!r}")
+        raise InvalidArgument(
+            f"dataset id must be a non-empty string of <= 200 characters, got {dataset_id!r}"
+        )
     return dataset_id
 
 
-def _event_fields(dataset_id: str, seq: int, release_id: str | None, bundle_id: str | None,
-                  event_json: str, epsilon: float, delta: float, created_at: str) -> dict[str, Any]:
-    return {"dataset_id": dataset_id, "seq": seq, "release_id": release_id,
-            "bundle_id": bundle_id, "event": event_json, "epsilon": epsilon, "delta": delta,
-            "created_at": created_at}
+def _event_fields(
+    dataset_id: str,
+    seq: int,
+    release_id: str | None,
+    bundle_id: str | None,
+    event_json: str,
+    epsilon: float,
+    delta: float,
+    created_at: str,
+) -> dict[str, Any]:
+    return {
+        "dataset_id": dataset_id,
+        "seq": seq,
+        "release_id": release_id,
+        "bundle_id": bundle_id,
+        "event": event_json,
+        "epsilon": epsilon,
+        "delta": delta,
+        "created_at": created_at,
+    }
 
 
-def _cap_fields(dataset_id: str, seq: int, eps: float, delta: float, actor: str,
-                created_at: str) -> dict[str, Any]:
-    return {"dataset_id": dataset_id, "seq": seq, "cap_epsilon": eps, "cap_delta": delta,
-            "actor": actor, "created_at": created_at}
+def _cap_fields(
+    dataset_id: str, seq: int, eps: float, delta: float, actor: str, created_at: str
+) -> dict[str, Any]:
+    return {
+        "dataset_id": dataset_id,
+        "seq": seq,
+        "cap_epsilon": eps,
+        "cap_delta": delta,
+        "actor": actor,
+        "created_at": created_at,
+    }
 
 
 class Ledger:
@@ -127,8 +164,7 @@ class Ledger:
         self.db = db
 
     # ---------------------------------------------------------------- caps
-    def set_cap(self, dataset_id: str, *, cap_epsilon: float, cap_delta: float,
-                actor: str) -> Cap:
+    def set_cap(self, dataset_id: str, *, cap_epsilon: float, cap_delta: float, actor: str) -> Cap:
         """Append a new cap for ``dataset_id`` (audit-logged). A cap below what is already spent
         is allowed: it only blocks further events."""
         _check_dataset(dataset_id)
@@ -139,19 +175,43 @@ class Ledger:
             raise InvalidArgument(f"cap delta must be in [0, 1), got {cap_delta!r}")
         t = T.ledger_caps
         with self.db.write(_lock(dataset_id)) as conn:
-            last = conn.execute(sa.select(t.c.seq, t.c.hash).where(t.c.dataset_id == dataset_id)
-                                .order_by(t.c.seq.desc()).limit(1)).first()
+            last = conn.execute(
+                sa.select(t.c.seq, t.c.hash)
+                .where(t.c.dataset_id == dataset_id)
+                .order_by(t.c.seq.desc())
+                .limit(1)
+            ).first()
             seq = 1 if last is None else int(last.seq) + 1
             prev = GENESIS if last is None else str(last.hash)
             at = utc_now()
             h = link_hash(prev, _cap_fields(dataset_id, seq, eps, delta, actor, at))
-            conn.execute(t.insert().values(dataset_id=dataset_id, seq=seq, cap_epsilon=eps,
-                                           cap_delta=delta, actor=actor, created_at=at,
-                                           prev_hash=prev, hash=h))
-            audit_log.append(self.db, conn=conn, actor=actor, action="ledger.set_cap",
-                             target=dataset_id, outcome="ok",
-                             params={"dataset_id": dataset_id, "cap_epsilon": eps,
-                                     "cap_delta": delta, "cap_seq": seq, "cap_hash": h})
+            conn.execute(
+                t.insert().values(
+                    dataset_id=dataset_id,
+                    seq=seq,
+                    cap_epsilon=eps,
+                    cap_delta=delta,
+                    actor=actor,
+                    created_at=at,
+                    prev_hash=prev,
+                    hash=h,
+                )
+            )
+            audit_log.append(
+                self.db,
+                conn=conn,
+                actor=actor,
+                action="ledger.set_cap",
+                target=dataset_id,
+                outcome="ok",
+                params={
+                    "dataset_id": dataset_id,
+                    "cap_epsilon": eps,
+                    "cap_delta": delta,
+                    "cap_seq": seq,
+                    "cap_hash": h,
+                },
+            )
         return Cap(dataset_id, eps, delta, seq, actor, at)
 
     def cap(self, dataset_id: str) -> Cap | None:
@@ -161,22 +221,36 @@ class Ledger:
     @staticmethod
     def _cap(conn: sa.Connection, dataset_id: str) -> Cap | None:
         t = T.ledger_caps
-        r = conn.execute(sa.select(t).where(t.c.dataset_id == dataset_id)
-                         .order_by(t.c.seq.desc()).limit(1)).first()
+        r = conn.execute(
+            sa.select(t).where(t.c.dataset_id == dataset_id).order_by(t.c.seq.desc()).limit(1)
+        ).first()
         if r is None:
             return None
-        return Cap(r.dataset_id, float(r.cap_epsilon), float(r.cap_delta), int(r.seq), r.actor,
-                   r.created_at)
+        return Cap(
+            r.dataset_id,
+            float(r.cap_epsilon),
+            float(r.cap_delta),
+            int(r.seq),
+            r.actor,
+            r.created_at,
+        )
 
     # ---------------------------------------------------------------- events
     @staticmethod
     def _entries(conn: sa.Connection, dataset_id: str) -> list[LedgerEntry]:
         t = T.ledger_events
         out = []
-        for r in conn.execute(sa.select(t).where(t.c.dataset_id == dataset_id)
-                              .order_by(t.c.seq)):
-            out.append(LedgerEntry(r.dataset_id, int(r.seq), r.release_id,
-                                   PrivacyEvent.from_json(r.event_json), r.created_at, r.hash))
+        for r in conn.execute(sa.select(t).where(t.c.dataset_id == dataset_id).order_by(t.c.seq)):
+            out.append(
+                LedgerEntry(
+                    r.dataset_id,
+                    int(r.seq),
+                    r.release_id,
+                    PrivacyEvent.from_json(r.event_json),
+                    r.created_at,
+                    r.hash,
+                )
+            )
         return out
 
     def entries(self, dataset_id: str) -> list[LedgerEntry]:
@@ -203,7 +277,8 @@ class Ledger:
         if cap is None:
             raise FailedPrecondition(
                 f"dataset {event.dataset_id!r} has no privacy cap; set one first: qveil admin "
-                f"set-cap --dataset-id {event.dataset_id} --epsilon EPS --delta DELTA")
+                f"set-cap --dataset-id {event.dataset_id} --epsilon EPS --delta DELTA"
+            )
         events = [e.event for e in self._entries(conn, event.dataset_id)]
         check_budget(events, event, cap_epsilon=cap.epsilon, cap_delta=cap.delta)
         return cap
@@ -214,10 +289,15 @@ class Ledger:
         :class:`InvalidArgument` when the accountant does not reproduce the event's numbers
         from its own parameters."""
         dataset_id = _check_dataset(event.dataset_id)
-        if not (math.isfinite(event.epsilon) and event.epsilon >= 0
-                and math.isfinite(event.delta) and 0 <= event.delta <= 1):
-            raise InvalidArgument(f"privacy event has invalid (epsilon, delta) = "
-                                  f"({event.epsilon!r}, {event.delta!r})")
+        if not (
+            math.isfinite(event.epsilon)
+            and event.epsilon >= 0
+            and math.isfinite(event.delta)
+            and 0 <= event.delta <= 1
+        ):
+            raise InvalidArgument(
+                f"privacy event has invalid (epsilon, delta) = ({event.epsilon!r}, {event.delta!r})"
+            )
         try:  # the numbers recorded are the accountant's, recomputed now (non-negotiable 6)
             verify_event(event, rel_tol=RECOMPUTE_RTOL)
         except InvalidArgument as exc:
@@ -226,26 +306,59 @@ class Ledger:
         event_json = event.to_json()
         with self.db.write(_lock(dataset_id)) as conn:
             self._check(conn, event)
-            if release_id is not None and conn.execute(
-                    sa.select(t.c.seq).where(t.c.release_id == release_id)).first() is not None:
+            if (
+                release_id is not None
+                and conn.execute(sa.select(t.c.seq).where(t.c.release_id == release_id)).first()
+                is not None
+            ):
                 raise FailedPrecondition(f"release {release_id!r} already has a ledger entry")
-            last = conn.execute(sa.select(t.c.seq, t.c.hash).where(t.c.dataset_id == dataset_id)
-                                .order_by(t.c.seq.desc()).limit(1)).first()
+            last = conn.execute(
+                sa.select(t.c.seq, t.c.hash)
+                .where(t.c.dataset_id == dataset_id)
+                .order_by(t.c.seq.desc())
+                .limit(1)
+            ).first()
             seq = 1 if last is None else int(last.seq) + 1
             prev = GENESIS if last is None else str(last.hash)
             at = utc_now()
             eps, delta = float(event.epsilon), float(event.delta)
-            h = link_hash(prev, _event_fields(dataset_id, seq, release_id, event.bundle_id,
-                                              event_json, eps, delta, at))
-            conn.execute(t.insert().values(
-                dataset_id=dataset_id, seq=seq, release_id=release_id, bundle_id=event.bundle_id,
-                event_json=event_json, epsilon=eps, delta=delta, created_at=at, prev_hash=prev,
-                hash=h))
-            audit_log.append(self.db, conn=conn, actor=actor, action="ledger.record",
-                             target=dataset_id, outcome="ok",
-                             params={"dataset_id": dataset_id, "ledger_seq": seq,
-                                     "ledger_hash": h, "release_id": release_id,
-                                     "epsilon": eps, "delta": delta, "mode": event.mode})
+            h = link_hash(
+                prev,
+                _event_fields(
+                    dataset_id, seq, release_id, event.bundle_id, event_json, eps, delta, at
+                ),
+            )
+            conn.execute(
+                t.insert().values(
+                    dataset_id=dataset_id,
+                    seq=seq,
+                    release_id=release_id,
+                    bundle_id=event.bundle_id,
+                    event_json=event_json,
+                    epsilon=eps,
+                    delta=delta,
+                    created_at=at,
+                    prev_hash=prev,
+                    hash=h,
+                )
+            )
+            audit_log.append(
+                self.db,
+                conn=conn,
+                actor=actor,
+                action="ledger.record",
+                target=dataset_id,
+                outcome="ok",
+                params={
+                    "dataset_id": dataset_id,
+                    "ledger_seq": seq,
+                    "ledger_hash": h,
+                    "release_id": release_id,
+                    "epsilon": eps,
+                    "delta": delta,
+                    "mode": event.mode,
+                },
+            )
         return LedgerEntry(dataset_id, seq, release_id, event, at, h)
 
     def spent(self, dataset_id: str) -> tuple[float, float]:
@@ -260,8 +373,11 @@ class Ledger:
             entries = self._entries(conn, dataset_id)
         spent = compose([e.event for e in entries]) if entries else (0.0, 0.0)
         spent = (float(spent[0]), float(spent[1]))
-        remaining = None if cap is None else (max(0.0, cap.epsilon - spent[0]),
-                                              max(0.0, cap.delta - spent[1]))
+        remaining = (
+            None
+            if cap is None
+            else (max(0.0, cap.epsilon - spent[0]), max(0.0, cap.delta - spent[1]))
+        )
         return BudgetReport(dataset_id, cap, spent, remaining, entries, self.db.ephemeral)
 
     # ---------------------------------------------------------------- verification
@@ -275,9 +391,11 @@ class Ledger:
         with self.db.read() as conn:
             refs_ev: set[tuple[str, int, str]] = set()
             refs_cap: set[tuple[str, int, str]] = set()
-            for e in conn.execute(sa.select(T.audit_log.c.action, T.audit_log.c.params_json)
-                                  .where(T.audit_log.c.action.in_(
-                                      ["ledger.record", "ledger.set_cap"]))):
+            for e in conn.execute(
+                sa.select(T.audit_log.c.action, T.audit_log.c.params_json).where(
+                    T.audit_log.c.action.in_(["ledger.record", "ledger.set_cap"])
+                )
+            ):
                 try:
                     p = json.loads(e.params_json)
                     if e.action == "ledger.record":
@@ -290,7 +408,8 @@ class Ledger:
             seen_cap: set[tuple[str, int, str]] = set()
             datasets = sorted(
                 set(conn.execute(sa.select(T.ledger_events.c.dataset_id).distinct()).scalars())
-                | set(conn.execute(sa.select(T.ledger_caps.c.dataset_id).distinct()).scalars()))
+                | set(conn.execute(sa.select(T.ledger_caps.c.dataset_id).distinct()).scalars())
+            )
             for ds in datasets:
                 k, head = self._verify_events(conn, ds, problems, seen_ev)
                 n += k
@@ -299,21 +418,26 @@ class Ledger:
                 n += k
                 heads.append(head)
         for ds, seq, h in sorted(refs_ev - seen_ev):
-            problems.append(f"ledger {ds!r}: event {seq} announced in the audit log "
-                            f"(hash {h[:12]}) is missing or changed")
+            problems.append(
+                f"ledger {ds!r}: event {seq} announced in the audit log "
+                f"(hash {h[:12]}) is missing or changed"
+            )
         for ds, seq, _h in sorted(seen_ev - refs_ev):
             problems.append(f"ledger {ds!r}: event {seq} has no audit-log entry")
         for ds, seq, h in sorted(refs_cap - seen_cap):
-            problems.append(f"ledger {ds!r}: cap {seq} announced in the audit log "
-                            f"(hash {h[:12]}) is missing or changed")
+            problems.append(
+                f"ledger {ds!r}: cap {seq} announced in the audit log "
+                f"(hash {h[:12]}) is missing or changed"
+            )
         for ds, seq, _h in sorted(seen_cap - refs_cap):
             problems.append(f"ledger {ds!r}: cap {seq} has no audit-log entry")
         head = link_hash(GENESIS, {"heads": heads}) if heads else GENESIS
         return ChainReport(ok=not problems, count=n, head_hash=head, problems=problems)
 
     @staticmethod
-    def _verify_events(conn: sa.Connection, ds: str, problems: list[str],
-                       seen: set[tuple[str, int, str]]) -> tuple[int, str]:
+    def _verify_events(
+        conn: sa.Connection, ds: str, problems: list[str], seen: set[tuple[str, int, str]]
+    ) -> tuple[int, str]:
         t = T.ledger_events
         prev, expected, n = GENESIS, 1, 0
         for r in conn.execute(sa.select(t).where(t.c.dataset_id == ds).order_by(t.c.seq)):
@@ -321,13 +445,24 @@ class Ledger:
             seq = int(r.seq)
             where = f"ledger {ds!r}: event {seq}"
             if seq != expected:
-                problems.append(f"ledger {ds!r}: sequence gap: expected event {expected}, "
-                                f"found {seq}")
+                problems.append(
+                    f"ledger {ds!r}: sequence gap: expected event {expected}, found {seq}"
+                )
             if r.prev_hash != prev:
                 problems.append(f"{where} does not link to the event before it")
-            h = link_hash(r.prev_hash, _event_fields(ds, seq, r.release_id, r.bundle_id,
-                                                     r.event_json, float(r.epsilon),
-                                                     float(r.delta), r.created_at))
+            h = link_hash(
+                r.prev_hash,
+                _event_fields(
+                    ds,
+                    seq,
+                    r.release_id,
+                    r.bundle_id,
+                    r.event_json,
+                    float(r.epsilon),
+                    float(r.delta),
+                    r.created_at,
+                ),
+            )
             if h != r.hash:
                 problems.append(f"{where} was edited (hash mismatch)")
             seen.add((ds, seq, r.hash))
@@ -345,20 +480,26 @@ class Ledger:
         return n, prev
 
     @staticmethod
-    def _verify_caps(conn: sa.Connection, ds: str, problems: list[str],
-                     seen: set[tuple[str, int, str]]) -> tuple[int, str]:
+    def _verify_caps(
+        conn: sa.Connection, ds: str, problems: list[str], seen: set[tuple[str, int, str]]
+    ) -> tuple[int, str]:
         t = T.ledger_caps
         prev, expected, n = GENESIS, 1, 0
         for r in conn.execute(sa.select(t).where(t.c.dataset_id == ds).order_by(t.c.seq)):
             n += 1
             seq = int(r.seq)
             if seq != expected:
-                problems.append(f"ledger {ds!r}: cap sequence gap: expected {expected}, "
-                                f"found {seq}")
+                problems.append(
+                    f"ledger {ds!r}: cap sequence gap: expected {expected}, found {seq}"
+                )
             if r.prev_hash != prev:
                 problems.append(f"ledger {ds!r}: cap {seq} does not link to the one before it")
-            h = link_hash(r.prev_hash, _cap_fields(ds, seq, float(r.cap_epsilon),
-                                                   float(r.cap_delta), r.actor, r.created_at))
+            h = link_hash(
+                r.prev_hash,
+                _cap_fields(
+                    ds, seq, float(r.cap_epsilon), float(r.cap_delta), r.actor, r.created_at
+                ),
+            )
             if h != r.hash:
                 problems.append(f"ledger {ds!r}: cap {seq} was edited (hash mismatch)")
             seen.add((ds, seq, r.hash))

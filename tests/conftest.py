@@ -44,5 +44,7 @@ def pg_url(pg_available: str) -> Iterator[str]:
         with _pg_connect(pg_available) as conn:
             conn.execute(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE datname = %s AND pid <> pg_backend_pid()", (name,))
+                "WHERE datname = %s AND pid <> pg_backend_pid()",
+                (name,),
+            )
             conn.execute(f'DROP DATABASE IF EXISTS "{name}"')

@@ -22,11 +22,13 @@ except ImportError:  # pragma: no cover - only before core/stats.py exists
             left = max((k for k in seen if k < x), default=None)
             right = min((k for k in seen if k > x), default=None)
             m, s = conditional_moments(
-                beta=beta, sigma=sigma,
+                beta=beta,
+                sigma=sigma,
                 d_left=None if left is None else x - left,
                 g_left=None if left is None else seen[left],
                 d_right=None if right is None else right - x,
-                g_right=None if right is None else seen[right])
+                g_right=None if right is None else seen[right],
+            )
             z.append((g - m) / s)
             seen[x] = g
         return np.asarray(z)
@@ -34,18 +36,36 @@ except ImportError:  # pragma: no cover - only before core/stats.py exists
     def normality_report(z):  # type: ignore[no-untyped-def]
         z = np.asarray(z)
         p = float(_st.kstest(z, "norm").pvalue)
-        return {"n": z.size, "ks_p": p, "mean": float(z.mean()), "var": float(z.var()),
-                "passed": p >= 1e-3}
+        return {
+            "n": z.size,
+            "ks_p": p,
+            "mean": float(z.mean()),
+            "var": float(z.var()),
+            "passed": p >= 1e-3,
+        }
+
 
 RID = "rel-1"
 SIGMA = 0.7
 BETA = 3.0
 
 
-def make_release(store: SamplePathStore, rid: str = RID, *, n_actions: int = 2,
-                 sigma: float = SIGMA, beta: float = BETA) -> None:
-    store.create_release(release_id=rid, fingerprint="f" * 64, sigma=sigma, beta=beta,
-                         interval=(-1.0, 2.0), n_actions=n_actions)
+def make_release(
+    store: SamplePathStore,
+    rid: str = RID,
+    *,
+    n_actions: int = 2,
+    sigma: float = SIGMA,
+    beta: float = BETA,
+) -> None:
+    store.create_release(
+        release_id=rid,
+        fingerprint="f" * 64,
+        sigma=sigma,
+        beta=beta,
+        interval=(-1.0, 2.0),
+        n_actions=n_actions,
+    )
 
 
 def stored(store: SamplePathStore, rid: str, action: int) -> tuple[np.ndarray, np.ndarray]:
@@ -74,7 +94,9 @@ def check_seen(rows: Sequence[tuple[int, float]], records: Iterable[InsertRecord
             if rec.x != x:
                 bad.append(f"seq {seq}: recorded x {rec.x} but stored {x}")
             elif (left, right) != (rec.left, rec.right):
-                bad.append(f"seq {seq} x={x}: saw {(rec.left, rec.right)}, "
-                           f"committed before it: {(left, right)}")
+                bad.append(
+                    f"seq {seq} x={x}: saw {(rec.left, rec.right)}, "
+                    f"committed before it: {(left, right)}"
+                )
         index.add(x)
     return bad

@@ -17,9 +17,18 @@ import time
 import numpy as np
 
 
-def concurrent_writer(url: str, rid: str, action: int, seed: int, rounds: int,
-                      grid: list[float], log_path: str, broken: bool = False,
-                      start_at: float = 0.0, sweep: bool = False) -> None:
+def concurrent_writer(
+    url: str,
+    rid: str,
+    action: int,
+    seed: int,
+    rounds: int,
+    grid: list[float],
+    log_path: str,
+    broken: bool = False,
+    start_at: float = 0.0,
+    sweep: bool = False,
+) -> None:
     """Query random small batches of ``grid`` (overlapping with the other writers); log every
     insertion's seen neighbours (debug hook, written after its commit) and every answer.
 
@@ -33,10 +42,15 @@ def concurrent_writer(url: str, rid: str, action: int, seed: int, rounds: int,
     rng = np.random.default_rng(seed + 1000)
     g_arr = np.asarray(grid)
     with open(log_path, "w", encoding="utf-8") as log:
+
         def hook(_r: str, _a: int, recs: list) -> None:  # type: ignore[type-arg]
             for r in recs:
-                log.write(json.dumps({"t": "ins", "seq": r.seq, "x": r.x, "left": r.left,
-                                      "right": r.right}) + "\n")
+                log.write(
+                    json.dumps(
+                        {"t": "ins", "seq": r.seq, "x": r.x, "left": r.left, "right": r.right}
+                    )
+                    + "\n"
+                )
 
         store.set_debug_hook(hook)
         while time.time() < start_at:
@@ -45,7 +59,7 @@ def concurrent_writer(url: str, rid: str, action: int, seed: int, rounds: int,
             k = int(rng.integers(1, 4))
             if sweep:
                 lo = min(4 * _ + int(rng.integers(0, 4)), len(g_arr) - k)
-                xs = g_arr[lo:lo + k]
+                xs = g_arr[lo : lo + k]
             else:
                 xs = rng.choice(g_arr, size=k)
             gs = store.get_or_sample(rid, action, xs)
@@ -78,6 +92,7 @@ def run_forked(target, *args):  # type: ignore[no-untyped-def]
             target(*args)
         except BaseException:  # noqa: BLE001
             import traceback
+
             traceback.print_exc()
             code = 1
         finally:
@@ -91,5 +106,13 @@ if __name__ == "__main__":  # pragma: no cover - manual use
         crash_writer(rest[0], rest[1], int(rest[2]), sys.stdout.fileno())
     elif mode == "concurrent":
         grid = np.linspace(0, 1, 200).tolist()
-        concurrent_writer(rest[0], rest[1], 0, int(rest[2]), int(rest[3]), grid, rest[4],
-                          broken=len(rest) > 5 and rest[5] == "broken")
+        concurrent_writer(
+            rest[0],
+            rest[1],
+            0,
+            int(rest[2]),
+            int(rest[3]),
+            grid,
+            rest[4],
+            broken=len(rest) > 5 and rest[5] == "broken",
+        )

@@ -44,14 +44,42 @@ def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, object]:
     return code, (json.loads(out) if "--json" in argv and code == 0 else out)
 
 
-def test_retrain_activate_rollback_retire(store_url: str, tiny_config: Path,
-                                          capsys: pytest.CaptureFixture[str]) -> None:
-    code, _ = _cli(capsys, "admin", "set-cap", "--store", store_url, "--dataset-id", "users",
-                   "--epsilon", "5000", "--delta", "1e-3")
+def test_retrain_activate_rollback_retire(
+    store_url: str, tiny_config: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _ = _cli(
+        capsys,
+        "admin",
+        "set-cap",
+        "--store",
+        store_url,
+        "--dataset-id",
+        "users",
+        "--epsilon",
+        "5000",
+        "--delta",
+        "1e-3",
+    )
     assert code == 0
-    code, r1 = _cli(capsys, "admin", "retrain", "--store", store_url, "--config",
-                    str(tiny_config), "--dataset-id", "users", "--sigma", "1.0", "--mode", "gdp",
-                    "--seed", "1", "--activate", "--json")
+    code, r1 = _cli(
+        capsys,
+        "admin",
+        "retrain",
+        "--store",
+        store_url,
+        "--config",
+        str(tiny_config),
+        "--dataset-id",
+        "users",
+        "--sigma",
+        "1.0",
+        "--mode",
+        "gdp",
+        "--seed",
+        "1",
+        "--activate",
+        "--json",
+    )
     assert code == 0
     rid1 = r1["release_id"]
     bundle1 = Path(r1["bundle_path"])
@@ -67,8 +95,9 @@ def test_retrain_activate_rollback_retire(store_url: str, tiny_config: Path,
         assert entry.event.epsilon == res.epsilon and entry.event.delta == res.delta_total
         # a second retrain: a new release id, an empty (fresh) noise path, nothing shared
         ctx.store.get_or_sample(rid1, 0, [0.25, 0.5])
-        r2 = admin.retrain(ctx, config=tiny_config, dataset_id="users", sigma=1.0, mode="gdp",
-                           seed=1)
+        r2 = admin.retrain(
+            ctx, config=tiny_config, dataset_id="users", sigma=1.0, mode="gdp", seed=1
+        )
         rid2 = r2.release_id
         assert rid2 != rid1
         assert ctx.store.count_points(rid2) == 0 and ctx.store.count_points(rid1) == 2
@@ -78,11 +107,14 @@ def test_retrain_activate_rollback_retire(store_url: str, tiny_config: Path,
 
         admin.activate(ctx, rid2)
         assert {r.release_id: r.status for r in admin.releases(ctx)} == {
-            rid1: "staged", rid2: "active"}
+            rid1: "staged",
+            rid2: "active",
+        }
         admin.activate(ctx, rid1)  # rollback: the old release, its stored noise unchanged
         assert ctx.store.get_release(rid1).status == "active"
         assert list(ctx.store.get_or_sample(rid1, 0, [0.25, 0.5])) == [
-            p.g for p in ctx.store.iter_points(rid1, 0)]
+            p.g for p in ctx.store.iter_points(rid1, 0)
+        ]
         with pytest.raises(FailedPrecondition, match="is active"):
             admin.retire(ctx, rid1)
         admin.retire(ctx, rid2)
@@ -92,10 +124,18 @@ def test_retrain_activate_rollback_retire(store_url: str, tiny_config: Path,
 
         log = audit_log.entries(ctx.db)
         assert [(e.action, e.outcome) for e in log] == [
-            ("ledger.set_cap", "ok"), ("ledger.record", "ok"), ("retrain", "ok"),
-            ("activate", "ok"), ("ledger.record", "ok"), ("retrain", "ok"),
-            ("activate", "ok"), ("activate", "ok"), ("retire", "refused"), ("retire", "ok"),
-            ("activate", "refused")]
+            ("ledger.set_cap", "ok"),
+            ("ledger.record", "ok"),
+            ("retrain", "ok"),
+            ("activate", "ok"),
+            ("ledger.record", "ok"),
+            ("retrain", "ok"),
+            ("activate", "ok"),
+            ("activate", "ok"),
+            ("retire", "refused"),
+            ("retire", "ok"),
+            ("activate", "refused"),
+        ]
         assert audit_log.verify_audit_log(ctx.db).ok and ctx.ledger.verify().ok
 
     code, rows = _cli(capsys, "admin", "releases", "--store", store_url, "--json")
@@ -108,13 +148,44 @@ def test_retrain_activate_rollback_retire(store_url: str, tiny_config: Path,
     assert code == 0 and "retire" in text and "refused" in text
 
 
-def test_retrain_over_budget_is_refused_before_training(store_url: str, tiny_config: Path,
-                                                        capsys: pytest.CaptureFixture[str]
-                                                        ) -> None:
-    assert main(["admin", "set-cap", "--store", store_url, "--dataset-id", "d",
-                 "--epsilon", "1", "--delta", "1e-3"]) == 0
-    code = main(["admin", "retrain", "--store", store_url, "--config", str(tiny_config),
-                 "--dataset-id", "d", "--sigma", "1.0", "--mode", "gdp", "--seed", "1"])
+def test_retrain_over_budget_is_refused_before_training(
+    store_url: str, tiny_config: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert (
+        main(
+            [
+                "admin",
+                "set-cap",
+                "--store",
+                store_url,
+                "--dataset-id",
+                "d",
+                "--epsilon",
+                "1",
+                "--delta",
+                "1e-3",
+            ]
+        )
+        == 0
+    )
+    code = main(
+        [
+            "admin",
+            "retrain",
+            "--store",
+            store_url,
+            "--config",
+            str(tiny_config),
+            "--dataset-id",
+            "d",
+            "--sigma",
+            "1.0",
+            "--mode",
+            "gdp",
+            "--seed",
+            "1",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and "budget of dataset 'd' exceeded" in err and "cap (eps=1" in err
     srv = Path(store_url.removeprefix("sqlite:///")).parent
@@ -125,21 +196,40 @@ def test_retrain_over_budget_is_refused_before_training(store_url: str, tiny_con
         assert (last.action, last.outcome) == ("retrain", "refused")
         assert "exceeded" in last.detail
     # a dataset without a cap is refused too (no silent unlimited budget)
-    assert main(["admin", "retrain", "--store", store_url, "--config", str(tiny_config),
-                 "--dataset-id", "other", "--sigma", "1.0", "--mode", "gdp", "--seed", "1"]) == 2
+    assert (
+        main(
+            [
+                "admin",
+                "retrain",
+                "--store",
+                store_url,
+                "--config",
+                str(tiny_config),
+                "--dataset-id",
+                "other",
+                "--sigma",
+                "1.0",
+                "--mode",
+                "gdp",
+                "--seed",
+                "1",
+            ]
+        )
+        == 2
+    )
     assert "no privacy cap" in capsys.readouterr().err
 
 
-def test_refusal_at_record_time_leaves_nothing(store_url: str, tiny_config: Path,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_refusal_at_record_time_leaves_nothing(
+    store_url: str, tiny_config: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Another retrain spent the budget while this one trained: the atomic check in
     Ledger.record refuses, the bundle is deleted, no release is registered."""
     with admin.open_admin(store_url, actor="t") as ctx:
         ctx.ledger.set_cap("d", cap_epsilon=1.0, cap_delta=1e-3, actor="t")
         monkeypatch.setattr(Ledger, "check", lambda self, event: None)  # the pre-check passed
         with pytest.raises(BudgetExceeded) as info:
-            admin.retrain(ctx, config=tiny_config, dataset_id="d", sigma=1.0, mode="gdp",
-                          seed=1)
+            admin.retrain(ctx, config=tiny_config, dataset_id="d", sigma=1.0, mode="gdp", seed=1)
         assert info.value.cap == (1.0, 1e-3) and info.value.spent == (0.0, 0.0)
         assert ctx.store.list_releases() == [] and ctx.ledger.entries("d") == []
         assert admin.releases(ctx) == []
@@ -147,8 +237,9 @@ def test_refusal_at_record_time_leaves_nothing(store_url: str, tiny_config: Path
     assert [p for p in srv.iterdir() if p.is_dir()] == []
 
 
-def test_admin_needs_a_store(capsys: pytest.CaptureFixture[str],
-                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_admin_needs_a_store(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("QVEIL_STORE_URL", raising=False)
     assert main(["admin", "budget"]) == 2
     assert "needs --store" in capsys.readouterr().err

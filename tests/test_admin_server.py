@@ -33,8 +33,9 @@ def setup(tmp_path: Path):  # type: ignore[no-untyped-def]
     return a, b, tokens, admin_tok, store
 
 
-def test_activation_under_load_no_error_one_release_per_response(setup, tmp_path: Path,
-                                                                 capsys) -> None:
+def test_activation_under_load_no_error_one_release_per_response(
+    setup, tmp_path: Path, capsys
+) -> None:
     a, b, tokens, admin_tok, store = setup
     ida, idb = load_bundle(a).bundle_id, load_bundle(b).bundle_id
     with running(tmp_path, a, "--tokens-file", str(tokens.path)) as srv:
@@ -59,11 +60,35 @@ def test_activation_under_load_no_error_one_release_per_response(setup, tmp_path
         t.start()
         try:
             time.sleep(0.5)
-            assert main(["admin", "activate", idb, "--target", srv.target,
-                         "--token-file", str(admin_tok)]) == 0
+            assert (
+                main(
+                    [
+                        "admin",
+                        "activate",
+                        idb,
+                        "--target",
+                        srv.target,
+                        "--token-file",
+                        str(admin_tok),
+                    ]
+                )
+                == 0
+            )
             time.sleep(0.5)
-            assert main(["admin", "activate", ida, "--target", srv.target,  # rollback
-                         "--token-file", str(admin_tok)]) == 0
+            assert (
+                main(
+                    [
+                        "admin",
+                        "activate",
+                        ida,
+                        "--target",
+                        srv.target,  # rollback
+                        "--token-file",
+                        str(admin_tok),
+                    ]
+                )
+                == 0
+            )
             time.sleep(0.5)
         finally:
             stop.set()
@@ -77,8 +102,11 @@ def test_activation_under_load_no_error_one_release_per_response(setup, tmp_path
         # every response is exactly network + stored noise of the release it names
         bundles = {ida: load_bundle(a), idb: load_bundle(b)}
         with AuditClient(srv.target, token=tokens.auditor) as au:
-            noise = {(rid, act): {p.x: p.g for p in au.noise_points(act, release_id=rid)}
-                     for rid in bundles for act in range(bundles[rid].n_actions)}
+            noise = {
+                (rid, act): {p.x: p.g for p in au.noise_points(act, release_id=rid)}
+                for rid in bundles
+                for act in range(bundles[rid].n_actions)
+            }
         for rid, states, values, grid in seen:
             bnd = bundles[rid]
             xs = bnd.interval.to_unit(states)
@@ -95,14 +123,19 @@ def test_activation_under_load_no_error_one_release_per_response(setup, tmp_path
         listed = json.loads(capsys.readouterr().out)
         assert listed["active_release_id"] == ida
         assert {r["release_id"]: r["status"] for r in listed["releases"]} == {
-            ida: "active", idb: "retired"}
+            ida: "active",
+            idb: "retired",
+        }
         # the server audit-logged both activations (admin role); no token anywhere in the log
         with open_admin(store, actor="t", create=False) as ctx:
             acts = [e for e in audit_log.entries(ctx.db) if e.action == "activate"]
             assert [(e.target, e.outcome, e.actor) for e in acts] == [
-                (idb, "ok", "server (admin role)"), (ida, "ok", "server (admin role)")]
-            retires = [(e.target, e.outcome) for e in audit_log.entries(ctx.db)
-                       if e.action == "retire"]
+                (idb, "ok", "server (admin role)"),
+                (ida, "ok", "server (admin role)"),
+            ]
+            retires = [
+                (e.target, e.outcome) for e in audit_log.entries(ctx.db) if e.action == "retire"
+            ]
             assert retires == [(ida, "refused"), (idb, "ok")]
             dump = json.dumps([e.to_dict() for e in audit_log.entries(ctx.db)])
             assert all(tok not in dump for tok in (tokens.admin, tokens.query, tokens.auditor))
@@ -115,8 +148,9 @@ def test_audit_service_returns_the_qveil_audit_report(setup, tmp_path: Path, cap
         with ValueClient(srv.target, token=tokens.query) as c:
             c.get_values(np.random.default_rng(0).uniform(-1.0, 2.0, 300))
         export = tmp_path / "cli.json"
-        code = main(["audit", "--store", store, "--release", ida, "--export", str(export),
-                     "--no-record"])
+        code = main(
+            ["audit", "--store", store, "--release", ida, "--export", str(export), "--no-record"]
+        )
         assert code == 0
         with AuditClient(srv.target, token=tokens.auditor) as au:
             rep = au.report(release_id=ida)
@@ -129,26 +163,69 @@ def test_audit_service_returns_the_qveil_audit_report(setup, tmp_path: Path, cap
         capsys.readouterr()
 
 
-def test_retrain_with_a_running_server_activates_through_it(setup, tmp_path: Path,
-                                                            capsys) -> None:
+def test_retrain_with_a_running_server_activates_through_it(setup, tmp_path: Path, capsys) -> None:
     """`qveil admin retrain --store S ... --activate --target ADDR`: trains here, records the
     ledger event in the server's store, then the server swaps the new bundle in."""
     a, _b, tokens, admin_tok, store = setup
     cfg = tmp_path / "tiny.toml"
-    src = (Path(__file__).resolve().parent.parent / "configs" / "linewalk-quick.toml")
+    src = Path(__file__).resolve().parent.parent / "configs" / "linewalk-quick.toml"
     tiny = {"samples": "100", "batch_size": "16", "replay_capacity": "100", "resets": "2"}
-    cfg.write_text("\n".join(
-        f"{ln.split('=', 1)[0].strip()} = {tiny[ln.split('=', 1)[0].strip()]}"
-        if ln.split("=", 1)[0].strip() in tiny else ln
-        for ln in src.read_text().splitlines()) + "\n")
+    cfg.write_text(
+        "\n".join(
+            f"{ln.split('=', 1)[0].strip()} = {tiny[ln.split('=', 1)[0].strip()]}"
+            if ln.split("=", 1)[0].strip() in tiny
+            else ln
+            for ln in src.read_text().splitlines()
+        )
+        + "\n"
+    )
     with running(tmp_path, a, "--tokens-file", str(tokens.path)) as srv:
-        assert main(["admin", "set-cap", "--store", store, "--dataset-id", "d",
-                     "--epsilon", "100", "--delta", "1e-3"]) == 0
+        assert (
+            main(
+                [
+                    "admin",
+                    "set-cap",
+                    "--store",
+                    store,
+                    "--dataset-id",
+                    "d",
+                    "--epsilon",
+                    "100",
+                    "--delta",
+                    "1e-3",
+                ]
+            )
+            == 0
+        )
         capsys.readouterr()
-        assert main(["admin", "retrain", "--store", store, "--config", str(cfg),
-                     "--dataset-id", "d", "--mode", "output", "--sigma", "5", "--seed", "1",
-                     "--activate", "--target", srv.target, "--token-file", str(admin_tok),
-                     "--json", "--no-progress"]) == 0
+        assert (
+            main(
+                [
+                    "admin",
+                    "retrain",
+                    "--store",
+                    store,
+                    "--config",
+                    str(cfg),
+                    "--dataset-id",
+                    "d",
+                    "--mode",
+                    "output",
+                    "--sigma",
+                    "5",
+                    "--seed",
+                    "1",
+                    "--activate",
+                    "--target",
+                    srv.target,
+                    "--token-file",
+                    str(admin_tok),
+                    "--json",
+                    "--no-progress",
+                ]
+            )
+            == 0
+        )
         out = json.loads(capsys.readouterr().out)
         assert out["activated"] and out["previous_release_id"] == load_bundle(a).bundle_id
         with ValueClient(srv.target, token=tokens.query) as c:

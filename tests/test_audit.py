@@ -28,11 +28,25 @@ from qveil.server.store import open_store
 SIGMA, BETA, N = 0.5, 3.0, 400
 
 
-def fill(store, rid: str, *, sigma: float = SIGMA, beta: float = BETA, n: int = N,
-         seed: int = 0, actions: int = 2) -> None:
+def fill(
+    store,
+    rid: str,
+    *,
+    sigma: float = SIGMA,
+    beta: float = BETA,
+    n: int = N,
+    seed: int = 0,
+    actions: int = 2,
+) -> None:
     """Register a release and answer n random states per action, in batches (store API)."""
-    store.create_release(release_id=rid, fingerprint=f"fp-{rid}", sigma=sigma, beta=beta,
-                         interval=(-1.0, 1.0), n_actions=actions)
+    store.create_release(
+        release_id=rid,
+        fingerprint=f"fp-{rid}",
+        sigma=sigma,
+        beta=beta,
+        interval=(-1.0, 1.0),
+        n_actions=actions,
+    )
     rng = np.random.default_rng(seed)
     for a in range(actions):
         xs = rng.random(n)
@@ -40,8 +54,15 @@ def fill(store, rid: str, *, sigma: float = SIGMA, beta: float = BETA, n: int = 
             store.get_or_sample(rid, a, chunk)
 
 
-def fill_with_wrong_law(url: str, tmp: Path, rid: str, *, claimed: dict[str, float],
-                        true: dict[str, float], seed: int = 5) -> None:
+def fill_with_wrong_law(
+    url: str,
+    tmp: Path,
+    rid: str,
+    *,
+    claimed: dict[str, float],
+    true: dict[str, float],
+    seed: int = 5,
+) -> None:
     """A release whose record claims ``claimed`` (sigma, beta) but whose stored values were
     drawn with ``true``: filled in a scratch store, exported, header rewritten, imported."""
     scratch = open_store("memory://", rng=seed)
@@ -63,8 +84,14 @@ def healthy(tmp_path: Path) -> str:
     with open_store(url, rng=123) as st:
         fill(st, "rel-a", seed=1)
         fill(st, "rel-b", seed=2, sigma=2.0, beta=40.0)
-        st.create_release(release_id="rel-empty", fingerprint="fp", sigma=1.0, beta=1.0,
-                          interval=(0.0, 1.0), n_actions=1)
+        st.create_release(
+            release_id="rel-empty",
+            fingerprint="fp",
+            sigma=1.0,
+            beta=1.0,
+            interval=(0.0, 1.0),
+            n_actions=1,
+        )
     return url
 
 
@@ -84,9 +111,9 @@ def _sql(url: str, *statements: str) -> None:
         conn.close()
 
 
-def test_healthy_store_passes_with_power_plot_and_export(healthy: str, tmp_path: Path,
-                                                        capsys: pytest.CaptureFixture[str]
-                                                        ) -> None:
+def test_healthy_store_passes_with_power_plot_and_export(
+    healthy: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     png = tmp_path / "noise.png"
     code, rep = run_audit(healthy, "--plot", str(png))
     assert code == 0, rep["failures"]
@@ -123,16 +150,34 @@ def test_audit_service_report_equals_cli_report(healthy: str) -> None:
     assert r1 == r2
 
 
-@pytest.mark.parametrize("statements, finding", [
-    (["UPDATE noise_points SET g = g + 1e-9 WHERE release_id = 'rel-a' AND action = 0 "
-      "AND seq = 100"], "hash chain broken at seq 100"),
-    (["DELETE FROM noise_points WHERE release_id = 'rel-a' AND action = 1 AND seq = 200"],
-     "sequence gap"),
-    (["UPDATE noise_points SET seq = -1 WHERE release_id = 'rel-b' AND action = 0 AND seq = 50",
-      "UPDATE noise_points SET seq = 50 WHERE release_id = 'rel-b' AND action = 0 AND seq = 51",
-      "UPDATE noise_points SET seq = 51 WHERE release_id = 'rel-b' AND action = 0 AND seq = -1"],
-     "hash chain broken at seq 50"),
-], ids=["edited-value", "deleted-row", "reordered"])
+@pytest.mark.parametrize(
+    "statements, finding",
+    [
+        (
+            [
+                "UPDATE noise_points SET g = g + 1e-9 WHERE release_id = 'rel-a' AND action = 0 "
+                "AND seq = 100"
+            ],
+            "hash chain broken at seq 100",
+        ),
+        (
+            ["DELETE FROM noise_points WHERE release_id = 'rel-a' AND action = 1 AND seq = 200"],
+            "sequence gap",
+        ),
+        (
+            [
+                "UPDATE noise_points SET seq = -1 "
+                "WHERE release_id = 'rel-b' AND action = 0 AND seq = 50",
+                "UPDATE noise_points SET seq = 50 "
+                "WHERE release_id = 'rel-b' AND action = 0 AND seq = 51",
+                "UPDATE noise_points SET seq = 51 "
+                "WHERE release_id = 'rel-b' AND action = 0 AND seq = -1",
+            ],
+            "hash chain broken at seq 50",
+        ),
+    ],
+    ids=["edited-value", "deleted-row", "reordered"],
+)
 def test_tampered_store_fails(healthy: str, statements: list[str], finding: str) -> None:
     _sql(healthy, *statements)
     code, rep = run_audit(healthy)
@@ -145,8 +190,9 @@ def test_truncation_is_caught_by_the_high_water_mark_in_the_audit_log(healthy: s
     code, _ = run_audit(healthy)  # records each path's high-water mark and head hash
     assert code == 0
     # delete the newest rows: the remaining chain is intact, counts agree, no gap shows
-    _sql(healthy, "DELETE FROM noise_points WHERE release_id = 'rel-a' AND action = 0 "
-                  "AND seq > 390")
+    _sql(
+        healthy, "DELETE FROM noise_points WHERE release_id = 'rel-a' AND action = 0 AND seq > 390"
+    )
     with open_store(healthy) as st:
         assert st.verify("rel-a").ok  # the store's own check cannot see it
     code, rep = run_audit(healthy, "--no-record")
@@ -155,7 +201,8 @@ def test_truncation_is_caught_by_the_high_water_mark_in_the_audit_log(healthy: s
 
 
 def test_whole_store_restore_from_an_older_copy_is_caught_only_against_an_outside_report(
-        healthy: str, tmp_path: Path) -> None:
+    healthy: str, tmp_path: Path
+) -> None:
     """A restore of the whole database rolls the in-store audit log back with the points, so
     the in-store marks see nothing; a passing report exported earlier and kept outside the
     store (``--against``) catches it. Without the outside report the old copy passes."""
@@ -192,8 +239,11 @@ def test_rewritten_tail_is_caught_by_the_recorded_head_hash(healthy: str) -> Non
     prev = bytes.fromhex(pts[-2].hash)
     forged_g = pts[-1].g + 0.25
     forged = ChainHasher().link(prev, pts[-1].seq, pts[-1].x, forged_g).hex()
-    _sql(healthy, f"UPDATE noise_points SET g = {forged_g!r}, hash = '{forged}' WHERE "
-                  f"release_id = 'rel-a' AND action = 1 AND seq = {pts[-1].seq}")
+    _sql(
+        healthy,
+        f"UPDATE noise_points SET g = {forged_g!r}, hash = '{forged}' WHERE "
+        f"release_id = 'rel-a' AND action = 1 AND seq = {pts[-1].seq}",
+    )
     with open_store(healthy) as st:
         assert st.verify("rel-a").ok
     code, rep = run_audit(healthy, "--no-record")
@@ -201,14 +251,19 @@ def test_rewritten_tail_is_caught_by_the_recorded_head_hash(healthy: str) -> Non
     assert any(f"row at seq {N} differs" in f for f in rep["failures"]), rep["failures"]
 
 
-@pytest.mark.parametrize("claimed, true, reason", [
-    ({"sigma": SIGMA}, {"sigma": 1.3 * SIGMA}, "sigma x 1.3: var ~ 1.69"),
-    ({"sigma": SIGMA}, {"sigma": 0.7 * SIGMA}, "sigma x 0.7: var ~ 0.49"),
-    ({"beta": BETA}, {"beta": 4.0 * BETA}, "beta x 4: innovations var ~ 4 at small spacing"),
-    ({"beta": BETA}, {"beta": BETA / 4.0}, "beta / 4: innovations var ~ 1/4"),
-], ids=["sigma-x1.3", "sigma-x0.7", "beta-x4", "beta-div4"])
-def test_wrong_law_fails_the_statistical_test(healthy: str, tmp_path: Path, claimed: dict,
-                                              true: dict, reason: str) -> None:
+@pytest.mark.parametrize(
+    "claimed, true, reason",
+    [
+        ({"sigma": SIGMA}, {"sigma": 1.3 * SIGMA}, "sigma x 1.3: var ~ 1.69"),
+        ({"sigma": SIGMA}, {"sigma": 0.7 * SIGMA}, "sigma x 0.7: var ~ 0.49"),
+        ({"beta": BETA}, {"beta": 4.0 * BETA}, "beta x 4: innovations var ~ 4 at small spacing"),
+        ({"beta": BETA}, {"beta": BETA / 4.0}, "beta / 4: innovations var ~ 1/4"),
+    ],
+    ids=["sigma-x1.3", "sigma-x0.7", "beta-x4", "beta-div4"],
+)
+def test_wrong_law_fails_the_statistical_test(
+    healthy: str, tmp_path: Path, claimed: dict, true: dict, reason: str
+) -> None:
     fill_with_wrong_law(healthy, tmp_path, "rel-wrong", claimed=claimed, true=true)
     code, rep = run_audit(healthy)
     assert code == 1, reason
@@ -236,10 +291,11 @@ def test_variance_test_power_matches_simulation() -> None:
     # the same p-value normality_report computes, on a few rows
     for row in z[:3]:
         assert normality_report(row, level=level)["var_p"] == pytest.approx(
-            float(np.minimum(1.0, 2.0 * min(sps.chi2.cdf(row @ row, n),
-                                            sps.chi2.sf(row @ row, n)))))
+            float(np.minimum(1.0, 2.0 * min(sps.chi2.cdf(row @ row, n), sps.chi2.sf(row @ row, n))))
+        )
     assert float(np.mean(var_p < level)) == pytest.approx(
-        variance_test_power(n, factor=1.3, level=level), abs=0.01)
+        variance_test_power(n, factor=1.3, level=level), abs=0.01
+    )
 
 
 @pytest.mark.postgres
@@ -253,8 +309,9 @@ def test_audit_on_postgresql(pg_url: str) -> None:
         rep = audit_store(st, db, store_label="pg")
         assert rep.passed, rep.failures()
         db.close()
-    with psycopg.connect(pg_url.replace("postgresql+psycopg", "postgresql"),
-                         autocommit=True) as conn:
+    with psycopg.connect(
+        pg_url.replace("postgresql+psycopg", "postgresql"), autocommit=True
+    ) as conn:
         conn.execute("UPDATE noise_points SET g = g * 1.0001 WHERE action = 1 AND seq = 7")
     with open_store(pg_url) as st:
         db = admin_db_for(st, pg_url)

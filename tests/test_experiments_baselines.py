@@ -32,8 +32,16 @@ def gdp_delta_closed_form(eps: float, mu: float) -> float:
 
 
 def tiny_cfg(**kw: object) -> TrainConfig:
-    base = dict(samples=128, batch_size=32, lr=0.05, gamma=0.9, resets=1, hidden=(8,),
-                lipschitz=4.0, replay=False)
+    base = dict(
+        samples=128,
+        batch_size=32,
+        lr=0.05,
+        gamma=0.9,
+        resets=1,
+        hidden=(8,),
+        lipschitz=4.0,
+        replay=False,
+    )
     base.update(kw)
     return TrainConfig(**base).replace()  # type: ignore[arg-type]
 
@@ -46,8 +54,9 @@ def test_dpsgd_accounting_closed_form() -> None:
     assert gdp_delta_closed_form(1.0, 1.0) == pytest.approx(0.126937, abs=1e-6)
     assert r.epsilon == pytest.approx(1.0, abs=1e-4)
     # sensitivity is 2 B C: doubling B doubles mu
-    assert dpsgd_account(noise_std=2.0, batch_size=2, clip=0.5, steps=4,
-                         delta=1e-4).mu == pytest.approx(2.0)
+    assert dpsgd_account(
+        noise_std=2.0, batch_size=2, clip=0.5, steps=4, delta=1e-4
+    ).mu == pytest.approx(2.0)
 
 
 def test_dpsgd_calibration_meets_the_target_and_no_less_noise_would() -> None:
@@ -55,8 +64,9 @@ def test_dpsgd_calibration_meets_the_target_and_no_less_noise_would() -> None:
     assert r.epsilon <= 0.9
     assert gdp_delta_closed_form(0.9, r.mu) == pytest.approx(1e-4, rel=1e-6)
     assert r.noise_std == pytest.approx(math.sqrt(78) * 2 * 64 / r.mu)
-    less = dpsgd_account(noise_std=0.99 * r.noise_std, batch_size=64, clip=1.0, steps=78,
-                         delta=1e-4)
+    less = dpsgd_account(
+        noise_std=0.99 * r.noise_std, batch_size=64, clip=1.0, steps=78, delta=1e-4
+    )
     assert less.epsilon > 0.9
 
 
@@ -68,8 +78,9 @@ def test_input_perturbation_accounting_closed_form() -> None:
     c = input_perturbation_calibrate(epsilon=0.45, delta=1e-4, samples=5000)
     assert c.epsilon <= 0.45
     assert gdp_delta_closed_form(0.45, c.mu) == pytest.approx(1e-4, rel=1e-6)
-    half = input_perturbation_calibrate(epsilon=0.45, delta=1e-4, samples=5000,
-                                        reward_sensitivity=0.5)
+    half = input_perturbation_calibrate(
+        epsilon=0.45, delta=1e-4, samples=5000, reward_sensitivity=0.5
+    )
     assert half.noise_std == pytest.approx(c.noise_std / 2, rel=1e-9)
     with pytest.raises(InvalidArgument):
         input_perturbation_account(noise_std=0.0, samples=10, delta=1e-4)
@@ -77,8 +88,9 @@ def test_input_perturbation_accounting_closed_form() -> None:
 
 @pytest.mark.parametrize("lipschitz", [0.05, 100.0])  # rescaling active / inactive
 def test_per_sample_grads_match_autograd(lipschitz: float) -> None:
-    net = LipschitzMLP(n_actions=2, hidden=(8, 8), lipschitz=lipschitz,
-                       generator=torch.Generator().manual_seed(0))
+    net = LipschitzMLP(
+        n_actions=2, hidden=(8, 8), lipschitz=lipschitz, generator=torch.Generator().manual_seed(0)
+    )
     g = torch.Generator().manual_seed(1)
     xs = torch.rand(6, generator=g, dtype=torch.float64)
     acts = torch.tensor([0, 1, 1, 0, 1, 0])
@@ -87,7 +99,7 @@ def test_per_sample_grads_match_autograd(lipschitz: float) -> None:
     rows = []
     for i in range(6):  # reference: one autograd backward pass per sample
         net.zero_grad()
-        loss = 0.5 * (net(xs[i:i + 1])[0, acts[i]] - ys[i]) ** 2
+        loss = 0.5 * (net(xs[i : i + 1])[0, acts[i]] - ys[i]) ** 2
         loss.backward()
         rows.append(torch.cat([p.grad.reshape(-1) for _, p in net.named_parameters()]))
     ref_flat = torch.stack(rows)
@@ -103,8 +115,12 @@ def test_dpsgd_noise_moves_parameters_by_lr_s_over_b() -> None:
     res = train_dpsgd(cfg, clip=1e-12, noise_std=10.0, seed=3)
     assert res.updates == cfg.planned_updates == 4
     fresh = train_dpsgd(cfg, clip=1e-12, noise_std=0.0, seed=3)  # same init, no noise
-    d = torch.cat([(a - b).detach().reshape(-1) for a, b in zip(
-        res.network.parameters(), fresh.network.parameters(), strict=True)])
+    d = torch.cat(
+        [
+            (a - b).detach().reshape(-1)
+            for a, b in zip(res.network.parameters(), fresh.network.parameters(), strict=True)
+        ]
+    )
     expected = 2 * 0.05 * 10.0 / 32
     assert float(d.std()) == pytest.approx(expected, rel=0.25)  # 34 parameters
     assert len(res.log_rows) == 2 and all(0 <= r["return"] <= 25 for r in res.log_rows)
@@ -116,8 +132,7 @@ def test_noisy_rewards_wrapper_and_input_training() -> None:
     from qveil.trainer import register_envs
 
     register_envs()
-    env = NoisyRewards(gym.make("qveil/LineWalk-v0"), noise_std=3.0,
-                       rng=np.random.default_rng(0))
+    env = NoisyRewards(gym.make("qveil/LineWalk-v0"), noise_std=3.0, rng=np.random.default_rng(0))
     env.reset(seed=1)
     diffs = []
     for _ in range(2000):

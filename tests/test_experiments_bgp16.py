@@ -60,15 +60,25 @@ def test_dp_lsw_noise_scale_by_hand() -> None:
     assert lsw_psi(b.counts, w, beta=beta) == pytest.approx(3 * math.exp(-beta))
     expected = alpha * 2.0 * math.sqrt(3 * math.exp(-beta))
     assert expected == pytest.approx(41.5216, rel=1e-5)  # the number, written out
-    got = lsw_sigma(b.counts, tabular_features(3), w, epsilon=EPS, delta=DELTA, r_max=R_MAX,
-                    gamma=GAMMA)
+    got = lsw_sigma(
+        b.counts, tabular_features(3), w, epsilon=EPS, delta=DELTA, r_max=R_MAX, gamma=GAMMA
+    )
     assert got == pytest.approx(expected, rel=1e-12)
     # weights scale out: Gamma -> 4 Gamma halves ||(Gamma^1/2 Phi)^+|| and quadruples psi
-    assert lsw_sigma(b.counts, tabular_features(3), 4 * w, epsilon=EPS, delta=DELTA,
-                     r_max=R_MAX, gamma=GAMMA) == pytest.approx(expected, rel=1e-12)
+    assert lsw_sigma(
+        b.counts, tabular_features(3), 4 * w, epsilon=EPS, delta=DELTA, r_max=R_MAX, gamma=GAMMA
+    ) == pytest.approx(expected, rel=1e-12)
     # a public F_max replaces R_max / (1 - gamma) = 2 linearly
-    assert lsw_sigma(b.counts, tabular_features(3), w, epsilon=EPS, delta=DELTA, r_max=R_MAX,
-                     gamma=GAMMA, f_max=1.0) == pytest.approx(expected / 2, rel=1e-12)
+    assert lsw_sigma(
+        b.counts,
+        tabular_features(3),
+        w,
+        epsilon=EPS,
+        delta=DELTA,
+        r_max=R_MAX,
+        gamma=GAMMA,
+        f_max=1.0,
+    ) == pytest.approx(expected / 2, rel=1e-12)
 
 
 def test_dp_lsl_noise_scale_by_hand() -> None:
@@ -83,12 +93,22 @@ def test_dp_lsl_noise_scale_by_hand() -> None:
     phis = [(math.sqrt(3 / 6) + r3) ** 2, (math.sqrt(5 / 6) + r3) ** 2, (1 + r3) ** 2]
     psi = max(math.exp(-k * beta) * p for k, p in enumerate(phis))
     assert psi == pytest.approx(math.exp(-2 * beta) * (1 + r3) ** 2)  # k = 2 wins here
-    assert lsl_psi(b.counts, np.ones(3), m=2, lam=3.0, phi_norm=1.0, beta=beta) == \
-        pytest.approx(psi)
+    assert lsl_psi(b.counts, np.ones(3), m=2, lam=3.0, phi_norm=1.0, beta=beta) == pytest.approx(
+        psi
+    )
     expected = 2 * alpha * 2.0 * 1.0 / (3.0 - 1.0) * math.sqrt(psi)
     assert expected == pytest.approx(64.1426, rel=1e-5)
-    got = lsl_sigma(b.counts, tabular_features(3), np.ones(3), m=2, lam=3.0, epsilon=EPS,
-                    delta=DELTA, r_max=R_MAX, gamma=GAMMA)
+    got = lsl_sigma(
+        b.counts,
+        tabular_features(3),
+        np.ones(3),
+        m=2,
+        lam=3.0,
+        epsilon=EPS,
+        delta=DELTA,
+        r_max=R_MAX,
+        gamma=GAMMA,
+    )
     assert got == pytest.approx(expected, rel=1e-12)
 
 
@@ -98,24 +118,27 @@ def test_dp_lsl_pairs_features_norms() -> None:
     assert np.linalg.norm(phi, 2) == pytest.approx(math.sqrt(2))
     counts = np.array([2, 2, 1, 1])
     with pytest.raises(InvalidArgument, match="lambda > "):
-        lsl_sigma(counts, phi, np.ones(4), m=2, lam=2.0, epsilon=EPS, delta=DELTA, r_max=1,
-                  gamma=0.5)
+        lsl_sigma(
+            counts, phi, np.ones(4), m=2, lam=2.0, epsilon=EPS, delta=DELTA, r_max=1, gamma=0.5
+        )
     alpha = 5 * math.sqrt(2 * math.log(20))
     beta = 1 / (4 * (2 + math.log(20)))  # d = 2
     c = math.sqrt(2) / math.sqrt(2 * 4.0)
     phis = [(c * math.sqrt(min(2 + k, 2) * 2 + min(1 + k, 2) * 2) + 2.0) ** 2 for k in range(3)]
     psi = max(math.exp(-k * beta) * p for k, p in enumerate(phis))
     expected = 2 * alpha * 2.0 * math.sqrt(2) / (4.0 - 2.0) * math.sqrt(psi)
-    got = lsl_sigma(counts, phi, np.ones(4), m=2, lam=4.0, epsilon=EPS, delta=DELTA, r_max=1,
-                    gamma=0.5)
+    got = lsl_sigma(
+        counts, phi, np.ones(4), m=2, lam=4.0, epsilon=EPS, delta=DELTA, r_max=1, gamma=0.5
+    )
     assert got == pytest.approx(expected, rel=1e-12)
 
 
 def test_lsw_and_lsl_estimators() -> None:
     b = small_batch()
     # tabular LSW with any positive weights returns F_X itself
-    np.testing.assert_allclose(lsw_fit(b, tabular_features(3), np.array([1.0, 2.0, 3.0])),
-                               [0.375, 0.8, 0.0], atol=1e-12)
+    np.testing.assert_allclose(
+        lsw_fit(b, tabular_features(3), np.array([1.0, 2.0, 3.0])), [0.375, 0.8, 0.0], atol=1e-12
+    )
     # LSL: the gradient of J_X(theta) + lambda/(2m) ||theta||^2 (eqs. (3), (10)) vanishes
     phi = pairs_features(3)
     theta = lsl_fit(b, phi, np.ones(3), lam=0.7)
@@ -147,8 +170,21 @@ def test_chain_values_and_monte_carlo_agree() -> None:
 def test_dp_lsw_noise_has_the_stated_scale() -> None:
     b = small_batch()
     rng = np.random.default_rng(3)
-    draws = np.array([dp_lsw(b, tabular_features(3), np.ones(3), epsilon=EPS, delta=DELTA,
-                             r_max=R_MAX, gamma=GAMMA, rng=rng)[0] for _ in range(1000)])
+    draws = np.array(
+        [
+            dp_lsw(
+                b,
+                tabular_features(3),
+                np.ones(3),
+                epsilon=EPS,
+                delta=DELTA,
+                r_max=R_MAX,
+                gamma=GAMMA,
+                rng=rng,
+            )[0]
+            for _ in range(1000)
+        ]
+    )
     sd = (draws - [0.375, 0.8, 0.0]).std()
     assert sd == pytest.approx(41.5216, rel=0.05)  # 3000 draws: s.e. 1.3%; 1.3x would fail
 

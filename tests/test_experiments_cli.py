@@ -23,8 +23,22 @@ def _check_outputs(out: Path, names: list[str]) -> None:
 
 
 def test_bgp16_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["experiments", "bgp16", "--quick", "--seeds", "2", "--out", str(tmp_path),
-                 "--workers", "1"]) == 0
+    assert (
+        main(
+            [
+                "experiments",
+                "bgp16",
+                "--quick",
+                "--seeds",
+                "2",
+                "--out",
+                str(tmp_path),
+                "--workers",
+                "1",
+            ]
+        )
+        == 0
+    )
     _check_outputs(tmp_path, ["bgp16.csv", "bgp16.png"])
     with (tmp_path / "bgp16.csv").open() as fh:
         rows = list(csv.DictReader(fh))
@@ -35,26 +49,34 @@ def test_bgp16_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
 
 
 def test_theory_quick(tmp_path: Path) -> None:
-    assert main(["experiments", "theory", "--quick", "--out", str(tmp_path),
-                 "--workers", "1"]) == 0
-    _check_outputs(tmp_path, [f"theory_{n}.{e}" for n in ("lemma8", "prop10", "prop9")
-                              for e in ("csv", "png")])
+    assert main(["experiments", "theory", "--quick", "--out", str(tmp_path), "--workers", "1"]) == 0
+    _check_outputs(
+        tmp_path, [f"theory_{n}.{e}" for n in ("lemma8", "prop10", "prop9") for e in ("csv", "png")]
+    )
 
 
 def test_fig1_quick(tmp_path: Path) -> None:
     pytest.importorskip("torch")
-    assert main(["experiments", "fig1", "--quick", "--out", str(tmp_path), "--workers",
-                 "1"]) == 0
+    assert main(["experiments", "fig1", "--quick", "--out", str(tmp_path), "--workers", "1"]) == 0
     _check_outputs(tmp_path, ["fig1_curves.csv", "fig1_summary.csv", "fig1.png"])
 
 
 def test_fig2_quick(tmp_path: Path) -> None:
     pytest.importorskip("torch")
-    assert main(["experiments", "fig2", "--quick", "--out", str(tmp_path), "--workers",
-                 "1"]) == 0
-    _check_outputs(tmp_path, ["fig2_runs.csv", "fig2_summary.csv", "fig2.png",
-                              "fig2_curves.png", "fig2_eps_sweep.csv", "fig2_eps_sweep.png",
-                              "fig2_sensitivity.csv", "fig2_sensitivity.png"])
+    assert main(["experiments", "fig2", "--quick", "--out", str(tmp_path), "--workers", "1"]) == 0
+    _check_outputs(
+        tmp_path,
+        [
+            "fig2_runs.csv",
+            "fig2_summary.csv",
+            "fig2.png",
+            "fig2_curves.png",
+            "fig2_eps_sweep.csv",
+            "fig2_eps_sweep.png",
+            "fig2_sensitivity.csv",
+            "fig2_sensitivity.png",
+        ],
+    )
     with (tmp_path / "fig2_summary.csv").open() as fh:
         keys = {(r["key"], r["eps"]) for r in csv.DictReader(fh)}
     for key in ("non-private", "paper-sigma", "paper", "gdp", "output", "dp-sgd", "input"):
@@ -62,9 +84,20 @@ def test_fig2_quick(tmp_path: Path) -> None:
 
 
 def test_bad_arguments_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["experiments", "bgp16", "--quick", "--seeds", "0", "--out",
-                 str(tmp_path)]) == 2
+    assert main(["experiments", "bgp16", "--quick", "--seeds", "0", "--out", str(tmp_path)]) == 2
     assert "--seeds must be >= 1" in capsys.readouterr().err
-    assert main(["experiments", "fig1", "--quick", "--config", str(tmp_path / "nope.toml"),
-                 "--out", str(tmp_path)]) == 2
+    assert (
+        main(
+            [
+                "experiments",
+                "fig1",
+                "--quick",
+                "--config",
+                str(tmp_path / "nope.toml"),
+                "--out",
+                str(tmp_path),
+            ]
+        )
+        == 2
+    )
     assert not any(tmp_path.iterdir())  # nothing written

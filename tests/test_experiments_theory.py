@@ -21,8 +21,9 @@ from qveil.experiments.theory import (
 def test_small_beta_path_is_nearly_constant() -> None:
     """beta -> 0: g is one N(0, sigma^2) value, so E[max |g|] -> sigma sqrt(2/pi) = 0.798
     sigma and E[max g] -> 0. 2000 paths: s.e. ~0.013; sigma x 1.3 would give 1.04."""
-    mx = ou_path_maxima(beta=1e-4, sigma=1.0, n_paths=2000, rng=np.random.default_rng(0),
-                        min_points=200)
+    mx = ou_path_maxima(
+        beta=1e-4, sigma=1.0, n_paths=2000, rng=np.random.default_rng(0), min_points=200
+    )
     assert mx["absmax"].mean() == pytest.approx(math.sqrt(2 / math.pi), abs=0.05)
     assert abs(mx["max"].mean()) < 0.06
 
@@ -30,10 +31,22 @@ def test_small_beta_path_is_nearly_constant() -> None:
 def test_bridge_correction_recovers_the_fine_grid_maximum() -> None:
     """A coarse grid (1 point per correlation length) plus the Brownian-bridge maximum agrees
     with a 100x finer grid; the coarse grid maximum alone is clearly too low."""
-    fine = ou_path_maxima(beta=20.0, sigma=1.0, n_paths=600, rng=np.random.default_rng(1),
-                          points_per_corr=100.0, min_points=0)
-    coarse = ou_path_maxima(beta=20.0, sigma=1.0, n_paths=600, rng=np.random.default_rng(2),
-                            points_per_corr=1.0, min_points=0)
+    fine = ou_path_maxima(
+        beta=20.0,
+        sigma=1.0,
+        n_paths=600,
+        rng=np.random.default_rng(1),
+        points_per_corr=100.0,
+        min_points=0,
+    )
+    coarse = ou_path_maxima(
+        beta=20.0,
+        sigma=1.0,
+        n_paths=600,
+        rng=np.random.default_rng(2),
+        points_per_corr=1.0,
+        min_points=0,
+    )
     ref = fine["max"].mean()
     assert coarse["max"].mean() == pytest.approx(ref, abs=0.12)  # s.e. of the diff ~0.04
     assert coarse["grid_max"].mean() < ref - 0.3
@@ -51,10 +64,12 @@ def test_lemma8_bound_holds_but_is_loose() -> None:
 def test_prop10_bounds_closed_form() -> None:
     # NOTES-privacy.md: n = 256, sigma = 0.3, gamma = 0.9 -> stated bound 0.30
     assert prop10_bound(sigma=0.3, n=256, gamma=0.9) == pytest.approx(
-        2 * math.sqrt(2) * 0.3 / (math.sqrt(256 * math.pi) * 0.1))
+        2 * math.sqrt(2) * 0.3 / (math.sqrt(256 * math.pi) * 0.1)
+    )
     assert prop10_bound(sigma=0.3, n=256, gamma=0.9) == pytest.approx(0.2992, abs=1e-4)
     assert prop10_bound(sigma=0.3, n=256, gamma=0.9, with_sqrt_n=False) == pytest.approx(
-        4.787, abs=1e-3)
+        4.787, abs=1e-3
+    )
 
 
 def test_value_iteration_matches_policy_evaluation() -> None:
@@ -70,8 +85,9 @@ def test_value_iteration_matches_policy_evaluation() -> None:
 def test_prop10_stated_bound_is_violated_at_256_states() -> None:
     """The measured loss is ~0.7 against the stated 0.30 (and below the 4.79 without sqrt n)."""
     rng = np.random.default_rng(5)
-    losses = [prop10_loss(*random_mdp(256, 2, rng), sigma=0.3, gamma=0.9, rng=rng)
-              for _ in range(3)]
+    losses = [
+        prop10_loss(*random_mdp(256, 2, rng), sigma=0.3, gamma=0.9, rng=rng) for _ in range(3)
+    ]
     assert np.mean(losses) > 2 * prop10_bound(sigma=0.3, n=256, gamma=0.9)
     assert np.mean(losses) < prop10_bound(sigma=0.3, n=256, gamma=0.9, with_sqrt_n=False)
 

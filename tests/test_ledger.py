@@ -20,15 +20,27 @@ from qveil.server import audit_log
 from qveil.server.admin import open_admin
 from qveil.server.ledger import Ledger
 
-BASE = PrivacyParams(mode="output", sigma=6.0, delta=1e-5, samples=1000, batch_size=10,
-                     lr=0.01, k=1.0, lipschitz=1.0, resets=1, actions=2, gamma=0.9,
-                     reward_bound=0.5)
+BASE = PrivacyParams(
+    mode="output",
+    sigma=6.0,
+    delta=1e-5,
+    samples=1000,
+    batch_size=10,
+    lr=0.01,
+    k=1.0,
+    lipschitz=1.0,
+    resets=1,
+    actions=2,
+    gamma=0.9,
+    reward_bound=0.5,
+)
 
 
 def event(dataset: str, bundle: str, *, sigma: float = 6.0) -> PrivacyEvent:
     """A real event: the accountant's result for output-mode parameters."""
-    return PrivacyEvent.from_result(account(BASE.replace(sigma=sigma)), dataset_id=dataset,
-                                    bundle_id=bundle)
+    return PrivacyEvent.from_result(
+        account(BASE.replace(sigma=sigma)), dataset_id=dataset, bundle_id=bundle
+    )
 
 
 def cap_between_3_and_4() -> tuple[float, float]:
@@ -114,14 +126,20 @@ def test_ledger_survives_restart(store_url: str) -> None:
         assert audit_log.verify_audit_log(ctx.db).ok
 
 
-@pytest.mark.parametrize("tamper, finding", [
-    ("UPDATE ledger_events SET epsilon = epsilon / 2 WHERE seq = 2", "event 2 was edited"),
-    ("UPDATE ledger_events SET event_json = replace(event_json, '\"sigma\": 6.0', "
-     "'\"sigma\": 60.0') WHERE seq = 1", "event 1 was edited"),
-    ("DELETE FROM ledger_events WHERE seq = 1", "sequence gap"),
-    ("DELETE FROM ledger_events WHERE seq = 3", "event 3 announced in the audit log"),
-    ("UPDATE ledger_caps SET cap_epsilon = 1e9", "cap 1 was edited"),
-])
+@pytest.mark.parametrize(
+    "tamper, finding",
+    [
+        ("UPDATE ledger_events SET epsilon = epsilon / 2 WHERE seq = 2", "event 2 was edited"),
+        (
+            "UPDATE ledger_events SET event_json = replace(event_json, '\"sigma\": 6.0', "
+            "'\"sigma\": 60.0') WHERE seq = 1",
+            "event 1 was edited",
+        ),
+        ("DELETE FROM ledger_events WHERE seq = 1", "sequence gap"),
+        ("DELETE FROM ledger_events WHERE seq = 3", "event 3 announced in the audit log"),
+        ("UPDATE ledger_caps SET cap_epsilon = 1e9", "cap 1 was edited"),
+    ],
+)
 def test_edited_ledger_is_detected(store_url: str, tamper: str, finding: str) -> None:
     with open_admin(store_url, actor="a") as ctx:
         ctx.ledger.set_cap("ds", cap_epsilon=100.0, cap_delta=1e-3, actor="a")
@@ -135,16 +153,25 @@ def test_edited_ledger_is_detected(store_url: str, tamper: str, finding: str) ->
         assert any(finding in p for p in rep.problems), rep.problems
 
 
-@pytest.mark.parametrize("tamper, finding", [
-    ("UPDATE admin_audit_log SET outcome = 'ok' WHERE seq = 3", "entry 3 was edited"),
-    ("UPDATE admin_audit_log SET actor = 'someone-else' WHERE seq = 1", "entry 1 was edited"),
-    ("DELETE FROM admin_audit_log WHERE seq = 2", "sequence gap"),
-])
+@pytest.mark.parametrize(
+    "tamper, finding",
+    [
+        ("UPDATE admin_audit_log SET outcome = 'ok' WHERE seq = 3", "entry 3 was edited"),
+        ("UPDATE admin_audit_log SET actor = 'someone-else' WHERE seq = 1", "entry 1 was edited"),
+        ("DELETE FROM admin_audit_log WHERE seq = 2", "sequence gap"),
+    ],
+)
 def test_edited_audit_log_is_detected(store_url: str, tamper: str, finding: str) -> None:
     with open_admin(store_url, actor="a") as ctx:
         for i, outcome in enumerate(("ok", "ok", "refused", "ok")):
-            audit_log.append(ctx.db, actor="a", action="activate", target=f"r{i}",
-                             outcome=outcome, params={"release_id": f"r{i}"})
+            audit_log.append(
+                ctx.db,
+                actor="a",
+                action="activate",
+                target=f"r{i}",
+                outcome=outcome,
+                params={"release_id": f"r{i}"},
+            )
         assert audit_log.verify_audit_log(ctx.db).ok
     assert _sql(store_url, tamper) == 1
     with open_admin(store_url, actor="a") as ctx:
@@ -155,9 +182,14 @@ def test_edited_audit_log_is_detected(store_url: str, tamper: str, finding: str)
 
 def test_audit_log_never_takes_tokens_or_noise(store_url: str) -> None:
     with open_admin(store_url, actor="a") as ctx:
-        for params in ({"token": "s3cr3t"}, {"Authorization_Token": "x"},
-                       {"detail": {"g": 0.1}}, {"noise_values": [0.1, 0.2]},
-                       {"values": [1.0]}, {"password": "x"}):
+        for params in (
+            {"token": "s3cr3t"},
+            {"Authorization_Token": "x"},
+            {"detail": {"g": 0.1}},
+            {"noise_values": [0.1, 0.2]},
+            {"values": [1.0]},
+            {"password": "x"},
+        ):
             with pytest.raises(InvalidArgument, match="never logged"):
                 audit_log.append(ctx.db, actor="a", action="x", outcome="ok", params=params)
         assert audit_log.entries(ctx.db) == []
@@ -237,7 +269,8 @@ def test_migrations_create_exactly_the_admin_tables(store_url: str) -> None:
         with engine.connect() as conn:
             mc = MigrationContext.configure(conn, opts={"compare_type": True})
             assert compare_metadata(mc, metadata) == []
-            assert {"ledger_events", "ledger_caps", "admin_audit_log",
-                    "release_bundles"} <= set(sa.inspect(conn).get_table_names())
+            assert {"ledger_events", "ledger_caps", "admin_audit_log", "release_bundles"} <= set(
+                sa.inspect(conn).get_table_names()
+            )
     finally:
         engine.dispose()

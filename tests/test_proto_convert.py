@@ -11,11 +11,13 @@ from datetime import UTC, datetime
 import grpc
 import numpy as np
 import pytest
+from server_helpers import REPO
 
 from qveil import errors as domain
-from qveil.client import convert, errors as cerr, types as t
+from qveil.client import convert
+from qveil.client import errors as cerr
+from qveil.client import types as t
 from qveil.server.errors import STATUS_TABLE, bad_argument, status_for
-from server_helpers import REPO
 
 
 def test_release_round_trip() -> None:

@@ -31,8 +31,9 @@ def _url(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
     return str(request.getfixturevalue("pg_url"))
 
 
-def _check(url: str, answers: list[tuple[float, float]], records: list[InsertRecord],
-           *, law: bool = True) -> list[str]:
+def _check(
+    url: str, answers: list[tuple[float, float]], records: list[InsertRecord], *, law: bool = True
+) -> list[str]:
     with open_store(url) as s:
         rows = [(p.seq, p.x) for p in s.iter_points(RID, 0)]
         x, g = stored(s, RID, 0)
@@ -75,8 +76,9 @@ def test_16_threads(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -
             try:
                 for _ in range(20):
                     xs = rng.choice(grid, size=int(rng.integers(1, 6)))
-                    answers.extend(zip(xs.tolist(), s.get_or_sample(RID, 0, xs).tolist(),
-                                       strict=True))
+                    answers.extend(
+                        zip(xs.tolist(), s.get_or_sample(RID, 0, xs).tolist(), strict=True)
+                    )
             except BaseException as exc:  # noqa: BLE001
                 errors.append(exc)
 
@@ -91,14 +93,36 @@ def test_16_threads(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -
     assert max(per_commit) > 5 and len(per_commit) < len(records)
 
 
-def _run_processes(url: str, tmp_path: Path, *, broken: bool, rounds: int, grid: list[float],
-                   sweep: bool, seed: int) -> tuple[list[tuple[float, float]], list[InsertRecord]]:
+def _run_processes(
+    url: str,
+    tmp_path: Path,
+    *,
+    broken: bool,
+    rounds: int,
+    grid: list[float],
+    sweep: bool,
+    seed: int,
+) -> tuple[list[tuple[float, float]], list[InsertRecord]]:
     """4 forked writers with seeds seed..seed+3 (distinct per phase: reusing a seed reuses
     its normals, and the innovations would no longer be independent)."""
     start = time.time() + 0.3
     logs = [tmp_path / f"w{seed}-{i}.jsonl" for i in range(4)]
-    pids = [run_forked(concurrent_writer, url, RID, 0, seed + i, rounds, grid, str(logs[i]),
-                       broken, start, sweep) for i in range(4)]
+    pids = [
+        run_forked(
+            concurrent_writer,
+            url,
+            RID,
+            0,
+            seed + i,
+            rounds,
+            grid,
+            str(logs[i]),
+            broken,
+            start,
+            sweep,
+        )
+        for i in range(4)
+    ]
     for pid in pids:
         _, status = os.waitpid(pid, 0)
         assert os.waitstatus_to_exitcode(status) == 0
@@ -119,13 +143,15 @@ def test_4_processes(kind: str, tmp_path: Path, request: pytest.FixtureRequest) 
     with open_store(url, rng=3) as s:
         make_release(s, n_actions=1, beta=BETA, sigma=SIGMA)
     grid = np.random.default_rng(4).uniform(size=400).tolist()
-    answers, records = _run_processes(url, tmp_path, broken=False, rounds=50, grid=grid,
-                                      sweep=False, seed=110)
+    answers, records = _run_processes(
+        url, tmp_path, broken=False, rounds=50, grid=grid, sweep=False, seed=110
+    )
     assert _check(url, answers, records) == []
     # then all four sweep through a fresh region together: concurrent points are neighbours
     grid = np.sort(np.random.default_rng(5).uniform(size=420)).tolist()
-    more, recs = _run_processes(url, tmp_path, broken=False, rounds=70, grid=grid, sweep=True,
-                                  seed=120)
+    more, recs = _run_processes(
+        url, tmp_path, broken=False, rounds=70, grid=grid, sweep=True, seed=120
+    )
     assert _check(url, answers + more, records + recs) == []
 
 
@@ -137,8 +163,9 @@ def test_check_catches_deferred_begin(tmp_path: Path) -> None:
     with open_store(url, rng=5) as s:
         make_release(s, n_actions=1, beta=BETA, sigma=SIGMA)
     grid = np.sort(np.random.default_rng(5).uniform(size=420)).tolist()
-    answers, records = _run_processes(url, tmp_path, broken=True, rounds=100, grid=grid,
-                                      sweep=True, seed=130)
+    answers, records = _run_processes(
+        url, tmp_path, broken=True, rounds=100, grid=grid, sweep=True, seed=130
+    )
     bad = _check(url, answers, records, law=False)
     print(f"{len(bad)} violations, e.g. {bad[:2]}")
     assert len(bad) > 0, "the broken configuration was not detected"

@@ -40,19 +40,46 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 def test_releases(url: str) -> None:
     with open_store(url, rng=1) as s:
         assert s.list_releases() == []
-        rec = s.create_release(release_id=RID, fingerprint="fp", sigma=SIGMA, beta=BETA,
-                               interval=(-1, 2), n_actions=3)
+        rec = s.create_release(
+            release_id=RID, fingerprint="fp", sigma=SIGMA, beta=BETA, interval=(-1, 2), n_actions=3
+        )
         assert (rec.sigma, rec.beta, rec.interval, rec.n_actions, rec.status) == (
-            SIGMA, BETA, (-1.0, 2.0), 3, "staged")
-        assert s.create_release(release_id=RID, fingerprint="fp", sigma=SIGMA, beta=BETA,
-                                interval=(-1, 2), n_actions=3) == s.get_release(RID)
+            SIGMA,
+            BETA,
+            (-1.0, 2.0),
+            3,
+            "staged",
+        )
+        assert s.create_release(
+            release_id=RID, fingerprint="fp", sigma=SIGMA, beta=BETA, interval=(-1, 2), n_actions=3
+        ) == s.get_release(RID)
         with pytest.raises(InvalidArgument, match="different parameters"):
-            s.create_release(release_id=RID, fingerprint="fp", sigma=2 * SIGMA, beta=BETA,
-                             interval=(-1, 2), n_actions=3)
-        for bad in ({"sigma": -1.0}, {"beta": 0.0}, {"interval": (1, 1)}, {"n_actions": 0},
-                    {"release_id": "a b"}, {"status": "live"}, {"beta": float("nan")}):
-            kw = {"release_id": "r2", "fingerprint": "fp", "sigma": 1.0, "beta": 1.0,
-                  "interval": (0, 1), "n_actions": 1, **bad}
+            s.create_release(
+                release_id=RID,
+                fingerprint="fp",
+                sigma=2 * SIGMA,
+                beta=BETA,
+                interval=(-1, 2),
+                n_actions=3,
+            )
+        for bad in (
+            {"sigma": -1.0},
+            {"beta": 0.0},
+            {"interval": (1, 1)},
+            {"n_actions": 0},
+            {"release_id": "a b"},
+            {"status": "live"},
+            {"beta": float("nan")},
+        ):
+            kw = {
+                "release_id": "r2",
+                "fingerprint": "fp",
+                "sigma": 1.0,
+                "beta": 1.0,
+                "interval": (0, 1),
+                "n_actions": 1,
+                **bad,
+            }
             with pytest.raises(InvalidArgument):
                 s.create_release(**kw)
         assert [r.release_id for r in s.list_releases()] == [RID]
@@ -211,8 +238,7 @@ def test_verify_reports_tampering(url: str) -> None:
     with open_store(url, rng=10) as s:
         make_release(s)
         s.get_or_sample(RID, 0, np.linspace(0, 1, 10))
-        _tamper(s, url, "UPDATE noise_points SET g = g + 1e-9 WHERE seq = 4 AND action = 0",
-                bump)
+        _tamper(s, url, "UPDATE noise_points SET g = g + 1e-9 WHERE seq = 4 AND action = 0", bump)
         rep = s.verify(RID, 0)
         assert not rep.ok and rep.first_broken == {0: 4} and rep.gaps == {0: ()}
         _tamper(s, url, "DELETE FROM noise_points WHERE seq IN (6, 7) AND action = 0", drop)

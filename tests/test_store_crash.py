@@ -45,8 +45,9 @@ def _read_lines(fd: int, timeout: float) -> bytes:
 
 
 @pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def test_sigkill_during_stream_loses_nothing_reported(kind: str, tmp_path: Path,
-                                                       request: pytest.FixtureRequest) -> None:
+def test_sigkill_during_stream_loses_nothing_reported(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     if kind == "sqlite":
         url, kills = f"sqlite:///{tmp_path / 'store.sqlite'}", KILLS
     else:

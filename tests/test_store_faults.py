@@ -46,6 +46,7 @@ def test_disk_full_with_group_commit(tmp_path: Path) -> None:
     (a failed leader's queued states are not silently dropped, not answered), nothing is
     stored; with space again, all of them are stored by the next calls."""
     import threading
+
     url = f"sqlite:///{tmp_path / 'store.sqlite'}"
     with open_store(url, rng=5) as s:
         make_release(s)
@@ -90,8 +91,9 @@ def test_read_only_database(tmp_path: Path) -> None:
         with pytest.raises(Unavailable, match="read-only"):
             s.get_or_sample(RID, 1, [0.3333, 0.6666])
         with pytest.raises(Unavailable, match="read-only"):
-            s.create_release(release_id="other", fingerprint="f", sigma=1, beta=1,
-                             interval=(0, 1), n_actions=1)
+            s.create_release(
+                release_id="other", fingerprint="f", sigma=1, beta=1, interval=(0, 1), n_actions=1
+            )
         assert s.count_points(RID, 1) == 20 and s.cached_points(RID, 1) == 20
         assert s.verify(RID).ok
     with open_store(f"sqlite:///{path}") as s:
@@ -110,6 +112,7 @@ def test_refuses_unsafe_or_bad_setup(tmp_path: Path) -> None:
         open_store(f"sqlite:///{tmp_path / 'no' / 'dir.sqlite'}")
     # a database in rollback-journal mode opened read-only cannot be switched to WAL
     import sqlite3
+
     p = tmp_path / "journal.sqlite"
     sqlite3.connect(p).execute("CREATE TABLE t (x)").connection.close()
     with pytest.raises((FailedPrecondition, Unavailable)):
@@ -127,6 +130,7 @@ def test_settings_are_read_back(tmp_path: Path) -> None:
 @pytest.mark.postgres
 def test_postgres_settings_and_lost_connections(pg_url: str) -> None:
     import psycopg
+
     with open_store(pg_url, rng=5) as s:
         st = s.settings  # type: ignore[attr-defined]
         assert st["transaction_isolation"] == "read committed" and st["fsync"] == "on"
@@ -134,8 +138,11 @@ def test_postgres_settings_and_lost_connections(pg_url: str) -> None:
         g = s.get_or_sample(RID, 0, [0.1, 0.2])
         db = pg_url.rsplit("/", 1)[1]
         with psycopg.connect("postgresql://postgres@127.0.0.1:5432/test", autocommit=True) as c:
-            c.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                      "WHERE datname = %s AND pid <> pg_backend_pid()", (db,))
+            c.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = %s AND pid <> pg_backend_pid()",
+                (db,),
+            )
         # pooled connections are dead: pre-ping replaces them; values unchanged
         assert np.array_equal(s.get_or_sample(RID, 0, [0.1, 0.2]), g)
         s.get_or_sample(RID, 0, [0.15])

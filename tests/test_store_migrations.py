@@ -35,10 +35,12 @@ def _diff(url: str) -> list[object]:
 
 
 @pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def test_migrations_match_models(kind: str, tmp_path: Path,
-                                 request: pytest.FixtureRequest) -> None:
-    url = (f"sqlite:///{tmp_path / 's.sqlite'}" if kind == "sqlite"
-           else str(request.getfixturevalue("pg_url")))
+def test_migrations_match_models(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    url = (
+        f"sqlite:///{tmp_path / 's.sqlite'}"
+        if kind == "sqlite"
+        else str(request.getfixturevalue("pg_url"))
+    )
     with open_store(url) as s:
         assert s.schema_revision == head_revision()  # type: ignore[attr-defined]
     assert _diff(url) == []

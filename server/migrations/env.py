@@ -25,8 +25,9 @@ def _run(connection: sa.Connection) -> None:
     )
     with context.begin_transaction():
         if connection.dialect.name == "postgresql":
-            connection.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"),
-                               {"k": MIGRATION_LOCK_KEY})
+            connection.execute(
+                sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": MIGRATION_LOCK_KEY}
+            )
         context.run_migrations()
 
 
@@ -36,7 +37,8 @@ def run_migrations_online() -> None:
         _run(connection)
         return
     url = context.get_x_argument(as_dictionary=True).get("url") or config.get_main_option(
-        "sqlalchemy.url")
+        "sqlalchemy.url"
+    )
     engine = sa.create_engine(url)
     with engine.connect() as conn:
         _run(conn)

@@ -70,8 +70,9 @@ def open_store(
         key = os.environ["QVEIL_STORE_KEY"].encode("utf-8")
     if url.startswith("memory:"):
         from qveil.server.store.memory import MemoryStore
-        name = url[len("memory:"):].lstrip("/")
+
+        name = url[len("memory:") :].lstrip("/")
         return MemoryStore(name, rng=rng, key=key)
     from qveil.server.store.sql import SQLStore
-    return SQLStore(url, rng=rng, key=key, create=create, busy_timeout=busy_timeout,
-                    **options)  # type: ignore[arg-type,unused-ignore]
+
+    return SQLStore(url, rng=rng, key=key, create=create, busy_timeout=busy_timeout, **options)  # type: ignore[arg-type,unused-ignore]

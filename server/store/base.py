@@ -149,13 +149,20 @@ def _process_lock(identity: str, release_id: str, action: int) -> threading.Lock
 
 
 def validate_release_fields(
-    *, release_id: str, fingerprint: str, sigma: float, beta: float,
-    interval: tuple[float, float], n_actions: int, status: str,
+    *,
+    release_id: str,
+    fingerprint: str,
+    sigma: float,
+    beta: float,
+    interval: tuple[float, float],
+    n_actions: int,
+    status: str,
 ) -> tuple[str, str, float, float, tuple[float, float], int, str]:
     """Check and normalise the fields of a new release (InvalidArgument on any bad one)."""
     if not isinstance(release_id, str) or not _ID_RE.match(release_id):
         raise InvalidArgument(
-            f"release_id must be 1-128 characters of [A-Za-z0-9._:@+-], got {release_id!r}")
+            f"release_id must be 1-128 characters of [A-Za-z0-9._:@+-], got {release_id!r}"
+        )
     if not isinstance(fingerprint, str) or not 0 < len(fingerprint) <= 256:
         raise InvalidArgument("fingerprint must be a non-empty string of <= 256 characters")
     try:
@@ -169,8 +176,7 @@ def validate_release_fields(
         raise InvalidArgument(f"beta must be a finite number > 0, got {beta!r}")
     if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
         raise InvalidArgument(f"interval needs finite lo < hi, got {interval!r}")
-    if isinstance(n_actions, bool) or not isinstance(n_actions, int | np.integer) \
-            or n_actions < 1:
+    if isinstance(n_actions, bool) or not isinstance(n_actions, int | np.integer) or n_actions < 1:
         raise InvalidArgument(f"n_actions must be an integer >= 1, got {n_actions!r}")
     check_status(status)
     return release_id, fingerprint, s, b, (lo, hi), int(n_actions), status
@@ -201,8 +207,9 @@ class SamplePathStore(ABC):
     #: backend name ("memory", "sqlite", "postgresql")
     backend = "abstract"
 
-    def __init__(self, *, identity: str, rng: NormalSource | int | None = None,
-                 key: bytes | None = None) -> None:
+    def __init__(
+        self, *, identity: str, rng: NormalSource | int | None = None, key: bytes | None = None
+    ) -> None:
         self._identity = identity
         self._rng = resolve_rng(rng)
         self._hasher = ChainHasher(key)
@@ -258,15 +265,28 @@ class SamplePathStore(ABC):
     # -- releases ---------------------------------------------------------------------------
 
     def create_release(
-        self, *, release_id: str, fingerprint: str, sigma: float, beta: float,
-        interval: tuple[float, float], n_actions: int, status: str = "staged",
+        self,
+        *,
+        release_id: str,
+        fingerprint: str,
+        sigma: float,
+        beta: float,
+        interval: tuple[float, float],
+        n_actions: int,
+        status: str = "staged",
     ) -> ReleaseRecord:
         """Register a release. Idempotent for identical parameters; a different release under
         an existing id is refused (InvalidArgument)."""
         self._check_open()
         rid, fp, s, b, iv, m, st = validate_release_fields(
-            release_id=release_id, fingerprint=fingerprint, sigma=sigma, beta=beta,
-            interval=interval, n_actions=n_actions, status=status)
+            release_id=release_id,
+            fingerprint=fingerprint,
+            sigma=sigma,
+            beta=beta,
+            interval=interval,
+            n_actions=n_actions,
+            status=status,
+        )
         rec = ReleaseRecord(rid, fp, s, b, iv, m, st, datetime.now(UTC))
         if self._db_insert_release(rec):
             self._rel_cache[rid] = rec
@@ -276,7 +296,8 @@ class SamplePathStore(ABC):
             raise InvalidArgument(
                 f"release {rid!r} already exists with different parameters "
                 f"(fingerprint {old.fingerprint!r}, sigma {old.sigma!r}, beta {old.beta!r}, "
-                f"interval {old.interval!r}, n_actions {old.n_actions})")
+                f"interval {old.interval!r}, n_actions {old.n_actions})"
+            )
         return old
 
     def get_release(self, release_id: str) -> ReleaseRecord:
@@ -329,7 +350,8 @@ class SamplePathStore(ABC):
             found = next(r[0] for k, r in enumerate(rows) if r[0] != expect + k)
             raise IntegrityError(
                 f"noise log has a gap or reorder: expected seq {expect}.., found {found}; "
-                "refusing to sample against an incomplete path (run verify)")
+                "refusing to sample against an incomplete path (run verify)"
+            )
         pairs = {r[1]: r[2] for r in rows}
         if len(pairs) != len(rows):
             raise IntegrityError("noise log stores one state twice; run verify")
@@ -361,8 +383,7 @@ class SamplePathStore(ABC):
             out = [get(v) for v in xl]
         return np.array(out, dtype=np.float64)
 
-    def _resolve(self, rel: ReleaseRecord, a: int, st: _ActionState,
-                 missing: list[float]) -> None:
+    def _resolve(self, rel: ReleaseRecord, a: int, st: _ActionState, missing: list[float]) -> None:
         """Store the states of ``missing`` not stored yet (see the module docstring).
 
         Group commit (``coalesce``): a thread queues its states, then either takes the
@@ -409,8 +430,9 @@ class SamplePathStore(ABC):
                     # does not notify us: poll
                     st.cond.wait(timeout=0.02)
 
-    def _store_new(self, rel: ReleaseRecord, a: int, st: _ActionState,
-                   missing: list[float]) -> None:
+    def _store_new(
+        self, rel: ReleaseRecord, a: int, st: _ActionState, missing: list[float]
+    ) -> None:
         """Under the action's lock: one write transaction storing ``missing``'s new states."""
         rid = rel.release_id
         if st.hw == 0 or self._pre_read_always:
@@ -445,10 +467,12 @@ class SamplePathStore(ABC):
                 time.sleep(min(0.2, 0.002 * 2**attempt))
         raise Unavailable(
             f"store: could not commit new noise points of release {rid!r} action {a} "
-            f"after {MAX_ATTEMPTS} attempts ({last}); nothing was answered")
+            f"after {MAX_ATTEMPTS} attempts ({last}); nothing was answered"
+        )
 
-    def _draw(self, rel: ReleaseRecord, st: _ActionState, a: int, new: list[float],
-              tx: WriteTxn) -> tuple[list[Row], list[InsertRecord] | None]:
+    def _draw(
+        self, rel: ReleaseRecord, st: _ActionState, a: int, new: list[float], tx: WriteTxn
+    ) -> tuple[list[Row], list[InsertRecord] | None]:
         """Sample ``new`` from the path restored from their stored neighbours; chain rows."""
         values = st.values
         nx: list[float] = []
@@ -490,8 +514,9 @@ class SamplePathStore(ABC):
             seen, gs = [], []
             for v in new:
                 left, right = path.neighbours(v)
-                seen.append((None if left is None else left[0],
-                             None if right is None else right[0]))
+                seen.append(
+                    (None if left is None else left[0], None if right is None else right[0])
+                )
                 gs.append(float(path.sample([v])[0]))
         if self._serialize:
             seq, prev = st.hw, st.head
@@ -507,8 +532,10 @@ class SamplePathStore(ABC):
             rows.append((seq, v, g, now, prev.hex()))
         recs = None
         if seen is not None:
-            recs = [InsertRecord(r[0], r[1], r[2], lft, rgt)
-                    for r, (lft, rgt) in zip(rows, seen, strict=True)]
+            recs = [
+                InsertRecord(r[0], r[1], r[2], lft, rgt)
+                for r, (lft, rgt) in zip(rows, seen, strict=True)
+            ]
         return rows, recs
 
     def iter_points(self, release_id: str, action: int) -> Iterator[NoisePoint]:
@@ -550,18 +577,24 @@ class SamplePathStore(ABC):
         for a in acts:
             rows = ((s, x, g, h) for _a, (s, x, g, _c, h) in self._db_iter_rows(release_id, a))
             results.append(verify_chain(release_id, a, rows, self._hasher))
-        return IntegrityReport(release_id=release_id, ok=all(r.ok for r in results),
-                               keyed=self._hasher.keyed, actions=tuple(results))
+        return IntegrityReport(
+            release_id=release_id,
+            ok=all(r.ok for r in results),
+            keyed=self._hasher.keyed,
+            actions=tuple(results),
+        )
 
     def export(self, release_id: str, path: str) -> int:
         """Write the release and all its points as JSONL (see :mod:`.export`); returns rows."""
         from qveil.server.store.export import export_release
+
         self._check_open()
         return export_release(self, release_id, path)
 
     def import_(self, path: str) -> ReleaseRecord:
         """Load a JSONL export, verifying counts, seqs and every chain link first."""
         from qveil.server.store.export import import_release
+
         self._check_open()
         return import_release(self, path)
 
@@ -595,5 +628,12 @@ def new_identity(prefix: str) -> str:
     return f"{prefix}:{uuid.uuid4().hex}"
 
 
-__all__ += ["QveilError", "Retry", "WriteTxn", "check_action", "check_status",
-            "validate_release_fields", "new_identity"]
+__all__ += [
+    "QveilError",
+    "Retry",
+    "WriteTxn",
+    "check_action",
+    "check_status",
+    "validate_release_fields",
+    "new_identity",
+]

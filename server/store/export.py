@@ -46,8 +46,20 @@ def export_release(store: SamplePathStore, release_id: str, path: str | os.PathL
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(json.dumps({"type": "release", "format": FORMAT, **rec.to_dict()}) + "\n")
         for a, (seq, x, g, c, h) in store._db_iter_rows(release_id, None):
-            f.write(json.dumps({"type": "point", "action": a, "seq": seq, "x": x, "g": g,
-                                "created_at": c, "hash": h}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "type": "point",
+                        "action": a,
+                        "seq": seq,
+                        "x": x,
+                        "g": g,
+                        "created_at": c,
+                        "hash": h,
+                    }
+                )
+                + "\n"
+            )
             counts[str(a)] = counts.get(str(a), 0) + 1
             heads[str(a)] = h
             n += 1
@@ -90,9 +102,14 @@ def import_release(store: SamplePathStore, path: str | os.PathLike[str]) -> Rele
                     raise InvalidArgument(f"line {i}: not a {FORMAT} export (no release header)")
                 try:
                     rid, fp, s, b, iv, m, st = validate_release_fields(
-                        release_id=d["release_id"], fingerprint=d["fingerprint"],
-                        sigma=d["sigma"], beta=d["beta"], interval=tuple(d["interval"]),
-                        n_actions=d["n_actions"], status=d["status"])
+                        release_id=d["release_id"],
+                        fingerprint=d["fingerprint"],
+                        sigma=d["sigma"],
+                        beta=d["beta"],
+                        interval=tuple(d["interval"]),
+                        n_actions=d["n_actions"],
+                        status=d["status"],
+                    )
                     created = datetime.fromisoformat(d["created_at"])
                 except (KeyError, TypeError, ValueError) as exc:
                     raise InvalidArgument(f"line {i}: bad release header: {exc}") from None
@@ -108,7 +125,8 @@ def import_release(store: SamplePathStore, path: str | os.PathLike[str]) -> Rele
                 if not isinstance(h, str) or len(h) != 64:
                     raise InvalidArgument(f"line {i}: bad hash {h!r}")
                 rows.setdefault(a, []).append(
-                    (seq, _num(d, "x", i), _num(d, "g", i), _num(d, "created_at", i), h))
+                    (seq, _num(d, "x", i), _num(d, "g", i), _num(d, "created_at", i), h)
+                )
             elif t == "end":
                 end = d
             else:
@@ -122,12 +140,14 @@ def import_release(store: SamplePathStore, path: str | os.PathLike[str]) -> Rele
     if counts != end.get("counts") or heads != end.get("heads"):
         raise IntegrityError(f"{path}: counts or head hashes differ from the end record")
     for a, rs in sorted(rows.items()):
-        rep = verify_chain(rec.release_id, a, ((s, x, g, h) for s, x, g, _c, h in rs),
-                           store._hasher)
+        rep = verify_chain(
+            rec.release_id, a, ((s, x, g, h) for s, x, g, _c, h in rs), store._hasher
+        )
         if not rep.ok:
             raise IntegrityError(
-                f"{path}: action {a} fails verification: " + "; ".join(rep.problems)
-                + (" (was it exported under another server key?)" if store._hasher.keyed
-                   else ""))
+                f"{path}: action {a} fails verification: "
+                + "; ".join(rep.problems)
+                + (" (was it exported under another server key?)" if store._hasher.keyed else "")
+            )
     store._db_import(rec, rows)
     return store.get_release(rec.release_id)

@@ -76,10 +76,16 @@ class ActionIntegrity:
     problems: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"action": self.action, "ok": self.ok, "count": self.count,
-                "high_water": self.high_water, "head_hash": self.head_hash,
-                "first_broken": self.first_broken, "gaps": [list(g) for g in self.gaps],
-                "problems": list(self.problems)}
+        return {
+            "action": self.action,
+            "ok": self.ok,
+            "count": self.count,
+            "high_water": self.high_water,
+            "head_hash": self.head_hash,
+            "first_broken": self.first_broken,
+            "gaps": [list(g) for g in self.gaps],
+            "problems": list(self.problems),
+        }
 
 
 @dataclass(frozen=True)
@@ -104,8 +110,12 @@ class IntegrityReport:
         return {a.action: a.high_water for a in self.actions}
 
     def to_dict(self) -> dict[str, Any]:
-        return {"release_id": self.release_id, "ok": self.ok, "keyed": self.keyed,
-                "actions": [a.to_dict() for a in self.actions]}
+        return {
+            "release_id": self.release_id,
+            "ok": self.ok,
+            "keyed": self.keyed,
+            "actions": [a.to_dict() for a in self.actions],
+        }
 
 
 def verify_chain(
@@ -152,9 +162,17 @@ def verify_chain(
     if first_broken is not None:
         problems.insert(0, f"hash chain broken at seq {first_broken}")
     if gaps:
-        problems.append("missing seq " + ", ".join(
-            f"{a}" if a == b else f"{a}-{b}" for a, b in gaps[:10]))
+        problems.append(
+            "missing seq " + ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in gaps[:10])
+        )
     ok = first_broken is None and not gaps and not problems
-    return ActionIntegrity(action=int(action), ok=ok, count=count, high_water=last_seq,
-                           head_hash=last_hash, first_broken=first_broken,
-                           gaps=tuple(gaps), problems=tuple(problems))
+    return ActionIntegrity(
+        action=int(action),
+        ok=ok,
+        count=count,
+        high_water=last_seq,
+        head_hash=last_hash,
+        first_broken=first_broken,
+        gaps=tuple(gaps),
+        problems=tuple(problems),
+    )

@@ -52,8 +52,9 @@ class _MemTxn:
 class MemoryStore(SamplePathStore):
     backend = "memory"
 
-    def __init__(self, name: str = "", *, rng: NormalSource | int | None = None,
-                 key: bytes | None = None) -> None:
+    def __init__(
+        self, name: str = "", *, rng: NormalSource | int | None = None, key: bytes | None = None
+    ) -> None:
         if name:
             with _NAMED_GUARD:
                 self._data = _NAMED.setdefault(name, _MemData())
@@ -99,8 +100,11 @@ class MemoryStore(SamplePathStore):
 
     def _db_iter_rows(self, release_id: str, action: int | None) -> Iterator[tuple[int, Row]]:
         with self._data.lock:
-            keys = sorted(k for k in self._data.rows if k[0] == release_id
-                          and (action is None or k[1] == action))
+            keys = sorted(
+                k
+                for k in self._data.rows
+                if k[0] == release_id and (action is None or k[1] == action)
+            )
             snap = [(k[1], list(self._data.rows[k])) for k in keys]
         for a, rows in snap:
             for r in rows:
@@ -108,9 +112,11 @@ class MemoryStore(SamplePathStore):
 
     def _db_count(self, release_id: str | None, action: int | None) -> int:
         with self._data.lock:
-            return sum(len(v) for k, v in self._data.rows.items()
-                       if (release_id is None or k[0] == release_id)
-                       and (action is None or k[1] == action))
+            return sum(
+                len(v)
+                for k, v in self._data.rows.items()
+                if (release_id is None or k[0] == release_id) and (action is None or k[1] == action)
+            )
 
     def _db_import(self, rec: ReleaseRecord, rows: dict[int, list[Row]]) -> None:
         with self._data.lock:

@@ -48,7 +48,8 @@ def upgrade(engine: sa.Engine, *, create: bool, read_engine: sa.Engine | None = 
     if not create:
         raise FailedPrecondition(
             f"store schema is at revision {cur!r} but this code needs {head!r}; open it with "
-            "create=True (or run the migrations) first")
+            "create=True (or run the migrations) first"
+        )
     cfg = alembic_config()
     with engine.connect() as conn:
         cfg.attributes["connection"] = conn

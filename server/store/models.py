@@ -54,8 +54,7 @@ releases = sa.Table(
 noise_points = sa.Table(
     "noise_points",
     metadata,
-    sa.Column("release_id", sa.String(128), sa.ForeignKey("releases.release_id"),
-              primary_key=True),
+    sa.Column("release_id", sa.String(128), sa.ForeignKey("releases.release_id"), primary_key=True),
     sa.Column("action", sa.Integer(), primary_key=True),
     sa.Column("seq", sa.BigInteger(), primary_key=True),
     sa.Column("x", sa.Double(), nullable=False),

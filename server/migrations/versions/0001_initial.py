@@ -4,6 +4,7 @@ Revision ID: 0001
 Revises:
 Create Date: 2026-11-22
 """
+
 from __future__ import annotations
 
 import sqlalchemy as sa
@@ -27,8 +28,7 @@ def upgrade() -> None:
         sa.Column("n_actions", sa.Integer(), nullable=False),
         sa.Column("status", sa.String(16), nullable=False),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
-        sa.CheckConstraint("status IN ('staged', 'active', 'retired')",
-                           name="ck_releases_status"),
+        sa.CheckConstraint("status IN ('staged', 'active', 'retired')", name="ck_releases_status"),
         sa.CheckConstraint("n_actions >= 1", name="ck_releases_n_actions"),
         sa.PrimaryKeyConstraint("release_id", name="pk_releases"),
     )
@@ -41,11 +41,13 @@ def upgrade() -> None:
         sa.Column("g", sa.Double(), nullable=False),
         sa.Column("created_at", sa.Double(), nullable=False),
         sa.Column("hash", sa.String(64), nullable=False),
-        sa.ForeignKeyConstraint(["release_id"], ["releases.release_id"],
-                                name="fk_noise_points_release_id_releases"),
+        sa.ForeignKeyConstraint(
+            ["release_id"], ["releases.release_id"], name="fk_noise_points_release_id_releases"
+        ),
         sa.PrimaryKeyConstraint("release_id", "action", "seq", name="pk_noise_points"),
-        sa.UniqueConstraint("release_id", "action", "x",
-                            name="uq_noise_points_release_id_action_x"),
+        sa.UniqueConstraint(
+            "release_id", "action", "x", name="uq_noise_points_release_id_action_x"
+        ),
         sqlite_with_rowid=False,
     )
 

@@ -376,6 +376,7 @@ def write_bundle(
     config_toml: str,
     training_log_rows: Sequence[Mapping[str, Any]],
     learning_curve_png: bytes | None = None,
+    curve_title: str | None = None,
     lipschitz_grid: int = 20001,
 ) -> Path:
     """Write a bundle directory at ``path`` atomically and return its path.
@@ -384,7 +385,8 @@ def write_bundle(
     ``bundle_id`` and ``created_at`` (when absent), ``weights_sha256``, the Lipschitz bound
     computed from the weights and the one measured on a grid (both must be <= the card's
     ``lipschitz.bound``, else InvalidArgument and nothing is written), and ``card_sha256``.
-    ``learning_curve_png`` defaults to a plot of ``training_log_rows`` (episode, return).
+    ``learning_curve_png`` defaults to a plot of ``training_log_rows`` (episode, return),
+    titled ``curve_title`` (default: env id, sigma and mode from the card).
     """
     out = Path(path)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
@@ -450,7 +452,8 @@ def write_bundle(
             _plot_curve(
                 tmp / CURVE_FILE,
                 training_log_rows,
-                f"{c.get('env_id', '')}  sigma={c.get('sigma')}  mode={c.get('mode')}",
+                curve_title
+                or f"{c.get('env_id', '')}  sigma={c.get('sigma')}  mode={c.get('mode')}",
             )
         for name in FILES:
             with (tmp / name).open("rb") as fh:

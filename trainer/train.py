@@ -15,11 +15,9 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-import io
 import json
 import subprocess
 import sys
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -271,35 +269,6 @@ def _check_out(out: Path) -> None:
         )
 
 
-def _curve_png(rows: Sequence[dict[str, Any]], title: str) -> bytes:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    ep = np.array([r["episode"] for r in rows], dtype=float)
-    ret = np.array([r["return"] for r in rows], dtype=float)
-    fig, ax = plt.subplots(figsize=(6, 3.5), dpi=100)
-    if len(ret):
-        ax.plot(ep, ret, lw=0.8, alpha=0.5, label="episode return")
-        w = min(10, len(ret))
-        ax.plot(
-            ep[w - 1 :],
-            np.convolve(ret, np.ones(w) / w, mode="valid"),
-            lw=2,
-            label=f"mean of last {w}",
-        )
-        ax.legend(loc="lower right")
-    ax.set_xlabel("episode")
-    ax.set_ylabel("return")
-    ax.set_title(title, fontsize=9)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    plt.close(fig)
-    return buf.getvalue()
-
-
 def run_training(
     cfg: TrainConfig, out: str | Path, *, seed: int | None = None, progress: bool = False
 ) -> TrainOutcome:
@@ -375,7 +344,7 @@ def run_training(
         weights=weights,
         config_toml=to_toml(cfg),
         training_log_rows=tr.log_rows,
-        learning_curve_png=_curve_png(tr.log_rows, title),
+        curve_title=title,
     )
     from qveil.bundle import load_bundle
 

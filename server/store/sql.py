@@ -70,9 +70,31 @@ def _to_record(row: Any) -> ReleaseRecord:
         created = datetime.fromisoformat(created)
     if created.tzinfo is None:
         created = created.replace(tzinfo=UTC)
-    return ReleaseRecord(row.release_id, row.fingerprint, float(row.sigma), float(row.beta),
-                         (float(row.interval_lo), float(row.interval_hi)), int(row.n_actions),
-                         row.status, created)
+    return ReleaseRecord(
+        row.release_id,
+        row.fingerprint,
+        float(row.sigma),
+        float(row.beta),
+        (float(row.interval_lo), float(row.interval_hi)),
+        int(row.n_actions),
+        row.status,
+        created,
+    )
+
+
+def _release_row(rec: ReleaseRecord) -> dict[str, object]:
+    """The releases-table row of ``rec`` (column names of ``models.releases``)."""
+    return {
+        "release_id": rec.release_id,
+        "fingerprint": rec.fingerprint,
+        "sigma": rec.sigma,
+        "beta": rec.beta,
+        "interval_lo": rec.interval[0],
+        "interval_hi": rec.interval[1],
+        "n_actions": rec.n_actions,
+        "status": rec.status,
+        "created_at": rec.created_at,
+    }
 
 
 class _SqlTxn:
@@ -94,8 +116,11 @@ class _SqlTxn:
             # write, so the seq/head below are current but the neighbours were read before
             # (the 2 ms pause only widens that race window, so a short test shows it)
             time.sleep(0.002)
-            self._conn.execute(sa.update(REL).where(REL.c.release_id == self._params["r"])
-                               .values(status=REL.c.status))
+            self._conn.execute(
+                sa.update(REL)
+                .where(REL.c.release_id == self._params["r"])
+                .values(status=REL.c.status)
+            )
         row = self._conn.execute(self._store._q_head, self._params).first()
         return (0, None) if row is None else (int(row[0]), row[1])
 
@@ -103,15 +128,20 @@ class _SqlTxn:
         r, a = self._params["r"], self._params["a"]
         st = self._store
         if st._ins_points_sql is not None:  # SQLite: the compiled Core insert, positional
-            res = self._conn.exec_driver_sql(st._ins_points_sql, [
-                (r, a, s, x, g, c, h) for s, x, g, c, h in rows])
+            res = self._conn.exec_driver_sql(
+                st._ins_points_sql, [(r, a, s, x, g, c, h) for s, x, g, c, h in rows]
+            )
             # sqlite3's executemany rowcount is the total of rows inserted; DO NOTHING skips
             # are not counted, so all-inserted <=> rowcount == len(rows)
             self._inserted = res.rowcount
             return
-        res = self._conn.execute(st._ins_points, [
-            {"release_id": r, "action": a, "seq": s, "x": x, "g": g, "created_at": c,
-             "hash": h} for s, x, g, c, h in rows])
+        res = self._conn.execute(
+            st._ins_points,
+            [
+                {"release_id": r, "action": a, "seq": s, "x": x, "g": g, "created_at": c, "hash": h}
+                for s, x, g, c, h in rows
+            ],
+        )
         if st._serialize:  # PostgreSQL: RETURNING lists the rows actually inserted
             self._inserted = len(res.all())
 
@@ -121,17 +151,26 @@ class _SqlTxn:
         if self._inserted == len(rows):  # every row is ours (SQLite row count, PG RETURNING)
             return True
         # something was skipped by ON CONFLICT DO NOTHING: re-select to say what (then retry)
-        got = self._conn.execute(self._store._q_range, {
-            **self._params, "lo": rows[0][0], "hi": rows[-1][0]}).all()
+        got = self._conn.execute(
+            self._store._q_range, {**self._params, "lo": rows[0][0], "hi": rows[-1][0]}
+        ).all()
         return [tuple(g) for g in got] == list(rows)
 
 
 class SQLStore(SamplePathStore):
     """The persistent store on SQLite (``sqlite:///abs/path``) or PostgreSQL."""
 
-    def __init__(self, url: str | URL, *, rng: NormalSource | int | None = None,
-                 key: bytes | None = None, create: bool = True, busy_timeout: float = 30.0,
-                 pool_size: int = 4, _unsafe_deferred_begin: bool = False) -> None:
+    def __init__(
+        self,
+        url: str | URL,
+        *,
+        rng: NormalSource | int | None = None,
+        key: bytes | None = None,
+        create: bool = True,
+        busy_timeout: float = 30.0,
+        pool_size: int = 4,
+        _unsafe_deferred_begin: bool = False,
+    ) -> None:
         try:
             u = make_url(url)
         except Exception as exc:  # noqa: BLE001 - any parse failure is bad input
@@ -146,10 +185,11 @@ class SQLStore(SamplePathStore):
             db = u.database or ""
             is_uri = str(u.query.get("uri", "")).lower() in ("true", "1")
             if db.startswith("file:") and is_uri:
-                db = db[len("file:"):]  # sqlite:///file:/abs/path?mode=ro&uri=true
+                db = db[len("file:") :]  # sqlite:///file:/abs/path?mode=ro&uri=true
             if db in ("", ":memory:") or db.startswith("file:") or "mode=memory" in str(u):
                 raise InvalidArgument(
-                    f"SQLite store needs a file path (sqlite:////abs/path.sqlite), got {url!r}")
+                    f"SQLite store needs a file path (sqlite:////abs/path.sqlite), got {url!r}"
+                )
             path = Path(db).expanduser().resolve()
             if not path.exists():
                 if not create:
@@ -166,7 +206,8 @@ class SQLStore(SamplePathStore):
         else:
             raise InvalidArgument(
                 f"unsupported store URL scheme {u.drivername!r} (memory://, sqlite:///path, "
-                "postgresql+psycopg://...)")
+                "postgresql+psycopg://...)"
+            )
         super().__init__(identity=identity, rng=rng, key=key)
         # read new rows before taking the write lock on every miss on PostgreSQL (points
         # other replicas stored are then found without the advisory lock); on SQLite only
@@ -182,24 +223,41 @@ class SQLStore(SamplePathStore):
                 if self.backend == "sqlite":
                     self._writer = self._sqlite_engine(
                         pool_size=1 if self._serialize else pool_size,
-                        begin=self._serialize, implicit=not self._serialize)
-                    self._reader = self._sqlite_engine(pool_size=pool_size, begin=False,
-                                                       implicit=False)
-                    mig = self._writer if self._serialize else self._sqlite_engine(
-                        pool_size=1, begin=True, implicit=False)
+                        begin=self._serialize,
+                        implicit=not self._serialize,
+                    )
+                    self._reader = self._sqlite_engine(
+                        pool_size=pool_size, begin=False, implicit=False
+                    )
+                    mig = (
+                        self._writer
+                        if self._serialize
+                        else self._sqlite_engine(pool_size=1, begin=True, implicit=False)
+                    )
                 else:
                     # no pre-ping (a round trip per checkout): a dead pooled connection
                     # fails its statement, is invalidated, and the operation is retried
                     cargs = {"connect_timeout": max(1, int(self._busy))}
-                    self._writer = mig = self._track(sa.create_engine(
-                        u, isolation_level="READ COMMITTED", pool_size=pool_size,
-                        max_overflow=pool_size, connect_args=cargs))
+                    self._writer = mig = self._track(
+                        sa.create_engine(
+                            u,
+                            isolation_level="READ COMMITTED",
+                            pool_size=pool_size,
+                            max_overflow=pool_size,
+                            connect_args=cargs,
+                        )
+                    )
                     # single-statement reads need no BEGIN/ROLLBACK round trips
-                    self._reader = self._track(sa.create_engine(
-                        u, isolation_level="AUTOCOMMIT", pool_size=pool_size,
-                        max_overflow=pool_size, connect_args=cargs))
-                self.schema_revision = migrate.upgrade(mig, create=create,
-                                                       read_engine=self._reader)
+                    self._reader = self._track(
+                        sa.create_engine(
+                            u,
+                            isolation_level="AUTOCOMMIT",
+                            pool_size=pool_size,
+                            max_overflow=pool_size,
+                            connect_args=cargs,
+                        )
+                    )
+                self.schema_revision = migrate.upgrade(mig, create=create, read_engine=self._reader)
                 self.settings = self._check_settings()
         except BaseException:
             self._db_close()
@@ -216,8 +274,13 @@ class SQLStore(SamplePathStore):
         args: dict[str, Any] = {"timeout": self._busy, "check_same_thread": False}
         if not implicit:
             args["isolation_level"] = None
-        eng = sa.create_engine(self._url, pool_size=pool_size, max_overflow=0,
-                               pool_timeout=max(self._busy, 1.0), connect_args=args)
+        eng = sa.create_engine(
+            self._url,
+            pool_size=pool_size,
+            max_overflow=0,
+            pool_timeout=max(self._busy, 1.0),
+            connect_args=args,
+        )
         ms = int(self._busy * 1000)
 
         @event.listens_for(eng, "connect")
@@ -230,6 +293,7 @@ class SQLStore(SamplePathStore):
             cur.close()
 
         if begin:  # the writer: a larger page cache keeps the x index's inner pages hot
+
             @event.listens_for(eng, "connect")
             def _cache(dbapi_conn: Any, _rec: Any) -> None:
                 dbapi_conn.execute("PRAGMA cache_size = -65536")  # 64 MiB
@@ -265,9 +329,16 @@ class SQLStore(SamplePathStore):
                 bad.append("the driver's implicit transactions are enabled")
         else:
             with self._writer.connect() as conn:
-                s = {k: conn.exec_driver_sql(f"SHOW {k}").scalar() for k in
-                     ("transaction_isolation", "fsync", "synchronous_commit",
-                      "full_page_writes", "default_transaction_read_only")}
+                s = {
+                    k: conn.exec_driver_sql(f"SHOW {k}").scalar()
+                    for k in (
+                        "transaction_isolation",
+                        "fsync",
+                        "synchronous_commit",
+                        "full_page_writes",
+                        "default_transaction_read_only",
+                    )
+                }
                 conn.rollback()
             bad = []
             if s["transaction_isolation"] != "read committed":
@@ -281,7 +352,8 @@ class SQLStore(SamplePathStore):
         if bad:
             raise FailedPrecondition(
                 f"refusing to run the noise store on {self._identity}: unsafe settings: "
-                + "; ".join(bad))
+                + "; ".join(bad)
+            )
         return s
 
     def _build_statements(self) -> None:
@@ -290,12 +362,15 @@ class SQLStore(SamplePathStore):
         cols = (NP.c.seq, NP.c.x, NP.c.g, NP.c.created_at, NP.c.hash)
         mine = (NP.c.release_id == r, NP.c.action == a)
         self._q_since = select(*cols).where(*mine, NP.c.seq > bindparam("hw")).order_by(NP.c.seq)
-        self._q_range = select(*cols).where(
-            *mine, NP.c.seq >= bindparam("lo"), NP.c.seq <= bindparam("hi")).order_by(NP.c.seq)
-        self._q_head = select(NP.c.seq, NP.c.hash).where(*mine).order_by(
-            NP.c.seq.desc()).limit(1)
-        self._q_all = select(NP.c.action, *cols).where(NP.c.release_id == r).order_by(
-            NP.c.action, NP.c.seq)
+        self._q_range = (
+            select(*cols)
+            .where(*mine, NP.c.seq >= bindparam("lo"), NP.c.seq <= bindparam("hi"))
+            .order_by(NP.c.seq)
+        )
+        self._q_head = select(NP.c.seq, NP.c.hash).where(*mine).order_by(NP.c.seq.desc()).limit(1)
+        self._q_all = (
+            select(NP.c.action, *cols).where(NP.c.release_id == r).order_by(NP.c.action, NP.c.seq)
+        )
         self._q_action = select(NP.c.action, *cols).where(*mine).order_by(NP.c.seq)
         self._q_lock = select(func.pg_advisory_xact_lock(bindparam("k", type_=sa.BigInteger)))
         ins: Any = sqlite_insert if self.backend == "sqlite" else pg_insert
@@ -312,8 +387,11 @@ class SQLStore(SamplePathStore):
         self._ins_points_sql: str | None = None
         if self.backend == "sqlite":
             from sqlalchemy.dialects import sqlite as _sqlite_dialect
-            comp = self._ins_points.compile(dialect=_sqlite_dialect.dialect(paramstyle="qmark"),
-                                            column_keys=[c.name for c in NP.c])
+
+            comp = self._ins_points.compile(
+                dialect=_sqlite_dialect.dialect(paramstyle="qmark"),
+                column_keys=[c.name for c in NP.c],
+            )
             names = list(comp.positiontup or [])
             assert names == [c.name for c in NP.c], names
             self._ins_points_sql = str(comp)
@@ -331,13 +409,17 @@ class SQLStore(SamplePathStore):
                     return Retry(msg)
                 return IntegrityError(f"{where}: constraint violated during {what}: {msg}")
             if name == "SQLITE_FULL" or "disk is full" in msg:
-                return Unavailable(f"{where}: disk full during {what}; the transaction was "
-                                   "rolled back, nothing was written")
+                return Unavailable(
+                    f"{where}: disk full during {what}; the transaction was "
+                    "rolled back, nothing was written"
+                )
             if name.startswith("SQLITE_READONLY") or "readonly" in msg:
                 return Unavailable(f"{where} is read-only; cannot {what} (nothing was written)")
             if name.startswith("SQLITE_BUSY") or "locked" in msg:
-                return Unavailable(f"{where} stayed locked beyond the busy timeout "
-                                   f"({self._busy:g} s) during {what}")
+                return Unavailable(
+                    f"{where} stayed locked beyond the busy timeout "
+                    f"({self._busy:g} s) during {what}"
+                )
             return Unavailable(f"{where}: database error during {what}: {msg}")
         code = getattr(orig, "sqlstate", None) or ""
         if code in _RETRY_SQLSTATES:
@@ -351,8 +433,9 @@ class SQLStore(SamplePathStore):
         if exc.connection_invalidated or code.startswith("08") or code.startswith("57P"):
             if what.startswith("store new") or what.startswith("read"):
                 return Retry(f"connection lost ({orig})")  # retried on a new connection
-            return Unavailable(f"{where}: database connection lost during {what}; "
-                               "nothing was answered")
+            return Unavailable(
+                f"{where}: database connection lost during {what}; nothing was answered"
+            )
         return Unavailable(f"{where}: database error during {what}: {orig}")
 
     @contextmanager
@@ -364,8 +447,10 @@ class SQLStore(SamplePathStore):
         except sa.exc.DBAPIError as exc:
             raise self._map(exc, what) from exc
         except sa.exc.TimeoutError as exc:
-            raise Unavailable(f"noise store {self._identity}: no connection free within "
-                              f"{self._busy:g} s during {what}") from exc
+            raise Unavailable(
+                f"noise store {self._identity}: no connection free within "
+                f"{self._busy:g} s during {what}"
+            ) from exc
         except OSError as exc:
             raise Unavailable(f"noise store {self._identity}: {exc} during {what}") from exc
 
@@ -411,41 +496,48 @@ class SQLStore(SamplePathStore):
                     return fn(conn)
             except Retry as exc:
                 if attempt:
-                    raise Unavailable(f"noise store {self._identity}: database connection "
-                                      f"lost during {what} ({exc})") from None
+                    raise Unavailable(
+                        f"noise store {self._identity}: database connection "
+                        f"lost during {what} ({exc})"
+                    ) from None
         raise AssertionError("unreachable")
 
     # -- backend hooks --------------------------------------------------------------------
 
     def _db_insert_release(self, rec: ReleaseRecord) -> bool:
         with self._write("create a release") as conn:
-            res = conn.execute(self._ins_release, {
-                "release_id": rec.release_id, "fingerprint": rec.fingerprint,
-                "sigma": rec.sigma, "beta": rec.beta, "interval_lo": rec.interval[0],
-                "interval_hi": rec.interval[1], "n_actions": rec.n_actions,
-                "status": rec.status, "created_at": rec.created_at})
+            res = conn.execute(
+                self._ins_release,
+                _release_row(rec),
+            )
             return bool(res.rowcount == 1)
 
     def _db_get_release(self, release_id: str) -> ReleaseRecord | None:
-        row = self._read_call("read a release", lambda c: c.execute(
-            select(REL).where(REL.c.release_id == release_id)).first())
+        row = self._read_call(
+            "read a release",
+            lambda c: c.execute(select(REL).where(REL.c.release_id == release_id)).first(),
+        )
         return None if row is None else _to_record(row)
 
     def _db_list_releases(self) -> list[ReleaseRecord]:
-        rows = self._read_call("read releases", lambda c: c.execute(
-            select(REL).order_by(REL.c.created_at, REL.c.release_id)).all())
+        rows = self._read_call(
+            "read releases",
+            lambda c: c.execute(select(REL).order_by(REL.c.created_at, REL.c.release_id)).all(),
+        )
         return [_to_record(r) for r in rows]
 
     def _db_set_status(self, release_id: str, status: str) -> bool:
         with self._write("set a release status") as conn:
-            res = conn.execute(sa.update(REL).where(REL.c.release_id == release_id)
-                               .values(status=status))
+            res = conn.execute(
+                sa.update(REL).where(REL.c.release_id == release_id).values(status=status)
+            )
             return bool(res.rowcount == 1)
 
     def _db_fetch_since(self, release_id: str, action: int, hw: int) -> Sequence[Row]:
         params = {"r": release_id, "a": action, "hw": hw}
-        rows: Sequence[Row] = self._read_call("read noise points", lambda c: [
-            tuple(r) for r in c.execute(self._q_since, params)])
+        rows: Sequence[Row] = self._read_call(
+            "read noise points", lambda c: [tuple(r) for r in c.execute(self._q_since, params)]
+        )
         return rows
 
     def _db_write_txn(self, release_id: str, action: int) -> AbstractContextManager[_SqlTxn]:
@@ -470,8 +562,10 @@ class SQLStore(SamplePathStore):
                 for a, s, x, g, c, h in res:
                     yield a, (s, x, g, c, h)
         except Retry as exc:  # a lost connection mid-iteration: no silent restart
-            raise Unavailable(f"noise store {self._identity}: database connection lost "
-                              f"while reading points ({exc})") from None
+            raise Unavailable(
+                f"noise store {self._identity}: database connection lost "
+                f"while reading points ({exc})"
+            ) from None
 
     def _db_count(self, release_id: str | None, action: int | None) -> int:
         q = select(func.count()).select_from(NP)
@@ -483,18 +577,29 @@ class SQLStore(SamplePathStore):
 
     def _db_import(self, rec: ReleaseRecord, rows: dict[int, list[Row]]) -> None:
         with self._write("import a release") as conn:
-            res = conn.execute(self._ins_release, {
-                "release_id": rec.release_id, "fingerprint": rec.fingerprint,
-                "sigma": rec.sigma, "beta": rec.beta, "interval_lo": rec.interval[0],
-                "interval_hi": rec.interval[1], "n_actions": rec.n_actions,
-                "status": rec.status, "created_at": rec.created_at})
+            res = conn.execute(
+                self._ins_release,
+                _release_row(rec),
+            )
             if res.rowcount != 1:
                 raise InvalidArgument(f"release {rec.release_id!r} already exists in this store")
             for a, rs in rows.items():
                 for k in range(0, len(rs), 10000):
-                    conn.execute(sa.insert(NP), [
-                        {"release_id": rec.release_id, "action": a, "seq": s, "x": x, "g": g,
-                         "created_at": c, "hash": h} for s, x, g, c, h in rs[k:k + 10000]])
+                    conn.execute(
+                        sa.insert(NP),
+                        [
+                            {
+                                "release_id": rec.release_id,
+                                "action": a,
+                                "seq": s,
+                                "x": x,
+                                "g": g,
+                                "created_at": c,
+                                "hash": h,
+                            }
+                            for s, x, g, c, h in rs[k : k + 10000]
+                        ],
+                    )
 
     def _db_close(self) -> None:
         if self._wconn is not None:

@@ -195,7 +195,7 @@ class Handlers:
             _check_deadline(deadline)
             g = np.asarray(self.store.get_or_sample(rel.release_id, a, ux), dtype=np.float64)
             noise[:, j] = g[inverse]
-        self.metrics.answered(int(xs.size) * len(actions), 0)
+        self.metrics.answered(int(xs.size) * len(actions), self.store.points_drawn)
         return grid_round(q + noise, self.limits.value_grid)
 
     def get_values(

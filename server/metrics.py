@@ -36,14 +36,17 @@ class Metrics:
             self._prom["requests"].labels(method=method, code=code).inc()
             self._prom["latency"].labels(method=method).observe(seconds)
 
-    def answered(self, states: int, new_points: int) -> None:
+    def answered(self, states: int, points_drawn: int) -> None:
+        """Count ``states`` answered; ``points_drawn`` is the store's running total of new
+        points it committed (monotone), so concurrent calls never count one point twice."""
         with self._lock:
             self.states_answered += states
-            self.new_points += new_points
+            new = max(0, points_drawn - self.new_points)
+            self.new_points += new
         if self._prom is not None:
             self._prom["states"].inc(states)
-            if new_points:
-                self._prom["new"].inc(new_points)
+            if new:
+                self._prom["new"].inc(new)
 
     def uptime(self) -> float:
         return time.monotonic() - self.started

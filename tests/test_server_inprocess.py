@@ -263,3 +263,23 @@ def test_oversized_message_is_refused_and_stores_nothing(srv: InProcessServer) -
             stub.GetValues(huge, timeout=30)
     assert ei.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert srv.store.count_points() == before
+
+
+def test_new_points_metric_counts_each_committed_point_once(
+    bundles: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """`new_points` (GetStats, qveil_new_points_total) equals the rows the store committed:
+    repeated states add nothing, and 8 concurrent callers on overlapping states never count a
+    point twice (a per-call before/after difference would over-count here)."""
+    with InProcessServer(bundles[0], f"sqlite:///{tmp_path / 's.sqlite'}") as s:
+        xs = np.linspace(LO, HI, 40)
+        with ValueClient(s.target) as c:
+            c.values(xs)
+            c.values(xs)  # all stored: no new point
+            assert s.handlers.metrics.new_points == 40 * M
+            rng = np.random.default_rng(5)
+            batches = [rng.choice(np.linspace(LO, HI, 97), 30) for _ in range(24)]
+            with ThreadPoolExecutor(8) as pool:
+                list(pool.map(c.values, batches))
+        stored = s.store.count_points()
+        assert s.handlers.metrics.new_points == stored == s.store.points_drawn

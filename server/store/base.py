@@ -219,6 +219,8 @@ class SamplePathStore(ABC):
         self._closed = False
         self._insert_hook: Callable[[str, int, list[InsertRecord]], None] | None = None
         self._serialize = True  # False only in the test-only broken mode
+        self._drawn = 0  # new points this object committed (metrics)
+        self._drawn_guard = threading.Lock()
         self._pre_read_always = True
         #: group commit: a writer also stores the new states other threads queued meanwhile
         self.coalesce = True
@@ -364,6 +366,11 @@ class SamplePathStore(ABC):
         st.hw = expect + len(rows) - 1
         st.head = bytes.fromhex(rows[-1][4])
 
+    @property
+    def points_drawn(self) -> int:
+        """New noise points this store object has drawn and committed since it was opened."""
+        return self._drawn
+
     def get_or_sample(self, release_id: str, action: int, xs: npt.ArrayLike) -> FloatArray:
         """g_action(x) for each unit state of ``xs``: stored values as stored, new states drawn
         exactly given their stored neighbours and committed durably before this returns.
@@ -455,6 +462,8 @@ class SamplePathStore(ABC):
                     if not tx.confirm(rows):
                         raise Retry("another writer stored rows concurrently")
                 # committed durably: only now may the values be used
+                with self._drawn_guard:
+                    self._drawn += len(rows)
                 if self._serialize:
                     self._apply(st, rows)
                 else:  # broken mode: seqs were taken from the database head

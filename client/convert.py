@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 from datetime import UTC, datetime
+from typing import Any
 
 import numpy as np
 from google.protobuf import timestamp_pb2
@@ -247,6 +248,33 @@ def stats_to_proto(s: t.ServerStats) -> admin_pb.GetStatsResponse:
         ],
         max_batch=s.max_batch,
     )
+
+
+def budget_to_proto(reports: list[dict[str, Any]]) -> admin_pb.GetBudgetResponse:
+    """Ledger budget reports (``BudgetReport.to_dict()``) as GetBudgetResponse."""
+    out = []
+    for d in reports:
+        cap, rem = d.get("cap"), d.get("remaining")
+        b = admin_pb.DatasetBudget(
+            dataset_id=d["dataset_id"],
+            spent_epsilon=float(d["spent"]["epsilon"]),
+            spent_delta=float(d["spent"]["delta"]),
+            event_count=len(d.get("events", ())),
+        )
+        if cap is not None:
+            b.cap_epsilon, b.cap_delta = float(cap["epsilon"]), float(cap["delta"])
+        if rem is not None:
+            b.remaining_epsilon, b.remaining_delta = float(rem["epsilon"]), float(rem["delta"])
+        out.append(b)
+    return admin_pb.GetBudgetResponse(
+        budgets=out, report_json=json.dumps(reports, sort_keys=True, default=str)
+    )
+
+
+def budget_from_proto(msg: admin_pb.GetBudgetResponse) -> list[dict[str, Any]]:
+    """The full reports (every event) as ``qveil admin budget --json`` prints them."""
+    reports: list[dict[str, Any]] = json.loads(msg.report_json or "[]")
+    return reports
 
 
 def stats_from_proto(msg: admin_pb.GetStatsResponse) -> t.ServerStats:

@@ -196,6 +196,12 @@ class AdminClient(_Base):
     def stats(self) -> t.ServerStats:
         return convert.stats_from_proto(self._call(self._stub.GetStats, admin_pb.GetStatsRequest()))
 
+    def budget(self, dataset_id: str = "") -> list[dict[str, Any]]:
+        """Privacy budgets of one dataset (empty: all) from the server's ledger, as
+        ``qveil admin budget --json`` prints them (spent, cap, remaining, every event)."""
+        resp = self._call(self._stub.GetBudget, admin_pb.GetBudgetRequest(dataset_id=dataset_id))
+        return convert.budget_from_proto(resp)
+
 
 class AuditClient(_Base):
     """Auditor role: stored noise points, integrity verification, statistical report."""

@@ -12,10 +12,10 @@ Two ways to reach the releases (docs/operations.md, "Activation"):
   later serves the bundle it is started with.
 * ``--target HOST:PORT --token-file F``: through a running server's AdminService (admin role),
   which loads and validates the bundle and swaps it in atomically while it keeps answering.
-  ``releases``, ``activate`` and ``retire`` go to the server; ``retrain``, ``budget``,
-  ``set-cap`` and ``log`` always need ``--store`` too (the ledger lives in the store's
-  database; training runs here, not in the server); ``retrain --activate`` then activates the
-  new bundle through the server.
+  ``releases``, ``activate``, ``retire`` and ``budget`` go to the server (AdminService
+  GetBudget reads the ledger in the server's store); ``retrain``, ``set-cap`` and ``log``
+  always need ``--store`` (training runs here, not in the server, and writes to the ledger);
+  ``retrain --activate`` then activates the new bundle through the server.
 
 Every operation is appended to the admin audit log (who, what, when, outcome). Exit codes: 0
 done, 2 refused or failed (message on stderr).
@@ -171,27 +171,28 @@ def _releases_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def _budget_text(reports: list[Any]) -> str:
+def _budget_text(reports: list[dict[str, Any]]) -> str:
+    """Budget reports (``BudgetReport.to_dict()``, local or from GetBudget) as text."""
     if not reports:
         return "(no datasets in the ledger)"
     out = []
-    for b in reports:
-        d = b.to_dict()
-        cap = d["cap"]
+    for d in reports:
+        cap, spent = d["cap"], d["spent"]
         out.append(
-            f"dataset {b.dataset_id}: spent eps={b.spent[0]:.6g} delta={b.spent[1]:.3g}"
+            f"dataset {d['dataset_id']}: spent eps={spent['epsilon']:.6g} "
+            f"delta={spent['delta']:.3g}"
             + (
                 ""
                 if cap is None
                 else f"; cap eps={cap['epsilon']:.6g} delta={cap['delta']:.3g}; remaining "
                 f"eps={d['remaining']['epsilon']:.6g} delta={d['remaining']['delta']:.3g}"
             )
-            + (" (memory store: not persistent)" if b.ephemeral else "")
+            + (" (memory store: not persistent)" if d.get("ephemeral") else "")
         )
-        for e in b.entries:
+        for e in d["events"]:
             out.append(
-                f"  #{e.seq} {e.created_at} release={e.release_id} mode={e.event.mode} "
-                f"eps={e.event.epsilon:.6g} delta={e.event.delta:.3g}"
+                f"  #{e['seq']} {e['created_at']} release={e['release_id']} mode={e['mode']} "
+                f"eps={e['epsilon']:.6g} delta={e['delta']:.3g}"
             )
     return "\n".join(out)
 
@@ -201,7 +202,7 @@ def run(args: argparse.Namespace) -> int:
 
     cmd = args.admin_command
     target = getattr(args, "target", None)
-    if target and cmd in ("releases", "activate", "retire"):
+    if target and cmd in ("releases", "activate", "retire", "budget"):
         return _run_remote(args, cmd)
     url = _store_url(args, required=True)
     assert url is not None
@@ -250,8 +251,8 @@ def run(args: argparse.Namespace) -> int:
             info = admin.retire(ctx, args.release_id)
             _print(args, info.to_dict(), f"release {info.release_id} retired")
         elif cmd == "budget":
-            reps = admin.budget(ctx, args.dataset_id)
-            _print(args, [b.to_dict() for b in reps], _budget_text(reps))
+            reps = [b.to_dict() for b in admin.budget(ctx, args.dataset_id)]
+            _print(args, reps, _budget_text(reps))
         elif cmd == "set-cap":
             cap = admin.set_cap(ctx, args.dataset_id, epsilon=args.epsilon, delta=args.delta)
             _print(
@@ -310,6 +311,9 @@ def _run_remote(args: argparse.Namespace, cmd: str) -> int:
                 {"release_id": rel.release_id, "previous_release_id": prev},
                 f"release {rel.release_id} is active on {args.target} (previous: {prev or '-'})",
             )
+        elif cmd == "budget":
+            reps = client.budget(args.dataset_id or "")
+            _print(args, reps, _budget_text(reps))
         else:
             rel = client.retire(args.release_id)
             _print(

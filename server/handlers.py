@@ -439,6 +439,19 @@ class Handlers:
             max_batch=self.limits.max_batch,
         )
 
+    def budget(self, dataset_id: str = "") -> list[dict[str, object]]:
+        """Ledger budgets of one dataset (or all) in this server's store (issue 7)."""
+        from qveil.server.admin import AdminContext, admin_db_for, budget
+
+        ctx = AdminContext(
+            store=self.store,
+            db=admin_db_for(self.store),
+            actor="server (admin role)",
+            store_url="",
+            owns_store=False,
+        )
+        return [b.to_dict() for b in budget(ctx, dataset_id or None)]
+
     def stored_points(self) -> dict[tuple[str, int], int]:
         current = self.holder.peek()
         if current is None:

@@ -243,6 +243,16 @@ class AdminServicer(admin_grpc.AdminServiceServicer):
         stats = await self.core.unary(ADMIN, "GetStats", context, self.h.stats)
         return convert.stats_to_proto(stats)
 
+    async def GetBudget(
+        self,
+        request: admin_pb.GetBudgetRequest,  # noqa: N802
+        context: grpc.aio.ServicerContext,
+    ) -> admin_pb.GetBudgetResponse:
+        reports = await self.core.unary(
+            ADMIN, "GetBudget", context, self.h.budget, request.dataset_id
+        )
+        return convert.budget_to_proto(reports)
+
 
 class AuditServicer(audit_grpc.AuditServiceServicer):
     def __init__(self, core: Core) -> None:

@@ -15,7 +15,8 @@ from server_helpers import make_bundle, make_tokens, running
 
 from qveil.bundle import load_bundle
 from qveil.cli import main
-from qveil.client.sync import AuditClient, ValueClient
+from qveil.client import PermissionDeniedError
+from qveil.client.sync import AdminClient, AuditClient, ValueClient
 from qveil.server import audit_log
 from qveil.server.admin import open_admin
 from qveil.server.handlers import grid_round
@@ -231,3 +232,16 @@ def test_retrain_with_a_running_server_activates_through_it(setup, tmp_path: Pat
         with ValueClient(srv.target, token=tokens.query) as c:
             assert c.release().release_id == out["release_id"]
             assert c.get_values([0.5]).release_id == out["release_id"]
+        # the budget through the server (AdminService.GetBudget) is the store's, event for event
+        assert main(["admin", "budget", "--store", store, "--dataset-id", "d", "--json"]) == 0
+        local = json.loads(capsys.readouterr().out)
+        remote_args = ["--target", srv.target, "--token-file", str(admin_tok), "--json"]
+        assert main(["admin", "budget", "--dataset-id", "d", *remote_args]) == 0
+        remote = json.loads(capsys.readouterr().out)
+        assert remote == local and len(remote[0]["events"]) == 1
+        assert remote[0]["events"][0]["release_id"] == out["release_id"]
+        with (
+            AdminClient(srv.target, token=tokens.query) as ad,
+            pytest.raises(PermissionDeniedError),
+        ):
+            ad.budget()

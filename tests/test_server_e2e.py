@@ -230,6 +230,9 @@ def _calls(env: Env, ch: grpc.Channel) -> dict[tuple[str, str], Callable[[Any], 
         ("AdminService", "GetStats"): lambda md: ad.GetStats(
             admin_pb.GetStatsRequest(), metadata=md, timeout=10
         ),
+        ("AdminService", "GetBudget"): lambda md: ad.GetBudget(
+            admin_pb.GetBudgetRequest(), metadata=md, timeout=10
+        ),
         ("AuditService", "StreamNoisePoints"): lambda md: list(
             au.StreamNoisePoints(
                 audit_pb.StreamNoisePointsRequest(action=0), metadata=md, timeout=10
@@ -252,7 +255,7 @@ def test_every_rpc_by_role(env: Env) -> None:
     seen: dict[tuple[str, str, str | None], str] = {}
     with grpc.insecure_channel(env.target) as ch:
         calls = _calls(env, ch)
-        assert len(calls) == 10
+        assert len(calls) == 11
         for (service, method), call in calls.items():
             for role in ROLES:
                 token = env.tokens.of(role)

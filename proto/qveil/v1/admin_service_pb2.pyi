@@ -254,3 +254,105 @@ class GetStatsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetStatsResponse: _TypeAlias = GetStatsResponse  # noqa: Y015
+
+@_typing.final
+class GetBudgetRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DATASET_ID_FIELD_NUMBER: _builtins.int
+    dataset_id: _builtins.str
+    """One dataset; empty: every dataset in the ledger."""
+    def __init__(
+        self,
+        *,
+        dataset_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dataset_id", b"dataset_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetBudgetRequest: _TypeAlias = GetBudgetRequest  # noqa: Y015
+
+@_typing.final
+class DatasetBudget(_message.Message):
+    """One dataset's budget (qveil.privacy.compose over its recorded events)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DATASET_ID_FIELD_NUMBER: _builtins.int
+    CAP_EPSILON_FIELD_NUMBER: _builtins.int
+    CAP_DELTA_FIELD_NUMBER: _builtins.int
+    SPENT_EPSILON_FIELD_NUMBER: _builtins.int
+    SPENT_DELTA_FIELD_NUMBER: _builtins.int
+    REMAINING_EPSILON_FIELD_NUMBER: _builtins.int
+    REMAINING_DELTA_FIELD_NUMBER: _builtins.int
+    EVENT_COUNT_FIELD_NUMBER: _builtins.int
+    dataset_id: _builtins.str
+    cap_epsilon: _builtins.float
+    """Unset when the dataset has no cap (then nothing can be recorded against it)."""
+    cap_delta: _builtins.float
+    spent_epsilon: _builtins.float
+    spent_delta: _builtins.float
+    remaining_epsilon: _builtins.float
+    remaining_delta: _builtins.float
+    event_count: _builtins.int
+    def __init__(
+        self,
+        *,
+        dataset_id: _builtins.str = ...,
+        cap_epsilon: _builtins.float | None = ...,
+        cap_delta: _builtins.float | None = ...,
+        spent_epsilon: _builtins.float = ...,
+        spent_delta: _builtins.float = ...,
+        remaining_epsilon: _builtins.float | None = ...,
+        remaining_delta: _builtins.float | None = ...,
+        event_count: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_cap_delta", b"_cap_delta", "_cap_epsilon", b"_cap_epsilon", "_remaining_delta", b"_remaining_delta", "_remaining_epsilon", b"_remaining_epsilon", "cap_delta", b"cap_delta", "cap_epsilon", b"cap_epsilon", "remaining_delta", b"remaining_delta", "remaining_epsilon", b"remaining_epsilon"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_cap_delta", b"_cap_delta", "_cap_epsilon", b"_cap_epsilon", "_remaining_delta", b"_remaining_delta", "_remaining_epsilon", b"_remaining_epsilon", "cap_delta", b"cap_delta", "cap_epsilon", b"cap_epsilon", "dataset_id", b"dataset_id", "event_count", b"event_count", "remaining_delta", b"remaining_delta", "remaining_epsilon", b"remaining_epsilon", "spent_delta", b"spent_delta", "spent_epsilon", b"spent_epsilon"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__cap_delta: _TypeAlias = _typing.Literal["cap_delta"]  # noqa: Y015
+    _WhichOneofArgType__cap_delta: _TypeAlias = _typing.Literal["_cap_delta", b"_cap_delta"]  # noqa: Y015
+    _WhichOneofReturnType__cap_epsilon: _TypeAlias = _typing.Literal["cap_epsilon"]  # noqa: Y015
+    _WhichOneofArgType__cap_epsilon: _TypeAlias = _typing.Literal["_cap_epsilon", b"_cap_epsilon"]  # noqa: Y015
+    _WhichOneofReturnType__remaining_delta: _TypeAlias = _typing.Literal["remaining_delta"]  # noqa: Y015
+    _WhichOneofArgType__remaining_delta: _TypeAlias = _typing.Literal["_remaining_delta", b"_remaining_delta"]  # noqa: Y015
+    _WhichOneofReturnType__remaining_epsilon: _TypeAlias = _typing.Literal["remaining_epsilon"]  # noqa: Y015
+    _WhichOneofArgType__remaining_epsilon: _TypeAlias = _typing.Literal["_remaining_epsilon", b"_remaining_epsilon"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__cap_delta) -> _WhichOneofReturnType__cap_delta | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__cap_epsilon) -> _WhichOneofReturnType__cap_epsilon | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__remaining_delta) -> _WhichOneofReturnType__remaining_delta | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__remaining_epsilon) -> _WhichOneofReturnType__remaining_epsilon | None: ...
+
+Global___DatasetBudget: _TypeAlias = DatasetBudget  # noqa: Y015
+
+@_typing.final
+class GetBudgetResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BUDGETS_FIELD_NUMBER: _builtins.int
+    REPORT_JSON_FIELD_NUMBER: _builtins.int
+    report_json: _builtins.str
+    """The same reports with every event, as JSON: what `qveil admin budget --json` prints."""
+    @_builtins.property
+    def budgets(self) -> _containers.RepeatedCompositeFieldContainer[Global___DatasetBudget]: ...
+    def __init__(
+        self,
+        *,
+        budgets: _abc.Iterable[Global___DatasetBudget] | None = ...,
+        report_json: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["budgets", b"budgets", "report_json", b"report_json"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetBudgetResponse: _TypeAlias = GetBudgetResponse  # noqa: Y015

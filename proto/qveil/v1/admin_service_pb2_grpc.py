@@ -54,6 +54,11 @@ class AdminServiceStub:
                 request_serializer=qveil_dot_v1_dot_admin__service__pb2.GetStatsRequest.SerializeToString,
                 response_deserializer=qveil_dot_v1_dot_admin__service__pb2.GetStatsResponse.FromString,
                 _registered_method=True)
+        self.GetBudget = channel.unary_unary(
+                '/qveil.v1.AdminService/GetBudget',
+                request_serializer=qveil_dot_v1_dot_admin__service__pb2.GetBudgetRequest.SerializeToString,
+                response_deserializer=qveil_dot_v1_dot_admin__service__pb2.GetBudgetResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -88,6 +93,13 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetBudget(self, request, context):
+        """Privacy budgets from the ledger in the server's store: spent, cap, remaining, events.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -110,6 +122,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.GetStats,
                     request_deserializer=qveil_dot_v1_dot_admin__service__pb2.GetStatsRequest.FromString,
                     response_serializer=qveil_dot_v1_dot_admin__service__pb2.GetStatsResponse.SerializeToString,
+            ),
+            'GetBudget': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetBudget,
+                    request_deserializer=qveil_dot_v1_dot_admin__service__pb2.GetBudgetRequest.FromString,
+                    response_serializer=qveil_dot_v1_dot_admin__service__pb2.GetBudgetResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -220,6 +237,33 @@ class AdminService:
             '/qveil.v1.AdminService/GetStats',
             qveil_dot_v1_dot_admin__service__pb2.GetStatsRequest.SerializeToString,
             qveil_dot_v1_dot_admin__service__pb2.GetStatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetBudget(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/qveil.v1.AdminService/GetBudget',
+            qveil_dot_v1_dot_admin__service__pb2.GetBudgetRequest.SerializeToString,
+            qveil_dot_v1_dot_admin__service__pb2.GetBudgetResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -41,6 +41,8 @@ class AdminServiceStub:
     """Mark a release retired. The active release cannot be retired (FAILED_PRECONDITION)."""
     GetStats: _grpc.UnaryUnaryMultiCallable[_admin_service_pb2.GetStatsRequest, _admin_service_pb2.GetStatsResponse]
     """Counters of this server process and stored points per action of the active release."""
+    GetBudget: _grpc.UnaryUnaryMultiCallable[_admin_service_pb2.GetBudgetRequest, _admin_service_pb2.GetBudgetResponse]
+    """Privacy budgets from the ledger in the server's store: spent, cap, remaining, events."""
 
 @_typing.type_check_only
 class AdminServiceAsyncStub(AdminServiceStub):
@@ -55,6 +57,8 @@ class AdminServiceAsyncStub(AdminServiceStub):
     """Mark a release retired. The active release cannot be retired (FAILED_PRECONDITION)."""
     GetStats: _aio.UnaryUnaryMultiCallable[_admin_service_pb2.GetStatsRequest, _admin_service_pb2.GetStatsResponse]  # type: ignore[assignment]
     """Counters of this server process and stored points per action of the active release."""
+    GetBudget: _aio.UnaryUnaryMultiCallable[_admin_service_pb2.GetBudgetRequest, _admin_service_pb2.GetBudgetResponse]  # type: ignore[assignment]
+    """Privacy budgets from the ledger in the server's store: spent, cap, remaining, events."""
 
 class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -90,5 +94,13 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_admin_service_pb2.GetStatsResponse, _abc.Awaitable[_admin_service_pb2.GetStatsResponse]]:
         """Counters of this server process and stored points per action of the active release."""
+
+    @_abc_1.abstractmethod
+    def GetBudget(
+        self,
+        request: _admin_service_pb2.GetBudgetRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_service_pb2.GetBudgetResponse, _abc.Awaitable[_admin_service_pb2.GetBudgetResponse]]:
+        """Privacy budgets from the ledger in the server's store: spent, cap, remaining, events."""
 
 def add_AdminServiceServicer_to_server(servicer: AdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -22,6 +22,7 @@ This module needs numpy only (no torch): the server imports it.
 from __future__ import annotations
 
 import csv
+import functools
 import hashlib
 import json
 import math
@@ -172,7 +173,11 @@ def _layers(weights: Mapping[str, np.ndarray]) -> list[tuple[FloatArray, FloatAr
 
 def mlp_forward(weights: Mapping[str, np.ndarray], xs: npt.ArrayLike) -> FloatArray:
     """Q values (n, m) of the bundle MLP at unit states ``xs`` (no validation of xs)."""
-    layers = _layers(weights)
+    return _forward(_layers(weights), xs)
+
+
+def _forward(layers: list[tuple[FloatArray, FloatArray]], xs: npt.ArrayLike) -> FloatArray:
+    """The forward pass over already-checked layers (ReLU between layers)."""
     h = np.asarray(xs, dtype=np.float64).reshape(-1, 1)
     for i, (w, b) in enumerate(layers):
         h = h @ w.T + b
@@ -582,10 +587,15 @@ class Bundle:
     def seeded(self) -> bool:
         return bool(self.card.get("seeded"))
 
+    @functools.cached_property
+    def _checked_layers(self) -> list[tuple[FloatArray, FloatArray]]:
+        """The weights checked once (shapes, finiteness), not on every query."""
+        return _layers(self.weights)
+
     def q_values_unit(self, xs: npt.ArrayLike) -> FloatArray:
         """Q values (n, m) at unit states (validated in [0, 1]), clamped to +-q_bound."""
         x = validate_unit_states(xs)
-        q = mlp_forward(self.weights, x)
+        q = _forward(self._checked_layers, x)
         qb = self.q_bound
         if qb is not None:
             np.clip(q, -qb, qb, out=q)

@@ -598,8 +598,9 @@ def write_doc(
         "",
         f"Run: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {os.cpu_count()} cores, Python "
         f"{platform.python_version()}, commit {rev or '?'}; {elapsed} s; pytest exit "
-        f"{exit_code} ({summary.strip('= ') or 'no summary'}). The machine was shared with "
-        "other work during the run: latencies are pessimistic.",
+        f"{exit_code} ({summary.strip('= ') or 'no summary'}); load average at the end "
+        f"{', '.join(f'{v:.1f}' for v in os.getloadavg())} (on 2 cores, other work on the "
+        "machine inflates latencies).",
         "",
         "| what | result |",
         "|---|---|",

@@ -1,4 +1,4 @@
-"""Shared by the store tests: small releases, the whitening check, the seen-neighbour check."""
+"""Shared by the store tests: small releases, stored points, the seen-neighbour check."""
 
 from __future__ import annotations
 
@@ -7,43 +7,6 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from qveil.server.store import InsertRecord, SamplePathStore
-
-try:  # the core's statistical helpers (issue: noise tests); a local fallback otherwise
-    from qveil.stats import normality_report, whiten
-except ImportError:  # pragma: no cover - only before core/stats.py exists
-    from scipy import stats as _st
-
-    from qveil.noise import conditional_moments
-
-    def whiten(xs, gs, *, beta, sigma):  # type: ignore[no-untyped-def]
-        seen: dict[float, float] = {}
-        z = []
-        for x, g in zip(xs, gs, strict=True):
-            left = max((k for k in seen if k < x), default=None)
-            right = min((k for k in seen if k > x), default=None)
-            m, s = conditional_moments(
-                beta=beta,
-                sigma=sigma,
-                d_left=None if left is None else x - left,
-                g_left=None if left is None else seen[left],
-                d_right=None if right is None else right - x,
-                g_right=None if right is None else seen[right],
-            )
-            z.append((g - m) / s)
-            seen[x] = g
-        return np.asarray(z)
-
-    def normality_report(z):  # type: ignore[no-untyped-def]
-        z = np.asarray(z)
-        p = float(_st.kstest(z, "norm").pvalue)
-        return {
-            "n": z.size,
-            "ks_p": p,
-            "mean": float(z.mean()),
-            "var": float(z.var()),
-            "passed": p >= 1e-3,
-        }
-
 
 RID = "rel-1"
 SIGMA = 0.7

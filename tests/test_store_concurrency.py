@@ -17,10 +17,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from store_helpers import RID, check_seen, make_release, normality_report, stored, whiten
+from store_helpers import RID, check_seen, make_release, stored
 from store_worker import concurrent_writer, run_forked
 
 from qveil.server.store import InsertRecord, open_store
+from qveil.stats import normality_report, whiten
 
 BETA, SIGMA = 40.0, 1.0
 

@@ -18,14 +18,13 @@ from store_helpers import (
     SIGMA,
     check_seen,
     make_release,
-    normality_report,
     stored,
-    whiten,
 )
 
 from qveil.errors import IntegrityError, InvalidArgument, NotFound
 from qveil.rng import OSEntropy
 from qveil.server.store import open_store
+from qveil.stats import normality_report, whiten
 
 
 @pytest.fixture(params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])

@@ -29,6 +29,7 @@ import math
 from typing import Any
 
 from qveil.errors import InvalidArgument
+from qveil.privacy.checks import positive as _pos
 from qveil.privacy.gaussian import analytic_gaussian_sigma, gdp_epsilon, gdp_mu
 from qveil.privacy.params import PrivacyParams, PrivacyResult
 from qveil.privacy.rkhs import optimal_beta, output_sensitivity_sq
@@ -52,18 +53,6 @@ _K_MAX = 2**40  # calibration gives up on k beyond ~1e12 (reported as holds=Fals
 
 
 # ---------------------------------------------------------------------------- formulas
-def _pos(name: str, value: float) -> float:
-    if isinstance(value, bool):
-        raise InvalidArgument(f"{name} must be a number, got {value!r}")
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise InvalidArgument(f"{name} must be a number, got {value!r}") from None
-    if not math.isfinite(v) or v <= 0:
-        raise InvalidArgument(f"{name} must be a finite number > 0, got {value!r}")
-    return v
-
-
 def theorem5_beta(*, lr: float, k: float, batch_size: int) -> float:
     """beta = (4 alpha (k+1) / B)^{-1} (Theorem 5; the proof's choice 1/beta = v)."""
     return 1.0 / (4.0 * _pos("lr", lr) * (_pos("k", k) + 1.0) / _pos("batch_size", batch_size))

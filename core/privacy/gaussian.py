@@ -35,6 +35,7 @@ import math
 from scipy.special import log_ndtr
 
 from qveil.errors import InvalidArgument
+from qveil.privacy.checks import number as _finite
 
 __all__ = [
     "analytic_gaussian_delta",
@@ -48,33 +49,6 @@ __all__ = [
 # bisection stops when the bracket is this tight, relative to its upper end
 _REL_TOL = 0.0  # bisect to adjacent floats: the returned end is as tight as a double allows
 _MAX_ITER = 2200
-
-
-def _finite(
-    name: str,
-    value: float,
-    *,
-    lo: float | None = None,
-    lo_open: bool = True,
-    hi: float | None = None,
-    hi_open: bool = True,
-) -> float:
-    """Validate one scalar, naming it and repeating the bad value in the message."""
-    if isinstance(value, bool):
-        raise InvalidArgument(f"{name} must be a number, got {value!r}")
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise InvalidArgument(f"{name} must be a number, got {value!r}") from None
-    if not math.isfinite(v):
-        raise InvalidArgument(f"{name} must be finite, got {value!r}")
-    if lo is not None and (v < lo or (lo_open and v == lo)):
-        op = ">" if lo_open else ">="
-        raise InvalidArgument(f"{name} must be {op} {lo:g}, got {value!r}")
-    if hi is not None and (v > hi or (hi_open and v == hi)):
-        op = "<" if hi_open else "<="
-        raise InvalidArgument(f"{name} must be {op} {hi:g}, got {value!r}")
-    return v
 
 
 def _delta(eps: float, mu: float) -> float:

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from qveil.errors import InvalidArgument
+from qveil.privacy.checks import number as _num
 
 __all__ = [
     "E3_SETTINGS",
@@ -54,27 +55,6 @@ E3_SOURCES: dict[str, str] = {
     "reward_bound": "E.1: reward 0.5 - |s - 0.5| lies in [0, 0.5], so r0 = 0.5",
     "reward_sensitivity": "Theorem 5: neighbours have ||r - r'||_inf <= 1",
 }
-
-
-def _num(
-    name: str,
-    value: Any,
-    *,
-    lo: float | None = None,
-    lo_open: bool = True,
-    hi: float | None = None,
-    hi_open: bool = True,
-) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise InvalidArgument(f"{name} must be a number, got {value!r}")
-    v = float(value)
-    if not math.isfinite(v):
-        raise InvalidArgument(f"{name} must be finite, got {value!r}")
-    if lo is not None and (v < lo or (lo_open and v == lo)):
-        raise InvalidArgument(f"{name} must be {'>' if lo_open else '>='} {lo:g}, got {value!r}")
-    if hi is not None and (v > hi or (hi_open and v == hi)):
-        raise InvalidArgument(f"{name} must be {'<' if hi_open else '<='} {hi:g}, got {value!r}")
-    return v
 
 
 def _int(name: str, value: Any, *, lo: int) -> int:

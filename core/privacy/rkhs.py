@@ -21,12 +21,11 @@ D1 = 2L, beta* = L / M and ||f||_H^2 <= 4 M^2 + 4 M L.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import numpy.typing as npt
 
 from qveil.errors import InvalidArgument
+from qveil.privacy.checks import positive as _pos
 
 __all__ = [
     "gram_norm_sq",
@@ -35,15 +34,6 @@ __all__ = [
     "optimal_beta",
     "output_sensitivity_sq",
 ]
-
-
-def _pos(name: str, value: float) -> float:
-    if isinstance(value, bool):
-        raise InvalidArgument(f"{name} must be a number, got {value!r}")
-    v = float(value)
-    if not math.isfinite(v) or v <= 0:
-        raise InvalidArgument(f"{name} must be a finite number > 0, got {value!r}")
-    return v
 
 
 def lemma6_bound_sq(*, sup_bound: float, lip_bound: float, beta: float) -> float:

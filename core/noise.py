@@ -42,6 +42,7 @@ __all__ = [
     "StateInterval",
     "conditional_moments",
     "ou_covariance",
+    "validate_points",
     "validate_unit_states",
 ]
 
@@ -176,6 +177,23 @@ def validate_unit_states(xs: npt.ArrayLike) -> FloatArray:
         raise InvalidArgument(f"state {arr[i]!r} at index {i} is not a finite number in [0, 1]")
     out: FloatArray = arr + 0.0
     return out
+
+
+def validate_points(xs: npt.ArrayLike, gs: npt.ArrayLike) -> tuple[FloatArray, FloatArray]:
+    """Stored points as two 1-D float64 arrays of one shape: states on [0, 1] (see
+    :func:`validate_unit_states`) and finite noise values; else :class:`InvalidArgument`."""
+    x = validate_unit_states(xs)
+    try:
+        g = np.asarray(gs, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgument(f"noise values must be numbers: {exc}") from None
+    if g.ndim == 0:
+        g = g.reshape(1)
+    if g.shape != x.shape:
+        raise InvalidArgument(f"states have shape {x.shape} but values {g.shape}")
+    if not np.isfinite(g).all():
+        raise InvalidArgument("noise values must be finite")
+    return x, g
 
 
 class OUSamplePath:
@@ -321,17 +339,7 @@ class OUSamplePath:
         All or nothing: on any error (bad state, non-finite value, a state given two values)
         :class:`InvalidArgument` is raised and the path is unchanged.
         """
-        x = validate_unit_states(xs)
-        try:
-            g = np.asarray(gs, dtype=np.float64)
-        except (TypeError, ValueError) as exc:
-            raise InvalidArgument(f"noise values must be numbers: {exc}") from None
-        if g.ndim == 0:
-            g = g.reshape(1)
-        if g.shape != x.shape:
-            raise InvalidArgument(f"states have shape {x.shape} but values {g.shape}")
-        if not np.isfinite(g).all():
-            raise InvalidArgument("stored noise values must be finite")
+        x, g = validate_points(xs, gs)
         if x.size == 0:
             return
         old_x, old_g = self.points()

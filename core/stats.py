@@ -27,7 +27,7 @@ from scipy import stats as sps
 from sortedcontainers import SortedList
 
 from qveil.errors import InvalidArgument
-from qveil.noise import conditional_moments, validate_unit_states
+from qveil.noise import conditional_moments, validate_points
 
 __all__ = ["DEFAULT_PASS_LEVEL", "chi2_bins", "normality_report", "whiten"]
 
@@ -47,14 +47,7 @@ def whiten(xs: npt.ArrayLike, gs: npt.ArrayLike, *, beta: float, sigma: float) -
     point). States must be distinct, values finite, ``sigma > 0`` (else no innovation
     exists): otherwise :class:`InvalidArgument`.
     """
-    x = validate_unit_states(xs)
-    g = np.asarray(gs, dtype=np.float64)
-    if g.ndim == 0:
-        g = g.reshape(1)
-    if g.shape != x.shape:
-        raise InvalidArgument(f"states have shape {x.shape} but values {g.shape}")
-    if not np.isfinite(g).all():
-        raise InvalidArgument("noise values must be finite")
+    x, g = validate_points(xs, gs)
     if not (math.isfinite(float(sigma)) and float(sigma) > 0):
         raise InvalidArgument(f"sigma must be a finite number > 0 to whiten, got {sigma!r}")
     if np.unique(x).size != x.size:

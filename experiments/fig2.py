@@ -50,6 +50,19 @@ QUICK_CHANGES = {"samples": 320, "resets": 5}  # 5 iterations of B = 64
 DPSGD_CLIP = 1.0
 
 
+def _baseline_row(p: Any) -> dict[str, Any]:
+    """The privacy columns of a baseline calibrated by its own accountant (always holds)."""
+    return {
+        "epsilon": p.epsilon,
+        "delta_total": p.delta,
+        "holds": True,
+        "noise": p.noise_std,
+        "basis": p.basis,
+        "reason": None,
+        "mu": p.mu,
+    }
+
+
 def method_spec(
     method: str,
     *,
@@ -145,29 +158,13 @@ def method_spec(
             steps=cfg.planned_updates,
         )
         spec = {**base, "method": "dpsgd", "clip": DPSGD_CLIP, "noise_std": p.noise_std}
-        return spec, {
-            "epsilon": p.epsilon,
-            "delta_total": p.delta,
-            "holds": True,
-            "noise": p.noise_std,
-            "basis": p.basis,
-            "reason": None,
-            "mu": p.mu,
-        }
+        return spec, _baseline_row(p)
     if method == "input":
         p = input_perturbation_calibrate(
             epsilon=epsilon, delta=delta, samples=cfg.samples, reward_sensitivity=rs
         )
         spec = {**base, "method": "input", "noise_std": p.noise_std}
-        return spec, {
-            "epsilon": p.epsilon,
-            "delta_total": p.delta,
-            "holds": True,
-            "noise": p.noise_std,
-            "basis": p.basis,
-            "reason": None,
-            "mu": p.mu,
-        }
+        return spec, _baseline_row(p)
     raise ValueError(f"unknown method {method!r}")
 
 

@@ -19,7 +19,7 @@ from qveil.client.channel import (
     channel_credentials,
     channel_options,
 )
-from qveil.client.errors import from_grpc_error
+from qveil.client.errors import from_grpc_error, is_retryable
 from qveil.client.sync import as_states
 from qveil.v1 import value_service_pb2 as value_pb
 from qveil.v1 import value_service_pb2_grpc as value_grpc
@@ -59,7 +59,7 @@ class AsyncValueClient:
                     request, timeout=timeout or self._timeout, metadata=self._metadata
                 )
             except grpc.aio.AioRpcError as exc:
-                if exc.code() == grpc.StatusCode.UNAVAILABLE and attempt + 1 < self._retry.attempts:
+                if is_retryable(exc) and attempt + 1 < self._retry.attempts:
                     await asyncio.sleep(self._retry.delay(attempt))
                     continue
                 raise from_grpc_error(exc) from None

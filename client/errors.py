@@ -46,6 +46,7 @@ __all__ = [
     "UnavailableError",
     "UnimplementedError",
     "from_grpc_error",
+    "is_retryable",
 ]
 
 DETAILS_KEY = "grpc-status-details-bin"
@@ -166,10 +167,33 @@ def _details(trailing: object) -> status_pb2.Status | None:
     return None
 
 
+#: Raised by the server's transport, never by this SDK (it cancels no call it made): a call
+#: that reached a server which was shutting down before any handler took it (grpc/grpc#41785).
+#: Nothing was processed, so it is UNAVAILABLE in all but name, and as safe to retry.
+SERVER_CANCELLED = (
+    "the server cancelled the call before answering it (it was shutting down); "
+    "safe to retry, on another replica"
+)
+
+
+def is_retryable(exc: grpc.RpcError) -> bool:
+    """UNAVAILABLE, or CANCELLED by the server: both mean "not answered, try again"."""
+    code = exc.code() if callable(getattr(exc, "code", None)) else None  # type: ignore[attr-defined]
+    return code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
+
+
 def from_grpc_error(exc: grpc.RpcError) -> RpcError:
-    """The typed exception for a failed call (works for sync and aio errors)."""
+    """The typed exception for a failed call (works for sync and aio errors).
+
+    CANCELLED becomes :class:`UnavailableError` (its ``code`` stays CANCELLED): this SDK
+    never cancels its own calls, so a CANCELLED status comes from a server that reset the
+    call while shutting down, before any handler ran (see :data:`SERVER_CANCELLED`)."""
     code = exc.code() if callable(getattr(exc, "code", None)) else grpc.StatusCode.UNKNOWN  # type: ignore[attr-defined]
     message = exc.details() if callable(getattr(exc, "details", None)) else str(exc)  # type: ignore[attr-defined]
+    if code == grpc.StatusCode.CANCELLED:
+        return UnavailableError(
+            f"{SERVER_CANCELLED} ({message or code.name})", code=code, reason="SERVER_CANCELLED"
+        )
     trailing = exc.trailing_metadata() if callable(getattr(exc, "trailing_metadata", None)) else ()  # type: ignore[attr-defined]
     reason, metadata, violations, retry = "", {}, [], None
     status = _details(trailing)

@@ -22,7 +22,7 @@ from qveil.client.channel import (
     channel_credentials,
     channel_options,
 )
-from qveil.client.errors import from_grpc_error
+from qveil.client.errors import from_grpc_error, is_retryable
 from qveil.v1 import admin_service_pb2 as admin_pb
 from qveil.v1 import admin_service_pb2_grpc as admin_grpc
 from qveil.v1 import audit_service_pb2 as audit_pb
@@ -76,7 +76,7 @@ class _Base:
             try:
                 return method(request, timeout=timeout or self._timeout, metadata=self._metadata)
             except grpc.RpcError as exc:
-                if exc.code() == grpc.StatusCode.UNAVAILABLE and attempt + 1 < attempts:  # type: ignore[attr-defined]
+                if is_retryable(exc) and attempt + 1 < attempts:
                     time.sleep(self._retry.delay(attempt))
                     continue
                 raise from_grpc_error(exc) from None

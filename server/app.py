@@ -4,9 +4,10 @@
 the three qveil services, grpc.health.v1 and (by flag) reflection, bound but not started;
 tests bind ``127.0.0.1:0``. :func:`serve` is the whole life of ``qveil serve``: bind (health
 NOT_SERVING), open the store, load and verify the bundle, register and activate its release,
-verify the stored noise, SERVING; on SIGTERM/SIGINT: NOT_SERVING, keep answering for
-``drain_delay`` seconds (load balancers notice), then ``server.stop(grace)`` (new calls
-refused, calls in flight finish), close the store, exit 0.
+verify the stored noise, SERVING; on SIGTERM/SIGINT: NOT_SERVING (open health watches end),
+keep answering for ``drain_delay`` seconds (load balancers notice), then refuse new calls with
+UNAVAILABLE, let calls in flight finish (at most ``grace`` seconds), ``server.stop``, close the
+store, exit 0.
 """
 
 from __future__ import annotations
@@ -230,10 +231,18 @@ async def serve(config: ServeConfig, *, on_event: Callable[[str], None] | None =
         await waiter
         say("draining: health NOT_SERVING")
         handlers.holder.draining = True
-        await health.drain()
+        await health.drain()  # also ends open Watch streams, which would hold stop(grace)
         if config.drain_delay > 0:
             await asyncio.sleep(config.drain_delay)
-        await server.stop(config.grace)
+        # grpc-core cancels (CANCELLED) every call that has reached it but not yet a handler
+        # when server.stop() begins (grpc/grpc#41785). So first refuse new calls ourselves
+        # with UNAVAILABLE while the event loop keeps matching them, let the calls in flight
+        # finish, and only then stop; clients map the few calls still caught by the race
+        # (reset before any handler ran, so never processed) to UNAVAILABLE too.
+        core.closing = True
+        started = loop.time()
+        await core.wait_idle(config.grace)
+        await server.stop(max(0.0, config.grace - (loop.time() - started)))
         say("stopped")
         return 0
     except BaseException:

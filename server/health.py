@@ -1,21 +1,80 @@
 """grpc.health.v1 for the server: NOT_SERVING until the model and the store are verified,
-SERVING while answering, NOT_SERVING again from the moment a drain (SIGTERM) begins."""
+SERVING while answering, NOT_SERVING again from the moment a drain (SIGTERM) begins.
+
+Our own servicer rather than grpc_health's reference one, for one reason: a drain must end
+open ``Watch`` streams. A ``Watch`` is an RPC in flight, so grpc.aio's ``server.stop(grace)``
+would wait the whole grace period for it and then cancel every call still running. On
+:meth:`Health.drain`, each watcher is sent NOT_SERVING and its stream ends with status OK; a
+``Watch`` opened after that gets NOT_SERVING and ends at once.
+"""
 
 from __future__ import annotations
 
-from grpc_health.v1 import health, health_pb2
+import asyncio
+from typing import Any
+
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 __all__ = ["SERVICES", "Health"]
 
 SERVICES = ("", "qveil.v1.ValueService", "qveil.v1.AdminService", "qveil.v1.AuditService")
+Status = health_pb2.HealthCheckResponse.ServingStatus
+
+
+class _Servicer(health_pb2_grpc.HealthServicer):
+    """Check and Watch over one status table and one condition (event loop only)."""
+
+    def __init__(self) -> None:
+        self.status: dict[str, Status] = {}
+        self.changed = asyncio.Condition()
+        self.closed = False
+        self.watchers = 0
+
+    async def Check(  # noqa: N802 - gRPC method name
+        self, request: health_pb2.HealthCheckRequest, context: Any
+    ) -> health_pb2.HealthCheckResponse:
+        import grpc
+
+        status = self.status.get(request.service)
+        if status is None:
+            await context.abort(grpc.StatusCode.NOT_FOUND, "unknown service")
+        return health_pb2.HealthCheckResponse(status=status)
+
+    async def Watch(  # noqa: N802 - gRPC method name
+        self, request: health_pb2.HealthCheckRequest, context: Any
+    ) -> None:
+        last: Status | None = None
+        self.watchers += 1
+        try:
+            async with self.changed:
+                while True:
+                    status = self.status.get(
+                        request.service, health_pb2.HealthCheckResponse.SERVICE_UNKNOWN
+                    )
+                    if status != last:
+                        await context.write(health_pb2.HealthCheckResponse(status=status))
+                        last = status
+                    if self.closed:
+                        return  # draining: the stream ends (OK) instead of holding shutdown
+                    await self.changed.wait()
+        finally:
+            self.watchers -= 1
+
+    async def set(self, service: str, status: Status) -> None:
+        async with self.changed:
+            self.status[service] = status
+            self.changed.notify_all()
 
 
 class Health:
     def __init__(self) -> None:
-        self.servicer = health.aio.HealthServicer()
+        self.servicer = _Servicer()
         self.serving = False
 
     async def set_serving(self, serving: bool) -> None:
+        """SERVING or NOT_SERVING for every service; ignored once a drain has begun."""
+        if self.servicer.closed:
+            return
         status = (
             health_pb2.HealthCheckResponse.SERVING
             if serving
@@ -26,6 +85,10 @@ class Health:
         self.serving = serving
 
     async def drain(self) -> None:
-        """NOT_SERVING for every service, and stay so (later set() calls are ignored)."""
+        """NOT_SERVING for every service, for good, and end every open Watch stream."""
         self.serving = False
-        await self.servicer.enter_graceful_shutdown()
+        async with self.servicer.changed:
+            for name in SERVICES:
+                self.servicer.status[name] = health_pb2.HealthCheckResponse.NOT_SERVING
+            self.servicer.closed = True
+            self.servicer.changed.notify_all()

@@ -46,6 +46,8 @@ class Core:
         self.authorizer = authorizer
         self.executor = executor
         self.ready = False
+        #: Set when a drain's delay is over: new calls get UNAVAILABLE from us (see app.serve).
+        self.closing = False
         self.in_flight = 0
         self.by_caller: dict[str, int] = {}  # in-flight calls per caller (event loop only)
 
@@ -113,6 +115,8 @@ class Core:
         )
         if not self.ready:
             raise Unavailable("the server is starting: model and store not verified yet")
+        if self.closing:
+            raise Unavailable("the server is shutting down; retry (another replica)")
         limits = self.handlers.limits
         caller = (
             f"token:{principal.name}" if principal.role is not None else f"peer:{context.peer()}"
@@ -129,6 +133,15 @@ class Core:
                 f"{limits.max_in_flight}; retry shortly"
             )
         return caller
+
+    async def wait_idle(self, timeout: float) -> bool:
+        """Wait until no call is in flight (True) or ``timeout`` seconds pass (False)."""
+        deadline = time.monotonic() + timeout
+        while self.in_flight:
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.005)
+        return True
 
     async def abort(
         self, context: grpc.aio.ServicerContext, method: str, exc: Exception, start: float

@@ -236,3 +236,21 @@ def test_generated_stubs_do_not_drift() -> None:
         ["bash", "scripts/gen_proto.sh", "--check"], cwd=REPO, capture_output=True, text=True
     )
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_server_cancelled_call_is_unavailable_and_retryable() -> None:
+    """grpc-core resets calls that reached a stopping server before any handler took them
+    (grpc/grpc#41785): the client sees CANCELLED though it cancelled nothing. The SDK reports
+    that as UnavailableError (code kept, reason SERVER_CANCELLED) and retries it."""
+    from types import SimpleNamespace
+
+    call = _FakeCall(
+        SimpleNamespace(code=grpc.StatusCode.CANCELLED, message="", trailing_metadata=())
+    )
+    back = cerr.from_grpc_error(call)
+    assert isinstance(back, cerr.UnavailableError) and isinstance(back, domain.Unavailable)
+    assert back.code == grpc.StatusCode.CANCELLED and back.reason == "SERVER_CANCELLED"
+    assert cerr.is_retryable(call)
+    assert not cerr.is_retryable(
+        _FakeCall(SimpleNamespace(code=grpc.StatusCode.INTERNAL, message="", trailing_metadata=()))
+    )

@@ -137,6 +137,7 @@ def test_sigterm_drains(bundle: Path, tmp_path: Path) -> None:
         store=f"sqlite:///{tmp_path / 's.sqlite'}",
     )
     results: list[str] = []
+    reasons: list[str] = []  # SERVER_CANCELLED: reset by grpc-core before a handler took it
     stop = threading.Event()
 
     def load() -> None:
@@ -146,8 +147,9 @@ def test_sigterm_drains(bundle: Path, tmp_path: Path) -> None:
                 try:
                     c.values(rng.uniform(-1, 2, size=64))
                     results.append("OK")
-                except UnavailableError:
+                except UnavailableError as exc:
                     results.append("UNAVAILABLE")
+                    reasons.append(exc.reason)
                 except Exception as exc:  # noqa: BLE001
                     results.append(repr(exc))
 
@@ -164,6 +166,43 @@ def test_sigterm_drains(bundle: Path, tmp_path: Path) -> None:
     stop.set()
     th.join(20)
     assert set(results) <= {"OK", "UNAVAILABLE"}, set(results)
+    print(
+        f"drain: {results.count('OK')} OK, {len(reasons)} UNAVAILABLE, of them "
+        f"{reasons.count('SERVER_CANCELLED')} reset by the server's transport"
+    )
     assert "draining" in sp.output() and "stopped" in sp.output()
     with pytest.raises(grpc.RpcError):
         health_status(sp.target)
+
+
+def test_sigterm_ends_health_watch_streams(bundle: Path, tmp_path: Path) -> None:
+    """An open health Watch is an RPC in flight: before the fix it held `server.stop(grace)`
+    for the whole grace period (60 s here) and was then cancelled. Now the drain sends it
+    NOT_SERVING and ends the stream with status OK, and the process exits long before the
+    grace period is over (the wait below gives up at 30 s, half of it)."""
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    sp = start_server(tmp_path, bundle, "--grace", "60", store=f"sqlite:///{tmp_path / 's.sqlite'}")
+    seen: list[str] = []
+    ended: list[str] = []
+
+    def watch() -> None:
+        with grpc.insecure_channel(sp.target) as ch:
+            stream = health_pb2_grpc.HealthStub(ch).Watch(health_pb2.HealthCheckRequest())
+            try:
+                for msg in stream:
+                    seen.append(health_pb2.HealthCheckResponse.ServingStatus.Name(msg.status))
+                ended.append("OK")
+            except grpc.RpcError as exc:
+                ended.append(exc.code().name)
+
+    th = threading.Thread(target=watch)
+    th.start()
+    deadline = time.monotonic() + 10
+    while not seen and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert seen == ["SERVING"]
+    sp.proc.send_signal(signal.SIGTERM)
+    assert sp.proc.wait(30) == 0, sp.output()
+    th.join(10)
+    assert seen == ["SERVING", "NOT_SERVING"] and ended == ["OK"], (seen, ended)

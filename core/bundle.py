@@ -3,9 +3,15 @@
 A bundle is a directory written once, atomically (a temporary sibling directory renamed into
 place), by the trainer, and read by the server. It holds
 
-* ``weights.npz``: ``W0, b0, W1, b1, ...`` of an MLP on the UNIT state x in [0, 1] (input
-  shape (1,)) with m outputs; each W has shape (out, in), a layer is ``h @ W.T + b`` and
-  ReLU sits between layers (``card["network"]["activation"]``);
+* ``weights.npz``: the model of the released mean function, of one of two kinds behind one
+  interface (:class:`Model`: ``q_values_unit(x) -> (n, m)``), which the server serves alike:
+
+  - ``mlp`` (Algorithm 1 modes): ``W0, b0, W1, b1, ...`` of an MLP on the UNIT state x in
+    [0, 1] (input shape (1,)) with m outputs; each W has shape (out, in), a layer is
+    ``h @ W.T + b`` and ReLU sits between layers (``card["network"]["activation"]``);
+  - ``grid`` (the `fqi` mode): ``grid`` (K,) unit states and ``values`` (K, m), the released
+    mean function L(Q_T) at the grid points, linearly interpolated in between
+    (``card["model"]``);
 * ``card.json``: what was released and under which guarantee (see :data:`CARD_KEYS`);
 * ``config.toml`` (the training configuration), ``training_log.csv`` (per-episode return)
   and ``learning_curve.png``.
@@ -33,7 +39,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -43,9 +49,14 @@ from qveil.noise import StateInterval, validate_unit_states
 
 __all__ = [
     "CARD_KEYS",
+    "FQI_CARD_KEYS",
     "PUBLIC_CARD_KEYS",
     "Bundle",
+    "GridModel",
+    "MLPModel",
+    "Model",
     "build_card",
+    "build_fqi_card",
     "card_digest",
     "lipschitz_bound",
     "load_bundle",
@@ -54,6 +65,7 @@ __all__ = [
     "nonprivate_privacy",
     "verify_privacy",
     "write_bundle",
+    "write_grid_bundle",
 ]
 
 WEIGHTS_FILE = "weights.npz"
@@ -95,6 +107,43 @@ CARD_KEYS = (
     "card_sha256",
 )
 
+#: Keys every fqi card has (issue 13 section 3), besides the common ones.
+FQI_CARD_KEYS = (
+    "bundle_id",
+    "env_id",
+    "state_interval",
+    "actions",
+    "hyperparameters",
+    "mode",
+    "neighbour",
+    "users",
+    "reward_bound",
+    "reward_range",
+    "gamma",
+    "iterations",
+    "sup_sensitivity",
+    "kappa",
+    "beta",
+    "sensitivity",
+    "sigma",
+    "epsilon",
+    "delta",
+    "delta_total",
+    "holds",
+    "basis",
+    "reason",
+    "noise_to_value",
+    "privacy",
+    "privacy_params",
+    "dataset_fingerprint",
+    "model",
+    "weights_sha256",
+    "created_at",
+    "code_version",
+    "seeded",
+    "card_sha256",
+)
+
 #: What ordinary clients may see: no weights (nor their hash), no noise values.
 PUBLIC_CARD_KEYS = (
     "bundle_id",
@@ -122,6 +171,37 @@ PUBLIC_CARD_KEYS = (
     "created_at",
     "code_version",
     "seeded",
+    # fqi: public parameters only. Not dataset_fingerprint: a hash of the private data would
+    # let anyone holding a candidate dataset confirm it exactly (it stays in the admin view).
+    "neighbour",
+    "users",
+    "reward_bound",
+    "reward_range",
+    "gamma",
+    "iterations",
+    "sup_sensitivity",
+    "kappa",
+    "sensitivity",
+    "noise_to_value",
+    "model",
+)
+
+#: Top-level fqi card fields that must equal the fqi accountant's result.
+_FQI_RESULT_FIELDS = (
+    "mode",
+    "neighbour",
+    "epsilon",
+    "delta",
+    "delta_total",
+    "holds",
+    "basis",
+    "reason",
+    "sigma",
+    "beta",
+    "kappa",
+    "sup_sensitivity",
+    "sensitivity",
+    "noise_to_value",
 )
 
 #: Top-level card fields that must equal the accountant's result (card key -> result key).
@@ -184,6 +264,76 @@ def _forward(layers: list[tuple[FloatArray, FloatArray]], xs: npt.ArrayLike) -> 
         if i < len(layers) - 1:
             np.maximum(h, 0.0, out=h)
     return h
+
+
+class Model(Protocol):
+    """What the server serves: the released mean function of every action at unit states.
+    One interface for every model kind, so there is one serving path."""
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def n_actions(self) -> int: ...
+
+    def q_values_unit(self, x: FloatArray) -> FloatArray:
+        """Q values (n, m) at already-validated unit states x in [0, 1]."""
+        ...
+
+
+@dataclass(frozen=True, eq=False)
+class MLPModel:
+    """The Algorithm 1 network (checked layers), clamped to +-q_bound when one is set."""
+
+    layers: list[tuple[FloatArray, FloatArray]] = field(repr=False)
+    q_bound: float | None = None
+    kind: str = "mlp"
+
+    @property
+    def n_actions(self) -> int:
+        return int(self.layers[-1][0].shape[0])
+
+    def q_values_unit(self, x: FloatArray) -> FloatArray:
+        q = _forward(self.layers, x)
+        if self.q_bound is not None:
+            np.clip(q, -self.q_bound, self.q_bound, out=q)
+        return q
+
+
+def _grid_arrays(weights: Mapping[str, np.ndarray]) -> tuple[FloatArray, FloatArray]:
+    """(grid, values) of a grid model, checked: grid strictly increasing from 0 to 1,
+    values (K, m) finite."""
+    if set(weights) != {"grid", "values"}:
+        raise InvalidArgument(f"grid model: expected arrays grid, values; got {sorted(weights)}")
+    g = np.asarray(weights["grid"], dtype=np.float64)
+    v = np.asarray(weights["values"], dtype=np.float64)
+    if g.ndim != 1 or len(g) < 2 or g[0] != 0.0 or g[-1] != 1.0 or not (np.diff(g) > 0).all():
+        raise InvalidArgument("grid model: grid must increase strictly from 0 to 1")
+    if v.ndim != 2 or v.shape[0] != len(g) or not np.isfinite(v).all():
+        raise InvalidArgument(f"grid model: values must be finite of shape ({len(g)}, m)")
+    return g, v
+
+
+@dataclass(frozen=True, eq=False)
+class GridModel:
+    """The fqi release's mean function: values (K, m) at the grid, linear in between."""
+
+    grid: FloatArray = field(repr=False)
+    values: FloatArray = field(repr=False)
+    kind: str = "grid"
+
+    @property
+    def n_actions(self) -> int:
+        return int(self.values.shape[1])
+
+    def q_values_unit(self, x: FloatArray) -> FloatArray:
+        xs = np.asarray(x, dtype=np.float64).reshape(-1)
+        j = np.clip(np.searchsorted(self.grid, xs, side="right") - 1, 0, len(self.grid) - 2)
+        frac = (xs - self.grid[j]) / (self.grid[j + 1] - self.grid[j])
+        out: FloatArray = (
+            self.values[j] * (1.0 - frac)[:, None] + self.values[j + 1] * frac[:, None]
+        )
+        return out
 
 
 def lipschitz_bound(weights: Mapping[str, np.ndarray]) -> float:
@@ -394,8 +544,7 @@ def write_bundle(
     titled ``curve_title`` (default: env id, sigma and mode from the card).
     """
     out = Path(path)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise InvalidArgument(f"bundle path {str(out)!r} already exists and is not empty")
+    _check_empty(out)
     layers = _layers(weights)
     arrays = {
         f"{p}{i}": np.ascontiguousarray(a, dtype=np.float64)
@@ -419,8 +568,6 @@ def write_bundle(
         raise InvalidArgument(
             f"card says {actions} actions, network has {layers[-1][0].shape[0]} outputs"
         )
-    c.setdefault("bundle_id", uuid.uuid4().hex)
-    c.setdefault("created_at", datetime.now(UTC).isoformat(timespec="seconds"))
     c["lipschitz"] = {
         **c["lipschitz"],
         "bound_from_weights": by_weights,
@@ -436,6 +583,38 @@ def write_bundle(
         "layers": [1] + [int(w.shape[0]) for w, _ in layers],
     }
 
+    return _write_dir(
+        out,
+        arrays,
+        c,
+        required=CARD_KEYS,
+        config_toml=config_toml,
+        training_log_rows=training_log_rows,
+        learning_curve_png=learning_curve_png,
+        curve_title=curve_title,
+    )
+
+
+def _check_empty(out: Path) -> None:
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise InvalidArgument(f"bundle path {str(out)!r} already exists and is not empty")
+
+
+def _write_dir(
+    out: Path,
+    arrays: Mapping[str, np.ndarray],
+    c: dict[str, Any],
+    *,
+    required: Sequence[str],
+    config_toml: str,
+    training_log_rows: Sequence[Mapping[str, Any]],
+    learning_curve_png: bytes | None,
+    curve_title: str | None,
+) -> Path:
+    """Write the model, the completed card and the record into a temporary sibling
+    directory, fsync, and rename it into place (atomic: all or nothing)."""
+    c.setdefault("bundle_id", uuid.uuid4().hex)
+    c.setdefault("created_at", datetime.now(UTC).isoformat(timespec="seconds"))
     parent = out.parent
     parent.mkdir(parents=True, exist_ok=True)
     tmp = parent / f".{out.name}.tmp-{uuid.uuid4().hex[:8]}"
@@ -444,7 +623,7 @@ def write_bundle(
         with (tmp / WEIGHTS_FILE).open("wb") as fh:
             np.savez(fh, **arrays)  # type: ignore[arg-type]
         c["weights_sha256"] = _sha256_file(tmp / WEIGHTS_FILE)
-        missing = [k for k in CARD_KEYS if k not in c and k != "card_sha256"]
+        missing = [k for k in required if k not in c and k != "card_sha256"]
         if missing:
             raise InvalidArgument(f"card: missing keys {missing}")
         c["card_sha256"] = card_digest(c)
@@ -470,6 +649,92 @@ def write_bundle(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
+
+
+def build_fqi_card(
+    *,
+    env_id: str,
+    interval: tuple[float, float] | StateInterval,
+    privacy_result: Any,
+    dataset_fingerprint: str,
+    hyperparameters: Mapping[str, Any],
+    seeded: bool,
+    code_version: str = "",
+    extra: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The card of an fqi release, its privacy numbers copied from the fqi accountant's
+    result (``qveil.privacy.fqi.FQIPrivacyResult``), never typed."""
+    pr = _privacy_dict(privacy_result)
+    pp = pr["params"]
+    iv = interval if isinstance(interval, StateInterval) else StateInterval(*interval)
+    lo, hi = pp["reward_range"]
+    card: dict[str, Any] = {
+        "env_id": env_id,
+        "state_interval": [iv.lo, iv.hi],
+        "actions": int(pp["actions"]),
+        "hyperparameters": _jsonable(dict(hyperparameters)),
+        **{k: pr.get(k) for k in _FQI_RESULT_FIELDS},
+        "users": int(pp["users"]),
+        "reward_range": [float(lo), float(hi)],
+        "reward_bound": _reward_bound(pp),
+        "gamma": float(pp["gamma"]),
+        "iterations": int(pp["iterations"]),
+        "privacy": pr,
+        "privacy_params": pp,
+        "dataset_fingerprint": str(dataset_fingerprint),
+        "code_version": code_version,
+        "seeded": bool(seeded),
+        "model": {
+            "kind": "grid",
+            "grid_points": int(pp["grid_points"]),
+            "interpolation": "piecewise-linear",
+            "input": "unit state x in [0, 1]",
+            "smoother_bandwidth": float(pp["smoother_bandwidth"]),
+        },
+    }
+    if extra:
+        card.update(_jsonable(dict(extra)))
+    return card
+
+
+def _reward_bound(pp: Mapping[str, Any]) -> float:
+    """r0 of the card: the reward scale D_T is linear in (user: max(hi,0) - min(lo,0);
+    reward: hi - lo)."""
+    lo, hi = (float(v) for v in pp["reward_range"])
+    return max(hi, 0.0) - min(lo, 0.0) if pp["neighbour"] == "user" else hi - lo
+
+
+def write_grid_bundle(
+    path: str | Path,
+    *,
+    card: Mapping[str, Any],
+    values: npt.ArrayLike,
+    config_toml: str,
+    training_log_rows: Sequence[Mapping[str, Any]],
+    learning_curve_png: bytes | None = None,
+    curve_title: str | None = None,
+) -> Path:
+    """Write an fqi bundle: ``values`` (K, m), the released mean function at the card's
+    public grid of K points (x_k = k / (K - 1) on the unit state)."""
+    out = Path(path)
+    _check_empty(out)
+    v = np.ascontiguousarray(values, dtype=np.float64)
+    c = _jsonable(dict(card))
+    k = int(c["model"]["grid_points"])
+    arrays = {"grid": np.linspace(0.0, 1.0, k), "values": v}
+    _grid_arrays(arrays)
+    if v.shape[1] != int(c["actions"]):
+        raise InvalidArgument(f"card says {c['actions']} actions, values have {v.shape[1]}")
+    return _write_dir(
+        out,
+        arrays,
+        c,
+        required=FQI_CARD_KEYS,
+        config_toml=config_toml,
+        training_log_rows=training_log_rows,
+        learning_curve_png=learning_curve_png,
+        curve_title=curve_title,
+    )
 
 
 # ----------------------------------------------------------------------------- reading
@@ -510,6 +775,8 @@ def verify_privacy(card: Mapping[str, Any]) -> dict[str, Any]:
     pp = card.get("privacy_params")
     if not isinstance(pp, Mapping):
         raise IntegrityError("card: privacy_params is not an object")
+    if pp.get("mode") == "fqi":
+        return _verify_fqi_privacy(card, pp)
     try:
         if pp.get("sigma") == 0:
             fresh = nonprivate_privacy(pp)
@@ -535,6 +802,42 @@ def verify_privacy(card: Mapping[str, Any]) -> dict[str, Any]:
             bad.append(f"q_bound (card {card.get('q_bound')!r}, recomputed {want!r})")
     elif card.get("q_bound") is not None:
         bad.append(f"q_bound (card {card.get('q_bound')!r}, must be null outside output mode)")
+    if bad:
+        raise IntegrityError(
+            "privacy card does not match the accountant's recomputation: " + "; ".join(bad)
+        )
+    return fresh
+
+
+def _verify_fqi_privacy(card: Mapping[str, Any], pp: Mapping[str, Any]) -> dict[str, Any]:
+    """verify_privacy for an fqi card: every number recomputed by the fqi accountant (kappa
+    from the map's parameters, D_T from the relation, epsilon from sigma)."""
+    from qveil.privacy.fqi import FQIPrivacyParams, account_fqi
+
+    try:
+        fresh: dict[str, Any] = _jsonable(account_fqi(FQIPrivacyParams.from_dict(pp)).to_dict())
+    except (TypeError, ValueError, KeyError) as exc:
+        raise IntegrityError(f"card: privacy_params cannot be accounted: {exc}") from None
+    recorded = card.get("privacy")
+    if isinstance(recorded, Mapping):  # calibration's target is a record, not a result
+        recorded = {k: v for k, v in recorded.items() if k != "target"}
+    bad = _diff(recorded, fresh, "privacy.")
+    for key in _FQI_RESULT_FIELDS:
+        if not _same(card.get(key), fresh.get(key)):
+            bad.append(f"{key} (card {card.get(key)!r}, recomputed {fresh.get(key)!r})")
+    for key, want in (
+        ("users", pp["users"]),
+        ("gamma", pp["gamma"]),
+        ("iterations", pp["iterations"]),
+        ("actions", pp["actions"]),
+        ("reward_range", list(pp["reward_range"])),
+        ("reward_bound", _reward_bound(pp)),
+    ):
+        if not _same(card.get(key), want):
+            bad.append(f"{key} (card {card.get(key)!r}, privacy_params {want!r})")
+    model = card.get("model")
+    if not isinstance(model, Mapping) or model.get("grid_points") != pp["grid_points"]:
+        bad.append("model.grid_points (differs from privacy_params.grid_points)")
     if bad:
         raise IntegrityError(
             "privacy card does not match the accountant's recomputation: " + "; ".join(bad)
@@ -588,18 +891,17 @@ class Bundle:
         return bool(self.card.get("seeded"))
 
     @functools.cached_property
-    def _checked_layers(self) -> list[tuple[FloatArray, FloatArray]]:
-        """The weights checked once (shapes, finiteness), not on every query."""
-        return _layers(self.weights)
+    def model(self) -> Model:
+        """The served model, its arrays checked once (not on every query)."""
+        if self.card.get("mode") == "fqi":
+            g, v = _grid_arrays(self.weights)
+            return GridModel(grid=g, values=v)
+        return MLPModel(layers=_layers(self.weights), q_bound=self.q_bound)
 
     def q_values_unit(self, xs: npt.ArrayLike) -> FloatArray:
-        """Q values (n, m) at unit states (validated in [0, 1]), clamped to +-q_bound."""
-        x = validate_unit_states(xs)
-        q = _forward(self._checked_layers, x)
-        qb = self.q_bound
-        if qb is not None:
-            np.clip(q, -qb, qb, out=q)
-        return q
+        """Q values (n, m) at unit states (validated in [0, 1]); an MLP is clamped to
+        +-q_bound."""
+        return self.model.q_values_unit(validate_unit_states(xs))
 
     def q_values(self, states: npt.ArrayLike) -> FloatArray:
         """Q values (n, m) at raw states (validated against the interval: InvalidArgument)."""
@@ -634,7 +936,8 @@ def load_bundle(path: str | Path, *, verify: bool = True) -> Bundle:
         raise InvalidArgument(f"bundle {str(p)!r}: card.json is not valid JSON: {exc}") from None
     if not isinstance(card, dict):
         raise InvalidArgument(f"bundle {str(p)!r}: card.json is not an object")
-    missing = [k for k in CARD_KEYS if k not in card]
+    fqi = card.get("mode") == "fqi"
+    missing = [k for k in (FQI_CARD_KEYS if fqi else CARD_KEYS) if k not in card]
     if missing:
         raise InvalidArgument(f"bundle {str(p)!r}: card lacks {missing}")
     if verify:
@@ -655,20 +958,20 @@ def load_bundle(path: str | Path, *, verify: bool = True) -> Bundle:
             weights = {k: np.asarray(npz[k], dtype=np.float64) for k in npz.files}
     except (OSError, ValueError) as exc:
         raise InvalidArgument(f"bundle {str(p)!r}: weights.npz unreadable: {exc}") from None
-    layers = _layers(weights)
-    if layers[-1][0].shape[0] != int(card["actions"]):
+    outputs = _grid_arrays(weights)[1].shape[1] if fqi else _layers(weights)[-1][0].shape[0]
+    if outputs != int(card["actions"]):
         raise InvalidArgument(
-            f"bundle {str(p)!r}: card says {card['actions']} actions, "
-            f"network has {layers[-1][0].shape[0]} outputs"
+            f"bundle {str(p)!r}: card says {card['actions']} actions, model has {outputs} outputs"
         )
     StateInterval(*card["state_interval"])
     if verify:
-        declared = float(card["privacy_params"]["lipschitz"])
-        bound = lipschitz_bound(weights)
-        if bound > declared * (1 + 1e-9):
-            raise IntegrityError(
-                f"bundle {str(p)!r}: network Lipschitz bound {bound:.6g} "
-                f"exceeds the L={declared:g} the privacy rests on"
-            )
+        if not fqi:
+            declared = float(card["privacy_params"]["lipschitz"])
+            bound = lipschitz_bound(weights)
+            if bound > declared * (1 + 1e-9):
+                raise IntegrityError(
+                    f"bundle {str(p)!r}: network Lipschitz bound {bound:.6g} "
+                    f"exceeds the L={declared:g} the privacy rests on"
+                )
         verify_privacy(card)
     return Bundle(path=p, card=card, weights=weights)

@@ -356,10 +356,10 @@ def _planned_event(cfg: Any, dataset_id: str) -> Any:
 
 def _bundle_event(bundle: Any, dataset_id: str) -> Any:
     """The release's event, recomputed by the accountant from the card's own parameters."""
-    from qveil.privacy import PrivacyParams, account
+    from qveil.privacy.fqi import account_params
     from qveil.privacy.ledger import PrivacyEvent
 
-    result = account(PrivacyParams.from_dict(bundle.card["privacy_params"]))
+    result = account_params(bundle.card["privacy_params"])
     return PrivacyEvent.from_result(result, dataset_id=dataset_id, bundle_id=bundle.bundle_id)
 
 

@@ -26,9 +26,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from qveil.errors import BudgetExceeded, InvalidArgument
-from qveil.privacy.accountant import account
 from qveil.privacy.gaussian import gdp_epsilon
-from qveil.privacy.params import MODES, PrivacyParams, PrivacyResult
+from qveil.privacy.params import MODES
+
+#: Modes a ledger event may have: Algorithm 1's and the fqi mode (one Gaussian mechanism).
+EVENT_MODES = (*MODES, "fqi")
 
 __all__ = ["PrivacyEvent", "check_budget", "compose", "verify_event"]
 
@@ -64,13 +66,15 @@ class PrivacyEvent:
     created_at: str
     """ISO 8601 timestamp with a UTC offset."""
     mu: float | None = None
-    """GDP parameter (gdp and output modes), for exact composition."""
+    """GDP parameter (gdp, output and fqi modes), for exact composition."""
     delta_mechanism: float | None = None
     """The mechanism's delta (PrivacyResult.delta); delta - delta_mechanism is Lemma 8's term."""
 
     def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise InvalidArgument(f"mode must be one of {', '.join(MODES)}; got {self.mode!r}")
+        if self.mode not in EVENT_MODES:
+            raise InvalidArgument(
+                f"mode must be one of {', '.join(EVENT_MODES)}; got {self.mode!r:.80}"
+            )
         if not isinstance(self.params, Mapping):
             raise InvalidArgument(f"params must be a mapping, got {self.params!r}")
         object.__setattr__(self, "params", dict(self.params))
@@ -102,7 +106,7 @@ class PrivacyEvent:
     @classmethod
     def from_result(
         cls,
-        result: PrivacyResult,
+        result: Any,
         *,
         dataset_id: str,
         bundle_id: str,
@@ -205,11 +209,13 @@ def check_budget(
     return total
 
 
-def verify_event(event: PrivacyEvent, *, rel_tol: float = 1e-9) -> PrivacyResult:
+def verify_event(event: PrivacyEvent, *, rel_tol: float = 1e-9) -> Any:
     """Recompute an event from its recorded parameters (an auditor's check). Raises
     InvalidArgument naming the mismatch when the recorded numbers are not what the
     accountant gives."""
-    result = account(PrivacyParams.from_dict(event.params))
+    from qveil.privacy.fqi import account_params
+
+    result = account_params(event.params)
     if not result.holds or result.epsilon is None or result.delta_total is None:
         raise InvalidArgument(f"event {event.bundle_id!r}: no guarantee holds: {result.reason}")
     if result.mode != event.mode:

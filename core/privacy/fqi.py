@@ -1,0 +1,275 @@
+"""The accountant of the rigorous `fqi` mode (NOTES-privacy section 6; docs/privacy.md).
+
+The release is f_a = L(Q_T(., a)) + g_a for each of m actions, with Q_T the averager FQI of
+:mod:`qveil.fqi`, L the fixed public map of :mod:`qveil.release_map` and g_a independent
+GP(0, sigma^2 K_beta) paths. It is ONE Gaussian mechanism in the RKHS of K_beta (the m paths
+jointly): with D_T >= sup over neighbouring datasets of ||Q_T - Q_T'||_inf and
+kappa >= max_{||v||_inf <= 1} ||L v||_H^2,
+
+    Delta = D_T sqrt(m kappa) (1 + 1e-9)                                                 (1)
+
+bounds the joint RKHS distance, and (epsilon, delta) follows from the analytic Gaussian
+mechanism (Balle & Wang 2018) with noise multiplier sigma / Delta, valid for every epsilon.
+
+D_T (per action, uniformly over the grid), by the gamma-contraction of an averager:
+
+* ``user`` (one user's whole data replaced; per-user averager over N users): each step moves
+  by at most gamma ||Q_t - Q_t'|| + r0 / (N (1 - gamma)) with r0 = max(hi, 0) - min(lo, 0),
+  so D_T = r0 (1 - gamma^T) / (N (1 - gamma)^2).                                         (2)
+* ``reward`` (transitions public; each sample's reward the mean of N users' reward functions
+  in [lo, hi]; one user's reward function replaced): each reward moves by at most
+  (hi - lo) / N, so D_T = (hi - lo) (1 - gamma^T) / (N (1 - gamma)), tight for a constant
+  shift of every reward.                                                                 (3)
+
+Pure functions of public parameters: no I/O, no randomness.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+from qveil.errors import InvalidArgument
+from qveil.privacy.checks import number as _num
+from qveil.privacy.gaussian import (
+    analytic_gaussian_delta,
+    analytic_gaussian_epsilon,
+    analytic_gaussian_sigma,
+)
+
+__all__ = [
+    "BASIS",
+    "FQIPrivacyParams",
+    "FQIPrivacyResult",
+    "account_fqi",
+    "account_params",
+    "calibrate_fqi",
+    "sup_sensitivity",
+]
+
+NEIGHBOURS = ("user", "reward")
+#: Relative slack on Delta for floating point (NOTES section 6).
+DELTA_SLACK = 1e-9
+
+BASIS = {
+    "user": (
+        "fqi mode, user-level relation: neighbouring datasets differ in one user's whole data "
+        "replaced (all of that user's states, actions and rewards); N = {users} users. "
+        "Averager FQI with per-user averaging (D_T = r0 (1 - gamma^T) / (N (1 - gamma)^2)), a "
+        "fixed public linear map into the RKHS of exp(-beta |x - y|) with certified kappa, one "
+        "Gaussian mechanism over the m actions jointly (Delta = D_T sqrt(m kappa)), analytic "
+        "Gaussian mechanism (Balle & Wang 2018). The guarantee assumes one store per release "
+        "(one noise draw): a second store would be a second draw."
+    ),
+    "reward": (
+        "fqi mode, reward relation: transitions are public (a reward-independent behaviour "
+        "policy) and each sample's reward is the mean of N = {users} users' private reward "
+        "functions in the declared range; neighbouring datasets differ in one user's reward "
+        "function replaced. Averager FQI (D_T = (hi - lo) (1 - gamma^T) / (N (1 - gamma))), a "
+        "fixed public linear map into the RKHS of exp(-beta |x - y|) with certified kappa, one "
+        "Gaussian mechanism over the m actions jointly (Delta = D_T sqrt(m kappa)), analytic "
+        "Gaussian mechanism (Balle & Wang 2018). The guarantee assumes one store per release "
+        "(one noise draw): a second store would be a second draw."
+    ),
+}
+
+
+def sup_sensitivity(
+    *, neighbour: str, users: int, reward_range: tuple[float, float], gamma: float, iterations: int
+) -> float:
+    """D_T of equations (2) and (3)."""
+    lo, hi = (float(v) for v in reward_range)
+    t = int(iterations)
+    geo = -math.expm1(t * math.log(gamma)) if gamma > 0 else 1.0  # 1 - gamma^T
+    if neighbour == "user":
+        r0 = max(hi, 0.0) - min(lo, 0.0)
+        return r0 * geo / (users * (1.0 - gamma) ** 2)
+    if neighbour == "reward":
+        return (hi - lo) * geo / (users * (1.0 - gamma))
+    raise InvalidArgument(f"neighbour must be user or reward, got {neighbour!r:.80}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class FQIPrivacyParams:
+    """Everything the fqi accountant needs (all public; validated; JSON round-trippable).
+    ``kappa`` and ``beta`` are NOT inputs to trust: kappa is recomputed from the map's
+    parameters (grid_points, smoother_bandwidth, beta) on every accounting."""
+
+    mode: str = "fqi"
+    neighbour: str
+    users: int
+    reward_range: tuple[float, float]
+    gamma: float
+    iterations: int
+    actions: int
+    grid_points: int
+    smoother_bandwidth: float
+    beta: float
+    delta: float
+    sigma: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode != "fqi":
+            raise InvalidArgument(f"FQIPrivacyParams is for mode fqi, got {self.mode!r:.80}")
+        if self.neighbour not in NEIGHBOURS:
+            raise InvalidArgument(
+                f"neighbour must be one of {', '.join(NEIGHBOURS)}, got {self.neighbour!r:.80}"
+            )
+        for name in ("users", "iterations", "actions", "grid_points"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int | float) or int(v) != v or v < 1:
+                raise InvalidArgument(f"{name} must be an integer >= 1, got {v!r:.80}")
+            object.__setattr__(self, name, int(v))
+        if self.grid_points < 2:
+            raise InvalidArgument(f"grid_points must be >= 2, got {self.grid_points}")
+        rr = self.reward_range
+        if not isinstance(rr, list | tuple) or len(rr) != 2:
+            raise InvalidArgument(f"reward_range must be [lo, hi], got {rr!r:.80}")
+        lo, hi = _num("reward_range[0]", rr[0]), _num("reward_range[1]", rr[1])
+        if not lo < hi:
+            raise InvalidArgument(f"reward_range must have lo < hi, got [{lo:g}, {hi:g}]")
+        object.__setattr__(self, "reward_range", (lo, hi))
+        object.__setattr__(self, "gamma", _num("gamma", self.gamma, lo=0.0, lo_open=False, hi=1.0))
+        object.__setattr__(
+            self,
+            "smoother_bandwidth",
+            _num("smoother_bandwidth", self.smoother_bandwidth, lo=0.0, lo_open=False),
+        )
+        object.__setattr__(self, "beta", _num("beta", self.beta, lo=0.0))
+        object.__setattr__(self, "delta", _num("delta", self.delta, lo=0.0, hi=1.0))
+        if self.sigma is not None:
+            object.__setattr__(self, "sigma", _num("sigma", self.sigma, lo=0.0))
+
+    @property
+    def value_scale(self) -> float:
+        """r0 / (1 - gamma): the width of the range every Q_t lies in (qveil.fqi.q_range)."""
+        lo, hi = self.reward_range
+        return (max(hi, 0.0) - min(lo, 0.0)) / (1.0 - self.gamma)
+
+    def replace(self, **changes: Any) -> FQIPrivacyParams:
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["reward_range"] = list(self.reward_range)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> FQIPrivacyParams:
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise InvalidArgument(f"unknown fqi privacy parameter(s): {', '.join(unknown)}")
+        try:
+            return cls(**dict(d))
+        except TypeError as exc:
+            raise InvalidArgument(f"fqi privacy params: {exc}") from None
+
+
+@dataclass(frozen=True, kw_only=True)
+class FQIPrivacyResult:
+    """The fqi accountant's conclusion: the release is (epsilon, delta_total)-DP under
+    ``neighbour``; every number here is recomputed from :class:`FQIPrivacyParams`."""
+
+    mode: str
+    neighbour: str
+    epsilon: float
+    delta: float
+    delta_total: float
+    holds: bool
+    sigma: float
+    beta: float
+    kappa: float
+    sup_sensitivity: float
+    sensitivity: float
+    noise_to_value: float
+    basis: str
+    reason: str | None
+    params: FQIPrivacyParams
+    target: dict[str, Any] | None = None
+
+    @property
+    def k(self) -> None:
+        return None
+
+    @property
+    def mu(self) -> float:
+        """GDP parameter Delta / sigma (exact composition in the ledger)."""
+        return self.sensitivity / self.sigma
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "params"}
+        d["params"] = self.params.to_dict()
+        d["mu"] = self.mu
+        d["mechanisms"] = 1
+        if self.target is None:
+            d.pop("target")
+        return d
+
+
+def _kappa(p: FQIPrivacyParams) -> float:
+    from qveil.release_map import certified_kappa
+
+    return certified_kappa(p.grid_points, p.smoother_bandwidth, p.beta)
+
+
+def _sensitivity(p: FQIPrivacyParams) -> tuple[float, float, float]:
+    dt = sup_sensitivity(
+        neighbour=p.neighbour,
+        users=p.users,
+        reward_range=p.reward_range,
+        gamma=p.gamma,
+        iterations=p.iterations,
+    )
+    kappa = _kappa(p)
+    return dt, kappa, dt * math.sqrt(p.actions * kappa) * (1.0 + DELTA_SLACK)
+
+
+def account_fqi(p: FQIPrivacyParams) -> FQIPrivacyResult:
+    """epsilon at ``p.delta`` for the release with noise ``p.sigma`` (equations 1-3)."""
+    if p.sigma is None or p.sigma <= 0:
+        raise InvalidArgument("account_fqi needs sigma > 0 (calibrate_fqi finds one)")
+    dt, kappa, sens = _sensitivity(p)
+    eps = analytic_gaussian_epsilon(delta=p.delta, sensitivity=sens, sigma=p.sigma)
+    return FQIPrivacyResult(
+        mode="fqi",
+        neighbour=p.neighbour,
+        epsilon=eps,
+        delta=p.delta,
+        delta_total=p.delta,
+        holds=True,
+        sigma=p.sigma,
+        beta=p.beta,
+        kappa=kappa,
+        sup_sensitivity=dt,
+        sensitivity=sens,
+        noise_to_value=p.sigma / p.value_scale,
+        basis=BASIS[p.neighbour].format(users=p.users),
+        reason=None,
+        params=p,
+    )
+
+
+def calibrate_fqi(p: FQIPrivacyParams, *, epsilon: float) -> FQIPrivacyResult:
+    """The smallest sigma giving (epsilon, p.delta)-DP, and its accounting."""
+    eps = _num("epsilon", epsilon, lo=0.0)
+    _, _, sens = _sensitivity(p)
+    sigma = analytic_gaussian_sigma(epsilon=eps, delta=p.delta, sensitivity=sens)
+    r = account_fqi(p.replace(sigma=sigma))
+    met = analytic_gaussian_delta(epsilon=eps, sensitivity=sens, sigma=sigma) <= p.delta
+    return replace(r, target={"epsilon": eps, "delta": p.delta, "met": bool(met)})
+
+
+def account_params(pp: Mapping[str, Any]) -> Any:
+    """The accountant for any recorded parameter set (a card's or a ledger event's
+    ``privacy_params``): the fqi accountant for mode fqi, else Algorithm 1's."""
+    if not isinstance(pp, Mapping):
+        raise InvalidArgument(f"privacy params must be a mapping, got {type(pp).__name__}")
+    if pp.get("mode") == "fqi":
+        return account_fqi(FQIPrivacyParams.from_dict(pp))
+    from qveil.privacy.accountant import account
+    from qveil.privacy.params import PrivacyParams
+
+    return account(PrivacyParams.from_dict(pp))

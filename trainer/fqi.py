@@ -1,0 +1,353 @@
+"""`qveil train --mode fqi`: a private release of fitted-Q iteration on an offline dataset.
+
+The pipeline of NOTES-privacy section 6 (docs/privacy.md, "The fqi mode"):
+
+1. averager FQI on the public grid (:mod:`qveil.fqi`; per-user averaging for the user
+   relation);
+2. the fixed public map L (smoother + piecewise-linear interpolation) into the RKHS of the
+   noise kernel, with a certified kappa (:mod:`qveil.release_map`);
+3. sigma from the fqi accountant (:mod:`qveil.privacy.fqi`) for (epsilon, delta); the noise
+   itself is drawn by the server's store, from OS entropy, when states are first asked.
+
+Every parameter comes from :class:`FQIConfig` (a TOML file) or from public quantities (the
+number of users, the declared reward range, the state interval, the number of actions):
+nothing is tuned on the data. The privacy plan (:func:`plan`) is computed before the data
+is touched, and a release whose noise is expected to swamp the values is refused unless
+forced.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import math
+import time
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from qveil.errors import FailedPrecondition, InvalidArgument
+
+__all__ = [
+    "FQIConfig",
+    "FQIOutcome",
+    "WARN_RATIO",
+    "REFUSE_RATIO",
+    "plan",
+    "train_fqi",
+]
+
+#: sigma / (r0 / (1 - gamma)) above this: a warning (the noise is a large part of the values).
+WARN_RATIO = 0.5
+#: ... above this: refused unless forced (expected worse than a random policy).
+REFUSE_RATIO = 1.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class FQIConfig:
+    """The public configuration of an fqi release (configs/linewalk-private.toml)."""
+
+    env_id: str | None = None
+    """Environment id recorded on the card; default: the dataset's own."""
+    state_interval: tuple[float, float] | None = None
+    """Public state interval [lo, hi]; default: the environment's observation bounds."""
+    reward_range: tuple[float, float] | None = None
+    """Declared reward range [lo, hi]; default: the dataset's declared range."""
+    gamma: float = 0.3
+    iterations: int = 10
+    """T: FQI iterations."""
+    grid_points: int = 101
+    """K: points of the public grid on the unit state interval."""
+    bandwidth: float = 0.05
+    """h: Nadaraya-Watson bandwidth (unit coordinates)."""
+    kernel_radius: float = 3.0
+    """The NW kernel is cut off beyond this many bandwidths."""
+    smoother_bandwidth: float = 0.2
+    """Gaussian grid smoother of the release map (unit coordinates; 0: none)."""
+    beta: float | None = None
+    """Noise kernel rate on [0, 1]; None: the beta that minimises kappa (public)."""
+    neighbour: str = "user"
+    """``user`` (one user's whole data replaced) or ``reward`` (one user's reward function)."""
+    epsilon: float | None = 1.0
+    delta: float = 1e-5
+    sigma: float | None = None
+    """Give sigma instead of epsilon to account for a fixed noise scale."""
+
+    def __post_init__(self) -> None:
+        for name in ("state_interval", "reward_range"):
+            v = getattr(self, name)
+            if v is not None:
+                if not isinstance(v, list | tuple) or len(v) != 2:
+                    raise InvalidArgument(f"{name} must be [lo, hi], got {v!r:.80}")
+                object.__setattr__(self, name, (float(v[0]), float(v[1])))
+        if self.neighbour not in ("user", "reward"):
+            raise InvalidArgument(f"neighbour must be user or reward, got {self.neighbour!r:.80}")
+        if self.epsilon is not None and self.sigma is not None:
+            raise InvalidArgument("give epsilon or sigma, not both")
+
+    @classmethod
+    def from_toml(cls, path: str | Path) -> FQIConfig:
+        try:
+            with Path(path).open("rb") as fh:
+                d = tomllib.load(fh)
+        except FileNotFoundError:
+            raise InvalidArgument(f"config {str(path)[:80]!r} does not exist") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise InvalidArgument(f"config {str(path)[:80]!r} is not valid TOML: {exc}") from None
+        return cls.from_dict(d)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> FQIConfig:
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - names - {"mode"})
+        if unknown:
+            raise InvalidArgument(f"unknown fqi config key(s): {', '.join(unknown)[:80]}")
+        if d.get("mode", "fqi") != "fqi":
+            raise InvalidArgument(f"this config is for mode {d['mode']!r:.80}, not fqi")
+        return cls(**{k: v for k, v in d.items() if k != "mode"})
+
+    def replace(self, **changes: Any) -> FQIConfig:
+        return dataclasses.replace(self, **changes)
+
+    def to_toml(self) -> str:
+        lines = ["# qveil fqi configuration (effective values of this run)", 'mode = "fqi"']
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if v is None:
+                continue
+            if isinstance(v, tuple):
+                lines.append(f"{f.name} = [{v[0]!r}, {v[1]!r}]")
+            elif isinstance(v, str):
+                lines.append(f'{f.name} = "{v}"')
+            else:
+                lines.append(f"{f.name} = {v!r}")
+        return "\n".join(lines) + "\n"
+
+
+def _beta(cfg: FQIConfig) -> float:
+    from qveil.release_map import best_beta
+
+    return (
+        float(cfg.beta)
+        if cfg.beta is not None
+        else best_beta(cfg.grid_points, cfg.smoother_bandwidth)
+    )
+
+
+def plan(cfg: FQIConfig, *, users: int, actions: int, reward_range: tuple[float, float]) -> Any:
+    """The release's privacy accounting from public quantities only (before training):
+    an ``FQIPrivacyResult`` with sigma, D_T, kappa, beta, Delta and the noise-to-value
+    ratio sigma / (r0 / (1 - gamma))."""
+    from qveil.privacy.fqi import FQIPrivacyParams, account_fqi, calibrate_fqi
+
+    p = FQIPrivacyParams(
+        neighbour=cfg.neighbour,
+        users=users,
+        reward_range=reward_range,
+        gamma=cfg.gamma,
+        iterations=cfg.iterations,
+        actions=actions,
+        grid_points=cfg.grid_points,
+        smoother_bandwidth=cfg.smoother_bandwidth,
+        beta=_beta(cfg),
+        delta=cfg.delta,
+        sigma=cfg.sigma,
+    )
+    if cfg.sigma is not None:
+        return account_fqi(p)
+    if cfg.epsilon is None:
+        raise InvalidArgument("give epsilon (or sigma) for an fqi release")
+    return calibrate_fqi(p, epsilon=cfg.epsilon)
+
+
+def ratio_message(result: Any) -> str | None:
+    """The warning for a noise-to-value ratio above :data:`WARN_RATIO` (None below it)."""
+    r = float(result.noise_to_value)
+    if r <= WARN_RATIO:
+        return None
+    scale = result.sigma / r
+    return (
+        f"sigma = {result.sigma:.4g} is {r:.2f} x the value scale r0/(1-gamma) = {scale:.4g}: "
+        + (
+            "the release is expected to be WORSE THAN A RANDOM POLICY"
+            if r > REFUSE_RATIO
+            else "the noise is a large part of the values; expect a poor policy"
+        )
+        + " (more users, a larger epsilon, or a smaller gamma would help)"
+    )
+
+
+@dataclass(frozen=True)
+class FQIOutcome:
+    path: Path
+    card: dict[str, Any]
+    seconds: float
+    warning: str | None
+
+
+def _state_interval(cfg: FQIConfig, env_id: str | None) -> tuple[float, float]:
+    if cfg.state_interval is not None:
+        return cfg.state_interval
+    if env_id:
+        import gymnasium as gym
+
+        import qveil.trainer  # noqa: F401 - registers qveil's environments
+
+        env = gym.make(env_id)
+        try:
+            lo = np.asarray(env.observation_space.low, dtype=float).reshape(-1)  # type: ignore[attr-defined]
+            hi = np.asarray(env.observation_space.high, dtype=float).reshape(-1)  # type: ignore[attr-defined]
+        finally:
+            env.close()
+        if lo.size == 1 and np.isfinite(lo[0]) and np.isfinite(hi[0]):
+            return float(lo[0]), float(hi[0])
+    raise InvalidArgument(
+        "the fqi mode needs a bounded 1-D state interval: set state_interval = [lo, hi] in "
+        "the config (the environment's observation space does not give one)"
+    )
+
+
+def _plot(values: np.ndarray, interval: tuple[float, float], deltas: list[float]) -> bytes:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    xs = np.linspace(interval[0], interval[1], values.shape[0])
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(8, 3.2), dpi=100)
+    for a in range(values.shape[1]):
+        a1.plot(xs, values[:, a], label=f"action {a}")
+    a1.set_xlabel("state")
+    a1.set_ylabel("released mean L(Q_T)")
+    a1.legend(fontsize=8)
+    a1.set_title("un-noised mean (admin only)", fontsize=9)
+    a2.semilogy(range(1, len(deltas) + 1), np.maximum(deltas, 1e-300), marker="o")
+    a2.set_xlabel("iteration t")
+    a2.set_ylabel("sup |Q_t - Q_{t-1}|")
+    a2.set_title("FQI convergence", fontsize=9)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def train_fqi(
+    cfg: FQIConfig,
+    dataset: Any,
+    out: str | Path,
+    *,
+    force: bool = False,
+) -> FQIOutcome:
+    """Fit, account and write the fqi release bundle at ``out`` (which must not exist).
+
+    ``dataset``: a :class:`qveil.dataset.Dataset` (1-D states). Raises FailedPrecondition
+    when the noise-to-value ratio is above :data:`REFUSE_RATIO` and ``force`` is False;
+    InvalidArgument for bad input. Nothing is written on any error."""
+    from qveil.bundle import build_fqi_card, load_bundle, write_grid_bundle
+    from qveil.fqi import FQISpec, fitted_q
+    from qveil.noise import StateInterval
+    from qveil.release_map import smoother
+    from qveil.trainer.train import code_version
+
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise InvalidArgument(f"output {str(out)[:80]!r} already exists and is not empty")
+    s = np.asarray(dataset.s, dtype=np.float64)
+    if s.ndim == 2 and s.shape[1] != 1:
+        raise InvalidArgument(
+            f"the 1-D fqi mode needs states with one coordinate; this dataset has {s.shape[1]}"
+        )
+    env_id = cfg.env_id or getattr(dataset, "env_id", None) or ""
+    rr = cfg.reward_range or tuple(dataset.reward_range)
+    users = int(len(np.unique(dataset.user)))
+    actions = int(dataset.n_actions)
+    result = plan(cfg, users=users, actions=actions, reward_range=rr)  # before touching data
+    warning = ratio_message(result)
+    if result.noise_to_value > REFUSE_RATIO and not force:
+        raise FailedPrecondition(f"refusing: {warning}; pass --force to release anyway")
+    iv = StateInterval(*_state_interval(cfg, env_id or None))
+    spec = FQISpec(
+        gamma=cfg.gamma,
+        iterations=cfg.iterations,
+        grid_points=cfg.grid_points,
+        bandwidth=cfg.bandwidth,
+        kernel_radius=cfg.kernel_radius,
+        neighbour=cfg.neighbour,
+    )
+    t0 = time.perf_counter()
+    deltas: list[float] = []
+    q = fitted_q(
+        s.reshape(-1),
+        dataset.a,
+        dataset.r,
+        np.asarray(dataset.s2, dtype=np.float64).reshape(-1),
+        dataset.terminal,
+        dataset.user,
+        n_actions=actions,
+        reward_range=rr,
+        interval=iv,
+        spec=spec,
+        on_iteration=deltas.append,
+    )
+    values = smoother(cfg.grid_points, cfg.smoother_bandwidth) @ q
+    seconds = time.perf_counter() - t0
+    fingerprint = dataset.fingerprint() if callable(getattr(dataset, "fingerprint", None)) else ""
+    card = build_fqi_card(
+        env_id=env_id,
+        interval=iv,
+        privacy_result=result,
+        dataset_fingerprint=fingerprint,
+        hyperparameters={
+            "gamma": cfg.gamma,
+            "iterations": cfg.iterations,
+            "grid_points": cfg.grid_points,
+            "bandwidth": cfg.bandwidth,
+            "kernel_radius": cfg.kernel_radius,
+            "smoother_bandwidth": cfg.smoother_bandwidth,
+            "beta": result.beta,
+            "neighbour": cfg.neighbour,
+        },
+        seeded=False,
+        code_version=code_version(),
+        extra={
+            "release_noise": {"sigma": result.sigma, "beta": result.beta, "source": "OS entropy"},
+            "training": {"samples": int(len(s)), "seconds": round(seconds, 3)},
+        },
+    )
+    path = write_grid_bundle(
+        out,
+        card=card,
+        values=values,
+        config_toml=cfg.replace(beta=result.beta).to_toml(),
+        training_log_rows=[{"iteration": t + 1, "sup_change": d} for t, d in enumerate(deltas)],
+        learning_curve_png=_plot(values, (iv.lo, iv.hi), deltas),
+    )
+    written = load_bundle(path, verify=True)
+    return FQIOutcome(path=path, card=written.card, seconds=seconds, warning=warning)
+
+
+def summary(outcome: FQIOutcome) -> str:
+    """A few lines for the CLI."""
+    c = outcome.card
+    return "\n".join(
+        [
+            f"bundle {c['bundle_id']} written to {outcome.path}",
+            f"  mode=fqi neighbour={c['neighbour']} users={c['users']} gamma={c['gamma']:g} "
+            f"T={c['iterations']} grid={c['model']['grid_points']}",
+            f"  D_T={c['sup_sensitivity']:.4g} kappa={c['kappa']:.4g} beta={c['beta']:g} "
+            f"Delta={c['sensitivity']:.4g} sigma={c['sigma']:.4g} "
+            f"(noise/value {c['noise_to_value']:.3f})",
+            f"  epsilon={_g(c['epsilon'])} delta={c['delta_total']:.3g} holds={c['holds']}",
+            f"  fitted in {outcome.seconds:.2f} s",
+        ]
+    )
+
+
+def _g(v: float) -> str:
+    """A number for people: 7.999999999999996 -> 8."""
+    return f"{v:.6g}" if math.isfinite(v) else "n/a"

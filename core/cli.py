@@ -19,6 +19,7 @@ SUBCOMMANDS: dict[str, str] = {
     "privacy": "qveil.privacy.cli",
     "train": "qveil.trainer.cli_train",
     "evaluate": "qveil.trainer.cli_evaluate",
+    "inspect": "qveil.inspect_cli",
     "serve": "qveil.server.cli_serve",
     "query": "qveil.client.cli",
     "admin": "qveil.server.cli_admin",

@@ -1,5 +1,9 @@
 """``qveil evaluate DIR --episodes N``: returns of the released noisy function (a fresh
-sample path with the bundle's sigma and beta) and of the bare network, as a table."""
+sample path with the bundle's sigma and beta) and of the bare network, as a table.
+
+``qveil evaluate --target HOST:PORT [--dataset PATH]``: returns of the SERVED release, its
+actions asked from the server (GetBestActions, with the noise its store holds), beside the
+random policy and, given the dataset, non-private FQI with the same public estimator."""
 
 from __future__ import annotations
 
@@ -14,7 +18,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p = sub.add_parser(
         "evaluate", help="average return of a bundle's greedy policies", description=__doc__
     )
-    p.add_argument("bundle", metavar="DIR", help="release bundle directory")
+    p.add_argument("bundle", metavar="DIR", nargs="?", help="release bundle directory")
+    p.add_argument("--target", metavar="HOST:PORT", help="evaluate the release a server serves")
+    p.add_argument("--token", help="bearer token for --target")
+    p.add_argument("--dataset", metavar="PATH", help="with --target: non-private FQI reference")
     p.add_argument("--episodes", type=int, default=100, help="episodes per policy (default 100)")
     p.add_argument("--seed", type=int, help="seed the environments and the fresh noise path")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -23,8 +30,51 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     return p
 
 
+def run_served(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from qveil.trainer.evaluate import format_table, plot_scores
+    from qveil.trainer.served_eval import evaluate_served
+
+    dataset = None
+    if args.dataset:
+        from qveil.dataset import load_dataset
+
+        dataset = load_dataset(args.dataset)
+    card, scores = evaluate_served(
+        args.target,
+        episodes=args.episodes,
+        seed=0 if args.seed is None else args.seed,
+        token=args.token,
+        dataset=dataset,
+    )
+    if args.json:
+        print(json.dumps([asdict(s) for s in scores], indent=2))
+    else:
+        print(
+            f"served release {card.get('bundle_id', '')} ({card.get('env_id')}, mode "
+            f"{card.get('mode')}, epsilon {card.get('epsilon')}, holds {card.get('holds')}): "
+            f"{args.episodes} episodes"
+        )
+        print(format_table(scores))
+    if args.plot:
+        plot_scores(scores, args.plot, title=f"served release {card.get('bundle_id', '')[:8]}")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from dataclasses import asdict
+
+    from qveil.errors import InvalidArgument
+
+    if args.target is not None:
+        if args.bundle is not None:
+            raise InvalidArgument("give a bundle DIR or --target HOST:PORT, not both")
+        return run_served(args)
+    if args.bundle is None:
+        raise InvalidArgument("give a bundle DIR, or --target HOST:PORT for a served release")
+    if args.dataset:
+        raise InvalidArgument("--dataset goes with --target")
 
     from qveil.bundle import load_bundle
     from qveil.rng import seeded_rng

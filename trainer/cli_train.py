@@ -1,7 +1,17 @@
-"""``qveil train --config FILE --out DIR (--sigma S | --epsilon E [--delta D]) [--mode M]``.
+"""``qveil train --config FILE --out DIR (--sigma S | --epsilon E [--delta D]) [--mode M]``
+``qveil train --mode fqi --dataset PATH --epsilon E --delta D [--neighbour user|reward] --out DIR``
 
-Trains per the TOML config (command-line privacy flags override its values) and writes a
-release bundle. ``--seed N`` makes every source of randomness reproducible, for tests and
+With ``--dataset`` (an offline dataset of users' episodes, ``qveil dataset collect``) the
+mode is ``fqi``, the rigorous private fitted-Q release and the product's default: its
+guarantee holds by construction (docs/privacy.md). ``--config`` is then an fqi config
+(default: the built-in defaults; configs/linewalk-private.toml is LineWalk's tuned one). The
+privacy plan is computed before the data is read: a warning when the noise is more than half
+the value scale r0/(1-gamma), a refusal above it (expected worse than random) unless
+``--force``.
+
+Without ``--dataset``: Algorithm 1 of Wang & Hegde (paper, gdp, output modes), trained online
+per the TOML config (command-line privacy flags override its values); writes a release
+bundle. ``--seed N`` makes every source of randomness reproducible, for tests and
 experiments only: the bundle's card then says ``seeded: true``. Without it all noise comes
 from OS entropy.
 """
@@ -25,7 +35,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--config", required=True, metavar="FILE", help="training config (TOML)")
+    p.add_argument("--config", metavar="FILE", help="training config (TOML); optional in fqi mode")
     p.add_argument("--out", required=True, metavar="DIR", help="bundle directory (must not exist)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--sigma", type=float, help="noise scale sigma (>= 0; 0 = non-private)")
@@ -33,7 +43,23 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         "--epsilon", type=float, help="target epsilon: sigma calibrated by the accountant"
     )
     p.add_argument("--delta", type=float, help="delta of the guarantee (config default 1e-4)")
-    p.add_argument("--mode", choices=("paper", "gdp", "output"), help="accounting mode")
+    p.add_argument(
+        "--mode",
+        choices=("fqi", "paper", "gdp", "output"),
+        help="fqi (default with --dataset): private fitted-Q on an offline dataset; "
+        "paper/gdp/output: Algorithm 1 online",
+    )
+    p.add_argument("--dataset", metavar="PATH", help="offline dataset (.npz or Minari): fqi")
+    p.add_argument(
+        "--neighbour",
+        choices=("user", "reward"),
+        help="fqi: user (one user's whole data replaced; default) or reward",
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="fqi: release even when the noise is expected to make it worse than random",
+    )
     p.add_argument(
         "--reward-sensitivity",
         type=float,
@@ -46,7 +72,47 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     return p
 
 
+def run_fqi(args: argparse.Namespace) -> int:
+    """The fqi release: plan (public), fit, write; warnings on stderr."""
+    from qveil.dataset import load_dataset
+    from qveil.fqi_config import FQIConfig
+    from qveil.trainer.fqi import summary, train_fqi
+
+    if args.dataset is None:
+        raise InvalidArgument("--mode fqi needs --dataset PATH (qveil dataset collect makes one)")
+    if args.seed is not None:
+        raise InvalidArgument(
+            "--seed has no use in fqi mode: the fit is deterministic and the release noise "
+            "is drawn by the server's store from OS entropy"
+        )
+    cfg = FQIConfig.from_toml(args.config) if args.config else FQIConfig()
+    changes: dict[str, Any] = {
+        k: v for k, v in (("delta", args.delta), ("neighbour", args.neighbour)) if v is not None
+    }
+    if args.sigma is not None:
+        changes.update(sigma=args.sigma, epsilon=None)
+    elif args.epsilon is not None:
+        changes.update(epsilon=args.epsilon, sigma=None)
+    if args.reward_sensitivity is not None:
+        raise InvalidArgument(
+            "--reward-sensitivity is for the Algorithm 1 modes; fqi uses the dataset's "
+            "declared reward range"
+        )
+    cfg = cfg.replace(**changes)
+    outcome = train_fqi(cfg, load_dataset(args.dataset), args.out, force=args.force)
+    print(summary(outcome))
+    if outcome.warning:
+        print(f"WARNING: {outcome.warning}", file=sys.stderr)
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.dataset is not None or args.mode == "fqi":
+        if args.mode not in (None, "fqi"):
+            raise InvalidArgument(f"--dataset trains in fqi mode, not {args.mode}")
+        return run_fqi(args)
+    if args.config is None:
+        raise InvalidArgument("give --config FILE (Algorithm 1), or --dataset PATH (fqi)")
     from qveil.trainer.config import TrainConfig
     from qveil.trainer.train import main_summary, run_training
 

@@ -6,6 +6,12 @@ out-of-range values, both through the ``qveil`` entry point).
 
     qveil privacy --mode gdp --sigma 0.74 --json
     qveil privacy --mode output --epsilon 0.9
+    qveil privacy --mode fqi --users 300 --gamma 0.3 --epsilon 1 --delta 1e-5 --json
+
+In fqi mode (the rigorous private FQI release, docs/privacy.md) the defaults of the
+estimator and of the release map are those of configs/linewalk-private.toml (or --config
+FILE), and the output adds D_T, kappa, Delta and the noise-to-value ratio
+sigma / (r0 / (1 - gamma)), before any data is touched.
 """
 
 from __future__ import annotations
@@ -31,11 +37,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     )
     p.add_argument(
         "--mode",
-        choices=MODES,
+        choices=(*MODES, "fqi"),
         default="paper",
         help="paper: Theorem 5 as stated; gdp: exact mu-GDP composition of the "
         "paper's per-step sensitivity; output: strict, one GP mechanism at "
-        "release (default: %(default)s)",
+        "release; fqi: private fitted-Q iteration on an offline dataset (the rigorous "
+        "default of `qveil train --dataset`) (default: %(default)s)",
     )
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--sigma", type=float, help="noise scale: report epsilon for it")
@@ -48,8 +55,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument(
         "--delta",
         type=float,
-        default=e3["delta"],
-        help=f"delta (default %(default)s; {src['delta']}). With --epsilon it is "
+        default=None,
+        help=f"delta (default {e3['delta']:g}; {src['delta']}; fqi: the config's). With "
+        f"--epsilon it is "
         f"the total target; paper/gdp split it half/half between the "
         f"mechanism and Lemma 8's noise bound, as in E.3",
     )
@@ -99,8 +107,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument(
         "--gamma",
         type=float,
-        default=e3["gamma"],
-        help=f"discount (default %(default)s; {src['gamma']})",
+        default=None,
+        help=f"discount (default {e3['gamma']}; {src['gamma']}; fqi: the config's)",
     )
     p.add_argument(
         "--reward-bound",
@@ -121,6 +129,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         default=None,
         help="SGD updates actually taken (default: ceil(T/B), rounded up)",
     )
+    f = p.add_argument_group("fqi mode")
+    f.add_argument("--users", type=int, help="N: users in the dataset (fqi)")
+    f.add_argument(
+        "--neighbour",
+        choices=("user", "reward"),
+        help="fqi: user (one user's whole data replaced; default) or reward",
+    )
+    f.add_argument("--config", metavar="FILE", help="fqi config (default: FQIConfig defaults)")
+    f.add_argument("--iterations", type=int, help="fqi: T, FQI iterations")
+    f.add_argument("--grid-points", type=int, dest="grid_points", help="fqi: K grid points")
+    f.add_argument(
+        "--smoother-bandwidth", type=float, dest="smoother_bandwidth", help="fqi: smoother"
+    )
+    f.add_argument("--beta", type=float, help="fqi: noise kernel rate (default: min kappa)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=run)
 
@@ -130,7 +152,7 @@ def params_from_args(args: argparse.Namespace) -> PrivacyParams:
     return PrivacyParams(
         mode=args.mode,
         sigma=args.sigma,
-        delta=args.delta,
+        delta=E3_SETTINGS["delta"] if args.delta is None else args.delta,
         samples=args.samples,
         batch_size=args.batch_size,
         lr=args.lr,
@@ -138,7 +160,7 @@ def params_from_args(args: argparse.Namespace) -> PrivacyParams:
         lipschitz=args.lipschitz,
         resets=args.resets,
         actions=args.actions,
-        gamma=args.gamma,
+        gamma=E3_SETTINGS["gamma"] if args.gamma is None else args.gamma,
         reward_bound=args.reward_bound,
         reward_sensitivity=args.reward_sensitivity,
         steps=args.steps,
@@ -188,7 +210,61 @@ def _text(r: PrivacyResult) -> str:
     return "\n".join(lines)
 
 
+def _fqi(args: argparse.Namespace) -> Any:
+    """The fqi plan from the config (or defaults) and the flags: public quantities only."""
+    from qveil.errors import InvalidArgument
+    from qveil.fqi_config import FQIConfig, plan
+
+    cfg = FQIConfig.from_toml(args.config) if args.config else FQIConfig()
+    if args.users is None:
+        raise InvalidArgument("fqi mode needs --users N (the number of users in the dataset)")
+    changes = {
+        k: getattr(args, k)
+        for k in ("gamma", "delta", "neighbour", "iterations", "grid_points", "beta")
+        if getattr(args, k) is not None
+    }
+    if args.smoother_bandwidth is not None:
+        changes["smoother_bandwidth"] = args.smoother_bandwidth
+    if args.sigma is not None:
+        changes.update(sigma=args.sigma, epsilon=None)
+    else:
+        changes.update(epsilon=args.epsilon, sigma=None)
+    cfg = cfg.replace(**changes)
+    rr = cfg.reward_range or (0.0, float(args.reward_bound))
+    return cfg, plan(cfg, users=args.users, actions=args.actions, reward_range=rr)
+
+
+def _fqi_text(r: Any) -> str:
+    lines = [
+        "mode        fqi",
+        "holds       yes",
+        f"guarantee   ({_fmt(r.epsilon)}, {_fmt(r.delta_total)})-DP, neighbour: {r.neighbour}",
+    ]
+    for key, label in (
+        ("sigma", "sigma"),
+        ("sup_sensitivity", "D_T"),
+        ("kappa", "kappa"),
+        ("beta", "beta"),
+        ("sensitivity", "Delta"),
+        ("noise_to_value", "noise/value"),
+    ):
+        lines.append(f"{label:<11} {_fmt(getattr(r, key))}")
+    if r.noise_to_value > 1.0:
+        lines.append("warning     noise/value > 1: expected WORSE THAN A RANDOM POLICY")
+    elif r.noise_to_value > 0.5:
+        lines.append("warning     noise/value > 0.5: the noise is a large part of the values")
+    lines.append(f"basis       {r.basis}")
+    return "\n".join(lines)
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.mode == "fqi":
+        _, result = _fqi(args)
+        if args.json:
+            print(json.dumps(result.to_dict(), indent=2, allow_nan=False))
+        else:
+            print(_fqi_text(result))
+        return 0
     params = params_from_args(args)
     if args.epsilon is not None:
         result = calibrate(params, target_epsilon=args.epsilon, tune=args.k is None)

@@ -1,0 +1,62 @@
+"""``qveil inspect --bundle DIR --grid N [--json]``: the un-noised released mean function.
+
+An admin-side, local command (it reads the bundle's files; no server, no store, no noise):
+the mean function L(Q_T) of an fqi release (or the clamped network of an Algorithm 1 one) on
+an even grid of N points over the state interval. Auditors use it to check sensitivity
+claims: two neighbouring releases' means must differ by at most the card's Delta in RKHS
+norm. It is NOT a release: ordinary clients only ever see mean + noise.
+
+    qveil inspect --bundle bundle --grid 11 --json
+    -> {"states": [...], "mean": [[Q(s, a) for a] for s], "release_id": ..., "mode": ...}
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "inspect",
+        help="admin: the un-noised released mean function of a bundle on a grid",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--bundle", type=Path, required=True, help="release bundle directory")
+    p.add_argument("--grid", type=int, default=101, help="even grid points (>= 2)")
+    p.add_argument("--json", action="store_true", help="print JSON (default: a table)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from qveil.bundle import load_bundle
+    from qveil.errors import InvalidArgument
+
+    if args.grid < 2 or args.grid > 1_000_000:
+        raise InvalidArgument(f"--grid must be in [2, 1000000], got {args.grid}")
+    b = load_bundle(args.bundle, verify=True)
+    iv = b.interval
+    states = np.linspace(iv.lo, iv.hi, args.grid)
+    mean = b.q_values_unit(np.linspace(0.0, 1.0, args.grid))
+    out = {
+        "release_id": b.bundle_id,
+        "mode": b.card.get("mode"),
+        "states": states.tolist(),
+        "mean": mean.tolist(),
+    }
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    print(f"release {b.bundle_id} (mode {out['mode']}): un-noised mean, admin only")
+    head = "".join(f"{'a=' + str(a):>14}" for a in range(mean.shape[1]))
+    print(f"{'state':>12}{head}")
+    for s, row in zip(states, mean, strict=True):
+        print(f"{s:>12.6g}" + "".join(f"{v:>14.6f}" for v in row))
+    return 0

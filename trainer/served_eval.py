@@ -1,0 +1,140 @@
+"""Returns of a SERVED release: the policy's actions come from the server's GetBestActions
+(the released values Q + g, with the noise the store holds), not from a model in process.
+
+Episodes run in lockstep, so each environment step costs one batched call for all
+episodes still running. Beside the served policy, the same episodes (same environment
+seeds) are scored for the uniformly random policy (the floor) and, given the dataset, for
+non-private FQI (pooled averager, the same public estimator parameters as the release, no
+smoother, no noise: the ceiling).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import numpy.typing as npt
+
+from qveil.trainer.evaluate import PolicyScore, _score
+
+__all__ = ["evaluate_served", "lockstep_returns", "nonprivate_policy"]
+
+BatchPolicy = Callable[[npt.NDArray[np.float64]], npt.NDArray[np.int64]]
+
+
+def lockstep_returns(
+    env_id: str, policy: BatchPolicy, *, episodes: int, seed: int, env_kwargs: dict[str, Any]
+) -> list[float]:
+    """Undiscounted returns of ``policy`` (states (n, d) -> actions (n,)) over ``episodes``
+    episodes, episode i seeded ``seed + i``."""
+    import qveil.trainer  # noqa: F401 - registers qveil's environments
+
+    envs = [gym.make(env_id, **env_kwargs) for _ in range(episodes)]
+    try:
+        obs = [
+            np.asarray(e.reset(seed=seed + i)[0], dtype=np.float64).reshape(-1)
+            for i, e in enumerate(envs)
+        ]
+        totals = np.zeros(episodes)
+        live = list(range(episodes))
+        while live:
+            acts = policy(np.stack([obs[i] for i in live]))
+            still = []
+            for i, a in zip(live, acts, strict=True):
+                o, r, term, trunc, _ = envs[i].step(int(a))
+                totals[i] += float(r)
+                obs[i] = np.asarray(o, dtype=np.float64).reshape(-1)
+                if not (term or trunc):
+                    still.append(i)
+            live = still
+        return totals.tolist()
+    finally:
+        for e in envs:
+            e.close()
+
+
+def nonprivate_policy(card: dict[str, Any], dataset: Any) -> BatchPolicy:
+    """Greedy policy of non-private FQI on ``dataset`` with the release's public estimator
+    parameters (pooled averager, no smoother, no noise)."""
+    from qveil.fqi import FQISpec, fitted_q
+    from qveil.noise import StateInterval
+
+    hp = card["hyperparameters"]
+    iv = StateInterval(*card["state_interval"])
+    spec = FQISpec(
+        gamma=float(hp["gamma"]),
+        iterations=int(hp["iterations"]),
+        grid_points=int(hp["grid_points"]),
+        bandwidth=float(hp["bandwidth"]),
+        kernel_radius=float(hp["kernel_radius"]),
+        neighbour="reward",
+    )
+    q = fitted_q(
+        np.asarray(dataset.s).reshape(-1),
+        dataset.a,
+        dataset.r,
+        np.asarray(dataset.s2).reshape(-1),
+        dataset.terminal,
+        dataset.user,
+        n_actions=int(card["actions"]),
+        reward_range=tuple(card["reward_range"]),
+        interval=iv,
+        spec=spec,
+    )
+    grid = np.linspace(iv.lo, iv.hi, q.shape[0])
+
+    def act(states: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
+        s = np.clip(states[:, 0], iv.lo, iv.hi)
+        vals = np.stack([np.interp(s, grid, q[:, a]) for a in range(q.shape[1])], axis=1)
+        return np.argmax(vals, axis=1).astype(np.int64)
+
+    return act
+
+
+def evaluate_served(
+    target: str,
+    *,
+    episodes: int = 100,
+    seed: int = 0,
+    token: str | None = None,
+    dataset: Any = None,
+    env_kwargs: dict[str, Any] | None = None,
+) -> tuple[dict[str, Any], list[PolicyScore]]:
+    """(public card, scores): the served policy, random and (with ``dataset``) non-private
+    FQI, on the same ``episodes`` environment seeds."""
+    from qveil.client import ValueClient
+    from qveil.errors import InvalidArgument
+
+    if episodes < 1:
+        raise InvalidArgument(f"episodes must be >= 1, got {episodes!r}")
+    with ValueClient(target, token=token) as client:
+        info = client.release()
+        card = dict(info.card)
+        kw = dict(env_kwargs or card.get("hyperparameters", {}).get("env_kwargs", {}) or {})
+
+        def served(states: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
+            return np.asarray(client.best_actions(states[:, 0]), dtype=np.int64)
+
+        act_rng = np.random.default_rng(seed)
+
+        def random_policy(states: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
+            return act_rng.integers(0, info.n_actions, size=len(states)).astype(np.int64)
+
+        rows: list[tuple[str, BatchPolicy]] = [
+            ("served release (GetBestActions)", served),
+            ("random", random_policy),
+        ]
+        if dataset is not None:
+            rows.append(
+                ("non-private FQI (same estimator, no noise)", nonprivate_policy(card, dataset))
+            )
+        scores = [
+            _score(
+                name,
+                lockstep_returns(info.env_id, pol, episodes=episodes, seed=seed, env_kwargs=kw),
+            )
+            for name, pol in rows
+        ]
+    return card, scores

@@ -16,6 +16,7 @@ from qveil.errors import QveilError
 # subcommand -> module providing ``add_parser(subparsers)``; the parser stores ``func``.
 SUBCOMMANDS: dict[str, str] = {
     "noise": "qveil.noise_cli",
+    "dataset": "qveil.dataset_cli",
     "privacy": "qveil.privacy.cli",
     "train": "qveil.trainer.cli_train",
     "evaluate": "qveil.trainer.cli_evaluate",

@@ -1,0 +1,181 @@
+"""``qveil dataset collect|info|convert``: offline datasets for the ``fqi`` mode.
+
+  qveil dataset collect --env ENV_ID --users N --seed S --out PATH
+                        [--episodes-per-user K] [--reward-range LO,HI] [--force]
+  qveil dataset info PATH [--reward-range LO,HI] [--json]
+  qveil dataset convert SRC DST [--reward-range LO,HI]
+
+PATH is ``FILE.npz`` (the plain format), a Minari dataset directory ``.../NAME-vN``, or
+``minari:DATASET_ID`` under ``$MINARI_DATASETS_PATH`` (docs/datasets.md). ``collect`` runs
+K episodes per user with a uniformly random policy (Gymnasium env, Box observations, Discrete
+actions); the seed makes it reproducible. Bad data or flags: a message naming the array and
+row, exit status 2, nothing written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from qveil.dataset import _echo, _kind, load_dataset, save_dataset
+from qveil.errors import FailedPrecondition, InvalidArgument, NotFound
+
+__all__ = ["add_parser", "format_summary", "parse_reward_range"]
+
+
+def parse_reward_range(text: str | None) -> tuple[float, float] | None:
+    """``"LO,HI"`` -> (LO, HI), finite with LO < HI; None stays None."""
+    if text is None:
+        return None
+    parts = text.split(",")
+    try:
+        if len(parts) != 2:
+            raise ValueError
+        lo, hi = float(parts[0]), float(parts[1])
+    except ValueError:
+        raise InvalidArgument(
+            f"--reward-range must be LO,HI (two numbers), got {_echo(text)}"
+        ) from None
+    if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+        raise InvalidArgument(f"--reward-range needs finite LO < HI, got {_echo(text)}")
+    return (lo, hi)
+
+
+def add_parser(sub: Any) -> argparse.ArgumentParser:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "dataset",
+        help="collect, inspect and convert offline datasets (npz, Minari)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    dsub = p.add_subparsers(dest="dataset_command", metavar="ACTION", required=True)
+
+    c = dsub.add_parser(
+        "collect",
+        help="collect random-policy episodes, one user per episode (or K)",
+        description="Collect K episodes per user with a uniformly random behaviour policy.",
+    )
+    c.add_argument("--env", required=True, metavar="ENV_ID", help="Gymnasium env id")
+    c.add_argument("--users", required=True, type=int, metavar="N", help="number of users")
+    c.add_argument("--seed", required=True, type=int, metavar="S", help="seed (same S, same data)")
+    c.add_argument("--out", required=True, metavar="PATH", help="FILE.npz or a Minari location")
+    c.add_argument(
+        "--episodes-per-user", type=int, default=1, metavar="K", help="episodes per user (1)"
+    )
+    c.add_argument(
+        "--reward-range",
+        metavar="LO,HI",
+        help="declared reward range where the env declares none (CartPole: 0,1)",
+    )
+    c.add_argument("--force", action="store_true", help="replace an existing .npz file")
+    c.add_argument("--no-progress", action="store_true", help="no progress bar")
+    c.set_defaults(func=run_collect)
+
+    i = dsub.add_parser("info", help="users, samples, action histogram, reward range")
+    i.add_argument("path", metavar="PATH")
+    i.add_argument("--reward-range", metavar="LO,HI", help="for files that declare none")
+    i.add_argument("--json", action="store_true", help="print the summary as JSON")
+    i.set_defaults(func=run_info)
+
+    v = dsub.add_parser("convert", help="convert between .npz and Minari (fingerprint kept)")
+    v.add_argument("src", metavar="SRC")
+    v.add_argument("dst", metavar="DST")
+    v.add_argument("--reward-range", metavar="LO,HI", help="for sources that declare none")
+    v.set_defaults(func=run_convert)
+    return p
+
+
+def _check_out(out: str, *, force: bool) -> None:
+    """Refuse an unusable destination before any work (a 1e5-user run must not fail last)."""
+    kind = _kind(out)  # raises for an unknown form
+    if kind == "npz":
+        path = Path(out)
+        if not path.parent.is_dir():
+            raise NotFound(f"directory {_echo(str(path.parent))} does not exist")
+        if path.exists() and not force:
+            raise FailedPrecondition(f"{_echo(out)} exists; pass --force to replace it")
+        return
+    from qveil.dataset_minari import resolve_location
+
+    directory, _ = resolve_location(out)
+    if directory.exists():
+        raise FailedPrecondition(
+            f"{_echo(str(directory))} exists; a Minari dataset is never overwritten"
+        )
+    if not out.startswith("minari:") and not directory.parent.is_dir():
+        raise NotFound(f"directory {_echo(str(directory.parent))} does not exist")
+
+
+def run_collect(args: argparse.Namespace) -> int:
+    rr = parse_reward_range(args.reward_range)
+    if args.users < 1:
+        raise InvalidArgument(f"--users must be >= 1, got {args.users}")
+    if args.episodes_per_user < 1:
+        raise InvalidArgument(f"--episodes-per-user must be >= 1, got {args.episodes_per_user}")
+    if args.seed < 0:
+        raise InvalidArgument(f"--seed must be >= 0, got {args.seed}")
+    _check_out(args.out, force=args.force)
+    try:
+        from qveil.trainer.collect import collect
+    except ImportError as exc:
+        raise FailedPrecondition(
+            f"collecting needs {exc.name!r}: pip install 'qveil[trainer]'"
+        ) from None
+    ds = collect(
+        args.env,
+        args.users,
+        args.seed,
+        episodes_per_user=args.episodes_per_user,
+        progress=not args.no_progress and sys.stderr.isatty(),
+        reward_range=rr,
+    )
+    save_dataset(ds, args.out)
+    s = ds.summary()
+    print(
+        f"wrote {args.out}: {s['users']} users, {s['samples']} samples, d = {s['d']}, "
+        f"{s['fingerprint']}"
+    )
+    return 0
+
+
+def format_summary(s: dict[str, Any], path: str) -> str:
+    """The human form of :meth:`Dataset.summary` (``qveil dataset info`` without --json)."""
+    total = max(1, int(s["samples"]))
+    hist = ", ".join(f"{a}: {c} ({100.0 * c / total:.1f}%)" for a, c in enumerate(s["actions"]))
+    lo, hi = s["reward_range"]
+    olo, ohi = s["reward_observed"]
+    spu = s["samples_per_user"]
+    lines = [
+        ("dataset", path),
+        ("env", s["env_id"] or "(unknown)"),
+        ("users", str(s["users"])),
+        ("samples", f"{s['samples']} ({spu['min']} to {spu['max']} per user), d = {s['d']}"),
+        ("actions", f"{s['n_actions']}: {hist}"),
+        ("reward", f"declared [{lo:.6g}, {hi:.6g}], observed [{olo:.6g}, {ohi:.6g}]"),
+        ("terminal", f"{s['terminals']} rows"),
+        ("fingerprint", s["fingerprint"]),
+    ]
+    return "\n".join(f"{k:<12} {v}" for k, v in lines)
+
+
+def run_info(args: argparse.Namespace) -> int:
+    ds = load_dataset(args.path, reward_range=parse_reward_range(args.reward_range))
+    s = ds.summary()
+    if args.json:
+        print(json.dumps(s, indent=2))
+    else:
+        print(format_summary(s, os.fspath(args.path)))
+    return 0
+
+
+def run_convert(args: argparse.Namespace) -> int:
+    _check_out(args.dst, force=False)
+    ds = load_dataset(args.src, reward_range=parse_reward_range(args.reward_range))
+    save_dataset(ds, args.dst)
+    print(f"wrote {args.dst}: {ds.n} samples, {ds.users} users, {ds.fingerprint()}")
+    return 0

@@ -1,0 +1,206 @@
+"""Collect an offline dataset from any Gymnasium env with a uniformly random behaviour policy.
+
+``collect(env_id, users, seed)`` runs ``episodes_per_user`` episodes for each of ``users``
+users and returns a validated :class:`qveil.dataset.Dataset`. The env needs a ``Box``
+observation space (flattened to d coordinates) and a ``Discrete`` action space (stored as
+``action - start``, so actions are always ``0 .. n - 1``).
+
+Randomness: user u's episode k draws its env seed and its actions from
+``SeedSequence(seed, spawn_key=(u, k))``, so a seed gives the same dataset every time, and
+each user's data depends on (seed, u) only: the first 100 users of a 1000-user collection are
+the 100-user collection. This is data generation for experiments, never release noise.
+
+``terminal`` is True only when the env says *terminated*; a time-limit truncation leaves it
+False (the state s2 still has a future, so fitted-Q bootstraps from it).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+from tqdm import tqdm
+
+from qveil.dataset import Dataset
+from qveil.errors import InvalidArgument, NotFound
+
+__all__ = ["collect", "env_reward_range"]
+
+#: An episode longer than this is refused (an env without a time limit would never end).
+MAX_EPISODE_STEPS = 1_000_000
+
+#: Actions are drawn in blocks of this many (one generator call per block, not per step).
+_ACTION_BLOCK = 256
+
+
+def _echo(text: str) -> str:
+    return repr(text) if len(text) <= 78 else repr(text[:75] + "...")
+
+
+def env_reward_range(env: gym.Env[Any, Any]) -> tuple[float, float] | None:
+    """The range an env declares for its rewards, or None.
+
+    Looks for ``reward_bounds`` (qveil's envs, e.g. LineWalk's (0.0, 0.5)) and then the
+    pre-1.0 Gymnasium ``reward_range`` attribute, on the unwrapped env; an infinite range is
+    no declaration (the privacy guarantee needs a finite public bound).
+    """
+    base = env.unwrapped
+    for attr in ("reward_bounds", "reward_range"):
+        value = getattr(base, attr, None)
+        if value is None:
+            continue
+        try:
+            lo, hi = (float(v) for v in value)
+        except (TypeError, ValueError):
+            continue
+        if math.isfinite(lo) and math.isfinite(hi) and lo < hi:
+            return (lo, hi)
+    return None
+
+
+def _make(env_id: str) -> gym.Env[Any, Any]:
+    if not isinstance(env_id, str) or not env_id:
+        raise InvalidArgument(f"env id must be a non-empty string, got {env_id!r}"[:120])
+    try:
+        return gym.make(env_id)
+    except gym.error.Error as exc:  # unknown id, missing dependency, deprecated version
+        raise NotFound(f"cannot make env {_echo(env_id)}: {str(exc)[:160]}") from None
+
+
+class _Rows:
+    """Growing column buffers (amortised doubling), so 1e5 users need no Python lists."""
+
+    def __init__(self, d: int, capacity: int) -> None:
+        self.n = 0
+        self.user = np.empty(capacity, np.int64)
+        self.s = np.empty((capacity, d), np.float64)
+        self.a = np.empty(capacity, np.int64)
+        self.r = np.empty(capacity, np.float64)
+        self.s2 = np.empty((capacity, d), np.float64)
+        self.terminal = np.empty(capacity, np.bool_)
+
+    def _grow(self) -> None:
+        for name in ("user", "s", "a", "r", "s2", "terminal"):
+            old = getattr(self, name)
+            new = np.empty((2 * old.shape[0],) + old.shape[1:], old.dtype)
+            new[: self.n] = old[: self.n]
+            setattr(self, name, new)
+
+    def add(self, u: int, s: np.ndarray, a: int, r: float, s2: np.ndarray, term: bool) -> None:
+        if self.n == self.a.shape[0]:
+            self._grow()
+        i = self.n
+        self.user[i] = u
+        self.s[i] = s
+        self.a[i] = a
+        self.r[i] = r
+        self.s2[i] = s2
+        self.terminal[i] = term
+        self.n = i + 1
+
+
+def collect(
+    env_id: str,
+    users: int,
+    seed: int,
+    episodes_per_user: int = 1,
+    progress: bool = False,
+    *,
+    reward_range: tuple[float, float] | None = None,
+) -> Dataset:
+    """Collect ``episodes_per_user`` random-policy episodes for each of ``users`` users.
+
+    ``reward_range`` declares the public reward range when the env declares none (CartPole
+    pays 1 per step: ``(0, 1)``); given, it replaces the env's declaration. Neither available
+    is an error, raised before any step. Rewards outside the range, NaN observations, and the
+    like are refused with the array and row (nothing is returned).
+    """
+    for name, value, low in (("users", users, 1), ("episodes_per_user", episodes_per_user, 1)):
+        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < low:
+            raise InvalidArgument(f"{name} must be an integer >= {low}, got {value!r}"[:120])
+    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
+        raise InvalidArgument(f"seed must be an integer >= 0, got {seed!r}"[:120])
+    env = _make(env_id)
+    try:
+        if not isinstance(env.action_space, spaces.Discrete):
+            raise InvalidArgument(
+                f"env {_echo(env_id)} has action space {type(env.action_space).__name__}; "
+                "qveil datasets need Discrete actions"
+            )
+        if not isinstance(env.observation_space, spaces.Box):
+            raise InvalidArgument(
+                f"env {_echo(env_id)} has observation space "
+                f"{type(env.observation_space).__name__}; qveil datasets need a Box"
+            )
+        n_actions = int(env.action_space.n)
+        start = int(env.action_space.start)
+        d = max(1, int(np.prod(env.observation_space.shape)))
+        rr = reward_range if reward_range is not None else env_reward_range(env)
+        if rr is None:
+            raise InvalidArgument(
+                f"env {_echo(env_id)} declares no reward range; give one "
+                "(--reward-range LO,HI; CartPole: 0,1): the guarantee needs a public bound"
+            )
+        steps_guess = (env.spec.max_episode_steps if env.spec else None) or 64
+        rows = _Rows(d, max(16, min(users * episodes_per_user * steps_guess, 1 << 16)))
+        root = int(seed)
+        with tqdm(
+            total=int(users), disable=not progress, unit="user", file=sys.stderr, desc="collect"
+        ) as bar:
+            for u in range(int(users)):
+                for k in range(int(episodes_per_user)):
+                    env_ss, act_ss = np.random.SeedSequence(root, spawn_key=(u, k)).spawn(2)
+                    _episode(
+                        env, rows, u, env_ss, np.random.default_rng(act_ss), n_actions, start, d
+                    )
+                bar.update(1)
+    finally:
+        env.close()
+    n = rows.n
+    return Dataset(
+        user=rows.user[:n],
+        s=rows.s[:n],
+        a=rows.a[:n],
+        r=rows.r[:n],
+        s2=rows.s2[:n],
+        terminal=rows.terminal[:n],
+        n_actions=n_actions,
+        reward_range=rr,
+        env_id=env_id,
+    )
+
+
+def _episode(
+    env: gym.Env[Any, Any],
+    rows: _Rows,
+    user: int,
+    env_ss: np.random.SeedSequence,
+    rng: np.random.Generator,
+    n_actions: int,
+    start: int,
+    d: int,
+) -> None:
+    """One episode of the uniform random policy, appended to ``rows``."""
+    obs, _ = env.reset(seed=int(env_ss.generate_state(1, np.uint64)[0]))
+    s = np.asarray(obs, dtype=np.float64).reshape(d)
+    actions = rng.integers(0, n_actions, size=_ACTION_BLOCK)
+    t = 0
+    for _ in range(MAX_EPISODE_STEPS):
+        if t == _ACTION_BLOCK:
+            actions = rng.integers(0, n_actions, size=_ACTION_BLOCK)
+            t = 0
+        a = int(actions[t])
+        t += 1
+        obs, reward, terminated, truncated, _ = env.step(a + start)
+        s2 = np.asarray(obs, dtype=np.float64).reshape(d)
+        rows.add(user, s, a, float(reward), s2, bool(terminated))
+        if terminated or truncated:
+            return
+        s = s2
+    raise InvalidArgument(
+        f"an episode ran {MAX_EPISODE_STEPS} steps without ending; wrap the env in a time limit"
+    )

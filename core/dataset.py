@@ -464,7 +464,11 @@ def load_npz(
     both are present they must agree (a mismatch is an error, not a silent override).
     """
     p = Path(os.fspath(path))
-    if not p.is_file():
+    try:
+        found = p.is_file()
+    except OSError:  # e.g. a name too long for the file system
+        found = False
+    if not found:
         raise NotFound(f"dataset file {_echo(str(p))} does not exist")
     try:
         with np.load(p, allow_pickle=False) as z:

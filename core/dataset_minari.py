@@ -40,8 +40,9 @@ from qveil.errors import FailedPrecondition, IntegrityError, InvalidArgument, No
 
 __all__ = ["load_minari", "resolve_location", "save_minari"]
 
-_ID = re.compile(r"^(?:[A-Za-z0-9_.-]+/){0,2}[A-Za-z0-9_.-]+-v\d+$")
-_NAME = re.compile(r"^[A-Za-z0-9_.-]+-v\d+$")
+# components start with a letter or digit: no "..", no absolute paths, no hidden folders
+_ID = re.compile(r"^(?:[A-Za-z0-9][A-Za-z0-9_.-]*/){0,2}[A-Za-z0-9][A-Za-z0-9_.-]*-v\d+$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*-v\d+$")
 
 
 def _minari() -> Any:

@@ -1,0 +1,235 @@
+"""`qveil dataset collect|info|convert` as a real subprocess: output, determinism, exit code 2
+with a message naming the array and row for bad data and flags, and nothing written."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from qveil.cli import main
+from qveil.dataset import load_dataset, save_dataset
+from qveil.trainer.collect import collect
+
+LW = "qveil/LineWalk-v0"
+
+
+def qveil(*argv: str, root: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    if root is not None:
+        env["MINARI_DATASETS_PATH"] = str(root)
+    return subprocess.run(
+        [sys.executable, "-m", "qveil.cli", "dataset", *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+
+
+def _collect(out: Path, *extra: str, env: str = LW, users: str = "20") -> None:
+    r = qveil("collect", "--env", env, "--users", users, "--seed", "4", "--out", str(out), *extra)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith(f"wrote {out}: ")
+
+
+def test_collect_then_info(tmp_path: Path) -> None:
+    out = tmp_path / "lw.npz"
+    _collect(out)
+    ds = load_dataset(out)
+    assert (ds.users, ds.n, ds.env_id) == (20, 1000, LW)
+    r = qveil("info", str(out))
+    assert r.returncode == 0, r.stderr
+    text = r.stdout
+    counts = np.bincount(ds.a, minlength=2)
+    assert "users        20\n" in text
+    assert "samples      1000 (50 to 50 per user), d = 1" in text
+    assert f"actions      2: 0: {counts[0]} (" in text and f", 1: {counts[1]} (" in text
+    assert "reward       declared [0, 0.5], observed [" in text
+    assert f"fingerprint  {ds.fingerprint()}" in text
+    j = json.loads(qveil("info", str(out), "--json").stdout)
+    assert j == json.loads(json.dumps(ds.summary()))
+    assert j["actions"] == counts.tolist() and j["reward_range"] == [0.0, 0.5]
+
+
+def test_collect_is_deterministic_and_k_episodes(tmp_path: Path) -> None:
+    _collect(tmp_path / "a.npz")
+    _collect(tmp_path / "b.npz")
+    _collect(tmp_path / "k.npz", "--episodes-per-user", "3")
+    a, b, k = (load_dataset(tmp_path / f"{x}.npz") for x in "abk")
+    assert a.fingerprint() == b.fingerprint()
+    assert k.users == 20 and k.n == 3000
+
+
+def test_collect_cartpole_needs_and_takes_a_reward_range(tmp_path: Path) -> None:
+    r = qveil("collect", "--env", "CartPole-v1", "--users", "5", "--seed", "0", "--out",
+              str(tmp_path / "cp.npz"))  # fmt: skip
+    assert r.returncode == 2 and r.stdout == ""
+    assert "declares no reward range; give one (--reward-range LO,HI" in r.stderr
+    r = qveil("collect", "--env", "CartPole-v1", "--users", "5", "--seed", "0", "--out",
+              str(tmp_path / "cp.npz"), "--reward-range", "0,0.5")  # fmt: skip
+    assert r.returncode == 2
+    assert "r[0] = 1 is outside the declared reward range [0, 0.5]" in r.stderr
+    assert list(tmp_path.iterdir()) == []
+    _collect(tmp_path / "cp.npz", "--reward-range", "0,1", env="CartPole-v1", users="8")
+    ds = load_dataset(tmp_path / "cp.npz")
+    assert ds.d == 4 and ds.users == 8 and ds.terminal.sum() == 8
+
+
+def qveil_inprocess(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    """The same entry point in this process (the many refusal cases; subprocesses cost ~2 s)."""
+    code = main(["dataset", *argv])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+BAD_FLAGS = [
+    (["--reward-range", "a,b"], "--reward-range must be LO,HI (two numbers), got 'a,b'"),
+    (["--reward-range", "1,0"], "--reward-range needs finite LO < HI"),
+    (["--reward-range", "0,1,2"], "--reward-range must be LO,HI"),
+    (["--reward-range", "0,nan"], "--reward-range needs finite LO < HI"),
+    (["--users", "0"], "--users must be >= 1, got 0"),
+    (["--seed", "-3"], "--seed must be >= 0, got -3"),
+    (["--episodes-per-user", "0"], "--episodes-per-user must be >= 1"),
+    (["--env", "qveil/NoSuch-v0"], "cannot make env 'qveil/NoSuch-v0'"),
+    (["--env", "Pendulum-v1", "--reward-range", "-17,0"], "need Discrete actions"),
+    (["--env", "FrozenLake-v1", "--reward-range", "0,1"], "need a Box"),
+    (["--out", "{tmp}/missing/x.npz"], "does not exist"),
+    (["--out", "{tmp}/x.csv"], "unknown dataset location"),
+    (["--out", "{tmp}/noversion"], "a Minari dataset directory is named NAME-vN"),
+    (["--out", "minari:../x-v0"], "bad Minari dataset id"),
+]
+
+
+def _collect_argv(tmp_path: Path, argv: list[str]) -> list[str]:
+    base = {"--env": LW, "--users": "3", "--seed": "1", "--out": str(tmp_path / "x.npz")}
+    for i in range(0, len(argv), 2):
+        base[argv[i]] = argv[i + 1].replace("{tmp}", str(tmp_path))
+    return [f"{k}={v}" for k, v in base.items()]  # "=" keeps "-17,0" a value
+
+
+@pytest.mark.parametrize(("argv", "message"), BAD_FLAGS)
+def test_collect_bad_flags_exit_2_and_write_nothing(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    argv: list[str],
+    message: str,
+) -> None:
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "root"))
+    code, out, err = qveil_inprocess(capsys, "collect", *_collect_argv(tmp_path, argv))
+    assert code == 2 and out == ""
+    assert err.startswith("qveil dataset: error: ") and message in err, err
+    assert [p.name for p in tmp_path.iterdir() if p.name != "root"] == []
+
+
+def test_bad_flags_in_a_real_process(tmp_path: Path) -> None:
+    for argv, message in (BAD_FLAGS[0], BAD_FLAGS[8]):
+        r = qveil("collect", *_collect_argv(tmp_path, argv))
+        assert r.returncode == 2 and r.stdout == "", r.stderr
+        assert r.stderr.startswith("qveil dataset: error: ") and message in r.stderr
+    r = qveil("collect", "--env", LW, "--users", "x", "--seed", "1", "--out", "o.npz")
+    assert r.returncode == 2 and "--users: invalid int value: 'x'" in r.stderr  # argparse
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_long_input_is_echoed_at_most_80_characters(tmp_path: Path) -> None:
+    r = qveil("collect", "--env", "E" * 500, "--users", "2", "--seed", "0", "--out",
+              str(tmp_path / "x.npz"))  # fmt: skip
+    assert r.returncode == 2 and "EEEE" in r.stderr
+    assert max(len(run) for run in r.stderr.replace("E", "\0E").split("\0")) <= 81
+    r = qveil("info", str(tmp_path / ("d" * 300 + ".npz")))
+    assert r.returncode == 2 and "d" * 80 not in r.stderr
+
+
+def test_existing_out_needs_force(tmp_path: Path) -> None:
+    out = tmp_path / "lw.npz"
+    _collect(out)
+    before = out.read_bytes()
+    r = qveil("collect", "--env", LW, "--users", "3", "--seed", "9", "--out", str(out))
+    assert r.returncode == 2 and "exists; pass --force" in r.stderr
+    assert out.read_bytes() == before
+    _collect(out, "--force", users="3")
+    assert load_dataset(out).users == 3
+
+
+BAD_FILES = [
+    ("nan", "s[13, 0] = nan is not finite"),
+    ("reward", "r[17] = 0.73 is outside the declared reward range [0, 0.5]"),
+    ("action", "a[21] = 5 is outside the env's actions [0, 2)"),
+    ("length", "mismatched lengths: terminal has 98 rows but a has 100 (row 98"),
+]
+
+
+def _bad_file(tmp_path: Path, case: str) -> Path:
+    good = tmp_path / "good.npz"
+    save_dataset(collect(LW, 2, seed=0), good)
+    with np.load(good) as z:
+        arrays = {k: z[k].copy() for k in z.files}
+    good.unlink()
+    arrays["s"] = arrays["s"].reshape(-1)  # a file may hold s as [n] for d = 1
+    if case == "nan":
+        arrays["s"][13] = np.nan
+    elif case == "reward":
+        arrays["r"][17] = 0.73
+    elif case == "action":
+        arrays["a"][21] = 5
+    else:
+        arrays["terminal"] = arrays["terminal"][:-2]
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, **arrays)
+    return bad
+
+
+@pytest.mark.parametrize(("case", "message"), BAD_FILES)
+def test_bad_file_info_and_convert_exit_2_and_write_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str, message: str
+) -> None:
+    bad = _bad_file(tmp_path, case)
+    out = tmp_path / "out"
+    out.mkdir()
+    for argv in (
+        ["info", str(bad)],
+        ["info", str(bad), "--json"],
+        ["convert", str(bad), str(out / "c.npz")],
+        ["convert", str(bad), str(out / "c-v0")],
+    ):
+        code, stdout, err = qveil_inprocess(capsys, *argv)
+        assert code == 2 and stdout == "" and message in err, err
+    assert list(out.iterdir()) == []
+    r = qveil("info", str(bad))  # and once through a real process
+    assert r.returncode == 2 and r.stdout == "" and message in r.stderr, r.stderr
+
+
+def test_convert_npz_minari_npz_keeps_fingerprint(tmp_path: Path) -> None:
+    src = tmp_path / "lw.npz"
+    _collect(src, "--episodes-per-user", "2")
+    fp = load_dataset(src).fingerprint()
+    for argv in (
+        [str(src), str(tmp_path / "lw-v0")],
+        [str(tmp_path / "lw-v0"), "minari:qveil/lw-v3"],
+        ["minari:qveil/lw-v3", str(tmp_path / "back.npz")],
+    ):
+        r = qveil("convert", *argv, root=tmp_path / "root")
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.rstrip().endswith(fp)
+    r = qveil("info", "minari:qveil/lw-v3", "--json", root=tmp_path / "root")
+    assert (
+        json.loads(r.stdout)["fingerprint"]
+        == fp
+        == load_dataset(tmp_path / "back.npz").fingerprint()
+    )
+    assert json.loads(r.stdout)["users"] == 20
+    r = qveil("convert", str(src), str(tmp_path / "lw-v0"))  # never overwrites a Minari dataset
+    assert r.returncode == 2 and "never overwritten" in r.stderr
+
+
+def test_collect_writes_minari_directly(tmp_path: Path) -> None:
+    _collect(tmp_path / "walk-v0", users="6")
+    ds = load_dataset(tmp_path / "walk-v0")
+    assert ds.users == 6 and ds.env_id == LW

@@ -71,6 +71,14 @@ def _make(env_id: str) -> gym.Env[Any, Any]:
         raise NotFound(f"cannot make env {_echo(env_id)}: {str(exc)[:160]}") from None
 
 
+def _flat(obs: Any, d: int) -> np.ndarray:
+    """The observation as a [d] vector (a 1-D float array passes through without a copy;
+    the row assignment in :meth:`_Rows.add` casts it to float64)."""
+    if type(obs) is np.ndarray and obs.ndim == 1:
+        return obs
+    return np.asarray(obs, dtype=np.float64).reshape(d)
+
+
 class _Rows:
     """Growing column buffers (amortised doubling), so 1e5 users need no Python lists."""
 
@@ -90,7 +98,7 @@ class _Rows:
             new[: self.n] = old[: self.n]
             setattr(self, name, new)
 
-    def add(self, u: int, s: np.ndarray, a: int, r: float, s2: np.ndarray, term: bool) -> None:
+    def add(self, u: int, s: np.ndarray, a: Any, r: Any, s2: np.ndarray, term: Any) -> None:
         if self.n == self.a.shape[0]:
             self._grow()
         i = self.n
@@ -184,20 +192,23 @@ def _episode(
     start: int,
     d: int,
 ) -> None:
-    """One episode of the uniform random policy, appended to ``rows``."""
+    """One episode of the uniform random policy, appended to ``rows``.
+
+    Actions go to the env as numpy integers (what ``Discrete.sample`` returns; Gymnasium's
+    ``contains`` checks them without the per-call ``iinfo`` it needs for Python ints)."""
     obs, _ = env.reset(seed=int(env_ss.generate_state(1, np.uint64)[0]))
-    s = np.asarray(obs, dtype=np.float64).reshape(d)
+    s = _flat(obs, d)
     actions = rng.integers(0, n_actions, size=_ACTION_BLOCK)
     t = 0
     for _ in range(MAX_EPISODE_STEPS):
         if t == _ACTION_BLOCK:
             actions = rng.integers(0, n_actions, size=_ACTION_BLOCK)
             t = 0
-        a = int(actions[t])
+        a = actions[t]
         t += 1
-        obs, reward, terminated, truncated, _ = env.step(a + start)
-        s2 = np.asarray(obs, dtype=np.float64).reshape(d)
-        rows.add(user, s, a, float(reward), s2, bool(terminated))
+        obs, reward, terminated, truncated, _ = env.step(a + start if start else a)
+        s2 = _flat(obs, d)
+        rows.add(user, s, a, reward, s2, terminated)
         if terminated or truncated:
             return
         s = s2

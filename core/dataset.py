@@ -91,7 +91,8 @@ class Dataset:
     n_actions: int
     reward_range: tuple[float, float]
     env_id: str | None = None
-    _fingerprint: list[str] = field(default_factory=list, init=False, repr=False, compare=False)
+    # derived values (fingerprint, user count), computed once: the arrays are read-only
+    _cache: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         arrays, n_actions, reward_range = validate_arrays(
@@ -131,7 +132,9 @@ class Dataset:
     @property
     def users(self) -> int:
         """Number of distinct users (the m of the user-level relation)."""
-        return int(np.unique(self.user).size)
+        if "users" not in self._cache:
+            self._cache["users"] = int(np.unique(self.user).size)
+        return int(self._cache["users"])
 
     def __len__(self) -> int:
         return self.n
@@ -155,7 +158,7 @@ class Dataset:
         ``.npz`` and its Minari copy, have the same fingerprint. The privacy ledger keys fqi
         releases on it.
         """
-        if not self._fingerprint:
+        if "fingerprint" not in self._cache:
             header = {
                 "format": FORMAT,
                 "n_actions": self.n_actions,
@@ -176,8 +179,8 @@ class Dataset:
             for name in _ARRAYS:
                 arr = getattr(self, name)
                 h.update(np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("<")).tobytes())
-            self._fingerprint.append("sha256:" + h.hexdigest())
-        return self._fingerprint[0]
+            self._cache["fingerprint"] = "sha256:" + h.hexdigest()
+        return str(self._cache["fingerprint"])
 
     def summary(self) -> dict[str, Any]:
         """What ``qveil dataset info`` prints: counts, the action histogram, reward ranges.

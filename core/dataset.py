@@ -43,8 +43,8 @@ from numpy.typing import NDArray
 from qveil.errors import InvalidArgument, NotFound
 
 __all__ = [
-    "FORMAT",
     "Dataset",
+    "FORMAT",
     "load_dataset",
     "load_npz",
     "save_dataset",

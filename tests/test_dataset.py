@@ -460,3 +460,68 @@ def test_collect_refusals() -> None:
         args: dict[str, Any] = {"users": 2, "seed": 0, **kwargs}
         with pytest.raises(InvalidArgument):
             collect(LW, **args)
+
+
+def test_minari_infos_user_key_groups_episodes(tmp_path: Path) -> None:
+    """Three episodes written by Minari's API whose infos carry ``user``: episodes 0 and 2
+    belong to user 7, so the dataset has 2 users, not 3."""
+    import gymnasium as gym
+    from minari.data_collector import EpisodeBuffer
+    from minari.dataset.minari_storage import MinariStorage
+
+    (tmp_path / "grouped-v0").mkdir()
+    storage = MinariStorage.new(
+        tmp_path / "grouped-v0" / "data",
+        observation_space=gym.spaces.Box(0.0, 1.0, shape=(2,), dtype=np.float64),
+        action_space=gym.spaces.Discrete(3, start=1),  # actions 1..3 become 0..2
+    )
+    rng = np.random.default_rng(1)
+    owners, lengths = [7, 9, 7], [4, 2, 3]
+    storage.update_episodes(
+        [
+            EpisodeBuffer(
+                id=k,
+                observations=rng.uniform(0, 1, (t + 1, 2)),
+                actions=rng.integers(1, 4, t),
+                rewards=rng.uniform(-1, 1, t),
+                terminations=np.arange(t) == t - 1,
+                truncations=np.zeros(t, bool),
+                infos={"user": np.full(t + 1, owners[k])},
+            )
+            for k, t in enumerate(lengths)
+        ]
+    )
+    ds = load_dataset(tmp_path / "grouped-v0", reward_range=(-1.0, 1.0))
+    assert ds.users == 2 and ds.n == 9 and ds.d == 2 and ds.n_actions == 3
+    np.testing.assert_array_equal(ds.user, np.repeat(owners, lengths))
+    assert ds.a.min() >= 0 and ds.a.max() <= 2 and ds.terminal.sum() == 3
+    assert ds.env_id is None
+
+
+def test_public_surface() -> None:
+    import qveil.dataset
+    import qveil.trainer.collect
+
+    assert qveil.dataset.__all__ == sorted(qveil.dataset.__all__)
+    assert {"Dataset", "load_dataset", "save_dataset", "validate_arrays"} <= set(
+        qveil.dataset.__all__
+    )
+    assert qveil.trainer.collect.__all__ == ["collect", "env_reward_range"]
+    fields = [f for f in Dataset.__dataclass_fields__ if not f.startswith("_")]
+    assert fields == [
+        "user", "s", "a", "r", "s2", "terminal", "n_actions", "reward_range", "env_id",
+    ]  # fmt: skip
+
+
+def test_dataset_module_imports_numpy_only() -> None:
+    """qveil.dataset must not pull gymnasium or torch (the server and client import it)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, qveil.dataset; "
+        "bad = [m for m in ('gymnasium', 'torch', 'minari', 'h5py') if m in sys.modules]; "
+        "print(bad)"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == "[]", r.stdout + r.stderr

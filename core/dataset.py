@@ -478,7 +478,8 @@ def load_npz(
             data = {k: z[k] for k in z.files}
     except (OSError, ValueError, EOFError) as exc:
         raise InvalidArgument(
-            f"{_echo(str(p))} is not a readable .npz dataset: {str(exc)[:ECHO]}"
+            f"{_echo(str(p))} is not a readable .npz dataset: "
+            f"{str(exc).replace(str(p), '<path>')[:ECHO]}"
         ) from None
     missing = [k for k in _ARRAYS if k not in data]
     if missing:

@@ -108,8 +108,9 @@ def load_minari(
         storage = MinariStorage.read(data)
         meta = MinariStorage.read_raw_metadata(data)
     except Exception as exc:  # Minari raises ValueError/AssertionError/KeyError on bad files
+        reason = str(exc).replace(str(data), "<path>")[:160]  # echo the path once, clipped
         raise InvalidArgument(
-            f"{_echo(where)} is not a readable Minari dataset: {str(exc)[:160]}"
+            f"{_echo(where)} is not a readable Minari dataset: {reason}"
         ) from None
     act_space, obs_space = storage.action_space, storage.observation_space
     if not isinstance(act_space, spaces.Discrete):

@@ -525,3 +525,12 @@ def test_dataset_module_imports_numpy_only() -> None:
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.strip() == "[]", r.stdout + r.stderr
+
+
+def test_minari_unreadable_dataset_is_a_clear_error(tmp_path: Path) -> None:
+    data = tmp_path / ("x" * 120 + "-v0") / "data"
+    data.mkdir(parents=True)
+    (data / "metadata.json").write_text('{"data_format": "hdf5"}')  # no spaces, no env spec
+    with pytest.raises(InvalidArgument, match="is not a readable Minari dataset") as info:
+        load_dataset(data.parent)
+    assert "x" * 81 not in str(info.value)

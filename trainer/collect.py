@@ -68,7 +68,9 @@ def _make(env_id: str) -> gym.Env[Any, Any]:
     try:
         return gym.make(env_id)
     except gym.error.Error as exc:  # unknown id, missing dependency, deprecated version
-        raise NotFound(f"cannot make env {_echo(env_id)}: {str(exc)[:160]}") from None
+        # Gymnasium's message repeats the id: echo it once, clipped, not again in full
+        reason = str(exc).replace(env_id, "<id>")[:160]
+        raise NotFound(f"cannot make env {_echo(env_id)}: {reason}") from None
 
 
 def _flat(obs: Any, d: int) -> np.ndarray:

@@ -534,3 +534,11 @@ def test_minari_unreadable_dataset_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(InvalidArgument, match="is not a readable Minari dataset") as info:
         load_dataset(data.parent)
     assert "x" * 81 not in str(info.value)
+
+
+def test_collect_progress_bar(capsys: pytest.CaptureFixture[str]) -> None:
+    collect(LW, 5, seed=0, progress=True)
+    err = capsys.readouterr().err
+    assert "collect" in err and "5/5" in err and "user" in err
+    collect(LW, 5, seed=0)
+    assert capsys.readouterr().err == ""

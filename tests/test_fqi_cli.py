@@ -1,0 +1,252 @@
+"""The fqi mode end to end through the CLI, as real subprocesses: collect a dataset, plan,
+train, inspect, serve on SQLite, query, and the refusals (noise above the value scale,
+a tampered card, flags that do not belong to fqi)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from server_helpers import QVEIL, start_server
+
+from qveil.bundle import CARD_FILE, load_bundle
+from qveil.client import ValueClient
+from qveil.errors import IntegrityError
+
+CONFIG = str(Path(__file__).resolve().parents[1] / "configs" / "linewalk-private.toml")
+
+
+def qveil(*argv: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([QVEIL, *argv], capture_output=True, text=True, timeout=180, cwd=cwd)
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("data") / "users.npz"
+    r = qveil(
+        "dataset",
+        "collect",
+        "--env",
+        "qveil/LineWalk-v0",
+        "--users",
+        "300",
+        "--seed",
+        "3",
+        "--out",
+        str(out),
+        "--no-progress",
+    )
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+@pytest.fixture(scope="module")
+def bundle(dataset: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("b") / "bundle"
+    r = qveil(
+        "train",
+        "--mode",
+        "fqi",
+        "--dataset",
+        str(dataset),
+        "--config",
+        CONFIG,
+        "--epsilon",
+        "1",
+        "--delta",
+        "1e-5",
+        "--out",
+        str(out),
+    )
+    assert r.returncode == 0, r.stderr
+    assert "holds=True" in r.stdout and "WARNING" not in r.stderr
+    return out
+
+
+def test_card_holds_and_matches_the_plan(bundle: Path, dataset: Path) -> None:
+    """The card's numbers are the accountant's for the run's real parameters: the same as
+    `qveil privacy --mode fqi` gives before training for N = 300 users."""
+    card = load_bundle(bundle).card
+    assert card["mode"] == "fqi" and card["holds"] is True
+    assert card["neighbour"] == "user" and card["users"] == 300
+    assert "one user's whole data replaced" in card["basis"]
+    assert card["dataset_fingerprint"].startswith("sha256:")
+    assert card["model"]["kind"] == "grid" and card["seeded"] is False
+    for key in (
+        "reward_bound",
+        "gamma",
+        "iterations",
+        "sup_sensitivity",
+        "kappa",
+        "beta",
+        "sensitivity",
+        "sigma",
+        "epsilon",
+        "delta_total",
+    ):
+        assert key in card, key
+    r = qveil(
+        "privacy",
+        "--mode",
+        "fqi",
+        "--config",
+        CONFIG,
+        "--users",
+        "300",
+        "--epsilon",
+        "1",
+        "--delta",
+        "1e-5",
+        "--json",
+    )
+    assert r.returncode == 0, r.stderr
+    plan = json.loads(r.stdout)
+    for key in ("sigma", "sup_sensitivity", "kappa", "beta", "sensitivity", "epsilon"):
+        assert plan[key] == pytest.approx(card[key], rel=1e-12), key
+    assert plan["noise_to_value"] == pytest.approx(card["sigma"] / (0.5 / 0.7))
+
+
+def test_inspect_prints_the_unnoised_mean(bundle: Path) -> None:
+    r = qveil("inspect", "--bundle", str(bundle), "--grid", "11", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["states"] == pytest.approx(np.linspace(0, 1, 11).tolist())
+    mean = np.array(out["mean"])
+    assert mean.shape == (11, 2)
+    assert np.allclose(mean, load_bundle(bundle).q_values(np.linspace(0, 1, 11)))
+    # LineWalk: right is better on the left half, left on the right half
+    assert mean[1, 1] > mean[1, 0] and mean[9, 0] > mean[9, 1]
+    bad = qveil("inspect", "--bundle", str(bundle), "--grid", "1")
+    assert bad.returncode == 2 and "--grid" in bad.stderr
+
+
+def test_served_fqi_release_is_mean_plus_stored_noise(bundle: Path, tmp_path: Path) -> None:
+    """One serving path: the server answers an fqi bundle like any release. Repeated states
+    return the stored noise; a restart answers identically; values minus the un-noised
+    mean have the release's sigma (a loose check: 400 values, OU correlated)."""
+    copy = tmp_path / "bundle"
+    shutil.copytree(bundle, copy)
+    store = f"sqlite:///{tmp_path / 's.sqlite'}"
+    states = np.linspace(0.0, 1.0, 400)
+    sp = start_server(tmp_path, copy, store=store)
+    try:
+        with ValueClient(sp.target, timeout=30) as c:
+            first = c.values(states)
+            assert np.array_equal(first, c.values(states))
+            card = c.release()
+            assert card.mode == "fqi" and card.holds
+    finally:
+        assert sp.terminate() == 0
+    sp = start_server(tmp_path, copy, store=store)
+    try:
+        with ValueClient(sp.target, timeout=30) as c:
+            assert np.array_equal(first, c.values(states))
+    finally:
+        assert sp.terminate() == 0
+    noise = first - load_bundle(copy).q_values(states)
+    sigma = load_bundle(copy).sigma
+    assert 0.3 * sigma < float(noise.std()) < 3.0 * sigma
+
+
+def test_too_much_noise_is_refused_unless_forced(dataset: Path, tmp_path: Path) -> None:
+    """At epsilon 0.01 with 300 users the noise is above the value scale (expected worse
+    than random): refused with exit 2 and nothing written; --force writes it with a loud
+    warning."""
+    out = tmp_path / "b"
+    args = (
+        "train",
+        "--mode",
+        "fqi",
+        "--dataset",
+        str(dataset),
+        "--config",
+        CONFIG,
+        "--epsilon",
+        "0.01",
+        "--delta",
+        "1e-5",
+        "--out",
+        str(out),
+    )
+    r = qveil(*args)
+    assert r.returncode == 2 and "WORSE THAN A RANDOM POLICY" in r.stderr
+    assert "--force" in r.stderr and not out.exists()
+    r = qveil(*args, "--force")
+    assert r.returncode == 0, r.stderr
+    assert "WARNING" in r.stderr and "WORSE THAN A RANDOM POLICY" in r.stderr
+    assert load_bundle(out).card["noise_to_value"] > 1.0
+
+
+def test_a_warning_between_half_and_one(dataset: Path, tmp_path: Path) -> None:
+    r = qveil(
+        "train",
+        "--mode",
+        "fqi",
+        "--dataset",
+        str(dataset),
+        "--config",
+        CONFIG,
+        "--epsilon",
+        "0.05",
+        "--delta",
+        "1e-5",
+        "--out",
+        str(tmp_path / "b"),
+    )
+    card = load_bundle(tmp_path / "b").card
+    assert r.returncode == 0, r.stderr
+    assert 0.5 < card["noise_to_value"] <= 1.0, card["noise_to_value"]
+    assert "WARNING" in r.stderr and "large part of the values" in r.stderr
+
+
+def test_tampered_fqi_card_is_refused(bundle: Path, tmp_path: Path) -> None:
+    """Every fqi number is recomputed on load: a card whose kappa (and checksum) were edited
+    to claim less noise is refused, naming the field."""
+    copy = tmp_path / "bundle"
+    shutil.copytree(bundle, copy)
+    card = json.loads((copy / CARD_FILE).read_text())
+    card["kappa"] = card["kappa"] / 4
+    from qveil.bundle import card_digest
+
+    card["card_sha256"] = card_digest(card)
+    (copy / CARD_FILE).write_text(json.dumps(card))
+    with pytest.raises(IntegrityError, match="kappa"):
+        load_bundle(copy)
+
+
+@pytest.mark.parametrize(
+    "extra,needle",
+    [
+        (["--seed", "1"], "--seed has no use in fqi mode"),
+        (["--mode", "paper"], "--dataset trains in fqi mode"),
+        (["--neighbour", "everyone"], "invalid choice"),
+        (["--epsilon", "-1"], "epsilon"),
+    ],
+)
+def test_bad_fqi_flags(dataset: Path, tmp_path: Path, extra: list[str], needle: str) -> None:
+    out = tmp_path / "b"
+    base = ["train", "--dataset", str(dataset), "--out", str(out)]
+    if "--epsilon" not in extra:
+        base += ["--epsilon", "1"]
+    r = qveil(*base, *extra)
+    assert r.returncode == 2 and needle in r.stderr, r.stderr
+    assert not out.exists()
+
+
+def test_missing_dataset_is_a_clear_error(tmp_path: Path) -> None:
+    r = qveil("train", "--mode", "fqi", "--epsilon", "1", "--out", str(tmp_path / "b"))
+    assert r.returncode == 2 and "--dataset" in r.stderr
+    r = qveil(
+        "train",
+        "--dataset",
+        str(tmp_path / "nope.npz"),
+        "--epsilon",
+        "1",
+        "--out",
+        str(tmp_path / "b"),
+    )
+    assert r.returncode == 2 and "nope.npz" in r.stderr and not (tmp_path / "b").exists()

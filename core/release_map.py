@@ -43,6 +43,7 @@ __all__ = [
     "brute_force_kappa",
     "certified_kappa",
     "kappa_certificate",
+    "krr_quadratic_form",
     "pl_gram",
     "pl_rkhs_norm_sq",
     "release_quadratic_form",
@@ -211,3 +212,30 @@ def best_beta(points: int, smoother_bandwidth: float) -> float:
         options={"xatol": 1e-3},
     )
     return float(f"{math.exp(res.x):.4g}")
+
+
+def krr_quadratic_form(
+    points: npt.ArrayLike, inducing: npt.ArrayLike, *, beta: float, lam: float
+) -> FloatArray:
+    """A with ||L v||_H^2 = v^T A v for kernel ridge regression restricted to the subspace
+    spanned by K(., z_j) at the inducing points z (a Nystrom-type subspace):
+
+        L v = argmin_{f in span K(., z)} (1/n) sum_i (f(x_i) - v_i)^2 + lam ||f||_H^2,
+
+    K(x, y) = exp(-beta |x - y|) on the unit interval. For ANY subspace,
+    ||L v||_H^2 <= ||v||_2^2 / (4 n lam) <= ||v||_inf^2 / (4 lam): with f = L v and
+    a = f(x) in R^n, optimality gives (1/n) <a - v, a> + lam ||f||^2 = 0, so
+    lam ||f||^2 = (1/n)(<a, v> - ||a||^2) <= (1/n) ||v||^2 / 4 (maximise over a). Hence the
+    kappa of a KRR map is 1 / (4 lam) (docs/privacy.md; tested by brute force)."""
+    x = np.asarray(points, dtype=np.float64).reshape(-1)
+    z = np.asarray(inducing, dtype=np.float64).reshape(-1)
+    if not (math.isfinite(lam) and lam > 0):
+        raise InvalidArgument(f"lam must be > 0, got {lam!r}")
+    n = len(x)
+    kxz = np.exp(-beta * np.abs(x[:, None] - z[None, :]))
+    kzz = np.exp(-beta * np.abs(z[:, None] - z[None, :]))
+    m = kxz.T @ kxz / n + lam * kzz
+    coef = np.linalg.lstsq(m, kxz.T / n, rcond=None)[0]  # alpha = coef @ v
+    a = coef.T @ kzz @ coef
+    sym: FloatArray = (a + a.T) / 2.0
+    return sym

@@ -20,6 +20,7 @@ from qveil.privacy.rkhs import gram_norm_sq
 from qveil.release_map import (
     brute_force_kappa,
     kappa_certificate,
+    krr_quadratic_form,
     pl_gram,
     pl_rkhs_norm_sq,
     release_quadratic_form,
@@ -216,3 +217,28 @@ def test_rkhs_distance_of_neighbouring_releases_is_within_delta(neighbour: str) 
     print(f"{neighbour}: worst RKHS distance {worst / delta:.3f} Delta")
     assert worst <= delta
     assert worst > 0.01 * delta
+
+
+@pytest.mark.parametrize("n,p", [(6, 3), (10, 5), (14, 14), (12, 4)])
+@pytest.mark.parametrize("beta", [0.5, 5.0, 50.0])
+@pytest.mark.parametrize("lam", [1e-3, 0.1, 1.0])
+def test_krr_map_kappa_is_one_over_four_lambda(n: int, p: int, beta: float, lam: float) -> None:
+    """KRR restricted to any subspace (inducing points z): the brute-force maximum of
+    ||L v||_H^2 over all 2^n vertices of the sup-norm ball is <= 1 / (4 lambda). A map
+    without the ridge term's 1/4 (kappa = 1/lambda would be safe but 4x loose; 1/(8 lambda)
+    is violated: checked below for the full subspace)."""
+    rng = np.random.default_rng(n * 100 + p)
+    x = np.sort(rng.uniform(0, 1, n))
+    z = np.linspace(0, 1, p) if p < n else x
+    a = krr_quadratic_form(x, z, beta=beta, lam=lam)
+    assert brute_force_kappa(a) <= 1.0 / (4.0 * lam) * (1 + 1e-9)
+
+
+def test_krr_bound_is_nearly_reached() -> None:
+    """With the full subspace (z = x) the bound 1/(4 lambda) is approached (0.99 of it at
+    beta = 100, lambda = 0.1; 0.98 at beta = 1, lambda = 0.01): a claimed 1/(8 lambda) would
+    be wrong."""
+    x = np.linspace(0, 1, 12)
+    for beta, lam in ((100.0, 0.1), (1.0, 0.01)):
+        a = krr_quadratic_form(x, x, beta=beta, lam=lam)
+        assert brute_force_kappa(a) > 0.95 / (4.0 * lam)

@@ -202,6 +202,17 @@ class AdminClient(_Base):
         resp = self._call(self._stub.GetBudget, admin_pb.GetBudgetRequest(dataset_id=dataset_id))
         return convert.budget_from_proto(resp)
 
+    def admin_card(self, release_id: str = "") -> dict[str, Any]:
+        """The admin card of a release (empty id: the active one): ``card_admin.json``, what
+        the public card leaves out (weights hash, measured Lipschitz constants, layout, ...)."""
+        import json
+
+        resp = self._call(
+            self._stub.GetAdminCard, admin_pb.GetAdminCardRequest(release_id=release_id)
+        )
+        card: dict[str, Any] = json.loads(resp.admin_card_json)
+        return card
+
 
 class AuditClient(_Base):
     """Auditor role: stored noise points, integrity verification, statistical report."""

@@ -12,7 +12,12 @@ place), by the trainer, and read by the server. It holds
   - ``grid`` (the `fqi` mode): ``grid`` (K,) unit states and ``values`` (K, m), the released
     mean function L(Q_T) at the grid points, linearly interpolated in between
     (``card["model"]``);
-* ``card.json``: what was released and under which guarantee (see :data:`CARD_KEYS`);
+* ``card.json``: the PUBLIC card, what a query client may see (:data:`PUBLIC_CARD_KEYS`, an
+  allow-list of purely public parameters: none of them is a function of the trained weights);
+* ``card_admin.json``: the rest of the card (weights hash, measured Lipschitz constants, the
+  network layout, hyperparameters, training record, ``card_sha256``), for the admin role only.
+  :attr:`Bundle.card` is the two merged; ``card_sha256`` covers the merged card, so editing
+  either file is detected;
 * ``config.toml`` (the training configuration), ``training_log.csv`` (per-episode return)
   and ``learning_curve.png``.
 
@@ -48,6 +53,7 @@ from qveil.errors import IntegrityError, InvalidArgument, NotFound
 from qveil.noise import StateInterval, validate_unit_states
 
 __all__ = [
+    "ADMIN_CARD_FILE",
     "CARD_KEYS",
     "FQI_CARD_KEYS",
     "PUBLIC_CARD_KEYS",
@@ -61,8 +67,11 @@ __all__ = [
     "lipschitz_bound",
     "load_bundle",
     "measured_lipschitz",
+    "merge_card",
     "mlp_forward",
     "nonprivate_privacy",
+    "public_card_of",
+    "split_card",
     "verify_privacy",
     "write_bundle",
     "write_grid_bundle",
@@ -70,10 +79,11 @@ __all__ = [
 
 WEIGHTS_FILE = "weights.npz"
 CARD_FILE = "card.json"
+ADMIN_CARD_FILE = "card_admin.json"
 CONFIG_FILE = "config.toml"
 LOG_FILE = "training_log.csv"
 CURVE_FILE = "learning_curve.png"
-FILES = (WEIGHTS_FILE, CARD_FILE, CONFIG_FILE, LOG_FILE, CURVE_FILE)
+FILES = (WEIGHTS_FILE, CARD_FILE, ADMIN_CARD_FILE, CONFIG_FILE, LOG_FILE, CURVE_FILE)
 
 #: Keys every card has (CONTRACTS.md), plus ``network``, ``noise`` and ``card_sha256``.
 CARD_KEYS = (
@@ -144,12 +154,24 @@ FQI_CARD_KEYS = (
     "card_sha256",
 )
 
-#: What ordinary clients may see: no weights (nor their hash), no noise values.
+#: What ordinary clients may see (issue 14 item 3): an ALLOW-LIST, the one place that says
+#: what is public. A bare key is public with its whole value; ``key.sub`` makes only that
+#: sub-field of a mapping public. Every entry must be a purely public parameter: a function of
+#: the training configuration, the environment, the accountant, the release's random id and
+#: time, and NEVER of the trained weights (tests/test_card_split.py trains twice and perturbs
+#: weights to check). Absent keys are skipped, so a mode whose card carries more public
+#: parameters (the fqi mode: users, reward_bound, gamma, iterations, sup_sensitivity, kappa,
+#: sensitivity, ...) only has to be listed here.
 PUBLIC_CARD_KEYS = (
+    # identity of the release: random id and time
     "bundle_id",
+    "created_at",
+    # what may be queried: from the configuration
     "env_id",
     "state_interval",
     "actions",
+    "q_bound",
+    # the accountant's result and its inputs (declared, not measured: a client can rerun it)
     "mode",
     "epsilon",
     "delta",
@@ -157,23 +179,24 @@ PUBLIC_CARD_KEYS = (
     "holds",
     "basis",
     "reason",
+    "neighbour",
     "sigma",
     "beta",
     "k",
     "J",
-    "q_bound",
-    "lipschitz",
-    "assumptions",
     "privacy",
     "privacy_params",
-    "hyperparameters",
+    "assumptions",
+    # the declared Lipschitz bound L (an input of the accountant), never the measured ones
+    "lipschitz.bound",
+    "lipschitz.with_respect_to",
+    "lipschitz.raw_state_bound",
+    # provenance: which code, which environment, whether the noise was seeded
     "env_fingerprint",
-    "created_at",
     "code_version",
     "seeded",
     # fqi: public parameters only. Not dataset_fingerprint: a hash of the private data would
     # let anyone holding a candidate dataset confirm it exactly (it stays in the admin view).
-    "neighbour",
     "users",
     "reward_bound",
     "reward_range",
@@ -203,6 +226,74 @@ _FQI_RESULT_FIELDS = (
     "sensitivity",
     "noise_to_value",
 )
+
+
+def _split_allow(keys: Sequence[str]) -> dict[str, set[str] | None]:
+    """``PUBLIC_CARD_KEYS`` as {key: None (whole value) | set of public sub-keys}."""
+    out: dict[str, set[str] | None] = {}
+    for k in keys:
+        top, _, sub = k.partition(".")
+        if not sub:
+            out[top] = None
+        elif out.get(top, set()) is not None:
+            subs = out.setdefault(top, set())
+            assert subs is not None
+            subs.add(sub)
+    return out
+
+
+def split_card(card: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(public, admin): the allow-listed part of ``card`` and everything else. A key public
+    only in some sub-fields is split (e.g. lipschitz.bound public, lipschitz.measured admin).
+    :func:`merge_card` (admin over public) gives the card back."""
+    allow = _split_allow(PUBLIC_CARD_KEYS)
+    pub: dict[str, Any] = {}
+    adm: dict[str, Any] = {}
+    for k, v in card.items():
+        if k not in allow:
+            adm[k] = v
+        elif allow[k] is None:
+            pub[k] = v
+        elif isinstance(v, Mapping):
+            subs = allow[k] or set()
+            p = {s: x for s, x in v.items() if s in subs}
+            a = {s: x for s, x in v.items() if s not in subs}
+            if p:
+                pub[k] = p
+            if a:
+                adm[k] = a
+        else:
+            adm[k] = v  # a value not of the allowed shape is not known to be public
+    return json.loads(json.dumps(pub)), json.loads(json.dumps(adm))
+
+
+def _non_public_paths(card: Mapping[str, Any]) -> list[str]:
+    """Fields of ``card`` the allow-list does not make public (``key`` or ``key.sub``)."""
+    pub, adm = split_card(card)
+    out = []
+    for k, v in adm.items():
+        if k in pub and isinstance(v, Mapping):
+            out += [f"{k}.{s}" for s in v]
+        else:
+            out.append(k)
+    return sorted(out)
+
+
+def public_card_of(card: Mapping[str, Any]) -> dict[str, Any]:
+    """The public projection of a (full) card: :func:`split_card`'s first half."""
+    return split_card(card)[0]
+
+
+def merge_card(public: Mapping[str, Any], admin: Mapping[str, Any]) -> dict[str, Any]:
+    """The full card from its two files (mappings present in both are merged one level)."""
+    out = dict(public)
+    for k, v in admin.items():
+        if k in out and isinstance(out[k], Mapping) and isinstance(v, Mapping):
+            out[k] = {**out[k], **v}
+        else:
+            out[k] = v
+    return out
+
 
 #: Top-level card fields that must equal the accountant's result (card key -> result key).
 _RESULT_FIELDS = {
@@ -425,6 +516,10 @@ def build_card(
         "env_fingerprint": env_fingerprint,
         "code_version": code_version,
         "seeded": bool(seeded),
+        "neighbour": (
+            "reward functions r, r' of one environment with ||r - r'||_inf <= "
+            f"{float(pp.get('reward_sensitivity', 1.0)):g}"
+        ),
         "network": _jsonable(
             dict(network or {"activation": "relu", "input": "unit state x in [0, 1]"})
         ),
@@ -627,7 +722,9 @@ def _write_dir(
         if missing:
             raise InvalidArgument(f"card: missing keys {missing}")
         c["card_sha256"] = card_digest(c)
-        (tmp / CARD_FILE).write_text(json.dumps(c, indent=2, sort_keys=True) + "\n")
+        public, admin = split_card(c)
+        (tmp / CARD_FILE).write_text(json.dumps(public, indent=2, sort_keys=True) + "\n")
+        (tmp / ADMIN_CARD_FILE).write_text(json.dumps(admin, indent=2, sort_keys=True) + "\n")
         (tmp / CONFIG_FILE).write_text(config_toml)
         _write_log(tmp / LOG_FILE, training_log_rows)
         if learning_curve_png is not None:
@@ -913,11 +1010,23 @@ class Bundle:
         return x
 
     def public_card(self) -> dict[str, Any]:
-        """The card without weights, their hash, or noise: a fixed whitelist of keys."""
-        pub: dict[str, Any] = json.loads(
-            json.dumps({k: self.card[k] for k in PUBLIC_CARD_KEYS if k in self.card})
-        )
-        return pub
+        """What a query client may see: the allow-list :data:`PUBLIC_CARD_KEYS` applied to
+        the card (no weights, their hash, measured constants, layout or noise)."""
+        return public_card_of(self.card)
+
+    def admin_card(self) -> dict[str, Any]:
+        """Everything the public card leaves out (the admin role's view)."""
+        return split_card(self.card)[1]
+
+
+def _read_card(p: Path, name: str) -> dict[str, Any]:
+    try:
+        card = json.loads((p / name).read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InvalidArgument(f"bundle {str(p)!r}: {name} is not valid JSON: {exc}") from None
+    if not isinstance(card, dict):
+        raise InvalidArgument(f"bundle {str(p)!r}: {name} is not an object")
+    return card
 
 
 def load_bundle(path: str | Path, *, verify: bool = True) -> Bundle:
@@ -930,12 +1039,18 @@ def load_bundle(path: str | Path, *, verify: bool = True) -> Bundle:
     for name in (CARD_FILE, WEIGHTS_FILE):
         if not (p / name).is_file():
             raise InvalidArgument(f"bundle {str(p)!r} has no {name}")
-    try:
-        card = json.loads((p / CARD_FILE).read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InvalidArgument(f"bundle {str(p)!r}: card.json is not valid JSON: {exc}") from None
-    if not isinstance(card, dict):
-        raise InvalidArgument(f"bundle {str(p)!r}: card.json is not an object")
+    card = _read_card(p, CARD_FILE)
+    if (p / ADMIN_CARD_FILE).is_file():
+        public = card
+        card = merge_card(public, _read_card(p, ADMIN_CARD_FILE))
+        leaked = _non_public_paths(public)
+        if leaked:
+            raise IntegrityError(
+                f"bundle {str(p)!r}: card.json holds non-public fields {leaked[:8]} "
+                f"(they belong in {ADMIN_CARD_FILE})"
+            )
+    # else: a bundle written before issue 14 (one card.json holding everything); it loads,
+    # and only its public projection is ever served
     fqi = card.get("mode") == "fqi"
     missing = [k for k in (FQI_CARD_KEYS if fqi else CARD_KEYS) if k not in card]
     if missing:
@@ -944,7 +1059,7 @@ def load_bundle(path: str | Path, *, verify: bool = True) -> Bundle:
         digest = card_digest(card)
         if digest != card["card_sha256"]:
             raise IntegrityError(
-                f"bundle {str(p)!r}: card.json was modified (card_sha256 "
+                f"bundle {str(p)!r}: card.json or {ADMIN_CARD_FILE} was modified (card_sha256 "
                 f"{card['card_sha256']!r}, content hashes to {digest!r})"
             )
         sha = _sha256_file(p / WEIGHTS_FILE)

@@ -452,6 +452,20 @@ class Handlers:
         )
         return [b.to_dict() for b in budget(ctx, dataset_id or None)]
 
+    def admin_card(self, release_id: str = "") -> tuple[str, dict[str, Any], dict[str, Any]]:
+        """(release id, public card, admin card) of the active release or of ``release_id``
+        (a bundle this server knows): the admin role's view (issue 14 item 3)."""
+        current = self.holder.peek()
+        if not release_id or (current is not None and current.release_id == release_id):
+            rel = self.holder.current()
+            bundle = rel.bundle
+        else:
+            from qveil.bundle import load_bundle
+
+            self.store.get_release(release_id)  # NotFound for an unknown release
+            bundle = load_bundle(self._find_bundle(release_id), verify=True)
+        return bundle.bundle_id, bundle.public_card(), bundle.admin_card()
+
     def stored_points(self) -> dict[tuple[str, int], int]:
         current = self.holder.peek()
         if current is None:

@@ -5,6 +5,7 @@ convert, map errors. No SQL and no math here (that is ``handlers``); no status-c
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -265,6 +266,20 @@ class AdminServicer(admin_grpc.AdminServiceServicer):
             ADMIN, "GetBudget", context, self.h.budget, request.dataset_id
         )
         return convert.budget_to_proto(reports)
+
+    async def GetAdminCard(
+        self,
+        request: admin_pb.GetAdminCardRequest,  # noqa: N802
+        context: grpc.aio.ServicerContext,
+    ) -> admin_pb.GetAdminCardResponse:
+        rid, public, admin = await self.core.unary(
+            ADMIN, "GetAdminCard", context, self.h.admin_card, request.release_id
+        )
+        return admin_pb.GetAdminCardResponse(
+            release_id=rid,
+            admin_card_json=json.dumps(admin, sort_keys=True),
+            card_json=json.dumps(public, sort_keys=True),
+        )
 
 
 class AuditServicer(audit_grpc.AuditServiceServicer):

@@ -15,12 +15,15 @@ import numpy as np
 import pytest
 
 from qveil.bundle import (
+    ADMIN_CARD_FILE,
     CARD_KEYS,
     FILES,
     PUBLIC_CARD_KEYS,
     build_card,
     card_digest,
     load_bundle,
+    merge_card,
+    split_card,
     write_bundle,
 )
 from qveil.cli import main
@@ -70,16 +73,22 @@ def _copy(src: Path, dst: Path) -> Path:
 
 
 def _rewrite_card(path: Path, edit: Any, *, reseal: bool) -> None:
-    card = json.loads((path / "card.json").read_text())
+    """Edit the merged card and write it back as card.json + card_admin.json."""
+    card = merge_card(
+        json.loads((path / "card.json").read_text()),
+        json.loads((path / ADMIN_CARD_FILE).read_text()),
+    )
     edit(card)
     if reseal:
         card["card_sha256"] = card_digest(card)
-    (path / "card.json").write_text(json.dumps(card))
+    public, admin = split_card(card)
+    (path / "card.json").write_text(json.dumps(public))
+    (path / ADMIN_CARD_FILE).write_text(json.dumps(admin))
 
 
 def test_files_and_complete_card(trained: Path) -> None:
     assert sorted(p.name for p in trained.iterdir()) == sorted(FILES)
-    card = json.loads((trained / "card.json").read_text())
+    card = load_bundle(trained).card  # card.json (public) merged with card_admin.json
     assert set(CARD_KEYS) <= set(card)
     cfg = TrainConfig.from_toml(trained / "config.toml")
     assert card["hyperparameters"] == json.loads(json.dumps(cfg.to_dict()))
@@ -116,7 +125,9 @@ def test_load_verifies_and_serves_q_values(trained: Path) -> None:
 
 def test_public_card_is_a_whitelist(trained: Path) -> None:
     pub = load_bundle(trained).public_card()
-    assert set(pub) <= set(PUBLIC_CARD_KEYS)
+    assert set(pub) <= {k.partition(".")[0] for k in PUBLIC_CARD_KEYS}
+    assert set(pub["lipschitz"]) == {"bound", "with_respect_to", "raw_state_bound"}
+    assert "hyperparameters" not in pub and "network" not in pub
     assert "weights_sha256" not in pub and "training_noise" not in pub
     assert "card_sha256" not in pub and pub["epsilon"] is not None
 
@@ -134,7 +145,7 @@ def test_tampered_card_is_refused(trained: Path, tmp_path: Path) -> None:
     # 1. an edit without resealing: the checksum catches it
     p = _copy(trained, tmp_path / "a")
     _rewrite_card(p, lower_eps, reseal=False)
-    with pytest.raises(IntegrityError, match="card.json was modified"):
+    with pytest.raises(IntegrityError, match="card.json or card_admin.json was modified"):
         load_bundle(p)
     # 2. resealed edits: the accountant's recomputation catches them
     for i, (edit, what) in enumerate(

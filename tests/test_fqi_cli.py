@@ -208,12 +208,17 @@ def test_tampered_fqi_card_is_refused(bundle: Path, tmp_path: Path) -> None:
     to claim less noise is refused, naming the field."""
     copy = tmp_path / "bundle"
     shutil.copytree(bundle, copy)
-    card = json.loads((copy / CARD_FILE).read_text())
-    card["kappa"] = card["kappa"] / 4
-    from qveil.bundle import card_digest
+    from qveil.bundle import ADMIN_CARD_FILE, card_digest, merge_card, split_card
 
+    card = merge_card(  # the public card.json and the admin card_admin.json (issue 14 item 3)
+        json.loads((copy / CARD_FILE).read_text()),
+        json.loads((copy / ADMIN_CARD_FILE).read_text()),
+    )
+    card["kappa"] = card["kappa"] / 4
     card["card_sha256"] = card_digest(card)
-    (copy / CARD_FILE).write_text(json.dumps(card))
+    public, admin = split_card(card)
+    (copy / CARD_FILE).write_text(json.dumps(public))
+    (copy / ADMIN_CARD_FILE).write_text(json.dumps(admin))
     with pytest.raises(IntegrityError, match="kappa"):
         load_bundle(copy)
 

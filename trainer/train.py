@@ -238,8 +238,9 @@ def assumptions_for(
         )
     else:
         assumed.append(
-            f"|g| <= k = {cfg.k:g} on every training path (Lemma 8); measured: "
-            f"{noise['exceed_k']} of {noise['points']} values exceeded k"
+            f"|g| <= k = {cfg.k:g} on every training path (Lemma 8); how many values "
+            "exceeded k is measured in the admin card (training_noise.exceed_k: it depends "
+            "on the noise and the states visited, so it is not public)"
         )
         assumed.append(
             "Theorem 5's per-step sensitivity (open concerns: a batch of B "

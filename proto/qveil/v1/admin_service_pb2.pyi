@@ -356,3 +356,50 @@ class GetBudgetResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetBudgetResponse: _TypeAlias = GetBudgetResponse  # noqa: Y015
+
+@_typing.final
+class GetAdminCardRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RELEASE_ID_FIELD_NUMBER: _builtins.int
+    release_id: _builtins.str
+    """Release id; empty: the active release."""
+    def __init__(
+        self,
+        *,
+        release_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["release_id", b"release_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetAdminCardRequest: _TypeAlias = GetAdminCardRequest  # noqa: Y015
+
+@_typing.final
+class GetAdminCardResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RELEASE_ID_FIELD_NUMBER: _builtins.int
+    ADMIN_CARD_JSON_FIELD_NUMBER: _builtins.int
+    CARD_JSON_FIELD_NUMBER: _builtins.int
+    release_id: _builtins.str
+    admin_card_json: _builtins.str
+    """The admin part of the card as JSON (card_admin.json)."""
+    card_json: _builtins.str
+    """The public part as JSON (card.json; what ValueService.GetRelease shows as card_json)."""
+    def __init__(
+        self,
+        *,
+        release_id: _builtins.str = ...,
+        admin_card_json: _builtins.str = ...,
+        card_json: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["admin_card_json", b"admin_card_json", "card_json", b"card_json", "release_id", b"release_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetAdminCardResponse: _TypeAlias = GetAdminCardResponse  # noqa: Y015

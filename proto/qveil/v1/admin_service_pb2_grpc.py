@@ -59,6 +59,11 @@ class AdminServiceStub:
                 request_serializer=qveil_dot_v1_dot_admin__service__pb2.GetBudgetRequest.SerializeToString,
                 response_deserializer=qveil_dot_v1_dot_admin__service__pb2.GetBudgetResponse.FromString,
                 _registered_method=True)
+        self.GetAdminCard = channel.unary_unary(
+                '/qveil.v1.AdminService/GetAdminCard',
+                request_serializer=qveil_dot_v1_dot_admin__service__pb2.GetAdminCardRequest.SerializeToString,
+                response_deserializer=qveil_dot_v1_dot_admin__service__pb2.GetAdminCardResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -100,6 +105,15 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetAdminCard(self, request, context):
+        """The admin card of a release (the bundle's card_admin.json): what the public card leaves
+        out because it depends on the trained weights or the training run (weights hash, measured
+        Lipschitz constants, network layout, hyperparameters, training record).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -127,6 +141,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.GetBudget,
                     request_deserializer=qveil_dot_v1_dot_admin__service__pb2.GetBudgetRequest.FromString,
                     response_serializer=qveil_dot_v1_dot_admin__service__pb2.GetBudgetResponse.SerializeToString,
+            ),
+            'GetAdminCard': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetAdminCard,
+                    request_deserializer=qveil_dot_v1_dot_admin__service__pb2.GetAdminCardRequest.FromString,
+                    response_serializer=qveil_dot_v1_dot_admin__service__pb2.GetAdminCardResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -264,6 +283,33 @@ class AdminService:
             '/qveil.v1.AdminService/GetBudget',
             qveil_dot_v1_dot_admin__service__pb2.GetBudgetRequest.SerializeToString,
             qveil_dot_v1_dot_admin__service__pb2.GetBudgetResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetAdminCard(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/qveil.v1.AdminService/GetAdminCard',
+            qveil_dot_v1_dot_admin__service__pb2.GetAdminCardRequest.SerializeToString,
+            qveil_dot_v1_dot_admin__service__pb2.GetAdminCardResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -43,6 +43,11 @@ class AdminServiceStub:
     """Counters of this server process and stored points per action of the active release."""
     GetBudget: _grpc.UnaryUnaryMultiCallable[_admin_service_pb2.GetBudgetRequest, _admin_service_pb2.GetBudgetResponse]
     """Privacy budgets from the ledger in the server's store: spent, cap, remaining, events."""
+    GetAdminCard: _grpc.UnaryUnaryMultiCallable[_admin_service_pb2.GetAdminCardRequest, _admin_service_pb2.GetAdminCardResponse]
+    """The admin card of a release (the bundle's card_admin.json): what the public card leaves
+    out because it depends on the trained weights or the training run (weights hash, measured
+    Lipschitz constants, network layout, hyperparameters, training record).
+    """
 
 @_typing.type_check_only
 class AdminServiceAsyncStub(AdminServiceStub):
@@ -59,6 +64,11 @@ class AdminServiceAsyncStub(AdminServiceStub):
     """Counters of this server process and stored points per action of the active release."""
     GetBudget: _aio.UnaryUnaryMultiCallable[_admin_service_pb2.GetBudgetRequest, _admin_service_pb2.GetBudgetResponse]  # type: ignore[assignment]
     """Privacy budgets from the ledger in the server's store: spent, cap, remaining, events."""
+    GetAdminCard: _aio.UnaryUnaryMultiCallable[_admin_service_pb2.GetAdminCardRequest, _admin_service_pb2.GetAdminCardResponse]  # type: ignore[assignment]
+    """The admin card of a release (the bundle's card_admin.json): what the public card leaves
+    out because it depends on the trained weights or the training run (weights hash, measured
+    Lipschitz constants, network layout, hyperparameters, training record).
+    """
 
 class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -102,5 +112,16 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_admin_service_pb2.GetBudgetResponse, _abc.Awaitable[_admin_service_pb2.GetBudgetResponse]]:
         """Privacy budgets from the ledger in the server's store: spent, cap, remaining, events."""
+
+    @_abc_1.abstractmethod
+    def GetAdminCard(
+        self,
+        request: _admin_service_pb2.GetAdminCardRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_service_pb2.GetAdminCardResponse, _abc.Awaitable[_admin_service_pb2.GetAdminCardResponse]]:
+        """The admin card of a release (the bundle's card_admin.json): what the public card leaves
+        out because it depends on the trained weights or the training run (weights hash, measured
+        Lipschitz constants, network layout, hyperparameters, training record).
+        """
 
 def add_AdminServiceServicer_to_server(servicer: AdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -65,6 +65,14 @@ def add_parser(sub: Any) -> None:
         help="concurrent calls of one caller (its token, or its connection when anonymous); "
         "default 3/4 of --max-in-flight, so one flooding caller cannot starve the others",
     )
+    o.add_argument(
+        "--min-latency-ms",
+        type=float,
+        default=0.0,
+        help="pad every GetValues/GetBestActions response (errors too) to at least this many "
+        "ms, so latency does not tell stored states from new ones (default 0: off; see "
+        "docs/privacy.md, 'The timing channel')",
+    )
     o.add_argument("--max-message-bytes", type=int, default=4 * 1024 * 1024)
     o.add_argument(
         "--value-grid",
@@ -132,6 +140,7 @@ def run(args: argparse.Namespace) -> int:
             max_in_flight=args.max_in_flight,
             max_in_flight_per_caller=args.max_in_flight_per_caller,
             value_grid=args.value_grid,
+            min_latency_ms=args.min_latency_ms,
         ),
         max_message_bytes=args.max_message_bytes,
         workers=args.workers,

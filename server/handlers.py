@@ -59,8 +59,15 @@ class Limits:
     # concurrent RPCs of ONE caller (token, or connection when anonymous); None -> 3/4 of
     # max_in_flight, so one flooding caller can never take the capacity others need
     max_in_flight_per_caller: int | None = None
+    # issue 14 item 7: every value-returning response (GetValues, GetBestActions; errors
+    # included) takes at least this long, so latency does not tell stored from new states
+    min_latency_ms: float = 0.0
 
     def __post_init__(self) -> None:
+        if not (math.isfinite(self.min_latency_ms) and 0 <= self.min_latency_ms <= 60_000):
+            raise InvalidArgument(
+                f"min latency {self.min_latency_ms!r} ms must be in [0, 60000] (0: off)"
+            )
         if self.max_batch < 1 or self.max_in_flight < 1 or self.points_chunk < 1:
             raise InvalidArgument("limits must be positive")
         if self.max_in_flight_per_caller is not None and not (

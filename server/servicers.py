@@ -33,6 +33,8 @@ log = logging.getLogger("qveil.server")
 R = TypeVar("R")
 
 VALUE = "qveil.v1.ValueService"
+#: methods whose answers are released values: padded to --min-latency-ms (issue 14 item 7)
+PADDED = frozenset({"GetValues", "GetBestActions"})
 ADMIN = "qveil.v1.AdminService"
 AUDIT = "qveil.v1.AuditService"
 
@@ -78,7 +80,9 @@ class Core:
             loop = asyncio.get_running_loop()
             if "deadline" in kwargs:
                 kwargs["deadline"] = self._deadline(context)
-            return await loop.run_in_executor(self.executor, lambda: fn(*args, **kwargs))
+            result = await loop.run_in_executor(self.executor, lambda: fn(*args, **kwargs))
+            await self._pad(start, method, context)
+            return result
         except asyncio.CancelledError:
             code = "CANCELLED"
             raise
@@ -87,6 +91,7 @@ class Core:
             code = mapped.code.name
             if mapped.code == grpc.StatusCode.INTERNAL:
                 log.exception("internal error in %s", method)
+            await self._pad(start, method, context)  # abort sends the status at once
             await context.abort(
                 mapped.code, mapped.message, trailing_metadata=mapped.trailing_metadata
             )
@@ -101,6 +106,19 @@ class Core:
                 self.in_flight -= 1
                 self.handlers.metrics.in_flight = self.in_flight
             self.handlers.metrics.observe(method, code, time.perf_counter() - start)
+
+    async def _pad(self, start: float, method: str, context: grpc.aio.ServicerContext) -> None:
+        """Hold a value-returning answer (or error) until ``min_latency_ms`` after the call
+        arrived (issue 14 item 7). Without it a stored state answers in ~1 ms and a new one
+        in ~5 ms, which tells a client whether anyone asked about a state before. It hides
+        the store's work only while that work is shorter than the pad (docs/privacy.md,
+        benchmarks/bench_timing.py). The call keeps its in-flight slot while it waits."""
+        pad = self.handlers.limits.min_latency_ms
+        if pad <= 0 or method not in PADDED:
+            return
+        left = pad / 1000.0 - (time.perf_counter() - start)
+        if left > 0 and not context.cancelled():
+            await asyncio.sleep(left)
 
     def _admit(self, service: str, context: grpc.aio.ServicerContext) -> str:
         """Authorize and bound concurrency; return the caller's key for the per-caller count.

@@ -73,6 +73,28 @@ def add_parser(sub: Any) -> None:
         "ms, so latency does not tell stored states from new ones (default 0: off; see "
         "docs/privacy.md, 'The timing channel')",
     )
+    o.add_argument(
+        "--max-stored-points",
+        type=int,
+        default=10_000_000,
+        help="stored noise points per release, all actions (default %(default)s); past it a "
+        "new point gets RESOURCE_EXHAUSTED while stored points are still answered",
+    )
+    o.add_argument(
+        "--new-point-rate",
+        type=float,
+        default=2000.0,
+        help="new points (states not stored yet x actions) per second per caller: its token "
+        "name, or its host without tokens (default %(default)s); over it RESOURCE_EXHAUSTED, "
+        "nothing stored",
+    )
+    o.add_argument(
+        "--new-point-burst",
+        type=float,
+        default=None,
+        help="token bucket of --new-point-rate: new points one caller may store at once "
+        "(default 10 s of the rate)",
+    )
     o.add_argument("--max-message-bytes", type=int, default=4 * 1024 * 1024)
     o.add_argument(
         "--value-grid",
@@ -141,6 +163,9 @@ def run(args: argparse.Namespace) -> int:
             max_in_flight_per_caller=args.max_in_flight_per_caller,
             value_grid=args.value_grid,
             min_latency_ms=args.min_latency_ms,
+            max_stored_points=args.max_stored_points,
+            new_point_rate=args.new_point_rate,
+            new_point_burst=args.new_point_burst,
         ),
         max_message_bytes=args.max_message_bytes,
         workers=args.workers,

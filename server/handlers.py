@@ -43,6 +43,12 @@ from qveil.errors import (
 from qveil.server import convert
 from qveil.server.errors import bad_argument
 from qveil.server.metrics import Metrics
+from qveil.server.quotas import (
+    DEFAULT_MAX_STORED_POINTS,
+    DEFAULT_NEW_POINT_RATE,
+    QuotaConfig,
+    Quotas,
+)
 from qveil.server.state import ActiveRelease, ReleaseHolder
 
 __all__ = ["DEFAULT_VALUE_GRID", "Handlers", "Limits", "grid_round", "per_caller_bound"]
@@ -62,8 +68,14 @@ class Limits:
     # issue 14 item 7: every value-returning response (GetValues, GetBestActions; errors
     # included) takes at least this long, so latency does not tell stored from new states
     min_latency_ms: float = 0.0
+    # issue 14 item 4 (qveil.server.quotas): stored points per release, and each caller's
+    # token bucket of new points per second (burst None: 10 s of the rate)
+    max_stored_points: int = DEFAULT_MAX_STORED_POINTS
+    new_point_rate: float = DEFAULT_NEW_POINT_RATE
+    new_point_burst: float | None = None
 
     def __post_init__(self) -> None:
+        self.quota_config()  # validates
         if not (math.isfinite(self.min_latency_ms) and 0 <= self.min_latency_ms <= 60_000):
             raise InvalidArgument(
                 f"min latency {self.min_latency_ms!r} ms must be in [0, 60000] (0: off)"
@@ -80,6 +92,13 @@ class Limits:
         g = self.value_grid
         if not (g > 0 and math.isfinite(g) and math.frexp(g)[0] == 0.5):
             raise InvalidArgument(f"value grid {g!r} must be a positive power of two")
+
+    def quota_config(self) -> QuotaConfig:
+        return QuotaConfig(
+            max_stored_points=self.max_stored_points,
+            new_point_rate=self.new_point_rate,
+            new_point_burst=self.new_point_burst,
+        )
 
 
 def per_caller_bound(limits: Limits) -> int:
@@ -115,6 +134,8 @@ class Handlers:
         self.holder = holder
         self.limits = limits
         self.metrics = metrics or Metrics()
+        self.quotas = Quotas(limits.quota_config())
+        self.metrics.quotas = self.quotas
         #: release id -> bundle directory, for activation by id and for cards in listings
         self.known_bundles: dict[str, Path] = {}
         self.bundle_dirs = [Path(d) for d in bundle_dirs]
@@ -194,16 +215,37 @@ class Handlers:
         xs: npt.NDArray[np.float64],
         actions: list[int],
         deadline: float | None,
+        caller: str = "local",
     ) -> npt.NDArray[np.float64]:
         q = rel.bundle.q_values_unit(xs)[:, actions]
         ux, inverse = np.unique(xs, return_inverse=True)
+        new = self._admit_new(rel, ux, actions, caller)  # before anything is sampled
         noise = np.empty((xs.size, len(actions)), dtype=np.float64)
-        for j, a in enumerate(actions):
-            _check_deadline(deadline)
-            g = np.asarray(self.store.get_or_sample(rel.release_id, a, ux), dtype=np.float64)
-            noise[:, j] = g[inverse]
+        try:
+            for j, a in enumerate(actions):
+                _check_deadline(deadline)
+                g = np.asarray(self.store.get_or_sample(rel.release_id, a, ux), dtype=np.float64)
+                noise[:, j] = g[inverse]
+        finally:
+            self.quotas.done(rel.release_id, new)
         self.metrics.answered(int(xs.size) * len(actions), self.store.points_drawn)
         return grid_round(q + noise, self.limits.value_grid)
+
+    def _admit_new(
+        self, rel: ActiveRelease, ux: npt.NDArray[np.float64], actions: list[int], caller: str
+    ) -> int:
+        """Classify the request (issue 14 item 4): count its new (state, action) points and
+        reserve them under the caller's rate budget and the release's cap, or raise
+        ResourceExhausted with nothing stored. Stored states pass without a database read."""
+        store, rid = self.store, rel.release_id
+        if not hasattr(store, "count_new"):
+            return 0
+        if not any(store.count_new(rid, a, ux) for a in actions):
+            return 0
+        stored = store.refresh(rid)  # other processes' points are known, not new
+        new = sum(store.count_new(rid, a, ux) for a in actions)
+        self.quotas.admit(caller, rid, new, stored)
+        return new
 
     def get_values(
         self,
@@ -212,11 +254,12 @@ class Handlers:
         *,
         release_id: str = "",
         deadline: float | None = None,
+        caller: str = "local",
     ) -> t.Values:
         rel = self._release_for_query(release_id)
         xs = self._states(rel, states)
         acts = self._actions(rel, actions)
-        vals = self._released(rel, xs, acts, deadline)
+        vals = self._released(rel, xs, acts, deadline, caller)
         return t.Values(
             release_id=rel.release_id,
             actions=tuple(acts),
@@ -225,11 +268,16 @@ class Handlers:
         )
 
     def get_best_actions(
-        self, states: npt.ArrayLike, *, release_id: str = "", deadline: float | None = None
+        self,
+        states: npt.ArrayLike,
+        *,
+        release_id: str = "",
+        deadline: float | None = None,
+        caller: str = "local",
     ) -> t.BestActions:
         rel = self._release_for_query(release_id)
         xs = self._states(rel, states)
-        vals = self._released(rel, xs, list(range(rel.bundle.n_actions)), deadline)
+        vals = self._released(rel, xs, list(range(rel.bundle.n_actions)), deadline, caller)
         best = np.argmax(vals, axis=1)  # ties: the lowest action
         return t.BestActions(
             release_id=rel.release_id,

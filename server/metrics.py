@@ -4,7 +4,10 @@ Prometheus endpoint (``qveil serve --metrics-port N``; prometheus-client, server
 Prometheus series: ``qveil_requests_total{method,code}``, ``qveil_request_seconds{method}``
 (histogram), ``qveil_states_answered_total``, ``qveil_new_points_total``,
 ``qveil_stored_points{release,action}`` (read from the store at scrape time) and
-``qveil_in_flight``. No label ever carries a state, a value or a token.
+``qveil_in_flight``; the storage limits of issue 14 item 4: ``qveil_max_stored_points``,
+``qveil_new_point_rate`` (new points per second per caller), ``qveil_new_point_burst`` and
+``qveil_quota_refusals_total{limit}`` (limit = stored_points | new_point_rate). No label ever
+carries a state, a value or a token.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ class Metrics:
         self.states_answered = 0
         self.new_points = 0
         self.in_flight = 0
+        self.quotas: Any = None  # qveil.server.quotas.Quotas, set by the handlers
         self._prom: dict[str, Any] | None = None
 
     # -- recording (called by the servicers) -------------------------------------------
@@ -96,5 +100,42 @@ class Metrics:
                 yield fam
 
         reg.register(_Stored())
+        metrics = self
+
+        class _Limits:
+            def collect(self_inner) -> Any:  # noqa: N805
+                from prometheus_client.core import CounterMetricFamily
+
+                q = metrics.quotas
+                if q is None:
+                    return
+                cfg = q.config
+                for name, doc, value in (
+                    (
+                        "qveil_max_stored_points",
+                        "cap on stored points per release (all "
+                        "actions); past it new points get RESOURCE_EXHAUSTED",
+                        cfg.max_stored_points,
+                    ),
+                    (
+                        "qveil_new_point_rate",
+                        "new points per second per caller (token bucket)",
+                        cfg.new_point_rate,
+                    ),
+                    (
+                        "qveil_new_point_burst",
+                        "token bucket size: new points one caller may store at once",
+                        cfg.burst,
+                    ),
+                ):
+                    yield GaugeMetricFamily(name, doc, value=float(value))
+                fam = CounterMetricFamily(
+                    "qveil_quota_refusals", "requests refused by a storage limit", labels=["limit"]
+                )
+                for limit, n in sorted(q.refused.items()):
+                    fam.add_metric([limit], n)
+                yield fam
+
+        reg.register(_Limits())
         server, _thread = start_http_server(port, addr=host, registry=reg)
         return int(server.server_port)

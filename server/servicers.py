@@ -20,6 +20,7 @@ from qveil.errors import ResourceExhausted, Unavailable
 from qveil.server.auth import Authorizer
 from qveil.server.errors import status_for
 from qveil.server.handlers import Handlers, per_caller_bound
+from qveil.server.quotas import caller_host
 from qveil.v1 import admin_service_pb2 as admin_pb
 from qveil.v1 import admin_service_pb2_grpc as admin_grpc
 from qveil.v1 import audit_service_pb2 as audit_pb
@@ -80,6 +81,8 @@ class Core:
             loop = asyncio.get_running_loop()
             if "deadline" in kwargs:
                 kwargs["deadline"] = self._deadline(context)
+            if "caller" in kwargs:  # the new-point budget's key (issue 14 item 4)
+                kwargs["caller"] = budget_key(caller)
             result = await loop.run_in_executor(self.executor, lambda: fn(*args, **kwargs))
             await self._pad(start, method, context)
             return result
@@ -172,6 +175,14 @@ class Core:
         await context.abort(mapped.code, mapped.message, trailing_metadata=mapped.trailing_metadata)
 
 
+def budget_key(caller: str) -> str:
+    """The new-point budget's key of a caller: its token (``token:NAME``), or the peer's host
+    without the port (``peer:ipv4:1.2.3.4``), so a new connection does not get a new bucket."""
+    if caller.startswith("peer:"):
+        return "peer:" + caller_host(caller.removeprefix("peer:"))
+    return caller
+
+
 def _floats(values: Any) -> np.ndarray:
     return np.fromiter(values, dtype=np.float64, count=len(values))
 
@@ -195,6 +206,7 @@ class ValueServicer(value_grpc.ValueServiceServicer):
             list(request.actions),
             release_id=request.release_id,
             deadline=None,
+            caller="",
         )
         return convert.values_to_proto(result)
 
@@ -211,6 +223,7 @@ class ValueServicer(value_grpc.ValueServiceServicer):
             _floats(request.states),
             release_id=request.release_id,
             deadline=None,
+            caller="",
         )
         return convert.best_actions_to_proto(result)
 

@@ -371,6 +371,31 @@ class SamplePathStore(ABC):
         """New noise points this store object has drawn and committed since it was opened."""
         return self._drawn
 
+    def count_new(self, release_id: str, action: int, xs: npt.ArrayLike) -> int:
+        """How many distinct unit states of ``xs`` are not in the in-process copy of
+        (release, action). No database read: after :meth:`refresh` it is exact (up to points
+        committed meanwhile); before, it may count a point another process stored. Used to
+        classify a request before anything is sampled (issue 14 item 4)."""
+        self._check_open()
+        rel = self._release(release_id)
+        a = check_action(action, rel.n_actions)
+        values = self._state(release_id, a).values
+        return sum(1 for v in dict.fromkeys(validate_unit_states(xs).tolist()) if v not in values)
+
+    def refresh(self, release_id: str) -> int:
+        """Bring the in-process copies of every action of the release up to date with the
+        database (rows committed by other threads, processes or replicas; the first call
+        loads them) and return the release's stored points, all actions."""
+        self._check_open()
+        rel = self._release(release_id)
+        total = 0
+        for a in range(rel.n_actions):
+            st = self._state(release_id, a)
+            with _process_lock(self._identity, release_id, a):
+                self._apply(st, self._db_fetch_since(release_id, a, st.hw))
+            total += len(st.values)
+        return total
+
     def get_or_sample(self, release_id: str, action: int, xs: npt.ArrayLike) -> FloatArray:
         """g_action(x) for each unit state of ``xs``: stored values as stored, new states drawn
         exactly given their stored neighbours and committed durably before this returns.

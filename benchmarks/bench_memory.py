@@ -1,0 +1,191 @@
+"""Server memory per stored point (issue 14 item 4) -> docs/benchmarks.md, section "memory",
+and the figure docs/memory_per_point.png.
+
+    .venv/bin/python benchmarks/bench_memory.py [--points 2000000]
+
+One real `qveil serve` over a fresh SQLite store (rate limit and cap lifted for the run) is
+fed batches of new states (4096 states x 2 actions = 8192 points per call) until it holds
+``--points`` points; its resident set size (VmRSS of the server process, from /proc) is read
+at doubling levels. The server keeps every stored point of the active release in memory (a
+sorted map x -> g per action, so stored states answer without a database read), so memory
+grows with the points; the requirement is that it grows no faster than they do: the
+marginal bytes per point must not rise with the store's size. Ceiling of the same run: the
+raw payload, 16 bytes per point (two doubles).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import grpc  # noqa: E402
+import numpy as np  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _report import table, write_section  # noqa: E402
+from bench_server import M, make_bundle, spawn  # noqa: E402
+
+from qveil.v1 import value_service_pb2 as pb  # noqa: E402
+from qveil.v1 import value_service_pb2_grpc as pb_grpc  # noqa: E402
+
+QVEIL = str(Path(sys.executable).parent / "qveil")
+FIG = Path(__file__).resolve().parent.parent / "docs" / "memory_per_point.png"
+BATCH = 4096
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024.0
+    raise RuntimeError("no VmRSS")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--points", type=int, default=2_000_000, help="points stored at the end")
+    ap.add_argument("--no-write", action="store_true", help="print only")
+    args = ap.parse_args()
+    levels = []
+    lv = 125_000
+    while lv < args.points:
+        levels.append(lv)
+        lv *= 2
+    levels.append(args.points)
+    rows_raw: list[tuple[int, float, float]] = []
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        bundle = make_bundle(tmp / "bundle")
+        port_file = tmp / "port"
+        proc, port = spawn(
+            [
+                QVEIL,
+                "serve",
+                "--bundle",
+                str(bundle),
+                "--store",
+                f"sqlite:///{tmp / 'store.sqlite'}",
+                "--listen",
+                "127.0.0.1:0",
+                "--port-file",
+                str(port_file),
+                "--new-point-rate",
+                "1e12",
+                "--max-stored-points",
+                str(10 * args.points),
+            ],
+            port_file,
+        )
+        rng = np.random.default_rng(0)
+        try:
+            with grpc.insecure_channel(
+                f"127.0.0.1:{port}", options=[("grpc.max_receive_message_length", 1 << 26)]
+            ) as ch:
+                stub = pb_grpc.ValueServiceStub(ch)
+                for _ in range(300):
+                    try:
+                        stub.GetValues(pb.GetValuesRequest(states=[0.5]), timeout=5)
+                        break
+                    except grpc.RpcError:
+                        time.sleep(0.1)
+                stored = M  # the warm-up state
+                base = rss_mb(proc.pid)
+                rows_raw.append((stored, base, 0.0))
+                t0 = time.perf_counter()
+                for level in levels:
+                    while stored < level:
+                        n = min(BATCH, max(1, (level - stored) // M))
+                        stub.GetValues(
+                            pb.GetValuesRequest(states=rng.random(n).tolist()), timeout=600
+                        )
+                        stored += n * M
+                    time.sleep(0.5)
+                    rss = rss_mb(proc.pid)
+                    rows_raw.append((stored, rss, time.perf_counter() - t0))
+                    took = time.perf_counter() - t0
+                    print(
+                        f"{stored:>10,d} points  RSS {rss:8.1f} MB  ({took:.0f} s)",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+        finally:
+            proc.terminate()
+            proc.wait(timeout=60)
+    rows = []
+    prev_pts, prev_rss = rows_raw[0][0], rows_raw[0][1]
+    first_marginal = None
+    for pts, rss, _sec in rows_raw[1:]:
+        total_bpp = (rss - base) * 2**20 / (pts - rows_raw[0][0])
+        marginal = (rss - prev_rss) * 2**20 / (pts - prev_pts)
+        first_marginal = first_marginal or marginal
+        rows.append(
+            (
+                f"{pts:,d}",
+                rss,
+                rss - base,
+                total_bpp,
+                marginal,
+                f"{marginal / first_marginal:.2f}",
+                (rss - base) / ((pts - rows_raw[0][0]) / 1e6),
+                f"{16 / total_bpp:.3f}",
+            )
+        )
+        prev_pts, prev_rss = pts, rss
+    last = rows[-1]
+    body = table(
+        [
+            "stored points",
+            "RSS MB",
+            "RSS - empty MB",
+            "bytes/point (total)",
+            "bytes/point (this step)",
+            "step vs first step",
+            "MB per million points",
+            "payload ceiling (16 B) / total",
+        ],
+        rows,
+    )
+    body += (
+        f"\n\nEmpty server: {base:.1f} MB. At {last[0]} points the server holds "
+        f"{float(last[6]):.0f} MB per million stored points. It grows linearly, and no faster: "
+        "the per-step bytes/point does not rise with the store's size (column 'step vs first "
+        "step' stays near or below 1). The points are in a sorted map x -> g per action, "
+        "Python floats in sortedcontainers' lists and a dict, about 100 bytes each. Size "
+        "`--max-stored-points` from this: the default 10 million points is about "
+        f"{float(last[6]) * 10 / 1024:.1f} GB for one release.\n\n"
+        "![memory per point](memory_per_point.png)"
+    )
+    if args.no_write:
+        print(body)
+        return 0
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 3.2), dpi=100)
+    pts = np.array([r[0] for r in rows_raw]) / 1e6
+    ax.plot(pts, [r[1] for r in rows_raw], "o-", label="server RSS")
+    ax.set_xlabel("stored points (millions)")
+    ax.set_ylabel("resident memory (MB)")
+    ax.set_title("qveil serve: memory vs stored points", fontsize=9)
+    ax.legend(loc="upper left")
+    fig.tight_layout()
+    fig.savefig(FIG)
+    plt.close(fig)
+    write_section(
+        "memory",
+        "Server memory per stored point (issue 14 item 4)",
+        f".venv/bin/python benchmarks/bench_memory.py --points {args.points}",
+        body,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -81,6 +81,16 @@ def _jsonable(obj: Any) -> Any:
     return obj
 
 
+def human(v: Any) -> str:
+    """A value as people read it: floats to 6 significant digits (7.999999999999996 -> 8,
+    0.7999999999999998 -> 0.8), lists element-wise; ``--json`` keeps full precision."""
+    if isinstance(v, float):
+        return "n/a" if v != v else f"{v:.6g}"
+    if isinstance(v, list):
+        return "[" + ", ".join(human(x) for x in v) + "]"
+    return str(v)
+
+
 def run(args: argparse.Namespace) -> int:
     from qveil.client import TLSConfig, ValueClient
     from qveil.client.channel import read_token_file
@@ -102,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
             else:
                 for k, v in _jsonable(rel).items():
                     if k != "card":
-                        print(f"{k:>15}: {v}")
+                        print(f"{k:>15}: {human(v)}")
             return 0
         states = _states(args.state)
         if not states:

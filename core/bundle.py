@@ -72,6 +72,7 @@ __all__ = [
     "nonprivate_privacy",
     "public_card_of",
     "split_card",
+    "value_scale_warning",
     "verify_privacy",
     "write_bundle",
     "write_grid_bundle",
@@ -527,6 +528,30 @@ def build_card(
     if extra:
         card.update(_jsonable(dict(extra)))
     return card
+
+
+def value_scale_warning(card: Mapping[str, Any]) -> str | None:
+    """A loud warning when the release noise sigma exceeds the value scale r0 / (1 - gamma)
+    (the largest |Q| a reward bound r0 allows): every answer is then mostly noise and a
+    greedy policy read from the release is no better than a random one. None otherwise (or
+    when the card has no reward bound / gamma)."""
+    pp = card.get("privacy_params") or {}
+    try:
+        sigma, r0, gamma = float(card["sigma"]), float(pp["reward_bound"]), float(pp["gamma"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    if not (0 <= gamma < 1) or r0 <= 0:
+        return None
+    scale = r0 / (1.0 - gamma)
+    if not sigma > scale:
+        return None
+    return (
+        f"WARNING: the release noise sigma = {sigma:.4g} exceeds the value scale "
+        f"r0/(1-gamma) = {r0:g}/(1-{gamma:g}) = {scale:.4g} ({sigma / scale:.3g}x): every "
+        "released Q value is mostly noise, and actions chosen from this release will be no "
+        "better than random. Raise epsilon (or delta), train on more data (more samples or "
+        "users), or accept that this release is for demonstration only."
+    )
 
 
 def nonprivate_privacy(params: Mapping[str, Any]) -> dict[str, Any]:

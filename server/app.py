@@ -118,6 +118,22 @@ def default_store_url(bundle: Path) -> str:
     return f"sqlite:///{(bundle.resolve().parent / 'qveil-store.sqlite')}"
 
 
+def resolve_store_url(url: str, bundle: Path) -> tuple[str, bool]:
+    """(url, changed): a relative SQLite path (``sqlite:///store.sqlite``, any
+    ``sqlite+driver``) resolved against the directory that holds the bundle (where the default
+    store lives), not against the working directory, so the same command finds the same
+    store wherever it runs (issue 14 item 8). Absolute paths, in-memory SQLite and other
+    backends are returned unchanged."""
+    scheme, sep, rest = url.partition(":///")
+    if not sep or not (scheme == "sqlite" or scheme.startswith("sqlite+")):
+        return url, False
+    path, q, query = rest.partition("?")
+    if not path or path.startswith("/") or path == ":memory:":
+        return url, False
+    resolved = (bundle.resolve().parent / path).resolve()
+    return f"{scheme}:///{resolved}{q}{query}", True
+
+
 def create_server(
     core: Core,
     health: Health,
@@ -203,6 +219,16 @@ async def serve(config: ServeConfig, *, on_event: Callable[[str], None] | None =
     store = None
     try:
         url = config.store_url or default_store_url(config.bundle)
+        url, relative = resolve_store_url(url, config.bundle)
+        say(
+            f"store {_redact(url)}"
+            + (
+                f" (relative path resolved against the bundle's directory "
+                f"{config.bundle.resolve().parent})"
+                if relative
+                else ""
+            )
+        )
 
         def start_up() -> Any:
             from qveil.server.store import open_store

@@ -236,6 +236,11 @@ def run(args: argparse.Namespace) -> int:
                 f"dataset spent eps={res.budget.spent[0]:.6g}"
                 + ("; activated" if d["activated"] else "; staged"),
             )
+            from qveil.bundle import load_bundle, value_scale_warning
+
+            warn = value_scale_warning(load_bundle(res.bundle_path, verify=False).card)
+            if warn:
+                print("\n" + "!" * 78 + f"\n{warn}\n" + "!" * 78, file=sys.stderr)
         elif cmd == "releases":
             rows = [r.to_dict() for r in admin.releases(ctx)]
             _print(args, rows, _releases_table(rows))

@@ -138,6 +138,11 @@ def run(args: argparse.Namespace) -> int:
         cfg, args.out, seed=args.seed, progress=not args.no_progress and sys.stderr.isatty()
     )
     print(main_summary(outcome))
+    from qveil.bundle import value_scale_warning
+
+    warn = value_scale_warning(outcome.card)
+    if warn:
+        print("\n" + "!" * 78 + f"\n{warn}\n" + "!" * 78, file=sys.stderr)
     if not outcome.card["holds"]:
         print(f"warning: the guarantee does not hold: {outcome.card['reason']}", file=sys.stderr)
     return 0

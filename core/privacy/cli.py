@@ -17,7 +17,9 @@ sigma / (r0 / (1 - gamma)), before any data is touched.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import math
 from typing import Any
 
 from qveil.privacy.accountant import account, calibrate
@@ -257,6 +259,68 @@ def _fqi_text(r: Any) -> str:
     return "\n".join(lines)
 
 
+def _round_up(x: float) -> float:
+    """x rounded up to 3 significant digits (a k a person can type)."""
+    e = math.floor(math.log10(x)) - 2
+    return math.ceil(x / 10.0**e) * 10.0**e
+
+
+def remedies(params: PrivacyParams) -> list[tuple[str, PrivacyResult]]:
+    """When ``account(params)`` does not hold: the flags that would give an epsilon for the
+    same sigma, each with the accountant's result. In paper/gdp mode the smallest ``--k``
+    (rounded up to 3 digits) for which the guarantee holds with delta_total <= 2 x delta
+    (Lemma 8's tail not swamping delta), found by a geometric grid and bisection and
+    checked by the accountant; and ``--mode output`` (one mechanism at release, no k)."""
+    out: list[tuple[str, PrivacyResult]] = []
+    if params.mode in ("paper", "gdp"):
+
+        def holds(k: float) -> PrivacyResult | None:
+            try:
+                r = account(dataclasses.replace(params, k=k))
+            except ValueError:
+                return None
+            # a guarantee whose Lemma 8 tail swamps delta is no use: at most 2 x --delta
+            ok = r.holds and r.delta_total is not None and r.delta_total <= 2 * params.delta
+            return r if ok else None
+
+        lo = max(float(params.k), 1e-3)
+        hi = lo
+        for _ in range(200):  # a geometric grid up to the first k that holds
+            lo, hi = hi, hi * 1.5
+            if holds(hi) is not None:
+                for _ in range(40):  # then bisection down to the smallest one
+                    mid = 0.5 * (lo + hi)
+                    lo, hi = (lo, mid) if holds(mid) is not None else (mid, hi)
+                k = _round_up(hi)
+                r = holds(k)
+                if r is not None:
+                    out.append((f"--k {k:g}", r))
+                break
+    if params.mode != "output":
+        try:
+            r = account(dataclasses.replace(params, mode="output", k=params.k))
+        except ValueError:
+            r = None
+        if r is not None and r.holds:
+            out.append(("--mode output", r))
+    return out
+
+
+def _needs(params: PrivacyParams) -> str:
+    fixes = remedies(params)
+    if not fixes:
+        return (
+            "no epsilon: the guarantee does not hold for these flags, and neither a larger "
+            "--k nor --mode output fixes it (see the reason above)"
+        )
+    lines = ["no epsilon for these flags; for this sigma, add one of:"]
+    for flag, r in fixes:
+        lines.append(
+            f"  {flag:<16} -> ({_fmt(r.epsilon)}, {_fmt(r.delta_total)})-DP   [{r.mode} mode]"
+        )
+    return "\n".join(lines)
+
+
 def run(args: argparse.Namespace) -> int:
     if args.mode == "fqi":
         _, result = _fqi(args)
@@ -274,4 +338,6 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(result.to_dict(), indent=2, allow_nan=False))
     else:
         print(_text(result))
+        if not result.holds and args.epsilon is None:
+            print(_needs(params))
     return 0

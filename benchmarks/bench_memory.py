@@ -150,14 +150,21 @@ def main() -> int:
         ],
         rows,
     )
+    marginal_last = float(last[4])
+    at_cap = (
+        float(last[2]) + (10e6 - int(last[0].replace(",", ""))) * marginal_last / 2**20
+    ) / 1024
     body += (
         f"\n\nEmpty server: {base:.1f} MB. At {last[0]} points the server holds "
-        f"{float(last[6]):.0f} MB per million stored points. It grows linearly, and no faster: "
-        "the per-step bytes/point does not rise with the store's size (column 'step vs first "
-        "step' stays near or below 1). The points are in a sorted map x -> g per action, "
-        "Python floats in sortedcontainers' lists and a dict, about 100 bytes each. Size "
-        "`--max-stored-points` from this: the default 10 million points is about "
-        f"{float(last[6]) * 10 / 1024:.1f} GB for one release.\n\n"
+        f"{float(last[6]):.0f} MB per million stored points, and each further point costs "
+        f"about {marginal_last:.0f} bytes (the last step). Memory grows linearly and no faster "
+        "than the points: the bytes per point of each step do not rise with the store's size "
+        "(column 'step vs first step' stays at or below 1; the first steps also pay one-time "
+        "costs such as SQLite's page cache). Each point lives in the server's sorted map "
+        "x -> g of its action (a dict entry, Python float objects, a slot in sortedcontainers' "
+        "key list), far above the 16-byte payload. Size `--max-stored-points` from this: "
+        f"extrapolated at the last step's rate, the default 10 million points need about "
+        f"{at_cap:.1f} GB for one release.\n\n"
         "![memory per point](memory_per_point.png)"
     )
     if args.no_write:

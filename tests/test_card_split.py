@@ -196,3 +196,26 @@ def test_server_shows_public_card_to_clients_and_admin_card_to_admins(tmp_path: 
             ad.admin_card()
     finally:
         assert srv.terminate() == 0
+
+
+def test_fqi_public_card_is_not_a_function_of_the_data(tmp_path: Path) -> None:
+    """The fqi mode (integrator's): two datasets of the same size from different seeds give
+    different released values and dataset fingerprints, and identical public cards (except
+    id and time); the fingerprint stays in the admin card."""
+    from qveil.fqi_config import FQIConfig
+    from qveil.trainer.collect import collect
+    from qveil.trainer.fqi import train_fqi
+
+    cfg = FQIConfig.from_toml(CONFIGS / "linewalk-private.toml")
+    out = []
+    for seed in (1, 2):
+        data = collect("qveil/LineWalk-v0", 300, seed)
+        out.append(load_bundle(train_fqi(cfg, data, tmp_path / f"f{seed}", force=True).path))
+    a, b = out
+    assert a.card["weights_sha256"] != b.card["weights_sha256"]
+    assert a.card["dataset_fingerprint"] != b.card["dataset_fingerprint"]
+    pa, pb = a.public_card(), b.public_card()
+    assert _without(pa, PER_RELEASE) == _without(pb, PER_RELEASE)
+    assert pa["mode"] == "fqi" and "users" in pa and "neighbour" in pa
+    assert "dataset_fingerprint" not in pa and "dataset_fingerprint" in a.admin_card()
+    assert json.loads((a.path / CARD_FILE).read_text()) == pa

@@ -238,8 +238,6 @@ class Handlers:
         reserve them under the caller's rate budget and the release's cap, or raise
         ResourceExhausted with nothing stored. Stored states pass without a database read."""
         store, rid = self.store, rel.release_id
-        if not hasattr(store, "count_new"):
-            return 0
         if not any(store.count_new(rid, a, ux) for a in actions):
             return 0
         stored = store.refresh(rid)  # other processes' points are known, not new

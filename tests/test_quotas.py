@@ -143,3 +143,56 @@ def test_quotas_unit() -> None:
     assert caller_host("ipv4:127.0.0.1:5555") == "ipv4:127.0.0.1"
     assert caller_host("ipv6:[::1]:5555") == "ipv6:[::1]"
     assert caller_host("unix:/tmp/s") == "unix:/tmp/s"
+
+
+def test_cap_is_exact_under_concurrent_new_points(tmp_path: Path) -> None:
+    """8 threads race 40 one-state requests (3 new points each) against a cap of 60: points
+    reserved by requests still sampling count against the cap, so exactly 20 requests store
+    their points and 20 are refused. A check against the committed count alone would let
+    concurrent requests overshoot (up to 8 x 3 points)."""
+    import threading
+
+    bundle = make_bundle(tmp_path / "b")
+    tokens = make_tokens(tmp_path / "tokens.toml")
+    srv = start_server(
+        tmp_path,
+        bundle,
+        "--tokens-file",
+        str(tokens.path),
+        "--max-stored-points",
+        "60",
+        store=f"sqlite:///{tmp_path / 'store.sqlite'}",
+    )
+    ok: list[float] = []
+    refused: list[float] = []
+    lock = threading.Lock()
+    states = iter(np.linspace(-1.0, 2.0, 40).tolist())
+    go = threading.Barrier(8)
+
+    def worker() -> None:
+        with ValueClient(srv.target, token=tokens.query) as c:
+            go.wait()
+            while True:
+                with lock:
+                    x = next(states, None)
+                if x is None:
+                    return
+                try:
+                    c.values([x])
+                    with lock:
+                        ok.append(x)
+                except ResourceExhausted:
+                    with lock:
+                        refused.append(x)
+
+    try:
+        threads = [threading.Thread(target=worker) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        stored = _stored(srv.target, tokens.auditor)
+        assert sum(map(len, stored.values())) == 60
+        assert len(ok) == 20 and len(refused) == 20
+    finally:
+        assert srv.terminate() == 0

@@ -283,19 +283,25 @@ def build_app(core: Core, serving: Callable[[], bool], *, max_body_bytes: int) -
         name, version = _model(request)
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > max_body_bytes:
-            return _json_error(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"request body of {declared} bytes exceeds the limit of {max_body_bytes}",
-                "BODY_TOO_LARGE",
+            return JSONResponse(
+                {
+                    "error": f"request body of {declared} bytes exceeds the limit of "
+                    f"{max_body_bytes} (--max-message-bytes); nothing was read or stored",
+                    "reason": "BODY_TOO_LARGE",
+                },
+                status_code=413,
             )
         chunks, size = [], 0
         async for chunk in request.stream():
             size += len(chunk)
             if size > max_body_bytes:
-                return _json_error(
-                    grpc.StatusCode.RESOURCE_EXHAUSTED,
-                    f"request body exceeds the limit of {max_body_bytes} bytes",
-                    "BODY_TOO_LARGE",
+                return JSONResponse(
+                    {
+                        "error": f"request body exceeds the limit of {max_body_bytes} bytes "
+                        "(--max-message-bytes); nothing was stored",
+                        "reason": "BODY_TOO_LARGE",
+                    },
+                    status_code=413,
                 )
             chunks.append(chunk)
         body = b"".join(chunks)

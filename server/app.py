@@ -250,9 +250,9 @@ async def serve(config: ServeConfig, *, on_event: Callable[[str], None] | None =
         started = loop.time()
         await core.wait_idle(config.grace)
         left = max(0.0, config.grace - (loop.time() - started))
-        if rest is not None:
-            await rest.stop(left)
-        await server.stop(left)
+        await asyncio.gather(  # both bindings stop within what is left of --grace
+            server.stop(left), *([rest.stop(left)] if rest is not None else [])
+        )
         say("stopped")
         return 0
     except BaseException:

@@ -239,3 +239,44 @@ def test_tls_and_loopback_binding(tmp_path: Any) -> None:
         name="plain",
     ) as sp:
         assert re.search(r"v2 REST on http://127\.0\.0\.1:\d+", sp.output()), sp.output()
+
+
+def test_drain_turns_v2_readiness_off_first(tmp_path: Any) -> None:
+    """SIGTERM: the v2 readiness probes (REST and gRPC ServerReady) answer not-ready at once
+    while liveness and queries keep working for --drain-delay, then the process exits 0."""
+    import signal
+    import time
+
+    import grpc
+    from server_helpers import health_status, start_server
+
+    from qveil.oip import grpc_predict_v2_pb2 as pb
+    from qveil.oip import grpc_predict_v2_pb2_grpc as pb_grpc
+
+    bundle = make_bundle(tmp_path / "b", seed=6)
+    sp = start_server(tmp_path, bundle, "--http-port", "0", "--drain-delay", "5", name="drain")
+    m = re.search(r"v2 REST on http://127\.0\.0\.1:(\d+)", sp.output())
+    assert m, sp.output()
+    url = f"http://127.0.0.1:{m.group(1)}"
+    try:
+        assert health_status(sp.target, "inference.GRPCInferenceService") == "SERVING"
+        with grpc.insecure_channel(sp.target) as ch:
+            stub = pb_grpc.GRPCInferenceServiceStub(ch)
+            assert stub.ServerReady(pb.ServerReadyRequest(), timeout=5).ready
+            assert httpx.get(url + "/v2/health/ready").status_code == 200
+            sp.proc.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + 4
+            while httpx.get(url + "/v2/health/ready").status_code == 200:
+                assert time.monotonic() < deadline, "readiness stayed on after SIGTERM"
+                time.sleep(0.05)
+            assert not stub.ServerReady(pb.ServerReadyRequest(), timeout=5).ready
+            assert not stub.ModelReady(pb.ModelReadyRequest(name="qveil"), timeout=5).ready
+            assert httpx.get(url + "/v2/health/live").json() == {"live": True}
+            r = httpx.post(
+                url + "/v2/models/qveil/infer",
+                json={"inputs": [json_tensor(states_input([0.5]))]},
+            )
+            assert r.status_code == 200, r.text  # still answering during the drain delay
+    finally:
+        code = sp.terminate()
+    assert code == 0, sp.output()

@@ -280,3 +280,38 @@ def test_drain_turns_v2_readiness_off_first(tmp_path: Any) -> None:
     finally:
         code = sp.terminate()
     assert code == 0, sp.output()
+
+
+def test_rest_socket_is_tcp_for_nodelay() -> None:
+    """The REST listener is created with proto IPPROTO_TCP: asyncio enables TCP_NODELAY on
+    accepted connections only then (with proto 0 every response waited ~40 ms for the
+    client's delayed ACK; measured 48 ms vs 1.3 ms per call). Readiness follows Core."""
+    import asyncio
+    import socket
+
+    from qveil.server.auth import Authorizer
+    from qveil.server.handlers import Handlers, Limits, new_executor
+    from qveil.server.oip_rest import start_rest
+    from qveil.server.servicers import Core
+    from qveil.server.state import ReleaseHolder
+
+    async def main() -> None:
+        executor = new_executor(1)
+        core = Core(
+            Handlers(store=None, holder=ReleaseHolder(), limits=Limits()),
+            Authorizer(None),
+            executor,
+        )
+        rest = await start_rest(core, lambda: True, host="127.0.0.1", port=0)
+        try:
+            assert rest.sock.proto == socket.IPPROTO_TCP
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{rest.port}") as c:
+                assert (await c.get("/v2/health/live")).json() == {"live": True}
+                assert (await c.get("/v2/health/ready")).status_code == 503  # not ready yet
+                r = await c.post("/v2/models/qveil/infer", json={"inputs": []})
+                assert r.status_code == 503 and r.json()["reason"] == "UNAVAILABLE"
+        finally:
+            await rest.stop(0)
+            executor.shutdown()
+
+    asyncio.run(main())

@@ -30,6 +30,8 @@ from qveil.server.auth import Authorizer, load_tokens
 from qveil.server.handlers import Handlers, Limits, new_executor
 from qveil.server.health import Health
 from qveil.server.metrics import Metrics
+from qveil.server.oip_grpc import SERVICE_NAME as OIP_SERVICE_NAME
+from qveil.server.oip_grpc import add_inference_service
 from qveil.server.servicers import AdminServicer, AuditServicer, Core, ValueServicer
 from qveil.v1 import admin_service_pb2, audit_service_pb2, value_service_pb2
 from qveil.v1 import admin_service_pb2_grpc as admin_grpc
@@ -78,6 +80,7 @@ class ServeConfig:
     metrics_port: int | None = None
     metrics_host: str = "127.0.0.1"
     port_file: Path | None = None
+    http_port: int | None = None  # issue 17: v2 REST (off by default; loopback unless TLS)
 
 
 def split_host(listen: str) -> tuple[str, str]:
@@ -157,11 +160,13 @@ def create_server(
     admin_grpc.add_AdminServiceServicer_to_server(AdminServicer(core), server)
     audit_grpc.add_AuditServiceServicer_to_server(AuditServicer(core), server)
     health_pb2_grpc.add_HealthServicer_to_server(health.servicer, server)
+    add_inference_service(core, health, server)  # issue 17: the v2 protocol, same port
     if reflection:
         from grpc_reflection.v1alpha import reflection as refl
 
         names = (
             *SERVICE_NAMES,
+            OIP_SERVICE_NAME,
             health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
             refl.SERVICE_NAME,
         )
@@ -208,6 +213,7 @@ async def serve(config: ServeConfig, *, on_event: Callable[[str], None] | None =
         f"{', mTLS' if config.tls and config.tls.client_ca else ''}, "
         f"{'tokens' if authorizer.enabled else 'no tokens: anonymous query only'})"
     )
+    rest = await _start_rest(config, core, health, say)
     if config.port_file is not None:
         _write_port_file(config.port_file, port)
 
@@ -265,13 +271,19 @@ async def serve(config: ServeConfig, *, on_event: Callable[[str], None] | None =
         # with UNAVAILABLE while the event loop keeps matching them, let the calls in flight
         # finish, and only then stop; clients map the few calls still caught by the race
         # (reset before any handler ran, so never processed) to UNAVAILABLE too.
+        # (v2 REST calls go through Core.unary as well: refused and waited for alike.)
         core.closing = True
         started = loop.time()
         await core.wait_idle(config.grace)
-        await server.stop(max(0.0, config.grace - (loop.time() - started)))
+        left = max(0.0, config.grace - (loop.time() - started))
+        await asyncio.gather(  # both bindings stop within what is left of --grace
+            server.stop(left), *([rest.stop(left)] if rest is not None else [])
+        )
         say("stopped")
         return 0
     except BaseException:
+        if rest is not None:
+            await rest.stop(0)
         await server.stop(0)
         raise
     finally:
@@ -279,6 +291,29 @@ async def serve(config: ServeConfig, *, on_event: Callable[[str], None] | None =
         st = store or handlers.store
         if st is not None:
             st.close()
+
+
+async def _start_rest(
+    config: ServeConfig, core: Core, health: Health, say: Callable[[str], None]
+) -> Any:
+    """The v2 REST binding (``--http-port``, issue 17): 127.0.0.1 unless TLS is set, then the
+    --listen host, with the same certificates."""
+    if config.http_port is None:
+        return None
+    from qveil.server.oip_rest import start_rest
+
+    host = split_host(config.listen)[0] if config.tls is not None else "127.0.0.1"
+    rest = await start_rest(
+        core,
+        lambda: bool(health.serving),
+        host=host,
+        port=config.http_port,
+        tls=config.tls,
+        max_body_bytes=config.max_message_bytes,
+    )
+    scheme = "https" if config.tls is not None else "http"
+    say(f"v2 REST on {scheme}://{host}:{rest.port}")
+    return rest
 
 
 def _holder() -> Any:

@@ -28,6 +28,13 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--listen", default="127.0.0.1:50051", help="HOST:PORT (port 0: any free)")
     p.add_argument("--port-file", type=Path, help="write the bound port here once listening")
+    p.add_argument(
+        "--http-port",
+        type=int,
+        default=None,
+        help="also serve the Open Inference Protocol (KServe v2) REST binding on this port "
+        "(0: any free); 127.0.0.1 unless TLS is set. Off by default",
+    )
     t = p.add_argument_group("transport and auth")
     t.add_argument("--tls-cert", type=Path, help="server certificate chain (PEM)")
     t.add_argument("--tls-key", type=Path, help="server private key (PEM)")
@@ -174,5 +181,6 @@ def run(args: argparse.Namespace) -> int:
         metrics_port=args.metrics_port,
         metrics_host=args.metrics_host,
         port_file=args.port_file,
+        http_port=args.http_port,
     )
     return asyncio.run(serve(config))

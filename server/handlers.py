@@ -284,6 +284,41 @@ class Handlers:
             value_grid=self.limits.value_grid,
         )
 
+    def get_action_values(
+        self,
+        states: npt.ArrayLike,
+        actions: npt.ArrayLike,
+        *,
+        release_id: str = "",
+        deadline: float | None = None,
+    ) -> tuple[str, npt.NDArray[np.float64]]:
+        """(release id, values[i] = value(states[i], actions[i])): GetValues with one action
+        per state (the v2 model's ACTION input, issue 17). Every action is validated before the
+        store is touched; each action's states go through ``_released`` (the GetValues path)."""
+        rel = self._release_for_query(release_id)
+        xs = self._states(rel, states)
+        acts = np.asarray(actions, dtype=np.int64).reshape(-1)
+        if acts.size != xs.size:
+            raise bad_argument(
+                f"{acts.size} actions for {xs.size} states: give one action per state",
+                field="actions",
+                reason="WRONG_SHAPE",
+            )
+        m = rel.bundle.n_actions
+        bad = (acts < 0) | (acts >= m)
+        if bad.any():
+            j = int(np.flatnonzero(bad)[0])
+            raise bad_argument(
+                f"unknown action {int(acts[j])} at index {j}: this release has actions 0..{m - 1}",
+                field=f"actions[{j}]",
+                reason="UNKNOWN_ACTION",
+            )
+        out = np.empty(xs.size, dtype=np.float64)
+        for a in np.unique(acts):
+            idx = np.flatnonzero(acts == a)
+            out[idx] = self._released(rel, xs[idx], [int(a)], deadline)[:, 0]
+        return rel.release_id, out
+
     def get_release(self) -> t.Release:
         rel = self.holder.current()
         return convert.release_from_bundle(

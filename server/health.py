@@ -17,7 +17,13 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 __all__ = ["SERVICES", "Health"]
 
-SERVICES = ("", "qveil.v1.ValueService", "qveil.v1.AdminService", "qveil.v1.AuditService")
+SERVICES = (
+    "",
+    "qveil.v1.ValueService",
+    "qveil.v1.AdminService",
+    "qveil.v1.AuditService",
+    "inference.GRPCInferenceService",  # issue 17: the Open Inference Protocol (KServe v2)
+)
 Status = health_pb2.HealthCheckResponse.ServingStatus
 
 

@@ -9,7 +9,9 @@ unit, the compose file and the Dockerfile's CMD give it**: only the values of --
 --store, --listen, --tls-cert/--tls-key and --tokens-file are replaced by temporary ones on
 127.0.0.1 (the test fails if any of those flags is absent, so a renamed flag is caught), and
 the server must reach SERVING, answer a query with a token, pass deploy/healthcheck.py, and
-exit 0 on SIGTERM.
+exit 0 on SIGTERM. The KServe manifests (issue 17) parse as YAML, their volumes, ports and
+probes agree with the args, and the server starts with their args the same way, answering
+the manifest's HTTPS probes and a v2 inference.
 """
 
 from __future__ import annotations
@@ -431,3 +433,111 @@ def test_server_starts_with_the_dockerfile_cmd(tmp_path: Path, bundle: Path) -> 
     ins = dockerfile_instructions((DEPLOY / "Dockerfile").read_text())
     cmd = json.loads(dict(ins)["CMD"])
     _compose_like(tmp_path, bundle, cmd, "dockerfile")
+
+
+# ------------------------------------------------------------------ KServe (issue 17) ------
+
+KSERVE = ("kserve-inferenceservice.yaml", "kserve-inferenceservice-postgres.yaml")
+
+
+def kserve_predictor(name: str) -> dict[str, object]:
+    """The `kserve-container` of the InferenceService in deploy/NAME (static checks)."""
+    docs = [d for d in yaml.safe_load_all((DEPLOY / name).read_text()) if d]
+    (isvc,) = [d for d in docs if d["kind"] == "InferenceService"]
+    assert isvc["apiVersion"] == "serving.kserve.io/v1beta1"
+    pred = isvc["spec"]["predictor"]
+    (box,) = pred["containers"]
+    assert box["name"] == "kserve-container"
+    claims = {
+        v["persistentVolumeClaim"]["claimName"]
+        for v in pred.get("volumes", [])
+        if "persistentVolumeClaim" in v
+    }
+    pvcs = {d["metadata"]["name"] for d in docs if d["kind"] == "PersistentVolumeClaim"}
+    assert claims <= pvcs, "every claimed volume is declared in the manifest"
+    args = [str(a) for a in box["args"]]
+    store = args[args.index("--store") + 1]
+    if store.startswith("sqlite"):
+        assert claims and pred["maxReplicas"] == 1, "SQLite on a RWO volume: one replica"
+        mounts = {m["mountPath"] for m in box["volumeMounts"]}
+        assert any(store.removeprefix("sqlite:///").startswith(m + "/") for m in mounts)
+    else:  # PostgreSQL from a Secret, expanded by Kubernetes: $(VAR) must be a container env
+        env = {e["name"] for e in box["env"]}
+        assert set(re.findall(r"\$\((\w+)\)", store)) <= env and store.startswith("$(")
+    port = int(args[args.index("--http-port") + 1])
+    assert [p["containerPort"] for p in box["ports"]] == [port]
+    for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
+        get = box[probe]["httpGet"]
+        assert get["port"] == port and get["scheme"] == "HTTPS"
+        assert get["path"] in ("/v2/health/ready", "/v2/health/live")
+    return box
+
+
+@pytest.mark.parametrize("manifest", KSERVE)
+def test_server_starts_with_the_kserve_arguments(
+    tmp_path: Path, bundle: Path, manifest: str
+) -> None:
+    """The real server with exactly the manifest's args (values of --bundle, --store,
+    --listen, --http-port, --tls-*, --tokens-file replaced by temporary ones): SERVING,
+    the manifest's probes answer over HTTPS, a v2 infer with a token answers, exit 0."""
+    import ssl
+
+    import httpx
+
+    box = kserve_predictor(manifest)
+    argv = [str(a) for a in box["args"]]  # type: ignore[union-attr]
+    assert argv[argv.index("--listen") + 1].startswith("0.0.0.0:")
+    certs = make_certs(tmp_path)
+    tokens, token = _tokens(tmp_path)
+    http_port = free_port()
+    argv = replace_values(
+        argv,
+        {
+            "--bundle": str(bundle),
+            "--store": f"sqlite:///{tmp_path / 'store.sqlite'}",
+            "--listen": f"127.0.0.1:{free_port()}",
+            "--http-port": str(http_port),
+            "--tls-cert": str(certs["cert"]),
+            "--tls-key": str(certs["key"]),
+            "--tokens-file": str(tokens),
+        },
+    )
+    srv = ServerProc(
+        argv=[sys.executable, "-m", "qveil.cli", "serve", *argv],
+        port=int(argv[argv.index("--listen") + 1].rsplit(":", 1)[1]),
+        log_path=tmp_path / "kserve.log",
+    )
+    srv.start(wait=False)
+    url = f"https://127.0.0.1:{http_port}"
+    ctx = ssl.create_default_context(cafile=str(certs["ca"]))
+    try:
+        import time
+
+        deadline = time.monotonic() + 60
+        ready = None
+        with httpx.Client(verify=ctx, timeout=5) as c:
+            while time.monotonic() < deadline and srv.alive():
+                try:
+                    ready = c.get(url + box["readinessProbe"]["httpGet"]["path"])  # type: ignore[index]
+                    if ready.status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.1)
+            assert ready is not None and ready.status_code == 200, srv.log_tail()
+            assert c.get(url + "/v2/health/live").status_code == 200
+            r = c.post(
+                url + "/v2/models/qveil/infer",
+                json={
+                    "inputs": [
+                        {"name": "STATE", "datatype": "FP64", "shape": [2, 1], "data": [0.0, 0.5]}
+                    ]
+                },
+                headers={"Authorization": f"Bearer {token}"},
+            )
+            assert r.status_code == 200, r.text
+            assert {o["name"] for o in r.json()["outputs"]} == {"Q", "BEST_ACTION"}
+            assert c.post(url + "/v2/models/qveil/infer", json={}).status_code == 401
+    finally:
+        code = srv.terminate()
+    assert code == 0, f"exit code {code} after SIGTERM\n{srv.log_tail()}"

@@ -1,0 +1,1 @@
+"""Generated stubs of the vendored Open Inference Protocol (package `inference`): see README.md."""

@@ -1,0 +1,275 @@
+"""The model ``qveil`` of the Open Inference Protocol (KServe v2), transport-independent.
+
+Both v2 bindings (gRPC: ``qveil.server.oip_grpc``; REST/JSON: ``qveil.server.oip_rest``)
+decode their request into :class:`InferRequest` and call :meth:`OIPModel.infer`, which calls
+the ONE set of handlers that ValueService uses (``Handlers.get_values``,
+``Handlers.get_best_actions``, ``Handlers.get_action_values``): the same validation, the same
+stored noise, the same value grid, the same limits. Nothing here touches the store.
+
+The model (issue 17)::
+
+    input  STATE        FP64  [n, d]   d = 1 until multi-dimensional states land
+    input  ACTION       INT64 [n]      optional: one action per state
+    output Q            FP64  [n, m]   all actions; [n] (Q[i, ACTION[i]]) when ACTION is given
+    output BEST_ACTION  INT64 [n]      argmax of the released values (ties: lowest action)
+
+Outputs by default: Q and BEST_ACTION without ACTION; Q alone with ACTION (BEST_ACTION needs
+every action's value at every state, which would draw noise the caller did not ask for; it is
+computed when asked for by name). The model's version is the active release id; a request
+naming another version is refused exactly like a pinned ``release_id`` of GetValues.
+
+Every decoding error is an ``InvalidArgument`` raised before a handler runs, so a rejected
+request stores nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from qveil.errors import NotFound, Unavailable
+from qveil.server.errors import bad_argument
+from qveil.server.handlers import Handlers
+
+__all__ = [
+    "MODEL_NAME",
+    "PLATFORM",
+    "InferRequest",
+    "InferResponse",
+    "OIPModel",
+    "Tensor",
+    "decode_raw",
+]
+
+MODEL_NAME = "qveil"
+PLATFORM = "qveil_value_release"
+SERVER_NAME = "qveil"
+STATE, ACTION, Q, BEST_ACTION = "STATE", "ACTION", "Q", "BEST_ACTION"
+OUTPUTS = (Q, BEST_ACTION)
+#: v2 datatype -> little-endian numpy dtype (the two this model uses)
+DTYPES = {"FP64": np.dtype("<f8"), "INT64": np.dtype("<i8")}
+_ECHO = 80  # characters of user input echoed in an error message
+
+
+def _echo(s: object) -> str:
+    text = str(s)
+    return repr(text if len(text) <= _ECHO else text[:_ECHO] + "...")
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """One decoded tensor: name, v2 datatype, shape and its data (flat, row-major)."""
+
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+    data: npt.NDArray[Any]
+
+
+@dataclass(frozen=True)
+class InferRequest:
+    inputs: Sequence[Tensor]
+    model_name: str = MODEL_NAME
+    model_version: str = ""
+    id: str = ""
+    outputs: Sequence[str] = field(default_factory=tuple)  # empty: the default outputs
+
+
+@dataclass(frozen=True)
+class InferResponse:
+    model_name: str
+    model_version: str
+    id: str
+    outputs: tuple[Tensor, ...]
+
+
+def decode_raw(name: str, datatype: str, shape: Sequence[int], raw: bytes) -> Tensor:
+    """A tensor from raw little-endian bytes (``raw_input_contents``; Triton's binary data)."""
+    dt = DTYPES.get(datatype)
+    if dt is None:
+        raise bad_argument(
+            f"input {_echo(name)} has datatype {_echo(datatype)}; expected {_expected_dtype(name)}",
+            field=f"inputs[{name[:_ECHO]}].datatype",
+            reason="WRONG_DATATYPE",
+        )
+    if len(raw) % dt.itemsize:
+        raise bad_argument(
+            f"raw contents of input {_echo(name)} are {len(raw)} bytes, not a multiple of "
+            f"{dt.itemsize} ({datatype})",
+            field=f"inputs[{name[:_ECHO]}]",
+            reason="WRONG_SHAPE",
+        )
+    data = np.frombuffer(raw, dtype=dt).astype(dt.newbyteorder("="))
+    return Tensor(name, datatype, tuple(int(s) for s in shape), data)
+
+
+def _expected_dtype(name: str) -> str:
+    return {STATE: "FP64", ACTION: "INT64"}.get(name, "FP64 (STATE) or INT64 (ACTION)")
+
+
+def _n_elements(shape: Sequence[int]) -> int:
+    return math.prod(shape) if shape else 1
+
+
+class OIPModel:
+    """The v2 view of one server's handlers."""
+
+    def __init__(self, handlers: Handlers) -> None:
+        self.h = handlers
+
+    # ------------------------------------------------------------------ metadata
+    def version(self) -> str:
+        """The active release id ('' while none is loaded)."""
+        rel = self.h.holder.peek()
+        return rel.release_id if rel is not None else ""
+
+    def ready(self, name: str, version: str = "") -> bool:
+        rel = self.h.holder.peek()
+        return (
+            name == MODEL_NAME
+            and rel is not None
+            and not self.h.holder.draining
+            and version in ("", rel.release_id)
+        )
+
+    def check_model(self, name: str, version: str = "") -> None:
+        if name != MODEL_NAME:
+            raise NotFound(
+                f"unknown model {_echo(name)}: this server serves one model, {MODEL_NAME!r}"
+            )
+        if version:
+            self.h.holder.current()  # Unavailable while starting
+            if version != self.version():
+                # the same answer as a GetValues pinned to this release id
+                self.h._release_for_query(version)
+
+    def metadata(self, name: str = MODEL_NAME, version: str = "") -> dict[str, Any]:
+        """ModelMetadata: name, versions (the active release), platform, inputs, outputs."""
+        self.check_model(name, version)
+        rel = self.h.holder.current()
+        m = int(rel.bundle.n_actions)
+        d = 1
+        return {
+            "name": MODEL_NAME,
+            "versions": [rel.release_id],
+            "platform": PLATFORM,
+            "inputs": [
+                {"name": STATE, "datatype": "FP64", "shape": [-1, d]},
+                {"name": ACTION, "datatype": "INT64", "shape": [-1]},
+            ],
+            "outputs": [
+                {"name": Q, "datatype": "FP64", "shape": [-1, m]},
+                {"name": BEST_ACTION, "datatype": "INT64", "shape": [-1]},
+            ],
+        }
+
+    # ------------------------------------------------------------------ inference
+    def _parse(self, req: InferRequest) -> tuple[npt.NDArray[np.float64], Any, list[str]]:
+        self.check_model(req.model_name, "")
+        by_name: dict[str, Tensor] = {}
+        for t in req.inputs:
+            if t.name not in (STATE, ACTION):
+                raise bad_argument(
+                    f"unknown input {_echo(t.name)}: model {MODEL_NAME!r} takes STATE "
+                    "(FP64 [n, 1]) and optionally ACTION (INT64 [n])",
+                    field=f"inputs[{t.name[:_ECHO]}]",
+                    reason="UNKNOWN_INPUT",
+                )
+            if t.name in by_name:
+                raise bad_argument(
+                    f"input {t.name} is given twice", field=f"inputs[{t.name}]", reason="DUPLICATE"
+                )
+            by_name[t.name] = t
+        for t in by_name.values():
+            want = _expected_dtype(t.name)
+            if t.datatype != want:
+                raise bad_argument(
+                    f"input {t.name} has datatype {_echo(t.datatype)}; expected {want}",
+                    field=f"inputs[{t.name}].datatype",
+                    reason="WRONG_DATATYPE",
+                )
+            if any(s < 0 for s in t.shape) or t.data.size != _n_elements(t.shape):
+                raise bad_argument(
+                    f"input {t.name} has shape {list(t.shape)[:8]} but {t.data.size} elements",
+                    field=f"inputs[{t.name}].shape",
+                    reason="WRONG_SHAPE",
+                )
+        if STATE not in by_name:
+            raise bad_argument(
+                "input STATE (FP64 [n, 1]) is required", field="inputs", reason="MISSING_INPUT"
+            )
+        st = by_name[STATE]
+        if len(st.shape) != 2:
+            raise bad_argument(
+                f"input STATE must have shape [n, d], got {list(st.shape)[:8]}",
+                field="inputs[STATE].shape",
+                reason="WRONG_SHAPE",
+            )
+        if st.shape[1] != 1:
+            raise bad_argument(
+                f"input STATE has d = {st.shape[1]}; this release takes one-dimensional states "
+                "(shape [n, 1])",
+                field="inputs[STATE].shape",
+                reason="WRONG_SHAPE",
+            )
+        states = np.asarray(st.data, dtype=np.float64).reshape(-1)
+        actions = None
+        if ACTION in by_name:
+            at = by_name[ACTION]
+            if len(at.shape) != 1 or at.shape[0] != st.shape[0]:
+                raise bad_argument(
+                    f"input ACTION must have shape [n] = [{st.shape[0]}] (one action per "
+                    f"state), got {list(at.shape)[:8]}",
+                    field="inputs[ACTION].shape",
+                    reason="WRONG_SHAPE",
+                )
+            actions = np.asarray(at.data, dtype=np.int64).reshape(-1)
+        wanted = list(req.outputs)
+        for name in wanted:
+            if name not in OUTPUTS:
+                raise bad_argument(
+                    f"unknown output {_echo(name)}: model {MODEL_NAME!r} has outputs Q and "
+                    "BEST_ACTION",
+                    field=f"outputs[{name[:_ECHO]}]",
+                    reason="UNKNOWN_OUTPUT",
+                )
+        if not wanted:
+            wanted = [Q] if actions is not None else [Q, BEST_ACTION]
+        return states, actions, list(dict.fromkeys(wanted))
+
+    def infer(self, req: InferRequest, *, deadline: float | None = None) -> InferResponse:
+        """ModelInfer through the ValueService handlers: GetValues (all actions, Q and its
+        argmax), or GetValues at one action per state (ACTION given), or GetBestActions."""
+        states, actions, wanted = self._parse(req)
+        rid = req.model_version
+        out: dict[str, npt.NDArray[Any]] = {}
+        releases: set[str] = set()
+        if actions is not None and Q in wanted:
+            release, out[Q] = self.h.get_action_values(
+                states, actions, release_id=rid, deadline=deadline
+            )
+            releases.add(release)
+        if BEST_ACTION in wanted and (actions is not None or Q not in wanted):
+            best = self.h.get_best_actions(states, release_id=rid, deadline=deadline)
+            out[BEST_ACTION] = best.actions
+            releases.add(best.release_id)
+        if actions is None and Q in wanted:
+            vals = self.h.get_values(states, release_id=rid, deadline=deadline)
+            out[Q] = vals.values
+            releases.add(vals.release_id)
+            if BEST_ACTION in wanted:  # the argmax of these values, as get_best_actions does
+                out[BEST_ACTION] = np.argmax(vals.values, axis=1).astype(np.int64)
+        if len(releases) != 1:  # an activation between two handler calls of one request
+            raise Unavailable("the active release changed during the request; retry")
+        (release,) = releases
+        tensors = []
+        for name in wanted:
+            data = out[name]
+            dtype = "FP64" if name == Q else "INT64"
+            tensors.append(Tensor(name, dtype, tuple(int(s) for s in data.shape), data))
+        return InferResponse(MODEL_NAME, release, req.id, tuple(tensors))

@@ -1,0 +1,241 @@
+"""The Open Inference Protocol (KServe v2, issue 17) against a real `qveil serve` subprocess,
+spoken by clients nobody here wrote: tritonclient over gRPC and over HTTP (in their own
+process, see oip_triton_driver.py) and httpx against the REST binding.
+
+Parity with ValueService: v2 answers equal `ValueClient.values` / `best_actions` bit for bit
+(float.hex compared), in either order of first asking (one store, one noise path); every bad
+input gets the right error and writes 0 rows to the real SQLite store (rows counted in the
+file). A wrong implementation (a second noise path, no grid, validation after the store)
+fails the equality or the row count."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+from oip_helpers import (
+    HTTP_STATUS,
+    Env,
+    action_input,
+    bad_cases,
+    decoded,
+    hexes,
+    states_input,
+)
+
+from qveil.client import ValueClient
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    e = Env(tmp_path_factory.mktemp("oip"))
+    try:
+        yield e
+    finally:
+        assert e.server.terminate() == 0, e.server.output()
+
+
+PROTOCOLS = ["grpc", "http"]
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_probes_and_metadata(env: Env, protocol: str) -> None:
+    ops = [
+        {"op": "live"},
+        {"op": "ready"},
+        {"op": "model_ready"},
+        {"op": "model_ready", "model": "resnet50"},
+        {"op": "model_ready", "version": env.release},
+        {"op": "model_ready", "version": "another-release"},
+        {"op": "server_metadata"},
+        {"op": "model_metadata"},
+        {"op": "model_metadata", "model": "resnet50"},
+    ]
+    got = env.triton(protocol, ops)
+    assert [g["ok"] for g in got] == [True] * 8 + [False], got
+    assert [g["value"] for g in got[:6]] == [True, True, True, False, True, False]
+    assert got[6]["value"]["name"] == "qveil"
+    md = got[7]["value"]
+    assert md["name"] == "qveil" and md["versions"] == [env.release]
+    shapes = {t["name"]: (t["datatype"], [int(s) for s in t["shape"]]) for t in md["inputs"]}
+    assert shapes == {"STATE": ("FP64", [-1, 1]), "ACTION": ("INT64", [-1])}
+    outs = {t["name"]: (t["datatype"], [int(s) for s in t["shape"]]) for t in md["outputs"]}
+    assert outs == {"Q": ("FP64", [-1, env.b.n_actions]), "BEST_ACTION": ("INT64", [-1])}
+    assert "unknown model" in got[8]["message"]
+    # probes need no token; metadata needs a role that may call ValueService
+    anon = env.triton(protocol, [{"op": "live"}, {"op": "ready"}, {"op": "model_metadata"}], None)
+    assert [a["ok"] for a in anon] == [True, True, False]
+    assert "bearer token" in anon[2]["message"]
+
+
+# tritonclient.grpc always sends raw_input_contents (typed contents: the test below);
+# tritonclient.http sends the binary extension or JSON data
+@pytest.mark.parametrize(("protocol", "binary"), [("grpc", True), ("http", True), ("http", False)])
+def test_infer_equals_value_client_bit_for_bit(env: Env, protocol: str, binary: bool) -> None:
+    rng = np.random.default_rng(17 + binary + 2 * (protocol == "http"))
+    xs = np.concatenate([rng.uniform(-1.0, 2.0, size=6), [-1.0, 2.0]])
+    xs[3] = xs[1]  # a repeated state within the batch
+    before = env.rows()
+    (res,) = env.triton(
+        protocol, [{"op": "infer", "inputs": [states_input(xs)], "id": "r1", "binary": binary}]
+    )
+    assert res["ok"], res
+    assert res["model_version"] == env.release and res["id"] == "r1"
+    new = len(set(xs.tolist()) - env.seen)
+    env.seen |= set(xs.tolist())
+    assert env.rows() == before + new * env.b.n_actions  # new points drawn by v2, stored once
+    q, best = decoded(res, "Q"), decoded(res, "BEST_ACTION")
+    with ValueClient(env.server.target, token=env.tokens.query) as c:
+        want = c.values(xs)
+        want_best = c.best_actions(xs)
+    assert env.rows() == before + new * env.b.n_actions  # ValueService found them stored
+    assert q.shape == (8, env.b.n_actions) and hexes(q) == hexes(want)
+    assert best.tolist() == want_best.tolist()
+
+    # ACTION given: Q[i] = value(state i, ACTION[i]); ValueService asked FIRST this time
+    ys = rng.uniform(-1.0, 2.0, size=5)
+    acts = [2, 0, 1, 2, 0]
+    with ValueClient(env.server.target, token=env.tokens.query) as c:
+        cols = {a: c.values(ys[[i for i, b in enumerate(acts) if b == a]], [a]) for a in set(acts)}
+    (res2,) = env.triton(
+        protocol,
+        [{"op": "infer", "inputs": [states_input(ys), action_input(acts)], "binary": binary}],
+    )
+    assert res2["ok"], res2 and set(res2["outputs"]) == {"Q"}
+    q2 = decoded(res2, "Q")
+    assert q2.shape == (5,)
+    for a, col in cols.items():
+        idx = [i for i, b in enumerate(acts) if b == a]
+        assert hexes(q2[idx]) == hexes(col[:, 0])
+    (res3,) = env.triton(
+        protocol,
+        [
+            {
+                "op": "infer",
+                "inputs": [states_input(ys), action_input(acts)],
+                "outputs": ["Q", "BEST_ACTION"],
+                "binary": binary,
+            }
+        ],
+    )
+    env.seen |= set(ys.tolist())
+    with ValueClient(env.server.target, token=env.tokens.query) as c:
+        assert decoded(res3, "BEST_ACTION").tolist() == c.best_actions(ys).tolist()
+    assert hexes(decoded(res3, "Q")) == hexes(q2)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_bad_inputs_get_the_right_error_and_store_nothing(env: Env, protocol: str) -> None:
+    cases = bad_cases(env)
+    before = env.rows()
+    got = env.triton(protocol, [{"op": "infer", **op} for _, op, _, _ in cases])
+    assert env.rows() == before
+    for (label, _, code, fragment), res in zip(cases, got, strict=True):
+        assert not res["ok"], (label, res)
+        want = f"StatusCode.{code}" if protocol == "grpc" else HTTP_STATUS[code]
+        assert res["status"] == want, (label, res)
+        assert fragment in res["message"], (label, res)
+    # no token: UNAUTHENTICATED, nothing stored
+    (anon,) = env.triton(protocol, [{"op": "infer", "inputs": [states_input([0.42])]}], None)
+    want = "StatusCode.UNAUTHENTICATED" if protocol == "grpc" else "401"
+    assert not anon["ok"] and anon["status"] == want, anon
+    assert env.rows() == before
+
+
+def test_typed_contents_and_raw_errors_over_grpc(env: Env) -> None:
+    """fp64_contents/int64_contents (what grpcurl or KServe's SDK send) answer like raw;
+    malformed raw contents are INVALID_ARGUMENT; no raw noise or weight is reachable."""
+    import grpc
+
+    from qveil.oip import grpc_predict_v2_pb2 as pb
+    from qveil.oip import grpc_predict_v2_pb2_grpc as pb_grpc
+
+    md = (("authorization", f"Bearer {env.tokens.query}"),)
+    xs = [0.25, -0.75, 1.5]
+    with grpc.insecure_channel(env.server.target) as ch:
+        stub = pb_grpc.GRPCInferenceServiceStub(ch)
+        t = pb.ModelInferRequest.InferInputTensor(name="STATE", datatype="FP64", shape=[3, 1])
+        t.contents.fp64_contents.extend(xs)
+        resp = stub.ModelInfer(pb.ModelInferRequest(model_name="qveil", inputs=[t]), metadata=md)
+        assert not resp.raw_output_contents
+        q = np.array(resp.outputs[0].contents.fp64_contents).reshape(3, -1)
+        with ValueClient(env.server.target, token=env.tokens.query) as c:
+            assert hexes(q) == hexes(c.values(xs))
+        before = env.rows()
+        raw = pb.ModelInferRequest.InferInputTensor(name="STATE", datatype="FP64", shape=[2, 1])
+        for req, fragment in (
+            (
+                pb.ModelInferRequest(
+                    model_name="qveil", inputs=[raw], raw_input_contents=[b"\0" * 12]
+                ),
+                "multiple of 8",
+            ),
+            (
+                pb.ModelInferRequest(
+                    model_name="qveil", inputs=[raw], raw_input_contents=[b"\0" * 8]
+                ),
+                "1 elements",
+            ),
+            (
+                pb.ModelInferRequest(
+                    model_name="qveil", inputs=[raw], raw_input_contents=[b"", b""]
+                ),
+                "2 raw_input_contents",
+            ),
+        ):
+            with pytest.raises(grpc.RpcError) as ei:
+                stub.ModelInfer(req, metadata=md)
+            assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert fragment in (ei.value.details() or ""), ei.value.details()
+        with pytest.raises(grpc.RpcError) as ei:
+            stub.RepositoryModelLoad(pb.RepositoryModelLoadRequest(model_name="x"), metadata=md)
+        assert ei.value.code() == grpc.StatusCode.UNIMPLEMENTED
+        assert env.rows() == before
+
+
+def test_vendored_proto_matches_tritons_wire_format(env: Env) -> None:
+    """Every message of the vendored grpc_predict_v2.proto exists in Triton's
+    grpc_service.proto (as compiled into tritonclient) with the same fields: names, numbers,
+    types, labels; and every RPC qveil serves has the same request/response types."""
+    from google.protobuf import descriptor_pb2
+
+    from qveil.oip import grpc_predict_v2_pb2 as pb
+
+    (res,) = env.triton("grpc", [{"op": "descriptor"}])
+    theirs = descriptor_pb2.FileDescriptorProto.FromString(bytes.fromhex(res["value"]))
+    ours = descriptor_pb2.FileDescriptorProto()
+    pb.DESCRIPTOR.CopyToProto(ours)
+    assert ours.package == theirs.package == "inference"
+
+    def fields(fd: Any) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+
+        def walk(msgs: Any, prefix: str) -> None:
+            for m in msgs:
+                name = f"{prefix}{m.name}"
+                out[name] = sorted(
+                    (f.name, f.number, f.type, f.label, f.type_name) for f in m.field
+                )
+                walk(m.nested_type, name + ".")
+
+        walk(fd.message_type, "")
+        return out
+
+    mine, triton = fields(ours), fields(theirs)
+    served = {
+        "ServerLive",
+        "ServerReady",
+        "ModelReady",
+        "ServerMetadata",
+        "ModelMetadata",
+        "ModelInfer",
+    }
+    msgs = {n for n in mine if not n.startswith("Repository")}
+    for name in msgs:
+        assert set(mine[name]) <= set(triton[name]), name
+    rpcs = {m.name: (m.input_type, m.output_type) for m in theirs.service[0].method}
+    for m in ours.service[0].method:
+        if m.name in served:
+            assert rpcs[m.name] == (m.input_type, m.output_type)

@@ -219,7 +219,7 @@ class Handlers:
     ) -> npt.NDArray[np.float64]:
         q = rel.bundle.q_values_unit(xs)[:, actions]
         ux, inverse = np.unique(xs, return_inverse=True)
-        new = self._admit_new(rel, ux, actions, caller)  # before anything is sampled
+        ticket = self._admit_new(rel, ux, actions, caller)  # before anything is sampled
         noise = np.empty((xs.size, len(actions)), dtype=np.float64)
         try:
             for j, a in enumerate(actions):
@@ -227,7 +227,7 @@ class Handlers:
                 g = np.asarray(self.store.get_or_sample(rel.release_id, a, ux), dtype=np.float64)
                 noise[:, j] = g[inverse]
         finally:
-            self.quotas.done(rel.release_id, new)
+            self.quotas.done(rel.release_id, ticket)
         self.metrics.answered(int(xs.size) * len(actions), self.store.points_drawn)
         return grid_round(q + noise, self.limits.value_grid)
 
@@ -235,15 +235,21 @@ class Handlers:
         self, rel: ActiveRelease, ux: npt.NDArray[np.float64], actions: list[int], caller: str
     ) -> int:
         """Classify the request (issue 14 item 4): count its new (state, action) points and
-        reserve them under the caller's rate budget and the release's cap, or raise
-        ResourceExhausted with nothing stored. Stored states pass without a database read."""
+        reserve them under the caller's rate budget and the release's cap (returns the
+        reservation's ticket; 0: nothing new), or raise ResourceExhausted with nothing stored.
+        Stored states pass without a database read."""
         store, rid = self.store, rel.release_id
         if not any(store.count_new(rid, a, ux) for a in actions):
             return 0
-        stored = store.refresh(rid)  # other processes' points are known, not new
+        store.refresh(rid)  # other processes' points are known, not new
         new = sum(store.count_new(rid, a, ux) for a in actions)
-        self.quotas.admit(caller, rid, new, stored)
-        return new
+        return self.quotas.admit(
+            caller,
+            rid,
+            new,
+            lambda: store.known_points(rid),
+            still_new=lambda: sum(store.count_new(rid, a, ux) for a in actions),
+        )
 
     def get_values(
         self,

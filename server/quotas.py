@@ -12,7 +12,12 @@ refused here (known points are always answered).
 
 * ``max_stored_points`` (``--max-stored-points``): points per release, all actions. Checked
   against the store's count plus the points other requests of this process have reserved
-  and not yet committed, so concurrent requests of one process never overshoot. Replicas
+  and not yet committed, so concurrent requests of one process never overshoot. Both are
+  read under the admission lock, reservations first: a reservation counts only its points
+  that are still not stored (``still_new``), so a request between its commit and
+  :meth:`Quotas.done` is not counted twice (that double count refused requests below the
+  cap), and a commit landing between the two reads is counted twice at worst, never zero
+  times (the cap is never overshot). Replicas
   sharing one store each see the others' committed points (the count is refreshed from the
   database), so together they may overshoot by at most the points in flight at once.
 * ``new_point_rate`` (``--new-point-rate``, points per second) with a bucket of
@@ -74,7 +79,9 @@ class Quotas:
         self._clock = clock
         self._lock = threading.Lock()
         self._buckets: dict[str, tuple[float, float]] = {}  # caller -> (tokens, at)
-        self._pending: dict[str, int] = {}  # release -> points reserved, not yet committed
+        # release -> {ticket: (points reserved, callable counting those still not stored)}
+        self._pending: dict[str, dict[int, tuple[int, Callable[[], int] | None]]] = {}
+        self._tickets = 0
         self.refused: dict[str, int] = {"stored_points": 0, "new_point_rate": 0}
 
     def _tokens(self, caller: str, now: float) -> float:
@@ -82,19 +89,34 @@ class Quotas:
         tokens, at = self._buckets.get(caller, (burst, now))
         return min(burst, tokens + (now - at) * rate)
 
-    def admit(self, caller: str, release_id: str, new_points: int, stored: int) -> None:
-        """Reserve ``new_points`` of ``release_id`` for ``caller`` (``stored``: the release's
-        points in the store now), or raise ResourceExhausted and change nothing."""
+    def admit(
+        self,
+        caller: str,
+        release_id: str,
+        new_points: int,
+        stored: int | Callable[[], int],
+        *,
+        still_new: Callable[[], int] | None = None,
+    ) -> int:
+        """Reserve ``new_points`` of ``release_id`` for ``caller`` and return the ticket for
+        :meth:`done`, or raise ResourceExhausted and change nothing. ``stored``: the
+        release's stored points (or a callable read under the lock); ``still_new``: how many
+        of this reservation's points are not stored yet (default: all of them until done)."""
         if new_points <= 0:
-            return
+            return 0
         cfg = self.config
         with self._lock:
             now = self._clock()
-            total = stored + self._pending.get(release_id, 0) + new_points
+            pending = sum(
+                n if fn is None else min(n, fn())
+                for n, fn in self._pending.get(release_id, {}).values()
+            )
+            count = stored() if callable(stored) else stored
+            total = count + pending + new_points
             if total > cfg.max_stored_points:
                 self.refused["stored_points"] += 1
                 raise ResourceExhausted(
-                    f"release {release_id[:80]!r} holds {stored} stored points and this "
+                    f"release {release_id[:80]!r} holds {count} stored points and this "
                     f"request needs {new_points} new ones: the cap is {cfg.max_stored_points} "
                     "(--max-stored-points); states already stored are still answered"
                 )
@@ -112,19 +134,20 @@ class Quotas:
                     f"new points/s (--new-point-rate): {hint}; nothing was stored"
                 )
             self._buckets[caller] = (tokens - new_points, now)
-            self._pending[release_id] = self._pending.get(release_id, 0) + new_points
+            self._tickets += 1
+            self._pending.setdefault(release_id, {})[self._tickets] = (new_points, still_new)
             if len(self._buckets) > MAX_TRACKED_CALLERS:
                 self._forget_full(now)
+            return self._tickets
 
-    def done(self, release_id: str, new_points: int) -> None:
-        """The reserved points are committed (now counted by the store) or failed."""
-        if new_points <= 0:
+    def done(self, release_id: str, ticket: int) -> None:
+        """The reservation ``ticket`` is committed (now counted by the store) or failed."""
+        if ticket <= 0:
             return
         with self._lock:
-            left = self._pending.get(release_id, 0) - new_points
-            if left > 0:
-                self._pending[release_id] = left
-            else:
+            mine = self._pending.get(release_id, {})
+            mine.pop(ticket, None)
+            if not mine:
                 self._pending.pop(release_id, None)
 
     def _forget_full(self, now: float) -> None:

@@ -128,19 +128,35 @@ def test_quotas_unit() -> None:
         QuotaConfig(max_stored_points=100, new_point_rate=10, new_point_burst=20),
         clock=lambda: now[0],
     )
-    q.admit("a", "r", 20, stored=0)
+    t0 = q.admit("a", "r", 20, stored=0)
     with pytest.raises(ResourceExhausted):
         q.admit("a", "r", 1, stored=20)
     now[0] = 0.5  # 5 tokens back
-    q.admit("a", "r", 5, stored=20)
-    q.admit("b", "r", 20, stored=25)  # another caller
+    t1 = q.admit("a", "r", 5, stored=20)
+    t2 = q.admit("b", "r", 20, stored=25)  # another caller
     # pending (reserved, not committed) points count against the cap
     with pytest.raises(ResourceExhausted, match="cap is 100"):
         q.admit("c", "r", 20, stored=60)  # 60 + 45 pending + 20 > 100
-    q.done("r", 45)
+    for t in (t0, t1, t2):
+        q.done("r", t)
     q.admit("c", "r", 20, stored=60)
     assert q.refused == {"stored_points": 1, "new_point_rate": 1}
     assert caller_host("ipv4:127.0.0.1:5555") == "ipv4:127.0.0.1"
+
+
+def test_a_committed_reservation_is_not_counted_twice() -> None:
+    """Between a request's commit and its done(), its points are in the store's count; the
+    reservation then counts only its points still not stored, so a request that fits under
+    the cap is admitted (before the fix it was refused: 30 + 30 pending + 40 > 90)."""
+    q = Quotas(QuotaConfig(max_stored_points=90, new_point_rate=1e6))
+    stored = [0]
+    left = [30]
+    t = q.admit("a", "r", 30, lambda: stored[0], still_new=lambda: left[0])
+    stored[0], left[0] = 30, 0  # committed, done() not called yet
+    q.admit("b", "r", 60, lambda: stored[0])  # 30 + 0 + 60 <= 90
+    with pytest.raises(ResourceExhausted):
+        q.admit("c", "r", 1, lambda: stored[0])  # 30 + 60 pending + 1 > 90
+    q.done("r", t)
     assert caller_host("ipv6:[::1]:5555") == "ipv6:[::1]"
     assert caller_host("unix:/tmp/s") == "unix:/tmp/s"
 

@@ -382,6 +382,13 @@ class SamplePathStore(ABC):
         values = self._state(release_id, a).values
         return sum(1 for v in dict.fromkeys(validate_unit_states(xs).tolist()) if v not in values)
 
+    def known_points(self, release_id: str) -> int:
+        """The release's points in the in-process copies (no database read): what
+        :meth:`refresh` last loaded plus what this process committed since."""
+        self._check_open()
+        rel = self._release(release_id)
+        return sum(len(self._state(release_id, a).values) for a in range(rel.n_actions))
+
     def refresh(self, release_id: str) -> int:
         """Bring the in-process copies of every action of the release up to date with the
         database (rows committed by other threads, processes or replicas; the first call

@@ -190,11 +190,10 @@ class Handlers:
     ) -> npt.NDArray[np.float64]:
         q = rel.bundle.q_values_unit(xs)[:, actions]
         ux, inverse = np.unique(xs, return_inverse=True)
-        noise = np.empty((xs.size, len(actions)), dtype=np.float64)
-        for j, a in enumerate(actions):
-            _check_deadline(deadline)
-            g = np.asarray(self.store.get_or_sample(rel.release_id, a, ux), dtype=np.float64)
-            noise[:, j] = g[inverse]
+        _check_deadline(deadline)
+        # all actions' new points in one group-committed transaction (issue 15)
+        g = self.store.get_or_sample_actions(rel.release_id, actions, ux)
+        noise = np.asarray(g, dtype=np.float64)[inverse.reshape(-1)]
         self.metrics.answered(int(xs.size) * len(actions), self.store.points_drawn)
         return grid_round(q + noise, self.limits.value_grid)
 

@@ -563,15 +563,16 @@ class SamplePathStore(ABC):
                 with self._drawn_guard:
                     self._drawn += len(rows)
                 for k in todo:
-                    # complete as of tok: re-read above, or nobody else wrote since, and our
-                    # own rows are applied just below
-                    sts[k].version = tok
-                for k, (krows, seen) in drawn.items():
                     st = sts[k]
-                    if self._serialize:
-                        self._apply(st, krows)
-                    else:  # broken mode: seqs were taken from the database head
-                        self._apply(st, self._db_fetch_since(k[0], k[1], st.hw))
+                    if k in drawn:
+                        if self._serialize:
+                            self._apply(st, drawn[k][0])
+                        else:  # broken mode: seqs were taken from the database head
+                            self._apply(st, self._db_fetch_since(k[0], k[1], st.hw))
+                    # complete as of tok: re-read in the transaction, or nobody else wrote
+                    # since, and our own rows are applied
+                    st.version = tok
+                for k, (_rows, seen) in drawn.items():
                     if self._insert_hook is not None and seen is not None:
                         self._insert_hook(k[0], k[1], seen)
                 return

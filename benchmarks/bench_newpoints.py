@@ -103,10 +103,14 @@ def raw_pg_commits(url: str, commits: int, seed: int) -> float:
 
     con = psycopg.connect(url.replace("postgresql+psycopg", "postgresql"))
     hasher = ChainHasher()
-    prev = {a: hasher.genesis(RID, a) for a in (2, 3)}
+    prev = {a: hasher.genesis(RID, a) for a in (2, 3)}  # the chain itself is not checked here
     rng = np.random.default_rng([seed, 9])
     sql = _INSERT.replace("?", "%s")
-    seq = 0
+    seq = con.execute(
+        "SELECT coalesce(max(seq), 0) FROM noise_points WHERE release_id = %s AND action = 2",
+        (RID,),
+    ).fetchone()[0]
+    con.commit()
     t0 = time.perf_counter()
     for x in rng.uniform(size=commits).tolist():
         seq += 1

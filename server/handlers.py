@@ -220,14 +220,13 @@ class Handlers:
         q = rel.bundle.q_values_unit(xs)[:, actions]
         ux, inverse = np.unique(xs, return_inverse=True)
         ticket = self._admit_new(rel, ux, actions, caller)  # before anything is sampled
-        noise = np.empty((xs.size, len(actions)), dtype=np.float64)
         try:
-            for j, a in enumerate(actions):
-                _check_deadline(deadline)
-                g = np.asarray(self.store.get_or_sample(rel.release_id, a, ux), dtype=np.float64)
-                noise[:, j] = g[inverse]
+            _check_deadline(deadline)
+            # all actions' new points in one group-committed transaction (issue 15)
+            g = self.store.get_or_sample_actions(rel.release_id, actions, ux)
         finally:
             self.quotas.done(rel.release_id, ticket)
+        noise = np.asarray(g, dtype=np.float64)[inverse.reshape(-1)]
         self.metrics.answered(int(xs.size) * len(actions), self.store.points_drawn)
         return grid_round(q + noise, self.limits.value_grid)
 
@@ -297,6 +296,7 @@ class Handlers:
         *,
         release_id: str = "",
         deadline: float | None = None,
+        caller: str = "local",
     ) -> tuple[str, npt.NDArray[np.float64]]:
         """(release id, values[i] = value(states[i], actions[i])): GetValues with one action
         per state (the v2 model's ACTION input, issue 17). Every action is validated before the
@@ -322,7 +322,7 @@ class Handlers:
         out = np.empty(xs.size, dtype=np.float64)
         for a in np.unique(acts):
             idx = np.flatnonzero(acts == a)
-            out[idx] = self._released(rel, xs[idx], [int(a)], deadline)[:, 0]
+            out[idx] = self._released(rel, xs[idx], [int(a)], deadline, caller)[:, 0]
         return rel.release_id, out
 
     def get_release(self) -> t.Release:

@@ -242,24 +242,27 @@ class OIPModel:
             wanted = [Q] if actions is not None else [Q, BEST_ACTION]
         return states, actions, list(dict.fromkeys(wanted))
 
-    def infer(self, req: InferRequest, *, deadline: float | None = None) -> InferResponse:
+    def infer(
+        self, req: InferRequest, *, deadline: float | None = None, caller: str = "local"
+    ) -> InferResponse:
         """ModelInfer through the ValueService handlers: GetValues (all actions, Q and its
-        argmax), or GetValues at one action per state (ACTION given), or GetBestActions."""
+        argmax), or GetValues at one action per state (ACTION given), or GetBestActions.
+        ``caller`` keys the new-point budget, exactly as for ValueService."""
         states, actions, wanted = self._parse(req)
         rid = req.model_version
         out: dict[str, npt.NDArray[Any]] = {}
         releases: set[str] = set()
         if actions is not None and Q in wanted:
             release, out[Q] = self.h.get_action_values(
-                states, actions, release_id=rid, deadline=deadline
+                states, actions, release_id=rid, deadline=deadline, caller=caller
             )
             releases.add(release)
         if BEST_ACTION in wanted and (actions is not None or Q not in wanted):
-            best = self.h.get_best_actions(states, release_id=rid, deadline=deadline)
+            best = self.h.get_best_actions(states, release_id=rid, deadline=deadline, caller=caller)
             out[BEST_ACTION] = best.actions
             releases.add(best.release_id)
         if actions is None and Q in wanted:
-            vals = self.h.get_values(states, release_id=rid, deadline=deadline)
+            vals = self.h.get_values(states, release_id=rid, deadline=deadline, caller=caller)
             out[Q] = vals.values
             releases.add(vals.release_id)
             if BEST_ACTION in wanted:  # the argmax of these values, as get_best_actions does

@@ -162,11 +162,11 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def ModelInfer(  # noqa: N802
         self, request: pb.ModelInferRequest, context: grpc.aio.ServicerContext
     ) -> pb.ModelInferResponse:
-        def infer(deadline: float | None = None) -> InferResponse:
-            return self.model.infer(request_from_proto(request), deadline=deadline)
+        def infer(deadline: float | None = None, caller: str = "local") -> InferResponse:
+            return self.model.infer(request_from_proto(request), deadline=deadline, caller=caller)
 
         resp: InferResponse = await self.core.unary(
-            ROLE_SERVICE, "v2.ModelInfer", context, infer, deadline=None
+            ROLE_SERVICE, "v2.ModelInfer", context, infer, deadline=None, caller="local"
         )
         return response_to_proto(resp, raw=len(request.raw_input_contents) > 0)
 

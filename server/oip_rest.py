@@ -236,9 +236,17 @@ def build_app(core: Core, serving: Callable[[], bool], *, max_body_bytes: int) -
 
     async def call(request: Request, method: str, fn: Callable[..., Any], *args: Any) -> Any:
         client = request.client
-        peer = f"http:{client.host}:{client.port}" if client else "http:unknown"
+        # gRPC's peer form, so a host has ONE new-point budget over both bindings
+        if client is None:
+            peer = "http:unknown"
+        elif ":" in client.host:
+            peer = f"ipv6:[{client.host}]:{client.port}"
+        else:
+            peer = f"ipv4:{client.host}:{client.port}"
         ctx: Any = _Context(request.headers.get("authorization"), peer)
-        kwargs = {"deadline": None} if method == "v2.ModelInfer" else {}
+        kwargs: dict[str, Any] = (
+            {"deadline": None, "caller": "local"} if method == "v2.ModelInfer" else {}
+        )
         return await core.unary(VALUE, method, ctx, fn, *args, **kwargs)
 
     def guarded(
@@ -307,7 +315,7 @@ def build_app(core: Core, serving: Callable[[], bool], *, max_body_bytes: int) -
         body = b"".join(chunks)
         hlen = request.headers.get(HEADER_LENGTH)
 
-        def run(deadline: float | None = None) -> InferResponse:
+        def run(deadline: float | None = None, caller: str = "local") -> InferResponse:
             req = _parse_body(body, hlen)
             req = InferRequest(
                 inputs=req.inputs,
@@ -316,7 +324,7 @@ def build_app(core: Core, serving: Callable[[], bool], *, max_body_bytes: int) -
                 id=req.id,
                 outputs=req.outputs,
             )
-            return model.infer(req, deadline=deadline)
+            return model.infer(req, deadline=deadline, caller=caller)
 
         resp = await call(request, "v2.ModelInfer", run)
         return _render(resp, body, hlen)

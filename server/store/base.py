@@ -3,20 +3,28 @@
 Every backend keeps, per (release, action), an in-process copy of the committed points: a
 sorted map x -> g plus the high-water mark (largest seq seen) and the head hash. Values never
 change, so a state found in the copy is answered without touching the database (cached hits
-are always right). A state not in the copy is resolved under the per-(release, action) lock
-(a process-wide thread lock, plus the backend's cross-process lock: SQLite ``BEGIN
-IMMEDIATE``, PostgreSQL ``pg_advisory_xact_lock``), *inside* one write transaction:
+are always right). States not in the copy are resolved by group commit (:meth:`_resolve`):
+the new states of every caller, release and action that arrive while a commit is in flight
+are stored together by the next transaction. That transaction holds the lock of each of its
+(release, action) pairs (process-wide thread locks taken in sorted order, plus the backend's
+cross-process lock: SQLite ``BEGIN IMMEDIATE``, PostgreSQL ``pg_advisory_xact_lock`` per pair,
+in sorted order), and *inside* it, per pair:
 
 1. read from the database every row committed since the copy's high-water mark (seq order),
-   so any neighbour another thread, process or replica inserted is known;
+   so any neighbour another thread, process or replica inserted is known (skipped when the
+   backend can tell that nobody else wrote: SQLite ``PRAGMA data_version``);
 2. restore an :class:`~qveil.noise.OUSamplePath` from the nearest stored point on each side of
-   every new state and call ``.sample(new)``: by the Markov property of the OU kernel that
-   is the exact joint conditional law (NOTES-privacy section 1); the store does no math;
-3. insert the new rows (seq = high-water + 1, ..., chained hashes), re-read them and compare
-   (a row that is not ours means a lost race: roll back and retry the whole transaction);
-4. commit durably; only then add the new points to the copy and return them.
+   every new state and call ``.sample(new)``: the new states are drawn one after another,
+   each conditioned on its nearest neighbours among the stored points and the batch's earlier
+   draws; by the Markov property of the OU kernel that is the exact joint conditional law
+   (NOTES-privacy section 1); the store does no math;
+3. insert the new rows of all pairs (seq = high-water + 1, ..., chained hashes per pair) and
+   check they were all written (a row that is not ours means a lost race: roll back and
+   retry the whole transaction);
+4. commit durably; only then add the new points to the copies and wake their callers.
 
-A value drawn in an attempt that fails is never returned and never enters the copy.
+A value drawn in an attempt that fails is never returned and never enters the copy; so a
+crash before the commit loses only points nobody was answered with.
 """
 
 from __future__ import annotations
@@ -48,11 +56,13 @@ from qveil.server.store.integrity import (
 )
 from qveil.server.store.models import RELEASE_STATUSES
 
-__all__ = ["InsertRecord", "NoisePoint", "ReleaseRecord", "Row", "SamplePathStore"]
+__all__ = ["FullRow", "InsertRecord", "NoisePoint", "ReleaseRecord", "Row", "SamplePathStore"]
 
 FloatArray = npt.NDArray[np.float64]
 #: A stored row as the backends exchange it: (seq, x, g, created_at, hash hex).
 Row = tuple[int, float, float, float, str]
+#: A row with its key: (release_id, action, seq, x, g, created_at, hash hex).
+FullRow = tuple[str, int, int, float, float, float, str]
 
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,127}$")
 MAX_ATTEMPTS = 8
@@ -107,28 +117,46 @@ class InsertRecord:
 
 
 class _ActionState:
-    """The in-process copy of one (release, action): every committed point with seq <= hw,
-    plus the new states other threads are waiting for (group commit)."""
+    """The in-process copy of one (release, action): every committed point with seq <= hw."""
 
-    __slots__ = ("values", "hw", "head", "pending", "pending_lock", "cond", "gen")
+    __slots__ = ("values", "hw", "head", "version")
 
     def __init__(self, head: bytes) -> None:
         self.values: SortedDict = SortedDict()
         self.hw = 0
         self.head = head
-        self.pending: dict[float, None] = {}
-        self.pending_lock = threading.Lock()
+        #: the backend's write-version token at which the copy was last known complete
+        self.version: object | None = None
+
+
+class _GroupCommit:
+    """The store's group-commit queue: (release, action) -> states waiting for the next
+    transaction, the leader lock (held by the thread running a transaction) and a
+    generation counter bumped (under ``cond``) after every leader's transaction."""
+
+    __slots__ = ("queue", "rels", "queue_lock", "leader", "cond", "gen")
+
+    def __init__(self) -> None:
+        self.queue: dict[tuple[str, int], dict[float, None]] = {}
+        self.rels: dict[str, ReleaseRecord] = {}
+        self.queue_lock = threading.Lock()
+        self.leader = threading.Lock()
         self.cond = threading.Condition(threading.Lock())
-        self.gen = 0  # bumped after every leader's transaction (committed or not)
+        self.gen = 0
 
 
 class WriteTxn(Protocol):
-    """One write transaction of a backend, holding the cross-process lock of its action."""
+    """One write transaction of a backend, holding the cross-process locks of its actions."""
 
-    def fetch_since(self, hw: int) -> Sequence[Row]: ...
-    def head(self) -> tuple[int, str | None]: ...
-    def insert(self, rows: Sequence[Row]) -> None: ...
-    def confirm(self, rows: Sequence[Row]) -> bool: ...
+    def version(self) -> object | None:
+        """A token that stays equal only while no other connection commits anything (SQLite
+        ``PRAGMA data_version`` with a connection epoch), or None (always re-read)."""
+        ...
+
+    def fetch_since(self, release_id: str, action: int, hw: int) -> Sequence[Row]: ...
+    def head(self, release_id: str, action: int) -> tuple[int, str | None]: ...
+    def insert(self, rows: Sequence[FullRow]) -> None: ...
+    def confirm(self, rows: Sequence[FullRow]) -> bool: ...
 
 
 class Retry(Exception):  # noqa: N818 - control flow, not an error
@@ -224,6 +252,7 @@ class SamplePathStore(ABC):
         self._pre_read_always = True
         #: group commit: a writer also stores the new states other threads queued meanwhile
         self.coalesce = True
+        self._gc = _GroupCommit()
 
     # -- backend hooks ----------------------------------------------------------------------
 
@@ -245,10 +274,11 @@ class SamplePathStore(ABC):
         """Rows with seq > hw in seq order (a read, no lock)."""
 
     @abstractmethod
-    def _db_write_txn(self, release_id: str, action: int) -> AbstractContextManager[WriteTxn]:
-        """A write transaction holding the action's cross-process lock; commits on clean
-        exit (durably, before returning), rolls back on an exception. Backend errors come
-        out as Unavailable / IntegrityError / :class:`Retry`."""
+    def _db_write_txn(self, keys: Sequence[tuple[str, int]]) -> AbstractContextManager[WriteTxn]:
+        """A write transaction holding the cross-process locks of the (release, action)
+        ``keys`` (sorted; taken in that order); commits on clean exit (durably, before
+        returning), rolls back on an exception. Backend errors come out as Unavailable /
+        IntegrityError / :class:`Retry`."""
 
     @abstractmethod
     def _db_iter_rows(self, release_id: str, action: int | None) -> Iterator[tuple[int, Row]]:
@@ -418,101 +448,183 @@ class SamplePathStore(ABC):
         out = [get(v) for v in xl]
         if None in out:
             missing = [v for v in dict.fromkeys(xl) if get(v) is None]
-            self._resolve(rel, a, st, missing)
+            self._resolve(rel, {a: missing})
             out = [get(v) for v in xl]
         return np.array(out, dtype=np.float64)
 
-    def _resolve(self, rel: ReleaseRecord, a: int, st: _ActionState, missing: list[float]) -> None:
-        """Store the states of ``missing`` not stored yet (see the module docstring).
+    def get_or_sample_actions(
+        self, release_id: str, actions: Sequence[int], xs: npt.ArrayLike
+    ) -> FloatArray:
+        """``out[i, j] = g_{actions[j]}(xs[i])`` (as :meth:`get_or_sample` per action), with
+        the new points of all the actions stored in ONE durable transaction (group commit),
+        not one per action. Bad input raises InvalidArgument and stores nothing."""
+        self._check_open()
+        rel = self._release(release_id)
+        acts = [check_action(a, rel.n_actions) for a in actions]
+        if len(set(acts)) != len(acts):
+            raise InvalidArgument(f"actions must be distinct, got {list(actions)!r}")
+        xl: list[float] = validate_unit_states(xs).tolist()
+        sts = [self._state(release_id, a) for a in acts]
+        wants: dict[int, list[float]] = {}
+        for a, st in zip(acts, sts, strict=True):
+            values = st.values
+            miss = [v for v in dict.fromkeys(xl) if v not in values]
+            if miss:
+                wants[a] = miss
+        if wants:
+            self._resolve(rel, wants)
+        out = np.empty((len(xl), len(acts)), dtype=np.float64)
+        for j, st in enumerate(sts):
+            get = st.values.__getitem__
+            out[:, j] = [get(v) for v in xl]
+        return out
 
-        Group commit (``coalesce``): a thread queues its states, then either takes the
-        action's lock and stores everything queued so far in one transaction (leader), or
-        waits for the next commit and finds its states stored (follower). Followers wait on a
-        commit counter, not on the lock, so they return as soon as the commit that carried
-        their states is done. If a leader fails, every waiting thread's states are still
-        missing and the next leader includes its own.
+    def _resolve(self, rel: ReleaseRecord, wants: dict[int, list[float]]) -> None:
+        """Store the states of ``wants`` (action -> states) not stored yet, in one write
+        transaction, before returning (see the module docstring).
+
+        Group commit (``coalesce``), the WAL-writer pattern: a thread queues its (release,
+        action, state) triples in the store's queue, then either becomes the leader (the
+        store's commit lock was free) and stores *everything queued so far, by any thread, of
+        any release and action* in one transaction, or waits for the leader's commit to end
+        and looks again (follower). New points that arrive while a commit is in flight thus
+        go together into the next one. A caller returns only once its states are in the
+        in-process copy, which happens only after the commit that holds them. If a leader's
+        transaction fails, it raises to its own caller; the waiting threads' states are still
+        missing, so one of them leads the next attempt with its own states again (nothing
+        queued is silently dropped, nothing is answered).
         """
         rid = rel.release_id
-        if not self._serialize:  # test-only broken mode: no lock at all
-            self._store_new(rel, a, st, missing)
+        if not self._serialize:  # test-only broken mode: no lock at all, one txn per action
+            for a, xs in wants.items():
+                self._store_batch({(rid, a): xs}, {rid: rel})
             return
-        lock = _process_lock(self._identity, rid, a)
         if not self.coalesce:
-            with lock:
-                self._store_new(rel, a, st, missing)
+            self._store_batch({(rid, a): xs for a, xs in wants.items()}, {rid: rel})
             return
-        values = st.values
+        gc = self._gc
+        sts = {a: self._state(rid, a) for a in wants}
         while True:
-            with st.cond:
-                gen = st.gen
-            todo = [v for v in missing if v not in values]
+            with gc.cond:
+                gen = gc.gen
+            todo = {}
+            for a, xs in wants.items():
+                values = sts[a].values
+                left = [v for v in xs if v not in values]
+                if left:
+                    todo[a] = left
             if not todo:
-                return  # a leader stored them in its transaction
-            with st.pending_lock:  # (re-)queue ours for the next leader
-                st.pending.update(dict.fromkeys(todo))
-            if lock.acquire(blocking=False):
+                return  # a leader stored them all
+            with gc.queue_lock:  # (re-)queue ours for the next leader
+                gc.rels[rid] = rel
+                for a, left in todo.items():
+                    gc.queue.setdefault((rid, a), {}).update(dict.fromkeys(left))
+            if gc.leader.acquire(blocking=False):
                 try:
-                    with st.pending_lock:
-                        queued = list(st.pending)
-                        st.pending.clear()
-                    # ours first; if this transaction fails the others store their own
-                    self._store_new(rel, a, st, list(dict.fromkeys(todo + queued)))
+                    with gc.queue_lock:
+                        batch = {k: list(v) for k, v in gc.queue.items()}
+                        rels = dict(gc.rels)
+                        gc.queue.clear()
+                    self._store_batch(batch, rels)
                 finally:
-                    lock.release()
-                    with st.cond:
-                        st.gen += 1
-                        st.cond.notify_all()
-                return
-            with st.cond:  # wait for the current leader's commit (or failure)
-                if st.gen == gen:
-                    # the lock may be held by another store object of this process, which
-                    # does not notify us: poll
-                    st.cond.wait(timeout=0.02)
+                    gc.leader.release()
+                    with gc.cond:
+                        gc.gen += 1
+                        gc.cond.notify_all()
+                continue  # ours were in that batch: the loop finds them and returns
+            with gc.cond:  # a leader is committing: wait for its end (commit or failure)
+                while gc.gen == gen:
+                    gc.cond.wait(timeout=1.0)
 
-    def _store_new(
-        self, rel: ReleaseRecord, a: int, st: _ActionState, missing: list[float]
+    def _store_batch(
+        self, batch: dict[tuple[str, int], list[float]], rels: dict[str, ReleaseRecord]
     ) -> None:
-        """Under the action's lock: one write transaction storing ``missing``'s new states."""
-        rid = rel.release_id
-        if st.hw == 0 or self._pre_read_always:
-            # committed rows this process has not seen yet, read without the write lock (on
-            # first touch this loads the whole action; later, other writers' new rows)
-            self._apply(st, self._db_fetch_since(rid, a, st.hw))
-        new = [v for v in missing if v not in st.values]
-        if not new:
+        """One write transaction storing the not-yet-stored states of ``batch`` ((release,
+        action) -> states) under the locks of all its actions (process-wide thread locks
+        taken in sorted order, plus the backend's cross-process locks); retried whole on a
+        lost race. Points of one action are drawn in order, each conditioned on every point
+        stored before it or earlier in the batch (``OUSamplePath.sample``)."""
+        keys = sorted(batch)
+        locks = [_process_lock(self._identity, r, a) for r, a in keys] if self._serialize else []
+        for lk in locks:
+            lk.acquire()
+        try:
+            self._store_batch_locked(keys, batch, rels)
+        finally:
+            for lk in reversed(locks):
+                lk.release()
+
+    def _store_batch_locked(
+        self,
+        keys: list[tuple[str, int]],
+        batch: dict[tuple[str, int], list[float]],
+        rels: dict[str, ReleaseRecord],
+    ) -> None:
+        sts = {k: self._state(*k) for k in keys}
+        for k in keys:
+            st = sts[k]
+            if st.hw == 0 or self._pre_read_always:
+                # committed rows this process has not seen yet, read without the write lock
+                # (on first touch this loads the whole action; later, other writers' rows)
+                self._apply(st, self._db_fetch_since(k[0], k[1], st.hw))
+        todo = {k: [v for v in batch[k] if v not in sts[k].values] for k in keys}
+        todo = {k: v for k, v in todo.items() if v}
+        if not todo:
             return
         last: Exception | None = None
         for attempt in range(MAX_ATTEMPTS):
             try:
-                with self._db_write_txn(rid, a) as tx:
-                    self._apply(st, tx.fetch_since(st.hw))
-                    new = [v for v in new if v not in st.values]
-                    if not new:
+                drawn: dict[tuple[str, int], tuple[list[Row], list[InsertRecord] | None]] = {}
+                now = time.time()  # one created_at per transaction
+                with self._db_write_txn(sorted(todo)) as tx:
+                    tok = tx.version()
+                    for k in sorted(todo):
+                        st = sts[k]
+                        if tok is None or st.version != tok:
+                            self._apply(st, tx.fetch_since(k[0], k[1], st.hw))
+                        new = [v for v in todo[k] if v not in st.values]
+                        if new:
+                            drawn[k] = self._draw(rels[k[0]], st, k[1], new, tx, now)
+                    if not drawn:
                         return
-                    rows, seen = self._draw(rel, st, a, new, tx)
+                    rows = [(k[0], k[1], *r) for k in sorted(drawn) for r in drawn[k][0]]
                     tx.insert(rows)
                     if not tx.confirm(rows):
                         raise Retry("another writer stored rows concurrently")
                 # committed durably: only now may the values be used
                 with self._drawn_guard:
                     self._drawn += len(rows)
-                if self._serialize:
-                    self._apply(st, rows)
-                else:  # broken mode: seqs were taken from the database head
-                    self._apply(st, self._db_fetch_since(rid, a, st.hw))
-                if self._insert_hook is not None and seen is not None:
-                    self._insert_hook(rid, a, seen)
+                for k in todo:
+                    st = sts[k]
+                    if k in drawn:
+                        if self._serialize:
+                            self._apply(st, drawn[k][0])
+                        else:  # broken mode: seqs were taken from the database head
+                            self._apply(st, self._db_fetch_since(k[0], k[1], st.hw))
+                    # complete as of tok: re-read in the transaction, or nobody else wrote
+                    # since, and our own rows are applied
+                    st.version = tok
+                for k, (_rows, seen) in drawn.items():
+                    if self._insert_hook is not None and seen is not None:
+                        self._insert_hook(k[0], k[1], seen)
                 return
             except Retry as exc:
                 last = exc
                 time.sleep(min(0.2, 0.002 * 2**attempt))
+        where = ", ".join(f"release {r!r} action {a}" for r, a in sorted(todo))
         raise Unavailable(
-            f"store: could not commit new noise points of release {rid!r} action {a} "
+            f"store: could not commit new noise points of {where} "
             f"after {MAX_ATTEMPTS} attempts ({last}); nothing was answered"
         )
 
     def _draw(
-        self, rel: ReleaseRecord, st: _ActionState, a: int, new: list[float], tx: WriteTxn
+        self,
+        rel: ReleaseRecord,
+        st: _ActionState,
+        a: int,
+        new: list[float],
+        tx: WriteTxn,
+        now: float,
     ) -> tuple[list[Row], list[InsertRecord] | None]:
         """Sample ``new`` from the path restored from their stored neighbours; chain rows."""
         values = st.values
@@ -562,9 +674,8 @@ class SamplePathStore(ABC):
         if self._serialize:
             seq, prev = st.hw, st.head
         else:  # test-only broken mode: trust whatever the head is right now
-            seq, head = tx.head()
+            seq, head = tx.head(rel.release_id, a)
             prev = bytes.fromhex(head) if head else self._hasher.genesis(rel.release_id, a)
-        now = time.time()
         link = self._hasher.link
         rows: list[Row] = []
         for v, g in zip(new, gs, strict=True):

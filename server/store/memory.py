@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from qveil.errors import InvalidArgument
 from qveil.rng import NormalSource
-from qveil.server.store.base import ReleaseRecord, Row, SamplePathStore, new_identity
+from qveil.server.store.base import FullRow, ReleaseRecord, Row, SamplePathStore, new_identity
 
 __all__ = ["MemoryStore"]
 
@@ -30,22 +30,24 @@ _NAMED_GUARD = threading.Lock()
 
 
 class _MemTxn:
-    def __init__(self, data: _MemData, key: tuple[str, int]) -> None:
+    def __init__(self, data: _MemData) -> None:
         self._data = data
-        self._key = key
-        self.staged: list[Row] = []
+        self.staged: list[FullRow] = []
 
-    def fetch_since(self, hw: int) -> Sequence[Row]:
-        return list(self._data.rows.get(self._key, ())[hw:])
+    def version(self) -> object | None:
+        return None
 
-    def head(self) -> tuple[int, str | None]:
-        rows = self._data.rows.get(self._key, [])
+    def fetch_since(self, release_id: str, action: int, hw: int) -> Sequence[Row]:
+        return list(self._data.rows.get((release_id, action), ())[hw:])
+
+    def head(self, release_id: str, action: int) -> tuple[int, str | None]:
+        rows = self._data.rows.get((release_id, action), [])
         return (rows[-1][0], rows[-1][4]) if rows else (0, None)
 
-    def insert(self, rows: Sequence[Row]) -> None:
+    def insert(self, rows: Sequence[FullRow]) -> None:
         self.staged.extend(rows)
 
-    def confirm(self, rows: Sequence[Row]) -> bool:
+    def confirm(self, rows: Sequence[FullRow]) -> bool:
         return True
 
 
@@ -91,12 +93,12 @@ class MemoryStore(SamplePathStore):
             return list(self._data.rows.get((release_id, action), ())[hw:])
 
     @contextmanager
-    def _db_write_txn(self, release_id: str, action: int) -> Iterator[_MemTxn]:
+    def _db_write_txn(self, keys: Sequence[tuple[str, int]]) -> Iterator[_MemTxn]:
         with self._data.lock:
-            tx = _MemTxn(self._data, (release_id, action))
+            tx = _MemTxn(self._data)
             yield tx
-            if tx.staged:  # "commit": all rows or none
-                self._data.rows.setdefault((release_id, action), []).extend(tx.staged)
+            for r, a, *row in tx.staged:  # "commit": all rows or none
+                self._data.rows.setdefault((r, a), []).append(tuple(row))  # type: ignore[arg-type]
 
     def _db_iter_rows(self, release_id: str, action: int | None) -> Iterator[tuple[int, Row]]:
         with self._data.lock:

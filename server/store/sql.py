@@ -26,6 +26,7 @@ beyond the timeout, connection lost) with the transaction rolled back: nothing h
 from __future__ import annotations
 
 import hashlib
+import sqlite3
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -49,7 +50,7 @@ from qveil.errors import (
 )
 from qveil.rng import NormalSource
 from qveil.server.store import migrate
-from qveil.server.store.base import ReleaseRecord, Retry, Row, SamplePathStore
+from qveil.server.store.base import FullRow, ReleaseRecord, Retry, Row, SamplePathStore
 from qveil.server.store.models import noise_points as NP  # noqa: N812
 from qveil.server.store.models import releases as REL  # noqa: N812
 
@@ -98,39 +99,47 @@ def _release_row(rec: ReleaseRecord) -> dict[str, object]:
 
 
 class _SqlTxn:
-    __slots__ = ("_store", "_conn", "_params", "_inserted")
+    """One write transaction over any number of (release, action) pairs."""
 
-    def __init__(self, store: SQLStore, conn: sa.Connection, rid: str, action: int) -> None:
+    __slots__ = ("_store", "_conn", "_inserted", "_version")
+
+    def __init__(self, store: SQLStore, conn: sa.Connection, version: object | None) -> None:
         self._store = store
         self._conn = conn
-        self._params = {"r": rid, "a": action}
         self._inserted: int | None = None
+        self._version = version
 
-    def fetch_since(self, hw: int) -> Sequence[Row]:
-        res = self._conn.execute(self._store._q_since, {**self._params, "hw": hw})
+    def version(self) -> object | None:
+        return self._version
+
+    def fetch_since(self, release_id: str, action: int, hw: int) -> Sequence[Row]:
+        st = self._store
+        if st._since_sql is not None:  # SQLite: the compiled Core select on the raw cursor
+            cur = self._conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+            try:
+                return cur.execute(st._since_sql, (release_id, action, hw)).fetchall()
+            finally:
+                cur.close()
+        res = self._conn.execute(st._q_since, {"r": release_id, "a": action, "hw": hw})
         return [tuple(r) for r in res]
 
-    def head(self) -> tuple[int, str | None]:
+    def head(self, release_id: str, action: int) -> tuple[int, str | None]:
+        params = {"r": release_id, "a": action}
         if not self._store._serialize:
             # test-only broken mode: the driver's implicit BEGIN starts here, at the first
             # write, so the seq/head below are current but the neighbours were read before
             # (the 2 ms pause only widens that race window, so a short test shows it)
             time.sleep(0.002)
             self._conn.execute(
-                sa.update(REL)
-                .where(REL.c.release_id == self._params["r"])
-                .values(status=REL.c.status)
+                sa.update(REL).where(REL.c.release_id == release_id).values(status=REL.c.status)
             )
-        row = self._conn.execute(self._store._q_head, self._params).first()
+        row = self._conn.execute(self._store._q_head, params).first()
         return (0, None) if row is None else (int(row[0]), row[1])
 
-    def insert(self, rows: Sequence[Row]) -> None:
-        r, a = self._params["r"], self._params["a"]
+    def insert(self, rows: Sequence[FullRow]) -> None:
         st = self._store
         if st._ins_points_sql is not None:  # SQLite: the compiled Core insert, positional
-            res = self._conn.exec_driver_sql(
-                st._ins_points_sql, [(r, a, s, x, g, c, h) for s, x, g, c, h in rows]
-            )
+            res = self._conn.exec_driver_sql(st._ins_points_sql, list(rows))
             # sqlite3's executemany rowcount is the total of rows inserted; DO NOTHING skips
             # are not counted, so all-inserted <=> rowcount == len(rows)
             self._inserted = res.rowcount
@@ -139,22 +148,29 @@ class _SqlTxn:
             st._ins_points,
             [
                 {"release_id": r, "action": a, "seq": s, "x": x, "g": g, "created_at": c, "hash": h}
-                for s, x, g, c, h in rows
+                for r, a, s, x, g, c, h in rows
             ],
         )
         if st._serialize:  # PostgreSQL: RETURNING lists the rows actually inserted
             self._inserted = len(res.all())
 
-    def confirm(self, rows: Sequence[Row]) -> bool:
+    def confirm(self, rows: Sequence[FullRow]) -> bool:
         if not self._store._serialize:
             return True
         if self._inserted == len(rows):  # every row is ours (SQLite row count, PG RETURNING)
             return True
         # something was skipped by ON CONFLICT DO NOTHING: re-select to say what (then retry)
-        got = self._conn.execute(
-            self._store._q_range, {**self._params, "lo": rows[0][0], "hi": rows[-1][0]}
-        ).all()
-        return [tuple(g) for g in got] == list(rows)
+        by_key: dict[tuple[str, int], list[tuple[object, ...]]] = {}
+        for r in rows:
+            by_key.setdefault((r[0], r[1]), []).append(tuple(r[2:]))
+        for (rid, a), mine in by_key.items():
+            got = self._conn.execute(
+                self._store._q_range,
+                {"r": rid, "a": a, "lo": mine[0][0], "hi": mine[-1][0]},
+            ).all()
+            if [tuple(g) for g in got] != mine:
+                return False
+        return True
 
 
 class SQLStore(SamplePathStore):
@@ -178,6 +194,7 @@ class SQLStore(SamplePathStore):
         self._busy = float(busy_timeout)
         self._writer_lock = threading.Lock()
         self._wconn: sa.Connection | None = None
+        self._wepoch = 0
         self._engines: list[sa.Engine] = []
         backend = u.get_backend_name()
         if backend == "sqlite":
@@ -385,6 +402,7 @@ class SQLStore(SamplePathStore):
         # SQLite hot path: the same Core statement compiled once to positional SQL, executed
         # with tuples (saves SQLAlchemy's per-row parameter processing, ~10 us a row)
         self._ins_points_sql: str | None = None
+        self._since_sql: str | None = None
         if self.backend == "sqlite":
             from sqlalchemy.dialects import sqlite as _sqlite_dialect
 
@@ -395,6 +413,9 @@ class SQLStore(SamplePathStore):
             names = list(comp.positiontup or [])
             assert names == [c.name for c in NP.c], names
             self._ins_points_sql = str(comp)
+            comp = self._q_since.compile(dialect=_sqlite_dialect.dialect(paramstyle="qmark"))
+            assert list(comp.positiontup or []) == ["r", "a", "hw"], comp.positiontup
+            self._since_sql = str(comp)
 
     # -- error translation ----------------------------------------------------------------
 
@@ -446,6 +467,9 @@ class SQLStore(SamplePathStore):
             raise
         except sa.exc.DBAPIError as exc:
             raise self._map(exc, what) from exc
+        except sqlite3.Error as exc:  # the hot path's raw cursor: wrap as SQLAlchemy would
+            wrapped = sa.exc.DBAPIError.instance(None, None, exc, sqlite3.Error)
+            raise self._map(wrapped, what) from exc
         except sa.exc.TimeoutError as exc:
             raise Unavailable(
                 f"noise store {self._identity}: no connection free within "
@@ -455,7 +479,7 @@ class SQLStore(SamplePathStore):
             raise Unavailable(f"noise store {self._identity}: {exc} during {what}") from exc
 
     @contextmanager
-    def _write(self, what: str, lock_key: int | None = None) -> Iterator[sa.Connection]:
+    def _write(self, what: str, lock_keys: Sequence[int] = ()) -> Iterator[sa.Connection]:
         """One write transaction: commit (durably) on clean exit, roll back otherwise."""
         if self.backend == "sqlite" and self._serialize:
             # the one writer connection of this store, kept checked out (no pool round trip
@@ -466,6 +490,7 @@ class SQLStore(SamplePathStore):
                     with self._translated(what):
                         if self._wconn is None:
                             self._wconn = self._writer.connect()
+                            self._wepoch += 1  # data_version is per connection
                         with self._wconn.begin():
                             yield self._wconn
                     ok = True
@@ -478,8 +503,9 @@ class SQLStore(SamplePathStore):
                         self._wconn = None
             return
         with self._translated(what), self._writer.connect() as conn, conn.begin():
-            if lock_key is not None and self.backend == "postgresql":
-                conn.execute(self._q_lock, {"k": lock_key})
+            if self.backend == "postgresql":
+                for k in lock_keys:  # sorted by the caller: replicas never deadlock
+                    conn.execute(self._q_lock, {"k": k})
             yield conn
 
     @contextmanager
@@ -540,13 +566,21 @@ class SQLStore(SamplePathStore):
         )
         return rows
 
-    def _db_write_txn(self, release_id: str, action: int) -> AbstractContextManager[_SqlTxn]:
-        return self._txn(release_id, action)
+    def _db_write_txn(self, keys: Sequence[tuple[str, int]]) -> AbstractContextManager[_SqlTxn]:
+        return self._txn(keys)
 
     @contextmanager
-    def _txn(self, release_id: str, action: int) -> Iterator[_SqlTxn]:
-        with self._write("store new noise points", advisory_key(release_id, action)) as conn:
-            yield _SqlTxn(self, conn, release_id, action)
+    def _txn(self, keys: Sequence[tuple[str, int]]) -> Iterator[_SqlTxn]:
+        lock_keys = sorted({advisory_key(r, a) for r, a in keys})
+        with self._write("store new noise points", lock_keys) as conn:
+            version: object | None = None
+            if self.backend == "sqlite" and self._serialize:
+                # under BEGIN IMMEDIATE: changes only when another connection committed
+                dv = conn.connection.dbapi_connection.execute(  # type: ignore[union-attr]
+                    "PRAGMA data_version"
+                ).fetchone()[0]
+                version = (self._wepoch, dv)
+            yield _SqlTxn(self, conn, version)
 
     def _db_iter_rows(self, release_id: str, action: int | None) -> Iterator[tuple[int, Row]]:
         q = self._q_all if action is None else self._q_action

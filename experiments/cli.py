@@ -1,4 +1,5 @@
-"""``qveil experiments fig1|fig2|bgp16|theory [--quick] [--seeds N] [--out DIR] [--workers W]``.
+"""``qveil experiments fig1|fig2|bgp16|theory|utility [--quick] [--seeds N] [--out DIR]
+[--workers W]``.
 
 Each experiment writes CSV and PNG files into ``--out`` (default ``results/<name>``) and
 prints what it wrote. ``--quick`` is the small version the test suite runs; without it the
@@ -32,6 +33,11 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
     "bgp16": (
         "qveil.experiments.bgp16",
         "BGP16 chain MDP: RMSE vs batch size for LSW, LSL, DP-LSW, DP-LSL",
+    ),
+    "utility": (
+        "qveil.experiments.utility",
+        "fqi release as served on LineWalk: return vs users and eps (both relations), "
+        "Algorithm 1 modes, non-private, random; private FQE vs DP-LSW/LSL on BGP16's chain",
     ),
     "theory": (
         "qveil.experiments.theory",

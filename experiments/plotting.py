@@ -14,7 +14,14 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-__all__ = ["plot_bgp16", "plot_curves", "plot_lines", "save"]
+__all__ = [
+    "plot_bgp16",
+    "plot_curves",
+    "plot_lines",
+    "plot_utility",
+    "plot_utility_chain",
+    "save",
+]
 
 DPI = 90
 
@@ -155,5 +162,146 @@ def plot_curves(
         ax.legend(fontsize=7)
     for idx in range(n, nrows * ncols):
         axes[idx // ncols][idx % ncols].axis("off")
+    fig.suptitle(title, fontsize=9)
+    return save(fig, path)
+
+
+def _f(v: Any) -> float:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+def plot_utility(summary: Sequence[Mapping[str, Any]], path: Path, *, title: str) -> Path:
+    """The fqi utility figure: top row, return against users N at eps = 1 (user relation,
+    reward relation); bottom row, return against eps at N = 300 (user) and N = 100 (reward),
+    with Algorithm 1's modes. Non-private FQI dashed, random grey, the 18.6 target dotted.
+    Error bars: standard error over seeds."""
+    rows = list(summary)
+    fqi = [r for r in rows if r["method"] == "fqi"]
+    all_n = sorted({int(r["users"]) for r in fqi})
+    all_e = sorted({_f(r["epsilon"]) for r in fqi})
+    e_ref = 1.0 if 1.0 in all_e else all_e[len(all_e) // 2]
+
+    def nearest(n: int) -> int:
+        return min(all_n, key=lambda v: abs(np.log(v / n)))
+
+    fig, axes = plt.subplots(2, 2, figsize=(11.0, 7.6), squeeze=False)
+    for j, rel in enumerate(("user", "reward")):
+        n_ref = nearest(300 if rel == "user" else 100)
+        mine = [r for r in fqi if r["relation"] == rel]
+        for k, v in enumerate(dict.fromkeys(str(r["variant"]) for r in mine)):
+            for i, (xkey, fixed_key, fixed) in enumerate(
+                (("users", "epsilon", e_ref), ("epsilon", "users", n_ref))
+            ):
+                pts = sorted(
+                    (_f(r[xkey]), _f(r["return_mean"]), _f(r["return_se"]))
+                    for r in mine
+                    if r["variant"] == v and _f(r[fixed_key]) == _f(fixed)
+                )
+                if pts:
+                    x, y, e = (np.array(c) for c in zip(*pts, strict=True))
+                    axes[i][j].errorbar(
+                        x, y, yerr=e, fmt="-o", ms=3, capsize=2, color=f"C{k}", label=v
+                    )
+        for r0 in sorted({str(r["gamma"]) for r in rows if r["method"] == "non-private FQI"}):
+            pts = sorted(
+                (int(r["users"]), _f(r["return_mean"]))
+                for r in rows
+                if r["method"] == "non-private FQI" and str(r["gamma"]) == r0
+            )
+            x, y = zip(*pts, strict=True)
+            axes[0][j].plot(x, y, "--", color="k", alpha=0.4 + 0.2 * min(2, len(r0)) / 2, lw=1)
+            yy = dict(pts).get(n_ref)
+            if yy is not None:
+                axes[1][j].axhline(yy, ls="--", color="k", lw=1, alpha=0.5)
+        axes[0][j].plot([], [], "--", color="k", lw=1, label="non-private FQI (per gamma)")
+        rnd = [_f(r["return_mean"]) for r in rows if r["method"] == "random"]
+        for i in range(2):
+            ax = axes[i][j]
+            if rnd:
+                ax.axhline(float(np.mean(rnd)), color="grey", lw=1.5, label="random")
+            ax.axhline(18.6, color="r", ls=":", lw=1, label="target 18.6")
+            ax.set_xscale("log")
+            ax.grid(True, which="both", alpha=0.3)
+            ax.set_ylabel("return of the served release")
+        if j == 0:
+            for k, mode in enumerate(
+                dict.fromkeys(str(r["method"]) for r in rows if str(r["method"]).startswith("alg1"))
+            ):
+                pts = sorted(
+                    (_f(r["epsilon"]), _f(r["return_mean"]), _f(r["return_se"]))
+                    for r in rows
+                    if r["method"] == mode
+                )
+                x, y, e = (np.array(c) for c in zip(*pts, strict=True))
+                axes[1][j].errorbar(
+                    x,
+                    y,
+                    yerr=e,
+                    fmt=":s",
+                    ms=3,
+                    capsize=2,
+                    color=f"C{6 + k}",
+                    label=f"{mode} (online)",
+                )
+        for i, ticks in ((0, all_n), (1, all_e)):
+            axes[i][j].set_xticks(ticks, [f"{t:g}" for t in ticks])
+            axes[i][j].minorticks_off()
+        axes[0][j].set_title(f"{rel} relation, eps = {e_ref:g}", fontsize=9)
+        axes[0][j].set_xlabel("users N")
+        axes[1][j].set_title(f"{rel} relation, N = {n_ref}", fontsize=9)
+        axes[1][j].set_xlabel("epsilon")
+        for i in range(2):
+            axes[i][j].legend(fontsize=6)
+    fig.suptitle(title, fontsize=9)
+    return save(fig, path)
+
+
+def plot_utility_chain(chain: Sequence[Mapping[str, Any]], path: Path, *, title: str) -> Path:
+    """RMSE of the value estimate against m on BGP16's chain: rows = start distribution,
+    columns = (eps, delta); private FQE red, DP-LSW/DP-LSL blue/orange (F_max = 1 dashed,
+    as written dotted), non-private references thin."""
+    rows = list(chain)
+    starts = sorted({str(r["start"]) for r in rows}, reverse=True)
+    privs = sorted({(_f(r["epsilon"]), _f(r["delta"])) for r in rows if str(r["epsilon"])})
+    fig, axes = plt.subplots(
+        len(starts), len(privs), figsize=(5.6 * len(privs), 3.9 * len(starts)), squeeze=False
+    )
+    lines = [
+        ("FQE pooled (non-private)", "", "k", "-", 1.0),
+        ("FQE per-user (non-private)", "", "C3", "-", 1.0),
+        ("LSW", "", "C0", "-", 1.0),
+        ("DP-FQE (qveil fqi)", "1", "C3", "--", 2.0),
+        ("DP-LSW", "1", "C0", "--", 2.0),
+        ("DP-LSL", "1", "C1", "--", 2.0),
+        ("DP-LSW", "R_max/(1-gamma)", "C0", ":", 1.5),
+        ("DP-LSL", "R_max/(1-gamma)", "C1", ":", 1.5),
+    ]
+    for i, start in enumerate(starts):
+        for j, (eps, delta) in enumerate(privs):
+            ax = axes[i][j]
+            for method, fm, color, ls, lw in lines:
+                pts = sorted(
+                    (int(r["m"]), _f(r["rmse_mean"]), _f(r["rmse_se"]))
+                    for r in rows
+                    if r["start"] == start
+                    and r["method"] == method
+                    and str(r["f_max"]) == fm
+                    and (not fm or (_f(r["epsilon"]), _f(r["delta"])) == (eps, delta))
+                )
+                if not pts:
+                    continue
+                x, y, e = (np.array(c) for c in zip(*pts, strict=True))
+                label = method + (f" F_max={fm}" if fm and method.startswith("DP-LS") else "")
+                ax.errorbar(x, y, yerr=e, fmt=ls, color=color, lw=lw, capsize=2, label=label)
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            ax.set_title(f"start {start}, eps = {eps:g}, delta = {delta:g}", fontsize=9)
+            ax.set_xlabel("users m (one trajectory each)")
+            ax.set_ylabel("RMSE of V estimate")
+            ax.grid(True, which="both", alpha=0.3)
+            ax.legend(fontsize=6)
     fig.suptitle(title, fontsize=9)
     return save(fig, path)

@@ -194,6 +194,7 @@ def certified_kappa(points: int, smoother_bandwidth: float, beta: float) -> floa
     return kappa_certificate(release_quadratic_form(points, smoother_bandwidth, beta)).kappa
 
 
+@functools.lru_cache(maxsize=64)
 def best_beta(points: int, smoother_bandwidth: float) -> float:
     """The beta that minimises the row-sum kappa (a public choice: it depends on the grid
     and the smoother only; the row-sum bound is cheap and tracks the SDP one). Bounded

@@ -25,7 +25,7 @@ from typing import Any
 
 import grpc
 
-from qveil.errors import InvalidArgument
+from qveil.errors import FailedPrecondition, InvalidArgument, echo
 from qveil.server.auth import Authorizer, load_tokens
 from qveil.server.handlers import Handlers, Limits, new_executor
 from qveil.server.health import Health
@@ -237,9 +237,23 @@ async def serve(config: ServeConfig, *, on_event: Callable[[str], None] | None =
         )
 
         def start_up() -> Any:
+            from qveil.bundle import read_binding
             from qveil.server.store import open_store
 
-            st = open_store(url)
+            # a bound bundle's store must exist already: never create an empty store for it
+            # (issue 14: that would be a second, independent noise draw)
+            bound = read_binding(config.bundle) if config.bundle.is_dir() else None
+            try:
+                st = open_store(url, new_ok=bound is None)
+            except FailedPrecondition as exc:
+                if bound is None:
+                    raise
+                raise FailedPrecondition(
+                    f"release {echo(bound.release_id)} is bound to store {bound.store_id} "
+                    f"({echo(bound.store)}), and {exc}. A bound release is served only from the "
+                    "store that holds its noise; if that store is lost, the release can only be "
+                    "retired."
+                ) from None
             handlers.store = st
             return handlers.start(config.bundle)
 

@@ -4,6 +4,14 @@
     qveil admin releases | activate ID | retire ID | budget [--dataset-id ID]
     qveil admin set-cap --dataset-id ID --epsilon E --delta D
     qveil admin log [--limit N]
+    qveil admin init-store [--bundle DIR]
+    qveil admin export-release ID --out FILE | import-release FILE
+
+Only ``init-store`` creates a store; every other operation refuses a store that does not exist.
+``init-store --bundle DIR`` also binds the bundle's release to the store (as its first serve
+would). ``export-release`` / ``import-release`` move a release to another store with all its
+stored points: the one explicit way to serve a bound release from another store (one release,
+one store: docs/operations.md, "Release safety").
 
 Two ways to reach the releases (docs/operations.md, "Activation"):
 
@@ -119,6 +127,17 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     c.add_argument("--delta", type=float, required=True)
     lg = ops.add_parser("log", parents=[common], help="show the admin audit log")
     lg.add_argument("--limit", type=int, default=50)
+    i = ops.add_parser("init-store", parents=[common], help="create a store (and bind a bundle)")
+    i.add_argument("--bundle", metavar="DIR", help="bind this bundle's release to the store")
+    x = ops.add_parser(
+        "export-release", parents=[common], help="write a release and its points to a file"
+    )
+    x.add_argument("release_id", metavar="ID")
+    x.add_argument("--out", required=True, metavar="FILE", help="JSON Lines file to write")
+    m = ops.add_parser(
+        "import-release", parents=[common], help="load an exported release into this store"
+    )
+    m.add_argument("path", metavar="FILE")
     p.set_defaults(func=run)
     return p  # type: ignore[no-any-return]
 
@@ -206,8 +225,35 @@ def run(args: argparse.Namespace) -> int:
         return _run_remote(args, cmd)
     url = _store_url(args, required=True)
     assert url is not None
-    with admin.open_admin(url, actor=f"{admin.audit_log.default_actor()} (cli)") as ctx:
-        if cmd == "retrain":
+    with admin.open_admin(
+        url, actor=f"{admin.audit_log.default_actor()} (cli)", new_ok=cmd == "init-store"
+    ) as ctx:
+        if cmd == "init-store":
+            d: dict[str, Any] = {"store": url, "store_id": ctx.store.store_id}
+            text = f"store {ctx.store.store_id} ready"
+            if args.bundle:
+                b = admin.bind_bundle(ctx, args.bundle)
+                d["binding"] = b
+                text += f"; release {b['release_id']} bound to it"
+            _print(args, d, text)
+        elif cmd == "export-release":
+            d = admin.export_release(ctx, args.release_id, args.out)
+            _print(
+                args,
+                d,
+                f"release {d['release_id']}: {d['points']} points written to {d['out']}. It is "
+                "still served from this store: after moving it, retire it here "
+                f"(qveil admin retire {d['release_id']}) so that one store answers it",
+            )
+        elif cmd == "import-release":
+            d = admin.import_release(ctx, args.path)
+            _print(
+                args,
+                d,
+                f"release {d['release_id']} imported with {d['points']} points into store "
+                f"{d['store_id']} (staged); serve its bundle with this store",
+            )
+        elif cmd == "retrain":
             res = admin.retrain(
                 ctx,
                 config=args.config,

@@ -41,6 +41,7 @@ from qveil.errors import (
     NotFound,
 )
 from qveil.server import convert
+from qveil.server.binding import bind, check_binding
 from qveil.server.errors import bad_argument
 from qveil.server.metrics import Metrics
 from qveil.server.quotas import (
@@ -379,6 +380,7 @@ class Handlers:
                 raise InvalidArgument(
                     f"bundle {str(path)!r} holds release {bundle.bundle_id!r}, not {expected_id!r}"
                 )
+            fingerprint, on_file = check_binding(self.store, bundle, path)
             rec = self._register(bundle)
             if getattr(rec, "status", "") == "retired":
                 raise FailedPrecondition(
@@ -391,6 +393,7 @@ class Handlers:
                     raise IntegrityError(
                         f"stored noise of release {bundle.bundle_id!r} fails verification: {report}"
                     )
+            bind(self.store, bundle, path, fingerprint, on_file)
             previous = self.holder.peek()
             if previous is None or previous.release_id != bundle.bundle_id:
                 self.store.set_release_status(bundle.bundle_id, "active")

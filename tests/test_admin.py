@@ -35,7 +35,9 @@ def tiny_config(tmp_path: Path) -> Path:
 @pytest.fixture
 def store_url(tmp_path: Path) -> str:
     (tmp_path / "srv").mkdir()
-    return f"sqlite:///{tmp_path / 'srv' / 'qveil-store.sqlite'}"
+    url = f"sqlite:///{tmp_path / 'srv' / 'qveil-store.sqlite'}"
+    assert main(["admin", "init-store", "--store", url]) == 0  # admin creates stores only here
+    return url
 
 
 def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, object]:

@@ -16,6 +16,7 @@ import pytest
 from server_helpers import (
     QVEIL,
     InProcessServer,
+    fresh_bundle,
     health_status,
     make_bundle,
     make_certs,
@@ -27,8 +28,14 @@ from qveil.client import RetryPolicy, TLSConfig, UnavailableError, ValueClient
 
 
 @pytest.fixture(scope="module")
-def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An unbound bundle, never served: each test's store gets its own copy."""
     return make_bundle(tmp_path_factory.mktemp("b") / "bundle", seed=21)
+
+
+@pytest.fixture
+def bundle(template: Path, tmp_path: Path) -> Path:
+    return fresh_bundle(template, tmp_path / "bundle")
 
 
 @pytest.fixture(scope="module")

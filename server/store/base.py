@@ -48,7 +48,14 @@ from qveil.server.store.integrity import (
 )
 from qveil.server.store.models import RELEASE_STATUSES
 
-__all__ = ["InsertRecord", "NoisePoint", "ReleaseRecord", "Row", "SamplePathStore"]
+__all__ = [
+    "InsertRecord",
+    "NoisePoint",
+    "ReleaseBinding",
+    "ReleaseRecord",
+    "Row",
+    "SamplePathStore",
+]
 
 FloatArray = npt.NDArray[np.float64]
 #: A stored row as the backends exchange it: (seq, x, g, created_at, hash hex).
@@ -76,6 +83,21 @@ class ReleaseRecord:
         d["interval"] = list(self.interval)
         d["created_at"] = self.created_at.isoformat()
         return d
+
+
+@dataclass(frozen=True)
+class ReleaseBinding:
+    """A release bound to a store (issue 14, item 2): the fingerprint of the bundle whose noise
+    the store holds, when it was bound and the id of the store that first drew the noise (this
+    store, or the one it was imported from)."""
+
+    release_id: str
+    fingerprint: str
+    bound_at: str
+    origin_store_id: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,8 +280,25 @@ class SamplePathStore(ABC):
     def _db_count(self, release_id: str | None, action: int | None) -> int: ...
 
     @abstractmethod
-    def _db_import(self, rec: ReleaseRecord, rows: dict[int, list[Row]]) -> None:
-        """Insert a release and all its rows in one transaction (InvalidArgument if it exists)."""
+    def _db_import(
+        self,
+        rec: ReleaseRecord,
+        rows: dict[int, list[Row]],
+        binding: ReleaseBinding | None = None,
+    ) -> None:
+        """Insert a release, all its rows and its binding in one transaction (InvalidArgument
+        if it exists)."""
+
+    @abstractmethod
+    def _db_store_id(self) -> str:
+        """The store's random persistent identity (``store_meta.store_id``)."""
+
+    @abstractmethod
+    def _db_get_binding(self, release_id: str) -> ReleaseBinding | None: ...
+
+    @abstractmethod
+    def _db_insert_binding(self, binding: ReleaseBinding) -> bool:
+        """Insert; False when the release is bound already (nothing changed)."""
 
     def _db_close(self) -> None:  # noqa: B027 - optional hook
         """Release the backend's resources (default: nothing)."""
@@ -316,6 +355,51 @@ class SamplePathStore(ABC):
     def list_releases(self) -> list[ReleaseRecord]:
         self._check_open()
         return self._db_list_releases()
+
+    # -- one release, one store (issue 14, item 2) -----------------------------------------
+
+    @property
+    def store_id(self) -> str:
+        """This store's random, persistent identity: drawn when the store was created, the same
+        for every process and replica that opens it, different for any other (or re-created)
+        database."""
+        self._check_open()
+        sid = getattr(self, "_store_id_cache", None)
+        if sid is None:
+            sid = self._db_store_id()
+            self._store_id_cache = sid
+        return sid
+
+    def get_binding(self, release_id: str) -> ReleaseBinding | None:
+        """The release's binding to this store, or None when it is not bound here."""
+        self._check_open()
+        return self._db_get_binding(release_id)
+
+    def bind_release(self, release_id: str, fingerprint: str) -> ReleaseBinding:
+        """Record that this store holds the noise of the release with ``fingerprint`` (the
+        release must be registered). Idempotent for the same fingerprint; a different one is
+        refused (IntegrityError): one release id names one bundle and one noise path."""
+        self._check_open()
+        self.get_release(release_id)  # NotFound
+        if not isinstance(fingerprint, str) or not 0 < len(fingerprint) <= 128:
+            raise InvalidArgument("a release fingerprint is a non-empty string of <= 128 chars")
+        new = ReleaseBinding(
+            release_id,
+            fingerprint,
+            datetime.now(UTC).isoformat(timespec="seconds"),
+            self.store_id,
+        )
+        if self._db_insert_binding(new):
+            return new
+        old = self._db_get_binding(release_id)
+        assert old is not None
+        if old.fingerprint != fingerprint:
+            raise IntegrityError(
+                f"release {release_id!r} is bound to this store with fingerprint "
+                f"{old.fingerprint[:16]}..., not {fingerprint[:16]}...: another bundle under "
+                "the same release id"
+            )
+        return old
 
     def set_release_status(self, release_id: str, status: str) -> ReleaseRecord:
         self._check_open()

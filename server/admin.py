@@ -45,6 +45,7 @@ from qveil.errors import (
     InvalidArgument,
     NotFound,
     QveilError,
+    echo,
 )
 from qveil.server import admin_tables as T
 from qveil.server import audit_log
@@ -447,7 +448,7 @@ def retrain(
             pass
         else:
             raise IntegrityError(
-                f"release id {release_id!r} already exists in the store: "
+                f"release id {echo(release_id)} already exists in the store: "
                 "refusing to share its noise path"
             )
         event = _bundle_event(bundle, dataset_id)
@@ -518,7 +519,7 @@ def activate(ctx: AdminContext, release_id: str) -> ReleaseInfo:
         rec = ctx.store.get_release(release_id)
         if str(rec.status) == "retired":
             raise FailedPrecondition(
-                f"release {release_id!r} is retired; retired releases are never answered again"
+                f"release {echo(release_id)} is retired; retired releases are never answered again"
             )
         path = release_bundle_path(ctx, release_id)
         if path is not None:
@@ -534,12 +535,13 @@ def activate(ctx: AdminContext, release_id: str) -> ReleaseInfo:
                 or (iv.lo, iv.hi) != tuple(map(float, rec.interval))
             ):
                 raise IntegrityError(
-                    f"bundle {path!r} disagrees with the store's record of release {release_id!r}"
+                    f"bundle {echo(path)} disagrees with the store's record of release "
+                    f"{echo(release_id)}"
                 )
         rep = ctx.store.verify(release_id)
         if not bool(getattr(rep, "ok", False)):
             raise IntegrityError(
-                f"stored noise of release {release_id!r} fails verification: {rep}"
+                f"stored noise of release {echo(release_id)} fails verification: {rep}"
             )
         previous = [
             r.release_id
@@ -565,7 +567,7 @@ def retire(ctx: AdminContext, release_id: str) -> ReleaseInfo:
         rec = ctx.store.get_release(release_id)
         if str(rec.status) == "active":
             raise FailedPrecondition(
-                f"release {release_id!r} is active; activate another release before retiring it"
+                f"release {echo(release_id)} is active; activate another release before retiring it"
             )
         ctx.store.set_release_status(release_id, "retired")
     except QveilError as exc:

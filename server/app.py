@@ -38,7 +38,15 @@ from qveil.v1 import admin_service_pb2_grpc as admin_grpc
 from qveil.v1 import audit_service_pb2_grpc as audit_grpc
 from qveil.v1 import value_service_pb2_grpc as value_grpc
 
-__all__ = ["ServeConfig", "TLSFiles", "create_server", "default_store_url", "is_loopback", "serve"]
+__all__ = [
+    "ServeConfig",
+    "TLSFiles",
+    "create_server",
+    "default_store_url",
+    "host_port",
+    "is_loopback",
+    "serve",
+]
 
 log = logging.getLogger("qveil.server")
 
@@ -88,6 +96,11 @@ def split_host(listen: str) -> tuple[str, str]:
     if not sep or not port.isdigit():
         raise InvalidArgument(f"--listen {listen!r} must be HOST:PORT")
     return host.strip("[]"), port
+
+
+def host_port(host: str, port: int | str) -> str:
+    """``HOST:PORT`` as people and URLs write it: an IPv6 address in brackets ([::1]:50051)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def is_loopback(listen: str) -> bool:
@@ -209,7 +222,7 @@ async def serve(config: ServeConfig, *, on_event: Callable[[str], None] | None =
     await server.start()
     host, _ = split_host(config.listen)
     say(
-        f"listening on {host}:{port} ({'TLS' if config.tls else 'plaintext'}"
+        f"listening on {host_port(host, port)} ({'TLS' if config.tls else 'plaintext'}"
         f"{', mTLS' if config.tls and config.tls.client_ca else ''}, "
         f"{'tokens' if authorizer.enabled else 'no tokens: anonymous query only'})"
     )
@@ -272,7 +285,7 @@ async def serve(config: ServeConfig, *, on_event: Callable[[str], None] | None =
             mport = metrics.serve_prometheus(
                 config.metrics_port, host=config.metrics_host, stored_points=handlers.stored_points
             )
-            say(f"metrics on http://{config.metrics_host}:{mport}/metrics")
+            say(f"metrics on http://{host_port(config.metrics_host, mport)}/metrics")
         say(f"serving release {active.release_id} (store {_redact(url)})")
         await waiter
         say("draining: health NOT_SERVING")

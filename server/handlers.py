@@ -39,6 +39,7 @@ from qveil.errors import (
     IntegrityError,
     InvalidArgument,
     NotFound,
+    echo,
 )
 from qveil.server import convert
 from qveil.server.binding import bind, check_binding
@@ -203,7 +204,7 @@ class Handlers:
         if release_id and release_id != rel.release_id:
             self.store.get_release(release_id)  # NotFound for an unknown release
             exc = FailedPrecondition(
-                f"release {release_id!r} is not the active release (active: {rel.release_id!r})"
+                f"release {echo(release_id)} is not the active release (active: {rel.release_id!r})"
             )
             exc.reason = "RELEASE_NOT_ACTIVE"  # type: ignore[attr-defined]
             raise exc
@@ -363,7 +364,7 @@ class Handlers:
         ]
         if mismatch:
             raise IntegrityError(
-                f"release {rid!r} is registered in the store with different "
+                f"release {echo(rid)} is registered in the store with different "
                 f"{', '.join(mismatch)} than the bundle"
             )
         return rec
@@ -378,7 +379,8 @@ class Handlers:
             bundle = self._load(path)
             if expected_id and bundle.bundle_id != expected_id:
                 raise InvalidArgument(
-                    f"bundle {str(path)!r} holds release {bundle.bundle_id!r}, not {expected_id!r}"
+                    f"bundle {echo(str(path))} holds release {bundle.bundle_id!r}, not "
+                    f"{echo(expected_id)}"
                 )
             fingerprint, on_file = check_binding(self.store, bundle, path)
             rec = self._register(bundle)
@@ -425,7 +427,7 @@ class Handlers:
                 except (OSError, ValueError):
                     continue
         raise NotFound(
-            f"no bundle for release {release_id!r} on this server (give "
+            f"no bundle for release {echo(release_id)} on this server (give "
             "bundle_path, or put the bundle beside the served one)"
         )
 
@@ -471,7 +473,8 @@ class Handlers:
             current = self.holder.peek()
             if current is not None and current.release_id == release_id:
                 raise FailedPrecondition(
-                    f"release {release_id!r} is active; activate another release before retiring it"
+                    f"release {echo(release_id)} is active; activate another release before "
+                    "retiring it"
                 )
             self.store.get_release(release_id)  # NotFound
             self.store.set_release_status(release_id, "retired")
@@ -573,7 +576,7 @@ class Handlers:
         rec = self.store.get_release(release_id)  # NotFound
         if action is not None and not 0 <= int(action) < int(rec.n_actions):
             raise bad_argument(
-                f"unknown action {action}: release {release_id!r} has actions "
+                f"unknown action {action}: release {echo(release_id)} has actions "
                 f"0..{int(rec.n_actions) - 1}",
                 field="action",
                 reason="UNKNOWN_ACTION",

@@ -23,7 +23,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from qveil.errors import FailedPrecondition, IntegrityError, InvalidArgument
+from qveil.errors import FailedPrecondition, IntegrityError, InvalidArgument, echo
 from qveil.privacy.ledger import PrivacyEvent, check_budget, compose, verify_event
 from qveil.server import admin_tables as T
 from qveil.server import audit_log
@@ -117,7 +117,7 @@ def _lock(dataset_id: str) -> str:
 def _check_dataset(dataset_id: str) -> str:
     if not isinstance(dataset_id, str) or not dataset_id.strip() or len(dataset_id) > 200:
         raise InvalidArgument(
-            f"dataset id must be a non-empty string of <= 200 characters, got {dataset_id!r}"
+            f"dataset id must be a non-empty string of <= 200 characters, got {echo(dataset_id)}"
         )
     return dataset_id
 
@@ -311,7 +311,7 @@ class Ledger:
                 and conn.execute(sa.select(t.c.seq).where(t.c.release_id == release_id)).first()
                 is not None
             ):
-                raise FailedPrecondition(f"release {release_id!r} already has a ledger entry")
+                raise FailedPrecondition(f"release {echo(release_id)} already has a ledger entry")
             last = conn.execute(
                 sa.select(t.c.seq, t.c.hash)
                 .where(t.c.dataset_id == dataset_id)

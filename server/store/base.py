@@ -38,7 +38,7 @@ import numpy as np
 import numpy.typing as npt
 from sortedcontainers import SortedDict
 
-from qveil.errors import IntegrityError, InvalidArgument, NotFound, QveilError, Unavailable
+from qveil.errors import IntegrityError, InvalidArgument, NotFound, QveilError, Unavailable, echo
 from qveil.noise import OUSamplePath, validate_unit_states
 from qveil.rng import NormalSource, is_seeded, resolve_rng
 from qveil.server.store.integrity import (
@@ -183,7 +183,7 @@ def validate_release_fields(
     """Check and normalise the fields of a new release (InvalidArgument on any bad one)."""
     if not isinstance(release_id, str) or not _ID_RE.match(release_id):
         raise InvalidArgument(
-            f"release_id must be 1-128 characters of [A-Za-z0-9._:@+-], got {release_id!r}"
+            f"release_id must be 1-128 characters of [A-Za-z0-9._:@+-], got {echo(release_id)}"
         )
     if not isinstance(fingerprint, str) or not 0 < len(fingerprint) <= 256:
         raise InvalidArgument("fingerprint must be a non-empty string of <= 256 characters")
@@ -335,7 +335,7 @@ class SamplePathStore(ABC):
         old = self.get_release(rid)
         if (old.fingerprint, old.sigma, old.beta, old.interval, old.n_actions) != (fp, s, b, iv, m):
             raise InvalidArgument(
-                f"release {rid!r} already exists with different parameters "
+                f"release {echo(rid)} already exists with different parameters "
                 f"(fingerprint {old.fingerprint!r}, sigma {old.sigma!r}, beta {old.beta!r}, "
                 f"interval {old.interval!r}, n_actions {old.n_actions})"
             )
@@ -345,10 +345,10 @@ class SamplePathStore(ABC):
         """The release's current record (status read from the database), or NotFound."""
         self._check_open()
         if not isinstance(release_id, str):
-            raise InvalidArgument(f"release_id must be a string, got {release_id!r}")
+            raise InvalidArgument(f"release_id must be a string, got {echo(release_id)}")
         rec = self._db_get_release(release_id)
         if rec is None:
-            raise NotFound(f"no release {release_id!r} in this store")
+            raise NotFound(f"no release {echo(release_id)} in this store")
         self._rel_cache[release_id] = rec
         return rec
 
@@ -395,7 +395,7 @@ class SamplePathStore(ABC):
         assert old is not None
         if old.fingerprint != fingerprint:
             raise IntegrityError(
-                f"release {release_id!r} is bound to this store with fingerprint "
+                f"release {echo(release_id)} is bound to this store with fingerprint "
                 f"{old.fingerprint[:16]}..., not {fingerprint[:16]}...: another bundle under "
                 "the same release id"
             )
@@ -405,7 +405,7 @@ class SamplePathStore(ABC):
         self._check_open()
         check_status(status)
         if not self._db_set_status(release_id, status):
-            raise NotFound(f"no release {release_id!r} in this store")
+            raise NotFound(f"no release {echo(release_id)} in this store")
         return self.get_release(release_id)
 
     def _release(self, release_id: str) -> ReleaseRecord:
@@ -584,7 +584,7 @@ class SamplePathStore(ABC):
                 last = exc
                 time.sleep(min(0.2, 0.002 * 2**attempt))
         raise Unavailable(
-            f"store: could not commit new noise points of release {rid!r} action {a} "
+            f"store: could not commit new noise points of release {echo(rid)} action {a} "
             f"after {MAX_ATTEMPTS} attempts ({last}); nothing was answered"
         )
 

@@ -12,7 +12,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 
-from qveil.errors import InvalidArgument
+from qveil.errors import InvalidArgument, echo
 from qveil.rng import NormalSource
 from qveil.server.store.base import (
     ReleaseBinding,
@@ -135,7 +135,9 @@ class MemoryStore(SamplePathStore):
     ) -> None:
         with self._data.lock:
             if rec.release_id in self._data.releases:
-                raise InvalidArgument(f"release {rec.release_id!r} already exists in this store")
+                raise InvalidArgument(
+                    f"release {echo(rec.release_id)} already exists in this store"
+                )
             self._data.releases[rec.release_id] = rec
             for a, rs in rows.items():
                 if rs:

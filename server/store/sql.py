@@ -46,10 +46,12 @@ from qveil.errors import (
     InvalidArgument,
     QveilError,
     Unavailable,
+    echo,
 )
 from qveil.rng import NormalSource
 from qveil.server.store import migrate
 from qveil.server.store.base import ReleaseBinding, ReleaseRecord, Retry, Row, SamplePathStore
+from qveil.server.store.integrity import ChainHasher
 from qveil.server.store.models import STORE_ID_KEY
 from qveil.server.store.models import noise_points as NP  # noqa: N812
 from qveil.server.store.models import release_bindings as BIND  # noqa: N812
@@ -271,6 +273,7 @@ class SQLStore(SamplePathStore):
                     where=f"store {identity}",
                 )
                 self.settings = self._check_settings()
+                self._check_key()
         except BaseException:
             self._db_close()
             raise
@@ -596,6 +599,31 @@ class SQLStore(SamplePathStore):
             raise IntegrityError(f"noise store {self._identity} has no store id (store_meta)")
         return str(row[0])
 
+    def _check_key(self) -> None:
+        """The first opener records the integrity key's check value; a later opener with
+        another key (or none where there was one) is refused before anything is read, with
+        its own message: it is a configuration error, not tampering."""
+        want = self._hasher.key_check(self.store_id)
+        q = select(META.c.value).where(META.c.key == "key_check")
+        got = self._read_call("read the integrity key check", lambda c: c.execute(q).scalar())
+        if got is None:  # the first opener since migration 0003 (written once, then only read)
+            ins: Any = sqlite_insert if self.backend == "sqlite" else pg_insert
+            with self._write("record the integrity key check") as conn:
+                conn.execute(
+                    ins(META).on_conflict_do_nothing(), {"key": "key_check", "value": want}
+                )
+                got = conn.execute(q).scalar()
+        if got != want:
+            raise FailedPrecondition(
+                f"the integrity key does not match this store ({self._identity}): "
+                + (
+                    "QVEIL_STORE_KEY is set, but the store was created without a key"
+                    if self._hasher.keyed and got == ChainHasher(None).key_check(self.store_id)
+                    else "check QVEIL_STORE_KEY (it must be the key the store was created with)"
+                )
+                + "; nothing was read or written"
+            )
+
     def _db_get_binding(self, release_id: str) -> ReleaseBinding | None:
         row = self._read_call(
             "read a release binding",
@@ -619,7 +647,9 @@ class SQLStore(SamplePathStore):
         with self._write("import a release") as conn:
             res = conn.execute(self._ins_release, _release_row(rec))
             if res.first() is None:
-                raise InvalidArgument(f"release {rec.release_id!r} already exists in this store")
+                raise InvalidArgument(
+                    f"release {echo(rec.release_id)} already exists in this store"
+                )
             for a, rs in rows.items():
                 for k in range(0, len(rs), 10000):
                     conn.execute(

@@ -31,7 +31,7 @@ from typing import Any
 from qveil.errors import InvalidArgument
 from qveil.privacy.checks import positive as _pos
 from qveil.privacy.gaussian import analytic_gaussian_sigma, gdp_epsilon, gdp_mu
-from qveil.privacy.params import PrivacyParams, PrivacyResult
+from qveil.privacy.params import ONE_STORE, PrivacyParams, PrivacyResult
 from qveil.privacy.rkhs import optimal_beta, output_sensitivity_sq
 
 __all__ = [
@@ -53,12 +53,6 @@ _K_MAX = 2**40  # calibration gives up on k beyond ~1e12 (reported as holds=Fals
 
 
 # ---------------------------------------------------------------------------- formulas
-#: Appended to every basis: the guarantee is for ONE draw of the release noise (issue 14).
-ONE_STORE = (
-    " The guarantee assumes one store per release: every answer comes from the one noise draw "
-    "kept in the release's store (a second store would draw independent noise; qveil serve "
-    "refuses it)."
-)
 
 
 def theorem5_beta(*, lr: float, k: float, batch_size: int) -> float:

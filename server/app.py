@@ -163,11 +163,14 @@ def create_server(
     ``listen`` (port 0: any free port); returns (server, bound port). Not started."""
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+    from qveil.server.bad_body import BadBodyInterceptor
+
     server = grpc.aio.server(
+        interceptors=[BadBodyInterceptor()],
         options=[
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", 16 * max_message_bytes),
-        ]
+        ],
     )
     value_grpc.add_ValueServiceServicer_to_server(ValueServicer(core), server)
     admin_grpc.add_AdminServiceServicer_to_server(AdminServicer(core), server)

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from typing import Any
@@ -165,9 +166,21 @@ def _admin_client(args: argparse.Namespace) -> Any:
     return AdminClient(args.target, token=read_token_file(tf) if tf else None, tls=tls)
 
 
+def _finite(obj: Any) -> Any:
+    """``obj`` with every non-finite number as None (JSON null; "-" in tables): a path that
+    was never exercised is not reported as NaN (issue 14, item 6)."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_finite(v) for v in obj]
+    return obj
+
+
 def _print(args: argparse.Namespace, obj: Any, text: str) -> None:
     if getattr(args, "json", False):
-        print(json.dumps(obj, indent=2, sort_keys=True, default=str))
+        print(json.dumps(_finite(obj), indent=2, sort_keys=True, default=str, allow_nan=False))
     else:
         print(text)
 
@@ -180,7 +193,7 @@ def _releases_table(rows: list[dict[str, Any]]) -> str:
         f"{'points':>8}  dataset"
     )
     lines = [head]
-    for r in rows:
+    for r in map(_finite, rows):
         eps = r.get("epsilon")
         lines.append(
             f"{r['release_id'][:34]:34} {r['status']:8} {r['sigma']:10.4g} "

@@ -159,3 +159,57 @@ def test_mtls_refuses_a_server_certificate_as_client_certificate(tmp_path: Path)
         with ValueClient(srv.target, tls=wrong, timeout=5) as c:
             with pytest.raises(Exception):  # noqa: B017 - handshake refused: UNAVAILABLE
                 c.values([0.0])
+
+
+def test_corrupt_request_body_is_invalid_argument_with_one_log_line(tmp_path: Path) -> None:
+    """Raw bytes that are no GetValuesRequest: INVALID_ARGUMENT, one log line, no traceback,
+    nothing stored; the server keeps answering."""
+    b = make_bundle(tmp_path / "b", seed=65)
+    store = f"sqlite:///{tmp_path / 's.sqlite'}"
+    with running(tmp_path, b, "--log-level", "WARNING", store=store) as srv:
+        with grpc.insecure_channel(srv.target) as ch:
+            call = ch.unary_unary("/qveil.v1.ValueService/GetValues")
+            for _ in range(3):
+                with pytest.raises(grpc.RpcError) as ei:
+                    call(b"\xff\xff\xff\xff\x0f", timeout=10)
+                assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+                assert "not a valid message" in (ei.value.details() or "")
+        with ValueClient(srv.target) as c:
+            assert c.values([0.0]).shape == (1, 3)
+        log = srv.output()
+    assert log.count("undecodable request body") == 3, log
+    assert "Traceback" not in log, log
+
+
+def test_unexercised_numbers_are_never_printed_as_nan(tmp_path: Path) -> None:
+    """A release known only from its store record has no epsilon: tables show "-", JSON null;
+    `qveil query --card` prints "n/a" (and strict JSON) for fields a release does not have."""
+    import json
+
+    from qveil.client.cli import _jsonable
+    from qveil.server.cli_admin import _finite, _releases_table
+
+    row = {
+        "release_id": "r",
+        "status": "staged",
+        "sigma": 1.0,
+        "beta": 2.0,
+        "epsilon": float("nan"),
+        "points": 0,
+    }
+    assert "nan" not in _releases_table([row]).lower()
+    assert json.dumps(_finite([row]), allow_nan=False)
+    assert _jsonable({"epsilon": float("nan"), "k": float("inf")}) == {"epsilon": None, "k": None}
+    b = make_bundle(tmp_path / "b", seed=66)
+    with running(tmp_path, b, store=f"sqlite:///{tmp_path / 's.sqlite'}") as srv:
+        for extra in ([], ["--json"]):
+            r = subprocess.run(
+                [QVEIL, "query", "--target", srv.target, "--card", *extra],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert r.returncode == 0, r.stderr
+            assert "nan" not in r.stdout.lower(), r.stdout
+            if extra:
+                json.loads(r.stdout, parse_constant=lambda c: pytest.fail(f"{c} in JSON"))

@@ -400,6 +400,7 @@ def retrain(
     activate_after: bool = False,
     seed: int | None = None,
     progress: bool = False,
+    budget: float | None = None,
 ) -> RetrainResult:
     """Train a new release under ``dataset_id``'s cap (see the module docstring).
 
@@ -424,7 +425,7 @@ def retrain(
         params["mode"] = cfg.mode
         planned = _planned_event(cfg, dataset_id)
         params["planned_epsilon"], params["planned_delta"] = planned.epsilon, planned.delta
-        ctx.ledger.check(planned)  # refuse before spending compute
+        ctx.ledger.check(planned, budget=budget)  # refuse before spending compute
         root = Path(out_dir) if out_dir is not None else default_releases_dir(ctx.store_url)
         if root is None:
             raise InvalidArgument(
@@ -452,7 +453,7 @@ def retrain(
                 "refusing to share its noise path"
             )
         event = _bundle_event(bundle, dataset_id)
-        entry = ctx.ledger.record(event, release_id=release_id, actor=ctx.actor)
+        entry = ctx.ledger.record(event, release_id=release_id, actor=ctx.actor, budget=budget)
         params["ledger_seq"] = entry.seq  # spent: from here on the bundle is kept
         iv = bundle.interval
         ctx.store.create_release(

@@ -89,6 +89,7 @@ class ServeConfig:
     metrics_host: str = "127.0.0.1"
     port_file: Path | None = None
     http_port: int | None = None  # issue 17: v2 REST (off by default; loopback unless TLS)
+    budget: float | None = None
 
 
 def split_host(listen: str) -> tuple[str, str]:
@@ -210,7 +211,9 @@ async def serve(config: ServeConfig, *, on_event: Callable[[str], None] | None =
     authorizer = Authorizer(load_tokens(config.tokens_file) if config.tokens_file else None)
     metrics = Metrics()
     executor = new_executor(config.workers)
-    handlers = Handlers(store=None, holder=_holder(), limits=config.limits, metrics=metrics)
+    handlers = Handlers(
+        store=None, holder=_holder(), limits=config.limits, metrics=metrics, budget=config.budget
+    )
     core = Core(handlers, authorizer, executor)
     health = Health()
     await health.set_serving(False)
@@ -290,6 +293,8 @@ async def serve(config: ServeConfig, *, on_event: Callable[[str], None] | None =
             )
             say(f"metrics on http://{host_port(config.metrics_host, mport)}/metrics")
         say(f"serving release {active.release_id} (store {_redact(url)})")
+        if handlers.last_ledger is not None:
+            say(handlers.last_ledger.describe())
         await waiter
         say("draining: health NOT_SERVING")
         handlers.holder.draining = True

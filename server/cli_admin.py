@@ -3,6 +3,7 @@
     qveil admin retrain --config FILE --dataset-id ID [--epsilon E | --sigma S] [--activate]
     qveil admin releases | activate ID | retire ID | budget [--dataset-id ID]
     qveil admin set-cap --dataset-id ID --epsilon E --delta D
+    qveil admin ledger          (privacy spending per dataset, and the composition rule)
     qveil admin log [--limit N]
     qveil admin init-store [--bundle DIR]
     qveil admin export-release ID --out FILE | import-release FILE
@@ -111,6 +112,12 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         help="where the bundle directory goes (default: beside a SQLite store)",
     )
     r.add_argument("--activate", action="store_true", help="activate the new release")
+    r.add_argument(
+        "--budget",
+        type=float,
+        metavar="EPS",
+        help="refuse the retrain if it would push the dataset past this epsilon",
+    )
     r.add_argument("--seed", type=int, help="tests only: seeded training (card says seeded)")
     r.add_argument("--no-progress", action="store_true")
 
@@ -122,6 +129,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     t.add_argument("release_id", metavar="ID")
     b = ops.add_parser("budget", parents=[common], help="spent, remaining and events")
     b.add_argument("--dataset-id", help="one dataset (default: all)")
+    ops.add_parser(
+        "ledger", parents=[common], help="privacy spending per dataset and the composition rule"
+    )
     c = ops.add_parser("set-cap", parents=[common], help="set a dataset's privacy cap")
     c.add_argument("--dataset-id", required=True)
     c.add_argument("--epsilon", type=float, required=True)
@@ -229,12 +239,29 @@ def _budget_text(reports: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
+def _ledger_text(reports: list[dict[str, Any]]) -> str:
+    """``qveil admin ledger``: one line per dataset (releases, spent, cap) and the rule the
+    accountant composed its releases with."""
+    if not reports:
+        return "(the ledger is empty)"
+    lines = [f"{'dataset':40} {'releases':>8} {'epsilon':>10} {'delta':>9} {'cap eps':>8}  rule"]
+    for d in reports:
+        cap = d.get("cap")
+        cap_eps = "-" if cap is None else f"{cap['epsilon']:.4g}"
+        lines.append(
+            f"{str(d['dataset_id'])[:40]:40} {len(d['events']):>8} "
+            f"{d['spent']['epsilon']:>10.6g} {d['spent']['delta']:>9.3g} "
+            f"{cap_eps:>8}  {d.get('rule') or '-'}"
+        )
+    return "\n".join(lines)
+
+
 def run(args: argparse.Namespace) -> int:
     from qveil.server import admin
 
     cmd = args.admin_command
     target = getattr(args, "target", None)
-    if target and cmd in ("releases", "activate", "retire", "budget"):
+    if target and cmd in ("releases", "activate", "retire", "budget", "ledger"):
         return _run_remote(args, cmd)
     url = _store_url(args, required=True)
     assert url is not None
@@ -279,6 +306,7 @@ def run(args: argparse.Namespace) -> int:
                 activate_after=bool(args.activate and not target),
                 seed=args.seed,
                 progress=not args.no_progress and sys.stderr.isatty(),
+                budget=args.budget,
             )
             d = res.to_dict()
             if args.activate and target:
@@ -317,6 +345,9 @@ def run(args: argparse.Namespace) -> int:
         elif cmd == "budget":
             reps = [b.to_dict() for b in admin.budget(ctx, args.dataset_id)]
             _print(args, reps, _budget_text(reps))
+        elif cmd == "ledger":
+            reps = [b.to_dict() for b in admin.budget(ctx, None)]
+            _print(args, reps, _ledger_text(reps))
         elif cmd == "set-cap":
             cap = admin.set_cap(ctx, args.dataset_id, epsilon=args.epsilon, delta=args.delta)
             _print(
@@ -378,6 +409,9 @@ def _run_remote(args: argparse.Namespace, cmd: str) -> int:
         elif cmd == "budget":
             reps = client.budget(args.dataset_id or "")
             _print(args, reps, _budget_text(reps))
+        elif cmd == "ledger":
+            reps = client.budget("")
+            _print(args, reps, _ledger_text(reps))
         else:
             rel = client.retire(args.release_id)
             _print(

@@ -131,8 +131,12 @@ class Handlers:
         limits: Limits,
         metrics: Metrics | None = None,
         bundle_dirs: Sequence[str | Path] = (),
+        budget: float | None = None,
     ) -> None:
         self.store = store
+        #: --budget EPS: refuse a release that would push its dataset past EPS (issue 14)
+        self.budget_epsilon = budget
+        self.last_ledger: Any = None
         self.holder = holder
         self.limits = limits
         self.metrics = metrics or Metrics()
@@ -369,6 +373,20 @@ class Handlers:
             )
         return rec
 
+    def _ledger_record(self, bundle: Any) -> Any:
+        """Record the release in the store's privacy ledger (on by default, issue 14 item 5);
+        BudgetExceeded past ``--budget`` or the dataset's cap: the release is not served."""
+        from qveil.server.admin import admin_db_for
+        from qveil.server.ledger import Ledger
+        from qveil.server.release_ledger import record_release
+
+        return record_release(
+            Ledger(admin_db_for(self.store)),
+            bundle.card,
+            actor="qveil serve",
+            budget=self.budget_epsilon,
+        )
+
     def start(self, bundle_path: str | Path, *, verify_store: bool = True) -> ActiveRelease:
         """Server start: load and verify the bundle, register its release if absent, verify
         the store's record of it, mark it active and make it the served release."""
@@ -395,6 +413,8 @@ class Handlers:
                     raise IntegrityError(
                         f"stored noise of release {bundle.bundle_id!r} fails verification: {report}"
                     )
+            # charged before it is bound or answered: a refused budget leaves no binding
+            self.last_ledger = self._ledger_record(bundle)
             bind(self.store, bundle, path, fingerprint, on_file)
             previous = self.holder.peek()
             if previous is None or previous.release_id != bundle.bundle_id:

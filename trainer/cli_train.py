@@ -119,8 +119,6 @@ def record_in_ledger(bundle: Path, url: str | None) -> None:
     the one of ``--ledger URL``, else of the store ``qveil serve --bundle`` uses by default
     (``qveil-store.sqlite`` beside the bundle; created here if missing, as the release's first
     serve would), keyed by the dataset fingerprint or the environment id."""
-    import json
-
     try:
         from qveil.server.admin import open_admin
         from qveil.server.release_ledger import record_release
@@ -132,7 +130,9 @@ def record_in_ledger(bundle: Path, url: str | None) -> None:
         )
         return
     url = url or f"sqlite:///{bundle.resolve().parent / 'qveil-store.sqlite'}"
-    card = json.loads((bundle / "card.json").read_text())
+    from qveil.bundle import load_bundle
+
+    card = load_bundle(bundle, verify=True).card  # public + admin card (dataset_fingerprint)
     with open_admin(url, actor="qveil train") as ctx:
         out = record_release(ctx.ledger, card, actor="qveil train")
     print(f"privacy {out.describe()} [{url}]")

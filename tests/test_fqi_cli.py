@@ -263,7 +263,7 @@ def test_train_records_the_release_in_the_ledger_beside_it(bundle: Path) -> None
     Gaussian mechanism with mu = sensitivity / sigma."""
     import json
 
-    card = json.loads((bundle / "card.json").read_text())
+    card = load_bundle(bundle).card  # public + admin card (the fingerprint is admin-only)
     store = f"sqlite:///{bundle.parent / 'qveil-store.sqlite'}"
     r = qveil("admin", "ledger", "--store", store, "--json")
     assert r.returncode == 0, r.stderr

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import sys
 from typing import Any
 
@@ -68,6 +69,10 @@ def _states(raw: list[str]) -> list[float]:
 
 
 def _jsonable(obj: Any) -> Any:
+    """Plain JSON values; a number that is not finite (a field the release does not have, an
+    untested statistic) becomes null, never NaN (issue 14, item 6)."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return {f.name: _jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if isinstance(obj, tuple | list):
@@ -108,11 +113,11 @@ def run(args: argparse.Namespace) -> int:
         if args.card:
             rel = client.release()
             if args.json:
-                print(json.dumps(_jsonable(rel), indent=2, sort_keys=True))
+                print(json.dumps(_jsonable(rel), indent=2, sort_keys=True, allow_nan=False))
             else:
                 for k, v in _jsonable(rel).items():
                     if k != "card":
-                        print(f"{k:>15}: {human(v)}")
+                        print(f"{k:>15}: {'n/a' if v is None else human(v)}")
             return 0
         states = _states(args.state)
         if not states:

@@ -19,7 +19,10 @@ place), by the trainer, and read by the server. It holds
   :attr:`Bundle.card` is the two merged; ``card_sha256`` covers the merged card, so editing
   either file is detected;
 * ``config.toml`` (the training configuration), ``training_log.csv`` (per-episode return)
-  and ``learning_curve.png``.
+  and ``learning_curve.png``;
+* after its first serve, ``binding.json``: the id of the store that holds the release's noise
+  (one release, one store: :func:`write_binding`). It is the one file written after the
+  bundle, and it is not part of the :func:`release_fingerprint` nor of any checksum.
 
 :func:`load_bundle` with ``verify=True`` (the default) refuses a bundle whose weights do not
 match ``weights_sha256``, whose card does not match ``card_sha256`` (a checksum against
@@ -54,9 +57,11 @@ from qveil.noise import StateInterval, validate_unit_states
 
 __all__ = [
     "ADMIN_CARD_FILE",
+    "BINDING_FILE",
     "CARD_KEYS",
     "FQI_CARD_KEYS",
     "PUBLIC_CARD_KEYS",
+    "Binding",
     "Bundle",
     "GridModel",
     "MLPModel",
@@ -71,9 +76,12 @@ __all__ = [
     "mlp_forward",
     "nonprivate_privacy",
     "public_card_of",
+    "read_binding",
+    "release_fingerprint",
     "split_card",
     "value_scale_warning",
     "verify_privacy",
+    "write_binding",
     "write_bundle",
     "write_grid_bundle",
 ]
@@ -85,6 +93,8 @@ CONFIG_FILE = "config.toml"
 LOG_FILE = "training_log.csv"
 CURVE_FILE = "learning_curve.png"
 FILES = (WEIGHTS_FILE, CARD_FILE, ADMIN_CARD_FILE, CONFIG_FILE, LOG_FILE, CURVE_FILE)
+BINDING_FILE = "binding.json"
+BINDING_FORMAT = "qveil.binding.v1"
 
 #: Keys every card has (CONTRACTS.md), plus ``network``, ``noise`` and ``card_sha256``.
 CARD_KEYS = (
@@ -1052,6 +1062,88 @@ def _read_card(p: Path, name: str) -> dict[str, Any]:
     if not isinstance(card, dict):
         raise InvalidArgument(f"bundle {str(p)!r}: {name} is not an object")
     return card
+
+
+# ----------------------------------------------------------------------------- binding
+def release_fingerprint(path: str | Path) -> str:
+    """sha256 over the bundle's model and card files: ``weights.npz`` and every ``*.json`` of
+    the bundle except ``binding.json`` (so a card split into several files is covered too),
+    each as ``name NUL sha256(content) LF`` in name order. Two bundles with the same release id
+    but any other weights or card have different fingerprints; binding the bundle does not
+    change it."""
+    p = Path(path)
+    names = [WEIGHTS_FILE] + sorted(
+        f.name for f in p.glob("*.json") if f.is_file() and f.name != BINDING_FILE
+    )
+    h = hashlib.sha256(b"qveil.release-fingerprint.v1\n")
+    for name in names:
+        h.update(f"{name}\0{_sha256_file(p / name)}\n".encode())
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class Binding:
+    """``binding.json``: the store that holds this release's noise (issue 14, item 2)."""
+
+    release_id: str
+    fingerprint: str
+    store_id: str
+    store: str  # the store URL at binding time, password redacted (for people, not checked)
+    bound_at: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {
+            "format": BINDING_FORMAT,
+            "release_id": self.release_id,
+            "fingerprint": self.fingerprint,
+            "store_id": self.store_id,
+            "store": self.store,
+            "bound_at": self.bound_at,
+        }
+
+
+def read_binding(path: str | Path) -> Binding | None:
+    """The bundle's binding, or None while it has never been served. A present but malformed
+    file is an IntegrityError (never silently treated as unbound)."""
+    f = Path(path) / BINDING_FILE
+    if not f.exists():
+        return None
+    try:
+        d = json.loads(f.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise IntegrityError(f"bundle {str(path)!r}: {BINDING_FILE} is unreadable: {exc}") from None
+    keys = ("release_id", "fingerprint", "store_id", "store", "bound_at")
+    if (
+        not isinstance(d, dict)
+        or d.get("format") != BINDING_FORMAT
+        or not all(isinstance(d.get(k), str) for k in keys)
+    ):
+        raise IntegrityError(
+            f"bundle {str(path)!r}: {BINDING_FILE} is not a {BINDING_FORMAT} record"
+        )
+    return Binding(*(str(d[k]) for k in keys))
+
+
+def write_binding(path: str | Path, binding: Binding) -> None:
+    """Write ``binding.json`` atomically and durably: a unique temporary file, fsync, rename over
+    the old name, fsync of the directory. Concurrent writers of the same binding (replicas
+    starting together) are harmless: each rename installs a complete file."""
+    p = Path(path)
+    tmp = p / f".{BINDING_FILE}.tmp-{uuid.uuid4().hex[:8]}"
+    try:
+        with tmp.open("w") as fh:
+            fh.write(json.dumps(binding.to_dict(), indent=2, sort_keys=True) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, p / BINDING_FILE)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fd = os.open(p, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def load_bundle(path: str | Path, *, verify: bool = True) -> Bundle:

@@ -28,7 +28,20 @@ __all__ = [
     "ResourceExhausted",
     "Unauthenticated",
     "Unavailable",
+    "echo",
 ]
+
+#: The most characters of user input an error message repeats (GUIDE: echo at most 80).
+ECHO_LIMIT = 80
+
+
+def echo(value: object, limit: int = ECHO_LIMIT) -> str:
+    """``repr`` of user input for an error message, cut to ``limit`` characters with an
+    ellipsis: a megabyte-long release id or path never fills a log line or a status message."""
+    text = value if isinstance(value, str) else str(value)
+    if len(text) > limit:
+        text = text[: limit - 1] + "\u2026"
+    return repr(text)
 
 
 class QveilError(Exception):

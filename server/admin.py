@@ -45,6 +45,7 @@ from qveil.errors import (
     InvalidArgument,
     NotFound,
     QveilError,
+    echo,
 )
 from qveil.server import admin_tables as T
 from qveil.server import audit_log
@@ -57,7 +58,10 @@ __all__ = [
     "ReleaseInfo",
     "RetrainResult",
     "activate",
+    "bind_bundle",
     "budget",
+    "export_release",
+    "import_release",
     "open_admin",
     "record_server_action",
     "release_bundle_path",
@@ -96,13 +100,28 @@ class AdminContext:
 
 
 def open_admin(
-    store_url: str, *, actor: str | None = None, rng: Any = None, create: bool = True
+    store_url: str,
+    *,
+    actor: str | None = None,
+    rng: Any = None,
+    create: bool = True,
+    new_ok: bool = True,
 ) -> AdminContext:
     """Open the store at ``store_url`` (running its migrations, which create the admin tables)
-    and its admin records. ``memory://`` is for tests: nothing survives the process."""
+    and its admin records. ``memory://`` is for tests: nothing survives the process.
+    ``new_ok=False`` (every ``qveil admin`` operation but ``init-store``) refuses a store that
+    does not exist yet instead of creating an empty one."""
     from qveil.server.store import open_store
 
-    store = open_store(store_url, rng=rng, create=create)
+    try:
+        store = open_store(store_url, rng=rng, create=create, new_ok=new_ok)
+    except FailedPrecondition as exc:
+        if new_ok:
+            raise
+        raise FailedPrecondition(
+            f"{exc}; qveil admin creates a store only with init-store (qveil admin init-store "
+            "--store URL)"
+        ) from None
     try:
         db = admin_db_for(store, store_url)
     except BaseException:
@@ -381,6 +400,7 @@ def retrain(
     activate_after: bool = False,
     seed: int | None = None,
     progress: bool = False,
+    budget: float | None = None,
 ) -> RetrainResult:
     """Train a new release under ``dataset_id``'s cap (see the module docstring).
 
@@ -405,7 +425,7 @@ def retrain(
         params["mode"] = cfg.mode
         planned = _planned_event(cfg, dataset_id)
         params["planned_epsilon"], params["planned_delta"] = planned.epsilon, planned.delta
-        ctx.ledger.check(planned)  # refuse before spending compute
+        ctx.ledger.check(planned, budget=budget)  # refuse before spending compute
         root = Path(out_dir) if out_dir is not None else default_releases_dir(ctx.store_url)
         if root is None:
             raise InvalidArgument(
@@ -429,11 +449,11 @@ def retrain(
             pass
         else:
             raise IntegrityError(
-                f"release id {release_id!r} already exists in the store: "
+                f"release id {echo(release_id)} already exists in the store: "
                 "refusing to share its noise path"
             )
         event = _bundle_event(bundle, dataset_id)
-        entry = ctx.ledger.record(event, release_id=release_id, actor=ctx.actor)
+        entry = ctx.ledger.record(event, release_id=release_id, actor=ctx.actor, budget=budget)
         params["ledger_seq"] = entry.seq  # spent: from here on the bundle is kept
         iv = bundle.interval
         ctx.store.create_release(
@@ -500,7 +520,7 @@ def activate(ctx: AdminContext, release_id: str) -> ReleaseInfo:
         rec = ctx.store.get_release(release_id)
         if str(rec.status) == "retired":
             raise FailedPrecondition(
-                f"release {release_id!r} is retired; retired releases are never answered again"
+                f"release {echo(release_id)} is retired; retired releases are never answered again"
             )
         path = release_bundle_path(ctx, release_id)
         if path is not None:
@@ -516,12 +536,13 @@ def activate(ctx: AdminContext, release_id: str) -> ReleaseInfo:
                 or (iv.lo, iv.hi) != tuple(map(float, rec.interval))
             ):
                 raise IntegrityError(
-                    f"bundle {path!r} disagrees with the store's record of release {release_id!r}"
+                    f"bundle {echo(path)} disagrees with the store's record of release "
+                    f"{echo(release_id)}"
                 )
         rep = ctx.store.verify(release_id)
         if not bool(getattr(rep, "ok", False)):
             raise IntegrityError(
-                f"stored noise of release {release_id!r} fails verification: {rep}"
+                f"stored noise of release {echo(release_id)} fails verification: {rep}"
             )
         previous = [
             r.release_id
@@ -547,7 +568,7 @@ def retire(ctx: AdminContext, release_id: str) -> ReleaseInfo:
         rec = ctx.store.get_release(release_id)
         if str(rec.status) == "active":
             raise FailedPrecondition(
-                f"release {release_id!r} is active; activate another release before retiring it"
+                f"release {echo(release_id)} is active; activate another release before retiring it"
             )
         ctx.store.set_release_status(release_id, "retired")
     except QveilError as exc:
@@ -555,6 +576,81 @@ def retire(ctx: AdminContext, release_id: str) -> ReleaseInfo:
         raise
     _log(ctx, "retire", release_id, None, params)
     return next(r for r in releases(ctx) if r.release_id == release_id)
+
+
+# ------------------------------------------------------------------------------- moving
+def bind_bundle(ctx: AdminContext, bundle_path: str | Path) -> dict[str, Any]:
+    """Bind a bundle's release to this store without serving it (``init-store --bundle``):
+    the same checks and writes as a first serve (:mod:`qveil.server.binding`); the release is
+    registered ``staged``. For bundles that are served from a read-only directory later."""
+    from qveil.bundle import load_bundle
+    from qveil.server.binding import bind, check_binding
+    from qveil.server.handlers import Handlers, Limits
+    from qveil.server.state import ReleaseHolder
+
+    path = Path(bundle_path)
+    params: dict[str, Any] = {"bundle_path": str(path)}
+    try:
+        bundle = load_bundle(path, verify=True)
+        params["release_id"] = bundle.bundle_id
+        fingerprint, on_file = check_binding(ctx.store, bundle, path)
+        h = Handlers(store=ctx.store, holder=ReleaseHolder(), limits=Limits())
+        rec = h._register(bundle)
+        if str(rec.status) == "retired":
+            raise FailedPrecondition(f"release {bundle.bundle_id!r} is retired")
+        bind(ctx.store, bundle, path, fingerprint, on_file)
+    except QveilError as exc:
+        _log(ctx, "bind", str(path), exc, params)
+        raise
+    _log(ctx, "bind", str(path), None, params)
+    return {
+        "release_id": bundle.bundle_id,
+        "fingerprint": fingerprint,
+        "store_id": ctx.store.store_id,
+        "bundle_path": str(path),
+    }
+
+
+def export_release(ctx: AdminContext, release_id: str, out: str | Path) -> dict[str, Any]:
+    """Write the release, every stored point and its binding to ``out`` (JSON Lines,
+    :mod:`qveil.server.store.export`). The release stays in this store: after a move, retire
+    it here so that one store answers it."""
+    params: dict[str, Any] = {"release_id": release_id, "out": str(out)}
+    try:
+        n = ctx.store.export(release_id, str(out))
+        params["points"] = n
+    except QveilError as exc:
+        _log(ctx, "export-release", release_id, exc, params)
+        raise
+    _log(ctx, "export-release", release_id, None, params)
+    return {
+        "release_id": release_id,
+        "points": n,
+        "out": str(out),
+        "store_id": ctx.store.store_id,
+        "bound": ctx.store.get_binding(release_id) is not None,
+    }
+
+
+def import_release(ctx: AdminContext, path: str | Path) -> dict[str, Any]:
+    """Load an export (every count, seq and chain link verified first; one transaction). The
+    release arrives ``staged`` with its binding: a bundle bound to the old store is then served
+    from this one (its binding.json is re-pointed on that serve)."""
+    params: dict[str, Any] = {"path": str(path)}
+    try:
+        rec = ctx.store.import_(str(path))
+        rec = ctx.store.set_release_status(rec.release_id, "staged")
+        params["release_id"] = rec.release_id
+    except QveilError as exc:
+        _log(ctx, "import-release", str(path), exc, params)
+        raise
+    _log(ctx, "import-release", rec.release_id, None, params)
+    return {
+        "release_id": rec.release_id,
+        "points": int(ctx.store.count_points(rec.release_id)),
+        "store_id": ctx.store.store_id,
+        "bound": ctx.store.get_binding(rec.release_id) is not None,
+    }
 
 
 def record_server_action(

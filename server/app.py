@@ -25,7 +25,7 @@ from typing import Any
 
 import grpc
 
-from qveil.errors import InvalidArgument
+from qveil.errors import FailedPrecondition, InvalidArgument, echo
 from qveil.server.auth import Authorizer, load_tokens
 from qveil.server.handlers import Handlers, Limits, new_executor
 from qveil.server.health import Health
@@ -38,7 +38,15 @@ from qveil.v1 import admin_service_pb2_grpc as admin_grpc
 from qveil.v1 import audit_service_pb2_grpc as audit_grpc
 from qveil.v1 import value_service_pb2_grpc as value_grpc
 
-__all__ = ["ServeConfig", "TLSFiles", "create_server", "default_store_url", "is_loopback", "serve"]
+__all__ = [
+    "ServeConfig",
+    "TLSFiles",
+    "create_server",
+    "default_store_url",
+    "host_port",
+    "is_loopback",
+    "serve",
+]
 
 log = logging.getLogger("qveil.server")
 
@@ -81,6 +89,7 @@ class ServeConfig:
     metrics_host: str = "127.0.0.1"
     port_file: Path | None = None
     http_port: int | None = None  # issue 17: v2 REST (off by default; loopback unless TLS)
+    budget: float | None = None
 
 
 def split_host(listen: str) -> tuple[str, str]:
@@ -88,6 +97,11 @@ def split_host(listen: str) -> tuple[str, str]:
     if not sep or not port.isdigit():
         raise InvalidArgument(f"--listen {listen!r} must be HOST:PORT")
     return host.strip("[]"), port
+
+
+def host_port(host: str, port: int | str) -> str:
+    """``HOST:PORT`` as people and URLs write it: an IPv6 address in brackets ([::1]:50051)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def is_loopback(listen: str) -> bool:
@@ -150,11 +164,14 @@ def create_server(
     ``listen`` (port 0: any free port); returns (server, bound port). Not started."""
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+    from qveil.server.bad_body import BadBodyInterceptor
+
     server = grpc.aio.server(
+        interceptors=[BadBodyInterceptor()],
         options=[
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", 16 * max_message_bytes),
-        ]
+        ],
     )
     value_grpc.add_ValueServiceServicer_to_server(ValueServicer(core), server)
     admin_grpc.add_AdminServiceServicer_to_server(AdminServicer(core), server)
@@ -194,7 +211,9 @@ async def serve(config: ServeConfig, *, on_event: Callable[[str], None] | None =
     authorizer = Authorizer(load_tokens(config.tokens_file) if config.tokens_file else None)
     metrics = Metrics()
     executor = new_executor(config.workers)
-    handlers = Handlers(store=None, holder=_holder(), limits=config.limits, metrics=metrics)
+    handlers = Handlers(
+        store=None, holder=_holder(), limits=config.limits, metrics=metrics, budget=config.budget
+    )
     core = Core(handlers, authorizer, executor)
     health = Health()
     await health.set_serving(False)
@@ -209,7 +228,7 @@ async def serve(config: ServeConfig, *, on_event: Callable[[str], None] | None =
     await server.start()
     host, _ = split_host(config.listen)
     say(
-        f"listening on {host}:{port} ({'TLS' if config.tls else 'plaintext'}"
+        f"listening on {host_port(host, port)} ({'TLS' if config.tls else 'plaintext'}"
         f"{', mTLS' if config.tls and config.tls.client_ca else ''}, "
         f"{'tokens' if authorizer.enabled else 'no tokens: anonymous query only'})"
     )
@@ -237,9 +256,23 @@ async def serve(config: ServeConfig, *, on_event: Callable[[str], None] | None =
         )
 
         def start_up() -> Any:
+            from qveil.bundle import read_binding
             from qveil.server.store import open_store
 
-            st = open_store(url)
+            # a bound bundle's store must exist already: never create an empty store for it
+            # (issue 14: that would be a second, independent noise draw)
+            bound = read_binding(config.bundle) if config.bundle.is_dir() else None
+            try:
+                st = open_store(url, new_ok=bound is None)
+            except FailedPrecondition as exc:
+                if bound is None:
+                    raise
+                raise FailedPrecondition(
+                    f"release {echo(bound.release_id)} is bound to store {bound.store_id} "
+                    f"({echo(bound.store)}), and {exc}. A bound release is served only from the "
+                    "store that holds its noise; if that store is lost, the release can only be "
+                    "retired."
+                ) from None
             handlers.store = st
             return handlers.start(config.bundle)
 
@@ -258,8 +291,10 @@ async def serve(config: ServeConfig, *, on_event: Callable[[str], None] | None =
             mport = metrics.serve_prometheus(
                 config.metrics_port, host=config.metrics_host, stored_points=handlers.stored_points
             )
-            say(f"metrics on http://{config.metrics_host}:{mport}/metrics")
+            say(f"metrics on http://{host_port(config.metrics_host, mport)}/metrics")
         say(f"serving release {active.release_id} (store {_redact(url)})")
+        if handlers.last_ledger is not None:
+            say(handlers.last_ledger.describe())
         await waiter
         say("draining: health NOT_SERVING")
         handlers.holder.draining = True

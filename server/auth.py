@@ -36,6 +36,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+import tomli_w
+
 from qveil.errors import InvalidArgument, PermissionDenied, Unauthenticated
 
 __all__ = [
@@ -116,12 +118,12 @@ def add_token(path: str | Path, role: str, name: str = "") -> str:
         raise InvalidArgument(f"role {role!r} is not one of {ROLES}")
     token = secrets.token_urlsafe(32)
     p = Path(path)
+    # the values are written by a TOML writer (tomli-w): a quote, backslash or newline in the
+    # name is escaped, never spliced into the file (issue 14, item 6)
+    entry = tomli_w.dumps({"role": role, "name": name or role, "sha256": hash_token(token)})
     fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     with os.fdopen(fd, "a") as fh:
-        fh.write(
-            f'\n[[token]]\nrole = "{role}"\nname = "{name or role}"\n'
-            f'sha256 = "{hash_token(token)}"\n'
-        )
+        fh.write("\n[[token]]\n" + entry)
     return token
 
 

@@ -3,7 +3,16 @@
     qveil admin retrain --config FILE --dataset-id ID [--epsilon E | --sigma S] [--activate]
     qveil admin releases | activate ID | retire ID | budget [--dataset-id ID]
     qveil admin set-cap --dataset-id ID --epsilon E --delta D
+    qveil admin ledger          (privacy spending per dataset, and the composition rule)
     qveil admin log [--limit N]
+    qveil admin init-store [--bundle DIR]
+    qveil admin export-release ID --out FILE | import-release FILE
+
+Only ``init-store`` creates a store; every other operation refuses a store that does not exist.
+``init-store --bundle DIR`` also binds the bundle's release to the store (as its first serve
+would). ``export-release`` / ``import-release`` move a release to another store with all its
+stored points: the one explicit way to serve a bound release from another store (one release,
+one store: docs/operations.md, "Release safety").
 
 Two ways to reach the releases (docs/operations.md, "Activation"):
 
@@ -25,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from typing import Any
@@ -102,6 +112,12 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         help="where the bundle directory goes (default: beside a SQLite store)",
     )
     r.add_argument("--activate", action="store_true", help="activate the new release")
+    r.add_argument(
+        "--budget",
+        type=float,
+        metavar="EPS",
+        help="refuse the retrain if it would push the dataset past this epsilon",
+    )
     r.add_argument("--seed", type=int, help="tests only: seeded training (card says seeded)")
     r.add_argument("--no-progress", action="store_true")
 
@@ -113,12 +129,26 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     t.add_argument("release_id", metavar="ID")
     b = ops.add_parser("budget", parents=[common], help="spent, remaining and events")
     b.add_argument("--dataset-id", help="one dataset (default: all)")
+    ops.add_parser(
+        "ledger", parents=[common], help="privacy spending per dataset and the composition rule"
+    )
     c = ops.add_parser("set-cap", parents=[common], help="set a dataset's privacy cap")
     c.add_argument("--dataset-id", required=True)
     c.add_argument("--epsilon", type=float, required=True)
     c.add_argument("--delta", type=float, required=True)
     lg = ops.add_parser("log", parents=[common], help="show the admin audit log")
     lg.add_argument("--limit", type=int, default=50)
+    i = ops.add_parser("init-store", parents=[common], help="create a store (and bind a bundle)")
+    i.add_argument("--bundle", metavar="DIR", help="bind this bundle's release to the store")
+    x = ops.add_parser(
+        "export-release", parents=[common], help="write a release and its points to a file"
+    )
+    x.add_argument("release_id", metavar="ID")
+    x.add_argument("--out", required=True, metavar="FILE", help="JSON Lines file to write")
+    m = ops.add_parser(
+        "import-release", parents=[common], help="load an exported release into this store"
+    )
+    m.add_argument("path", metavar="FILE")
     p.set_defaults(func=run)
     return p  # type: ignore[no-any-return]
 
@@ -146,9 +176,21 @@ def _admin_client(args: argparse.Namespace) -> Any:
     return AdminClient(args.target, token=read_token_file(tf) if tf else None, tls=tls)
 
 
+def _finite(obj: Any) -> Any:
+    """``obj`` with every non-finite number as None (JSON null; "-" in tables): a path that
+    was never exercised is not reported as NaN (issue 14, item 6)."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_finite(v) for v in obj]
+    return obj
+
+
 def _print(args: argparse.Namespace, obj: Any, text: str) -> None:
     if getattr(args, "json", False):
-        print(json.dumps(obj, indent=2, sort_keys=True, default=str))
+        print(json.dumps(_finite(obj), indent=2, sort_keys=True, default=str, allow_nan=False))
     else:
         print(text)
 
@@ -161,7 +203,7 @@ def _releases_table(rows: list[dict[str, Any]]) -> str:
         f"{'points':>8}  dataset"
     )
     lines = [head]
-    for r in rows:
+    for r in map(_finite, rows):
         eps = r.get("epsilon")
         lines.append(
             f"{r['release_id'][:34]:34} {r['status']:8} {r['sigma']:10.4g} "
@@ -197,17 +239,61 @@ def _budget_text(reports: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
+def _ledger_text(reports: list[dict[str, Any]]) -> str:
+    """``qveil admin ledger``: one line per dataset (releases, spent, cap) and the rule the
+    accountant composed its releases with."""
+    if not reports:
+        return "(the ledger is empty)"
+    lines = [f"{'dataset':40} {'releases':>8} {'epsilon':>10} {'delta':>9} {'cap eps':>8}  rule"]
+    for d in reports:
+        cap = d.get("cap")
+        cap_eps = "-" if cap is None else f"{cap['epsilon']:.4g}"
+        lines.append(
+            f"{str(d['dataset_id'])[:40]:40} {len(d['events']):>8} "
+            f"{d['spent']['epsilon']:>10.6g} {d['spent']['delta']:>9.3g} "
+            f"{cap_eps:>8}  {d.get('rule') or '-'}"
+        )
+    return "\n".join(lines)
+
+
 def run(args: argparse.Namespace) -> int:
     from qveil.server import admin
 
     cmd = args.admin_command
     target = getattr(args, "target", None)
-    if target and cmd in ("releases", "activate", "retire", "budget"):
+    if target and cmd in ("releases", "activate", "retire", "budget", "ledger"):
         return _run_remote(args, cmd)
     url = _store_url(args, required=True)
     assert url is not None
-    with admin.open_admin(url, actor=f"{admin.audit_log.default_actor()} (cli)") as ctx:
-        if cmd == "retrain":
+    with admin.open_admin(
+        url, actor=f"{admin.audit_log.default_actor()} (cli)", new_ok=cmd == "init-store"
+    ) as ctx:
+        if cmd == "init-store":
+            d: dict[str, Any] = {"store": url, "store_id": ctx.store.store_id}
+            text = f"store {ctx.store.store_id} ready"
+            if args.bundle:
+                b = admin.bind_bundle(ctx, args.bundle)
+                d["binding"] = b
+                text += f"; release {b['release_id']} bound to it"
+            _print(args, d, text)
+        elif cmd == "export-release":
+            d = admin.export_release(ctx, args.release_id, args.out)
+            _print(
+                args,
+                d,
+                f"release {d['release_id']}: {d['points']} points written to {d['out']}. It is "
+                "still served from this store: after moving it, retire it here "
+                f"(qveil admin retire {d['release_id']}) so that one store answers it",
+            )
+        elif cmd == "import-release":
+            d = admin.import_release(ctx, args.path)
+            _print(
+                args,
+                d,
+                f"release {d['release_id']} imported with {d['points']} points into store "
+                f"{d['store_id']} (staged); serve its bundle with this store",
+            )
+        elif cmd == "retrain":
             res = admin.retrain(
                 ctx,
                 config=args.config,
@@ -220,6 +306,7 @@ def run(args: argparse.Namespace) -> int:
                 activate_after=bool(args.activate and not target),
                 seed=args.seed,
                 progress=not args.no_progress and sys.stderr.isatty(),
+                budget=args.budget,
             )
             d = res.to_dict()
             if args.activate and target:
@@ -258,6 +345,9 @@ def run(args: argparse.Namespace) -> int:
         elif cmd == "budget":
             reps = [b.to_dict() for b in admin.budget(ctx, args.dataset_id)]
             _print(args, reps, _budget_text(reps))
+        elif cmd == "ledger":
+            reps = [b.to_dict() for b in admin.budget(ctx, None)]
+            _print(args, reps, _ledger_text(reps))
         elif cmd == "set-cap":
             cap = admin.set_cap(ctx, args.dataset_id, epsilon=args.epsilon, delta=args.delta)
             _print(
@@ -319,6 +409,9 @@ def _run_remote(args: argparse.Namespace, cmd: str) -> int:
         elif cmd == "budget":
             reps = client.budget(args.dataset_id or "")
             _print(args, reps, _budget_text(reps))
+        elif cmd == "ledger":
+            reps = client.budget("")
+            _print(args, reps, _ledger_text(reps))
         else:
             rel = client.retire(args.release_id)
             _print(

@@ -124,6 +124,13 @@ def add_parser(sub: Any) -> None:
     )
     o.add_argument("--metrics-port", type=int, help="Prometheus endpoint port (0: any free)")
     o.add_argument("--metrics-host", default="127.0.0.1")
+    o.add_argument(
+        "--budget",
+        type=float,
+        metavar="EPS",
+        help="refuse to serve a release whose privacy-ledger entry would push its dataset "
+        "(dataset fingerprint, or environment id) past this epsilon",
+    )
     o.add_argument("--log-level", default="WARNING")
     p.set_defaults(func=run)
 
@@ -182,5 +189,6 @@ def run(args: argparse.Namespace) -> int:
         metrics_host=args.metrics_host,
         port_file=args.port_file,
         http_port=args.http_port,
+        budget=args.budget,
     )
     return asyncio.run(serve(config))

@@ -39,8 +39,10 @@ from qveil.errors import (
     IntegrityError,
     InvalidArgument,
     NotFound,
+    echo,
 )
 from qveil.server import convert
+from qveil.server.binding import bind, check_binding
 from qveil.server.errors import bad_argument
 from qveil.server.metrics import Metrics
 from qveil.server.quotas import (
@@ -129,8 +131,12 @@ class Handlers:
         limits: Limits,
         metrics: Metrics | None = None,
         bundle_dirs: Sequence[str | Path] = (),
+        budget: float | None = None,
     ) -> None:
         self.store = store
+        #: --budget EPS: refuse a release that would push its dataset past EPS (issue 14)
+        self.budget_epsilon = budget
+        self.last_ledger: Any = None
         self.holder = holder
         self.limits = limits
         self.metrics = metrics or Metrics()
@@ -202,7 +208,7 @@ class Handlers:
         if release_id and release_id != rel.release_id:
             self.store.get_release(release_id)  # NotFound for an unknown release
             exc = FailedPrecondition(
-                f"release {release_id!r} is not the active release (active: {rel.release_id!r})"
+                f"release {echo(release_id)} is not the active release (active: {rel.release_id!r})"
             )
             exc.reason = "RELEASE_NOT_ACTIVE"  # type: ignore[attr-defined]
             raise exc
@@ -368,10 +374,24 @@ class Handlers:
         ]
         if mismatch:
             raise IntegrityError(
-                f"release {rid!r} is registered in the store with different "
+                f"release {echo(rid)} is registered in the store with different "
                 f"{', '.join(mismatch)} than the bundle"
             )
         return rec
+
+    def _ledger_record(self, bundle: Any) -> Any:
+        """Record the release in the store's privacy ledger (on by default, issue 14 item 5);
+        BudgetExceeded past ``--budget`` or the dataset's cap: the release is not served."""
+        from qveil.server.admin import admin_db_for
+        from qveil.server.ledger import Ledger
+        from qveil.server.release_ledger import record_release
+
+        return record_release(
+            Ledger(admin_db_for(self.store)),
+            bundle.card,
+            actor="qveil serve",
+            budget=self.budget_epsilon,
+        )
 
     def start(self, bundle_path: str | Path, *, verify_store: bool = True) -> ActiveRelease:
         """Server start: load and verify the bundle, register its release if absent, verify
@@ -383,8 +403,10 @@ class Handlers:
             bundle = self._load(path)
             if expected_id and bundle.bundle_id != expected_id:
                 raise InvalidArgument(
-                    f"bundle {str(path)!r} holds release {bundle.bundle_id!r}, not {expected_id!r}"
+                    f"bundle {echo(str(path))} holds release {bundle.bundle_id!r}, not "
+                    f"{echo(expected_id)}"
                 )
+            fingerprint, on_file = check_binding(self.store, bundle, path)
             rec = self._register(bundle)
             if getattr(rec, "status", "") == "retired":
                 raise FailedPrecondition(
@@ -397,6 +419,9 @@ class Handlers:
                     raise IntegrityError(
                         f"stored noise of release {bundle.bundle_id!r} fails verification: {report}"
                     )
+            # charged before it is bound or answered: a refused budget leaves no binding
+            self.last_ledger = self._ledger_record(bundle)
+            bind(self.store, bundle, path, fingerprint, on_file)
             previous = self.holder.peek()
             if previous is None or previous.release_id != bundle.bundle_id:
                 self.store.set_release_status(bundle.bundle_id, "active")
@@ -428,7 +453,7 @@ class Handlers:
                 except (OSError, ValueError):
                     continue
         raise NotFound(
-            f"no bundle for release {release_id!r} on this server (give "
+            f"no bundle for release {echo(release_id)} on this server (give "
             "bundle_path, or put the bundle beside the served one)"
         )
 
@@ -474,7 +499,8 @@ class Handlers:
             current = self.holder.peek()
             if current is not None and current.release_id == release_id:
                 raise FailedPrecondition(
-                    f"release {release_id!r} is active; activate another release before retiring it"
+                    f"release {echo(release_id)} is active; activate another release before "
+                    "retiring it"
                 )
             self.store.get_release(release_id)  # NotFound
             self.store.set_release_status(release_id, "retired")
@@ -576,7 +602,7 @@ class Handlers:
         rec = self.store.get_release(release_id)  # NotFound
         if action is not None and not 0 <= int(action) < int(rec.n_actions):
             raise bad_argument(
-                f"unknown action {action}: release {release_id!r} has actions "
+                f"unknown action {action}: release {echo(release_id)} has actions "
                 f"0..{int(rec.n_actions) - 1}",
                 field="action",
                 reason="UNKNOWN_ACTION",

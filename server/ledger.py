@@ -23,8 +23,13 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from qveil.errors import FailedPrecondition, IntegrityError, InvalidArgument
-from qveil.privacy.ledger import PrivacyEvent, check_budget, compose, verify_event
+from qveil.errors import FailedPrecondition, IntegrityError, InvalidArgument, echo
+from qveil.privacy.ledger import (
+    PrivacyEvent,
+    check_budget,
+    compose_with_rule,
+    verify_event,
+)
 from qveil.server import admin_tables as T
 from qveil.server import audit_log
 from qveil.server.admin_db import AdminDB
@@ -95,6 +100,7 @@ class BudgetReport:
     remaining: tuple[float, float] | None
     entries: list[LedgerEntry] = field(default_factory=list)
     ephemeral: bool = False
+    rule: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -105,6 +111,7 @@ class BudgetReport:
             if self.remaining is None
             else {"epsilon": self.remaining[0], "delta": self.remaining[1]},
             "composition": "qveil.privacy.compose over the dataset's recorded events",
+            "rule": self.rule,
             "events": [e.to_dict() for e in self.entries],
             "ephemeral": self.ephemeral,
         }
@@ -117,7 +124,7 @@ def _lock(dataset_id: str) -> str:
 def _check_dataset(dataset_id: str) -> str:
     if not isinstance(dataset_id, str) or not dataset_id.strip() or len(dataset_id) > 200:
         raise InvalidArgument(
-            f"dataset id must be a non-empty string of <= 200 characters, got {dataset_id!r}"
+            f"dataset id must be a non-empty string of <= 200 characters, got {echo(dataset_id)}"
         )
     return dataset_id
 
@@ -265,25 +272,59 @@ class Ledger:
             b = conn.execute(sa.select(T.ledger_caps.c.dataset_id).distinct()).scalars().all()
         return sorted(set(a) | set(b))
 
-    def check(self, event: PrivacyEvent) -> None:
+    def check(self, event: PrivacyEvent, *, budget: float | None = None) -> None:
         """Raise :class:`BudgetExceeded` (or :class:`FailedPrecondition` when the dataset has no
         cap) if ``event`` would not fit now; writes nothing. Used before training starts so that
         a refused retrain costs no compute; :meth:`record` checks again atomically."""
         with self.db.read() as conn:
-            self._check(conn, event)
+            self._check(conn, event, budget=budget)
 
-    def _check(self, conn: sa.Connection, event: PrivacyEvent) -> Cap:
+    def _check(
+        self,
+        conn: sa.Connection,
+        event: PrivacyEvent,
+        *,
+        require_cap: bool = True,
+        budget: float | None = None,
+    ) -> Cap | None:
+        """The dataset's cap (if any; required unless ``require_cap=False``) and the operator's
+        ``--budget`` (an epsilon) must both hold with ``event`` added."""
         cap = self._cap(conn, event.dataset_id)
-        if cap is None:
+        if cap is None and require_cap:
             raise FailedPrecondition(
                 f"dataset {event.dataset_id!r} has no privacy cap; set one first: qveil admin "
                 f"set-cap --dataset-id {event.dataset_id} --epsilon EPS --delta DELTA"
             )
         events = [e.event for e in self._entries(conn, event.dataset_id)]
-        check_budget(events, event, cap_epsilon=cap.epsilon, cap_delta=cap.delta)
+        if cap is not None:
+            check_budget(events, event, cap_epsilon=cap.epsilon, cap_delta=cap.delta)
+        if budget is not None:
+            check_budget(events, event, cap_epsilon=budget, cap_delta=1.0)
         return cap
 
-    def record(self, event: PrivacyEvent, *, release_id: str | None, actor: str) -> LedgerEntry:
+    def entry_for_release(self, release_id: str) -> LedgerEntry | None:
+        """The ledger entry recorded for ``release_id`` (in any dataset), or None."""
+        t = T.ledger_events
+        with self.db.read() as conn:
+            row = conn.execute(
+                sa.select(t.c.dataset_id).where(t.c.release_id == release_id).limit(1)
+            ).first()
+            if row is None:
+                return None
+            found = [
+                e for e in self._entries(conn, str(row.dataset_id)) if e.release_id == release_id
+            ]
+        return found[0] if found else None
+
+    def record(
+        self,
+        event: PrivacyEvent,
+        *,
+        release_id: str | None,
+        actor: str,
+        require_cap: bool = True,
+        budget: float | None = None,
+    ) -> LedgerEntry:
         """Check the cap and append ``event`` in one serialized transaction, with its audit-log
         entry. Raises :class:`BudgetExceeded` (nothing written) when it does not fit, and
         :class:`InvalidArgument` when the accountant does not reproduce the event's numbers
@@ -305,13 +346,13 @@ class Ledger:
         t = T.ledger_events
         event_json = event.to_json()
         with self.db.write(_lock(dataset_id)) as conn:
-            self._check(conn, event)
+            self._check(conn, event, require_cap=require_cap, budget=budget)
             if (
                 release_id is not None
                 and conn.execute(sa.select(t.c.seq).where(t.c.release_id == release_id)).first()
                 is not None
             ):
-                raise FailedPrecondition(f"release {release_id!r} already has a ledger entry")
+                raise FailedPrecondition(f"release {echo(release_id)} already has a ledger entry")
             last = conn.execute(
                 sa.select(t.c.seq, t.c.hash)
                 .where(t.c.dataset_id == dataset_id)
@@ -371,14 +412,16 @@ class Ledger:
         with self.db.read() as conn:
             cap = self._cap(conn, dataset_id)
             entries = self._entries(conn, dataset_id)
-        spent = compose([e.event for e in entries]) if entries else (0.0, 0.0)
-        spent = (float(spent[0]), float(spent[1]))
+        eps, delta, rule = compose_with_rule([e.event for e in entries])
+        spent = (float(eps), float(delta))
         remaining = (
             None
             if cap is None
             else (max(0.0, cap.epsilon - spent[0]), max(0.0, cap.delta - spent[1]))
         )
-        return BudgetReport(dataset_id, cap, spent, remaining, entries, self.db.ephemeral)
+        return BudgetReport(
+            dataset_id, cap, spent, remaining, entries, self.db.ephemeral, rule if entries else ""
+        )
 
     # ---------------------------------------------------------------- verification
     def verify(self) -> ChainReport:

@@ -337,12 +337,22 @@ _SHARED_BUNDLE: list[Path] = []
 
 
 def shared_bundle(factory: object) -> Path:
-    """One test bundle (sigma 1, beta 20, 2 actions, states in [-1, 1]) for the whole session;
-    every test still gets its own store."""
+    """One UNBOUND test bundle (sigma 1, beta 20, 2 actions, states in [-1, 1]) for the whole
+    session, never served itself: every test copies it (:func:`bundle_for_test`) for its own
+    store (one release, one store: a bundle is bound to the first store that serves it)."""
     if not _SHARED_BUNDLE:
         path = factory.mktemp("bundle") / "bundle"  # type: ignore[attr-defined]
         _SHARED_BUNDLE.append(make_bundle(path))
     return _SHARED_BUNDLE[0]
+
+
+def bundle_for_test(factory: object, tmp: Path) -> Path:
+    """A fresh copy of the shared bundle, made before any binding, for one test's store."""
+    import shutil
+
+    dest = tmp / "release-bundle"
+    shutil.copytree(shared_bundle(factory), dest)
+    return dest
 
 
 # --- clients that record every answer ------------------------------------------------------

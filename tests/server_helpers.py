@@ -35,9 +35,11 @@ def make_bundle(
     sigma: float = 2.0,
     interval: tuple[float, float] = (-1.0, 2.0),
     hidden: int = 16,
+    bundle_id: str | None = None,
 ) -> Path:
     """A small real bundle (output mode: served Q clamped to the card's bound), written by
-    qveil.bundle.write_bundle with privacy numbers from qveil.privacy.account."""
+    qveil.bundle.write_bundle with privacy numbers from qveil.privacy.account. ``bundle_id``:
+    tests of a second bundle under an existing release id only."""
     from qveil.bundle import build_card, lipschitz_bound, write_bundle
     from qveil.privacy import E3_SETTINGS, PrivacyParams, account
 
@@ -60,6 +62,7 @@ def make_bundle(
         privacy_result=account(params),
         lipschitz=lip,
         seeded=True,
+        extra=None if bundle_id is None else {"bundle_id": bundle_id},
     )
     return write_bundle(
         path,
@@ -69,6 +72,21 @@ def make_bundle(
         training_log_rows=[{"episode": 0, "return": 0.0}],
         learning_curve_png=b"",
     )
+
+
+def fresh_bundle(src: Path, dest: Path) -> Path:
+    """A copy of an UNBOUND bundle (never served) for one store: one release, one store, so a
+    bundle served against several stores in turn needs one copy per store, made before any of
+    them binds it. Copying a bound bundle is refused here (that is what the server refuses)."""
+    import shutil
+
+    from qveil.bundle import BINDING_FILE
+
+    if (src / BINDING_FILE).exists():
+        raise AssertionError(f"{src} is bound already: copy it before its first serve")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(src, dest)
+    return dest
 
 
 # ----------------------------------------------------------------------------- tokens

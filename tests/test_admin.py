@@ -35,7 +35,9 @@ def tiny_config(tmp_path: Path) -> Path:
 @pytest.fixture
 def store_url(tmp_path: Path) -> str:
     (tmp_path / "srv").mkdir()
-    return f"sqlite:///{tmp_path / 'srv' / 'qveil-store.sqlite'}"
+    url = f"sqlite:///{tmp_path / 'srv' / 'qveil-store.sqlite'}"
+    assert main(["admin", "init-store", "--store", url]) == 0  # admin creates stores only here
+    return url
 
 
 def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, object]:
@@ -227,7 +229,7 @@ def test_refusal_at_record_time_leaves_nothing(
     Ledger.record refuses, the bundle is deleted, no release is registered."""
     with admin.open_admin(store_url, actor="t") as ctx:
         ctx.ledger.set_cap("d", cap_epsilon=1.0, cap_delta=1e-3, actor="t")
-        monkeypatch.setattr(Ledger, "check", lambda self, event: None)  # the pre-check passed
+        monkeypatch.setattr(Ledger, "check", lambda self, event, **kw: None)  # the pre-check passed
         with pytest.raises(BudgetExceeded) as info:
             admin.retrain(ctx, config=tiny_config, dataset_id="d", sigma=1.0, mode="gdp", seed=1)
         assert info.value.cap == (1.0, 1e-3) and info.value.spent == (0.0, 0.0)

@@ -30,7 +30,7 @@ from pathlib import Path
 import grpc
 import pytest
 import yaml
-from reliability_helpers import ServerProc, free_port, shared_bundle
+from reliability_helpers import ServerProc, bundle_for_test, free_port
 
 from qveil.server.auth import ROLES, add_token, load_tokens
 
@@ -233,9 +233,10 @@ def test_env_and_tokens_examples() -> None:
 # ------------------------------------------------------------------ the real server -------
 
 
-@pytest.fixture(scope="module")
-def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return shared_bundle(tmp_path_factory)
+@pytest.fixture
+def bundle(tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) -> Path:
+    """This test's copy of the shared, unbound bundle (one release, one store)."""
+    return bundle_for_test(tmp_path_factory, tmp_path)
 
 
 def make_certs(d: Path) -> dict[str, Path]:

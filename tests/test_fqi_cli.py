@@ -255,3 +255,27 @@ def test_missing_dataset_is_a_clear_error(tmp_path: Path) -> None:
         str(tmp_path / "b"),
     )
     assert r.returncode == 2 and "nope.npz" in r.stderr and not (tmp_path / "b").exists()
+
+
+def test_train_records_the_release_in_the_ledger_beside_it(bundle: Path) -> None:
+    """Issue 14, item 5: `qveil train` records its release in the ledger of the store `qveil
+    serve` uses by default (beside the bundle), keyed by the dataset's fingerprint, as one
+    Gaussian mechanism with mu = sensitivity / sigma."""
+    import json
+
+    card = load_bundle(bundle).card  # public + admin card (the fingerprint is admin-only)
+    store = f"sqlite:///{bundle.parent / 'qveil-store.sqlite'}"
+    r = qveil("admin", "ledger", "--store", store, "--json")
+    assert r.returncode == 0, r.stderr
+    [rep] = json.loads(r.stdout)
+    assert rep["dataset_id"] == card["dataset_fingerprint"]
+    [ev] = rep["events"]
+    assert ev["release_id"] == card["bundle_id"] and ev["mode"] == "fqi"
+    assert ev["epsilon"] == pytest.approx(card["epsilon"], rel=1e-9)
+    assert "mu-GDP" in rep["rule"]
+    from qveil.server.admin import open_admin
+
+    with open_admin(store, new_ok=False) as ctx:
+        entry = ctx.ledger.entry_for_release(card["bundle_id"])
+    assert entry is not None
+    assert entry.event.mu == pytest.approx(card["sensitivity"] / card["sigma"], rel=1e-9)

@@ -56,6 +56,7 @@ def test_admin_retrain_warns_loudly(
 ) -> None:
     (tmp_path / "srv").mkdir()
     store = f"sqlite:///{tmp_path / 'srv' / 'qveil-store.sqlite'}"
+    assert main(["admin", "init-store", "--store", store]) == 0  # admin creates stores only so
     cap = ["admin", "set-cap", "--store", store, "--dataset-id", "users"]
     assert main([*cap, "--epsilon", "5000", "--delta", "1e-3"]) == 0
     args = ["admin", "retrain", "--store", store, "--config", str(tiny_config)]

@@ -373,3 +373,12 @@ def test_bad_calls() -> None:
         calibrate(e3(sigma=None), 1.0)  # type: ignore[misc]
     with pytest.raises(InvalidArgument):
         account({"mode": "paper"})  # type: ignore[arg-type]
+
+
+def test_every_basis_says_one_store_per_release() -> None:
+    """Issue 14: the guarantee is for one noise draw; the card's basis says so in every mode."""
+    from qveil.privacy import E3_SETTINGS
+
+    for mode in ("paper", "gdp", "output"):
+        r = account(PrivacyParams(mode=mode, sigma=2.0, **{**E3_SETTINGS, "actions": 2}))
+        assert "one store per release" in r.basis, (mode, r.basis)

@@ -21,10 +21,10 @@ import numpy as np
 import pytest
 from reliability_helpers import (
     AnswerBook,
+    bundle_for_test,
     query_worker,
     release_info,
     report,
-    shared_bundle,
     sqlite_url,
     start_server,
 )
@@ -37,9 +37,10 @@ TOOL = Path(__file__).resolve().parent.parent / "deploy" / "backup_sqlite.py"
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return shared_bundle(tmp_path_factory)
+@pytest.fixture
+def bundle(tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) -> Path:
+    """This test's copy of the shared, unbound bundle (one release, one store)."""
+    return bundle_for_test(tmp_path_factory, tmp_path)
 
 
 def _tool(*args: str) -> subprocess.CompletedProcess[str]:

@@ -28,6 +28,7 @@ import pytest
 from reliability_helpers import (
     AnswerBook,
     ServerProc,
+    bundle_for_test,
     free_port,
     get_values,
     query_worker,
@@ -37,7 +38,6 @@ from reliability_helpers import (
     run_audit,
     scale,
     serve_argv,
-    shared_bundle,
     sqlite_url,
 )
 
@@ -47,9 +47,10 @@ from qveil.server.store import open_store
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return shared_bundle(tmp_path_factory)
+@pytest.fixture
+def bundle(tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) -> Path:
+    """This test's copy of the shared, unbound bundle (one release, one store)."""
+    return bundle_for_test(tmp_path_factory, tmp_path)
 
 
 def _stored_states(

@@ -27,6 +27,7 @@ import pytest
 from reliability_helpers import (
     FULL,
     AnswerBook,
+    bundle_for_test,
     fill_filesystem,
     get_values,
     query_worker,
@@ -34,7 +35,6 @@ from reliability_helpers import (
     release_info,
     report,
     scale,
-    shared_bundle,
     sqlite_url,
     start_server,
     tmpfs_mount,
@@ -47,9 +47,10 @@ from qveil.server.store import open_store
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return shared_bundle(tmp_path_factory)
+@pytest.fixture
+def bundle(tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) -> Path:
+    """This test's copy of the shared, unbound bundle (one release, one store)."""
+    return bundle_for_test(tmp_path_factory, tmp_path)
 
 
 class Traffic:

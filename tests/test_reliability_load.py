@@ -29,12 +29,12 @@ import numpy as np
 import pytest
 from reliability_helpers import (
     AnswerBook,
+    bundle_for_test,
     get_values,
     recheck,
     release_info,
     report,
     scale,
-    shared_bundle,
     sqlite_url,
     start_server,
 )
@@ -47,9 +47,10 @@ import loadgen  # noqa: E402
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return shared_bundle(tmp_path_factory)
+@pytest.fixture
+def bundle(tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) -> Path:
+    """This test's copy of the shared, unbound bundle (one release, one store)."""
+    return bundle_for_test(tmp_path_factory, tmp_path)
 
 
 class RssSampler(threading.Thread):

@@ -31,6 +31,7 @@ from reliability_helpers import (
     CHANNEL_OPTIONS,
     AnswerBook,
     ServerProc,
+    bundle_for_test,
     free_port,
     get_values,
     recheck,
@@ -38,7 +39,6 @@ from reliability_helpers import (
     report,
     scale,
     serve_argv,
-    shared_bundle,
 )
 
 from qveil.bundle import load_bundle
@@ -48,9 +48,10 @@ from qveil.stats import normality_report, whiten
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
 
-@pytest.fixture(scope="module")
-def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return shared_bundle(tmp_path_factory)
+@pytest.fixture
+def bundle(tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) -> Path:
+    """This test's copy of the shared, unbound bundle (one release, one store)."""
+    return bundle_for_test(tmp_path_factory, tmp_path)
 
 
 def _walker(

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from server_helpers import InProcessServer, health_status, make_bundle
+from server_helpers import InProcessServer, fresh_bundle, health_status, make_bundle
 
 from qveil.bundle import load_bundle
 from qveil.client import (
@@ -35,17 +35,30 @@ LO, HI, M, MAX_BATCH = -1.0, 2.0, 3, 64
 
 
 @pytest.fixture(scope="module")
-def bundles(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+def templates(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """Unbound bundles, never served: each store gets its own copies (one release, one store)."""
     d = tmp_path_factory.mktemp("bundles")
     return make_bundle(d / "b1", seed=11), make_bundle(d / "b2", seed=12)
 
 
+@pytest.fixture
+def bundles(templates: tuple[Path, Path], tmp_path: Path) -> tuple[Path, Path]:
+    """Fresh copies of the templates for this test's store."""
+    return (
+        fresh_bundle(templates[0], tmp_path / "bundles" / "b1"),
+        fresh_bundle(templates[1], tmp_path / "bundles" / "b2"),
+    )
+
+
 @pytest.fixture(scope="module")
 def srv(
-    bundles: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory
+    templates: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[InProcessServer]:
-    store = f"sqlite:///{tmp_path_factory.mktemp('store') / 's.sqlite'}"
-    with InProcessServer(bundles[0], store, max_batch=MAX_BATCH) as s:
+    d = tmp_path_factory.mktemp("store")
+    store = f"sqlite:///{d / 's.sqlite'}"
+    mine = fresh_bundle(templates[0], d / "b1"), fresh_bundle(templates[1], d / "b2")
+    with InProcessServer(mine[0], store, max_batch=MAX_BATCH) as s:
+        s.bundles = mine  # type: ignore[attr-defined]
         yield s
 
 

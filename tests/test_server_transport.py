@@ -16,6 +16,7 @@ import pytest
 from server_helpers import (
     QVEIL,
     InProcessServer,
+    fresh_bundle,
     health_status,
     make_bundle,
     make_certs,
@@ -27,8 +28,14 @@ from qveil.client import RetryPolicy, TLSConfig, UnavailableError, ValueClient
 
 
 @pytest.fixture(scope="module")
-def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An unbound bundle, never served: each test's store gets its own copy."""
     return make_bundle(tmp_path_factory.mktemp("b") / "bundle", seed=21)
+
+
+@pytest.fixture
+def bundle(template: Path, tmp_path: Path) -> Path:
+    return fresh_bundle(template, tmp_path / "bundle")
 
 
 @pytest.fixture(scope="module")
@@ -134,6 +141,10 @@ def test_sigterm_drains(bundle: Path, tmp_path: Path) -> None:
         "1.5",
         "--grace",
         "5",
+        # this client floods new states on purpose (calls surely in flight at SIGTERM): lift
+        # the default new-point budget (2000/s per host), which would answer RESOURCE_EXHAUSTED
+        "--new-point-rate",
+        "1e9",
         store=f"sqlite:///{tmp_path / 's.sqlite'}",
     )
     results: list[str] = []

@@ -106,8 +106,9 @@ def test_refuses_unsafe_or_bad_setup(tmp_path: Path) -> None:
         open_store("sqlite://")  # in-memory SQLite: not durable
     with pytest.raises(InvalidArgument):
         open_store("mysql://x@localhost/db")
-    with pytest.raises(Unavailable, match="does not exist"):
+    with pytest.raises(FailedPrecondition, match="does not exist"):
         open_store(f"sqlite:///{tmp_path / 'missing.sqlite'}", create=False)
+    assert not (tmp_path / "missing.sqlite").exists()
     with pytest.raises(Unavailable):
         open_store(f"sqlite:///{tmp_path / 'no' / 'dir.sqlite'}")
     # a database in rollback-journal mode opened read-only cannot be switched to WAL

@@ -44,6 +44,7 @@ from reliability_helpers import (
     CHANNEL_OPTIONS,
     AnswerBook,
     ServerProc,
+    bundle_for_test,
     free_port,
     get_values,
     query_worker,
@@ -51,7 +52,6 @@ from reliability_helpers import (
     release_info,
     scale,
     serve_argv,
-    shared_bundle,
     sqlite_url,
 )
 from store_helpers import RID, check_seen, make_release
@@ -160,9 +160,10 @@ def test_one_caller_same_values_per_action_or_together(tmp_path: Path) -> None:
     assert np.array_equal(out[0], out[1])
 
 
-@pytest.fixture(scope="module")
-def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return shared_bundle(tmp_path_factory)
+@pytest.fixture
+def bundle(tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) -> Path:
+    """A fresh unbound copy per test: a bundle binds to the first store that serves it."""
+    return bundle_for_test(tmp_path_factory, tmp_path)
 
 
 @pytest.mark.slow

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+from pathlib import Path
 from typing import Any
 
 from qveil.errors import InvalidArgument
@@ -68,6 +69,12 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("--seed", type=int, help="seed everything (experiments only: seeded: true)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--ledger",
+        metavar="URL",
+        help="store whose privacy ledger records the release (default: the store qveil serve "
+        "uses by default, qveil-store.sqlite beside the bundle, created if missing)",
+    )
     p.set_defaults(func=run)
     return p
 
@@ -103,7 +110,32 @@ def run_fqi(args: argparse.Namespace) -> int:
     print(summary(outcome))
     if outcome.warning:
         print(f"WARNING: {outcome.warning}", file=sys.stderr)
+    record_in_ledger(Path(args.out), args.ledger)
     return 0
+
+
+def record_in_ledger(bundle: Path, url: str | None) -> None:
+    """Every release ``qveil train`` writes is recorded in a privacy ledger (issue 14, item 5):
+    the one of ``--ledger URL``, else of the store ``qveil serve --bundle`` uses by default
+    (``qveil-store.sqlite`` beside the bundle; created here if missing, as the release's first
+    serve would), keyed by the dataset fingerprint or the environment id."""
+    try:
+        from qveil.server.admin import open_admin
+        from qveil.server.release_ledger import record_release
+    except ImportError as exc:  # the trainer without the server extra
+        print(
+            f"WARNING: the release is NOT recorded in a privacy ledger ({exc}); install "
+            "qveil[server], or record it by serving it",
+            file=sys.stderr,
+        )
+        return
+    url = url or f"sqlite:///{bundle.resolve().parent / 'qveil-store.sqlite'}"
+    from qveil.bundle import load_bundle
+
+    card = load_bundle(bundle, verify=True).card  # public + admin card (dataset_fingerprint)
+    with open_admin(url, actor="qveil train") as ctx:
+        out = record_release(ctx.ledger, card, actor="qveil train")
+    print(f"privacy {out.describe()} [{url}]")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -145,4 +177,5 @@ def run(args: argparse.Namespace) -> int:
         print("\n" + "!" * 78 + f"\n{warn}\n" + "!" * 78, file=sys.stderr)
     if not outcome.card["holds"]:
         print(f"warning: the guarantee does not hold: {outcome.card['reason']}", file=sys.stderr)
+    record_in_ledger(Path(args.out), args.ledger)
     return 0

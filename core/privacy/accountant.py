@@ -31,7 +31,7 @@ from typing import Any
 from qveil.errors import InvalidArgument
 from qveil.privacy.checks import positive as _pos
 from qveil.privacy.gaussian import analytic_gaussian_sigma, gdp_epsilon, gdp_mu
-from qveil.privacy.params import PrivacyParams, PrivacyResult
+from qveil.privacy.params import ONE_STORE, PrivacyParams, PrivacyResult
 from qveil.privacy.rkhs import optimal_beta, output_sensitivity_sq
 
 __all__ = [
@@ -53,6 +53,8 @@ _K_MAX = 2**40  # calibration gives up on k beyond ~1e12 (reported as holds=Fals
 
 
 # ---------------------------------------------------------------------------- formulas
+
+
 def theorem5_beta(*, lr: float, k: float, batch_size: int) -> float:
     """beta = (4 alpha (k+1) / B)^{-1} (Theorem 5; the proof's choice 1/beta = v)."""
     return 1.0 / (4.0 * _pos("lr", lr) * (_pos("k", k) + 1.0) / _pos("batch_size", batch_size))
@@ -196,7 +198,7 @@ def _account_training(p: PrivacyParams) -> PrivacyResult:
             f"docs/privacy.md): {n} mechanisms ({p.updates} SGD updates + 1 release) of "
             f"RKHS sensitivity sqrt(C) = {sens:.4g} (||r-r'||_inf <= "
             f"{p.reward_sensitivity:g}, L = {p.lipschitz:g}, plain SGD), delta_total with "
-            f"Lemma 8's tail in Appendix E.3's form 1-(1-p)^J, J = {p.resets}."
+            f"Lemma 8's tail in Appendix E.3's form 1-(1-p)^J, J = {p.resets}." + ONE_STORE
         )
     else:
         mu = math.sqrt(n) * sens / sigma
@@ -217,7 +219,7 @@ def _account_training(p: PrivacyParams) -> PrivacyResult:
             f"RKHS sensitivity sqrt(C) = {sens:.4g} (||r-r'||_inf <= "
             f"{p.reward_sensitivity:g}, L = {p.lipschitz:g}, plain SGD; inherits that "
             f"proof's gaps), plus J = {p.resets} paths bounded by k via Lemma 8's mean "
-            f"bound and the Borell-TIS tail."
+            f"bound and the Borell-TIS tail." + ONE_STORE
         )
     delta_total = None if dg is None else p.delta + dg
     if delta_total is not None and delta_total >= 1.0:
@@ -263,7 +265,7 @@ def _account_output(p: PrivacyParams) -> PrivacyResult:
         f"mechanism, Balle & Wang 2018) with RKHS sensitivity {sens:.4g} from Lemma 6's "
         f"inner product for all {p.actions} actions jointly, assuming the served Q is "
         f"clamped to |Q| <= r0/(1-gamma) = {m_bound:.4g} and {p.lipschitz:g}-Lipschitz "
-        f"in the unit state; holds for any two reward functions, whatever training did."
+        f"in the unit state; holds for any two reward functions, whatever training did." + ONE_STORE
     )
     return PrivacyResult(
         mode="output",

@@ -36,3 +36,11 @@ def number(
 def positive(name: str, value: Any) -> float:
     """``value`` as a finite float > 0."""
     return number(name, value, lo=0.0)
+
+
+#: Appended to every basis: the guarantee is for ONE draw of the release noise (issue 14).
+ONE_STORE = (
+    " The guarantee assumes one store per release: every answer comes from the one noise draw "
+    "kept in the release's store (a second store would draw independent noise; qveil serve "
+    "refuses it)."
+)

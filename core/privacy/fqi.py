@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from qveil.errors import InvalidArgument
+from qveil.privacy.checks import ONE_STORE
 from qveil.privacy.checks import number as _num
 from qveil.privacy.gaussian import (
     analytic_gaussian_delta,
@@ -246,7 +247,7 @@ def account_fqi(p: FQIPrivacyParams) -> FQIPrivacyResult:
         sup_sensitivity=dt,
         sensitivity=sens,
         noise_to_value=p.sigma / p.value_scale,
-        basis=BASIS[p.neighbour].format(users=p.users),
+        basis=BASIS[p.neighbour].format(users=p.users) + ONE_STORE,
         reason=None,
         params=p,
     )

@@ -32,7 +32,19 @@ from qveil.privacy.params import MODES
 #: Modes a ledger event may have: Algorithm 1's and the fqi mode (one Gaussian mechanism).
 EVENT_MODES = (*MODES, "fqi")
 
-__all__ = ["PrivacyEvent", "check_budget", "compose", "verify_event"]
+__all__ = [
+    "BASIC_RULE",
+    "GAUSSIAN_RULE",
+    "PrivacyEvent",
+    "check_budget",
+    "compose",
+    "compose_with_rule",
+    "verify_event",
+]
+
+#: Names of the composition rules, as ``qveil admin ledger`` prints them.
+GAUSSIAN_RULE = "exact Gaussian (mu-GDP) composition, mu = sqrt(sum mu_i^2) (Dong, Roth & Su 2019)"
+BASIC_RULE = "basic composition, (sum eps_i, sum delta_i) (Dwork & Roth 2014, Thm 3.16)"
 
 
 def _nonneg(name: str, value: Any, *, below_one: bool = False) -> float:
@@ -162,20 +174,31 @@ def compose(events: Iterable[PrivacyEvent]) -> tuple[float, float]:
     """(epsilon, delta) of all ``events`` together (one dataset): basic composition, or exact
     GDP composition when every event has a mu, whichever gives the smaller epsilon at the
     same total delta. No events: (0, 0)."""
+    eps, delta, _ = compose_with_rule(events)
+    return eps, delta
+
+
+def compose_with_rule(events: Iterable[PrivacyEvent]) -> tuple[float, float, str]:
+    """:func:`compose` and the name of the rule that gave the epsilon: :data:`GAUSSIAN_RULE`
+    when every event is a Gaussian mechanism (it has a mu: gdp, output and fqi modes; fqi's mu
+    is its sensitivity / sigma) and that composition is the tighter, else :data:`BASIC_RULE`."""
     evs = list(events)
     for e in evs:
         if not isinstance(e, PrivacyEvent):
             raise InvalidArgument(f"compose() needs PrivacyEvent items, got {type(e).__name__}")
     if not evs:
-        return 0.0, 0.0
-    eps_basic = math.fsum(e.epsilon for e in evs)
+        return 0.0, 0.0, BASIC_RULE
+    eps = math.fsum(e.epsilon for e in evs)
+    rule = BASIC_RULE
     delta = math.fsum(e.delta for e in evs)
     if all(e.mu is not None and e.delta_mechanism is not None for e in evs):
         mu = math.sqrt(math.fsum(e.mu * e.mu for e in evs))  # type: ignore[operator]
         d_mech = math.fsum(e.delta_mechanism for e in evs)  # type: ignore[misc]
         if 0.0 < d_mech < 1.0:
-            eps_basic = min(eps_basic, gdp_epsilon(delta=d_mech, mu=mu))
-    return eps_basic, min(delta, 1.0)
+            eps_gdp = gdp_epsilon(delta=d_mech, mu=mu)
+            if eps_gdp <= eps:
+                eps, rule = eps_gdp, GAUSSIAN_RULE
+    return eps, min(delta, 1.0), rule
 
 
 def check_budget(

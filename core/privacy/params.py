@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from qveil.errors import InvalidArgument
+from qveil.privacy.checks import ONE_STORE as ONE_STORE
 from qveil.privacy.checks import number as _num
 
 __all__ = [

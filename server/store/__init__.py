@@ -52,6 +52,7 @@ def open_store(
     *,
     rng: NormalSource | int | None = None,
     create: bool = True,
+    new_ok: bool = True,
     key: bytes | None = None,
     busy_timeout: float = 30.0,
     **options: object,
@@ -60,7 +61,9 @@ def open_store(
 
     ``rng=None`` draws release noise from OS entropy (the only production setting; a seed is
     for tests). ``key``: HMAC key of the integrity chain (default: ``$QVEIL_STORE_KEY`` if
-    set, else plain SHA-256). ``create=False`` refuses a missing or unmigrated database.
+    set, else plain SHA-256). ``create=False`` refuses a missing or unmigrated database;
+    ``new_ok=False`` refuses a missing or empty one (nothing is created) but migrates an older
+    store: every opener except ``qveil admin init-store`` and a first serve (issue 14).
     """
     if url is None:
         url = default_url()
@@ -75,4 +78,12 @@ def open_store(
         return MemoryStore(name, rng=rng, key=key)
     from qveil.server.store.sql import SQLStore
 
-    return SQLStore(url, rng=rng, key=key, create=create, busy_timeout=busy_timeout, **options)  # type: ignore[arg-type,unused-ignore]
+    return SQLStore(
+        url,
+        rng=rng,
+        key=key,
+        create=create,
+        new_ok=new_ok,
+        busy_timeout=busy_timeout,
+        **options,  # type: ignore[arg-type,unused-ignore]
+    )

@@ -46,7 +46,7 @@ import numpy as np
 import numpy.typing as npt
 from sortedcontainers import SortedDict
 
-from qveil.errors import IntegrityError, InvalidArgument, NotFound, QveilError, Unavailable
+from qveil.errors import IntegrityError, InvalidArgument, NotFound, QveilError, Unavailable, echo
 from qveil.noise import OUSamplePath, validate_unit_states
 from qveil.rng import NormalSource, is_seeded, resolve_rng
 from qveil.server.store.integrity import (
@@ -56,7 +56,15 @@ from qveil.server.store.integrity import (
 )
 from qveil.server.store.models import RELEASE_STATUSES
 
-__all__ = ["FullRow", "InsertRecord", "NoisePoint", "ReleaseRecord", "Row", "SamplePathStore"]
+__all__ = [
+    "FullRow",
+    "InsertRecord",
+    "NoisePoint",
+    "ReleaseBinding",
+    "ReleaseRecord",
+    "Row",
+    "SamplePathStore",
+]
 
 FloatArray = npt.NDArray[np.float64]
 #: A stored row as the backends exchange it: (seq, x, g, created_at, hash hex).
@@ -86,6 +94,21 @@ class ReleaseRecord:
         d["interval"] = list(self.interval)
         d["created_at"] = self.created_at.isoformat()
         return d
+
+
+@dataclass(frozen=True)
+class ReleaseBinding:
+    """A release bound to a store (issue 14, item 2): the fingerprint of the bundle whose noise
+    the store holds, when it was bound and the id of the store that first drew the noise (this
+    store, or the one it was imported from)."""
+
+    release_id: str
+    fingerprint: str
+    bound_at: str
+    origin_store_id: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,7 +212,7 @@ def validate_release_fields(
     """Check and normalise the fields of a new release (InvalidArgument on any bad one)."""
     if not isinstance(release_id, str) or not _ID_RE.match(release_id):
         raise InvalidArgument(
-            f"release_id must be 1-128 characters of [A-Za-z0-9._:@+-], got {release_id!r}"
+            f"release_id must be 1-128 characters of [A-Za-z0-9._:@+-], got {echo(release_id)}"
         )
     if not isinstance(fingerprint, str) or not 0 < len(fingerprint) <= 256:
         raise InvalidArgument("fingerprint must be a non-empty string of <= 256 characters")
@@ -288,8 +311,25 @@ class SamplePathStore(ABC):
     def _db_count(self, release_id: str | None, action: int | None) -> int: ...
 
     @abstractmethod
-    def _db_import(self, rec: ReleaseRecord, rows: dict[int, list[Row]]) -> None:
-        """Insert a release and all its rows in one transaction (InvalidArgument if it exists)."""
+    def _db_import(
+        self,
+        rec: ReleaseRecord,
+        rows: dict[int, list[Row]],
+        binding: ReleaseBinding | None = None,
+    ) -> None:
+        """Insert a release, all its rows and its binding in one transaction (InvalidArgument
+        if it exists)."""
+
+    @abstractmethod
+    def _db_store_id(self) -> str:
+        """The store's random persistent identity (``store_meta.store_id``)."""
+
+    @abstractmethod
+    def _db_get_binding(self, release_id: str) -> ReleaseBinding | None: ...
+
+    @abstractmethod
+    def _db_insert_binding(self, binding: ReleaseBinding) -> bool:
+        """Insert; False when the release is bound already (nothing changed)."""
 
     def _db_close(self) -> None:  # noqa: B027 - optional hook
         """Release the backend's resources (default: nothing)."""
@@ -326,7 +366,7 @@ class SamplePathStore(ABC):
         old = self.get_release(rid)
         if (old.fingerprint, old.sigma, old.beta, old.interval, old.n_actions) != (fp, s, b, iv, m):
             raise InvalidArgument(
-                f"release {rid!r} already exists with different parameters "
+                f"release {echo(rid)} already exists with different parameters "
                 f"(fingerprint {old.fingerprint!r}, sigma {old.sigma!r}, beta {old.beta!r}, "
                 f"interval {old.interval!r}, n_actions {old.n_actions})"
             )
@@ -336,10 +376,10 @@ class SamplePathStore(ABC):
         """The release's current record (status read from the database), or NotFound."""
         self._check_open()
         if not isinstance(release_id, str):
-            raise InvalidArgument(f"release_id must be a string, got {release_id!r}")
+            raise InvalidArgument(f"release_id must be a string, got {echo(release_id)}")
         rec = self._db_get_release(release_id)
         if rec is None:
-            raise NotFound(f"no release {release_id!r} in this store")
+            raise NotFound(f"no release {echo(release_id)} in this store")
         self._rel_cache[release_id] = rec
         return rec
 
@@ -347,11 +387,56 @@ class SamplePathStore(ABC):
         self._check_open()
         return self._db_list_releases()
 
+    # -- one release, one store (issue 14, item 2) -----------------------------------------
+
+    @property
+    def store_id(self) -> str:
+        """This store's random, persistent identity: drawn when the store was created, the same
+        for every process and replica that opens it, different for any other (or re-created)
+        database."""
+        self._check_open()
+        sid = getattr(self, "_store_id_cache", None)
+        if sid is None:
+            sid = self._db_store_id()
+            self._store_id_cache = sid
+        return sid
+
+    def get_binding(self, release_id: str) -> ReleaseBinding | None:
+        """The release's binding to this store, or None when it is not bound here."""
+        self._check_open()
+        return self._db_get_binding(release_id)
+
+    def bind_release(self, release_id: str, fingerprint: str) -> ReleaseBinding:
+        """Record that this store holds the noise of the release with ``fingerprint`` (the
+        release must be registered). Idempotent for the same fingerprint; a different one is
+        refused (IntegrityError): one release id names one bundle and one noise path."""
+        self._check_open()
+        self.get_release(release_id)  # NotFound
+        if not isinstance(fingerprint, str) or not 0 < len(fingerprint) <= 128:
+            raise InvalidArgument("a release fingerprint is a non-empty string of <= 128 chars")
+        new = ReleaseBinding(
+            release_id,
+            fingerprint,
+            datetime.now(UTC).isoformat(timespec="seconds"),
+            self.store_id,
+        )
+        if self._db_insert_binding(new):
+            return new
+        old = self._db_get_binding(release_id)
+        assert old is not None
+        if old.fingerprint != fingerprint:
+            raise IntegrityError(
+                f"release {echo(release_id)} is bound to this store with fingerprint "
+                f"{old.fingerprint[:16]}..., not {fingerprint[:16]}...: another bundle under "
+                "the same release id"
+            )
+        return old
+
     def set_release_status(self, release_id: str, status: str) -> ReleaseRecord:
         self._check_open()
         check_status(status)
         if not self._db_set_status(release_id, status):
-            raise NotFound(f"no release {release_id!r} in this store")
+            raise NotFound(f"no release {echo(release_id)} in this store")
         return self.get_release(release_id)
 
     def _release(self, release_id: str) -> ReleaseRecord:
@@ -611,7 +696,7 @@ class SamplePathStore(ABC):
             except Retry as exc:
                 last = exc
                 time.sleep(min(0.2, 0.002 * 2**attempt))
-        where = ", ".join(f"release {r!r} action {a}" for r, a in sorted(todo))
+        where = ", ".join(f"release {echo(r)} action {a}" for r, a in sorted(todo))
         raise Unavailable(
             f"store: could not commit new noise points of {where} "
             f"after {MAX_ATTEMPTS} attempts ({last}); nothing was answered"

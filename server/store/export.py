@@ -3,7 +3,8 @@
 Format (one JSON object per line; floats written by ``repr``, so every x and g round-trips
 bit for bit):
 
-    {"type": "release", "format": "qveil.noise.v1", ...ReleaseRecord fields...}
+    {"type": "release", "format": "qveil.noise.v1", ...ReleaseRecord fields...,
+     "binding": {"fingerprint": ..., "origin_store_id": ..., "bound_at": ...} or null}
     {"type": "point", "action": a, "seq": s, "x": x, "g": g, "created_at": t, "hash": h}
     ...                                                  (in (action, seq) order)
     {"type": "end", "counts": {"a": n, ...}, "heads": {"a": hash, ...}}
@@ -11,7 +12,9 @@ bit for bit):
 Import checks, before writing anything: the format tag, every field, the end record (counts
 and head hashes: a truncated file is refused), seqs 1..n without gaps per action, states in
 [0, 1] and unique per action, finite values, and every chain link under the importing
-store's key. Then the release and all rows are written in one transaction.
+store's key. Then the release, all rows and its binding (issue 14: the importing store then
+holds the release, so a bundle bound elsewhere may be served from it) are written in one
+transaction.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from qveil.errors import IntegrityError, InvalidArgument
-from qveil.server.store.base import ReleaseRecord, Row, validate_release_fields
+from qveil.server.store.base import ReleaseBinding, ReleaseRecord, Row, validate_release_fields
 from qveil.server.store.integrity import verify_chain
 
 if TYPE_CHECKING:
@@ -38,13 +41,24 @@ FORMAT = "qveil.noise.v1"
 def export_release(store: SamplePathStore, release_id: str, path: str | os.PathLike[str]) -> int:
     """Write ``release_id`` to ``path`` (atomically: temp file + rename); returns point count."""
     rec = store.get_release(release_id)
+    bound = store.get_binding(release_id)
     dest = Path(path)
     tmp = dest.with_name(dest.name + ".tmp")
     counts: dict[str, int] = {}
     heads: dict[str, str] = {}
     n = 0
     with open(tmp, "w", encoding="utf-8") as f:
-        f.write(json.dumps({"type": "release", "format": FORMAT, **rec.to_dict()}) + "\n")
+        binding = (
+            None
+            if bound is None
+            else {
+                "fingerprint": bound.fingerprint,
+                "origin_store_id": bound.origin_store_id,
+                "bound_at": bound.bound_at,
+            }
+        )
+        head = {"type": "release", "format": FORMAT, **rec.to_dict(), "binding": binding}
+        f.write(json.dumps(head) + "\n")
         for a, (seq, x, g, c, h) in store._db_iter_rows(release_id, None):
             f.write(
                 json.dumps(
@@ -80,6 +94,7 @@ def _num(d: dict[str, Any], k: str, line: int) -> float:
 def import_release(store: SamplePathStore, path: str | os.PathLike[str]) -> ReleaseRecord:
     """Verify ``path`` completely, then store its release and points in one transaction."""
     rec: ReleaseRecord | None = None
+    binding: ReleaseBinding | None = None
     rows: dict[int, list[Row]] = {}
     end: dict[str, Any] | None = None
     try:
@@ -111,6 +126,19 @@ def import_release(store: SamplePathStore, path: str | os.PathLike[str]) -> Rele
                         status=d["status"],
                     )
                     created = datetime.fromisoformat(d["created_at"])
+                    bd = d.get("binding")
+                    if bd is not None:
+                        if not (
+                            isinstance(bd, dict)
+                            and all(
+                                isinstance(bd.get(k), str) and 0 < len(bd[k]) <= 128
+                                for k in ("fingerprint", "origin_store_id", "bound_at")
+                            )
+                        ):
+                            raise ValueError("binding needs fingerprint, origin_store_id, bound_at")
+                        binding = ReleaseBinding(
+                            rid, bd["fingerprint"], bd["bound_at"], bd["origin_store_id"]
+                        )
                 except (KeyError, TypeError, ValueError) as exc:
                     raise InvalidArgument(f"line {i}: bad release header: {exc}") from None
                 rec = ReleaseRecord(rid, fp, s, b, iv, m, st, created)
@@ -149,5 +177,5 @@ def import_release(store: SamplePathStore, path: str | os.PathLike[str]) -> Rele
                 + "; ".join(rep.problems)
                 + (" (was it exported under another server key?)" if store._hasher.keyed else "")
             )
-    store._db_import(rec, rows)
+    store._db_import(rec, rows, binding)
     return store.get_release(rec.release_id)

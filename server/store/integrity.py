@@ -56,6 +56,11 @@ class ChainHasher:
             return hmac.new(self._key, msg, hashlib.sha256).digest()
         return hashlib.sha256(msg).digest()
 
+    def key_check(self, store_id: str) -> str:
+        """A value only the same key (or the same absence of a key) reproduces for this store:
+        a wrong ``QVEIL_STORE_KEY`` is told apart from tampered rows (issue 14, item 6)."""
+        return self.link(self.genesis(f"qveil.key-check:{store_id}", 0), 0, 0.0, 0.0).hex()
+
 
 @dataclass(frozen=True)
 class ActionIntegrity:

@@ -7,13 +7,21 @@ closing and reopening the same name sees the same data (as a file would).
 from __future__ import annotations
 
 import threading
+import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 
-from qveil.errors import InvalidArgument
+from qveil.errors import InvalidArgument, echo
 from qveil.rng import NormalSource
-from qveil.server.store.base import FullRow, ReleaseRecord, Row, SamplePathStore, new_identity
+from qveil.server.store.base import (
+    FullRow,
+    ReleaseBinding,
+    ReleaseRecord,
+    Row,
+    SamplePathStore,
+    new_identity,
+)
 
 __all__ = ["MemoryStore"]
 
@@ -23,6 +31,8 @@ class _MemData:
         self.lock = threading.RLock()
         self.releases: dict[str, ReleaseRecord] = {}
         self.rows: dict[tuple[str, int], list[Row]] = {}
+        self.bindings: dict[str, ReleaseBinding] = {}
+        self.store_id = uuid.uuid4().hex  # volatile like the rest: a new store per process
 
 
 _NAMED: dict[str, _MemData] = {}
@@ -120,11 +130,33 @@ class MemoryStore(SamplePathStore):
                 if (release_id is None or k[0] == release_id) and (action is None or k[1] == action)
             )
 
-    def _db_import(self, rec: ReleaseRecord, rows: dict[int, list[Row]]) -> None:
+    def _db_import(
+        self,
+        rec: ReleaseRecord,
+        rows: dict[int, list[Row]],
+        binding: ReleaseBinding | None = None,
+    ) -> None:
         with self._data.lock:
             if rec.release_id in self._data.releases:
-                raise InvalidArgument(f"release {rec.release_id!r} already exists in this store")
+                raise InvalidArgument(
+                    f"release {echo(rec.release_id)} already exists in this store"
+                )
             self._data.releases[rec.release_id] = rec
             for a, rs in rows.items():
                 if rs:
                     self._data.rows[(rec.release_id, a)] = list(rs)
+            if binding is not None:
+                self._data.bindings[rec.release_id] = binding
+
+    def _db_store_id(self) -> str:
+        return self._data.store_id
+
+    def _db_get_binding(self, release_id: str) -> ReleaseBinding | None:
+        return self._data.bindings.get(release_id)
+
+    def _db_insert_binding(self, binding: ReleaseBinding) -> bool:
+        with self._data.lock:
+            if binding.release_id in self._data.bindings:
+                return False
+            self._data.bindings[binding.release_id] = binding
+            return True

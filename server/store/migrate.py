@@ -35,8 +35,17 @@ def current_revision(engine: sa.Engine) -> str | None:
         return rev
 
 
-def upgrade(engine: sa.Engine, *, create: bool, read_engine: sa.Engine | None = None) -> str:
+def upgrade(
+    engine: sa.Engine,
+    *,
+    create: bool,
+    read_engine: sa.Engine | None = None,
+    new_ok: bool = True,
+    where: str = "",
+) -> str:
     """Migrate to head (``create``) or check the schema is at head; returns the revision.
+    ``new_ok=False`` refuses a database that is not a qveil store yet (no revision): only
+    ``qveil admin init-store`` and a first serve create stores (issue 14, item 6).
 
     Concurrent openers are serialised by the migration transaction itself (SQLite: the
     engine's ``BEGIN IMMEDIATE``; PostgreSQL: an advisory lock taken in env.py).
@@ -45,6 +54,11 @@ def upgrade(engine: sa.Engine, *, create: bool, read_engine: sa.Engine | None = 
     cur = current_revision(read_engine or engine)
     if cur == head:
         return head
+    if cur is None and not new_ok:
+        raise FailedPrecondition(
+            f"{where or 'the database'} is not a qveil store yet (an empty database; "
+            "nothing was created)"
+        )
     if not create:
         raise FailedPrecondition(
             f"store schema is at revision {cur!r} but this code needs {head!r}; open it with "

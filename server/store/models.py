@@ -1,6 +1,6 @@
 """SQLAlchemy table metadata of the sample-path store (the schema Alembic migrates to).
 
-Two tables:
+Four tables (plus the admin records of :mod:`qveil.server.admin_tables`):
 
 * ``releases``: one row per released Q-function: the bundle fingerprint, the noise
   parameters (sigma, beta on [0, 1]), the raw state interval, the action count and a status.
@@ -12,6 +12,9 @@ Two tables:
   constraint (release, action, x) is both "one value per state" and the index for neighbour
   and exact-state look-ups.
 
+``store_meta`` holds the store's random identity and ``release_bindings`` the fingerprint of
+every release bound to the store (one release, one store: issue 14).
+
 Floats are IEEE doubles on both backends (``Double``: SQLite REAL, PostgreSQL DOUBLE PRECISION),
 so a stored x or g round-trips bit for bit.
 """
@@ -20,7 +23,18 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-__all__ = ["RELEASE_STATUSES", "metadata", "noise_points", "releases"]
+__all__ = [
+    "RELEASE_STATUSES",
+    "STORE_ID_KEY",
+    "metadata",
+    "noise_points",
+    "release_bindings",
+    "releases",
+    "store_meta",
+]
+
+#: ``store_meta`` key of the store's random, persistent identity (created with the store).
+STORE_ID_KEY = "store_id"
 
 #: Allowed values of ``releases.status``.
 RELEASE_STATUSES = ("staged", "active", "retired")
@@ -66,6 +80,27 @@ noise_points = sa.Table(
     # SQLite: the rows live in the primary-key B-tree (no separate rowid tree + PK index),
     # so an insert updates two B-trees instead of three
     sqlite_with_rowid=False,
+)
+
+#: Facts about the store itself; ``store_id`` (a random uuid written by migration 0003 when the
+#: store is created) names this database, so a bundle can record which store holds its noise.
+store_meta = sa.Table(
+    "store_meta",
+    metadata,
+    sa.Column("key", sa.String(64), primary_key=True),
+    sa.Column("value", sa.Text(), nullable=False),
+)
+
+#: One row per release bound to this store (issue 14, item 2): the release fingerprint (a hash
+#: of the bundle's model and card files, ``qveil.bundle.release_fingerprint``) this store's noise
+#: belongs to; written on the first serve (or by import-release), never updated.
+release_bindings = sa.Table(
+    "release_bindings",
+    metadata,
+    sa.Column("release_id", sa.String(128), sa.ForeignKey("releases.release_id"), primary_key=True),
+    sa.Column("fingerprint", sa.String(128), nullable=False),
+    sa.Column("bound_at", sa.String(40), nullable=False),
+    sa.Column("origin_store_id", sa.String(64), nullable=False),
 )
 
 # The admin records (issue 7: privacy ledger, caps, admin audit log, release bundles) share this

@@ -47,12 +47,24 @@ from qveil.errors import (
     InvalidArgument,
     QveilError,
     Unavailable,
+    echo,
 )
 from qveil.rng import NormalSource
 from qveil.server.store import migrate
-from qveil.server.store.base import FullRow, ReleaseRecord, Retry, Row, SamplePathStore
+from qveil.server.store.base import (
+    FullRow,
+    ReleaseBinding,
+    ReleaseRecord,
+    Retry,
+    Row,
+    SamplePathStore,
+)
+from qveil.server.store.integrity import ChainHasher
+from qveil.server.store.models import STORE_ID_KEY
 from qveil.server.store.models import noise_points as NP  # noqa: N812
+from qveil.server.store.models import release_bindings as BIND  # noqa: N812
 from qveil.server.store.models import releases as REL  # noqa: N812
+from qveil.server.store.models import store_meta as META  # noqa: N812
 
 __all__ = ["SQLStore", "advisory_key"]
 
@@ -183,6 +195,7 @@ class SQLStore(SamplePathStore):
         rng: NormalSource | int | None = None,
         key: bytes | None = None,
         create: bool = True,
+        new_ok: bool = True,
         busy_timeout: float = 30.0,
         pool_size: int = 4,
         _unsafe_deferred_begin: bool = False,
@@ -209,8 +222,10 @@ class SQLStore(SamplePathStore):
                 )
             path = Path(db).expanduser().resolve()
             if not path.exists():
-                if not create:
-                    raise Unavailable(f"SQLite store {path} does not exist (create=False)")
+                if not create or not new_ok:
+                    raise FailedPrecondition(
+                        f"SQLite store {path} does not exist (nothing was created)"
+                    )
                 if not path.parent.is_dir():
                     raise Unavailable(f"directory {path.parent} of the store does not exist")
             u = u.set(database=("file:" if is_uri else "") + str(path))
@@ -274,8 +289,15 @@ class SQLStore(SamplePathStore):
                             connect_args=cargs,
                         )
                     )
-                self.schema_revision = migrate.upgrade(mig, create=create, read_engine=self._reader)
+                self.schema_revision = migrate.upgrade(
+                    mig,
+                    create=create,
+                    read_engine=self._reader,
+                    new_ok=new_ok,
+                    where=f"store {identity}",
+                )
                 self.settings = self._check_settings()
+                self._check_key()
         except BaseException:
             self._db_close()
             raise
@@ -398,7 +420,10 @@ class SQLStore(SamplePathStore):
                 self._ins_points = self._ins_points.returning(NP.c.seq)
         else:  # broken mode: a conflict raises and the attempt is retried
             self._ins_points = sa.insert(NP)
-        self._ins_release = ins(REL).on_conflict_do_nothing()
+        # RETURNING: the row count of INSERT .. ON CONFLICT DO NOTHING is not reliable through
+        # every driver (psycopg reports -1 here); a returned key means "inserted"
+        self._ins_release = ins(REL).on_conflict_do_nothing().returning(REL.c.release_id)
+        self._ins_binding = ins(BIND).on_conflict_do_nothing().returning(BIND.c.release_id)
         # SQLite hot path: the same Core statement compiled once to positional SQL, executed
         # with tuples (saves SQLAlchemy's per-row parameter processing, ~10 us a row)
         self._ins_points_sql: str | None = None
@@ -532,11 +557,8 @@ class SQLStore(SamplePathStore):
 
     def _db_insert_release(self, rec: ReleaseRecord) -> bool:
         with self._write("create a release") as conn:
-            res = conn.execute(
-                self._ins_release,
-                _release_row(rec),
-            )
-            return bool(res.rowcount == 1)
+            res = conn.execute(self._ins_release, _release_row(rec))
+            return res.first() is not None
 
     def _db_get_release(self, release_id: str) -> ReleaseRecord | None:
         row = self._read_call(
@@ -609,14 +631,66 @@ class SQLStore(SamplePathStore):
             q = q.where(NP.c.action == action)
         return int(self._read_call("read a count", lambda c: c.execute(q).scalar_one()))
 
-    def _db_import(self, rec: ReleaseRecord, rows: dict[int, list[Row]]) -> None:
-        with self._write("import a release") as conn:
-            res = conn.execute(
-                self._ins_release,
-                _release_row(rec),
+    def _db_store_id(self) -> str:
+        row = self._read_call(
+            "read the store id",
+            lambda c: c.execute(select(META.c.value).where(META.c.key == STORE_ID_KEY)).first(),
+        )
+        if row is None:
+            raise IntegrityError(f"noise store {self._identity} has no store id (store_meta)")
+        return str(row[0])
+
+    def _check_key(self) -> None:
+        """The first opener records the integrity key's check value; a later opener with
+        another key (or none where there was one) is refused before anything is read, with
+        its own message: it is a configuration error, not tampering."""
+        want = self._hasher.key_check(self.store_id)
+        q = select(META.c.value).where(META.c.key == "key_check")
+        got = self._read_call("read the integrity key check", lambda c: c.execute(q).scalar())
+        if got is None:  # the first opener since migration 0003 (written once, then only read)
+            ins: Any = sqlite_insert if self.backend == "sqlite" else pg_insert
+            with self._write("record the integrity key check") as conn:
+                conn.execute(
+                    ins(META).on_conflict_do_nothing(), {"key": "key_check", "value": want}
+                )
+                got = conn.execute(q).scalar()
+        if got != want:
+            raise FailedPrecondition(
+                f"the integrity key does not match this store ({self._identity}): "
+                + (
+                    "QVEIL_STORE_KEY is set, but the store was created without a key"
+                    if self._hasher.keyed and got == ChainHasher(None).key_check(self.store_id)
+                    else "check QVEIL_STORE_KEY (it must be the key the store was created with)"
+                )
+                + "; nothing was read or written"
             )
-            if res.rowcount != 1:
-                raise InvalidArgument(f"release {rec.release_id!r} already exists in this store")
+
+    def _db_get_binding(self, release_id: str) -> ReleaseBinding | None:
+        row = self._read_call(
+            "read a release binding",
+            lambda c: c.execute(select(BIND).where(BIND.c.release_id == release_id)).first(),
+        )
+        if row is None:
+            return None
+        return ReleaseBinding(row.release_id, row.fingerprint, row.bound_at, row.origin_store_id)
+
+    def _db_insert_binding(self, binding: ReleaseBinding) -> bool:
+        with self._write("bind a release") as conn:
+            res = conn.execute(self._ins_binding, binding.to_dict())
+            return res.first() is not None
+
+    def _db_import(
+        self,
+        rec: ReleaseRecord,
+        rows: dict[int, list[Row]],
+        binding: ReleaseBinding | None = None,
+    ) -> None:
+        with self._write("import a release") as conn:
+            res = conn.execute(self._ins_release, _release_row(rec))
+            if res.first() is None:
+                raise InvalidArgument(
+                    f"release {echo(rec.release_id)} already exists in this store"
+                )
             for a, rs in rows.items():
                 for k in range(0, len(rs), 10000):
                     conn.execute(
@@ -634,6 +708,8 @@ class SQLStore(SamplePathStore):
                             for s, x, g, c, h in rs[k : k + 10000]
                         ],
                     )
+            if binding is not None:
+                conn.execute(sa.insert(BIND), binding.to_dict())
 
     def _db_close(self) -> None:
         if self._wconn is not None:

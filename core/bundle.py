@@ -218,6 +218,7 @@ PUBLIC_CARD_KEYS = (
     "sensitivity",
     "noise_to_value",
     "model",
+    "estimator",  # the fqi estimator's public configuration (gamma, grid, bandwidths, ...)
 )
 
 #: Top-level fqi card fields that must equal the fqi accountant's result.
@@ -805,6 +806,8 @@ def build_fqi_card(
         "state_interval": [iv.lo, iv.hi],
         "actions": int(pp["actions"]),
         "hyperparameters": _jsonable(dict(hyperparameters)),
+        # public: the config's values, never the data's (so a client can rerun the estimator)
+        "estimator": _jsonable(dict(hyperparameters)),
         **{k: pr.get(k) for k in _FQI_RESULT_FIELDS},
         "users": int(pp["users"]),
         "reward_range": [float(lo), float(hi)],

@@ -124,10 +124,14 @@ def test_inspect_prints_the_unnoised_mean(bundle: Path) -> None:
     assert bad.returncode == 2 and "--grid" in bad.stderr
 
 
-def test_served_fqi_release_is_mean_plus_stored_noise(bundle: Path, tmp_path: Path) -> None:
+def test_served_fqi_release_is_mean_plus_stored_noise(
+    bundle: Path, dataset: Path, tmp_path: Path
+) -> None:
     """One serving path: the server answers an fqi bundle like any release. Repeated states
     return the stored noise; a restart answers identically; values minus the un-noised
-    mean have the release's sigma (a loose check: 400 values, OU correlated)."""
+    mean have the release's sigma (a loose check: 400 values, OU correlated). `qveil
+    evaluate --target` plays the served policy from the PUBLIC card alone (the non-private
+    reference reads the card's public estimator configuration) and beats random."""
     copy = tmp_path / "bundle"
     shutil.copytree(bundle, copy)
     store = f"sqlite:///{tmp_path / 's.sqlite'}"
@@ -145,6 +149,22 @@ def test_served_fqi_release_is_mean_plus_stored_noise(bundle: Path, tmp_path: Pa
     try:
         with ValueClient(sp.target, timeout=30) as c:
             assert np.array_equal(first, c.values(states))
+        r = qveil(
+            "evaluate",
+            "--target",
+            sp.target,
+            "--dataset",
+            str(dataset),
+            "--episodes",
+            "10",
+            "--seed",
+            "1",
+            "--json",
+        )
+        assert r.returncode == 0, r.stderr
+        scores = {row["policy"].split(" (")[0]: row["mean"] for row in json.loads(r.stdout)}
+        assert set(scores) == {"served release", "random", "non-private FQI"}
+        assert scores["served release"] > scores["random"] + 3
     finally:
         assert sp.terminate() == 0
     noise = first - load_bundle(copy).q_values(states)

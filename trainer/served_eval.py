@@ -61,7 +61,7 @@ def nonprivate_policy(card: dict[str, Any], dataset: Any) -> BatchPolicy:
     from qveil.fqi import FQISpec, fitted_q
     from qveil.noise import StateInterval
 
-    hp = card["hyperparameters"]
+    hp = card.get("estimator") or card["hyperparameters"]
     iv = StateInterval(*card["state_interval"])
     spec = FQISpec(
         gamma=float(hp["gamma"]),

@@ -174,7 +174,9 @@ class AdditiveSamplePath:
         elif isinstance(rng, np.random.Generator):
             sources = list(rng.spawn(len(b)))
         elif isinstance(rng, int | np.integer) and not isinstance(rng, bool):
-            sources = [np.random.default_rng(s) for s in np.random.SeedSequence(int(rng)).spawn(len(b))]
+            sources = [
+                np.random.default_rng(s) for s in np.random.SeedSequence(int(rng)).spawn(len(b))
+            ]
         else:
             raise InvalidArgument("rng must be None (OS entropy), an int seed or a Generator")
         self._paths = tuple(

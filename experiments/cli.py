@@ -1,5 +1,4 @@
-"""``qveil experiments fig1|fig2|bgp16|theory|utility [--quick] [--seeds N] [--out DIR]
-[--workers W]``.
+"""``qveil experiments NAME [--quick] [--seeds N] [--out DIR] [--workers W]``.
 
 Each experiment writes CSV and PNG files into ``--out`` (default ``results/<name>``) and
 prints what it wrote. ``--quick`` is the small version the test suite runs; without it the
@@ -38,6 +37,10 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
         "qveil.experiments.utility",
         "fqi release as served on LineWalk: return vs users and eps (both relations), "
         "Algorithm 1 modes, non-private, random; private FQE vs DP-LSW/LSL on BGP16's chain",
+    ),
+    "multid": (
+        "qveil.experiments.multid",
+        "kernel fqi with additive noise, d > 1: CartPole-v1 and Acrobot-v1, return vs N and eps",
     ),
     "theory": (
         "qveil.experiments.theory",

@@ -269,6 +269,10 @@ def account_params(pp: Mapping[str, Any]) -> Any:
     if not isinstance(pp, Mapping):
         raise InvalidArgument(f"privacy params must be a mapping, got {type(pp).__name__}")
     if pp.get("mode") == "fqi":
+        if pp.get("estimator") == "kernel":  # the d-coordinate variant (issue 16)
+            from qveil.privacy.kfqi import KernelFQIPrivacyParams, account_kernel_fqi
+
+            return account_kernel_fqi(KernelFQIPrivacyParams.from_dict(pp))
         return account_fqi(FQIPrivacyParams.from_dict(pp))
     from qveil.privacy.accountant import account
     from qveil.privacy.params import PrivacyParams

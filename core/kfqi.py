@@ -1,0 +1,429 @@
+"""Kernel fitted-Q iteration for states with d coordinates, then subspace kernel ridge
+regression onto the additive RKHS of the noise (issue 16; docs/privacy.md section 2.6).
+
+**Step 1: an averager FQI (Ormoneit & Sen 2002; Gordon 1995).** States are clipped into the
+public per-coordinate box and mapped onto [0, 1]^d (public post-processing). Per action a,
+on the public product grid Z = {z_k} of G points per coordinate (K = G^d anchors),
+
+    Q_{t+1}(z_k, a) = (1/N) sum_u A_u[y](z_k),   y_i = r_i + gamma (1 - terminal_i) V_t(s'_i),  (1)
+
+with Q_0 = 0, V_t = max_b Q_t(., b) at the anchors, multilinearly interpolated at the next
+states s'_i (a convex combination of 2^d anchors), and A_u user u's own Nadaraya-Watson
+average over u's samples of action a with the product Gaussian kernel
+
+    w(z, s) = prod_j exp(-(z_j - s_j)^2 / (2 h^2)) 1{|z_j - s_j| <= R h}   (unit coordinates);
+
+a user none of whose samples reaches z_k contributes the public default (the midpoint of the
+Q range). That is exactly the 1-D ``fqi`` mode's per-user averager (qveil.fqi) with a product
+kernel, so the same D_T holds (qveil.privacy.fqi, equations 2-3): each Q_{t+1}(z_k, a) is a
+convex combination of targets and public constants, user u's term depends on u's data only,
+and V_t enters through convex combinations (gamma-contraction in sup norm).
+``neighbour = "reward"`` pools the NW weights over all samples (as the 1-D mode).
+
+The sample's next state enters the fixed point through interpolation rather than through a
+NW evaluation at every next state (the exact Ormoneit-Sen scheme): with per-user
+normalisation the exact scheme costs (number of next states) x (samples within the kernel
+radius), which at N = 1e5 CartPole users is ~1e11 pairs for a bandwidth wide enough for one
+user's episode to cover a useful part of the box. The grid form costs (samples) x (anchors
+within the radius) to build, once: equation (1) is affine in V_t, Q_{t+1}(., a) =
+c_a + gamma P_a V_t with P_a sparse (K x K), built once and iterated T times.
+
+**Step 2: the public linear map L into the additive RKHS** of
+K(x, y) = sum_j exp(-beta_j |x_j - y_j|) (the noise kernel, same beta_j). Per action,
+
+    L v = c0 + argmin_{f in S} (1/K) sum_k (f(z_k) - (v_k - c0))^2 + lam N(f)^2,           (2)
+
+S = span{exp(-beta_j |x_j - u_jl|): coordinate j, inducing point u_jl on a per-coordinate
+grid of M points} (a Nystrom-type subspace), f = sum_j sum_l alpha_jl k_j(x_j, u_jl),
+N(f)^2 = sum_j alpha_j^T K_j(u_j, u_j) alpha_j >= ||f||_H^2 (docs/privacy.md 2.6), c0 the
+public centre. The fit points are the public anchors, so L is fixed and public, and
+||L v - L v'||_H^2 <= ||v - v'||_inf^2 / (4 lam): kappa = 1 / (4 lam) (:func:`krr_operator`,
+tested by brute force).
+
+Pure numpy/scipy: no I/O, no randomness.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+from scipy import sparse
+
+from qveil.additive import StateBox
+from qveil.errors import InvalidArgument
+from qveil.fqi import NEIGHBOURS, q_range
+
+__all__ = [
+    "KernelFQIResult",
+    "KernelFQISpec",
+    "additive_features",
+    "anchor_grid",
+    "averaging_operators_nd",
+    "fitted_q_nd",
+    "kernel_fqi",
+    "krr_operator",
+    "krr_quadratic_form_nd",
+    "multilinear_weights",
+]
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+#: Budget of (samples x candidate anchors) per chunk when building the operators.
+_PAIRS = 1 << 22
+#: Budget of (users x anchors) per chunk (the per-user NW denominators).
+_USER_CELLS = 1 << 22
+
+
+@dataclass(frozen=True, kw_only=True)
+class KernelFQISpec:
+    """The public parameters of the d-coordinate estimator (none tuned on private data)."""
+
+    gamma: float
+    iterations: int
+    betas: tuple[float, ...]
+    """beta_j of the noise kernel (unit coordinates), one per coordinate: also the RKHS of L."""
+    anchor_points: int = 6
+    """G: anchors per coordinate (K = G^d anchors of equation 1, the KRR's fit points)."""
+    bandwidth: float = 0.12
+    """h: NW bandwidth in unit coordinates (every coordinate)."""
+    kernel_radius: float = 2.0
+    """The NW kernel is cut off beyond this many bandwidths, per coordinate."""
+    inducing_points: int = 11
+    """M: inducing points per coordinate of the KRR subspace (equation 2)."""
+    lam: float = 0.05
+    """lambda of equation (2): kappa = 1 / (4 lambda)."""
+    neighbour: str = "user"
+
+    def __post_init__(self) -> None:
+        if not (0.0 <= self.gamma < 1.0):
+            raise InvalidArgument(f"gamma must be in [0, 1), got {self.gamma!r}")
+        if int(self.iterations) != self.iterations or self.iterations < 1:
+            raise InvalidArgument(f"iterations must be an integer >= 1, got {self.iterations!r}")
+        b = tuple(float(v) for v in self.betas)
+        if not b or not all(math.isfinite(v) and v > 0 for v in b):
+            raise InvalidArgument(f"betas must be positive numbers, got {self.betas!r:.80}")
+        object.__setattr__(self, "betas", b)
+        for name in ("anchor_points", "inducing_points"):
+            v = getattr(self, name)
+            if int(v) != v or v < 2:
+                raise InvalidArgument(f"{name} must be an integer >= 2, got {v!r}")
+        for name in ("bandwidth", "kernel_radius", "lam"):
+            v = getattr(self, name)
+            if not (math.isfinite(v) and v > 0.0):
+                raise InvalidArgument(f"{name} must be > 0, got {v!r}")
+        if self.neighbour not in NEIGHBOURS:
+            raise InvalidArgument(
+                f"neighbour must be one of {', '.join(NEIGHBOURS)}, got {self.neighbour!r:.80}"
+            )
+        if self.anchor_points ** len(b) > 2_000_000:
+            raise InvalidArgument(
+                f"anchor_points^d = {self.anchor_points}^{len(b)} anchors is too many "
+                "(at most 2e6): lower anchor_points"
+            )
+
+    @property
+    def dims(self) -> int:
+        return len(self.betas)
+
+    @property
+    def kappa(self) -> float:
+        """1 / (4 lam): the subspace-KRR bound (docs/privacy.md 2.6)."""
+        return 1.0 / (4.0 * self.lam)
+
+
+def anchor_grid(points: int, dims: int) -> FloatArray:
+    """The K = G^d anchors (K, d), C order: anchor k = ravel_multi_index of its grid indices."""
+    g = np.linspace(0.0, 1.0, int(points))
+    mesh = np.meshgrid(*([g] * dims), indexing="ij")
+    return np.stack([m.reshape(-1) for m in mesh], axis=1)
+
+
+def multilinear_weights(x: FloatArray, points: int) -> tuple[IntArray, FloatArray]:
+    """(n, 2^d) anchor indices and weights of multilinear interpolation at x (n, d) in
+    [0, 1]^d on the G^d grid: non-negative, summing to 1 (a convex combination)."""
+    n, d = x.shape
+    g = int(points)
+    pos = x * (g - 1)
+    j0 = np.minimum(np.floor(pos).astype(np.int64), g - 2)
+    frac = pos - j0
+    strides = g ** np.arange(d - 1, -1, -1)
+    idx = np.zeros((n, 1 << d), dtype=np.int64)
+    w = np.ones((n, 1 << d))
+    for c, bits in enumerate(itertools.product((0, 1), repeat=d)):
+        for j, bj in enumerate(bits):
+            idx[:, c] += (j0[:, j] + bj) * strides[j]
+            w[:, c] *= frac[:, j] if bj else 1.0 - frac[:, j]
+    return idx, w
+
+
+def _nw_pairs(
+    x: FloatArray, points: int, h: float, radius: float
+) -> tuple[IntArray, IntArray, FloatArray]:
+    """The non-zero (sample, anchor, weight) triples of the truncated product Gaussian
+    kernel between samples x (n, d) and the anchors."""
+    n, d = x.shape
+    g = int(points)
+    reach = radius * h
+    half = int(math.floor(reach * (g - 1) + 0.5))
+    offs = np.arange(-half, half + 1)
+    centre = np.rint(x * (g - 1)).astype(np.int64)
+    strides = g ** np.arange(d - 1, -1, -1)
+    flat = np.zeros((n, 1), dtype=np.int64)
+    wt = np.ones((n, 1))
+    for j in range(d):
+        kj = centre[:, j, None] + offs[None, :]
+        inside = (kj >= 0) & (kj < g)
+        dz = kj / (g - 1) - x[:, j, None]
+        wj = np.where(inside & (np.abs(dz) <= reach), np.exp(-(dz * dz) / (2.0 * h * h)), 0.0)
+        kj = np.clip(kj, 0, g - 1)
+        flat = (flat[:, :, None] + (kj * strides[j])[:, None, :]).reshape(n, -1)
+        wt = (wt[:, :, None] * wj[:, None, :]).reshape(n, -1)
+    rows, cols = np.nonzero(wt > 0.0)
+    return rows.astype(np.int64), flat[rows, cols], wt[rows, cols]
+
+
+def averaging_operators_nd(
+    x: FloatArray,
+    r: FloatArray,
+    x2: FloatArray,
+    terminal: npt.NDArray[np.bool_],
+    user: IntArray,
+    *,
+    users: int,
+    spec: KernelFQISpec,
+    default: float,
+) -> tuple[FloatArray, sparse.csr_matrix]:
+    """(c, P) of one action: Q_{t+1}(., a) = c + gamma P V_t on the anchors (equation 1),
+    from that action's samples (unit x (n, d), rewards, unit next states, terminal flags,
+    user index in [0, users)). Rows of [P | reward weights] are convex (tested)."""
+    g, d = spec.anchor_points, spec.dims
+    k_all = g**d
+    per_user = spec.neighbour == "user"
+    order = np.argsort(user, kind="stable")
+    x, r, x2, terminal, user = x[order], r[order], x2[order], terminal[order], user[order]
+    n = len(x)
+    cand = (2 * int(math.floor(spec.kernel_radius * spec.bandwidth * (g - 1) + 0.5)) + 1) ** d
+    step = max(1, _PAIRS // cand)
+    c = np.zeros(k_all)
+    covered = np.zeros(k_all)
+    p_total = sparse.csr_matrix((k_all, k_all))
+    den_pool = np.zeros(k_all)
+    if not per_user:  # pooled denominators first (one pass)
+        for lo in range(0, n, step):
+            _, kk, ww = _nw_pairs(x[lo : lo + step], g, spec.bandwidth, spec.kernel_radius)
+            den_pool += np.bincount(kk, weights=ww, minlength=k_all)
+    # chunks of whole users (so each user's denominators are complete within a chunk)
+    bounds = np.searchsorted(user, np.arange(users + 1))
+    u_step = max(1, min(_USER_CELLS // k_all, users))
+    u0 = 0
+    while u0 < users:
+        u1 = min(users, u0 + u_step)
+        lo, hi = int(bounds[u0]), int(bounds[u1])
+        # keep chunks within the pair budget too
+        while hi - lo > step and u1 - u0 > 1:
+            u1 = u0 + max(1, (u1 - u0) // 2)
+            hi = int(bounds[u1])
+        if hi > lo:
+            rows, kk, ww = _nw_pairs(x[lo:hi], g, spec.bandwidth, spec.kernel_radius)
+            if per_user:
+                key = (user[lo:hi][rows] - u0) * k_all + kk
+                den = np.bincount(key, weights=ww, minlength=(u1 - u0) * k_all)
+                om = ww / den[key]
+                covered += (den.reshape(u1 - u0, k_all) > 0).sum(axis=0)
+            else:
+                om = ww / den_pool[kk]
+            c += np.bincount(kk, weights=om * r[lo:hi][rows], minlength=k_all)
+            cont = om * (~terminal[lo:hi])[rows]
+            wmat = sparse.csr_matrix((cont, (kk, rows)), shape=(k_all, hi - lo))
+            bi, bw = multilinear_weights(x2[lo:hi], g)
+            bmat = sparse.csr_matrix(
+                (bw.ravel(), (np.repeat(np.arange(hi - lo), bi.shape[1]), bi.ravel())),
+                shape=(hi - lo, k_all),
+            )
+            p_total = p_total + wmat @ bmat
+        u0 = u1
+    if per_user:
+        c = (c + (users - covered) * default) / users
+        p_total = p_total / users
+    else:
+        c = np.where(den_pool > 0, c, default)
+    return c, sparse.csr_matrix(p_total)
+
+
+def fitted_q_nd(
+    states: npt.ArrayLike,
+    actions: npt.ArrayLike,
+    rewards: npt.ArrayLike,
+    next_states: npt.ArrayLike,
+    terminal: npt.ArrayLike,
+    users: npt.ArrayLike,
+    *,
+    n_actions: int,
+    reward_range: tuple[float, float],
+    box: StateBox,
+    spec: KernelFQISpec,
+    on_iteration: Callable[[float], object] | None = None,
+    on_build: Callable[[int], object] | None = None,
+) -> FloatArray:
+    """Q_T at the anchors, shape (K, m): T iterations of equation (1) from Q_0 = 0.
+    ``on_iteration`` receives sup |Q_{t+1} - Q_t|; ``on_build`` each action built."""
+    if box.dims != spec.dims:
+        raise InvalidArgument(f"the state box has {box.dims} coordinates, betas {spec.dims}")
+    a = np.asarray(actions, dtype=np.int64).reshape(-1)
+    x = box.to_unit(np.asarray(states, dtype=np.float64).reshape(len(a), -1))
+    x2 = box.to_unit(np.asarray(next_states, dtype=np.float64).reshape(len(a), -1))
+    lo, hi = (float(v) for v in reward_range)
+    r = np.clip(np.asarray(rewards, dtype=np.float64).reshape(-1), lo, hi)
+    term = np.asarray(terminal, dtype=bool).reshape(-1)
+    _, uid = np.unique(np.asarray(users).reshape(-1), return_inverse=True)
+    uid = uid.reshape(-1).astype(np.int64)
+    n_users = int(uid.max()) + 1 if len(uid) else 0
+    if not (len(x) == len(x2) == len(a) == len(r) == len(term) == len(uid)) or n_users == 0:
+        raise InvalidArgument("fitted_q_nd: empty or mismatched sample arrays")
+    qlo, qhi = q_range((lo, hi), spec.gamma)
+    default = 0.5 * (qlo + qhi)
+    ops = []
+    for act in range(int(n_actions)):
+        m = a == act
+        ops.append(
+            averaging_operators_nd(
+                x[m], r[m], x2[m], term[m], uid[m], users=n_users, spec=spec, default=default
+            )
+        )
+        if on_build is not None:
+            on_build(act)
+    q = np.zeros((spec.anchor_points**spec.dims, int(n_actions)))
+    for _ in range(int(spec.iterations)):
+        v = q.max(axis=1)
+        nxt = np.stack([cc + spec.gamma * (p @ v) for cc, p in ops], axis=1)
+        if on_iteration is not None:
+            on_iteration(float(np.abs(nxt - q).max()))
+        q = nxt
+    return q
+
+
+# ----------------------------------------------------------------------------- step 2: KRR
+def inducing_grid(points: int) -> FloatArray:
+    """The M inducing points of every coordinate: u_l = l / (M - 1)."""
+    return np.linspace(0.0, 1.0, int(points))
+
+
+def additive_features(x: FloatArray, betas: Sequence[float], inducing: FloatArray) -> FloatArray:
+    """Phi (n, d M): Phi[i, (j, l)] = exp(-beta_j |x_ij - u_l|)."""
+    b = np.asarray(betas, dtype=np.float64)
+    feats = np.exp(-b[None, :, None] * np.abs(x[:, :, None] - inducing[None, None, :]))
+    out: FloatArray = feats.reshape(len(x), -1)
+    return out
+
+
+def _penalty(betas: Sequence[float], inducing: FloatArray) -> FloatArray:
+    """blockdiag_j K_j(u, u): N(f)^2 = alpha^T R alpha (equation 2)."""
+    blocks = [np.exp(-float(bj) * np.abs(inducing[:, None] - inducing[None, :])) for bj in betas]
+    m = len(inducing)
+    out = np.zeros((m * len(blocks), m * len(blocks)))
+    for j, blk in enumerate(blocks):
+        out[j * m : (j + 1) * m, j * m : (j + 1) * m] = blk
+    return out
+
+
+def krr_operator(
+    fit_points: npt.ArrayLike, *, betas: Sequence[float], inducing_points: int, lam: float
+) -> FloatArray:
+    """C (d M, n): alpha = C (v - c0) solves equation (2) at the n public fit points.
+
+    The bound (docs/privacy.md 2.6): with f = L v, a = (f(x_i)) and the optimality of f
+    against the direction f itself, (1/n) <a - v, a> + lam N(f)^2 = 0, so
+    lam N(f)^2 = (1/n)(<a, v> - ||a||^2) <= ||v||_2^2 / (4 n) <= ||v||_inf^2 / 4, and
+    ||f||_H <= N(f). Hence kappa = 1 / (4 lam) whatever the subspace or the fit points."""
+    x = np.asarray(fit_points, dtype=np.float64)
+    if not (math.isfinite(lam) and lam > 0):
+        raise InvalidArgument(f"lam must be > 0, got {lam!r}")
+    u = inducing_grid(inducing_points)
+    phi = additive_features(x, betas, u)
+    n = len(x)
+    m = phi.T @ phi / n + lam * _penalty(betas, u)
+    coef: FloatArray = np.asarray(np.linalg.lstsq(m, phi.T / n, rcond=None)[0], dtype=np.float64)
+    return coef
+
+
+def krr_quadratic_form_nd(
+    fit_points: npt.ArrayLike, *, betas: Sequence[float], inducing_points: int, lam: float
+) -> FloatArray:
+    """A (n, n) with N(L v)^2 = v^T A v (for brute-force checks of kappa = 1 / (4 lam))."""
+    coef = krr_operator(fit_points, betas=betas, inducing_points=inducing_points, lam=lam)
+    a = coef.T @ _penalty(betas, inducing_grid(inducing_points)) @ coef
+    sym: FloatArray = (a + a.T) / 2.0
+    return sym
+
+
+@dataclass(frozen=True)
+class KernelFQIResult:
+    """What training produces: the anchors' Q_T (K, m), and the released mean function's
+    coefficients alpha (m, d, M) around the public centre c0."""
+
+    q_anchors: FloatArray
+    alpha: FloatArray
+    centre: float
+    inducing: FloatArray
+    betas: tuple[float, ...]
+
+
+def kernel_fqi(
+    states: npt.ArrayLike,
+    actions: npt.ArrayLike,
+    rewards: npt.ArrayLike,
+    next_states: npt.ArrayLike,
+    terminal: npt.ArrayLike,
+    users: npt.ArrayLike,
+    *,
+    n_actions: int,
+    reward_range: tuple[float, float],
+    box: StateBox,
+    spec: KernelFQISpec,
+    on_iteration: Callable[[float], object] | None = None,
+) -> KernelFQIResult:
+    """Equations (1) then (2): the released mean function's coefficients (no noise)."""
+    q = fitted_q_nd(
+        states,
+        actions,
+        rewards,
+        next_states,
+        terminal,
+        users,
+        n_actions=n_actions,
+        reward_range=reward_range,
+        box=box,
+        spec=spec,
+        on_iteration=on_iteration,
+    )
+    qlo, qhi = q_range(reward_range, spec.gamma)
+    c0 = 0.5 * (qlo + qhi)
+    coef = krr_operator(
+        anchor_grid(spec.anchor_points, spec.dims),
+        betas=spec.betas,
+        inducing_points=spec.inducing_points,
+        lam=spec.lam,
+    )
+    alpha = (coef @ (q - c0)).T.reshape(int(n_actions), spec.dims, spec.inducing_points)
+    return KernelFQIResult(
+        q_anchors=q,
+        alpha=alpha,
+        centre=c0,
+        inducing=inducing_grid(spec.inducing_points),
+        betas=spec.betas,
+    )
+
+
+def additive_mean(
+    x: FloatArray, *, alpha: FloatArray, centre: float, inducing: FloatArray, betas: Sequence[float]
+) -> FloatArray:
+    """f_a(x) = c0 + sum_j sum_l alpha[a, j, l] exp(-beta_j |x_j - u_l|): (n, m) at unit x."""
+    phi = additive_features(np.asarray(x, dtype=np.float64), betas, inducing)
+    out: FloatArray = centre + phi @ alpha.reshape(alpha.shape[0], -1).T
+    return out

@@ -1,0 +1,210 @@
+"""The accountant of the d-coordinate (kernel) variant of the `fqi` mode (issue 16;
+docs/privacy.md section 2.6): a sibling of :mod:`qveil.privacy.fqi` with the same D_T.
+
+The release is f_a = L(Q_T(., a)) + g_a for each of m actions, with Q_T the per-user (or
+pooled) averager FQI of :mod:`qveil.kfqi` on d unit coordinates, L the public subspace KRR
+onto the additive RKHS of K(x, y) = sum_j exp(-beta_j |x_j - y_j|), and g_a independent
+GP(0, sigma^2 K) paths (:class:`qveil.additive.AdditiveSamplePath`; every coordinate path
+carries the full sigma). One Gaussian mechanism in the RKHS of K over the m actions:
+
+    kappa = 1 / (4 lam),   Delta = D_T sqrt(m kappa) (1 + 1e-9),                       (1)
+
+with D_T from :func:`qveil.privacy.fqi.sup_sensitivity` (the same formulas: the averager
+argument does not depend on the dimension) and sigma from the analytic Gaussian mechanism.
+
+The parameters are recorded with ``estimator = "kernel"`` so that any reader can tell this
+variant from the 1-D one; :func:`account_any` dispatches. Pure functions of public
+parameters.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+from qveil.errors import InvalidArgument
+from qveil.privacy.checks import number as _num
+from qveil.privacy.fqi import DELTA_SLACK, NEIGHBOURS, FQIPrivacyResult, sup_sensitivity
+from qveil.privacy.gaussian import (
+    analytic_gaussian_delta,
+    analytic_gaussian_epsilon,
+    analytic_gaussian_sigma,
+)
+
+__all__ = [
+    "KERNEL_BASIS",
+    "KernelFQIPrivacyParams",
+    "account_any",
+    "account_kernel_fqi",
+    "calibrate_kernel_fqi",
+]
+
+_COMMON = (
+    "a public subspace kernel ridge regression (inducing points on a per-coordinate grid) "
+    "onto the additive RKHS of sum_j exp(-beta_j |x_j - y_j|) over {dims} public coordinate "
+    "intervals (states outside them are clipped: public post-processing), kappa = "
+    "1 / (4 lambda) for any subspace, one Gaussian mechanism over the m actions jointly "
+    "(Delta = D_T sqrt(m / (4 lambda))), analytic Gaussian mechanism (Balle & Wang 2018); "
+    "the noise is sum_j g_j(x_j) with independent OU paths of the full sigma each. The "
+    "guarantee assumes one store per release (one noise draw): a second store would be a "
+    "second draw."
+)
+
+KERNEL_BASIS = {
+    "user": (
+        "fqi mode (kernel, d = {dims}), user-level relation: neighbouring datasets differ in "
+        "one user's whole data replaced (all of that user's states, actions and rewards); "
+        "N = {users} users. Averager FQI with per-user Nadaraya-Watson averaging under a "
+        "product Gaussian kernel (D_T = r0 (1 - gamma^T) / (N (1 - gamma)^2)), " + _COMMON
+    ),
+    "reward": (
+        "fqi mode (kernel, d = {dims}), reward relation: transitions are public (a "
+        "reward-independent behaviour policy) and each sample's reward is the mean of "
+        "N = {users} users' private reward functions in the declared range; neighbouring "
+        "datasets differ in one user's reward function replaced. Averager FQI with pooled "
+        "Nadaraya-Watson averaging (D_T = (hi - lo) (1 - gamma^T) / (N (1 - gamma))), " + _COMMON
+    ),
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class KernelFQIPrivacyParams:
+    """Everything the kernel accountant needs (public; validated; JSON round-trippable)."""
+
+    mode: str = "fqi"
+    estimator: str = "kernel"
+    neighbour: str
+    users: int
+    reward_range: tuple[float, float]
+    gamma: float
+    iterations: int
+    actions: int
+    dims: int
+    betas: tuple[float, ...]
+    lam: float
+    anchor_points: int
+    inducing_points: int
+    delta: float
+    sigma: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode != "fqi" or self.estimator != "kernel":
+            raise InvalidArgument("KernelFQIPrivacyParams is for mode fqi, estimator kernel")
+        if self.neighbour not in NEIGHBOURS:
+            raise InvalidArgument(
+                f"neighbour must be one of {', '.join(NEIGHBOURS)}, got {self.neighbour!r:.80}"
+            )
+        for name in ("users", "iterations", "actions", "dims", "anchor_points", "inducing_points"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int | float) or int(v) != v or v < 1:
+                raise InvalidArgument(f"{name} must be an integer >= 1, got {v!r:.80}")
+            object.__setattr__(self, name, int(v))
+        rr = self.reward_range
+        if not isinstance(rr, list | tuple) or len(rr) != 2:
+            raise InvalidArgument(f"reward_range must be [lo, hi], got {rr!r:.80}")
+        lo, hi = _num("reward_range[0]", rr[0]), _num("reward_range[1]", rr[1])
+        if not lo < hi:
+            raise InvalidArgument(f"reward_range must have lo < hi, got [{lo:g}, {hi:g}]")
+        object.__setattr__(self, "reward_range", (lo, hi))
+        object.__setattr__(self, "gamma", _num("gamma", self.gamma, lo=0.0, lo_open=False, hi=1.0))
+        b = self.betas
+        if not isinstance(b, list | tuple) or len(b) != self.dims:
+            raise InvalidArgument(f"betas must be {self.dims} numbers, got {b!r:.80}")
+        object.__setattr__(
+            self, "betas", tuple(_num(f"betas[{j}]", v, lo=0.0) for j, v in enumerate(b))
+        )
+        object.__setattr__(self, "lam", _num("lam", self.lam, lo=0.0))
+        object.__setattr__(self, "delta", _num("delta", self.delta, lo=0.0, hi=1.0))
+        if self.sigma is not None:
+            object.__setattr__(self, "sigma", _num("sigma", self.sigma, lo=0.0))
+
+    @property
+    def value_scale(self) -> float:
+        """r0 / (1 - gamma): the width of the range every Q_t lies in."""
+        lo, hi = self.reward_range
+        return (max(hi, 0.0) - min(lo, 0.0)) / (1.0 - self.gamma)
+
+    @property
+    def kappa(self) -> float:
+        return 1.0 / (4.0 * self.lam)
+
+    def replace(self, **changes: Any) -> KernelFQIPrivacyParams:
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["reward_range"] = list(self.reward_range)
+        d["betas"] = list(self.betas)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> KernelFQIPrivacyParams:
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise InvalidArgument(f"unknown kernel fqi privacy parameter(s): {', '.join(unknown)}")
+        try:
+            return cls(**dict(d))
+        except TypeError as exc:
+            raise InvalidArgument(f"kernel fqi privacy params: {exc}") from None
+
+
+def _sensitivity(p: KernelFQIPrivacyParams) -> tuple[float, float, float]:
+    dt = sup_sensitivity(
+        neighbour=p.neighbour,
+        users=p.users,
+        reward_range=p.reward_range,
+        gamma=p.gamma,
+        iterations=p.iterations,
+    )
+    kappa = p.kappa
+    return dt, kappa, dt * math.sqrt(p.actions * kappa) * (1.0 + DELTA_SLACK)
+
+
+def account_kernel_fqi(p: KernelFQIPrivacyParams) -> FQIPrivacyResult:
+    """epsilon at ``p.delta`` for noise ``p.sigma`` (equation 1). The result's ``beta`` is
+    the largest beta_j (the card lists all of them); ``noise_to_value`` is the marginal
+    noise sd at a state, sigma sqrt(d), over the value scale."""
+    if p.sigma is None or p.sigma <= 0:
+        raise InvalidArgument("account_kernel_fqi needs sigma > 0 (calibrate finds one)")
+    dt, kappa, sens = _sensitivity(p)
+    eps = analytic_gaussian_epsilon(delta=p.delta, sensitivity=sens, sigma=p.sigma)
+    return FQIPrivacyResult(
+        mode="fqi",
+        neighbour=p.neighbour,
+        epsilon=eps,
+        delta=p.delta,
+        delta_total=p.delta,
+        holds=True,
+        sigma=p.sigma,
+        beta=max(p.betas),
+        kappa=kappa,
+        sup_sensitivity=dt,
+        sensitivity=sens,
+        noise_to_value=p.sigma * math.sqrt(p.dims) / p.value_scale,
+        basis=KERNEL_BASIS[p.neighbour].format(users=p.users, dims=p.dims),
+        reason=None,
+        params=p,
+    )
+
+
+def calibrate_kernel_fqi(p: KernelFQIPrivacyParams, *, epsilon: float) -> FQIPrivacyResult:
+    """The smallest sigma giving (epsilon, p.delta)-DP, and its accounting."""
+    eps = _num("epsilon", epsilon, lo=0.0)
+    _, _, sens = _sensitivity(p)
+    sigma = analytic_gaussian_sigma(epsilon=eps, delta=p.delta, sensitivity=sens)
+    r = account_kernel_fqi(p.replace(sigma=sigma))
+    met = analytic_gaussian_delta(epsilon=eps, sensitivity=sens, sigma=sigma) <= p.delta
+    return replace(r, target={"epsilon": eps, "delta": p.delta, "met": bool(met)})
+
+
+def account_any(pp: Mapping[str, Any]) -> Any:
+    """The accountant for any recorded parameter set: the kernel one when
+    ``estimator == "kernel"``, else :func:`qveil.privacy.fqi.account_params`."""
+    if isinstance(pp, Mapping) and pp.get("mode") == "fqi" and pp.get("estimator") == "kernel":
+        return account_kernel_fqi(KernelFQIPrivacyParams.from_dict(pp))
+    from qveil.privacy.fqi import account_params
+
+    return account_params(pp)

@@ -1,0 +1,218 @@
+"""The d-coordinate estimator (qveil.kfqi) and its accountant (qveil.privacy.kfqi).
+
+* kappa = 1 / (4 lam) for the subspace KRR onto the additive RKHS: brute force over every
+  vertex of the sup-norm ball (the maximum of a convex quadratic) on small problems, for
+  d = 1, 2, 3 and several lam, beta_j and inducing grids; the bound must hold and be nearly
+  reached (a wrong bound, e.g. 1 / (4 d lam) or 1 / (4 lam K), is exceeded).
+* The averaging operators are averagers: rows of [P | reward weights | default weight] are
+  convex, so Q_T stays in the public range, and one user replaced moves Q_T by at most D_T
+  (the accountant's formula), measured on adversarial replacements.
+* The accountant: Delta = D_T sqrt(m / (4 lam)), recomputable from the recorded parameters.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from qveil.additive import StateBox
+from qveil.errors import InvalidArgument
+from qveil.kfqi import (
+    KernelFQISpec,
+    additive_mean,
+    anchor_grid,
+    averaging_operators_nd,
+    fitted_q_nd,
+    kernel_fqi,
+    krr_operator,
+    krr_quadratic_form_nd,
+    multilinear_weights,
+)
+from qveil.privacy.fqi import account_params, sup_sensitivity
+from qveil.privacy.kfqi import KernelFQIPrivacyParams, calibrate_kernel_fqi
+from qveil.release_map import brute_force_kappa
+
+
+@pytest.mark.parametrize(
+    ("d", "g", "m", "lam", "betas"),
+    [
+        (1, 12, 5, 0.05, (3.0,)),
+        (2, 3, 4, 0.01, (1.0, 6.0)),
+        (2, 4, 3, 0.1, (2.0, 2.0)),
+        (2, 4, 6, 0.002, (0.5, 20.0)),
+        (3, 2, 3, 0.02, (2.0, 5.0, 9.0)),
+    ],
+)
+def test_subspace_krr_kappa_bound_by_brute_force(
+    d: int, g: int, m: int, lam: float, betas: tuple[float, ...]
+) -> None:
+    """max over all 2^K vertices of N(L v)^2 <= 1 / (4 lam), and the ratio is reported: a
+    bound that ignored the subspace's shape or divided by d or K would be exceeded."""
+    fit = anchor_grid(g, d)
+    a = krr_quadratic_form_nd(fit, betas=betas, inducing_points=m, lam=lam)
+    worst = brute_force_kappa(a)
+    bound = 1.0 / (4.0 * lam)
+    assert worst <= bound * (1 + 1e-9), (worst, bound)
+    assert worst > bound / (4 * d * len(fit)), (worst, bound)  # not vacuous
+
+
+def test_subspace_krr_bound_is_nearly_reached() -> None:
+    """With small lam and a rich subspace the brute-force maximum comes close to
+    1 / (4 lam) (the bound is tight, not just valid): ratio > 0.5 here."""
+    fit = anchor_grid(4, 2)
+    lam = 0.5
+    a = krr_quadratic_form_nd(fit, betas=(0.3, 0.3), inducing_points=4, lam=lam)
+    ratio = brute_force_kappa(a) * 4 * lam
+    assert 0.5 < ratio <= 1.0 + 1e-9, ratio
+
+
+def test_additive_rkhs_norm_dominates() -> None:
+    """N(f)^2 = sum_j alpha_j^T K_j alpha_j >= ||f||_H^2 for the additive kernel: the H norm
+    of f = sum_j f_j is the minimum over decompositions; we check N(f)^2 >= the RKHS norm
+    computed from the representer alpha on the joint kernel when every block of f lies in
+    one coordinate, i.e. f^T K^-1 f at many points (a lower bound of ||f||_H^2)."""
+    rng = np.random.default_rng(3)
+    betas = (2.0, 5.0)
+    u = np.linspace(0, 1, 5)
+    alpha = rng.normal(size=(2, 5))
+    pts = rng.uniform(size=(40, 2))
+    f = additive_mean(pts, alpha=alpha[None], centre=0.0, inducing=u, betas=betas)[:, 0]
+    kmat = sum(np.exp(-b * np.abs(pts[:, j, None] - pts[None, :, j])) for j, b in enumerate(betas))
+    lower = float(f @ np.linalg.solve(kmat + 1e-10 * np.eye(40), f))
+    n2 = sum(
+        float(alpha[j] @ np.exp(-b * np.abs(u[:, None] - u[None, :])) @ alpha[j])
+        for j, b in enumerate(betas)
+    )
+    assert lower <= n2 * (1 + 1e-6), (lower, n2)
+
+
+def _toy(n_users: int, d: int, seed: int) -> tuple[np.ndarray, ...]:
+    rng = np.random.default_rng(seed)
+    per = 6
+    u = np.repeat(np.arange(n_users), per)
+    s = rng.uniform(0, 1, (len(u), d))
+    s2 = np.clip(s + rng.normal(0, 0.1, s.shape), 0, 1)
+    a = rng.integers(0, 2, len(u))
+    r = rng.uniform(0, 1, len(u))
+    term = rng.uniform(size=len(u)) < 0.1
+    return u, s, a, r, s2, term
+
+
+def test_operators_are_averagers() -> None:
+    u, s, a, r, s2, term = _toy(40, 2, 1)
+    for neighbour in ("user", "reward"):
+        spec = KernelFQISpec(
+            gamma=0.8,
+            iterations=5,
+            betas=(2.0, 2.0),
+            anchor_points=5,
+            bandwidth=0.15,
+            neighbour=neighbour,
+        )
+        m = a == 0
+        ones = np.ones(m.sum())
+        c1, p = averaging_operators_nd(
+            s[m], ones, s2[m], np.zeros(m.sum(), bool), u[m], users=40, spec=spec, default=1.0
+        )
+        # with every reward 1, default 1 and no terminal: c = 1, and P rows sum to 1 or 0
+        # plus the default share; c + P 1 - (P 1) must equal 1 for convex rows
+        assert np.allclose(c1, 1.0)
+        rows = np.asarray(p.sum(axis=1)).ravel()
+        assert (rows >= -1e-12).all() and (rows <= 1 + 1e-12).all()
+        assert (p.toarray() >= 0).all()
+    w_idx, w = multilinear_weights(np.random.default_rng(0).uniform(size=(50, 3)), 4)
+    assert np.allclose(w.sum(axis=1), 1.0) and (w >= 0).all() and w_idx.max() < 64
+
+
+@pytest.mark.parametrize("neighbour", ["user", "reward"])
+def test_one_user_replaced_moves_q_by_at_most_d_t(neighbour: str) -> None:
+    """Adversarial replacements of user 0 (all rewards hi or lo, states piled on one anchor,
+    every sample terminal or none): sup |Q_T - Q_T'| <= D_T of the accountant. Reward
+    relation: one user's reward function replaced moves every reward by <= (hi - lo) / N
+    (a constant shift, which makes the bound tight)."""
+    d, n_users, gamma, t = 2, 30, 0.7, 8
+    u, s, a, r, s2, term = _toy(n_users, d, 2)
+    box = StateBox.of([[0.0, 1.0]] * d)
+    spec = KernelFQISpec(
+        gamma=gamma,
+        iterations=t,
+        betas=(2.0,) * d,
+        anchor_points=5,
+        bandwidth=0.2,
+        neighbour=neighbour,
+    )
+    kw = dict(n_actions=2, reward_range=(0.0, 1.0), box=box, spec=spec)
+    q = fitted_q_nd(s, a, r, s2, term, u, **kw)
+    dt = sup_sensitivity(
+        neighbour=neighbour, users=n_users, reward_range=(0.0, 1.0), gamma=gamma, iterations=t
+    )
+    worst = 0.0
+    mine = u == 0
+    for k in range(6):
+        s_, a_, r_, s2_, term_ = s.copy(), a.copy(), r.copy(), s2.copy(), term.copy()
+        if neighbour == "reward":  # one user's reward function: every reward moves <= 1/N
+            r_ = np.clip(r + (1.0 if k % 2 else -1.0) / n_users, 0.0, 1.0)
+        else:
+            r_[mine] = float(k % 2)
+        if neighbour == "user":
+            s_[mine] = 0.5 if k < 3 else 0.0
+            s2_[mine] = 1.0 if k % 3 else 0.5
+            a_[mine] = k % 2
+            term_[mine] = k >= 3
+        q2 = fitted_q_nd(s_, a_, r_, s2_, term_, u, **kw)
+        worst = max(worst, float(np.abs(q - q2).max()))
+    assert worst <= dt * (1 + 1e-9), (worst, dt)
+    assert worst > 0.05 * dt, (worst, dt)  # the bound is not vacuous here
+
+
+def test_kernel_fqi_fits_and_stays_in_range() -> None:
+    u, s, a, r, s2, term = _toy(60, 3, 4)
+    box = StateBox.of([[0.0, 1.0]] * 3)
+    spec = KernelFQISpec(gamma=0.5, iterations=6, betas=(2.0, 2.0, 2.0), anchor_points=4)
+    res = kernel_fqi(s, a, r, s2, term, u, n_actions=2, reward_range=(0, 1), box=box, spec=spec)
+    assert res.q_anchors.shape == (64, 2) and res.alpha.shape == (2, 3, spec.inducing_points)
+    assert res.q_anchors.min() >= 0.0 and res.q_anchors.max() <= 2.0
+    f = additive_mean(
+        anchor_grid(4, 3),
+        alpha=res.alpha,
+        centre=res.centre,
+        inducing=res.inducing,
+        betas=res.betas,
+    )
+    assert np.isfinite(f).all() and f.shape == (64, 2)
+    # L is linear around the public centre: a constant target gives alpha = 0
+    coef = krr_operator(anchor_grid(4, 3), betas=spec.betas, inducing_points=5, lam=0.1)
+    assert coef.shape == (15, 64)
+
+
+def test_accountant_kernel_variant() -> None:
+    p = KernelFQIPrivacyParams(
+        neighbour="user",
+        users=10_000,
+        reward_range=(0.0, 1.0),
+        gamma=0.8,
+        iterations=20,
+        actions=2,
+        dims=4,
+        betas=(2.0,) * 4,
+        lam=0.05,
+        anchor_points=6,
+        inducing_points=11,
+        delta=1e-5,
+    )
+    res = calibrate_kernel_fqi(p, epsilon=1.0)
+    dt = (1 - 0.8**20) / (10_000 * 0.2**2)
+    assert res.sup_sensitivity == pytest.approx(dt, rel=1e-12)
+    assert res.kappa == pytest.approx(5.0)
+    assert res.sensitivity == pytest.approx(dt * math.sqrt(2 * 5.0), rel=1e-8)
+    assert res.epsilon == pytest.approx(1.0, rel=1e-6)
+    assert res.noise_to_value == pytest.approx(res.sigma * 2 / 5.0)
+    again = account_params(res.to_dict()["params"])  # recomputed from the record alone
+    assert again.epsilon == pytest.approx(res.epsilon, rel=1e-12)
+    assert "kernel" in again.basis and "clipped" in again.basis
+    with pytest.raises(InvalidArgument):
+        KernelFQIPrivacyParams.from_dict({**p.to_dict(), "betas": [1.0]})
+    with pytest.raises(InvalidArgument):
+        KernelFQISpec(gamma=0.5, iterations=1, betas=(1.0,) * 6, anchor_points=12)

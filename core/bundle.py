@@ -12,6 +12,11 @@ place), by the trainer, and read by the server. It holds
   - ``grid`` (the `fqi` mode): ``grid`` (K,) unit states and ``values`` (K, m), the released
     mean function L(Q_T) at the grid points, linearly interpolated in between
     (``card["model"]``);
+  - ``additive`` (the `fqi` mode's kernel estimator, d coordinates; issue 16): ``inducing``
+    (M,), ``betas`` (d,), ``alpha`` (m, d, M) and ``centre`` (): the released mean function
+    f_a(x) = centre + sum_j sum_l alpha[a, j, l] exp(-beta_j |x_j - inducing_l|) on unit
+    states x in [0, 1]^d (:class:`KernelModel`); the card has ``state_intervals`` (one
+    [lo, hi] per coordinate; states outside are clipped) and ``betas``;
 * ``card.json``: the PUBLIC card, what a query client may see (:data:`PUBLIC_CARD_KEYS`, an
   allow-list of purely public parameters: none of them is a function of the trained weights);
 * ``card_admin.json``: the rest of the card (weights hash, measured Lipschitz constants, the
@@ -64,10 +69,13 @@ __all__ = [
     "Binding",
     "Bundle",
     "GridModel",
+    "KernelModel",
     "MLPModel",
     "Model",
     "build_card",
     "build_fqi_card",
+    "build_kernel_fqi_card",
+    "is_kernel_card",
     "card_digest",
     "lipschitz_bound",
     "load_bundle",
@@ -84,6 +92,7 @@ __all__ = [
     "write_binding",
     "write_bundle",
     "write_grid_bundle",
+    "write_kernel_bundle",
 ]
 
 WEIGHTS_FILE = "weights.npz"
@@ -165,6 +174,10 @@ FQI_CARD_KEYS = (
     "card_sha256",
 )
 
+#: Keys a d-coordinate (kernel estimator) fqi card has besides FQI_CARD_KEYS (issue 16).
+#: Its ``state_interval`` is null: a 1-D server must not mistake it for a 1-D release.
+KERNEL_CARD_KEYS = ("state_intervals", "betas", "dims", "clipping")
+
 #: What ordinary clients may see (issue 14 item 3): an ALLOW-LIST, the one place that says
 #: what is public. A bare key is public with its whole value; ``key.sub`` makes only that
 #: sub-field of a mapping public. Every entry must be a purely public parameter: a function of
@@ -219,6 +232,11 @@ PUBLIC_CARD_KEYS = (
     "noise_to_value",
     "model",
     "estimator",  # the fqi estimator's public configuration (gamma, grid, bandwidths, ...)
+    # kernel estimator (d coordinates): public parameters
+    "state_intervals",
+    "betas",
+    "dims",
+    "clipping",
 )
 
 #: Top-level fqi card fields that must equal the fqi accountant's result.
@@ -435,6 +453,69 @@ class GridModel:
         frac = (xs - self.grid[j]) / (self.grid[j + 1] - self.grid[j])
         out: FloatArray = (
             self.values[j] * (1.0 - frac)[:, None] + self.values[j + 1] * frac[:, None]
+        )
+        return out
+
+
+_KERNEL_ARRAYS = {"inducing", "betas", "alpha", "centre"}
+
+
+def _kernel_arrays(
+    weights: Mapping[str, np.ndarray],
+) -> tuple[FloatArray, FloatArray, FloatArray, float]:
+    """(inducing, betas, alpha, centre) of an additive model, checked."""
+    if set(weights) != _KERNEL_ARRAYS:
+        raise InvalidArgument(
+            f"additive model: expected arrays {sorted(_KERNEL_ARRAYS)}; got {sorted(weights)}"
+        )
+    u = np.asarray(weights["inducing"], dtype=np.float64)
+    b = np.asarray(weights["betas"], dtype=np.float64)
+    a = np.asarray(weights["alpha"], dtype=np.float64)
+    c = np.asarray(weights["centre"], dtype=np.float64)
+    if u.ndim != 1 or len(u) < 2 or not np.isfinite(u).all():
+        raise InvalidArgument("additive model: inducing must be finite of shape (M,)")
+    if b.ndim != 1 or len(b) < 1 or not (np.isfinite(b).all() and (b > 0).all()):
+        raise InvalidArgument("additive model: betas must be positive of shape (d,)")
+    if a.ndim != 3 or a.shape[1:] != (len(b), len(u)) or not np.isfinite(a).all():
+        raise InvalidArgument(
+            f"additive model: alpha must be finite of shape (m, {len(b)}, {len(u)})"
+        )
+    if c.shape != () or not np.isfinite(c):
+        raise InvalidArgument("additive model: centre must be a finite scalar")
+    return u, b, a, float(c)
+
+
+@dataclass(frozen=True, eq=False)
+class KernelModel:
+    """The d-coordinate fqi release's mean function (issue 16): an additive kernel expansion
+    f_a(x) = centre + sum_j sum_l alpha[a, j, l] exp(-beta_j |x_j - u_l|) in the RKHS of the
+    noise kernel sum_j exp(-beta_j |x_j - y_j|) (the same beta_j)."""
+
+    inducing: FloatArray = field(repr=False)
+    betas: FloatArray = field(repr=False)
+    alpha: FloatArray = field(repr=False)
+    centre: float = 0.0
+    kind: str = "additive"
+
+    @property
+    def n_actions(self) -> int:
+        return int(self.alpha.shape[0])
+
+    @property
+    def dims(self) -> int:
+        return int(len(self.betas))
+
+    def q_values_unit(self, x: FloatArray) -> FloatArray:
+        """(n, m) at unit states x of shape (n, d) (already validated and clipped)."""
+        from qveil.kfqi import additive_mean
+
+        xs = np.asarray(x, dtype=np.float64).reshape(-1, self.dims)
+        out: FloatArray = additive_mean(
+            xs,
+            alpha=self.alpha,
+            centre=self.centre,
+            inducing=self.inducing,
+            betas=self.betas.tolist(),
         )
         return out
 
@@ -832,6 +913,66 @@ def build_fqi_card(
     return card
 
 
+def build_kernel_fqi_card(
+    *,
+    env_id: str,
+    state_intervals: Sequence[Sequence[float]],
+    privacy_result: Any,
+    dataset_fingerprint: str,
+    hyperparameters: Mapping[str, Any],
+    seeded: bool,
+    code_version: str = "",
+    extra: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The card of a d-coordinate fqi release (kernel estimator), its privacy numbers
+    copied from the kernel accountant's result (``qveil.privacy.kfqi``), never typed."""
+    from qveil.additive import StateBox
+
+    pr = _privacy_dict(privacy_result)
+    pp = pr["params"]
+    box = StateBox.of([list(iv) for iv in state_intervals])
+    if box.dims != int(pp["dims"]):
+        raise InvalidArgument(f"{box.dims} state intervals for a d = {pp['dims']} release")
+    lo, hi = pp["reward_range"]
+    card: dict[str, Any] = {
+        "env_id": env_id,
+        "state_interval": None,
+        "state_intervals": box.to_list(),
+        "dims": int(pp["dims"]),
+        "betas": [float(b) for b in pp["betas"]],
+        "clipping": (
+            "each state coordinate outside its public interval is clipped into it before the "
+            "model and the noise see it (public post-processing)"
+        ),
+        "actions": int(pp["actions"]),
+        "hyperparameters": _jsonable(dict(hyperparameters)),
+        # public: the config's values, never the data's (as build_fqi_card)
+        "estimator": _jsonable(dict(hyperparameters)),
+        **{k: pr.get(k) for k in _FQI_RESULT_FIELDS},
+        "users": int(pp["users"]),
+        "reward_range": [float(lo), float(hi)],
+        "reward_bound": _reward_bound(pp),
+        "gamma": float(pp["gamma"]),
+        "iterations": int(pp["iterations"]),
+        "privacy": pr,
+        "privacy_params": pp,
+        "dataset_fingerprint": str(dataset_fingerprint),
+        "code_version": code_version,
+        "seeded": bool(seeded),
+        "model": {
+            "kind": "additive",
+            "dims": int(pp["dims"]),
+            "inducing_points": int(pp["inducing_points"]),
+            "anchor_points": int(pp["anchor_points"]),
+            "lam": float(pp["lam"]),
+            "input": "unit state x in [0, 1]^d (each coordinate clipped to its interval)",
+        },
+    }
+    if extra:
+        card.update(_jsonable(dict(extra)))
+    return card
+
+
 def _reward_bound(pp: Mapping[str, Any]) -> float:
     """r0 of the card: the reward scale D_T is linear in (user: max(hi,0) - min(lo,0);
     reward: hi - lo)."""
@@ -870,6 +1011,51 @@ def write_grid_bundle(
         learning_curve_png=learning_curve_png,
         curve_title=curve_title,
     )
+
+
+def write_kernel_bundle(
+    path: str | Path,
+    *,
+    card: Mapping[str, Any],
+    alpha: npt.ArrayLike,
+    centre: float,
+    inducing: npt.ArrayLike,
+    config_toml: str,
+    training_log_rows: Sequence[Mapping[str, Any]],
+    learning_curve_png: bytes | None = None,
+) -> Path:
+    """Write a d-coordinate fqi bundle (an additive model; see the module docstring). The
+    model's betas are the card's (the noise kernel's): one source, no second copy to drift."""
+    out = Path(path)
+    _check_empty(out)
+    c = _jsonable(dict(card))
+    arrays = {
+        "inducing": np.ascontiguousarray(inducing, dtype=np.float64),
+        "betas": np.asarray(c["betas"], dtype=np.float64),
+        "alpha": np.ascontiguousarray(alpha, dtype=np.float64),
+        "centre": np.asarray(float(centre), dtype=np.float64),
+    }
+    _kernel_arrays(arrays)
+    if arrays["alpha"].shape[0] != int(c["actions"]):
+        raise InvalidArgument(
+            f"card says {c['actions']} actions, alpha has {arrays['alpha'].shape[0]}"
+        )
+    return _write_dir(
+        out,
+        arrays,
+        c,
+        required=FQI_CARD_KEYS + KERNEL_CARD_KEYS,
+        config_toml=config_toml,
+        training_log_rows=training_log_rows,
+        learning_curve_png=learning_curve_png,
+        curve_title=None,
+    )
+
+
+def is_kernel_card(card: Mapping[str, Any]) -> bool:
+    """True for a d-coordinate (kernel estimator) fqi card."""
+    pp = card.get("privacy_params")
+    return card.get("mode") == "fqi" and isinstance(pp, Mapping) and pp.get("estimator") == "kernel"
 
 
 # ----------------------------------------------------------------------------- reading
@@ -947,10 +1133,11 @@ def verify_privacy(card: Mapping[str, Any]) -> dict[str, Any]:
 def _verify_fqi_privacy(card: Mapping[str, Any], pp: Mapping[str, Any]) -> dict[str, Any]:
     """verify_privacy for an fqi card: every number recomputed by the fqi accountant (kappa
     from the map's parameters, D_T from the relation, epsilon from sigma)."""
-    from qveil.privacy.fqi import FQIPrivacyParams, account_fqi
+    from qveil.privacy.fqi import account_params
 
+    kernel = pp.get("estimator") == "kernel"
     try:
-        fresh: dict[str, Any] = _jsonable(account_fqi(FQIPrivacyParams.from_dict(pp)).to_dict())
+        fresh: dict[str, Any] = _jsonable(account_params(pp).to_dict())
     except (TypeError, ValueError, KeyError) as exc:
         raise IntegrityError(f"card: privacy_params cannot be accounted: {exc}") from None
     recorded = card.get("privacy")
@@ -971,7 +1158,18 @@ def _verify_fqi_privacy(card: Mapping[str, Any], pp: Mapping[str, Any]) -> dict[
         if not _same(card.get(key), want):
             bad.append(f"{key} (card {card.get(key)!r}, privacy_params {want!r})")
     model = card.get("model")
-    if not isinstance(model, Mapping) or model.get("grid_points") != pp["grid_points"]:
+    if kernel:
+        for key, want in (("betas", list(pp["betas"])), ("dims", pp["dims"])):
+            if not _same(card.get(key), want):
+                bad.append(f"{key} (card {card.get(key)!r}, privacy_params {want!r})")
+        si = card.get("state_intervals")
+        if not isinstance(si, list) or len(si) != pp["dims"]:
+            bad.append("state_intervals (not one [lo, hi] per coordinate)")
+        if not isinstance(model, Mapping) or any(
+            model.get(k) != pp[k] for k in ("inducing_points", "anchor_points", "lam")
+        ):
+            bad.append("model (inducing_points, anchor_points or lam differ from privacy_params)")
+    elif not isinstance(model, Mapping) or model.get("grid_points") != pp["grid_points"]:
         bad.append("model.grid_points (differs from privacy_params.grid_points)")
     if bad:
         raise IntegrityError(
@@ -994,9 +1192,39 @@ class Bundle:
         return str(self.card["bundle_id"])
 
     @property
+    def kernel(self) -> bool:
+        """A d-coordinate release (issue 16): ``box``, ``betas``; no 1-D interval or beta."""
+        return is_kernel_card(self.card)
+
+    @property
+    def dims(self) -> int:
+        return int(self.card["dims"]) if self.kernel else 1
+
+    @property
     def interval(self) -> StateInterval:
+        if self.kernel:
+            raise InvalidArgument(
+                f"release {self.card.get('bundle_id')} has {self.dims} state coordinates; "
+                "serving d > 1 needs the (coordinate, x_j) store keys (issue 16 part 2)"
+            )
         lo, hi = self.card["state_interval"]
         return StateInterval(lo, hi)
+
+    @property
+    def box(self) -> Any:
+        """The public per-coordinate intervals (:class:`qveil.additive.StateBox`)."""
+        from qveil.additive import StateBox
+
+        if self.kernel:
+            return StateBox.of(self.card["state_intervals"])
+        return StateBox((self.interval,))
+
+    @property
+    def betas(self) -> tuple[float, ...]:
+        """beta_j of the release noise, one per coordinate."""
+        if self.kernel:
+            return tuple(float(b) for b in self.card["betas"])
+        return (self.beta,)
 
     @property
     def n_actions(self) -> int:
@@ -1009,7 +1237,11 @@ class Bundle:
 
     @property
     def beta(self) -> float:
-        """beta of the RELEASE noise on [0, 1]."""
+        """beta of the RELEASE noise on [0, 1] (1-D releases; d > 1: :attr:`betas`)."""
+        if self.kernel:
+            raise InvalidArgument(
+                f"release {self.card.get('bundle_id')} has one beta per coordinate (betas)"
+            )
         return float(self.card["beta"])
 
     @property
@@ -1028,6 +1260,9 @@ class Bundle:
     @functools.cached_property
     def model(self) -> Model:
         """The served model, its arrays checked once (not on every query)."""
+        if self.kernel:
+            u, b, a, c = _kernel_arrays(self.weights)
+            return KernelModel(inducing=u, betas=b, alpha=a, centre=c)
         if self.card.get("mode") == "fqi":
             g, v = _grid_arrays(self.weights)
             return GridModel(grid=g, values=v)
@@ -1036,10 +1271,17 @@ class Bundle:
     def q_values_unit(self, xs: npt.ArrayLike) -> FloatArray:
         """Q values (n, m) at unit states (validated in [0, 1]); an MLP is clamped to
         +-q_bound."""
+        if self.kernel:
+            from qveil.additive import validate_unit_points
+
+            return self.model.q_values_unit(validate_unit_points(xs, self.dims))
         return self.model.q_values_unit(validate_unit_states(xs))
 
     def q_values(self, states: npt.ArrayLike) -> FloatArray:
-        """Q values (n, m) at raw states (validated against the interval: InvalidArgument)."""
+        """Q values (n, m) at raw states (validated against the interval: InvalidArgument;
+        d > 1: (n, d) states, each coordinate clipped into its public interval)."""
+        if self.kernel:
+            return self.q_values_unit(self.box.to_unit(states, clip=True))
         return self.q_values_unit(self.interval.to_unit(states))
 
     def to_unit(self, states: npt.ArrayLike) -> FloatArray:
@@ -1172,7 +1414,9 @@ def load_bundle(path: str | Path, *, verify: bool = True) -> Bundle:
     # else: a bundle written before issue 14 (one card.json holding everything); it loads,
     # and only its public projection is ever served
     fqi = card.get("mode") == "fqi"
-    missing = [k for k in (FQI_CARD_KEYS if fqi else CARD_KEYS) if k not in card]
+    kernel = is_kernel_card(card)
+    required = FQI_CARD_KEYS + KERNEL_CARD_KEYS if kernel else FQI_CARD_KEYS if fqi else CARD_KEYS
+    missing = [k for k in required if k not in card]
     if missing:
         raise InvalidArgument(f"bundle {str(p)!r}: card lacks {missing}")
     if verify:
@@ -1193,12 +1437,28 @@ def load_bundle(path: str | Path, *, verify: bool = True) -> Bundle:
             weights = {k: np.asarray(npz[k], dtype=np.float64) for k in npz.files}
     except (OSError, ValueError) as exc:
         raise InvalidArgument(f"bundle {str(p)!r}: weights.npz unreadable: {exc}") from None
-    outputs = _grid_arrays(weights)[1].shape[1] if fqi else _layers(weights)[-1][0].shape[0]
+    if kernel:
+        _, kb, ka, _ = _kernel_arrays(weights)
+        outputs = ka.shape[0]
+        if verify and not _same(kb.tolist(), card.get("betas")):
+            raise IntegrityError(
+                f"bundle {str(p)!r}: the model's betas {kb.tolist()} are not the noise's "
+                f"{card.get('betas')!r} (the release map must be in the noise kernel's RKHS)"
+            )
+    elif fqi:
+        outputs = _grid_arrays(weights)[1].shape[1]
+    else:
+        outputs = _layers(weights)[-1][0].shape[0]
     if outputs != int(card["actions"]):
         raise InvalidArgument(
             f"bundle {str(p)!r}: card says {card['actions']} actions, model has {outputs} outputs"
         )
-    StateInterval(*card["state_interval"])
+    if kernel:
+        from qveil.additive import StateBox
+
+        StateBox.of(card["state_intervals"])
+    else:
+        StateInterval(*card["state_interval"])
     if verify:
         if not fqi:
             declared = float(card["privacy_params"]["lipschitz"])

@@ -2,8 +2,9 @@
 
 An admin-side, local command (it reads the bundle's files; no server, no store, no noise):
 the mean function L(Q_T) of an fqi release (or the clamped network of an Algorithm 1 one) on
-an even grid of N points over the state interval. Auditors use it to check sensitivity
-claims: two neighbouring releases' means must differ by at most the card's Delta in RKHS
+an even grid of N points over the state interval (a d-coordinate release: each coordinate
+swept over its interval, the others at their interval's centre). Auditors use it to check
+sensitivity claims: two neighbouring releases' means must differ by at most the card's Delta in RKHS
 norm. It is NOT a release: ordinary clients only ever see mean + noise.
 
     qveil inspect --bundle bundle --grid 11 --json
@@ -42,9 +43,18 @@ def run(args: argparse.Namespace) -> int:
     if args.grid < 2 or args.grid > 1_000_000:
         raise InvalidArgument(f"--grid must be in [2, 1000000], got {args.grid}")
     b = load_bundle(args.bundle, verify=True)
-    iv = b.interval
-    states = np.linspace(iv.lo, iv.hi, args.grid)
-    mean = b.q_values_unit(np.linspace(0.0, 1.0, args.grid))
+    if b.kernel:  # d coordinates: sweep each coordinate over its interval, others centred
+        box = b.box
+        t = np.linspace(0.0, 1.0, args.grid)
+        unit = np.full((b.dims * args.grid, b.dims), 0.5)
+        for j in range(b.dims):
+            unit[j * args.grid : (j + 1) * args.grid, j] = t
+        states = box.lo + unit * (box.hi - box.lo)
+        mean = b.q_values_unit(unit)
+    else:
+        iv = b.interval
+        states = np.linspace(iv.lo, iv.hi, args.grid)
+        mean = b.q_values_unit(np.linspace(0.0, 1.0, args.grid))
     out = {
         "release_id": b.bundle_id,
         "mode": b.card.get("mode"),
@@ -58,5 +68,6 @@ def run(args: argparse.Namespace) -> int:
     head = "".join(f"{'a=' + str(a):>14}" for a in range(mean.shape[1]))
     print(f"{'state':>12}{head}")
     for s, row in zip(states, mean, strict=True):
-        print(f"{s:>12.6g}" + "".join(f"{v:>14.6f}" for v in row))
+        label = ",".join(f"{v:.4g}" for v in np.atleast_1d(s))
+        print(f"{label:>12}" + "".join(f"{v:>14.6f}" for v in row))
     return 0

@@ -83,6 +83,7 @@ def run_fqi(args: argparse.Namespace) -> int:
     """The fqi release: plan (public), fit, write; warnings on stderr."""
     from qveil.dataset import load_dataset
     from qveil.fqi_config import FQIConfig
+    from qveil.kfqi_config import load_fqi_config
     from qveil.trainer.fqi import summary, train_fqi
 
     if args.dataset is None:
@@ -92,7 +93,7 @@ def run_fqi(args: argparse.Namespace) -> int:
             "--seed has no use in fqi mode: the fit is deterministic and the release noise "
             "is drawn by the server's store from OS entropy"
         )
-    cfg = FQIConfig.from_toml(args.config) if args.config else FQIConfig()
+    cfg = load_fqi_config(args.config) if args.config else FQIConfig()
     changes: dict[str, Any] = {
         k: v for k, v in (("delta", args.delta), ("neighbour", args.neighbour)) if v is not None
     }

@@ -89,7 +89,7 @@ def _plot(values: np.ndarray, interval: tuple[float, float], deltas: list[float]
 
 
 def train_fqi(
-    cfg: FQIConfig,
+    cfg: Any,
     dataset: Any,
     out: str | Path,
     *,
@@ -97,9 +97,17 @@ def train_fqi(
 ) -> FQIOutcome:
     """Fit, account and write the fqi release bundle at ``out`` (which must not exist).
 
-    ``dataset``: a :class:`qveil.dataset.Dataset` (1-D states). Raises FailedPrecondition
-    when the noise-to-value ratio is above :data:`REFUSE_RATIO` and ``force`` is False;
-    InvalidArgument for bad input. Nothing is written on any error."""
+    ``dataset``: a :class:`qveil.dataset.Dataset` (1-D states with an ``FQIConfig``; any d
+    with a :class:`qveil.kfqi_config.KernelFQIConfig`, see :mod:`qveil.trainer.kfqi`).
+    Raises FailedPrecondition when the noise-to-value ratio is above :data:`REFUSE_RATIO`
+    and ``force`` is False; InvalidArgument for bad input. Nothing is written on any error."""
+    from qveil.kfqi_config import KernelFQIConfig
+
+    if isinstance(cfg, KernelFQIConfig):  # d coordinates (issue 16)
+        from qveil.trainer.kfqi import train_kernel_fqi
+
+        outcome: FQIOutcome = train_kernel_fqi(cfg, dataset, out, force=force)
+        return outcome
     from qveil.bundle import build_fqi_card, load_bundle, write_grid_bundle
     from qveil.fqi import FQISpec, fitted_q
     from qveil.noise import StateInterval
@@ -112,7 +120,9 @@ def train_fqi(
     s = np.asarray(dataset.s, dtype=np.float64)
     if s.ndim == 2 and s.shape[1] != 1:
         raise InvalidArgument(
-            f"the 1-D fqi mode needs states with one coordinate; this dataset has {s.shape[1]}"
+            f"the 1-D fqi mode needs states with one coordinate; this dataset has "
+            f'{s.shape[1]}: use a config with estimator = "kernel" '
+            "(configs/cartpole-private.toml)"
         )
     env_id = cfg.env_id or getattr(dataset, "env_id", None) or ""
     rr = cfg.reward_range or tuple(dataset.reward_range)
@@ -186,6 +196,21 @@ def train_fqi(
 def summary(outcome: FQIOutcome) -> str:
     """A few lines for the CLI."""
     c = outcome.card
+    if c.get("dims") is not None:
+        return "\n".join(
+            [
+                f"bundle {c['bundle_id']} written to {outcome.path}",
+                f"  mode=fqi estimator=kernel d={c['dims']} neighbour={c['neighbour']} "
+                f"users={c['users']} gamma={c['gamma']:g} T={c['iterations']} "
+                f"anchors={c['model']['anchor_points']}^{c['dims']} lam={c['model']['lam']:g}",
+                f"  D_T={c['sup_sensitivity']:.4g} kappa={c['kappa']:.4g} "
+                f"betas={c['betas']} Delta={c['sensitivity']:.4g} sigma={c['sigma']:.4g} "
+                f"(noise/value {c['noise_to_value']:.3f}); states clipped into "
+                f"{c['state_intervals']}",
+                f"  epsilon={_g(c['epsilon'])} delta={c['delta_total']:.3g} holds={c['holds']}",
+                f"  fitted in {outcome.seconds:.2f} s",
+            ]
+        )
     return "\n".join(
         [
             f"bundle {c['bundle_id']} written to {outcome.path}",

@@ -1,0 +1,184 @@
+"""The public configuration of a d-coordinate `fqi` release (kernel estimator, issue 16)
+and its privacy plan, from public quantities only, before any data is touched.
+
+A config file says ``estimator = "kernel"`` (configs/cartpole-private.toml);
+:func:`load_fqi_config` reads either kind, so ``qveil train --mode fqi --config FILE``
+and ``qveil privacy --mode fqi --config FILE`` take both. No torch, no gymnasium.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from qveil.errors import InvalidArgument
+
+__all__ = ["DEFAULT_BETA", "KernelFQIConfig", "load_fqi_config", "plan_kernel"]
+
+#: beta_j when a config gives none: a public default on unit coordinates (the noise's
+#: correlation length 1/2 of a coordinate's interval; kappa does not depend on it).
+DEFAULT_BETA = 2.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class KernelFQIConfig:
+    """The public configuration of a kernel fqi release (d >= 1 coordinates)."""
+
+    estimator: str = "kernel"
+    env_id: str | None = None
+    state_intervals: tuple[tuple[float, float], ...] | None = None
+    """One public [lo, hi] per coordinate; states outside are clipped. Default: the
+    environment's observation bounds (refused when a bound is infinite)."""
+    reward_range: tuple[float, float] | None = None
+    gamma: float = 0.8
+    iterations: int = 20
+    anchor_points: int = 6
+    bandwidth: float = 0.2
+    kernel_radius: float = 2.0
+    inducing_points: int = 11
+    lam: float = 0.05
+    betas: tuple[float, ...] | None = None
+    """beta_j per coordinate (noise and release map); default DEFAULT_BETA each."""
+    neighbour: str = "user"
+    epsilon: float | None = 1.0
+    delta: float = 1e-5
+    sigma: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.estimator != "kernel":
+            raise InvalidArgument(f"estimator must be kernel, got {self.estimator!r:.80}")
+        if self.state_intervals is not None:
+            v = self.state_intervals
+            if not isinstance(v, list | tuple) or not all(
+                isinstance(p, list | tuple) and len(p) == 2 for p in v
+            ):
+                raise InvalidArgument(f"state_intervals must be [[lo, hi], ...], got {v!r:.80}")
+            object.__setattr__(
+                self, "state_intervals", tuple((float(p[0]), float(p[1])) for p in v)
+            )
+        if self.reward_range is not None:
+            rr = self.reward_range
+            if not isinstance(rr, list | tuple) or len(rr) != 2:
+                raise InvalidArgument(f"reward_range must be [lo, hi], got {rr!r:.80}")
+            object.__setattr__(self, "reward_range", (float(rr[0]), float(rr[1])))
+        if self.betas is not None:
+            object.__setattr__(self, "betas", tuple(float(b) for b in self.betas))
+        if self.neighbour not in ("user", "reward"):
+            raise InvalidArgument(f"neighbour must be user or reward, got {self.neighbour!r:.80}")
+        if self.epsilon is not None and self.sigma is not None:
+            raise InvalidArgument("give epsilon or sigma, not both")
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> KernelFQIConfig:
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - names - {"mode"})
+        if unknown:
+            raise InvalidArgument(f"unknown kernel fqi config key(s): {', '.join(unknown)[:80]}")
+        if d.get("mode", "fqi") != "fqi":
+            raise InvalidArgument(f"this config is for mode {d['mode']!r:.80}, not fqi")
+        return cls(**{k: v for k, v in d.items() if k != "mode"})
+
+    def replace(self, **changes: Any) -> KernelFQIConfig:
+        return dataclasses.replace(self, **changes)
+
+    def betas_for(self, dims: int) -> tuple[float, ...]:
+        b = self.betas if self.betas is not None else (DEFAULT_BETA,) * dims
+        if len(b) != dims:
+            raise InvalidArgument(f"the config gives {len(b)} betas for {dims} coordinates")
+        return b
+
+    def spec(self, dims: int) -> Any:
+        """The estimator's :class:`qveil.kfqi.KernelFQISpec`."""
+        from qveil.kfqi import KernelFQISpec
+
+        return KernelFQISpec(
+            gamma=self.gamma,
+            iterations=self.iterations,
+            betas=self.betas_for(dims),
+            anchor_points=self.anchor_points,
+            bandwidth=self.bandwidth,
+            kernel_radius=self.kernel_radius,
+            inducing_points=self.inducing_points,
+            lam=self.lam,
+            neighbour=self.neighbour,
+        )
+
+    def to_toml(self) -> str:
+        lines = ["# qveil fqi configuration, kernel estimator (effective values)", 'mode = "fqi"']
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if v is None:
+                continue
+            if isinstance(v, tuple):
+                lines.append(f"{f.name} = {_toml_list(v)}")
+            elif isinstance(v, str):
+                lines.append(f'{f.name} = "{v}"')
+            else:
+                lines.append(f"{f.name} = {v!r}")
+        return "\n".join(lines) + "\n"
+
+
+def _toml_list(v: Any) -> str:
+    if isinstance(v, tuple | list):
+        return "[" + ", ".join(_toml_list(x) for x in v) + "]"
+    return repr(float(v))
+
+
+def load_fqi_config(path: str | Path) -> Any:
+    """An fqi config of either kind: :class:`qveil.fqi_config.FQIConfig` (1-D grid) or
+    :class:`KernelFQIConfig` (``estimator = "kernel"``)."""
+    from qveil.fqi_config import FQIConfig
+
+    try:
+        with Path(path).open("rb") as fh:
+            d = tomllib.load(fh)
+    except FileNotFoundError:
+        raise InvalidArgument(f"config {str(path)[:80]!r} does not exist") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise InvalidArgument(f"config {str(path)[:80]!r} is not valid TOML: {exc}") from None
+    if d.get("estimator", "grid") == "kernel":
+        return KernelFQIConfig.from_dict(d)
+    if "estimator" in d and d["estimator"] != "grid":
+        raise InvalidArgument(f"estimator must be grid or kernel, got {d['estimator']!r:.80}")
+    return FQIConfig.from_dict({k: v for k, v in d.items() if k != "estimator"})
+
+
+def plan_kernel(
+    cfg: KernelFQIConfig,
+    *,
+    users: int,
+    actions: int,
+    dims: int,
+    reward_range: tuple[float, float],
+) -> Any:
+    """The release's privacy accounting from public quantities only (before training)."""
+    from qveil.privacy.kfqi import (
+        KernelFQIPrivacyParams,
+        account_kernel_fqi,
+        calibrate_kernel_fqi,
+    )
+
+    p = KernelFQIPrivacyParams(
+        neighbour=cfg.neighbour,
+        users=users,
+        reward_range=reward_range,
+        gamma=cfg.gamma,
+        iterations=cfg.iterations,
+        actions=actions,
+        dims=dims,
+        betas=cfg.betas_for(dims),
+        lam=cfg.lam,
+        anchor_points=cfg.anchor_points,
+        inducing_points=cfg.inducing_points,
+        delta=cfg.delta,
+        sigma=cfg.sigma,
+    )
+    if cfg.sigma is not None:
+        return account_kernel_fqi(p)
+    if cfg.epsilon is None:
+        raise InvalidArgument("give epsilon (or sigma) for an fqi release")
+    return calibrate_kernel_fqi(p, epsilon=cfg.epsilon)

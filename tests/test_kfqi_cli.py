@@ -1,0 +1,176 @@
+"""The d-coordinate fqi release (kernel estimator, issue 16 part 1) through the CLI, as real
+subprocesses: collect CartPole-v1 users, train with configs/cartpole-private.toml, load and
+verify the additive bundle, inspect it; tampering (betas, lam, the model's betas) is
+refused on load; a 1-D server path (``Bundle.interval``/``beta``) refuses it loudly rather
+than serving 1-D noise."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from qveil.bundle import CARD_FILE, WEIGHTS_FILE, card_digest, load_bundle
+from qveil.errors import IntegrityError, InvalidArgument
+
+QVEIL = str(Path(sys.executable).with_name("qveil"))
+CONFIG = str(Path(__file__).resolve().parents[1] / "configs" / "cartpole-private.toml")
+
+
+def qveil(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([QVEIL, *argv], capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("kb")
+    r = qveil(
+        "dataset",
+        "collect",
+        "--env",
+        "CartPole-v1",
+        "--users",
+        "200",
+        "--seed",
+        "2",
+        "--reward-range",
+        "0,1",
+        "--out",
+        str(d / "cp.npz"),
+        "--no-progress",
+    )
+    assert r.returncode == 0, r.stderr
+    r = qveil(
+        "train",
+        "--mode",
+        "fqi",
+        "--dataset",
+        str(d / "cp.npz"),
+        "--config",
+        CONFIG,
+        "--epsilon",
+        "1",
+        "--out",
+        str(d / "bundle"),
+    )
+    assert r.returncode == 0, r.stderr
+    assert "estimator=kernel d=4" in r.stdout and "holds=True" in r.stdout, r.stdout
+    return d / "bundle"
+
+
+def test_card_is_recomputed_and_says_states_are_clipped(bundle: Path) -> None:
+    b = load_bundle(bundle)
+    c = b.card
+    assert c["dims"] == 4 and c["betas"] == [2.0] * 4 and c["state_interval"] is None
+    assert "clipped" in c["clipping"] and "clipped" in c["basis"]
+    assert c["kappa"] == pytest.approx(1 / (4 * 0.05))
+    assert c["model"]["kind"] == "additive" and c["privacy_params"]["estimator"] == "kernel"
+    pub = b.public_card()
+    assert "state_intervals" in pub and "dataset_fingerprint" not in pub
+    assert "training" not in pub
+    # the model: (n, d) raw states, out-of-box coordinates clipped (public post-processing)
+    q = b.q_values([[0.0, 0.0, 0.0, 0.0], [5.0, 0.0, 0.0, 0.0]])
+    qc = b.q_values([[0.0, 0.0, 0.0, 0.0], [0.3, 0.0, 0.0, 0.0]])
+    np.testing.assert_array_equal(q, qc)
+    assert q.shape == (2, 2) and np.isfinite(q).all()
+
+
+def test_one_dimensional_paths_refuse_a_d_coordinate_release(bundle: Path) -> None:
+    b = load_bundle(bundle)
+    with pytest.raises(InvalidArgument, match="part 2"):
+        _ = b.interval
+    with pytest.raises(InvalidArgument, match="betas"):
+        _ = b.beta
+    with pytest.raises(InvalidArgument):
+        b.q_values_unit([0.5, 0.5])  # a 1-D batch of two states is not (n, 4)
+
+
+def test_inspect_sweeps_each_coordinate(bundle: Path) -> None:
+    r = qveil("inspect", "--bundle", str(bundle), "--grid", "3", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert len(out["states"]) == 12 and len(out["states"][0]) == 4
+    assert np.asarray(out["mean"]).shape == (12, 2)
+
+
+@pytest.mark.parametrize(
+    "edit,needle",
+    [
+        (lambda c: c["privacy_params"].__setitem__("lam", 0.5), "privacy"),
+        (lambda c: c.__setitem__("betas", [3.0] * 4), "betas"),
+        (lambda c: c["model"].__setitem__("lam", 0.5), "model"),
+    ],
+)
+def test_tampered_kernel_card_is_refused(bundle: Path, tmp_path: Path, edit, needle) -> None:  # type: ignore[no-untyped-def]
+    copy = tmp_path / "b"
+    shutil.copytree(bundle, copy)
+    card = json.loads((copy / CARD_FILE).read_text())
+    edit(card)
+    card["card_sha256"] = card_digest(card)
+    (copy / CARD_FILE).write_text(json.dumps(card))
+    with pytest.raises(IntegrityError, match=needle):
+        load_bundle(copy)
+
+
+def test_model_betas_must_be_the_noise_betas(bundle: Path, tmp_path: Path) -> None:
+    """A model whose RKHS is not the noise's (betas differ) is refused even with a
+    consistent weights hash."""
+    from qveil.bundle import _sha256_file
+
+    copy = tmp_path / "b"
+    shutil.copytree(bundle, copy)
+    with np.load(copy / WEIGHTS_FILE) as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    arrays["betas"] = arrays["betas"] * 2
+    with (copy / WEIGHTS_FILE).open("wb") as fh:
+        np.savez(fh, **arrays)
+    card = json.loads((copy / CARD_FILE).read_text())
+    card["weights_sha256"] = _sha256_file(copy / WEIGHTS_FILE)
+    card["card_sha256"] = card_digest(card)
+    (copy / CARD_FILE).write_text(json.dumps(card))
+    with pytest.raises(IntegrityError, match="noise"):
+        load_bundle(copy)
+
+
+def test_wrong_number_of_intervals_is_a_clear_error(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(
+        Path(CONFIG).read_text().replace("state_intervals = [[-0.3, 0.3], ", "state_intervals = [")
+    )
+    r = qveil(
+        "dataset",
+        "collect",
+        "--env",
+        "CartPole-v1",
+        "--users",
+        "5",
+        "--seed",
+        "2",
+        "--reward-range",
+        "0,1",
+        "--out",
+        str(tmp_path / "cp.npz"),
+        "--no-progress",
+    )
+    assert r.returncode == 0, r.stderr
+    r = qveil(
+        "train",
+        "--mode",
+        "fqi",
+        "--dataset",
+        str(tmp_path / "cp.npz"),
+        "--config",
+        str(cfg),
+        "--epsilon",
+        "1",
+        "--out",
+        str(tmp_path / "b"),
+        "--force",
+    )
+    assert r.returncode == 2 and "state intervals" in r.stderr, r.stderr
+    assert not (tmp_path / "b").exists()

@@ -99,6 +99,9 @@ class KernelFQISpec:
     lam: float = 0.05
     """lambda of equation (2): kappa = 1 / (4 lambda)."""
     neighbour: str = "user"
+    default: float | None = None
+    """The public value an uncovering user contributes (and the KRR centre c0); must lie in
+    the Q range [min(lo, 0), max(hi, 0)] / (1 - gamma); None: its midpoint."""
 
     def __post_init__(self) -> None:
         if not (0.0 <= self.gamma < 1.0):
@@ -130,6 +133,19 @@ class KernelFQISpec:
     @property
     def dims(self) -> int:
         return len(self.betas)
+
+    def default_value(self, reward_range: tuple[float, float]) -> float:
+        """The public default (and centre): ``default`` checked against the Q range (the
+        proof of D_T needs it inside), or the range's midpoint."""
+        qlo, qhi = q_range(reward_range, self.gamma)
+        if self.default is None:
+            return float(0.5 * (qlo + qhi))
+        v = float(self.default)
+        if not (math.isfinite(v) and qlo <= v <= qhi):
+            raise InvalidArgument(
+                f"default must lie in the Q range [{qlo:g}, {qhi:g}], got {self.default!r}"
+            )
+        return v
 
     @property
     def kappa(self) -> float:
@@ -286,8 +302,7 @@ def fitted_q_nd(
     n_users = int(uid.max()) + 1 if len(uid) else 0
     if not (len(x) == len(x2) == len(a) == len(r) == len(term) == len(uid)) or n_users == 0:
         raise InvalidArgument("fitted_q_nd: empty or mismatched sample arrays")
-    qlo, qhi = q_range((lo, hi), spec.gamma)
-    default = 0.5 * (qlo + qhi)
+    default = spec.default_value((lo, hi))
     ops = []
     for act in range(int(n_actions)):
         m = a == act
@@ -402,8 +417,7 @@ def kernel_fqi(
         spec=spec,
         on_iteration=on_iteration,
     )
-    qlo, qhi = q_range(reward_range, spec.gamma)
-    c0 = 0.5 * (qlo + qhi)
+    c0 = spec.default_value(reward_range)
     coef = krr_operator(
         anchor_grid(spec.anchor_points, spec.dims),
         betas=spec.betas,

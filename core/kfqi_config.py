@@ -44,6 +44,9 @@ class KernelFQIConfig:
     betas: tuple[float, ...] | None = None
     """beta_j per coordinate (noise and release map); default DEFAULT_BETA each."""
     neighbour: str = "user"
+    default_value: float | None = None
+    """The public value of a user whose samples do not reach an anchor, and the KRR
+    centre; in the Q range; None: its midpoint."""
     epsilon: float | None = 1.0
     delta: float = 1e-5
     sigma: float | None = None
@@ -105,6 +108,7 @@ class KernelFQIConfig:
             inducing_points=self.inducing_points,
             lam=self.lam,
             neighbour=self.neighbour,
+            default=self.default_value,
         )
 
     def to_toml(self) -> str:

@@ -8,7 +8,8 @@ episode each (qveil.trainer.collect), fit the kernel FQI + subspace KRR once
 * the non-private estimator (the released mean, no noise): the ceiling;
 * the private release at each epsilon (delta 1e-5): mean + additive noise g_a, one seeded
   :class:`qveil.additive.AdditiveSamplePath` per action with the accountant's sigma,
-  queried lazily at the visited states (actions: argmax_a of f_a(x) + g_a(x));
+  queried lazily at the visited states (actions: argmax_a of f_a(x) + g_a(x)); averaged
+  over ``draws`` independent releases (noise draws), since one draw's return varies a lot;
 * the uniformly random policy: the floor.
 
 "Fraction" = (private - random) / (ceiling - random). Part 2 re-measures the release
@@ -55,6 +56,7 @@ def _spec(cfg: dict[str, Any]) -> Any:
         inducing_points=cfg["inducing_points"],
         lam=cfg["lam"],
         neighbour=cfg["neighbour"],
+        default=cfg.get("default_value"),
     )
 
 
@@ -103,6 +105,7 @@ def run_point(
     seed: int,
     *,
     episodes: int,
+    draws: int = 1,
     epsilons: tuple[float, ...] = EPSILONS,
     **changes: Any,
 ) -> list[dict[str, Any]]:
@@ -178,18 +181,25 @@ def run_point(
     )
     for k, eps in enumerate(epsilons):
         res = privacy(cfg, users=int(ds.users), actions=m, epsilon=eps)
-        paths = [
-            AdditiveSamplePath(
-                betas=spec.betas, sigma=res.sigma, rng=np.random.default_rng([seed, k, a])
+        returns = []
+        for draw in range(draws):  # independent releases (noise draws) at this epsilon
+            paths = [
+                AdditiveSamplePath(
+                    betas=spec.betas, sigma=res.sigma, rng=np.random.default_rng([seed, k, draw, a])
+                )
+                for a in range(m)
+            ]
+
+            def noisy(o: np.ndarray, paths: list[AdditiveSamplePath] = paths) -> int:
+                x = box.to_unit(o[None])
+                g = np.array([p.sample(x)[0] for p in paths])
+                return int(np.argmax(mean(o) + g))
+
+            returns.append(
+                _episodes(
+                    env_id, noisy, episodes=max(1, episodes // draws), seed=eval_seed + 100 * draw
+                )
             )
-            for a in range(m)
-        ]
-
-        def noisy(o: np.ndarray, paths: list[AdditiveSamplePath] = paths) -> int:
-            x = box.to_unit(o[None])
-            g = np.array([p.sample(x)[0] for p in paths])
-            return int(np.argmax(mean(o) + g))
-
         rows.append(
             {
                 **base,
@@ -197,7 +207,10 @@ def run_point(
                 "epsilon": eps,
                 "sigma": res.sigma,
                 "noise_to_value": res.noise_to_value,
-                "return": _episodes(env_id, noisy, episodes=episodes, seed=eval_seed),
+                "return": float(np.mean(returns)),
+                "draws": draws,
+                "draw_min": float(np.min(returns)),
+                "draw_max": float(np.max(returns)),
             }
         )
     return rows
@@ -230,8 +243,7 @@ def _plot(rows: list[dict[str, Any]], path: Path) -> Path:
 
         def line(pred: Any, er: list[dict[str, Any]] = er, ns: list[int] = ns) -> list[float]:
             return [
-                float(np.mean([r["return"] for r in er if r["users"] == n and pred(r)]))
-                for n in ns
+                float(np.mean([r["return"] for r in er if r["users"] == n and pred(r)])) for n in ns
             ]
 
         ax.plot(ns, line(lambda r: r["policy"] == "non-private"), "k-", lw=2, label="non-private")
@@ -259,17 +271,17 @@ def run(
 
     out.mkdir(parents=True, exist_ok=True)
     if quick:
-        plan = [("CartPole-v1", [300, 1000]), ("Acrobot-v1", [100])]
-        episodes, n_seeds = 3, seeds or 1
+        plan = [("CartPole-v1", [300, 1000]), ("Acrobot-v1", [30])]
+        episodes, draws, n_seeds = 3, 1, seeds or 1
     else:
         plan = [("CartPole-v1", [1000, 3000, 10_000, 30_000, 100_000]), ("Acrobot-v1", [300, 1000])]
-        episodes, n_seeds = 10, seeds or 1
+        episodes, draws, n_seeds = 20, 5, seeds or 1
     rows: list[dict[str, Any]] = []
     for env_id, ns in plan:
         for n in ns:
             for s in range(n_seeds):
                 t0 = time.perf_counter()
-                got = run_point(env_id, n, s, episodes=episodes)
+                got = run_point(env_id, n, s, episodes=episodes, draws=draws)
                 rows += got
                 summ = " ".join(
                     f"{r['policy'][:4]}{'' if r['policy'] != 'private' else r['epsilon']}="

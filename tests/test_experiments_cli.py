@@ -61,6 +61,20 @@ def test_fig1_quick(tmp_path: Path) -> None:
     _check_outputs(tmp_path, ["fig1_curves.csv", "fig1_summary.csv", "fig1.png"])
 
 
+def test_multid_quick(tmp_path: Path) -> None:
+    """CartPole-v1 (d = 4) and Acrobot-v1 (d = 6): the non-private, private (each epsilon)
+    and random rows of every (env, N), with the fraction of the way from random."""
+    import csv
+
+    assert main(["experiments", "multid", "--quick", "--out", str(tmp_path)]) == 0
+    rows = list(csv.DictReader((tmp_path / "multid.csv").open()))
+    assert {r["env"] for r in rows} == {"CartPole-v1", "Acrobot-v1"}
+    assert {r["policy"] for r in rows} == {"non-private", "private", "random"}
+    assert len([r for r in rows if r["policy"] == "private"]) == 4 * 3
+    assert all("fraction" in r for r in rows)
+    assert (tmp_path / "multid.png").stat().st_size > 1000
+
+
 def test_fig2_quick(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     assert main(["experiments", "fig2", "--quick", "--out", str(tmp_path), "--workers", "1"]) == 0

@@ -216,3 +216,31 @@ def test_accountant_kernel_variant() -> None:
         KernelFQIPrivacyParams.from_dict({**p.to_dict(), "betas": [1.0]})
     with pytest.raises(InvalidArgument):
         KernelFQISpec(gamma=0.5, iterations=1, betas=(1.0,) * 6, anchor_points=12)
+
+
+def test_default_value_must_lie_in_the_q_range() -> None:
+    """D_T's proof needs the default inside [min(lo, 0), max(hi, 0)] / (1 - gamma)."""
+    spec = KernelFQISpec(gamma=0.5, iterations=1, betas=(1.0,), default=0.0)
+    assert spec.default_value((0.0, 1.0)) == 0.0
+    assert KernelFQISpec(gamma=0.5, iterations=1, betas=(1.0,)).default_value((0, 1)) == 1.0
+    with pytest.raises(InvalidArgument, match="Q range"):
+        KernelFQISpec(gamma=0.5, iterations=1, betas=(1.0,), default=2.5).default_value((0, 1))
+
+
+def test_pessimistic_default_keeps_d_t() -> None:
+    """The bound holds for a default at the end of the range too."""
+    d, n_users, gamma, t = 2, 30, 0.7, 8
+    u, s, a, r, s2, term = _toy(n_users, d, 5)
+    box = StateBox.of([[0.0, 1.0]] * d)
+    spec = KernelFQISpec(
+        gamma=gamma, iterations=t, betas=(2.0,) * d, anchor_points=5, bandwidth=0.2, default=0.0
+    )
+    kw = dict(n_actions=2, reward_range=(0.0, 1.0), box=box, spec=spec)
+    q = fitted_q_nd(s, a, r, s2, term, u, **kw)
+    s_, a_, r_ = s.copy(), a.copy(), r.copy()
+    s_[u == 0], a_[u == 0], r_[u == 0] = 0.5, 0, 1.0
+    q2 = fitted_q_nd(s_, a_, r_, s2, term, u, **kw)
+    dt = sup_sensitivity(
+        neighbour="user", users=n_users, reward_range=(0.0, 1.0), gamma=gamma, iterations=t
+    )
+    assert float(np.abs(q - q2).max()) <= dt * (1 + 1e-9)

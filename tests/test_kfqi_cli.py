@@ -68,7 +68,8 @@ def test_card_is_recomputed_and_says_states_are_clipped(bundle: Path) -> None:
     c = b.card
     assert c["dims"] == 4 and c["betas"] == [2.0] * 4 and c["state_interval"] is None
     assert "clipped" in c["clipping"] and "clipped" in c["basis"]
-    assert c["kappa"] == pytest.approx(1 / (4 * 0.05))
+    assert c["kappa"] == pytest.approx(1 / (4 * 0.2))
+    assert c["hyperparameters"]["default_value"] == 0.0
     assert c["model"]["kind"] == "additive" and c["privacy_params"]["estimator"] == "kernel"
     pub = b.public_card()
     assert "state_intervals" in pub and "dataset_fingerprint" not in pub

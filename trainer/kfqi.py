@@ -117,6 +117,7 @@ def train_kernel_fqi(
             "lam": cfg.lam,
             "betas": list(spec.betas),
             "neighbour": cfg.neighbour,
+            "default_value": spec.default_value(rr),
         },
         seeded=False,
         code_version=code_version(),

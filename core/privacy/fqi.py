@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from qveil.errors import InvalidArgument
 from qveil.privacy.checks import ONE_STORE
@@ -39,6 +39,9 @@ from qveil.privacy.gaussian import (
     analytic_gaussian_epsilon,
     analytic_gaussian_sigma,
 )
+
+if TYPE_CHECKING:
+    from qveil.privacy.kfqi import KernelFQIPrivacyParams
 
 __all__ = [
     "BASIS",
@@ -188,7 +191,7 @@ class FQIPrivacyResult:
     noise_to_value: float
     basis: str
     reason: str | None
-    params: FQIPrivacyParams
+    params: FQIPrivacyParams | KernelFQIPrivacyParams
     target: dict[str, Any] | None = None
 
     @property

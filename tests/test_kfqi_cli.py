@@ -15,7 +15,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from qveil.bundle import CARD_FILE, WEIGHTS_FILE, card_digest, load_bundle
+from qveil.bundle import (
+    ADMIN_CARD_FILE,
+    CARD_FILE,
+    WEIGHTS_FILE,
+    card_digest,
+    load_bundle,
+    merge_card,
+    split_card,
+)
 from qveil.errors import IntegrityError, InvalidArgument
 
 QVEIL = str(Path(sys.executable).with_name("qveil"))
@@ -24,6 +32,20 @@ CONFIG = str(Path(__file__).resolve().parents[1] / "configs" / "cartpole-private
 
 def qveil(*argv: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([QVEIL, *argv], capture_output=True, text=True, timeout=300)
+
+
+def _read(copy: Path) -> dict:  # type: ignore[type-arg]
+    return merge_card(
+        json.loads((copy / CARD_FILE).read_text()),
+        json.loads((copy / ADMIN_CARD_FILE).read_text()),
+    )
+
+
+def _write(copy: Path, card: dict) -> None:  # type: ignore[type-arg]
+    card["card_sha256"] = card_digest(card)
+    public, admin = split_card(card)
+    (copy / CARD_FILE).write_text(json.dumps(public))
+    (copy / ADMIN_CARD_FILE).write_text(json.dumps(admin))
 
 
 @pytest.fixture(scope="module")
@@ -110,10 +132,9 @@ def test_inspect_sweeps_each_coordinate(bundle: Path) -> None:
 def test_tampered_kernel_card_is_refused(bundle: Path, tmp_path: Path, edit, needle) -> None:  # type: ignore[no-untyped-def]
     copy = tmp_path / "b"
     shutil.copytree(bundle, copy)
-    card = json.loads((copy / CARD_FILE).read_text())
+    card = _read(copy)
     edit(card)
-    card["card_sha256"] = card_digest(card)
-    (copy / CARD_FILE).write_text(json.dumps(card))
+    _write(copy, card)
     with pytest.raises(IntegrityError, match=needle):
         load_bundle(copy)
 
@@ -130,10 +151,9 @@ def test_model_betas_must_be_the_noise_betas(bundle: Path, tmp_path: Path) -> No
     arrays["betas"] = arrays["betas"] * 2
     with (copy / WEIGHTS_FILE).open("wb") as fh:
         np.savez(fh, **arrays)
-    card = json.loads((copy / CARD_FILE).read_text())
+    card = _read(copy)
     card["weights_sha256"] = _sha256_file(copy / WEIGHTS_FILE)
-    card["card_sha256"] = card_digest(card)
-    (copy / CARD_FILE).write_text(json.dumps(card))
+    _write(copy, card)
     with pytest.raises(IntegrityError, match="noise"):
         load_bundle(copy)
 
@@ -175,3 +195,44 @@ def test_wrong_number_of_intervals_is_a_clear_error(tmp_path: Path) -> None:
     )
     assert r.returncode == 2 and "state intervals" in r.stderr, r.stderr
     assert not (tmp_path / "b").exists()
+
+
+def test_privacy_plan_of_a_kernel_config_before_any_data() -> None:
+    """`qveil privacy --mode fqi --config <kernel config>` prints the same sigma the
+    trainer would use (public quantities only), and refuses the 1-D grid's flags."""
+    from qveil.kfqi_config import load_fqi_config, plan_kernel
+
+    r = qveil(
+        "privacy",
+        "--mode",
+        "fqi",
+        "--config",
+        CONFIG,
+        "--users",
+        "100000",
+        "--actions",
+        "2",
+        "--epsilon",
+        "1",
+    )
+    assert r.returncode == 0, r.stderr
+    want = plan_kernel(
+        load_fqi_config(CONFIG), users=100_000, actions=2, dims=4, reward_range=(0.0, 1.0)
+    )
+    assert f"{want.sigma:.6g}" in r.stdout and "kernel, d = 4" in r.stdout
+    r = qveil(
+        "privacy",
+        "--mode",
+        "fqi",
+        "--config",
+        CONFIG,
+        "--users",
+        "100",
+        "--actions",
+        "2",
+        "--epsilon",
+        "1",
+        "--grid-points",
+        "11",
+    )
+    assert r.returncode == 2 and "kernel" in r.stderr, r.stderr

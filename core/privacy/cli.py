@@ -216,10 +216,35 @@ def _fqi(args: argparse.Namespace) -> Any:
     """The fqi plan from the config (or defaults) and the flags: public quantities only."""
     from qveil.errors import InvalidArgument
     from qveil.fqi_config import FQIConfig, plan
+    from qveil.kfqi_config import KernelFQIConfig, load_fqi_config, plan_kernel
 
-    cfg = FQIConfig.from_toml(args.config) if args.config else FQIConfig()
+    cfg = load_fqi_config(args.config) if args.config else FQIConfig()
     if args.users is None:
         raise InvalidArgument("fqi mode needs --users N (the number of users in the dataset)")
+    if isinstance(cfg, KernelFQIConfig):  # d coordinates (issue 16): dims from the config
+        kchanges: dict[str, Any] = {
+            k: getattr(args, k)
+            for k in ("gamma", "delta", "neighbour", "iterations")
+            if getattr(args, k) is not None
+        }
+        for flag in ("grid_points", "beta", "smoother_bandwidth"):
+            if getattr(args, flag) is not None:
+                raise InvalidArgument(
+                    f"--{flag.replace('_', '-')} is for the 1-D grid estimator; this config "
+                    "is estimator = kernel"
+                )
+        if args.sigma is not None:
+            kchanges.update(sigma=args.sigma, epsilon=None)
+        else:
+            kchanges.update(epsilon=args.epsilon, sigma=None)
+        kcfg = cfg.replace(**kchanges)
+        dims = len(kcfg.state_intervals or kcfg.betas or ())
+        if dims == 0:
+            raise InvalidArgument("a kernel config needs state_intervals or betas (its d)")
+        rr = kcfg.reward_range or (0.0, float(args.reward_bound))
+        return kcfg, plan_kernel(
+            kcfg, users=args.users, actions=args.actions, dims=dims, reward_range=rr
+        )
     changes = {
         k: getattr(args, k)
         for k in ("gamma", "delta", "neighbour", "iterations", "grid_points", "beta")

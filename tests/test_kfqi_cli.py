@@ -96,6 +96,7 @@ def test_card_is_recomputed_and_says_states_are_clipped(bundle: Path) -> None:
     pub = b.public_card()
     assert "state_intervals" in pub and "dataset_fingerprint" not in pub
     assert "training" not in pub
+    assert pub["estimator"]["lam"] == 0.2 and pub["estimator"]["anchor_points"] == 6
     # the model: (n, d) raw states, out-of-box coordinates clipped (public post-processing)
     q = b.q_values([[0.0, 0.0, 0.0, 0.0], [5.0, 0.0, 0.0, 0.0]])
     qc = b.q_values([[0.0, 0.0, 0.0, 0.0], [0.3, 0.0, 0.0, 0.0]])

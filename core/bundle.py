@@ -865,6 +865,37 @@ def _write_dir(
     return out
 
 
+def _fqi_card_common(
+    pr: dict[str, Any],
+    hyperparameters: Mapping[str, Any],
+    dataset_fingerprint: str,
+    *,
+    code_version: str,
+    seeded: bool,
+) -> dict[str, Any]:
+    """The card fields every fqi estimator (grid or kernel) shares, copied from the
+    accountant's result ``pr`` and its params."""
+    pp = pr["params"]
+    lo, hi = pp["reward_range"]
+    return {
+        "actions": int(pp["actions"]),
+        "hyperparameters": _jsonable(dict(hyperparameters)),
+        # public: the config's values, never the data's (so a client can rerun the estimator)
+        "estimator": _jsonable(dict(hyperparameters)),
+        **{k: pr.get(k) for k in _FQI_RESULT_FIELDS},
+        "users": int(pp["users"]),
+        "reward_range": [float(lo), float(hi)],
+        "reward_bound": _reward_bound(pp),
+        "gamma": float(pp["gamma"]),
+        "iterations": int(pp["iterations"]),
+        "privacy": pr,
+        "privacy_params": pp,
+        "dataset_fingerprint": str(dataset_fingerprint),
+        "code_version": code_version,
+        "seeded": bool(seeded),
+    }
+
+
 def build_fqi_card(
     *,
     env_id: str,
@@ -881,25 +912,12 @@ def build_fqi_card(
     pr = _privacy_dict(privacy_result)
     pp = pr["params"]
     iv = interval if isinstance(interval, StateInterval) else StateInterval(*interval)
-    lo, hi = pp["reward_range"]
     card: dict[str, Any] = {
         "env_id": env_id,
         "state_interval": [iv.lo, iv.hi],
-        "actions": int(pp["actions"]),
-        "hyperparameters": _jsonable(dict(hyperparameters)),
-        # public: the config's values, never the data's (so a client can rerun the estimator)
-        "estimator": _jsonable(dict(hyperparameters)),
-        **{k: pr.get(k) for k in _FQI_RESULT_FIELDS},
-        "users": int(pp["users"]),
-        "reward_range": [float(lo), float(hi)],
-        "reward_bound": _reward_bound(pp),
-        "gamma": float(pp["gamma"]),
-        "iterations": int(pp["iterations"]),
-        "privacy": pr,
-        "privacy_params": pp,
-        "dataset_fingerprint": str(dataset_fingerprint),
-        "code_version": code_version,
-        "seeded": bool(seeded),
+        **_fqi_card_common(
+            pr, hyperparameters, dataset_fingerprint, code_version=code_version, seeded=seeded
+        ),
         "model": {
             "kind": "grid",
             "grid_points": int(pp["grid_points"]),
@@ -933,7 +951,6 @@ def build_kernel_fqi_card(
     box = StateBox.of([list(iv) for iv in state_intervals])
     if box.dims != int(pp["dims"]):
         raise InvalidArgument(f"{box.dims} state intervals for a d = {pp['dims']} release")
-    lo, hi = pp["reward_range"]
     card: dict[str, Any] = {
         "env_id": env_id,
         "state_interval": None,
@@ -944,21 +961,9 @@ def build_kernel_fqi_card(
             "each state coordinate outside its public interval is clipped into it before the "
             "model and the noise see it (public post-processing)"
         ),
-        "actions": int(pp["actions"]),
-        "hyperparameters": _jsonable(dict(hyperparameters)),
-        # public: the config's values, never the data's (as build_fqi_card)
-        "estimator": _jsonable(dict(hyperparameters)),
-        **{k: pr.get(k) for k in _FQI_RESULT_FIELDS},
-        "users": int(pp["users"]),
-        "reward_range": [float(lo), float(hi)],
-        "reward_bound": _reward_bound(pp),
-        "gamma": float(pp["gamma"]),
-        "iterations": int(pp["iterations"]),
-        "privacy": pr,
-        "privacy_params": pp,
-        "dataset_fingerprint": str(dataset_fingerprint),
-        "code_version": code_version,
-        "seeded": bool(seeded),
+        **_fqi_card_common(
+            pr, hyperparameters, dataset_fingerprint, code_version=code_version, seeded=seeded
+        ),
         "model": {
             "kind": "additive",
             "dims": int(pp["dims"]),

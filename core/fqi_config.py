@@ -14,7 +14,15 @@ from typing import Any
 
 from qveil.errors import InvalidArgument
 
-__all__ = ["REFUSE_RATIO", "WARN_RATIO", "FQIConfig", "plan", "ratio_message"]
+__all__ = [
+    "REFUSE_RATIO",
+    "WARN_RATIO",
+    "FQIConfig",
+    "config_toml",
+    "plan",
+    "ratio_message",
+    "toml_value",
+]
 
 #: sigma / (r0 / (1 - gamma)) above this: a warning (the noise is a large part of the values).
 WARN_RATIO = 0.5
@@ -89,18 +97,30 @@ class FQIConfig:
         return dataclasses.replace(self, **changes)
 
     def to_toml(self) -> str:
-        lines = ["# qveil fqi configuration (effective values of this run)", 'mode = "fqi"']
-        for f in dataclasses.fields(self):
-            v = getattr(self, f.name)
-            if v is None:
-                continue
-            if isinstance(v, tuple):
-                lines.append(f"{f.name} = [{v[0]!r}, {v[1]!r}]")
-            elif isinstance(v, str):
-                lines.append(f'{f.name} = "{v}"')
-            else:
-                lines.append(f"{f.name} = {v!r}")
-        return "\n".join(lines) + "\n"
+        return config_toml(self, "qveil fqi configuration (effective values of this run)")
+
+
+def toml_value(v: Any) -> str:
+    """A config value as TOML: strings quoted, tuples and lists (nested) as arrays."""
+    if isinstance(v, tuple | list):
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
+    if isinstance(v, str):
+        return f'"{v}"'
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    return repr(float(v))  # numpy floats too (their repr is not TOML)
+
+
+def config_toml(cfg: Any, header: str) -> str:
+    """Every set field of a config dataclass as TOML (round-trips through its from_toml)."""
+    lines = [f"# {header}", 'mode = "fqi"']
+    for f in dataclasses.fields(cfg):
+        v = getattr(cfg, f.name)
+        if v is not None:
+            lines.append(f"{f.name} = {toml_value(v)}")
+    return "\n".join(lines) + "\n"
 
 
 def _beta(cfg: FQIConfig) -> float:

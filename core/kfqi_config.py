@@ -112,24 +112,9 @@ class KernelFQIConfig:
         )
 
     def to_toml(self) -> str:
-        lines = ["# qveil fqi configuration, kernel estimator (effective values)", 'mode = "fqi"']
-        for f in dataclasses.fields(self):
-            v = getattr(self, f.name)
-            if v is None:
-                continue
-            if isinstance(v, tuple):
-                lines.append(f"{f.name} = {_toml_list(v)}")
-            elif isinstance(v, str):
-                lines.append(f'{f.name} = "{v}"')
-            else:
-                lines.append(f"{f.name} = {v!r}")
-        return "\n".join(lines) + "\n"
+        from qveil.fqi_config import config_toml
 
-
-def _toml_list(v: Any) -> str:
-    if isinstance(v, tuple | list):
-        return "[" + ", ".join(_toml_list(x) for x in v) + "]"
-    return repr(float(v))
+        return config_toml(self, "qveil fqi configuration, kernel estimator (effective values)")
 
 
 def load_fqi_config(path: str | Path) -> Any:

@@ -27,7 +27,7 @@ Pure functions of public parameters: no I/O, no randomness.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
 
@@ -256,14 +256,21 @@ def account_fqi(p: FQIPrivacyParams) -> FQIPrivacyResult:
     )
 
 
+def calibrated(
+    p: Any, epsilon: float, sensitivity: float, account: Callable[[Any], FQIPrivacyResult]
+) -> FQIPrivacyResult:
+    """The smallest sigma giving (epsilon, p.delta)-DP at this L2 ``sensitivity``, accounted
+    by ``account`` (the grid or the kernel estimator's), with the target recorded."""
+    eps = _num("epsilon", epsilon, lo=0.0)
+    sigma = analytic_gaussian_sigma(epsilon=eps, delta=p.delta, sensitivity=sensitivity)
+    r = account(p.replace(sigma=sigma))
+    met = analytic_gaussian_delta(epsilon=eps, sensitivity=sensitivity, sigma=sigma) <= p.delta
+    return replace(r, target={"epsilon": eps, "delta": p.delta, "met": bool(met)})
+
+
 def calibrate_fqi(p: FQIPrivacyParams, *, epsilon: float) -> FQIPrivacyResult:
     """The smallest sigma giving (epsilon, p.delta)-DP, and its accounting."""
-    eps = _num("epsilon", epsilon, lo=0.0)
-    _, _, sens = _sensitivity(p)
-    sigma = analytic_gaussian_sigma(epsilon=eps, delta=p.delta, sensitivity=sens)
-    r = account_fqi(p.replace(sigma=sigma))
-    met = analytic_gaussian_delta(epsilon=eps, sensitivity=sens, sigma=sigma) <= p.delta
-    return replace(r, target={"epsilon": eps, "delta": p.delta, "met": bool(met)})
+    return calibrated(p, epsilon, _sensitivity(p)[2], account_fqi)
 
 
 def account_params(pp: Mapping[str, Any]) -> Any:

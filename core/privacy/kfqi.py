@@ -26,11 +26,15 @@ from typing import Any
 
 from qveil.errors import InvalidArgument
 from qveil.privacy.checks import number as _num
-from qveil.privacy.fqi import DELTA_SLACK, NEIGHBOURS, FQIPrivacyResult, sup_sensitivity
+from qveil.privacy.fqi import (
+    DELTA_SLACK,
+    NEIGHBOURS,
+    FQIPrivacyResult,
+    calibrated,
+    sup_sensitivity,
+)
 from qveil.privacy.gaussian import (
-    analytic_gaussian_delta,
     analytic_gaussian_epsilon,
-    analytic_gaussian_sigma,
 )
 
 __all__ = [
@@ -192,12 +196,7 @@ def account_kernel_fqi(p: KernelFQIPrivacyParams) -> FQIPrivacyResult:
 
 def calibrate_kernel_fqi(p: KernelFQIPrivacyParams, *, epsilon: float) -> FQIPrivacyResult:
     """The smallest sigma giving (epsilon, p.delta)-DP, and its accounting."""
-    eps = _num("epsilon", epsilon, lo=0.0)
-    _, _, sens = _sensitivity(p)
-    sigma = analytic_gaussian_sigma(epsilon=eps, delta=p.delta, sensitivity=sens)
-    r = account_kernel_fqi(p.replace(sigma=sigma))
-    met = analytic_gaussian_delta(epsilon=eps, sensitivity=sens, sigma=sigma) <= p.delta
-    return replace(r, target={"epsilon": eps, "delta": p.delta, "met": bool(met)})
+    return calibrated(p, epsilon, _sensitivity(p)[2], account_kernel_fqi)
 
 
 def account_any(pp: Mapping[str, Any]) -> Any:

@@ -20,7 +20,7 @@ from qveil.client.channel import (
     channel_options,
 )
 from qveil.client.errors import from_grpc_error, is_retryable
-from qveil.client.sync import as_states
+from qveil.client.sync import state_fields
 from qveil.v1 import value_service_pb2 as value_pb
 from qveil.v1 import value_service_pb2_grpc as value_grpc
 
@@ -74,7 +74,7 @@ class AsyncValueClient:
         timeout: float | None = None,
     ) -> t.Values:
         req = value_pb.GetValuesRequest(
-            states=as_states(states), actions=list(actions or ()), release_id=release_id
+            **state_fields(states), actions=list(actions or ()), release_id=release_id
         )
         return convert.values_from_proto(await self._call(self._stub.GetValues, req, timeout))
 
@@ -90,7 +90,7 @@ class AsyncValueClient:
     async def best_actions(
         self, states: npt.ArrayLike, *, timeout: float | None = None
     ) -> npt.NDArray[np.int64]:
-        req = value_pb.GetBestActionsRequest(states=as_states(states))
+        req = value_pb.GetBestActionsRequest(**state_fields(states))
         resp = await self._call(self._stub.GetBestActions, req, timeout)
         return convert.best_actions_from_proto(resp).actions
 

@@ -3,6 +3,11 @@
     qveil query --target 127.0.0.1:50051 --state 0.3 --state 0.7 [--action 1] [--json]
     qveil query --target HOST:PORT --best --state 0.3
     qveil query --target HOST:PORT --card
+    qveil query --target HOST:PORT --state 0.1,0.2,0.3,0.4     (a release of d = 4 coordinates)
+
+For a release of d > 1 state coordinates (issue 16) each --state is ONE state, its d
+coordinates comma-separated; for a 1-D release a comma list is several states, as before.
+The release's d comes from GetRelease.
 Light: imports only the client SDK (no torch, no SQLAlchemy)."""
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ def add_parser(sub: Any) -> None:
         action="append",
         default=[],
         metavar="S",
-        help="a state (repeat, or comma-separated list)",
+        help="a state (repeat, or comma-separated list); d > 1: one state's d coordinates",
     )
     p.add_argument(
         "--action",
@@ -66,6 +71,26 @@ def _states(raw: list[str]) -> list[float]:
             except ValueError:
                 raise InvalidArgument(f"--state {part!r} is not a number") from None
     return out
+
+
+def _box_states(raw: list[str], dims: int) -> list[list[float]]:
+    """One state of ``dims`` coordinates per --state (a d > 1 release, issue 16)."""
+    from qveil.errors import InvalidArgument
+
+    out: list[list[float]] = []
+    for item in raw:
+        row = _states([item])
+        if len(row) != dims:
+            raise InvalidArgument(
+                f"--state {item[:80]!r} has {len(row)} coordinate(s); this release has {dims} "
+                "(give one state per --state, its coordinates comma-separated)"
+            )
+        out.append(row)
+    return out
+
+
+def _label(s: float | list[float]) -> str:
+    return f"{s:.6g}" if isinstance(s, float) else ",".join(f"{v:.4g}" for v in s)
 
 
 def _jsonable(obj: Any) -> Any:
@@ -119,7 +144,10 @@ def run(args: argparse.Namespace) -> int:
                     if k != "card":
                         print(f"{k:>15}: {'n/a' if v is None else human(v)}")
             return 0
-        states = _states(args.state)
+        if not args.state:
+            raise InvalidArgument("give at least one --state (or --card)")
+        dims = client.release().dims
+        states: list[Any] = _box_states(args.state, dims) if dims > 1 else _states(args.state)
         if not states:
             raise InvalidArgument("give at least one --state (or --card)")
         if args.best:
@@ -139,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
                 print(f"release {best.release_id}")
                 print(f"{'state':>12} {'best action':>12} {'value':>14}")
                 for s, a, v in zip(states, best.actions, best.values, strict=True):
-                    print(f"{s:>12.6g} {int(a):>12d} {v:>14.6f}")
+                    print(f"{_label(s):>12} {int(a):>12d} {v:>14.6f}")
             return 0
         vals = client.get_values(states, args.action or None)
         if args.json:
@@ -158,6 +186,6 @@ def run(args: argparse.Namespace) -> int:
             print(f"release {vals.release_id}")
             print(f"{'state':>12} " + " ".join(f"{'a=' + str(a):>14}" for a in vals.actions))
             for s, row in zip(states, vals.values, strict=True):
-                print(f"{s:>12.6g} " + " ".join(f"{v:>14.6f}" for v in row))
+                print(f"{_label(s):>12} " + " ".join(f"{v:>14.6f}" for v in row))
     sys.stdout.flush()
     return 0

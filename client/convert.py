@@ -59,6 +59,11 @@ def release_to_proto(r: t.Release) -> release_pb2.Release:
         env_id=r.env_id,
         value_grid=r.value_grid,
         card_json=json.dumps(r.card, sort_keys=True, default=str),
+        dims=r.dims,
+        state_intervals=[
+            release_pb2.StateInterval(low=lo, high=hi) for lo, hi in r.state_intervals
+        ],
+        betas=list(r.betas),
     )
     ts = timestamp_to_proto(r.created_at)
     if ts is not None:
@@ -89,6 +94,9 @@ def release_from_proto(msg: release_pb2.Release) -> t.Release:
         q_bound=msg.q_bound if msg.HasField("q_bound") else None,
         value_grid=msg.value_grid,
         card=json.loads(msg.card_json) if msg.card_json else {},
+        dims=msg.dims or 1,
+        state_intervals=tuple((iv.low, iv.high) for iv in msg.state_intervals),
+        betas=tuple(msg.betas),
     )
 
 

@@ -30,7 +30,7 @@ from qveil.v1 import audit_service_pb2_grpc as audit_grpc
 from qveil.v1 import value_service_pb2 as value_pb
 from qveil.v1 import value_service_pb2_grpc as value_grpc
 
-__all__ = ["AdminClient", "AuditClient", "ValueClient"]
+__all__ = ["AdminClient", "AuditClient", "ValueClient", "state_fields"]
 
 R = TypeVar("R")
 
@@ -39,6 +39,20 @@ def as_states(states: npt.ArrayLike) -> list[float]:
     """States as a flat list of floats (a scalar is one state)."""
     arr = np.asarray(states, dtype=np.float64)
     return [float(v) for v in arr.reshape(-1)]
+
+
+def state_fields(states: npt.ArrayLike) -> dict[str, Any]:
+    """The request fields of ``states``: an array of shape [n, d] with d > 1 goes as a
+    ``state_matrix`` (issue 16: n states of d coordinates, row-major); anything else (a
+    scalar, a list, [n] or [n, 1]) as the 1-D ``states`` list, as before."""
+    arr = np.asarray(states, dtype=np.float64)
+    if arr.ndim == 2 and arr.shape[1] > 1:
+        return {
+            "state_matrix": value_pb.StateMatrix(
+                values=arr.reshape(-1).tolist(), dims=int(arr.shape[1])
+            )
+        }
+    return {"states": as_states(arr)}
 
 
 class _Base:
@@ -122,7 +136,7 @@ class ValueClient(_Base):
     ) -> t.Values:
         """Released values with the answering release and the action columns."""
         req = value_pb.GetValuesRequest(
-            states=as_states(states), actions=list(actions or ()), release_id=release_id
+            **state_fields(states), actions=list(actions or ()), release_id=release_id
         )
         return convert.values_from_proto(self._call(self._stub.GetValues, req, timeout=timeout))
 
@@ -140,7 +154,7 @@ class ValueClient(_Base):
     def get_best_actions(
         self, states: npt.ArrayLike, *, release_id: str = "", timeout: float | None = None
     ) -> t.BestActions:
-        req = value_pb.GetBestActionsRequest(states=as_states(states), release_id=release_id)
+        req = value_pb.GetBestActionsRequest(**state_fields(states), release_id=release_id)
         return convert.best_actions_from_proto(
             self._call(self._stub.GetBestActions, req, timeout=timeout)
         )

@@ -45,6 +45,11 @@ class Release:
     q_bound: float | None
     value_grid: float
     card: dict[str, Any] = field(default_factory=dict)
+    #: state coordinates (issue 16): 1 for a 1-D release; for d > 1, ``state_intervals`` and
+    #: ``betas`` hold one entry per coordinate (``state_interval``, ``beta``: the first one's)
+    dims: int = 1
+    state_intervals: tuple[tuple[float, float], ...] = ()
+    betas: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

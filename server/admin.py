@@ -455,15 +455,16 @@ def retrain(
         event = _bundle_event(bundle, dataset_id)
         entry = ctx.ledger.record(event, release_id=release_id, actor=ctx.actor, budget=budget)
         params["ledger_seq"] = entry.seq  # spent: from here on the bundle is kept
-        iv = bundle.interval
+        from qveil.server.handlers import store_params
+
+        sp = store_params(bundle)  # 1-D or d coordinates (issue 16)
         ctx.store.create_release(
             release_id=release_id,
             fingerprint=_fingerprint(bundle),
             sigma=bundle.sigma,
-            beta=bundle.beta,
-            interval=(iv.lo, iv.hi),
             n_actions=bundle.n_actions,
             status="staged",
+            **sp,
         )
         with ctx.db.write("release-bundles") as conn:
             conn.execute(
@@ -478,7 +479,7 @@ def retrain(
             epsilon=event.epsilon,
             delta=event.delta,
             sigma=bundle.sigma,
-            beta=bundle.beta,
+            beta=sp["beta"],
             bundle_path=str(bundle_dir),
         )
     except BaseException as exc:
@@ -525,15 +526,17 @@ def activate(ctx: AdminContext, release_id: str) -> ReleaseInfo:
         path = release_bundle_path(ctx, release_id)
         if path is not None:
             from qveil.bundle import load_bundle
+            from qveil.server.handlers import store_betas, store_params
 
             b = load_bundle(path, verify=True)
-            iv = b.interval
+            sp = store_params(b)
             if (
                 b.bundle_id != release_id
                 or b.sigma != float(rec.sigma)
-                or b.beta != float(rec.beta)
+                or sp["beta"] != float(rec.beta)
+                or store_betas(sp["betas"]) != tuple(rec.betas)
                 or b.n_actions != int(rec.n_actions)
-                or (iv.lo, iv.hi) != tuple(map(float, rec.interval))
+                or sp["interval"] != tuple(map(float, rec.interval))
             ):
                 raise IntegrityError(
                     f"bundle {echo(path)} disagrees with the store's record of release "

@@ -377,7 +377,7 @@ def _audit_action(
     z = None
     if a.count >= MIN_POINTS and np.isfinite(gs).all() and np.unique(xs).size == xs.size:
         order = np.argsort(seqs, kind="stable")
-        z = whiten(xs[order], gs[order], beta=rec.beta, sigma=rec.sigma)
+        z = whiten(xs[order], gs[order], beta=rec.path_beta(action), sigma=rec.sigma)
     return a, z
 
 
@@ -452,13 +452,16 @@ def audit_store(
             ra.problems.append(f"cannot read audit-log anchors: {exc}")
         anchors = _merge_anchors(anchors, (external_anchors or {}).get(rec.release_id))
         items = []
-        for action in range(ra.n_actions):
+        # a release of d coordinates (issue 16) has n_actions * d paths, path index
+        # a * d + j, each a 1-D OU path with its own beta_j; for d = 1 path a is action a
+        n_paths = int(getattr(rec, "n_paths", rec.n_actions))
+        for action in range(n_paths):
             try:
                 items.append(_audit_action(store, rec, action, anchors.get(action)))
             except QveilError as exc:
                 aa = ActionAudit(action=action, integrity_ok=False, problems=[str(exc)])
                 items.append((aa, None))
-        extra = sorted(a for a in anchors if not 0 <= a < ra.n_actions)
+        extra = sorted(a for a in anchors if not 0 <= a < n_paths)
         if extra:
             ra.problems.append(f"audit log records actions {extra} the release does not have")
         pending.append((ra, items))

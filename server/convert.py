@@ -47,7 +47,16 @@ def release_from_bundle(bundle: Any, *, record: Any = None, value_grid: float) -
     """The public view of a loaded bundle: ``bundle.public_card()`` only (a whitelist: no
     weights, no weight hash, no noise)."""
     card = bundle.public_card()
-    lo, hi = card["state_interval"]
+    if card.get("state_interval") is not None:
+        lo, hi = card["state_interval"]
+        ivs: tuple[tuple[float, float], ...] = ((float(lo), float(hi)),)
+        betas: tuple[float, ...] = (_f(card.get("beta")),)
+        beta = _f(card.get("beta"))
+    else:  # a d > 1 release (issue 16): one interval and one beta per coordinate
+        ivs = tuple((float(a), float(b)) for a, b in card["state_intervals"])
+        betas = tuple(float(b) for b in card["betas"])
+        lo, hi = ivs[0]
+        beta = betas[0]
     return t.Release(
         release_id=str(card["bundle_id"]),
         mode=str(card.get("mode") or ""),
@@ -58,7 +67,7 @@ def release_from_bundle(bundle: Any, *, record: Any = None, value_grid: float) -
         basis=str(card.get("basis") or ""),
         reason=card.get("reason") or None,
         sigma=_f(card.get("sigma")),
-        beta=_f(card.get("beta")),
+        beta=beta,
         state_interval=(float(lo), float(hi)),
         n_actions=int(card["actions"]),
         created_at=_when(card.get("created_at")),
@@ -68,6 +77,9 @@ def release_from_bundle(bundle: Any, *, record: Any = None, value_grid: float) -
         q_bound=None if card.get("q_bound") is None else float(card["q_bound"]),
         value_grid=value_grid,
         card=card,
+        dims=len(ivs),
+        state_intervals=ivs,
+        betas=betas,
     )
 
 
@@ -95,6 +107,9 @@ def release_from_record(record: Any, *, value_grid: float) -> t.Release:
         q_bound=None,
         value_grid=value_grid,
         card={},
+        dims=int(getattr(record, "dims", 1)),
+        state_intervals=((float(lo), float(hi)),) if getattr(record, "dims", 1) == 1 else (),
+        betas=tuple(getattr(record, "betas", ()) or (float(record.beta),)),
     )
 
 

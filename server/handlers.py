@@ -110,6 +110,23 @@ def per_caller_bound(limits: Limits) -> int:
     return max(1, (3 * limits.max_in_flight) // 4)
 
 
+def store_params(bundle: Any) -> dict[str, Any]:
+    """The store's noise parameters of a bundle (``create_release`` keywords): a 1-D release's
+    beta and interval; a d-coordinate release's (issue 16) betas (one per coordinate), with
+    beta and interval its first coordinate's."""
+    if bundle.kernel:
+        betas = [float(b) for b in bundle.betas]
+        iv = bundle.box.intervals[0]
+        return {"beta": betas[0], "interval": (iv.lo, iv.hi), "betas": betas}
+    iv = bundle.interval
+    return {"beta": bundle.beta, "interval": (iv.lo, iv.hi), "betas": None}
+
+
+def store_betas(betas: Sequence[float] | None) -> tuple[float, ...]:
+    """How the store records ``betas``: () for a 1-D release (its beta is ``beta``)."""
+    return () if betas is None or len(betas) == 1 else tuple(float(b) for b in betas)
+
+
 def grid_round(values: npt.NDArray[np.float64], grid: float) -> npt.NDArray[np.float64]:
     """Round to the nearest multiple of ``grid`` (a power of two: the scaling is exact)."""
     return np.round(values / grid) * grid + 0.0
@@ -149,7 +166,18 @@ class Handlers:
 
     # ------------------------------------------------------------------ validation helpers
     def _states(self, rel: ActiveRelease, states: npt.ArrayLike) -> npt.NDArray[np.float64]:
-        s = np.asarray(states, dtype=np.float64).reshape(-1)
+        """Raw states -> unit states: (n,) for a 1-D release, (n, d) for a release of d
+        coordinates (issue 16; see :meth:`_box_states`). Nothing is stored on bad input."""
+        if rel.bundle.kernel:
+            return self._box_states(rel, states)
+        s = np.asarray(states, dtype=np.float64)
+        if s.ndim == 2 and s.shape[1] != 1:
+            raise bad_argument(
+                f"states have {s.shape[1]} coordinates; this release has 1",
+                field="states",
+                reason="WRONG_DIMS",
+            )
+        s = s.reshape(-1)
         n = s.size
         if n == 0:
             raise bad_argument(
@@ -180,6 +208,45 @@ class Handlers:
                 reason="STATE_OUT_OF_INTERVAL",
             )
         return iv.to_unit(s)
+
+    def _box_states(self, rel: ActiveRelease, states: npt.ArrayLike) -> npt.NDArray[np.float64]:
+        """(n, d) raw states of a d-coordinate release -> (n, d) unit states: each coordinate
+        clipped into its public interval and mapped onto [0, 1] (``StateBox.to_unit``; the
+        clipping is public post-processing and the card says so). A wrong d, an empty or too
+        large batch or a non-finite coordinate is INVALID_ARGUMENT."""
+        d = rel.bundle.dims
+        s = np.asarray(states, dtype=np.float64)
+        if s.ndim == 1 and d == 1:
+            s = s.reshape(-1, 1)
+        if s.ndim != 2 or s.shape[1] != d:
+            got = s.shape[1] if s.ndim == 2 else 1
+            raise bad_argument(
+                f"states have {got} coordinate(s); this release has {d} "
+                f"(send a state matrix with dims = {d})",
+                field="states",
+                reason="WRONG_DIMS",
+            )
+        n = s.shape[0]
+        if n == 0:
+            raise bad_argument(
+                "empty batch: give at least one state", field="states", reason="EMPTY_BATCH"
+            )
+        if n > self.limits.max_batch:
+            raise bad_argument(
+                f"batch of {n} states exceeds the limit of {self.limits.max_batch}",
+                field="states",
+                reason="BATCH_TOO_LARGE",
+            )
+        finite = np.isfinite(s).all(axis=1)
+        if not finite.all():
+            i = int(np.flatnonzero(~finite)[0])
+            raise bad_argument(
+                f"state at index {i} has a coordinate that is not a finite number",
+                field=f"states[{i}]",
+                reason="STATE_NOT_FINITE",
+            )
+        out: npt.NDArray[np.float64] = rel.bundle.box.to_unit(s, clip=True)
+        return out
 
     def _actions(self, rel: ActiveRelease, actions: Sequence[int]) -> list[int]:
         m = rel.bundle.n_actions
@@ -224,6 +291,10 @@ class Handlers:
         caller: str = "local",
     ) -> npt.NDArray[np.float64]:
         q = rel.bundle.q_values_unit(xs)[:, actions]
+        if xs.ndim == 2:
+            noise = self._box_noise(rel, xs, actions, deadline, caller)
+            self.metrics.answered(int(xs.shape[0]) * len(actions), self.store.points_drawn)
+            return grid_round(q + noise, self.limits.value_grid)
         ux, inverse = np.unique(xs, return_inverse=True)
         ticket = self._admit_new(rel, ux, actions, caller)  # before anything is sampled
         try:
@@ -236,6 +307,37 @@ class Handlers:
         self.metrics.answered(int(xs.size) * len(actions), self.store.points_drawn)
         return grid_round(q + noise, self.limits.value_grid)
 
+    def _box_noise(
+        self,
+        rel: ActiveRelease,
+        xs: npt.NDArray[np.float64],
+        actions: list[int],
+        deadline: float | None,
+        caller: str,
+    ) -> npt.NDArray[np.float64]:
+        """Additive noise of a d-coordinate release (issue 16): g_a(x) = sum_j g_{a,j}(x_j),
+        each g_{a,j} a 1-D OU path of the store (path a * d + j, its own beta_j). Only the
+        coordinate values a path has not stored are new points; all of them, every action
+        and coordinate, are stored in one durable transaction before anything is answered."""
+        d = xs.shape[1]
+        cols = [np.unique(xs[:, j], return_inverse=True) for j in range(d)]
+        pairs = [(a * d + j, cols[j][0]) for a in actions for j in range(d)]
+        ticket = self._admit_paths(rel, pairs, caller)  # before anything is sampled
+        try:
+            _check_deadline(deadline)
+            gs = self.store.get_or_sample_paths(
+                rel.release_id, [p for p, _ in pairs], [u for _, u in pairs]
+            )
+        finally:
+            self.quotas.done(rel.release_id, ticket)
+        noise = np.zeros((xs.shape[0], len(actions)), dtype=np.float64)
+        k = 0
+        for i in range(len(actions)):
+            for j in range(d):  # summed in coordinate order: the same bits every time
+                noise[:, i] += gs[k][cols[j][1].reshape(-1)]
+                k += 1
+        return noise
+
     def _admit_new(
         self, rel: ActiveRelease, ux: npt.NDArray[np.float64], actions: list[int], caller: str
     ) -> int:
@@ -243,17 +345,30 @@ class Handlers:
         reserve them under the caller's rate budget and the release's cap (returns the
         reservation's ticket; 0: nothing new), or raise ResourceExhausted with nothing stored.
         Stored states pass without a database read."""
+        return self._admit_paths(rel, [(a, ux) for a in actions], caller)
+
+    def _admit_paths(
+        self,
+        rel: ActiveRelease,
+        pairs: Sequence[tuple[int, npt.NDArray[np.float64]]],
+        caller: str,
+    ) -> int:
+        """:meth:`_admit_new` over (store path, unit states) pairs: a d-coordinate release
+        counts one new point per new coordinate value of each (action, coordinate) path."""
         store, rid = self.store, rel.release_id
-        if not any(store.count_new(rid, a, ux) for a in actions):
+
+        def count() -> int:
+            return sum(store.count_new(rid, p, u) for p, u in pairs)
+
+        if not any(store.count_new(rid, p, u) for p, u in pairs):
             return 0
         store.refresh(rid)  # other processes' points are known, not new
-        new = sum(store.count_new(rid, a, ux) for a in actions)
         return self.quotas.admit(
             caller,
             rid,
-            new,
+            count(),
             lambda: store.known_points(rid),
-            still_new=lambda: sum(store.count_new(rid, a, ux) for a in actions),
+            still_new=count,
         )
 
     def get_values(
@@ -310,9 +425,9 @@ class Handlers:
         rel = self._release_for_query(release_id)
         xs = self._states(rel, states)
         acts = np.asarray(actions, dtype=np.int64).reshape(-1)
-        if acts.size != xs.size:
+        if acts.size != xs.shape[0]:
             raise bad_argument(
-                f"{acts.size} actions for {xs.size} states: give one action per state",
+                f"{acts.size} actions for {xs.shape[0]} states: give one action per state",
                 field="actions",
                 reason="WRONG_SHAPE",
             )
@@ -325,7 +440,7 @@ class Handlers:
                 field=f"actions[{j}]",
                 reason="UNKNOWN_ACTION",
             )
-        out = np.empty(xs.size, dtype=np.float64)
+        out = np.empty(xs.shape[0], dtype=np.float64)
         for a in np.unique(acts):
             idx = np.flatnonzero(acts == a)
             out[idx] = self._released(rel, xs[idx], [int(a)], deadline, caller)[:, 0]
@@ -347,7 +462,7 @@ class Handlers:
         """The store's record of the bundle's release, created (staged) when absent; a
         record with different parameters is refused (a release id names one noise path)."""
         rid = bundle.bundle_id
-        iv = bundle.interval
+        sp = store_params(bundle)
         fingerprint = str(bundle.card.get("card_sha256") or bundle.card.get("weights_sha256"))
         try:
             rec = self.store.get_release(rid)
@@ -356,18 +471,18 @@ class Handlers:
                 release_id=rid,
                 fingerprint=fingerprint,
                 sigma=bundle.sigma,
-                beta=bundle.beta,
-                interval=(iv.lo, iv.hi),
                 n_actions=bundle.n_actions,
                 status="staged",
+                **sp,
             )
         mismatch = [
             name
             for name, a, b in (
                 ("fingerprint", getattr(rec, "fingerprint", fingerprint), fingerprint),
                 ("sigma", float(rec.sigma), bundle.sigma),
-                ("beta", float(rec.beta), bundle.beta),
-                ("interval", tuple(map(float, rec.interval)), (iv.lo, iv.hi)),
+                ("beta", float(rec.beta), sp["beta"]),
+                ("betas", tuple(getattr(rec, "betas", ())), store_betas(sp["betas"])),
+                ("interval", tuple(map(float, rec.interval)), sp["interval"]),
                 ("n_actions", int(rec.n_actions), bundle.n_actions),
             )
             if a != b

@@ -18,7 +18,7 @@ import numpy as np
 from qveil.client import convert
 from qveil.errors import ResourceExhausted, Unavailable
 from qveil.server.auth import Authorizer
-from qveil.server.errors import status_for
+from qveil.server.errors import bad_argument, status_for
 from qveil.server.handlers import Handlers, per_caller_bound
 from qveil.server.quotas import caller_host
 from qveil.v1 import admin_service_pb2 as admin_pb
@@ -187,6 +187,37 @@ def _floats(values: Any) -> np.ndarray:
     return np.fromiter(values, dtype=np.float64, count=len(values))
 
 
+def _request_states(request: Any) -> np.ndarray:
+    """The request's states: ``states`` (n,) for a 1-D client, or ``state_matrix`` (issue 16)
+    as an (n, dims) array; both at once, or values not a multiple of dims, is
+    INVALID_ARGUMENT (the handlers then check dims against the release)."""
+    if not request.HasField("state_matrix"):
+        return _floats(request.states)
+    m = request.state_matrix
+    if len(request.states):
+        raise bad_argument(
+            "give states or state_matrix, not both", field="states", reason="WRONG_DIMS"
+        )
+    d = int(m.dims)
+    if d < 1 or len(m.values) % d:
+        raise bad_argument(
+            f"state_matrix has {len(m.values)} values, not a multiple of dims = {d}",
+            field="state_matrix",
+            reason="WRONG_DIMS",
+        )
+    return _floats(m.values).reshape(-1, d)
+
+
+def _parsed(fn: Callable[..., R]) -> Callable[..., R]:
+    """``fn`` called with the request's states parsed in the worker (so a malformed state
+    matrix is INVALID_ARGUMENT through the one error table, nothing stored)."""
+
+    def call(request: Any, *args: Any, **kwargs: Any) -> R:
+        return fn(_request_states(request), *args, **kwargs)
+
+    return call
+
+
 class ValueServicer(value_grpc.ValueServiceServicer):
     def __init__(self, core: Core) -> None:
         self.core = core
@@ -201,8 +232,8 @@ class ValueServicer(value_grpc.ValueServiceServicer):
             VALUE,
             "GetValues",
             context,
-            self.h.get_values,
-            _floats(request.states),
+            _parsed(self.h.get_values),
+            request,
             list(request.actions),
             release_id=request.release_id,
             deadline=None,
@@ -219,8 +250,8 @@ class ValueServicer(value_grpc.ValueServiceServicer):
             VALUE,
             "GetBestActions",
             context,
-            self.h.get_best_actions,
-            _floats(request.states),
+            _parsed(self.h.get_best_actions),
+            request,
             release_id=request.release_id,
             deadline=None,
             caller="",

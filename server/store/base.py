@@ -78,7 +78,15 @@ MAX_ATTEMPTS = 8
 
 @dataclass(frozen=True)
 class ReleaseRecord:
-    """One release's noise parameters (beta on the unit interval) and status."""
+    """One release's noise parameters (beta on the unit interval) and status.
+
+    A release with ``dims`` = d > 1 coordinates (issue 16: the additive noise kernel
+    sum_j exp(-beta_j |x_j - y_j|)) has, per action, d independent 1-D OU paths g_{a,j}, each
+    with the full sigma and its own ``betas[j]``. The store keeps them as ``n_paths`` =
+    n_actions * d paths, path index p = a * d + j (:meth:`path`); a 1-D release has d = 1, so
+    path p is action p, exactly as before. ``beta`` is then ``betas[0]`` (kept for the 1-D
+    readers) and ``interval`` the first coordinate's raw interval.
+    """
 
     release_id: str
     fingerprint: str
@@ -88,11 +96,31 @@ class ReleaseRecord:
     n_actions: int
     status: str
     created_at: datetime
+    dims: int = 1
+    betas: tuple[float, ...] = ()
+
+    @property
+    def n_paths(self) -> int:
+        """Sample paths of the release: one per (action, coordinate)."""
+        return self.n_actions * self.dims
+
+    def path(self, action: int, coordinate: int) -> int:
+        """The path index of (action, coordinate): action * dims + coordinate."""
+        return int(action) * self.dims + int(coordinate)
+
+    def split(self, path: int) -> tuple[int, int]:
+        """(action, coordinate) of a path index."""
+        return divmod(int(path), self.dims)
+
+    def path_beta(self, path: int) -> float:
+        """The OU rate of a path: betas[coordinate] (``beta`` for a 1-D release)."""
+        return self.betas[int(path) % self.dims] if self.betas else self.beta
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["interval"] = list(self.interval)
         d["created_at"] = self.created_at.isoformat()
+        d["betas"] = list(self.betas)  # [] for a 1-D release (its rate is beta)
         return d
 
 
@@ -233,6 +261,24 @@ def validate_release_fields(
     return release_id, fingerprint, s, b, (lo, hi), int(n_actions), status
 
 
+def validate_betas(betas: Sequence[float] | None, beta: float) -> tuple[float, ...]:
+    """The per-coordinate OU rates of a d > 1 release (``()`` for a 1-D one: its ``beta``).
+    Each must be finite and > 0, and ``beta`` must equal ``betas[0]``."""
+    if betas is None or (isinstance(betas, list | tuple) and len(betas) == 0):
+        return ()
+    try:
+        bs = tuple(float(v) for v in betas)
+    except (TypeError, ValueError):
+        raise InvalidArgument("betas must be a list of numbers") from None
+    if not 1 <= len(bs) <= 4096:
+        raise InvalidArgument(f"betas needs 1..4096 values, got {len(bs)}")
+    if not all(math.isfinite(v) and v > 0 for v in bs):
+        raise InvalidArgument(f"every beta must be a finite number > 0, got {list(bs)[:8]!r}")
+    if bs[0] != beta:
+        raise InvalidArgument(f"beta must equal betas[0] ({bs[0]!r}), got {beta!r}")
+    return () if len(bs) == 1 else bs
+
+
 def check_status(status: str) -> str:
     if status not in RELEASE_STATUSES:
         raise InvalidArgument(f"status must be one of {RELEASE_STATUSES}, got {status!r}")
@@ -346,9 +392,11 @@ class SamplePathStore(ABC):
         interval: tuple[float, float],
         n_actions: int,
         status: str = "staged",
+        betas: Sequence[float] | None = None,
     ) -> ReleaseRecord:
         """Register a release. Idempotent for identical parameters; a different release under
-        an existing id is refused (InvalidArgument)."""
+        an existing id is refused (InvalidArgument). ``betas`` (one per coordinate, issue 16)
+        makes a release of d = len(betas) coordinates; None (or one beta) is a 1-D release."""
         self._check_open()
         rid, fp, s, b, iv, m, st = validate_release_fields(
             release_id=release_id,
@@ -359,16 +407,25 @@ class SamplePathStore(ABC):
             n_actions=n_actions,
             status=status,
         )
-        rec = ReleaseRecord(rid, fp, s, b, iv, m, st, datetime.now(UTC))
+        bs = validate_betas(betas, b)
+        rec = ReleaseRecord(rid, fp, s, b, iv, m, st, datetime.now(UTC), len(bs) or 1, bs)
         if self._db_insert_release(rec):
             self._rel_cache[rid] = rec
             return rec
         old = self.get_release(rid)
-        if (old.fingerprint, old.sigma, old.beta, old.interval, old.n_actions) != (fp, s, b, iv, m):
+        if (old.fingerprint, old.sigma, old.beta, old.interval, old.n_actions, old.betas) != (
+            fp,
+            s,
+            b,
+            iv,
+            m,
+            bs,
+        ):
             raise InvalidArgument(
                 f"release {echo(rid)} already exists with different parameters "
                 f"(fingerprint {old.fingerprint!r}, sigma {old.sigma!r}, beta {old.beta!r}, "
-                f"interval {old.interval!r}, n_actions {old.n_actions})"
+                f"interval {old.interval!r}, n_actions {old.n_actions}, "
+                f"betas {list(old.betas)!r})"
             )
         return old
 
@@ -439,6 +496,17 @@ class SamplePathStore(ABC):
             raise NotFound(f"no release {echo(release_id)} in this store")
         return self.get_release(release_id)
 
+    def _dims(self, release_id: str) -> int:
+        """The release's coordinate count (1 when it is unknown here)."""
+        rec = self._rel_cache.get(release_id)
+        if rec is None:
+            rec = self._db_get_release(release_id)
+        return 1 if rec is None else rec.dims
+
+    def _split(self, release_id: str, path: int) -> tuple[int, int]:
+        """(action, coordinate) of a path index of the release (the backends' row key)."""
+        return divmod(int(path), self._dims(release_id))
+
     def _release(self, release_id: str) -> ReleaseRecord:
         rec = self._rel_cache.get(release_id)
         return rec if rec is not None else self.get_release(release_id)
@@ -493,7 +561,7 @@ class SamplePathStore(ABC):
         classify a request before anything is sampled (issue 14 item 4)."""
         self._check_open()
         rel = self._release(release_id)
-        a = check_action(action, rel.n_actions)
+        a = check_action(action, rel.n_paths)
         values = self._state(release_id, a).values
         return sum(1 for v in dict.fromkeys(validate_unit_states(xs).tolist()) if v not in values)
 
@@ -502,7 +570,7 @@ class SamplePathStore(ABC):
         :meth:`refresh` last loaded plus what this process committed since."""
         self._check_open()
         rel = self._release(release_id)
-        return sum(len(self._state(release_id, a).values) for a in range(rel.n_actions))
+        return sum(len(self._state(release_id, a).values) for a in range(rel.n_paths))
 
     def refresh(self, release_id: str) -> int:
         """Bring the in-process copies of every action of the release up to date with the
@@ -511,7 +579,7 @@ class SamplePathStore(ABC):
         self._check_open()
         rel = self._release(release_id)
         total = 0
-        for a in range(rel.n_actions):
+        for a in range(rel.n_paths):
             st = self._state(release_id, a)
             with _process_lock(self._identity, release_id, a):
                 self._apply(st, self._db_fetch_since(release_id, a, st.hw))
@@ -526,7 +594,7 @@ class SamplePathStore(ABC):
         """
         self._check_open()
         rel = self._release(release_id)
-        a = check_action(action, rel.n_actions)
+        a = check_action(action, rel.n_paths)
         xl: list[float] = validate_unit_states(xs).tolist()
         st = self._state(release_id, a)
         get = st.values.get
@@ -545,7 +613,7 @@ class SamplePathStore(ABC):
         not one per action. Bad input raises InvalidArgument and stores nothing."""
         self._check_open()
         rel = self._release(release_id)
-        acts = [check_action(a, rel.n_actions) for a in actions]
+        acts = [check_action(a, rel.n_paths) for a in actions]
         if len(set(acts)) != len(acts):
             raise InvalidArgument(f"actions must be distinct, got {list(actions)!r}")
         xl: list[float] = validate_unit_states(xs).tolist()
@@ -562,6 +630,35 @@ class SamplePathStore(ABC):
         for j, st in enumerate(sts):
             get = st.values.__getitem__
             out[:, j] = [get(v) for v in xl]
+        return out
+
+    def get_or_sample_paths(
+        self, release_id: str, paths: Sequence[int], xs: Sequence[npt.ArrayLike]
+    ) -> list[FloatArray]:
+        """``out[k][i] = g_{paths[k]}(xs[k][i])``: each path with its own unit states (a d > 1
+        release, issue 16: path a * d + j takes the j-th coordinates), as
+        :meth:`get_or_sample` per path, with the new points of all the paths stored in ONE
+        durable transaction (group commit). Bad input raises InvalidArgument and stores
+        nothing."""
+        self._check_open()
+        rel = self._release(release_id)
+        ps = [check_action(p, rel.n_paths) for p in paths]
+        if len(set(ps)) != len(ps) or len(ps) != len(xs):
+            raise InvalidArgument("paths must be distinct, one list of states per path")
+        xls: list[list[float]] = [validate_unit_states(x).tolist() for x in xs]
+        sts = [self._state(release_id, p) for p in ps]
+        wants: dict[int, list[float]] = {}
+        for p, st, xl in zip(ps, sts, xls, strict=True):
+            values = st.values
+            miss = [v for v in dict.fromkeys(xl) if v not in values]
+            if miss:
+                wants[p] = miss
+        if wants:
+            self._resolve(rel, wants)
+        out = []
+        for st, xl in zip(sts, xls, strict=True):
+            get = st.values.__getitem__
+            out.append(np.array([get(v) for v in xl], dtype=np.float64))
         return out
 
     def _resolve(self, rel: ReleaseRecord, wants: dict[int, list[float]]) -> None:
@@ -744,7 +841,9 @@ class SamplePathStore(ABC):
                 k = blk[j]  # v is not stored, so blk[j] > v
                 nx.append(k)
                 ng.append(get(k))
-        path = OUSamplePath.from_points(nx, ng, beta=rel.beta, sigma=rel.sigma, rng=self._rng)
+        path = OUSamplePath.from_points(
+            nx, ng, beta=rel.path_beta(a), sigma=rel.sigma, rng=self._rng
+        )
         seen: list[tuple[float | None, float | None]] | None = None
         if self._insert_hook is None:
             gs = path.sample(new).tolist()
@@ -778,7 +877,7 @@ class SamplePathStore(ABC):
     def iter_points(self, release_id: str, action: int) -> Iterator[NoisePoint]:
         """Stored points of one action in insertion-sequence order (read from the database)."""
         self._check_open()
-        a = check_action(action, self._release(release_id).n_actions)
+        a = check_action(action, self._release(release_id).n_paths)
         for _a, (seq, x, g, c, h) in self._db_iter_rows(release_id, a):
             yield NoisePoint(seq, x, g, c, h)
 
@@ -787,7 +886,7 @@ class SamplePathStore(ABC):
         if action is not None:
             if release_id is None:
                 raise InvalidArgument("count_points: action needs a release_id")
-            check_action(action, self._release(release_id).n_actions)
+            check_action(action, self._release(release_id).n_paths)
         elif release_id is not None:
             self._release(release_id)
         return self._db_count(release_id, action)
@@ -809,7 +908,7 @@ class SamplePathStore(ABC):
         """Recompute every chain of the release (or one action) from the database."""
         self._check_open()
         rel = self._release(release_id)
-        acts = range(rel.n_actions) if action is None else [check_action(action, rel.n_actions)]
+        acts = range(rel.n_paths) if action is None else [check_action(action, rel.n_paths)]
         results = []
         for a in acts:
             rows = ((s, x, g, h) for _a, (s, x, g, _c, h) in self._db_iter_rows(release_id, a))
@@ -871,6 +970,7 @@ __all__ += [
     "WriteTxn",
     "check_action",
     "check_status",
+    "validate_betas",
     "validate_release_fields",
     "new_identity",
 ]

@@ -9,6 +9,10 @@ bit for bit):
     ...                                                  (in (action, seq) order)
     {"type": "end", "counts": {"a": n, ...}, "heads": {"a": hash, ...}}
 
+A release of d > 1 coordinates (issue 16; header ``dims`` and ``betas``) adds
+``"coordinate": j`` to each point, in (action, coordinate, seq) order, and keys ``counts`` and
+``heads`` by the path index a * d + j.
+
 Import checks, before writing anything: the format tag, every field, the end record (counts
 and head hashes: a truncated file is refused), seqs 1..n without gaps per action, states in
 [0, 1] and unique per action, finite values, and every chain link under the importing
@@ -27,7 +31,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from qveil.errors import IntegrityError, InvalidArgument
-from qveil.server.store.base import ReleaseBinding, ReleaseRecord, Row, validate_release_fields
+from qveil.server.store.base import (
+    ReleaseBinding,
+    ReleaseRecord,
+    Row,
+    validate_betas,
+    validate_release_fields,
+)
 from qveil.server.store.integrity import verify_chain
 
 if TYPE_CHECKING:
@@ -60,11 +70,17 @@ def export_release(store: SamplePathStore, release_id: str, path: str | os.PathL
         head = {"type": "release", "format": FORMAT, **rec.to_dict(), "binding": binding}
         f.write(json.dumps(head) + "\n")
         for a, (seq, x, g, c, h) in store._db_iter_rows(release_id, None):
+            # a d > 1 release (issue 16): path a is (action, coordinate) = divmod(a, dims)
+            key = (
+                {"action": a}
+                if rec.dims == 1
+                else dict(zip(("action", "coordinate"), rec.split(a), strict=True))
+            )
             f.write(
                 json.dumps(
                     {
                         "type": "point",
-                        "action": a,
+                        **key,
                         "seq": seq,
                         "x": x,
                         "g": g,
@@ -125,6 +141,7 @@ def import_release(store: SamplePathStore, path: str | os.PathLike[str]) -> Rele
                         n_actions=d["n_actions"],
                         status=d["status"],
                     )
+                    bs = validate_betas(d.get("betas"), b)
                     created = datetime.fromisoformat(d["created_at"])
                     bd = d.get("binding")
                     if bd is not None:
@@ -141,12 +158,16 @@ def import_release(store: SamplePathStore, path: str | os.PathLike[str]) -> Rele
                         )
                 except (KeyError, TypeError, ValueError) as exc:
                     raise InvalidArgument(f"line {i}: bad release header: {exc}") from None
-                rec = ReleaseRecord(rid, fp, s, b, iv, m, st, created)
+                rec = ReleaseRecord(rid, fp, s, b, iv, m, st, created, len(bs) or 1, bs)
             elif t == "point":
                 a = d.get("action")
+                j = d.get("coordinate", 0)
                 seq = d.get("seq")
                 if isinstance(a, bool) or not isinstance(a, int) or not 0 <= a < rec.n_actions:
                     raise InvalidArgument(f"line {i}: bad action {a!r}")
+                if isinstance(j, bool) or not isinstance(j, int) or not 0 <= j < rec.dims:
+                    raise InvalidArgument(f"line {i}: bad coordinate {j!r}")
+                a = rec.path(a, j)
                 if isinstance(seq, bool) or not isinstance(seq, int):
                     raise InvalidArgument(f"line {i}: bad seq {seq!r}")
                 h = d.get("hash")

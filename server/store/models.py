@@ -4,8 +4,10 @@ Four tables (plus the admin records of :mod:`qveil.server.admin_tables`):
 
 * ``releases``: one row per released Q-function: the bundle fingerprint, the noise
   parameters (sigma, beta on [0, 1]), the raw state interval, the action count and a status.
-* ``noise_points``: every noise value ever released, one row per (release, action, x), never
-  updated. ``seq`` is the per-(release, action) insertion sequence (1, 2, 3, ... in commit
+* ``noise_points``: every noise value ever released, one row per (release, action,
+  coordinate, x), never updated (a release of d coordinates has d 1-D paths per action,
+  issue 16; a 1-D release has coordinate 0 only). Below, "action" means (action,
+  coordinate). ``seq`` is the per-(release, action) insertion sequence (1, 2, 3, ... in commit
   order, assigned under the per-action lock), ``hash`` the integrity chain link over
   (seq, x, g, previous hash) (:mod:`qveil.server.store.integrity`), ``created_at`` unix
   seconds (UTC). The primary key (release, action, seq) is the log order; the unique
@@ -60,6 +62,10 @@ releases = sa.Table(
     sa.Column("interval_hi", sa.Double(), nullable=False),
     sa.Column("n_actions", sa.Integer(), nullable=False),
     sa.Column("status", sa.String(16), nullable=False),
+    # issue 16 (migration 0004): coordinates of the state and their OU rates (a JSON list,
+    # NULL for a 1-D release, whose rate is ``beta``)
+    sa.Column("dims", sa.Integer(), nullable=False, server_default="1"),
+    sa.Column("betas", sa.Text(), nullable=True),
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
     sa.CheckConstraint("status IN ('staged', 'active', 'retired')", name="status"),
     sa.CheckConstraint("n_actions >= 1", name="n_actions"),
@@ -70,13 +76,16 @@ noise_points = sa.Table(
     metadata,
     sa.Column("release_id", sa.String(128), sa.ForeignKey("releases.release_id"), primary_key=True),
     sa.Column("action", sa.Integer(), primary_key=True),
+    # issue 16 (migration 0004): the state coordinate j of the 1-D path g_{action,j}; 0 for
+    # every point of a 1-D release
+    sa.Column("coordinate", sa.Integer(), primary_key=True, server_default="0"),
     sa.Column("seq", sa.BigInteger(), primary_key=True),
     sa.Column("x", sa.Double(), nullable=False),
     sa.Column("g", sa.Double(), nullable=False),
     sa.Column("created_at", sa.Double(), nullable=False),
     sa.Column("hash", sa.String(64), nullable=False),
     # one value per state; also the index for neighbour / exact-state look-ups
-    sa.UniqueConstraint("release_id", "action", "x"),
+    sa.UniqueConstraint("release_id", "action", "coordinate", "x"),
     # SQLite: the rows live in the primary-key B-tree (no separate rowid tree + PK index),
     # so an insert updates two B-trees instead of three
     sqlite_with_rowid=False,

@@ -26,6 +26,7 @@ beyond the timeout, connection lost) with the transaction rolled back: nothing h
 from __future__ import annotations
 
 import hashlib
+import json
 import sqlite3
 import threading
 import time
@@ -83,6 +84,7 @@ def _to_record(row: Any) -> ReleaseRecord:
         created = datetime.fromisoformat(created)
     if created.tzinfo is None:
         created = created.replace(tzinfo=UTC)
+    betas = tuple(float.fromhex(v) for v in json.loads(row.betas)) if row.betas else ()
     return ReleaseRecord(
         row.release_id,
         row.fingerprint,
@@ -92,6 +94,8 @@ def _to_record(row: Any) -> ReleaseRecord:
         int(row.n_actions),
         row.status,
         created,
+        int(row.dims),
+        betas,
     )
 
 
@@ -107,6 +111,8 @@ def _release_row(rec: ReleaseRecord) -> dict[str, object]:
         "n_actions": rec.n_actions,
         "status": rec.status,
         "created_at": rec.created_at,
+        "dims": rec.dims,
+        "betas": json.dumps([float.hex(v) for v in rec.betas]) if rec.betas else None,
     }
 
 
@@ -126,17 +132,19 @@ class _SqlTxn:
 
     def fetch_since(self, release_id: str, action: int, hw: int) -> Sequence[Row]:
         st = self._store
+        a, j = st._split(release_id, action)
         if st._since_sql is not None:  # SQLite: the compiled Core select on the raw cursor
             cur = self._conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
             try:
-                return cur.execute(st._since_sql, (release_id, action, hw)).fetchall()
+                return cur.execute(st._since_sql, (release_id, a, j, hw)).fetchall()
             finally:
                 cur.close()
-        res = self._conn.execute(st._q_since, {"r": release_id, "a": action, "hw": hw})
+        res = self._conn.execute(st._q_since, {"r": release_id, "a": a, "j": j, "hw": hw})
         return [tuple(r) for r in res]
 
     def head(self, release_id: str, action: int) -> tuple[int, str | None]:
-        params = {"r": release_id, "a": action}
+        a, j = self._store._split(release_id, action)
+        params = {"r": release_id, "a": a, "j": j}
         if not self._store._serialize:
             # test-only broken mode: the driver's implicit BEGIN starts here, at the first
             # write, so the seq/head below are current but the neighbours were read before
@@ -150,8 +158,11 @@ class _SqlTxn:
 
     def insert(self, rows: Sequence[FullRow]) -> None:
         st = self._store
+        sp = st._split
         if st._ins_points_sql is not None:  # SQLite: the compiled Core insert, positional
-            res = self._conn.exec_driver_sql(st._ins_points_sql, list(rows))
+            res = self._conn.exec_driver_sql(
+                st._ins_points_sql, [(r[0], *sp(r[0], r[1]), *r[2:]) for r in rows]
+            )
             # sqlite3's executemany rowcount is the total of rows inserted; DO NOTHING skips
             # are not counted, so all-inserted <=> rowcount == len(rows)
             self._inserted = res.rowcount
@@ -159,8 +170,17 @@ class _SqlTxn:
         res = self._conn.execute(
             st._ins_points,
             [
-                {"release_id": r, "action": a, "seq": s, "x": x, "g": g, "created_at": c, "hash": h}
-                for r, a, s, x, g, c, h in rows
+                {
+                    "release_id": r,
+                    "action": sp(r, p)[0],
+                    "coordinate": sp(r, p)[1],
+                    "seq": s,
+                    "x": x,
+                    "g": g,
+                    "created_at": c,
+                    "hash": h,
+                }
+                for r, p, s, x, g, c, h in rows
             ],
         )
         if st._serialize:  # PostgreSQL: RETURNING lists the rows actually inserted
@@ -175,10 +195,11 @@ class _SqlTxn:
         by_key: dict[tuple[str, int], list[tuple[object, ...]]] = {}
         for r in rows:
             by_key.setdefault((r[0], r[1]), []).append(tuple(r[2:]))
-        for (rid, a), mine in by_key.items():
+        for (rid, p), mine in by_key.items():
+            a, j = self._store._split(rid, p)
             got = self._conn.execute(
                 self._store._q_range,
-                {"r": rid, "a": a, "lo": mine[0][0], "hi": mine[-1][0]},
+                {"r": rid, "a": a, "j": j, "lo": mine[0][0], "hi": mine[-1][0]},
             ).all()
             if [tuple(g) for g in got] != mine:
                 return False
@@ -399,7 +420,8 @@ class SQLStore(SamplePathStore):
         r: Any = bindparam("r")
         a: Any = bindparam("a")
         cols = (NP.c.seq, NP.c.x, NP.c.g, NP.c.created_at, NP.c.hash)
-        mine = (NP.c.release_id == r, NP.c.action == a)
+        j: Any = bindparam("j")
+        mine = (NP.c.release_id == r, NP.c.action == a, NP.c.coordinate == j)
         self._q_since = select(*cols).where(*mine, NP.c.seq > bindparam("hw")).order_by(NP.c.seq)
         self._q_range = (
             select(*cols)
@@ -408,9 +430,11 @@ class SQLStore(SamplePathStore):
         )
         self._q_head = select(NP.c.seq, NP.c.hash).where(*mine).order_by(NP.c.seq.desc()).limit(1)
         self._q_all = (
-            select(NP.c.action, *cols).where(NP.c.release_id == r).order_by(NP.c.action, NP.c.seq)
+            select(NP.c.action, NP.c.coordinate, *cols)
+            .where(NP.c.release_id == r)
+            .order_by(NP.c.action, NP.c.coordinate, NP.c.seq)
         )
-        self._q_action = select(NP.c.action, *cols).where(*mine).order_by(NP.c.seq)
+        self._q_action = select(NP.c.action, NP.c.coordinate, *cols).where(*mine).order_by(NP.c.seq)
         self._q_lock = select(func.pg_advisory_xact_lock(bindparam("k", type_=sa.BigInteger)))
         ins: Any = sqlite_insert if self.backend == "sqlite" else pg_insert
         self._ins_points: Any
@@ -439,7 +463,7 @@ class SQLStore(SamplePathStore):
             assert names == [c.name for c in NP.c], names
             self._ins_points_sql = str(comp)
             comp = self._q_since.compile(dialect=_sqlite_dialect.dialect(paramstyle="qmark"))
-            assert list(comp.positiontup or []) == ["r", "a", "hw"], comp.positiontup
+            assert list(comp.positiontup or []) == ["r", "a", "j", "hw"], comp.positiontup
             self._since_sql = str(comp)
 
     # -- error translation ----------------------------------------------------------------
@@ -582,7 +606,8 @@ class SQLStore(SamplePathStore):
             return bool(res.rowcount == 1)
 
     def _db_fetch_since(self, release_id: str, action: int, hw: int) -> Sequence[Row]:
-        params = {"r": release_id, "a": action, "hw": hw}
+        a, j = self._split(release_id, action)
+        params = {"r": release_id, "a": a, "j": j, "hw": hw}
         rows: Sequence[Row] = self._read_call(
             "read noise points", lambda c: [tuple(r) for r in c.execute(self._q_since, params)]
         )
@@ -608,15 +633,16 @@ class SQLStore(SamplePathStore):
         q = self._q_all if action is None else self._q_action
         params: dict[str, Any] = {"r": release_id}
         if action is not None:
-            params["a"] = action
+            params["a"], params["j"] = self._split(release_id, action)
+        d = self._dims(release_id)
         # PostgreSQL streams through a server-side cursor, which needs a transaction (the
         # READ COMMITTED engine; one statement = one snapshot); SQLite reads from the pool
         eng = self._writer if self.backend == "postgresql" else self._reader
         try:
             with self._translated("read noise points"), eng.connect() as conn:
                 res = conn.execution_options(yield_per=20000).execute(q, params)
-                for a, s, x, g, c, h in res:
-                    yield a, (s, x, g, c, h)
+                for a, j, s, x, g, c, h in res:
+                    yield a * d + j, (s, x, g, c, h)
         except Retry as exc:  # a lost connection mid-iteration: no silent restart
             raise Unavailable(
                 f"noise store {self._identity}: database connection lost "
@@ -628,7 +654,9 @@ class SQLStore(SamplePathStore):
         if release_id is not None:
             q = q.where(NP.c.release_id == release_id)
         if action is not None:
-            q = q.where(NP.c.action == action)
+            assert release_id is not None
+            a, j = self._split(release_id, action)
+            q = q.where(NP.c.action == a, NP.c.coordinate == j)
         return int(self._read_call("read a count", lambda c: c.execute(q).scalar_one()))
 
     def _db_store_id(self) -> str:
@@ -691,7 +719,8 @@ class SQLStore(SamplePathStore):
                 raise InvalidArgument(
                     f"release {echo(rec.release_id)} already exists in this store"
                 )
-            for a, rs in rows.items():
+            for p, rs in rows.items():
+                a, j = rec.split(p)
                 for k in range(0, len(rs), 10000):
                     conn.execute(
                         sa.insert(NP),
@@ -699,6 +728,7 @@ class SQLStore(SamplePathStore):
                             {
                                 "release_id": rec.release_id,
                                 "action": a,
+                                "coordinate": j,
                                 "seq": s,
                                 "x": x,
                                 "g": g,

@@ -3,18 +3,20 @@
 isort:skip_file
 Resources shared by the qveil services: a release and its public privacy card."""
 
+from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 import builtins as _builtins
 import sys
 import typing as _typing
 
-if sys.version_info >= (3, 10):
-    from typing import TypeAlias as _TypeAlias
+if sys.version_info >= (3, 11):
+    from typing import TypeAlias as _TypeAlias, Never as _Never
 else:
-    from typing_extensions import TypeAlias as _TypeAlias
+    from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
@@ -74,6 +76,9 @@ class Release(_message.Message):
     Q_BOUND_FIELD_NUMBER: _builtins.int
     VALUE_GRID_FIELD_NUMBER: _builtins.int
     CARD_JSON_FIELD_NUMBER: _builtins.int
+    DIMS_FIELD_NUMBER: _builtins.int
+    STATE_INTERVALS_FIELD_NUMBER: _builtins.int
+    BETAS_FIELD_NUMBER: _builtins.int
     release_id: _builtins.str
     """Bundle id; also the id of the release's noise path in the store."""
     mode: _builtins.str
@@ -108,10 +113,19 @@ class Release(_message.Message):
     """Released values are multiples of this grid step (see docs/api.md)."""
     card_json: _builtins.str
     """The whole public card as JSON (a fixed whitelist of keys; qveil.bundle.public_card)."""
+    dims: _builtins.int
+    """Coordinates of a state (issue 16): 1 for a 1-D release (state_low/state_high, beta);
+    d > 1: state_intervals and betas hold one entry per coordinate (state_low/state_high and
+    beta are then the first coordinate's).
+    """
     @_builtins.property
     def create_time(self) -> _timestamp_pb2.Timestamp:
         """Bundle creation time."""
 
+    @_builtins.property
+    def state_intervals(self) -> _containers.RepeatedCompositeFieldContainer[Global___StateInterval]: ...
+    @_builtins.property
+    def betas(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]: ...
     def __init__(
         self,
         *,
@@ -135,13 +149,40 @@ class Release(_message.Message):
         q_bound: _builtins.float | None = ...,
         value_grid: _builtins.float = ...,
         card_json: _builtins.str = ...,
+        dims: _builtins.int = ...,
+        state_intervals: _abc.Iterable[Global___StateInterval] | None = ...,
+        betas: _abc.Iterable[_builtins.float] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_q_bound", b"_q_bound", "create_time", b"create_time", "q_bound", b"q_bound"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_q_bound", b"_q_bound", "action_count", b"action_count", "basis", b"basis", "beta", b"beta", "card_json", b"card_json", "create_time", b"create_time", "delta", b"delta", "delta_total", b"delta_total", "env_id", b"env_id", "epsilon", b"epsilon", "holds", b"holds", "mode", b"mode", "q_bound", b"q_bound", "reason", b"reason", "release_id", b"release_id", "seeded", b"seeded", "sigma", b"sigma", "state_high", b"state_high", "state_low", b"state_low", "status", b"status", "value_grid", b"value_grid"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_q_bound", b"_q_bound", "action_count", b"action_count", "basis", b"basis", "beta", b"beta", "betas", b"betas", "card_json", b"card_json", "create_time", b"create_time", "delta", b"delta", "delta_total", b"delta_total", "dims", b"dims", "env_id", b"env_id", "epsilon", b"epsilon", "holds", b"holds", "mode", b"mode", "q_bound", b"q_bound", "reason", b"reason", "release_id", b"release_id", "seeded", b"seeded", "sigma", b"sigma", "state_high", b"state_high", "state_intervals", b"state_intervals", "state_low", b"state_low", "status", b"status", "value_grid", b"value_grid"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__q_bound: _TypeAlias = _typing.Literal["q_bound"]  # noqa: Y015
     _WhichOneofArgType__q_bound: _TypeAlias = _typing.Literal["_q_bound", b"_q_bound"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType__q_bound) -> _WhichOneofReturnType__q_bound | None: ...
 
 Global___Release: _TypeAlias = Release  # noqa: Y015
+
+@_typing.final
+class StateInterval(_message.Message):
+    """The public interval [low, high] of one state coordinate."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LOW_FIELD_NUMBER: _builtins.int
+    HIGH_FIELD_NUMBER: _builtins.int
+    low: _builtins.float
+    high: _builtins.float
+    def __init__(
+        self,
+        *,
+        low: _builtins.float = ...,
+        high: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["high", b"high", "low", b"low"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StateInterval: _TypeAlias = StateInterval  # noqa: Y015

@@ -25,25 +25,27 @@ _sym_db = _symbol_database.Default()
 from qveil.v1 import release_pb2 as qveil_dot_v1_dot_release__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1cqveil/v1/value_service.proto\x12\x08qveil.v1\x1a\x16qveil/v1/release.proto\"G\n\x10GetValuesRequest\x12\x0e\n\x06states\x18\x01 \x03(\x01\x12\x0f\n\x07\x61\x63tions\x18\x02 \x03(\x05\x12\x12\n\nrelease_id\x18\x03 \x01(\t\"\\\n\x11GetValuesResponse\x12\x12\n\nrelease_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x63tions\x18\x02 \x03(\x05\x12\x0e\n\x06values\x18\x03 \x03(\x01\x12\x12\n\nvalue_grid\x18\x04 \x01(\x01\";\n\x15GetBestActionsRequest\x12\x0e\n\x06states\x18\x01 \x03(\x01\x12\x12\n\nrelease_id\x18\x02 \x01(\t\"a\n\x16GetBestActionsResponse\x12\x12\n\nrelease_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x63tions\x18\x02 \x03(\x05\x12\x0e\n\x06values\x18\x03 \x03(\x01\x12\x12\n\nvalue_grid\x18\x04 \x01(\x01\"\x13\n\x11GetReleaseRequest\"8\n\x12GetReleaseResponse\x12\"\n\x07release\x18\x01 \x01(\x0b\x32\x11.qveil.v1.Release2\xf2\x01\n\x0cValueService\x12\x44\n\tGetValues\x12\x1a.qveil.v1.GetValuesRequest\x1a\x1b.qveil.v1.GetValuesResponse\x12S\n\x0eGetBestActions\x12\x1f.qveil.v1.GetBestActionsRequest\x1a .qveil.v1.GetBestActionsResponse\x12G\n\nGetRelease\x12\x1b.qveil.v1.GetReleaseRequest\x1a\x1c.qveil.v1.GetReleaseResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1cqveil/v1/value_service.proto\x12\x08qveil.v1\x1a\x16qveil/v1/release.proto\"+\n\x0bStateMatrix\x12\x0e\n\x06values\x18\x01 \x03(\x01\x12\x0c\n\x04\x64ims\x18\x02 \x01(\r\"t\n\x10GetValuesRequest\x12\x0e\n\x06states\x18\x01 \x03(\x01\x12\x0f\n\x07\x61\x63tions\x18\x02 \x03(\x05\x12\x12\n\nrelease_id\x18\x03 \x01(\t\x12+\n\x0cstate_matrix\x18\x04 \x01(\x0b\x32\x15.qveil.v1.StateMatrix\"\\\n\x11GetValuesResponse\x12\x12\n\nrelease_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x63tions\x18\x02 \x03(\x05\x12\x0e\n\x06values\x18\x03 \x03(\x01\x12\x12\n\nvalue_grid\x18\x04 \x01(\x01\"h\n\x15GetBestActionsRequest\x12\x0e\n\x06states\x18\x01 \x03(\x01\x12\x12\n\nrelease_id\x18\x02 \x01(\t\x12+\n\x0cstate_matrix\x18\x03 \x01(\x0b\x32\x15.qveil.v1.StateMatrix\"a\n\x16GetBestActionsResponse\x12\x12\n\nrelease_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x63tions\x18\x02 \x03(\x05\x12\x0e\n\x06values\x18\x03 \x03(\x01\x12\x12\n\nvalue_grid\x18\x04 \x01(\x01\"\x13\n\x11GetReleaseRequest\"8\n\x12GetReleaseResponse\x12\"\n\x07release\x18\x01 \x01(\x0b\x32\x11.qveil.v1.Release2\xf2\x01\n\x0cValueService\x12\x44\n\tGetValues\x12\x1a.qveil.v1.GetValuesRequest\x1a\x1b.qveil.v1.GetValuesResponse\x12S\n\x0eGetBestActions\x12\x1f.qveil.v1.GetBestActionsRequest\x1a .qveil.v1.GetBestActionsResponse\x12G\n\nGetRelease\x12\x1b.qveil.v1.GetReleaseRequest\x1a\x1c.qveil.v1.GetReleaseResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'qveil.v1.value_service_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_GETVALUESREQUEST']._serialized_start=66
-  _globals['_GETVALUESREQUEST']._serialized_end=137
-  _globals['_GETVALUESRESPONSE']._serialized_start=139
-  _globals['_GETVALUESRESPONSE']._serialized_end=231
-  _globals['_GETBESTACTIONSREQUEST']._serialized_start=233
-  _globals['_GETBESTACTIONSREQUEST']._serialized_end=292
-  _globals['_GETBESTACTIONSRESPONSE']._serialized_start=294
-  _globals['_GETBESTACTIONSRESPONSE']._serialized_end=391
-  _globals['_GETRELEASEREQUEST']._serialized_start=393
-  _globals['_GETRELEASEREQUEST']._serialized_end=412
-  _globals['_GETRELEASERESPONSE']._serialized_start=414
-  _globals['_GETRELEASERESPONSE']._serialized_end=470
-  _globals['_VALUESERVICE']._serialized_start=473
-  _globals['_VALUESERVICE']._serialized_end=715
+  _globals['_STATEMATRIX']._serialized_start=66
+  _globals['_STATEMATRIX']._serialized_end=109
+  _globals['_GETVALUESREQUEST']._serialized_start=111
+  _globals['_GETVALUESREQUEST']._serialized_end=227
+  _globals['_GETVALUESRESPONSE']._serialized_start=229
+  _globals['_GETVALUESRESPONSE']._serialized_end=321
+  _globals['_GETBESTACTIONSREQUEST']._serialized_start=323
+  _globals['_GETBESTACTIONSREQUEST']._serialized_end=427
+  _globals['_GETBESTACTIONSRESPONSE']._serialized_start=429
+  _globals['_GETBESTACTIONSRESPONSE']._serialized_end=526
+  _globals['_GETRELEASEREQUEST']._serialized_start=528
+  _globals['_GETRELEASEREQUEST']._serialized_end=547
+  _globals['_GETRELEASERESPONSE']._serialized_start=549
+  _globals['_GETRELEASERESPONSE']._serialized_end=605
+  _globals['_VALUESERVICE']._serialized_start=608
+  _globals['_VALUESERVICE']._serialized_end=850
 # @@protoc_insertion_point(module_scope)

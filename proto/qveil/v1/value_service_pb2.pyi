@@ -20,12 +20,41 @@ else:
 DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
+class StateMatrix(_message.Message):
+    """A batch of n states with `dims` coordinates each (issue 16), packed row-major:
+    values[i * dims + j] is coordinate j of state i. Each coordinate outside the release's
+    public interval for it is clipped into it (public post-processing; the card says so).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VALUES_FIELD_NUMBER: _builtins.int
+    DIMS_FIELD_NUMBER: _builtins.int
+    dims: _builtins.int
+    @_builtins.property
+    def values(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]: ...
+    def __init__(
+        self,
+        *,
+        values: _abc.Iterable[_builtins.float] | None = ...,
+        dims: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dims", b"dims", "values", b"values"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StateMatrix: _TypeAlias = StateMatrix  # noqa: Y015
+
+@_typing.final
 class GetValuesRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     STATES_FIELD_NUMBER: _builtins.int
     ACTIONS_FIELD_NUMBER: _builtins.int
     RELEASE_ID_FIELD_NUMBER: _builtins.int
+    STATE_MATRIX_FIELD_NUMBER: _builtins.int
     release_id: _builtins.str
     """When set, the call fails unless this is the active release (FAILED_PRECONDITION; NOT_FOUND
     for a release the store does not know).
@@ -38,16 +67,23 @@ class GetValuesRequest(_message.Message):
     def actions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """Distinct actions in 0 .. m-1; empty means every action in order."""
 
+    @_builtins.property
+    def state_matrix(self) -> Global___StateMatrix:
+        """States with several coordinates (issue 16), instead of `states`: n states of `dims`
+        coordinates each, row-major. `dims` must equal the release's (Release.dims).
+        """
+
     def __init__(
         self,
         *,
         states: _abc.Iterable[_builtins.float] | None = ...,
         actions: _abc.Iterable[_builtins.int] | None = ...,
         release_id: _builtins.str = ...,
+        state_matrix: Global___StateMatrix | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["state_matrix", b"state_matrix"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["actions", b"actions", "release_id", b"release_id", "states", b"states"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["actions", b"actions", "release_id", b"release_id", "state_matrix", b"state_matrix", "states", b"states"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -95,6 +131,7 @@ class GetBestActionsRequest(_message.Message):
 
     STATES_FIELD_NUMBER: _builtins.int
     RELEASE_ID_FIELD_NUMBER: _builtins.int
+    STATE_MATRIX_FIELD_NUMBER: _builtins.int
     release_id: _builtins.str
     """When set, the call fails unless this is the active release (FAILED_PRECONDITION; NOT_FOUND
     for a release the store does not know).
@@ -103,15 +140,20 @@ class GetBestActionsRequest(_message.Message):
     def states(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
         """States in the release's state interval; finite; 1 .. max batch."""
 
+    @_builtins.property
+    def state_matrix(self) -> Global___StateMatrix:
+        """States with several coordinates (issue 16), instead of `states` (see GetValuesRequest)."""
+
     def __init__(
         self,
         *,
         states: _abc.Iterable[_builtins.float] | None = ...,
         release_id: _builtins.str = ...,
+        state_matrix: Global___StateMatrix | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["state_matrix", b"state_matrix"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["release_id", b"release_id", "states", b"states"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["release_id", b"release_id", "state_matrix", b"state_matrix", "states", b"states"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

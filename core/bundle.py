@@ -1209,8 +1209,8 @@ class Bundle:
     def interval(self) -> StateInterval:
         if self.kernel:
             raise InvalidArgument(
-                f"release {self.card.get('bundle_id')} has {self.dims} state coordinates; "
-                "serving d > 1 needs the (coordinate, x_j) store keys (issue 16 part 2)"
+                f"release {self.card.get('bundle_id')} has {self.dims} state coordinates, "
+                "no 1-D interval: use box (state_intervals; issue 16 part 2)"
             )
         lo, hi = self.card["state_interval"]
         return StateInterval(lo, hi)

@@ -8,7 +8,7 @@ stored noise, the same value grid, the same limits. Nothing here touches the sto
 
 The model (issue 17)::
 
-    input  STATE        FP64  [n, d]   d = 1 until multi-dimensional states land
+    input  STATE        FP64  [n, d]   d = the release's state coordinates (issue 16)
     input  ACTION       INT64 [n]      optional: one action per state
     output Q            FP64  [n, m]   all actions; [n] (Q[i, ACTION[i]]) when ACTION is given
     output BEST_ACTION  INT64 [n]      argmax of the released values (ties: lowest action)
@@ -153,7 +153,7 @@ class OIPModel:
         self.check_model(name, version)
         rel = self.h.holder.current()
         m = int(rel.bundle.n_actions)
-        d = 1
+        d = int(rel.bundle.dims)  # d > 1: a release of d state coordinates (issue 16)
         return {
             "name": MODEL_NAME,
             "versions": [rel.release_id],
@@ -176,7 +176,7 @@ class OIPModel:
             if t.name not in (STATE, ACTION):
                 raise bad_argument(
                     f"unknown input {_echo(t.name)}: model {MODEL_NAME!r} takes STATE "
-                    "(FP64 [n, 1]) and optionally ACTION (INT64 [n])",
+                    "(FP64 [n, d]) and optionally ACTION (INT64 [n])",
                     field=f"inputs[{t.name[:_ECHO]}]",
                     reason="UNKNOWN_INPUT",
                 )
@@ -201,7 +201,7 @@ class OIPModel:
                 )
         if STATE not in by_name:
             raise bad_argument(
-                "input STATE (FP64 [n, 1]) is required", field="inputs", reason="MISSING_INPUT"
+                "input STATE (FP64 [n, d]) is required", field="inputs", reason="MISSING_INPUT"
             )
         st = by_name[STATE]
         if len(st.shape) != 2:
@@ -210,14 +210,17 @@ class OIPModel:
                 field="inputs[STATE].shape",
                 reason="WRONG_SHAPE",
             )
-        if st.shape[1] != 1:
+        d = int(self.h.holder.current().bundle.dims)  # the handlers check it again
+        if st.shape[1] != d:
             raise bad_argument(
-                f"input STATE has d = {st.shape[1]}; this release takes one-dimensional states "
-                "(shape [n, 1])",
+                f"input STATE has d = {st.shape[1]}; this release takes states of d = {d} "
+                f"(shape [n, {d}])",
                 field="inputs[STATE].shape",
                 reason="WRONG_SHAPE",
             )
         states = np.asarray(st.data, dtype=np.float64).reshape(-1)
+        if d > 1:
+            states = states.reshape(-1, d)
         actions = None
         if ACTION in by_name:
             at = by_name[ACTION]

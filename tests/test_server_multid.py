@@ -290,3 +290,33 @@ def test_postgres_store_keys_paths_by_coordinate(pg_url: str) -> None:
         ).all()
     eng.dispose()
     assert [tuple(r) for r in rows] == [(0, 0), (0, 0), (1, 1)]
+
+
+def test_open_inference_protocol_takes_state_of_d_coordinates(
+    served: tuple[InProcessServer, Path, str],
+) -> None:
+    """The v2 binding (same handlers): STATE FP64 [n, 4] answers what GetValues answers, bit
+    for bit; STATE [n, 1] is INVALID_ARGUMENT with nothing stored."""
+    import grpc
+
+    from qveil.oip import grpc_predict_v2_pb2 as pb
+    from qveil.oip import grpc_predict_v2_pb2_grpc as pb_grpc
+
+    s, _bundle, url = served
+    xs = STATES[:2]
+    with grpc.insecure_channel(s.target) as ch:
+        stub = pb_grpc.GRPCInferenceServiceStub(ch)
+        meta = stub.ModelMetadata(pb.ModelMetadataRequest(name="qveil"))
+        assert list(meta.inputs[0].shape) == [-1, D]
+        bad = pb.ModelInferRequest.InferInputTensor(name="STATE", datatype="FP64", shape=[4, 1])
+        bad.contents.fp64_contents.extend([0.1] * 4)
+        with pytest.raises(grpc.RpcError) as err:
+            stub.ModelInfer(pb.ModelInferRequest(model_name="qveil", inputs=[bad]))
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert _rows(url) == []
+        t = pb.ModelInferRequest.InferInputTensor(name="STATE", datatype="FP64", shape=[2, D])
+        t.contents.fp64_contents.extend(xs.reshape(-1).tolist())
+        resp = stub.ModelInfer(pb.ModelInferRequest(model_name="qveil", inputs=[t]))
+        q = np.array(resp.outputs[0].contents.fp64_contents).reshape(2, -1)
+    with ValueClient(s.target) as c:
+        assert q.tobytes() == c.values(xs).tobytes()

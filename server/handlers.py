@@ -657,10 +657,7 @@ class Handlers:
 
     def stats(self) -> t.ServerStats:
         current = self.holder.peek()
-        stored: dict[int, int] = {}
-        if current is not None:
-            for a in range(current.bundle.n_actions):
-                stored[a] = int(self.store.count_points(current.release_id, a))
+        stored = {a: n for (_r, a), n in self.stored_points().items()}
         m = self.metrics
         return t.ServerStats(
             active_release_id=current.release_id if current is not None else "",
@@ -705,8 +702,11 @@ class Handlers:
         current = self.holder.peek()
         if current is None:
             return {}
+        d = int(current.bundle.dims)  # d > 1: an action's points are its d paths' (issue 16)
         return {
-            (current.release_id, a): int(self.store.count_points(current.release_id, a))
+            (current.release_id, a): sum(
+                int(self.store.count_points(current.release_id, a * d + j)) for j in range(d)
+            )
             for a in range(current.bundle.n_actions)
         }
 
@@ -715,10 +715,13 @@ class Handlers:
         if not release_id:
             release_id = self.holder.current().release_id
         rec = self.store.get_release(release_id)  # NotFound
-        if action is not None and not 0 <= int(action) < int(rec.n_actions):
+        # a release of d > 1 coordinates (issue 16): "action" names the store path
+        # action * d + coordinate (the 1-D OU path g_{action, coordinate})
+        n = int(getattr(rec, "n_paths", rec.n_actions))
+        if action is not None and not 0 <= int(action) < n:
+            what = "actions" if n == int(rec.n_actions) else "paths (action * dims + coordinate)"
             raise bad_argument(
-                f"unknown action {action}: release {echo(release_id)} has actions "
-                f"0..{int(rec.n_actions) - 1}",
+                f"unknown action {action}: release {echo(release_id)} has {what} 0..{n - 1}",
                 field="action",
                 reason="UNKNOWN_ACTION",
             )
@@ -730,6 +733,14 @@ class Handlers:
         """(release id, generator of chunks of stored points in insertion order)."""
         rec = self._audit_release(release_id, action)
         lo, hi = map(float, rec.interval)
+        j = int(action) % int(getattr(rec, "dims", 1))
+        if j:  # coordinate j of a d > 1 release: its interval is in the bundle's card
+            cur = self.holder.peek()
+            if cur is not None and cur.release_id == rec.release_id:
+                iv = cur.bundle.box.intervals[j]
+                lo, hi = float(iv.lo), float(iv.hi)
+            else:
+                lo = hi = math.nan  # the raw state is unknown here; x and g are exact
         chunk = self.limits.points_chunk
 
         def chunks() -> Iterator[list[t.NoisePoint]]:

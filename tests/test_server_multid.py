@@ -320,3 +320,33 @@ def test_open_inference_protocol_takes_state_of_d_coordinates(
         q = np.array(resp.outputs[0].contents.fp64_contents).reshape(2, -1)
     with ValueClient(s.target) as c:
         assert q.tobytes() == c.values(xs).tobytes()
+
+
+def test_audit_service_streams_each_coordinate_path(template: Path, tmp_path: Path) -> None:
+    """AuditService for a d > 1 release: "action" names the path action * d + coordinate;
+    its points map back into that coordinate's interval; GetStats counts every coordinate."""
+    from server_helpers import make_tokens
+
+    from qveil.client import AdminClient, AuditClient
+
+    tok = make_tokens(tmp_path / "tokens.toml")
+    bundle = fresh_bundle(template, tmp_path / "bundle")
+    b = load_bundle(bundle)
+    url = f"sqlite:///{tmp_path / 's.sqlite'}"
+    with InProcessServer(bundle, url, tokens=tok.path) as s:
+        with ValueClient(s.target, token=tok.query) as c:
+            c.get_values(STATES[:2])
+        with AuditClient(s.target, token=tok.auditor) as au:
+            for p in range(M * D):
+                j = p % D
+                pts = list(au.noise_points(p))
+                lo, hi = b.card["state_intervals"][j]
+                want = sorted({float(v) for v in np.clip(STATES[:2, j], lo, hi)})
+                assert sorted(q.state for q in pts) == pytest.approx(want)
+            with pytest.raises(InvalidArgumentError):
+                list(au.noise_points(M * D))
+            assert au.verify(action=M * D - 1).ok
+        with AdminClient(s.target, token=tok.admin) as ad:
+            stats = ad.stats()
+    # STATES[:2] share coordinates 1 and 3: 2 + 1 + 2 + 1 new values per action
+    assert stats.stored_points == {a: 6 for a in range(M)}

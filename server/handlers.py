@@ -178,17 +178,7 @@ class Handlers:
                 reason="WRONG_DIMS",
             )
         s = s.reshape(-1)
-        n = s.size
-        if n == 0:
-            raise bad_argument(
-                "empty batch: give at least one state", field="states", reason="EMPTY_BATCH"
-            )
-        if n > self.limits.max_batch:
-            raise bad_argument(
-                f"batch of {n} states exceeds the limit of {self.limits.max_batch}",
-                field="states",
-                reason="BATCH_TOO_LARGE",
-            )
+        self._check_batch(s.size)
         finite = np.isfinite(s)
         if not finite.all():
             i = int(np.flatnonzero(~finite)[0])
@@ -209,6 +199,19 @@ class Handlers:
             )
         return iv.to_unit(s)
 
+    def _check_batch(self, n: int) -> None:
+        """An empty batch, or one over --max-batch, is INVALID_ARGUMENT."""
+        if n == 0:
+            raise bad_argument(
+                "empty batch: give at least one state", field="states", reason="EMPTY_BATCH"
+            )
+        if n > self.limits.max_batch:
+            raise bad_argument(
+                f"batch of {n} states exceeds the limit of {self.limits.max_batch}",
+                field="states",
+                reason="BATCH_TOO_LARGE",
+            )
+
     def _box_states(self, rel: ActiveRelease, states: npt.ArrayLike) -> npt.NDArray[np.float64]:
         """(n, d) raw states of a d-coordinate release -> (n, d) unit states: each coordinate
         clipped into its public interval and mapped onto [0, 1] (``StateBox.to_unit``; the
@@ -226,17 +229,7 @@ class Handlers:
                 field="states",
                 reason="WRONG_DIMS",
             )
-        n = s.shape[0]
-        if n == 0:
-            raise bad_argument(
-                "empty batch: give at least one state", field="states", reason="EMPTY_BATCH"
-            )
-        if n > self.limits.max_batch:
-            raise bad_argument(
-                f"batch of {n} states exceeds the limit of {self.limits.max_batch}",
-                field="states",
-                reason="BATCH_TOO_LARGE",
-            )
+        self._check_batch(s.shape[0])
         finite = np.isfinite(s).all(axis=1)
         if not finite.all():
             i = int(np.flatnonzero(~finite)[0])

@@ -162,14 +162,23 @@ class FQIPrivacyParams:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> FQIPrivacyParams:
-        names = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - names)
-        if unknown:
-            raise InvalidArgument(f"unknown fqi privacy parameter(s): {', '.join(unknown)}")
-        try:
-            return cls(**dict(d))
-        except TypeError as exc:
-            raise InvalidArgument(f"fqi privacy params: {exc}") from None
+        out: FQIPrivacyParams = params_from_dict(cls, d, "fqi")
+        return out
+
+
+def params_from_dict(cls: Any, d: Mapping[str, Any], what: str) -> Any:
+    """``cls(**d)`` for a recorded parameter set; unknown or missing keys are
+    InvalidArgument (a card from a newer version must not be silently mis-read)."""
+    if not isinstance(d, Mapping):
+        raise InvalidArgument(f"{what} privacy params must be a mapping, got {type(d).__name__}")
+    names = {f.name for f in fields(cls)}
+    unknown = sorted(set(d) - names)
+    if unknown:
+        raise InvalidArgument(f"unknown {what} privacy parameter(s): {', '.join(unknown)[:80]}")
+    try:
+        return cls(**dict(d))
+    except TypeError as exc:
+        raise InvalidArgument(f"{what} privacy params: {exc}") from None
 
 
 @dataclass(frozen=True, kw_only=True)

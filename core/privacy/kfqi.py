@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from qveil.errors import InvalidArgument
@@ -31,6 +31,7 @@ from qveil.privacy.fqi import (
     NEIGHBOURS,
     FQIPrivacyResult,
     calibrated,
+    params_from_dict,
     sup_sensitivity,
 )
 from qveil.privacy.gaussian import (
@@ -145,14 +146,8 @@ class KernelFQIPrivacyParams:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> KernelFQIPrivacyParams:
-        names = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - names)
-        if unknown:
-            raise InvalidArgument(f"unknown kernel fqi privacy parameter(s): {', '.join(unknown)}")
-        try:
-            return cls(**dict(d))
-        except TypeError as exc:
-            raise InvalidArgument(f"kernel fqi privacy params: {exc}") from None
+        out: KernelFQIPrivacyParams = params_from_dict(cls, d, "kernel fqi")
+        return out
 
 
 def _sensitivity(p: KernelFQIPrivacyParams) -> tuple[float, float, float]:

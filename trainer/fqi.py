@@ -41,20 +41,26 @@ class FQIOutcome:
     warning: str | None
 
 
+def observation_bounds(env_id: str) -> tuple[np.ndarray, np.ndarray]:
+    """The flattened (low, high) of an environment's Box observation space (public)."""
+    import gymnasium as gym
+
+    import qveil.trainer  # noqa: F401 - registers qveil's environments
+
+    env = gym.make(env_id)
+    try:
+        lo = np.asarray(env.observation_space.low, dtype=float).reshape(-1)  # type: ignore[attr-defined]
+        hi = np.asarray(env.observation_space.high, dtype=float).reshape(-1)  # type: ignore[attr-defined]
+    finally:
+        env.close()
+    return lo, hi
+
+
 def _state_interval(cfg: FQIConfig, env_id: str | None) -> tuple[float, float]:
     if cfg.state_interval is not None:
         return cfg.state_interval
     if env_id:
-        import gymnasium as gym
-
-        import qveil.trainer  # noqa: F401 - registers qveil's environments
-
-        env = gym.make(env_id)
-        try:
-            lo = np.asarray(env.observation_space.low, dtype=float).reshape(-1)  # type: ignore[attr-defined]
-            hi = np.asarray(env.observation_space.high, dtype=float).reshape(-1)  # type: ignore[attr-defined]
-        finally:
-            env.close()
+        lo, hi = observation_bounds(env_id)
         if lo.size == 1 and np.isfinite(lo[0]) and np.isfinite(hi[0]):
             return float(lo[0]), float(hi[0])
     raise InvalidArgument(

@@ -36,16 +36,9 @@ def state_intervals(cfg: KernelFQIConfig, env_id: str | None, dims: int) -> list
             )
         return [list(p) for p in cfg.state_intervals]
     if env_id:
-        import gymnasium as gym
+        from qveil.trainer.fqi import observation_bounds
 
-        import qveil.trainer  # noqa: F401 - registers qveil's environments
-
-        env = gym.make(env_id)
-        try:
-            lo = np.asarray(env.observation_space.low, dtype=float).reshape(-1)  # type: ignore[attr-defined]
-            hi = np.asarray(env.observation_space.high, dtype=float).reshape(-1)  # type: ignore[attr-defined]
-        finally:
-            env.close()
+        lo, hi = observation_bounds(env_id)
         if lo.size == dims and np.isfinite(lo).all() and np.isfinite(hi).all():
             return [[float(a), float(b)] for a, b in zip(lo, hi, strict=True)]
     raise InvalidArgument(

@@ -228,7 +228,9 @@ def _kappa(p: FQIPrivacyParams) -> float:
     return certified_kappa(p.grid_points, p.smoother_bandwidth, p.beta)
 
 
-def _sensitivity(p: FQIPrivacyParams) -> tuple[float, float, float]:
+def joint_sensitivity(p: Any, kappa: float) -> tuple[float, float, float]:
+    """(D_T, kappa, Delta) of equation (1) for either estimator's params (grid or kernel:
+    the same relation fields), given the map's certified ``kappa``."""
     dt = sup_sensitivity(
         neighbour=p.neighbour,
         users=p.users,
@@ -236,8 +238,11 @@ def _sensitivity(p: FQIPrivacyParams) -> tuple[float, float, float]:
         gamma=p.gamma,
         iterations=p.iterations,
     )
-    kappa = _kappa(p)
     return dt, kappa, dt * math.sqrt(p.actions * kappa) * (1.0 + DELTA_SLACK)
+
+
+def _sensitivity(p: FQIPrivacyParams) -> tuple[float, float, float]:
+    return joint_sensitivity(p, _kappa(p))
 
 
 def account_fqi(p: FQIPrivacyParams) -> FQIPrivacyResult:

@@ -27,12 +27,11 @@ from typing import Any
 from qveil.errors import InvalidArgument
 from qveil.privacy.checks import number as _num
 from qveil.privacy.fqi import (
-    DELTA_SLACK,
     NEIGHBOURS,
     FQIPrivacyResult,
     calibrated,
+    joint_sensitivity,
     params_from_dict,
-    sup_sensitivity,
 )
 from qveil.privacy.gaussian import (
     analytic_gaussian_epsilon,
@@ -151,15 +150,7 @@ class KernelFQIPrivacyParams:
 
 
 def _sensitivity(p: KernelFQIPrivacyParams) -> tuple[float, float, float]:
-    dt = sup_sensitivity(
-        neighbour=p.neighbour,
-        users=p.users,
-        reward_range=p.reward_range,
-        gamma=p.gamma,
-        iterations=p.iterations,
-    )
-    kappa = p.kappa
-    return dt, kappa, dt * math.sqrt(p.actions * kappa) * (1.0 + DELTA_SLACK)
+    return joint_sensitivity(p, p.kappa)
 
 
 def account_kernel_fqi(p: KernelFQIPrivacyParams) -> FQIPrivacyResult:

@@ -204,10 +204,6 @@ class FQIPrivacyResult:
     target: dict[str, Any] | None = None
 
     @property
-    def k(self) -> None:
-        return None
-
-    @property
     def mu(self) -> float:
         """GDP parameter Delta / sigma (exact composition in the ledger)."""
         return self.sensitivity / self.sigma

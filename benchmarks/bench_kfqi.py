@@ -36,12 +36,12 @@ CONFIG = HERE.parent / "configs" / "cartpole-private.toml"
 
 
 def _row(users: int, cfg: dict, box: StateBox) -> list[object]:
-    from qveil.experiments.multid import _spec
+    from qveil.kfqi_config import KernelFQIConfig
 
     t0 = time.perf_counter()
     ds = collect("CartPole-v1", users, 1, reward_range=(0.0, 1.0))
     t_collect = time.perf_counter() - t0
-    spec = _spec(cfg)
+    spec = KernelFQIConfig.from_dict(cfg).spec(len(cfg["state_intervals"]))
     stamps: list[float] = []
     t0 = time.perf_counter()
     from qveil import kfqi

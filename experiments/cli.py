@@ -1,5 +1,9 @@
 """``qveil experiments NAME [--quick] [--seeds N] [--out DIR] [--workers W]``.
 
+``multid`` also takes ``--env ENV``, ``--users N[,N...]``, ``--epsilons E[,E...]``,
+``--releases R`` and ``--episodes E`` to run part of its plan (for example CartPole-v1 at
+1e5 users only).
+
 Each experiment writes CSV and PNG files into ``--out`` (default ``results/<name>``) and
 prints what it wrote. ``--quick`` is the small version the test suite runs; without it the
 full reproduction (the four together: about 7 minutes on a quiet 2-core machine; see
@@ -11,6 +15,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -85,7 +90,61 @@ def add_parser(sub: Any) -> None:
         default=None,
         help="processes (default: CPUs, or QVEIL_EXPERIMENT_WORKERS)",
     )
+    multid = p.add_argument_group("multid only")
+    multid.add_argument("--env", help="multid: one environment (CartPole-v1 or Acrobot-v1)")
+    multid.add_argument("--users", help="multid: comma-separated numbers of users N")
+    multid.add_argument("--epsilons", help="multid: comma-separated epsilons (default 0.5,1,2,4)")
+    multid.add_argument("--releases", type=int, help="multid: served releases per cell")
+    multid.add_argument("--episodes", type=int, help="multid: episodes per policy")
     p.set_defaults(func=run)
+
+
+def _count(v: str) -> int:
+    """A whole number, also written 1e5."""
+    f = float(v)
+    if not f.is_integer():
+        raise ValueError(v)
+    return int(f)
+
+
+def _numbers(flag: str, raw: str, kind: Callable[[str], Any]) -> list[Any]:
+    try:
+        out = [kind(v) for v in raw.split(",")]
+    except ValueError:
+        raise InvalidArgument(f"{flag} must be comma-separated numbers, got {raw[:80]!r}") from None
+    if not out or any(v <= 0 for v in out):
+        raise InvalidArgument(f"{flag} must be positive, got {raw[:80]!r}")
+    return out
+
+
+def _multid_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """The multid-only flags as keyword arguments of qveil.experiments.multid.run."""
+    given = {
+        k: getattr(args, k, None) for k in ("env", "users", "epsilons", "releases", "episodes")
+    }
+    given = {k: v for k, v in given.items() if v is not None}
+    if not given:
+        return {}
+    if args.name != "multid":
+        raise InvalidArgument(f"--{', --'.join(given)} apply to multid only")
+    from qveil.experiments.multid import ENVS, FULL, QUICK
+
+    kw: dict[str, Any] = {}
+    for k in ("releases", "episodes"):
+        if k in given:
+            if given[k] < 1:
+                raise InvalidArgument(f"--{k} must be >= 1, got {given[k]}")
+            kw[k] = given[k]
+    if "epsilons" in given:
+        kw["epsilons"] = tuple(_numbers("--epsilons", given["epsilons"], float))
+    if "env" in given or "users" in given:
+        env = given.get("env")
+        if env is not None and env not in ENVS:
+            raise InvalidArgument(f"--env must be one of {', '.join(ENVS)}, got {env[:80]!r}")
+        base = (QUICK if args.quick else FULL)[0]
+        users = _numbers("--users", given["users"], _count) if "users" in given else None
+        kw["plan"] = [(e, users if users is not None else ns) for e, ns in base if env in (None, e)]
+    return kw
 
 
 def run(args: argparse.Namespace) -> int:
@@ -105,6 +164,7 @@ def run(args: argparse.Namespace) -> int:
         if not args.config.is_file():
             raise InvalidArgument(f"config file {str(args.config)!r} does not exist")
         kwargs["config"] = args.config
+    kwargs.update(_multid_kwargs(args))
     paths = module.run(
         out=out,
         quick=bool(args.quick),

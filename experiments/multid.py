@@ -1,31 +1,54 @@
 """``qveil experiments multid``: the kernel fqi release for states with d coordinates
-(issue 16), in process: CartPole-v1 (d = 4, 2 actions) and Acrobot-v1 (d = 6, 3 actions).
+(issue 16), measured THROUGH THE SERVER: CartPole-v1 (d = 4, 2 actions) and Acrobot-v1
+(d = 6, 3 actions).
 
-For each environment, number of users N and seed: collect N users with one uniformly random
-episode each (qveil.trainer.collect), fit the kernel FQI + subspace KRR once
-(:mod:`qveil.kfqi`, public config configs/<env>-private.toml), then score on fresh episodes
+For each environment, number of users N and dataset seed: collect N users with one uniformly
+random episode each (:func:`qveil.trainer.collect.collect`) and fit the kernel FQI + subspace
+KRR ONCE (:func:`qveil.trainer.kfqi.fit_kernel`, public config configs/<env>-private.toml).
+Then, on the same E episode seeds for every policy (common random numbers, so differences
+between policies are not episode luck):
 
-* the non-private estimator (the released mean, no noise): the ceiling;
-* the private release at each epsilon (delta 1e-5): mean + additive noise g_a, one seeded
-  :class:`qveil.additive.AdditiveSamplePath` per action with the accountant's sigma,
-  queried lazily at the visited states (actions: argmax_a of f_a(x) + g_a(x)); averaged
-  over ``draws`` independent releases (noise draws), since one draw's return varies a lot;
-* the uniformly random policy: the floor.
+* the ceiling: the fitted mean without noise, greedy, in process (not a release);
+* the floor: the uniformly random policy;
+* the private release at each epsilon (delta 1e-5, user relation), R times: each time a new
+  release bundle of the fit is written (:func:`qveil.trainer.kfqi.write_kernel_release`: its
+  own release id and fingerprint, sigma from the kernel accountant for that epsilon), served
+  by the real server (:class:`qveil.server.local.LocalServer`: gRPC on 127.0.0.1 port 0, a
+  fresh SQLite store file, release noise from OS entropy, never seeded), and the E episodes
+  are played in lockstep with every action from ``GetBestActions`` on [n, d] states
+  (:func:`qveil.trainer.served_eval.lockstep_returns`).
 
-"Fraction" = (private - random) / (ceiling - random). Part 2 re-measures the release
-through the server (GetBestActions). Seeds are for experiments only.
+Each release's utility is measured separately: the R releases of a cell are independent
+repetitions of the experiment (R noise draws), not a composition; publishing them all would
+compose their privacy costs. Per cell: the mean return over R x E, the minimum and maximum
+over releases, and "fraction" = (private - random) / (ceiling - random), with a bootstrap
+standard error and 95% interval over releases and episodes (:func:`fraction_bootstrap`).
+The server's own counters (states answered, new noise points stored) are recorded per
+release, so the table shows that every private action came from the server.
 """
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import time
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
-__all__ = ["ENVS", "load_config", "run", "run_point"]
+__all__ = [
+    "EPSILONS",
+    "ENVS",
+    "fraction_bootstrap",
+    "load_config",
+    "run",
+    "run_point",
+    "served_release_returns",
+]
 
 ROOT = Path(__file__).resolve().parents[1]
 ENVS = {
@@ -34,69 +57,114 @@ ENVS = {
 }
 EPSILONS = (0.5, 1.0, 2.0, 4.0)
 DELTA = 1e-5
+#: first environment seed of the scored episodes (episode i: EVAL_SEED + 1000 seed + i);
+#: far from collect's seeds, so scoring never replays a training episode's start
+EVAL_SEED = 10_000
 
 
-def load_config(env_id: str, **changes: Any) -> dict[str, Any]:
+def load_config(env_id: str, **changes: Any) -> Any:
+    """The public :class:`qveil.kfqi_config.KernelFQIConfig` of ``env_id`` (delta 1e-5)."""
+    from qveil.kfqi_config import KernelFQIConfig
+
     with ENVS[env_id].open("rb") as fh:
-        cfg = tomllib.load(fh)
-    cfg.update(changes)
-    return cfg
+        d = tomllib.load(fh)
+    d.update({"delta": DELTA, **changes})
+    return KernelFQIConfig.from_dict(d)
 
 
-def _spec(cfg: dict[str, Any]) -> Any:
-    from qveil.kfqi import KernelFQISpec
+def fraction_bootstrap(
+    private: npt.ArrayLike,
+    ceiling: npt.ArrayLike,
+    floor: npt.ArrayLike,
+    *,
+    reps: int = 2000,
+    rng: np.random.Generator,
+) -> dict[str, float]:
+    """Point estimate, bootstrap standard error and 95% percentile interval of
+    (mean private - mean floor) / (mean ceiling - mean floor).
 
-    return KernelFQISpec(
-        gamma=cfg["gamma"],
-        iterations=cfg["iterations"],
-        betas=tuple(cfg["betas"]),
-        anchor_points=cfg["anchor_points"],
-        bandwidth=cfg["bandwidth"],
-        kernel_radius=cfg["kernel_radius"],
-        inducing_points=cfg["inducing_points"],
-        lam=cfg["lam"],
-        neighbour=cfg["neighbour"],
-        default=cfg.get("default_value"),
-    )
+    ``private`` is (R releases, E episodes); ``ceiling`` and ``floor`` are (E,) on the same
+    episode seeds. The design is crossed (releases x episodes), so each replicate resamples
+    releases and episodes independently, with replacement, and applies the SAME episode
+    resample to the three policies (the common random numbers stay paired). Replicates
+    whose ceiling equals the floor are dropped (the fraction is undefined there)."""
+    p = np.asarray(private, dtype=np.float64)
+    c = np.asarray(ceiling, dtype=np.float64)
+    f = np.asarray(floor, dtype=np.float64)
+    if p.ndim != 2 or c.shape != (p.shape[1],) or f.shape != c.shape:
+        raise ValueError(f"want private (R, E), ceiling and floor (E,); got {p.shape}, {c.shape}")
+    n_r, n_e = p.shape
+
+    def frac(pm: float, cm: float, fm: float) -> float:
+        return (pm - fm) / (cm - fm) if cm != fm else float("nan")
+
+    point = frac(float(p.mean()), float(c.mean()), float(f.mean()))
+    ri = rng.integers(0, n_r, size=(reps, n_r))
+    ei = rng.integers(0, n_e, size=(reps, n_e))
+    # mean over the resampled (release, episode) grid = mean over releases of the per-release
+    # means of the resampled episodes
+    pm = np.array([p[np.ix_(ri[b], ei[b])].mean() for b in range(reps)])
+    cm = c[ei].mean(axis=1)
+    fm = f[ei].mean(axis=1)
+    ok = cm != fm
+    fr = (pm[ok] - fm[ok]) / (cm[ok] - fm[ok])
+    if fr.size < 2:
+        return {"fraction": point, "se": float("nan"), "lo": float("nan"), "hi": float("nan")}
+    lo, hi = np.percentile(fr, [2.5, 97.5])
+    return {"fraction": point, "se": float(fr.std(ddof=1)), "lo": float(lo), "hi": float(hi)}
 
 
-def privacy(cfg: dict[str, Any], *, users: int, actions: int, epsilon: float) -> Any:
-    """The kernel accountant's calibration for this config (public quantities only)."""
-    from qveil.privacy.kfqi import KernelFQIPrivacyParams, calibrate_kernel_fqi
+def served_release_returns(
+    bundle: Path,
+    store_url: str,
+    env_id: str,
+    *,
+    episodes: int,
+    seed: int,
+    env_kwargs: dict[str, Any] | None = None,
+) -> tuple[list[float], dict[str, Any]]:
+    """Serve ``bundle`` with the real server over ``store_url`` and play ``episodes``
+    lockstep episodes (seeds ``seed + i``) with actions from GetBestActions on [n, d] states.
+    Returns (returns, a record: the release id and sigma of the served card, the calls and
+    states this client sent, and the server's own counters: (state, action) values it
+    answered, noise points it drew and committed, points its store holds)."""
+    from qveil.client import ValueClient
+    from qveil.server.local import LocalServer
+    from qveil.trainer.served_eval import lockstep_returns
 
-    p = KernelFQIPrivacyParams(
-        neighbour=cfg["neighbour"],
-        users=users,
-        reward_range=tuple(cfg["reward_range"]),
-        gamma=cfg["gamma"],
-        iterations=cfg["iterations"],
-        actions=actions,
-        dims=len(cfg["betas"]),
-        betas=tuple(cfg["betas"]),
-        lam=cfg["lam"],
-        anchor_points=cfg["anchor_points"],
-        inducing_points=cfg["inducing_points"],
-        delta=DELTA,
-    )
-    return calibrate_kernel_fqi(p, epsilon=epsilon)
+    with LocalServer(bundle, store_url) as srv, ValueClient(srv.target, timeout=60) as client:
+        info = client.release()
+        dims = int(info.dims)
+        calls = sent = 0
+
+        def served(states: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
+            nonlocal calls, sent
+            calls += 1
+            sent += len(states)
+            return np.asarray(
+                client.best_actions(states.reshape(len(states), dims)), dtype=np.int64
+            )
+
+        returns = lockstep_returns(
+            env_id, served, episodes=episodes, seed=seed, env_kwargs=env_kwargs or {}
+        )
+        m = srv.handlers.metrics
+        stats = {
+            "release_id": info.release_id,
+            "served_sigma": float(info.sigma),
+            "seeded": bool(srv.store.seeded),
+            "calls": calls,
+            "states_sent": sent,
+            "server_values_answered": int(m.states_answered),
+            "server_new_points": int(m.new_points),
+            "stored_points": int(srv.store.count_points(info.release_id)),
+        }
+    return returns, stats
 
 
-def _episodes(env_id: str, policy: Any, *, episodes: int, seed: int) -> float:
-    import gymnasium as gym
-
-    env = gym.make(env_id)
-    total = 0.0
-    try:
-        for e in range(episodes):
-            obs, _ = env.reset(seed=seed + e)
-            while True:
-                obs, r, term, trunc, _ = env.step(policy(np.asarray(obs, dtype=np.float64)))
-                total += float(r)
-                if term or trunc:
-                    break
-    finally:
-        env.close()
-    return total / episodes
+def _random_policy(m: int, seed: int) -> Callable[[npt.NDArray[np.float64]], Any]:
+    rng = np.random.default_rng([seed, 7])  # experiment seed (the floor's actions), not noise
+    return lambda s: rng.integers(0, m, size=len(s))
 
 
 def run_point(
@@ -105,125 +173,133 @@ def run_point(
     seed: int,
     *,
     episodes: int,
-    draws: int = 1,
+    releases: int = 1,
     epsilons: tuple[float, ...] = EPSILONS,
+    max_steps: int | None = None,
+    say: Callable[[str], object] = print,
     **changes: Any,
-) -> list[dict[str, Any]]:
-    """One (env, N, seed): fit once, score ceiling, each epsilon and random."""
-    from qveil.additive import AdditiveSamplePath, StateBox
-    from qveil.kfqi import additive_mean, kernel_fqi
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """One (env, N, seed): collect, fit once, then the ceiling, the floor and ``releases``
+    served releases per epsilon on the same ``episodes`` episode seeds (``max_steps``:
+    truncate every scored episode there; the quick smoke run only).
+    Returns (cell rows, one row per release)."""
     from qveil.trainer.collect import collect
+    from qveil.trainer.kfqi import fit_kernel, write_kernel_release
+    from qveil.trainer.served_eval import lockstep_returns
 
     cfg = load_config(env_id, **changes)
-    rr = (float(cfg["reward_range"][0]), float(cfg["reward_range"][1]))
     t0 = time.perf_counter()
-    ds = collect(env_id, users, seed, reward_range=rr)
+    ds = collect(env_id, users, seed, reward_range=cfg.reward_range)
     t_collect = time.perf_counter() - t0
-    box = StateBox.of(cfg["state_intervals"])
-    spec = _spec(cfg)
-    m = int(ds.n_actions)
-    t0 = time.perf_counter()
-    fit = kernel_fqi(
-        ds.s,
-        ds.a,
-        ds.r,
-        ds.s2,
-        ds.terminal,
-        ds.user,
-        n_actions=m,
-        reward_range=rr,
-        box=box,
-        spec=spec,
+    fit = fit_kernel(cfg, ds)
+    say(
+        f"multid {env_id} N={users} seed={seed}: {ds.n} samples, collected in {t_collect:.0f} s, "
+        f"fitted once in {fit.seconds:.0f} s"
     )
-    t_fit = time.perf_counter() - t0
+    eval_seed = EVAL_SEED + 1000 * seed
+    env_kwargs = {} if max_steps is None else {"max_episode_steps": int(max_steps)}
 
-    def mean(o: np.ndarray) -> np.ndarray:
-        out: np.ndarray = additive_mean(
-            box.to_unit(o[None]),
-            alpha=fit.alpha,
-            centre=fit.centre,
-            inducing=fit.inducing,
-            betas=fit.betas,
-        )[0]
-        return out
+    def play(policy: Callable[[npt.NDArray[np.float64]], Any]) -> np.ndarray:
+        return np.asarray(
+            lockstep_returns(
+                env_id, policy, episodes=episodes, seed=eval_seed, env_kwargs=env_kwargs
+            )
+        )
 
-    eval_seed = 10_000 + 1000 * seed
+    ceiling = play(lambda s: np.argmax(fit.mean(s), axis=1))
+    floor = play(_random_policy(fit.actions, seed))
     base = {
         "env": env_id,
         "users": users,
         "seed": seed,
         "samples": int(ds.n),
+        "episodes": episodes,
+        "max_steps": max_steps or "",
         "collect_s": round(t_collect, 2),
-        "fit_s": round(t_fit, 2),
+        "fit_s": round(fit.seconds, 2),
     }
     rows = [
-        {
-            **base,
-            "policy": "non-private",
-            "epsilon": float("inf"),
-            "sigma": 0.0,
-            "return": _episodes(
-                env_id, lambda o: int(np.argmax(mean(o))), episodes=episodes, seed=eval_seed
-            ),
-        }
-    ]
-    rng = np.random.default_rng([seed, 7])
-    rows.append(
-        {
-            **base,
-            "policy": "random",
-            "epsilon": float("nan"),
-            "sigma": float("nan"),
-            "return": _episodes(
-                env_id, lambda o: int(rng.integers(m)), episodes=episodes, seed=eval_seed
-            ),
-        }
-    )
-    for k, eps in enumerate(epsilons):
-        res = privacy(cfg, users=int(ds.users), actions=m, epsilon=eps)
-        returns = []
-        for draw in range(draws):  # independent releases (noise draws) at this epsilon
-            paths = [
-                AdditiveSamplePath(
-                    betas=spec.betas, sigma=res.sigma, rng=np.random.default_rng([seed, k, draw, a])
+        {**base, "policy": "non-private", "epsilon": float("inf"), "sigma": 0.0,
+         "return": float(ceiling.mean())},
+        {**base, "policy": "random", "epsilon": float("nan"), "sigma": float("nan"),
+         "return": float(floor.mean())},
+    ]  # fmt: skip
+    say(f"  ceiling {ceiling.mean():.1f}, random {floor.mean():.1f} ({episodes} episodes)")
+    per_release: list[dict[str, Any]] = []
+    boot_rng = np.random.default_rng([seed, 11])  # resampling only
+    with tempfile.TemporaryDirectory(prefix="qveil-multid-") as tmp:
+        for eps in epsilons:
+            returns = []
+            for k in range(releases):
+                t0 = time.perf_counter()
+                d = Path(tmp) / f"eps{eps:g}-r{k}"
+                out = write_kernel_release(fit, d / "bundle", epsilon=eps, force=True)
+                ret, st = served_release_returns(
+                    out.path,
+                    f"sqlite:///{d / 'store.sqlite'}",
+                    env_id,
+                    episodes=episodes,
+                    seed=eval_seed,
+                    env_kwargs=env_kwargs,
                 )
-                for a in range(m)
-            ]
-
-            def noisy(o: np.ndarray, paths: list[AdditiveSamplePath] = paths) -> int:
-                x = box.to_unit(o[None])
-                g = np.array([p.sample(x)[0] for p in paths])
-                return int(np.argmax(mean(o) + g))
-
-            returns.append(
-                _episodes(
-                    env_id, noisy, episodes=max(1, episodes // draws), seed=eval_seed + 100 * draw
+                returns.append(ret)
+                per_release.append(
+                    {
+                        **base,
+                        "epsilon": eps,
+                        "release": k,
+                        "sigma": float(out.card["sigma"]),
+                        "return": float(np.mean(ret)),
+                        "episode_min": float(np.min(ret)),
+                        "episode_max": float(np.max(ret)),
+                        **st,
+                    }
                 )
+                say(
+                    f"  eps {eps:g} release {k + 1}/{releases} {st['release_id'][:8]} "
+                    f"(sigma {st['served_sigma']:.3g}): return {np.mean(ret):.1f} "
+                    f"[{np.min(ret):.0f}..{np.max(ret):.0f}]; {st['states_sent']} states in "
+                    f"{st['calls']} GetBestActions calls, the server answered "
+                    f"{st['server_values_answered']} values and stored "
+                    f"{st['stored_points']} noise points "
+                    f"({time.perf_counter() - t0:.1f} s)"
+                )
+                # the release is done with: drop its bundle and store (experiment artefacts)
+                shutil.rmtree(d)
+            r = np.asarray(returns)
+            means = r.mean(axis=1)
+            boot = fraction_bootstrap(r, ceiling, floor, rng=boot_rng)
+            cell = [x for x in per_release if x["epsilon"] == eps]
+            rows.append(
+                {
+                    **base,
+                    "policy": "private",
+                    "epsilon": eps,
+                    "sigma": float(cell[0]["sigma"]),
+                    "return": float(r.mean()),
+                    "releases": releases,
+                    "release_min": float(means.min()),
+                    "release_max": float(means.max()),
+                    "fraction_se": boot["se"],
+                    "fraction_lo": boot["lo"],
+                    "fraction_hi": boot["hi"],
+                    "states_sent": int(sum(x["states_sent"] for x in cell)),
+                    "server_values_answered": int(sum(x["server_values_answered"] for x in cell)),
+                    "server_new_points": int(sum(x["server_new_points"] for x in cell)),
+                    "noise": "OS entropy (server store)",
+                }
             )
-        rows.append(
-            {
-                **base,
-                "policy": "private",
-                "epsilon": eps,
-                "sigma": res.sigma,
-                "noise_to_value": res.noise_to_value,
-                "return": float(np.mean(returns)),
-                "draws": draws,
-                "draw_min": float(np.min(returns)),
-                "draw_max": float(np.max(returns)),
-            }
-        )
-    return rows
+    return rows, per_release
 
 
 def _fraction(rows: list[dict[str, Any]]) -> None:
-    by = {}
+    by: dict[tuple[Any, ...], dict[str, float]] = {}
     for r in rows:
-        by.setdefault((r["env"], r["users"], r["seed"]), {})[r["policy"], r["epsilon"]] = r
+        if r["policy"] != "private":
+            by.setdefault((r["env"], r["users"], r["seed"]), {})[r["policy"]] = r["return"]
     for r in rows:
         g = by[(r["env"], r["users"], r["seed"])]
-        top = next(v["return"] for (p, _), v in g.items() if p == "non-private")
-        low = next(v["return"] for (p, _), v in g.items() if p == "random")
+        top, low = g["non-private"], g["random"]
         r["fraction"] = (r["return"] - low) / (top - low) if top != low else float("nan")
 
 
@@ -243,46 +319,76 @@ def _plot(rows: list[dict[str, Any]], path: Path) -> Path:
 
         def line(pred: Any, er: list[dict[str, Any]] = er, ns: list[int] = ns) -> list[float]:
             return [
-                float(np.mean([r["return"] for r in er if r["users"] == n and pred(r)])) for n in ns
+                float(np.mean([r["return"] for r in er if r["users"] == n and pred(r)] or [np.nan]))
+                for n in ns
             ]
 
         ax.plot(ns, line(lambda r: r["policy"] == "non-private"), "k-", lw=2, label="non-private")
-        for eps in EPSILONS:
+        for eps in sorted({r["epsilon"] for r in er if r["policy"] == "private"}):
             ax.plot(
                 ns,
                 line(lambda r, e=eps: r["policy"] == "private" and r["epsilon"] == e),
                 marker="o",
-                label=f"eps {eps:g}",
+                label=f"eps {eps:g} (served)",
             )
         ax.plot(ns, line(lambda r: r["policy"] == "random"), "k:", label="random")
         ax.set_xscale("log")
         ax.set_xlabel("users N (one random episode each)")
         ax.set_ylabel("return")
-        ax.set_title(f"{env}: kernel fqi, delta 1e-5", fontsize=10)
+        ax.set_title(f"{env}: kernel fqi via GetBestActions, delta 1e-5", fontsize=10)
         ax.legend(fontsize=7)
     fig.tight_layout()
     return save(fig, path)
 
 
+#: quick (the test suite: a smoke run, episodes truncated at 50 steps) and full plans:
+#: (env, users), episodes per policy, releases per cell, step cap
+QUICK = ([("CartPole-v1", [300]), ("Acrobot-v1", [30])], 3, 2, 50)
+FULL = (
+    [("CartPole-v1", [1000, 3000, 10_000, 30_000, 100_000]), ("Acrobot-v1", [300, 1000])],
+    10,
+    8,
+    None,
+)
+
+
 def run(
-    *, out: Path, quick: bool = False, seeds: int | None = None, workers: int = 1, **_: Any
+    *,
+    out: Path,
+    quick: bool = False,
+    seeds: int | None = None,
+    plan: list[tuple[str, list[int]]] | None = None,
+    episodes: int | None = None,
+    releases: int | None = None,
+    epsilons: tuple[float, ...] = EPSILONS,
+    **_: Any,
 ) -> dict[str, Path]:
+    """Every (env, N, seed) of the plan; writes multid.csv (one row per cell),
+    multid_releases.csv (one row per served release) and multid.png."""
     from qveil.experiments._util import write_csv
 
     out.mkdir(parents=True, exist_ok=True)
-    if quick:
-        plan = [("CartPole-v1", [300, 1000]), ("Acrobot-v1", [30])]
-        episodes, draws, n_seeds = 3, 1, seeds or 1
-    else:
-        plan = [("CartPole-v1", [1000, 3000, 10_000, 30_000, 100_000]), ("Acrobot-v1", [300, 1000])]
-        episodes, draws, n_seeds = 20, 5, seeds or 1
+    default_plan, default_episodes, default_releases, max_steps = QUICK if quick else FULL
+    plan = plan or default_plan
+    episodes = episodes or default_episodes
+    releases = releases or default_releases
     rows: list[dict[str, Any]] = []
+    per_release: list[dict[str, Any]] = []
     for env_id, ns in plan:
         for n in ns:
-            for s in range(n_seeds):
+            for s in range(seeds or 1):
                 t0 = time.perf_counter()
-                got = run_point(env_id, n, s, episodes=episodes, draws=draws)
+                got, rel = run_point(
+                    env_id,
+                    n,
+                    s,
+                    episodes=episodes,
+                    releases=releases,
+                    epsilons=epsilons,
+                    max_steps=max_steps,
+                )
                 rows += got
+                per_release += rel
                 summ = " ".join(
                     f"{r['policy'][:4]}{'' if r['policy'] != 'private' else r['epsilon']}="
                     f"{r['return']:.0f}"
@@ -294,5 +400,6 @@ def run(
                 )
     _fraction(rows)
     csv_path = write_csv(out / "multid.csv", rows)
+    rel_path = write_csv(out / "multid_releases.csv", per_release)
     png = _plot(rows, out / "multid.png")
-    return {"csv": csv_path, "png": png}
+    return {"csv": csv_path, "releases": rel_path, "png": png}

@@ -1,17 +1,15 @@
 """Helpers for the server/client tests: small real bundles, real `qveil serve` subprocesses
 on 127.0.0.1 port 0 (the server writes its bound port to --port-file), an in-process grpc.aio
-server on a background event loop (still real gRPC over loopback), token files and test
-certificates (made with `cryptography`)."""
+server on a background event loop (qveil.server.local: still real gRPC over loopback), token
+files and test certificates (made with `cryptography`)."""
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,6 +19,8 @@ from typing import Any
 
 import grpc
 import numpy as np
+
+from qveil.server.local import LocalServer
 
 REPO = Path(__file__).resolve().parent.parent
 QVEIL = str(Path(sys.executable).parent / "qveil")
@@ -343,85 +343,8 @@ def wait_health(
 
 
 # ----------------------------------------------------------------------------- in-process
-class InProcessServer:
-    """The real grpc.aio server (app.create_server) on a background event loop, bound to
-    127.0.0.1:0, over a real store. ``core``, ``health`` and ``handlers`` are exposed so tests
-    can drive readiness and draining deterministically."""
-
-    def __init__(
-        self,
-        bundle: Path | None,
-        store_url: str | Any,
-        *,
-        tokens: Path | None = None,
-        max_batch: int = 4096,
-        max_in_flight: int = 64,
-        reflection: bool = False,
-        start: bool = True,
-    ) -> None:
-        from qveil.server.app import create_server
-        from qveil.server.auth import Authorizer, load_tokens
-        from qveil.server.handlers import Handlers, Limits, new_executor
-        from qveil.server.health import Health
-        from qveil.server.servicers import Core
-        from qveil.server.state import ReleaseHolder
-
-        if isinstance(store_url, str):
-            from qveil.server.store import open_store
-
-            self.store = open_store(store_url)
-        else:
-            self.store = store_url
-        self.executor = new_executor(4)
-        self.handlers = Handlers(
-            store=self.store,
-            holder=ReleaseHolder(),
-            limits=Limits(max_batch=max_batch, max_in_flight=max_in_flight),
-        )
-        self.core = Core(
-            self.handlers, Authorizer(load_tokens(tokens) if tokens else None), self.executor
-        )
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self._thread.start()
-
-        async def build() -> Any:
-            self.health = Health()
-            await self.health.set_serving(False)
-            server, port = create_server(
-                self.core, self.health, listen="127.0.0.1:0", reflection=reflection
-            )
-            await server.start()
-            return server, port
-
-        self.server, self.port = self.run(build())
-        if bundle is not None and start:
-            self.ready(bundle)
-
-    @property
-    def target(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def run(self, coro: Any, timeout: float = 30.0) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
-
-    def ready(self, bundle: Path) -> None:
-        self.handlers.start(bundle)
-        self.core.ready = True
-        self.run(self.health.set_serving(True))
-
-    def close(self) -> None:
-        self.run(self.server.stop(0))
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(5)
-        self.executor.shutdown(wait=True)
-        self.store.close()
-
-    def __enter__(self) -> InProcessServer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+#: the real grpc.aio server on a background event loop over a real store (qveil.server.local)
+InProcessServer = LocalServer
 
 
 @contextmanager

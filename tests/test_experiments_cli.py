@@ -61,18 +61,57 @@ def test_fig1_quick(tmp_path: Path) -> None:
     _check_outputs(tmp_path, ["fig1_curves.csv", "fig1_summary.csv", "fig1.png"])
 
 
-def test_multid_quick(tmp_path: Path) -> None:
+def test_multid_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """CartPole-v1 (d = 4) and Acrobot-v1 (d = 6): the non-private, private (each epsilon)
-    and random rows of every (env, N), with the fraction of the way from random."""
-    import csv
-
+    and random rows of every (env, N), with the fraction of the way from random. Every
+    private return is measured through a real server: each release is a distinct release
+    id, served from its own store with unseeded noise, and the server answered exactly the
+    states the episodes visited (CartPole pays 1 per step, so its steps are its returns) and
+    stored their noise. An in-process policy would leave the server's counters at zero."""
     assert main(["experiments", "multid", "--quick", "--out", str(tmp_path)]) == 0
     rows = list(csv.DictReader((tmp_path / "multid.csv").open()))
     assert {r["env"] for r in rows} == {"CartPole-v1", "Acrobot-v1"}
     assert {r["policy"] for r in rows} == {"non-private", "private", "random"}
-    assert len([r for r in rows if r["policy"] == "private"]) == 4 * 3
+    private = [r for r in rows if r["policy"] == "private"]
+    assert len(private) == 4 * 2
     assert all("fraction" in r for r in rows)
+    assert all(r["releases"] == "2" and r["noise"].startswith("OS entropy") for r in private)
+    releases = list(csv.DictReader((tmp_path / "multid_releases.csv").open()))
+    assert len(releases) == 4 * 2 * 2
+    assert len({r["release_id"] for r in releases}) == len(releases)
+    actions = {"CartPole-v1": 2, "Acrobot-v1": 3}
+    for r in releases:
+        assert r["seeded"] == "False" and float(r["served_sigma"]) == float(r["sigma"])
+        assert int(r["calls"]) > 0 and int(r["stored_points"]) > 0
+        assert int(r["server_values_answered"]) == actions[r["env"]] * int(r["states_sent"])
+        assert int(r["server_new_points"]) == int(r["stored_points"])
+        if r["env"] == "CartPole-v1":
+            assert int(r["states_sent"]) == round(float(r["return"]) * int(r["episodes"]))
     assert (tmp_path / "multid.png").stat().st_size > 1000
+    out = capsys.readouterr().out
+    assert out.count("GetBestActions calls") == len(releases)  # a progress line per release
+
+
+def test_fraction_bootstrap_pairs_episodes() -> None:
+    """The fraction's bootstrap over releases and episodes: with every release equal to the
+    floor plus half the (ceiling - floor) gap of the same episode, the fraction is 0.5 in
+    every replicate (standard error 0), because the episodes are resampled jointly for the
+    three policies. Resampling them independently (a wrong implementation) would give a
+    positive spread here. With releases that differ, the interval widens and holds 0.5."""
+    import numpy as np
+
+    from qveil.experiments.multid import fraction_bootstrap
+
+    rng = np.random.default_rng(0)
+    floor = rng.uniform(10, 30, size=12)
+    ceiling = floor + rng.uniform(100, 400, size=12)
+    same = np.tile(floor + 0.5 * (ceiling - floor), (6, 1))
+    b = fraction_bootstrap(same, ceiling, floor, rng=np.random.default_rng(1))
+    assert b["fraction"] == pytest.approx(0.5) and b["se"] == pytest.approx(0.0, abs=1e-12)
+    spread = same + np.linspace(-60, 60, 6)[:, None]
+    b = fraction_bootstrap(spread, ceiling, floor, rng=np.random.default_rng(1))
+    assert b["fraction"] == pytest.approx(0.5) and b["se"] > 0.01
+    assert b["lo"] < 0.5 < b["hi"]
 
 
 def test_fig2_quick(tmp_path: Path) -> None:

@@ -261,6 +261,48 @@ def test_cli_query_takes_one_state_of_d_coordinates(
     assert len(_rows(url)) == M * D
 
 
+def test_evaluate_target_plays_a_d4_release_through_the_server(
+    served: tuple[InProcessServer, Path, str],
+    template: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`qveil evaluate --target --dataset` on a d = 4 release: the served policy's actions
+    come from GetBestActions with [n, 4] states (the server counts every step's state of
+    every live episode; the store holds their coordinates' noise), beside random and the
+    non-private kernel estimator refitted from the public card (a wrong, 1-D path would send
+    states[:, 0] and be refused as a wrong d)."""
+    from qveil.cli import main
+
+    s, _bundle, url = served
+    episodes = 3
+    before = s.handlers.metrics.states_answered
+    assert (
+        main(
+            [
+                "evaluate",
+                "--target",
+                s.target,
+                "--dataset",
+                str(template.parent / "cp.npz"),
+                "--episodes",
+                str(episodes),
+                "--seed",
+                "5",
+                "--json",
+            ]
+        )
+        == 0
+    )
+    scores = {r["policy"].split(" (")[0]: r for r in json.loads(capsys.readouterr().out)}
+    assert set(scores) == {"served release", "random", "non-private kernel FQI"}
+    served_row = scores["served release"]
+    # CartPole pays 1 per step: the episodes' steps are the states the server was asked
+    steps = round(served_row["mean"] * episodes)
+    assert s.handlers.metrics.states_answered - before == steps * M
+    assert 0 < len(_rows(url)) <= steps * M * D
+    assert scores["non-private kernel FQI"]["mean"] > 0
+
+
 @pytest.mark.postgres
 def test_postgres_store_keys_paths_by_coordinate(pg_url: str) -> None:
     """The store level on PostgreSQL: d paths per action, each with its beta; rows keyed by

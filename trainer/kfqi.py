@@ -7,13 +7,21 @@
 3. an ``additive`` bundle (:func:`qveil.bundle.write_kernel_bundle`) whose card lists the
    public per-coordinate intervals (states outside are clipped) and betas.
 
-The release noise is drawn by the server's store from OS entropy; serving d > 1 through the
-server is part 2 of issue 16 (the store keys (release, action, coordinate, x_j)).
+Fitting (:func:`fit_kernel`) and writing a release (:func:`write_kernel_release`) are
+separate steps, so one fit can back several bundles (``qveil experiments multid`` writes one
+per epsilon and repetition instead of refitting). Each bundle is a distinct release: its own
+release id (a fresh ``bundle_id``), fingerprint and, once served, its own store and noise
+draw. Releasing several bundles of one dataset composes their privacy costs; the experiment
+measures each one's utility separately (independent repetitions), it does not publish them.
+
+The release noise is drawn by the server's store from OS entropy, under the store keys
+(release, action, coordinate, x_j).
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +31,13 @@ from qveil.errors import FailedPrecondition, InvalidArgument
 from qveil.fqi_config import REFUSE_RATIO, ratio_message
 from qveil.kfqi_config import KernelFQIConfig, plan_kernel
 
-__all__ = ["state_intervals", "train_kernel_fqi"]
+__all__ = [
+    "KernelFit",
+    "fit_kernel",
+    "state_intervals",
+    "train_kernel_fqi",
+    "write_kernel_release",
+]
 
 
 def state_intervals(cfg: KernelFQIConfig, env_id: str | None, dims: int) -> list[list[float]]:
@@ -48,37 +62,96 @@ def state_intervals(cfg: KernelFQIConfig, env_id: str | None, dims: int) -> list
     )
 
 
-def train_kernel_fqi(
-    cfg: KernelFQIConfig, dataset: Any, out: str | Path, *, force: bool = False
-) -> Any:
-    """Fit, account and write a d-coordinate fqi bundle at ``out`` (must not exist).
-    Returns a :class:`qveil.trainer.fqi.FQIOutcome`. Nothing is written on any error."""
-    from qveil.additive import StateBox
-    from qveil.bundle import build_kernel_fqi_card, load_bundle, write_kernel_bundle
-    from qveil.kfqi import kernel_fqi
-    from qveil.trainer.fqi import FQIOutcome
-    from qveil.trainer.train import code_version
+@dataclass(frozen=True)
+class KernelFit:
+    """One dataset's kernel fqi fit, before any release: the mean function's coefficients
+    (no noise) and what a card records about the data (admin view). ``cfg`` is the config it
+    was fitted with; :func:`write_kernel_release` takes the privacy settings from it."""
 
-    out = Path(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise InvalidArgument(f"output {str(out)[:80]!r} already exists and is not empty")
+    cfg: KernelFQIConfig
+    result: Any  # qveil.kfqi.KernelFQIResult
+    env_id: str
+    intervals: list[list[float]]
+    reward_range: tuple[float, float]
+    users: int
+    actions: int
+    dims: int
+    samples: int
+    states_clipped: int
+    seconds: float
+    sup_changes: tuple[float, ...]
+    dataset_fingerprint: str
+    _curves: dict[str, bytes] = field(default_factory=dict, repr=False, compare=False)
+
+    def log_rows(self) -> list[dict[str, float]]:
+        """The bundle's training log: the sup change of each FQI iteration."""
+        return [{"iteration": t + 1, "sup_change": d} for t, d in enumerate(self.sup_changes)]
+
+    def curve_png(self, title: str) -> bytes:
+        """The bundle's record plot of this fit, drawn once per title (several releases of
+        one fit share it; drawing costs about half a second)."""
+        if title not in self._curves:
+            import tempfile
+
+            from qveil.bundle import _plot_curve
+
+            with tempfile.TemporaryDirectory() as d:
+                p = Path(d) / "curve.png"
+                _plot_curve(p, self.log_rows(), title)
+                self._curves[title] = p.read_bytes()
+        return self._curves[title]
+
+    def mean(self, states: Any) -> np.ndarray:
+        """The fitted mean f_a at raw states (n, d), clipped into the public box: (n, m).
+        Not a release (no noise); for non-private references only."""
+        from qveil.additive import StateBox
+        from qveil.kfqi import additive_mean
+
+        box = StateBox.of(self.intervals)
+        x = box.to_unit(np.asarray(states, dtype=np.float64).reshape(-1, self.dims), clip=True)
+        r = self.result
+        out: np.ndarray = additive_mean(
+            x, alpha=r.alpha, centre=r.centre, inducing=r.inducing, betas=r.betas
+        )
+        return out
+
+
+def _shape(dataset: Any) -> tuple[np.ndarray, int, str, tuple[float, float], int, int]:
     s = np.asarray(dataset.s, dtype=np.float64)
     dims = 1 if s.ndim == 1 else int(s.shape[1])
-    env_id = cfg.env_id or getattr(dataset, "env_id", None) or ""
-    rr = cfg.reward_range or tuple(dataset.reward_range)
-    users = int(len(np.unique(dataset.user)))
-    actions = int(dataset.n_actions)
-    result = plan_kernel(cfg, users=users, actions=actions, dims=dims, reward_range=rr)
-    warning = ratio_message(result)
-    if result.noise_to_value > REFUSE_RATIO and not force:
-        raise FailedPrecondition(f"refusing: {warning}; pass --force to release anyway")
+    return (
+        s.reshape(len(s), dims),
+        dims,
+        str(getattr(dataset, "env_id", None) or ""),
+        tuple(dataset.reward_range),  # type: ignore[return-value]
+        int(len(np.unique(dataset.user))),
+        int(dataset.n_actions),
+    )
+
+
+def _plan(cfg: KernelFQIConfig, dataset: Any) -> Any:
+    """The accountant's result from public quantities (N, m, d, the config) only."""
+    _, dims, _, rr, users, actions = _shape(dataset)
+    return plan_kernel(
+        cfg, users=users, actions=actions, dims=dims, reward_range=cfg.reward_range or rr
+    )
+
+
+def fit_kernel(cfg: KernelFQIConfig, dataset: Any) -> KernelFit:
+    """Kernel FQI + subspace KRR of ``dataset`` with ``cfg``'s public estimator (no noise,
+    no privacy accounting: that is :func:`write_kernel_release`'s)."""
+    from qveil.additive import StateBox
+    from qveil.kfqi import kernel_fqi
+
+    s, dims, ds_env, ds_rr, users, actions = _shape(dataset)
+    env_id = cfg.env_id or ds_env
+    rr = cfg.reward_range or ds_rr
     intervals = state_intervals(cfg, env_id or None, dims)
     box = StateBox.of(intervals)
-    spec = cfg.spec(dims)
     t0 = time.perf_counter()
     deltas: list[float] = []
-    fit = kernel_fqi(
-        s.reshape(len(s), dims),
+    result = kernel_fqi(
+        s,
         dataset.a,
         dataset.r,
         np.asarray(dataset.s2, dtype=np.float64).reshape(len(s), dims),
@@ -87,19 +160,63 @@ def train_kernel_fqi(
         n_actions=actions,
         reward_range=rr,
         box=box,
-        spec=spec,
+        spec=cfg.spec(dims),
         on_iteration=deltas.append,
     )
     seconds = time.perf_counter() - t0
-    unit = box.to_unit(s)
-    clipped = int((np.clip(s, box.lo, box.hi) != s).any(axis=1).sum())
-    del unit
     fingerprint = dataset.fingerprint() if callable(getattr(dataset, "fingerprint", None)) else ""
-    card = build_kernel_fqi_card(
+    return KernelFit(
+        cfg=cfg,
+        result=result,
         env_id=env_id,
-        state_intervals=intervals,
-        privacy_result=result,
+        intervals=intervals,
+        reward_range=rr,
+        users=users,
+        actions=actions,
+        dims=dims,
+        samples=int(len(s)),
+        states_clipped=int((np.clip(s, box.lo, box.hi) != s).any(axis=1).sum()),
+        seconds=seconds,
+        sup_changes=tuple(deltas),
         dataset_fingerprint=fingerprint,
+    )
+
+
+def write_kernel_release(
+    fit: KernelFit,
+    out: str | Path,
+    *,
+    epsilon: float | None = None,
+    sigma: float | None = None,
+    force: bool = False,
+) -> Any:
+    """Account and write one release bundle of ``fit`` at ``out`` (must not exist): sigma
+    from the kernel accountant for ``epsilon`` (or the given ``sigma``; neither: the fit's
+    config), a fresh release id. Every call is a new, distinct release of the same mean.
+    Returns a :class:`qveil.trainer.fqi.FQIOutcome`. Nothing is written on any error."""
+    from qveil.bundle import build_kernel_fqi_card, load_bundle, write_kernel_bundle
+    from qveil.trainer.fqi import FQIOutcome
+    from qveil.trainer.train import code_version
+
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise InvalidArgument(f"output {str(out)[:80]!r} already exists and is not empty")
+    cfg = fit.cfg
+    if epsilon is not None or sigma is not None:
+        cfg = cfg.replace(epsilon=epsilon, sigma=sigma)
+    result = plan_kernel(
+        cfg, users=fit.users, actions=fit.actions, dims=fit.dims, reward_range=fit.reward_range
+    )
+    warning = ratio_message(result)
+    if result.noise_to_value > REFUSE_RATIO and not force:
+        raise FailedPrecondition(f"refusing: {warning}; pass --force to release anyway")
+    spec = cfg.spec(fit.dims)
+    r = fit.result
+    card = build_kernel_fqi_card(
+        env_id=fit.env_id,
+        state_intervals=fit.intervals,
+        privacy_result=result,
+        dataset_fingerprint=fit.dataset_fingerprint,
         hyperparameters={
             "gamma": cfg.gamma,
             "iterations": cfg.iterations,
@@ -110,7 +227,7 @@ def train_kernel_fqi(
             "lam": cfg.lam,
             "betas": list(spec.betas),
             "neighbour": cfg.neighbour,
-            "default_value": spec.default_value(rr),
+            "default_value": spec.default_value(fit.reward_range),
         },
         seeded=False,
         code_version=code_version(),
@@ -123,20 +240,38 @@ def train_kernel_fqi(
             },
             # admin view only (not in PUBLIC_CARD_KEYS): counts computed from the data
             "training": {
-                "samples": int(len(s)),
-                "seconds": round(seconds, 3),
-                "states_clipped": clipped,
+                "samples": fit.samples,
+                "seconds": round(fit.seconds, 3),
+                "states_clipped": fit.states_clipped,
             },
         },
     )
     path = write_kernel_bundle(
         out,
         card=card,
-        alpha=fit.alpha,
-        centre=fit.centre,
-        inducing=fit.inducing,
+        alpha=r.alpha,
+        centre=r.centre,
+        inducing=r.inducing,
         config_toml=cfg.replace(betas=spec.betas).to_toml(),
-        training_log_rows=[{"iteration": t + 1, "sup_change": d} for t, d in enumerate(deltas)],
+        training_log_rows=fit.log_rows(),
+        learning_curve_png=fit.curve_png(f"{fit.env_id}  sigma={result.sigma}  mode=fqi"),
     )
     written = load_bundle(path, verify=True)
-    return FQIOutcome(path=path, card=written.card, seconds=seconds, warning=warning)
+    return FQIOutcome(path=path, card=written.card, seconds=fit.seconds, warning=warning)
+
+
+def train_kernel_fqi(
+    cfg: KernelFQIConfig, dataset: Any, out: str | Path, *, force: bool = False
+) -> Any:
+    """Fit, account and write a d-coordinate fqi bundle at ``out`` (must not exist).
+    Returns a :class:`qveil.trainer.fqi.FQIOutcome`. Nothing is written on any error; a
+    release the accountant refuses is refused before the data is touched."""
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise InvalidArgument(f"output {str(out)[:80]!r} already exists and is not empty")
+    result = _plan(cfg, dataset)
+    if result.noise_to_value > REFUSE_RATIO and not force:
+        raise FailedPrecondition(
+            f"refusing: {ratio_message(result)}; pass --force to release anyway"
+        )
+    return write_kernel_release(fit_kernel(cfg, dataset), out, force=force)

@@ -2,10 +2,12 @@
 (the released values Q + g, with the noise the store holds), not from a model in process.
 
 Episodes run in lockstep, so each environment step costs one batched call for all
-episodes still running. Beside the served policy, the same episodes (same environment
-seeds) are scored for the uniformly random policy (the floor) and, given the dataset, for
-non-private FQI (pooled averager, the same public estimator parameters as the release, no
-smoother, no noise: the ceiling).
+episodes still running: [n] states for a 1-D release, [n, d] for a release of d
+coordinates. Beside the served policy, the same episodes (same environment seeds) are scored
+for the uniformly random policy (the floor) and, given the dataset, for the non-private
+estimator (the ceiling): for a 1-D release, FQI with the pooled averager and the release's
+public estimator parameters, no smoother, no noise; for a d-coordinate (kernel) release, the
+release's own kernel FQI estimator from the public card's configuration, without noise.
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ import gymnasium as gym
 import numpy as np
 import numpy.typing as npt
 
+from qveil.bundle import is_kernel_card
 from qveil.trainer.evaluate import PolicyScore, _score
 
-__all__ = ["evaluate_served", "lockstep_returns", "nonprivate_policy"]
+__all__ = ["evaluate_served", "lockstep_returns", "nonprivate_name", "nonprivate_policy"]
 
 BatchPolicy = Callable[[npt.NDArray[np.float64]], npt.NDArray[np.int64]]
 
@@ -55,9 +58,19 @@ def lockstep_returns(
             e.close()
 
 
+def nonprivate_name(card: dict[str, Any]) -> str:
+    """The table label of :func:`nonprivate_policy`'s policy for this card."""
+    if is_kernel_card(card):
+        return "non-private kernel FQI (the release's estimator, no noise)"
+    return "non-private FQI (same estimator, no noise)"
+
+
 def nonprivate_policy(card: dict[str, Any], dataset: Any) -> BatchPolicy:
     """Greedy policy of non-private FQI on ``dataset`` with the release's public estimator
-    parameters (pooled averager, no smoother, no noise)."""
+    parameters: for a 1-D card the pooled averager (no smoother, no noise); for a kernel card
+    (d coordinates) the release's kernel FQI + subspace KRR, fitted again without noise."""
+    if is_kernel_card(card):
+        return _kernel_nonprivate_policy(card, dataset)
     from qveil.fqi import FQISpec, fitted_q
     from qveil.noise import StateInterval
 
@@ -93,6 +106,36 @@ def nonprivate_policy(card: dict[str, Any], dataset: Any) -> BatchPolicy:
     return act
 
 
+def _kernel_nonprivate_policy(card: dict[str, Any], dataset: Any) -> BatchPolicy:
+    """The kernel estimator of the card (its public ``estimator`` configuration, intervals
+    and reward range) refitted on ``dataset``; greedy on the fitted mean (no noise)."""
+    from qveil.kfqi_config import KernelFQIConfig
+    from qveil.trainer.kfqi import fit_kernel
+
+    hp = card.get("estimator") or card["hyperparameters"]
+    cfg = KernelFQIConfig(
+        env_id=card.get("env_id") or None,
+        state_intervals=tuple(tuple(iv) for iv in card["state_intervals"]),
+        reward_range=tuple(card["reward_range"]),
+        gamma=float(hp["gamma"]),
+        iterations=int(hp["iterations"]),
+        anchor_points=int(hp["anchor_points"]),
+        bandwidth=float(hp["bandwidth"]),
+        kernel_radius=float(hp["kernel_radius"]),
+        inducing_points=int(hp["inducing_points"]),
+        lam=float(hp["lam"]),
+        betas=tuple(float(b) for b in hp["betas"]),
+        neighbour=str(hp["neighbour"]),
+        default_value=float(hp["default_value"]),
+    )
+    fit = fit_kernel(cfg, dataset)
+
+    def act(states: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
+        return np.argmax(fit.mean(states), axis=1).astype(np.int64)
+
+    return act
+
+
 def evaluate_served(
     target: str,
     *,
@@ -114,8 +157,11 @@ def evaluate_served(
         card = dict(info.card)
         kw = dict(env_kwargs or card.get("hyperparameters", {}).get("env_kwargs", {}) or {})
 
+        dims = int(info.dims or 1)
+
         def served(states: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
-            return np.asarray(client.best_actions(states[:, 0]), dtype=np.int64)
+            batch = states[:, 0] if dims == 1 else states.reshape(len(states), dims)
+            return np.asarray(client.best_actions(batch), dtype=np.int64)
 
         act_rng = np.random.default_rng(seed)
 
@@ -127,9 +173,7 @@ def evaluate_served(
             ("random", random_policy),
         ]
         if dataset is not None:
-            rows.append(
-                ("non-private FQI (same estimator, no noise)", nonprivate_policy(card, dataset))
-            )
+            rows.append((nonprivate_name(card), nonprivate_policy(card, dataset)))
         scores = [
             _score(
                 name,

@@ -220,9 +220,11 @@ def run_point(
     }
     rows = [
         {**base, "policy": "non-private", "epsilon": float("inf"), "sigma": 0.0,
-         "return": float(ceiling.mean())},
+         "return": float(ceiling.mean()), "episode_min": float(ceiling.min()),
+         "episode_max": float(ceiling.max())},
         {**base, "policy": "random", "epsilon": float("nan"), "sigma": float("nan"),
-         "return": float(floor.mean())},
+         "return": float(floor.mean()), "episode_min": float(floor.min()),
+         "episode_max": float(floor.max())},
     ]  # fmt: skip
     say(f"  ceiling {ceiling.mean():.1f}, random {floor.mean():.1f} ({episodes} episodes)")
     per_release: list[dict[str, Any]] = []
@@ -280,13 +282,19 @@ def run_point(
                     "releases": releases,
                     "release_min": float(means.min()),
                     "release_max": float(means.max()),
+                    "episode_min": float(r.min()),
+                    "episode_max": float(r.max()),
                     "fraction_se": boot["se"],
                     "fraction_lo": boot["lo"],
                     "fraction_hi": boot["hi"],
                     "states_sent": int(sum(x["states_sent"] for x in cell)),
                     "server_values_answered": int(sum(x["server_values_answered"] for x in cell)),
                     "server_new_points": int(sum(x["server_new_points"] for x in cell)),
-                    "noise": "OS entropy (server store)",
+                    "noise": (
+                        "seeded (tests only)"
+                        if any(x["seeded"] for x in cell)
+                        else "OS entropy (server store)"
+                    ),
                 }
             )
     return rows, per_release
@@ -337,6 +345,51 @@ def _plot(rows: list[dict[str, Any]], path: Path) -> Path:
         ax.set_ylabel("return")
         ax.set_title(f"{env}: kernel fqi via GetBestActions, delta 1e-5", fontsize=10)
         ax.legend(fontsize=7)
+    fig.tight_layout()
+    return save(fig, path)
+
+
+def _plot_releases(
+    rows: list[dict[str, Any]], per_release: list[dict[str, Any]], path: Path
+) -> Path:
+    """One panel per (env, N): each served release's mean return against epsilon (dots),
+    their mean (line), the ceiling and the floor on the same episode seeds."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from qveil.experiments.plotting import save
+
+    cells = sorted({(r["env"], r["users"], r["seed"]) for r in rows})
+    cols = min(3, len(cells))
+    nrows = -(-len(cells) // cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(4.6 * cols, 3.4 * nrows), dpi=100, squeeze=False)
+    for ax, (env, n, seed) in zip(axes.flat, cells, strict=False):
+        mine = [r for r in rows if (r["env"], r["users"], r["seed"]) == (env, n, seed)]
+        top = next(r["return"] for r in mine if r["policy"] == "non-private")
+        low = next(r["return"] for r in mine if r["policy"] == "random")
+        priv = sorted((r for r in mine if r["policy"] == "private"), key=lambda r: r["epsilon"])
+        eps = [r["epsilon"] for r in priv]
+        ax.axhline(top, color="k", lw=2, label="non-private (same episodes)")
+        ax.axhline(low, color="k", ls=":", label="random (same episodes)")
+        for r in priv:
+            got = [
+                x["return"]
+                for x in per_release
+                if (x["env"], x["users"], x["seed"], x["epsilon"]) == (env, n, seed, r["epsilon"])
+            ]
+            ax.plot([r["epsilon"]] * len(got), got, "o", color="C0", alpha=0.45, ms=4)
+        ax.plot(eps, [r["return"] for r in priv], "-", color="C0", lw=2, label="served: mean")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(eps, [f"{e:g}" for e in eps])
+        ax.set_xlabel("epsilon (delta 1e-5)")
+        ax.set_ylabel("return")
+        reps = priv[0]["releases"] if priv else 0
+        ax.set_title(f"{env}, N = {n}: {reps} releases (dots)", fontsize=9)
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(cells) :]:
+        ax.axis("off")
     fig.tight_layout()
     return save(fig, path)
 
@@ -402,4 +455,5 @@ def run(
     csv_path = write_csv(out / "multid.csv", rows)
     rel_path = write_csv(out / "multid_releases.csv", per_release)
     png = _plot(rows, out / "multid.png")
-    return {"csv": csv_path, "releases": rel_path, "png": png}
+    rel_png = _plot_releases(rows, per_release, out / "multid_releases.png")
+    return {"csv": csv_path, "releases": rel_path, "png": png, "releases_png": rel_png}

@@ -154,6 +154,16 @@ def test_bad_arguments_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]
         == 2
     )
     assert not any(tmp_path.iterdir())  # nothing written
+    for argv, message in (
+        (["bgp16", "--users", "3"], "apply to multid only"),
+        (["multid", "--env", "Pong-v5"], "--env must be one of"),
+        (["multid", "--users", "1e5,x"], "--users must be comma-separated numbers"),
+        (["multid", "--epsilons", "1,-2"], "--epsilons must be positive"),
+        (["multid", "--releases", "0"], "--releases must be >= 1"),
+    ):
+        assert main(["experiments", *argv, "--quick", "--out", str(tmp_path)]) == 2, argv
+        assert message in capsys.readouterr().err, argv
+    assert not any(tmp_path.iterdir())
 
 
 def test_utility_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

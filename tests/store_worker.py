@@ -9,6 +9,7 @@ fresh interpreter.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
@@ -84,9 +85,15 @@ def crash_writer(url: str, rid: str, seed: int, fd: int) -> None:
 
 
 def run_forked(target, *args):  # type: ignore[no-untyped-def]
-    """Start ``target(*args)`` in a forked child that leaves with os._exit (code 0 / 1)."""
+    """Start ``target(*args)`` in a forked child that leaves with os._exit (code 0 / 1).
+
+    The parent collects its garbage first and the child freezes what it inherited: a child
+    that garbage-collects objects of an earlier test's gRPC server or channel (cyclic garbage
+    still waiting in the parent at fork time) spins forever inside gRPC's core."""
+    gc.collect()
     pid = os.fork()
     if pid == 0:  # child
+        gc.freeze()
         code = 0
         try:
             target(*args)

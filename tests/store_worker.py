@@ -36,6 +36,7 @@ def concurrent_writer(
     ``sweep``: all writers move through the (sorted) grid together, 4 grid points per round
     with a random offset of 0-3 and 1-3 points per batch, so concurrent new points are
     immediate neighbours of each other (the hardest case for serialisation)."""
+    from qveil.errors import IntegrityError
     from qveil.server.store import open_store
 
     opts = {"_unsafe_deferred_begin": True} if broken else {}
@@ -63,8 +64,34 @@ def concurrent_writer(
                 xs = g_arr[lo : lo + k]
             else:
                 xs = rng.choice(g_arr, size=k)
-            gs = store.get_or_sample(rid, action, xs)
+            try:
+                gs = store.get_or_sample(rid, action, xs)
+            except IntegrityError as exc:
+                if not broken:
+                    raise
+                # the broken mode stored a state twice (no lock, and the append log has no
+                # unique x): the store refuses the path from then on
+                log.write(json.dumps({"t": "refused", "msg": str(exc)}) + "\n")
+                break
             log.write(json.dumps({"t": "ans", "x": xs.tolist(), "g": gs.tolist()}) + "\n")
+        log.flush()
+    store.close()
+
+
+def same_x_writer(
+    url: str, rid: str, action: int, seed: int, xs: list[float], log_path: str, start_at: float
+) -> None:
+    """Ask ``xs`` one state per call, in order, from ``start_at`` on; log every answer. Several
+    of these with the same ``xs`` race on the same new state at every call."""
+    from qveil.server.store import open_store
+
+    store = open_store(url, rng=seed)
+    with open(log_path, "w", encoding="utf-8") as log:
+        while time.time() < start_at:
+            time.sleep(0.001)
+        for x in xs:
+            g = float(store.get_or_sample(rid, action, [x])[0])
+            log.write(json.dumps({"x": x, "g": g}) + "\n")
         log.flush()
     store.close()
 

@@ -186,6 +186,33 @@ def test_tampered_store_fails(healthy: str, statements: list[str], finding: str)
     assert any(finding in f for f in rep["failures"]), rep["failures"]
 
 
+def test_state_stored_twice_with_a_valid_link_fails(healthy: str) -> None:
+    """The append log has no unique x (migration 0005): a second row for a stored state,
+    written behind the store's back with the next seq and a valid chain link, is reported by
+    the audit (the store's verification and the audit's own duplicate check), and the path is
+    not tested statistically."""
+    from qveil.server.store.integrity import ChainHasher
+
+    with open_store(healthy) as st:
+        pts = list(st.iter_points("rel-a", 1))
+    last, again = pts[-1], pts[41]
+    seq = last.seq + 1
+    h = ChainHasher().link(bytes.fromhex(last.hash), seq, again.x, 0.0).hex()
+    _sql(
+        healthy,
+        "INSERT INTO noise_points (release_id, action, coordinate, seq, x, g, created_at, hash) "
+        f"VALUES ('rel-a', 1, 0, {seq}, {again.x!r}, 0.0, 0.0, '{h}')",
+    )
+    code, rep = run_audit(healthy)
+    assert code == 1 and not rep["passed"]
+    want = f"seq {seq}: state {again.x!r} stored twice (first at seq {again.seq})"
+    assert any(want in f for f in rep["failures"]), rep["failures"]
+    assert any("a state appears twice" in f for f in rep["failures"]), rep["failures"]
+    assert not any("hash chain broken" in f for f in rep["failures"]), rep["failures"]
+    bad = next(r for r in rep["releases"] if r["release_id"] == "rel-a")["actions"][1]
+    assert not bad["tested"] and "integrity failure" in bad["stats"]["skipped"]
+
+
 def test_truncation_is_caught_by_the_high_water_mark_in_the_audit_log(healthy: str) -> None:
     code, _ = run_audit(healthy)  # records each path's high-water mark and head hash
     assert code == 0

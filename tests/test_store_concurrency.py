@@ -4,7 +4,9 @@ Checked three ways: (1) exactly one value per state (every answer equals the sto
 (2) each insertion was conditioned on every neighbour committed before it (the debug hook
 records what each draw saw; :func:`store_helpers.check_seen` replays the log in seq order);
 (3) the stored path's innovations are N(0, 1) (whitening). And the check has teeth: the same
-run with the driver's implicit deferred BEGIN and no locks (a test-only broken mode) fails (2).
+run with the driver's implicit deferred BEGIN and no locks (a test-only broken mode) fails (2)
+or stores a state twice (the table is an append log without a unique x, migration 0005),
+which the store then refuses to load and ``verify`` reports.
 """
 
 from __future__ import annotations
@@ -103,6 +105,7 @@ def _run_processes(
     grid: list[float],
     sweep: bool,
     seed: int,
+    refused: list[str] | None = None,
 ) -> tuple[list[tuple[float, float]], list[InsertRecord]]:
     """4 forked writers with seeds seed..seed+3 (distinct per phase: reusing a seed reuses
     its normals, and the innovations would no longer be independent)."""
@@ -133,6 +136,9 @@ def _run_processes(
             d = json.loads(line)
             if d["t"] == "ans":
                 answers.extend(zip(d["x"], d["g"], strict=True))
+            elif d["t"] == "refused":
+                assert refused is not None, d  # only the broken mode may be refused
+                refused.append(d["msg"])
             else:
                 records.append(InsertRecord(d["seq"], d["x"], 0.0, d["left"], d["right"]))
     return answers, records
@@ -159,14 +165,26 @@ def test_4_processes(kind: str, tmp_path: Path, request: pytest.FixtureRequest) 
 def test_check_catches_deferred_begin(tmp_path: Path) -> None:
     """Deferred (driver-implicit) BEGIN and no locks: neighbours are read outside the write
     transaction, so a writer can commit a point drawn without a neighbour committed in the
-    meantime. Values stay unique (the unique index), but check_seen finds the violations."""
+    meantime (check_seen finds it), and two writers can store one state twice (nothing in
+    the append log forbids it; only the serialisation does). A state stored twice is caught:
+    ``verify`` names every such row, and each process that loaded it refused the path."""
     url = f"sqlite:///{tmp_path / 'store.sqlite'}"
     with open_store(url, rng=5) as s:
         make_release(s, n_actions=1, beta=BETA, sigma=SIGMA)
     grid = np.sort(np.random.default_rng(5).uniform(size=420)).tolist()
+    refused: list[str] = []
     answers, records = _run_processes(
-        url, tmp_path, broken=True, rounds=100, grid=grid, sweep=True, seed=130
+        url, tmp_path, broken=True, rounds=100, grid=grid, sweep=True, seed=130, refused=refused
     )
-    bad = _check(url, answers, records, law=False)
-    print(f"{len(bad)} violations, e.g. {bad[:2]}")
-    assert len(bad) > 0, "the broken configuration was not detected"
+    with open_store(url) as s:
+        rows = [(p.seq, p.x) for p in s.iter_points(RID, 0)]
+        rep = s.verify(RID)
+    twice = len(rows) - len({x for _, x in rows})
+    reported = [p for a in rep.actions for p in a.problems if "stored twice" in p]
+    assert len(reported) == twice
+    if twice:
+        assert not rep.ok and refused, (rep, refused)
+        assert all("stores one state twice" in m for m in refused), refused
+    bad = check_seen(rows, records)
+    print(f"{len(bad)} violations, {twice} states stored twice, {len(refused)} refusals")
+    assert len(bad) + twice > 0, "the broken configuration was not detected"

@@ -4,6 +4,7 @@ on SQLite and PostgreSQL; a database at an older revision is refused with create
 from __future__ import annotations
 
 import importlib
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -144,3 +145,166 @@ def test_0004_upgrades_a_one_dimensional_store_bit_for_bit(
             0
         }
     eng.dispose()
+
+
+def _dump(url: str) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]]]:
+    """Every release row and every noise row (primary-key order), as stored."""
+    from qveil.server.store.models import noise_points, releases
+
+    eng = sa.create_engine(url)
+    try:
+        with eng.connect() as c:
+            rels = [
+                (*r[:-1], _utc(r.created_at))
+                for r in c.execute(sa.select(releases).order_by("release_id"))
+            ]
+            pts = c.execute(
+                sa.select(noise_points).order_by("release_id", "action", "coordinate", "seq")
+            )
+            return rels, [tuple(r) for r in pts]
+    finally:
+        eng.dispose()
+
+
+def _utc(t: datetime) -> float:
+    """A release's created_at as unix seconds (SQLite returns it naive, in UTC)."""
+    return (t if t.tzinfo else t.replace(tzinfo=UTC)).timestamp()
+
+
+def _unique_constraints(url: str) -> list[list[str]]:
+    eng = sa.create_engine(url)
+    try:
+        return [u["column_names"] for u in sa.inspect(eng).get_unique_constraints("noise_points")]
+    finally:
+        eng.dispose()
+
+
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_0005_append_log_keeps_every_row_bit_for_bit(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Migration 0005 (issue 15: noise_points becomes an append log) on a store at 0004 holding
+    a 1-D release and a d = 3 release: the unique (release, action, coordinate, x) is gone,
+    every row keeps its seq, x, g, created_at and chain hash, the stored states are answered
+    as stored, new ones are drawn, compare_metadata is empty. The downgrade restores the
+    constraint with the same rows, and is refused, changing nothing, when a state is stored
+    twice."""
+    from qveil.server.store.models import noise_points, releases
+
+    src_url = f"sqlite:///{tmp_path / 'src.sqlite'}"
+    url = (
+        f"sqlite:///{tmp_path / 'old.sqlite'}"
+        if kind == "sqlite"
+        else str(request.getfixturevalue("pg_url"))
+    )
+    xs = np.random.default_rng(1).uniform(size=15)
+    with open_store(src_url, rng=7) as src:
+        src.create_release(
+            release_id="r1", fingerprint="f" * 64, sigma=1.5, beta=3.0, interval=(-1, 2),
+            n_actions=2,
+        )  # fmt: skip
+        src.create_release(
+            release_id="r3", fingerprint="e" * 64, sigma=0.5, beta=2.0, interval=(0, 1),
+            n_actions=2, betas=[2.0, 5.0, 9.0],
+        )  # fmt: skip
+        for a in range(2):
+            src.get_or_sample("r1", a, xs ** (a + 1))
+        src.get_or_sample_paths("r3", list(range(6)), [xs[: 5 + p] for p in range(6)])
+    rels, pts = _dump(src_url)
+    assert len(pts) == 30 + sum(5 + p for p in range(6))
+    _upgrade_to(url, "0004")
+    assert _unique_constraints(url) == [["release_id", "action", "coordinate", "x"]]
+    eng = sa.create_engine(url)
+    with eng.begin() as c:
+        c.execute(sa.insert(releases), [dict(r._mapping) for r in _rows(src_url, releases)])
+        c.execute(sa.insert(noise_points), [dict(r._mapping) for r in _rows(src_url, noise_points)])
+    eng.dispose()
+    assert _dump(url) == (rels, pts)
+    with open_store(url) as st:  # migrates 0004 -> 0005
+        assert st.schema_revision == head_revision() == "0005"  # type: ignore[attr-defined]
+        assert _dump(url) == (rels, pts)
+        assert st.verify("r1").ok and st.verify("r3").ok
+        for p in range(2):
+            want = [(q.x, q.g) for q in st.iter_points("r1", p)]
+            got = st.get_or_sample("r1", p, [x for x, _g in want]).tolist()
+            assert got == [g for _x, g in want]
+        for p in range(6):
+            want = [(q.x, q.g) for q in st.iter_points("r3", p)]
+            got = st.get_or_sample_paths("r3", [p], [[x for x, _g in want]])[0].tolist()
+            assert got == [g for _x, g in want]
+        st.get_or_sample("r1", 0, [0.123])
+        st.get_or_sample_paths("r3", [4], [[0.321]])
+        assert st.verify("r1").ok and st.verify("r3").ok
+        assert st.count_points() == len(pts) + 2
+        rels2, pts2 = _dump(url)
+    assert _unique_constraints(url) == []
+    assert _diff(url) == []
+    # downgrade: the constraint comes back over the same rows
+    _downgrade_to(url, "0004")
+    assert _unique_constraints(url) == [["release_id", "action", "coordinate", "x"]]
+    assert _dump(url) == (rels2, pts2)
+    _upgrade_to(url, "head")
+    assert _dump(url) == (rels2, pts2) and _unique_constraints(url) == []
+    # a state stored twice (behind the store's back): the downgrade fails and changes nothing
+    eng = sa.create_engine(url)
+    with eng.begin() as c:
+        c.exec_driver_sql(
+            "INSERT INTO noise_points (release_id, action, coordinate, seq, x, g, created_at, "
+            f"hash) VALUES ('r1', 1, 0, 16, {pts2[16][4]!r}, 0.0, 0.0, '{'0' * 64}')"
+        )
+    eng.dispose()
+    before = _dump(url)
+    with pytest.raises(sa.exc.IntegrityError):
+        _downgrade_to(url, "0004")
+    assert _dump(url) == before and _unique_constraints(url) == []
+    with open_store(url, create=False) as st:
+        assert st.schema_revision == "0005"  # type: ignore[attr-defined]
+
+
+def _rows(url: str, table: sa.Table) -> list[sa.Row[object]]:
+    eng = sa.create_engine(url)
+    try:
+        with eng.connect() as c:
+            return list(c.execute(sa.select(table)))
+    finally:
+        eng.dispose()
+
+
+def _downgrade_to(url: str, rev: str) -> None:
+    """``alembic downgrade`` as from the command line: env.py makes its own engine (on SQLite
+    with transactional DDL, so a failed rebuild rolls back whole)."""
+    from alembic import command
+
+    from qveil.server.store.migrate import alembic_config
+
+    cfg = alembic_config()
+    cfg.set_main_option("sqlalchemy.url", url)
+    command.downgrade(cfg, rev)
+
+
+def test_a_failed_0005_rebuild_leaves_the_store_at_0004(tmp_path: Path) -> None:
+    """The SQLite rebuild runs in the opener's one migration transaction: a row the new table
+    refuses (here a noise row of a release that does not exist, written with foreign keys
+    off) makes the upgrade fail and leaves the 0004 table, its constraint and its rows as
+    they were."""
+    import sqlite3
+
+    from qveil.errors import IntegrityError
+
+    path = tmp_path / "s.sqlite"
+    url = f"sqlite:///{path}"
+    _upgrade_to(url, "0004")
+    con = sqlite3.connect(path)
+    con.execute("INSERT INTO noise_points VALUES ('ghost', 0, 0, 1, 0.5, 0.1, 0.0, 'ab')")
+    con.commit()
+    con.close()
+    before = _dump(url)
+    with pytest.raises(IntegrityError, match="FOREIGN KEY"):
+        open_store(url)
+    assert _dump(url) == before
+    assert _unique_constraints(url) == [["release_id", "action", "coordinate", "x"]]
+    con = sqlite3.connect(path)
+    assert con.execute("SELECT version_num FROM alembic_version").fetchall() == [("0004",)]
+    tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    con.close()
+    assert "noise_points_old" not in tables

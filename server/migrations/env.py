@@ -40,8 +40,20 @@ def run_migrations_online() -> None:
         "sqlalchemy.url"
     )
     engine = sa.create_engine(url)
+    if engine.dialect.name == "sqlite":
+        # the driver's own transaction handling runs DDL outside any transaction, so a
+        # migration that rebuilds a table (0004, 0005) and then fails would stay half done;
+        # with it off and an explicit BEGIN IMMEDIATE, each migration is one transaction
+        engine.dispose()
+        engine = sa.create_engine(url, connect_args={"isolation_level": None})
+
+        @sa.event.listens_for(engine, "begin")
+        def _begin(conn: sa.Connection) -> None:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+
     with engine.connect() as conn:
         _run(conn)
+        conn.commit()
     engine.dispose()
 
 

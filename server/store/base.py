@@ -25,6 +25,18 @@ in sorted order), and *inside* it, per pair:
 
 A value drawn in an attempt that fails is never returned and never enters the copy; so a
 crash before the commit loses only points nobody was answered with.
+
+**One value per state without a unique index.** The database table is an append log
+(migration 0005): its only key is (release, action, coordinate, seq). Step 1 makes the copy
+complete under the lock, so step 2 draws only states that no committed row holds. A writer
+whose copy missed a row (a bug in step 1) is still stopped by the database in step 3: its
+seqs start at its high-water mark + 1, which is the missed row's seq, so that insert is
+skipped by the primary key, the confirm re-select sees a row that is not its own, and the
+transaction is rolled back and retried with a full re-read (the version token is dropped).
+A second row for one state can therefore only come from a bug or from tampering: loading
+it (:meth:`SamplePathStore._apply`) refuses the path, which is then neither sampled nor
+answered by this process again (IntegrityError, nothing written), while the other paths of
+a group commit are stored; ``verify`` and ``qveil audit`` report the row.
 """
 
 from __future__ import annotations
@@ -170,7 +182,7 @@ class InsertRecord:
 class _ActionState:
     """The in-process copy of one (release, action): every committed point with seq <= hw."""
 
-    __slots__ = ("values", "hw", "head", "version")
+    __slots__ = ("values", "hw", "head", "version", "broken")
 
     def __init__(self, head: bytes) -> None:
         self.values: SortedDict = SortedDict()
@@ -178,6 +190,14 @@ class _ActionState:
         self.head = head
         #: the backend's write-version token at which the copy was last known complete
         self.version: object | None = None
+        #: why the stored log of this path was refused (a gap, a state stored twice); once
+        #: set, nothing of the path is answered or drawn by this process again
+        self.broken: str | None = None
+
+    def check(self) -> None:
+        """Raise IntegrityError when the path's log was refused (see ``broken``)."""
+        if self.broken is not None:
+            raise IntegrityError(self.broken)
 
 
 class _GroupCommit:
@@ -533,21 +553,40 @@ class SamplePathStore(ABC):
         expect = st.hw + 1
         if [r[0] for r in rows] != list(range(expect, expect + len(rows))):
             found = next(r[0] for k, r in enumerate(rows) if r[0] != expect + k)
-            raise IntegrityError(
+            st.broken = (
                 f"noise log has a gap or reorder: expected seq {expect}.., found {found}; "
-                "refusing to sample against an incomplete path (run verify)"
+                "refusing to sample against an incomplete path or answer from it (run "
+                "qveil audit)"
             )
+            raise IntegrityError(st.broken)
         pairs = {r[1]: r[2] for r in rows}
-        if len(pairs) != len(rows):
-            raise IntegrityError("noise log stores one state twice; run verify")
-        get = values.get
-        for x, g in pairs.items():
-            old = get(x)
-            if old is not None:
-                raise IntegrityError(f"state {x!r} stored twice (values {old!r}, {g!r})")
+        if len(pairs) != len(rows) or any(x in values for x in pairs):
+            # the append log has no unique x (migration 0005): a second row for one state is
+            # a bug or tampering. The path is refused whole; the message names seqs only
+            # (errors reach callers; a stored value never does)
+            first: dict[float, int] = {}
+            for r in rows:
+                if r[1] in values or r[1] in first:
+                    again = f" (also at seq {first[r[1]]})" if r[1] in first else ""
+                    st.broken = (
+                        f"noise log stores one state twice: the row at seq {r[0]} repeats a "
+                        f"stored state{again}; refusing to sample or answer from this path "
+                        "(run qveil audit)"
+                    )
+                    raise IntegrityError(st.broken)
+                first[r[1]] = r[0]
         values.update(pairs)  # one bulk sort when loading many rows
         st.hw = expect + len(rows) - 1
         st.head = bytes.fromhex(rows[-1][4])
+
+    def _catch_up(self, st: _ActionState, fetch: Callable[[], Sequence[Row]]) -> None:
+        """``_apply(st, fetch())``; a log refused by ``_apply`` marks the path broken (its
+        callers get the IntegrityError) instead of failing the other paths of the batch."""
+        try:
+            self._apply(st, fetch())
+        except IntegrityError:
+            if st.broken is None:  # not a refused log: a database error
+                raise
 
     @property
     def points_drawn(self) -> int:
@@ -597,6 +636,7 @@ class SamplePathStore(ABC):
         a = check_action(action, rel.n_paths)
         xl: list[float] = validate_unit_states(xs).tolist()
         st = self._state(release_id, a)
+        st.check()
         get = st.values.get
         out = [get(v) for v in xl]
         if None in out:
@@ -620,6 +660,7 @@ class SamplePathStore(ABC):
         sts = [self._state(release_id, a) for a in acts]
         wants: dict[int, list[float]] = {}
         for a, st in zip(acts, sts, strict=True):
+            st.check()
             values = st.values
             miss = [v for v in dict.fromkeys(xl) if v not in values]
             if miss:
@@ -649,6 +690,7 @@ class SamplePathStore(ABC):
         sts = [self._state(release_id, p) for p in ps]
         wants: dict[int, list[float]] = {}
         for p, st, xl in zip(ps, sts, xls, strict=True):
+            st.check()
             values = st.values
             miss = [v for v in dict.fromkeys(xl) if v not in values]
             if miss:
@@ -677,21 +719,26 @@ class SamplePathStore(ABC):
         queued is silently dropped, nothing is answered).
         """
         rid = rel.release_id
+        sts = {a: self._state(rid, a) for a in wants}
         if not self._serialize:  # test-only broken mode: no lock at all, one txn per action
             for a, xs in wants.items():
                 self._store_batch({(rid, a): xs}, {rid: rel})
+                sts[a].check()
             return
         if not self.coalesce:
             self._store_batch({(rid, a): xs for a, xs in wants.items()}, {rid: rel})
+            for st in sts.values():
+                st.check()
             return
         gc = self._gc
-        sts = {a: self._state(rid, a) for a in wants}
         while True:
             with gc.cond:
                 gen = gc.gen
             todo = {}
             for a, xs in wants.items():
-                values = sts[a].values
+                st = sts[a]
+                st.check()  # a path refused meanwhile (its log failed to load) is not waited on
+                values = st.values
                 left = [v for v in xs if v not in values]
                 if left:
                     todo[a] = left
@@ -745,10 +792,13 @@ class SamplePathStore(ABC):
         sts = {k: self._state(*k) for k in keys}
         for k in keys:
             st = sts[k]
-            if st.hw == 0 or self._pre_read_always:
+            if st.broken is None and (st.hw == 0 or self._pre_read_always):
                 # committed rows this process has not seen yet, read without the write lock
                 # (on first touch this loads the whole action; later, other writers' rows)
-                self._apply(st, self._db_fetch_since(k[0], k[1], st.hw))
+                self._catch_up(st, lambda k=k, st=st: self._db_fetch_since(k[0], k[1], st.hw))
+        # a path whose log was refused is left out; its callers get the IntegrityError, the
+        # other paths of the batch are stored
+        keys = [k for k in keys if sts[k].broken is None]
         todo = {k: [v for v in batch[k] if v not in sts[k].values] for k in keys}
         todo = {k: v for k, v in todo.items() if v}
         if not todo:
@@ -763,7 +813,9 @@ class SamplePathStore(ABC):
                     for k in sorted(todo):
                         st = sts[k]
                         if tok is None or st.version != tok:
-                            self._apply(st, tx.fetch_since(k[0], k[1], st.hw))
+                            self._catch_up(st, lambda k=k, st=st: tx.fetch_since(k[0], k[1], st.hw))
+                            if st.broken is not None:
+                                continue  # refused: nothing drawn for it
                         new = [v for v in todo[k] if v not in st.values]
                         if new:
                             drawn[k] = self._draw(rels[k[0]], st, k[1], new, tx, now)
@@ -792,6 +844,10 @@ class SamplePathStore(ABC):
                 return
             except Retry as exc:
                 last = exc
+                # a lost race means some copy may be behind the database: the next attempt
+                # re-reads every path under the lock, whatever the version token says
+                for k in todo:
+                    sts[k].version = None
                 time.sleep(min(0.2, 0.002 * 2**attempt))
         where = ", ".join(f"release {echo(r)} action {a}" for r, a in sorted(todo))
         raise Unavailable(

@@ -6,7 +6,9 @@ exact stored bits are covered). The first row's "previous hash" is a genesis val
 release id and action, so a chain cannot be moved to another release or action.
 
 What a chain catches: a changed x or g, a deleted or reordered row (the next link breaks, or a
-gap in ``seq`` shows), rows moved between actions. A truncation of the newest rows is only
+gap in ``seq`` shows), rows moved between actions. :func:`verify_chain` also reports a state
+stored twice (the table has no unique x since migration 0005: such a row may even carry a
+valid link if whoever wrote it could compute the chain). A truncation of the newest rows is only
 caught against a remembered high-water mark / head hash (e.g. an audit report); without a key,
 someone with write access can recompute the whole chain, with a key they cannot.
 """
@@ -142,7 +144,7 @@ def verify_chain(
     gaps: list[tuple[int, int]] = []
     problems: list[str] = []
     last_seq, last_hash = 0, None
-    seen_x: set[float] = set()
+    seen_x: dict[float, int] = {}  # state -> seq of its first row (the log has no unique x)
     for seq, x, g, h in rows:
         seq, x, g = int(seq), float(x), float(g)
         count += 1
@@ -153,8 +155,9 @@ def verify_chain(
         if not (0.0 <= x <= 1.0) or not math.isfinite(g):
             problems.append(f"seq {seq}: x={x!r} g={g!r} is not a valid point")
         if x in seen_x:
-            problems.append(f"seq {seq}: state {x!r} stored twice")
-        seen_x.add(x)
+            problems.append(f"seq {seq}: state {x!r} stored twice (first at seq {seen_x[x]})")
+        else:
+            seen_x[x] = seq
         try:
             stored = bytes.fromhex(h)
         except (TypeError, ValueError):

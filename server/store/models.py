@@ -10,9 +10,16 @@ Four tables (plus the admin records of :mod:`qveil.server.admin_tables`):
   coordinate). ``seq`` is the per-(release, action) insertion sequence (1, 2, 3, ... in commit
   order, assigned under the per-action lock), ``hash`` the integrity chain link over
   (seq, x, g, previous hash) (:mod:`qveil.server.store.integrity`), ``created_at`` unix
-  seconds (UTC). The primary key (release, action, seq) is the log order; the unique
-  constraint (release, action, x) is both "one value per state" and the index for neighbour
-  and exact-state look-ups.
+  seconds (UTC). The table is an **append log** (migration 0005): its only key is the
+  primary key (release, action, coordinate, seq), the log order, so a commit appends at the
+  end of its path's key range and its cost does not grow with the stored points. There is
+  no index on x: every SQL read is a seq range of one path; neighbours and exact states are
+  looked up in the store's in-process copy of the path. "One value per state" is decided
+  there, under the path's write lock, after the writer has read every row with seq above its
+  high-water mark; a writer that missed a row collides with it on the primary key (its seqs
+  start right after its high-water mark) and retries (:mod:`qveil.server.store.base`). A
+  second row for one state can only come from a bug or from tampering: loading the path
+  refuses it and ``verify`` / ``qveil audit`` report it.
 
 ``store_meta`` holds the store's random identity and ``release_bindings`` the fingerprint of
 every release bound to the store (one release, one store: issue 14).
@@ -84,10 +91,10 @@ noise_points = sa.Table(
     sa.Column("g", sa.Double(), nullable=False),
     sa.Column("created_at", sa.Double(), nullable=False),
     sa.Column("hash", sa.String(64), nullable=False),
-    # one value per state; also the index for neighbour / exact-state look-ups
-    sa.UniqueConstraint("release_id", "action", "coordinate", "x"),
+    # no unique (release, action, coordinate, x) since migration 0005 (an append log: see
+    # the module docstring for what keeps one value per state)
     # SQLite: the rows live in the primary-key B-tree (no separate rowid tree + PK index),
-    # so an insert updates two B-trees instead of three
+    # so an insert updates one B-tree, at its right edge for the path
     sqlite_with_rowid=False,
 )
 

@@ -158,10 +158,11 @@ class _SqlTxn:
 
     def insert(self, rows: Sequence[FullRow]) -> None:
         st = self._store
-        sp = st._split
+        # (action, coordinate) of each path, once per path, not once per row
+        sp = {k: st._split(*k) for k in {(r[0], r[1]) for r in rows}}
         if st._ins_points_sql is not None:  # SQLite: the compiled Core insert, positional
             res = self._conn.exec_driver_sql(
-                st._ins_points_sql, [(r[0], *sp(r[0], r[1]), *r[2:]) for r in rows]
+                st._ins_points_sql, [(r[0], *sp[r[0], r[1]], *r[2:]) for r in rows]
             )
             # sqlite3's executemany rowcount is the total of rows inserted; DO NOTHING skips
             # are not counted, so all-inserted <=> rowcount == len(rows)
@@ -172,8 +173,8 @@ class _SqlTxn:
             [
                 {
                     "release_id": r,
-                    "action": sp(r, p)[0],
-                    "coordinate": sp(r, p)[1],
+                    "action": sp[r, p][0],
+                    "coordinate": sp[r, p][1],
                     "seq": s,
                     "x": x,
                     "g": g,

@@ -6,8 +6,10 @@ Measures, in one run (so ratios are comparable):
 1. cached reads per second in process (known states; no database access);
 2. new points per second on SQLite and PostgreSQL for batches of 1, 100 and 1000 states per
    call (one durable commit per call), against a raw ``sqlite3`` / ``psycopg`` insert loop
-   with the same durability (WAL + synchronous=FULL + BEGIN IMMEDIATE; same table, same
-   unique x index, same rows per commit) as the ceiling (target: >= half of it);
+   with the same durability (WAL + synchronous=FULL + BEGIN IMMEDIATE; same table, the append
+   log of migration 0005, same rows per commit) as the ceiling (target: >= half of it), and a
+   raw new-point loop that looks neighbours up in SQL (on its own copy of the table with an
+   index on x, which the store itself does not have: it looks them up in memory);
 3. group commit: 16 threads each asking for single new states, with and without coalescing;
 4. insert cost against the number of points already stored per action (1e3 ... 1e6), and the
    one-off cost of loading an action into memory on first touch.
@@ -154,22 +156,29 @@ def raw_sqlite_rate(path: Path, batch: int, calls: int, action: int) -> float:
 
 
 _LEFT = (
-    "SELECT x, g FROM noise_points WHERE release_id = ? AND action = ? AND x < ? "
-    "ORDER BY x DESC LIMIT 1"
+    "SELECT x, g FROM noise_points WHERE release_id = ? AND action = ? AND coordinate = 0 "
+    "AND x < ? ORDER BY x DESC LIMIT 1"
 )
 _RIGHT = (
-    "SELECT x, g FROM noise_points WHERE release_id = ? AND action = ? AND x > ? ORDER BY x LIMIT 1"
+    "SELECT x, g FROM noise_points WHERE release_id = ? AND action = ? AND coordinate = 0 "
+    "AND x > ? ORDER BY x LIMIT 1"
 )
 
 
 def raw_sqlite_newpoint_rate(path: Path, batch: int, calls: int, action: int) -> float:
     """A minimal raw new-point loop: per point two neighbour SELECTs, the exact conditional
-    draw (qveil.noise.conditional_moments), one INSERT; same durability; no hash chain."""
+    draw (qveil.noise.conditional_moments), one INSERT; same durability; no hash chain. The
+    neighbour SELECTs need an index on x: ``path`` gets one (the store's table has none
+    since migration 0005), so give it a file of its own."""
     from qveil.noise import conditional_moments
 
     con = sqlite3.connect(path, isolation_level=None, timeout=30)
     con.execute("PRAGMA journal_mode=WAL")
     con.execute("PRAGMA synchronous=FULL")
+    con.execute(
+        "CREATE UNIQUE INDEX IF NOT EXISTS raw_x "
+        "ON noise_points (release_id, action, coordinate, x)"
+    )
     rng = np.random.default_rng(400 + batch + action)
     qs = [rng.uniform(size=batch).tolist() for _ in range(calls)]
     z = iter(rng.standard_normal(batch * calls).tolist())
@@ -227,14 +236,17 @@ def bench_new(tmp: Path, quick: bool, pg: PgDatabases | None, repeats: int) -> l
     surl = f"sqlite:///{spath}"
     with open_store(surl) as s:
         _release(s)
+    npath = tmp / "newpoint.sqlite"  # the raw new-point loop's own file (it adds an x index)
+    with open_store(f"sqlite:///{npath}") as s:
+        _release(s)
     purl = None
     if pg is not None:
         purl = pg.new()
         with open_store(purl) as s:
             _release(s)
 
-    def clear_raw_sqlite() -> None:
-        with sqlite3.connect(spath) as c:
+    def clear_raw_sqlite(path: Path = spath) -> None:
+        with sqlite3.connect(path) as c:
             c.execute("DELETE FROM noise_points WHERE action = 3")
 
     def clear_raw_pg() -> None:
@@ -255,8 +267,8 @@ def bench_new(tmp: Path, quick: bool, pg: PgDatabases | None, repeats: int) -> l
                 clear()
                 raw.append(raw_fn(raw_target, batch, calls, 3))  # type: ignore[operator]
                 if name == "SQLite":
-                    clear()
-                    rawnp.append(raw_sqlite_newpoint_rate(spath, batch, calls, 3))
+                    clear_raw_sqlite(npath)
+                    rawnp.append(raw_sqlite_newpoint_rate(npath, batch, calls, 3))
             ms, mr = statistics.median(st), statistics.median(raw)
             mnp = statistics.median(rawnp) if rawnp else float("nan")
             rows.append([name, batch, ms, mr, ms / mr, mnp, ms / mnp])

@@ -1,6 +1,11 @@
-"""New-point throughput with group commit (issue 15) -> docs/benchmarks.md, section "newpoints".
+"""New-point throughput with group commit (issue 15) -> docs/benchmarks.md, sections
+"newpoints" (1, 2) and "newpoints-cost" (3).
 
     .venv/bin/python benchmarks/bench_newpoints.py [--quick] [--baseline REV] [--max-n 1e6]
+        [--sweeps 3] [--only cost]
+
+``--only cost`` runs part 3 alone and rewrites only its section (each section names the
+command and commit it comes from).
 
 Measures, in one run (ratios against ceilings measured in the same run):
 
@@ -12,9 +17,11 @@ Measures, in one run (ratios against ceilings measured in the same run):
    same server cells for the code of REV (``git archive``), in the same run;
 2. batches of 1024 new states per call into an action already holding 200k points, against
    raw ``sqlite3`` 1000-row commits (chained hashes, same schema) into a copy of that table;
-3. new points 100 per call against the points already stored (1e3 ... 1e6), store and raw
-   ``sqlite3`` (same schema, same rows per commit) side by side, and the resident memory the
-   in-process copy of one action takes per million points.
+3. new points 100 per call against the points already stored (1e3 ... 1e6), in ``--sweeps``
+   sweeps: store and raw ``sqlite3`` on the same (append-log, migration 0005) schema with
+   the same rows per commit side by side, raw ``sqlite3`` with the unique x index the table
+   had before 0005, WAL pages per commit of both, and the resident memory the in-process
+   copy of one action takes per million points.
 """
 
 from __future__ import annotations
@@ -384,68 +391,109 @@ def bench_batch(tmp: Path, quick: bool, repeats: int) -> list[object]:
 
 # -- 3. cost against stored points -----------------------------------------------------------
 
-_NO_X_INDEX = (
-    "CREATE TABLE noise_points (release_id VARCHAR(128) NOT NULL, action INTEGER NOT NULL, "
-    "seq BIGINT NOT NULL, x FLOAT NOT NULL, g FLOAT NOT NULL, created_at FLOAT NOT NULL, "
-    "hash VARCHAR(64) NOT NULL, PRIMARY KEY (release_id, action, seq)) WITHOUT ROWID"
+#: the unique index noise_points had before migration 0005 (for the raw "before" column)
+_OLD_X_INDEX = (
+    "CREATE UNIQUE INDEX uq_before_0005 ON noise_points (release_id, action, coordinate, x)"
 )
 
 
-def append_log_copy(src: Path, dest: Path) -> None:
-    """``src``'s rows in the same table without the unique (release, action, x) index: the
-    append-log schema (rows in insertion order only), for the raw comparison."""
+def old_schema_copy(src: Path, dest: Path) -> None:
+    """``src``'s rows with the unique (release, action, coordinate, x) index the store had
+    before migration 0005 (the append log), for the raw comparison."""
+    shutil.copy(src, dest)
     con = sqlite3.connect(dest, isolation_level=None)
-    con.execute("PRAGMA journal_mode=WAL")
-    con.execute(_NO_X_INDEX)
-    con.execute("ATTACH DATABASE ? AS src", (str(src),))
-    con.execute("BEGIN")
-    con.execute("INSERT INTO noise_points SELECT * FROM src.noise_points ORDER BY action, seq")
-    con.execute("COMMIT")
-    con.execute("DETACH DATABASE src")
+    con.execute(_OLD_X_INDEX)
     con.close()
 
 
-def bench_scaling(tmp: Path, sizes: list[int], quick: bool) -> list[list[object]]:
-    rows = []
+def _unlink_db(*paths: Path) -> None:
+    for p in paths:
+        for suffix in ("", "-wal", "-shm"):
+            Path(str(p) + suffix).unlink(missing_ok=True)
+
+
+def bench_scaling(
+    tmp: Path, sizes: list[int], quick: bool, sweeps: int
+) -> tuple[list[list[object]], list[dict[int, dict[str, float]]]]:
+    """100 new states per call into an action already holding n points, for each n, in
+    ``sweeps`` full sweeps over the sizes (each sweep starts from the same prefilled files).
+    Per n and sweep: 3 rounds of ``calls`` calls, each round followed by the raw loops (the
+    disk's fsync rate drifts on a shared machine). Returns the table (medians over sweeps;
+    load time and memory from the first sweep) and the per-sweep medians."""
     calls = 10 if quick else 30
+    pristine: dict[int, Path] = {}
+    old: dict[int, Path] = {}
+    wal: dict[int, tuple[float, float]] = {}
     for n in sizes:
-        path = tmp / f"scale{n}.sqlite"
+        print(f"prefill {n:.0e}", file=sys.stderr, flush=True)
+        path = tmp / f"pristine{n}.sqlite"
         with open_store(f"sqlite:///{path}") as s:
             _release(s)
         prefill(path, n)
-        raw_path = tmp / f"scale{n}-raw.sqlite"
-        shutil.copy(path, raw_path)
-        log_path = tmp / f"scale{n}-log.sqlite"
-        append_log_copy(path, log_path)
-        # pages per commit at exactly n stored rows (the timed runs below add 9,000 rows)
-        wal_path = tmp / f"scale{n}-wal.sqlite"
-        shutil.copy(path, wal_path)
-        wal = wal_pages_per_commit(wal_path, 100)
-        shutil.copy(log_path, wal_path)
-        wal_log = wal_pages_per_commit(wal_path, 100)
-        before = _rss()
-        with open_store(f"sqlite:///{path}", rng=4) as s:
-            t0 = time.perf_counter()
-            s.get_or_sample(RID, 0, [0.5])  # first touch: loads the action into memory
-            load = time.perf_counter() - t0
-            mem = _rss() - before
-            rng = np.random.default_rng(5)
-            st = []
-            for _ in range(3):
+        pristine[n] = path
+        old[n] = tmp / f"pristine{n}-old.sqlite"
+        old_schema_copy(path, old[n])
+        # pages per commit at exactly n stored rows (the timed runs add 9,000 rows)
+        w = tmp / "wal.sqlite"
+        shutil.copy(path, w)
+        w_new = wal_pages_per_commit(w, 100)
+        _unlink_db(w)
+        shutil.copy(old[n], w)
+        w_old = wal_pages_per_commit(w, 100)
+        _unlink_db(w)
+        wal[n] = (w_new, w_old)
+    runs: list[dict[int, dict[str, float]]] = []
+    for sweep in range(sweeps):
+        got: dict[int, dict[str, float]] = {}
+        for n in sizes:
+            print(f"sweep {sweep + 1}/{sweeps}: {n:.0e} stored points", file=sys.stderr, flush=True)
+            path, raw_path, old_path = (tmp / f"run{n}{t}.sqlite" for t in ("", "-raw", "-old"))
+            shutil.copy(pristine[n], path)
+            shutil.copy(pristine[n], raw_path)
+            shutil.copy(old[n], old_path)
+            before = _rss()
+            st, raw, rold = [], [], []
+            with open_store(f"sqlite:///{path}", rng=4 + sweep) as s:
                 t0 = time.perf_counter()
-                for _ in range(calls):
-                    s.get_or_sample(RID, 0, rng.uniform(size=100))
-                st.append(100 * calls / (time.perf_counter() - t0))
-        raw, log = [], []
-        for k in range(3):
-            raw.append(raw_commits(raw_path, 0, 100, calls, 1, seed=k))
-            log.append(raw_commits(log_path, 0, 100, calls, 1, seed=k))
-        ms, mr, ml = statistics.median(st), statistics.median(raw), statistics.median(log)
-        rows.append([f"{n:.0e}", load, ms, mr, ms / mr, wal, ml, wal_log, mem / n * 1e6 / 2**20])
-        for p in (path, raw_path, log_path, wal_path):
-            for suffix in ("", "-wal", "-shm"):
-                Path(str(p) + suffix).unlink(missing_ok=True)
-    return rows
+                s.get_or_sample(RID, 0, [0.5])  # first touch: loads the action into memory
+                load = time.perf_counter() - t0
+                mem = _rss() - before
+                rng = np.random.default_rng([5, sweep])
+                for k in range(3):
+                    qs = [rng.uniform(size=100) for _ in range(calls)]
+                    t0 = time.perf_counter()
+                    for q in qs:
+                        s.get_or_sample(RID, 0, q)
+                    st.append(100 * calls / (time.perf_counter() - t0))
+                    raw.append(raw_commits(raw_path, 0, 100, calls, 1, seed=10 * sweep + k))
+                    rold.append(raw_commits(old_path, 0, 100, calls, 1, seed=10 * sweep + k))
+            got[n] = {
+                "load": load,
+                "mem": mem,
+                "store": statistics.median(st),
+                "raw": statistics.median(raw),
+                "old": statistics.median(rold),
+            }
+            _unlink_db(path, raw_path, old_path)
+        runs.append(got)
+    rows: list[list[object]] = []
+    for n in sizes:
+        med = {k: statistics.median(r[n][k] for r in runs) for k in ("store", "raw", "old")}
+        rows.append(
+            [
+                f"{n:.0e}",
+                runs[0][n]["load"],
+                med["store"],
+                med["raw"],
+                med["store"] / med["raw"],
+                wal[n][0],
+                med["old"],
+                wal[n][1],
+                runs[0][n]["mem"] / n * 1e6 / 2**20,
+            ]
+        )
+    _unlink_db(*pristine.values(), *old.values())
+    return rows, runs
 
 
 def plot(scale: list[list[object]], path: Path) -> None:
@@ -457,8 +505,8 @@ def plot(scale: list[list[object]], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(6, 4))
     ns = [float(str(r[0])) for r in scale]
     ax.plot(ns, [r[2] for r in scale], "o-", label="store, 100 states per call")
-    ax.plot(ns, [r[3] for r in scale], "s--", label="raw sqlite3, 100 rows per commit")
-    ax.plot(ns, [r[6] for r in scale], "^:", label="raw sqlite3, append log (no x index)")
+    ax.plot(ns, [r[3] for r in scale], "s--", label="raw sqlite3, same schema (append log)")
+    ax.plot(ns, [r[6] for r in scale], "^:", label="raw sqlite3, old unique x index")
     ax.set(
         xscale="log",
         yscale="log",
@@ -473,35 +521,41 @@ def plot(scale: list[list[object]], path: Path) -> None:
     plt.close(fig)
 
 
-def targets_line(
-    conc: list[list[Any]],
-    srv: list[list[Any]],
-    batch: list[Any],
-    scale: list[list[Any]],
-    raw1: float,
-) -> str:
-    """The issue-15 targets, each as measured in this run."""
+def targets_line(conc: list[list[Any]], srv: list[list[Any]], batch: list[Any], raw1: float) -> str:
+    """The issue-15 targets of the group-commit section, each as measured in this run."""
     cell = {(r[0], r[1]): r for r in srv}
     new16, new1 = cell[("qveil --workers 16", 16)], cell[("qveil --workers 16", 1)]
     echo16 = cell[("echo (gRPC ceiling)", 16)]
     old1 = next((r for (name, c), r in cell.items() if "before" in name and c == 1), None)
     p50 = f"{new1[3] / old1[3]:.2f}x the baseline's" if old1 else "(no --baseline given)"
-    lo, hi = scale[0], scale[-1]
     return (
         f"Targets (issue 15), this run: 16 callers, one new state per call: in process "
         f"**{conc[0][4]:.2f}x** raw one-state-per-commit (target >= 1.0); over gRPC "
         f"{new16[2] / raw1:.2f}x raw and {new16[2] / echo16[2]:.2f}x the bare echo server. "
         f"Batches of 1024: **{batch[3]:.2f}x** raw 1000-row commits (target >= 0.5). p50 at one "
-        f"caller over gRPC: {new1[3]:.3g} ms, {p50} (target <= 1.2x). Cost per new point "
-        f"from {lo[0]} to {hi[0]} stored points: the store's rate falls "
-        f"**{lo[2] / hi[2]:.2f}x** (target <= 1.5x), raw sqlite3 on the same schema "
-        f"{lo[3] / hi[3]:.2f}x, raw sqlite3 on the append log {lo[6] / hi[6]:.2f}x; resident "
-        f"memory of the in-process copy ~{hi[8]:.0f} MiB per 1e6 points."
+        f"caller over gRPC: {new1[3]:.3g} ms, {p50} (target <= 1.2x). The cost per new point "
+        "against stored points is the next section."
+    )
+
+
+def cost_targets_line(scale: list[list[Any]], runs: list[dict[int, dict[str, float]]]) -> str:
+    """The flat-cost target of issue 15, per sweep of this run."""
+    lo, hi = int(float(scale[0][0])), int(float(scale[-1][0]))
+
+    def falls(key: str) -> str:
+        return ", ".join(f"{r[lo][key] / r[hi][key]:.2f}x" for r in runs)
+
+    return (
+        f"Targets (issue 15), this run: from {scale[0][0]} to {scale[-1][0]} stored points "
+        f"the store's rate falls **{falls('store')}** in the {len(runs)} sweeps (target <= 1.5x; "
+        f"medians above: {scale[0][2] / scale[-1][2]:.2f}x); raw sqlite3 on the same schema "
+        f"{falls('raw')}; raw sqlite3 with the old unique x index {falls('old')}. Resident "
+        f"memory of the in-process copy: ~{scale[-1][8]:.0f} MiB per 1e6 points."
     )
 
 
 WHY = (
-    "Reading the tables. (1) Group commit: in process the 16 callers share a commit (~8 states "
+    "Reading the tables. Group commit: in process the 16 callers share a commit (~8 states "
     "x 2 actions each), so they beat one-state-per-commit by the states per commit. Over "
     "gRPC the servers are bounded here by the CPU that gRPC and protobuf take per call on 2 "
     "shared cores (compare the echo row) as much as by commits, and group commit does not "
@@ -511,21 +565,26 @@ WHY = (
     "after a commit takes only the callers already queued, so batches alternate small and "
     "large (~8 of 16 callers per commit). On a disk with fast fsync (4.5k raw commits/s, "
     "issue 15's figure) one-state calls cannot reach 1.0x raw through gRPC on this machine at "
-    "all, since the bare echo server answers fewer calls than that. (2) Flat cost: the store "
-    "tracks raw sqlite3 on the same schema; what grows is the I/O per commit, 'raw WAL pages "
-    "per commit': the unique (release, action, x) index is keyed by a random x, so a 100-row "
-    "commit dirties min(100, leaf pages) index leaves (19 pages at 1e3, ~107 at 1e6, each "
-    "written to the WAL and again at the checkpoint), while the table itself is appended in "
-    "seq order (the append log writes ~8 pages per commit at any size, and its rate does not "
-    "fall). The store's own ratio between 1e3 and 1e6 moves between runs (1.4x to 1.9x "
-    "here); a cost that is flat by construction needs the append-log schema: the database as "
-    "a log in insertion order, with one value per state enforced by the in-memory index under "
-    "the write lock (which already decides it) and checked when an action is loaded, instead "
-    "of by a database index. That removes the database's own backstop against a second value "
-    "for one state, so it is left to a decision on the issue rather than made here. (3) "
-    "Memory: the in-process copy is a SortedDict of Python floats (two float objects, a dict "
-    "slot and a list slot per point; the figure also holds what the allocator kept from "
-    "loading the rows)."
+    "all, since the bare echo server answers fewer calls than that."
+)
+
+WHY_COST = (
+    "Reading the table. Until migration 0005 the store kept a unique (release, action, "
+    "coordinate, x) index: a B-tree keyed by a random x, so a 100-row commit dirtied "
+    "min(100, leaf pages) of its leaves (the 'old unique x index' WAL column: ~19 pages at "
+    "1e3, ~107 at 1e6, each written to the WAL and again at the checkpoint), and the store's "
+    "rate fell 1.4x to 1.9x from 1e3 to 1e6 between runs. Since 0005 the table is an append "
+    "log: its only key is the primary key (release, action, coordinate, seq), appended at "
+    "the right edge of the path's key range, ~8 pages per 100-row commit at any size. One "
+    "value per state is decided where it always was, in the in-process copy under the "
+    "path's write lock after catching up on every newer row; a writer that missed a row "
+    "collides with it on the primary key and retries; a state stored twice (a bug or "
+    "tampering) is refused when the path is loaded and reported by verify and `qveil audit` "
+    "(docs/operations.md, 'One value per state'). What still grows with the store is the "
+    "in-process copy: a SortedDict of Python floats (two float objects, a dict slot and a "
+    "list slot per point); its inserts and look-ups are O(log n) but touch more cold memory "
+    "at 1e6 points, and the figure per 1e6 points also holds what the allocator kept from "
+    "loading the rows (meaningful at 1e5 and above)."
 )
 
 
@@ -535,68 +594,134 @@ def main() -> int:
     ap.add_argument("--baseline", help="git revision to measure the server cells of, too")
     ap.add_argument("--max-n", type=float, default=1e6, help="largest stored-point count")
     ap.add_argument("--seconds", type=float, default=2.0, help="per server cell and round")
+    ap.add_argument("--sweeps", type=int, default=3, help="sweeps of the cost-vs-size part")
+    ap.add_argument(
+        "--only",
+        choices=("all", "cost"),
+        default="all",
+        help="'cost': only the cost against stored points (its own section of the doc)",
+    )
     ap.add_argument("--no-write", action="store_true", help="print, do not write the doc")
     ap.add_argument("--no-pg", action="store_true", help="skip PostgreSQL")
     args = ap.parse_args()
     reps = 3
     per = 30 if args.quick else 80
     sizes = [n for n in (1000, 10_000, 100_000, 1_000_000) if n <= args.max_n]
+    sections: list[tuple[str, str, str, str]] = []
     with tempfile.TemporaryDirectory(dir=os.environ.get("QVEIL_BENCH_DIR")) as d:
         tmp = Path(d)
-        conc: dict[str, list[dict[str, float]]] = {}
-        raw1 = []
-        for rep in range(reps):
-            print(f"concurrency round {rep + 1}/{reps}", file=sys.stderr, flush=True)
-            for key, threads, together in (
-                ("16 callers, one transaction per query", 16, True),
-                ("1 caller, one transaction per query", 1, True),
-                ("1 caller, one transaction per action (before)", 1, False),
-            ):
-                url = f"sqlite:///{tmp / f'c{rep}-{threads}-{int(together)}.sqlite'}"
-                n_per = per if threads > 1 else 4 * per
-                conc.setdefault(key, []).append(
-                    store_threads(url, threads, n_per, together=together)
-                )
-            rp = tmp / f"raw{rep}.sqlite"
-            with open_store(f"sqlite:///{rp}") as s:
-                _release(s)
-            raw1.append(raw_commits(rp, 0, 1, 4 * per, 2, seed=rep))
-        mraw1 = statistics.median(raw1)
-        pg_rows = pg_cells(per, reps) if not args.no_pg else []
-        conc_rows = []
-        for key, rs in conc.items():
-            sps = statistics.median(r["states_s"] for r in rs)
-            conc_rows.append(
-                [
-                    key,
-                    sps,
-                    statistics.median(r["p50_ms"] for r in rs),
-                    statistics.median(r["per_commit"] for r in rs),
-                    sps / mraw1,
-                ]
+        if args.only == "all":
+            cmd = (
+                "python benchmarks/bench_newpoints.py"
+                + (" --quick" if args.quick else "")
+                + (f" --baseline {args.baseline}" if args.baseline else "")
             )
-        conc_rows.append(["raw sqlite3, one state (2 rows) per commit", mraw1, "", 1.0, 1.0])
-        conc_rows += pg_rows
-        print("server cells", file=sys.stderr, flush=True)
-        srv = server_cells(tmp, args.seconds / (2 if args.quick else 1), reps, args.baseline)
-        print("batches of 1024", file=sys.stderr, flush=True)
-        batch = bench_batch(tmp, args.quick, reps)
-        print("scaling", file=sys.stderr, flush=True)
-        scale = bench_scaling(tmp, sizes, args.quick)
+            body = _group_commit(args, tmp, reps, per)
+            sections.append(("newpoints", "New points: group commit (issue 15)", cmd, body))
+        print("cost against stored points", file=sys.stderr, flush=True)
+        scale, runs = bench_scaling(tmp, sizes, args.quick, args.sweeps)
+    load = ", ".join(f"{v:.1f}" for v in os.getloadavg())
     cmd = (
         "python benchmarks/bench_newpoints.py"
+        + ("" if args.only == "all" else " --only cost")
         + (" --quick" if args.quick else "")
-        + (f" --baseline {args.baseline}" if args.baseline else "")
         + (f" --max-n {args.max_n:.0e}" if args.max_n != 1e6 else "")
+        + (f" --sweeps {args.sweeps}" if args.sweeps != 3 else "")
     )
-    load = ", ".join(f"{v:.1f}" for v in os.getloadavg())
-    g16 = conc_rows[0][4]
-    summary = targets_line(conc_rows, srv, batch, scale, mraw1)
     body = "\n\n".join(
         [
-            f"Load average at the end: {load} (2 cores shared with other work; the disk's "
-            "fsync rate drifts by 2-5x over minutes here, so only ratios within this run "
-            "mean anything).",
+            f"Load average at the end: {load} (2 cores shared with other helpers' work; "
+            "only ratios within this run mean anything).",
+            "**Cost against stored points**: 100 new states per call (one action) into an "
+            "action already holding n points, the store and raw sqlite3 (100 rows per commit "
+            "with chained hashes, WAL + synchronous=FULL) on the same schema, a copy of the "
+            "same table, side by side; and raw sqlite3 on a copy with the unique (release, "
+            "action, coordinate, x) index the table had before migration 0005. Medians over "
+            f"{len(runs)} sweeps 1e3 -> 1e6, each from the same prefilled files (each timed "
+            "column adds 9,000 rows as it runs). 'WAL pages per commit' counts the pages one "
+            "100-row commit appends to the WAL (autocheckpoint off while counting; every one "
+            "is written again by the next checkpoint) at exactly n rows: the commit's I/O, "
+            "independent of the disk's mood. 'MiB per 1e6 points' is the growth of this "
+            "process's resident memory when the action's first touch loads it into the "
+            "in-process copy (first sweep):\n\n"
+            + table(
+                [
+                    "stored points",
+                    "first-touch load (s)",
+                    "store states/s",
+                    "raw states/s, same schema",
+                    "store / raw",
+                    "WAL pages per commit",
+                    "raw states/s, old unique x index",
+                    "old index WAL pages per commit",
+                    "MiB per 1e6 points",
+                ],
+                scale,
+            )
+            + "\n\n![new-point cost](img/bench_newpoints.png)",
+            cost_targets_line(scale, runs),
+            WHY_COST,
+        ]
+    )
+    sections.append(
+        ("newpoints-cost", "New points: cost against stored points (issue 15)", cmd, body)
+    )
+    for name, title, c, b in sections:
+        if args.no_write:
+            print(b)
+        else:
+            write_section(name, title, c, b)
+    if not args.no_write:
+        plot(scale, ROOT / "docs" / "img" / "bench_newpoints.png")
+    return 0
+
+
+def _group_commit(args: argparse.Namespace, tmp: Path, reps: int, per: int) -> str:
+    """Sections 1 and 2: one new state per call (in process, PostgreSQL, over gRPC) and
+    batches of 1024; returns the section's body."""
+    conc: dict[str, list[dict[str, float]]] = {}
+    raw1 = []
+    for rep in range(reps):
+        print(f"concurrency round {rep + 1}/{reps}", file=sys.stderr, flush=True)
+        for key, threads, together in (
+            ("16 callers, one transaction per query", 16, True),
+            ("1 caller, one transaction per query", 1, True),
+            ("1 caller, one transaction per action (before)", 1, False),
+        ):
+            url = f"sqlite:///{tmp / f'c{rep}-{threads}-{int(together)}.sqlite'}"
+            n_per = per if threads > 1 else 4 * per
+            conc.setdefault(key, []).append(store_threads(url, threads, n_per, together=together))
+        rp = tmp / f"raw{rep}.sqlite"
+        with open_store(f"sqlite:///{rp}") as s:
+            _release(s)
+        raw1.append(raw_commits(rp, 0, 1, 4 * per, 2, seed=rep))
+    mraw1 = statistics.median(raw1)
+    pg_rows = pg_cells(per, reps) if not args.no_pg else []
+    conc_rows = []
+    for key, rs in conc.items():
+        sps = statistics.median(r["states_s"] for r in rs)
+        conc_rows.append(
+            [
+                key,
+                sps,
+                statistics.median(r["p50_ms"] for r in rs),
+                statistics.median(r["per_commit"] for r in rs),
+                sps / mraw1,
+            ]
+        )
+    conc_rows.append(["raw sqlite3, one state (2 rows) per commit", mraw1, "", 1.0, 1.0])
+    conc_rows += pg_rows
+    print("server cells", file=sys.stderr, flush=True)
+    srv = server_cells(tmp, args.seconds / (2 if args.quick else 1), reps, args.baseline)
+    print("batches of 1024", file=sys.stderr, flush=True)
+    batch = bench_batch(tmp, args.quick, reps)
+    load = ", ".join(f"{v:.1f}" for v in os.getloadavg())
+    g16 = conc_rows[0][4]
+    return "\n\n".join(
+        [
+            f"Load average at the end: {load} (2 cores shared with other helpers' work; the "
+            "disk's fsync rate drifts by 2-5x over minutes here, so only ratios within this "
+            "run mean anything).",
             "**One new state per call, both actions of a 2-action release per call** "
             "(SQLite WAL + synchronous=FULL). In process: threads calling "
             "`get_or_sample_actions` (group commit: every caller's and every action's new "
@@ -621,41 +746,10 @@ def main() -> int:
                 ["stored points", "store states/s", "raw rows/s", "store / raw"],
                 [batch],
             ),
-            "**Cost against stored points**: 100 new states per call (one action), store and "
-            "raw sqlite3 (100 rows per commit with chained hashes, same schema, a copy of the "
-            "same table) side by side, and raw sqlite3 on the same rows in an append-log "
-            "schema (the same table without the unique (release, action, x) index). 'WAL pages "
-            "per commit' counts the pages one 100-row commit appends to the WAL (autocheckpoint "
-            "off while counting; every one is written again by the next checkpoint): the "
-            "commit's I/O, independent of the disk's mood, counted at exactly n rows (each "
-            "timed column adds 9,000 rows as it runs). 'MiB per 1e6 points' is the growth "
-            "of this process's resident memory when the action's first touch loads it into "
-            "the in-process copy (meaningful at 1e5 and above):\n\n"
-            + table(
-                [
-                    "stored points",
-                    "first-touch load (s)",
-                    "store states/s",
-                    "raw states/s",
-                    "store / raw",
-                    "raw WAL pages per commit",
-                    "raw append log states/s",
-                    "append log WAL pages per commit",
-                    "MiB per 1e6 points",
-                ],
-                scale,
-            )
-            + "\n\n![new-point cost](img/bench_newpoints.png)",
-            summary,
+            targets_line(conc_rows, srv, batch, mraw1),
             WHY,
         ]
     )
-    if args.no_write:
-        print(body)
-    else:
-        plot(scale, ROOT / "docs" / "img" / "bench_newpoints.png")
-        write_section("newpoints", "New points: group commit (issue 15)", cmd, body)
-    return 0
 
 
 if __name__ == "__main__":

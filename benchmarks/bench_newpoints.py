@@ -268,19 +268,27 @@ def server_cells(
 ) -> list[list[object]]:
     from bench_server import closed_loop, make_bundle, spawn
 
-    bundle = make_bundle(tmp / "bundle")
+    template = make_bundle(tmp / "bundle")
+
+    def bundle(tag: str) -> Path:
+        """An unbound copy per server: a bundle binds to the first store that serves it
+        (one release, one store), so one copy serves one store."""
+        dest = tmp / f"bundle-{tag}"
+        shutil.copytree(template, dest)
+        return dest
+
     servers: dict[str, str] = {}
     procs = []
     try:
-        p, t = _spawn_server(bundle, f"sqlite:///{tmp / 'srv.sqlite'}", tmp, "new", None)
+        p, t = _spawn_server(bundle("new"), f"sqlite:///{tmp / 'srv.sqlite'}", tmp, "new", None)
         procs.append(p)
         servers["qveil --workers 16"] = t
-        p, t = _spawn_server(bundle, f"sqlite:///{tmp / 'srv4.sqlite'}", tmp, "w4", None, 4)
+        p, t = _spawn_server(bundle("w4"), f"sqlite:///{tmp / 'srv4.sqlite'}", tmp, "w4", None, 4)
         procs.append(p)
         servers["qveil --workers 4"] = t
         if baseline:
             pp = str(_baseline_tree(baseline, tmp / "baseline"))
-            p, t = _spawn_server(bundle, f"sqlite:///{tmp / 'old.sqlite'}", tmp, "old", pp)
+            p, t = _spawn_server(bundle("old"), f"sqlite:///{tmp / 'old.sqlite'}", tmp, "old", pp)
             procs.append(p)
             servers[f"qveil at {baseline} (before), --workers 16"] = t
         ep, eport = spawn(

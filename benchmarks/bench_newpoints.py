@@ -407,11 +407,43 @@ _OLD_X_INDEX = (
 
 def old_schema_copy(src: Path, dest: Path) -> None:
     """``src``'s rows with the unique (release, action, coordinate, x) index the store had
-    before migration 0005 (the append log), for the raw comparison."""
+    before migration 0005 (the append log), for the raw comparison. The index is grown as a
+    store grew it, by rows arriving in random state order (a CREATE INDEX over sorted rows
+    would pack its leaves full, and every later insert would split one)."""
     shutil.copy(src, dest)
     con = sqlite3.connect(dest, isolation_level=None)
+    ddl = con.execute("SELECT sql FROM sqlite_master WHERE name = 'noise_points'").fetchone()[0]
+    con.execute("BEGIN")
+    con.execute("ALTER TABLE noise_points RENAME TO np_src")
+    con.execute(ddl)
     con.execute(_OLD_X_INDEX)
+    con.execute("INSERT INTO noise_points SELECT * FROM np_src ORDER BY hash")  # random order
+    con.execute("DROP TABLE np_src")
+    con.execute("COMMIT")
     con.close()
+
+
+def memory_us_per_state(path: Path, calls: int, rounds: int, seed: int) -> float:
+    """The in-process part of a new point alone: the same rows in a memory store (no
+    database), 100 new states per call; microseconds per new state, median of ``rounds``."""
+    from qveil.server.store.memory import MemoryStore
+
+    with open_store(f"sqlite:///{path}") as s:
+        rec = s.get_release(RID)
+        rows = [r for _a, r in s._db_iter_rows(RID, 0)]
+    with MemoryStore(rng=seed) as m:
+        m._db_import(rec, {0: rows})
+        m.get_or_sample(RID, 0, [0.5])  # first touch
+        del rows
+        rng = np.random.default_rng([6, seed])
+        out = []
+        for _ in range(rounds):
+            qs = [rng.uniform(size=100) for _ in range(calls)]
+            t0 = time.perf_counter()
+            for q in qs:
+                m.get_or_sample(RID, 0, q)
+            out.append((time.perf_counter() - t0) / (100 * calls) * 1e6)
+    return statistics.median(out)
 
 
 def _unlink_db(*paths: Path) -> None:
@@ -475,18 +507,22 @@ def bench_scaling(
                     st.append(100 * calls / (time.perf_counter() - t0))
                     raw.append(raw_commits(raw_path, 0, 100, calls, 1, seed=10 * sweep + k))
                     rold.append(raw_commits(old_path, 0, 100, calls, 1, seed=10 * sweep + k))
+            _unlink_db(path, raw_path, old_path)
             got[n] = {
                 "load": load,
                 "mem": mem,
                 "store": statistics.median(st),
                 "raw": statistics.median(raw),
                 "old": statistics.median(rold),
+                "memory_us": memory_us_per_state(pristine[n], calls, 3, sweep),
             }
-            _unlink_db(path, raw_path, old_path)
         runs.append(got)
     rows: list[list[object]] = []
     for n in sizes:
-        med = {k: statistics.median(r[n][k] for r in runs) for k in ("store", "raw", "old")}
+        med = {
+            k: statistics.median(r[n][k] for r in runs)
+            for k in ("store", "raw", "old", "memory_us")
+        }
         rows.append(
             [
                 f"{n:.0e}",
@@ -497,6 +533,8 @@ def bench_scaling(
                 wal[n][0],
                 med["old"],
                 wal[n][1],
+                1e6 / med["store"],
+                med["memory_us"],
                 runs[0][n]["mem"] / n * 1e6 / 2**20,
             ]
         )
@@ -557,8 +595,10 @@ def cost_targets_line(scale: list[list[Any]], runs: list[dict[int, dict[str, flo
         f"Targets (issue 15), this run: from {scale[0][0]} to {scale[-1][0]} stored points "
         f"the store's rate falls **{falls('store')}** in the {len(runs)} sweeps (target <= 1.5x; "
         f"medians above: {scale[0][2] / scale[-1][2]:.2f}x); raw sqlite3 on the same schema "
-        f"{falls('raw')}; raw sqlite3 with the old unique x index {falls('old')}. Resident "
-        f"memory of the in-process copy: ~{scale[-1][8]:.0f} MiB per 1e6 points."
+        f"{falls('raw')}; raw sqlite3 with the old unique x index {falls('old')}. The "
+        f"in-memory part of a new point goes from {scale[0][9]:.0f} to {scale[-1][9]:.0f} us "
+        f"(the store's whole cost from {scale[0][8]:.0f} to {scale[-1][8]:.0f} us). Resident "
+        f"memory of the in-process copy: ~{scale[-1][10]:.0f} MiB per 1e6 points."
     )
 
 
@@ -578,10 +618,11 @@ WHY = (
 
 WHY_COST = (
     "Reading the table. Until migration 0005 the store kept a unique (release, action, "
-    "coordinate, x) index: a B-tree keyed by a random x, so a 100-row commit dirtied "
-    "min(100, leaf pages) of its leaves (the 'old unique x index' WAL column: ~19 pages at "
-    "1e3, ~107 at 1e6, each written to the WAL and again at the checkpoint), and the store's "
-    "rate fell 1.4x to 1.9x from 1e3 to 1e6 between runs. Since 0005 the table is an append "
+    "coordinate, x) index: a B-tree keyed by a random x, so a 100-row commit dirtied about "
+    "min(100, leaf pages) of its leaves (the 'old unique x index' WAL column, on a copy whose "
+    "index grew as a store's did, by rows in random state order; each page is written to the "
+    "WAL and again at the checkpoint), and the store's rate fell 1.4x to 1.9x from 1e3 to 1e6 "
+    "between runs (the section's run at commit 4b3d44b). Since 0005 the table is an append "
     "log: its only key is the primary key (release, action, coordinate, seq), appended at "
     "the right edge of the path's key range, ~8 pages per 100-row commit at any size. One "
     "value per state is decided where it always was, in the in-process copy under the "
@@ -589,10 +630,10 @@ WHY_COST = (
     "collides with it on the primary key and retries; a state stored twice (a bug or "
     "tampering) is refused when the path is loaded and reported by verify and `qveil audit` "
     "(docs/operations.md, 'One value per state'). What still grows with the store is the "
-    "in-process copy: a SortedDict of Python floats (two float objects, a dict slot and a "
-    "list slot per point); its inserts and look-ups are O(log n) but touch more cold memory "
-    "at 1e6 points, and the figure per 1e6 points also holds what the allocator kept from "
-    "loading the rows (meaningful at 1e5 and above)."
+    "in-process copy ('of which in memory'): a SortedDict of Python floats (two float "
+    "objects, a dict slot and a list slot per point); its inserts and look-ups are O(log n) "
+    "but touch more cold memory at 1e6 points. The memory figure per 1e6 points also holds "
+    "what the allocator kept from loading the rows (meaningful at 1e5 and above)."
 )
 
 
@@ -649,9 +690,11 @@ def main() -> int:
             "column adds 9,000 rows as it runs). 'WAL pages per commit' counts the pages one "
             "100-row commit appends to the WAL (autocheckpoint off while counting; every one "
             "is written again by the next checkpoint) at exactly n rows: the commit's I/O, "
-            "independent of the disk's mood. 'MiB per 1e6 points' is the growth of this "
-            "process's resident memory when the action's first touch loads it into the "
-            "in-process copy (first sweep):\n\n"
+            "independent of the disk's mood. 'of which in memory' is the same workload on "
+            "the same rows in a memory store (no database): the in-process part of a new "
+            "point (lock, neighbours, exact draw, chain hash, the sorted in-memory copy). "
+            "'MiB per 1e6 points' is the growth of this process's resident memory when the "
+            "action's first touch loads it into the in-process copy (first sweep):\n\n"
             + table(
                 [
                     "stored points",
@@ -662,6 +705,8 @@ def main() -> int:
                     "WAL pages per commit",
                     "raw states/s, old unique x index",
                     "old index WAL pages per commit",
+                    "store us per new state",
+                    "of which in memory (us)",
                     "MiB per 1e6 points",
                 ],
                 scale,

@@ -613,7 +613,13 @@ WHY = (
     "after a commit takes only the callers already queued, so batches alternate small and "
     "large (~8 of 16 callers per commit). On a disk with fast fsync (4.5k raw commits/s, "
     "issue 15's figure) one-state calls cannot reach 1.0x raw through gRPC on this machine at "
-    "all, since the bare echo server answers fewer calls than that."
+    "all, since the bare echo server answers fewer calls than that. Batches of 1024 are "
+    "below their target since migration 0005 (0.83x in the run at 4b3d44b): the ceiling, "
+    "raw sqlite3 on the same schema, no longer pays the unique x index, so its 1000-row "
+    "commits got several times faster, while the store's batch path is now bound by its "
+    "Python work per new state (about 30 us at 200k points in a memory store: exact "
+    "sequential draws, the sorted in-memory copy, chain hashes; the 'in memory' column of "
+    "the next section), which the index's I/O used to hide. Not addressed here."
 )
 
 WHY_COST = (

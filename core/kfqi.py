@@ -59,12 +59,16 @@ from qveil.errors import InvalidArgument
 from qveil.fqi import NEIGHBOURS, q_range
 
 __all__ = [
+    "AveragingOperator",
+    "KernelFQIOperators",
     "KernelFQIResult",
     "KernelFQISpec",
     "additive_features",
     "anchor_grid",
     "averaging_operators_nd",
+    "build_operators_nd",
     "fitted_q_nd",
+    "iterate_q_nd",
     "kernel_fqi",
     "krr_operator",
     "krr_quadratic_form_nd",
@@ -204,7 +208,32 @@ def _nw_pairs(
     return rows.astype(np.int64), flat[rows, cols], wt[rows, cols]
 
 
-def averaging_operators_nd(
+@dataclass(frozen=True)
+class AveragingOperator:
+    """One action's equation (1) before gamma, T and the public default are chosen:
+    Q_{t+1}(., a) = c(default) + gamma P V_t on the anchors.
+
+    ``c_sum`` and ``covered`` hold the data part of c: with per-user averaging
+    c = (c_sum + (users - covered) default) / users (``covered[k]``: the users whose samples
+    reach anchor k; the others vote the default); pooled, c = c_sum where some sample
+    reaches the anchor and the default elsewhere. P does not depend on the default."""
+
+    c_sum: FloatArray
+    covered: FloatArray
+    users: int
+    per_user: bool
+    p: sparse.csr_matrix
+
+    def constant(self, default: float) -> FloatArray:
+        """c of equation (1) for the public ``default`` (bit-identical to a build with it)."""
+        if self.per_user:
+            out: FloatArray = (self.c_sum + (self.users - self.covered) * default) / self.users
+            return out
+        pooled: FloatArray = np.where(self.covered > 0, self.c_sum, default)
+        return pooled
+
+
+def _build_action(
     x: FloatArray,
     r: FloatArray,
     x2: FloatArray,
@@ -213,11 +242,8 @@ def averaging_operators_nd(
     *,
     users: int,
     spec: KernelFQISpec,
-    default: float,
-) -> tuple[FloatArray, sparse.csr_matrix]:
-    """(c, P) of one action: Q_{t+1}(., a) = c + gamma P V_t on the anchors (equation 1),
-    from that action's samples (unit x (n, d), rewards, unit next states, terminal flags,
-    user index in [0, users)). Rows of [P | reward weights] are convex (tested)."""
+) -> AveragingOperator:
+    """The data part of one action's (c, P) (see :class:`AveragingOperator`)."""
     g, d = spec.anchor_points, spec.dims
     k_all = g**d
     per_user = spec.neighbour == "user"
@@ -265,11 +291,111 @@ def averaging_operators_nd(
             p_total = p_total + wmat @ bmat
         u0 = u1
     if per_user:
-        c = (c + (users - covered) * default) / users
         p_total = p_total / users
     else:
-        c = np.where(den_pool > 0, c, default)
-    return c, sparse.csr_matrix(p_total)
+        covered = (den_pool > 0).astype(np.float64)
+    return AveragingOperator(
+        c_sum=c, covered=covered, users=int(users), per_user=per_user, p=sparse.csr_matrix(p_total)
+    )
+
+
+def averaging_operators_nd(
+    x: FloatArray,
+    r: FloatArray,
+    x2: FloatArray,
+    terminal: npt.NDArray[np.bool_],
+    user: IntArray,
+    *,
+    users: int,
+    spec: KernelFQISpec,
+    default: float,
+) -> tuple[FloatArray, sparse.csr_matrix]:
+    """(c, P) of one action: Q_{t+1}(., a) = c + gamma P V_t on the anchors (equation 1),
+    from that action's samples (unit x (n, d), rewards, unit next states, terminal flags,
+    user index in [0, users)). Rows of [P | reward weights] are convex (tested)."""
+    op = _build_action(x, r, x2, terminal, user, users=users, spec=spec)
+    return op.constant(default), op.p
+
+
+def _build_key(spec: KernelFQISpec) -> tuple[object, ...]:
+    """What the operators depend on (not gamma, T, the default, lam, betas' values or M)."""
+    return (spec.anchor_points, spec.bandwidth, spec.kernel_radius, spec.neighbour, spec.dims)
+
+
+@dataclass(frozen=True)
+class KernelFQIOperators:
+    """Every action's :class:`AveragingOperator`, built once from a dataset; iterate with
+    :func:`iterate_q_nd` for any gamma, T and default (a lever sweep re-uses them)."""
+
+    actions: tuple[AveragingOperator, ...]
+    key: tuple[object, ...]
+    reward_range: tuple[float, float]
+
+
+def build_operators_nd(
+    states: npt.ArrayLike,
+    actions: npt.ArrayLike,
+    rewards: npt.ArrayLike,
+    next_states: npt.ArrayLike,
+    terminal: npt.ArrayLike,
+    users: npt.ArrayLike,
+    *,
+    n_actions: int,
+    reward_range: tuple[float, float],
+    box: StateBox,
+    spec: KernelFQISpec,
+    on_build: Callable[[int], object] | None = None,
+) -> KernelFQIOperators:
+    """The operators of equation (1) (the expensive part: samples x anchors within the
+    radius); they depend on the anchors, bandwidth, radius and relation only."""
+    if box.dims != spec.dims:
+        raise InvalidArgument(f"the state box has {box.dims} coordinates, betas {spec.dims}")
+    a = np.asarray(actions, dtype=np.int64).reshape(-1)
+    x = box.to_unit(np.asarray(states, dtype=np.float64).reshape(len(a), -1))
+    x2 = box.to_unit(np.asarray(next_states, dtype=np.float64).reshape(len(a), -1))
+    lo, hi = (float(v) for v in reward_range)
+    r = np.clip(np.asarray(rewards, dtype=np.float64).reshape(-1), lo, hi)
+    term = np.asarray(terminal, dtype=bool).reshape(-1)
+    _, uid = np.unique(np.asarray(users).reshape(-1), return_inverse=True)
+    uid = uid.reshape(-1).astype(np.int64)
+    n_users = int(uid.max()) + 1 if len(uid) else 0
+    if not (len(x) == len(x2) == len(a) == len(r) == len(term) == len(uid)) or n_users == 0:
+        raise InvalidArgument("fitted_q_nd: empty or mismatched sample arrays")
+    ops = []
+    for act in range(int(n_actions)):
+        m = a == act
+        ops.append(_build_action(x[m], r[m], x2[m], term[m], uid[m], users=n_users, spec=spec))
+        if on_build is not None:
+            on_build(act)
+    return KernelFQIOperators(actions=tuple(ops), key=_build_key(spec), reward_range=(lo, hi))
+
+
+def iterate_q_nd(
+    ops: KernelFQIOperators,
+    *,
+    spec: KernelFQISpec,
+    on_iteration: Callable[[float], object] | None = None,
+) -> FloatArray:
+    """Q_T at the anchors, shape (K, m): ``spec.iterations`` steps of equation (1) from
+    Q_0 = 0 with ``spec.gamma`` and ``spec.default`` (checked against the Q range). The
+    operators must have been built with the same anchors, bandwidth, radius and relation."""
+    if ops.key != _build_key(spec):
+        raise InvalidArgument(
+            f"operators built for {ops.key!r:.80} do not match the spec {_build_key(spec)!r:.80}"
+        )
+    default = spec.default_value(ops.reward_range)
+    consts = [op.constant(default) for op in ops.actions]
+    q = np.zeros((spec.anchor_points**spec.dims, len(ops.actions)))
+    for _ in range(int(spec.iterations)):
+        v = q.max(axis=1)
+        nxt = np.stack(
+            [cc + spec.gamma * (op.p @ v) for cc, op in zip(consts, ops.actions, strict=True)],
+            axis=1,
+        )
+        if on_iteration is not None:
+            on_iteration(float(np.abs(nxt - q).max()))
+        q = nxt
+    return q
 
 
 def fitted_q_nd(
@@ -287,40 +413,25 @@ def fitted_q_nd(
     on_iteration: Callable[[float], object] | None = None,
     on_build: Callable[[int], object] | None = None,
 ) -> FloatArray:
-    """Q_T at the anchors, shape (K, m): T iterations of equation (1) from Q_0 = 0.
-    ``on_iteration`` receives sup |Q_{t+1} - Q_t|; ``on_build`` each action built."""
-    if box.dims != spec.dims:
-        raise InvalidArgument(f"the state box has {box.dims} coordinates, betas {spec.dims}")
-    a = np.asarray(actions, dtype=np.int64).reshape(-1)
-    x = box.to_unit(np.asarray(states, dtype=np.float64).reshape(len(a), -1))
-    x2 = box.to_unit(np.asarray(next_states, dtype=np.float64).reshape(len(a), -1))
+    """Q_T at the anchors, shape (K, m): T iterations of equation (1) from Q_0 = 0
+    (:func:`build_operators_nd` then :func:`iterate_q_nd`). ``on_iteration`` receives
+    sup |Q_{t+1} - Q_t|; ``on_build`` each action built."""
     lo, hi = (float(v) for v in reward_range)
-    r = np.clip(np.asarray(rewards, dtype=np.float64).reshape(-1), lo, hi)
-    term = np.asarray(terminal, dtype=bool).reshape(-1)
-    _, uid = np.unique(np.asarray(users).reshape(-1), return_inverse=True)
-    uid = uid.reshape(-1).astype(np.int64)
-    n_users = int(uid.max()) + 1 if len(uid) else 0
-    if not (len(x) == len(x2) == len(a) == len(r) == len(term) == len(uid)) or n_users == 0:
-        raise InvalidArgument("fitted_q_nd: empty or mismatched sample arrays")
-    default = spec.default_value((lo, hi))
-    ops = []
-    for act in range(int(n_actions)):
-        m = a == act
-        ops.append(
-            averaging_operators_nd(
-                x[m], r[m], x2[m], term[m], uid[m], users=n_users, spec=spec, default=default
-            )
-        )
-        if on_build is not None:
-            on_build(act)
-    q = np.zeros((spec.anchor_points**spec.dims, int(n_actions)))
-    for _ in range(int(spec.iterations)):
-        v = q.max(axis=1)
-        nxt = np.stack([cc + spec.gamma * (p @ v) for cc, p in ops], axis=1)
-        if on_iteration is not None:
-            on_iteration(float(np.abs(nxt - q).max()))
-        q = nxt
-    return q
+    spec.default_value((lo, hi))  # refuse a bad default before the expensive build
+    ops = build_operators_nd(
+        states,
+        actions,
+        rewards,
+        next_states,
+        terminal,
+        users,
+        n_actions=n_actions,
+        reward_range=(lo, hi),
+        box=box,
+        spec=spec,
+        on_build=on_build,
+    )
+    return iterate_q_nd(ops, spec=spec, on_iteration=on_iteration)
 
 
 # ----------------------------------------------------------------------------- step 2: KRR

@@ -24,7 +24,9 @@ from qveil.kfqi import (
     additive_mean,
     anchor_grid,
     averaging_operators_nd,
+    build_operators_nd,
     fitted_q_nd,
+    iterate_q_nd,
     kernel_fqi,
     krr_operator,
     krr_quadratic_form_nd,
@@ -244,3 +246,50 @@ def test_pessimistic_default_keeps_d_t() -> None:
         neighbour="user", users=n_users, reward_range=(0.0, 1.0), gamma=gamma, iterations=t
     )
     assert float(np.abs(q - q2).max()) <= dt * (1 + 1e-9)
+
+
+def test_operators_built_once_iterate_any_gamma_and_default_bit_for_bit() -> None:
+    """build_operators_nd + iterate_q_nd (the lever sweep's path: operators built once,
+    then any gamma, T and default) equals a fresh fitted_q_nd bit for bit, for both
+    relations; a spec whose anchors, bandwidth, radius or relation differ from the build is
+    refused (its operators would be the wrong ones)."""
+    import dataclasses
+
+    u, s, a, r, s2, term = _toy(30, 2, 5)
+    box = StateBox.of([[0.0, 1.0], [0.0, 1.0]])
+    for neighbour in ("user", "reward"):
+        base = KernelFQISpec(
+            gamma=0.7, iterations=6, betas=(2.0, 2.0), anchor_points=5, bandwidth=0.15,
+            neighbour=neighbour,
+        )  # fmt: skip
+        kw = {"n_actions": 2, "reward_range": (0.0, 1.0), "box": box}
+        ops = build_operators_nd(s, a, r, s2, term, u, spec=base, **kw)
+        for gamma, t, default in ((0.7, 6, None), (0.5, 3, 0.0), (0.9, 9, 1.5)):
+            spec = dataclasses.replace(base, gamma=gamma, iterations=t, default=default)
+            fresh = fitted_q_nd(s, a, r, s2, term, u, spec=spec, **kw)
+            assert np.array_equal(iterate_q_nd(ops, spec=spec), fresh)
+        for change in ({"bandwidth": 0.2}, {"anchor_points": 4}, {"kernel_radius": 1.5}):
+            with pytest.raises(InvalidArgument, match="do not match"):
+                iterate_q_nd(ops, spec=dataclasses.replace(base, **change))
+
+
+def test_inducing_grid_holding_the_anchor_coordinates_gives_the_full_rkhs_fit() -> None:
+    """When every anchor coordinate value is an inducing point (M - 1 a multiple of G - 1),
+    the subspace holds the representers, so L is the same function for M = 6, 11, 21 at
+    G = 6 (docs/privacy.md 2.6: M is then no lever); M = 8 misses them and differs."""
+    from qveil.kfqi import additive_features, inducing_grid
+
+    betas = (1024.0, 2.0, 4.0)
+    fit = anchor_grid(6, 3)
+    v = np.random.default_rng(4).normal(size=len(fit))
+    pts = np.random.default_rng(5).uniform(size=(200, 3))
+
+    def values(m: int) -> np.ndarray:
+        coef = krr_operator(fit, betas=betas, inducing_points=m, lam=0.2)
+        out: np.ndarray = additive_features(pts, betas, inducing_grid(m)) @ (coef @ v)
+        return out
+
+    ref = values(6)
+    for m in (11, 21):
+        assert np.allclose(values(m), ref, atol=1e-8), m
+    assert not np.allclose(values(8), ref, atol=1e-4)

@@ -47,6 +47,11 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
         "qveil.experiments.multid",
         "kernel fqi with additive noise, d > 1: CartPole-v1 and Acrobot-v1, return vs N and eps",
     ),
+    "multid-levers": (
+        "qveil.experiments.multid_levers",
+        "CartPole kernel fqi at N = 1e5, eps 1: each public lever (lam, beta_j, gamma, T, "
+        "default, bandwidth, anchors) with bootstrap CIs on common episodes",
+    ),
     "theory": (
         "qveil.experiments.theory",
         "Lemma 8 sup bound, Proposition 10 utility bound, Proposition 9 query time",

@@ -362,9 +362,8 @@ def bootstrap(s: Scores, *, draws: int = 2000, seed: int = 0) -> dict[str, float
     r, e = s.private.shape
     ri = rng.integers(r, size=(draws, r))
     ei = rng.integers(e, size=(draws, e))
-    # mean over resampled releases x episodes = mean_r mean_e P[ri, ei]
-    rel_mean = s.private[:, :]  # (R, E)
-    priv = np.array([rel_mean[ri[b]][:, ei[b]].mean() for b in range(draws)])
+    # the private mean over resampled releases x resampled episodes
+    priv = np.array([s.private[ri[b]][:, ei[b]].mean() for b in range(draws)])
     top = s.ceiling[ei].mean(axis=1)
     low = s.floor[ei].mean(axis=1)
     with np.errstate(divide="ignore", invalid="ignore"):

@@ -10,6 +10,7 @@ import json
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +29,8 @@ from qveil.errors import IntegrityError, InvalidArgument
 
 QVEIL = str(Path(sys.executable).with_name("qveil"))
 CONFIG = str(Path(__file__).resolve().parents[1] / "configs" / "cartpole-private.toml")
+#: The config's beta_j (the card and the store must carry these, whatever they are).
+BETAS = [float(b) for b in tomllib.loads(Path(CONFIG).read_text())["betas"]]
 
 
 def qveil(*argv: str) -> subprocess.CompletedProcess[str]:
@@ -88,7 +91,7 @@ def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_card_is_recomputed_and_says_states_are_clipped(bundle: Path) -> None:
     b = load_bundle(bundle)
     c = b.card
-    assert c["dims"] == 4 and c["betas"] == [2.0] * 4 and c["state_interval"] is None
+    assert c["dims"] == 4 and c["betas"] == BETAS and c["state_interval"] is None
     assert "clipped" in c["clipping"] and "clipped" in c["basis"]
     assert c["kappa"] == pytest.approx(1 / (4 * 0.2))
     assert c["hyperparameters"]["default_value"] == 0.0

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,6 +31,8 @@ from qveil.v1 import value_service_pb2 as value_pb
 
 QVEIL = str(Path(sys.executable).with_name("qveil"))
 CONFIG = str(Path(__file__).resolve().parents[1] / "configs" / "cartpole-private.toml")
+#: The config's beta_j (the card and the store must carry these, whatever they are).
+BETAS = [float(b) for b in tomllib.loads(Path(CONFIG).read_text())["betas"]]
 D, M = 4, 2
 
 
@@ -120,7 +123,7 @@ def test_values_are_mean_plus_additive_stored_noise(
     b = load_bundle(bundle)
     with ValueClient(s.target) as c:
         rel = c.release()
-        assert rel.dims == D and rel.betas == (2.0,) * D
+        assert rel.dims == D and rel.betas == tuple(BETAS)
         assert rel.state_intervals == tuple(tuple(iv) for iv in b.card["state_intervals"])
         v = c.get_values(STATES)
     assert v.values.shape == (3, M)
@@ -224,13 +227,13 @@ def test_integrity_audit_and_export_import(
     n = s.store.export(rid, str(out))
     assert n == M * D * 50
     lines = [json.loads(x) for x in out.read_text().splitlines()]
-    assert lines[0]["dims"] == D and lines[0]["betas"] == [2.0] * D
+    assert lines[0]["dims"] == D and lines[0]["betas"] == BETAS
     assert {(p["action"], p["coordinate"]) for p in lines[1:-1]} == {
         (a, j) for a in range(M) for j in range(D)
     }
     with open_store(f"sqlite:///{tmp_path / 'other.sqlite'}") as other:
         rec = other.import_(str(out))
-        assert rec.dims == D and rec.betas == (2.0,) * D
+        assert rec.dims == D and rec.betas == tuple(BETAS)
         for p in range(rec.n_paths):
             assert [(q.x, q.g) for q in other.iter_points(rid, p)] == [
                 (q.x, q.g) for q in s.store.iter_points(rid, p)

@@ -516,10 +516,12 @@ def recheck(book: AnswerBook, target: str, *, batch: int = 1000) -> tuple[int, l
     return n, mism
 
 
-def run_audit(store_url: str, *, timeout: float = 300.0) -> subprocess.CompletedProcess[str]:
-    """`qveil audit --store URL` (the admin/audit part's command) as a subprocess."""
+def run_audit(
+    store_url: str, *extra: str, timeout: float = 300.0
+) -> subprocess.CompletedProcess[str]:
+    """`qveil audit --store URL [extra]` (the admin/audit part's command) as a subprocess."""
     return subprocess.run(
-        [sys.executable, "-m", "qveil.cli", "audit", "--store", store_url],
+        [sys.executable, "-m", "qveil.cli", "audit", "--store", store_url, *extra],
         capture_output=True,
         text=True,
         timeout=timeout,

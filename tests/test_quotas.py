@@ -122,6 +122,48 @@ def test_anonymous_callers_are_budgeted_by_host_not_connection(tmp_path: Path) -
         assert srv.terminate() == 0
 
 
+def test_paced_client_waits_out_the_new_point_rate(tmp_path: Path) -> None:
+    """``best_actions_paced`` (the served evaluations' client): a call over the caller's
+    budget is refused whole with a RetryInfo delay; the client waits that long and asks
+    again, so an evaluation finishes under the quota instead of failing, and every state's
+    noise is stored once. A client that did not wait would raise ResourceExhausted here."""
+    from qveil.trainer.served_eval import best_actions_paced
+
+    bundle = make_bundle(tmp_path / "b")
+    srv = start_server(
+        tmp_path,
+        bundle,
+        "--new-point-rate",
+        "12",  # a refill takes 1 s: the plain calls below are refused unless the machine
+        "--new-point-burst",  # stalls for a second between two calls
+        "12",
+        store=f"sqlite:///{tmp_path / 'store.sqlite'}",
+    )
+    try:
+        with ValueClient(srv.target) as c:
+            states = np.linspace(0.05, 0.95, 20).reshape(5, 4)  # 5 calls x 12 new points
+            with pytest.raises(ResourceExhausted):  # the plain call outruns the bucket
+                for row in states:
+                    c.best_actions(row)
+        with ValueClient(srv.target) as c:
+            got = [best_actions_paced(c, row) for row in states]
+            assert [len(g) for g in got] == [4] * 5
+            vals = c.values(states.reshape(-1))
+            np.testing.assert_array_equal(np.concatenate(got), np.argmax(vals, axis=1))
+    finally:
+        assert srv.terminate() == 0
+    import sqlite3
+
+    con = sqlite3.connect(tmp_path / "store.sqlite")
+    try:
+        n, distinct = con.execute(
+            "SELECT count(*), count(DISTINCT action || ':' || x) FROM noise_points"
+        ).fetchone()
+    finally:
+        con.close()
+    assert n == distinct == 20 * ACTIONS  # each state's noise stored once, per action
+
+
 def test_quotas_unit() -> None:
     now = [0.0]
     q = Quotas(

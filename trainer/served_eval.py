@@ -27,6 +27,29 @@ __all__ = ["evaluate_served", "lockstep_returns", "nonprivate_name", "nonprivate
 BatchPolicy = Callable[[npt.NDArray[np.float64]], npt.NDArray[np.int64]]
 
 
+def best_actions_paced(client: Any, states: Any, *, max_waits: int = 1000) -> npt.NDArray[np.int64]:
+    """``client.best_actions(states)``, waiting out the server's new-point quota.
+
+    An evaluation sends every live episode's state each step, nearly all of them new, so it
+    can outrun a caller's new-point budget (``qveil serve --new-point-rate``). The server
+    then refuses the whole call with RESOURCE_EXHAUSTED, stores nothing, and says when to
+    retry (``google.rpc.RetryInfo``); a well-behaved client waits that long and asks again,
+    instead of the operator lifting the quota for it. A refusal without a delay is raised.
+    """
+    import time
+
+    from qveil.client import ResourceExhaustedError
+
+    for _ in range(max_waits):
+        try:
+            return np.asarray(client.best_actions(states), dtype=np.int64)
+        except ResourceExhaustedError as exc:
+            if exc.retry_delay is None:
+                raise
+            time.sleep(max(float(exc.retry_delay), 0.001))
+    return np.asarray(client.best_actions(states), dtype=np.int64)
+
+
 def lockstep_returns(
     env_id: str, policy: BatchPolicy, *, episodes: int, seed: int, env_kwargs: dict[str, Any]
 ) -> list[float]:
@@ -161,7 +184,7 @@ def evaluate_served(
 
         def served(states: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
             batch = states[:, 0] if dims == 1 else states.reshape(len(states), dims)
-            return np.asarray(client.best_actions(batch), dtype=np.int64)
+            return best_actions_paced(client, batch)
 
         act_rng = np.random.default_rng(seed)
 

@@ -563,7 +563,7 @@ class SamplePathStore(ABC):
             )
             raise IntegrityError(st.broken)
         pairs = {r[1]: r[2] for r in rows}
-        if len(pairs) != len(rows) or any(x in values for x in pairs):
+        if len(pairs) != len(rows) or not values.keys().isdisjoint(pairs):
             # the append log has no unique x (migration 0005): a second row for one state is
             # a bug or tampering. The path is refused whole; the message names seqs only
             # (errors reach callers; a stored value never does)

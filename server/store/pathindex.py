@@ -9,8 +9,8 @@ Layout (a two-level log-structured merge): a large sorted ``main`` pair of array
 sorted ``delta`` pair holding the points added since the last merge, each framed by sentinels
 (-inf and +inf with value 0.0), so every state in [0, 1] has a left and a right entry in both
 and "no neighbour" is a state at distance inf. New points go into ``delta`` (a copy of at
-most ``cap`` entries); when it would outgrow ``cap`` (about 2 sqrt(n), at least 1024) it is
-merged into ``main`` (one O(n) pass). So a commit of k points costs O(cap + k) and, amortised,
+most ``cap`` entries); when it outgrows ``cap`` (4 sqrt(n), at least 4096) it is merged
+into ``main`` (one O(n) pass). So a commit of k points costs O(cap + k) and, amortised,
 O(n / cap) per point: flat enough from 1e3 to 1e6 stored points, and no per-point Python
 object beyond the dict's.
 
@@ -28,6 +28,8 @@ __all__ = ["SortedPoints"]
 
 FloatArray = npt.NDArray[np.float64]
 
+#: the delta holds up to max(_MIN_CAP, 4 sqrt(n)) points before it is merged into main
+_MIN_CAP = 4096
 _EMPTY_X = np.array([-np.inf, np.inf])
 _EMPTY_G = np.zeros(2)
 
@@ -36,12 +38,18 @@ def _merge(
     ax: FloatArray, ag: FloatArray, bx: FloatArray, bg: FloatArray
 ) -> tuple[FloatArray, FloatArray]:
     """Sorted union of two framed sorted arrays (``b``'s sentinels are dropped; the states
-    of ``b`` are not in ``a``)."""
+    of ``b`` are not in ``a``): one O(len(a) + len(b)) pass per array."""
     bx, bg = bx[1:-1], bg[1:-1]
-    if bx.size == 0:
+    k = bx.size
+    if k == 0:
         return ax, ag
-    pos = np.searchsorted(ax, bx)
-    return np.insert(ax, pos, bx), np.insert(ag, pos, bg)
+    at = np.searchsorted(ax, bx) + np.arange(k)  # where b's entries land in the union
+    keep = np.ones(ax.size + k, dtype=bool)
+    keep[at] = False
+    ox, og = np.empty(ax.size + k), np.empty(ax.size + k)
+    ox[at], og[at] = bx, bg
+    ox[keep], og[keep] = ax, ag
+    return ox, og
 
 
 class SortedPoints:
@@ -66,12 +74,11 @@ class SortedPoints:
         nx = np.concatenate(([-np.inf], xs[order], [np.inf]))
         ng = np.concatenate(([0.0], gs[order], [0.0]))
         self._n += k
-        cap = max(1024, 2 * math.isqrt(self._n))
-        if self._dx.size - 2 + k <= cap:
-            self._dx, self._dg = _merge(self._dx, self._dg, nx, ng)
+        dx, dg = _merge(self._dx, self._dg, nx, ng)
+        if dx.size - 2 <= max(_MIN_CAP, 4 * math.isqrt(self._n)):
+            self._dx, self._dg = dx, dg
             return
-        mx, mg = _merge(self._mx, self._mg, self._dx, self._dg)
-        self._mx, self._mg = _merge(mx, mg, nx, ng)
+        self._mx, self._mg = _merge(self._mx, self._mg, dx, dg)
         self._dx, self._dg = _EMPTY_X, _EMPTY_G
 
     def neighbours(self, x: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:

@@ -645,9 +645,11 @@ WHY_COST = (
     "collides with it on the primary key and retries; a state stored twice (a bug or "
     "tampering) is refused when the path is loaded and reported by verify and `qveil audit` "
     "(docs/operations.md, 'One value per state'). What still grows with the store is the "
-    "in-process copy ('of which in memory'): a SortedDict of Python floats (two float "
-    "objects, a dict slot and a list slot per point); its inserts and look-ups are O(log n) "
-    "but touch more cold memory at 1e6 points. The memory figure per 1e6 points also holds "
+    "in-process copy ('of which in memory'): a dict x -> g of Python floats (the hits) and "
+    "a sorted float64 index (`server/store/pathindex.py`, before the batch-path work a "
+    "SortedDict); its look-ups are O(log n) but touch more cold memory at 1e6 points, and "
+    "its small delta is merged into the main arrays in one O(n) pass every ~4 sqrt(n) "
+    "points. The memory figure per 1e6 points also holds "
     "what the allocator kept from loading the rows (meaningful at 1e5 and above)."
 )
 

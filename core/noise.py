@@ -581,6 +581,8 @@ def sample_batch(
         return g, left, right
     s2 = float(sigma) * float(sigma)
     b = float(beta)
+    if m <= _SMALL:  # a query's few states: the loop alone (same rule, no array temporaries)
+        return _draw_in_gaps(list(range(m)), x, lx, lg, rx, rg, g, left, right, b, s2, z)
     order = np.argsort(x, kind="stable")
     xs = x[order]
     # in sorted order, same[k]: x_(k) lies in the gap of x_(k-1) (no stored point between)
@@ -604,33 +606,56 @@ def sample_batch(
         mean = (ea * one_m_b2 * lg[alone] + eb * one_m_a2 * rg[alone]) / one_m_a2b2
         g[alone] = mean + np.sqrt(s2 * one_m_a2 * (one_m_b2 / one_m_a2b2)) * z[alone]
     rest = np.flatnonzero(shared).tolist()
-    if rest:
-        # per gap (keyed by its stored left end), the sorted states known so far and values
-        gaps: dict[float, tuple[list[float], list[float]]] = {}
-        exp, expm1, sqrt = math.exp, math.expm1, math.sqrt
-        xl, zl = x.tolist(), z.tolist()
-        lxl, lgl, rxl, rgl = lx.tolist(), lg.tolist(), rx.tolist(), rg.tolist()
-        lo, hi = left.tolist(), right.tolist()
-        out = g.tolist()
-        for k in rest:
-            gap = gaps.get(lxl[k])
-            if gap is None:
-                gap = gaps[lxl[k]] = ([lxl[k], rxl[k]], [lgl[k], rgl[k]])
-            gx, gv = gap
-            xk = xl[k]
-            j = bisect_left(gx, xk)
-            d1, g1, d2, g2 = xk - gx[j - 1], gv[j - 1], gx[j] - xk, gv[j]
-            a_, b_ = exp(-b * d1), exp(-b * d2)
-            w1 = -expm1(-2.0 * b * d1)  # 1 - a^2
-            w2 = -expm1(-2.0 * b * d2)  # 1 - b^2
-            w12 = -expm1(-2.0 * b * (d1 + d2))  # 1 - a^2 b^2
-            gk = (a_ * w2 * g1 + b_ * w1 * g2) / w12 + sqrt(s2 * w1 * (w2 / w12)) * zl[k]
-            out[k], lo[k], hi[k] = gk, gx[j - 1], gx[j]
-            gx.insert(j, xk)
-            gv.insert(j, gk)
-        g = np.array(out, dtype=np.float64)
-        left, right = np.array(lo, dtype=np.float64), np.array(hi, dtype=np.float64)
-    return g, left, right
+    if not rest:
+        return g, left, right
+    return _draw_in_gaps(rest, x, lx, lg, rx, rg, g, left, right, b, s2, z)
+
+
+def _draw_in_gaps(
+    rest: list[int],
+    x: FloatArray,
+    lx: FloatArray,
+    lg: FloatArray,
+    rx: FloatArray,
+    rg: FloatArray,
+    g: FloatArray,
+    left: FloatArray,
+    right: FloatArray,
+    b: float,
+    s2: float,
+    z: FloatArray,
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """:func:`sample_batch`'s loop: the states ``rest`` (indices, in draw order) one by one,
+    each from its nearest neighbours among its gap's stored ends and the gap's earlier draws;
+    fills ``g``, ``left`` and ``right`` at ``rest`` (the other entries are kept)."""
+    # per gap (keyed by its stored left end), the sorted states known so far and values
+    gaps: dict[float, tuple[list[float], list[float]]] = {}
+    exp, expm1, sqrt = math.exp, math.expm1, math.sqrt
+    xl, zl = x.tolist(), z.tolist()
+    lxl, lgl, rxl, rgl = lx.tolist(), lg.tolist(), rx.tolist(), rg.tolist()
+    lo, hi = left.tolist(), right.tolist()
+    out = g.tolist()
+    for k in rest:
+        gap = gaps.get(lxl[k])
+        if gap is None:
+            gap = gaps[lxl[k]] = ([lxl[k], rxl[k]], [lgl[k], rgl[k]])
+        gx, gv = gap
+        xk = xl[k]
+        j = bisect_left(gx, xk)
+        d1, g1, d2, g2 = xk - gx[j - 1], gv[j - 1], gx[j] - xk, gv[j]
+        a_, b_ = exp(-b * d1), exp(-b * d2)
+        w1 = -expm1(-2.0 * b * d1)  # 1 - a^2
+        w2 = -expm1(-2.0 * b * d2)  # 1 - b^2
+        w12 = -expm1(-2.0 * b * (d1 + d2))  # 1 - a^2 b^2
+        gk = (a_ * w2 * g1 + b_ * w1 * g2) / w12 + sqrt(s2 * w1 * (w2 / w12)) * zl[k]
+        out[k], lo[k], hi[k] = gk, gx[j - 1], gx[j]
+        gx.insert(j, xk)
+        gv.insert(j, gk)
+    return (
+        np.array(out, dtype=np.float64),
+        np.array(lo, dtype=np.float64),
+        np.array(hi, dtype=np.float64),
+    )
 
 
 @dataclass(frozen=True, slots=True)

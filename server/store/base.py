@@ -579,10 +579,7 @@ class SamplePathStore(ABC):
                     raise IntegrityError(st.broken)
                 first[r[1]] = r[0]
         values.update(pairs)
-        st.index.add(
-            np.fromiter(pairs.keys(), np.float64, len(pairs)),
-            np.fromiter(pairs.values(), np.float64, len(pairs)),
-        )
+        st.index.add(list(pairs), list(pairs.values()))
         st.hw = expect + len(rows) - 1
         st.head = bytes.fromhex(rows[-1][4])
 

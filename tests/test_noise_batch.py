@@ -34,7 +34,7 @@ def _dense(sx: np.ndarray, sg: np.ndarray, nx: np.ndarray) -> tuple[np.ndarray, 
 
 def _law(sx: np.ndarray, sg: np.ndarray, nx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     idx = SortedPoints()
-    idx.add(sx.tolist(), sg.tolist())
+    idx.add(dict(zip(sx.tolist(), sg.tolist(), strict=True)))
     nb = idx.neighbours(nx)
 
     def draw(z: np.ndarray) -> np.ndarray:
@@ -75,7 +75,7 @@ def test_conditioning_only_on_stored_neighbours_fails() -> None:
     as if it were alone in its gap) gets the cluster covariances wrong by ~0.1 sigma^2."""
     sx, sg, nx = _case(12, 3)
     idx = SortedPoints()
-    idx.add(sx.tolist(), sg.tolist())
+    idx.add(dict(zip(sx.tolist(), sg.tolist(), strict=True)))
     lx, lg, rx, rg = idx.neighbours(nx)
     wrong = np.stack(
         [
@@ -115,7 +115,7 @@ def test_conditioning_only_on_stored_neighbours_fails() -> None:
 def test_recorded_neighbours_are_the_nearest_earlier_points() -> None:
     sx, sg, nx = _case(12, 5)
     idx = SortedPoints()
-    idx.add(sx.tolist(), sg.tolist())
+    idx.add(dict(zip(sx.tolist(), sg.tolist(), strict=True)))
     _, left, right = sample_batch(
         nx, *idx.neighbours(nx), beta=BETA, sigma=SIGMA, z=np.zeros(nx.size)
     )
@@ -136,7 +136,7 @@ def test_sorted_points_neighbours_match_brute_force_across_merges() -> None:
     for k in [1, 1, 50, 3000, 1, 700, 50, 2000, 1]:
         xs = rng.uniform(size=k)
         gs = rng.normal(size=k)
-        idx.add(xs.tolist(), gs.tolist())
+        idx.add(dict(zip(xs.tolist(), gs.tolist(), strict=True)))
         allx, allg = np.concatenate([allx, xs]), np.concatenate([allg, gs])
         q = rng.uniform(size=200)
         lx, lg, rx, rg = idx.neighbours(q)

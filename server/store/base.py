@@ -579,7 +579,7 @@ class SamplePathStore(ABC):
                     raise IntegrityError(st.broken)
                 first[r[1]] = r[0]
         values.update(pairs)
-        st.index.add(list(pairs), list(pairs.values()))
+        st.index.add(pairs)
         st.hw = expect + len(rows) - 1
         st.head = bytes.fromhex(rows[-1][4])
 

@@ -40,10 +40,12 @@ _EMPTY_X = np.array([-np.inf, np.inf])
 _EMPTY_G = np.zeros(2)
 
 
-def _framed(xs: list[float], gs: list[float]) -> tuple[FloatArray, FloatArray]:
+def _framed(
+    xs: list[float] | FloatArray, gs: list[float] | FloatArray
+) -> tuple[FloatArray, FloatArray]:
     """Points as framed arrays sorted by x (sentinels -inf and +inf with value 0.0)."""
-    x = np.array(xs, dtype=np.float64)
-    g = np.array(gs, dtype=np.float64)
+    x = np.asarray(xs, dtype=np.float64)
+    g = np.asarray(gs, dtype=np.float64)
     order = np.argsort(x, kind="stable")
     return np.concatenate(([-np.inf], x[order], [np.inf])), np.concatenate(([0.0], g[order], [0.0]))
 
@@ -69,40 +71,57 @@ def _merge(
 class SortedPoints:
     """Stored (x, g) of one path in increasing x: batch neighbour look-ups, O(log n) each."""
 
-    __slots__ = ("_mx", "_mg", "_dx", "_dg", "_n")
+    __slots__ = ("_mx", "_mg", "_dx", "_dg", "_dframed", "_n")
 
     def __init__(self) -> None:
         self._mx, self._mg = _EMPTY_X, _EMPTY_G
         self._dx: list[float] = []  # the delta: sorted states (Python lists: a few points per
         self._dg: list[float] = []  # commit go in by bisection, no numpy call per commit)
+        #: the delta as framed arrays, kept from the last batch merge (None: build on demand)
+        self._dframed: tuple[FloatArray, FloatArray] | None = _EMPTY_X, _EMPTY_G
         self._n = 0
 
     def __len__(self) -> int:
         return self._n
 
-    def add(self, xs: list[float], gs: list[float]) -> None:
-        """Add points whose states are distinct and not stored yet (the caller checks)."""
-        k = len(xs)
+    def add(self, points: dict[float, float]) -> None:
+        """Add points x -> g whose states are not stored yet (the caller checks)."""
+        k = len(points)
         if k == 0:
             return
         self._n += k
         dx, dg = self._dx, self._dg
         if k <= _FEW_ADD:
-            for x, g in zip(xs, gs, strict=True):
+            self._dframed = None
+            for x, g in points.items():
                 j = bisect_left(dx, x)
                 dx.insert(j, x)
                 dg.insert(j, g)
             if len(dx) <= max(_MIN_CAP, 4 * math.isqrt(self._n)):
                 return
-            xs, gs = [], []
-        ax, ag = _framed(dx, dg)
-        bx, bg = _framed(xs, gs)
-        ux, ug = _merge(ax, ag, bx, bg)
+            points = {}
+        bx, bg = _framed(
+            np.fromiter(points.keys(), np.float64, len(points)),
+            np.fromiter(points.values(), np.float64, len(points)),
+        )
+        if self._n == k:  # the first load: the points are the whole index
+            self._mx, self._mg = bx, bg
+            self._dframed = _EMPTY_X, _EMPTY_G
+            return
+        ux, ug = _merge(*self._delta_arrays(), bx, bg)
         if ux.size - 2 <= max(_MIN_CAP, 4 * math.isqrt(self._n)):
             self._dx, self._dg = ux[1:-1].tolist(), ug[1:-1].tolist()
+            self._dframed = ux, ug
             return
         self._mx, self._mg = _merge(self._mx, self._mg, ux, ug)
         self._dx, self._dg = [], []
+        self._dframed = _EMPTY_X, _EMPTY_G
+
+    def _delta_arrays(self) -> tuple[FloatArray, FloatArray]:
+        """The delta as framed arrays (cached until the next one-by-one add)."""
+        if self._dframed is None:
+            self._dframed = _framed(self._dx, self._dg)
+        return self._dframed
 
     def neighbours(self, x: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
         """(lx, lg, rx, rg): the nearest stored state strictly left of each (not stored) state
@@ -114,7 +133,7 @@ class SortedPoints:
         i = np.searchsorted(mx, x)  # mx[i - 1] < x < mx[i]: x is not stored
         lx, lg, rx, rg = mx[i - 1], mg[i - 1], mx[i], mg[i]
         if self._dx:
-            dx, dg = _framed(self._dx, self._dg)
+            dx, dg = self._delta_arrays()
             j = np.searchsorted(dx, x)
             dlx, drx = dx[j - 1], dx[j]
             use = dlx > lx
@@ -154,5 +173,5 @@ class SortedPoints:
 
     def arrays(self) -> tuple[FloatArray, FloatArray]:
         """All stored (xs, gs) in increasing x (copies; for tests and audits)."""
-        mx, mg = _merge(self._mx, self._mg, *_framed(self._dx, self._dg))
+        mx, mg = _merge(self._mx, self._mg, *self._delta_arrays())
         return mx[1:-1].copy(), mg[1:-1].copy()

@@ -39,6 +39,7 @@ from qveil.rng import NormalSource, resolve_rng
 
 __all__ = [
     "OUSamplePath",
+    "sample_batch",
     "StateInterval",
     "conditional_moments",
     "ou_covariance",
@@ -541,6 +542,120 @@ class OUSamplePath:
     def max_abs(self) -> float:
         """max |g| over the stored points (0.0 for an empty path)."""
         return max((float(np.max(np.abs(np.frombuffer(b)))) for b in self._gb), default=0.0)
+
+
+def sample_batch(
+    x: FloatArray,
+    lx: FloatArray,
+    lg: FloatArray,
+    rx: FloatArray,
+    rg: FloatArray,
+    *,
+    beta: float,
+    sigma: float,
+    z: FloatArray,
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """Exact joint draw of new states ``x`` (distinct, none stored) given a path's stored
+    points, in the order given, from each state's nearest stored neighbours.
+
+    ``lx``/``lg`` are the nearest stored state strictly left of each ``x[k]`` and its value
+    (``-inf`` and 0.0 when there is none), ``rx``/``rg`` the nearest one to the right (``+inf``
+    and 0.0); ``z`` holds one standard normal per state (``z[k]`` for ``x[k]``). Returns
+    ``(g, left, right)``: g drawn point by point in the order of ``x``, each state
+    conditioned on everything stored and on the batch's earlier states, which by the Markov
+    property of the OU kernel (``NOTES-privacy.md`` section 1) means on its nearest
+    neighbours among them, ``left[k]`` and ``right[k]`` (+-inf: none). That sequential rule
+    gives the exact joint law, and it is what this computes, in two parts that cannot see
+    each other: a state alone between two consecutive stored points (almost every state of
+    a batch into a big path) depends on those two only, so all of them are drawn in one
+    vectorised step; states sharing a gap are drawn in a loop, in the order given, each from
+    its nearest neighbours among the gap's stored ends and the gap's earlier draws. Same
+    formulas as :func:`conditional_moments` (a missing side is a neighbour at distance inf:
+    weight exp(-inf) = 0, so the bridge reduces exactly to the one-sided and unconditional
+    laws).
+    """
+    m = int(x.size)
+    g = np.zeros(m, dtype=np.float64)
+    left, right = lx.copy(), rx.copy()
+    if m == 0:
+        return g, left, right
+    s2 = float(sigma) * float(sigma)
+    b = float(beta)
+    if m <= _SMALL:  # a query's few states: the loop alone (same rule, no array temporaries)
+        return _draw_in_gaps(list(range(m)), x, lx, lg, rx, rg, g, left, right, b, s2, z)
+    order = np.argsort(x, kind="stable")
+    xs = x[order]
+    # in sorted order, same[k]: x_(k) lies in the gap of x_(k-1) (no stored point between)
+    same = lx[order][1:] < xs[:-1]
+    shared = np.zeros(m, dtype=bool)  # in the order of x: the state's gap holds another one
+    if same.any():
+        ss = np.zeros(m, dtype=bool)
+        ss[1:] |= same
+        ss[:-1] |= same
+        shared[order] = ss
+    alone = np.flatnonzero(~shared)
+    if alone.size:
+        xi = x[alone]
+        dl = xi - lx[alone]
+        dr = rx[alone] - xi
+        ea = np.exp(-b * dl)
+        eb = np.exp(-b * dr)
+        one_m_a2 = -np.expm1(-2.0 * b * dl)
+        one_m_b2 = -np.expm1(-2.0 * b * dr)
+        one_m_a2b2 = -np.expm1(-2.0 * b * (dl + dr))
+        mean = (ea * one_m_b2 * lg[alone] + eb * one_m_a2 * rg[alone]) / one_m_a2b2
+        g[alone] = mean + np.sqrt(s2 * one_m_a2 * (one_m_b2 / one_m_a2b2)) * z[alone]
+    rest = np.flatnonzero(shared).tolist()
+    if not rest:
+        return g, left, right
+    return _draw_in_gaps(rest, x, lx, lg, rx, rg, g, left, right, b, s2, z)
+
+
+def _draw_in_gaps(
+    rest: list[int],
+    x: FloatArray,
+    lx: FloatArray,
+    lg: FloatArray,
+    rx: FloatArray,
+    rg: FloatArray,
+    g: FloatArray,
+    left: FloatArray,
+    right: FloatArray,
+    b: float,
+    s2: float,
+    z: FloatArray,
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """:func:`sample_batch`'s loop: the states ``rest`` (indices, in draw order) one by one,
+    each from its nearest neighbours among its gap's stored ends and the gap's earlier draws;
+    fills ``g``, ``left`` and ``right`` at ``rest`` (the other entries are kept)."""
+    # per gap (keyed by its stored left end), the sorted states known so far and values
+    gaps: dict[float, tuple[list[float], list[float]]] = {}
+    exp, expm1, sqrt = math.exp, math.expm1, math.sqrt
+    xl, zl = x.tolist(), z.tolist()
+    lxl, lgl, rxl, rgl = lx.tolist(), lg.tolist(), rx.tolist(), rg.tolist()
+    lo, hi = left.tolist(), right.tolist()
+    out = g.tolist()
+    for k in rest:
+        gap = gaps.get(lxl[k])
+        if gap is None:
+            gap = gaps[lxl[k]] = ([lxl[k], rxl[k]], [lgl[k], rgl[k]])
+        gx, gv = gap
+        xk = xl[k]
+        j = bisect_left(gx, xk)
+        d1, g1, d2, g2 = xk - gx[j - 1], gv[j - 1], gx[j] - xk, gv[j]
+        a_, b_ = exp(-b * d1), exp(-b * d2)
+        w1 = -expm1(-2.0 * b * d1)  # 1 - a^2
+        w2 = -expm1(-2.0 * b * d2)  # 1 - b^2
+        w12 = -expm1(-2.0 * b * (d1 + d2))  # 1 - a^2 b^2
+        gk = (a_ * w2 * g1 + b_ * w1 * g2) / w12 + sqrt(s2 * w1 * (w2 / w12)) * zl[k]
+        out[k], lo[k], hi[k] = gk, gx[j - 1], gx[j]
+        gx.insert(j, xk)
+        gv.insert(j, gk)
+    return (
+        np.array(out, dtype=np.float64),
+        np.array(lo, dtype=np.float64),
+        np.array(hi, dtype=np.float64),
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,15 +13,17 @@ in sorted order), and *inside* it, per pair:
 1. read from the database every row committed since the copy's high-water mark (seq order),
    so any neighbour another thread, process or replica inserted is known (skipped when the
    backend can tell that nobody else wrote: SQLite ``PRAGMA data_version``);
-2. restore an :class:`~qveil.noise.OUSamplePath` from the nearest stored point on each side of
-   every new state and call ``.sample(new)``: the new states are drawn one after another,
-   each conditioned on its nearest neighbours among the stored points and the batch's earlier
-   draws; by the Markov property of the OU kernel that is the exact joint conditional law
-   (NOTES-privacy section 1); the store does no math;
+2. look up the nearest stored point on each side of every new state (the copy's sorted
+   index, :mod:`.pathindex`, vectorised) and call :func:`qveil.noise.sample_batch`:
+   the new states are drawn one after another in the order given, each conditioned on its
+   nearest neighbours among the stored points and the batch's earlier draws; by the Markov
+   property of the OU kernel that is the exact joint conditional law (NOTES-privacy section
+   1); the store does no math;
 3. insert the new rows of all pairs (seq = high-water + 1, ..., chained hashes per pair) and
    check they were all written (a row that is not ours means a lost race: roll back and
    retry the whole transaction);
-4. commit durably; only then add the new points to the copies and wake their callers.
+4. commit durably; only then add the new points to the copies and wake their callers (a
+   failed attempt has changed no copy: there is nothing to undo).
 
 A value drawn in an attempt that fails is never returned and never enters the copy; so a
 crash before the commit loses only points nobody was answered with.
@@ -47,7 +49,6 @@ import threading
 import time
 import uuid
 from abc import ABC, abstractmethod
-from bisect import bisect_left
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass
@@ -56,10 +57,9 @@ from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
-from sortedcontainers import SortedDict
 
 from qveil.errors import IntegrityError, InvalidArgument, NotFound, QveilError, Unavailable, echo
-from qveil.noise import OUSamplePath, validate_unit_states
+from qveil.noise import sample_batch, validate_unit_states
 from qveil.rng import NormalSource, is_seeded, resolve_rng
 from qveil.server.store.integrity import (
     ChainHasher,
@@ -67,6 +67,7 @@ from qveil.server.store.integrity import (
     verify_chain,
 )
 from qveil.server.store.models import RELEASE_STATUSES
+from qveil.server.store.pathindex import SortedPoints
 
 __all__ = [
     "FullRow",
@@ -180,12 +181,14 @@ class InsertRecord:
 
 
 class _ActionState:
-    """The in-process copy of one (release, action): every committed point with seq <= hw."""
+    """The in-process copy of one (release, action): every committed point with seq <= hw,
+    as a dict x -> g (exact look-ups) and a :class:`SortedPoints` index (neighbours)."""
 
-    __slots__ = ("values", "hw", "head", "version", "broken")
+    __slots__ = ("values", "index", "hw", "head", "version", "broken")
 
     def __init__(self, head: bytes) -> None:
-        self.values: SortedDict = SortedDict()
+        self.values: dict[float, float] = {}
+        self.index = SortedPoints()
         self.hw = 0
         self.head = head
         #: the backend's write-version token at which the copy was last known complete
@@ -560,7 +563,7 @@ class SamplePathStore(ABC):
             )
             raise IntegrityError(st.broken)
         pairs = {r[1]: r[2] for r in rows}
-        if len(pairs) != len(rows) or any(x in values for x in pairs):
+        if len(pairs) != len(rows) or not values.keys().isdisjoint(pairs):
             # the append log has no unique x (migration 0005): a second row for one state is
             # a bug or tampering. The path is refused whole; the message names seqs only
             # (errors reach callers; a stored value never does)
@@ -575,7 +578,8 @@ class SamplePathStore(ABC):
                     )
                     raise IntegrityError(st.broken)
                 first[r[1]] = r[0]
-        values.update(pairs)  # one bulk sort when loading many rows
+        values.update(pairs)
+        st.index.add(pairs)
         st.hw = expect + len(rows) - 1
         st.head = bytes.fromhex(rows[-1][4])
 
@@ -771,8 +775,8 @@ class SamplePathStore(ABC):
         """One write transaction storing the not-yet-stored states of ``batch`` ((release,
         action) -> states) under the locks of all its actions (process-wide thread locks
         taken in sorted order, plus the backend's cross-process locks); retried whole on a
-        lost race. Points of one action are drawn in order, each conditioned on every point
-        stored before it or earlier in the batch (``OUSamplePath.sample``)."""
+        lost race. Points of one action are drawn in order, each conditioned on
+        every point stored before it or earlier in the batch (:meth:`_draw`)."""
         keys = sorted(batch)
         locks = [_process_lock(self._identity, r, a) for r, a in keys] if self._serialize else []
         for lk in locks:
@@ -864,69 +868,47 @@ class SamplePathStore(ABC):
         tx: WriteTxn,
         now: float,
     ) -> tuple[list[Row], list[InsertRecord] | None]:
-        """Sample ``new`` from the path restored from their stored neighbours; chain rows."""
-        values = st.values
-        nx: list[float] = []
-        ng: list[float] = []
-        if values:
-            # nearest stored state on each side, by bisection in the sorted key blocks of
-            # sortedcontainers' SortedList (``_maxes``/``_lists``: its documented layout);
-            # positional indexing through the public API costs ~4x more per point
-            sl = values._list
-            maxes, lists = sl._maxes, sl._lists
-            nb = len(maxes)
-            get = values.__getitem__
-            for v in new:
-                i = bisect_left(maxes, v)
-                if i == nb:  # right of everything
-                    k = lists[-1][-1]
-                    nx.append(k)
-                    ng.append(get(k))
-                    continue
-                blk = lists[i]
-                j = bisect_left(blk, v)
-                if j > 0:
-                    k = blk[j - 1]
-                elif i > 0:
-                    k = lists[i - 1][-1]
-                else:
-                    k = None
-                if k is not None:
-                    nx.append(k)
-                    ng.append(get(k))
-                k = blk[j]  # v is not stored, so blk[j] > v
-                nx.append(k)
-                ng.append(get(k))
-        path = OUSamplePath.from_points(
-            nx, ng, beta=rel.path_beta(a), sigma=rel.sigma, rng=self._rng
+        """Draw the distinct, not stored states ``new`` exactly, given the stored points, and
+        chain their rows.
+
+        The states are drawn, and take their seqs, in the order given, each conditioned on
+        its nearest neighbours among the stored points and the batch's earlier states
+        (:func:`qveil.noise.sample_batch`; the stored neighbours of the whole batch come
+        from the copy's sorted index in two vectorised look-ups). Nothing enters the
+        copy here: the caller applies the rows after the commit.
+        """
+        x = np.array(new, dtype=np.float64)
+        lx, lg, rx, rg = st.index.neighbours(x)
+        m = int(x.size)
+        z = np.asarray(self._rng.standard_normal(m), dtype=np.float64).reshape(-1)
+        if z.size != m or not np.isfinite(z).all():
+            raise Unavailable("store: the normal source returned a bad draw; nothing was stored")
+        g, seen_l, seen_r = sample_batch(
+            x, lx, lg, rx, rg, beta=rel.path_beta(a), sigma=rel.sigma, z=z
         )
-        seen: list[tuple[float | None, float | None]] | None = None
-        if self._insert_hook is None:
-            gs = path.sample(new).tolist()
-        else:  # the same draws one by one, recording what each one was conditioned on
-            seen, gs = [], []
-            for v in new:
-                left, right = path.neighbours(v)
-                seen.append(
-                    (None if left is None else left[0], None if right is None else right[0])
-                )
-                gs.append(float(path.sample([v])[0]))
         if self._serialize:
             seq, prev = st.hw, st.head
         else:  # test-only broken mode: trust whatever the head is right now
             seq, head = tx.head(rel.release_id, a)
             prev = bytes.fromhex(head) if head else self._hasher.genesis(rel.release_id, a)
-        link = self._hasher.link
-        rows: list[Row] = []
-        for v, g in zip(new, gs, strict=True):
-            seq += 1
-            prev = link(prev, seq, v, g)
-            rows.append((seq, v, g, now, prev.hex()))
+        xl = new
+        gl: list[float] = g.tolist()
+        hashes = self._hasher.links(prev, seq, xl, gl)
+        rows: list[Row] = [
+            (s, v, w, now, h.hex())
+            for s, v, w, h in zip(range(seq + 1, seq + 1 + m), xl, gl, hashes, strict=True)
+        ]
         recs = None
-        if seen is not None:
+        if self._insert_hook is not None:  # what each draw was conditioned on (same rule)
             recs = [
-                InsertRecord(r[0], r[1], r[2], lft, rgt)
-                for r, (lft, rgt) in zip(rows, seen, strict=True)
+                InsertRecord(
+                    r[0],
+                    r[1],
+                    r[2],
+                    None if lf == -math.inf else lf,
+                    None if rt == math.inf else rt,
+                )
+                for r, lf, rt in zip(rows, seen_l.tolist(), seen_r.tolist(), strict=True)
             ]
         return rows, recs
 

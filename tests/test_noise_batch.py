@@ -77,36 +77,26 @@ def test_conditioning_only_on_stored_neighbours_fails() -> None:
     idx = SortedPoints()
     idx.add(dict(zip(sx.tolist(), sg.tolist(), strict=True)))
     lx, lg, rx, rg = idx.neighbours(nx)
-    wrong = np.stack(
-        [
-            sample_batch(
-                nx[k : k + 1],
-                lx[k : k + 1],
-                lg[k : k + 1],
-                rx[k : k + 1],
-                rg[k : k + 1],
-                beta=BETA,
-                sigma=SIGMA,
-                z=np.ones(1),
-            )[0]
-            for k in range(nx.size)
-        ]
-    )
-    mu0 = np.stack(
-        [
-            sample_batch(
-                nx[k : k + 1],
-                lx[k : k + 1],
-                lg[k : k + 1],
-                rx[k : k + 1],
-                rg[k : k + 1],
-                beta=BETA,
-                sigma=SIGMA,
-                z=np.zeros(1),
-            )[0]
-            for k in range(nx.size)
-        ]
-    )
+
+    def alone(z: float) -> np.ndarray:
+        """Each state drawn from its stored neighbours only, with normal z."""
+        return np.stack(
+            [
+                sample_batch(
+                    nx[k : k + 1],
+                    lx[k : k + 1],
+                    lg[k : k + 1],
+                    rx[k : k + 1],
+                    rg[k : k + 1],
+                    beta=BETA,
+                    sigma=SIGMA,
+                    z=np.full(1, z),
+                )[0]
+                for k in range(nx.size)
+            ]
+        )
+
+    wrong, mu0 = alone(1.0), alone(0.0)
     a = np.diag((wrong - mu0).ravel())
     _, cov_ref = _dense(sx, sg, nx)
     assert np.max(np.abs(a @ a.T - cov_ref)) > 1e-2 * SIGMA**2

@@ -661,20 +661,10 @@ class SamplePathStore(ABC):
         if len(set(acts)) != len(acts):
             raise InvalidArgument(f"actions must be distinct, got {list(actions)!r}")
         xl: list[float] = validate_unit_states(xs).tolist()
-        sts = [self._state(release_id, a) for a in acts]
-        wants: dict[int, list[float]] = {}
-        for a, st in zip(acts, sts, strict=True):
-            st.check()
-            values = st.values
-            miss = [v for v in dict.fromkeys(xl) if v not in values]
-            if miss:
-                wants[a] = miss
-        if wants:
-            self._resolve(rel, wants)
+        cols = self._get_or_sample_many(rel, acts, [xl] * len(acts))
         out = np.empty((len(xl), len(acts)), dtype=np.float64)
-        for j, st in enumerate(sts):
-            get = st.values.__getitem__
-            out[:, j] = [get(v) for v in xl]
+        for j, col in enumerate(cols):
+            out[:, j] = col
         return out
 
     def get_or_sample_paths(
@@ -691,9 +681,17 @@ class SamplePathStore(ABC):
         if len(set(ps)) != len(ps) or len(ps) != len(xs):
             raise InvalidArgument("paths must be distinct, one list of states per path")
         xls: list[list[float]] = [validate_unit_states(x).tolist() for x in xs]
-        sts = [self._state(release_id, p) for p in ps]
+        return self._get_or_sample_many(rel, ps, xls)
+
+    def _get_or_sample_many(
+        self, rel: ReleaseRecord, paths: list[int], xls: list[list[float]]
+    ) -> list[FloatArray]:
+        """The shared body of :meth:`get_or_sample_actions` and :meth:`get_or_sample_paths`
+        (paths checked and distinct, states validated): every path's missing states stored
+        in ONE :meth:`_resolve` transaction, then each path's values read back."""
+        sts = [self._state(rel.release_id, p) for p in paths]
         wants: dict[int, list[float]] = {}
-        for p, st, xl in zip(ps, sts, xls, strict=True):
+        for p, st, xl in zip(paths, sts, xls, strict=True):
             st.check()
             values = st.values
             miss = [v for v in dict.fromkeys(xl) if v not in values]

@@ -74,6 +74,24 @@ def make_bundle(
     )
 
 
+def make_cartpole_kernel_bundle(d: Path, *, seed: int) -> tuple[Path, str]:
+    """(bundle, train's stdout): 200 CartPole users collected with ``seed`` and trained by
+    the real CLI with configs/cartpole-private.toml at epsilon 1 (a d = 4 kernel fqi
+    release, never served: copy it with :func:`fresh_bundle` per store)."""
+    qveil = str(Path(sys.executable).with_name("qveil"))
+    config = str(Path(__file__).resolve().parents[1] / "configs" / "cartpole-private.toml")
+    steps = (
+        ["dataset", "collect", "--env", "CartPole-v1", "--users", "200", "--seed", str(seed)]
+        + ["--reward-range", "0,1", "--out", str(d / "cp.npz"), "--no-progress"],
+        ["train", "--mode", "fqi", "--dataset", str(d / "cp.npz"), "--config", config]
+        + ["--epsilon", "1", "--delta", "1e-5", "--out", str(d / "bundle")],
+    )
+    for argv in steps:
+        r = subprocess.run([qveil, *argv], capture_output=True, text=True, timeout=300, cwd=d)
+        assert r.returncode == 0, r.stderr
+    return d / "bundle", r.stdout
+
+
 def fresh_bundle(src: Path, dest: Path) -> Path:
     """A copy of an UNBOUND bundle (never served) for one store: one release, one store, so a
     bundle served against several stores in turn needs one copy per store, made before any of

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from server_helpers import make_cartpole_kernel_bundle
 
 from qveil.bundle import (
     ADMIN_CARD_FILE,
@@ -53,39 +54,9 @@ def _write(copy: Path, card: dict) -> None:  # type: ignore[type-arg]
 
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    d = tmp_path_factory.mktemp("kb")
-    r = qveil(
-        "dataset",
-        "collect",
-        "--env",
-        "CartPole-v1",
-        "--users",
-        "200",
-        "--seed",
-        "2",
-        "--reward-range",
-        "0,1",
-        "--out",
-        str(d / "cp.npz"),
-        "--no-progress",
-    )
-    assert r.returncode == 0, r.stderr
-    r = qveil(
-        "train",
-        "--mode",
-        "fqi",
-        "--dataset",
-        str(d / "cp.npz"),
-        "--config",
-        CONFIG,
-        "--epsilon",
-        "1",
-        "--out",
-        str(d / "bundle"),
-    )
-    assert r.returncode == 0, r.stderr
-    assert "estimator=kernel d=4" in r.stdout and "holds=True" in r.stdout, r.stdout
-    return d / "bundle"
+    bundle, out = make_cartpole_kernel_bundle(tmp_path_factory.mktemp("kb"), seed=2)
+    assert "estimator=kernel d=4" in out and "holds=True" in out, out
+    return bundle
 
 
 def test_card_is_recomputed_and_says_states_are_clipped(bundle: Path) -> None:

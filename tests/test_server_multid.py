@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import sqlalchemy as sa
-from server_helpers import InProcessServer, fresh_bundle
+from server_helpers import InProcessServer, fresh_bundle, make_cartpole_kernel_bundle
 
 from qveil.bundle import load_bundle
 from qveil.client import InvalidArgumentError, ValueClient
@@ -43,42 +43,7 @@ def qveil(*argv: str, cwd: Path | None = None) -> subprocess.CompletedProcess[st
 @pytest.fixture(scope="module")
 def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An unbound CartPole kernel bundle (each test serves its own copy)."""
-    d = tmp_path_factory.mktemp("kb")
-    r = qveil(
-        "dataset",
-        "collect",
-        "--env",
-        "CartPole-v1",
-        "--users",
-        "200",
-        "--seed",
-        "1",
-        "--reward-range",
-        "0,1",
-        "--out",
-        str(d / "cp.npz"),
-        "--no-progress",
-        cwd=d,
-    )
-    assert r.returncode == 0, r.stderr
-    r = qveil(
-        "train",
-        "--mode",
-        "fqi",
-        "--dataset",
-        str(d / "cp.npz"),
-        "--config",
-        CONFIG,
-        "--epsilon",
-        "1",
-        "--delta",
-        "1e-5",
-        "--out",
-        str(d / "bundle"),
-        cwd=d,
-    )
-    assert r.returncode == 0, r.stderr
-    return d / "bundle"
+    return make_cartpole_kernel_bundle(tmp_path_factory.mktemp("kb"), seed=1)[0]
 
 
 @pytest.fixture

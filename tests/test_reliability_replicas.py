@@ -8,7 +8,8 @@ Afterwards (the killed replica restarted):
 * every answer is identical across all three replicas and equal to what clients received;
 * each stored point was drawn once (the unique (release, action, x) row) and the joint law of
   each action's path, whitened in insertion order by the exact OU conditionals
-  (qveil.stats.whiten), passes qveil.stats.normality_report.
+  (qveil.stats.whiten), passes qveil.stats.normality_report at the suite-wide
+  level of noise_helpers.assert_unseeded_law.
 
 A store that sampled concurrent new points without the per-action advisory lock would give
 two replicas two values for one state (caught by the cross-replica comparison) or draw
@@ -27,6 +28,7 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
+from noise_helpers import assert_unseeded_law
 from reliability_helpers import (
     CHANNEL_OPTIONS,
     AnswerBook,
@@ -43,9 +45,6 @@ from reliability_helpers import (
 
 from qveil.bundle import load_bundle
 from qveil.server.store import open_store
-from qveil.stats import normality_report, whiten
-
-LAW_LEVEL = 1e-6
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
@@ -161,18 +160,8 @@ def test_three_replicas_one_postgres_store(tmp_path: Path, bundle: Path, pg_url:
             xs = np.array([p.x for p in pts])
             gs = np.array([p.g for p in pts])
             assert len(pts) == n_batches * batch, "one stored value per distinct state"
-            # OS-entropy noise cannot be seeded: pass level 1e-6 per test (false alarm < 4e-6
-            # per action, as tests/test_rng.py), not the audit's 1e-3, which would fail a
-            # correct store about once in 125 runs of this two-action test
-            reports[a] = normality_report(
-                whiten(xs, gs, beta=b.beta, sigma=b.sigma), level=LAW_LEVEL
-            )
-            assert reports[a]["passed"], f"action {a}: joint law rejected: {reports[a]}"
-            # power at this n and level: the same points judged under a wrong law (sigma x 1.3)
-            wrong = normality_report(
-                whiten(xs, gs, beta=b.beta, sigma=1.3 * b.sigma), level=LAW_LEVEL
-            )
-            assert not wrong["passed"], f"the test has no power at n={len(pts)}: {wrong}"
+            # OS-entropy noise cannot be seeded: the suite-wide level, with its power shown
+            reports[a] = assert_unseeded_law(xs, gs, beta=b.beta, sigma=b.sigma)
         assert store.verify(rel.release_id).ok
     finally:
         store.close()

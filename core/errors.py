@@ -12,7 +12,8 @@ Transport layers map these to their own codes in one table each (gRPC status cod
     ├── ResourceExhausted      concurrency or size bound reached
     ├── Unavailable            store unreachable, disk full, read-only database
     ├── IntegrityError         stored noise or ledger fails verification (DATA_LOSS)
-    └── BudgetExceeded         privacy ledger cap would be exceeded (FailedPrecondition)
+    ├── BudgetExceeded         privacy ledger cap would be exceeded (FailedPrecondition)
+    └── PortInUse              a server port is taken by another process (FailedPrecondition)
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ __all__ = [
     "InvalidArgument",
     "NotFound",
     "PermissionDenied",
+    "PortInUse",
     "QveilError",
     "ResourceExhausted",
     "Unauthenticated",
@@ -100,3 +102,8 @@ class BudgetExceeded(FailedPrecondition):
             f"delta={spent[1]:.3g}) + requested (eps={requested[0]:.6g}, "
             f"delta={requested[1]:.3g}) > cap (eps={cap[0]:.6g}, delta={cap[1]:.3g})"
         )
+
+
+class PortInUse(FailedPrecondition):
+    """A port ``qveil serve`` was asked to listen on is held by another process (another
+    server, most likely); the message is the whole line ``qveil serve`` prints."""

@@ -13,10 +13,12 @@ store, exit 0.
 from __future__ import annotations
 
 import asyncio
+import errno
 import ipaddress
 import logging
 import os
 import signal
+import socket
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,7 +27,7 @@ from typing import Any
 
 import grpc
 
-from qveil.errors import FailedPrecondition, InvalidArgument, echo
+from qveil.errors import FailedPrecondition, InvalidArgument, PortInUse, echo
 from qveil.server.auth import Authorizer, load_tokens
 from qveil.server.handlers import Handlers, Limits, new_executor
 from qveil.server.health import Health
@@ -45,6 +47,7 @@ __all__ = [
     "default_store_url",
     "host_port",
     "is_loopback",
+    "port_in_use",
     "serve",
 ]
 
@@ -171,6 +174,9 @@ def create_server(
         options=[
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", 16 * max_message_bytes),
+            # gRPC sets SO_REUSEPORT by default: a second server on a taken port would then
+            # start and share the calls with the first. Without it the bind fails.
+            ("grpc.so_reuseport", 0),
         ],
     )
     value_grpc.add_ValueServiceServicer_to_server(ValueServicer(core), server)
@@ -188,14 +194,46 @@ def create_server(
             refl.SERVICE_NAME,
         )
         refl.enable_server_reflection(names, server)
-    port = (
-        server.add_secure_port(listen, credentials)
-        if credentials is not None
-        else server.add_insecure_port(listen)
+    host, want = split_host(listen)
+    in_use = PortInUse(
+        f"port {host_port(host, want)} is already in use (another qveil serve?); "
+        "choose another --listen port or stop the other server"
     )
+    # checked first as well, so that the usual case is refused before gRPC logs its own
+    # bind error; the check after a failed bind covers a port taken in between
+    if int(want) and port_in_use(host, int(want)):
+        raise in_use
+    try:
+        port = (
+            server.add_secure_port(listen, credentials)
+            if credentials is not None
+            else server.add_insecure_port(listen)
+        )
+    except RuntimeError:  # newer grpcio raises where older returned 0
+        port = 0
     if port == 0:
-        raise InvalidArgument(f"cannot bind {listen!r} (address in use or not available)")
+        if int(want) and port_in_use(host, int(want)):
+            raise in_use
+        raise InvalidArgument(f"cannot bind {listen!r} (address not available)")
     return server, port
+
+
+def port_in_use(host: str, port: int) -> bool:
+    """Whether binding ``host:port`` fails with EADDRINUSE (a listener holds it), checked with
+    a plain socket after gRPC's bind failed (gRPC does not say why)."""
+    try:
+        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM)
+    except OSError:
+        return False
+    for family, kind, proto, _, addr in infos:
+        with socket.socket(family, kind, proto) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC does
+            try:
+                sock.bind(addr)
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    return True
+    return False
 
 
 def _write_port_file(path: Path, port: int) -> None:
@@ -232,7 +270,12 @@ async def serve(config: ServeConfig, *, on_event: Callable[[str], None] | None =
         f"{', mTLS' if config.tls and config.tls.client_ca else ''}, "
         f"{'tokens' if authorizer.enabled else 'no tokens: anonymous query only'})"
     )
-    rest = await _start_rest(config, core, health, say)
+    try:
+        rest = await _start_rest(config, core, health, say)
+    except BaseException:  # e.g. the REST port is taken: nothing was served yet
+        await server.stop(0)
+        executor.shutdown(wait=False)
+        raise
     if config.port_file is not None:
         _write_port_file(config.port_file, port)
 

@@ -9,6 +9,7 @@ parser)."""
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -139,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
     import asyncio
     import logging
 
-    from qveil.errors import InvalidArgument
+    from qveil.errors import InvalidArgument, PortInUse
     from qveil.server.app import ServeConfig, TLSFiles, serve
     from qveil.server.auth import add_token
     from qveil.server.handlers import Limits
@@ -191,4 +192,8 @@ def run(args: argparse.Namespace) -> int:
         http_port=args.http_port,
         budget=args.budget,
     )
-    return asyncio.run(serve(config))
+    try:
+        return asyncio.run(serve(config))
+    except PortInUse as exc:  # a plain operator mistake: one line, no "error:" prefix
+        print(f"qveil serve: {exc}", file=sys.stderr)
+        return 2

@@ -22,6 +22,7 @@ files; without TLS it binds 127.0.0.1 only.
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import socket
 import ssl
@@ -384,8 +385,14 @@ async def start_rest(
         sock.bind((host, port))
     except OSError as exc:
         sock.close()
-        from qveil.errors import InvalidArgument
+        from qveil.errors import InvalidArgument, PortInUse
 
+        if exc.errno == errno.EADDRINUSE:
+            where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+            raise PortInUse(
+                f"port {where} is already in use (another qveil serve?); choose another "
+                "--http-port or stop the other server"
+            ) from None
         raise InvalidArgument(f"cannot bind the v2 REST port {host}:{port}: {exc}") from None
     sock.listen(128)
     sock.setblocking(False)

@@ -824,14 +824,17 @@ def _write_dir(
     curve_title: str | None,
 ) -> Path:
     """Write the model, the completed card and the record into a temporary sibling
-    directory, fsync, and rename it into place (atomic: all or nothing)."""
+    directory, fsync, and rename it into place (atomic: all or nothing). The directory is
+    0700 and every file 0600, whatever the process umask: a bundle holds the un-noised
+    model, readable by its owner only."""
     c.setdefault("bundle_id", uuid.uuid4().hex)
     c.setdefault("created_at", datetime.now(UTC).isoformat(timespec="seconds"))
     parent = out.parent
-    parent.mkdir(parents=True, exist_ok=True)
+    parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     tmp = parent / f".{out.name}.tmp-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
+    tmp.mkdir(mode=0o700)
     try:
+        os.chmod(tmp, 0o700)  # mkdir's mode is masked by the umask; set it exactly
         with (tmp / WEIGHTS_FILE).open("wb") as fh:
             np.savez(fh, **arrays)  # type: ignore[arg-type]
         c["weights_sha256"] = _sha256_file(tmp / WEIGHTS_FILE)
@@ -853,6 +856,8 @@ def _write_dir(
                 curve_title
                 or f"{c.get('env_id', '')}  sigma={c.get('sigma')}  mode={c.get('mode')}",
             )
+        for path in tmp.iterdir():
+            os.chmod(path, 0o600)
         for name in FILES:
             with (tmp / name).open("rb") as fh:
                 os.fsync(fh.fileno())

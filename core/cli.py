@@ -61,6 +61,9 @@ def _missing(name: str, exc: ImportError):  # type: ignore[no-untyped-def]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # everything qveil writes (bundles, stores and their -wal/-shm, ledgers, exports, token
+    # files) holds private data or key material: owner-only, whatever umask the shell has
+    os.umask(0o077)
     if list(sys.argv[1:] if argv is None else argv)[:1] == ["serve"]:
         # the server runs many small forwards in a thread pool: single-threaded BLAS (set
         # before numpy loads; an explicit OPENBLAS_NUM_THREADS wins)

@@ -19,6 +19,7 @@ import logging
 import os
 import signal
 import socket
+import stat
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -47,6 +48,7 @@ __all__ = [
     "default_store_url",
     "host_port",
     "is_loopback",
+    "loose_permissions",
     "port_in_use",
     "serve",
 ]
@@ -236,6 +238,50 @@ def port_in_use(host: str, port: int) -> bool:
     return False
 
 
+def loose_permissions(bundle: Path, store_url: str) -> list[str]:
+    """One warning for each of the bundle and the SQLite store whose files (or the bundle
+    directory) are readable or writable by group or others, naming the first such path, its
+    mode and the fix. Both hold what the release protects: the bundle its un-noised model,
+    the store the noise drawn for it."""
+    warnings = []
+
+    def loose(paths: list[Path]) -> list[tuple[Path, int]]:
+        found = []
+        for p in paths:
+            try:
+                mode = stat.S_IMODE(p.stat().st_mode)
+            except OSError:
+                continue
+            if mode & 0o077:
+                found.append((p, mode))
+        return found
+
+    if bundle.is_dir():
+        found = loose([bundle, *sorted(p for p in bundle.iterdir() if p.is_file())])
+        if found:
+            first, mode = found[0]
+            more = f" (and {len(found) - 1} more in the bundle)" if len(found) > 1 else ""
+            warnings.append(
+                f"WARNING: {first} is mode {mode:04o}, readable or writable by group or "
+                f"others{more}; a bundle holds the un-noised model: chmod -R go-rwx {bundle}"
+            )
+    scheme, sep, rest = store_url.partition(":///")
+    if sep and (scheme == "sqlite" or scheme.startswith("sqlite+")):
+        path = rest.partition("?")[0]
+        path = path[len("file:") :] if path.startswith("file:") else path
+        if path and path != ":memory:":
+            db = Path(path)
+            found = loose([db, *(db.with_name(db.name + s) for s in ("-wal", "-shm"))])
+            if found:
+                first, mode = found[0]
+                fix = " ".join(str(p) for p, _ in found)
+                warnings.append(
+                    f"WARNING: store file {first} is mode {mode:04o}, readable or writable by "
+                    f"group or others; it holds the release's noise: chmod -R go-rwx {fix}"
+                )
+    return warnings
+
+
 def _write_port_file(path: Path, port: int) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(f"{port}\n")
@@ -297,6 +343,11 @@ async def serve(config: ServeConfig, *, on_event: Callable[[str], None] | None =
                 else ""
             )
         )
+
+        for warning in loose_permissions(config.bundle, url):
+            say(warning)  # stderr under `qveil serve`, whose log lines go there as well
+            if on_event is not None:  # embedded: the caller's logs see it too
+                log.warning("%s", warning)
 
         def start_up() -> Any:
             from qveil.bundle import read_binding

@@ -49,7 +49,8 @@ FORMAT = "qveil.noise.v1"
 
 
 def export_release(store: SamplePathStore, release_id: str, path: str | os.PathLike[str]) -> int:
-    """Write ``release_id`` to ``path`` (atomically: temp file + rename); returns point count."""
+    """Write ``release_id`` to ``path`` (atomically: temp file + rename); returns point count.
+    The file is 0600 whatever the umask: it holds the release's stored noise."""
     rec = store.get_release(release_id)
     bound = store.get_binding(release_id)
     dest = Path(path)
@@ -57,7 +58,9 @@ def export_release(store: SamplePathStore, release_id: str, path: str | os.PathL
     counts: dict[str, int] = {}
     heads: dict[str, str] = {}
     n = 0
-    with open(tmp, "w", encoding="utf-8") as f:
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # a leftover temp file keeps its old mode through O_TRUNC
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
         binding = (
             None
             if bound is None

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sqlite3
 import threading
 import time
@@ -250,6 +251,16 @@ class SQLStore(SamplePathStore):
                     )
                 if not path.parent.is_dir():
                     raise Unavailable(f"directory {path.parent} of the store does not exist")
+                # create the empty file 0600 before SQLite opens it, whatever the umask:
+                # SQLite gives the -wal and -shm files the database file's mode, so all three
+                # are owner-only (an empty file is a valid empty database)
+                try:
+                    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                except FileExistsError:  # created meanwhile by another process: its mode
+                    pass
+                else:
+                    os.fchmod(fd, 0o600)
+                    os.close(fd)
             u = u.set(database=("file:" if is_uri else "") + str(path))
             identity = f"sqlite:{path}"
         elif backend == "postgresql":

@@ -91,6 +91,11 @@ class Dataset:
     n_actions: int
     reward_range: tuple[float, float]
     env_id: str | None = None
+    #: Declared by whoever made the data: every reward ``r[i]`` is already the mean of the N
+    #: users' private reward functions at that transition (simulated data of the ``reward``
+    #: neighbour relation), not one user's own reward. fqi training accepts the ``reward``
+    #: relation only for a dataset that declares it (docs/privacy.md, "The fqi mode").
+    rewards_are_population_averages: bool = False
     # derived values (fingerprint, user count), computed once: the arrays are read-only
     _cache: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -110,6 +115,11 @@ class Dataset:
             object.__setattr__(self, name, arr)
         object.__setattr__(self, "n_actions", n_actions)
         object.__setattr__(self, "reward_range", reward_range)
+        object.__setattr__(
+            self,
+            "rewards_are_population_averages",
+            _declared_flag("rewards_are_population_averages", self.rewards_are_population_averages),
+        )
         if self.env_id is not None:
             if not isinstance(self.env_id, str):
                 raise InvalidArgument(f"env_id must be a string or None, got {_echo(self.env_id)}")
@@ -156,7 +166,8 @@ class Dataset:
         bytes, little-endian and C-ordered, in a fixed order. It depends on the content only,
         not on the file it came from: a ``[n]`` state file and its ``[n, 1]`` twin, or an
         ``.npz`` and its Minari copy, have the same fingerprint. The privacy ledger keys fqi
-        releases on it.
+        releases on it. ``rewards_are_population_averages`` is a declaration about the data,
+        not data: it is left out, so declaring it does not make a new dataset for the ledger.
         """
         if "fingerprint" not in self._cache:
             header = {
@@ -188,7 +199,7 @@ class Dataset:
         Keys: ``users``, ``samples``, ``d``, ``n_actions``, ``actions`` (count per action),
         ``reward_range`` (declared [lo, hi]), ``reward_observed`` ([min, max] of r),
         ``terminals`` (rows with terminal), ``samples_per_user`` ({min, max}), ``env_id``,
-        ``fingerprint``.
+        ``rewards_are_population_averages``, ``fingerprint``.
         """
         _, per_user = np.unique(self.user, return_counts=True)
         return {
@@ -202,11 +213,24 @@ class Dataset:
             "terminals": int(self.terminal.sum()),
             "samples_per_user": {"min": int(per_user.min()), "max": int(per_user.max())},
             "env_id": self.env_id,
+            "rewards_are_population_averages": self.rewards_are_population_averages,
             "fingerprint": self.fingerprint(),
         }
 
 
 # -- validation ----------------------------------------------------------------------------
+
+
+def _declared_flag(name: str, value: object) -> bool:
+    """A declared boolean: ``True``/``False`` or a 0-d bool array (as an ``.npz`` holds it);
+    anything else (1, "yes", an int array) is refused rather than read as truthy."""
+    if isinstance(value, bool | np.bool_):
+        return bool(value)
+    if isinstance(value, np.ndarray) and value.shape == () and value.dtype == np.bool_:
+        return bool(value.item())
+    raise InvalidArgument(
+        f"{name} must be a bool (or a 0-d bool array), got {_echo(value)} ({type(value).__name__})"
+    )
 
 
 def _check_metadata(n_actions: object, reward_range: object) -> tuple[int, tuple[float, float]]:
@@ -421,8 +445,10 @@ def save_npz(ds: Dataset, path: str | os.PathLike[str]) -> None:
     ``user`` int64 [n], ``s`` float64 [n, d], ``a`` int64 [n], ``r`` float64 [n], ``s2`` float64
     [n, d], ``terminal`` bool [n], and the metadata as 0-d arrays: ``format`` (str,
     ``"qveil-dataset/1"``), ``n_actions`` (int64), ``reward_low`` and ``reward_high`` (float64,
-    the declared range), and ``env_id`` (str; absent when unknown). Readers accept ``s``/``s2``
-    of shape [n] for d = 1 and no ``format`` key (files written by other tools).
+    the declared range), ``env_id`` (str; absent when unknown) and
+    ``rewards_are_population_averages`` (bool; written only when True, absent means False).
+    Readers accept ``s``/``s2`` of shape [n] for d = 1 and no ``format`` key (files written by
+    other tools).
     """
     out = Path(os.fspath(path))
     if out.suffix != ".npz":
@@ -437,6 +463,8 @@ def save_npz(ds: Dataset, path: str | os.PathLike[str]) -> None:
     }
     if ds.env_id is not None:
         meta["env_id"] = np.array(ds.env_id)
+    if ds.rewards_are_population_averages:
+        meta["rewards_are_population_averages"] = np.array(True)
     tmp = out.parent / f".{out.name}.tmp-{uuid.uuid4().hex[:8]}"
     try:
         with open(tmp, "wb") as fh:
@@ -503,6 +531,7 @@ def load_npz(
         )
     rr = _resolve_range(declared, reward_range, where=str(p))
     env_id = _scalar("env_id", data["env_id"], "U") if "env_id" in data else None
+    averages = data.get("rewards_are_population_averages", np.array(False))
     return Dataset(
         user=data["user"],
         s=data["s"],
@@ -513,6 +542,7 @@ def load_npz(
         n_actions=n_actions,
         reward_range=rr,
         env_id=env_id,
+        rewards_are_population_averages=averages,
     )
 
 

@@ -2,6 +2,7 @@
 
   qveil dataset collect --env ENV_ID --users N --seed S --out PATH
                         [--episodes-per-user K] [--reward-range LO,HI] [--force]
+                        [--rewards-are-population-averages]
   qveil dataset info PATH [--reward-range LO,HI] [--json]
   qveil dataset convert SRC DST [--reward-range LO,HI]
 
@@ -15,6 +16,7 @@ row, exit status 2, nothing written.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -71,6 +73,14 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         "--reward-range",
         metavar="LO,HI",
         help="declared reward range where the env declares none (CartPole: 0,1)",
+    )
+    c.add_argument(
+        "--rewards-are-population-averages",
+        action="store_true",
+        help="declare that each reward is the mean of the N users' private reward functions "
+        "(true by construction for simulated data of the reward neighbour relation; never "
+        "for one user's own rewards). fqi trains with --neighbour reward only on datasets "
+        "that declare it",
     )
     c.add_argument("--force", action="store_true", help="replace an existing .npz file")
     c.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -134,6 +144,8 @@ def run_collect(args: argparse.Namespace) -> int:
         progress=not args.no_progress and sys.stderr.isatty(),
         reward_range=rr,
     )
+    if args.rewards_are_population_averages:
+        ds = dataclasses.replace(ds, rewards_are_population_averages=True)
     save_dataset(ds, args.out)
     s = ds.summary()
     print(
@@ -158,6 +170,12 @@ def format_summary(s: dict[str, Any], path: str) -> str:
         ("actions", f"{s['n_actions']}: {hist}"),
         ("reward", f"declared [{lo:.6g}, {hi:.6g}], observed [{olo:.6g}, {ohi:.6g}]"),
         ("terminal", f"{s['terminals']} rows"),
+        (
+            "rewards",
+            "declared population averages (fqi accepts the reward relation)"
+            if s.get("rewards_are_population_averages")
+            else "not declared population averages (fqi refuses the reward relation)",
+        ),
         ("fingerprint", s["fingerprint"]),
     ]
     return "\n".join(f"{k:<12} {v}" for k, v in lines)

@@ -18,9 +18,10 @@ survives the round trip with its users intact.
 Rows become episodes in row order: a new episode starts at a new user, after a terminal row,
 or where ``s`` is not the previous row's ``s2``; an episode that ends without a terminal row is
 marked truncated. The public metadata that Minari has no field for (the declared reward range,
-the env id, the fingerprint) is stored under the ``qveil`` key of Minari's ``metadata.json``;
-reading checks the fingerprint, so a lossy conversion or an edited file is refused, not
-trained on. Storage is HDF5 (``minari[hdf5]``), observations float64, lossless.
+the env id, ``rewards_are_population_averages``, the fingerprint) is stored under the
+``qveil`` key of Minari's ``metadata.json``; reading checks the fingerprint, so a lossy
+conversion or an edited file is refused, not trained on. Storage is HDF5
+(``minari[hdf5]``), observations float64, lossless.
 """
 
 from __future__ import annotations
@@ -175,6 +176,7 @@ def load_minari(
         n_actions=n_actions,
         reward_range=rr,
         env_id=env_id if isinstance(env_id, str) and env_id else None,
+        rewards_are_population_averages=qmeta.get("rewards_are_population_averages", False),
     )
     stored = qmeta.get("fingerprint")
     if stored is not None and stored != ds.fingerprint():
@@ -269,6 +271,7 @@ def save_minari(ds: Dataset, location: str | os.PathLike[str]) -> None:
                     "format": FORMAT,
                     "reward_range": [float(ds.reward_range[0]), float(ds.reward_range[1])],
                     "env_id": ds.env_id,
+                    "rewards_are_population_averages": ds.rewards_are_population_averages,
                     "fingerprint": ds.fingerprint(),
                 },
             }

@@ -298,6 +298,59 @@ def test_npz_overwrite_is_atomic(tmp_path: Path) -> None:
         save_dataset(a, tmp_path / "d.csv")
 
 
+# -- the declared rewards_are_population_averages --------------------------------------------
+
+
+def test_population_averages_declaration_defaults_false_and_is_validated() -> None:
+    assert _ds().rewards_are_population_averages is False
+    assert _ds().summary()["rewards_are_population_averages"] is False
+    for ok, want in ((True, True), (np.bool_(True), True), (np.array(False), False)):
+        got = _ds(rewards_are_population_averages=ok).rewards_are_population_averages
+        assert got is want
+    for bad in (1, 0, "yes", None, 1.0, np.array([True]), np.array(1), np.array("True")):
+        with pytest.raises(InvalidArgument, match="rewards_are_population_averages must be a bool"):
+            _ds(rewards_are_population_averages=bad)
+
+
+def test_population_averages_declaration_is_not_in_the_fingerprint() -> None:
+    """A declaration about the data, not data: the ledger keys a dataset on its fingerprint,
+    so declaring it must not make the same rows a new dataset with a fresh budget."""
+    declared = _ds(rewards_are_population_averages=True)
+    assert declared.fingerprint() == _ds().fingerprint()
+
+
+@pytest.mark.parametrize("flag", [True, False])
+def test_population_averages_declaration_round_trips(tmp_path: Path, flag: bool) -> None:
+    ds = _ds(env_id=LW, rewards_are_population_averages=flag)
+    save_dataset(ds, tmp_path / "d.npz")
+    with np.load(tmp_path / "d.npz") as z:  # absent when False: old files read the same
+        assert ("rewards_are_population_averages" in z.files) is flag
+    back = load_dataset(tmp_path / "d.npz")
+    assert back.rewards_are_population_averages is flag and back == ds
+    save_dataset(back, tmp_path / "d-v0")  # Minari: under the qveil metadata key
+    meta = json.loads((tmp_path / "d-v0" / "data" / "metadata.json").read_text())
+    assert meta["qveil"]["rewards_are_population_averages"] is flag
+    again = load_dataset(tmp_path / "d-v0")
+    assert again.rewards_are_population_averages is flag and again == ds
+    save_dataset(again, tmp_path / "e.npz")
+    assert load_dataset(tmp_path / "e.npz").rewards_are_population_averages is flag
+
+
+def test_population_averages_declaration_of_the_wrong_type_in_a_file_is_refused(
+    tmp_path: Path,
+) -> None:
+    np.savez(
+        tmp_path / "d.npz",
+        **_arrays(),
+        n_actions=2,
+        reward_low=0.0,
+        reward_high=0.5,
+        rewards_are_population_averages=1,
+    )
+    with pytest.raises(InvalidArgument, match="rewards_are_population_averages must be a bool"):
+        load_dataset(tmp_path / "d.npz")
+
+
 # -- Minari --------------------------------------------------------------------------------
 
 
@@ -510,6 +563,7 @@ def test_public_surface() -> None:
     fields = [f for f in Dataset.__dataclass_fields__ if not f.startswith("_")]
     assert fields == [
         "user", "s", "a", "r", "s2", "terminal", "n_actions", "reward_range", "env_id",
+        "rewards_are_population_averages",
     ]  # fmt: skip
 
 

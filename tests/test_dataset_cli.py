@@ -58,6 +58,27 @@ def test_collect_then_info(tmp_path: Path) -> None:
     assert j["actions"] == counts.tolist() and j["reward_range"] == [0.0, 0.5]
 
 
+def test_collect_declares_population_averages_and_info_prints_it(tmp_path: Path) -> None:
+    plain, declared = tmp_path / "plain.npz", tmp_path / "declared.npz"
+    _collect(plain)
+    _collect(declared, "--rewards-are-population-averages")
+    assert load_dataset(plain).rewards_are_population_averages is False
+    ds = load_dataset(declared)
+    assert ds.rewards_are_population_averages is True
+    assert ds == load_dataset(plain)  # the same rows: the declaration is not in the fingerprint
+    r = qveil("info", str(plain))
+    assert "rewards      not declared population averages (fqi refuses" in r.stdout
+    r = qveil("info", str(declared))
+    assert "rewards      declared population averages (fqi accepts" in r.stdout
+    assert json.loads(qveil("info", str(declared), "--json").stdout)[
+        "rewards_are_population_averages"
+    ]
+    # convert keeps it
+    r = qveil("convert", str(declared), str(tmp_path / "declared-v0"), root=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert load_dataset(tmp_path / "declared-v0").rewards_are_population_averages is True
+
+
 def test_collect_is_deterministic_and_k_episodes(tmp_path: Path) -> None:
     _collect(tmp_path / "a.npz")
     _collect(tmp_path / "b.npz")

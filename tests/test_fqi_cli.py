@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from server_helpers import QVEIL, start_server
+from server_helpers import QVEIL, ensure_population, fresh_bundle, start_server
 
 from qveil.bundle import CARD_FILE, load_bundle
 from qveil.client import ValueClient
@@ -20,8 +20,16 @@ from qveil.errors import IntegrityError
 CONFIG = str(Path(__file__).resolve().parents[1] / "configs" / "linewalk-private.toml")
 
 
-def qveil(*argv: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([QVEIL, *argv], capture_output=True, text=True, timeout=180, cwd=cwd)
+def qveil(
+    *argv: str, cwd: Path | None = None, home: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The CLI as a subprocess; ``home``: its QVEIL_HOME (default: this test's)."""
+    import os
+
+    env = None if home is None else {**os.environ, "QVEIL_HOME": str(home)}
+    return subprocess.run(
+        [QVEIL, *argv], capture_output=True, text=True, timeout=180, cwd=cwd, env=env
+    )
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +55,10 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def bundle(dataset: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("b") / "bundle"
+    home = out.parent / "qveil-home"  # the registry this bundle is recorded in
     r = qveil(
         "train",
+        *ensure_population(home=home),
         "--mode",
         "fqi",
         "--dataset",
@@ -61,6 +71,7 @@ def bundle(dataset: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
         "1e-5",
         "--out",
         str(out),
+        home=home,
     )
     assert r.returncode == 0, r.stderr
     assert "holds=True" in r.stdout and "WARNING" not in r.stderr
@@ -132,8 +143,7 @@ def test_served_fqi_release_is_mean_plus_stored_noise(
     mean have the release's sigma (a loose check: 400 values, OU correlated). `qveil
     evaluate --target` plays the served policy from the PUBLIC card alone (the non-private
     reference reads the card's public estimator configuration) and beats random."""
-    copy = tmp_path / "bundle"
-    shutil.copytree(bundle, copy)
+    copy = fresh_bundle(bundle, tmp_path / "bundle")  # this test's store and registry
     store = f"sqlite:///{tmp_path / 's.sqlite'}"
     states = np.linspace(0.0, 1.0, 400)
     sp = start_server(tmp_path, copy, store=store)
@@ -179,6 +189,7 @@ def test_too_much_noise_is_refused_unless_forced(dataset: Path, tmp_path: Path) 
     out = tmp_path / "b"
     args = (
         "train",
+        *ensure_population(),
         "--mode",
         "fqi",
         "--dataset",
@@ -204,6 +215,7 @@ def test_too_much_noise_is_refused_unless_forced(dataset: Path, tmp_path: Path) 
 def test_a_warning_between_half_and_one(dataset: Path, tmp_path: Path) -> None:
     r = qveil(
         "train",
+        *ensure_population(),
         "--mode",
         "fqi",
         "--dataset",
@@ -254,7 +266,7 @@ def test_tampered_fqi_card_is_refused(bundle: Path, tmp_path: Path) -> None:
 )
 def test_bad_fqi_flags(dataset: Path, tmp_path: Path, extra: list[str], needle: str) -> None:
     out = tmp_path / "b"
-    base = ["train", "--dataset", str(dataset), "--out", str(out)]
+    base = ["train", "--dataset", str(dataset), "--out", str(out), *ensure_population()]
     if "--epsilon" not in extra:
         base += ["--epsilon", "1"]
     r = qveil(*base, *extra)
@@ -262,11 +274,43 @@ def test_bad_fqi_flags(dataset: Path, tmp_path: Path, extra: list[str], needle: 
     assert not out.exists()
 
 
+def test_reward_relation_needs_a_dataset_that_declares_population_averages(
+    dataset: Path, tmp_path: Path
+) -> None:
+    """The reward relation's bound holds only when each reward is already the mean of the N
+    users' reward functions: on ordinary per-user rows it is refused (exit 2, nothing
+    written); a dataset that declares it (collected with the flag) trains under it."""
+    out = tmp_path / "refused" / "bundle"
+    argv = ["train", "--mode", "fqi", "--config", CONFIG, "--epsilon", "1", "--delta", "1e-5"]
+    argv += ensure_population()
+    r = qveil(*argv, "--dataset", str(dataset), "--neighbour", "reward", "--out", str(out))
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "the reward neighbour relation assumes each sample's reward is already the mean" in (
+        r.stderr
+    )
+    assert "Use --neighbour user" in r.stderr
+    assert "--rewards-are-population-averages" in r.stderr and "Traceback" not in r.stderr
+    assert not out.parent.exists()  # no bundle, no store, no ledger
+    declared = tmp_path / "declared.npz"
+    r = qveil(
+        "dataset", "collect", "--env", "qveil/LineWalk-v0", "--users", "300", "--seed", "3",
+        "--out", str(declared), "--no-progress", "--rewards-are-population-averages",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "accepted" / "bundle"
+    r = qveil(*argv, "--dataset", str(declared), "--neighbour", "reward", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    card = load_bundle(out).card
+    assert card["neighbour"] == "reward" and card["holds"] is True
+    assert "reward relation" in card["basis"]
+
+
 def test_missing_dataset_is_a_clear_error(tmp_path: Path) -> None:
     r = qveil("train", "--mode", "fqi", "--epsilon", "1", "--out", str(tmp_path / "b"))
     assert r.returncode == 2 and "--dataset" in r.stderr
     r = qveil(
         "train",
+        *ensure_population(),
         "--dataset",
         str(tmp_path / "nope.npz"),
         "--epsilon",
@@ -277,25 +321,28 @@ def test_missing_dataset_is_a_clear_error(tmp_path: Path) -> None:
     assert r.returncode == 2 and "nope.npz" in r.stderr and not (tmp_path / "b").exists()
 
 
-def test_train_records_the_release_in_the_ledger_beside_it(bundle: Path) -> None:
-    """Issue 14, item 5: `qveil train` records its release in the ledger of the store `qveil
-    serve` uses by default (beside the bundle), keyed by the dataset's fingerprint, as one
-    Gaussian mechanism with mu = sensitivity / sigma."""
-    import json
+def test_train_records_the_release_in_its_population_ledger(bundle: Path) -> None:
+    """`qveil train` records its release in the registry's ledger under the population it
+    names, as one Gaussian mechanism with mu = sensitivity / sigma, and binds it to the store
+    `qveil serve` uses by default (beside the bundle)."""
+    from qveil.bundle import read_binding
+    from qveil.server.registry import open_registry
+    from qveil.server.store import open_store
 
-    card = load_bundle(bundle).card  # public + admin card (the fingerprint is admin-only)
-    store = f"sqlite:///{bundle.parent / 'qveil-store.sqlite'}"
-    r = qveil("admin", "ledger", "--store", store, "--json")
+    card = load_bundle(bundle).card
+    home = bundle.parent / "qveil-home"
+    r = qveil("budget", "show", "test-users", "--json", home=home)
     assert r.returncode == 0, r.stderr
-    [rep] = json.loads(r.stdout)
-    assert rep["dataset_id"] == card["dataset_fingerprint"]
+    rep = json.loads(r.stdout)
     [ev] = rep["events"]
     assert ev["release_id"] == card["bundle_id"] and ev["mode"] == "fqi"
     assert ev["epsilon"] == pytest.approx(card["epsilon"], rel=1e-9)
-    assert "mu-GDP" in rep["rule"]
-    from qveil.server.admin import open_admin
-
-    with open_admin(store, new_ok=False) as ctx:
-        entry = ctx.ledger.entry_for_release(card["bundle_id"])
-    assert entry is not None
-    assert entry.event.mu == pytest.approx(card["sensitivity"] / card["sigma"], rel=1e-9)
+    assert "Gaussian privacy filter" in rep["rule"]
+    with open_registry(f"sqlite:///{home / 'registry.sqlite'}") as reg:
+        entry = reg.ledger.entry_for_release(card["bundle_id"])
+        lineage = reg.lineage(card["bundle_id"])
+    assert entry is not None and entry.dataset_id == "test-users"
+    binding = read_binding(bundle)
+    with open_store(f"sqlite:///{bundle.parent / 'qveil-store.sqlite'}", create=False) as st:
+        assert binding is not None and binding.store_id == st.store_id
+        assert lineage is not None and lineage.incarnation == st.incarnation().token

@@ -211,3 +211,31 @@ def test_privacy_plan_of_a_kernel_config_before_any_data() -> None:
         "11",
     )
     assert r.returncode == 2 and "kernel" in r.stderr, r.stderr
+
+
+def test_kernel_reward_relation_needs_the_population_averages_declaration(
+    tmp_path: Path,
+) -> None:
+    """The kernel estimator guards the reward relation the same way, in train_fqi,
+    train_kernel_fqi and fit_kernel (what experiments call): refused on per-user rows before
+    anything is written, accepted on a dataset that declares population averages."""
+    import dataclasses
+
+    from qveil.kfqi_config import load_fqi_config
+    from qveil.trainer.collect import collect
+    from qveil.trainer.fqi import train_fqi
+    from qveil.trainer.kfqi import fit_kernel, train_kernel_fqi
+
+    cfg = load_fqi_config(Path(CONFIG)).replace(neighbour="reward")
+    data = collect("CartPole-v1", 6, 2, reward_range=(0.0, 1.0))
+    out = tmp_path / "b"
+    for call in (
+        lambda: train_fqi(cfg, data, out, force=True),
+        lambda: train_kernel_fqi(cfg, data, out, force=True),
+        lambda: fit_kernel(cfg, data),
+    ):
+        with pytest.raises(InvalidArgument, match="does not declare rewards_are_population"):
+            call()
+    assert not out.exists()
+    declared = dataclasses.replace(data, rewards_are_population_averages=True)
+    assert fit_kernel(cfg, declared).cfg.neighbour == "reward"

@@ -30,7 +30,7 @@ import numpy as np
 from qveil.errors import FailedPrecondition, InvalidArgument
 from qveil.fqi_config import REFUSE_RATIO, FQIConfig, plan, ratio_message
 
-__all__ = ["FQIConfig", "FQIOutcome", "plan", "summary", "train_fqi"]
+__all__ = ["FQIConfig", "FQIOutcome", "check_reward_relation", "plan", "summary", "train_fqi"]
 
 
 @dataclass(frozen=True)
@@ -94,6 +94,26 @@ def _plot(values: np.ndarray, interval: tuple[float, float], deltas: list[float]
     return buf.getvalue()
 
 
+def check_reward_relation(neighbour: str, dataset: Any) -> None:
+    """Refuse (InvalidArgument) the ``reward`` neighbour relation on a dataset that does not
+    declare ``rewards_are_population_averages``. The relation's bound, D_T = (hi - lo)
+    (1 - gamma^T) / (N (1 - gamma)), assumes each sample's reward is already the mean of the
+    N users' private reward functions, so that one user moves every reward by at most
+    (hi - lo)/N; on rows that each carry one user's own reward, one user moves their rewards
+    by up to hi - lo and the bound does not hold."""
+    if neighbour != "reward" or getattr(dataset, "rewards_are_population_averages", False):
+        return
+    raise InvalidArgument(
+        "the reward neighbour relation assumes each sample's reward is already the mean of "
+        "the N users' private reward functions, so one user moves every reward by at most "
+        "(hi - lo)/N; this dataset does not declare rewards_are_population_averages, and on "
+        "rows holding one user's own reward the bound does not hold. Use --neighbour user, "
+        "or declare the field (qveil dataset collect --rewards-are-population-averages, or "
+        "rewards_are_population_averages in the file) when the rewards really are "
+        "population averages"
+    )
+
+
 def train_fqi(
     cfg: Any,
     dataset: Any,
@@ -106,8 +126,12 @@ def train_fqi(
     ``dataset``: a :class:`qveil.dataset.Dataset` (1-D states with an ``FQIConfig``; any d
     with a :class:`qveil.kfqi_config.KernelFQIConfig`, see :mod:`qveil.trainer.kfqi`).
     Raises FailedPrecondition when the noise-to-value ratio is above :data:`REFUSE_RATIO`
-    and ``force`` is False; InvalidArgument for bad input. Nothing is written on any error."""
+    and ``force`` is False; InvalidArgument for bad input, and for the ``reward`` relation on
+    a dataset that does not declare its rewards population averages
+    (:func:`check_reward_relation`). Nothing is written on any error."""
     from qveil.kfqi_config import KernelFQIConfig
+
+    check_reward_relation(cfg.neighbour, dataset)
 
     if isinstance(cfg, KernelFQIConfig):  # d coordinates (issue 16)
         from qveil.trainer.kfqi import train_kernel_fqi

@@ -139,9 +139,14 @@ def _plan(cfg: KernelFQIConfig, dataset: Any) -> Any:
 
 def fit_kernel(cfg: KernelFQIConfig, dataset: Any) -> KernelFit:
     """Kernel FQI + subspace KRR of ``dataset`` with ``cfg``'s public estimator (no noise,
-    no privacy accounting: that is :func:`write_kernel_release`'s)."""
+    no privacy accounting: that is :func:`write_kernel_release`'s). The ``reward`` relation
+    is refused on a dataset that does not declare its rewards population averages
+    (:func:`qveil.trainer.fqi.check_reward_relation`)."""
     from qveil.additive import StateBox
     from qveil.kfqi import kernel_fqi
+    from qveil.trainer.fqi import check_reward_relation
+
+    check_reward_relation(cfg.neighbour, dataset)
 
     s, dims, ds_env, ds_rr, users, actions = _shape(dataset)
     env_id = cfg.env_id or ds_env
@@ -266,6 +271,9 @@ def train_kernel_fqi(
     """Fit, account and write a d-coordinate fqi bundle at ``out`` (must not exist).
     Returns a :class:`qveil.trainer.fqi.FQIOutcome`. Nothing is written on any error; a
     release the accountant refuses is refused before the data is touched."""
+    from qveil.trainer.fqi import check_reward_relation
+
+    check_reward_relation(cfg.neighbour, dataset)
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise InvalidArgument(f"output {str(out)[:80]!r} already exists and is not empty")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import subprocess
 import sys
 import tempfile
@@ -83,13 +84,20 @@ def wait_ready(target: str) -> None:
 
 
 def kernel_bundle(tmp: Path, qveil: str) -> Path:
+    # the benchmark's own registry, for this process and the servers it starts
+    os.environ["QVEIL_HOME"] = str(tmp / "qveil-home")
+    env = dict(os.environ)
     for argv in (
+        ["budget", "create", "bench-users", "--epsilon", "100", "--delta", "0.1"],
         ["dataset", "collect", "--env", "CartPole-v1", "--users", "200", "--seed", "1",
          "--reward-range", "0,1", "--out", str(tmp / "cp.npz"), "--no-progress"],
         ["train", "--mode", "fqi", "--dataset", str(tmp / "cp.npz"), "--config", str(CONFIG),
-         "--epsilon", "1", "--delta", "1e-5", "--out", str(tmp / "kbundle")],
+         "--epsilon", "1", "--delta", "1e-5", "--out", str(tmp / "kbundle"),
+         "--population", "bench-users", "--store", f"sqlite:///{tmp / 's4.sqlite'}"],
     ):  # fmt: skip
-        r = subprocess.run([qveil, *argv], capture_output=True, text=True, cwd=tmp, check=False)
+        r = subprocess.run(
+            [qveil, *argv], capture_output=True, text=True, cwd=tmp, check=False, env=env
+        )
         if r.returncode:
             raise RuntimeError(r.stderr)
     return tmp / "kbundle"

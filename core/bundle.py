@@ -25,9 +25,10 @@ place), by the trainer, and read by the server. It holds
   either file is detected;
 * ``config.toml`` (the training configuration), ``training_log.csv`` (per-episode return)
   and ``learning_curve.png``;
-* after its first serve, ``binding.json``: the id of the store that holds the release's noise
-  (one release, one store: :func:`write_binding`). It is the one file written after the
-  bundle, and it is not part of the :func:`release_fingerprint` nor of any checksum.
+* ``binding.json``: the store that holds the release's noise and the registry that records it
+  (one release, one noise lineage: :func:`write_binding`), written by ``qveil train`` right
+  after the bundle. It is not part of the :func:`release_fingerprint`; its own checksum covers
+  its fields and the fingerprint.
 
 :func:`load_bundle` with ``verify=True`` (the default) refuses a bundle whose weights do not
 match ``weights_sha256``, whose card does not match ``card_sha256`` (a checksum against
@@ -103,7 +104,7 @@ LOG_FILE = "training_log.csv"
 CURVE_FILE = "learning_curve.png"
 FILES = (WEIGHTS_FILE, CARD_FILE, ADMIN_CARD_FILE, CONFIG_FILE, LOG_FILE, CURVE_FILE)
 BINDING_FILE = "binding.json"
-BINDING_FORMAT = "qveil.binding.v1"
+BINDING_FORMAT = "qveil.binding.v2"
 
 #: Keys every card has (CONTRACTS.md), plus ``network``, ``noise`` and ``card_sha256``.
 CARD_KEYS = (
@@ -1338,28 +1339,40 @@ def release_fingerprint(path: str | Path) -> str:
 
 @dataclass(frozen=True)
 class Binding:
-    """``binding.json``: the store that holds this release's noise (issue 14, item 2)."""
+    """``binding.json``: the store that holds this release's noise, and the registry that
+    records it (one release, one noise lineage: ``qveil.server.registry``). Written by
+    ``qveil train`` with the bundle, or by the first bind of a bundle the library wrote;
+    rewritten only by a legitimate move (an import). Its ``checksum`` covers every field and
+    the release fingerprint, so a copied, edited or deleted binding is refused."""
 
     release_id: str
     fingerprint: str
     store_id: str
     store: str  # the store URL at binding time, password redacted (for people, not checked)
     bound_at: str
+    registry_id: str
+
+    def checksum(self) -> str:
+        h = hashlib.sha256(b"qveil.binding.v2\n")
+        for k in _BINDING_KEYS:
+            h.update(f"{k}\0{getattr(self, k)}\n".encode())
+        return h.hexdigest()
 
     def to_dict(self) -> dict[str, str]:
         return {
             "format": BINDING_FORMAT,
-            "release_id": self.release_id,
-            "fingerprint": self.fingerprint,
-            "store_id": self.store_id,
-            "store": self.store,
-            "bound_at": self.bound_at,
+            **{k: getattr(self, k) for k in _BINDING_KEYS},
+            "checksum": self.checksum(),
         }
 
 
+_BINDING_KEYS = ("release_id", "fingerprint", "store_id", "store", "bound_at", "registry_id")
+
+
 def read_binding(path: str | Path) -> Binding | None:
-    """The bundle's binding, or None while it has never been served. A present but malformed
-    file is an IntegrityError (never silently treated as unbound)."""
+    """The bundle's binding, or None when it has none (or only a binding of the earlier,
+    unchecksummed format, which the registry's record replaces). A present but malformed or
+    edited file is an IntegrityError (never silently treated as unbound)."""
     f = Path(path) / BINDING_FILE
     if not f.exists():
         return None
@@ -1367,16 +1380,24 @@ def read_binding(path: str | Path) -> Binding | None:
         d = json.loads(f.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise IntegrityError(f"bundle {str(path)!r}: {BINDING_FILE} is unreadable: {exc}") from None
-    keys = ("release_id", "fingerprint", "store_id", "store", "bound_at")
+    if isinstance(d, dict) and d.get("format") == "qveil.binding.v1":
+        return None
     if (
         not isinstance(d, dict)
         or d.get("format") != BINDING_FORMAT
-        or not all(isinstance(d.get(k), str) for k in keys)
+        or not all(isinstance(d.get(k), str) for k in (*_BINDING_KEYS, "checksum"))
     ):
         raise IntegrityError(
             f"bundle {str(path)!r}: {BINDING_FILE} is not a {BINDING_FORMAT} record"
         )
-    return Binding(*(str(d[k]) for k in keys))
+    b = Binding(*(str(d[k]) for k in _BINDING_KEYS))
+    if b.checksum() != d["checksum"]:
+        raise IntegrityError(
+            f"bundle {str(path)!r}: {BINDING_FILE} was edited (its checksum does not match): a "
+            "binding is written only by qveil train, the first bind, or qveil admin "
+            "import-release"
+        )
+    return b
 
 
 def write_binding(path: str | Path, binding: Binding) -> None:

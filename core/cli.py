@@ -24,6 +24,7 @@ SUBCOMMANDS: dict[str, str] = {
     "serve": "qveil.server.cli_serve",
     "query": "qveil.client.cli",
     "admin": "qveil.server.cli_admin",
+    "budget": "qveil.server.cli_budget",
     "audit": "qveil.server.cli_audit",
     "experiments": "qveil.experiments.cli",
 }

@@ -6,7 +6,7 @@
     # record the live marks (cron, every minute, and at every clean shutdown)
     python deploy/backup_sqlite.py marks --store sqlite:////var/lib/qveil/store.sqlite > m.json
     # before a restored store serves: exit 1 if any action is behind the recorded marks
-    python deploy/backup_sqlite.py check-restore --store URL --marks m.json
+    python deploy/backup_sqlite.py check-restore --store URL [--marks m.json]
 
 ``backup`` copies the live store with SQLite's online backup API
 (``sqlite3.Connection.backup``): one consistent snapshot, including what is still only in
@@ -14,8 +14,9 @@ the ``-wal`` file, taken while the server keeps serving. Never copy the database
 ``-shm`` files by hand. The copy is then checked (``PRAGMA integrity_check``; every release's
 hash chains, no gap) and its per-(release, action) high-water marks are written beside it.
 
-``check-restore`` compares a store's marks with recorded ones (any store URL, PostgreSQL
-too): a restored store that is behind has lost answered values, and serving new points from
+``check-restore`` compares a store's marks with recorded ones, and always with the registry's
+witnessed chain heads (every value ever answered; any store URL, PostgreSQL too): a restored
+store that is behind has lost answered values, and serving new points from
 it would re-sample states whose values are already out (docs/operations.md, "Restore
 checks"). Exit status 0 when everything verifies, 1 otherwise.
 """
@@ -93,6 +94,28 @@ def behind(current: dict[str, Any], recorded: dict[str, Any]) -> list[str]:
     return problems
 
 
+def behind_witness(store_url: str, registry_url: str | None) -> list[str]:
+    """Every path of a release still answered (not retired in the registry) whose chain does
+    not contain the registry's witnessed head: the values it answered after the backup was
+    taken are missing, however many points the restored store answers afterwards."""
+    from qveil.server.registry import open_registry
+    from qveil.server.store import open_store
+
+    problems = []
+    store = open_store(store_url, create=False)
+    try:
+        with open_registry(registry_url) as reg:
+            for rec in store.list_releases():
+                lineage = reg.lineage(rec.release_id)
+                if lineage is None or lineage.status == "retired":
+                    continue
+                for p in reg.behind(store, rec.release_id):
+                    problems.append(f"release {rec.release_id} {p}")
+    finally:
+        store.close()
+    return problems
+
+
 def check_copy(dst: Path) -> dict[str, Any]:
     conn = sqlite3.connect(f"file:{dst}?mode=ro", uri=True)
     try:
@@ -115,7 +138,12 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--store", required=True)
     c = sub.add_parser("check-restore", help="fail if a store is behind recorded marks")
     c.add_argument("--store", required=True)
-    c.add_argument("--marks", type=Path, required=True, help="JSON from `marks` or `backup`")
+    c.add_argument("--marks", type=Path, help="JSON from `marks` or `backup`")
+    c.add_argument(
+        "--registry",
+        help="registry URL (default $QVEIL_REGISTRY, else $QVEIL_HOME/registry.sqlite): its "
+        "witnessed chain heads are every value ever answered",
+    )
     args = p.parse_args(argv)
     if args.cmd == "backup":
         online_backup(args.source, args.dest)
@@ -132,7 +160,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result, indent=2))
         return 0 if result["ok"] else 1
     current = store_marks(args.store)
-    problems = behind(current, json.loads(args.marks.read_text()))
+    problems = behind(current, json.loads(args.marks.read_text())) if args.marks else []
+    problems += behind_witness(args.store, args.registry)
     if not current["ok"]:
         problems.append("integrity verification failed")
     for line in problems:

@@ -13,6 +13,8 @@ QVEIL=.venv/bin/qveil
 OUT=demo-out
 rm -rf "$OUT"
 mkdir -p "$OUT"
+# the demo's own registry (release lineage, population ledger): each run starts afresh
+export QVEIL_HOME="$PWD/$OUT/qveil-home"
 SERVER_PID=""
 cleanup() { if [[ -n "$SERVER_PID" ]] && kill -0 "$SERVER_PID" 2>/dev/null; then kill -TERM "$SERVER_PID"; wait "$SERVER_PID" || true; fi; }
 trap cleanup EXIT
@@ -38,10 +40,12 @@ echo "== 1. collect 1000 LineWalk users (one random-policy episode each; the dat
 "$QVEIL" dataset info "$OUT/users.npz"
 
 echo
-echo "== 2. the privacy plan (public quantities only, before the data is read), then train fqi"
+echo "== 2. the population's budget (declared once), the privacy plan (public quantities only,"
+echo "      before the data is read), then train fqi: bound to its store when it is written"
+"$QVEIL" budget create linewalk-users --epsilon 2 --delta 1e-5
 "$QVEIL" privacy --mode fqi --config configs/linewalk-private.toml --users 1000 --epsilon 1 --delta 1e-5
 "$QVEIL" train --mode fqi --dataset "$OUT/users.npz" --config configs/linewalk-private.toml \
-  --epsilon 1 --delta 1e-5 --out "$OUT/bundle"
+  --epsilon 1 --delta 1e-5 --population linewalk-users --out "$OUT/bundle"
 
 echo
 echo "== 3. serve it on 127.0.0.1 (SQLite store beside the bundle: $OUT/qveil-store.sqlite)"

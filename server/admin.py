@@ -67,6 +67,7 @@ __all__ = [
     "release_bundle_path",
     "releases",
     "retire",
+    "adopt_store",
     "retrain",
     "server_action",
     "set_cap",
@@ -82,13 +83,28 @@ class AdminContext:
     actor: str
     store_url: str
     owns_store: bool = True
+    #: the registry's URL (None: ``QVEIL_REGISTRY`` or ``$QVEIL_HOME/registry.sqlite``)
+    registry_url: str | None = None
+    _registry: Any = None
 
     @property
     def ledger(self) -> Ledger:
-        return Ledger(self.db)
+        """The registry's population ledger: one ledger whatever store or directory."""
+        return self.registry.ledger  # type: ignore[no-any-return]
+
+    @property
+    def registry(self) -> Any:
+        """The registry (lineage, witnessed heads, population ledger), opened on first use."""
+        if self._registry is None:
+            from qveil.server.registry import open_registry
+
+            self._registry = open_registry(self.registry_url, actor=self.actor)
+        return self._registry
 
     def close(self) -> None:
         self.db.close()
+        if self._registry is not None and self.owns_store:
+            self._registry.close()
         if self.owns_store:
             self.store.close()
 
@@ -194,7 +210,7 @@ def _ledger_by_release(db: AdminDB) -> dict[str, Any]:
 def releases(ctx: AdminContext) -> list[ReleaseInfo]:
     """Every release of the store with its dataset, bundle, ledger numbers and point count."""
     bundles = _bundle_rows(ctx.db)
-    spent = _ledger_by_release(ctx.db)
+    spent = _ledger_by_release(ctx.registry.db)  # the population ledger
     out = []
     for r in sorted(ctx.store.list_releases(), key=lambda r: (str(r.created_at), r.release_id)):
         b = bundles.get(r.release_id)
@@ -457,15 +473,8 @@ def retrain(
         params["ledger_seq"] = entry.seq  # spent: from here on the bundle is kept
         from qveil.server.handlers import store_params
 
-        sp = store_params(bundle)  # 1-D or d coordinates (issue 16)
-        ctx.store.create_release(
-            release_id=release_id,
-            fingerprint=_fingerprint(bundle),
-            sigma=bundle.sigma,
-            n_actions=bundle.n_actions,
-            status="staged",
-            **sp,
-        )
+        sp = store_params(bundle)  # 1-D or d coordinates
+        bind_bundle(ctx, bundle_dir)  # bound when written: registered staged, claimed, bound
         with ctx.db.write("release-bundles") as conn:
             conn.execute(
                 T.release_bundles.insert().values(
@@ -596,12 +605,13 @@ def bind_bundle(ctx: AdminContext, bundle_path: str | Path) -> dict[str, Any]:
     try:
         bundle = load_bundle(path, verify=True)
         params["release_id"] = bundle.bundle_id
-        fingerprint, on_file = check_binding(ctx.store, bundle, path)
-        h = Handlers(store=ctx.store, holder=ReleaseHolder(), limits=Limits())
+        registry = ctx.registry
+        fingerprint, on_file = check_binding(ctx.store, bundle, path, registry)
+        h = Handlers(store=ctx.store, holder=ReleaseHolder(), limits=Limits(), registry=registry)
         rec = h._register(bundle)
         if str(rec.status) == "retired":
             raise FailedPrecondition(f"release {bundle.bundle_id!r} is retired")
-        bind(ctx.store, bundle, path, fingerprint, on_file)
+        bind(ctx.store, bundle, path, fingerprint, on_file, registry)
     except QveilError as exc:
         _log(ctx, "bind", str(path), exc, params)
         raise
@@ -615,12 +625,46 @@ def bind_bundle(ctx: AdminContext, bundle_path: str | Path) -> dict[str, Any]:
 
 
 def export_release(ctx: AdminContext, release_id: str, out: str | Path) -> dict[str, Any]:
-    """Write the release, every stored point and its binding to ``out`` (JSON Lines,
-    :mod:`qveil.server.store.export`). The release stays in this store: after a move, retire
-    it here so that one store answers it."""
+    """Move a release out of this store: write it, every stored point and its binding to
+    ``out`` (JSON Lines, :mod:`qveil.server.store.export`) with a single-use move token
+    issued by the registry, and retire it here (this store answers it no more). The first
+    ``import-release`` of the file consumes the token; a second is refused."""
+    import secrets
+
+    from qveil.server.binding import copy_refusal
+
     params: dict[str, Any] = {"release_id": release_id, "out": str(out)}
     try:
-        n = ctx.store.export(release_id, str(out))
+        refusal = copy_refusal(ctx.store)
+        if refusal is not None:
+            raise refusal
+        held = ctx.store.get_binding(release_id)
+        if held is None:
+            raise FailedPrecondition(
+                f"release {release_id!r} is not bound to this store: only a store that holds a "
+                "release's noise can move it"
+            )
+        registry = ctx.registry
+        inc = ctx.store.incarnation()
+        rec = registry.claim(  # a release bound before the registry existed is recorded now
+            release_id=release_id,
+            fingerprint=held.fingerprint,
+            store_id=ctx.store.store_id,
+            incarnation=inc.token,
+            store=str(getattr(ctx.store, "_identity", "")),
+        )
+        if rec.status != "bound":
+            raise FailedPrecondition(f"release {release_id!r} is {rec.status}")
+        token = secrets.token_hex(16)
+        n = ctx.store.export(release_id, str(out), move_token=token)
+        try:
+            registry.issue_export(
+                release_id, store_id=ctx.store.store_id, incarnation=inc.token, token=token
+            )
+        except BaseException:
+            Path(out).unlink(missing_ok=True)
+            raise
+        ctx.store.set_release_status(release_id, "retired")
         params["points"] = n
     except QveilError as exc:
         _log(ctx, "export-release", release_id, exc, params)
@@ -631,19 +675,94 @@ def export_release(ctx: AdminContext, release_id: str, out: str | Path) -> dict[
         "points": n,
         "out": str(out),
         "store_id": ctx.store.store_id,
-        "bound": ctx.store.get_binding(release_id) is not None,
+        "bound": True,
+        "retired_here": True,
+    }
+
+
+def adopt_store(ctx: AdminContext, *, retire_behind: bool = False) -> dict[str, Any]:
+    """Make this copy of a store the live incarnation (after a restore into a new file, a
+    move to another disk, or a clone): a new incarnation token here and in the registry, so
+    every other copy stops serving. A release this copy lacks answered points of (it is
+    behind the registry's witnessed heads) is refused, unless ``retire_behind`` retires it
+    (here and in the registry: it is answered nowhere again). Audited with who and when."""
+    store, registry = ctx.store, ctx.registry
+    params: dict[str, Any] = {"retire_behind": retire_behind}
+    try:
+        inc = store.incarnation()
+        params.update(recorded=inc.recorded, current=inc.current)
+        held = {r.release_id for r in store.list_releases()}
+        behind = {
+            r.release_id: problems
+            for r in registry.releases_of(store.store_id)
+            if r.status == "bound" and r.release_id in held
+            for problems in [registry.behind(store, r.release_id)]
+            if problems
+        }
+        if behind and not retire_behind:
+            first = next(iter(behind.items()))
+            raise FailedPrecondition(
+                f"this copy of store {store.store_id} is behind what {len(behind)} release(s) "
+                f"answered (release {first[0]}: {first[1][0]}): adopting it would re-draw "
+                "answered states. Adopt a copy that holds every answer (a newer backup), or "
+                "retire those releases: qveil admin adopt-store --store URL --retire-behind"
+            )
+        for rid in behind:
+            store.set_release_status(rid, "retired")
+        new = store.adopt_incarnation()
+        moved = registry.adopt(
+            store_id=store.store_id,
+            new=new.token,
+            store=str(getattr(store, "_identity", "")),
+            retired=sorted(behind),
+        )
+        params.update(moved=moved, retired=sorted(behind))
+    except QveilError as exc:
+        _log(ctx, "adopt-store", str(getattr(store, "_identity", "")), exc, params)
+        raise
+    _log(ctx, "adopt-store", store.store_id, None, params)
+    return {
+        "store_id": store.store_id,
+        "incarnation": new.token,
+        "was_copy": not inc.original,
+        "moved": moved,
+        "retired": sorted(behind),
     }
 
 
 def import_release(ctx: AdminContext, path: str | Path) -> dict[str, Any]:
-    """Load an export (every count, seq and chain link verified first; one transaction). The
-    release arrives ``staged`` with its binding: a bundle bound to the old store is then served
-    from this one (its binding.json is re-pointed on that serve)."""
+    """Complete a move: check the export's move token with the registry, load the export
+    (every count, seq and chain link verified first; one transaction), then consume the token
+    (the release now lives in this store incarnation). The release arrives ``staged``; its
+    bundle is served from here and its binding.json re-pointed on that serve."""
+    from qveil.server.binding import copy_refusal
+    from qveil.server.store.export import read_export_header
+
     params: dict[str, Any] = {"path": str(path)}
     try:
+        refusal = copy_refusal(ctx.store)
+        if refusal is not None:
+            raise refusal
+        head = read_export_header(path)
+        rid, token = str(head.get("release_id", "")), head.get("move_token")
+        params["release_id"] = rid
+        if not isinstance(token, str):
+            raise FailedPrecondition(
+                f"the export of release {rid!r} carries no move token (an export written "
+                "before moves were single-use): export it again from the store that holds it "
+                "(qveil admin export-release)"
+            )
+        registry = ctx.registry
+        registry.check_export(token, release_id=rid)
         rec = ctx.store.import_(str(path))
         rec = ctx.store.set_release_status(rec.release_id, "staged")
-        params["release_id"] = rec.release_id
+        registry.consume_export(
+            token,
+            release_id=rid,
+            store_id=ctx.store.store_id,
+            incarnation=ctx.store.incarnation().token,
+            store=str(getattr(ctx.store, "_identity", "")),
+        )
     except QveilError as exc:
         _log(ctx, "import-release", str(path), exc, params)
         raise

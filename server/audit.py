@@ -315,6 +315,25 @@ def anchors_from_report(path: str | Path) -> dict[str, dict[int, dict[str, Any]]
     return out
 
 
+def anchors_from_registry(registry: Any, release_ids: Any) -> dict[str, dict[int, dict[str, Any]]]:
+    """The registry's witnessed chain heads as anchors: every value ever answered. A store
+    copy does not carry them, so a restored store stays behind them however many points it
+    answers afterwards (the row at each witnessed seq must be the witnessed one)."""
+    out: dict[str, dict[int, dict[str, Any]]] = {}
+    for rid in release_ids:
+        rec = registry.lineage(rid)
+        if rec is None or rec.status == "retired":
+            continue  # an administrator retired it: it is answered nowhere again
+        for path, (seq, head) in registry.heads(rid).items():
+            out.setdefault(rid, {})[path] = {
+                "hwm": seq,
+                "hash": head,
+                "audit_seq": "the registry's witness",
+                "at": rec.updated_at,
+            }
+    return out
+
+
 def _merge_anchors(
     mine: dict[int, dict[str, Any]], other: dict[int, dict[str, Any]] | None
 ) -> dict[int, dict[str, Any]]:
@@ -422,6 +441,7 @@ def audit_store(
     actor: str | None = None,
     store_label: str = "",
     external_anchors: dict[str, dict[int, dict[str, Any]]] | None = None,
+    witness_anchors: dict[str, dict[int, dict[str, Any]]] | None = None,
 ) -> AuditReport:
     """Audit every release of ``store`` (or only ``release_id``); see the module docstring.
 
@@ -451,6 +471,7 @@ def audit_store(
             anchors = {}
             ra.problems.append(f"cannot read audit-log anchors: {exc}")
         anchors = _merge_anchors(anchors, (external_anchors or {}).get(rec.release_id))
+        anchors = _merge_anchors(anchors, (witness_anchors or {}).get(rec.release_id))
         items = []
         # a release of d coordinates (issue 16) has n_actions * d paths, path index
         # a * d + j, each a 1-D OU path with its own beta_j; for d = 1 path a is action a

@@ -1,23 +1,25 @@
-"""One release, one store (issue 14, item 2): bind a release to the store that holds its noise.
+"""One release, one noise lineage: the checks every start, activation and bind runs first.
 
-A release's noise is one draw of a Gaussian process, kept in one store. A second store asked
-for the same release would draw a second, independent path; a client averaging the answers of
-k such servers shrinks the noise by sqrt(k) and the privacy guarantee is gone. So:
+A release's noise is one draw of a Gaussian process, kept in one store. Any second store, or
+second copy of its store, asked for the same release would draw a second, independent path
+at new states; a client averaging k such servers shrinks the noise by sqrt(k) and the
+privacy guarantee is gone. So a release is served only when all of these hold:
 
-* the first time a release is served, it is bound on both sides: the store records the
-  release's fingerprint (``release_bindings``; :func:`qveil.bundle.release_fingerprint`, a hash
-  of the model and card files) and the bundle records the store's random persistent id
-  (``binding.json``, written atomically, not part of the fingerprint);
-* from then on a start is refused when the bundle is bound and the store does not hold the
-  release (an empty, new, re-created or different store), and whenever the store holds the
-  release id under another fingerprint;
-* the only way to another store is explicit: ``qveil admin export-release`` /
-  ``import-release`` carry the stored points and the store's binding; a bundle bound to the
-  old store is then re-bound to the store that now holds its release. Replicas share noise
-  through one shared store (PostgreSQL), whose id they all see.
+* the bundle's ``binding.json`` (written by ``qveil train`` with the bundle; checksummed) names
+  this release and fingerprint and the registry in use (:class:`qveil.bundle.Binding`);
+* this store is the file or database it was created as, not a byte copy, clone or restore
+  into a new file (:meth:`~qveil.server.store.SamplePathStore.incarnation`; a copy must be
+  adopted first: ``qveil admin adopt-store``);
+* the registry (:mod:`qveil.server.registry`) records the release's noise as living in this
+  store and this incarnation, and not as exported or retired;
+* the store's chains contain every chain head the registry witnessed, i.e. every value ever
+  answered (a restored backup that lost answered points is refused).
 
-The store side is written first: a crash between the two writes leaves a store that holds the
-release and an unbound bundle, which the next start binds.
+A bundle the library wrote without a binding (tests, experiments) is bound by its first
+start, and only when the registry has never seen the release: the registry's one claim per
+release decides, so two copies of such a bundle cannot both be bound. The registry is claimed
+first, then the store records the binding, then ``binding.json`` is written: a crash in
+between leaves a claim that the next start of the same store completes.
 """
 
 from __future__ import annotations
@@ -29,16 +31,31 @@ from typing import Any
 from qveil.bundle import Binding, read_binding, release_fingerprint, write_binding
 from qveil.errors import FailedPrecondition, IntegrityError, echo
 
-__all__ = ["bind", "check_binding"]
+__all__ = ["bind", "check_binding", "copy_refusal"]
 
 
-def check_binding(store: Any, bundle: Any, path: Path) -> tuple[str, Binding | None]:
-    """Refuse (FailedPrecondition / IntegrityError, nothing written) a bundle this store may not
-    serve; returns the bundle's fingerprint and its binding (None: never served)."""
+def copy_refusal(store: Any) -> FailedPrecondition | None:
+    """The refusal of a store that is not the incarnation it records (None when it is)."""
+    inc = store.incarnation()
+    if inc.original:
+        return None
+    return FailedPrecondition(
+        f"store {store.store_id} ({echo(str(getattr(store, '_identity', '')))}) is a copy: it "
+        f"was created as {inc.recorded} and is now {inc.current} (a byte copy, a database "
+        "cloned from a template, or a backup restored into a new file). A copy answers "
+        "nothing, because it would draw a second noise path at new states. If this copy is to "
+        "be the live store from now on, adopt it (qveil admin adopt-store --store URL): the "
+        "other copies then stop serving"
+    )
+
+
+def check_binding(store: Any, bundle: Any, path: Path, registry: Any) -> tuple[str, Binding | None]:
+    """Refuse (FailedPrecondition / IntegrityError, nothing written) a bundle this store may
+    not serve (see the module docstring); returns the bundle's fingerprint and its binding
+    (None: a library bundle never bound)."""
     rid = bundle.bundle_id
     fingerprint = release_fingerprint(path)
     on_file = read_binding(path)
-    held = store.get_binding(rid)
     if on_file is not None:
         if on_file.release_id != rid or on_file.fingerprint != fingerprint:
             raise IntegrityError(
@@ -47,30 +64,71 @@ def check_binding(store: Any, bundle: Any, path: Path) -> tuple[str, Binding | N
                 f"the bundle is release {echo(rid)} with fingerprint {fingerprint[:16]}... (a "
                 "binding copied from another bundle, or the bundle was changed after binding)"
             )
-        if held is None:
+        if on_file.registry_id != registry.registry_id:
             raise FailedPrecondition(
-                f"release {echo(rid)} is bound to store {on_file.store_id} "
-                f"({echo(on_file.store)}, since {on_file.bound_at}), and this store (id "
-                f"{store.store_id}) does not hold it: serving it here would draw a second, "
-                "independent noise path under the same release. Serve it with the store that "
-                "holds it, or move it there explicitly (qveil admin export-release / "
-                "import-release). If that store is lost, the release can only be retired."
+                f"release {echo(rid)} is recorded in registry {on_file.registry_id}, and this "
+                f"process uses registry {registry.registry_id} ({echo(registry.url)}): point "
+                "QVEIL_REGISTRY (or --registry) at the registry the release was trained with"
             )
+    refusal = copy_refusal(store)
+    if refusal is not None:
+        raise refusal
+    held = store.get_binding(rid)
     if held is not None and held.fingerprint != fingerprint:
         raise FailedPrecondition(
             f"this store holds release {echo(rid)} with fingerprint {held.fingerprint[:16]}..., "
             f"but the bundle's fingerprint is {fingerprint[:16]}...: a different bundle under "
             "the same release id is never served from this store's noise"
         )
+    rec = registry.lineage(rid)
+    if rec is None:
+        if on_file is not None:
+            raise FailedPrecondition(
+                f"release {echo(rid)} is bound (binding.json), but registry "
+                f"{echo(registry.url)} has no record of it: the registry was replaced or "
+                "lost. Restore the registry; a release whose record is lost can only be retired"
+            )
+    else:
+        registry.check(
+            rec,
+            fingerprint=fingerprint,
+            store_id=store.store_id,
+            incarnation=store.incarnation().token,
+        )
+        if held is not None:
+            behind = registry.behind(store, rid)
+            if behind:
+                raise FailedPrecondition(
+                    f"store {store.store_id} is behind what release {echo(rid)} has answered "
+                    f"({'; '.join(behind[:3])}): it is a restored backup or a fork, and serving "
+                    "it would give new values at answered states. Serve the store that holds "
+                    "every answer, or retire the release (qveil admin adopt-store --store URL "
+                    "--retire-behind)"
+                )
     return fingerprint, on_file
 
 
-def bind(store: Any, bundle: Any, path: Path, fingerprint: str, on_file: Binding | None) -> bool:
-    """Record the binding on both sides (store first, then ``binding.json``); True when the
-    bundle's binding file was (re)written."""
+def bind(
+    store: Any,
+    bundle: Any,
+    path: Path,
+    fingerprint: str,
+    on_file: Binding | None,
+    registry: Any,
+) -> bool:
+    """Record the binding: the registry's claim, then the store's record, then
+    ``binding.json`` when it does not name this store yet. True when the file was written."""
     rid = bundle.bundle_id
-    store.bind_release(rid, fingerprint)
     sid = store.store_id
+    where = str(getattr(store, "_identity", ""))
+    registry.claim(
+        release_id=rid,
+        fingerprint=fingerprint,
+        store_id=sid,
+        incarnation=store.incarnation().token,
+        store=where,
+    )
+    store.bind_release(rid, fingerprint)
     if on_file is not None and on_file.store_id == sid:
         return False
     try:
@@ -80,14 +138,16 @@ def bind(store: Any, bundle: Any, path: Path, fingerprint: str, on_file: Binding
                 release_id=rid,
                 fingerprint=fingerprint,
                 store_id=sid,
-                store=str(getattr(store, "_identity", "")),
+                store=where,
                 bound_at=datetime.now(UTC).isoformat(timespec="seconds"),
+                registry_id=registry.registry_id,
             ),
         )
     except OSError as exc:
         raise FailedPrecondition(
             f"cannot record the binding of release {echo(rid)} in bundle {echo(str(path))} "
-            f"({exc.strerror or exc}): the bundle directory must be writable on its first "
-            "serve (or bind it beforehand: qveil admin init-store --store URL --bundle DIR)"
+            f"({exc.strerror or exc}): the bundle directory must be writable when it is bound "
+            "(qveil train binds it; qveil admin init-store --store URL --bundle DIR binds a "
+            "bundle the library wrote)"
         ) from None
     return True

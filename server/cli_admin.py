@@ -7,6 +7,7 @@
     qveil admin log [--limit N]
     qveil admin init-store [--bundle DIR]
     qveil admin export-release ID --out FILE | import-release FILE
+    qveil admin adopt-store [--retire-behind]
 
 Only ``init-store`` creates a store; every other operation refuses a store that does not exist.
 ``init-store --bundle DIR`` also binds the bundle's release to the store (as its first serve
@@ -52,6 +53,13 @@ def _common() -> argparse.ArgumentParser:
         metavar="URL",
         default=argparse.SUPPRESS,
         help="store URL (sqlite:///ABS/PATH or postgresql+psycopg://...); default $QVEIL_STORE_URL",
+    )
+    g.add_argument(
+        "--registry",
+        metavar="URL",
+        default=argparse.SUPPRESS,
+        help="the registry (release lineage, population ledger); default $QVEIL_REGISTRY, "
+        "else $QVEIL_HOME/registry.sqlite",
     )
     g.add_argument(
         "--target",
@@ -149,6 +157,16 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         "import-release", parents=[common], help="load an exported release into this store"
     )
     m.add_argument("path", metavar="FILE")
+    ad = ops.add_parser(
+        "adopt-store",
+        parents=[common],
+        help="make this copy of a store the live one (the other copies stop serving)",
+    )
+    ad.add_argument(
+        "--retire-behind",
+        action="store_true",
+        help="retire the releases this copy lacks answered points of, instead of refusing",
+    )
     p.set_defaults(func=run)
     return p  # type: ignore[no-any-return]
 
@@ -268,7 +286,18 @@ def run(args: argparse.Namespace) -> int:
     with admin.open_admin(
         url, actor=f"{admin.audit_log.default_actor()} (cli)", new_ok=cmd == "init-store"
     ) as ctx:
-        if cmd == "init-store":
+        ctx.registry_url = getattr(args, "registry", None)
+        if cmd == "adopt-store":
+            d = admin.adopt_store(ctx, retire_behind=args.retire_behind)
+            _print(
+                args,
+                d,
+                f"store {d['store_id']} adopted as incarnation {d['incarnation'][:12]} "
+                f"({len(d['moved'])} release(s) live here"
+                + (f"; retired: {', '.join(d['retired'])}" if d["retired"] else "")
+                + "); every other copy of it is refused from now on",
+            )
+        elif cmd == "init-store":
             d: dict[str, Any] = {"store": url, "store_id": ctx.store.store_id}
             text = f"store {ctx.store.store_id} ready"
             if args.bundle:
@@ -281,9 +310,10 @@ def run(args: argparse.Namespace) -> int:
             _print(
                 args,
                 d,
-                f"release {d['release_id']}: {d['points']} points written to {d['out']}. It is "
-                "still served from this store: after moving it, retire it here "
-                f"(qveil admin retire {d['release_id']}) so that one store answers it",
+                f"release {d['release_id']}: {d['points']} points written to {d['out']} and "
+                "retired here (an export is a move). Complete the move on the target store: "
+                f"qveil admin import-release {d['out']} --store URL (once: the file's move "
+                "token is single-use)",
             )
         elif cmd == "import-release":
             d = admin.import_release(ctx, args.path)

@@ -48,6 +48,12 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument(
+        "--registry",
+        metavar="URL",
+        help="the registry whose witnessed chain heads every stored path must reach "
+        "(default $QVEIL_REGISTRY, else $QVEIL_HOME/registry.sqlite)",
+    )
+    p.add_argument(
         "--no-record",
         action="store_true",
         help="do not append this audit (and its high-water marks) to the audit log",
@@ -100,8 +106,15 @@ def _summary(report: Any) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from qveil.server.admin import admin_db_for
-    from qveil.server.audit import anchors_from_report, audit_store, export_report, plot_paths
+    from qveil.server.audit import (
+        anchors_from_registry,
+        anchors_from_report,
+        audit_store,
+        export_report,
+        plot_paths,
+    )
     from qveil.server.audit_log import default_actor
+    from qveil.server.registry import open_registry
     from qveil.server.store import open_store
 
     url = args.store or os.environ.get("QVEIL_STORE_URL")
@@ -110,6 +123,8 @@ def run(args: argparse.Namespace) -> int:
     external = anchors_from_report(args.against) if args.against else None
     store = open_store(url, create=False)
     try:
+        with open_registry(args.registry, actor=f"{default_actor()} (audit)") as reg:
+            witnessed = anchors_from_registry(reg, [r.release_id for r in store.list_releases()])
         db = admin_db_for(store, url)
         try:
             report = audit_store(
@@ -120,6 +135,7 @@ def run(args: argparse.Namespace) -> int:
                 actor=f"{default_actor()} (cli)",
                 store_label=_redact(url),
                 external_anchors=external,
+                witness_anchors=witnessed,
             )
             if args.export:
                 export_report(report, args.export)

@@ -149,8 +149,12 @@ class Handlers:
         metrics: Metrics | None = None,
         bundle_dirs: Sequence[str | Path] = (),
         budget: float | None = None,
+        registry: Any = None,
     ) -> None:
         self.store = store
+        #: the registry (qveil.server.registry): lineage, witnessed heads, ledger; opened
+        #: from the default location on first use when not given
+        self._registry = registry
         #: --budget EPS: refuse a release that would push its dataset past EPS (issue 14)
         self.budget_epsilon = budget
         self.last_ledger: Any = None
@@ -487,18 +491,22 @@ class Handlers:
             )
         return rec
 
+    @property
+    def registry(self) -> Any:
+        if self._registry is None:
+            from qveil.server.registry import open_registry
+
+            self._registry = open_registry(actor="qveil serve")
+        return self._registry
+
     def _ledger_record(self, bundle: Any) -> Any:
-        """Record the release in the store's privacy ledger (on by default, issue 14 item 5);
-        BudgetExceeded past ``--budget`` or the dataset's cap: the release is not served."""
-        from qveil.server.admin import admin_db_for
-        from qveil.server.ledger import Ledger
+        """Record the release in the registry's privacy ledger (once: ``qveil train`` already
+        did for the releases it wrote); BudgetExceeded past ``--budget`` or the population's
+        budget: the release is not served."""
         from qveil.server.release_ledger import record_release
 
         return record_release(
-            Ledger(admin_db_for(self.store)),
-            bundle.card,
-            actor="qveil serve",
-            budget=self.budget_epsilon,
+            self.registry.ledger, bundle.card, actor="qveil serve", budget=self.budget_epsilon
         )
 
     def start(self, bundle_path: str | Path, *, verify_store: bool = True) -> ActiveRelease:
@@ -514,7 +522,7 @@ class Handlers:
                     f"bundle {echo(str(path))} holds release {bundle.bundle_id!r}, not "
                     f"{echo(expected_id)}"
                 )
-            fingerprint, on_file = check_binding(self.store, bundle, path)
+            fingerprint, on_file = check_binding(self.store, bundle, path, self.registry)
             rec = self._register(bundle)
             if getattr(rec, "status", "") == "retired":
                 raise FailedPrecondition(
@@ -529,7 +537,9 @@ class Handlers:
                     )
             # charged before it is bound or answered: a refused budget leaves no binding
             self.last_ledger = self._ledger_record(bundle)
-            bind(self.store, bundle, path, fingerprint, on_file)
+            bind(self.store, bundle, path, fingerprint, on_file, self.registry)
+            # nothing is answered above the chain heads the registry has witnessed
+            self.store.set_witness(self.registry.witness_for(bundle.bundle_id))
             previous = self.holder.peek()
             if previous is None or previous.release_id != bundle.bundle_id:
                 self.store.set_release_status(bundle.bundle_id, "active")
@@ -665,7 +675,7 @@ class Handlers:
         )
 
     def budget(self, dataset_id: str = "") -> list[dict[str, object]]:
-        """Ledger budgets of one dataset (or all) in this server's store (issue 7)."""
+        """Budgets of one population (or all) in the registry's ledger."""
         from qveil.server.admin import AdminContext, admin_db_for, budget
 
         ctx = AdminContext(
@@ -674,6 +684,7 @@ class Handlers:
             actor="server (admin role)",
             store_url="",
             owns_store=False,
+            _registry=self.registry,
         )
         return [b.to_dict() for b in budget(ctx, dataset_id or None)]
 

@@ -28,6 +28,7 @@ from qveil.privacy.ledger import (
     PrivacyEvent,
     check_budget,
     compose_with_rule,
+    filter_check,
     verify_event,
 )
 from qveil.server import admin_tables as T
@@ -167,8 +168,11 @@ def _cap_fields(
 class Ledger:
     """The privacy ledger of one store database (see the module docstring)."""
 
-    def __init__(self, db: AdminDB) -> None:
+    def __init__(self, db: AdminDB, *, population: bool = False) -> None:
         self.db = db
+        #: a population ledger (the registry's): caps are population budgets, enforced by a
+        #: privacy filter (``qveil.privacy.filter_check``), and a budget is required
+        self.population = population
 
     # ---------------------------------------------------------------- caps
     def set_cap(self, dataset_id: str, *, cap_epsilon: float, cap_delta: float, actor: str) -> Cap:
@@ -182,6 +186,11 @@ class Ledger:
             raise InvalidArgument(f"cap delta must be in [0, 1), got {cap_delta!r}")
         t = T.ledger_caps
         with self.db.write(_lock(dataset_id)) as conn:
+            if self.population and self._cap(conn, dataset_id) is not None:
+                raise FailedPrecondition(
+                    f"population {dataset_id!r} is declared already: a population has one "
+                    "budget, never raised (qveil budget show NAME)"
+                )
             last = conn.execute(
                 sa.select(t.c.seq, t.c.hash)
                 .where(t.c.dataset_id == dataset_id)
@@ -291,12 +300,19 @@ class Ledger:
         ``--budget`` (an epsilon) must both hold with ``event`` added."""
         cap = self._cap(conn, event.dataset_id)
         if cap is None and require_cap:
+            if self.population:
+                raise FailedPrecondition(
+                    f"population {event.dataset_id!r} has no budget: declare it once with "
+                    f"qveil budget create {event.dataset_id} --epsilon EPS --delta DELTA"
+                )
             raise FailedPrecondition(
                 f"dataset {event.dataset_id!r} has no privacy cap; set one first: qveil admin "
                 f"set-cap --dataset-id {event.dataset_id} --epsilon EPS --delta DELTA"
             )
         events = [e.event for e in self._entries(conn, event.dataset_id)]
-        if cap is not None:
+        if cap is not None and self.population:
+            filter_check(events, event, budget_epsilon=cap.epsilon, budget_delta=cap.delta)
+        elif cap is not None:
             check_budget(events, event, cap_epsilon=cap.epsilon, cap_delta=cap.delta)
         if budget is not None:
             check_budget(events, event, cap_epsilon=budget, cap_delta=1.0)

@@ -73,7 +73,12 @@ class LedgerOutcome:
 
 
 def record_release(
-    ledger: Any, card: Mapping[str, Any], *, actor: str, budget: float | None = None
+    ledger: Any,
+    card: Mapping[str, Any],
+    *,
+    actor: str,
+    budget: float | None = None,
+    population: str | None = None,
 ) -> LedgerOutcome:
     """Record the release of ``card`` in ``ledger`` (a :class:`qveil.server.ledger.Ledger`)
     unless it is there already; refuse (BudgetExceeded, nothing written) past ``budget`` or
@@ -82,7 +87,7 @@ def record_release(
     if budget is not None and not (isinstance(budget, int | float) and budget >= 0):
         raise InvalidArgument(f"--budget must be an epsilon >= 0, got {budget!r}")
     rid = str(card["bundle_id"])
-    dataset_id = dataset_key(card)
+    dataset_id = population or dataset_key(card)
     entry = ledger.entry_for_release(rid)
     if entry is not None:
         rep = ledger.budget(entry.dataset_id)
@@ -96,6 +101,11 @@ def record_release(
         return LedgerOutcome("already", entry.dataset_id, *rep.spent, rep.rule)
     event = event_for_card(card, dataset_id=dataset_id)
     if event is None:
+        if population is not None:
+            raise FailedPrecondition(
+                f"release {echo(rid)} has no privacy guarantee (no epsilon): it cannot be "
+                f"charged to population {echo(population)}"
+            )
         if budget is not None:
             raise FailedPrecondition(
                 f"release {echo(rid)} has no privacy guarantee (no epsilon), so it cannot be "
@@ -104,11 +114,17 @@ def record_release(
         log.warning("release %s has no privacy guarantee: not recorded in the ledger", rid)
         return LedgerOutcome("none", dataset_id, 0.0, 0.0, "")
     try:
-        ledger.record(event, release_id=rid, actor=actor, require_cap=False, budget=budget)
+        ledger.record(
+            event,
+            release_id=rid,
+            actor=actor,
+            require_cap=population is not None,
+            budget=budget,
+        )
     except FailedPrecondition:
         if ledger.entry_for_release(rid) is None:
             raise
         # another replica recorded it between our look-up and our write: charged once
-        return record_release(ledger, card, actor=actor, budget=budget)
+        return record_release(ledger, card, actor=actor, budget=budget, population=population)
     rep = ledger.budget(dataset_id)
     return LedgerOutcome("recorded", dataset_id, *rep.spent, rep.rule)

@@ -19,6 +19,23 @@ def _pg_connect(url: str):  # type: ignore[no-untyped-def]
     return psycopg.connect(url, autocommit=True, connect_timeout=3)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """The suite never touches the user's registry (~/.qveil): the session's fixtures use one
+    of their own, and every test a fresh one (below)."""
+    import tempfile
+
+    os.environ["QVEIL_HOME"] = tempfile.mkdtemp(prefix="qveil-home-session-")
+    os.environ.pop("QVEIL_REGISTRY", None)
+
+
+@pytest.fixture(autouse=True)
+def qveil_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A fresh registry home per test (inherited by the servers and CLIs it starts)."""
+    home = str(tmp_path_factory.mktemp("qveil-home"))
+    monkeypatch.setenv("QVEIL_HOME", home)
+    return home
+
+
 @pytest.fixture(scope="session")
 def pg_available() -> str:
     """The admin URL of the test PostgreSQL server, or skip (fail under CI=true)."""

@@ -77,14 +77,15 @@ def make_bundle(
 def make_cartpole_kernel_bundle(d: Path, *, seed: int) -> tuple[Path, str]:
     """(bundle, train's stdout): 200 CartPole users collected with ``seed`` and trained by
     the real CLI with configs/cartpole-private.toml at epsilon 1 (a d = 4 kernel fqi
-    release, never served: copy it with :func:`fresh_bundle` per store)."""
+    release, bound to the store beside it: serve a :func:`fresh_bundle` copy per test)."""
     qveil = str(Path(sys.executable).with_name("qveil"))
     config = str(Path(__file__).resolve().parents[1] / "configs" / "cartpole-private.toml")
+    pop = ensure_population()
     steps = (
         ["dataset", "collect", "--env", "CartPole-v1", "--users", "200", "--seed", str(seed)]
         + ["--reward-range", "0,1", "--out", str(d / "cp.npz"), "--no-progress"],
         ["train", "--mode", "fqi", "--dataset", str(d / "cp.npz"), "--config", config]
-        + ["--epsilon", "1", "--delta", "1e-5", "--out", str(d / "bundle")],
+        + ["--epsilon", "1", "--delta", "1e-5", "--out", str(d / "bundle"), *pop],
     )
     for argv in steps:
         r = subprocess.run([qveil, *argv], capture_output=True, text=True, timeout=300, cwd=d)
@@ -93,18 +94,55 @@ def make_cartpole_kernel_bundle(d: Path, *, seed: int) -> tuple[Path, str]:
 
 
 def fresh_bundle(src: Path, dest: Path) -> Path:
-    """A copy of an UNBOUND bundle (never served) for one store: one release, one store, so a
-    bundle served against several stores in turn needs one copy per store, made before any of
-    them binds it. Copying a bound bundle is refused here (that is what the server refuses)."""
+    """A copy of a template bundle for one test's own world: the suite gives every test its
+    own registry (``QVEIL_HOME``, tests/conftest.py) and the test gives the copy its own
+    store. The copy leaves the template's binding behind, so it is bound by its first serve
+    in this test's registry; within one registry a second copy of the same release is
+    refused on any other store (tests/test_release_binding.py)."""
     import shutil
 
     from qveil.bundle import BINDING_FILE
 
-    if (src / BINDING_FILE).exists():
-        raise AssertionError(f"{src} is bound already: copy it before its first serve")
     dest.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copytree(src, dest)
+    shutil.copytree(src, dest, ignore=shutil.ignore_patterns(BINDING_FILE))
     return dest
+
+
+@contextmanager
+def registry_home(home: Path) -> Iterator[Path]:
+    """``QVEIL_HOME`` set to ``home`` inside the block (a module's own registry, for a bundle
+    trained once per module), restored after."""
+    old = os.environ.get("QVEIL_HOME")
+    os.environ["QVEIL_HOME"] = str(home)
+    try:
+        yield home
+    finally:
+        if old is None:
+            os.environ.pop("QVEIL_HOME", None)
+        else:
+            os.environ["QVEIL_HOME"] = old
+
+
+#: The population the suite's releases are charged to (a large budget, declared on demand).
+TEST_POPULATION = "test-users"
+
+
+def ensure_population(name: str = TEST_POPULATION, *, home: Path | None = None) -> list[str]:
+    """Declare ``name`` (epsilon 1e7, delta 0.5) in the registry of ``home`` (default: this
+    test's ``QVEIL_HOME``) unless it is declared; returns the flags that name it."""
+    import os
+
+    from qveil.server.registry import open_registry
+
+    url = None if home is None else f"sqlite:///{home / 'registry.sqlite'}"
+    if home is not None:
+        home.mkdir(parents=True, exist_ok=True)
+    elif not os.environ.get("QVEIL_HOME"):
+        raise AssertionError("QVEIL_HOME is not set (tests/conftest.py sets it)")
+    with open_registry(url) as reg:
+        if reg.ledger.cap(name) is None:
+            reg.ledger.set_cap(name, cap_epsilon=1e7, cap_delta=0.5, actor="tests")
+    return ["--population", name]
 
 
 # ----------------------------------------------------------------------------- tokens

@@ -124,13 +124,12 @@ def test_retrain_activate_rollback_retire(
             admin.activate(ctx, rid2)
         assert ctx.store.get_release(rid2).status == "retired"
 
-        log = audit_log.entries(ctx.db)
+        log = audit_log.entries(ctx.db)  # the store's operations
         assert [(e.action, e.outcome) for e in log] == [
-            ("ledger.set_cap", "ok"),
-            ("ledger.record", "ok"),
+            ("bind", "ok"),  # a retrained release is bound when it is written
             ("retrain", "ok"),
             ("activate", "ok"),
-            ("ledger.record", "ok"),
+            ("bind", "ok"),
             ("retrain", "ok"),
             ("activate", "ok"),
             ("activate", "ok"),
@@ -138,7 +137,17 @@ def test_retrain_activate_rollback_retire(
             ("retire", "ok"),
             ("activate", "refused"),
         ]
+        # the registry's: the population's budget and spending, each release's lineage
+        reg_log = audit_log.entries(ctx.registry.db)
+        assert [(e.action, e.outcome) for e in reg_log] == [
+            ("ledger.set_cap", "ok"),
+            ("ledger.record", "ok"),
+            ("claim-release", "ok"),
+            ("ledger.record", "ok"),
+            ("claim-release", "ok"),
+        ]
         assert audit_log.verify_audit_log(ctx.db).ok and ctx.ledger.verify().ok
+        assert audit_log.verify_audit_log(ctx.registry.db).ok
 
     code, rows = _cli(capsys, "admin", "releases", "--store", store_url, "--json")
     assert code == 0 and {r["release_id"] for r in rows} == {rid1, rid2}
@@ -219,7 +228,7 @@ def test_retrain_over_budget_is_refused_before_training(
         )
         == 2
     )
-    assert "no privacy cap" in capsys.readouterr().err
+    assert "has no budget" in capsys.readouterr().err
 
 
 def test_refusal_at_record_time_leaves_nothing(

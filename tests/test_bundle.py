@@ -13,9 +13,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+from server_helpers import ensure_population, registry_home
 
 from qveil.bundle import (
     ADMIN_CARD_FILE,
+    BINDING_FILE,
     CARD_KEYS,
     FILES,
     PUBLIC_CARD_KEYS,
@@ -45,22 +47,24 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     (d / "c.toml").write_text(to_toml(cfg))
     out = d / "bundle"
-    rc = main(
-        [
-            "train",
-            "--config",
-            str(d / "c.toml"),
-            "--out",
-            str(out),
-            "--sigma",
-            "0.1",
-            "--mode",
-            "gdp",
-            "--seed",
-            "3",
-            "--no-progress",
-        ]
-    )
+    with registry_home(d / "qveil-home"):  # this module's registry
+        rc = main(
+            [
+                "train",
+                *ensure_population(),
+                "--config",
+                str(d / "c.toml"),
+                "--out",
+                str(out),
+                "--sigma",
+                "0.1",
+                "--mode",
+                "gdp",
+                "--seed",
+                "3",
+                "--no-progress",
+            ]
+        )
     assert rc == 0
     return out
 
@@ -87,7 +91,8 @@ def _rewrite_card(path: Path, edit: Any, *, reseal: bool) -> None:
 
 
 def test_files_and_complete_card(trained: Path) -> None:
-    assert sorted(p.name for p in trained.iterdir()) == sorted(FILES)
+    # the bundle's files, and its binding to the store that holds its noise
+    assert sorted(p.name for p in trained.iterdir()) == sorted([*FILES, BINDING_FILE])
     card = load_bundle(trained).card  # card.json (public) merged with card_admin.json
     assert set(CARD_KEYS) <= set(card)
     cfg = TrainConfig.from_toml(trained / "config.toml")

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from server_helpers import QVEIL, REPO, make_bundle, running
+from server_helpers import QVEIL, REPO, ensure_population, make_bundle, running
 
 from qveil.bundle import load_bundle
 
@@ -73,14 +73,12 @@ def test_cli_writes_owner_only_files_under_umask_022(tmp_path: Path) -> None:
     r = _qveil(
         "train", "--mode", "fqi", "--dataset", str(data), "--config", CONFIG,
         "--epsilon", "1", "--delta", "1e-5", "--out", str(bundle), "--force",
+        *ensure_population(),
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
-    # the default store beside the bundle (train may have written to it already), holding
-    # the release (init-store binds it as a first serve would)
+    # the default store beside the bundle, which train bound the release to
     db = bundle.parent / "qveil-store.sqlite"
     store = f"sqlite:///{db}"
-    r = _qveil("admin", "init-store", "--store", store, "--bundle", str(bundle))
-    assert r.returncode == 0, r.stderr
     rid = load_bundle(bundle).bundle_id
     dump = out / "exports" / "release.jsonl"
     (out / "exports").mkdir(mode=0o700)
@@ -90,6 +88,7 @@ def test_cli_writes_owner_only_files_under_umask_022(tmp_path: Path) -> None:
     assert dump.is_file() and db.is_file()
     assert (bundle / "card.json").is_file()
     _assert_owner_only(out)
+    _assert_owner_only(Path(os.environ["QVEIL_HOME"]))  # the registry (lineage, ledger)
 
 
 def test_library_writers_set_modes_whatever_the_umask(tmp_path: Path) -> None:

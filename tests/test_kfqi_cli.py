@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from server_helpers import make_cartpole_kernel_bundle
+from server_helpers import ensure_population, make_cartpole_kernel_bundle
 
 from qveil.bundle import (
     ADMIN_CARD_FILE,
@@ -156,6 +156,7 @@ def test_wrong_number_of_intervals_is_a_clear_error(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     r = qveil(
         "train",
+        *ensure_population(),
         "--mode",
         "fqi",
         "--dataset",

@@ -2,7 +2,9 @@
 nothing behind, persistence across restarts, tamper detection, serialized concurrent records.
 
 Real SQLite files (and the real PostgreSQL server for the concurrency test). Events come from
-the accountant (output mode: no training needed)."""
+the accountant (output mode: no training needed). The ledger here is the class itself on a
+store's database with dataset caps (``Ledger(db)``); the registry's population ledger, which
+``qveil train`` and ``qveil admin`` use, is tested in test_population.py."""
 
 from __future__ import annotations
 
@@ -70,7 +72,7 @@ def _sql(url: str, sql: str, *args: object) -> int:
 def test_three_releases_compose_fourth_is_refused_and_nothing_registered(store_url: str) -> None:
     cap_eps, cap_delta = cap_between_3_and_4()
     with open_admin(store_url, actor="tester") as ctx:
-        led = ctx.ledger
+        led = Ledger(ctx.db)
         led.set_cap("ds", cap_epsilon=cap_eps, cap_delta=cap_delta, actor="tester")
         evs = [event("ds", f"bundle-{i}") for i in range(4)]
         for i, ev in enumerate(evs[:3]):
@@ -99,30 +101,30 @@ def test_three_releases_compose_fourth_is_refused_and_nothing_registered(store_u
 def test_no_cap_no_spending_and_forged_numbers_refused(store_url: str) -> None:
     with open_admin(store_url, actor="t") as ctx:
         with pytest.raises(FailedPrecondition, match="no privacy cap"):
-            ctx.ledger.record(event("nocap", "b"), release_id="r", actor="t")
-        ctx.ledger.set_cap("ds", cap_epsilon=1e6, cap_delta=0.5, actor="t")
+            Ledger(ctx.db).record(event("nocap", "b"), release_id="r", actor="t")
+        Ledger(ctx.db).set_cap("ds", cap_epsilon=1e6, cap_delta=0.5, actor="t")
         honest = event("ds", "b")
         forged = dataclasses.replace(honest, epsilon=honest.epsilon / 10)
         with pytest.raises(InvalidArgument, match="accountant"):
-            ctx.ledger.record(forged, release_id="r", actor="t")
-        assert ctx.ledger.entries("ds") == []
+            Ledger(ctx.db).record(forged, release_id="r", actor="t")
+        assert Ledger(ctx.db).entries("ds") == []
         with pytest.raises(InvalidArgument):
-            ctx.ledger.set_cap("ds", cap_epsilon=float("nan"), cap_delta=0.1, actor="t")
+            Ledger(ctx.db).set_cap("ds", cap_epsilon=float("nan"), cap_delta=0.1, actor="t")
 
 
 def test_ledger_survives_restart(store_url: str) -> None:
     with open_admin(store_url, actor="a") as ctx:
-        ctx.ledger.set_cap("ds", cap_epsilon=100.0, cap_delta=1e-3, actor="a")
-        ctx.ledger.record(event("ds", "b0"), release_id="r0", actor="a")
-        before = ctx.ledger.budget("ds").to_dict()
-        head = ctx.ledger.verify().head_hash
+        Ledger(ctx.db).set_cap("ds", cap_epsilon=100.0, cap_delta=1e-3, actor="a")
+        Ledger(ctx.db).record(event("ds", "b0"), release_id="r0", actor="a")
+        before = Ledger(ctx.db).budget("ds").to_dict()
+        head = Ledger(ctx.db).verify().head_hash
     with open_admin(store_url, actor="b") as ctx:  # a new process would see the same
-        assert ctx.ledger.budget("ds").to_dict() == before
-        assert ctx.ledger.verify().head_hash == head
-        ctx.ledger.record(event("ds", "b1"), release_id="r1", actor="b")
-        rep = ctx.ledger.verify()
+        assert Ledger(ctx.db).budget("ds").to_dict() == before
+        assert Ledger(ctx.db).verify().head_hash == head
+        Ledger(ctx.db).record(event("ds", "b1"), release_id="r1", actor="b")
+        rep = Ledger(ctx.db).verify()
         assert rep.ok and rep.count == 3  # 2 events + 1 cap
-        assert [e.seq for e in ctx.ledger.entries("ds")] == [1, 2]
+        assert [e.seq for e in Ledger(ctx.db).entries("ds")] == [1, 2]
         assert audit_log.verify_audit_log(ctx.db).ok
 
 
@@ -142,13 +144,13 @@ def test_ledger_survives_restart(store_url: str) -> None:
 )
 def test_edited_ledger_is_detected(store_url: str, tamper: str, finding: str) -> None:
     with open_admin(store_url, actor="a") as ctx:
-        ctx.ledger.set_cap("ds", cap_epsilon=100.0, cap_delta=1e-3, actor="a")
+        Ledger(ctx.db).set_cap("ds", cap_epsilon=100.0, cap_delta=1e-3, actor="a")
         for i in range(3):
-            ctx.ledger.record(event("ds", f"b{i}"), release_id=f"r{i}", actor="a")
-        assert ctx.ledger.verify().ok
+            Ledger(ctx.db).record(event("ds", f"b{i}"), release_id=f"r{i}", actor="a")
+        assert Ledger(ctx.db).verify().ok
     assert _sql(store_url, tamper) == 1
     with open_admin(store_url, actor="a") as ctx:
-        rep = ctx.ledger.verify()
+        rep = Ledger(ctx.db).verify()
         assert not rep.ok
         assert any(finding in p for p in rep.problems), rep.problems
 
@@ -202,7 +204,7 @@ def _race(url: str, n_threads: int) -> tuple[int, int, float]:
     that fits exactly three. Returns (recorded, refused, cap epsilon)."""
     cap_eps, cap_delta = cap_between_3_and_4()
     with open_admin(url, actor="setup") as ctx:
-        ctx.ledger.set_cap("race", cap_epsilon=cap_eps, cap_delta=cap_delta, actor="setup")
+        Ledger(ctx.db).set_cap("race", cap_epsilon=cap_eps, cap_delta=cap_delta, actor="setup")
     barrier = threading.Barrier(n_threads)
     results: list[str] = []
     lock = threading.Lock()
@@ -212,7 +214,7 @@ def _race(url: str, n_threads: int) -> tuple[int, int, float]:
             ev = event("race", f"b{i}")
             barrier.wait()
             try:
-                ctx.ledger.record(ev, release_id=f"r{i}", actor=f"w{i}")
+                Ledger(ctx.db).record(ev, release_id=f"r{i}", actor=f"w{i}")
                 out = "ok"
             except BudgetExceeded:
                 out = "refused"
@@ -232,8 +234,8 @@ def test_concurrent_records_are_serialized_sqlite(store_url: str) -> None:
     ok, refused, cap_eps = _race(store_url, 6)
     assert (ok, refused) == (3, 3)
     with open_admin(store_url, actor="x") as ctx:
-        assert ctx.ledger.budget("race").spent[0] <= cap_eps
-        assert ctx.ledger.verify().ok and audit_log.verify_audit_log(ctx.db).ok
+        assert Ledger(ctx.db).budget("race").spent[0] <= cap_eps
+        assert Ledger(ctx.db).verify().ok and audit_log.verify_audit_log(ctx.db).ok
 
 
 @pytest.mark.postgres
@@ -241,15 +243,15 @@ def test_concurrent_records_are_serialized_postgres(pg_url: str) -> None:
     ok, refused, cap_eps = _race(pg_url, 6)
     assert (ok, refused) == (3, 3)
     with open_admin(pg_url, actor="x") as ctx:
-        assert ctx.ledger.budget("race").spent[0] <= cap_eps
-        assert ctx.ledger.verify().ok and audit_log.verify_audit_log(ctx.db).ok
+        assert Ledger(ctx.db).budget("race").spent[0] <= cap_eps
+        assert Ledger(ctx.db).verify().ok and audit_log.verify_audit_log(ctx.db).ok
 
 
 def test_ledger_on_memory_store_is_marked_ephemeral() -> None:
     with open_admin("memory://", actor="a") as ctx:
-        ctx.ledger.set_cap("ds", cap_epsilon=100.0, cap_delta=1e-3, actor="a")
-        ctx.ledger.record(event("ds", "b"), release_id="r", actor="a")
-        assert ctx.ledger.budget("ds").ephemeral
+        Ledger(ctx.db).set_cap("ds", cap_epsilon=100.0, cap_delta=1e-3, actor="a")
+        Ledger(ctx.db).record(event("ds", "b"), release_id="r", actor="a")
+        assert Ledger(ctx.db).budget("ds").ephemeral
         assert Ledger(ctx.db).verify().ok
 
 

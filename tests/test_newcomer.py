@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from server_helpers import QVEIL, make_bundle, start_server
+from server_helpers import QVEIL, ensure_population, make_bundle, start_server
 
 from qveil.bundle import value_scale_warning
 from qveil.cli import main
@@ -43,6 +43,7 @@ def test_train_warns_loudly_when_sigma_swamps_the_values(
     tiny_config: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     base = ["train", "--config", str(tiny_config), "--seed", "1", "--no-progress"]
+    base += ensure_population()
     assert main([*base, "--out", str(tmp_path / "a"), "--sigma", "6", "--mode", "output"]) == 0
     err = capsys.readouterr().err
     assert "WARNING: the release noise sigma = 6 exceeds the value scale" in err

@@ -19,6 +19,8 @@ from qveil.privacy import (
     gdp_epsilon,
     verify_event,
 )
+from qveil.privacy.gaussian import gdp_delta, gdp_mu
+from qveil.privacy.ledger import BASIC_FILTER, GAUSSIAN_FILTER, filter_check, filter_state
 
 TS = "2026-11-22T06:00:00+00:00"
 
@@ -115,3 +117,60 @@ def test_event_validation() -> None:
     no_guarantee = account(PrivacyParams(mode="paper", sigma=0.32, **E3_SETTINGS))  # type: ignore[arg-type]
     with pytest.raises(InvalidArgument, match="without a guarantee"):
         PrivacyEvent.from_result(no_guarantee, dataset_id="d", bundle_id="b")
+
+
+def _gauss(mu: float, *, dataset: str = "pop", bundle: str = "b") -> PrivacyEvent:
+    """A pure Gaussian mechanism of GDP parameter mu (its (eps, delta) on the GDP curve)."""
+    delta = 1e-5
+    return PrivacyEvent(
+        mode="fqi",
+        params={},
+        epsilon=gdp_epsilon(delta=delta, mu=mu),
+        delta=delta,
+        dataset_id=dataset,
+        bundle_id=bundle,
+        created_at="2026-11-25T00:00:00+00:00",
+        mu=mu,
+        delta_mechanism=delta,
+    )
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 5, 9])
+def test_gaussian_filter_admits_exactly_while_sum_of_mu_squared_fits(k: int) -> None:
+    """k equal Gaussian events of mu fit a budget of mu_B iff sqrt(k) mu <= mu_B: checked on
+    both sides of the boundary, and the budget's own (eps_B, delta_B) is met by mu_B-GDP."""
+    eps_b, d_b = 2.0, 1e-5
+    mu_b = gdp_mu(epsilon=eps_b, delta=d_b)
+    assert gdp_delta(epsilon=eps_b, mu=mu_b) <= d_b * (1 + 1e-9)
+    for mu, fits in (
+        (mu_b / math.sqrt(k) * (1 - 1e-6), True),
+        (mu_b / math.sqrt(k) * 1.001, False),
+    ):
+        events = [_gauss(mu, bundle=f"b{i}") for i in range(k - 1)]
+        if fits:
+            st = filter_check(events, _gauss(mu), budget_epsilon=eps_b, budget_delta=d_b)
+            assert st.rule == GAUSSIAN_FILTER and st.mu_spent == pytest.approx(math.sqrt(k) * mu)
+            assert st.spent[0] <= eps_b and st.remaining[0] >= 0
+        else:
+            with pytest.raises(BudgetExceeded) as info:
+                filter_check(events, _gauss(mu), budget_epsilon=eps_b, budget_delta=d_b)
+            assert info.value.cap == (eps_b, d_b)
+
+
+def test_gaussian_filter_is_tighter_than_basic_composition() -> None:
+    """Ten releases of eps ~ 0.45 each: basic composition would need eps 4.5; the Gaussian
+    filter spends sqrt(10) mu, well under a budget of eps 2."""
+    mu = gdp_mu(epsilon=2.0, delta=1e-5) / math.sqrt(10) * 0.999
+    events = [_gauss(mu, bundle=f"b{i}") for i in range(10)]
+    st = filter_state(events, budget_epsilon=2.0, budget_delta=1e-5)
+    assert sum(e.epsilon for e in events) > 4.0 and st.spent[0] <= 2.0
+
+
+def test_a_non_gaussian_event_switches_to_the_basic_filter() -> None:
+    paper = _event("paper", 0.6, dataset="pop")
+    st = filter_state([paper, _gauss(0.1)], budget_epsilon=2.0, budget_delta=1e-3)
+    assert st.rule == BASIC_FILTER and st.mu_spent is None
+    assert st.spent[0] == pytest.approx(paper.epsilon + _gauss(0.1).epsilon)
+    with pytest.raises(BudgetExceeded):
+        filter_check([paper], _event("paper", 1.5, dataset="pop"), budget_epsilon=2.0,
+                     budget_delta=1e-3)  # fmt: skip

@@ -23,6 +23,7 @@ from server_helpers import (
     health_status,
     make_bundle,
     make_tokens,
+    registry_home,
     start_server,
 )
 
@@ -62,18 +63,20 @@ class Env:
         self.server: ServerProcess | None = None
 
     def start(self) -> ServerProcess:
-        self.server = start_server(
-            self.tmp,
-            self.bundle,
-            "--tokens-file",
-            str(self.tokens.path),
-            "--reflection",
-            "--max-batch",
-            str(MAX_BATCH),
-            "--metrics-port",
-            "0",
-            store=self.store,
-        )
+        # the module's server keeps one registry across its tests (and restarts)
+        with registry_home(self.tmp / "qveil-home"):
+            self.server = start_server(
+                self.tmp,
+                self.bundle,
+                "--tokens-file",
+                str(self.tokens.path),
+                "--reflection",
+                "--max-batch",
+                str(MAX_BATCH),
+                "--metrics-port",
+                "0",
+                store=self.store,
+            )
         return self.server
 
     @property

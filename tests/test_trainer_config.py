@@ -10,6 +10,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
+from server_helpers import ensure_population
 
 from qveil.cli import main
 from qveil.errors import InvalidArgument
@@ -127,7 +128,8 @@ def test_cli_bad_config_fails_clearly_and_writes_nothing(
 ) -> None:
     cfg_path = _write(tmp_path, **change)
     out = tmp_path / "bundle"
-    rc = main(["train", "--config", str(cfg_path), "--out", str(out), "--no-progress", *args])
+    argv = ["train", "--config", str(cfg_path), "--out", str(out), "--no-progress", *args]
+    rc = main([*argv, *ensure_population()])
     assert rc == 2
     err = capsys.readouterr().err
     assert message in err, err
@@ -144,6 +146,7 @@ def test_cli_refuses_existing_bundle_dir(
     rc = main(
         [
             "train",
+            *ensure_population(),
             "--config",
             str(CONFIGS / "linewalk-quick.toml"),
             "--out",

@@ -70,10 +70,30 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, help="seed everything (experiments only: seeded: true)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument(
+        "--population",
+        metavar="NAME",
+        help="the population whose data this release uses (declared once with qveil budget "
+        "create NAME --epsilon E --delta D); the release is recorded against its budget and "
+        "refused, before the data is read, when the budget's privacy filter would not let it "
+        "through",
+    )
+    p.add_argument(
+        "--store",
+        metavar="URL",
+        help="the store that will hold the release's noise: the release is bound to it when "
+        "the bundle is written (default: the store qveil serve uses by default, "
+        "qveil-store.sqlite beside the bundle, created if missing)",
+    )
+    p.add_argument(
+        "--registry",
+        metavar="URL",
+        help="the registry that records where the release lives and the population ledger "
+        "(default: QVEIL_REGISTRY, else $QVEIL_HOME/registry.sqlite, ~/.qveil when unset)",
+    )
+    p.add_argument(
         "--ledger",
         metavar="URL",
-        help="store whose privacy ledger records the release (default: the store qveil serve "
-        "uses by default, qveil-store.sqlite beside the bundle, created if missing)",
+        help="deprecated alias of --registry",
     )
     p.set_defaults(func=run)
     return p
@@ -107,36 +127,106 @@ def run_fqi(args: argparse.Namespace) -> int:
             "declared reward range"
         )
     cfg = cfg.replace(**changes)
+    precheck_population(args, mode="fqi", epsilon=cfg.epsilon, delta=cfg.delta)
     outcome = train_fqi(cfg, load_dataset(args.dataset), args.out, force=args.force)
     print(summary(outcome))
     if outcome.warning:
         print(f"WARNING: {outcome.warning}", file=sys.stderr)
-    record_in_ledger(Path(args.out), args.ledger)
+    finish_release(Path(args.out), args)
     return 0
 
 
-def record_in_ledger(bundle: Path, url: str | None) -> None:
-    """Every release ``qveil train`` writes is recorded in a privacy ledger (issue 14, item 5):
-    the one of ``--ledger URL``, else of the store ``qveil serve --bundle`` uses by default
-    (``qveil-store.sqlite`` beside the bundle; created here if missing, as the release's first
-    serve would), keyed by the dataset fingerprint or the environment id."""
-    try:
-        from qveil.server.admin import open_admin
-        from qveil.server.release_ledger import record_release
-    except ImportError as exc:  # the trainer without the server extra
-        print(
-            f"WARNING: the release is NOT recorded in a privacy ledger ({exc}); install "
-            "qveil[server], or record it by serving it",
-            file=sys.stderr,
+def precheck_population(
+    args: argparse.Namespace, *, mode: str, epsilon: float | None, delta: float | None
+) -> None:
+    """Before any data is read: the population must be declared, and the planned release must
+    pass its privacy filter (exactly, when an epsilon is asked for: the Gaussian mechanism
+    calibrated to (epsilon, delta) is mu-GDP with mu = gdp_mu(epsilon, delta); with --sigma
+    the epsilon is known only after planning, and the record after the fit checks it)."""
+    from datetime import UTC, datetime
+
+    from qveil.privacy.gaussian import gdp_mu
+    from qveil.privacy.ledger import PrivacyEvent
+    from qveil.server import population
+    from qveil.server.registry import open_registry
+
+    if not args.population:
+        raise InvalidArgument(
+            "name the population whose data this release uses: --population NAME (declare it "
+            "once: qveil budget create NAME --epsilon E --delta D)"
         )
-        return
-    url = url or f"sqlite:///{bundle.resolve().parent / 'qveil-store.sqlite'}"
+    name = population.validate_name(args.population)
+    with open_registry(args.registry or args.ledger, actor="qveil train") as reg:
+        if epsilon is None or delta is None or not 0 < delta < 1:
+            population.report(reg, name)  # declared?
+            return
+        gauss = mode != "paper"
+        planned = PrivacyEvent(
+            mode=mode,
+            params={},
+            epsilon=float(epsilon),
+            delta=float(delta),
+            dataset_id=name,
+            bundle_id="planned",
+            created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+            mu=gdp_mu(epsilon=float(epsilon), delta=float(delta)) if gauss else None,
+            delta_mechanism=float(delta) if gauss else None,
+        )
+        population.precheck(reg, name, planned)
+
+
+def finish_release(bundle: Path, args: argparse.Namespace) -> None:
+    """Record the written bundle in the population ledger, then bind it to its store: a
+    release exists only bound (one noise lineage); a refusal removes the bundle."""
+    import shutil
+
+    from qveil.errors import QveilError
+
+    try:
+        record_in_ledger(bundle, args.registry or args.ledger, args.population)
+        bind_at_write(bundle, args.store, args.registry or args.ledger)
+    except (QveilError, OSError):
+        shutil.rmtree(bundle, ignore_errors=True)
+        raise
+
+
+def bind_at_write(bundle: Path, store_url: str | None, registry_url: str | None) -> None:
+    """Bind the new release to the store that will hold its noise (``--store``, else the
+    store ``qveil serve --bundle`` uses by default) and claim it in the registry; the
+    binding is written into the bundle (``binding.json``, checksummed)."""
+    from qveil.server.admin import bind_bundle, open_admin
+
+    url = store_url or f"sqlite:///{bundle.resolve().parent / 'qveil-store.sqlite'}"
+    with open_admin(url, actor="qveil train") as ctx:
+        ctx.registry_url = registry_url
+        out = bind_bundle(ctx, bundle)
+    print(f"bound: release {out['release_id']} to store {out['store_id']} [{url}]")
+
+
+def record_in_ledger(bundle: Path, url: str | None, population: str | None = None) -> None:
+    """Every release ``qveil train`` writes is recorded in the registry's privacy ledger (one
+    ledger whatever the output directory: ``--registry URL``, else ``QVEIL_REGISTRY``, else
+    ``$QVEIL_HOME/registry.sqlite``), keyed by its population; a release past the
+    population's budget is refused (BudgetExceeded) and its bundle removed."""
     from qveil.bundle import load_bundle
+    from qveil.server import population as pop
+    from qveil.server.registry import open_registry
+    from qveil.server.release_ledger import record_release
 
     card = load_bundle(bundle, verify=True).card  # public + admin card (dataset_fingerprint)
-    with open_admin(url, actor="qveil train") as ctx:
-        out = record_release(ctx.ledger, card, actor="qveil train")
-    print(f"privacy {out.describe()} [{url}]")
+    with open_registry(url, actor="qveil train") as reg:
+        out = record_release(reg.ledger, card, actor="qveil train", population=population)
+        where = reg.url
+        rep = None if population is None else pop.report(reg, population)
+    if rep is None:
+        print(f"privacy {out.describe()} [{where}]")
+        return
+    print(
+        f"privacy: population {population} spent eps={rep['spent']['epsilon']:.6g} at "
+        f"delta={rep['spent']['delta']:.3g} of its budget eps={rep['budget']['epsilon']:g}; "
+        f"one more release may have eps <= {rep['remaining']['epsilon']:.6g} "
+        f"({len(rep['events'])} release(s); {rep['rule'].split(':')[0]}) [{where}]"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -167,6 +257,7 @@ def run(args: argparse.Namespace) -> int:
     cfg.validate()
     if cfg.sigma is None and cfg.epsilon is None:
         raise InvalidArgument("give --sigma S or --epsilon E (or set sigma/epsilon in the config)")
+    precheck_population(args, mode=cfg.mode, epsilon=cfg.epsilon, delta=cfg.delta)
     outcome = run_training(
         cfg, args.out, seed=args.seed, progress=not args.no_progress and sys.stderr.isatty()
     )
@@ -178,5 +269,5 @@ def run(args: argparse.Namespace) -> int:
         print("\n" + "!" * 78 + f"\n{warn}\n" + "!" * 78, file=sys.stderr)
     if not outcome.card["holds"]:
         print(f"warning: the guarantee does not hold: {outcome.card['reason']}", file=sys.stderr)
-    record_in_ledger(Path(args.out), args.ledger)
+    finish_release(Path(args.out), args)
     return 0

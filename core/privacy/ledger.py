@@ -26,14 +26,19 @@ from datetime import UTC, datetime
 from typing import Any
 
 from qveil.errors import BudgetExceeded, InvalidArgument
-from qveil.privacy.gaussian import gdp_epsilon
+from qveil.privacy.gaussian import gdp_epsilon, gdp_mu
 from qveil.privacy.params import MODES
 
 #: Modes a ledger event may have: Algorithm 1's and the fqi mode (one Gaussian mechanism).
 EVENT_MODES = (*MODES, "fqi")
 
 __all__ = [
+    "BASIC_FILTER",
     "BASIC_RULE",
+    "GAUSSIAN_FILTER",
+    "FilterState",
+    "filter_check",
+    "filter_state",
     "GAUSSIAN_RULE",
     "PrivacyEvent",
     "check_budget",
@@ -255,3 +260,108 @@ def verify_event(event: PrivacyEvent, *, rel_tol: float = 1e-9) -> Any:
                 f"accountant gives {want!r}"
             )
     return result
+
+
+#: The privacy filters a population's budget is enforced with (releases chosen adaptively).
+GAUSSIAN_FILTER = (
+    "Gaussian privacy filter: releases continue while sqrt(sum mu_i^2) <= mu_B, and the "
+    "population's data then has mu_B-GDP under fully adaptive composition (Smith & Thakurta "
+    "2022, Thm 1.1; Whitehouse, Ramdas, Rogers & Wu 2023); (eps_B, delta_B) from the GDP curve"
+)
+BASIC_FILTER = (
+    "basic privacy filter: releases continue while sum eps_i <= eps_B and sum delta_i <= "
+    "delta_B, valid for adaptively chosen releases (Rogers, Roth, Ullman & Vadhan 2016, Thm 3.6)"
+)
+
+
+@dataclass(frozen=True)
+class FilterState:
+    """A population's spending under its privacy filter (:func:`filter_state`)."""
+
+    rule: str
+    #: GDP parameter spent (Gaussian filter) and the most a budget allows, else None
+    mu_spent: float | None
+    mu_budget: float | None
+    #: the guarantee spent so far, stated at the budget's delta (Gaussian) or summed (basic)
+    spent: tuple[float, float]
+    budget: tuple[float, float]
+
+    @property
+    def mu_remaining(self) -> float | None:
+        if self.mu_spent is None or self.mu_budget is None:
+            return None
+        return math.sqrt(max(0.0, self.mu_budget**2 - self.mu_spent**2))
+
+    @property
+    def remaining(self) -> tuple[float, float]:
+        """(epsilon, delta) a single further release may still have: at the budget's delta,
+        the largest epsilon whose mu fits (Gaussian), or what the sums leave (basic)."""
+        if self.mu_remaining is not None:
+            mu = self.mu_remaining
+            eps = 0.0 if mu <= 0 else gdp_epsilon(delta=self.budget[1], mu=mu)
+            return eps, self.budget[1]
+        return (
+            max(0.0, self.budget[0] - self.spent[0]),
+            max(0.0, self.budget[1] - self.spent[1]),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rule": self.rule,
+            "mu_spent": self.mu_spent,
+            "mu_budget": self.mu_budget,
+            "mu_remaining": self.mu_remaining,
+            "spent": {"epsilon": self.spent[0], "delta": self.spent[1]},
+            "budget": {"epsilon": self.budget[0], "delta": self.budget[1]},
+            "remaining": {"epsilon": self.remaining[0], "delta": self.remaining[1]},
+        }
+
+
+def _gaussian(e: PrivacyEvent) -> bool:
+    """A pure Gaussian mechanism: a mu and no extra delta term (Lemma 8's)."""
+    return e.mu is not None and e.delta_mechanism is not None and e.delta <= e.delta_mechanism
+
+
+def filter_state(
+    events: Sequence[PrivacyEvent], *, budget_epsilon: float, budget_delta: float
+) -> FilterState:
+    """The spending of ``events`` under the population budget (eps_B, delta_B): the Gaussian
+    filter when every event is a pure Gaussian mechanism, else the basic filter."""
+    eps_b = _nonneg("budget epsilon", budget_epsilon)
+    d_b = _nonneg("budget delta", budget_delta, below_one=True)
+    evs = list(events)
+    if all(_gaussian(e) for e in evs) and eps_b > 0 and d_b > 0:
+        mu = math.sqrt(math.fsum(e.mu * e.mu for e in evs))  # type: ignore[operator]
+        spent = (0.0, 0.0) if mu == 0 else (gdp_epsilon(delta=d_b, mu=mu), d_b)
+        return FilterState(
+            GAUSSIAN_FILTER, mu, gdp_mu(epsilon=eps_b, delta=d_b), spent, (eps_b, d_b)
+        )
+    spent = (math.fsum(e.epsilon for e in evs), min(1.0, math.fsum(e.delta for e in evs)))
+    return FilterState(BASIC_FILTER, None, None, spent, (eps_b, d_b))
+
+
+def filter_check(
+    events: Sequence[PrivacyEvent],
+    new: PrivacyEvent,
+    *,
+    budget_epsilon: float,
+    budget_delta: float,
+) -> FilterState:
+    """The filter's state with ``new`` added, if the filter lets it through; else raises
+    :class:`qveil.errors.BudgetExceeded` (spent, requested, budget). Adaptive choice of the
+    releases is allowed: each filter's theorem covers it (:data:`GAUSSIAN_FILTER`,
+    :data:`BASIC_FILTER`)."""
+    before = filter_state(events, budget_epsilon=budget_epsilon, budget_delta=budget_delta)
+    after = filter_state([*events, new], budget_epsilon=budget_epsilon, budget_delta=budget_delta)
+    if after.mu_spent is not None and after.mu_budget is not None:
+        fits = after.mu_spent <= after.mu_budget * (1 + 1e-12)
+    else:
+        fits = after.spent[0] <= after.budget[0] * (1 + 1e-12) and after.spent[1] <= after.budget[1]
+    if not fits:
+        raise BudgetExceeded(
+            dataset_id=new.dataset_id,
+            spent=before.spent,
+            requested=(new.epsilon, new.delta),
+            cap=after.budget,
+        )
+    return after

@@ -184,13 +184,15 @@ class _ActionState:
     """The in-process copy of one (release, action): every committed point with seq <= hw,
     as a dict x -> g (exact look-ups) and a :class:`SortedPoints` index (neighbours)."""
 
-    __slots__ = ("values", "index", "hw", "head", "version", "broken")
+    __slots__ = ("values", "index", "hw", "head", "version", "broken", "published")
 
     def __init__(self, head: bytes) -> None:
         self.values: dict[float, float] = {}
         self.index = SortedPoints()
         self.hw = 0
         self.head = head
+        #: the highest seq whose chain head the witness has recorded (see ``set_witness``)
+        self.published = 0
         #: the backend's write-version token at which the copy was last known complete
         self.version: object | None = None
         #: why the stored log of this path was refused (a gap, a state stored twice); once
@@ -345,6 +347,8 @@ class SamplePathStore(ABC):
         #: group commit: a writer also stores the new states other threads queued meanwhile
         self.coalesce = True
         self._gc = _GroupCommit()
+        self._witness: Witness | None = None
+        self._witness_lock = threading.Lock()
 
     # -- backend hooks ----------------------------------------------------------------------
 
@@ -395,6 +399,20 @@ class SamplePathStore(ABC):
 
     @abstractmethod
     def _db_get_binding(self, release_id: str) -> ReleaseBinding | None: ...
+
+    @abstractmethod
+    def _db_meta(self, key: str) -> str | None:
+        """A value of the store's key-value metadata (``store_meta``), None when absent."""
+
+    @abstractmethod
+    def _db_set_meta(self, values: dict[str, str], *, only_if_absent: bool) -> None:
+        """Write metadata values in one transaction (insert, or also overwrite)."""
+
+    @abstractmethod
+    def _physical_identity(self) -> str:
+        """What this database physically is, which no byte copy, clone or restore into a new
+        file or database carries: a SQLite file's inode, a PostgreSQL cluster's system
+        identifier and database oid."""
 
     @abstractmethod
     def _db_insert_binding(self, binding: ReleaseBinding) -> bool:
@@ -511,6 +529,61 @@ class SamplePathStore(ABC):
                 "the same release id"
             )
         return old
+
+    # -- incarnation: which copy of the store is the live one --------------------------------
+
+    def incarnation(self) -> Incarnation:
+        """This store's incarnation: a random token drawn when the store was first opened
+        (rewritten only by an administrator's adoption), the physical identity recorded with
+        it, and the physical identity it has now. ``original`` is False for a byte copy, a
+        clone or a backup restored into a new file or database: that copy is a new
+        incarnation, which serves nothing until an administrator adopts it."""
+        self._check_open()
+        current = self._physical_identity()
+        token = self._db_meta(INCARNATION_KEY)
+        recorded = self._db_meta(PHYSICAL_KEY)
+        if token is None or recorded is None:  # first open since incarnations exist
+            self._db_set_meta(
+                {INCARNATION_KEY: uuid.uuid4().hex, PHYSICAL_KEY: current}, only_if_absent=True
+            )
+            token, recorded = self._db_meta(INCARNATION_KEY), self._db_meta(PHYSICAL_KEY)
+        assert token is not None and recorded is not None
+        return Incarnation(token=token, recorded=recorded, current=current)
+
+    def adopt_incarnation(self) -> Incarnation:
+        """Make this copy a new incarnation: a fresh token and its current physical identity.
+        Only ``qveil admin adopt-store`` calls this, after recording the adoption in the
+        registry (which then refuses every other incarnation of the store)."""
+        self._check_open()
+        self._db_set_meta(
+            {INCARNATION_KEY: uuid.uuid4().hex, PHYSICAL_KEY: self._physical_identity()},
+            only_if_absent=False,
+        )
+        return self.incarnation()
+
+    def set_witness(self, witness: Witness | None) -> None:
+        """Before any value with a seq above what ``witness`` last recorded for its path is
+        answered, ``witness(release_id, {path: (seq, head_hash_hex)})`` records the path's
+        chain head outside this store (the registry), so that a restored backup missing an
+        answered point is found behind. A witness that fails makes the call fail: nothing
+        is answered that the witness has not recorded."""
+        self._witness = witness
+
+    def _witnessed(self, release_id: str, paths: Sequence[int]) -> None:
+        """Publish the chain heads of ``paths`` that are ahead of the witness (no-op without
+        one, and for paths already published: an integer compare per path)."""
+        w = self._witness
+        if w is None:
+            return
+        sts = [(p, self._state(release_id, p)) for p in paths]
+        if all(st.hw <= st.published for _, st in sts):
+            return
+        with self._witness_lock:
+            heads = {p: (st.hw, st.head.hex()) for p, st in sts if st.hw > st.published}
+            if heads:
+                w(release_id, heads)
+                for p, st in sts:
+                    st.published = max(st.published, heads.get(p, (0, ""))[0])
 
     def set_release_status(self, release_id: str, status: str) -> ReleaseRecord:
         self._check_open()
@@ -647,6 +720,7 @@ class SamplePathStore(ABC):
             missing = [v for v in dict.fromkeys(xl) if get(v) is None]
             self._resolve(rel, {a: missing})
             out = [get(v) for v in xl]
+        self._witnessed(release_id, [a])
         return np.array(out, dtype=np.float64)
 
     def get_or_sample_actions(
@@ -699,6 +773,7 @@ class SamplePathStore(ABC):
                 wants[p] = miss
         if wants:
             self._resolve(rel, wants)
+        self._witnessed(rel.release_id, paths)
         out = []
         for st, xl in zip(sts, xls, strict=True):
             get = st.values.__getitem__
@@ -956,12 +1031,12 @@ class SamplePathStore(ABC):
             actions=tuple(results),
         )
 
-    def export(self, release_id: str, path: str) -> int:
+    def export(self, release_id: str, path: str, *, move_token: str | None = None) -> int:
         """Write the release and all its points as JSONL (see :mod:`.export`); returns rows."""
         from qveil.server.store.export import export_release
 
         self._check_open()
-        return export_release(self, release_id, path)
+        return export_release(self, release_id, path, move_token=move_token)
 
     def import_(self, path: str) -> ReleaseRecord:
         """Load a JSONL export, verifying counts, seqs and every chain link first."""
@@ -996,6 +1071,27 @@ class SamplePathStore(ABC):
         return f"<{type(self).__name__} {self._identity}>"
 
 
+INCARNATION_KEY = "incarnation"
+PHYSICAL_KEY = "physical_identity"
+
+#: ``witness(release_id, {path: (seq, head_hash_hex)})``: see :meth:`SamplePathStore.set_witness`.
+Witness = Callable[[str, dict[int, tuple[int, str]]], None]
+
+
+@dataclass(frozen=True)
+class Incarnation:
+    """Which copy of a store this is (:meth:`SamplePathStore.incarnation`)."""
+
+    token: str
+    recorded: str
+    current: str
+
+    @property
+    def original(self) -> bool:
+        """True when this is the file or database the token was recorded in."""
+        return self.recorded == self.current
+
+
 def new_identity(prefix: str) -> str:
     return f"{prefix}:{uuid.uuid4().hex}"
 
@@ -1004,6 +1100,8 @@ __all__ += [
     "QveilError",
     "Retry",
     "WriteTxn",
+    "Incarnation",
+    "Witness",
     "check_action",
     "check_status",
     "validate_betas",

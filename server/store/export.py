@@ -43,14 +43,21 @@ from qveil.server.store.integrity import verify_chain
 if TYPE_CHECKING:
     from qveil.server.store.base import SamplePathStore
 
-__all__ = ["FORMAT", "export_release", "import_release"]
+__all__ = ["FORMAT", "export_release", "import_release", "read_export_header"]
 
 FORMAT = "qveil.noise.v1"
 
 
-def export_release(store: SamplePathStore, release_id: str, path: str | os.PathLike[str]) -> int:
+def export_release(
+    store: SamplePathStore,
+    release_id: str,
+    path: str | os.PathLike[str],
+    *,
+    move_token: str | None = None,
+) -> int:
     """Write ``release_id`` to ``path`` (atomically: temp file + rename); returns point count.
-    The file is 0600 whatever the umask: it holds the release's stored noise."""
+    The file is 0600 whatever the umask: it holds the release's stored noise. ``move_token``
+    (the registry's single-use token of a move) goes into the header."""
     rec = store.get_release(release_id)
     bound = store.get_binding(release_id)
     dest = Path(path)
@@ -71,6 +78,8 @@ def export_release(store: SamplePathStore, release_id: str, path: str | os.PathL
             }
         )
         head = {"type": "release", "format": FORMAT, **rec.to_dict(), "binding": binding}
+        if move_token is not None:
+            head["move_token"] = move_token
         f.write(json.dumps(head) + "\n")
         for a, (seq, x, g, c, h) in store._db_iter_rows(release_id, None):
             # a d > 1 release (issue 16): path a is (action, coordinate) = divmod(a, dims)
@@ -101,6 +110,21 @@ def export_release(store: SamplePathStore, release_id: str, path: str | os.PathL
         os.fsync(f.fileno())
     os.replace(tmp, dest)
     return n
+
+
+def read_export_header(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The first line of an export (its release header), checked for the format tag."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            first = f.readline()
+        d = json.loads(first)
+    except OSError as exc:
+        raise InvalidArgument(f"cannot read export {path}: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise InvalidArgument(f"line 1: not JSON: {exc}") from None
+    if not isinstance(d, dict) or d.get("type") != "release" or d.get("format") != FORMAT:
+        raise InvalidArgument(f"line 1: not a {FORMAT} export (no release header)")
+    return d
 
 
 def _num(d: dict[str, Any], k: str, line: int) -> float:

@@ -33,6 +33,7 @@ class _MemData:
         self.rows: dict[tuple[str, int], list[Row]] = {}
         self.bindings: dict[str, ReleaseBinding] = {}
         self.store_id = uuid.uuid4().hex  # volatile like the rest: a new store per process
+        self.meta: dict[str, str] = {}
 
 
 _NAMED: dict[str, _MemData] = {}
@@ -153,6 +154,18 @@ class MemoryStore(SamplePathStore):
 
     def _db_get_binding(self, release_id: str) -> ReleaseBinding | None:
         return self._data.bindings.get(release_id)
+
+    def _db_meta(self, key: str) -> str | None:
+        return self._data.meta.get(key)
+
+    def _db_set_meta(self, values: dict[str, str], *, only_if_absent: bool) -> None:
+        with self._data.lock:
+            for k, v in values.items():
+                if not only_if_absent or k not in self._data.meta:
+                    self._data.meta[k] = v
+
+    def _physical_identity(self) -> str:
+        return f"memory:{self._data.store_id}"  # one process's data: never copied
 
     def _db_insert_binding(self, binding: ReleaseBinding) -> bool:
         with self._data.lock:

@@ -705,6 +705,40 @@ class SQLStore(SamplePathStore):
                 + "; nothing was read or written"
             )
 
+    def _db_meta(self, key: str) -> str | None:
+        q = select(META.c.value).where(META.c.key == key)
+        got = self._read_call("read the store metadata", lambda c: c.execute(q).scalar())
+        return None if got is None else str(got)
+
+    def _db_set_meta(self, values: dict[str, str], *, only_if_absent: bool) -> None:
+        ins: Any = sqlite_insert if self.backend == "sqlite" else pg_insert
+        with self._write("write the store metadata") as conn:
+            for k, v in values.items():
+                stmt = ins(META).values(key=k, value=v)
+                conn.execute(
+                    stmt.on_conflict_do_nothing()
+                    if only_if_absent
+                    else stmt.on_conflict_do_update(index_elements=[META.c.key], set_={"value": v})
+                )
+
+    def _physical_identity(self) -> str:
+        if self.backend == "sqlite":
+            db = self._url.database or ""
+            path = db[len("file:") :] if db.startswith("file:") else db
+            try:
+                return f"sqlite-inode:{os.stat(path).st_ino}"
+            except OSError as exc:
+                raise Unavailable(f"cannot stat the store file {path}: {exc.strerror}") from None
+
+        def read(c: sa.Connection) -> str:
+            sysid = c.execute(sa.text("SELECT system_identifier FROM pg_control_system()"))
+            oid = c.execute(
+                sa.text("SELECT oid FROM pg_database WHERE datname = current_database()")
+            )
+            return f"postgresql:{sysid.scalar_one()}:{oid.scalar_one()}"
+
+        return str(self._read_call("read the database identity", read))
+
     def _db_get_binding(self, release_id: str) -> ReleaseBinding | None:
         row = self._read_call(
             "read a release binding",

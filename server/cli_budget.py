@@ -1,0 +1,82 @@
+"""``qveil budget create NAME --epsilon E --delta D`` / ``qveil budget show [NAME]``
+
+A population (the people whose data releases use) is declared once with one budget in the
+registry (``--registry URL``, else ``QVEIL_REGISTRY``, else ``$QVEIL_HOME/registry.sqlite``).
+Every ``qveil train --population NAME`` is recorded against it, whatever its output
+directory, and refused before any data is read when the population's privacy filter would
+not let it through. ``show`` prints the budget, what is spent, what one more release may
+still have, every release with its time, and with ``--plot PNG`` the spending over time.
+Exit codes: 0 done, 2 refused (message on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(sub: Any) -> argparse.ArgumentParser:
+    p = sub.add_parser(
+        "budget",
+        help="declare a population's privacy budget, or show its spending",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ops = p.add_subparsers(dest="budget_command", metavar="OP", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--registry", metavar="URL", help="the registry (default above)")
+    common.add_argument("--json", action="store_true", help="machine-readable output")
+    c = ops.add_parser("create", parents=[common], help="declare a population and its budget")
+    c.add_argument("name", metavar="NAME")
+    c.add_argument("--epsilon", type=float, required=True, help="the population's epsilon")
+    c.add_argument("--delta", type=float, required=True, help="the population's delta")
+    s = ops.add_parser("show", parents=[common], help="budget, spending and releases")
+    s.add_argument("name", metavar="NAME", nargs="?", help="one population (default: all)")
+    s.add_argument("--plot", metavar="PNG", help="with NAME: plot spending over time")
+    p.set_defaults(func=run)
+    return p  # type: ignore[no-any-return]
+
+
+def _text(rep: dict[str, Any]) -> str:
+    lines = [
+        f"population {rep['population']} (declared {rep['declared_at']} by {rep['declared_by']})",
+        f"  budget:    eps={rep['budget']['epsilon']:g} delta={rep['budget']['delta']:g}",
+        f"  spent:     eps={rep['spent']['epsilon']:.6g} at delta={rep['spent']['delta']:.3g}"
+        + (f" (mu={rep['mu_spent']:.6g} of {rep['mu_budget']:.6g})" if rep["mu_budget"] else ""),
+        f"  remaining: one more release may have eps <= {rep['remaining']['epsilon']:.6g} "
+        f"at delta={rep['remaining']['delta']:.3g}",
+        f"  rule:      {rep['rule']}",
+        f"  releases:  {len(rep['events'])}",
+    ]
+    for e in rep["events"]:
+        lines.append(
+            f"    {e['at']}  {e['release_id']}  {e['mode']}  eps={e['epsilon']:.6g} "
+            f"delta={e['delta']:.3g}"
+        )
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    from qveil.errors import InvalidArgument
+    from qveil.server import population
+    from qveil.server.registry import open_registry
+
+    with open_registry(args.registry) as reg:
+        if args.budget_command == "create":
+            reps = [population.create(reg, args.name, epsilon=args.epsilon, delta=args.delta)]
+        elif args.name:
+            reps = [population.report(reg, args.name)]
+            if args.plot:
+                population.plot_spending(reps[0], args.plot)
+        else:
+            if args.plot:
+                raise InvalidArgument("--plot needs a population NAME")
+            reps = [population.report(reg, n) for n in reg.ledger.datasets() if reg.ledger.cap(n)]
+    if args.json:
+        print(json.dumps(reps if not args.name else reps[0], indent=2, sort_keys=True))
+    else:
+        print("\n\n".join(_text(r) for r in reps) if reps else "(no populations declared)")
+    return 0

@@ -1,0 +1,150 @@
+"""Populations: the people whose data releases use, each declared once with one budget.
+
+A population is a name in the registry's ledger (:mod:`qveil.server.registry`) with a budget
+(epsilon_B, delta_B), kept as the ledger's cap history (append-only, hash-chained). Every
+release trained on the population's data (``qveil train --population NAME``, retrains, private
+evaluations) is one event in that ledger, whatever directory its bundle goes to, and a
+release the population's privacy filter does not let through is refused before any data is
+read (``qveil.privacy.filter_check``: the Gaussian filter for Gaussian mechanisms, valid when
+each release is chosen after seeing the earlier ones). Datasets that share people (a superset,
+a resample, a second export) name the same population and so share its budget.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from qveil.errors import BudgetExceeded, FailedPrecondition, InvalidArgument, echo
+from qveil.privacy.ledger import PrivacyEvent, filter_check, filter_state
+
+__all__ = ["create", "precheck", "report", "plot_spending", "validate_name"]
+
+MAX_NAME = 200
+
+
+def validate_name(name: Any) -> str:
+    """A population name: 1-200 printable characters, no leading or trailing space."""
+    if not isinstance(name, str) or not name or name != name.strip() or len(name) > MAX_NAME:
+        raise InvalidArgument(
+            f"a population name is 1-{MAX_NAME} characters without surrounding spaces, got "
+            f"{echo(str(name))}"
+        )
+    if not name.isprintable():
+        raise InvalidArgument(f"population name {echo(name)} has unprintable characters")
+    return name
+
+
+def create(registry: Any, name: str, *, epsilon: float, delta: float) -> dict[str, Any]:
+    """Declare a population with its budget, once (a second declaration is refused: a budget
+    that could be raised later would not bound anything)."""
+    validate_name(name)
+    for what, v in (("epsilon", epsilon), ("delta", delta)):
+        if not (isinstance(v, int | float) and math.isfinite(v)):
+            raise InvalidArgument(f"--{what} must be a finite number, got {v!r}")
+    if not epsilon > 0 or not 0 < delta < 1:
+        raise InvalidArgument(
+            f"a budget needs epsilon > 0 and 0 < delta < 1, got {epsilon}, {delta}"
+        )
+    if registry.ledger.cap(name) is not None:
+        raise FailedPrecondition(
+            f"population {echo(name)} is declared already (a population has one budget): "
+            f"qveil budget show {name}"
+        )
+    registry.ledger.set_cap(name, cap_epsilon=epsilon, cap_delta=delta, actor=registry.actor)
+    return report(registry, name)
+
+
+def report(registry: Any, name: str) -> dict[str, Any]:
+    """Budget, spending under the filter, what one more release may still have, and every
+    event with its time (NotFound-like FailedPrecondition for an undeclared population)."""
+    validate_name(name)
+    cap = registry.ledger.cap(name)
+    if cap is None:
+        raise FailedPrecondition(
+            f"population {echo(name)} is not declared: qveil budget create {name} "
+            "--epsilon EPS --delta DELTA"
+        )
+    entries = registry.ledger.entries(name)
+    state = filter_state(
+        [e.event for e in entries], budget_epsilon=cap.epsilon, budget_delta=cap.delta
+    )
+    return {
+        "population": name,
+        "registry": registry.url,
+        "declared_at": cap.created_at,
+        "declared_by": cap.actor,
+        **state.to_dict(),
+        "events": [
+            {
+                "release_id": e.release_id,
+                "at": e.created_at,
+                "mode": e.event.mode,
+                "epsilon": e.event.epsilon,
+                "delta": e.event.delta,
+                "mu": e.event.mu,
+            }
+            for e in entries
+        ],
+    }
+
+
+def precheck(registry: Any, name: str, event: PrivacyEvent) -> dict[str, Any]:
+    """Refuse (BudgetExceeded / FailedPrecondition, nothing written) a planned release the
+    population's filter would not let through; run before any private data is read. Returns
+    the filter's state with the release added."""
+    validate_name(name)
+    cap = registry.ledger.cap(name)
+    if cap is None:
+        raise FailedPrecondition(
+            f"population {echo(name)} has no budget: declare it once with qveil budget create "
+            f"{name} --epsilon EPS --delta DELTA"
+        )
+    events = [e.event for e in registry.ledger.entries(name)]
+    try:
+        return filter_check(
+            events, event, budget_epsilon=cap.epsilon, budget_delta=cap.delta
+        ).to_dict()
+    except BudgetExceeded:
+        raise
+
+
+def plot_spending(rep: dict[str, Any], png: str | Path) -> None:
+    """Spending over time: the filter's spent epsilon (at the budget's delta) after each
+    release, against the budget line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from datetime import datetime
+
+    import matplotlib.pyplot as plt
+
+    from qveil.privacy.ledger import PrivacyEvent as _E  # noqa: F401 - typing only
+
+    budget_eps, budget_delta = rep["budget"]["epsilon"], rep["budget"]["delta"]
+    times, spent = [], []
+    mu2 = 0.0
+    eps_sum = 0.0
+    for e in rep["events"]:
+        times.append(datetime.fromisoformat(e["at"]))
+        if rep["mu_budget"] is not None and e["mu"] is not None:
+            from qveil.privacy.gaussian import gdp_epsilon
+
+            mu2 += float(e["mu"]) ** 2
+            spent.append(gdp_epsilon(delta=budget_delta, mu=math.sqrt(mu2)))
+        else:
+            eps_sum += float(e["epsilon"])
+            spent.append(eps_sum)
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    if times:
+        ax.step(times, spent, where="post", marker="o", label="spent (filter)")
+    ax.axhline(budget_eps, color="tab:red", linestyle="--", label=f"budget eps={budget_eps:g}")
+    ax.set_title(f"population {rep['population']}: privacy spent (delta={budget_delta:g})")
+    ax.set_ylabel("epsilon")
+    ax.set_ylim(0, budget_eps * 1.15)
+    ax.legend(loc="lower right")
+    fig.autofmt_xdate()
+    fig.tight_layout()
+    fig.savefig(png, dpi=100)
+    plt.close(fig)

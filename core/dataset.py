@@ -45,6 +45,8 @@ from qveil.errors import InvalidArgument, NotFound
 __all__ = [
     "Dataset",
     "FORMAT",
+    "check_population_name",
+    "declared_population",
     "load_dataset",
     "load_npz",
     "save_dataset",
@@ -96,6 +98,10 @@ class Dataset:
     #: neighbour relation), not one user's own reward. fqi training accepts the ``reward``
     #: relation only for a dataset that declares it (docs/privacy.md, "The fqi mode").
     rewards_are_population_averages: bool = False
+    #: Declared by whoever made the data: the population (the people behind these rows) whose
+    #: one privacy budget every release trained on them is charged to (``qveil budget``).
+    #: Files that share people (a superset, a resample) declare the same name.
+    population: str | None = None
     # derived values (fingerprint, user count), computed once: the arrays are read-only
     _cache: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -120,6 +126,8 @@ class Dataset:
             "rewards_are_population_averages",
             _declared_flag("rewards_are_population_averages", self.rewards_are_population_averages),
         )
+        if self.population is not None:
+            object.__setattr__(self, "population", check_population_name(self.population))
         if self.env_id is not None:
             if not isinstance(self.env_id, str):
                 raise InvalidArgument(f"env_id must be a string or None, got {_echo(self.env_id)}")
@@ -166,8 +174,8 @@ class Dataset:
         bytes, little-endian and C-ordered, in a fixed order. It depends on the content only,
         not on the file it came from: a ``[n]`` state file and its ``[n, 1]`` twin, or an
         ``.npz`` and its Minari copy, have the same fingerprint. The privacy ledger keys fqi
-        releases on it. ``rewards_are_population_averages`` is a declaration about the data,
-        not data: it is left out, so declaring it does not make a new dataset for the ledger.
+        releases on it. ``rewards_are_population_averages`` and ``population`` are
+        declarations about the data, not data: they are left out.
         """
         if "fingerprint" not in self._cache:
             header = {
@@ -199,7 +207,7 @@ class Dataset:
         Keys: ``users``, ``samples``, ``d``, ``n_actions``, ``actions`` (count per action),
         ``reward_range`` (declared [lo, hi]), ``reward_observed`` ([min, max] of r),
         ``terminals`` (rows with terminal), ``samples_per_user`` ({min, max}), ``env_id``,
-        ``rewards_are_population_averages``, ``fingerprint``.
+        ``rewards_are_population_averages``, ``population``, ``fingerprint``.
         """
         _, per_user = np.unique(self.user, return_counts=True)
         return {
@@ -214,11 +222,49 @@ class Dataset:
             "samples_per_user": {"min": int(per_user.min()), "max": int(per_user.max())},
             "env_id": self.env_id,
             "rewards_are_population_averages": self.rewards_are_population_averages,
+            "population": self.population,
             "fingerprint": self.fingerprint(),
         }
 
 
 # -- validation ----------------------------------------------------------------------------
+
+
+def check_population_name(name: object) -> str:
+    """A population name: 1 to 200 printable characters without surrounding spaces."""
+    if (
+        not isinstance(name, str)
+        or not name
+        or name != name.strip()
+        or len(name) > 200
+        or not name.isprintable()
+    ):
+        raise InvalidArgument(
+            "a population name is 1 to 200 printable characters without surrounding spaces, "
+            f"got {_echo(name)}"
+        )
+    return name
+
+
+def declared_population(path: str | os.PathLike[str]) -> str | None:
+    """The population a dataset file declares, read from its metadata alone (no private
+    rows are read: an ``.npz`` member or the Minari metadata); None when it declares none."""
+    if _kind(path) == "npz":
+        p = Path(os.fspath(path))
+        if not p.is_file():
+            raise NotFound(f"dataset file {_echo(str(p))} does not exist")
+        try:
+            with np.load(p, allow_pickle=False) as z:
+                if "population" not in z.files:
+                    return None
+                return check_population_name(_scalar("population", z["population"], "U"))
+        except (OSError, ValueError, EOFError) as exc:
+            raise InvalidArgument(
+                f"{_echo(str(p))} is not a readable .npz dataset: {str(exc)[:ECHO]}"
+            ) from None
+    from qveil.dataset_minari import declared_minari_population
+
+    return declared_minari_population(path)
 
 
 def _declared_flag(name: str, value: object) -> bool:
@@ -446,7 +492,8 @@ def save_npz(ds: Dataset, path: str | os.PathLike[str]) -> None:
     [n, d], ``terminal`` bool [n], and the metadata as 0-d arrays: ``format`` (str,
     ``"qveil-dataset/1"``), ``n_actions`` (int64), ``reward_low`` and ``reward_high`` (float64,
     the declared range), ``env_id`` (str; absent when unknown) and
-    ``rewards_are_population_averages`` (bool; written only when True, absent means False).
+    ``rewards_are_population_averages`` (bool; written only when True, absent means False)
+    and ``population`` (str; the declared population, absent when none).
     Readers accept ``s``/``s2`` of shape [n] for d = 1 and no ``format`` key (files written by
     other tools).
     """
@@ -465,6 +512,8 @@ def save_npz(ds: Dataset, path: str | os.PathLike[str]) -> None:
         meta["env_id"] = np.array(ds.env_id)
     if ds.rewards_are_population_averages:
         meta["rewards_are_population_averages"] = np.array(True)
+    if ds.population is not None:
+        meta["population"] = np.array(ds.population)
     tmp = out.parent / f".{out.name}.tmp-{uuid.uuid4().hex[:8]}"
     try:
         with open(tmp, "wb") as fh:
@@ -532,6 +581,7 @@ def load_npz(
     rr = _resolve_range(declared, reward_range, where=str(p))
     env_id = _scalar("env_id", data["env_id"], "U") if "env_id" in data else None
     averages = data.get("rewards_are_population_averages", np.array(False))
+    population = _scalar("population", data["population"], "U") if "population" in data else None
     return Dataset(
         user=data["user"],
         s=data["s"],
@@ -543,6 +593,7 @@ def load_npz(
         reward_range=rr,
         env_id=env_id,
         rewards_are_population_averages=averages,
+        population=population,
     )
 
 

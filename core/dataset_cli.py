@@ -2,9 +2,9 @@
 
   qveil dataset collect --env ENV_ID --users N --seed S --out PATH
                         [--episodes-per-user K] [--reward-range LO,HI] [--force]
-                        [--rewards-are-population-averages]
+                        [--rewards-are-population-averages] [--population NAME]
   qveil dataset info PATH [--reward-range LO,HI] [--json]
-  qveil dataset convert SRC DST [--reward-range LO,HI]
+  qveil dataset convert SRC DST [--reward-range LO,HI] [--population NAME]
 
 PATH is ``FILE.npz`` (the plain format), a Minari dataset directory ``.../NAME-vN``, or
 ``minari:DATASET_ID`` under ``$MINARI_DATASETS_PATH`` (docs/datasets.md). ``collect`` runs
@@ -82,6 +82,13 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         "for one user's own rewards). fqi trains with --neighbour reward only on datasets "
         "that declare it",
     )
+    c.add_argument(
+        "--population",
+        metavar="NAME",
+        help="declare the population these users belong to: every release trained on the "
+        "file is charged to its budget (qveil budget create NAME ...); files that share people "
+        "declare the same name",
+    )
     c.add_argument("--force", action="store_true", help="replace an existing .npz file")
     c.add_argument("--no-progress", action="store_true", help="no progress bar")
     c.set_defaults(func=run_collect)
@@ -96,6 +103,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     v.add_argument("src", metavar="SRC")
     v.add_argument("dst", metavar="DST")
     v.add_argument("--reward-range", metavar="LO,HI", help="for sources that declare none")
+    v.add_argument(
+        "--population", metavar="NAME", help="declare (or keep) the population of the users"
+    )
     v.set_defaults(func=run_convert)
     return p
 
@@ -146,6 +156,8 @@ def run_collect(args: argparse.Namespace) -> int:
     )
     if args.rewards_are_population_averages:
         ds = dataclasses.replace(ds, rewards_are_population_averages=True)
+    if args.population is not None:
+        ds = dataclasses.replace(ds, population=args.population)
     save_dataset(ds, args.out)
     s = ds.summary()
     print(
@@ -176,6 +188,7 @@ def format_summary(s: dict[str, Any], path: str) -> str:
             if s.get("rewards_are_population_averages")
             else "not declared population averages (fqi refuses the reward relation)",
         ),
+        ("population", s.get("population") or "(not declared: qveil train needs --population)"),
         ("fingerprint", s["fingerprint"]),
     ]
     return "\n".join(f"{k:<12} {v}" for k, v in lines)
@@ -194,6 +207,13 @@ def run_info(args: argparse.Namespace) -> int:
 def run_convert(args: argparse.Namespace) -> int:
     _check_out(args.dst, force=False)
     ds = load_dataset(args.src, reward_range=parse_reward_range(args.reward_range))
+    if args.population is not None:
+        if ds.population is not None and ds.population != args.population:
+            raise InvalidArgument(
+                f"{_echo(str(args.src))} declares population {_echo(ds.population)}; a file's "
+                "people do not change population (write a new dataset for another population)"
+            )
+        ds = dataclasses.replace(ds, population=args.population)
     save_dataset(ds, args.dst)
     print(f"wrote {args.dst}: {ds.n} samples, {ds.users} users, {ds.fingerprint()}")
     return 0

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from qveil.dataset import FORMAT, Dataset, _echo, _resolve_range
+from qveil.dataset import FORMAT, Dataset, _echo, _resolve_range, check_population_name
 from qveil.errors import FailedPrecondition, IntegrityError, InvalidArgument, NotFound
 
 __all__ = ["load_minari", "resolve_location", "save_minari"]
@@ -88,6 +88,30 @@ def _data_dir(directory: Path) -> Path:
         f"no Minari dataset at {_echo(str(directory))} (no data/metadata.json; "
         "nothing is downloaded)"
     )
+
+
+def declared_minari_population(location: str | os.PathLike[str]) -> str | None:
+    """The population a Minari dataset declares (its qveil metadata alone; no episodes are
+    read), or None."""
+    _minari()
+    from minari.dataset.minari_storage import MinariStorage
+
+    directory, _ = (
+        resolve_location(location)
+        if os.fspath(location).startswith("minari:")
+        else (Path(os.fspath(location)), "")
+    )
+    data = _data_dir(directory)
+    try:
+        meta = MinariStorage.read_raw_metadata(data)
+    except Exception as exc:  # Minari raises ValueError/AssertionError/KeyError on bad files
+        reason = str(exc).replace(str(data), "<path>")[:160]
+        raise InvalidArgument(
+            f"{_echo(str(directory))} is not a readable Minari dataset: {reason}"
+        ) from None
+    qmeta = meta.get("qveil") if isinstance(meta.get("qveil"), dict) else {}
+    name = qmeta.get("population")
+    return None if name is None else check_population_name(name)
 
 
 def load_minari(
@@ -177,6 +201,7 @@ def load_minari(
         reward_range=rr,
         env_id=env_id if isinstance(env_id, str) and env_id else None,
         rewards_are_population_averages=qmeta.get("rewards_are_population_averages", False),
+        population=qmeta.get("population"),
     )
     stored = qmeta.get("fingerprint")
     if stored is not None and stored != ds.fingerprint():
@@ -272,6 +297,7 @@ def save_minari(ds: Dataset, location: str | os.PathLike[str]) -> None:
                     "reward_range": [float(ds.reward_range[0]), float(ds.reward_range[1])],
                     "env_id": ds.env_id,
                     "rewards_are_population_averages": ds.rewards_are_population_averages,
+                    "population": ds.population,
                     "fingerprint": ds.fingerprint(),
                 },
             }

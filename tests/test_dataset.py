@@ -351,6 +351,34 @@ def test_population_averages_declaration_of_the_wrong_type_in_a_file_is_refused(
         load_dataset(tmp_path / "d.npz")
 
 
+# -- the declared population ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", [None, "clinic-2026"])
+def test_declared_population_round_trips_and_is_read_from_metadata_alone(
+    tmp_path: Path, name: str | None
+) -> None:
+    """npz and Minari keep the declaration; ``declared_population`` reads it without the rows;
+    it is not in the fingerprint (a declaration, not data)."""
+    from qveil.dataset import declared_population
+
+    ds = _ds(env_id=LW, population=name)
+    assert ds.fingerprint() == _ds(env_id=LW).fingerprint()
+    assert ds.summary()["population"] == name
+    save_dataset(ds, tmp_path / "d.npz")
+    assert declared_population(tmp_path / "d.npz") == name
+    assert load_dataset(tmp_path / "d.npz").population == name
+    save_dataset(ds, tmp_path / "d-v0")
+    assert declared_population(tmp_path / "d-v0") == name
+    assert load_dataset(tmp_path / "d-v0").population == name
+
+
+@pytest.mark.parametrize("bad", ["", " x", "x ", "a\nb", "p" * 201, 3])
+def test_a_bad_population_name_is_refused(bad: object) -> None:
+    with pytest.raises(InvalidArgument, match="population name"):
+        _ds(population=bad)
+
+
 # -- Minari --------------------------------------------------------------------------------
 
 
@@ -563,7 +591,7 @@ def test_public_surface() -> None:
     fields = [f for f in Dataset.__dataclass_fields__ if not f.startswith("_")]
     assert fields == [
         "user", "s", "a", "r", "s2", "terminal", "n_actions", "reward_range", "env_id",
-        "rewards_are_population_averages",
+        "rewards_are_population_averages", "population",
     ]  # fmt: skip
 
 

@@ -102,3 +102,23 @@ def test_the_fourth_release_in_another_directory_is_refused_before_reading_data(
     assert "privacy budget" in r.stderr and "no-such-dataset" not in r.stderr, r.stderr
     assert not out.parent.exists()
     assert len(_show("clinic")["events"]) == 3
+
+
+def test_a_dataset_declares_its_population(tmp_path: Path) -> None:
+    """`qveil dataset collect --population NAME` declares it in the file (shown by `info`);
+    `qveil train` without --population charges it; a different --population is refused."""
+    data = tmp_path / "declared.npz"
+    r = qveil("dataset", "collect", "--env", "qveil/LineWalk-v0", "--users", "60", "--seed",
+              "6", "--out", str(data), "--no-progress", "--population", "clinic")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "clinic" in qveil("dataset", "info", str(data)).stdout
+    assert qveil("budget", "create", "clinic", "--epsilon", "5", "--delta", "1e-5").returncode == 0
+    r = qveil("train", "--mode", "fqi", "--dataset", str(data), "--config", CONFIG,
+              "--epsilon", "1", "--delta", "1e-5", "--force",
+              "--out", str(tmp_path / "a"))  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert len(_show("clinic")["events"]) == 1
+    assert qveil("budget", "create", "other", "--epsilon", "5", "--delta", "1e-5").returncode == 0
+    r = _train(data, tmp_path / "b", "other")
+    assert r.returncode == 2 and "declares population 'clinic'" in r.stderr, r.stderr
+    assert not (tmp_path / "b").exists() and _show("other")["events"] == []

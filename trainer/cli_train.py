@@ -127,8 +127,18 @@ def run_fqi(args: argparse.Namespace) -> int:
             "declared reward range"
         )
     cfg = cfg.replace(**changes)
+    if not args.population:  # the population the dataset declares (its metadata alone)
+        from qveil.dataset import declared_population
+
+        args.population = declared_population(args.dataset)
     precheck_population(args, mode="fqi", epsilon=cfg.epsilon, delta=cfg.delta)
-    outcome = train_fqi(cfg, load_dataset(args.dataset), args.out, force=args.force)
+    ds = load_dataset(args.dataset)
+    if ds.population is not None and ds.population != args.population:
+        raise InvalidArgument(
+            f"the dataset declares population {ds.population!r:.80}, not "
+            f"{args.population!r:.80}: a release is charged to the population of its users"
+        )
+    outcome = train_fqi(cfg, ds, args.out, force=args.force)
     print(summary(outcome))
     if outcome.warning:
         print(f"WARNING: {outcome.warning}", file=sys.stderr)
@@ -152,8 +162,9 @@ def precheck_population(
 
     if not args.population:
         raise InvalidArgument(
-            "name the population whose data this release uses: --population NAME (declare it "
-            "once: qveil budget create NAME --epsilon E --delta D)"
+            "name the population whose data this release uses: --population NAME, or a "
+            "dataset that declares it (qveil dataset collect|convert --population NAME); "
+            "declare it once: qveil budget create NAME --epsilon E --delta D"
         )
     name = population.validate_name(args.population)
     with open_registry(args.registry or args.ledger, actor="qveil train") as reg:

@@ -552,6 +552,7 @@ def service_report(
     action: int | None = None,
     actor: str = "server (auditor role)",
     record: bool = True,
+    registry: Any = None,
 ) -> Any:
     """The AuditService's GetStatisticalReport: :func:`audit_store` of one release (the same
     report as ``qveil audit --release ID``, in ``report``), with the per-action normality
@@ -566,8 +567,15 @@ def service_report(
         if hasattr(url, "render_as_string")
         else str(url or "")
     )
+    witnessed = None if registry is None else anchors_from_registry(registry, [release_id])
     rep = audit_store(
-        store, db, release_id=release_id, record=record, actor=actor, store_label=label
+        store,
+        db,
+        release_id=release_id,
+        record=record,
+        actor=actor,
+        store_label=label,
+        witness_anchors=witnessed,
     )
     ra = rep.releases[0]
     out = []

@@ -775,7 +775,9 @@ class Handlers:
         from qveil.server.audit import service_report  # issue 7
 
         rec = self._audit_release(release_id, action)
-        return service_report(self.store, str(rec.release_id), action=action)
+        return service_report(
+            self.store, str(rec.release_id), action=action, registry=self.registry
+        )
 
 
 def new_executor(workers: int) -> ThreadPoolExecutor:

@@ -59,6 +59,8 @@ from qveil.errors import InvalidArgument
 from qveil.fqi import NEIGHBOURS, q_range
 
 __all__ = [
+    "ANCHOR_LAYOUTS",
+    "Anchors",
     "AveragingOperator",
     "KernelFQIOperators",
     "KernelFQIResult",
@@ -93,7 +95,16 @@ class KernelFQISpec:
     betas: tuple[float, ...]
     """beta_j of the noise kernel (unit coordinates), one per coordinate: also the RKHS of L."""
     anchor_points: int = 6
-    """G: anchors per coordinate (K = G^d anchors of equation 1, the KRR's fit points)."""
+    """G: anchors per coordinate of the ``grid`` layout (K = G^d)."""
+    anchors: str = "grid"
+    """The public anchor layout (equation 1's anchors, the KRR's fit points): ``grid`` (the
+    G^d product grid; next states multilinearly interpolated), or ``sobol`` (``anchor_count``
+    scrambled Sobol points of a fixed public seed; samples and next states reach their
+    ``neighbours`` nearest anchors). Only ``sobol`` has a size independent of d."""
+    anchor_count: int = 4096
+    """K of the ``sobol`` layout."""
+    neighbours: int = 16
+    """k of the ``sobol`` layout: anchors each sample and each next state reaches."""
     bandwidth: float = 0.12
     """h: NW bandwidth in unit coordinates (every coordinate)."""
     kernel_radius: float = 2.0
@@ -128,7 +139,19 @@ class KernelFQISpec:
             raise InvalidArgument(
                 f"neighbour must be one of {', '.join(NEIGHBOURS)}, got {self.neighbour!r:.80}"
             )
-        if self.anchor_points ** len(b) > 2_000_000:
+        if self.anchors not in ANCHOR_LAYOUTS:
+            raise InvalidArgument(
+                f"anchors must be one of {', '.join(ANCHOR_LAYOUTS)}, got {self.anchors!r:.80}"
+            )
+        for name in ("anchor_count", "neighbours"):
+            v = getattr(self, name)
+            if int(v) != v or v < 1:
+                raise InvalidArgument(f"{name} must be an integer >= 1, got {v!r}")
+        if self.anchors == "sobol" and not self.neighbours <= self.anchor_count <= 2_000_000:
+            raise InvalidArgument(
+                f"anchor_count must lie in [neighbours, 2e6], got {self.anchor_count}"
+            )
+        if self.anchors == "grid" and self.anchor_points ** len(b) > 2_000_000:
             raise InvalidArgument(
                 f"anchor_points^d = {self.anchor_points}^{len(b)} anchors is too many "
                 "(at most 2e6): lower anchor_points"
@@ -155,6 +178,82 @@ class KernelFQISpec:
     def kappa(self) -> float:
         """1 / (4 lam): the subspace-KRR bound (docs/privacy.md 2.6)."""
         return 1.0 / (4.0 * self.lam)
+
+    @property
+    def anchor_total(self) -> int:
+        """K, the number of anchors."""
+        return int(self.anchor_points**self.dims if self.anchors == "grid" else self.anchor_count)
+
+
+#: The public anchor layouts of :class:`KernelFQISpec`.
+ANCHOR_LAYOUTS = ("grid", "sobol")
+#: The seed of the Sobol scrambling: public and fixed, so the anchors are a public constant.
+SOBOL_SEED = 20261125
+
+
+class Anchors:
+    """A public anchor set in [0, 1]^d and the two ways samples reach it (equation 1):
+    :meth:`pairs`, the NW kernel's (sample, anchor, weight) triples, and :meth:`interp`, a
+    convex combination of anchors at each next state. ``grid``: the G^d product grid (every
+    anchor within the kernel's radius; multilinear interpolation). ``sobol``: K scrambled
+    Sobol points; a sample reaches its k nearest anchors within the radius, a next state is
+    the Gaussian-weighted average of its k nearest anchors: O(samples x k) pairs whatever d."""
+
+    def __init__(self, spec: KernelFQISpec) -> None:
+        self.layout = spec.anchors
+        self.dims = spec.dims
+        if spec.anchors == "grid":
+            self.g = int(spec.anchor_points)
+            self.points = anchor_grid(self.g, self.dims)
+            half = int(math.floor(spec.kernel_radius * spec.bandwidth * (self.g - 1) + 0.5))
+            self.per_sample = (2 * half + 1) ** self.dims
+        else:
+            from scipy.spatial import cKDTree
+            from scipy.stats import qmc
+
+            sob = qmc.Sobol(self.dims, scramble=True, seed=SOBOL_SEED)
+            m = int(math.log2(spec.anchor_count))
+            pts = (
+                sob.random_base2(m) if 2**m == spec.anchor_count else sob.random(spec.anchor_count)
+            )
+            self.points = np.asarray(pts, dtype=np.float64)
+            self.tree = cKDTree(self.points)
+            self.k = int(spec.neighbours)
+            self.per_sample = self.k
+        self.h = float(spec.bandwidth)
+        self.radius = float(spec.kernel_radius)
+
+    @property
+    def count(self) -> int:
+        return int(len(self.points))
+
+    def pairs(self, x: FloatArray) -> tuple[IntArray, IntArray, FloatArray]:
+        """The non-zero (sample, anchor, weight) triples of the truncated product Gaussian
+        kernel exp(-|z - s|^2 / (2 h^2)) 1{|z_j - s_j| <= R h for all j}."""
+        if self.layout == "grid":
+            return _nw_pairs(x, self.g, self.h, self.radius)
+        reach = self.radius * self.h
+        k = min(self.k, self.count)
+        dist, idx = self.tree.query(x, k=k, p=np.inf, distance_upper_bound=reach)
+        dist, idx = dist.reshape(len(x), k), idx.reshape(len(x), k)
+        rows, cols = np.nonzero(np.isfinite(dist))
+        anchors = idx[rows, cols].astype(np.int64)
+        dz = self.points[anchors] - x[rows]
+        w = np.exp(-np.einsum("ij,ij->i", dz, dz) / (2.0 * self.h * self.h))
+        keep = w > 0.0
+        return rows[keep].astype(np.int64), anchors[keep], w[keep]
+
+    def interp(self, x: FloatArray) -> tuple[IntArray, FloatArray]:
+        """(n, k) anchor indices and non-negative weights summing to 1 at each row."""
+        if self.layout == "grid":
+            return multilinear_weights(x, self.g)
+        k = min(self.k, self.count)
+        dist, idx = self.tree.query(x, k=k)
+        dist, idx = dist.reshape(len(x), k), idx.reshape(len(x), k).astype(np.int64)
+        logw = -(dist * dist) / (2.0 * self.h * self.h)
+        w = np.exp(logw - logw.max(axis=1, keepdims=True))  # the nearest has weight 1
+        w /= w.sum(axis=1, keepdims=True)
+        return idx, w
 
 
 def anchor_grid(points: int, dims: int) -> FloatArray:
@@ -244,21 +343,20 @@ def _build_action(
     spec: KernelFQISpec,
 ) -> AveragingOperator:
     """The data part of one action's (c, P) (see :class:`AveragingOperator`)."""
-    g, d = spec.anchor_points, spec.dims
-    k_all = g**d
+    anchors = Anchors(spec)
+    k_all = anchors.count
     per_user = spec.neighbour == "user"
     order = np.argsort(user, kind="stable")
     x, r, x2, terminal, user = x[order], r[order], x2[order], terminal[order], user[order]
     n = len(x)
-    cand = (2 * int(math.floor(spec.kernel_radius * spec.bandwidth * (g - 1) + 0.5)) + 1) ** d
-    step = max(1, _PAIRS // cand)
+    step = max(1, _PAIRS // anchors.per_sample)
     c = np.zeros(k_all)
     covered = np.zeros(k_all)
     p_total = sparse.csr_matrix((k_all, k_all))
     den_pool = np.zeros(k_all)
     if not per_user:  # pooled denominators first (one pass)
         for lo in range(0, n, step):
-            _, kk, ww = _nw_pairs(x[lo : lo + step], g, spec.bandwidth, spec.kernel_radius)
+            _, kk, ww = anchors.pairs(x[lo : lo + step])
             den_pool += np.bincount(kk, weights=ww, minlength=k_all)
     # chunks of whole users (so each user's denominators are complete within a chunk)
     bounds = np.searchsorted(user, np.arange(users + 1))
@@ -272,7 +370,7 @@ def _build_action(
             u1 = u0 + max(1, (u1 - u0) // 2)
             hi = int(bounds[u1])
         if hi > lo:
-            rows, kk, ww = _nw_pairs(x[lo:hi], g, spec.bandwidth, spec.kernel_radius)
+            rows, kk, ww = anchors.pairs(x[lo:hi])
             if per_user:
                 key = (user[lo:hi][rows] - u0) * k_all + kk
                 den = np.bincount(key, weights=ww, minlength=(u1 - u0) * k_all)
@@ -283,7 +381,7 @@ def _build_action(
             c += np.bincount(kk, weights=om * r[lo:hi][rows], minlength=k_all)
             cont = om * (~terminal[lo:hi])[rows]
             wmat = sparse.csr_matrix((cont, (kk, rows)), shape=(k_all, hi - lo))
-            bi, bw = multilinear_weights(x2[lo:hi], g)
+            bi, bw = anchors.interp(x2[lo:hi])
             bmat = sparse.csr_matrix(
                 (bw.ravel(), (np.repeat(np.arange(hi - lo), bi.shape[1]), bi.ravel())),
                 shape=(hi - lo, k_all),
@@ -319,7 +417,12 @@ def averaging_operators_nd(
 
 def _build_key(spec: KernelFQISpec) -> tuple[object, ...]:
     """What the operators depend on (not gamma, T, the default, lam, betas' values or M)."""
-    return (spec.anchor_points, spec.bandwidth, spec.kernel_radius, spec.neighbour, spec.dims)
+    layout: tuple[object, ...] = (
+        ("grid", spec.anchor_points)
+        if spec.anchors == "grid"
+        else ("sobol", spec.anchor_count, spec.neighbours)
+    )
+    return (*layout, spec.bandwidth, spec.kernel_radius, spec.neighbour, spec.dims)
 
 
 @dataclass(frozen=True)
@@ -385,7 +488,7 @@ def iterate_q_nd(
         )
     default = spec.default_value(ops.reward_range)
     consts = [op.constant(default) for op in ops.actions]
-    q = np.zeros((spec.anchor_points**spec.dims, len(ops.actions)))
+    q = np.zeros((spec.anchor_total, len(ops.actions)))
     for _ in range(int(spec.iterations)):
         v = q.max(axis=1)
         nxt = np.stack(
@@ -530,7 +633,7 @@ def kernel_fqi(
     )
     c0 = spec.default_value(reward_range)
     coef = krr_operator(
-        anchor_grid(spec.anchor_points, spec.dims),
+        Anchors(spec).points,
         betas=spec.betas,
         inducing_points=spec.inducing_points,
         lam=spec.lam,

@@ -37,6 +37,11 @@ class KernelFQIConfig:
     gamma: float = 0.8
     iterations: int = 20
     anchor_points: int = 6
+    anchors: str = "grid"
+    """``grid`` (anchor_points^d) or ``sobol`` (anchor_count points, k = neighbours):
+    :class:`qveil.kfqi.KernelFQISpec`."""
+    anchor_count: int = 4096
+    neighbours: int = 16
     bandwidth: float = 0.2
     kernel_radius: float = 2.0
     inducing_points: int = 11
@@ -103,6 +108,9 @@ class KernelFQIConfig:
             iterations=self.iterations,
             betas=self.betas_for(dims),
             anchor_points=self.anchor_points,
+            anchors=self.anchors,
+            anchor_count=self.anchor_count,
+            neighbours=self.neighbours,
             bandwidth=self.bandwidth,
             kernel_radius=self.kernel_radius,
             inducing_points=self.inducing_points,

@@ -213,7 +213,7 @@ class Sweep:
     def fit(self, cfg: dict[str, Any]) -> Fitted:
         from qveil.additive import StateBox
         from qveil.kfqi import (
-            anchor_grid,
+            Anchors,
             build_operators_nd,
             inducing_grid,
             iterate_q_nd,
@@ -227,6 +227,9 @@ class Sweep:
             tuple(map(tuple, cfg["state_intervals"])),
             rr,
             spec.anchor_points,
+            spec.anchors,
+            spec.anchor_count,
+            spec.neighbours,
             spec.bandwidth,
             spec.kernel_radius,
             spec.neighbour,
@@ -251,10 +254,10 @@ class Sweep:
                 f"{time.perf_counter() - t0:.0f} s"
             )
         q = iterate_q_nd(self._ops[key], spec=spec)
-        kk = (spec.anchor_points, spec.betas, spec.inducing_points, spec.lam)
+        kk = (key[2:5], spec.betas, spec.inducing_points, spec.lam)
         if kk not in self._krr:
             self._krr[kk] = krr_operator(
-                anchor_grid(spec.anchor_points, spec.dims),
+                Anchors(spec).points,
                 betas=spec.betas,
                 inducing_points=spec.inducing_points,
                 lam=spec.lam,

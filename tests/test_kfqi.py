@@ -102,16 +102,24 @@ def _toy(n_users: int, d: int, seed: int) -> tuple[np.ndarray, ...]:
     return u, s, a, r, s2, term
 
 
-def test_operators_are_averagers() -> None:
+#: The two anchor layouts: the G^d grid, and K Sobol points reached by k nearest anchors.
+LAYOUTS = {
+    "grid": {"anchor_points": 5},
+    "sobol": {"anchors": "sobol", "anchor_count": 64, "neighbours": 6},
+}
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_operators_are_averagers(layout: str) -> None:
     u, s, a, r, s2, term = _toy(40, 2, 1)
     for neighbour in ("user", "reward"):
         spec = KernelFQISpec(
             gamma=0.8,
             iterations=5,
             betas=(2.0, 2.0),
-            anchor_points=5,
             bandwidth=0.15,
             neighbour=neighbour,
+            **LAYOUTS[layout],  # type: ignore[arg-type]
         )
         m = a == 0
         ones = np.ones(m.sum())
@@ -128,8 +136,9 @@ def test_operators_are_averagers() -> None:
     assert np.allclose(w.sum(axis=1), 1.0) and (w >= 0).all() and w_idx.max() < 64
 
 
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
 @pytest.mark.parametrize("neighbour", ["user", "reward"])
-def test_one_user_replaced_moves_q_by_at_most_d_t(neighbour: str) -> None:
+def test_one_user_replaced_moves_q_by_at_most_d_t(neighbour: str, layout: str) -> None:
     """Adversarial replacements of user 0 (all rewards hi or lo, states piled on one anchor,
     every sample terminal or none): sup |Q_T - Q_T'| <= D_T of the accountant. Reward
     relation: one user's reward function replaced moves every reward by <= (hi - lo) / N
@@ -141,9 +150,9 @@ def test_one_user_replaced_moves_q_by_at_most_d_t(neighbour: str) -> None:
         gamma=gamma,
         iterations=t,
         betas=(2.0,) * d,
-        anchor_points=5,
         bandwidth=0.2,
         neighbour=neighbour,
+        **LAYOUTS[layout],  # type: ignore[arg-type]
     )
     kw = dict(n_actions=2, reward_range=(0.0, 1.0), box=box, spec=spec)
     q = fitted_q_nd(s, a, r, s2, term, u, **kw)
@@ -293,3 +302,70 @@ def test_inducing_grid_holding_the_anchor_coordinates_gives_the_full_rkhs_fit() 
     for m in (11, 21):
         assert np.allclose(values(m), ref, atol=1e-8), m
     assert not np.allclose(values(8), ref, atol=1e-4)
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_brute_force_every_replacement_of_one_user_on_a_tiny_case(layout: str) -> None:
+    """Exhaustive on a tiny case: 6 users of 2 samples, d = 2; user 0's data replaced by every
+    combination of states on a 3 x 3 lattice of the box, both actions, rewards 0 or 1 and
+    terminal or not for its samples (with the next state at the far corner): the largest sup
+    |Q_T - Q_T'| found stays under D_T, and reaches a fair part of it."""
+    import itertools
+
+    rng = np.random.default_rng(8)
+    n_users, per, d, gamma, t = 6, 2, 2, 0.6, 5
+    u = np.repeat(np.arange(n_users), per)
+    s = rng.uniform(0, 1, (len(u), d))
+    s2 = np.clip(s + rng.normal(0, 0.2, s.shape), 0, 1)
+    a = rng.integers(0, 2, len(u))
+    r = rng.uniform(0, 1, len(u))
+    term = np.zeros(len(u), bool)
+    box = StateBox.of([[0.0, 1.0]] * d)
+    spec = KernelFQISpec(
+        gamma=gamma, iterations=t, betas=(2.0,) * d, bandwidth=0.3, default=0.0,
+        **LAYOUTS[layout],  # type: ignore[arg-type]
+    )  # fmt: skip
+    kw = dict(n_actions=2, reward_range=(0.0, 1.0), box=box, spec=spec)
+    q = fitted_q_nd(s, a, r, s2, term, u, **kw)
+    dt = sup_sensitivity(
+        neighbour="user", users=n_users, reward_range=(0.0, 1.0), gamma=gamma, iterations=t
+    )
+    lattice = [np.array(p) for p in itertools.product((0.0, 0.5, 1.0), repeat=d)]
+    worst = 0.0
+    mine = np.flatnonzero(u == 0)
+    for pos in itertools.product(range(len(lattice)), repeat=per):
+        for act, rew, end in itertools.product((0, 1), (0.0, 1.0), (False, True)):
+            s_, a_, r_, s2_, t_ = s.copy(), a.copy(), r.copy(), s2.copy(), term.copy()
+            s_[mine] = [lattice[i] for i in pos]
+            s2_[mine] = 1.0
+            a_[mine], r_[mine], t_[mine] = act, rew, end
+            q2 = fitted_q_nd(s_, a_, r_, s2_, t_, u, **kw)
+            worst = max(worst, float(np.abs(q - q2).max()))
+    assert worst <= dt * (1 + 1e-9), (worst, dt)
+    assert worst > 0.2 * dt, (worst, dt)
+
+
+def test_sobol_anchors_reach_k_anchors_per_sample_whatever_d() -> None:
+    """The sobol layout's cost is O(samples x k + K x d): at most k pairs per sample, each
+    next state a convex combination of exactly k anchors, also at d = 16 where a grid of
+    even 3 points per coordinate would hold 43 million anchors."""
+    from qveil.kfqi import Anchors
+
+    for d in (2, 8, 16):
+        spec = KernelFQISpec(
+            gamma=0.5, iterations=1, betas=(2.0,) * d, anchors="sobol", anchor_count=512,
+            neighbours=7, bandwidth=0.3,
+        )  # fmt: skip
+        anc = Anchors(spec)
+        assert anc.points.shape == (512, d) and spec.anchor_total == 512
+        x = np.random.default_rng(d).uniform(size=(300, d))
+        rows, cols, w = anc.pairs(x)
+        assert np.bincount(rows, minlength=300).max() <= 7 and (w > 0).all()
+        idx, wt = anc.interp(x)
+        assert idx.shape == wt.shape == (300, 7)
+        assert np.allclose(wt.sum(axis=1), 1.0) and (wt >= 0).all()
+    # the anchors are a public constant: the same points every time
+    a1 = Anchors(spec).points
+    assert np.array_equal(a1, Anchors(spec).points)
+    with pytest.raises(InvalidArgument, match="anchors must be one of"):
+        KernelFQISpec(gamma=0.5, iterations=1, betas=(1.0,), anchors="random")

@@ -99,49 +99,98 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     return p
 
 
-def run_fqi(args: argparse.Namespace) -> int:
-    """The fqi release: plan (public), fit, write; warnings on stderr."""
-    from qveil.dataset import load_dataset
-    from qveil.fqi_config import FQIConfig
-    from qveil.kfqi_config import load_fqi_config
-    from qveil.trainer.fqi import summary, train_fqi
+def _config(args: argparse.Namespace) -> Any:
+    """The run's config (:func:`qveil.trainer.estimators.load_config`) with the command-line
+    privacy flags applied; flags that do not belong to its estimator are refused."""
+    from qveil.trainer.estimators import estimator_name, load_config
 
-    if args.dataset is None:
+    if args.dataset is not None and args.mode not in (None, "fqi"):
+        raise InvalidArgument(f"--dataset trains in fqi mode, not {args.mode}")
+    fqi = args.dataset is not None or args.mode == "fqi"
+    if fqi and args.dataset is None:
         raise InvalidArgument("--mode fqi needs --dataset PATH (qveil dataset collect makes one)")
+    if not fqi and args.config is None:
+        raise InvalidArgument("give --config FILE (Algorithm 1), or --dataset PATH (fqi)")
+    cfg = load_config(args.config, estimator="grid" if fqi else "algorithm1")
+    privacy: dict[str, Any] = {}
+    if args.sigma is not None:
+        privacy.update(sigma=args.sigma, epsilon=None)
+    elif args.epsilon is not None:
+        privacy.update(epsilon=args.epsilon, sigma=None)
+    if args.delta is not None:
+        privacy["delta"] = args.delta
+    if estimator_name(cfg) == "algorithm1":
+        if fqi:
+            raise InvalidArgument(f"config {str(args.config)[:80]!r} is not an fqi config")
+        for flag in ("neighbour", "force"):
+            if getattr(args, flag):
+                raise InvalidArgument(f"--{flag} is for the fqi mode (--dataset)")
+        changes = {
+            k: v
+            for k, v in (("mode", args.mode), ("reward_sensitivity", args.reward_sensitivity))
+            if v is not None
+        }
+        cfg = dataclasses.replace(cfg, **privacy, **changes)
+        cfg.validate()
+        if cfg.sigma is None and cfg.epsilon is None:
+            raise InvalidArgument(
+                "give --sigma S or --epsilon E (or set sigma/epsilon in the config)"
+            )
+        return cfg
     if args.seed is not None:
         raise InvalidArgument(
             "--seed has no use in fqi mode: the fit is deterministic and the release noise "
             "is drawn by the server's store from OS entropy"
         )
-    cfg = load_fqi_config(args.config) if args.config else FQIConfig()
-    changes: dict[str, Any] = {
-        k: v for k, v in (("delta", args.delta), ("neighbour", args.neighbour)) if v is not None
-    }
-    if args.sigma is not None:
-        changes.update(sigma=args.sigma, epsilon=None)
-    elif args.epsilon is not None:
-        changes.update(epsilon=args.epsilon, sigma=None)
     if args.reward_sensitivity is not None:
         raise InvalidArgument(
             "--reward-sensitivity is for the Algorithm 1 modes; fqi uses the dataset's "
             "declared reward range"
         )
-    cfg = cfg.replace(**changes)
-    if not args.population:  # the population the dataset declares (its metadata alone)
-        from qveil.dataset import declared_population
+    if args.neighbour is not None:
+        privacy["neighbour"] = args.neighbour
+    return cfg.replace(**privacy)
 
-        args.population = declared_population(args.dataset)
-    precheck_population(args, mode="fqi", epsilon=cfg.epsilon, delta=cfg.delta)
-    ds = load_dataset(args.dataset)
-    if ds.population is not None and ds.population != args.population:
-        raise InvalidArgument(
-            f"the dataset declares population {ds.population!r:.80}, not "
-            f"{args.population!r:.80}: a release is charged to the population of its users"
-        )
-    outcome = train_fqi(cfg, ds, args.out, force=args.force)
-    print(summary(outcome))
-    if outcome.warning:
-        print(f"WARNING: {outcome.warning}", file=sys.stderr)
+
+def run(args: argparse.Namespace) -> int:
+    """Plan (public), check the population's budget, read the data, fit and write through
+    the config's estimator (:mod:`qveil.trainer.estimators`), then record and bind."""
+    from qveil.trainer.estimators import create_estimator
+
+    cfg = _config(args)
+    est = create_estimator(cfg)
+    ds = None
+    if est.needs_dataset:
+        if not args.population:  # the population the dataset declares (its metadata alone)
+            from qveil.dataset import declared_population
+
+            args.population = declared_population(args.dataset)
+        precheck_population(args, mode="fqi", epsilon=cfg.epsilon, delta=cfg.delta)
+        from qveil.dataset import load_dataset
+
+        ds = load_dataset(args.dataset)
+        if ds.population is not None and ds.population != args.population:
+            raise InvalidArgument(
+                f"the dataset declares population {ds.population!r:.80}, not "
+                f"{args.population!r:.80}: a release is charged to the population of its users"
+            )
+    else:
+        precheck_population(args, mode=cfg.mode, epsilon=cfg.epsilon, delta=cfg.delta)
+    outcome = est.train(
+        ds,
+        args.out,
+        force=args.force,
+        seed=args.seed,
+        progress=not args.no_progress and sys.stderr.isatty(),
+    )
+    print(est.summary(outcome))
+    for w in outcome.warnings:
+        if est.needs_dataset:
+            print(f"WARNING: {w}", file=sys.stderr)
+        elif w.startswith("the guarantee does not hold"):
+            print(f"warning: {w}", file=sys.stderr)
+        else:
+            print("\n" + "!" * 78 + f"\n{w}\n" + "!" * 78, file=sys.stderr)
     finish_release(Path(args.out), args)
     return 0
 
@@ -238,47 +287,3 @@ def record_in_ledger(bundle: Path, url: str | None, population: str | None = Non
         f"one more release may have eps <= {rep['remaining']['epsilon']:.6g} "
         f"({len(rep['events'])} release(s); {rep['rule'].split(':')[0]}) [{where}]"
     )
-
-
-def run(args: argparse.Namespace) -> int:
-    if args.dataset is not None or args.mode == "fqi":
-        if args.mode not in (None, "fqi"):
-            raise InvalidArgument(f"--dataset trains in fqi mode, not {args.mode}")
-        return run_fqi(args)
-    if args.config is None:
-        raise InvalidArgument("give --config FILE (Algorithm 1), or --dataset PATH (fqi)")
-    from qveil.trainer.config import TrainConfig
-    from qveil.trainer.train import main_summary, run_training
-
-    cfg = TrainConfig.from_toml(args.config)
-    overrides: dict[str, Any] = {
-        k: v
-        for k, v in (
-            ("mode", args.mode),
-            ("delta", args.delta),
-            ("reward_sensitivity", args.reward_sensitivity),
-        )
-        if v is not None
-    }
-    if args.sigma is not None:
-        overrides.update(sigma=args.sigma, epsilon=None)
-    elif args.epsilon is not None:
-        overrides.update(epsilon=args.epsilon, sigma=None)
-    cfg = dataclasses.replace(cfg, **overrides)
-    cfg.validate()
-    if cfg.sigma is None and cfg.epsilon is None:
-        raise InvalidArgument("give --sigma S or --epsilon E (or set sigma/epsilon in the config)")
-    precheck_population(args, mode=cfg.mode, epsilon=cfg.epsilon, delta=cfg.delta)
-    outcome = run_training(
-        cfg, args.out, seed=args.seed, progress=not args.no_progress and sys.stderr.isatty()
-    )
-    print(main_summary(outcome))
-    from qveil.bundle import value_scale_warning
-
-    warn = value_scale_warning(outcome.card)
-    if warn:
-        print("\n" + "!" * 78 + f"\n{warn}\n" + "!" * 78, file=sys.stderr)
-    if not outcome.card["holds"]:
-        print(f"warning: the guarantee does not hold: {outcome.card['reason']}", file=sys.stderr)
-    finish_release(Path(args.out), args)
-    return 0

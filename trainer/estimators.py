@@ -1,0 +1,251 @@
+"""One interface for every private estimator, and a registry of them.
+
+An estimator turns a public configuration and the private data of a population into one
+release bundle. Every kind has the same edge (in the shape of Opacus's accountant registry):
+
+* :meth:`Estimator.plan` -- the release's privacy accounting from public quantities only
+  (users, actions, coordinates, the reward range): sigma, the sensitivity and the
+  noise-to-value ratio, before any private row is read;
+* :meth:`Estimator.train` -- fit, account and write the bundle (model, card, log)
+  atomically; nothing is written on any error;
+* :meth:`Estimator.summary` -- what the CLI prints about the written release.
+
+The kinds register under the config's ``estimator`` key: ``grid`` (the 1-D fqi averager on a
+public grid, :mod:`qveil.fqi`), ``kernel`` (fqi with states of d coordinates,
+:mod:`qveil.kfqi`), and ``algorithm1`` (Wang & Hegde's Algorithm 1, online, in its
+``paper``, ``gdp`` and ``output`` accounting modes). :func:`load_config` is the one config
+loader (a TOML file's ``estimator`` key, or its ``mode`` for Algorithm 1);
+:func:`create_estimator` builds the estimator of a config; callers never branch on the kind.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from qveil.errors import InvalidArgument
+
+__all__ = [
+    "ESTIMATORS",
+    "Estimator",
+    "Outcome",
+    "create_estimator",
+    "estimator_name",
+    "load_config",
+    "register",
+]
+
+#: estimator name -> class; filled by :func:`register`.
+ESTIMATORS: dict[str, type[Estimator]] = {}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A written release: its bundle directory and card, and warnings for the operator."""
+
+    path: Path
+    card: dict[str, Any]
+    warnings: tuple[str, ...]
+    detail: Any = None
+
+
+class Estimator(ABC):
+    """A private estimator of one config (see the module docstring)."""
+
+    name: ClassVar[str]
+    #: True when :meth:`train` needs an offline dataset; False for online training
+    needs_dataset: ClassVar[bool] = True
+
+    def __init__(self, config: Any) -> None:
+        self.config = config
+
+    @abstractmethod
+    def plan(
+        self, *, users: int, actions: int, dims: int, reward_range: tuple[float, float]
+    ) -> Any:
+        """The accountant's result for this config from public quantities only."""
+
+    @abstractmethod
+    def train(
+        self,
+        dataset: Any,
+        out: str | Path,
+        *,
+        force: bool = False,
+        seed: int | None = None,
+        progress: bool = False,
+    ) -> Outcome:
+        """Fit on ``dataset`` (None for online estimators), account and write the bundle."""
+
+    @abstractmethod
+    def summary(self, outcome: Outcome) -> str:
+        """A few lines about the written release."""
+
+
+def register(name: str) -> Callable[[type[Estimator]], type[Estimator]]:
+    """Class decorator: register an estimator under ``name`` (the config's ``estimator``)."""
+
+    def deco(cls: type[Estimator]) -> type[Estimator]:
+        if name in ESTIMATORS:
+            raise InvalidArgument(f"estimator {name!r} is registered already")
+        cls.name = name
+        ESTIMATORS[name] = cls
+        return cls
+
+    return deco
+
+
+def estimator_name(config: Any) -> str:
+    """The registered name of a config's estimator."""
+    from qveil.fqi_config import FQIConfig
+    from qveil.kfqi_config import KernelFQIConfig
+
+    if isinstance(config, KernelFQIConfig):
+        return "kernel"
+    if isinstance(config, FQIConfig):
+        return "grid"
+    from qveil.trainer.config import TrainConfig
+
+    if isinstance(config, TrainConfig):
+        return "algorithm1"
+    raise InvalidArgument(f"no estimator takes a {type(config).__name__} config")
+
+
+def create_estimator(config: Any) -> Estimator:
+    """The estimator of ``config`` (any of the registered kinds)."""
+    return ESTIMATORS[estimator_name(config)](config)
+
+
+def load_config(path: str | Path | None, *, estimator: str = "grid") -> Any:
+    """The one config loader: the TOML file's ``estimator`` (``grid``, ``kernel`` or
+    ``algorithm1``; a file whose ``mode`` is paper, gdp or output is ``algorithm1``), or, with
+    no file, the defaults of ``estimator``."""
+    from qveil.fqi_config import FQIConfig
+    from qveil.kfqi_config import load_fqi_config
+
+    if path is None:
+        if estimator == "grid":
+            return FQIConfig()
+        raise InvalidArgument(f"the {estimator} estimator needs --config FILE")
+    try:
+        with Path(path).open("rb") as fh:
+            d = tomllib.load(fh)
+    except FileNotFoundError:
+        raise InvalidArgument(f"config {str(path)[:80]!r} does not exist") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise InvalidArgument(f"config {str(path)[:80]!r} is not valid TOML: {exc}") from None
+    name = d.get("estimator")
+    if name is None:
+        name = "algorithm1" if d.get("mode", "fqi") != "fqi" else estimator
+    if name not in ESTIMATORS:
+        raise InvalidArgument(
+            f"estimator must be one of {', '.join(sorted(ESTIMATORS))}, got {str(name)!r:.80}"
+        )
+    if name == "algorithm1":
+        from qveil.trainer.config import TrainConfig
+
+        return TrainConfig.from_toml(path)
+    return load_fqi_config(path)
+
+
+# ----------------------------------------------------------------------------- the kinds
+@register("grid")
+class GridFQI(Estimator):
+    """fqi on 1-D states: the per-user averager on a public grid, a certified linear map into
+    the OU RKHS (:mod:`qveil.fqi`, :mod:`qveil.release_map`)."""
+
+    def plan(
+        self, *, users: int, actions: int, dims: int, reward_range: tuple[float, float]
+    ) -> Any:
+        from qveil.fqi_config import plan
+
+        if dims != 1:
+            raise InvalidArgument(
+                f"the grid estimator takes states of one coordinate, not {dims}: use "
+                'estimator = "kernel" (configs/cartpole-private.toml)'
+            )
+        return plan(self.config, users=users, actions=actions, reward_range=reward_range)
+
+    def train(
+        self,
+        dataset: Any,
+        out: str | Path,
+        *,
+        force: bool = False,
+        seed: int | None = None,
+        progress: bool = False,
+    ) -> Outcome:
+        from qveil.trainer.fqi import train_fqi
+
+        o = train_fqi(self.config, dataset, out, force=force)
+        return Outcome(path=o.path, card=o.card, warnings=_warned(o.warning), detail=o)
+
+    def summary(self, outcome: Outcome) -> str:
+        from qveil.trainer.fqi import summary
+
+        return summary(outcome.detail)
+
+
+@register("kernel")
+class KernelFQI(GridFQI):
+    """fqi on states of d coordinates: the per-user averager over public anchors, subspace
+    KRR onto the additive RKHS of the noise (:mod:`qveil.kfqi`)."""
+
+    def plan(
+        self, *, users: int, actions: int, dims: int, reward_range: tuple[float, float]
+    ) -> Any:
+        from qveil.kfqi_config import plan_kernel
+
+        return plan_kernel(
+            self.config, users=users, actions=actions, dims=dims, reward_range=reward_range
+        )
+
+
+@register("algorithm1")
+class Algorithm1(Estimator):
+    """Wang & Hegde (2019), Algorithm 1: DQN with functional noise, trained online in the
+    config's environment (its simulated users are the data); ``paper``, ``gdp`` or ``output``
+    accounting (:mod:`qveil.trainer.train`)."""
+
+    needs_dataset = False
+
+    def plan(
+        self, *, users: int, actions: int, dims: int, reward_range: tuple[float, float]
+    ) -> Any:
+        from qveil.trainer.train import privacy_for
+
+        result, _ = privacy_for(self.config, n_actions=actions)
+        return result
+
+    def train(
+        self,
+        dataset: Any,
+        out: str | Path,
+        *,
+        force: bool = False,
+        seed: int | None = None,
+        progress: bool = False,
+    ) -> Outcome:
+        from qveil.bundle import value_scale_warning
+        from qveil.trainer.train import run_training
+
+        if dataset is not None:
+            raise InvalidArgument("Algorithm 1 trains online in its environment: no --dataset")
+        o = run_training(self.config, out, seed=seed, progress=progress)
+        warnings = [w for w in (value_scale_warning(o.card),) if w]
+        if not o.card["holds"]:
+            warnings.append(f"the guarantee does not hold: {o.card['reason']}")
+        return Outcome(path=o.path, card=o.card, warnings=tuple(warnings), detail=o)
+
+    def summary(self, outcome: Outcome) -> str:
+        from qveil.trainer.train import main_summary
+
+        return main_summary(outcome.detail)
+
+
+def _warned(warning: str | None) -> tuple[str, ...]:
+    return () if not warning else (warning,)

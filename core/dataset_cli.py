@@ -3,6 +3,7 @@
   qveil dataset collect --env ENV_ID --users N --seed S --out PATH
                         [--episodes-per-user K] [--reward-range LO,HI] [--force]
                         [--rewards-are-population-averages] [--population NAME]
+                        [--config FILE] [--clip-rewards]
   qveil dataset info PATH [--reward-range LO,HI] [--json]
   qveil dataset convert SRC DST [--reward-range LO,HI] [--population NAME]
 
@@ -72,7 +73,19 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     c.add_argument(
         "--reward-range",
         metavar="LO,HI",
-        help="declared reward range where the env declares none (CartPole: 0,1)",
+        help="declared reward range where the env declares none (CartPole: 0,1); default: "
+        "the --config's reward_range",
+    )
+    c.add_argument(
+        "--config",
+        metavar="FILE",
+        help="an fqi config: its reward_range is the declared range when --reward-range is absent",
+    )
+    c.add_argument(
+        "--clip-rewards",
+        action="store_true",
+        help="clip every reward into the declared range (the release's public reward "
+        "definition; for envs whose rewards have no hard bound, e.g. LunarLander)",
     )
     c.add_argument(
         "--rewards-are-population-averages",
@@ -133,6 +146,13 @@ def _check_out(out: str, *, force: bool) -> None:
 
 def run_collect(args: argparse.Namespace) -> int:
     rr = parse_reward_range(args.reward_range)
+    if rr is None and args.config is not None:
+        from qveil.kfqi_config import load_fqi_config
+
+        cfg_rr = load_fqi_config(args.config).reward_range
+        rr = None if cfg_rr is None else (float(cfg_rr[0]), float(cfg_rr[1]))
+    if args.clip_rewards and rr is None:
+        raise InvalidArgument("--clip-rewards needs a declared range (--reward-range or --config)")
     if args.users < 1:
         raise InvalidArgument(f"--users must be >= 1, got {args.users}")
     if args.episodes_per_user < 1:
@@ -153,6 +173,7 @@ def run_collect(args: argparse.Namespace) -> int:
         episodes_per_user=args.episodes_per_user,
         progress=not args.no_progress and sys.stderr.isatty(),
         reward_range=rr,
+        clip_rewards=args.clip_rewards,
     )
     if args.rewards_are_population_averages:
         ds = dataclasses.replace(ds, rewards_are_population_averages=True)

@@ -255,3 +255,30 @@ def test_collect_writes_minari_directly(tmp_path: Path) -> None:
     _collect(tmp_path / "walk-v0", users="6")
     ds = load_dataset(tmp_path / "walk-v0")
     assert ds.users == 6 and ds.env_id == LW
+
+
+def test_collect_takes_the_reward_range_from_the_config_and_clips_on_request(
+    tmp_path: Path,
+) -> None:
+    """Without --reward-range, `collect --config` declares the config's reward_range
+    (CartPole: [0, 1]); --clip-rewards clips every reward into the declared range (LunarLander's
+    rewards have no hard bound; its config declares [-100, 100])."""
+    configs = Path(__file__).resolve().parents[1] / "configs"
+    out = tmp_path / "cp.npz"
+    r = qveil("collect", "--env", "CartPole-v1", "--users", "5", "--seed", "1",
+              "--config", str(configs / "cartpole-private.toml"), "--out", str(out),
+              "--no-progress")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert load_dataset(out).reward_range == (0.0, 1.0)
+    r = qveil("collect", "--env", "CartPole-v1", "--users", "5", "--seed", "1",
+              "--clip-rewards", "--out", str(tmp_path / "x.npz"), "--no-progress")  # fmt: skip
+    assert r.returncode == 2 and "--clip-rewards needs a declared range" in r.stderr
+    pytest.importorskip("Box2D", reason="gymnasium[box2d] is not installed")
+    lunar = tmp_path / "ll.npz"
+    r = qveil("collect", "--env", "LunarLander-v3", "--users", "20", "--seed", "1",
+              "--config", str(configs / "lunarlander-private.toml"), "--clip-rewards",
+              "--out", str(lunar), "--no-progress")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    ds = load_dataset(lunar)
+    assert ds.d == 8 and ds.n_actions == 4 and ds.reward_range == (-100.0, 100.0)
+    assert ds.r.min() >= -100.0 and ds.r.max() <= 100.0

@@ -75,3 +75,25 @@ def test_invalid_action_refused() -> None:
 
 def test_reference_policy_moves_towards_middle() -> None:
     assert towards_middle_policy(0.2) == 1 and towards_middle_policy(0.8) == 0
+
+
+def test_reach16_is_a_bounded_16_coordinate_task_where_action_1_is_better() -> None:
+    """qveil/Reach16-v0 (the estimator's scale test): states in [0, 1]^16, rewards in its
+    declared [0, 1], 20 steps; moving towards the centre (action 1) earns more than away."""
+    import gymnasium as gym
+
+    from qveil.trainer.env import REACH_ID
+
+    env = gym.make(REACH_ID)
+    assert env.observation_space.shape == (16,) and env.unwrapped.reward_bounds == (0.0, 1.0)
+    totals = []
+    for action in (0, 1):
+        obs, _ = env.reset(seed=3)
+        total, steps, done = 0.0, 0, False
+        while not done:
+            obs, r, term, trunc, _ = env.step(action)
+            assert 0.0 <= r <= 1.0 and ((obs >= 0) & (obs <= 1)).all()
+            total, steps, done = total + r, steps + 1, term or trunc
+        assert steps == 20
+        totals.append(total)
+    assert totals[1] > totals[0]

@@ -121,13 +121,16 @@ def collect(
     progress: bool = False,
     *,
     reward_range: tuple[float, float] | None = None,
+    clip_rewards: bool = False,
 ) -> Dataset:
     """Collect ``episodes_per_user`` random-policy episodes for each of ``users`` users.
 
     ``reward_range`` declares the public reward range when the env declares none (CartPole
     pays 1 per step: ``(0, 1)``); given, it replaces the env's declaration. Neither available
     is an error, raised before any step. Rewards outside the range, NaN observations, and the
-    like are refused with the array and row (nothing is returned).
+    like are refused with the array and row (nothing is returned), unless ``clip_rewards``:
+    then every reward is clipped into the range (the public reward definition of the release,
+    for envs such as LunarLander whose rewards have no hard bound).
     """
     for name, value, low in (("users", users, 1), ("episodes_per_user", episodes_per_user, 1)):
         if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < low:
@@ -171,11 +174,12 @@ def collect(
     finally:
         env.close()
     n = rows.n
+    r = np.clip(rows.r[:n], rr[0], rr[1]) if clip_rewards else rows.r[:n]
     return Dataset(
         user=rows.user[:n],
         s=rows.s[:n],
         a=rows.a[:n],
-        r=rows.r[:n],
+        r=r,
         s2=rows.s2[:n],
         terminal=rows.terminal[:n],
         n_actions=n_actions,

@@ -14,9 +14,17 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-__all__ = ["ENV_ID", "LineWalkEnv", "register_envs", "towards_middle_policy"]
+__all__ = [
+    "ENV_ID",
+    "REACH_ID",
+    "LineWalkEnv",
+    "ReachEnv",
+    "register_envs",
+    "towards_middle_policy",
+]
 
 ENV_ID = "qveil/LineWalk-v0"
+REACH_ID = "qveil/Reach16-v0"
 
 #: Largest single move (E.1: "a random amount sampled uniformly from [0, 0.25]").
 MAX_MOVE = 0.25
@@ -66,7 +74,52 @@ def towards_middle_policy(state: float) -> int:
     return 1 if float(state) < 0.5 else 0
 
 
+class ReachEnv(gym.Env[np.ndarray, int]):
+    """A d-coordinate reach task for scale tests (``qveil/Reach16-v0``: d = 16, 2 actions).
+
+    S = [0, 1]^d, s0 ~ U[0, 1]^d. Action 1 moves every coordinate a random step of U[0, 0.1]
+    towards the target 0.5, action 0 the same step away; the state is clipped to the box.
+    The reward is 1 - 2 * mean_j |s'_j - 0.5| in [0, 1], paid after the move; an episode ends
+    (truncation) at its 20th step. Action 1 is always the better one, so the Q-function's
+    action gap is known; the env exists to measure time and memory against d."""
+
+    metadata: dict[str, Any] = {"render_modes": []}
+    reward_bounds = (0.0, 1.0)
+
+    def __init__(self, *, dims: int = 16, episode_length: int = 20) -> None:
+        if int(dims) < 1 or int(episode_length) < 1:
+            raise ValueError(f"dims and episode_length must be >= 1, got {dims}, {episode_length}")
+        self.dims = int(dims)
+        self.episode_length = int(episode_length)
+        self.observation_space = spaces.Box(0.0, 1.0, shape=(self.dims,), dtype=np.float64)
+        self.action_space = spaces.Discrete(2)
+        self._state = np.zeros(self.dims)
+        self._t = 0
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        self._state = self.np_random.uniform(0.0, 1.0, self.dims)
+        self._t = 0
+        return self._state.copy(), {}
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        if not self.action_space.contains(action):
+            raise ValueError(f"invalid action {action!r}; Reach has actions 0 (away), 1 (towards)")
+        step = self.np_random.uniform(0.0, 0.1, self.dims)
+        towards = np.sign(0.5 - self._state)
+        sign = 1.0 if int(action) == 1 else -1.0
+        self._state = np.clip(self._state + sign * towards * step, 0.0, 1.0)
+        self._t += 1
+        reward = float(1.0 - 2.0 * np.abs(self._state - 0.5).mean())
+        truncated = self._t >= self.episode_length
+        return self._state.copy(), reward, False, truncated, {}
+
+
 def register_envs() -> None:
     """Register qveil's environments with Gymnasium (idempotent)."""
     if ENV_ID not in gym.registry:
         gym.register(id=ENV_ID, entry_point="qveil.trainer.env:LineWalkEnv")
+    if REACH_ID not in gym.registry:
+        gym.register(id=REACH_ID, entry_point="qveil.trainer.env:ReachEnv")

@@ -74,7 +74,7 @@ def main() -> int:
                 "127.0.0.1:0",
                 "--port-file",
                 str(port_file),
-                "--new-point-rate",
+                "--new-state-rate",
                 "1e12",
                 "--max-stored-points",
                 str(10 * args.points),

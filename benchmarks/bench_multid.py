@@ -132,7 +132,7 @@ def main() -> int:
                     [qveil, "serve", "--bundle", str(b), "--store",
                      f"sqlite:///{tmp / f's{d}.sqlite'}", "--listen", "127.0.0.1:0",
                      "--port-file", str(pf), "--max-in-flight", "1024",
-                     "--new-point-rate", "1e12"],
+                     "--new-state-rate", "1e12"],
                     pf,
                 )  # fmt: skip
                 procs.append(p)

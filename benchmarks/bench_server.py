@@ -253,7 +253,7 @@ def main() -> int:
                         str(tmp / f"s{i}.port"),
                         "--max-in-flight",
                         "1024",
-                        "--new-point-rate",  # throughput is measured here, not the quota
+                        "--new-state-rate",  # throughput is measured here, not the quota
                         "1e12",
                     ],
                     tmp / f"s{i}.port",

@@ -71,7 +71,17 @@ class Unauthenticated(QveilError):
 
 
 class ResourceExhausted(QveilError):
-    """A size or concurrency bound was reached; retry later or send less."""
+    """A size or concurrency bound was reached; retry later or send less.
+
+    ``retry_after``: seconds after which the same request can succeed (None: no estimate, the
+    transport's default delay applies; ``math.inf``: retrying the same request never helps,
+    e.g. a storage cap or a request larger than the caller's whole budget)."""
+
+    def __init__(self, message: str = "", *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        if retry_after is not None and not retry_after >= 0:
+            raise ValueError(f"retry_after {retry_after!r} must be >= 0 seconds or None")
+        self.retry_after = retry_after
 
 
 class Unavailable(QveilError):

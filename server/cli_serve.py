@@ -15,6 +15,12 @@ from typing import Any
 
 
 def add_parser(sub: Any) -> None:
+    from qveil.server.quotas import (
+        DEFAULT_BURST_SECONDS,
+        DEFAULT_MAX_STORED_POINTS,
+        DEFAULT_NEW_STATE_RATE,
+    )
+
     p = sub.add_parser(
         "serve",
         help="serve a release bundle over gRPC",
@@ -84,24 +90,40 @@ def add_parser(sub: Any) -> None:
     o.add_argument(
         "--max-stored-points",
         type=int,
-        default=10_000_000,
-        help="stored noise points per release, all actions (default %(default)s); past it a "
-        "new point gets RESOURCE_EXHAUSTED while stored points are still answered",
+        default=DEFAULT_MAX_STORED_POINTS,
+        help="storage cap: stored noise points per release, all actions and coordinates "
+        "(default %(default)s; a state of d coordinates and m actions stores up to d x m "
+        "points); past it a new state gets RESOURCE_EXHAUSTED while stored states are still "
+        "answered",
+    )
+    o.add_argument(
+        "--new-state-rate",
+        type=float,
+        default=DEFAULT_NEW_STATE_RATE,
+        help="new states (states with a point not stored yet) per second per caller, "
+        "whatever d and m are: its token name, or its host without tokens (default "
+        "%(default)s); over it RESOURCE_EXHAUSTED with the wait (gRPC retry pushback, HTTP "
+        "Retry-After), nothing stored",
+    )
+    o.add_argument(
+        "--new-state-burst",
+        type=float,
+        default=None,
+        help="token bucket of --new-state-rate: new states one caller may send at once "
+        f"(default {DEFAULT_BURST_SECONDS:g} s of the rate)",
     )
     o.add_argument(
         "--new-point-rate",
         type=float,
-        default=2000.0,
-        help="new points (states not stored yet x actions) per second per caller: its token "
-        "name, or its host without tokens (default %(default)s); over it RESOURCE_EXHAUSTED, "
-        "nothing stored",
+        default=None,
+        help="deprecated: a second bucket counting stored points (a new state costs up to "
+        "d x m); use --new-state-rate. Applied beside it when given",
     )
     o.add_argument(
         "--new-point-burst",
         type=float,
         default=None,
-        help="token bucket of --new-point-rate: new points one caller may store at once "
-        "(default 10 s of the rate)",
+        help="deprecated: bucket of --new-point-rate (default 10 s of its rate)",
     )
     o.add_argument("--max-message-bytes", type=int, default=4 * 1024 * 1024)
     o.add_argument(
@@ -144,6 +166,7 @@ def run(args: argparse.Namespace) -> int:
     from qveil.server.app import ServeConfig, TLSFiles, serve
     from qveil.server.auth import add_token
     from qveil.server.handlers import Limits
+    from qveil.server.quotas import DEFAULT_NEW_STATE_RATE
 
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -155,6 +178,19 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.bundle is None:
         raise InvalidArgument("--bundle DIR is required")
+    if args.new_point_burst is not None and args.new_point_rate is None:
+        raise InvalidArgument(
+            "--new-point-burst needs --new-point-rate (deprecated: use "
+            "--new-state-rate and --new-state-burst)"
+        )
+    if args.new_point_rate is not None:
+        print(
+            "qveil serve: warning: --new-point-rate is deprecated: it counts stored points, "
+            "and a new state costs up to d x m of them (coordinates x actions). Use "
+            "--new-state-rate (new states per second per caller, default "
+            f"{DEFAULT_NEW_STATE_RATE:g}); the point bucket still applies beside it",
+            file=sys.stderr,
+        )
     if (args.tls_cert is None) != (args.tls_key is None):
         raise InvalidArgument("give both --tls-cert and --tls-key")
     if args.tls_client_ca is not None and args.tls_cert is None:
@@ -179,6 +215,8 @@ def run(args: argparse.Namespace) -> int:
             value_grid=args.value_grid,
             min_latency_ms=args.min_latency_ms,
             max_stored_points=args.max_stored_points,
+            new_state_rate=args.new_state_rate,
+            new_state_burst=args.new_state_burst,
             new_point_rate=args.new_point_rate,
             new_point_burst=args.new_point_burst,
         ),

@@ -47,7 +47,7 @@ from qveil.server.errors import bad_argument
 from qveil.server.metrics import Metrics
 from qveil.server.quotas import (
     DEFAULT_MAX_STORED_POINTS,
-    DEFAULT_NEW_POINT_RATE,
+    DEFAULT_NEW_STATE_RATE,
     QuotaConfig,
     Quotas,
 )
@@ -70,10 +70,13 @@ class Limits:
     # issue 14 item 7: every value-returning response (GetValues, GetBestActions; errors
     # included) takes at least this long, so latency does not tell stored from new states
     min_latency_ms: float = 0.0
-    # issue 14 item 4 (qveil.server.quotas): stored points per release, and each caller's
-    # token bucket of new points per second (burst None: 10 s of the rate)
+    # storage limits (qveil.server.quotas): stored points per release, and each caller's
+    # token bucket of new states per second (burst None: 100 s of the rate); the point
+    # bucket (new_point_rate, deprecated) is off unless set
     max_stored_points: int = DEFAULT_MAX_STORED_POINTS
-    new_point_rate: float = DEFAULT_NEW_POINT_RATE
+    new_state_rate: float = DEFAULT_NEW_STATE_RATE
+    new_state_burst: float | None = None
+    new_point_rate: float | None = None
     new_point_burst: float | None = None
 
     def __post_init__(self) -> None:
@@ -98,6 +101,8 @@ class Limits:
     def quota_config(self) -> QuotaConfig:
         return QuotaConfig(
             max_stored_points=self.max_stored_points,
+            new_state_rate=self.new_state_rate,
+            new_state_burst=self.new_state_burst,
             new_point_rate=self.new_point_rate,
             new_point_burst=self.new_point_burst,
         )
@@ -319,7 +324,8 @@ class Handlers:
         d = xs.shape[1]
         cols = [np.unique(xs[:, j], return_inverse=True) for j in range(d)]
         pairs = [(a * d + j, cols[j][0]) for a in actions for j in range(d)]
-        ticket = self._admit_paths(rel, pairs, caller)  # before anything is sampled
+        index = [cols[j][1].reshape(-1) for _a in actions for j in range(d)]
+        ticket = self._admit_paths(rel, pairs, caller, (xs, index))  # before anything is sampled
         try:
             _check_deadline(deadline)
             gs = self.store.get_or_sample_paths(
@@ -338,7 +344,7 @@ class Handlers:
     def _admit_new(
         self, rel: ActiveRelease, ux: npt.NDArray[np.float64], actions: list[int], caller: str
     ) -> int:
-        """Classify the request (issue 14 item 4): count its new (state, action) points and
+        """Classify the request: count its new states and their new (state, action) points and
         reserve them under the caller's rate budget and the release's cap (returns the
         reservation's ticket; 0: nothing new), or raise ResourceExhausted with nothing stored.
         Stored states pass without a database read."""
@@ -349,9 +355,14 @@ class Handlers:
         rel: ActiveRelease,
         pairs: Sequence[tuple[int, npt.NDArray[np.float64]]],
         caller: str,
+        rows: tuple[npt.NDArray[np.float64], Sequence[npt.NDArray[np.intp]]] | None = None,
     ) -> int:
-        """:meth:`_admit_new` over (store path, unit states) pairs: a d-coordinate release
-        counts one new point per new coordinate value of each (action, coordinate) path."""
+        """:meth:`_admit_new` over (store path, unit values) pairs. A 1-D release passes its
+        unique states once per action; a d-coordinate release passes each (action,
+        coordinate) path with that coordinate's unique values, and ``rows``: the request's
+        states [n, d] and, per pair, the index of each state's value in the pair's values.
+        A new state is a state with a new point on any path; a d-coordinate state costs one
+        point per new coordinate value of each (action, coordinate) path."""
         store, rid = self.store, rel.release_id
 
         def count() -> int:
@@ -360,11 +371,22 @@ class Handlers:
         if not any(store.count_new(rid, p, u) for p, u in pairs):
             return 0
         store.refresh(rid)  # other processes' points are known, not new
+        masks = [store.new_mask(rid, p, u) for p, u in pairs]
+        new_points = sum(int(m.sum()) for m in masks)
+        if rows is None:  # every pair holds the same unique states
+            new_states = int(np.logical_or.reduce(masks).sum()) if masks else 0
+        else:
+            xs, index = rows
+            row_new = np.zeros(xs.shape[0], dtype=np.bool_)
+            for m, idx in zip(masks, index, strict=True):
+                row_new |= m[idx]
+            new_states = int(np.unique(xs[row_new], axis=0).shape[0])
         return self.quotas.admit(
             caller,
             rid,
-            count(),
-            lambda: store.known_points(rid),
+            new_states=new_states,
+            new_points=new_points,
+            stored=lambda: store.known_points(rid),
             still_new=count,
         )
 

@@ -4,10 +4,11 @@ Prometheus endpoint (``qveil serve --metrics-port N``; prometheus-client, server
 Prometheus series: ``qveil_requests_total{method,code}``, ``qveil_request_seconds{method}``
 (histogram), ``qveil_states_answered_total``, ``qveil_new_points_total``,
 ``qveil_stored_points{release,action}`` (read from the store at scrape time) and
-``qveil_in_flight``; the storage limits of issue 14 item 4: ``qveil_max_stored_points``,
-``qveil_new_point_rate`` (new points per second per caller), ``qveil_new_point_burst`` and
-``qveil_quota_refusals_total{limit}`` (limit = stored_points | new_point_rate). No label ever
-carries a state, a value or a token.
+``qveil_in_flight``; the storage limits (``qveil.server.quotas``): ``qveil_max_stored_points``,
+``qveil_new_state_rate`` (new states per second per caller), ``qveil_new_state_burst``, the
+deprecated point bucket's ``qveil_new_point_rate`` and ``qveil_new_point_burst`` (only when
+set) and ``qveil_quota_refusals_total{limit}`` (limit = stored_points | new_state_rate |
+new_point_rate). No label ever carries a state, a value or a token.
 """
 
 from __future__ import annotations
@@ -118,17 +119,28 @@ class Metrics:
                         cfg.max_stored_points,
                     ),
                     (
+                        "qveil_new_state_rate",
+                        "new states per second per caller (token bucket)",
+                        cfg.new_state_rate,
+                    ),
+                    (
+                        "qveil_new_state_burst",
+                        "token bucket size: new states one caller may send at once",
+                        cfg.burst,
+                    ),
+                    (
                         "qveil_new_point_rate",
-                        "new points per second per caller (token bucket)",
+                        "deprecated point bucket: new points per second per caller",
                         cfg.new_point_rate,
                     ),
                     (
                         "qveil_new_point_burst",
-                        "token bucket size: new points one caller may store at once",
-                        cfg.burst,
+                        "deprecated point bucket: new points one caller may store at once",
+                        cfg.point_burst,
                     ),
                 ):
-                    yield GaugeMetricFamily(name, doc, value=float(value))
+                    if value is not None:
+                        yield GaugeMetricFamily(name, doc, value=float(value))
                 fam = CounterMetricFamily(
                     "qveil_quota_refusals", "requests refused by a storage limit", labels=["limit"]
                 )

@@ -79,11 +79,11 @@ def serve_argv(
 ) -> list[str]:
     """The `qveil serve` command line (run with this interpreter, not a PATH lookup).
 
-    The reliability suite floods the server with new points from one host on purpose (crash,
-    drain and fault tests), so the per-caller new-point budget (issue 14 item 4, tested in
-    tests/test_quotas.py) is lifted unless ``extra`` sets ``--new-point-rate`` itself."""
-    if "--new-point-rate" not in extra:
-        extra = [*extra, "--new-point-rate", "1e12"]
+    The reliability suite floods the server with new states from one host on purpose (crash,
+    drain and fault tests), so the per-caller new-state budget (tested in tests/test_quotas.py
+    and tests/test_quota_backoff.py) is lifted unless ``extra`` sets ``--new-state-rate``."""
+    if "--new-state-rate" not in extra:
+        extra = [*extra, "--new-state-rate", "1e12"]
     return [
         sys.executable,
         "-m",

@@ -1,19 +1,24 @@
-"""Issue 14 item 4: bounded storage, against real `qveil serve` processes and SQLite stores.
+"""Bounded storage, against real `qveil serve` processes and SQLite stores.
 
 * ``--max-stored-points N``: past the cap a request with a new point gets RESOURCE_EXHAUSTED
   and stores nothing, while stored points are still answered (same values as before);
-* ``--new-point-rate R --new-point-burst B``: a token bucket of new points per caller (token
-  name; peer host without tokens, so a new connection does not refill it); a request whose
-  new points exceed the tokens left is refused whole, and nothing is stored;
-* both limits are on the Prometheus endpoint.
+* ``--new-state-rate R --new-state-burst B``: a token bucket of new states per caller (token
+  name; peer host without tokens, so a new connection does not refill it), whatever the
+  release's actions and coordinates; a request whose new states exceed the tokens left is
+  refused whole, and nothing is stored;
+* the deprecated ``--new-point-rate``: a second bucket in stored points, beside the first;
+* the limits are on the Prometheus endpoint.
 
-Rates are chosen so that refills cannot matter within a test (1 point/s against refusals
-of 3+ points right after a request that emptied the bucket): the tests are deterministic
-unless the machine stalls for seconds. They were run 20 times in a loop before committing.
+Rates are chosen so that refills cannot matter within a test (0.001 state/s: a wait of
+1000 s, longer than any call's deadline, so the server's pushback tells the SDK not to retry
+and the refusal is immediate); the paced client's test over a channel without retries uses
+4 states/s, deterministic unless the machine stalls for a second. The back-off of clients
+told to wait is tested in tests/test_quota_backoff.py.
 """
 
 from __future__ import annotations
 
+import math
 import re
 import urllib.request
 from pathlib import Path
@@ -27,7 +32,7 @@ from qveil.errors import ResourceExhausted
 from qveil.server.auth import add_token
 from qveil.server.quotas import QuotaConfig, Quotas, caller_host
 
-ACTIONS = 3  # make_bundle's default: each new state is 3 new points
+ACTIONS = 3  # make_bundle's default: each new state is 3 new points, and 1 new state
 
 
 def _stored(target: str, token: str) -> dict[int, dict[float, float]]:
@@ -68,13 +73,15 @@ def test_cap_refuses_new_points_and_still_answers_stored_ones(tmp_path: Path) ->
         assert m, srv.output()
         text = urllib.request.urlopen(m.group(1), timeout=10).read().decode()
         assert "qveil_max_stored_points 10.0" in text
-        assert "qveil_new_point_rate 2000.0" in text
+        assert "qveil_new_state_rate 1000.0" in text
+        assert "qveil_new_state_burst 100000.0" in text
+        assert "qveil_new_point_rate" not in text  # the deprecated bucket is off
         assert 'qveil_quota_refusals_total{limit="stored_points"} 4.0' in text
     finally:
         assert srv.terminate() == 0
 
 
-def test_new_point_rate_per_token_refuses_whole_requests(tmp_path: Path) -> None:
+def test_new_state_rate_per_token_refuses_whole_requests(tmp_path: Path) -> None:
     bundle = make_bundle(tmp_path / "b")
     tokens = make_tokens(tmp_path / "tokens.toml")
     other = add_token(tokens.path, "query", "other-client")
@@ -83,22 +90,22 @@ def test_new_point_rate_per_token_refuses_whole_requests(tmp_path: Path) -> None
         bundle,
         "--tokens-file",
         str(tokens.path),
-        "--new-point-rate",
-        "1",
-        "--new-point-burst",
-        "30",
+        "--new-state-rate",
+        "0.001",  # a wait of ~1000 s, past any deadline: refused at once, not retried
+        "--new-state-burst",
+        "10",
         store=f"sqlite:///{tmp_path / 'store.sqlite'}",
     )
     try:
         with ValueClient(srv.target, token=tokens.query) as c:
             with pytest.raises(ResourceExhausted, match="split the request"):
-                c.values(np.linspace(0, 1, 11))  # 33 points > bucket of 30
+                c.values(np.linspace(0, 1, 11))  # 11 states > bucket of 10
             assert sum(map(len, _stored(srv.target, tokens.auditor).values())) == 0
             grid = np.linspace(0, 1, 10)
-            c.values(grid)  # 30 points: the whole bucket
+            c.values(grid)  # 10 states (30 points): the whole bucket
             before = _stored(srv.target, tokens.auditor)
             # a request mixing stored and new states is refused whole
-            with pytest.raises(ResourceExhausted, match="new-point-rate"):
+            with pytest.raises(ResourceExhausted, match="new-state-rate"):
                 c.values([grid[0], 0.55])
             with pytest.raises(ResourceExhausted, match="nothing was stored"):
                 c.best_actions([0.65])
@@ -110,42 +117,99 @@ def test_new_point_rate_per_token_refuses_whole_requests(tmp_path: Path) -> None
         assert srv.terminate() == 0
 
 
-def test_anonymous_callers_are_budgeted_by_host_not_connection(tmp_path: Path) -> None:
+def test_a_state_costs_one_whatever_the_actions(tmp_path: Path) -> None:
+    """The budget counts states, not stored points: with 3 actions and a bucket of 4 states,
+    a state costs 1 whether it stores 1 point or 3; a stored state asked for an action it
+    has no point of yet is a new state again; stored states cost nothing."""
     bundle = make_bundle(tmp_path / "b")
-    srv = start_server(tmp_path, bundle, "--new-point-rate", "1", "--new-point-burst", "6")
+    srv = start_server(tmp_path, bundle, "--new-state-rate", "0.001", "--new-state-burst", "4")
     try:
         with ValueClient(srv.target) as c:
-            c.values([0.1, 0.2])  # 6 points: the bucket
+            c.values([0.1, 0.2], [0])  # 2 new states (2 points): 2 left
+            with pytest.raises(ResourceExhausted, match="asks for 3 new states"):
+                c.values([0.1, 0.2, 0.3], [1, 2])  # each has a new point: 3 > 2
+            c.values([0.1, 0.2], [1, 2])  # 2 new states (4 points): 0 left
+            c.values([0.2, 0.1])  # every point stored: no budget needed
+            with pytest.raises(ResourceExhausted, match="asks for 1 new states"):
+                c.values([0.3], [0])
+    finally:
+        assert srv.terminate() == 0
+
+
+def test_a_state_of_d_coordinates_costs_one(tmp_path: Path) -> None:
+    """A d = 4, 2-action release (CartPole): a new state stores up to 8 points and costs one
+    state of the budget; a state whose every coordinate value is stored on every path (a
+    recombination of stored states' coordinates) stores nothing and costs nothing."""
+    from server_helpers import make_cartpole_kernel_bundle
+
+    (tmp_path / "kb").mkdir()
+    bundle, _ = make_cartpole_kernel_bundle(tmp_path / "kb", seed=2)
+    srv = start_server(tmp_path, bundle, "--new-state-rate", "0.001", "--new-state-burst", "3")
+    try:
+        with ValueClient(srv.target) as c:
+            a = np.array([[0.01, 0.1, 0.02, 0.3], [-0.02, -0.1, 0.03, -0.2], [0.0, 0.2, 0.0, 0.1]])
+            c.best_actions(a)  # 3 new states, 24 points: the whole bucket
+            mixed = np.array([[a[0, 0], a[1, 1], a[2, 2], a[0, 3]]])
+            c.best_actions(mixed)  # no new point: answered with the bucket empty
+            with pytest.raises(ResourceExhausted, match="asks for 1 new states"):
+                c.best_actions(np.array([[a[0, 0], a[1, 1], a[2, 2], 0.123]]))
+    finally:
+        assert srv.terminate() == 0
+
+
+def test_anonymous_callers_are_budgeted_by_host_not_connection(tmp_path: Path) -> None:
+    bundle = make_bundle(tmp_path / "b")
+    srv = start_server(tmp_path, bundle, "--new-state-rate", "0.001", "--new-state-burst", "2")
+    try:
+        with ValueClient(srv.target) as c:
+            c.values([0.1, 0.2])  # 2 states: the bucket
         with ValueClient(srv.target) as c, pytest.raises(ResourceExhausted):
             c.values([0.3])  # a new connection from the same host: same bucket
     finally:
         assert srv.terminate() == 0
 
 
-def test_paced_client_waits_out_the_new_point_rate(tmp_path: Path) -> None:
-    """``best_actions_paced`` (the served evaluations' client): a call over the caller's
-    budget is refused whole with a RetryInfo delay; the client waits that long and asks
-    again, so an evaluation finishes under the quota instead of failing, and every state's
-    noise is stored once. A client that did not wait would raise ResourceExhausted here."""
+def test_deprecated_point_rate_still_applies_and_warns(tmp_path: Path) -> None:
+    """``--new-point-rate`` keeps its unit (stored points) beside the state bucket, and
+    ``qveil serve`` says it is deprecated."""
+    bundle = make_bundle(tmp_path / "b")
+    srv = start_server(tmp_path, bundle, "--new-point-rate", "0.001", "--new-point-burst", "6")
+    try:
+        with ValueClient(srv.target) as c:
+            c.values([0.1, 0.2])  # 6 points: the point bucket (2 of 100 000 states)
+            with pytest.raises(ResourceExhausted, match="new-point-rate"):
+                c.values([0.3])
+        assert "--new-point-rate is deprecated" in srv.output()
+    finally:
+        assert srv.terminate() == 0
+
+
+def test_paced_client_waits_out_the_new_state_rate(tmp_path: Path) -> None:
+    """``best_actions_paced`` (the served evaluations' client) over a plain channel without
+    the SDK's retry: a call over the caller's budget is refused whole with a RetryInfo delay;
+    the client waits that long and asks again, so an evaluation finishes under the quota
+    instead of failing, and every state's noise is stored once."""
+    from qveil.client import RetryPolicy
     from qveil.trainer.served_eval import best_actions_paced
 
     bundle = make_bundle(tmp_path / "b")
     srv = start_server(
         tmp_path,
         bundle,
-        "--new-point-rate",
-        "12",  # a refill takes 1 s: the plain calls below are refused unless the machine
-        "--new-point-burst",  # stalls for a second between two calls
-        "12",
+        "--new-state-rate",
+        "4",  # a refill takes 1 s: the plain calls below are refused unless the machine
+        "--new-state-burst",  # stalls for a second between two calls
+        "4",
         store=f"sqlite:///{tmp_path / 'store.sqlite'}",
     )
+    no_retry = RetryPolicy(attempts=1)
     try:
-        with ValueClient(srv.target) as c:
-            states = np.linspace(0.05, 0.95, 20).reshape(5, 4)  # 5 calls x 12 new points
+        with ValueClient(srv.target, retry=no_retry) as c:
+            states = np.linspace(0.05, 0.95, 20).reshape(5, 4)  # 5 calls x 4 new states
             with pytest.raises(ResourceExhausted):  # the plain call outruns the bucket
                 for row in states:
                     c.best_actions(row)
-        with ValueClient(srv.target) as c:
+        with ValueClient(srv.target, retry=no_retry) as c:
             got = [best_actions_paced(c, row) for row in states]
             assert [len(g) for g in got] == [4] * 5
             vals = c.values(states.reshape(-1))
@@ -167,37 +231,59 @@ def test_paced_client_waits_out_the_new_point_rate(tmp_path: Path) -> None:
 def test_quotas_unit() -> None:
     now = [0.0]
     q = Quotas(
-        QuotaConfig(max_stored_points=100, new_point_rate=10, new_point_burst=20),
+        QuotaConfig(max_stored_points=100, new_state_rate=10, new_state_burst=20),
         clock=lambda: now[0],
     )
-    t0 = q.admit("a", "r", 20, stored=0)
-    with pytest.raises(ResourceExhausted):
-        q.admit("a", "r", 1, stored=20)
+    t0 = q.admit("a", "r", new_states=20, new_points=20, stored=0)
+    with pytest.raises(ResourceExhausted) as ei:
+        q.admit("a", "r", new_states=1, new_points=1, stored=20)
+    assert ei.value.retry_after == pytest.approx(0.1, abs=0.01)  # 1 state at 10/s
     now[0] = 0.5  # 5 tokens back
-    t1 = q.admit("a", "r", 5, stored=20)
-    t2 = q.admit("b", "r", 20, stored=25)  # another caller
+    t1 = q.admit("a", "r", new_states=5, new_points=5, stored=20)
+    t2 = q.admit("b", "r", new_states=2, new_points=20, stored=25)  # another caller
     # pending (reserved, not committed) points count against the cap
-    with pytest.raises(ResourceExhausted, match="cap is 100"):
-        q.admit("c", "r", 20, stored=60)  # 60 + 45 pending + 20 > 100
+    with pytest.raises(ResourceExhausted, match="cap is 100") as ei:
+        q.admit("c", "r", new_states=1, new_points=20, stored=60)  # 60 + 45 + 20 > 100
+    assert ei.value.retry_after == math.inf  # retrying never helps
+    with pytest.raises(ResourceExhausted, match="split the request") as ei:
+        q.admit("d", "r", new_states=21, new_points=21, stored=0)
+    assert ei.value.retry_after == math.inf
     for t in (t0, t1, t2):
         q.done("r", t)
-    q.admit("c", "r", 20, stored=60)
-    assert q.refused == {"stored_points": 1, "new_point_rate": 1}
+    q.admit("c", "r", new_states=20, new_points=20, stored=60)
+    assert q.refused == {"stored_points": 1, "new_state_rate": 2}
     assert caller_host("ipv4:127.0.0.1:5555") == "ipv4:127.0.0.1"
+
+
+def test_point_bucket_beside_the_state_bucket_waits_for_both() -> None:
+    now = [0.0]
+    q = Quotas(
+        QuotaConfig(new_state_rate=1, new_state_burst=10, new_point_rate=10, new_point_burst=30),
+        clock=lambda: now[0],
+    )
+    q.admit("a", "r", new_states=3, new_points=30, stored=0)
+    with pytest.raises(ResourceExhausted, match="new-point-rate") as ei:
+        q.admit("a", "r", new_states=1, new_points=10, stored=30)
+    assert ei.value.retry_after == pytest.approx(1.0, abs=0.01)  # 10 points at 10/s
+    now[0] = 1.0
+    q.admit("a", "r", new_states=1, new_points=10, stored=30)
+    assert q.refused == {"stored_points": 0, "new_state_rate": 0, "new_point_rate": 1}
 
 
 def test_a_committed_reservation_is_not_counted_twice() -> None:
     """Between a request's commit and its done(), its points are in the store's count; the
     reservation then counts only its points still not stored, so a request that fits under
-    the cap is admitted (before the fix it was refused: 30 + 30 pending + 40 > 90)."""
-    q = Quotas(QuotaConfig(max_stored_points=90, new_point_rate=1e6))
+    the cap is admitted (a double count refused it: 30 + 30 pending + 40 > 90)."""
+    q = Quotas(QuotaConfig(max_stored_points=90, new_state_rate=1e6))
     stored = [0]
     left = [30]
-    t = q.admit("a", "r", 30, lambda: stored[0], still_new=lambda: left[0])
+    t = q.admit(
+        "a", "r", new_states=30, new_points=30, stored=lambda: stored[0], still_new=lambda: left[0]
+    )
     stored[0], left[0] = 30, 0  # committed, done() not called yet
-    q.admit("b", "r", 60, lambda: stored[0])  # 30 + 0 + 60 <= 90
+    q.admit("b", "r", new_states=60, new_points=60, stored=lambda: stored[0])  # 30 + 0 + 60
     with pytest.raises(ResourceExhausted):
-        q.admit("c", "r", 1, lambda: stored[0])  # 30 + 60 pending + 1 > 90
+        q.admit("c", "r", new_states=1, new_points=1, stored=lambda: stored[0])
     q.done("r", t)
     assert caller_host("ipv6:[::1]:5555") == "ipv6:[::1]"
     assert caller_host("unix:/tmp/s") == "unix:/tmp/s"

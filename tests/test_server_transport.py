@@ -142,8 +142,8 @@ def test_sigterm_drains(bundle: Path, tmp_path: Path) -> None:
         "--grace",
         "5",
         # this client floods new states on purpose (calls surely in flight at SIGTERM): lift
-        # the default new-point budget (2000/s per host), which would answer RESOURCE_EXHAUSTED
-        "--new-point-rate",
+        # the per-host new-state budget, which would answer RESOURCE_EXHAUSTED
+        "--new-state-rate",
         "1e9",
         store=f"sqlite:///{tmp_path / 's.sqlite'}",
     )

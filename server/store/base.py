@@ -681,6 +681,17 @@ class SamplePathStore(ABC):
         values = self._state(release_id, a).values
         return sum(1 for v in dict.fromkeys(validate_unit_states(xs).tolist()) if v not in values)
 
+    def new_mask(self, release_id: str, action: int, xs: npt.ArrayLike) -> npt.NDArray[np.bool_]:
+        """For each unit state of ``xs`` (in order, duplicates included): True when it is not
+        in the in-process copy of (release, action). No database read, as :meth:`count_new`:
+        a request's new states are the states with a new point on any of its paths."""
+        self._check_open()
+        rel = self._release(release_id)
+        a = check_action(action, rel.n_paths)
+        values = self._state(release_id, a).values
+        xl: list[float] = validate_unit_states(xs).tolist()
+        return np.fromiter((v not in values for v in xl), dtype=np.bool_, count=len(xl))
+
     def known_points(self, release_id: str) -> int:
         """The release's points in the in-process copies (no database read): what
         :meth:`refresh` last loaded plus what this process committed since."""

@@ -70,6 +70,12 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, help="seed everything (experiments only: seeded: true)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument(
+        "--forecast",
+        action="store_true",
+        help="fqi: first print the utility forecast (qveil privacy --forecast: the same "
+        "estimator on simulated public data of N users), before the private data is read",
+    )
+    p.add_argument(
         "--population",
         metavar="NAME",
         help="the population whose data this release uses (declared once with qveil budget "
@@ -168,6 +174,8 @@ def run(args: argparse.Namespace) -> int:
         precheck_population(args, mode="fqi", epsilon=cfg.epsilon, delta=cfg.delta)
         from qveil.dataset import load_dataset
 
+        if args.forecast:
+            _print_forecast(cfg, args.dataset)
         ds = load_dataset(args.dataset)
         if ds.population is not None and ds.population != args.population:
             raise InvalidArgument(
@@ -193,6 +201,29 @@ def run(args: argparse.Namespace) -> int:
             print("\n" + "!" * 78 + f"\n{w}\n" + "!" * 78, file=sys.stderr)
     finish_release(Path(args.out), args)
     return 0
+
+
+def _print_forecast(cfg: Any, dataset: str) -> None:
+    """The utility forecast (:mod:`qveil.trainer.forecast`) for this config, the dataset's
+    user count (from its user column alone) and the config's epsilon."""
+    from qveil.trainer.forecast import forecast
+
+    if cfg.epsilon is None:
+        raise InvalidArgument("--forecast needs --epsilon E")
+    print(forecast(cfg, users=_user_count(dataset), epsilon=float(cfg.epsilon)).text(), flush=True)
+
+
+def _user_count(path: str) -> int:
+    """N, read from the dataset's user column alone (the count is the accountant's public
+    input; no other rows are used)."""
+    import numpy as np
+
+    from qveil.dataset import _kind, load_dataset
+
+    if _kind(path) == "npz":
+        with np.load(path, allow_pickle=False) as z:
+            return int(len(np.unique(z["user"])))
+    return int(load_dataset(path).users)
 
 
 def precheck_population(

@@ -145,6 +145,24 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "--smoother-bandwidth", type=float, dest="smoother_bandwidth", help="fqi: smoother"
     )
     f.add_argument("--beta", type=float, help="fqi: noise kernel rate (default: min kappa)")
+    f.add_argument(
+        "--forecast",
+        action="store_true",
+        help="fqi with --epsilon: also forecast the release's utility (the fraction of the way "
+        "from random to non-private) by running the same estimator on public simulated data "
+        "of N users (the config's env, random behaviour policy); spends no privacy",
+    )
+    f.add_argument(
+        "--public-dataset",
+        metavar="PATH",
+        help="forecast on this public dataset instead of simulated users",
+    )
+    f.add_argument(
+        "--forecast-releases", type=int, default=8, help="simulated releases (default 8)"
+    )
+    f.add_argument(
+        "--forecast-episodes", type=int, default=20, help="episodes per policy (default 20)"
+    )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=run)
 
@@ -284,6 +302,32 @@ def _fqi_text(r: Any) -> str:
     return "\n".join(lines)
 
 
+def _forecast(args: argparse.Namespace, cfg: Any) -> Any:
+    """The utility forecast of :mod:`qveil.trainer.forecast` (the trainer's estimators and
+    simulators; imported here only when asked for)."""
+    from qveil.errors import InvalidArgument
+
+    if args.epsilon is None:
+        raise InvalidArgument("--forecast needs --epsilon E (the release's epsilon)")
+    try:
+        from qveil.trainer.forecast import forecast
+    except ImportError as exc:
+        raise InvalidArgument(f"--forecast needs qveil[trainer] ({exc.name})") from None
+    public = None
+    if args.public_dataset:
+        from qveil.dataset import load_dataset
+
+        public = load_dataset(args.public_dataset)
+    return forecast(
+        cfg,
+        users=int(args.users),
+        epsilon=float(args.epsilon),
+        dataset=public,
+        releases=args.forecast_releases,
+        episodes=args.forecast_episodes,
+    )
+
+
 def _round_up(x: float) -> float:
     """x rounded up to 3 significant digits (a k a person can type)."""
     e = math.floor(math.log10(x)) - 2
@@ -348,12 +392,22 @@ def _needs(params: PrivacyParams) -> str:
 
 def run(args: argparse.Namespace) -> int:
     if args.mode == "fqi":
-        _, result = _fqi(args)
+        cfg, result = _fqi(args)
+        fc = _forecast(args, cfg) if args.forecast else None
         if args.json:
-            print(json.dumps(result.to_dict(), indent=2, allow_nan=False))
+            d = result.to_dict()
+            if fc is not None:
+                d["forecast"] = fc.to_dict()
+            print(json.dumps(d, indent=2, allow_nan=False))
         else:
             print(_fqi_text(result))
+            if fc is not None:
+                print(fc.text())
         return 0
+    if args.forecast:
+        from qveil.errors import InvalidArgument
+
+        raise InvalidArgument("--forecast is for --mode fqi (a config, --users N, --epsilon E)")
     params = params_from_args(args)
     if args.epsilon is not None:
         result = calibrate(params, target_epsilon=args.epsilon, tune=args.k is None)

@@ -1,0 +1,228 @@
+"""A utility forecast from public information only: what a release of this config, N users
+and epsilon is expected to be worth, before any private data is read.
+
+The forecast runs the same estimator (:mod:`qveil.trainer.estimators`) on **public data of
+the same shape**: N simulated users of the environment's public simulator under the
+documented behaviour policy (uniformly random actions, one episode per user: what
+``qveil dataset collect`` records), or a public dataset the user names. It writes a
+throw-away release bundle of that simulated data (never served, never bound, never
+recorded), then plays, on common episode seeds, the non-private mean (the ceiling), the
+uniformly random policy (the floor) and ``releases`` simulated private releases (the mean plus
+a seeded draw of the release's own GP noise at the accountant's sigma for N and epsilon), and
+reports the fraction of the way from random to non-private with a bootstrap interval over
+releases and episodes.
+
+It spends no privacy: nothing in it is computed from the private dataset (the accountant's
+sigma is a function of N, epsilon and the public config; the data are simulated). Its error
+is the gap between the simulator and the real users, which docs/results.md measures for
+CartPole and LineWalk against served releases.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from qveil.errors import InvalidArgument
+
+__all__ = ["Forecast", "NEAR_RANDOM", "forecast"]
+
+#: A forecast whose interval's upper end is below this fraction warns: near random.
+NEAR_RANDOM = 0.2
+
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """The expected fraction of the way from random to non-private, with its 95% interval."""
+
+    env_id: str
+    users: int
+    epsilon: float
+    sigma: float
+    fraction: float
+    fraction_lo: float
+    fraction_hi: float
+    private: float
+    non_private: float
+    random: float
+    releases: int
+    episodes: int
+    source: str
+
+    @property
+    def near_random(self) -> bool:
+        return not self.fraction_hi >= NEAR_RANDOM
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__} | {
+            "near_random": self.near_random
+        }
+
+    def text(self) -> str:
+        lines = [
+            f"forecast ({self.source}; public simulation, no privacy spent): at N = "
+            f"{self.users} users and epsilon {self.epsilon:g} (sigma {self.sigma:.4g}) the release "
+            f"is expected to reach {self.fraction:.2f} (95% interval {self.fraction_lo:.2f} to "
+            f"{self.fraction_hi:.2f}) of the way from random ({self.random:.4g}) to non-private "
+            f"({self.non_private:.4g}): return {self.private:.4g} "
+            f"({self.releases} simulated releases x {self.episodes} episodes)",
+        ]
+        if self.near_random:
+            lines.append(
+                "WARNING: the release is expected to be NEAR RANDOM: more users, a larger "
+                "epsilon, or another config (docs/results.md) would be needed to make it useful"
+            )
+        return "\n".join(lines)
+
+
+def _lockstep(
+    env_id: str, policy: Callable[[FloatArray], npt.NDArray[np.int64]], seeds: Sequence[int]
+) -> FloatArray:
+    """Returns of one episode per seed, run side by side (one batched policy call a step)."""
+    import gymnasium as gym
+
+    from qveil.trainer import register_envs
+
+    register_envs()
+    envs = [gym.make(env_id) for _ in seeds]
+    try:
+        obs = np.stack(
+            [
+                np.asarray(e.reset(seed=int(s))[0], dtype=np.float64).reshape(-1)
+                for e, s in zip(envs, seeds, strict=True)
+            ]
+        )
+        total = np.zeros(len(envs))
+        live = np.ones(len(envs), dtype=bool)
+        while live.any():
+            idx = np.flatnonzero(live)
+            acts = policy(obs[idx])
+            for i, a in zip(idx, acts, strict=True):
+                o, r, term, trunc, _ = envs[i].step(int(a))
+                obs[i] = np.asarray(o, dtype=np.float64).reshape(-1)
+                total[i] += float(r)
+                if term or trunc:
+                    live[i] = False
+        return total
+    finally:
+        for e in envs:
+            e.close()
+
+
+def _bootstrap(
+    ceiling: FloatArray, floor: FloatArray, private: FloatArray, *, draws: int = 2000
+) -> tuple[float, float, float]:
+    """The fraction and its 95% percentile interval, resampling releases and (paired)
+    episodes."""
+    rng = np.random.default_rng(0)
+    r, e = private.shape
+    ri = rng.integers(r, size=(draws, r))
+    ei = rng.integers(e, size=(draws, e))
+    priv = np.array([private[ri[b]][:, ei[b]].mean() for b in range(draws)])
+    top, low = ceiling[ei].mean(axis=1), floor[ei].mean(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        frac = (priv - low) / (top - low)
+    c, f, p = float(ceiling.mean()), float(floor.mean()), float(private.mean())
+    point = (p - f) / (c - f) if c != f else math.nan
+    if not np.isfinite(frac).any():
+        return point, math.nan, math.nan
+    lo, hi = np.nanpercentile(frac, [2.5, 97.5])
+    return point, float(lo), float(hi)
+
+
+def forecast(
+    config: Any,
+    *,
+    users: int,
+    epsilon: float,
+    dataset: Any = None,
+    releases: int = 8,
+    episodes: int = 20,
+    seed: int = 1,
+) -> Forecast:
+    """The forecast of ``config`` (an fqi config) for N = ``users`` and ``epsilon`` (see the
+    module docstring). ``dataset``: a public dataset of the same shape (default: N users of
+    the config's environment simulated with the random behaviour policy, ``seed``)."""
+    from qveil.additive import AdditiveSamplePath
+    from qveil.bundle import load_bundle
+    from qveil.noise import OUSamplePath
+    from qveil.trainer.collect import collect
+    from qveil.trainer.estimators import create_estimator
+
+    if int(users) < 1 or not (math.isfinite(epsilon) and epsilon > 0):
+        raise InvalidArgument(
+            f"a forecast needs users >= 1 and epsilon > 0, got {users}, {epsilon}"
+        )
+    est = create_estimator(config.replace(epsilon=float(epsilon), sigma=None))
+    if not est.needs_dataset:
+        raise InvalidArgument("forecasts are for the fqi estimators (a config with mode fqi)")
+    env_id = getattr(config, "env_id", None) or getattr(dataset, "env_id", None)
+    if not env_id:
+        raise InvalidArgument("the config names no env_id: the forecast needs its simulator")
+    if dataset is None:
+        rr = getattr(config, "reward_range", None)
+        dataset = collect(
+            env_id,
+            int(users),
+            int(seed),
+            reward_range=None if rr is None else (float(rr[0]), float(rr[1])),
+        )
+        source = f"{env_id}, {users} simulated random-policy users (seed {seed})"
+    else:
+        source = f"the public dataset of {env_id}"
+    with tempfile.TemporaryDirectory(prefix="qveil-forecast-") as tmp:
+        out = est.train(dataset, Path(tmp) / "bundle", force=True)
+        b = load_bundle(out.path)
+    sigma, m = float(b.sigma), int(b.n_actions)
+    seeds = [10_000 + 1000 * int(seed) + e for e in range(int(episodes))]
+    ceiling = _lockstep(env_id, lambda o: np.argmax(b.q_values(_raw(o, b)), axis=1), seeds)
+    rng = np.random.default_rng([int(seed), 7])
+    floor = _lockstep(env_id, lambda o: rng.integers(m, size=len(o)), seeds)
+    private = np.zeros((int(releases), len(seeds)))
+    for r in range(int(releases)):
+        paths: list[Any] = [
+            AdditiveSamplePath(
+                betas=b.card["betas"], sigma=sigma, rng=np.random.default_rng([seed, r, a])
+            )
+            if b.kernel
+            else OUSamplePath(beta=b.beta, sigma=sigma, rng=np.random.default_rng([seed, r, a]))
+            for a in range(m)
+        ]
+
+        def noisy(o: FloatArray, paths: list[Any] = paths) -> npt.NDArray[np.int64]:
+            x = _raw(o, b)
+            unit = b.box.to_unit(x, clip=True) if b.kernel else b.interval.to_unit(x)
+            g = np.stack([p.sample(unit) for p in paths], axis=1)
+            return np.argmax(b.q_values(x) + g, axis=1)
+
+        private[r] = _lockstep(env_id, noisy, seeds)
+    frac, lo, hi = _bootstrap(ceiling, floor, private)
+    return Forecast(
+        env_id=str(env_id),
+        users=int(users),
+        epsilon=float(epsilon),
+        sigma=sigma,
+        fraction=frac,
+        fraction_lo=lo,
+        fraction_hi=hi,
+        private=float(private.mean()),
+        non_private=float(ceiling.mean()),
+        random=float(floor.mean()),
+        releases=int(releases),
+        episodes=len(seeds),
+        source=source,
+    )
+
+
+def _raw(obs: FloatArray, bundle: Any) -> FloatArray:
+    """Observations as the bundle's states: (n, d) for d > 1, (n,) for one coordinate."""
+    return obs if bundle.kernel else obs.reshape(-1)

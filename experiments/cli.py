@@ -52,6 +52,11 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
         "CartPole kernel fqi at N = 1e5, eps 1: each public lever (lam, beta_j, gamma, T, "
         "default, bandwidth, anchors) with bootstrap CIs on common episodes",
     ),
+    "forecast": (
+        "qveil.experiments.forecast_check",
+        "the utility forecast (public simulation) against measured served fractions, "
+        "LineWalk and CartPole at eps 1 across N",
+    ),
     "theory": (
         "qveil.experiments.theory",
         "Lemma 8 sup bound, Proposition 10 utility bound, Proposition 9 query time",

@@ -1,0 +1,104 @@
+"""The utility forecast (qveil.trainer.forecast) against measured served releases.
+
+For LineWalk (configs/linewalk-private.toml) and CartPole (configs/cartpole-private.toml) at
+epsilon 1 and several N, the forecast's fraction of the way from random to non-private and
+its 95% interval, beside the fraction measured through the server on other datasets
+(docs/results.md: LineWalk section 7, CartPole section 8). The forecast simulates its own
+users (collection seed 1, the tuning seed; the served measurements used report seeds).
+
+Writes forecast.csv and forecast.png under ``out``.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["MEASURED", "run"]
+
+REPO = Path(__file__).resolve().parents[1]
+
+#: Served fractions at epsilon 1 measured through the server (docs/results.md), by (env, N).
+#: LineWalk's are (served - random) / (non-private - random) of section 7's returns.
+MEASURED: dict[tuple[str, int], float] = {
+    ("CartPole-v1", 1000): 0.07,
+    ("CartPole-v1", 3000): 0.06,
+    ("CartPole-v1", 10_000): 0.28,
+    ("CartPole-v1", 30_000): 0.70,
+    ("CartPole-v1", 100_000): 0.95,
+    ("qveil/LineWalk-v0", 300): (20.3 - 11.3) / (20.7 - 11.3),
+    ("qveil/LineWalk-v0", 1000): (20.7 - 11.3) / (20.71 - 11.3),
+}
+PLAN: list[tuple[str, str, list[int]]] = [
+    ("qveil/LineWalk-v0", "linewalk-private.toml", [30, 100, 300, 1000]),
+    ("CartPole-v1", "cartpole-private.toml", [1000, 3000, 10_000, 30_000, 100_000]),
+]
+QUICK: list[tuple[str, str, list[int]]] = [
+    ("qveil/LineWalk-v0", "linewalk-private.toml", [100, 300]),
+]
+
+
+def run(*, out: Path, quick: bool = False, **_: Any) -> dict[str, Path]:
+    from qveil.experiments._util import write_csv
+    from qveil.kfqi_config import load_fqi_config
+    from qveil.trainer.forecast import forecast
+
+    out.mkdir(parents=True, exist_ok=True)
+    rows: list[dict[str, Any]] = []
+    t0 = time.perf_counter()
+    for env, config, sizes in QUICK if quick else PLAN:
+        cfg = load_fqi_config(REPO / "configs" / config)
+        for n in sizes:
+            fc = forecast(cfg, users=n, epsilon=1.0, releases=8, episodes=20)
+            rows.append(
+                {
+                    "env": env,
+                    "users": n,
+                    "sigma": fc.sigma,
+                    "forecast": fc.fraction,
+                    "forecast_lo": fc.fraction_lo,
+                    "forecast_hi": fc.fraction_hi,
+                    "measured_served": MEASURED.get((env, n), float("nan")),
+                    "near_random": fc.near_random,
+                }
+            )
+            print(
+                f"forecast [{time.perf_counter() - t0:.0f} s] {env} N={n}: "
+                f"{fc.fraction:.2f} [{fc.fraction_lo:.2f}, {fc.fraction_hi:.2f}] "
+                f"measured {rows[-1]['measured_served']:.2f}",
+                flush=True,
+            )
+    csv = out / "forecast.csv"
+    write_csv(csv, rows)
+    png = out / "forecast.png"
+    _plot(rows, png)
+    return {"csv": csv, "png": png}
+
+
+def _plot(rows: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    envs = sorted({r["env"] for r in rows})
+    fig, axes = plt.subplots(1, len(envs), figsize=(5.5 * len(envs), 3.8), squeeze=False)
+    for ax, env in zip(axes[0], envs, strict=True):
+        rs = [r for r in rows if r["env"] == env]
+        n = [r["users"] for r in rs]
+        f = [r["forecast"] for r in rs]
+        lo = [r["forecast"] - r["forecast_lo"] for r in rs]
+        hi = [r["forecast_hi"] - r["forecast"] for r in rs]
+        ax.errorbar(n, f, yerr=[lo, hi], marker="o", capsize=3, label="forecast (95% CI)")
+        ax.plot(n, [r["measured_served"] for r in rs], "s--", label="measured, served")
+        ax.set_xscale("log")
+        ax.axhline(0.0, color="grey", lw=0.5)
+        ax.axhline(1.0, color="grey", lw=0.5)
+        ax.set_title(f"{env}: eps 1")
+        ax.set_xlabel("users N")
+        ax.set_ylabel("fraction of the way from random to non-private")
+        ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

@@ -722,7 +722,18 @@ class Handlers:
 
             self.store.get_release(release_id)  # NotFound for an unknown release
             bundle = load_bundle(self._find_bundle(release_id), verify=True)
-        return bundle.bundle_id, bundle.public_card(), bundle.admin_card()
+        admin = bundle.admin_card()
+        # the private evaluations of this release (qveil evaluate --private), from the
+        # registry's audit log: what the released policy is worth, with its interval
+        from qveil.server import audit_log
+
+        admin["private_evaluations"] = [
+            {"at": e.at, "actor": e.actor, **e.params}
+            for e in audit_log.entries(
+                self.registry.db, action="private-evaluation", target=bundle.bundle_id
+            )
+        ]
+        return bundle.bundle_id, bundle.public_card(), admin
 
     def stored_points(self) -> dict[tuple[str, int], int]:
         current = self.holder.peek()

@@ -3,7 +3,12 @@ sample path with the bundle's sigma and beta) and of the bare network, as a tabl
 
 ``qveil evaluate --target HOST:PORT [--dataset PATH]``: returns of the SERVED release, its
 actions asked from the server (GetBestActions, with the noise its store holds), beside the
-random policy and, given the dataset, non-private FQI with the same public estimator."""
+random policy and, given the dataset, non-private FQI with the same public estimator.
+
+``qveil evaluate --private --target HOST:PORT --dataset HELD_OUT --config FILE --population NAME
+--epsilon E [--delta D]``: a differentially private estimate of the served greedy policy's
+value on the held-out users' start states (:mod:`qveil.trainer.private_eval`), with its 95%
+interval, charged to the population's budget and shown on the admin card."""
 
 from __future__ import annotations
 
@@ -26,6 +31,18 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, help="seed the environments and the fresh noise path")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--plot", metavar="PNG", help="also write a bar chart of the returns")
+    pv = p.add_argument_group("private evaluation (--private)")
+    pv.add_argument(
+        "--private",
+        action="store_true",
+        help="with --target and --dataset HELD_OUT: a differentially private estimate of the "
+        "served policy's value from held-out users' data",
+    )
+    pv.add_argument("--config", metavar="FILE", help="the fqi config of the estimator")
+    pv.add_argument("--population", metavar="NAME", help="the held-out users' population")
+    pv.add_argument("--epsilon", type=float, help="the estimate's epsilon")
+    pv.add_argument("--delta", type=float, default=1e-5, help="its delta (default 1e-5)")
+    pv.add_argument("--registry", metavar="URL", help="the registry (default: QVEIL_HOME's)")
     p.set_defaults(func=run)
     return p
 
@@ -62,11 +79,67 @@ def run_served(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_private(args: argparse.Namespace) -> int:
+    """``--private``: the private off-policy evaluation of the served release."""
+    from qveil.client.sync import ValueClient
+    from qveil.dataset import declared_population, load_dataset
+    from qveil.errors import InvalidArgument
+    from qveil.kfqi_config import load_fqi_config
+    from qveil.server.registry import open_registry
+    from qveil.trainer.private_eval import private_evaluation
+
+    missing = [
+        f"--{k}" for k in ("target", "dataset", "config", "epsilon") if getattr(args, k) is None
+    ]
+    if missing:
+        raise InvalidArgument(f"--private needs {', '.join(missing)}")
+    population = args.population or declared_population(args.dataset)
+    if not population:
+        raise InvalidArgument("--private needs --population NAME (or a dataset that declares it)")
+    cfg = load_fqi_config(args.config)
+    with open_registry(args.registry, actor="qveil evaluate") as reg:
+        from qveil.server import population as pop
+
+        pop.report(reg, population)  # declared? (refused before the data is read)
+        dataset = load_dataset(args.dataset)
+        if dataset.population not in (None, population):
+            raise InvalidArgument(
+                f"the dataset declares population {dataset.population!r:.80}, not "
+                f"{population!r:.80}"
+            )
+        with ValueClient(args.target, token=args.token) as client:
+            rep = private_evaluation(
+                client=client,
+                dataset=dataset,
+                config=cfg,
+                epsilon=args.epsilon,
+                delta=args.delta,
+                population=population,
+                registry=reg,
+            )
+    if args.json:
+        print(json.dumps(rep, indent=2, default=str))
+        return 0
+    lo, hi = rep["interval95"]
+    b = rep["population_budget"]
+    print(
+        f"private evaluation of release {rep['release_id']} on {rep['users']} held-out users: "
+        f"{rep['estimate']:.4g} (95% interval {lo:.4g} to {hi:.4g}; the mechanism's noise, "
+        f"sigma {rep['sigma']:.4g}), ({rep['epsilon']:.4g}, {rep['delta']:.3g})-DP, user relation\n"
+        f"population {population}: spent eps={b['spent']['epsilon']:.6g} at delta="
+        f"{b['spent']['delta']:.3g} of eps={b['budget']['epsilon']:g}; one more release may "
+        f"have eps <= {b['remaining']['epsilon']:.6g}"
+    )
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
     from qveil.errors import InvalidArgument
 
+    if args.private:
+        return run_private(args)
     if args.target is not None:
         if args.bundle is not None:
             raise InvalidArgument("give a bundle DIR or --target HOST:PORT, not both")

@@ -289,6 +289,10 @@ def account_params(pp: Mapping[str, Any]) -> Any:
     if not isinstance(pp, Mapping):
         raise InvalidArgument(f"privacy params must be a mapping, got {type(pp).__name__}")
     if pp.get("mode") == "fqi":
+        if pp.get("estimator") == "ope":  # a private off-policy evaluation (qveil.ope)
+            from qveil.privacy.ope import OPEPrivacyParams, account_ope
+
+            return account_ope(OPEPrivacyParams.from_dict(pp))
         if pp.get("estimator") == "kernel":  # the d-coordinate variant (issue 16)
             from qveil.privacy.kfqi import KernelFQIPrivacyParams, account_kernel_fqi
 

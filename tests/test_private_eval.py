@@ -1,0 +1,145 @@
+"""The private off-policy evaluation: qveil.ope (the estimate), qveil.privacy.ope (its
+accountant) and `qveil evaluate --private` end to end against a real server."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from server_helpers import QVEIL, REPO, ensure_population, running
+
+from qveil.additive import StateBox
+from qveil.kfqi import KernelFQISpec
+from qveil.ope import policy_value
+from qveil.privacy.ope import OPEPrivacyParams, account_ope, calibrate_ope, ope_sensitivity
+
+
+def _toy(n_users: int, seed: int) -> tuple[np.ndarray, ...]:
+    rng = np.random.default_rng(seed)
+    per = 4
+    u = np.repeat(np.arange(n_users), per)
+    s = rng.uniform(0, 1, (len(u), 2))
+    s2 = np.clip(s + rng.normal(0, 0.15, s.shape), 0, 1)
+    return (
+        u,
+        s,
+        rng.integers(0, 2, len(u)),
+        rng.uniform(0, 1, len(u)),
+        s2,
+        rng.uniform(size=len(u)) < 0.1,
+    )
+
+
+def _policy(x: np.ndarray) -> np.ndarray:
+    return (x[:, 0] > 0.5).astype(np.int64)  # a fixed public policy
+
+
+SOBOL = {"anchors": "sobol", "anchor_count": 64, "neighbours": 6}
+
+
+@pytest.mark.parametrize("anchors", [{"anchor_points": 5}, SOBOL])
+def test_one_user_replaced_moves_the_estimate_by_at_most_delta_j(anchors: dict) -> None:
+    """Adversarial replacements of user 0 (its first state moved to every corner, rewards
+    all high or all low, terminal or not), and a brute force over its start state on a
+    3 x 3 lattice: |J - J'| <= Delta_J = D_T + (q_hi - q_lo) / N, and the search does move J
+    (on the grid by more than a tenth of the bound)."""
+    n_users, gamma, t = 12, 0.6, 6
+    u, s, a, r, s2, term = _toy(n_users, 3)
+    spec = KernelFQISpec(gamma=gamma, iterations=t, betas=(1.0, 1.0), bandwidth=0.3, **anchors)
+    kw = dict(policy=_policy, n_actions=2, reward_range=(0.0, 1.0),
+              box=StateBox.of([[0.0, 1.0]] * 2), spec=spec)  # fmt: skip
+    j, _ = policy_value(s, a, r, s2, term, u, **kw)
+    bound = ope_sensitivity(
+        OPEPrivacyParams(
+            users=n_users, reward_range=(0.0, 1.0), gamma=gamma, iterations=t, delta=1e-5
+        )  # fmt: skip
+    )
+    mine = np.flatnonzero(u == 0)
+    worst = 0.0
+    lattice = list(itertools.product((0.0, 0.5, 1.0), repeat=2))
+    for corner, rew, end, act in itertools.product(lattice, (0.0, 1.0), (False, True), (0, 1)):
+        s_, r_, t_, a_, s2_ = s.copy(), r.copy(), term.copy(), a.copy(), s2.copy()
+        s_[mine] = corner
+        s2_[mine] = 1.0 - np.asarray(corner)
+        r_[mine], t_[mine], a_[mine] = rew, end, act
+        j2, _ = policy_value(s_, a_, r_, s2_, t_, u, **kw)
+        worst = max(worst, abs(j - j2))
+    assert worst <= bound * (1 + 1e-9), (worst, bound)
+    assert worst > (0.1 if anchors is not SOBOL else 0.01) * bound, (worst, bound)
+
+
+def test_accountant_calibrates_and_recomputes() -> None:
+    p = OPEPrivacyParams(users=1000, reward_range=(0.0, 0.5), gamma=0.5, iterations=10,
+                         delta=1e-5)  # fmt: skip
+    r = calibrate_ope(p, epsilon=1.0)
+    assert r.target is not None and r.target["met"] and r.epsilon == pytest.approx(1.0, rel=1e-6)
+    assert r.sensitivity == pytest.approx(0.5 * (1 - 0.5**10) / (1000 * 0.25) + 1.0 / 1000)
+    again = account_ope(p.replace(sigma=r.sigma))
+    assert again.epsilon == pytest.approx(r.epsilon, rel=1e-12)
+    from qveil.privacy.fqi import account_params
+
+    assert account_params(r.params.to_dict()).epsilon == pytest.approx(r.epsilon, rel=1e-12)
+
+
+def test_evaluate_private_end_to_end(tmp_path: Path) -> None:
+    """A LineWalk release trained on 300 users, served; a private evaluation on 300 held-out
+    users: an estimate with its 95% interval, charged to the population (the ledger shows it)
+    and recorded in the registry's audit log under the release; a second evaluation past the
+    budget is refused before any data is read."""
+    config = str(REPO / "configs" / "linewalk-private.toml")
+
+    def cli(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([QVEIL, *argv], capture_output=True, text=True, timeout=300)
+
+    for name, seed in (("train.npz", "1"), ("held.npz", "2")):
+        r = cli("dataset", "collect", "--env", "qveil/LineWalk-v0", "--users", "300", "--seed",
+                seed, "--out", str(tmp_path / name), "--no-progress")  # fmt: skip
+        assert r.returncode == 0, r.stderr
+    pop = ensure_population()
+    b = tmp_path / "rel" / "bundle"
+    r = cli("train", "--mode", "fqi", "--dataset", str(tmp_path / "train.npz"), "--config",
+            config, "--epsilon", "1", "--delta", "1e-5", "--out", str(b), *pop)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    with running(tmp_path, b) as srv:
+        r = cli("evaluate", "--private", "--target", srv.target, "--dataset",
+                str(tmp_path / "held.npz"), "--config", config, "--epsilon", "1", *pop,
+                "--json")  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        rep = json.loads(r.stdout)
+        lo, hi = rep["interval95"]
+        assert lo < rep["estimate"] < hi and rep["epsilon"] == pytest.approx(1.0, rel=1e-6)
+        # the discounted value of a good LineWalk policy from a random start: positive and
+        # below r0 / (1 - gamma)
+        assert 0.0 < rep["estimate"] < 0.5 / (1 - 0.5) + 3 * rep["sigma"]
+        events = rep["population_budget"]["events"]
+        assert len(events) == 2 and events[-1]["release_id"] is None
+        r = cli("budget", "create", "tiny", "--epsilon", "0.5", "--delta", "1e-5")
+        assert r.returncode == 0, r.stderr
+        r = cli("evaluate", "--private", "--target", srv.target, "--dataset",
+                str(tmp_path / "nope.npz"), "--config", config, "--epsilon", "1",
+                "--population", "tiny")  # fmt: skip
+        assert r.returncode == 2, r.stderr
+        assert "nope.npz" in r.stderr  # the dataset is looked at only after the budget
+    from qveil.server import audit_log
+    from qveil.server.registry import open_registry
+
+    with open_registry() as reg:
+        ev = audit_log.entries(reg.db, action="private-evaluation")
+    assert len(ev) == 1 and ev[0].target == rep["release_id"]
+    assert ev[0].params["estimate"] == rep["estimate"]
+    # the admin card of the release shows it (AdminService.GetAdminCard's handler)
+    from qveil.server.handlers import Handlers, Limits
+    from qveil.server.state import ReleaseHolder
+    from qveil.server.store import open_store
+
+    with open_store(f"sqlite:///{b.parent / 'qveil-store.sqlite'}", create=False) as st:
+        h = Handlers(store=st, holder=ReleaseHolder(), limits=Limits())
+        h.start(b)
+        _, public, admin = h.admin_card()
+    [shown] = admin["private_evaluations"]
+    assert shown["estimate"] == rep["estimate"] and shown["interval95"] == rep["interval95"]
+    assert "private_evaluations" not in public

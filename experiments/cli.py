@@ -57,6 +57,11 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
         "the utility forecast (public simulation) against measured served fractions, "
         "LineWalk and CartPole at eps 1 across N",
     ),
+    "private-eval": (
+        "qveil.experiments.private_eval_check",
+        "the private off-policy evaluation against the simulator's true value: coverage of "
+        "its 95% interval over seeds (LineWalk, CartPole)",
+    ),
     "theory": (
         "qveil.experiments.theory",
         "Lemma 8 sup bound, Proposition 10 utility bound, Proposition 9 query time",

@@ -147,9 +147,10 @@ def main() -> int:
     results = []
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        bundle = make_bundle(tmp / "bundle")
+        os.environ["QVEIL_HOME"] = str(tmp / "qveil-home")  # this run's own registry
         for i, pad in enumerate(pads):
             print(f"pad {pad:g} ms: {args.queries} calls ...", file=sys.stderr, flush=True)
+            bundle = make_bundle(tmp / f"bundle-{i}")  # one release per store
             results.append(measure(pad, args.queries, tmp, bundle, args.seed + i))
     base = float(results[0]["held_out"]) if pads[0] == 0 else float("nan")
     rows = [

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -35,7 +36,7 @@ R = TypeVar("R")
 
 VALUE = "qveil.v1.ValueService"
 #: methods whose answers are released values: padded to --min-latency-ms (issue 14 item 7)
-PADDED = frozenset({"GetValues", "GetBestActions"})
+PADDED = frozenset({"GetValues", "GetBestActions", "v2.ModelInfer"})
 ADMIN = "qveil.v1.AdminService"
 AUDIT = "qveil.v1.AuditService"
 
@@ -111,16 +112,21 @@ class Core:
             self.handlers.metrics.observe(method, code, time.perf_counter() - start)
 
     async def _pad(self, start: float, method: str, context: grpc.aio.ServicerContext) -> None:
-        """Hold a value-returning answer (or error) until ``min_latency_ms`` after the call
-        arrived (issue 14 item 7). Without it a stored state answers in ~1 ms and a new one
-        in ~5 ms, which tells a client whether anyone asked about a state before. It hides
-        the store's work only while that work is shorter than the pad (docs/privacy.md,
+        """Hold a value-returning answer (or error) until the end of its latency bucket:
+        ``min_latency_ms`` after the call arrived, or, for a call that took longer, the next
+        whole multiple of it. Without it a stored state answers in ~1 ms and a new one in
+        ~5 ms, which tells a client whether anyone asked about a state before; quantised,
+        both answer at the same instant whenever the store's work fits in one bucket, and a
+        slow call is visible only as a whole bucket later (docs/privacy.md,
         benchmarks/bench_timing.py). The call keeps its in-flight slot while it waits."""
         pad = self.handlers.limits.min_latency_ms
         if pad <= 0 or method not in PADDED:
             return
-        left = pad / 1000.0 - (time.perf_counter() - start)
-        if left > 0 and not context.cancelled():
+        quantum = pad / 1000.0
+        elapsed = time.perf_counter() - start
+        left = math.ceil(max(elapsed, 1e-9) / quantum) * quantum - elapsed
+        cancelled = getattr(context, "cancelled", None)  # an HTTP request has none
+        if left > 0 and not (cancelled is not None and cancelled()):
             await asyncio.sleep(left)
 
     def _admit(self, service: str, context: grpc.aio.ServicerContext) -> str:

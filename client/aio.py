@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 from typing import Any, Self
 
@@ -19,8 +20,8 @@ from qveil.client.channel import (
     channel_credentials,
     channel_options,
 )
-from qveil.client.errors import from_grpc_error, is_retryable
-from qveil.client.sync import state_fields
+from qveil.client.errors import from_grpc_error, is_server_reset
+from qveil.client.sync import is_flat, state_fields
 from qveil.v1 import value_service_pb2 as value_pb
 from qveil.v1 import value_service_pb2_grpc as value_grpc
 
@@ -28,7 +29,17 @@ __all__ = ["AsyncValueClient"]
 
 
 class AsyncValueClient:
-    """``async with AsyncValueClient(target) as c: q = await c.values([0.3])``."""
+    """``async with AsyncValueClient(target) as c: q = await c.values([0.3])``.
+
+    States as for :class:`qveil.client.ValueClient`: a flat list of d numbers on a release
+    of d > 1 coordinates is one state (the release's ``dims``, learnt once)."""
+
+    _dims: int | None = None
+
+    async def _state_fields(self, states: npt.ArrayLike) -> dict[str, Any]:
+        if self._dims is None and is_flat(states):
+            self._dims = (await self.release()).dims
+        return state_fields(states, self._dims or 1)
 
     def __init__(
         self,
@@ -39,8 +50,9 @@ class AsyncValueClient:
         timeout: float | None = 30.0,
         retry: RetryPolicy | None = None,
     ) -> None:
+        self._retry = retry or RetryPolicy()
         creds = channel_credentials(tls)
-        opts = channel_options(tls)
+        opts = channel_options(tls, self._retry)
         self.target = target
         self._channel = (
             grpc.aio.secure_channel(target, creds, options=opts)
@@ -50,16 +62,16 @@ class AsyncValueClient:
         self._stub = value_grpc.ValueServiceStub(self._channel)
         self._metadata = auth_metadata(token)
         self._timeout = timeout
-        self._retry = retry or RetryPolicy()
 
     async def _call(self, method: Any, request: Any, timeout: float | None) -> Any:
+        total = timeout or self._timeout
+        deadline = None if total is None else time.monotonic() + total
         for attempt in range(self._retry.attempts):
+            left = None if deadline is None else max(0.001, deadline - time.monotonic())
             try:
-                return await method(
-                    request, timeout=timeout or self._timeout, metadata=self._metadata
-                )
+                return await method(request, timeout=left, metadata=self._metadata)
             except grpc.aio.AioRpcError as exc:
-                if is_retryable(exc) and attempt + 1 < self._retry.attempts:
+                if is_server_reset(exc) and attempt + 1 < self._retry.attempts:
                     await asyncio.sleep(self._retry.delay(attempt))
                     continue
                 raise from_grpc_error(exc) from None
@@ -74,7 +86,7 @@ class AsyncValueClient:
         timeout: float | None = None,
     ) -> t.Values:
         req = value_pb.GetValuesRequest(
-            **state_fields(states), actions=list(actions or ()), release_id=release_id
+            **(await self._state_fields(states)), actions=list(actions or ()), release_id=release_id
         )
         return convert.values_from_proto(await self._call(self._stub.GetValues, req, timeout))
 
@@ -90,7 +102,7 @@ class AsyncValueClient:
     async def best_actions(
         self, states: npt.ArrayLike, *, timeout: float | None = None
     ) -> npt.NDArray[np.int64]:
-        req = value_pb.GetBestActionsRequest(**state_fields(states))
+        req = value_pb.GetBestActionsRequest(**(await self._state_fields(states)))
         resp = await self._call(self._stub.GetBestActions, req, timeout)
         return convert.best_actions_from_proto(resp).actions
 

@@ -19,7 +19,12 @@ either the transport-specific class or the domain one::
 
 The server attaches a ``google.rpc.Status`` (trailer ``grpc-status-details-bin``) with an
 ``ErrorInfo`` (``reason``, e.g. ``STATE_OUT_OF_INTERVAL``) and, for bad input, a ``BadRequest``
-naming the offending field; both are exposed as attributes.
+naming the offending field; both are exposed as attributes. RESOURCE_EXHAUSTED and
+UNAVAILABLE carry a ``RetryInfo`` (``retry_delay``) when waiting helps, and none when
+retrying the same request never does (a storage cap, a request larger than the caller's
+whole budget). By the time the SDK raises one, its channel has already retried as the
+server's pushback said (see :class:`qveil.client.RetryPolicy`): the attempts or the call's
+deadline ran out.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ __all__ = [
     "UnimplementedError",
     "from_grpc_error",
     "is_retryable",
+    "is_server_reset",
 ]
 
 DETAILS_KEY = "grpc-status-details-bin"
@@ -180,6 +186,13 @@ def is_retryable(exc: grpc.RpcError) -> bool:
     """UNAVAILABLE, or CANCELLED by the server: both mean "not answered, try again"."""
     code = exc.code() if callable(getattr(exc, "code", None)) else None  # type: ignore[attr-defined]
     return code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
+
+
+def is_server_reset(exc: grpc.RpcError) -> bool:
+    """CANCELLED by the server (see :data:`SERVER_CANCELLED`): the one retryable status the
+    channel's retry policy leaves to the SDK (it retries RESOURCE_EXHAUSTED and UNAVAILABLE)."""
+    code = exc.code() if callable(getattr(exc, "code", None)) else None  # type: ignore[attr-defined]
+    return code == grpc.StatusCode.CANCELLED
 
 
 def from_grpc_error(exc: grpc.RpcError) -> RpcError:

@@ -1,7 +1,7 @@
 """Blocking clients: :class:`ValueClient` (query role), :class:`AdminClient`,
 :class:`AuditClient`. Each is a context manager around one gRPC channel; failed calls raise
 the typed exceptions of :mod:`qveil.client.errors`; idempotent calls are retried on
-UNAVAILABLE."""
+RESOURCE_EXHAUSTED and UNAVAILABLE as the server's pushback says (:class:`RetryPolicy`)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from qveil.client.channel import (
     channel_credentials,
     channel_options,
 )
-from qveil.client.errors import from_grpc_error, is_retryable
+from qveil.client.errors import from_grpc_error, is_server_reset
 from qveil.v1 import admin_service_pb2 as admin_pb
 from qveil.v1 import admin_service_pb2_grpc as admin_grpc
 from qveil.v1 import audit_service_pb2 as audit_pb
@@ -30,7 +30,7 @@ from qveil.v1 import audit_service_pb2_grpc as audit_grpc
 from qveil.v1 import value_service_pb2 as value_pb
 from qveil.v1 import value_service_pb2_grpc as value_grpc
 
-__all__ = ["AdminClient", "AuditClient", "ValueClient", "state_fields"]
+__all__ = ["AdminClient", "AuditClient", "ValueClient", "is_flat", "state_fields"]
 
 R = TypeVar("R")
 
@@ -41,11 +41,20 @@ def as_states(states: npt.ArrayLike) -> list[float]:
     return [float(v) for v in arr.reshape(-1)]
 
 
-def state_fields(states: npt.ArrayLike) -> dict[str, Any]:
-    """The request fields of ``states``: an array of shape [n, d] with d > 1 goes as a
-    ``state_matrix`` (issue 16: n states of d coordinates, row-major); anything else (a
-    scalar, a list, [n] or [n, 1]) as the 1-D ``states`` list, as before."""
+def is_flat(states: npt.ArrayLike) -> bool:
+    """True when ``states`` is a flat list of more than one number: n states of a 1-D
+    release, or one state of a release of that many coordinates (the release's dims says)."""
+    return bool(np.ndim(states) == 1 and np.size(states) > 1)
+
+
+def state_fields(states: npt.ArrayLike, dims: int = 1) -> dict[str, Any]:
+    """The request fields of ``states`` for a release of ``dims`` coordinates: an array of
+    shape [n, d] with d > 1 goes as a ``state_matrix`` (n states of d coordinates,
+    row-major), and so does a flat list of exactly ``dims`` > 1 numbers (one state);
+    anything else (a scalar, a list, [n] or [n, 1]) as the 1-D ``states`` list."""
     arr = np.asarray(states, dtype=np.float64)
+    if dims > 1 and arr.ndim == 1 and arr.shape[0] == dims:
+        arr = arr.reshape(1, dims)
     if arr.ndim == 2 and arr.shape[1] > 1:
         return {
             "state_matrix": value_pb.StateMatrix(
@@ -65,8 +74,9 @@ class _Base:
         timeout: float | None = 30.0,
         retry: RetryPolicy | None = None,
     ) -> None:
+        self._retry = retry or RetryPolicy()
         creds = channel_credentials(tls)
-        opts = channel_options(tls)
+        opts = channel_options(tls, self._retry)
         self.target = target
         self._channel = (
             grpc.secure_channel(target, creds, options=opts)
@@ -75,7 +85,6 @@ class _Base:
         )
         self._metadata = auth_metadata(token)
         self._timeout = timeout
-        self._retry = retry or RetryPolicy()
 
     def _call(
         self,
@@ -85,12 +94,18 @@ class _Base:
         idempotent: bool = True,
         timeout: float | None = None,
     ) -> R:
+        """One call; the channel's retry policy retries RESOURCE_EXHAUSTED and UNAVAILABLE
+        (honouring the server's pushback), this loop a call the server reset while shutting
+        down. Both within the policy's attempts and one deadline for the whole call."""
         attempts = self._retry.attempts if idempotent else 1
+        total = timeout or self._timeout
+        deadline = None if total is None else time.monotonic() + total
         for attempt in range(attempts):
+            left = None if deadline is None else max(0.001, deadline - time.monotonic())
             try:
-                return method(request, timeout=timeout or self._timeout, metadata=self._metadata)
+                return method(request, timeout=left, metadata=self._metadata)
             except grpc.RpcError as exc:
-                if is_retryable(exc) and attempt + 1 < attempts:
+                if is_server_reset(exc) and attempt + 1 < attempts:
                     time.sleep(self._retry.delay(attempt))
                     continue
                 raise from_grpc_error(exc) from None
@@ -112,7 +127,19 @@ class ValueClient(_Base):
     >>> with ValueClient("127.0.0.1:50051") as c:          # doctest: +SKIP
     ...     q = c.values([0.1, 0.5])                        # shape (2, m)
     ...     a = c.best_actions([0.1, 0.5])                  # shape (2,)
+
+    States are an [n, d] array, or for a 1-D release a flat list of n states. A flat list
+    of d numbers on a release of d > 1 coordinates is one state: the client learns the
+    active release's ``dims`` (one GetRelease) the first time it is given a flat list, and
+    keeps it for its lifetime.
     """
+
+    _dims: int | None = None
+
+    def _state_fields(self, states: npt.ArrayLike) -> dict[str, Any]:
+        if self._dims is None and is_flat(states):
+            self._dims = self.release().dims
+        return state_fields(states, self._dims or 1)
 
     def __init__(
         self,
@@ -136,7 +163,7 @@ class ValueClient(_Base):
     ) -> t.Values:
         """Released values with the answering release and the action columns."""
         req = value_pb.GetValuesRequest(
-            **state_fields(states), actions=list(actions or ()), release_id=release_id
+            **self._state_fields(states), actions=list(actions or ()), release_id=release_id
         )
         return convert.values_from_proto(self._call(self._stub.GetValues, req, timeout=timeout))
 
@@ -154,7 +181,7 @@ class ValueClient(_Base):
     def get_best_actions(
         self, states: npt.ArrayLike, *, release_id: str = "", timeout: float | None = None
     ) -> t.BestActions:
-        req = value_pb.GetBestActionsRequest(**state_fields(states), release_id=release_id)
+        req = value_pb.GetBestActionsRequest(**self._state_fields(states), release_id=release_id)
         return convert.best_actions_from_proto(
             self._call(self._stub.GetBestActions, req, timeout=timeout)
         )

@@ -12,7 +12,8 @@ Every call that needs a token goes through ``Core.unary`` exactly like a gRPC ca
 ``Authorization: Bearer`` header read as the ``authorization`` metadata, the same roles,
 in-flight and per-caller bounds, thread pool and error table), into the same
 :class:`qveil.server.oip.OIPModel`. Errors are ``{"error": message, "reason": REASON}`` with the
-HTTP status of the gRPC code (INVALID_ARGUMENT 400, UNAUTHENTICATED 401, ...). Tensors come
+HTTP status of the gRPC code (INVALID_ARGUMENT 400, UNAUTHENTICATED 401, ...); 429 and 503
+carry ``Retry-After`` when waiting helps (the delay of the gRPC status's RetryInfo). Tensors come
 as JSON ``data`` or with Triton's binary-data extension (``Inference-Header-Content-Length``
 header, ``binary_data_size`` per input), which tritonclient.http uses by default; outputs are
 binary when asked (``binary_data`` / ``binary_data_output``). TLS: the server's --tls-*
@@ -24,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import json
+import math
 import socket
 import ssl
 from collections.abc import Awaitable, Callable
@@ -66,9 +68,16 @@ HEADER_LENGTH = "inference-header-content-length"
 
 
 class RestAbort(Exception):
-    def __init__(self, code: grpc.StatusCode, message: str, reason: str = "") -> None:
+    def __init__(
+        self,
+        code: grpc.StatusCode,
+        message: str,
+        reason: str = "",
+        retry_after: float | None = None,
+    ) -> None:
         super().__init__(message)
         self.code, self.message, self.reason = code, message, reason
+        self.retry_after = retry_after
 
 
 class _Context:
@@ -88,21 +97,31 @@ class _Context:
         return None
 
     async def abort(self, code: grpc.StatusCode, message: str, trailing_metadata: Any = ()) -> None:
-        reason = ""
+        reason, retry_after = "", None
         for key, value in trailing_metadata or ():
             if key == DETAILS_KEY:
                 for d in status_pb2.Status.FromString(value).details:
                     info = error_details_pb2.ErrorInfo()
+                    retry = error_details_pb2.RetryInfo()
                     if d.Unpack(info):
                         reason = info.reason
-        raise RestAbort(code, message, reason)
+                    elif d.Unpack(retry):
+                        retry_after = retry.retry_delay.ToTimedelta().total_seconds()
+        raise RestAbort(code, message, reason, retry_after)
 
 
-def _json_error(code: grpc.StatusCode, message: str, reason: str = "") -> Any:
+def _json_error(
+    code: grpc.StatusCode, message: str, reason: str = "", retry_after: float | None = None
+) -> Any:
+    """The error body; 429 and 503 carry ``Retry-After`` (whole seconds, rounded up) when
+    waiting helps, so standard HTTP clients (curl --retry, urllib3's Retry) back off."""
     from starlette.responses import JSONResponse
 
     body = {"error": message, **({"reason": reason} if reason else {})}
-    return JSONResponse(body, status_code=HTTP_STATUS.get(code, 500))
+    headers = None
+    if retry_after is not None:
+        headers = {"Retry-After": str(max(1, math.ceil(retry_after)))}
+    return JSONResponse(body, status_code=HTTP_STATUS.get(code, 500), headers=headers)
 
 
 def _parse_body(body: bytes, header_length: str | None) -> InferRequest:
@@ -237,7 +256,7 @@ def build_app(core: Core, serving: Callable[[], bool], *, max_body_bytes: int) -
 
     async def call(request: Request, method: str, fn: Callable[..., Any], *args: Any) -> Any:
         client = request.client
-        # gRPC's peer form, so a host has ONE new-point budget over both bindings
+        # gRPC's peer form, so a host has ONE new-state budget over both bindings
         if client is None:
             peer = "http:unknown"
         elif ":" in client.host:
@@ -257,7 +276,7 @@ def build_app(core: Core, serving: Callable[[], bool], *, max_body_bytes: int) -
             try:
                 return await handler(request)
             except RestAbort as exc:
-                return _json_error(exc.code, exc.message, exc.reason)
+                return _json_error(exc.code, exc.message, exc.reason, exc.retry_after)
 
         return run
 

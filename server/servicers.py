@@ -82,7 +82,7 @@ class Core:
             loop = asyncio.get_running_loop()
             if "deadline" in kwargs:
                 kwargs["deadline"] = self._deadline(context)
-            if "caller" in kwargs:  # the new-point budget's key (issue 14 item 4)
+            if "caller" in kwargs:  # the key of the caller's new-state budget
                 kwargs["caller"] = budget_key(caller)
             result = await loop.run_in_executor(self.executor, lambda: fn(*args, **kwargs))
             await self._pad(start, method, context)
@@ -91,7 +91,7 @@ class Core:
             code = "CANCELLED"
             raise
         except Exception as exc:  # noqa: BLE001 - every error goes through the one table
-            mapped = status_for(exc)
+            mapped = status_for(exc, time_left=_time_left(context))
             code = mapped.code.name
             if mapped.code == grpc.StatusCode.INTERNAL:
                 log.exception("internal error in %s", method)
@@ -174,15 +174,23 @@ class Core:
     async def abort(
         self, context: grpc.aio.ServicerContext, method: str, exc: Exception, start: float
     ) -> None:
-        mapped = status_for(exc)
+        mapped = status_for(exc, time_left=_time_left(context))
         if mapped.code == grpc.StatusCode.INTERNAL:
             log.error("internal error in %s", method, exc_info=exc)
         self.handlers.metrics.observe(method, mapped.code.name, time.perf_counter() - start)
         await context.abort(mapped.code, mapped.message, trailing_metadata=mapped.trailing_metadata)
 
 
+def _time_left(context: grpc.aio.ServicerContext) -> float | None:
+    """Seconds before the call's deadline (None: no deadline)."""
+    remaining = context.time_remaining()
+    if remaining is None or remaining > 1e7:
+        return None
+    return float(remaining)
+
+
 def budget_key(caller: str) -> str:
-    """The new-point budget's key of a caller: its token (``token:NAME``), or the peer's host
+    """The new-state budget's key of a caller: its token (``token:NAME``), or the peer's host
     without the port (``peer:ipv4:1.2.3.4``), so a new connection does not get a new bucket."""
     if caller.startswith("peer:"):
         return "peer:" + caller_host(caller.removeprefix("peer:"))

@@ -20,7 +20,6 @@ import pytest
 from oip_helpers import MAX_BATCH, Env, bad_cases, hexes, states_input
 from server_helpers import make_bundle, make_certs, make_tokens, running
 
-from qveil.bundle import load_bundle
 from qveil.client import ValueClient
 
 STATUS = {"INVALID_ARGUMENT": 400, "NOT_FOUND": 404, "UNAUTHENTICATED": 401}
@@ -318,11 +317,11 @@ def test_rest_socket_is_tcp_for_nodelay() -> None:
     asyncio.run(main())
 
 
-def test_new_point_budget_is_shared_with_value_service(tmp_path: Any) -> None:
-    """Quota parity (issue 17): the v2 bindings spend the same per-caller new-point budget
-    as ValueService (anonymous: one bucket per host, whichever binding or connection). With
-    a bucket of 4 points: ValueService spends 2 new states x 2 actions, then a v2 request
-    with a new state is refused (HTTP 429, RESOURCE_EXHAUSTED) and stores nothing, while a
+def test_new_state_budget_is_shared_with_value_service(tmp_path: Any) -> None:
+    """Quota parity: the v2 bindings spend the same per-caller new-state budget as
+    ValueService (anonymous: one bucket per host, whichever binding or connection). With a
+    bucket of 2 states: ValueService spends 2 new states, then a v2 request with a new state
+    is refused (HTTP 429, RESOURCE_EXHAUSTED, with Retry-After) and stores nothing, while a
     v2 request for a stored state is answered."""
     import sqlite3
 
@@ -333,18 +332,17 @@ def test_new_point_budget_is_shared_with_value_service(tmp_path: Any) -> None:
         bundle,
         "--http-port",
         "0",
-        "--new-point-rate",
+        "--new-state-rate",
         "0.001",
-        "--new-point-burst",
-        "4",
+        "--new-state-burst",
+        "2",
         store=f"sqlite:///{db}",
         name="quota",
     ) as sp:
         m = re.search(r"v2 REST on http://127\.0\.0\.1:(\d+)", sp.output())
         assert m, sp.output()
         url = f"http://127.0.0.1:{m.group(1)}/v2/models/qveil/infer"
-        n_actions = load_bundle(bundle).n_actions
-        states = [0.25, 0.5][: max(1, 4 // n_actions)]
+        states = [0.25, 0.5]
         with ValueClient(sp.target) as c:
             c.values(states)
 
@@ -355,6 +353,7 @@ def test_new_point_budget_is_shared_with_value_service(tmp_path: Any) -> None:
         before = rows()
         r = httpx.post(url, json={"inputs": [json_tensor(states_input([0.75]))]}, timeout=30)
         assert r.status_code == 429, r.text
+        assert int(r.headers["retry-after"]) >= 900  # 1 state at 0.001/s: 1000 s
         assert rows() == before
         r = httpx.post(url, json={"inputs": [json_tensor(states_input(states[:1]))]}, timeout=30)
         assert r.status_code == 200, r.text

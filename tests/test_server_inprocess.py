@@ -136,10 +136,9 @@ def test_bad_requests_are_invalid_argument_and_store_nothing(srv: InProcessServe
 def test_health_transitions(bundles: tuple[Path, Path], tmp_path: Path) -> None:
     with InProcessServer(bundles[0], f"sqlite:///{tmp_path / 's.sqlite'}", start=False) as s:
         assert health_status(s.target) == "NOT_SERVING"
-        with ValueClient(s.target, retry=None, timeout=5) as c:
-            from qveil.client.channel import RetryPolicy
+        from qveil.client.channel import RetryPolicy
 
-            c._retry = RetryPolicy(attempts=1)
+        with ValueClient(s.target, retry=RetryPolicy(attempts=1), timeout=5) as c:
             with pytest.raises(UnavailableError):
                 c.values([0.1])
             s.ready(bundles[0])
@@ -245,7 +244,7 @@ def test_client_retries_unavailable_until_ready(bundles: tuple[Path, Path], tmp_
     with InProcessServer(bundles[0], f"sqlite:///{tmp_path / 's.sqlite'}", start=False) as s:
         timer = threading.Timer(0.1, s.ready, args=(bundles[0],))
         timer.start()
-        policy = RetryPolicy(attempts=10, initial_backoff=0.1, max_backoff=1.0)
+        policy = RetryPolicy(attempts=5, initial_backoff=0.1, max_backoff=1.0)
         with ValueClient(s.target, retry=policy, timeout=5) as c:
             assert c.values([0.5]).shape == (1, M)
         timer.join()

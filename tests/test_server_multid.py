@@ -12,6 +12,7 @@ chains verify, the audit passes and export/import round-trips the coordinates.""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -22,10 +23,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import sqlalchemy as sa
-from server_helpers import InProcessServer, fresh_bundle, make_cartpole_kernel_bundle
+from server_helpers import (
+    InProcessServer,
+    fresh_bundle,
+    make_bundle,
+    make_cartpole_kernel_bundle,
+)
 
 from qveil.bundle import load_bundle
-from qveil.client import InvalidArgumentError, ValueClient
+from qveil.client import AsyncValueClient, InvalidArgumentError, ValueClient
 from qveil.server.store import open_store
 from qveil.v1 import value_service_pb2 as value_pb
 
@@ -238,6 +244,45 @@ def test_cli_query_takes_one_state_of_d_coordinates(
     r = qveil("query", "--target", s.target, "--state", "0.1,0.2")
     assert r.returncode != 0 and "4" in r.stderr and "coordinate" in r.stderr, r.stderr
     assert len(_rows(url)) == M * D
+
+
+def test_sdk_reads_a_flat_list_of_d_numbers_as_one_state(
+    served: tuple[InProcessServer, Path, str], tmp_path: Path
+) -> None:
+    """The SDK learns the release's dims: on a d = 4 release a flat list of 4 numbers is one
+    state (sync and async clients, values and best actions, also as a new client's first
+    call), [n, 4] arrays are unchanged, any other flat length is still the server's
+    INVALID_ARGUMENT; on a 1-D release a flat list stays n states."""
+    s, _bundle, _url = served
+    flat = [0.0, 0.1, 0.0, 0.2]
+    with ValueClient(s.target) as c:  # the flat list first: dims learnt on this call
+        one = c.values(flat)
+        best = c.best_actions(flat)
+    with ValueClient(s.target) as c:
+        rows = c.values(STATES)
+        assert rows.shape == (3, M)
+        np.testing.assert_array_equal(c.values([flat]), one)
+        np.testing.assert_array_equal(c.best_actions([flat]), best)
+        np.testing.assert_array_equal(c.values(np.asarray(STATES[0])), rows[:1])
+        with pytest.raises(InvalidArgumentError, match="coordinate"):
+            c.values(flat * 2)  # 8 numbers: not one state of this release
+    assert one.shape == (1, M) and best.shape == (1,)
+
+    async def flat_async() -> tuple[np.ndarray, np.ndarray]:
+        async with AsyncValueClient(s.target) as ac:
+            return await ac.values(flat), await ac.best_actions(flat)
+
+    avals, abest = asyncio.run(flat_async())
+    np.testing.assert_array_equal(avals, one)
+    np.testing.assert_array_equal(abest, best)
+
+    one_d = make_bundle(tmp_path / "b1", actions=3)
+    with InProcessServer(one_d, f"sqlite:///{tmp_path / 'one.sqlite'}") as s1:
+        with ValueClient(s1.target) as c:
+            four = c.values([0.1, 0.2, 0.3, 0.4])
+            assert four.shape == (4, 3)
+            np.testing.assert_array_equal(four, c.values([[0.1], [0.2], [0.3], [0.4]]))
+            assert c.best_actions([0.1, 0.2, 0.3, 0.4]).shape == (4,)
 
 
 def test_evaluate_target_plays_a_d4_release_through_the_server(

@@ -172,10 +172,18 @@ def auth_metadata(token: str | None) -> tuple[tuple[str, str], ...]:
 
 
 def read_token_file(path: str | Path) -> str:
-    """A token file holds one token (surrounding whitespace ignored)."""
-    token = Path(path).read_text().strip()
-    if not token:
-        from qveil.errors import InvalidArgument
+    """A token file holds one token (surrounding whitespace ignored). A file that cannot be
+    read, is not UTF-8 or is empty is InvalidArgument naming the file."""
+    from qveil.errors import InvalidArgument, echo
 
-        raise InvalidArgument(f"token file {str(path)!r} is empty")
+    try:
+        token = Path(path).read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise InvalidArgument(
+            f"token file {echo(str(path))} cannot be read: {exc.strerror or exc}"
+        ) from None
+    except UnicodeDecodeError:
+        raise InvalidArgument(f"token file {echo(str(path))} is not UTF-8 text") from None
+    if not token:
+        raise InvalidArgument(f"token file {echo(str(path))} is empty")
     return token

@@ -16,8 +16,14 @@ import argparse
 import dataclasses
 import json
 import math
+import re
 import sys
 from typing import Any
+
+#: Arguments argparse must read as values, not options: anything starting with "-" and a
+#: digit (or "-." and a digit), so that ``--state -0.01,0.1`` is a state. (argparse's own
+#: pattern accepts only a single negative number; query has no option spelt like a number.)
+NEGATIVE_VALUE = re.compile(r"^-\.?\d")
 
 
 def add_parser(sub: Any) -> None:
@@ -27,6 +33,8 @@ def add_parser(sub: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    # argparse reads this pattern per parser (it has no public hook for it)
+    p._negative_number_matcher = NEGATIVE_VALUE
     p.add_argument("--target", required=True, help="server address HOST:PORT")
     p.add_argument(
         "--state",
@@ -65,7 +73,9 @@ def _states(raw: list[str]) -> list[float]:
         for part in item.split(","):
             part = part.strip()
             if not part:
-                continue
+                raise InvalidArgument(
+                    f"--state {item[:80]!r} has an empty value (numbers separated by single commas)"
+                )
             try:
                 out.append(float(part))
             except ValueError:
@@ -146,10 +156,14 @@ def run(args: argparse.Namespace) -> int:
             return 0
         if not args.state:
             raise InvalidArgument("give at least one --state (or --card)")
-        dims = client.release().dims
+        release = client.release()
+        dims, m = release.dims, release.n_actions
         states: list[Any] = _box_states(args.state, dims) if dims > 1 else _states(args.state)
-        if not states:
-            raise InvalidArgument("give at least one --state (or --card)")
+        bad = [a for a in args.action if not 0 <= a < m]
+        if bad:
+            raise InvalidArgument(
+                f"--action {bad[0]} is out of range: this release has actions 0..{m - 1}"
+            )
         if args.best:
             best = client.get_best_actions(states)
             if args.json:

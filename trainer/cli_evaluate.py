@@ -26,6 +26,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("bundle", metavar="DIR", nargs="?", help="release bundle directory")
     p.add_argument("--target", metavar="HOST:PORT", help="evaluate the release a server serves")
     p.add_argument("--token", help="bearer token for --target")
+    p.add_argument("--token-file", metavar="FILE", help="file holding the bearer token")
     p.add_argument("--dataset", metavar="PATH", help="with --target: non-private FQI reference")
     p.add_argument("--episodes", type=int, default=100, help="episodes per policy (default 100)")
     p.add_argument("--seed", type=int, help="seed the environments and the fresh noise path")
@@ -47,6 +48,19 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     return p
 
 
+def _token(args: argparse.Namespace) -> str | None:
+    """The bearer token: --token, or read from --token-file (not both)."""
+    from qveil.client.channel import read_token_file
+    from qveil.errors import InvalidArgument
+
+    token: str | None = args.token
+    if args.token_file is None:
+        return token
+    if token is not None:
+        raise InvalidArgument("give --token or --token-file, not both")
+    return read_token_file(args.token_file)
+
+
 def run_served(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
@@ -62,7 +76,7 @@ def run_served(args: argparse.Namespace) -> int:
         args.target,
         episodes=args.episodes,
         seed=0 if args.seed is None else args.seed,
-        token=args.token,
+        token=_token(args),
         dataset=dataset,
     )
     if args.json:
@@ -107,7 +121,7 @@ def run_private(args: argparse.Namespace) -> int:
                 f"the dataset declares population {dataset.population!r:.80}, not "
                 f"{population!r:.80}"
             )
-        with ValueClient(args.target, token=args.token) as client:
+        with ValueClient(args.target, token=_token(args)) as client:
             rep = private_evaluation(
                 client=client,
                 dataset=dataset,

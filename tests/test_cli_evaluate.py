@@ -1,0 +1,73 @@
+"""``qveil evaluate --target`` (qveil.trainer.cli_evaluate) with a token: ``--token-file``
+reads it like ``qveil query``; a missing or non-UTF-8 token file, or both --token and
+--token-file, is one line on stderr and exit 2, before anything is played."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from server_helpers import (
+    QVEIL,
+    ServerProcess,
+    Tokens,
+    make_cartpole_kernel_bundle,
+    make_tokens,
+    start_server,
+)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, Tokens]]:
+    tmp = tmp_path_factory.mktemp("evaluate-cli")
+    tokens = make_tokens(tmp / "tokens.toml")
+    # a release of a real env, served with the store it was bound to at train
+    bundle, _ = make_cartpole_kernel_bundle(tmp, seed=1)
+    sp = start_server(tmp, bundle, "--tokens-file", str(tokens.path))
+    try:
+        yield sp, tokens
+    finally:
+        sp.terminate()
+
+
+def evaluate(target: str, *argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [QVEIL, "evaluate", "--target", target, "--episodes", "2", "--seed", "1", *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_token_file_is_read(server: tuple[ServerProcess, Tokens], tmp_path: Path) -> None:
+    sp, tokens = server
+    tf = tmp_path / "tok"
+    tf.write_text(tokens.query + "\n")
+    r = evaluate(sp.target, "--token-file", str(tf), "--json")
+    assert r.returncode == 0, r.stderr
+    assert {row["policy"].split(" (")[0] for row in json.loads(r.stdout)} >= {"served release"}
+    r = evaluate(sp.target, "--json")  # the server wants a token
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+
+
+def test_token_file_problems_are_one_line(
+    server: tuple[ServerProcess, Tokens], tmp_path: Path
+) -> None:
+    target = server[0].target
+    bad = tmp_path / "latin1.tok"
+    bad.write_bytes(b"\xff\xfetoken")
+    good = tmp_path / "tok"
+    good.write_text(server[1].query)
+    for argv, words in (
+        (["--token-file", str(tmp_path / "missing.tok")], ("missing.tok", "cannot be read")),
+        (["--token-file", str(bad)], ("latin1.tok", "not UTF-8")),
+        (["--token-file", str(good), "--token", server[1].query], ("not both",)),
+    ):
+        r = evaluate(target, *argv)
+        assert r.returncode == 2, (argv, r.stdout, r.stderr)
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("qveil evaluate: error: "), r.stderr
+        assert all(w in lines[0] for w in words), (words, lines[0])

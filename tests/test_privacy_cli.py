@@ -132,3 +132,24 @@ def test_malformed_flags_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
         [sys.executable, "-m", "qveil.cli", "privacy"], capture_output=True, text=True, timeout=60
     )
     assert proc.returncode == 2 and "--sigma --epsilon is required" in proc.stderr
+
+
+def test_fqi_text_prints_every_beta_of_a_d_coordinate_config(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A config of d coordinates has one beta_j each: the text lists all of them (the 1-D
+    grid estimator keeps its one beta)."""
+    import tomllib
+    from pathlib import Path
+
+    configs = Path(__file__).resolve().parents[1] / "configs"
+    cartpole = configs / "cartpole-private.toml"
+    betas = tomllib.loads(cartpole.read_text())["betas"]
+    flags = ["--mode", "fqi", "--users", "1000", "--epsilon", "1", "--delta", "1e-5"]
+    assert main(["privacy", *flags, "--config", str(cartpole)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert f"betas       {', '.join(f'{float(b):g}' for b in betas)}" in lines
+    assert not [ln for ln in lines if ln.startswith("beta ")]
+    assert main(["privacy", *flags, "--config", str(configs / "linewalk-private.toml")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [ln.split()[0] for ln in lines if ln.startswith("beta")] == ["beta"]

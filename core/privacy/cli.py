@@ -285,6 +285,7 @@ def _fqi_text(r: Any) -> str:
         "holds       yes",
         f"guarantee   ({_fmt(r.epsilon)}, {_fmt(r.delta_total)})-DP, neighbour: {r.neighbour}",
     ]
+    betas = getattr(r.params, "betas", None)  # a release of d coordinates: one beta_j each
     for key, label in (
         ("sigma", "sigma"),
         ("sup_sensitivity", "D_T"),
@@ -293,6 +294,9 @@ def _fqi_text(r: Any) -> str:
         ("sensitivity", "Delta"),
         ("noise_to_value", "noise/value"),
     ):
+        if key == "beta" and betas:
+            lines.append(f"{'betas':<11} {', '.join(_fmt(float(b)) for b in betas)}")
+            continue
         lines.append(f"{label:<11} {_fmt(getattr(r, key))}")
     if r.noise_to_value > 1.0:
         lines.append("warning     noise/value > 1: expected WORSE THAN A RANDOM POLICY")

@@ -32,7 +32,10 @@ SUBCOMMANDS: dict[str, str] = {
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="qveil", description="Private value-function release with functional noise."
+        prog="qveil",
+        description="Private value-function release with functional noise. The default "
+        "release is fqi: private fitted-Q iteration on an offline dataset of users' episodes "
+        "(qveil train --dataset); the paper's Algorithm 1 modes train online.",
     )
     parser.add_argument("--version", action="version", version=f"qveil {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)

@@ -32,7 +32,8 @@ __all__ = ["add_parser", "run"]
 def add_parser(sub: Any) -> argparse.ArgumentParser:
     p = sub.add_parser(
         "train",
-        help="train a private Q-network (Algorithm 1) and write a release bundle",
+        help="train a private release and write its bundle: fqi on an offline dataset "
+        "(the default, --dataset), or Algorithm 1 online (--mode paper|gdp|output)",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -376,9 +376,29 @@ def test_bad_calls() -> None:
 
 
 def test_every_basis_says_one_store_per_release() -> None:
-    """Issue 14: the guarantee is for one noise draw; the card's basis says so in every mode."""
-    from qveil.privacy import E3_SETTINGS
+    """The guarantee is for one noise draw; the card's basis says so in every mode, once:
+    every answer comes from the one draw kept in the release's one store incarnation."""
+    from pathlib import Path
 
+    from qveil.fqi_config import FQIConfig, plan
+    from qveil.kfqi_config import load_fqi_config, plan_kernel
+    from qveil.privacy import E3_SETTINGS
+    from qveil.privacy.checks import ONE_STORE
+
+    bases = {}
     for mode in ("paper", "gdp", "output"):
         r = account(PrivacyParams(mode=mode, sigma=2.0, **{**E3_SETTINGS, "actions": 2}))
-        assert "one store per release" in r.basis, (mode, r.basis)
+        bases[mode] = r.basis
+    kernel = load_fqi_config(Path(__file__).resolve().parents[1] / "configs/cartpole-private.toml")
+    for nb in ("user", "reward"):
+        grid = FQIConfig().replace(neighbour=nb, epsilon=1.0, sigma=None)
+        bases[f"fqi {nb}"] = plan(grid, users=1000, actions=2, reward_range=(0.0, 1.0)).basis
+        bases[f"kernel {nb}"] = plan_kernel(
+            kernel.replace(neighbour=nb), users=1000, actions=2, dims=4, reward_range=(0.0, 1.0)
+        ).basis
+    for name, basis in bases.items():
+        assert basis.endswith(ONE_STORE) and basis.count(ONE_STORE) == 1, (name, basis)
+        assert basis.count("one store per release") == 1, (name, basis)
+        assert basis.count("second store") == 1, (name, basis)
+    assert "one noise draw kept in the release's one store incarnation" in ONE_STORE
+    assert "qveil refuses copies" in ONE_STORE

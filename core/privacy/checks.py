@@ -38,9 +38,9 @@ def positive(name: str, value: Any) -> float:
     return number(name, value, lo=0.0)
 
 
-#: Appended to every basis: the guarantee is for ONE draw of the release noise (issue 14).
+#: Appended to every basis, once: the guarantee is for ONE draw of the release noise.
 ONE_STORE = (
     " The guarantee assumes one store per release: every answer comes from the one noise draw "
-    "kept in the release's store (a second store would draw independent noise; qveil serve "
-    "refuses it)."
+    "kept in the release's one store incarnation (qveil refuses copies: a second store, a "
+    "copied or restored store, or a second import would draw again)."
 )

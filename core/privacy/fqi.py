@@ -64,8 +64,7 @@ BASIS = {
         "Averager FQI with per-user averaging (D_T = r0 (1 - gamma^T) / (N (1 - gamma)^2)), a "
         "fixed public linear map into the RKHS of exp(-beta |x - y|) with certified kappa, one "
         "Gaussian mechanism over the m actions jointly (Delta = D_T sqrt(m kappa)), analytic "
-        "Gaussian mechanism (Balle & Wang 2018). The guarantee assumes one store per release "
-        "(one noise draw): a second store would be a second draw."
+        "Gaussian mechanism (Balle & Wang 2018)."
     ),
     "reward": (
         "fqi mode, reward relation: transitions are public (a reward-independent behaviour "
@@ -74,8 +73,7 @@ BASIS = {
         "function replaced. Averager FQI (D_T = (hi - lo) (1 - gamma^T) / (N (1 - gamma))), a "
         "fixed public linear map into the RKHS of exp(-beta |x - y|) with certified kappa, one "
         "Gaussian mechanism over the m actions jointly (Delta = D_T sqrt(m kappa)), analytic "
-        "Gaussian mechanism (Balle & Wang 2018). The guarantee assumes one store per release "
-        "(one noise draw): a second store would be a second draw."
+        "Gaussian mechanism (Balle & Wang 2018)."
     ),
 }
 

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from qveil.errors import InvalidArgument
+from qveil.privacy.checks import ONE_STORE
 from qveil.privacy.checks import number as _num
 from qveil.privacy.fqi import (
     NEIGHBOURS,
@@ -51,9 +52,7 @@ _COMMON = (
     "intervals (states outside them are clipped: public post-processing), kappa = "
     "1 / (4 lambda) for any subspace, one Gaussian mechanism over the m actions jointly "
     "(Delta = D_T sqrt(m / (4 lambda))), analytic Gaussian mechanism (Balle & Wang 2018); "
-    "the noise is sum_j g_j(x_j) with independent OU paths of the full sigma each. The "
-    "guarantee assumes one store per release (one noise draw): a second store would be a "
-    "second draw."
+    "the noise is sum_j g_j(x_j) with independent OU paths of the full sigma each."
 )
 
 KERNEL_BASIS = {
@@ -174,7 +173,7 @@ def account_kernel_fqi(p: KernelFQIPrivacyParams) -> FQIPrivacyResult:
         sup_sensitivity=dt,
         sensitivity=sens,
         noise_to_value=p.sigma * math.sqrt(p.dims) / p.value_scale,
-        basis=KERNEL_BASIS[p.neighbour].format(users=p.users, dims=p.dims),
+        basis=KERNEL_BASIS[p.neighbour].format(users=p.users, dims=p.dims) + ONE_STORE,
         reason=None,
         params=p,
     )

@@ -1,0 +1,36 @@
+"""The distributions' metadata (pyproject.toml and client/pyproject.toml): setuptools
+applies both without a warning (the license is an SPDX expression, not the deprecated
+table) and their build requirement admits only setuptools versions that read it."""
+
+from __future__ import annotations
+
+import tomllib
+import warnings
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.version import Version
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("folder", [".", "client"])
+def test_metadata_applies_without_warnings(folder: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from setuptools.config.pyprojecttoml import apply_configuration
+    from setuptools.dist import Distribution
+
+    root = REPO / folder
+    data = tomllib.loads((root / "pyproject.toml").read_text())
+    assert data["project"]["license"] == "Apache-2.0"
+    (setuptools,) = [
+        Requirement(r) for r in data["build-system"]["requires"] if r.startswith("setuptools")
+    ]
+    # license = "SPDX" needs setuptools >= 77; no version below it may be chosen
+    assert not any(setuptools.specifier.contains(f"{v}.0") for v in range(60, 77))
+    assert setuptools.specifier.contains(Version("80.9.0"))
+    monkeypatch.chdir(root)  # setuptools resolves the package folders against it
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        dist = apply_configuration(Distribution(), "pyproject.toml")
+    assert dist.metadata.license_expression == "Apache-2.0"

@@ -1,6 +1,7 @@
 """The distributions' metadata (pyproject.toml and client/pyproject.toml): setuptools
 applies both without a warning (the license is an SPDX expression, not the deprecated
-table) and their build requirement admits only setuptools versions that read it."""
+table) and their build requirement admits only setuptools versions that read it; what the
+README's commands write in the repository root is git-ignored."""
 
 from __future__ import annotations
 
@@ -34,3 +35,37 @@ def test_metadata_applies_without_warnings(folder: str, monkeypatch: pytest.Monk
         warnings.simplefilter("error")
         dist = apply_configuration(Distribution(), "pyproject.toml")
     assert dist.metadata.license_expression == "Apache-2.0"
+
+
+def test_readme_outputs_are_git_ignored() -> None:
+    """What the README's commands write in the repository root is never offered to commit."""
+    import shutil
+    import subprocess
+
+    if shutil.which("git") is None or not (REPO / ".git").exists():
+        pytest.skip("not a git checkout")
+    paths = [
+        "users.npz",
+        "fqi-bundle/card.json",
+        "bundle/weights.npz",
+        "qveil-store.sqlite",
+        "qveil-store.sqlite-wal",
+        "qveil-store.sqlite-shm",
+        "demo-out/first.json",
+    ]
+    r = subprocess.run(
+        ["git", "check-ignore", "--no-index", *paths],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert sorted(r.stdout.split()) == sorted(paths), r.stdout + r.stderr
+    r = subprocess.run(
+        ["git", "check-ignore", "--no-index", "configs/linewalk-private.toml", "client/cli.py"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert r.stdout == ""

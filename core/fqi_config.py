@@ -21,6 +21,7 @@ __all__ = [
     "config_toml",
     "plan",
     "ratio_message",
+    "read_toml",
     "toml_value",
 ]
 
@@ -28,6 +29,17 @@ __all__ = [
 WARN_RATIO = 0.5
 #: ... above this: refused unless forced (expected worse than a random policy).
 REFUSE_RATIO = 1.0
+
+
+def read_toml(path: str | Path) -> dict[str, Any]:
+    """A config file's table; a missing or malformed file is InvalidArgument."""
+    try:
+        with Path(path).open("rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise InvalidArgument(f"config {str(path)[:80]!r} does not exist") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise InvalidArgument(f"config {str(path)[:80]!r} is not valid TOML: {exc}") from None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,14 +86,7 @@ class FQIConfig:
 
     @classmethod
     def from_toml(cls, path: str | Path) -> FQIConfig:
-        try:
-            with Path(path).open("rb") as fh:
-                d = tomllib.load(fh)
-        except FileNotFoundError:
-            raise InvalidArgument(f"config {str(path)[:80]!r} does not exist") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise InvalidArgument(f"config {str(path)[:80]!r} is not valid TOML: {exc}") from None
-        return cls.from_dict(d)
+        return cls.from_dict(read_toml(path))
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> FQIConfig:

@@ -9,7 +9,6 @@ and ``qveil privacy --mode fqi --config FILE`` take both. No torch, no gymnasium
 from __future__ import annotations
 
 import dataclasses
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -128,15 +127,9 @@ class KernelFQIConfig:
 def load_fqi_config(path: str | Path) -> Any:
     """An fqi config of either kind: :class:`qveil.fqi_config.FQIConfig` (1-D grid) or
     :class:`KernelFQIConfig` (``estimator = "kernel"``)."""
-    from qveil.fqi_config import FQIConfig
+    from qveil.fqi_config import FQIConfig, read_toml
 
-    try:
-        with Path(path).open("rb") as fh:
-            d = tomllib.load(fh)
-    except FileNotFoundError:
-        raise InvalidArgument(f"config {str(path)[:80]!r} does not exist") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise InvalidArgument(f"config {str(path)[:80]!r} is not valid TOML: {exc}") from None
+    d = read_toml(path)
     if d.get("estimator", "grid") == "kernel":
         return KernelFQIConfig.from_dict(d)
     if "estimator" in d and d["estimator"] != "grid":

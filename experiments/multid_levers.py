@@ -275,32 +275,10 @@ class Sweep:
 
 
 def _lockstep(policy: Callable[[np.ndarray], np.ndarray], seeds: Sequence[int]) -> np.ndarray:
-    """Returns of one episode per seed, run side by side (one batched policy call per step)."""
-    import gymnasium as gym
+    """Returns of one episode per seed, run side by side (qveil.trainer.forecast.lockstep)."""
+    from qveil.trainer.forecast import lockstep
 
-    envs = [gym.make(ENV_ID) for _ in seeds]
-    try:
-        obs = np.stack(
-            [
-                np.asarray(e.reset(seed=int(s))[0], dtype=np.float64)
-                for e, s in zip(envs, seeds, strict=True)
-            ]
-        )
-        total = np.zeros(len(envs))
-        live = np.ones(len(envs), dtype=bool)
-        while live.any():
-            idx = np.flatnonzero(live)
-            acts = policy(obs[idx])
-            for i, a in zip(idx, acts, strict=True):
-                o, r, term, trunc, _ = envs[i].step(int(a))
-                obs[i] = o
-                total[i] += float(r)
-                if term or trunc:
-                    live[i] = False
-        return total
-    finally:
-        for e in envs:
-            e.close()
+    return lockstep(ENV_ID, policy, seeds)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)

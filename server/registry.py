@@ -131,31 +131,49 @@ class Registry:
         with self.db.write(LOCK) as conn:
             rec = self._lineage(conn, release_id)
             if rec is None:
-                now = utc_now()
-                conn.execute(
-                    sa.insert(T.registry_releases).values(
-                        release_id=release_id,
-                        fingerprint=fingerprint,
-                        store_id=store_id,
-                        incarnation=incarnation,
-                        status="bound",
-                        store=store,
-                        updated_at=now,
-                    )
+                return self._bound(
+                    conn, "claim-release", release_id, store_id, incarnation, store, fingerprint
                 )
-                audit_log.append(
-                    self.db,
-                    actor=self.actor,
-                    action="claim-release",
-                    target=release_id,
-                    outcome="ok",
-                    params={"store_id": store_id, "incarnation": incarnation},
-                    conn=conn,
-                )
-                rec = self._lineage(conn, release_id)
-                assert rec is not None
-                return rec
         self.check(rec, fingerprint=fingerprint, store_id=store_id, incarnation=incarnation)
+        return rec
+
+    def _bound(
+        self,
+        conn: sa.Connection,
+        action: str,
+        release_id: str,
+        store_id: str,
+        incarnation: str,
+        store: str,
+        fingerprint: str | None = None,
+    ) -> LineageRecord:
+        """Within a write transaction: the release now lives in this store incarnation
+        (status bound), audited as ``action``; with ``fingerprint``, a new release's row."""
+        R = T.registry_releases  # noqa: N806
+        values = {
+            "store_id": store_id,
+            "incarnation": incarnation,
+            "status": "bound",
+            "store": store,
+            "updated_at": utc_now(),
+        }
+        if fingerprint is not None:
+            conn.execute(
+                sa.insert(R).values(release_id=release_id, fingerprint=fingerprint, **values)
+            )
+        else:
+            conn.execute(sa.update(R).where(R.c.release_id == release_id).values(**values))
+        audit_log.append(
+            self.db,
+            actor=self.actor,
+            action=action,
+            target=release_id,
+            outcome="ok",
+            params={"store_id": store_id, "incarnation": incarnation},
+            conn=conn,
+        )
+        rec = self._lineage(conn, release_id)
+        assert rec is not None
         return rec
 
     @staticmethod
@@ -343,7 +361,6 @@ class Registry:
         """Consume an export's token: the release now lives in this store incarnation. A token
         unknown here, of another release, or already consumed is refused (FailedPrecondition)."""
         X = T.registry_exports  # noqa: N806
-        R = T.registry_releases  # noqa: N806
         with self.db.write(LOCK) as conn:
             row = conn.execute(sa.select(X).where(X.c.token == token)).first()
             self._export_refusal(row, release_id)
@@ -353,29 +370,7 @@ class Registry:
                 .where(X.c.token == token)
                 .values(consumed_at=now, consumed_by=f"{store_id}:{incarnation}")
             )
-            conn.execute(
-                sa.update(R)
-                .where(R.c.release_id == release_id)
-                .values(
-                    store_id=store_id,
-                    incarnation=incarnation,
-                    status="bound",
-                    store=store,
-                    updated_at=now,
-                )
-            )
-            audit_log.append(
-                self.db,
-                actor=self.actor,
-                action="import-release",
-                target=release_id,
-                outcome="ok",
-                params={"store_id": store_id, "incarnation": incarnation},
-                conn=conn,
-            )
-            rec = self._lineage(conn, release_id)
-        assert rec is not None
-        return rec
+            return self._bound(conn, "import-release", release_id, store_id, incarnation, store)
 
     # -- incarnations ----------------------------------------------------------------------
     def adopt(self, *, store_id: str, new: str, store: str, retired: list[str]) -> list[str]:

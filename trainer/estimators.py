@@ -20,7 +20,6 @@ loader (a TOML file's ``estimator`` key, or its ``mode`` for Algorithm 1);
 
 from __future__ import annotations
 
-import tomllib
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -124,20 +123,14 @@ def load_config(path: str | Path | None, *, estimator: str = "grid") -> Any:
     """The one config loader: the TOML file's ``estimator`` (``grid``, ``kernel`` or
     ``algorithm1``; a file whose ``mode`` is paper, gdp or output is ``algorithm1``), or, with
     no file, the defaults of ``estimator``."""
-    from qveil.fqi_config import FQIConfig
+    from qveil.fqi_config import FQIConfig, read_toml
     from qveil.kfqi_config import load_fqi_config
 
     if path is None:
         if estimator == "grid":
             return FQIConfig()
         raise InvalidArgument(f"the {estimator} estimator needs --config FILE")
-    try:
-        with Path(path).open("rb") as fh:
-            d = tomllib.load(fh)
-    except FileNotFoundError:
-        raise InvalidArgument(f"config {str(path)[:80]!r} does not exist") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise InvalidArgument(f"config {str(path)[:80]!r} is not valid TOML: {exc}") from None
+    d = read_toml(path)
     name = d.get("estimator")
     if name is None:
         name = "algorithm1" if d.get("mode", "fqi") != "fqi" else estimator

@@ -32,7 +32,7 @@ import numpy.typing as npt
 
 from qveil.errors import InvalidArgument
 
-__all__ = ["Forecast", "NEAR_RANDOM", "forecast"]
+__all__ = ["NEAR_RANDOM", "Forecast", "forecast", "lockstep"]
 
 #: A forecast whose interval's upper end is below this fraction warns: near random.
 NEAR_RANDOM = 0.2
@@ -84,7 +84,7 @@ class Forecast:
         return "\n".join(lines)
 
 
-def _lockstep(
+def lockstep(
     env_id: str, policy: Callable[[FloatArray], npt.NDArray[np.int64]], seeds: Sequence[int]
 ) -> FloatArray:
     """Returns of one episode per seed, run side by side (one batched policy call a step)."""
@@ -184,9 +184,9 @@ def forecast(
         b = load_bundle(out.path)
     sigma, m = float(b.sigma), int(b.n_actions)
     seeds = [10_000 + 1000 * int(seed) + e for e in range(int(episodes))]
-    ceiling = _lockstep(env_id, lambda o: np.argmax(b.q_values(_raw(o, b)), axis=1), seeds)
+    ceiling = lockstep(env_id, lambda o: np.argmax(b.q_values(_raw(o, b)), axis=1), seeds)
     rng = np.random.default_rng([int(seed), 7])
-    floor = _lockstep(env_id, lambda o: rng.integers(m, size=len(o)), seeds)
+    floor = lockstep(env_id, lambda o: rng.integers(m, size=len(o)), seeds)
     private = np.zeros((int(releases), len(seeds)))
     for r in range(int(releases)):
         paths: list[Any] = [
@@ -204,7 +204,7 @@ def forecast(
             g = np.stack([p.sample(unit) for p in paths], axis=1)
             return np.argmax(b.q_values(x) + g, axis=1)
 
-        private[r] = _lockstep(env_id, noisy, seeds)
+        private[r] = lockstep(env_id, noisy, seeds)
     frac, lo, hi = _bootstrap(ceiling, floor, private)
     return Forecast(
         env_id=str(env_id),

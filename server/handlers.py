@@ -273,9 +273,11 @@ class Handlers:
         return out
 
     def _release_for_query(self, release_id: str) -> ActiveRelease:
+        """The active release, or the same refusal for any other pinned id, whether the store
+        holds it or not: a query caller learns which release is active (GetRelease tells it
+        anyway), never whether another release id exists."""
         rel = self.holder.current()  # ONE snapshot for the whole call
         if release_id and release_id != rel.release_id:
-            self.store.get_release(release_id)  # NotFound for an unknown release
             exc = FailedPrecondition(
                 f"release {echo(release_id)} is not the active release (active: {rel.release_id!r})"
             )
@@ -727,12 +729,14 @@ class Handlers:
         # registry's audit log: what the released policy is worth, with its interval
         from qveil.server import audit_log
 
-        admin["private_evaluations"] = [
+        evaluations = [
             {"at": e.at, "actor": e.actor, **e.params}
             for e in audit_log.entries(
                 self.registry.db, action="private-evaluation", target=bundle.bundle_id
             )
         ]
+        if evaluations:
+            admin["private_evaluations"] = evaluations
         return bundle.bundle_id, bundle.public_card(), admin
 
     def stored_points(self) -> dict[tuple[str, int], int]:

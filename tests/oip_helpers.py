@@ -195,13 +195,18 @@ def bad_cases(env: Env) -> list[tuple[str, dict[str, Any], str, str]]:
             "NOT_FOUND",
             "unknown model",
         ),
-        (
+        (  # the same answer as an inactive release: no existence oracle for a query token
             "unknown version",
             {"inputs": [states_input(fresh)], "model_version": "no-such-release"},
-            "NOT_FOUND",
-            "no-such-release",
+            "FAILED_PRECONDITION",
+            "is not the active release",
         ),
     ]
 
 
-HTTP_STATUS = {"INVALID_ARGUMENT": "400", "NOT_FOUND": "404", "UNAUTHENTICATED": "401"}
+HTTP_STATUS = {
+    "INVALID_ARGUMENT": "400",
+    "NOT_FOUND": "404",
+    "UNAUTHENTICATED": "401",
+    "FAILED_PRECONDITION": "400",
+}

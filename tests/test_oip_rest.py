@@ -22,7 +22,12 @@ from server_helpers import make_bundle, make_certs, make_tokens, running
 
 from qveil.client import ValueClient
 
-STATUS = {"INVALID_ARGUMENT": 400, "NOT_FOUND": 404, "UNAUTHENTICATED": 401}
+STATUS = {
+    "INVALID_ARGUMENT": 400,
+    "NOT_FOUND": 404,
+    "UNAUTHENTICATED": 401,
+    "FAILED_PRECONDITION": 400,
+}
 
 
 @pytest.fixture(scope="module")
@@ -357,3 +362,59 @@ def test_new_state_budget_is_shared_with_value_service(tmp_path: Any) -> None:
         assert rows() == before
         r = httpx.post(url, json={"inputs": [json_tensor(states_input(states[:1]))]}, timeout=30)
         assert r.status_code == 200, r.text
+
+
+def test_unknown_and_inactive_release_ids_get_the_same_answer(env: Env) -> None:
+    """A query token cannot learn whether a release id exists: a release the store holds but
+    does not serve (registered here from the test) and an id nobody ever used get the same
+    status and message (but for the id) on the v2 version path, v2 infer (REST and gRPC) and
+    ValueService."""
+    import grpc
+
+    from qveil.client.errors import FailedPreconditionError
+    from qveil.server.store import open_store
+
+    with open_store(f"sqlite:///{env.db}", create=False) as st:
+        rec = st.get_release(env.release)
+        inactive = "a" * 32
+        try:
+            st.get_release(inactive)
+        except Exception:  # noqa: BLE001 - NotFound: register it, staged (never served)
+            st.create_release(
+                release_id=inactive, fingerprint="f" * 64, sigma=rec.sigma, beta=rec.beta,
+                interval=tuple(rec.interval), n_actions=rec.n_actions, status="staged",
+            )  # fmt: skip
+    unknown = "b" * 32
+
+    def rest(version: str) -> tuple[int, str]:
+        r = httpx.get(base(env) + f"/v2/models/qveil/versions/{version}", headers=auth(env))
+        return r.status_code, r.text.replace(version, "ID")
+
+    def rest_infer(version: str) -> tuple[int, str]:
+        body = {"inputs": [json_tensor(states_input(np.array([0.5])))]}
+        r = infer(env, body, version=version)
+        return r.status_code, r.text.replace(version, "ID")
+
+    def values(version: str) -> tuple[object, str]:
+        with ValueClient(env.server.target, token=env.tokens.query) as c:
+            with pytest.raises(FailedPreconditionError) as ei:
+                c.get_values([0.5], release_id=version)
+        return ei.value.code, str(ei.value).replace(version, "ID")
+
+    def grpc_infer(version: str) -> tuple[object, str]:
+        from qveil.oip import grpc_predict_v2_pb2 as v2
+        from qveil.oip import grpc_predict_v2_pb2_grpc as v2_grpc
+
+        req = v2.ModelInferRequest(model_name="qveil", model_version=version)
+        t = req.inputs.add(name="STATE", datatype="FP64", shape=[1, 1])
+        t.contents.fp64_contents.append(0.5)
+        md = (("authorization", f"Bearer {env.tokens.query}"),)
+        with grpc.insecure_channel(env.server.target) as ch:
+            with pytest.raises(grpc.RpcError) as ei:
+                v2_grpc.GRPCInferenceServiceStub(ch).ModelInfer(req, metadata=md, timeout=30)
+        return ei.value.code(), str(ei.value.details()).replace(version, "ID")
+
+    for ask in (rest, rest_infer, values, grpc_infer):
+        a, b = ask(inactive), ask(unknown)
+        assert a == b, (ask.__name__, a, b)
+        assert a[0] != 200 and a[0] != grpc.StatusCode.OK

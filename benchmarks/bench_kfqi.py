@@ -9,7 +9,10 @@ product-kernel (sample, anchor) pairs over the same samples (work any truncated-
 estimator must do; 'build / pairs' is what the per-user normalisation and the sparse
 products add). 'us / sample' shows how the build scales with the sample count.
 
-Writes the "kfqi" section of docs/benchmarks.md.
+Writes the "kfqi" section of docs/benchmarks.md. With ``--scale``: the fit's time and peak
+resident memory against N and d (CartPole d = 4, LunarLander d = 8 and qveil/Reach16-v0
+d = 16 with their configs; each fit in a process of its own, whose peak RSS the kernel
+reports), the "kfqi-scale" section.
 """
 
 from __future__ import annotations
@@ -32,6 +35,17 @@ from qveil.kfqi import _nw_pairs, kernel_fqi  # noqa: E402
 from qveil.trainer.collect import collect  # noqa: E402
 
 COMMAND = "python benchmarks/bench_kfqi.py [--max-users 100000]"
+SCALE_COMMAND = "python benchmarks/bench_kfqi.py --scale [D:N,...]"
+#: (env, config, collect options) of the scale section, by d
+SCALE = {
+    4: ("CartPole-v1", "cartpole-private.toml", {"reward_range": (0.0, 1.0)}),
+    8: (
+        "LunarLander-v3",
+        "lunarlander-private.toml",
+        {"reward_range": (-100.0, 100.0), "clip_rewards": True},
+    ),
+    16: ("qveil/Reach16-v0", "reach16-private.toml", {}),
+}
 CONFIG = HERE.parent / "configs" / "cartpole-private.toml"
 
 
@@ -102,10 +116,80 @@ def _row(users: int, cfg: dict, box: StateBox) -> list[object]:
     ]
 
 
+def _child(d: int, users: int) -> None:
+    """One fit (collect, then train_kernel_fqi's fit): prints samples and seconds as JSON."""
+    import json
+
+    from qveil.kfqi_config import load_fqi_config
+    from qveil.trainer.kfqi import fit_kernel
+
+    env, config, opts = SCALE[d]
+    t0 = time.perf_counter()
+    ds = collect(env, users, 1, **opts)  # type: ignore[arg-type]
+    t_collect = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    fit_kernel(load_fqi_config(HERE.parent / "configs" / config), ds)
+    print(json.dumps({"samples": ds.n, "collect": t_collect, "fit": time.perf_counter() - t0}))
+
+
+def _scale(plan: list[tuple[int, int]]) -> None:
+    """Time and peak RSS of the fit for each (d, N) of ``plan``, each in a fresh process."""
+    import json
+    import subprocess
+
+    rows: list[list[object]] = []
+    for d, users in plan:
+        proc = subprocess.Popen(
+            [sys.executable, __file__, "--child", str(d), str(users)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert proc.stdout is not None
+        out = proc.stdout.read()
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode != 0:
+            raise SystemExit(f"d={d} N={users}: the fit failed ({proc.returncode})")
+        r = json.loads(out.strip().splitlines()[-1])
+        rss = usage.ru_maxrss / 1024 / 1024  # KiB -> GiB
+        env, config, _ = SCALE[d]
+        print(f"d={d} N={users}: fit {r['fit']:.1f} s, peak {rss:.2f} GiB", flush=True)
+        rows.append(
+            [d, env, users, r["samples"], round(r["collect"], 1), round(r["fit"], 1),
+             round(rss, 2), f"configs/{config}"]
+        )  # fmt: skip
+    load = ", ".join(f"{v:.1f}" for v in os.getloadavg())
+    body = (
+        f"Load average at the end of the run: {load} (2 cores shared with other work).\n\n"
+        "One random-policy episode per user; each row one process (collect, then the fit: "
+        "the per-user operators, T iterations and the subspace KRR, no noise); 'peak GiB' is "
+        "that process's peak resident set (collection included). d = 8 and 16 use public "
+        "Sobol anchors (K = 4096, each sample and next state reaching its k nearest), so "
+        "time and memory grow with samples x k, not with G^d.\n\n"
+        + table(["d", "env", "users", "samples", "collect s", "fit s", "peak GiB", "config"], rows)
+    )
+    write_section("kfqi-scale", "Kernel FQI: time and memory against N and d", SCALE_COMMAND, body)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--max-users", type=int, default=100_000)
+    ap.add_argument(
+        "--scale",
+        nargs="?",
+        const="4:10000,4:100000,8:10000,16:10000,16:100000",
+        metavar="D:N,...",
+        help="time and memory against N and d (default plan: %(const)s)",
+    )
+    ap.add_argument("--child", nargs=2, type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.child:
+        _child(*args.child)
+        return
+    if args.scale:
+        plan = [tuple(int(v) for v in item.split(":")) for item in args.scale.split(",")]
+        _scale([(d, n) for d, n in plan if n <= args.max_users])  # type: ignore[misc]
+        return
     with CONFIG.open("rb") as fh:
         cfg = tomllib.load(fh)
     box = StateBox.of(cfg["state_intervals"])

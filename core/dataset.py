@@ -21,9 +21,11 @@ Every construction validates (NaN or inf, rewards outside the declared range, ac
 :class:`~qveil.errors.InvalidArgument` naming the array and the first offending row, so bad data
 never reaches a trainer and :func:`save_dataset` never writes it.
 
-Files: ``PATH.npz`` is the plain format (:func:`save_npz` documents its arrays); Minari datasets
-(the offline-RL standard) are read and written by :mod:`qveil.dataset_minari`, which imports
-Minari lazily. This module needs only numpy.
+Files: ``PATH.npz`` is the plain format (:func:`save_npz` documents its arrays);
+``PATH.parquet`` (row groups of whole users, read one group at a time) is
+:mod:`qveil.dataset_parquet`, which imports pyarrow lazily; Minari datasets (the offline-RL
+standard) are read and written by :mod:`qveil.dataset_minari`, which imports Minari lazily.
+This module needs only numpy.
 """
 
 from __future__ import annotations
@@ -248,7 +250,12 @@ def check_population_name(name: object) -> str:
 
 def declared_population(path: str | os.PathLike[str]) -> str | None:
     """The population a dataset file declares, read from its metadata alone (no private
-    rows are read: an ``.npz`` member or the Minari metadata); None when it declares none."""
+    rows are read: an ``.npz`` member, the Parquet file's metadata or the Minari metadata);
+    None when it declares none."""
+    if _kind(path) == "parquet":
+        from qveil.dataset_parquet import ParquetSource
+
+        return ParquetSource(path).population
     if _kind(path) == "npz":
         p = Path(os.fspath(path))
         if not p.is_file():
@@ -430,17 +437,21 @@ def validate_arrays(
 
 
 def _kind(path: str | os.PathLike[str]) -> str:
-    """``"npz"`` or ``"minari"`` for a dataset location (see :func:`load_dataset`)."""
+    """``"npz"``, ``"parquet"`` or ``"minari"`` for a dataset location (see
+    :func:`load_dataset`)."""
     text = os.fspath(path)
     if text.startswith("minari:"):
         return "minari"
     if text.endswith(".npz"):
         return "npz"
+    if text.endswith(".parquet"):
+        return "parquet"
     p = Path(text)
     if p.is_dir() or not p.suffix:
         return "minari"
     raise InvalidArgument(
-        f"unknown dataset location {_echo(text)}: give PATH.npz, a Minari dataset directory "
+        f"unknown dataset location {_echo(text)}: give PATH.npz, PATH.parquet, a Minari "
+        "dataset directory "
         "(.../NAME-vN) or minari:DATASET_ID"
     )
 
@@ -448,7 +459,8 @@ def _kind(path: str | os.PathLike[str]) -> str:
 def load_dataset(
     path: str | os.PathLike[str], *, reward_range: tuple[float, float] | None = None
 ) -> Dataset:
-    """Read a dataset from ``PATH.npz`` (the plain format) or a Minari dataset.
+    """Read a dataset from ``PATH.npz`` (the plain format), ``PATH.parquet``
+    (:mod:`qveil.dataset_parquet`, read whole; the fit streams it instead) or a Minari dataset.
 
     Minari locations: a dataset directory (``ROOT/NAME-vN``, the folder holding ``data/``) or
     ``minari:DATASET_ID``, resolved under Minari's root (``$MINARI_DATASETS_PATH``, default
@@ -458,13 +470,18 @@ def load_dataset(
     """
     if _kind(path) == "npz":
         return load_npz(path, reward_range=reward_range)
+    if _kind(path) == "parquet":
+        from qveil.dataset_parquet import load_parquet
+
+        return load_parquet(path, reward_range=reward_range)
     from qveil.dataset_minari import load_minari
 
     return load_minari(path, reward_range=reward_range)
 
 
 def save_dataset(ds: Dataset, path: str | os.PathLike[str]) -> None:
-    """Write ``ds`` to ``PATH.npz`` or a Minari location (see :func:`load_dataset`).
+    """Write ``ds`` to ``PATH.npz``, ``PATH.parquet`` or a Minari location (see
+    :func:`load_dataset`; Parquet needs the user column non-decreasing).
 
     The dataset is validated again first and the file appears atomically (written to a
     temporary name beside it, then ``os.replace``), so bad data writes nothing and a crash
@@ -479,6 +496,11 @@ def save_dataset(ds: Dataset, path: str | os.PathLike[str]) -> None:
     )  # fmt: skip
     if _kind(path) == "npz":
         save_npz(ds, path)
+        return
+    if _kind(path) == "parquet":
+        from qveil.dataset_parquet import save_parquet
+
+        save_parquet(ds, path, force=True)
         return
     from qveil.dataset_minari import save_minari
 

@@ -4,13 +4,18 @@
                         [--episodes-per-user K] [--reward-range LO,HI] [--force]
                         [--rewards-are-population-averages] [--population NAME]
                         [--config FILE] [--clip-rewards]
+                        [--workers N | --cluster ADDRESS] [--shard-users S]
   qveil dataset info PATH [--reward-range LO,HI] [--json]
   qveil dataset convert SRC DST [--reward-range LO,HI] [--population NAME]
 
-PATH is ``FILE.npz`` (the plain format), a Minari dataset directory ``.../NAME-vN``, or
-``minari:DATASET_ID`` under ``$MINARI_DATASETS_PATH`` (docs/datasets.md). ``collect`` runs
-K episodes per user with a uniformly random policy (Gymnasium env, Box observations, Discrete
-actions); the seed makes it reproducible. Bad data or flags: a message naming the array and
+PATH is ``FILE.npz`` (the plain format), ``FILE.parquet`` (row groups of whole users,
+streamed by the fit; ``info`` reads its metadata only), a Minari dataset directory
+``.../NAME-vN``, or ``minari:DATASET_ID`` under ``$MINARI_DATASETS_PATH`` (docs/datasets.md).
+``collect`` runs K episodes per user with a uniformly random policy (Gymnasium env, Box
+observations, Discrete actions); the seed makes it reproducible. Collecting into a
+``.parquet`` file runs one task per shard of users (``--workers N`` on a local Dask cluster,
+``--cluster ADDRESS`` on a running scheduler) and gives the same file whatever the worker
+count. Bad data or flags: a message naming the array and
 row, exit status 2, nothing written.
 """
 
@@ -28,7 +33,7 @@ from typing import Any
 from qveil.dataset import _echo, _kind, load_dataset, save_dataset
 from qveil.errors import FailedPrecondition, InvalidArgument, NotFound
 
-__all__ = ["add_parser", "format_summary", "parse_reward_range"]
+__all__ = ["add_engine_flags", "add_parser", "engine_from", "format_summary", "parse_reward_range"]
 
 
 def parse_reward_range(text: str | None) -> tuple[float, float] | None:
@@ -47,6 +52,43 @@ def parse_reward_range(text: str | None) -> tuple[float, float] | None:
     if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
         raise InvalidArgument(f"--reward-range needs finite LO < HI, got {_echo(text)}")
     return (lo, hi)
+
+
+def add_engine_flags(p: argparse.ArgumentParser, *, what: str) -> None:
+    """--workers, --cluster and --shard-users (where the map-reduce runs)."""
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help=f"run the {what} as tasks on a local Dask cluster of N worker processes "
+        "(1, the default: in this process, no cluster)",
+    )
+    p.add_argument(
+        "--cluster",
+        metavar="ADDRESS",
+        help=f"run the {what} on the running Dask scheduler at ADDRESS (tcp://HOST:PORT); "
+        "Parquet files must be readable at the same path by every worker",
+    )
+    p.add_argument(
+        "--shard-users",
+        type=int,
+        metavar="S",
+        help="users per shard (default 10000; a Parquet dataset's shards are its row groups)",
+    )
+
+
+def engine_from(args: argparse.Namespace) -> Any:
+    """The :class:`qveil.trainer.distributed.Engine` of the command-line flags."""
+    from qveil.dataset_parquet import USERS_PER_GROUP
+    from qveil.trainer.distributed import Engine  # the trainer extra (Dask)
+
+    return Engine(
+        workers=args.workers,
+        cluster=args.cluster,
+        shard_users=USERS_PER_GROUP if args.shard_users is None else args.shard_users,
+        progress=not args.no_progress and sys.stderr.isatty(),
+    )
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
@@ -102,8 +144,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         "file is charged to its budget (qveil budget create NAME ...); files that share people "
         "declare the same name",
     )
-    c.add_argument("--force", action="store_true", help="replace an existing .npz file")
+    c.add_argument("--force", action="store_true", help="replace an existing .npz or .parquet")
     c.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_engine_flags(c, what="collection (--out FILE.parquet)")
     c.set_defaults(func=run_collect)
 
     i = dsub.add_parser("info", help="users, samples, action histogram, reward range")
@@ -112,7 +155,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     i.add_argument("--json", action="store_true", help="print the summary as JSON")
     i.set_defaults(func=run_info)
 
-    v = dsub.add_parser("convert", help="convert between .npz and Minari (fingerprint kept)")
+    v = dsub.add_parser(
+        "convert", help="convert between .npz, .parquet and Minari (fingerprint kept)"
+    )
     v.add_argument("src", metavar="SRC")
     v.add_argument("dst", metavar="DST")
     v.add_argument("--reward-range", metavar="LO,HI", help="for sources that declare none")
@@ -126,7 +171,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 def _check_out(out: str, *, force: bool) -> None:
     """Refuse an unusable destination before any work (a 1e5-user run must not fail last)."""
     kind = _kind(out)  # raises for an unknown form
-    if kind == "npz":
+    if kind in ("npz", "parquet"):
         path = Path(out)
         if not path.parent.is_dir():
             raise NotFound(f"directory {_echo(str(path.parent))} does not exist")
@@ -160,12 +205,37 @@ def run_collect(args: argparse.Namespace) -> int:
     if args.seed < 0:
         raise InvalidArgument(f"--seed must be >= 0, got {args.seed}")
     _check_out(args.out, force=args.force)
+    parquet = _kind(args.out) == "parquet"
+    if not parquet and (args.workers != 1 or args.cluster is not None):
+        raise InvalidArgument(
+            "--workers and --cluster write one Parquet row group per shard: give --out FILE.parquet"
+        )
     try:
         from qveil.trainer.collect import collect
+        from qveil.trainer.distributed import collect_parquet
     except ImportError as exc:
         raise FailedPrecondition(
             f"collecting needs {exc.name!r}: pip install 'qveil[trainer]'"
         ) from None
+    if parquet:
+        s = collect_parquet(
+            args.env,
+            args.users,
+            args.seed,
+            args.out,
+            episodes_per_user=args.episodes_per_user,
+            reward_range=rr,
+            clip_rewards=args.clip_rewards,
+            population=args.population,
+            rewards_are_population_averages=args.rewards_are_population_averages,
+            force=args.force,
+            engine=engine_from(args),
+        )
+        print(
+            f"wrote {args.out}: {s['users']} users, {s['samples']} samples, d = {s['d']}, "
+            f"{s['fingerprint']}"
+        )
+        return 0
     ds = collect(
         args.env,
         args.users,
@@ -216,8 +286,13 @@ def format_summary(s: dict[str, Any], path: str) -> str:
 
 
 def run_info(args: argparse.Namespace) -> int:
-    ds = load_dataset(args.path, reward_range=parse_reward_range(args.reward_range))
-    s = ds.summary()
+    rr = parse_reward_range(args.reward_range)
+    if _kind(args.path) == "parquet":  # the writer's record in the metadata; no row is read
+        from qveil.dataset_parquet import ParquetSource
+
+        s = ParquetSource(args.path, reward_range=rr).summary()
+    else:
+        s = load_dataset(args.path, reward_range=rr).summary()
     if args.json:
         print(json.dumps(s, indent=2))
     else:

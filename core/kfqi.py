@@ -47,8 +47,9 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -65,19 +66,27 @@ __all__ = [
     "KernelFQIOperators",
     "KernelFQIResult",
     "KernelFQISpec",
+    "ShardSums",
+    "add_shard_sums",
     "additive_features",
     "anchor_grid",
     "averaging_operators_nd",
     "build_operators_nd",
     "fitted_q_nd",
+    "fold_tree",
     "iterate_q_nd",
     "kernel_fqi",
     "krr_operator",
+    "krr_result",
     "krr_quadratic_form_nd",
     "multilinear_weights",
+    "operators_from_sums",
+    "shard_denominators",
+    "shard_sums",
 ]
 
 FloatArray = npt.NDArray[np.float64]
+T = TypeVar("T")
 IntArray = npt.NDArray[np.int64]
 
 #: Budget of (samples x candidate anchors) per chunk when building the operators.
@@ -332,7 +341,29 @@ class AveragingOperator:
         return pooled
 
 
-def _build_action(
+def _sorted_by_user(
+    x: FloatArray,
+    r: FloatArray,
+    x2: FloatArray,
+    terminal: npt.NDArray[np.bool_],
+    user: IntArray,
+) -> tuple[FloatArray, FloatArray, FloatArray, npt.NDArray[np.bool_], IntArray]:
+    order = np.argsort(user, kind="stable")
+    return x[order], r[order], x2[order], terminal[order], user[order]
+
+
+def _pooled_denominators(x: FloatArray, anchors: Anchors) -> FloatArray:
+    """sum_i w(z_k, x_i) over the rows (in their order, chunk by chunk): the pooled NW
+    denominators of one action."""
+    step = max(1, _PAIRS // anchors.per_sample)
+    den = np.zeros(anchors.count)
+    for lo in range(0, len(x), step):
+        _, kk, ww = anchors.pairs(x[lo : lo + step])
+        den += np.bincount(kk, weights=ww, minlength=anchors.count)
+    return den
+
+
+def _action_sums(
     x: FloatArray,
     r: FloatArray,
     x2: FloatArray,
@@ -340,29 +371,24 @@ def _build_action(
     user: IntArray,
     *,
     users: int,
-    spec: KernelFQISpec,
-) -> AveragingOperator:
-    """The data part of one action's (c, P) (see :class:`AveragingOperator`)."""
-    anchors = Anchors(spec)
+    anchors: Anchors,
+    per_user: bool,
+    den_pool: FloatArray | None,
+) -> tuple[FloatArray, FloatArray, sparse.csr_matrix]:
+    """One action's sums over ``users`` whole users (rows sorted by user index in
+    [0, users)): the reward sum c, the covered counts (per-user relation) and P before the
+    division by N. Users are taken in chunks (each user's NW denominators complete within
+    its chunk); the chunks depend on the user count and the anchors only."""
     k_all = anchors.count
-    per_user = spec.neighbour == "user"
-    order = np.argsort(user, kind="stable")
-    x, r, x2, terminal, user = x[order], r[order], x2[order], terminal[order], user[order]
     n = len(x)
     step = max(1, _PAIRS // anchors.per_sample)
     c = np.zeros(k_all)
     covered = np.zeros(k_all)
     p_total = sparse.csr_matrix((k_all, k_all))
-    den_pool = np.zeros(k_all)
-    if not per_user:  # pooled denominators first (one pass)
-        for lo in range(0, n, step):
-            _, kk, ww = anchors.pairs(x[lo : lo + step])
-            den_pool += np.bincount(kk, weights=ww, minlength=k_all)
-    # chunks of whole users (so each user's denominators are complete within a chunk)
     bounds = np.searchsorted(user, np.arange(users + 1))
     u_step = max(1, min(_USER_CELLS // k_all, users))
     u0 = 0
-    while u0 < users:
+    while u0 < users and n:
         u1 = min(users, u0 + u_step)
         lo, hi = int(bounds[u0]), int(bounds[u1])
         # keep chunks within the pair budget too
@@ -377,6 +403,7 @@ def _build_action(
                 om = ww / den[key]
                 covered += (den.reshape(u1 - u0, k_all) > 0).sum(axis=0)
             else:
+                assert den_pool is not None
                 om = ww / den_pool[kk]
             c += np.bincount(kk, weights=om * r[lo:hi][rows], minlength=k_all)
             cont = om * (~terminal[lo:hi])[rows]
@@ -388,13 +415,49 @@ def _build_action(
             )
             p_total = p_total + wmat @ bmat
         u0 = u1
+    return c, covered, sparse.csr_matrix(p_total)
+
+
+def _finish_action(
+    c: FloatArray,
+    covered: FloatArray,
+    p_sum: sparse.csr_matrix,
+    *,
+    users: int,
+    per_user: bool,
+    den_pool: FloatArray | None,
+) -> AveragingOperator:
     if per_user:
-        p_total = p_total / users
+        p = p_sum / users
     else:
+        assert den_pool is not None
+        p = p_sum
         covered = (den_pool > 0).astype(np.float64)
     return AveragingOperator(
-        c_sum=c, covered=covered, users=int(users), per_user=per_user, p=sparse.csr_matrix(p_total)
+        c_sum=c, covered=covered, users=int(users), per_user=per_user, p=sparse.csr_matrix(p)
     )
+
+
+def _build_action(
+    x: FloatArray,
+    r: FloatArray,
+    x2: FloatArray,
+    terminal: npt.NDArray[np.bool_],
+    user: IntArray,
+    *,
+    users: int,
+    spec: KernelFQISpec,
+) -> AveragingOperator:
+    """The data part of one action's (c, P) (see :class:`AveragingOperator`)."""
+    anchors = Anchors(spec)
+    per_user = spec.neighbour == "user"
+    x, r, x2, terminal, user = _sorted_by_user(x, r, x2, terminal, user)
+    den_pool = None if per_user else _pooled_denominators(x, anchors)
+    c, covered, p_sum = _action_sums(
+        x, r, x2, terminal, user, users=users, anchors=anchors, per_user=per_user,
+        den_pool=den_pool,
+    )  # fmt: skip
+    return _finish_action(c, covered, p_sum, users=users, per_user=per_user, den_pool=den_pool)
 
 
 def averaging_operators_nd(
@@ -435,6 +498,189 @@ class KernelFQIOperators:
     reward_range: tuple[float, float]
 
 
+@dataclass(frozen=True)
+class ShardSums:
+    """The data part of every action's operator over one shard of whole users: sums over
+    the shard's users, so two shards' sums add (:func:`add_shard_sums`) and the operators
+    of the whole dataset follow from the total (:func:`operators_from_sums`). Also the
+    shard's user, sample and clipped-state counts."""
+
+    users: int
+    samples: int
+    clipped: int
+    c_sum: tuple[FloatArray, ...]
+    covered: tuple[FloatArray, ...]
+    p_sum: tuple[sparse.csr_matrix, ...]
+
+
+def add_shard_sums(left: ShardSums, right: ShardSums) -> ShardSums:
+    """The sums of two disjoint shards (elementwise ``left + right``)."""
+    if len(left.c_sum) != len(right.c_sum):
+        raise InvalidArgument("shard sums of different action counts do not add")
+    return ShardSums(
+        users=left.users + right.users,
+        samples=left.samples + right.samples,
+        clipped=left.clipped + right.clipped,
+        c_sum=tuple(a + b for a, b in zip(left.c_sum, right.c_sum, strict=True)),
+        covered=tuple(a + b for a, b in zip(left.covered, right.covered, strict=True)),
+        p_sum=tuple(sparse.csr_matrix(a + b) for a, b in zip(left.p_sum, right.p_sum, strict=True)),
+    )
+
+
+def fold_tree(items: Iterable[T], add: Callable[[T, T], T]) -> T:
+    """Sum ``items`` in a fixed binary tree that depends on their count only: adjacent
+    pairs in order, then pairs of pairs (a binary counter: item i is combined as soon as its
+    sibling subtree is complete, so a lazy producer can interleave the map and the
+    reduction), and the leftover partial subtrees right to left. One item is returned as
+    is. Whoever computes the additions (this process, or tasks on a cluster), the same
+    items give the same bits."""
+    stack: list[tuple[int, T]] = []
+    for item in items:
+        level, acc = 0, item
+        while stack and stack[-1][0] == level:
+            _, left = stack.pop()
+            acc = add(left, acc)
+            level += 1
+        stack.append((level, acc))
+    if not stack:
+        raise InvalidArgument("nothing to reduce (no shards)")
+    _, acc = stack.pop()
+    while stack:
+        _, left = stack.pop()
+        acc = add(left, acc)
+    return acc
+
+
+def _prepare(
+    states: npt.ArrayLike,
+    actions: npt.ArrayLike,
+    rewards: npt.ArrayLike,
+    next_states: npt.ArrayLike,
+    terminal: npt.ArrayLike,
+    users: npt.ArrayLike,
+    *,
+    reward_range: tuple[float, float],
+    box: StateBox,
+) -> tuple[FloatArray, IntArray, FloatArray, FloatArray, npt.NDArray[np.bool_], IntArray, int, int]:
+    """Unit states, actions, clipped rewards, unit next states, terminals, dense user index,
+    user count and the count of states outside the box."""
+    a = np.asarray(actions, dtype=np.int64).reshape(-1)
+    raw = np.asarray(states, dtype=np.float64).reshape(len(a), -1)
+    clipped = int((np.clip(raw, box.lo, box.hi) != raw).any(axis=1).sum()) if len(a) else 0
+    x = box.to_unit(raw)
+    x2 = box.to_unit(np.asarray(next_states, dtype=np.float64).reshape(len(a), -1))
+    lo, hi = (float(v) for v in reward_range)
+    r = np.clip(np.asarray(rewards, dtype=np.float64).reshape(-1), lo, hi)
+    term = np.asarray(terminal, dtype=bool).reshape(-1)
+    _, uid = np.unique(np.asarray(users).reshape(-1), return_inverse=True)
+    uid = uid.reshape(-1).astype(np.int64)
+    n_users = int(uid.max()) + 1 if len(uid) else 0
+    if not (len(x) == len(x2) == len(a) == len(r) == len(term) == len(uid)) or n_users == 0:
+        raise InvalidArgument("fitted_q_nd: empty or mismatched sample arrays")
+    return x, a, r, x2, term, uid, n_users, clipped
+
+
+def shard_denominators(
+    states: npt.ArrayLike,
+    actions: npt.ArrayLike,
+    users: npt.ArrayLike,
+    *,
+    n_actions: int,
+    box: StateBox,
+    spec: KernelFQISpec,
+) -> FloatArray:
+    """(m, K): each action's pooled NW denominators over one shard (the ``reward``
+    relation's first pass; the shards' denominators add)."""
+    a = np.asarray(actions, dtype=np.int64).reshape(-1)
+    x = box.to_unit(np.asarray(states, dtype=np.float64).reshape(len(a), -1))
+    u = np.asarray(users).reshape(-1)
+    anchors = Anchors(spec)
+    out = np.zeros((int(n_actions), anchors.count))
+    for act in range(int(n_actions)):
+        m = a == act
+        order = np.argsort(u[m], kind="stable")
+        out[act] = _pooled_denominators(x[m][order], anchors)
+    return out
+
+
+def shard_sums(
+    states: npt.ArrayLike,
+    actions: npt.ArrayLike,
+    rewards: npt.ArrayLike,
+    next_states: npt.ArrayLike,
+    terminal: npt.ArrayLike,
+    users: npt.ArrayLike,
+    *,
+    n_actions: int,
+    reward_range: tuple[float, float],
+    box: StateBox,
+    spec: KernelFQISpec,
+    den_pool: FloatArray | None = None,
+    on_build: Callable[[int], object] | None = None,
+) -> ShardSums:
+    """The map step: every action's sums over one shard of whole users (pure: arrays in,
+    arrays out). A user's rows must all be in this shard (the caller's sharding guarantees
+    it: per-user denominators are complete only then). The ``reward`` relation needs the
+    dataset's pooled denominators ``den_pool`` ((m, K), :func:`shard_denominators` summed
+    over every shard). The whole dataset as one shard gives exactly the single-process
+    operators."""
+    if box.dims != spec.dims:
+        raise InvalidArgument(f"the state box has {box.dims} coordinates, betas {spec.dims}")
+    per_user = spec.neighbour == "user"
+    if not per_user and den_pool is None:
+        raise InvalidArgument("the reward relation's shard sums need the pooled denominators")
+    x, a, r, x2, term, uid, n_users, clipped = _prepare(
+        states, actions, rewards, next_states, terminal, users, reward_range=reward_range, box=box
+    )
+    anchors = Anchors(spec)
+    cs, covs, ps = [], [], []
+    for act in range(int(n_actions)):
+        m = a == act
+        xa, ra, x2a, ta, ua = _sorted_by_user(x[m], r[m], x2[m], term[m], uid[m])
+        c, cov, p = _action_sums(
+            xa, ra, x2a, ta, ua, users=n_users, anchors=anchors, per_user=per_user,
+            den_pool=None if den_pool is None else den_pool[act],
+        )  # fmt: skip
+        cs.append(c)
+        covs.append(cov)
+        ps.append(p)
+        if on_build is not None:
+            on_build(act)
+    return ShardSums(
+        users=n_users,
+        samples=int(len(a)),
+        clipped=clipped,
+        c_sum=tuple(cs),
+        covered=tuple(covs),
+        p_sum=tuple(ps),
+    )
+
+
+def operators_from_sums(
+    sums: ShardSums,
+    *,
+    spec: KernelFQISpec,
+    reward_range: tuple[float, float],
+    den_pool: FloatArray | None = None,
+) -> KernelFQIOperators:
+    """The reduce step's end: the operators of equation (1) from the sums over every shard
+    (per-user relation: P divided by N, the total user count)."""
+    per_user = spec.neighbour == "user"
+    ops = tuple(
+        _finish_action(
+            c,
+            cov,
+            p,
+            users=sums.users,
+            per_user=per_user,
+            den_pool=None if den_pool is None else den_pool[act],
+        )  # fmt: skip
+        for act, (c, cov, p) in enumerate(zip(sums.c_sum, sums.covered, sums.p_sum, strict=True))
+    )
+    lo, hi = (float(v) for v in reward_range)
+    return KernelFQIOperators(actions=ops, key=_build_key(spec), reward_range=(lo, hi))
+
+
 def build_operators_nd(
     states: npt.ArrayLike,
     actions: npt.ArrayLike,
@@ -450,27 +696,22 @@ def build_operators_nd(
     on_build: Callable[[int], object] | None = None,
 ) -> KernelFQIOperators:
     """The operators of equation (1) (the expensive part: samples x anchors within the
-    radius); they depend on the anchors, bandwidth, radius and relation only."""
+    radius); they depend on the anchors, bandwidth, radius and relation only. The whole
+    dataset is one shard (:func:`shard_sums`); :mod:`qveil.trainer.distributed` builds the
+    same operators from many shards."""
     if box.dims != spec.dims:
         raise InvalidArgument(f"the state box has {box.dims} coordinates, betas {spec.dims}")
-    a = np.asarray(actions, dtype=np.int64).reshape(-1)
-    x = box.to_unit(np.asarray(states, dtype=np.float64).reshape(len(a), -1))
-    x2 = box.to_unit(np.asarray(next_states, dtype=np.float64).reshape(len(a), -1))
-    lo, hi = (float(v) for v in reward_range)
-    r = np.clip(np.asarray(rewards, dtype=np.float64).reshape(-1), lo, hi)
-    term = np.asarray(terminal, dtype=bool).reshape(-1)
-    _, uid = np.unique(np.asarray(users).reshape(-1), return_inverse=True)
-    uid = uid.reshape(-1).astype(np.int64)
-    n_users = int(uid.max()) + 1 if len(uid) else 0
-    if not (len(x) == len(x2) == len(a) == len(r) == len(term) == len(uid)) or n_users == 0:
-        raise InvalidArgument("fitted_q_nd: empty or mismatched sample arrays")
-    ops = []
-    for act in range(int(n_actions)):
-        m = a == act
-        ops.append(_build_action(x[m], r[m], x2[m], term[m], uid[m], users=n_users, spec=spec))
-        if on_build is not None:
-            on_build(act)
-    return KernelFQIOperators(actions=tuple(ops), key=_build_key(spec), reward_range=(lo, hi))
+    den_pool = None
+    if spec.neighbour != "user":
+        den_pool = shard_denominators(
+            states, actions, users, n_actions=n_actions, box=box, spec=spec
+        )
+    sums = shard_sums(
+        states, actions, rewards, next_states, terminal, users,
+        n_actions=n_actions, reward_range=reward_range, box=box, spec=spec, den_pool=den_pool,
+        on_build=on_build,
+    )  # fmt: skip
+    return operators_from_sums(sums, spec=spec, reward_range=reward_range, den_pool=den_pool)
 
 
 def iterate_q_nd(
@@ -631,6 +872,13 @@ def kernel_fqi(
         spec=spec,
         on_iteration=on_iteration,
     )
+    return krr_result(q, spec=spec, reward_range=reward_range)
+
+
+def krr_result(
+    q: FloatArray, *, spec: KernelFQISpec, reward_range: tuple[float, float]
+) -> KernelFQIResult:
+    """Equation (2) for Q_T at the anchors (K, m): the released mean's coefficients."""
     c0 = spec.default_value(reward_range)
     coef = krr_operator(
         Anchors(spec).points,
@@ -638,7 +886,7 @@ def kernel_fqi(
         inducing_points=spec.inducing_points,
         lam=spec.lam,
     )
-    alpha = (coef @ (q - c0)).T.reshape(int(n_actions), spec.dims, spec.inducing_points)
+    alpha = (coef @ (q - c0)).T.reshape(q.shape[1], spec.dims, spec.inducing_points)
     return KernelFQIResult(
         q_anchors=q,
         alpha=alpha,

@@ -7,7 +7,10 @@ guarantee holds by construction (docs/privacy.md). ``--config`` is then an fqi c
 (default: the built-in defaults; configs/linewalk-private.toml is LineWalk's tuned one). The
 privacy plan is computed before the data is read: a warning when the noise is more than half
 the value scale r0/(1-gamma), a refusal above it (expected worse than random) unless
-``--force``.
+``--force``. The kernel estimator's fit runs as map-reduce tasks over shards of whole users:
+in this process by default, on a local Dask cluster with ``--workers N``, or on a running
+Dask scheduler with ``--cluster ADDRESS`` (the same release bits whatever the worker count;
+:mod:`qveil.trainer.distributed`). A ``.parquet`` dataset is streamed one row group per task.
 
 Without ``--dataset``: Algorithm 1 of Wang & Hegde (paper, gdp, output modes), trained online
 per the TOML config (command-line privacy flags override its values); writes a release
@@ -102,8 +105,17 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         metavar="URL",
         help="deprecated alias of --registry",
     )
+    from qveil.dataset_cli import add_engine_flags
+
+    add_engine_flags(p, what="fit")
     p.set_defaults(func=run)
     return p
+
+
+def _engine(args: argparse.Namespace) -> Any:
+    from qveil.dataset_cli import engine_from
+
+    return engine_from(args)
 
 
 def _config(args: argparse.Namespace) -> Any:
@@ -173,11 +185,16 @@ def run(args: argparse.Namespace) -> int:
 
             args.population = declared_population(args.dataset)
         precheck_population(args, mode="fqi", epsilon=cfg.epsilon, delta=cfg.delta)
-        from qveil.dataset import load_dataset
+        from qveil.dataset import _kind, load_dataset
 
         if args.forecast:
             _print_forecast(cfg, args.dataset)
-        ds = load_dataset(args.dataset)
+        if _kind(args.dataset) == "parquet" and est.name == "kernel":
+            from qveil.dataset_parquet import ParquetSource
+
+            ds = ParquetSource(args.dataset)  # streamed: one row group per task
+        else:
+            ds = load_dataset(args.dataset)
         if ds.population is not None and ds.population != args.population:
             raise InvalidArgument(
                 f"the dataset declares population {ds.population!r:.80}, not "
@@ -191,6 +208,7 @@ def run(args: argparse.Namespace) -> int:
         force=args.force,
         seed=args.seed,
         progress=not args.no_progress and sys.stderr.isatty(),
+        engine=_engine(args),
     )
     print(est.summary(outcome))
     for w in outcome.warnings:
@@ -224,6 +242,10 @@ def _user_count(path: str) -> int:
     if _kind(path) == "npz":
         with np.load(path, allow_pickle=False) as z:
             return int(len(np.unique(z["user"])))
+    if _kind(path) == "parquet":
+        from qveil.dataset_parquet import ParquetSource
+
+        return ParquetSource(path).users
     return int(load_dataset(path).users)
 
 

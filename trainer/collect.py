@@ -122,6 +122,7 @@ def collect(
     *,
     reward_range: tuple[float, float] | None = None,
     clip_rewards: bool = False,
+    first_user: int = 0,
 ) -> Dataset:
     """Collect ``episodes_per_user`` random-policy episodes for each of ``users`` users.
 
@@ -131,12 +132,20 @@ def collect(
     like are refused with the array and row (nothing is returned), unless ``clip_rewards``:
     then every reward is clipped into the range (the public reward definition of the release,
     for envs such as LunarLander whose rewards have no hard bound).
+
+    ``first_user``: collect users ``first_user .. first_user + users - 1`` (ids and seeds as
+    in the full collection: a shard of users of a larger collection, for
+    :mod:`qveil.trainer.distributed`).
     """
     for name, value, low in (("users", users, 1), ("episodes_per_user", episodes_per_user, 1)):
         if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < low:
             raise InvalidArgument(f"{name} must be an integer >= {low}, got {value!r}"[:120])
     if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
         raise InvalidArgument(f"seed must be an integer >= 0, got {seed!r}"[:120])
+    if isinstance(first_user, bool) or not isinstance(first_user, int | np.integer):
+        raise InvalidArgument(f"first_user must be an integer >= 0, got {first_user!r}"[:120])
+    if first_user < 0:
+        raise InvalidArgument(f"first_user must be an integer >= 0, got {first_user!r}"[:120])
     env = _make(env_id)
     try:
         if not isinstance(env.action_space, spaces.Discrete):
@@ -164,7 +173,7 @@ def collect(
         with tqdm(
             total=int(users), disable=not progress, unit="user", file=sys.stderr, desc="collect"
         ) as bar:
-            for u in range(int(users)):
+            for u in range(int(first_user), int(first_user) + int(users)):
                 for k in range(int(episodes_per_user)):
                     env_ss, act_ss = np.random.SeedSequence(root, spawn_key=(u, k)).spawn(2)
                     _episode(

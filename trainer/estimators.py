@@ -77,8 +77,11 @@ class Estimator(ABC):
         force: bool = False,
         seed: int | None = None,
         progress: bool = False,
+        engine: Any = None,
     ) -> Outcome:
-        """Fit on ``dataset`` (None for online estimators), account and write the bundle."""
+        """Fit on ``dataset`` (None for online estimators), account and write the bundle.
+        ``engine`` (:class:`qveil.trainer.distributed.Engine`) is where a fit that runs as
+        map-reduce tasks runs (None: in this process)."""
 
     @abstractmethod
     def summary(self, outcome: Outcome) -> str:
@@ -171,10 +174,11 @@ class GridFQI(Estimator):
         force: bool = False,
         seed: int | None = None,
         progress: bool = False,
+        engine: Any = None,
     ) -> Outcome:
         from qveil.trainer.fqi import train_fqi
 
-        o = train_fqi(self.config, dataset, out, force=force)
+        o = train_fqi(self.config, dataset, out, force=force, engine=engine)
         return Outcome(path=o.path, card=o.card, warnings=_warned(o.warning), detail=o)
 
     def summary(self, outcome: Outcome) -> str:
@@ -222,12 +226,15 @@ class Algorithm1(Estimator):
         force: bool = False,
         seed: int | None = None,
         progress: bool = False,
+        engine: Any = None,
     ) -> Outcome:
         from qveil.bundle import value_scale_warning
         from qveil.trainer.train import run_training
 
         if dataset is not None:
             raise InvalidArgument("Algorithm 1 trains online in its environment: no --dataset")
+        if engine is not None and not engine.local:
+            raise InvalidArgument("Algorithm 1 trains in one process: no --workers or --cluster")
         o = run_training(self.config, out, seed=seed, progress=progress)
         warnings = [w for w in (value_scale_warning(o.card),) if w]
         if not o.card["holds"]:

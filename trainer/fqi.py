@@ -120,6 +120,7 @@ def train_fqi(
     out: str | Path,
     *,
     force: bool = False,
+    engine: Any = None,
 ) -> FQIOutcome:
     """Fit, account and write the fqi release bundle at ``out`` (which must not exist).
 
@@ -136,8 +137,13 @@ def train_fqi(
     if isinstance(cfg, KernelFQIConfig):  # d coordinates (issue 16)
         from qveil.trainer.kfqi import train_kernel_fqi
 
-        outcome: FQIOutcome = train_kernel_fqi(cfg, dataset, out, force=force)
+        outcome: FQIOutcome = train_kernel_fqi(cfg, dataset, out, force=force, engine=engine)
         return outcome
+    if engine is not None and not engine.local:
+        raise InvalidArgument(
+            "the grid estimator (1-D states) fits in one process: --workers and --cluster "
+            'are for estimator = "kernel"'
+        )
     from qveil.bundle import build_fqi_card, load_bundle, write_grid_bundle
     from qveil.fqi import FQISpec, fitted_q
     from qveil.noise import StateInterval

@@ -116,58 +116,78 @@ class KernelFit:
         return out
 
 
-def _shape(dataset: Any) -> tuple[np.ndarray, int, str, tuple[float, float], int, int]:
-    s = np.asarray(dataset.s, dtype=np.float64)
-    dims = 1 if s.ndim == 1 else int(s.shape[1])
+def _shape(dataset: Any) -> tuple[int, str, tuple[float, float], int, int]:
+    """dims, env id, reward range, users and actions: a streamed Parquet dataset's from its
+    metadata (the fit checks the user count it reads against it), others' from the arrays."""
+    from qveil.dataset_parquet import ParquetSource
+
+    if isinstance(dataset, ParquetSource):
+        users = dataset.users
+        dims = dataset.d
+    else:
+        s = np.asarray(dataset.s)
+        dims = 1 if s.ndim == 1 else int(s.shape[1])
+        users = int(len(np.unique(dataset.user)))
     return (
-        s.reshape(len(s), dims),
         dims,
         str(getattr(dataset, "env_id", None) or ""),
         tuple(dataset.reward_range),  # type: ignore[return-value]
-        int(len(np.unique(dataset.user))),
+        users,
         int(dataset.n_actions),
     )
 
 
 def _plan(cfg: KernelFQIConfig, dataset: Any) -> Any:
     """The accountant's result from public quantities (N, m, d, the config) only."""
-    _, dims, _, rr, users, actions = _shape(dataset)
+    dims, _, rr, users, actions = _shape(dataset)
     return plan_kernel(
         cfg, users=users, actions=actions, dims=dims, reward_range=cfg.reward_range or rr
     )
 
 
-def fit_kernel(cfg: KernelFQIConfig, dataset: Any) -> KernelFit:
+def fit_kernel(cfg: KernelFQIConfig, dataset: Any, *, engine: Any = None) -> KernelFit:
     """Kernel FQI + subspace KRR of ``dataset`` with ``cfg``'s public estimator (no noise,
     no privacy accounting: that is :func:`write_kernel_release`'s). The ``reward`` relation
     is refused on a dataset that does not declare its rewards population averages
-    (:func:`qveil.trainer.fqi.check_reward_relation`)."""
+    (:func:`qveil.trainer.fqi.check_reward_relation`).
+
+    ``dataset``: a :class:`qveil.dataset.Dataset`, or a
+    :class:`qveil.dataset_parquet.ParquetSource` streamed one row group per task. The
+    operators are built shard by shard on ``engine`` (a
+    :class:`qveil.trainer.distributed.Engine`; default: in this process), the same bits
+    whatever the worker count; a file whose users differ from its recorded count is
+    refused."""
     from qveil.additive import StateBox
-    from qveil.kfqi import kernel_fqi
+    from qveil.kfqi import iterate_q_nd, krr_result
+    from qveil.trainer.distributed import Engine, fit_operators
     from qveil.trainer.fqi import check_reward_relation
 
     check_reward_relation(cfg.neighbour, dataset)
 
-    s, dims, ds_env, ds_rr, users, actions = _shape(dataset)
+    dims, ds_env, ds_rr, users, actions = _shape(dataset)
     env_id = cfg.env_id or ds_env
     rr = cfg.reward_range or ds_rr
     intervals = state_intervals(cfg, env_id or None, dims)
     box = StateBox.of(intervals)
+    spec = cfg.spec(dims)
+    spec.default_value(rr)  # refuse a bad default before the expensive build
     t0 = time.perf_counter()
     deltas: list[float] = []
-    result = kernel_fqi(
-        s,
-        dataset.a,
-        dataset.r,
-        np.asarray(dataset.s2, dtype=np.float64).reshape(len(s), dims),
-        dataset.terminal,
-        dataset.user,
+    built = fit_operators(
+        dataset,
         n_actions=actions,
         reward_range=rr,
         box=box,
-        spec=cfg.spec(dims),
-        on_iteration=deltas.append,
+        spec=spec,
+        engine=engine if engine is not None else Engine(),
     )
+    if built.users != users:
+        raise FailedPrecondition(
+            f"the dataset records {users} users but holds {built.users}: the accountant's N "
+            "must be the data's (rewrite the file with qveil dataset convert)"
+        )
+    q = iterate_q_nd(built.operators, spec=spec, on_iteration=deltas.append)
+    result = krr_result(q, spec=spec, reward_range=(float(rr[0]), float(rr[1])))
     seconds = time.perf_counter() - t0
     fingerprint = dataset.fingerprint() if callable(getattr(dataset, "fingerprint", None)) else ""
     return KernelFit(
@@ -179,8 +199,8 @@ def fit_kernel(cfg: KernelFQIConfig, dataset: Any) -> KernelFit:
         users=users,
         actions=actions,
         dims=dims,
-        samples=int(len(s)),
-        states_clipped=int((np.clip(s, box.lo, box.hi) != s).any(axis=1).sum()),
+        samples=built.samples,
+        states_clipped=built.clipped,
         seconds=seconds,
         sup_changes=tuple(deltas),
         dataset_fingerprint=fingerprint,
@@ -269,7 +289,12 @@ def write_kernel_release(
 
 
 def train_kernel_fqi(
-    cfg: KernelFQIConfig, dataset: Any, out: str | Path, *, force: bool = False
+    cfg: KernelFQIConfig,
+    dataset: Any,
+    out: str | Path,
+    *,
+    force: bool = False,
+    engine: Any = None,
 ) -> Any:
     """Fit, account and write a d-coordinate fqi bundle at ``out`` (must not exist).
     Returns a :class:`qveil.trainer.fqi.FQIOutcome`. Nothing is written on any error; a
@@ -285,4 +310,4 @@ def train_kernel_fqi(
         raise FailedPrecondition(
             f"refusing: {ratio_message(result)}; pass --force to release anyway"
         )
-    return write_kernel_release(fit_kernel(cfg, dataset), out, force=force)
+    return write_kernel_release(fit_kernel(cfg, dataset, engine=engine), out, force=force)

@@ -1,0 +1,272 @@
+"""The kernel fit and the collection as map-reduce tasks on Dask distributed
+(qveil.trainer.distributed): the same bits in process, on a local cluster of worker
+processes and on a real ``dask scheduler`` with two ``dask worker`` processes; a worker
+killed mid-fit changes nothing; shards never split a user."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from qveil.additive import StateBox
+from qveil.dataset import Dataset, load_dataset
+from qveil.dataset_parquet import ParquetSource, save_parquet
+from qveil.kfqi import build_operators_nd, fold_tree
+from qveil.kfqi_config import load_fqi_config
+from qveil.trainer.distributed import Engine, collect_parquet, fit_operators, user_shards
+from qveil.trainer.kfqi import fit_kernel
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = ROOT / "configs" / "cartpole-private.toml"
+DASK = Path(sys.executable).with_name("dask")
+USERS = 300
+SHARD = 60  # 5 shards
+
+
+@pytest.fixture(scope="module")
+def cartpole(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """300 CartPole users as Parquet, row groups of 60 users (collected in process)."""
+    path = tmp_path_factory.mktemp("data") / "cartpole.parquet"
+    collect_parquet(
+        "CartPole-v1",
+        USERS,
+        7,
+        str(path),
+        reward_range=(0.0, 1.0),
+        engine=Engine(shard_users=SHARD),
+    )
+    return path
+
+
+def _same_operators(a: object, b: object) -> None:
+    for x, y in zip(a.actions, b.actions, strict=True):  # type: ignore[attr-defined]
+        assert np.array_equal(x.c_sum, y.c_sum) and np.array_equal(x.covered, y.covered)
+        assert (x.p != y.p).nnz == 0 and np.array_equal(x.p.toarray(), y.p.toarray())
+
+
+def _fit(data: object, engine: Engine, neighbour: str = "user") -> object:
+    cfg = load_fqi_config(CONFIG).replace(neighbour=neighbour)
+    return fit_operators(
+        data,
+        n_actions=2,
+        reward_range=(0.0, 1.0),
+        box=StateBox.of(cfg.state_intervals),
+        spec=cfg.spec(4),
+        engine=engine,
+    )
+
+
+# --------------------------------------------------------------------------- pure parts
+def test_shards_never_split_a_user() -> None:
+    rng = np.random.default_rng(3)
+    user = rng.integers(0, 97, 2000) * 13  # unsorted, sparse ids
+    for size in (1, 7, 50, 97, 1000):
+        shards = user_shards(user, size)
+        rows = np.concatenate(shards)
+        assert np.array_equal(np.sort(rows), np.arange(len(user)))  # every row once
+        owners: dict[int, int] = {}
+        for k, idx in enumerate(shards):
+            for u in np.unique(user[idx]).tolist():
+                assert owners.setdefault(u, k) == k, f"user {u} in shards {owners[u]} and {k}"
+            assert len(np.unique(user[idx])) == min(size, 97 - k * size)
+            assert np.all(np.diff(idx[user[idx] == user[idx][0]]) > 0)  # a user's row order kept
+
+
+def test_fold_tree_is_a_fixed_tree() -> None:
+    for n in range(1, 12):
+        names = [str(i) for i in range(n)]
+        expr = fold_tree(names, lambda a, b: f"({a}+{b})")
+        assert expr.replace("(", "").replace(")", "").split("+") == names
+    assert fold_tree(list("abcde"), lambda a, b: f"({a}+{b})") == "(((a+b)+(c+d))+e)"
+
+
+def test_one_shard_is_exactly_the_single_process_build(cartpole: Path) -> None:
+    ds = load_dataset(cartpole)
+    cfg = load_fqi_config(CONFIG)
+    box = StateBox.of(cfg.state_intervals)
+    for neighbour in ("user", "reward"):
+        spec = cfg.replace(neighbour=neighbour).spec(4)
+        whole = build_operators_nd(
+            ds.s, ds.a, ds.r, ds.s2, ds.terminal, ds.user,
+            n_actions=2, reward_range=(0.0, 1.0), box=box, spec=spec,
+        )  # fmt: skip
+        one = _fit(ds, Engine(shard_users=USERS), neighbour)
+        _same_operators(whole, one.operators)  # type: ignore[attr-defined]
+        many = _fit(ds, Engine(shard_users=SHARD), neighbour)
+        for x, y in zip(whole.actions, many.operators.actions, strict=True):  # type: ignore[attr-defined]
+            # other shards, another summation order: equal within float rounding
+            np.testing.assert_allclose(x.c_sum, y.c_sum, rtol=1e-12, atol=1e-12)
+            np.testing.assert_allclose(x.p.toarray(), y.p.toarray(), rtol=1e-12, atol=1e-14)
+            assert np.array_equal(x.covered, y.covered)
+
+
+def test_parquet_and_in_memory_shards_agree(cartpole: Path) -> None:
+    streamed = _fit(ParquetSource(cartpole), Engine())
+    memory = _fit(load_dataset(cartpole), Engine(shard_users=SHARD))
+    _same_operators(streamed.operators, memory.operators)  # type: ignore[attr-defined]
+    assert streamed.shards == 5 and streamed.users == USERS  # type: ignore[attr-defined]
+
+
+# --------------------------------------------------------------------------- clusters
+def test_local_cluster_fit_and_collection_are_bit_for_bit(cartpole: Path, tmp_path: Path) -> None:
+    """--workers 2 (a LocalCluster of two processes) against the in-process run."""
+    cfg = load_fqi_config(CONFIG)
+    src = ParquetSource(cartpole)
+    one = fit_kernel(cfg, src)
+    two = fit_kernel(cfg, src, engine=Engine(workers=2))
+    assert np.array_equal(one.result.alpha, two.result.alpha)
+    assert np.array_equal(one.result.q_anchors, two.result.q_anchors)
+    assert (
+        one.dataset_fingerprint == two.dataset_fingerprint == load_dataset(cartpole).fingerprint()
+    )
+    assert (one.users, one.samples, one.states_clipped) == (
+        two.users,
+        two.samples,
+        two.states_clipped,
+    )
+    out = tmp_path / "two.parquet"
+    collect_parquet(
+        "CartPole-v1", USERS, 7, str(out), reward_range=(0.0, 1.0),
+        engine=Engine(workers=2, shard_users=SHARD),
+    )  # fmt: skip
+    assert out.read_bytes() == cartpole.read_bytes()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def scheduler(tmp_path: Path) -> Iterator[tuple[str, list[subprocess.Popen[bytes]]]]:
+    """A real ``dask scheduler`` and two ``dask worker`` processes on 127.0.0.1, stopped at
+    the end (each in its own process group)."""
+    port = _free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    env = {**os.environ, "DASK_DISTRIBUTED__WORKER__DAEMON": "False"}
+    log = (tmp_path / "dask.log").open("wb")
+    procs = [
+        subprocess.Popen(
+            [str(DASK), "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
+            stdout=log,
+            stderr=log,
+            env=env,
+            start_new_session=True,
+        )  # fmt: skip
+    ]
+    try:
+        from distributed import Client
+
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    break
+            except OSError:
+                if time.monotonic() > deadline or procs[0].poll() is not None:
+                    raise RuntimeError((tmp_path / "dask.log").read_text()[-2000:]) from None
+                time.sleep(0.1)
+        for _ in range(2):
+            procs.append(
+                subprocess.Popen(
+                    [
+                        str(DASK),
+                        "worker",
+                        address,
+                        "--nworkers",
+                        "1",
+                        "--nthreads",
+                        "1",
+                        "--host",
+                        "127.0.0.1",
+                        "--no-dashboard",
+                        "--local-directory",
+                        str(tmp_path),
+                    ],
+                    stdout=log,
+                    stderr=log,
+                    env=env,
+                    start_new_session=True,
+                )  # fmt: skip
+            )
+        with Client(address, timeout="30s") as c:
+            c.wait_for_workers(2, timeout=60)
+        yield address, procs
+    finally:
+        for p in reversed(procs):
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+        log.close()
+
+
+def test_fit_on_a_real_scheduler_with_two_workers(
+    cartpole: Path, scheduler: tuple[str, list[subprocess.Popen[bytes]]]
+) -> None:
+    address, _ = scheduler
+    cfg = load_fqi_config(CONFIG)
+    local = fit_kernel(cfg, ParquetSource(cartpole))
+    remote = fit_kernel(cfg, ParquetSource(cartpole), engine=Engine(cluster=address))
+    assert np.array_equal(local.result.alpha, remote.result.alpha)
+    # the reward relation's two passes (pooled denominators, then the sums), in memory
+    ds = load_dataset(cartpole)
+    pooled = Dataset(
+        user=ds.user, s=ds.s, a=ds.a, r=ds.r, s2=ds.s2, terminal=ds.terminal, n_actions=2,
+        reward_range=(0.0, 1.0), env_id=ds.env_id, rewards_are_population_averages=True,
+    )  # fmt: skip
+    here = _fit(pooled, Engine(shard_users=SHARD), "reward")
+    there = _fit(pooled, Engine(cluster=address, shard_users=SHARD), "reward")
+    _same_operators(here.operators, there.operators)  # type: ignore[attr-defined]
+
+
+def test_a_worker_killed_mid_fit_changes_nothing(
+    cartpole: Path, scheduler: tuple[str, list[subprocess.Popen[bytes]]], tmp_path: Path
+) -> None:
+    """One ``dask worker`` is SIGKILLed as soon as tasks run on the cluster; the scheduler
+    recomputes the lost tasks (they re-read their row groups) on the other worker and the
+    operators are the same bits."""
+    address, procs = scheduler
+    path = tmp_path / "small-groups.parquet"
+    save_parquet(load_dataset(cartpole), path, users_per_group=5)  # 60 shards
+    reference = _fit(ParquetSource(path), Engine())
+    victim = procs[1]
+    from distributed import Client
+
+    killed_at: list[float] = []
+    with Client(address) as c:
+
+        def kill_when_busy() -> None:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                if any(c.processing().values()):
+                    os.killpg(victim.pid, signal.SIGKILL)
+                    killed_at.append(time.monotonic())
+                    return
+                time.sleep(0.005)
+
+        killer = threading.Thread(target=kill_when_busy)
+        killer.start()
+        try:
+            again = _fit(ParquetSource(path), Engine(cluster=address))
+            finished = time.monotonic()
+        finally:
+            killer.join()
+        assert killed_at and killed_at[0] < finished, "the kill did not land mid-fit"
+        assert victim.wait(timeout=10) == -signal.SIGKILL
+    _same_operators(reference.operators, again.operators)  # type: ignore[attr-defined]

@@ -1,0 +1,382 @@
+"""The kernel fit and the collection as map-reduce tasks on Dask distributed.
+
+**Shards.** A shard is a run of whole users: shard k holds the users k * S .. (k + 1) * S - 1
+in increasing user order (S = ``shard_users``; :func:`user_shards`). For a Parquet dataset the
+shards are its row groups, which the writer cuts the same way (:mod:`qveil.dataset_parquet`),
+and each task reads its own row group (the file must be readable at the same path by every
+worker: one machine, or a shared file system). A user's rows are never in two shards: the
+per-user averages of equation (1) (:mod:`qveil.kfqi`) are complete within a shard, and the
+privacy unit (one user's whole data) stays inside one task.
+
+**Map.** :func:`qveil.kfqi.shard_sums` on each shard (pure: arrays in, arrays out): every
+action's reward sums, covered counts and sparse P before the division by N. **Reduce.** The
+shards' sums are added in the fixed binary tree of :func:`qveil.kfqi.fold_tree` (pairs in
+shard order), each addition a task. The tree depends on the shard count only, so the
+operators are the same bits whatever the worker count, in process (``workers = 1``: the
+same functions called in this process) or on a cluster. With one shard (N <= S) they are
+exactly the single-process operators of :func:`qveil.kfqi.build_operators_nd`. The ``reward``
+relation first reduces the shards' pooled denominators the same way.
+
+**What stays local.** The T iterations run on the reduced K x K sparse operators (K anchors:
+1296 for CartPole) in the driver: one iteration costs a few milliseconds, less than shipping
+the operators to a task, and does not grow with N. The subspace KRR is local too.
+
+**Failures.** A task whose worker dies is recomputed elsewhere by the scheduler (its inputs
+are re-read or recomputed); tasks are also retried twice on errors. Each task is a pure
+function of its shard, so a recomputed task gives the same bits and the release is unchanged.
+
+**Collection** (:func:`collect_parquet`): shard k's users are collected by one task (user u's
+episodes seeded from (seed, u) exactly as :func:`qveil.trainer.collect.collect`) and written
+as row groups in shard order, so a seed gives the same file, bit for bit, whatever the worker
+count.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+from tqdm import tqdm
+
+from qveil.dataset_parquet import USERS_PER_GROUP, ParquetDatasetWriter, ParquetSource
+from qveil.errors import FailedPrecondition, InvalidArgument
+
+__all__ = [
+    "Engine",
+    "FitSums",
+    "collect_parquet",
+    "fit_operators",
+    "open_client",
+    "user_shards",
+]
+
+#: Retries of a task that raised (a lost worker's tasks are recomputed regardless).
+RETRIES = 2
+
+
+@dataclass(frozen=True)
+class Engine:
+    """Where the map-reduce runs: ``workers`` local worker processes (1: in this process,
+    no cluster), or the running Dask scheduler at ``cluster`` (``tcp://HOST:PORT``);
+    ``shard_users`` users per shard of an in-memory dataset (Parquet files use their row
+    groups); ``progress``: a bar of shards done."""
+
+    workers: int = 1
+    cluster: str | None = None
+    shard_users: int = USERS_PER_GROUP
+    progress: bool = False
+
+    def __post_init__(self) -> None:
+        if isinstance(self.workers, bool) or not isinstance(self.workers, int):
+            raise InvalidArgument(f"--workers must be an integer >= 1, got {self.workers!r}")
+        if self.workers < 1:
+            raise InvalidArgument(f"--workers must be an integer >= 1, got {self.workers}")
+        if self.cluster is not None and self.workers != 1:
+            raise InvalidArgument("give --workers N (a local cluster) or --cluster ADDRESS")
+        if self.cluster is not None and not self.cluster.strip():
+            raise InvalidArgument("--cluster needs the scheduler's address (tcp://HOST:PORT)")
+        if isinstance(self.shard_users, bool) or self.shard_users < 1:
+            raise InvalidArgument(f"shard_users must be >= 1, got {self.shard_users!r}")
+
+    @property
+    def local(self) -> bool:
+        """True when everything runs in this process (no cluster)."""
+        return self.cluster is None and self.workers == 1
+
+
+@contextmanager
+def open_client(engine: Engine) -> Iterator[Any]:
+    """A ``distributed.Client`` for ``engine`` (None for the in-process engine). A local
+    cluster (``workers`` processes of one thread each, no dashboard) is started here and
+    stopped on exit; an attached cluster is left running."""
+    if engine.local:
+        yield None
+        return
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError:
+        raise FailedPrecondition(
+            "--workers and --cluster need Dask distributed: pip install 'qveil[trainer]'"
+        ) from None
+    if engine.cluster is not None:
+        try:
+            client = Client(engine.cluster, timeout="20s")
+        except (OSError, TimeoutError) as exc:
+            raise FailedPrecondition(
+                f"cannot reach the Dask scheduler at {engine.cluster[:80]!r}: {str(exc)[:120]}"
+            ) from None
+        try:
+            yield client
+        finally:
+            client.close()
+        return
+    cluster = LocalCluster(
+        n_workers=engine.workers,
+        threads_per_worker=1,
+        processes=True,
+        dashboard_address=None,
+        host="127.0.0.1",
+    )
+    try:
+        client = Client(cluster)
+        try:
+            yield client
+        finally:
+            client.close()
+    finally:
+        cluster.close()
+
+
+def user_shards(user: NDArray[np.int64], shard_users: int) -> list[NDArray[np.int64]]:
+    """Row indices of each shard: shard k holds every row of the users k * S .. (k + 1) * S - 1
+    in increasing user order (rows of one user keep their order). No user is in two shards."""
+    if shard_users < 1:
+        raise InvalidArgument(f"shard_users must be >= 1, got {shard_users}")
+    u = np.asarray(user).reshape(-1)
+    order = np.argsort(u, kind="stable")
+    su = u[order]
+    starts = np.flatnonzero(np.concatenate(([True], su[1:] != su[:-1]))) if len(su) else []
+    cuts = [int(v) for v in starts[::shard_users]] + [len(su)]
+    return [order[cuts[i] : cuts[i + 1]] for i in range(len(cuts) - 1)]
+
+
+@dataclass(frozen=True)
+class FitSums:
+    """The reduced operators and what the fit counted while building them."""
+
+    operators: Any  # qveil.kfqi.KernelFQIOperators
+    users: int
+    samples: int
+    clipped: int
+    shards: int
+
+
+# --------------------------------------------------------------------------- the tasks
+def _memory_sums(shard: tuple[Any, ...], kw: dict[str, Any]) -> Any:
+    from qveil.kfqi import shard_sums
+
+    return shard_sums(*shard, **kw)
+
+
+def _memory_denominators(shard: tuple[Any, ...], kw: dict[str, Any]) -> Any:
+    from qveil.kfqi import shard_denominators
+
+    states, actions, _, _, _, users = shard
+    return shard_denominators(states, actions, users, **kw)
+
+
+def _parquet_group(path: str, group: int) -> tuple[Any, ...]:
+    return ParquetSource(path).read_group(group)
+
+
+def _parquet_sums(path: str, group: int, kw: dict[str, Any]) -> Any:
+    from qveil.kfqi import shard_sums
+
+    user, s, a, r, s2, terminal = _parquet_group(path, group)
+    return shard_sums(s, a, r, s2, terminal, user, **kw)
+
+
+def _parquet_denominators(path: str, group: int, kw: dict[str, Any]) -> Any:
+    from qveil.kfqi import shard_denominators
+
+    user, s, a, _, _, _ = _parquet_group(path, group)
+    return shard_denominators(s, a, user, **kw)
+
+
+def _add(left: Any, right: Any) -> Any:
+    from qveil.kfqi import ShardSums, add_shard_sums
+
+    if isinstance(left, ShardSums):
+        return add_shard_sums(left, right)
+    return left + right
+
+
+# --------------------------------------------------------------------------- the driver
+def _map_reduce(
+    client: Any,
+    tasks: list[tuple[Callable[..., Any], tuple[Any, ...]]],
+    *,
+    progress: bool,
+    desc: str,
+) -> Any:
+    """fold_tree(add) over the tasks' results: in this process (client None) or as tasks
+    (each map and each addition one task; the whole tree submitted at once)."""
+    from qveil.kfqi import fold_tree
+
+    bar = tqdm(total=len(tasks), disable=not progress, unit="shard", file=sys.stderr, desc=desc)
+    with bar:
+        if client is None:
+
+            def run_local() -> Iterator[Any]:
+                for fn, args in tasks:
+                    out = fn(*args)
+                    bar.update(1)
+                    yield out
+
+            return fold_tree(run_local(), _add)
+        from distributed import as_completed
+
+        mapped: list[Any] = []
+
+        def submit_maps() -> Iterator[Any]:
+            for fn, args in tasks:
+                fut = client.submit(fn, *args, pure=False, retries=RETRIES)
+                mapped.append(fut)
+                yield fut
+
+        root = fold_tree(
+            submit_maps(),
+            lambda a, b: client.submit(_add, a, b, pure=False, retries=RETRIES),
+        )
+        for _ in as_completed(mapped):
+            bar.update(1)
+        mapped.clear()
+        return root.result()
+
+
+def fit_operators(
+    data: Any,
+    *,
+    n_actions: int,
+    reward_range: tuple[float, float],
+    box: Any,
+    spec: Any,
+    engine: Engine,
+) -> FitSums:
+    """The operators of equation (1) of ``data`` (a :class:`qveil.dataset.Dataset` or a
+    :class:`qveil.dataset_parquet.ParquetSource`), built shard by shard on ``engine``."""
+    from qveil.kfqi import operators_from_sums
+
+    kw: dict[str, Any] = {"n_actions": int(n_actions), "box": box, "spec": spec}
+    with open_client(engine) as client:
+        if isinstance(data, ParquetSource):
+            path = str(data.path.resolve())
+            shards: list[Any] = list(range(data.groups))
+
+            def sums_task(g: Any, den: Any) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+                return _parquet_sums, (path, g, {**kw, "reward_range": reward_range, **den})
+
+            def den_task(g: Any) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+                return _parquet_denominators, (path, g, kw)
+        else:
+            arrays = (data.s, data.a, data.r, data.s2, data.terminal, data.user)
+            rows = user_shards(data.user, engine.shard_users)
+            # each task carries its shard (held by the scheduler, so a task lost with its
+            # worker is recomputed elsewhere); large datasets belong in Parquet files, read
+            # by the tasks themselves
+            shards = [tuple(np.ascontiguousarray(x[idx]) for x in arrays) for idx in rows]
+
+            def sums_task(sh: Any, den: Any) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+                return _memory_sums, (sh, {**kw, "reward_range": reward_range, **den})
+
+            def den_task(sh: Any) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+                return _memory_denominators, (sh, kw)
+
+        den_pool = None
+        if spec.neighbour != "user":
+            den_pool = _map_reduce(
+                client,
+                [den_task(sh) for sh in shards],
+                progress=engine.progress,
+                desc="denominators",
+            )
+        extra = {} if den_pool is None else {"den_pool": den_pool}
+        total = _map_reduce(
+            client,
+            [sums_task(sh, extra) for sh in shards],
+            progress=engine.progress,
+            desc="fit shards",
+        )
+    ops = operators_from_sums(total, spec=spec, reward_range=reward_range, den_pool=den_pool)
+    return FitSums(
+        operators=ops,
+        users=int(total.users),
+        samples=int(total.samples),
+        clipped=int(total.clipped),
+        shards=len(shards),
+    )
+
+
+# --------------------------------------------------------------------------- collection
+def _collect_shard(
+    env_id: str, first_user: int, users: int, seed: int, opts: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    from qveil.trainer.collect import collect
+
+    ds = collect(env_id, users, seed, first_user=first_user, **opts)
+    arrays = (ds.user, ds.s, ds.a, ds.r, ds.s2, ds.terminal)
+    meta = {"n_actions": ds.n_actions, "reward_range": ds.reward_range, "d": ds.d}
+    return arrays, meta
+
+
+def collect_parquet(
+    env_id: str,
+    users: int,
+    seed: int,
+    out: str,
+    *,
+    episodes_per_user: int = 1,
+    reward_range: tuple[float, float] | None = None,
+    clip_rewards: bool = False,
+    population: str | None = None,
+    rewards_are_population_averages: bool = False,
+    force: bool = False,
+    engine: Engine | None = None,
+) -> dict[str, Any]:
+    """Collect ``users`` users into the Parquet dataset ``out``, one task per shard of
+    ``engine.shard_users`` users, written in shard order (the same seed gives the same
+    file whatever the worker count). Returns the file's summary."""
+    engine = engine or Engine()
+    if users < 1:
+        raise InvalidArgument(f"users must be >= 1, got {users}")
+    opts = {
+        "episodes_per_user": episodes_per_user,
+        "reward_range": reward_range,
+        "clip_rewards": clip_rewards,
+    }
+    bounds = list(range(0, users, engine.shard_users)) + [users]
+    jobs = [(bounds[i], bounds[i + 1] - bounds[i]) for i in range(len(bounds) - 1)]
+    writer: ParquetDatasetWriter | None = None
+    bar = tqdm(
+        total=len(jobs), disable=not engine.progress, unit="shard", file=sys.stderr, desc="collect"
+    )
+    try:
+        with open_client(engine) as client, bar:
+            if client is None:
+                results: Iterator[Any] = (
+                    _collect_shard(env_id, u0, n, seed, opts) for u0, n in jobs
+                )
+            else:
+                futures = [
+                    client.submit(
+                        _collect_shard, env_id, u0, n, seed, opts, pure=False, retries=RETRIES
+                    )
+                    for u0, n in jobs
+                ]
+                results = (f.result() for f in futures)
+            for arrays, meta in results:
+                if writer is None:
+                    writer = ParquetDatasetWriter(
+                        out,
+                        d=meta["d"],
+                        n_actions=meta["n_actions"],
+                        reward_range=meta["reward_range"],
+                        env_id=env_id,
+                        population=population,
+                        rewards_are_population_averages=rewards_are_population_averages,
+                        users_per_group=engine.shard_users,
+                        force=force,
+                    )
+                writer.write(*arrays)
+                bar.update(1)
+        assert writer is not None
+        return writer.close()
+    except BaseException:
+        if writer is not None:
+            writer.abort()
+        raise

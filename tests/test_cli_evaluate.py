@@ -71,3 +71,20 @@ def test_token_file_problems_are_one_line(
         lines = r.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("qveil evaluate: error: "), r.stderr
         assert all(w in lines[0] for w in words), (words, lines[0])
+
+
+def test_a_release_of_an_unregistered_env_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    """The test bundle names "LineWalk-v0", which no Gymnasium registry holds: `qveil evaluate
+    --target` says so in one line (exit 2), no traceback."""
+    from server_helpers import make_bundle, running
+
+    bundle = make_bundle(tmp_path / "b", seed=5)
+    with running(tmp_path, bundle) as srv:
+        r = subprocess.run(
+            [QVEIL, "evaluate", "--target", srv.target, "--episodes", "2"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert r.returncode == 2, r.stderr
+    assert "cannot play the release's environment" in r.stderr and "Traceback" not in r.stderr

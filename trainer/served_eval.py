@@ -56,8 +56,16 @@ def lockstep_returns(
     """Undiscounted returns of ``policy`` (states (n, d) -> actions (n,)) over ``episodes``
     episodes, episode i seeded ``seed + i``."""
     import qveil.trainer  # noqa: F401 - registers qveil's environments
+    from qveil.errors import InvalidArgument
 
-    envs = [gym.make(env_id, **env_kwargs) for _ in range(episodes)]
+    try:
+        envs = [gym.make(env_id, **env_kwargs) for _ in range(episodes)]
+    except (gym.error.Error, TypeError, ImportError) as exc:
+        raise InvalidArgument(
+            f"cannot play the release's environment {env_id!r:.80} here: "
+            f"{str(exc).splitlines()[0][:160]} (the release names an env that is not installed "
+            "or not registered in Gymnasium)"
+        ) from None
     try:
         obs = [
             np.asarray(e.reset(seed=seed + i)[0], dtype=np.float64).reshape(-1)

@@ -569,21 +569,27 @@ class SamplePathStore(ABC):
         is answered that the witness has not recorded."""
         self._witness = witness
 
-    def _witnessed(self, release_id: str, paths: Sequence[int]) -> None:
-        """Publish the chain heads of ``paths`` that are ahead of the witness (no-op without
-        one, and for paths already published: an integer compare per path)."""
+    def _witnessed(self, release_id: str, sts: Sequence[tuple[int, _ActionState]]) -> None:
+        """Publish the chain heads of the (path, state) pairs ``sts`` (the caller's, already
+        looked up) that are ahead of the witness (no-op without one, and for paths already
+        published: an integer compare per path)."""
         w = self._witness
-        if w is None:
-            return
-        sts = [(p, self._state(release_id, p)) for p in paths]
-        if all(st.hw <= st.published for _, st in sts):
+        if w is None or all(st.hw <= st.published for _, st in sts):
             return
         with self._witness_lock:
-            heads = {p: (st.hw, st.head.hex()) for p, st in sts if st.hw > st.published}
-            if heads:
-                w(release_id, heads)
-                for p, st in sts:
-                    st.published = max(st.published, heads.get(p, (0, ""))[0])
+            # (path, state, seq, head) read together under the path's lock (commits apply
+            # rows under it: hw and head always match) and captured once: a commit may
+            # advance hw meanwhile, and only what the witness recorded may be marked published
+            ahead = []
+            for p, st in sts:
+                with _process_lock(self._identity, release_id, p):
+                    hw, head = st.hw, st.head.hex()
+                if hw > st.published:
+                    ahead.append((p, st, hw, head))
+            if ahead:
+                w(release_id, {p: (hw, head) for p, _, hw, head in ahead})
+                for _, st, hw, _ in ahead:
+                    st.published = max(st.published, hw)
 
     def set_release_status(self, release_id: str, status: str) -> ReleaseRecord:
         self._check_open()
@@ -731,7 +737,7 @@ class SamplePathStore(ABC):
             missing = [v for v in dict.fromkeys(xl) if get(v) is None]
             self._resolve(rel, {a: missing})
             out = [get(v) for v in xl]
-        self._witnessed(release_id, [a])
+        self._witnessed(release_id, [(a, st)])
         return np.array(out, dtype=np.float64)
 
     def get_or_sample_actions(
@@ -784,7 +790,7 @@ class SamplePathStore(ABC):
                 wants[p] = miss
         if wants:
             self._resolve(rel, wants)
-        self._witnessed(rel.release_id, paths)
+        self._witnessed(rel.release_id, list(zip(paths, sts, strict=True)))
         out = []
         for st, xl in zip(sts, xls, strict=True):
             get = st.values.__getitem__

@@ -1,6 +1,7 @@
 """Typed exceptions of the client SDK, one per gRPC status code the server uses.
 
-They mirror the server's table (``qveil.server.errors.STATUS_TABLE``): each class derives from
+They mirror the server's tables (``qveil.errors.CODE_TABLE``, then
+``qveil.server.protocol.grpc.errors``): each class derives from
 the same ``qveil.errors`` domain exception the server mapped to that code, so callers can catch
 either the transport-specific class or the domain one::
 

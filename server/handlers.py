@@ -1,6 +1,6 @@
 """Transport-independent request handlers: validation, the network forward, the store, the
-value grid. Blocking (they call the store); the servicers run them in a thread pool off the
-event loop. They raise ``qveil.errors`` exceptions only; ``qveil.server.errors`` maps them.
+value grid. Blocking (they call the store); the data plane runs them in a thread pool off the
+event loop. They raise ``qveil.errors`` exceptions only; each transport maps them through its table.
 
 Answer of a query (issue 6): for state s of release r and action a,
 
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,11 +39,11 @@ from qveil.errors import (
     IntegrityError,
     InvalidArgument,
     NotFound,
+    bad_argument,
     echo,
 )
 from qveil.server import convert
 from qveil.server.binding import bind, check_binding
-from qveil.server.errors import bad_argument
 from qveil.server.metrics import Metrics
 from qveil.server.quotas import (
     DEFAULT_MAX_STORED_POINTS,
@@ -281,7 +281,7 @@ class Handlers:
             exc = FailedPrecondition(
                 f"release {echo(release_id)} is not the active release (active: {rel.release_id!r})"
             )
-            exc.reason = "RELEASE_NOT_ACTIVE"  # type: ignore[attr-defined]
+            exc.reason = "RELEASE_NOT_ACTIVE"
             raise exc
         return rel
 
@@ -770,7 +770,7 @@ class Handlers:
 
     def noise_points(
         self, release_id: str, action: int
-    ) -> tuple[str, Iterator[list[t.NoisePoint]]]:
+    ) -> tuple[str, Generator[list[t.NoisePoint], None, None]]:
         """(release id, generator of chunks of stored points in insertion order)."""
         rec = self._audit_release(release_id, action)
         lo, hi = map(float, rec.interval)
@@ -784,7 +784,7 @@ class Handlers:
                 lo = hi = math.nan  # the raw state is unknown here; x and g are exact
         chunk = self.limits.points_chunk
 
-        def chunks() -> Iterator[list[t.NoisePoint]]:
+        def chunks() -> Generator[list[t.NoisePoint], None, None]:
             buf: list[t.NoisePoint] = []
             for p in self.store.iter_points(rec.release_id, int(action)):
                 buf.append(convert.noise_point(p, lo=lo, hi=hi))

@@ -1,4 +1,4 @@
-"""Kernel FQI for d coordinates (issue 16): training time against the number of users, up
+"""Kernel FQI for d coordinates: training time against the number of users, up
 to N = 1e5 CartPole-v1 users (one random-policy episode each, about 2.2e6 samples), with the
 config configs/cartpole-private.toml.
 
@@ -227,7 +227,7 @@ def main() -> None:
             rows,
         )
     )
-    write_section("kfqi", "Kernel FQI for d coordinates (issue 16)", COMMAND, body)
+    write_section("kfqi", "Kernel FQI for d coordinates", COMMAND, body)
 
 
 if __name__ == "__main__":

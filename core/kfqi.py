@@ -1,5 +1,5 @@
 """Kernel fitted-Q iteration for states with d coordinates, then subspace kernel ridge
-regression onto the additive RKHS of the noise (issue 16; docs/privacy.md section 2.6).
+regression onto the additive RKHS of the noise (docs/privacy.md section 2.6).
 
 **Step 1: an averager FQI (Ormoneit & Sen 2002; Gordon 1995).** States are clipped into the
 public per-coordinate box and mapped onto [0, 1]^d (public post-processing). Per action a,

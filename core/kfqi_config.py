@@ -1,4 +1,4 @@
-"""The public configuration of a d-coordinate `fqi` release (kernel estimator, issue 16)
+"""The public configuration of a d-coordinate `fqi` release (kernel estimator)
 and its privacy plan, from public quantities only, before any data is touched.
 
 A config file says ``estimator = "kernel"`` (configs/cartpole-private.toml);

@@ -4,7 +4,7 @@ These are the domain functions behind ``qveil admin`` (directly on the store) an
 AdminService handlers (through :func:`record_server_action`). Each operation appends an entry to
 the admin audit log (:mod:`qveil.server.audit_log`), also when it is refused or fails.
 
-Retraining (issue 7, item 1), in order, so that a refusal leaves nothing behind:
+Retraining, in order, so that a refusal leaves nothing behind:
 
 1. load the training config, apply ``--epsilon``/``--sigma``; ask the accountant what the run
    will cost (``qveil.trainer.train.privacy_for``) and check it against the dataset's cap

@@ -196,7 +196,7 @@ def _admin_client(args: argparse.Namespace) -> Any:
 
 def _finite(obj: Any) -> Any:
     """``obj`` with every non-finite number as None (JSON null; "-" in tables): a path that
-    was never exercised is not reported as NaN (issue 14, item 6)."""
+    was never exercised is not reported as NaN."""
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
     if isinstance(obj, dict):

@@ -239,7 +239,7 @@ def _fqi(args: argparse.Namespace) -> Any:
     cfg = load_fqi_config(args.config) if args.config else FQIConfig()
     if args.users is None:
         raise InvalidArgument("fqi mode needs --users N (the number of users in the dataset)")
-    if isinstance(cfg, KernelFQIConfig):  # d coordinates (issue 16): dims from the config
+    if isinstance(cfg, KernelFQIConfig):  # d coordinates: dims from the config
         kchanges: dict[str, Any] = {
             k: getattr(args, k)
             for k in ("gamma", "delta", "neighbour", "iterations")

@@ -1,4 +1,4 @@
-"""The accountant of the rigorous `fqi` mode (NOTES-privacy section 6; docs/privacy.md).
+"""The accountant of the rigorous `fqi` mode (docs/privacy.md section 2.5).
 
 The release is f_a = L(Q_T(., a)) + g_a for each of m actions, with Q_T the averager FQI of
 :mod:`qveil.fqi`, L the fixed public map of :mod:`qveil.release_map` and g_a independent
@@ -54,7 +54,7 @@ __all__ = [
 ]
 
 NEIGHBOURS = ("user", "reward")
-#: Relative slack on Delta for floating point (NOTES section 6).
+#: Relative slack on Delta for floating point (docs/privacy.md section 2.5).
 DELTA_SLACK = 1e-9
 
 BASIS = {
@@ -291,7 +291,7 @@ def account_params(pp: Mapping[str, Any]) -> Any:
             from qveil.privacy.ope import OPEPrivacyParams, account_ope
 
             return account_ope(OPEPrivacyParams.from_dict(pp))
-        if pp.get("estimator") == "kernel":  # the d-coordinate variant (issue 16)
+        if pp.get("estimator") == "kernel":  # the d-coordinate variant
             from qveil.privacy.kfqi import KernelFQIPrivacyParams, account_kernel_fqi
 
             return account_kernel_fqi(KernelFQIPrivacyParams.from_dict(pp))

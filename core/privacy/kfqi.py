@@ -1,5 +1,5 @@
-"""The accountant of the d-coordinate (kernel) variant of the `fqi` mode (issue 16;
-docs/privacy.md section 2.6): a sibling of :mod:`qveil.privacy.fqi` with the same D_T.
+"""The accountant of the d-coordinate (kernel) variant of the `fqi` mode
+(docs/privacy.md section 2.6): a sibling of :mod:`qveil.privacy.fqi` with the same D_T.
 
 The release is f_a = L(Q_T(., a)) + g_a for each of m actions, with Q_T the per-user (or
 pooled) averager FQI of :mod:`qveil.kfqi` on d unit coordinates, L the public subspace KRR

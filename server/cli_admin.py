@@ -275,7 +275,7 @@ def _ledger_text(reports: list[dict[str, Any]]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from qveil.server import admin
+    from qveil.server import admin, retrain
 
     cmd = args.admin_command
     target = getattr(args, "target", None)
@@ -324,7 +324,7 @@ def run(args: argparse.Namespace) -> int:
                 f"{d['store_id']} (staged); serve its bundle with this store",
             )
         elif cmd == "retrain":
-            res = admin.retrain(
+            res = retrain.retrain(
                 ctx,
                 config=args.config,
                 dataset_id=args.dataset_id,

@@ -14,6 +14,7 @@ from qveil.errors import BudgetExceeded, FailedPrecondition
 from qveil.privacy import PrivacyParams, account
 from qveil.server import admin, audit_log
 from qveil.server.ledger import Ledger
+from qveil.server.retrain import retrain
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = {"samples": "100", "batch_size": "16", "replay_capacity": "100", "resets": "2"}
@@ -97,9 +98,7 @@ def test_retrain_activate_rollback_retire(
         assert entry.event.epsilon == res.epsilon and entry.event.delta == res.delta_total
         # a second retrain: a new release id, an empty (fresh) noise path, nothing shared
         ctx.store.get_or_sample(rid1, 0, [0.25, 0.5])
-        r2 = admin.retrain(
-            ctx, config=tiny_config, dataset_id="users", sigma=1.0, mode="gdp", seed=1
-        )
+        r2 = retrain(ctx, config=tiny_config, dataset_id="users", sigma=1.0, mode="gdp", seed=1)
         rid2 = r2.release_id
         assert rid2 != rid1
         assert ctx.store.count_points(rid2) == 0 and ctx.store.count_points(rid1) == 2
@@ -240,7 +239,7 @@ def test_refusal_at_record_time_leaves_nothing(
         ctx.ledger.set_cap("d", cap_epsilon=1.0, cap_delta=1e-3, actor="t")
         monkeypatch.setattr(Ledger, "check", lambda self, event, **kw: None)  # the pre-check passed
         with pytest.raises(BudgetExceeded) as info:
-            admin.retrain(ctx, config=tiny_config, dataset_id="d", sigma=1.0, mode="gdp", seed=1)
+            retrain(ctx, config=tiny_config, dataset_id="d", sigma=1.0, mode="gdp", seed=1)
         assert info.value.cap == (1.0, 1e-3) and info.value.spent == (0.0, 0.0)
         assert ctx.store.list_releases() == [] and ctx.ledger.entries("d") == []
         assert admin.releases(ctx) == []

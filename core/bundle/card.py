@@ -39,72 +39,31 @@ __all__ = [
     "value_scale_warning",
 ]
 
+#: The release's identity and what may be queried, first in every card.
+_RELEASE_KEYS = ("bundle_id", "env_id", "state_interval", "actions", "hyperparameters")
+#: The accountant's guarantee, in every card and every privacy result.
+_GUARANTEE_KEYS = ("epsilon", "delta", "delta_total", "holds", "basis", "reason")
+#: The record of the release's files and code.
+_RECORD_KEYS = ("weights_sha256", "created_at", "code_version", "seeded")
+
 #: Keys every card has (CONTRACTS.md), plus ``network``, ``noise`` and ``card_sha256``.
 CARD_KEYS = (
-    "bundle_id",
-    "env_id",
-    "state_interval",
-    "actions",
-    "hyperparameters",
-    "sigma",
-    "beta",
-    "k",
-    "J",
-    "mode",
-    "epsilon",
-    "delta",
-    "delta_total",
-    "holds",
-    "basis",
-    "reason",
-    "privacy",
-    "privacy_params",
-    "q_bound",
-    "lipschitz",
-    "assumptions",
-    "env_fingerprint",
-    "weights_sha256",
-    "created_at",
-    "code_version",
-    "seeded",
-    "network",
-    "card_sha256",
+    *_RELEASE_KEYS,
+    *("sigma", "beta", "k", "J", "mode"),
+    *_GUARANTEE_KEYS,
+    *("privacy", "privacy_params", "q_bound", "lipschitz", "assumptions", "env_fingerprint"),
+    *_RECORD_KEYS,
+    *("network", "card_sha256"),
 )
 
 #: Keys every fqi card has, besides the common ones.
 FQI_CARD_KEYS = (
-    "bundle_id",
-    "env_id",
-    "state_interval",
-    "actions",
-    "hyperparameters",
-    "mode",
-    "neighbour",
-    "users",
-    "reward_bound",
-    "reward_range",
-    "gamma",
-    "iterations",
-    "sup_sensitivity",
-    "kappa",
-    "beta",
-    "sensitivity",
-    "sigma",
-    "epsilon",
-    "delta",
-    "delta_total",
-    "holds",
-    "basis",
-    "reason",
-    "noise_to_value",
-    "privacy",
-    "privacy_params",
-    "dataset_fingerprint",
-    "model",
-    "weights_sha256",
-    "created_at",
-    "code_version",
-    "seeded",
+    *_RELEASE_KEYS,
+    *("mode", "neighbour", "users", "reward_bound", "reward_range", "gamma", "iterations"),
+    *("sup_sensitivity", "kappa", "beta", "sensitivity", "sigma"),
+    *_GUARANTEE_KEYS,
+    *("noise_to_value", "privacy", "privacy_params", "dataset_fingerprint", "model"),
+    *_RECORD_KEYS,
     "card_sha256",
 )
 
@@ -131,12 +90,7 @@ PUBLIC_CARD_KEYS = (
     "q_bound",
     # the accountant's result and its inputs (declared, not measured: a client can rerun it)
     "mode",
-    "epsilon",
-    "delta",
-    "delta_total",
-    "holds",
-    "basis",
-    "reason",
+    *_GUARANTEE_KEYS,
     "neighbour",
     "sigma",
     "beta",
@@ -175,20 +129,9 @@ PUBLIC_CARD_KEYS = (
 
 #: Top-level fqi card fields that must equal the fqi accountant's result.
 FQI_RESULT_FIELDS = (
-    "mode",
-    "neighbour",
-    "epsilon",
-    "delta",
-    "delta_total",
-    "holds",
-    "basis",
-    "reason",
-    "sigma",
-    "beta",
-    "kappa",
-    "sup_sensitivity",
-    "sensitivity",
-    "noise_to_value",
+    *("mode", "neighbour"),
+    *_GUARANTEE_KEYS,
+    *("sigma", "beta", "kappa", "sup_sensitivity", "sensitivity", "noise_to_value"),
 )
 
 
@@ -260,18 +203,7 @@ def merge_card(public: Mapping[str, Any], admin: Mapping[str, Any]) -> dict[str,
 
 
 #: Top-level card fields that must equal the accountant's result (card key -> result key).
-RESULT_FIELDS = {
-    "mode": "mode",
-    "epsilon": "epsilon",
-    "delta": "delta",
-    "delta_total": "delta_total",
-    "holds": "holds",
-    "basis": "basis",
-    "reason": "reason",
-    "sigma": "sigma",
-    "beta": "beta",
-    "k": "k",
-}
+RESULT_FIELDS = {k: k for k in ("mode", *_GUARANTEE_KEYS, "sigma", "beta", "k")}
 
 
 def _canonical(obj: Any) -> bytes:

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from config_helpers import tiny_linewalk_config
 
 from qveil.cli import main
 from qveil.errors import BudgetExceeded, FailedPrecondition
@@ -16,21 +17,10 @@ from qveil.server import admin, audit_log
 from qveil.server.ledger import Ledger
 from qveil.server.retrain import retrain
 
-REPO = Path(__file__).resolve().parent.parent
-TINY = {"samples": "100", "batch_size": "16", "replay_capacity": "100", "resets": "2"}
-
 
 @pytest.fixture
 def tiny_config(tmp_path: Path) -> Path:
-    """configs/linewalk-quick.toml shrunk to 100 samples (trains in about a second). Run in
-    gdp mode at sigma = 1 (paper mode's Theorem 5 does not hold at these settings)."""
-    lines = []
-    for line in (REPO / "configs" / "linewalk-quick.toml").read_text().splitlines():
-        key = line.split("=", 1)[0].strip()
-        lines.append(f"{key} = {TINY[key]}" if key in TINY else line)
-    p = tmp_path / "tiny.toml"
-    p.write_text("\n".join(lines) + "\n")
-    return p
+    return tiny_linewalk_config(tmp_path)
 
 
 @pytest.fixture
@@ -47,39 +37,31 @@ def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, object]:
     return code, (json.loads(out) if "--json" in argv and code == 0 else out)
 
 
+def _retrain_argv(store_url: str, config: Path, dataset_id: str) -> list[str]:
+    """``qveil admin retrain`` of ``config`` in gdp mode at sigma 1, seeded."""
+    return [
+        *("admin", "retrain", "--store", store_url, "--config", str(config)),
+        *("--dataset-id", dataset_id, "--sigma", "1.0", "--mode", "gdp", "--seed", "1"),
+    ]
+
+
+def _set_cap_argv(store_url: str, dataset_id: str, epsilon: str) -> list[str]:
+    """``qveil admin set-cap`` of ``dataset_id`` at (epsilon, 1e-3)."""
+    return ["admin", "set-cap", "--store", store_url, "--dataset-id", dataset_id,
+            "--epsilon", epsilon, "--delta", "1e-3"]  # fmt: skip
+
+
 def test_retrain_activate_rollback_retire(
     store_url: str, tiny_config: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code, _ = _cli(
         capsys,
-        "admin",
-        "set-cap",
-        "--store",
-        store_url,
-        "--dataset-id",
-        "users",
-        "--epsilon",
-        "5000",
-        "--delta",
-        "1e-3",
+        *_set_cap_argv(store_url, "users", "5000"),
     )
     assert code == 0
     code, r1 = _cli(
         capsys,
-        "admin",
-        "retrain",
-        "--store",
-        store_url,
-        "--config",
-        str(tiny_config),
-        "--dataset-id",
-        "users",
-        "--sigma",
-        "1.0",
-        "--mode",
-        "gdp",
-        "--seed",
-        "1",
+        *_retrain_argv(store_url, tiny_config, "users"),
         "--activate",
         "--json",
     )
@@ -161,41 +143,8 @@ def test_retrain_activate_rollback_retire(
 def test_retrain_over_budget_is_refused_before_training(
     store_url: str, tiny_config: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert (
-        main(
-            [
-                "admin",
-                "set-cap",
-                "--store",
-                store_url,
-                "--dataset-id",
-                "d",
-                "--epsilon",
-                "1",
-                "--delta",
-                "1e-3",
-            ]
-        )
-        == 0
-    )
-    code = main(
-        [
-            "admin",
-            "retrain",
-            "--store",
-            store_url,
-            "--config",
-            str(tiny_config),
-            "--dataset-id",
-            "d",
-            "--sigma",
-            "1.0",
-            "--mode",
-            "gdp",
-            "--seed",
-            "1",
-        ]
-    )
+    assert main(_set_cap_argv(store_url, "d", "1")) == 0
+    code = main(_retrain_argv(store_url, tiny_config, "d"))
     err = capsys.readouterr().err
     assert code == 2 and "budget of dataset 'd' exceeded" in err and "cap (eps=1" in err
     srv = Path(store_url.removeprefix("sqlite:///")).parent
@@ -206,27 +155,7 @@ def test_retrain_over_budget_is_refused_before_training(
         assert (last.action, last.outcome) == ("retrain", "refused")
         assert "exceeded" in last.detail
     # a dataset without a cap is refused too (no silent unlimited budget)
-    assert (
-        main(
-            [
-                "admin",
-                "retrain",
-                "--store",
-                store_url,
-                "--config",
-                str(tiny_config),
-                "--dataset-id",
-                "other",
-                "--sigma",
-                "1.0",
-                "--mode",
-                "gdp",
-                "--seed",
-                "1",
-            ]
-        )
-        == 2
-    )
+    assert main(_retrain_argv(store_url, tiny_config, "other")) == 2
     assert "has no budget" in capsys.readouterr().err
 
 

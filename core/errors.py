@@ -2,8 +2,8 @@
 canonical code (the ``google.rpc.Code`` names, which no transport owns).
 
 :func:`error_status` classifies an exception once; each transport then maps the canonical
-code to its own status in one table (gRPC status codes in
-``qveil.server.protocol.grpc.errors``, HTTP statuses in ``qveil.server.protocol.rest.errors``,
+code to its own status in one table (gRPC status codes in ``qveil.common.errors``, HTTP
+statuses in ``qveil.server.protocol.rest.errors``,
 exit codes in the CLI); nothing else inspects messages.
 
     QveilError

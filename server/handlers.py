@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from qveil.client import types as t
+from qveil.common import typing as t
 from qveil.errors import (
     FailedPrecondition,
     IntegrityError,
@@ -42,7 +42,7 @@ from qveil.errors import (
     bad_argument,
     echo,
 )
-from qveil.server import convert
+from qveil.server import views
 from qveil.server.binding import bind, check_binding
 from qveil.server.metrics import Metrics
 from qveil.server.quotas import (
@@ -454,7 +454,7 @@ class Handlers:
 
     def get_release(self) -> t.Release:
         rel = self.holder.current()
-        return convert.release_from_bundle(
+        return views.release_from_bundle(
             rel.bundle, record=rel.record, value_grid=self.limits.value_grid
         )
 
@@ -605,7 +605,7 @@ class Handlers:
         path = Path(bundle_path) if bundle_path else self._find_bundle(release_id)
         new = self._activate(path, expected_id=release_id, verify_store=True)
         return (
-            convert.release_from_bundle(
+            views.release_from_bundle(
                 new.bundle, record=new.record, value_grid=self.limits.value_grid
             ),
             previous.release_id if previous is not None else "",
@@ -649,7 +649,7 @@ class Handlers:
                 base = self._cards.get(rid)
                 if base is None:
                     bundle = load_bundle(path, verify=False)
-                    base = convert.release_from_bundle(
+                    base = views.release_from_bundle(
                         bundle, record=None, value_grid=self.limits.value_grid
                     )
                     self._cards[rid] = base
@@ -658,7 +658,7 @@ class Handlers:
                 return replace(base, status=str(record.status))
             except Exception:  # noqa: BLE001 - a listing shows what the store knows
                 pass
-        return convert.release_from_record(record, value_grid=self.limits.value_grid)
+        return views.release_from_record(record, value_grid=self.limits.value_grid)
 
     def list_releases(self) -> tuple[list[t.Release], str]:
         current = self.holder.peek()
@@ -772,7 +772,7 @@ class Handlers:
         def chunks() -> Generator[list[t.NoisePoint], None, None]:
             buf: list[t.NoisePoint] = []
             for p in self.store.iter_points(rec.release_id, int(action)):
-                buf.append(convert.noise_point(p, lo=lo, hi=hi))
+                buf.append(views.noise_point(p, lo=lo, hi=hi))
                 if len(buf) >= chunk:
                     yield buf
                     buf = []
@@ -788,7 +788,7 @@ class Handlers:
             if action is None
             else self.store.verify(rec.release_id, int(action))
         )
-        return convert.integrity_from_report(str(rec.release_id), report)
+        return views.integrity_from_report(str(rec.release_id), report)
 
     def report(self, release_id: str = "", action: int | None = None) -> t.StatisticalReport:
         """The audit of one release (qveil.server.audit.service_report: the same report as

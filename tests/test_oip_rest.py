@@ -424,7 +424,7 @@ def test_unknown_and_inactive_release_ids_get_the_same_answer(env: Env) -> None:
     ValueService."""
     import grpc
 
-    from qveil.client.errors import FailedPreconditionError
+    from qveil.client import FailedPreconditionError
     from qveil.server.store import open_store
 
     with open_store(f"sqlite:///{env.db}", create=False) as st:

@@ -33,7 +33,7 @@ import numpy as np
 import numpy.typing as npt
 
 from qveil import __version__
-from qveil.client import types as t
+from qveil.common import typing as t
 from qveil.errors import ResourceExhausted, Unavailable, error_status
 from qveil.server.auth import Authorizer
 from qveil.server.handlers import Handlers, per_caller_bound

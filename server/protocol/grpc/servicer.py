@@ -1,7 +1,7 @@
 """Thin grpc.aio servicers of qveil's own services (ValueService, AdminService,
 AuditService): each method turns the gRPC context into a :class:`CallContext`, calls the data
 plane, converts the answer to protobuf, and maps an error through the one gRPC table
-(:func:`qveil.server.protocol.grpc.errors.status_for`). No SQL, no math, no status-code
+(:func:`qveil.common.errors.status_for`). No SQL, no math, no status-code
 choices here."""
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ import grpc
 import numpy as np
 import numpy.typing as npt
 
-from qveil.client import convert
+from qveil.common import serde as convert
+from qveil.common.errors import status_for
 from qveil.errors import bad_argument
 from qveil.server.protocol.dataplane import (
     ADMIN,
@@ -27,7 +28,6 @@ from qveil.server.protocol.dataplane import (
     DataPlane,
     ValuesQuery,
 )
-from qveil.server.protocol.grpc.errors import status_for
 from qveil.v1 import admin_service_pb2 as admin_pb
 from qveil.v1 import admin_service_pb2_grpc as admin_grpc
 from qveil.v1 import audit_service_pb2 as audit_pb

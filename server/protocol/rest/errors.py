@@ -1,5 +1,6 @@
 """The REST transport's one error table: a domain exception (classified once by
-``qveil.errors.error_status``) -> HTTP status and the JSON error body.
+``qveil.errors.error_status``) -> HTTP status and the JSON error body (the gRPC table is
+``qveil.common.errors.status_for``, shared with the SDK that reads it back).
 
 The body is ``{"error": message, "reason": REASON}``; 429 and 503 carry ``Retry-After``
 (whole seconds, rounded up) when waiting helps, so standard HTTP clients (curl --retry,

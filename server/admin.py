@@ -4,12 +4,12 @@ These are the domain functions behind ``qveil admin`` (directly on the store) an
 AdminService handlers (through :func:`record_server_action`). Each operation appends an entry to
 the admin audit log (:mod:`qveil.server.audit_log`), also when it is refused or fails.
 
-Retraining (issue 7, item 1), in order, so that a refusal leaves nothing behind:
+Retraining, in order, so that a refusal leaves nothing behind:
 
 1. load the training config, apply ``--epsilon``/``--sigma``; ask the accountant what the run
-   will cost (``qveil.trainer.train.privacy_for``) and check it against the dataset's cap
-   *before* training (a refused retrain costs no compute);
-2. train (``qveil.trainer.train.run_training``) into a new bundle directory;
+   will cost (the trainer's :meth:`qveil.trainer.estimators.Estimator.public_plan`) and check
+   it against the dataset's cap *before* training (a refused retrain costs no compute);
+2. train (:meth:`~qveil.trainer.estimators.Estimator.train`) into a new bundle directory;
 3. recompute the release's privacy from the bundle's own card (``qveil.privacy.account``, never
    the card's numbers) and record the event: cap check and append in one serialized transaction
    (:meth:`qveil.server.ledger.Ledger.record`); refused -> the bundle directory is deleted,
@@ -38,6 +38,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from qveil.bundle import load_bundle
 from qveil.errors import (
     BudgetExceeded,
     FailedPrecondition,
@@ -47,11 +48,19 @@ from qveil.errors import (
     QveilError,
     echo,
 )
+from qveil.privacy.fqi import account_params
+from qveil.privacy.ledger import PrivacyEvent
 from qveil.server import admin_tables as T
 from qveil.server import audit_log
 from qveil.server.admin_db import AdminDB, open_admin_db
 from qveil.server.audit_log import utc_now
+from qveil.server.binding import bind, check_binding, copy_refusal
+from qveil.server.handlers import Handlers, Limits
 from qveil.server.ledger import BudgetReport, Cap, Ledger, LedgerEntry
+from qveil.server.registry import open_registry
+from qveil.server.state import ReleaseHolder
+from qveil.server.store import open_store
+from qveil.server.store.export import read_export_header
 
 __all__ = [
     "AdminContext",
@@ -96,8 +105,6 @@ class AdminContext:
     def registry(self) -> Any:
         """The registry (lineage, witnessed heads, population ledger), opened on first use."""
         if self._registry is None:
-            from qveil.server.registry import open_registry
-
             self._registry = open_registry(self.registry_url, actor=self.actor)
         return self._registry
 
@@ -127,7 +134,6 @@ def open_admin(
     and its admin records. ``memory://`` is for tests: nothing survives the process.
     ``new_ok=False`` (every ``qveil admin`` operation but ``init-store``) refuses a store that
     does not exist yet instead of creating an empty one."""
-    from qveil.server.store import open_store
 
     try:
         store = open_store(store_url, rng=rng, create=create, new_ok=new_ok)
@@ -344,11 +350,19 @@ def _training_config(
     delta: float | None,
     mode: str | None,
 ) -> Any:
-    from qveil.trainer.config import TrainConfig
+    # the trainer is an optional extra of a server (qveil[trainer]: gymnasium, torch): only
+    # retrain needs it, through its estimator interface
+    from qveil.trainer.estimators import estimator_name, load_config
 
     if sigma is not None and epsilon is not None:
         raise InvalidArgument("give --epsilon or --sigma, not both")
-    cfg = TrainConfig.from_toml(config)
+    cfg = load_config(config, estimator="algorithm1")
+    name = estimator_name(cfg)
+    if name != "algorithm1":
+        raise InvalidArgument(
+            f"retrain trains Algorithm 1 online (a config whose mode is paper, gdp or output), "
+            f"not the {name} estimator: train fqi releases with qveil train --dataset"
+        )
     over: dict[str, Any] = {}
     if mode is not None:
         over["mode"] = mode
@@ -370,16 +384,9 @@ def _training_config(
     return cfg
 
 
-def _planned_event(cfg: Any, dataset_id: str) -> Any:
+def _planned_event(estimator: Any, dataset_id: str) -> PrivacyEvent:
     """The privacy event the run will cost, computed by the accountant before training."""
-    from qveil.privacy.ledger import PrivacyEvent
-    from qveil.trainer.train import make_env, privacy_for
-
-    info = make_env(cfg)
-    try:
-        result, _ = privacy_for(cfg, n_actions=info.n_actions)
-    finally:
-        info.env.close()
+    result = estimator.public_plan()
     if isinstance(result, dict) or not result.holds:
         reason = result.get("reason") if isinstance(result, dict) else result.reason
         raise FailedPrecondition(
@@ -391,8 +398,6 @@ def _planned_event(cfg: Any, dataset_id: str) -> Any:
 
 def _bundle_event(bundle: Any, dataset_id: str) -> Any:
     """The release's event, recomputed by the accountant from the card's own parameters."""
-    from qveil.privacy.fqi import account_params
-    from qveil.privacy.ledger import PrivacyEvent
 
     result = account_params(bundle.card["privacy_params"])
     return PrivacyEvent.from_result(result, dataset_id=dataset_id, bundle_id=bundle.bundle_id)
@@ -424,9 +429,6 @@ def retrain(
     beside a SQLite store file. ``seed``: tests and experiments only (the card says seeded).
     Raises BudgetExceeded / FailedPrecondition / InvalidArgument with nothing registered.
     """
-    from qveil.bundle import load_bundle
-    from qveil.trainer.train import run_training
-
     params: dict[str, Any] = {
         "dataset_id": dataset_id,
         "config": str(config),
@@ -439,7 +441,10 @@ def retrain(
     try:
         cfg = _training_config(config, sigma=sigma, epsilon=epsilon, delta=delta, mode=mode)
         params["mode"] = cfg.mode
-        planned = _planned_event(cfg, dataset_id)
+        from qveil.trainer.estimators import create_estimator  # optional extra (see above)
+
+        estimator = create_estimator(cfg)
+        planned = _planned_event(estimator, dataset_id)
         params["planned_epsilon"], params["planned_delta"] = planned.epsilon, planned.delta
         ctx.ledger.check(planned, budget=budget)  # refuse before spending compute
         root = Path(out_dir) if out_dir is not None else default_releases_dir(ctx.store_url)
@@ -450,7 +455,7 @@ def retrain(
             )
         root.mkdir(parents=True, exist_ok=True)
         staging = root / f".retrain-{uuid.uuid4().hex}"
-        outcome = run_training(cfg, staging, seed=seed, progress=progress)
+        outcome = estimator.train(None, staging, seed=seed, progress=progress)
         bundle = load_bundle(outcome.path, verify=True)
         release_id = bundle.bundle_id
         bundle_dir = root / release_id
@@ -595,10 +600,6 @@ def bind_bundle(ctx: AdminContext, bundle_path: str | Path) -> dict[str, Any]:
     """Bind a bundle's release to this store without serving it (``init-store --bundle``):
     the same checks and writes as a first serve (:mod:`qveil.server.binding`); the release is
     registered ``staged``. For bundles that are served from a read-only directory later."""
-    from qveil.bundle import load_bundle
-    from qveil.server.binding import bind, check_binding
-    from qveil.server.handlers import Handlers, Limits
-    from qveil.server.state import ReleaseHolder
 
     path = Path(bundle_path)
     params: dict[str, Any] = {"bundle_path": str(path)}
@@ -630,8 +631,6 @@ def export_release(ctx: AdminContext, release_id: str, out: str | Path) -> dict[
     issued by the registry, and retire it here (this store answers it no more). The first
     ``import-release`` of the file consumes the token; a second is refused."""
     import secrets
-
-    from qveil.server.binding import copy_refusal
 
     params: dict[str, Any] = {"release_id": release_id, "out": str(out)}
     try:
@@ -735,8 +734,6 @@ def import_release(ctx: AdminContext, path: str | Path) -> dict[str, Any]:
     (every count, seq and chain link verified first; one transaction), then consume the token
     (the release now lives in this store incarnation). The release arrives ``staged``; its
     bundle is served from here and its binding.json re-pointed on that serve."""
-    from qveil.server.binding import copy_refusal
-    from qveil.server.store.export import read_export_header
 
     params: dict[str, Any] = {"path": str(path)}
     try:

@@ -87,7 +87,6 @@ def private_evaluation(
 ) -> dict[str, Any]:
     """Run steps 1-4 of the module docstring; returns the report (estimate, interval,
     privacy, population spending). ``noise``: a normal source (default OS entropy)."""
-    from qveil.ope import policy_value
     from qveil.privacy.ledger import PrivacyEvent
     from qveil.privacy.ope import OPEPrivacyParams, calibrate_ope
     from qveil.rng import OSEntropy
@@ -112,27 +111,7 @@ def private_evaluation(
         result, dataset_id=population, bundle_id=f"evaluation:{rid}:{stamp}", created_at=stamp
     )
     pop.precheck(registry, population, event)  # before any data is used
-    lo = np.array([iv.lo for iv in box.intervals])
-    hi = np.array([iv.hi for iv in box.intervals])
-
-    def policy(unit: np.ndarray) -> np.ndarray:
-        raw = lo + unit * (hi - lo)
-        states = raw.reshape(-1) if box.dims == 1 else raw
-        return np.asarray(client.best_actions(states), dtype=np.int64).reshape(-1)
-
-    j, per_user = policy_value(
-        dataset.s,
-        dataset.a,
-        dataset.r,
-        dataset.s2,
-        dataset.terminal,
-        dataset.user,
-        policy=policy,
-        n_actions=int(dataset.n_actions),
-        reward_range=rr,
-        box=box,
-        spec=spec,
-    )
+    j = _served_policy_value(client, dataset, box=box, reward_range=rr, spec=spec)
     src = noise if noise is not None else OSEntropy()
     estimate = float(j + result.sigma * float(src.standard_normal()))
     registry.ledger.record(event, release_id=None, actor=registry.actor, require_cap=True)
@@ -163,5 +142,35 @@ def private_evaluation(
         | {"population": population},
     )
     report["population_budget"] = pop.report(registry, population)
-    del per_user
     return report
+
+
+def _served_policy_value(
+    client: Any, dataset: Any, *, box: Any, reward_range: tuple[float, float], spec: Any
+) -> float:
+    """The non-private estimate J of the served release's greedy policy (its best actions,
+    asked of the server) on ``dataset`` (step 3 of the module docstring)."""
+    from qveil.ope import policy_value
+
+    lo = np.array([iv.lo for iv in box.intervals])
+    hi = np.array([iv.hi for iv in box.intervals])
+
+    def policy(unit: np.ndarray) -> np.ndarray:
+        raw = lo + unit * (hi - lo)
+        states = raw.reshape(-1) if box.dims == 1 else raw
+        return np.asarray(client.best_actions(states), dtype=np.int64).reshape(-1)
+
+    j, _per_user = policy_value(
+        dataset.s,
+        dataset.a,
+        dataset.r,
+        dataset.s2,
+        dataset.terminal,
+        dataset.user,
+        policy=policy,
+        n_actions=int(dataset.n_actions),
+        reward_range=reward_range,
+        box=box,
+        spec=spec,
+    )
+    return float(j)

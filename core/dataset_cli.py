@@ -87,7 +87,7 @@ def engine_from(args: argparse.Namespace) -> Any:
         workers=args.workers,
         cluster=args.cluster,
         shard_users=USERS_PER_GROUP if args.shard_users is None else args.shard_users,
-        progress=not args.no_progress and sys.stderr.isatty(),
+        progress=not args.no_progress,
     )
 
 
@@ -145,7 +145,11 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         "declare the same name",
     )
     c.add_argument("--force", action="store_true", help="replace an existing .npz or .parquet")
-    c.add_argument("--no-progress", action="store_true", help="no progress bar")
+    c.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress (a bar on a terminal; else, with Dask shards, a log line per shard)",
+    )
     add_engine_flags(c, what="collection (--out FILE.parquet)")
     c.set_defaults(func=run_collect)
 

@@ -22,6 +22,7 @@ from pathlib import Path
 __all__ = ["TreeRun", "run_tree"]
 
 GIB = 1024**3
+TICKS = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass
@@ -35,6 +36,8 @@ class TreeRun:
     """user + system seconds of the root and every descendant it reaped"""
     root: int
     peaks: dict[int, tuple[str, int]] = field(default_factory=dict)
+    cpus: dict[int, float] = field(default_factory=dict)
+    """user + system seconds of each process at its last poll"""
     total_peak: int = 0
     stdout: str = ""
 
@@ -46,6 +49,14 @@ class TreeRun:
     def workers(self) -> list[int]:
         """Peak resident set of each Dask worker process (bytes), in pid order."""
         return [v for pid, (lab, v) in sorted(self.peaks.items()) if lab == "worker"]
+
+    def worker_cpus(self) -> list[float]:
+        """CPU seconds of each Dask worker process (at its last poll), in pid order."""
+        return [
+            self.cpus.get(pid, 0.0)
+            for pid, (lab, _) in sorted(self.peaks.items())
+            if lab == "worker"
+        ]
 
     def others(self) -> list[tuple[str, int]]:
         """Every other descendant (nannies, trackers, ...)."""
@@ -95,6 +106,7 @@ def run_tree(
     t0 = time.perf_counter()
     proc = subprocess.Popen(list(cmd), stdout=subprocess.PIPE, text=True, env=env)
     peaks: dict[int, tuple[str, int]] = {}
+    cpus: dict[int, float] = {}
     total = 0
     stop = threading.Event()
 
@@ -108,6 +120,11 @@ def run_tree(
                 except OSError:
                     continue
                 hwm, rss = _kib(status, "VmHWM"), _kib(status, "VmRSS")
+                try:
+                    f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                    cpus[pid] = (int(f[11]) + int(f[12])) / TICKS
+                except (OSError, IndexError, ValueError):
+                    pass
                 now += rss
                 label = peaks.get(pid, (_label(pid), 0))[0]
                 peaks[pid] = (label, max(hwm, peaks.get(pid, ("", 0))[1]))
@@ -128,6 +145,7 @@ def run_tree(
         cpu=usage.ru_utime + usage.ru_stime,
         root=proc.pid,
         peaks=peaks,
+        cpus=cpus,
         total_peak=total,
         stdout=out,
     )

@@ -82,6 +82,8 @@ def _memory(run: Any) -> dict[str, Any]:
         "others_gib": [[lab, v / GIB] for lab, v in run.others()],
         "total_gib": run.total_peak / GIB,
         "cpu_s": run.cpu,
+        "driver_cpu_s": run.cpus.get(run.root, 0.0),
+        "worker_cpu_s": run.worker_cpus(),
     }
 
 
@@ -140,7 +142,11 @@ def _report(log: Path) -> None:
         for r in sorted(mine, key=lambda r: (r.get("rep", 0), r["workers"])):
             ftab.append(
                 [users, r["samples"], r["workers"], r.get("rep", 0), round(r["seconds"], 1),
-                 round(r["seconds"] / base, 2), round(r["cpu_s"]), round(r["release_s"], 1),
+                 round(r["seconds"] / base, 2), round(r["cpu_s"]),
+                 " / ".join(str(round(c)) for c in
+                            [r["driver_cpu_s"], *r["worker_cpu_s"]])
+                 if "driver_cpu_s" in r else "-",
+                 round(r["release_s"], 1),
                  _gib(r["driver_gib"]), " / ".join(_gib(w) for w in r["worker_gib"]) or "-",
                  _gib(r["total_gib"]), r["load"]]
             )  # fmt: skip
@@ -166,7 +172,8 @@ def _report(log: Path) -> None:
         "processes, each task reading its own row group), then writes a release at epsilon "
         f"{EPSILON:g} ('release s'). 'x 1 worker' is the fit time over the median 1-worker "
         "fit at that N; runs of one 'rep' are back to back (the configurations interleaved). "
-        "'CPU s': user + system seconds of the driver and every process it started. "
+        "'CPU s': user + system seconds of the driver and every process it started; "
+        "'CPU s driver / workers': each process's own. "
         "'driver GiB' and 'worker GiB' are each process's peak resident set (VmHWM), "
         "'total GiB' the largest sum over the tree at one instant. The load average is the "
         "machine's before the run (2 cores, shared with other work: a fit at nice 19 gets "
@@ -180,6 +187,7 @@ def _report(log: Path) -> None:
                 "fit s",
                 "x 1 worker",
                 "CPU s",
+                "CPU s driver / workers",
                 "release s",
                 "driver GiB",
                 "worker GiB (each)",

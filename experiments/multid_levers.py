@@ -274,11 +274,13 @@ class Sweep:
         )
 
 
-def _lockstep(policy: Callable[[np.ndarray], np.ndarray], seeds: Sequence[int]) -> np.ndarray:
+def _lockstep(
+    policy: Callable[[np.ndarray], np.ndarray], seeds: Sequence[int], env_id: str = ENV_ID
+) -> np.ndarray:
     """Returns of one episode per seed, run side by side (qveil.trainer.forecast.lockstep)."""
     from qveil.trainer.forecast import lockstep
 
-    return lockstep(ENV_ID, policy, seeds)  # type: ignore[arg-type]
+    return lockstep(env_id, policy, seeds)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -302,6 +304,7 @@ def score(
     eval_seed: int = 10_000,
     noise_seed: int = 0,
     with_baselines: bool = True,
+    env_id: str = ENV_ID,
 ) -> Scores:
     """Ceiling, floor and R private releases (mean + additive GP noise of this sigma, one
     seeded :class:`qveil.additive.AdditiveSamplePath` per action, queried lazily at the
@@ -311,9 +314,9 @@ def score(
     seeds = [eval_seed + e for e in range(episodes)]
     m = fit.alpha.shape[0]
     if with_baselines:
-        ceiling = _lockstep(lambda o: np.argmax(fit.values(o), axis=1), seeds)
+        ceiling = _lockstep(lambda o: np.argmax(fit.values(o), axis=1), seeds, env_id)
         rng = np.random.default_rng([eval_seed, 7])
-        floor = _lockstep(lambda o: rng.integers(m, size=len(o)), seeds)
+        floor = _lockstep(lambda o: rng.integers(m, size=len(o)), seeds, env_id)
     else:
         ceiling = floor = np.full(episodes, np.nan)
     private = np.zeros((releases, episodes))
@@ -330,7 +333,7 @@ def score(
             g = np.stack([p.sample(x) for p in paths], axis=1)
             return np.argmax(fit.values(o) + g, axis=1)
 
-        private[r] = _lockstep(noisy, seeds)
+        private[r] = _lockstep(noisy, seeds, env_id)
     return Scores(
         ceiling=ceiling, floor=floor, private=private, sigma=sigma, noise_to_value=noise_to_value
     )

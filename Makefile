@@ -42,7 +42,7 @@ proto-check: setup
 bench: setup
 	for f in benchmarks/bench_*.py; do $(PY) $$f || exit 1; done
 
-# Full reliability suite (issue 9): >= 50 kills, replicas, 2-minute soak, faults; writes docs/reliability.md.
+# Full reliability suite: >= 50 kills, replicas, 2-minute soak, faults; writes docs/reliability.md.
 reliability: setup
 	bash scripts/reliability.sh
 

@@ -1,4 +1,4 @@
-"""Activation under load (issue 7): clients query a real ``qveil serve`` continuously while an
+"""Activation under load: clients query a real ``qveil serve`` continuously while an
 admin activates releases back and forth through AdminService. Counts responses and errors,
 responses per release, and the latency of each ActivateRelease call.
 

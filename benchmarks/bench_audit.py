@@ -1,4 +1,4 @@
-"""Audit (issue 7): what the statistical test detects, how often it false-alarms, and how fast
+"""Audit: what the statistical test detects, how often it false-alarms, and how fast
 a whole-store audit runs.
 
 1. Rejection rates of the audit's per-path test (qveil.stats.whiten + normality_report at the

@@ -1,4 +1,4 @@
-"""Offline datasets (issue 13, section 1): how fast ``qveil.trainer.collect`` gathers random-
+"""Offline datasets: how fast ``qveil.trainer.collect`` gathers random-
 policy episodes, against a ceiling measured in the same run (the bare Gymnasium loop: the same
 envs and episodes, stepping and discarding, no recording), and what writing and reading the
 npz and Minari formats cost.
@@ -128,7 +128,7 @@ def main() -> None:
         "included) a LineWalk dataset; the Minari row writes one HDF5 group per episode.\n\n"
         + table(["format", "users", "samples", "write s", "read s", "size MB"], io)
     )
-    write_section("dataset", "Offline datasets (issue 13)", COMMAND, body)
+    write_section("dataset", "Offline datasets", COMMAND, body)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Training time of the rigorous fqi mode (issue 13 targets: 1000 users < 2 s, 1e5 users < 60 s).
+"""Training time of the rigorous fqi mode (targets: 1000 users < 2 s, 1e5 users < 60 s).
 
 For each number of LineWalk users (one 50-step random-policy episode each; generated here by
 a vectorised replica of LineWalk's dynamics, since ``collect`` steps Gymnasium envs one at a
@@ -185,7 +185,7 @@ def main() -> None:
     if args.no_write:
         print(body)
     else:
-        write_section("fqi", "fqi mode: training time (issue 13)", COMMAND, body)
+        write_section("fqi", "fqi mode: training time", COMMAND, body)
 
 
 if __name__ == "__main__":

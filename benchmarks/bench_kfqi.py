@@ -1,4 +1,4 @@
-"""Kernel FQI for d coordinates (issue 16): training time against the number of users, up
+"""Kernel FQI for d coordinates: training time against the number of users, up
 to N = 1e5 CartPole-v1 users (one random-policy episode each, about 2.2e6 samples), with the
 config configs/cartpole-private.toml.
 
@@ -31,7 +31,8 @@ sys.path.insert(0, str(HERE))
 from _report import table, write_section  # noqa: E402
 
 from qveil.additive import StateBox  # noqa: E402
-from qveil.kfqi import _nw_pairs, kernel_fqi  # noqa: E402
+from qveil.kfqi import kernel_fqi  # noqa: E402
+from qveil.kfqi_spec import nw_pairs  # noqa: E402
 from qveil.trainer.collect import collect  # noqa: E402
 
 COMMAND = "python benchmarks/bench_kfqi.py [--max-users 100000]"
@@ -94,7 +95,7 @@ def _row(users: int, cfg: dict, box: StateBox) -> list[object]:
     pairs = 0
     for lo in range(0, len(x), 1 << 16):
         pairs += len(
-            _nw_pairs(
+            nw_pairs(
                 x[lo : lo + (1 << 16)], spec.anchor_points, spec.bandwidth, spec.kernel_radius
             )[0]
         )
@@ -227,7 +228,7 @@ def main() -> None:
             rows,
         )
     )
-    write_section("kfqi", "Kernel FQI for d coordinates (issue 16)", COMMAND, body)
+    write_section("kfqi", "Kernel FQI for d coordinates", COMMAND, body)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Server memory per stored point (issue 14 item 4) -> docs/benchmarks.md, section "memory",
+"""Server memory per stored point -> docs/benchmarks.md, section "memory",
 and the figure docs/memory_per_point.png.
 
     .venv/bin/python benchmarks/bench_memory.py [--points 2000000]
@@ -187,7 +187,7 @@ def main() -> int:
     plt.close(fig)
     write_section(
         "memory",
-        "Server memory per stored point (issue 14 item 4)",
+        "Server memory per stored point",
         f".venv/bin/python benchmarks/bench_memory.py --points {args.points}",
         body,
     )

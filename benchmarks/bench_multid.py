@@ -1,5 +1,5 @@
 """Query throughput for states of d = 4 coordinates against d = 1, same run -> docs/benchmarks.md,
-section "multid" (issue 16 part 2), and docs/img/bench_multid.png.
+section "multid", and docs/img/bench_multid.png.
 
     .venv/bin/python benchmarks/bench_multid.py [--seconds 2] [--rounds 3] [--concurrency 4]
 
@@ -196,7 +196,7 @@ def main() -> int:
     fig.tight_layout()
     PNG.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(PNG, dpi=110)
-    write_section("multid", "Query throughput for d = 4 states (issue 16)", COMMAND, body)
+    write_section("multid", "Query throughput for d = 4 states", COMMAND, body)
     return 0
 
 

@@ -1,4 +1,4 @@
-"""New-point throughput with group commit (issue 15) -> docs/benchmarks.md, sections
+"""New-point throughput with group commit -> docs/benchmarks.md, sections
 "newpoints" (1), "newpoints-batch" (2) and "newpoints-cost" (3).
 
     .venv/bin/python benchmarks/bench_newpoints.py [--quick] [--baseline REV] [--max-n 1e6]
@@ -179,7 +179,7 @@ def store_threads(
                 t0 = time.perf_counter()
                 if together:
                     s.get_or_sample_actions(RID, [0, 1], x)
-                else:  # one transaction per action (what handlers did before issue 15)
+                else:  # one transaction per action (the baseline without group commit)
                     s.get_or_sample(RID, 0, x)
                     s.get_or_sample(RID, 1, x)
                 lat.append(time.perf_counter() - t0)
@@ -568,14 +568,14 @@ def plot(scale: list[list[object]], path: Path) -> None:
 
 
 def targets_line(conc: list[list[Any]], srv: list[list[Any]], raw1: float) -> str:
-    """The issue-15 targets of the group-commit section, each as measured in this run."""
+    """The targets of the group-commit section, each as measured in this run."""
     cell = {(r[0], r[1]): r for r in srv}
     new16, new1 = cell[("qveil --workers 16", 16)], cell[("qveil --workers 16", 1)]
     echo16 = cell[("echo (gRPC ceiling)", 16)]
     old1 = next((r for (name, c), r in cell.items() if "before" in name and c == 1), None)
     p50 = f"{new1[3] / old1[3]:.2f}x the baseline's" if old1 else "(no --baseline given)"
     return (
-        f"Targets (issue 15), this run: 16 callers, one new state per call: in process "
+        f"Targets, this run: 16 callers, one new state per call: in process "
         f"**{conc[0][4]:.2f}x** raw one-state-per-commit (target >= 1.0); over gRPC "
         f"{new16[2] / raw1:.2f}x raw and {new16[2] / echo16[2]:.2f}x the bare echo server. "
         f"p50 at one caller over gRPC: {new1[3]:.3g} ms, {p50} (target <= 1.2x). Batches of "
@@ -584,14 +584,14 @@ def targets_line(conc: list[list[Any]], srv: list[list[Any]], raw1: float) -> st
 
 
 def cost_targets_line(scale: list[list[Any]], runs: list[dict[int, dict[str, float]]]) -> str:
-    """The flat-cost target of issue 15, per sweep of this run."""
+    """The flat-cost target, per sweep of this run."""
     lo, hi = int(float(scale[0][0])), int(float(scale[-1][0]))
 
     def falls(key: str) -> str:
         return ", ".join(f"{r[lo][key] / r[hi][key]:.2f}x" for r in runs)
 
     return (
-        f"Targets (issue 15), this run: from {scale[0][0]} to {scale[-1][0]} stored points "
+        f"Targets, this run: from {scale[0][0]} to {scale[-1][0]} stored points "
         f"the store's rate falls **{falls('store')}** in the {len(runs)} sweeps (target <= 1.5x; "
         f"medians above: {scale[0][2] / scale[-1][2]:.2f}x); raw sqlite3 on the same schema "
         f"{falls('raw')}; raw sqlite3 with the old unique x index {falls('old')}. The "
@@ -610,9 +610,9 @@ WHY = (
     "leaders overlapped one action's Python work with the other action's fsync, while one "
     "leader per store does draw, insert and fsync in series, and a leader that starts right "
     "after a commit takes only the callers already queued, so batches alternate small and "
-    "large (~8 of 16 callers per commit). On a disk with fast fsync (4.5k raw commits/s, "
-    "issue 15's figure) one-state calls cannot reach 1.0x raw through gRPC on this machine at "
-    "all, since the bare echo server answers fewer calls than that."
+    "large (~8 of 16 callers per commit). On a disk with fast fsync (4.5k raw commits/s) "
+    "one-state calls cannot reach 1.0x raw through gRPC on this machine at all, since the "
+    "bare echo server answers fewer calls than that."
 )
 
 WHY_BATCH = (
@@ -686,13 +686,11 @@ def main() -> int:
                 + (f" --baseline {args.baseline}" if args.baseline else "")
             )
             body = _group_commit(args, tmp, reps, per)
-            sections.append(("newpoints", "New points: group commit (issue 15)", cmd, body))
+            sections.append(("newpoints", "New points: group commit", cmd, body))
         if args.only in ("all", "batch"):
             cmd = "python benchmarks/bench_newpoints.py" + only + (" --quick" if args.quick else "")
             body = _batches(args, tmp, reps)
-            sections.append(
-                ("newpoints-batch", "New points: batches of 1024 (issue 15)", cmd, body)
-            )
+            sections.append(("newpoints-batch", "New points: batches of 1024", cmd, body))
         if args.only not in ("all", "cost"):
             for name, title, c, b in sections:
                 if args.no_write:
@@ -749,9 +747,7 @@ def main() -> int:
             WHY_COST,
         ]
     )
-    sections.append(
-        ("newpoints-cost", "New points: cost against stored points (issue 15)", cmd, body)
-    )
+    sections.append(("newpoints-cost", "New points: cost against stored points", cmd, body))
     for name, title, c, b in sections:
         if args.no_write:
             print(b)
@@ -816,7 +812,7 @@ def _group_commit(args: argparse.Namespace, tmp: Path, reps: int, per: int) -> s
                 ["store, in process", "states/s", "p50 ms", "states per commit", "/ raw"],
                 conc_rows,
             )
-            + f"\n\nTarget (issue 15): 16 callers >= 1.0x raw one-state-per-commit: "
+            + f"\n\nTarget: 16 callers >= 1.0x raw one-state-per-commit: "
             f"**{g16:.2f}x**.",
             "Over gRPC: `qveil serve` with 16 store threads (so 16 calls can wait in one group "
             "commit) or 4 (the default), grpc.aio closed loop with 16 or 1 call in flight, one new "
@@ -848,7 +844,7 @@ def _batches(args: argparse.Namespace, tmp: Path, reps: int) -> str:
                 ["stored points", "store states/s", "raw rows/s", "store / raw"],
                 [batch],
             ),
-            f"Target (issue 15), this run: batches of 1024: **{batch[3]:.2f}x** raw 1000-row "
+            f"Target, this run: batches of 1024: **{batch[3]:.2f}x** raw 1000-row "
             "commits (target >= 0.5).",
             WHY_BATCH,
         ]

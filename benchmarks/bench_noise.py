@@ -30,7 +30,7 @@ from _report import DOC, table, write_section  # noqa: E402
 from qveil.noise import OUSamplePath, ou_covariance  # noqa: E402
 from qveil.rng import OSEntropy  # noqa: E402
 
-BETA, SIGMA = 2222.0, 0.5  # beta of the paper's Appendix E.3 settings (NOTES-privacy.md)
+BETA, SIGMA = 2222.0, 0.5  # beta of the paper's Appendix E.3 settings (docs/privacy.md 3)
 COMMAND = ".venv/bin/python benchmarks/bench_noise.py"
 
 

@@ -1,4 +1,4 @@
-"""The Open Inference Protocol (issue 17) against qveil's own API: the median latency of one
+"""The Open Inference Protocol against qveil's own API: the median latency of one
 call of n states (all actions, noise already stored) to a real ``qveil serve --http-port``,
 through ValueService (``ValueClient.values``, the ceiling), the v2 gRPC binding (qveil's
 stub with raw contents; tritonclient.grpc), and the v2 REST binding (httpx with JSON;

@@ -10,7 +10,7 @@ states (a pool stored beforehand, answered from the store's memory) and of *new*
 and two (same SQLite store, calls alternated between them). Ceilings in the same run:
 a bare grpc.aio echo server (same messages, no work), the same echo server plus the numpy
 MLP forward (the "bare gRPC + MLP" ceiling), and the raw store (``get_or_sample`` in
-process, one thread). Ratios are against those ceilings (issue 6 targets: repeated batches
+process, one thread). Ratios are against those ceilings (targets: repeated batches
 >= 0.5 x gRPC + MLP; single queries >= 0.5 x echo).
 
 The machine has 2 cores shared by the client, the server(s) and SQLite, so the two-process
@@ -381,7 +381,7 @@ def main() -> int:
             ),
             "Raw store ceiling (`get_or_sample` in process, one thread, all actions):",
             table(["points", "batch", "states/s"], store_rows),
-            f"Targets (issue 6): single repeated queries / echo = {r1:.2f} (target >= 0.5); "
+            f"Targets: single repeated queries / echo = {r1:.2f} (target >= 0.5); "
             f"repeated batches / (gRPC + MLP) = {rb[64]:.2f} at 64, {rb[1024]:.2f} at 1024 "
             "(target >= 0.5).",
         ]

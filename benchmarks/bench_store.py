@@ -1,4 +1,4 @@
-"""Benchmark of the sample-path store (issue 4) -> docs/benchmarks.md, section "store".
+"""Benchmark of the sample-path store -> docs/benchmarks.md, section "store".
 
     python benchmarks/bench_store.py [--quick] [--max-n 1000000] [--no-pg]
 
@@ -484,7 +484,7 @@ def main() -> int:
         png = Path(__file__).resolve().parent.parent / "docs" / "img" / "bench_store.png"
         plot(new, scale, png)
         body += "\n\n![store benchmark](img/bench_store.png)"
-        write_section("store", "Sample-path store (issue 4)", cmd, body)
+        write_section("store", "Sample-path store", cmd, body)
     return 0
 
 

@@ -1,4 +1,4 @@
-"""The timing channel (issue 14 item 7) -> docs/benchmarks.md, section "timing", and the
+"""The timing channel -> docs/benchmarks.md, section "timing", and the
 figure docs/timing_channel.png.
 
     .venv/bin/python benchmarks/bench_timing.py [--queries 400] [--pads 0,3,25]
@@ -191,7 +191,7 @@ def main() -> int:
     plot(results)
     write_section(
         "timing",
-        "Timing channel: stored vs new states (issue 14 item 7)",
+        "Timing channel: stored vs new states",
         f".venv/bin/python benchmarks/bench_timing.py --queries {args.queries} --pads {args.pads}",
         body,
     )

@@ -4,7 +4,7 @@ drawing GP noise. Writes the "trainer" section of docs/benchmarks.md.
 
     .venv/bin/python benchmarks/bench_trainer.py [--repeats 3]
 
-Targets (issue 5): the paper's full run in at most 30 s, noise sampling under 10 %.
+Targets: the paper's full run in at most 30 s, noise sampling under 10 %.
 """
 
 from __future__ import annotations
@@ -146,9 +146,7 @@ def main() -> None:
         "the current path at 2 x 128 replayed states per action, most of them new (paths reset "
         "every episode), so noise is a large share there."
     )
-    write_section(
-        "trainer", "Trainer (issue 5)", ".venv/bin/python benchmarks/bench_trainer.py", body
-    )
+    write_section("trainer", "Trainer", ".venv/bin/python benchmarks/bench_trainer.py", body)
 
 
 if __name__ == "__main__":

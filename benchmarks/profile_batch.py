@@ -1,4 +1,4 @@
-"""cProfile of the store's batch path (issue 15): one call of 1024 new states into an action
+"""cProfile of the store's batch path: one call of 1024 new states into an action
 already holding 200k points, SQLite WAL + synchronous=FULL, as bench_newpoints.py's batch part.
 
     .venv/bin/python benchmarks/profile_batch.py [--calls 12] [--top 15]

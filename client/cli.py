@@ -5,7 +5,7 @@
     qveil query --target HOST:PORT --card
     qveil query --target HOST:PORT --state 0.1,0.2,0.3,0.4     (a release of d = 4 coordinates)
 
-For a release of d > 1 state coordinates (issue 16) each --state is ONE state, its d
+For a release of d > 1 state coordinates each --state is ONE state, its d
 coordinates comma-separated; for a 1-D release a comma list is several states, as before.
 The release's d comes from GetRelease.
 Light: imports only the client SDK (no torch, no SQLAlchemy)."""
@@ -84,7 +84,7 @@ def _states(raw: list[str]) -> list[float]:
 
 
 def _box_states(raw: list[str], dims: int) -> list[list[float]]:
-    """One state of ``dims`` coordinates per --state (a d > 1 release, issue 16)."""
+    """One state of ``dims`` coordinates per --state (a d > 1 release)."""
     from qveil.errors import InvalidArgument
 
     out: list[list[float]] = []
@@ -105,7 +105,7 @@ def _label(s: float | list[float]) -> str:
 
 def _jsonable(obj: Any) -> Any:
     """Plain JSON values; a number that is not finite (a field the release does not have, an
-    untested statistic) becomes null, never NaN (issue 14, item 6)."""
+    untested statistic) becomes null, never NaN."""
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):

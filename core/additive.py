@@ -1,4 +1,4 @@
-"""Additive functional noise for states with d coordinates (issue 16; docs/privacy.md 2.6).
+"""Additive functional noise for states with d coordinates (docs/privacy.md 2.6).
 
 The release noise of a d-coordinate release is g ~ GP(0, sigma^2 K) with the additive kernel
 
@@ -18,7 +18,7 @@ variance at one state is therefore d sigma^2, which the accountant's noise-to-va
 reports (sigma sqrt(d) / value scale).
 
 Each g_j is a 1-D OU path (:class:`qveil.noise.OUSamplePath`), exact and lazy
-(NOTES-privacy section 1), so a query stores at most d new points per action (one per
+(docs/privacy.md section 9), so a query stores at most d new points per action (one per
 coordinate whose value is new) at O(d log n) cost, and the sum has the exact joint law of
 (2) whatever the order of queries: the paths are independent, each exact on its own.
 

@@ -1,8 +1,8 @@
 """Offline datasets for the ``fqi`` mode: transitions (s, a, r, s', terminal), each owned by a user.
 
 A dataset is a set of episodes, each belonging to a user; the user-level neighbour relation of
-NOTES-privacy section 6 replaces *one user's whole data* (all rows with that ``user`` id). In
-memory it is a frozen :class:`Dataset` of six parallel arrays plus public metadata:
+the fqi mode (docs/privacy.md section 2.5) replaces *one user's whole data* (all rows with that
+``user`` id). In memory it is a frozen :class:`Dataset` of six parallel arrays plus public metadata:
 
 =========  =================  ===================================================================
 array      dtype, shape       meaning

@@ -1,5 +1,5 @@
 """Averager fitted-Q iteration on a public grid: the estimator of the rigorous `fqi` mode
-(NOTES-privacy section 6, step 1; docs/privacy.md "The fqi mode").
+(docs/privacy.md section 2.5, "The fqi mode").
 
 Per action a, on the public grid x_k = k / (K - 1) of the unit state interval:
 

@@ -10,9 +10,11 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from qveil.errors import InvalidArgument
+
+C = TypeVar("C")
 
 __all__ = [
     "REFUSE_RATIO",
@@ -90,19 +92,25 @@ class FQIConfig:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> FQIConfig:
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - names - {"mode"})
-        if unknown:
-            raise InvalidArgument(f"unknown fqi config key(s): {', '.join(unknown)[:80]}")
-        if d.get("mode", "fqi") != "fqi":
-            raise InvalidArgument(f"this config is for mode {d['mode']!r:.80}, not fqi")
-        return cls(**{k: v for k, v in d.items() if k != "mode"})
+        return config_from_dict(cls, d, "fqi")
 
     def replace(self, **changes: Any) -> FQIConfig:
         return dataclasses.replace(self, **changes)
 
     def to_toml(self) -> str:
         return config_toml(self, "qveil fqi configuration (effective values of this run)")
+
+
+def config_from_dict(cls: type[C], d: Mapping[str, Any], what: str) -> C:
+    """A config dataclass from a mapping of its fields (and ``mode = "fqi"``): an unknown key
+    or another mode is InvalidArgument. ``what`` names the config kind in the message."""
+    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(set(d) - names - {"mode"})
+    if unknown:
+        raise InvalidArgument(f"unknown {what} config key(s): {', '.join(unknown)[:80]}")
+    if d.get("mode", "fqi") != "fqi":
+        raise InvalidArgument(f"this config is for mode {d['mode']!r:.80}, not fqi")
+    return cls(**{k: v for k, v in d.items() if k != "mode"})
 
 
 def toml_value(v: Any) -> str:

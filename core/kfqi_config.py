@@ -1,4 +1,4 @@
-"""The public configuration of a d-coordinate `fqi` release (kernel estimator, issue 16)
+"""The public configuration of a d-coordinate `fqi` release (kernel estimator)
 and its privacy plan, from public quantities only, before any data is touched.
 
 A config file says ``estimator = "kernel"`` (configs/cartpole-private.toml);
@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from qveil.errors import InvalidArgument
+from qveil.fqi_config import FQIConfig, config_from_dict, config_toml, read_toml
 
 __all__ = ["DEFAULT_BETA", "KernelFQIConfig", "load_fqi_config", "plan_kernel"]
 
@@ -81,13 +82,7 @@ class KernelFQIConfig:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> KernelFQIConfig:
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - names - {"mode"})
-        if unknown:
-            raise InvalidArgument(f"unknown kernel fqi config key(s): {', '.join(unknown)[:80]}")
-        if d.get("mode", "fqi") != "fqi":
-            raise InvalidArgument(f"this config is for mode {d['mode']!r:.80}, not fqi")
-        return cls(**{k: v for k, v in d.items() if k != "mode"})
+        return config_from_dict(cls, d, "kernel fqi")
 
     def replace(self, **changes: Any) -> KernelFQIConfig:
         return dataclasses.replace(self, **changes)
@@ -119,16 +114,12 @@ class KernelFQIConfig:
         )
 
     def to_toml(self) -> str:
-        from qveil.fqi_config import config_toml
-
         return config_toml(self, "qveil fqi configuration, kernel estimator (effective values)")
 
 
 def load_fqi_config(path: str | Path) -> Any:
     """An fqi config of either kind: :class:`qveil.fqi_config.FQIConfig` (1-D grid) or
     :class:`KernelFQIConfig` (``estimator = "kernel"``)."""
-    from qveil.fqi_config import FQIConfig, read_toml
-
     d = read_toml(path)
     if d.get("estimator", "grid") == "kernel":
         return KernelFQIConfig.from_dict(d)

@@ -30,6 +30,7 @@ from array import array
 from bisect import bisect_left
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -81,23 +82,45 @@ def ou_covariance(
     return cov
 
 
+def ou_bridge(
+    beta: float, s2: float, d1: Any, g1: Any, d2: Any, g2: Any, exp: Any, expm1: Any
+) -> tuple[Any, Any]:
+    """The OU conditional, the one place its formula is written: (mean, variance) of g(x)
+    given its nearest stored neighbour at distance ``d1`` on the left with value ``g1`` and
+    at ``d2`` on the right with value ``g2``, for the kernel s2 exp(-beta |x - y|). With
+    a = exp(-beta d1) and b = exp(-beta d2):
+
+        mean = [a (1 - b^2) g1 + b (1 - a^2) g2] / (1 - a^2 b^2)
+        var  = s2 (1 - a^2)(1 - b^2) / (1 - a^2 b^2)
+
+    A missing side is a neighbour at distance inf with value 0.0: its weight exp(-inf) is
+    0 and 1 - exp(-inf) is 1, so the bridge reduces exactly to the one-sided law
+    N(b g2, s2 (1 - b^2)) and, with no neighbour, to N(0, s2). Elementwise: ``exp`` and
+    ``expm1`` are :mod:`math`'s for floats or numpy's for arrays; the operations and their
+    order are the same either way. Unchecked and positional: the samplers' hot path."""
+    a = exp(-beta * d1)
+    b = exp(-beta * d2)
+    w1 = -expm1(-2.0 * beta * d1)  # 1 - a^2
+    w2 = -expm1(-2.0 * beta * d2)  # 1 - b^2
+    w12 = -expm1(-2.0 * beta * (d1 + d2))  # 1 - a^2 b^2
+    return (a * w2 * g1 + b * w1 * g2) / w12, s2 * w1 * (w2 / w12)
+
+
 def _moments(
     beta: float, s2: float, dl: float | None, gl: float, dr: float | None, gr: float
 ) -> tuple[float, float]:
-    """The exact OU conditional (mean, std); unchecked, positional: the sampler's hot path."""
-    if dl is None:
-        if dr is None:
-            return 0.0, math.sqrt(s2)
-        return math.exp(-beta * dr) * gr, math.sqrt(s2 * -math.expm1(-2.0 * beta * dr))
-    if dr is None:
-        return math.exp(-beta * dl) * gl, math.sqrt(s2 * -math.expm1(-2.0 * beta * dl))
-    a = math.exp(-beta * dl)
-    b = math.exp(-beta * dr)
-    one_m_a2 = -math.expm1(-2.0 * beta * dl)
-    one_m_b2 = -math.expm1(-2.0 * beta * dr)
-    one_m_a2b2 = -math.expm1(-2.0 * beta * (dl + dr))
-    mean = (a * one_m_b2 * gl + b * one_m_a2 * gr) / one_m_a2b2
-    return mean, math.sqrt(s2 * one_m_a2 * (one_m_b2 / one_m_a2b2))
+    """The exact OU conditional (mean, std) given neighbours at ``dl``, ``dr`` (None: none)."""
+    mean, var = ou_bridge(
+        beta,
+        s2,
+        math.inf if dl is None else dl,
+        0.0 if dl is None else gl,
+        math.inf if dr is None else dr,
+        0.0 if dr is None else gr,
+        math.exp,
+        math.expm1,
+    )
+    return mean, math.sqrt(var)
 
 
 def conditional_moments(
@@ -458,18 +481,18 @@ class OUSamplePath:
     def _draw_all(self, new: list[float], z: list[float]) -> list[float]:
         """Draw and store the distinct, not yet stored states ``new`` using normals ``z``.
 
-        The hot loop: :meth:`_locate`, :meth:`_around`, :func:`_moments` and :meth:`_insert`
-        inlined (same formulas, same order of operations), since call overhead dominates.
+        The hot loop: :meth:`_locate`, :meth:`_around` and :meth:`_insert` inlined (call
+        overhead dominates); the conditional is :func:`ou_bridge`, as everywhere.
         """
         beta, s2 = self._beta, self._sigma * self._sigma
-        two_beta = 2.0 * beta
-        exp, expm1, sqrt = math.exp, math.expm1, math.sqrt
+        exp, expm1, sqrt, inf, bridge = math.exp, math.expm1, math.sqrt, math.inf, ou_bridge
         xbs, gbs, maxes = self._xb, self._gb, self._maxes
         out: list[float] = []
         for x, zi in zip(new, z, strict=True):
             nb = len(maxes)
             if not nb:
-                g = sqrt(s2) * zi
+                mean, var = bridge(beta, s2, inf, 0.0, inf, 0.0, exp, expm1)
+                g = mean + sqrt(var) * zi
                 self._insert(-1, 0, x, g)
                 out.append(g)
                 continue
@@ -482,36 +505,26 @@ class OUSamplePath:
                 xb = xbs[i]
                 j = bisect_left(xb, x)
             gb = gbs[i]
-            # nearest stored neighbours (x is not stored, so xb[j] > x when it exists)
+            # nearest stored neighbours (x is not stored, so xb[j] > x when it exists); a
+            # missing side is a neighbour at distance inf (see ou_bridge)
             if j > 0:
-                dl: float | None = x - xb[j - 1]
+                dl = x - xb[j - 1]
                 gl = gb[j - 1]
             elif i > 0:
                 dl = x - xbs[i - 1][-1]
                 gl = gbs[i - 1][-1]
             else:
-                dl, gl = None, 0.0
+                dl, gl = inf, 0.0
             if j < len(xb):
-                dr: float | None = xb[j] - x
+                dr = xb[j] - x
                 gr = gb[j]
             elif i + 1 < nb:
                 dr = xbs[i + 1][0] - x
                 gr = gbs[i + 1][0]
             else:
-                dr, gr = None, 0.0
-            if dl is None:
-                assert dr is not None  # the path is not empty
-                g = exp(-beta * dr) * gr + sqrt(s2 * -expm1(-two_beta * dr)) * zi
-            elif dr is None:
-                g = exp(-beta * dl) * gl + sqrt(s2 * -expm1(-two_beta * dl)) * zi
-            else:
-                ea = exp(-beta * dl)
-                eb = exp(-beta * dr)
-                one_m_a2 = -expm1(-two_beta * dl)
-                one_m_b2 = -expm1(-two_beta * dr)
-                one_m_a2b2 = -expm1(-two_beta * (dl + dr))
-                mean = (ea * one_m_b2 * gl + eb * one_m_a2 * gr) / one_m_a2b2
-                g = mean + sqrt(s2 * one_m_a2 * (one_m_b2 / one_m_a2b2)) * zi
+                dr, gr = inf, 0.0
+            mean, var = bridge(beta, s2, dl, gl, dr, gr, exp, expm1)
+            g = mean + sqrt(var) * zi
             # insert at (i, j)
             xb.insert(j, x)
             gb.insert(j, g)
@@ -596,15 +609,10 @@ def sample_batch(
     alone = np.flatnonzero(~shared)
     if alone.size:
         xi = x[alone]
-        dl = xi - lx[alone]
-        dr = rx[alone] - xi
-        ea = np.exp(-b * dl)
-        eb = np.exp(-b * dr)
-        one_m_a2 = -np.expm1(-2.0 * b * dl)
-        one_m_b2 = -np.expm1(-2.0 * b * dr)
-        one_m_a2b2 = -np.expm1(-2.0 * b * (dl + dr))
-        mean = (ea * one_m_b2 * lg[alone] + eb * one_m_a2 * rg[alone]) / one_m_a2b2
-        g[alone] = mean + np.sqrt(s2 * one_m_a2 * (one_m_b2 / one_m_a2b2)) * z[alone]
+        mean, var = ou_bridge(
+            b, s2, xi - lx[alone], lg[alone], rx[alone] - xi, rg[alone], np.exp, np.expm1
+        )
+        g[alone] = mean + np.sqrt(var) * z[alone]
     rest = np.flatnonzero(shared).tolist()
     if not rest:
         return g, left, right
@@ -631,6 +639,7 @@ def _draw_in_gaps(
     # per gap (keyed by its stored left end), the sorted states known so far and values
     gaps: dict[float, tuple[list[float], list[float]]] = {}
     exp, expm1, sqrt = math.exp, math.expm1, math.sqrt
+    bridge = ou_bridge
     xl, zl = x.tolist(), z.tolist()
     lxl, lgl, rxl, rgl = lx.tolist(), lg.tolist(), rx.tolist(), rg.tolist()
     lo, hi = left.tolist(), right.tolist()
@@ -642,12 +651,8 @@ def _draw_in_gaps(
         gx, gv = gap
         xk = xl[k]
         j = bisect_left(gx, xk)
-        d1, g1, d2, g2 = xk - gx[j - 1], gv[j - 1], gx[j] - xk, gv[j]
-        a_, b_ = exp(-b * d1), exp(-b * d2)
-        w1 = -expm1(-2.0 * b * d1)  # 1 - a^2
-        w2 = -expm1(-2.0 * b * d2)  # 1 - b^2
-        w12 = -expm1(-2.0 * b * (d1 + d2))  # 1 - a^2 b^2
-        gk = (a_ * w2 * g1 + b_ * w1 * g2) / w12 + sqrt(s2 * w1 * (w2 / w12)) * zl[k]
+        mean, var = bridge(b, s2, xk - gx[j - 1], gv[j - 1], gx[j] - xk, gv[j], exp, expm1)
+        gk = mean + sqrt(var) * zl[k]
         out[k], lo[k], hi[k] = gk, gx[j - 1], gx[j]
         gx.insert(j, xk)
         gv.insert(j, gk)

@@ -1,5 +1,5 @@
 """The fixed public linear map of the `fqi` mode, from grid values into the noise's RKHS, and
-a certified bound kappa on how far it can move a function (NOTES-privacy section 6, step 2).
+a certified bound kappa on how far it can move a function (docs/privacy.md section 2.5).
 
 The map L: v in R^K (one action's fitted Q on the public grid x_k = k / (K - 1) of the unit
 interval) -> the piecewise-linear function through the grid values u = S v, where S is a
@@ -53,7 +53,7 @@ __all__ = [
 
 FloatArray = npt.NDArray[np.float64]
 
-#: Relative slack added to every certified kappa, for floating point (NOTES section 6).
+#: Relative slack added to every certified kappa, for floating point (docs/privacy.md section 2.5).
 KAPPA_SLACK = 1e-9
 
 

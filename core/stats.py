@@ -8,7 +8,7 @@ that insertion order, the innovations
                                                         among x_1, ..., x_{i-1})
 
 are independent N(0, 1) under the true law (the chain rule of the joint density; the
-conditionals are those of ``NOTES-privacy.md`` section 1, not the paper's equation (2)). A
+conditionals are those of docs/privacy.md section 9, not the paper's equation (2)). A
 wrong sigma, a wrong beta or a wrong conditional shows up as innovations that are not
 iid N(0, 1), which :func:`normality_report` measures. Used by the noise tests, the store's
 contract tests and the audit command.

@@ -1,4 +1,4 @@
-"""qveil.experiments: reproductions of the seed papers' figures and checks (issue 8).
+"""qveil.experiments: reproductions of the seed papers' figures and checks.
 
 ``qveil experiments fig1|fig2|bgp16|theory`` (:mod:`qveil.experiments.cli`). Modules:
 :mod:`~qveil.experiments.bgp16` and :mod:`~qveil.experiments.chain_mdp` (Balle, Gomrokchi &

@@ -15,7 +15,7 @@ Targets eps = 0.9 and 0.45, delta = 1e-4, on LineWalk with the paper's settings
 
 Besides the two target points: the released function's return against eps over a wide
 range (0.1 .. 100) per method, and against the reward sensitivity Delta_r (the scale of
-"neighbouring") at eps = 0.9 (NOTES-privacy.md section 5). On LineWalk the rewards lie in
+"neighbouring") at eps = 0.9 (docs/privacy.md section 1). On LineWalk the rewards lie in
 [0, 0.5], so with Delta_r = 1 ANY two reward functions are neighbours.
 """
 

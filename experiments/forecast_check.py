@@ -77,15 +77,10 @@ def run(*, out: Path, quick: bool = False, **_: Any) -> dict[str, Path]:
 
 
 def _plot(rows: list[dict[str, Any]], path: Path) -> None:
-    import matplotlib
+    from qveil.experiments.plotting import env_panels, save
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    envs = sorted({r["env"] for r in rows})
-    fig, axes = plt.subplots(1, len(envs), figsize=(5.5 * len(envs), 3.8), squeeze=False)
-    for ax, env in zip(axes[0], envs, strict=True):
-        rs = [r for r in rows if r["env"] == env]
+    fig, panels = env_panels(rows)
+    for ax, env, rs in panels:
         n = [r["users"] for r in rs]
         f = [r["forecast"] for r in rs]
         lo = [r["forecast"] - r["forecast_lo"] for r in rs]
@@ -99,6 +94,4 @@ def _plot(rows: list[dict[str, Any]], path: Path) -> None:
         ax.set_xlabel("users N")
         ax.set_ylabel("fraction of the way from random to non-private")
         ax.legend(loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save(fig, path)

@@ -1,5 +1,5 @@
 """``qveil experiments multid-levers``: which public lever moves CartPole's private kernel fqi
-release at epsilon = 1 (issue 16's utility target; docs/results.md section 8.1), in process.
+release at epsilon = 1 (utility target; docs/results.md section 8.1), in process.
 
 The measurement, built to be trusted at a fixed N (at most 1e5 users):
 
@@ -56,8 +56,8 @@ DELTA = 1e-5
 EPSILON = 1.0
 TUNE_SEED = 1
 REPORT_SEEDS = (0, 2)
-#: The configuration on main before this sweep (configs/cartpole-private.toml, issue 16
-#: part 1): the row every lever is compared with.
+#: The configuration on main before this sweep (configs/cartpole-private.toml
+#: before the levers): the row every lever is compared with.
 BEFORE: dict[str, Any] = {
     "state_intervals": [[-0.3, 0.3], [-1.5, 1.5], [-0.2095, 0.2095], [-2.0, 2.0]],
     "reward_range": [0.0, 1.0],

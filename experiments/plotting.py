@@ -15,6 +15,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 __all__ = [
+    "env_panels",
     "plot_bgp16",
     "plot_curves",
     "plot_lines",
@@ -41,6 +42,20 @@ def save(fig: Any, path: Path) -> Path:
     with Image.open(buf) as im:
         im.convert("RGB").quantize(colors=256).save(path, format="PNG", optimize=True)
     return path
+
+
+def env_panels(
+    rows: Sequence[Mapping[str, Any]], *, width: float = 5.5, height: float = 3.8
+) -> tuple[Any, list[tuple[Any, str, list[Mapping[str, Any]]]]]:
+    """One panel per environment side by side: the figure and (axes, env, that env's rows)
+    in env order (draw, then :func:`save`)."""
+    envs = sorted({str(r["env"]) for r in rows})
+    fig, axes = plt.subplots(1, len(envs), figsize=(width * len(envs), height), squeeze=False)
+    panels = [
+        (ax, env, [r for r in rows if r["env"] == env])
+        for ax, env in zip(axes[0], envs, strict=True)
+    ]
+    return fig, panels
 
 
 def _mean_se(values: Sequence[float]) -> tuple[float, float]:

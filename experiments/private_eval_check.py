@@ -132,15 +132,10 @@ def run(*, out: Path, quick: bool = False, seeds: int | None = None, **_: Any) -
 
 
 def _plot(rows: list[dict[str, Any]], path: Path) -> None:
-    import matplotlib
+    from qveil.experiments.plotting import env_panels, save
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    envs = sorted({r["env"] for r in rows})
-    fig, axes = plt.subplots(1, len(envs), figsize=(5.5 * len(envs), 3.8), squeeze=False)
-    for ax, env in zip(axes[0], envs, strict=True):
-        rs = [r for r in rows if r["env"] == env]
+    fig, panels = env_panels(rows)
+    for ax, env, rs in panels:
         x = np.arange(len(rs))
         ax.errorbar(x, [r["estimate"] for r in rs], yerr=[1.96 * r["sigma"] for r in rs],
                     fmt="o", capsize=3, label="private estimate (95%)")  # fmt: skip
@@ -149,6 +144,4 @@ def _plot(rows: list[dict[str, Any]], path: Path) -> None:
         ax.set_xlabel("seed")
         ax.set_ylabel("discounted value from the start distribution")
         ax.legend(loc="best")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save(fig, path)

@@ -10,7 +10,7 @@
   rewards r + z, z ~ N(0, sigma^2) per (state, action) (Appendix D). We measure
   E[(1/n) ||v' - v*||_1] on random MDPs and compare with the stated bound
   2 sqrt(2) sigma / (sqrt(n pi)(1 - gamma)) and the bound the proof supports,
-  2 sqrt(2) sigma / (sqrt(pi)(1 - gamma)) (NOTES-privacy.md section 2).
+  2 sqrt(2) sigma / (sqrt(pi)(1 - gamma)) (docs/privacy.md section 4, errata).
 * Proposition 9: the noised function answers N_q queries in O(N_q ln N_q). We time
   qveil.noise.OUSamplePath: seconds per new query and per repeated query against the number
   n of stored points.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Generate the committed protobuf/gRPC stubs of proto/qveil/v1 (package qveil.v1) and of
-# proto/qveil/oip (the vendored Open Inference Protocol, package `inference`; issue 17).
+# proto/qveil/oip (the vendored Open Inference Protocol, package `inference`).
 #   bash scripts/gen_proto.sh          regenerate in place (`make proto`)
 #   bash scripts/gen_proto.sh --check  regenerate into a temp dir and diff; non-zero on drift
 #                                      (`make proto-check`, part of `make check`)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make reliability`: the full form of the system-level suite (issue 9) and docs/reliability.md.
+# `make reliability`: the full form of the system-level suite and docs/reliability.md.
 #
 # Full form (QVEIL_RELIABILITY=full): >= 50 SIGKILLs of the real server under streaming
 # clients, three replicas on one PostgreSQL store, a two-minute soak at the measured

@@ -1,24 +1,10 @@
-"""Admin operations on a store: retrain under the privacy ledger, list, activate, retire, budget.
+"""Admin operations on a store: list, activate, retire, bind, move releases, budgets.
 
 These are the domain functions behind ``qveil admin`` (directly on the store) and the server's
 AdminService handlers (through :func:`record_server_action`). Each operation appends an entry to
 the admin audit log (:mod:`qveil.server.audit_log`), also when it is refused or fails.
 
-Retraining (issue 7, item 1), in order, so that a refusal leaves nothing behind:
-
-1. load the training config, apply ``--epsilon``/``--sigma``; ask the accountant what the run
-   will cost (``qveil.trainer.train.privacy_for``) and check it against the dataset's cap
-   *before* training (a refused retrain costs no compute);
-2. train (``qveil.trainer.train.run_training``) into a new bundle directory;
-3. recompute the release's privacy from the bundle's own card (``qveil.privacy.account``, never
-   the card's numbers) and record the event: cap check and append in one serialized transaction
-   (:meth:`qveil.server.ledger.Ledger.record`); refused -> the bundle directory is deleted,
-   :class:`~qveil.errors.BudgetExceeded` (spent, requested, cap) is raised, nothing registered;
-4. register the release in the store (status ``staged``) under its bundle id, which is a fresh
-   uuid: a new release always starts an empty noise path. Noise is never shared between
-   releases: two releases answering with the same noise could be subtracted to cancel it. An id
-   the store already knows is refused;
-5. optionally activate it.
+Retraining under the ledger is :mod:`qveil.server.retrain`.
 
 Activation directly on the store only flips statuses (one ``active`` release); a running server
 must be told through AdminService (``qveil admin --target``) so that it swaps atomically.
@@ -28,8 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import shutil
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -50,13 +34,13 @@ from qveil.errors import (
 from qveil.server import admin_tables as T
 from qveil.server import audit_log
 from qveil.server.admin_db import AdminDB, open_admin_db
-from qveil.server.audit_log import utc_now
-from qveil.server.ledger import BudgetReport, Cap, Ledger, LedgerEntry
+from qveil.server.ledger import BudgetReport, Cap, Ledger
 
 __all__ = [
+    "log_number",
+    "log_outcome",
     "AdminContext",
     "ReleaseInfo",
-    "RetrainResult",
     "activate",
     "bind_bundle",
     "budget",
@@ -68,7 +52,6 @@ __all__ = [
     "releases",
     "retire",
     "adopt_store",
-    "retrain",
     "server_action",
     "set_cap",
 ]
@@ -251,12 +234,12 @@ def set_cap(ctx: AdminContext, dataset_id: str, *, epsilon: float, delta: float)
     try:
         return ctx.ledger.set_cap(dataset_id, cap_epsilon=epsilon, cap_delta=delta, actor=ctx.actor)
     except QveilError as exc:
-        _log(
+        log_outcome(
             ctx,
             "ledger.set_cap",
             dataset_id,
             exc,
-            {"cap_epsilon": _num(epsilon), "cap_delta": _num(delta)},
+            {"cap_epsilon": log_number(epsilon), "cap_delta": log_number(delta)},
         )
         raise
 
@@ -268,7 +251,8 @@ def budget(ctx: AdminContext, dataset_id: str | None = None) -> list[BudgetRepor
     return [led.budget(d) for d in ids]
 
 
-def _num(v: Any) -> Any:
+def log_number(v: Any) -> Any:
+    """A float for the audit log's JSON: finite as is, NaN or infinity as text."""
     try:
         f = float(v)
     except (TypeError, ValueError):
@@ -276,7 +260,7 @@ def _num(v: Any) -> Any:
     return f if math.isfinite(f) else str(f)
 
 
-def _log(
+def log_outcome(
     ctx: AdminContext, action: str, target: str, exc: BaseException | None, params: dict[str, Any]
 ) -> None:
     """Audit-log the outcome of an operation (refused for domain refusals, failed otherwise)."""
@@ -301,224 +285,6 @@ def _log(
             raise
 
 
-# ------------------------------------------------------------------------------- retrain
-@dataclass(frozen=True)
-class RetrainResult:
-    """What ``qveil admin retrain`` did."""
-
-    release_id: str
-    bundle_path: Path
-    dataset_id: str
-    ledger_entry: LedgerEntry
-    budget: BudgetReport
-    activated: bool
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "release_id": self.release_id,
-            "bundle_path": str(self.bundle_path),
-            "dataset_id": self.dataset_id,
-            "ledger": self.ledger_entry.to_dict(),
-            "budget": self.budget.to_dict(),
-            "activated": self.activated,
-        }
-
-
-def default_releases_dir(store_url: str) -> Path | None:
-    """Where retrained bundles go by default: beside a SQLite store file (the server finds
-    bundles there by id: ``qveil serve`` keeps its store beside its bundle)."""
-    try:
-        u = sa.engine.make_url(store_url)
-    except sa.exc.ArgumentError:
-        return None
-    if u.get_backend_name() == "sqlite" and u.database not in (None, "", ":memory:"):
-        return Path(u.database).resolve().parent
-    return None
-
-
-def _training_config(
-    config: str | Path,
-    *,
-    sigma: float | None,
-    epsilon: float | None,
-    delta: float | None,
-    mode: str | None,
-) -> Any:
-    from qveil.trainer.config import TrainConfig
-
-    if sigma is not None and epsilon is not None:
-        raise InvalidArgument("give --epsilon or --sigma, not both")
-    cfg = TrainConfig.from_toml(config)
-    over: dict[str, Any] = {}
-    if mode is not None:
-        over["mode"] = mode
-    if delta is not None:
-        over["delta"] = delta
-    if sigma is not None:
-        over.update(sigma=sigma, epsilon=None)
-    elif epsilon is not None:
-        over.update(epsilon=epsilon, sigma=None)
-    cfg = dataclasses.replace(cfg, **over)
-    cfg.validate()
-    if cfg.sigma is None and cfg.epsilon is None:
-        raise InvalidArgument("give --epsilon E or --sigma S (or set one in the config)")
-    if cfg.sigma == 0:
-        raise InvalidArgument(
-            "sigma = 0 is the non-private baseline: it has no privacy "
-            "guarantee and cannot be released under a ledger"
-        )
-    return cfg
-
-
-def _planned_event(cfg: Any, dataset_id: str) -> Any:
-    """The privacy event the run will cost, computed by the accountant before training."""
-    from qveil.privacy.ledger import PrivacyEvent
-    from qveil.trainer.train import make_env, privacy_for
-
-    info = make_env(cfg)
-    try:
-        result, _ = privacy_for(cfg, n_actions=info.n_actions)
-    finally:
-        info.env.close()
-    if isinstance(result, dict) or not result.holds:
-        reason = result.get("reason") if isinstance(result, dict) else result.reason
-        raise FailedPrecondition(
-            f"this configuration has no privacy guarantee ({reason}); "
-            "it cannot be released under the ledger"
-        )
-    return PrivacyEvent.from_result(result, dataset_id=dataset_id, bundle_id="planned")
-
-
-def _bundle_event(bundle: Any, dataset_id: str) -> Any:
-    """The release's event, recomputed by the accountant from the card's own parameters."""
-    from qveil.privacy.fqi import account_params
-    from qveil.privacy.ledger import PrivacyEvent
-
-    result = account_params(bundle.card["privacy_params"])
-    return PrivacyEvent.from_result(result, dataset_id=dataset_id, bundle_id=bundle.bundle_id)
-
-
-def _fingerprint(bundle: Any) -> str:
-    # the same fingerprint the server registers (qveil.server.handlers.Handlers._register)
-    return str(bundle.card.get("card_sha256") or bundle.card.get("weights_sha256"))
-
-
-def retrain(
-    ctx: AdminContext,
-    *,
-    config: str | Path,
-    dataset_id: str,
-    epsilon: float | None = None,
-    sigma: float | None = None,
-    delta: float | None = None,
-    mode: str | None = None,
-    out_dir: str | Path | None = None,
-    activate_after: bool = False,
-    seed: int | None = None,
-    progress: bool = False,
-    budget: float | None = None,
-) -> RetrainResult:
-    """Train a new release under ``dataset_id``'s cap (see the module docstring).
-
-    ``out_dir``: directory that receives the bundle directory (named by release id); default
-    beside a SQLite store file. ``seed``: tests and experiments only (the card says seeded).
-    Raises BudgetExceeded / FailedPrecondition / InvalidArgument with nothing registered.
-    """
-    from qveil.bundle import load_bundle
-    from qveil.trainer.train import run_training
-
-    params: dict[str, Any] = {
-        "dataset_id": dataset_id,
-        "config": str(config),
-        "requested_epsilon": epsilon,
-        "requested_sigma": sigma,
-        "seeded": seed is not None,
-    }
-    bundle_dir: Path | None = None
-    staging: Path | None = None
-    try:
-        cfg = _training_config(config, sigma=sigma, epsilon=epsilon, delta=delta, mode=mode)
-        params["mode"] = cfg.mode
-        planned = _planned_event(cfg, dataset_id)
-        params["planned_epsilon"], params["planned_delta"] = planned.epsilon, planned.delta
-        ctx.ledger.check(planned, budget=budget)  # refuse before spending compute
-        root = Path(out_dir) if out_dir is not None else default_releases_dir(ctx.store_url)
-        if root is None:
-            raise InvalidArgument(
-                "give --out-dir: where to write the new bundle (the default, "
-                "beside the store file, exists for SQLite stores only)"
-            )
-        root.mkdir(parents=True, exist_ok=True)
-        staging = root / f".retrain-{uuid.uuid4().hex}"
-        outcome = run_training(cfg, staging, seed=seed, progress=progress)
-        bundle = load_bundle(outcome.path, verify=True)
-        release_id = bundle.bundle_id
-        bundle_dir = root / release_id
-        if bundle_dir.exists():
-            raise IntegrityError(f"bundle directory {str(bundle_dir)!r} already exists")
-        Path(outcome.path).rename(bundle_dir)
-        bundle = load_bundle(bundle_dir, verify=True)
-        params["release_id"] = release_id
-        try:  # a release id names one noise path: never reuse one
-            ctx.store.get_release(release_id)
-        except NotFound:
-            pass
-        else:
-            raise IntegrityError(
-                f"release id {echo(release_id)} already exists in the store: "
-                "refusing to share its noise path"
-            )
-        event = _bundle_event(bundle, dataset_id)
-        entry = ctx.ledger.record(event, release_id=release_id, actor=ctx.actor, budget=budget)
-        params["ledger_seq"] = entry.seq  # spent: from here on the bundle is kept
-        from qveil.server.handlers import store_params
-
-        sp = store_params(bundle)  # 1-D or d coordinates
-        bind_bundle(ctx, bundle_dir)  # bound when written: registered staged, claimed, bound
-        with ctx.db.write("release-bundles") as conn:
-            conn.execute(
-                T.release_bundles.insert().values(
-                    release_id=release_id,
-                    dataset_id=dataset_id,
-                    bundle_path=str(bundle_dir.resolve()),
-                    created_at=utc_now(),
-                )
-            )
-        params.update(
-            epsilon=event.epsilon,
-            delta=event.delta,
-            sigma=bundle.sigma,
-            beta=sp["beta"],
-            bundle_path=str(bundle_dir),
-        )
-    except BaseException as exc:
-        if bundle_dir is not None and bundle_dir.exists() and "ledger_seq" not in params:
-            shutil.rmtree(bundle_dir, ignore_errors=True)  # refused: leave nothing behind
-        if staging is not None and staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
-        if isinstance(exc, Exception):
-            _log(ctx, "retrain", dataset_id, exc, _clean(params))
-        raise
-    _log(ctx, "retrain", dataset_id, None, _clean(params))
-    activated = False
-    if activate_after:
-        activate(ctx, release_id)
-        activated = True
-    return RetrainResult(
-        release_id=release_id,
-        bundle_path=bundle_dir,
-        dataset_id=dataset_id,
-        ledger_entry=entry,
-        budget=ctx.ledger.budget(dataset_id),
-        activated=activated,
-    )
-
-
-def _clean(params: dict[str, Any]) -> dict[str, Any]:
-    return {k: (_num(v) if isinstance(v, float) else v) for k, v in params.items()}
-
-
-# ------------------------------------------------------------------------------- lifecycle
 def activate(ctx: AdminContext, release_id: str) -> ReleaseInfo:
     """Make ``release_id`` the store's active release (directly on the store; a running
     server must be told through AdminService instead). Refuses a retired release, a release
@@ -566,9 +332,9 @@ def activate(ctx: AdminContext, release_id: str) -> ReleaseInfo:
             ctx.store.set_release_status(p, "staged")
         params["previous"] = previous
     except QveilError as exc:
-        _log(ctx, "activate", release_id, exc, params)
+        log_outcome(ctx, "activate", release_id, exc, params)
         raise
-    _log(ctx, "activate", release_id, None, params)
+    log_outcome(ctx, "activate", release_id, None, params)
     return next(r for r in releases(ctx) if r.release_id == release_id)
 
 
@@ -584,9 +350,9 @@ def retire(ctx: AdminContext, release_id: str) -> ReleaseInfo:
             )
         ctx.store.set_release_status(release_id, "retired")
     except QveilError as exc:
-        _log(ctx, "retire", release_id, exc, params)
+        log_outcome(ctx, "retire", release_id, exc, params)
         raise
-    _log(ctx, "retire", release_id, None, params)
+    log_outcome(ctx, "retire", release_id, None, params)
     return next(r for r in releases(ctx) if r.release_id == release_id)
 
 
@@ -613,9 +379,9 @@ def bind_bundle(ctx: AdminContext, bundle_path: str | Path) -> dict[str, Any]:
             raise FailedPrecondition(f"release {bundle.bundle_id!r} is retired")
         bind(ctx.store, bundle, path, fingerprint, on_file, registry)
     except QveilError as exc:
-        _log(ctx, "bind", str(path), exc, params)
+        log_outcome(ctx, "bind", str(path), exc, params)
         raise
-    _log(ctx, "bind", str(path), None, params)
+    log_outcome(ctx, "bind", str(path), None, params)
     return {
         "release_id": bundle.bundle_id,
         "fingerprint": fingerprint,
@@ -667,9 +433,9 @@ def export_release(ctx: AdminContext, release_id: str, out: str | Path) -> dict[
         ctx.store.set_release_status(release_id, "retired")
         params["points"] = n
     except QveilError as exc:
-        _log(ctx, "export-release", release_id, exc, params)
+        log_outcome(ctx, "export-release", release_id, exc, params)
         raise
-    _log(ctx, "export-release", release_id, None, params)
+    log_outcome(ctx, "export-release", release_id, None, params)
     return {
         "release_id": release_id,
         "points": n,
@@ -718,9 +484,9 @@ def adopt_store(ctx: AdminContext, *, retire_behind: bool = False) -> dict[str, 
         )
         params.update(moved=moved, retired=sorted(behind))
     except QveilError as exc:
-        _log(ctx, "adopt-store", str(getattr(store, "_identity", "")), exc, params)
+        log_outcome(ctx, "adopt-store", str(getattr(store, "_identity", "")), exc, params)
         raise
-    _log(ctx, "adopt-store", store.store_id, None, params)
+    log_outcome(ctx, "adopt-store", store.store_id, None, params)
     return {
         "store_id": store.store_id,
         "incarnation": new.token,
@@ -764,9 +530,9 @@ def import_release(ctx: AdminContext, path: str | Path) -> dict[str, Any]:
             store=str(getattr(ctx.store, "_identity", "")),
         )
     except QveilError as exc:
-        _log(ctx, "import-release", str(path), exc, params)
+        log_outcome(ctx, "import-release", str(path), exc, params)
         raise
-    _log(ctx, "import-release", rec.release_id, None, params)
+    log_outcome(ctx, "import-release", rec.release_id, None, params)
     return {
         "release_id": rec.release_id,
         "points": int(ctx.store.count_points(rec.release_id)),
@@ -786,7 +552,7 @@ def record_server_action(
 ) -> None:
     """Audit-log an operation the server performed (AdminService handlers call this)."""
     ctx = AdminContext(store=None, db=db, actor=actor, store_url="", owns_store=False)
-    _log(ctx, action, target, error, dict(params or {}, path="server"))
+    log_outcome(ctx, action, target, error, dict(params or {}, path="server"))
 
 
 @contextmanager

@@ -11,7 +11,7 @@ and action of the sample-path store it checks
    mark (rows deleted, or the store restored from an old copy: both re-sample answered states)
    or if the row at a recorded mark has a different hash (a chain recomputed after an edit);
 2. **the law of the stored values**: the points replayed in insertion order are whitened by the
-   exact OU conditionals (``qveil.stats.whiten``; NOTES-privacy.md section 1), and the
+   exact OU conditionals (``qveil.stats.whiten``; docs/privacy.md section 9), and the
    innovations, iid N(0, 1) under the claimed (sigma, beta), are tested by
    ``qveil.stats.normality_report`` (Kolmogorov-Smirnov, chi-square, mean and variance tests,
    with p-values);
@@ -473,7 +473,7 @@ def audit_store(
         anchors = _merge_anchors(anchors, (external_anchors or {}).get(rec.release_id))
         anchors = _merge_anchors(anchors, (witness_anchors or {}).get(rec.release_id))
         items = []
-        # a release of d coordinates (issue 16) has n_actions * d paths, path index
+        # a release of d coordinates has n_actions * d paths, path index
         # a * d + j, each a 1-D OU path with its own beta_j; for d = 1 path a is action a
         n_paths = int(getattr(rec, "n_paths", rec.n_actions))
         for action in range(n_paths):

@@ -1,5 +1,5 @@
 """The admin audit log: append-only, hash-chained entries of who did what, when, with which
-outcome (issue 7, item 3).
+outcome.
 
 Every admin operation (retrain, activate, retire, cap change, audit) appends one entry, also
 when it is refused or fails. Entries are never updated or deleted; each one's ``hash`` links it

@@ -119,7 +119,7 @@ def add_token(path: str | Path, role: str, name: str = "") -> str:
     token = secrets.token_urlsafe(32)
     p = Path(path)
     # the values are written by a TOML writer (tomli-w): a quote, backslash or newline in the
-    # name is escaped, never spliced into the file (issue 14, item 6)
+    # name is escaped, never spliced into the file
     entry = tomli_w.dumps({"role": role, "name": name or role, "sha256": hash_token(token)})
     fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     with os.fdopen(fd, "a") as fh:

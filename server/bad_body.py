@@ -1,4 +1,4 @@
-"""A request body that does not parse is the caller's error: INVALID_ARGUMENT (issue 14, item 6).
+"""A request body that does not parse is the caller's error: INVALID_ARGUMENT.
 
 grpcio's own handling of an undecodable request logs a traceback per request and answers
 INTERNAL. This interceptor wraps each method's deserializer: a body that fails to parse becomes

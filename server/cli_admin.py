@@ -196,7 +196,7 @@ def _admin_client(args: argparse.Namespace) -> Any:
 
 def _finite(obj: Any) -> Any:
     """``obj`` with every non-finite number as None (JSON null; "-" in tables): a path that
-    was never exercised is not reported as NaN (issue 14, item 6)."""
+    was never exercised is not reported as NaN."""
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
     if isinstance(obj, dict):
@@ -275,7 +275,7 @@ def _ledger_text(reports: list[dict[str, Any]]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from qveil.server import admin
+    from qveil.server import admin, retrain
 
     cmd = args.admin_command
     target = getattr(args, "target", None)
@@ -324,7 +324,7 @@ def run(args: argparse.Namespace) -> int:
                 f"{d['store_id']} (staged); serve its bundle with this store",
             )
         elif cmd == "retrain":
-            res = admin.retrain(
+            res = retrain.retrain(
                 ctx,
                 config=args.config,
                 dataset_id=args.dataset_id,

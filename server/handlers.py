@@ -295,12 +295,20 @@ class Handlers:
         caller: str = "local",
     ) -> npt.NDArray[np.float64]:
         q = rel.bundle.q_values_unit(xs)[:, actions]
+        _check_deadline(deadline)
+        known = self._known_noise(rel, xs, actions)
+        if known is not None:  # every state stored: no admission, no database
+            self.metrics.answered(int(xs.shape[0]) * len(actions), self.store.points_drawn)
+            return grid_round(q + known, self.limits.value_grid)
         if xs.ndim == 2:
             noise = self._box_noise(rel, xs, actions, deadline, caller)
             self.metrics.answered(int(xs.shape[0]) * len(actions), self.store.points_drawn)
             return grid_round(q + noise, self.limits.value_grid)
         ux, inverse = np.unique(xs, return_inverse=True)
-        ticket = self._admit_new(rel, ux, actions, caller)  # before anything is sampled
+        # admission before anything is sampled: one reservation on the store
+        ticket = self.store.reserve(
+            rel.release_id, [(a, ux) for a in actions], quotas=self.quotas, caller=caller
+        )
         try:
             _check_deadline(deadline)
             # all actions' new points in one group-committed transaction (issue 15)
@@ -310,6 +318,30 @@ class Handlers:
         noise = np.asarray(g, dtype=np.float64)[inverse.reshape(-1)]
         self.metrics.answered(int(xs.size) * len(actions), self.store.points_drawn)
         return grid_round(q + noise, self.limits.value_grid)
+
+    def _known_noise(
+        self, rel: ActiveRelease, xs: npt.NDArray[np.float64], actions: list[int]
+    ) -> npt.NDArray[np.float64] | None:
+        """The noise of a request whose states are all stored (``store.known_values``: the
+        in-process copies, no database), summed over a d-coordinate release's paths in
+        coordinate order as :meth:`_box_noise` does; None when any state is new."""
+        if xs.ndim == 1:
+            cols = self.store.known_values(rel.release_id, actions, [xs] * len(actions))
+            return None if cols is None else np.stack(cols, axis=1)
+        d = xs.shape[1]
+        paths = [a * d + j for a in actions for j in range(d)]
+        got = self.store.known_values(
+            rel.release_id, paths, [xs[:, j] for _a in actions for j in range(d)]
+        )
+        if got is None:
+            return None
+        noise = np.zeros((xs.shape[0], len(actions)), dtype=np.float64)
+        k = 0
+        for i in range(len(actions)):
+            for _j in range(d):  # summed in coordinate order: the same bits every time
+                noise[:, i] += got[k]
+                k += 1
+        return noise
 
     def _box_noise(
         self,
@@ -327,7 +359,9 @@ class Handlers:
         cols = [np.unique(xs[:, j], return_inverse=True) for j in range(d)]
         pairs = [(a * d + j, cols[j][0]) for a in actions for j in range(d)]
         index = [cols[j][1].reshape(-1) for _a in actions for j in range(d)]
-        ticket = self._admit_paths(rel, pairs, caller, (xs, index))  # before anything is sampled
+        ticket = self.store.reserve(  # before anything is sampled
+            rel.release_id, pairs, quotas=self.quotas, caller=caller, rows=(xs, index)
+        )
         try:
             _check_deadline(deadline)
             gs = self.store.get_or_sample_paths(
@@ -342,55 +376,6 @@ class Handlers:
                 noise[:, i] += gs[k][cols[j][1].reshape(-1)]
                 k += 1
         return noise
-
-    def _admit_new(
-        self, rel: ActiveRelease, ux: npt.NDArray[np.float64], actions: list[int], caller: str
-    ) -> int:
-        """Classify the request: count its new states and their new (state, action) points and
-        reserve them under the caller's rate budget and the release's cap (returns the
-        reservation's ticket; 0: nothing new), or raise ResourceExhausted with nothing stored.
-        Stored states pass without a database read."""
-        return self._admit_paths(rel, [(a, ux) for a in actions], caller)
-
-    def _admit_paths(
-        self,
-        rel: ActiveRelease,
-        pairs: Sequence[tuple[int, npt.NDArray[np.float64]]],
-        caller: str,
-        rows: tuple[npt.NDArray[np.float64], Sequence[npt.NDArray[np.intp]]] | None = None,
-    ) -> int:
-        """:meth:`_admit_new` over (store path, unit values) pairs. A 1-D release passes its
-        unique states once per action; a d-coordinate release passes each (action,
-        coordinate) path with that coordinate's unique values, and ``rows``: the request's
-        states [n, d] and, per pair, the index of each state's value in the pair's values.
-        A new state is a state with a new point on any path; a d-coordinate state costs one
-        point per new coordinate value of each (action, coordinate) path."""
-        store, rid = self.store, rel.release_id
-
-        def count() -> int:
-            return sum(store.count_new(rid, p, u) for p, u in pairs)
-
-        if not any(store.count_new(rid, p, u) for p, u in pairs):
-            return 0
-        store.refresh(rid)  # other processes' points are known, not new
-        masks = [store.new_mask(rid, p, u) for p, u in pairs]
-        new_points = sum(int(m.sum()) for m in masks)
-        if rows is None:  # every pair holds the same unique states
-            new_states = int(np.logical_or.reduce(masks).sum()) if masks else 0
-        else:
-            xs, index = rows
-            row_new = np.zeros(xs.shape[0], dtype=np.bool_)
-            for m, idx in zip(masks, index, strict=True):
-                row_new |= m[idx]
-            new_states = int(np.unique(xs[row_new], axis=0).shape[0])
-        return self.quotas.admit(
-            caller,
-            rid,
-            new_states=new_states,
-            new_points=new_points,
-            stored=lambda: store.known_points(rid),
-            still_new=count,
-        )
 
     def get_values(
         self,

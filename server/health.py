@@ -22,7 +22,7 @@ SERVICES = (
     "qveil.v1.ValueService",
     "qveil.v1.AdminService",
     "qveil.v1.AuditService",
-    "inference.GRPCInferenceService",  # issue 17: the Open Inference Protocol (KServe v2)
+    "inference.GRPCInferenceService",  # the Open Inference Protocol (KServe v2)
 )
 Status = health_pb2.HealthCheckResponse.ServingStatus
 

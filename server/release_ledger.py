@@ -1,4 +1,4 @@
-"""Privacy ledger on by default (issue 14, item 5): every release ``qveil train`` writes or
+"""Privacy ledger on by default: every release ``qveil train`` writes or
 ``qveil serve`` serves is recorded against its training data.
 
 The ledger key is the training data's identity: the card's ``dataset_fingerprint`` (a release

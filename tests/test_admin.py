@@ -8,28 +8,19 @@ import json
 from pathlib import Path
 
 import pytest
+from config_helpers import tiny_linewalk_config
 
 from qveil.cli import main
 from qveil.errors import BudgetExceeded, FailedPrecondition
 from qveil.privacy import PrivacyParams, account
 from qveil.server import admin, audit_log
 from qveil.server.ledger import Ledger
-
-REPO = Path(__file__).resolve().parent.parent
-TINY = {"samples": "100", "batch_size": "16", "replay_capacity": "100", "resets": "2"}
+from qveil.server.retrain import retrain
 
 
 @pytest.fixture
 def tiny_config(tmp_path: Path) -> Path:
-    """configs/linewalk-quick.toml shrunk to 100 samples (trains in about a second). Run in
-    gdp mode at sigma = 1 (paper mode's Theorem 5 does not hold at these settings)."""
-    lines = []
-    for line in (REPO / "configs" / "linewalk-quick.toml").read_text().splitlines():
-        key = line.split("=", 1)[0].strip()
-        lines.append(f"{key} = {TINY[key]}" if key in TINY else line)
-    p = tmp_path / "tiny.toml"
-    p.write_text("\n".join(lines) + "\n")
-    return p
+    return tiny_linewalk_config(tmp_path)
 
 
 @pytest.fixture
@@ -46,39 +37,31 @@ def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, object]:
     return code, (json.loads(out) if "--json" in argv and code == 0 else out)
 
 
+def _retrain_argv(store_url: str, config: Path, dataset_id: str) -> list[str]:
+    """``qveil admin retrain`` of ``config`` in gdp mode at sigma 1, seeded."""
+    return [
+        *("admin", "retrain", "--store", store_url, "--config", str(config)),
+        *("--dataset-id", dataset_id, "--sigma", "1.0", "--mode", "gdp", "--seed", "1"),
+    ]
+
+
+def _set_cap_argv(store_url: str, dataset_id: str, epsilon: str) -> list[str]:
+    """``qveil admin set-cap`` of ``dataset_id`` at (epsilon, 1e-3)."""
+    return ["admin", "set-cap", "--store", store_url, "--dataset-id", dataset_id,
+            "--epsilon", epsilon, "--delta", "1e-3"]  # fmt: skip
+
+
 def test_retrain_activate_rollback_retire(
     store_url: str, tiny_config: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code, _ = _cli(
         capsys,
-        "admin",
-        "set-cap",
-        "--store",
-        store_url,
-        "--dataset-id",
-        "users",
-        "--epsilon",
-        "5000",
-        "--delta",
-        "1e-3",
+        *_set_cap_argv(store_url, "users", "5000"),
     )
     assert code == 0
     code, r1 = _cli(
         capsys,
-        "admin",
-        "retrain",
-        "--store",
-        store_url,
-        "--config",
-        str(tiny_config),
-        "--dataset-id",
-        "users",
-        "--sigma",
-        "1.0",
-        "--mode",
-        "gdp",
-        "--seed",
-        "1",
+        *_retrain_argv(store_url, tiny_config, "users"),
         "--activate",
         "--json",
     )
@@ -97,9 +80,7 @@ def test_retrain_activate_rollback_retire(
         assert entry.event.epsilon == res.epsilon and entry.event.delta == res.delta_total
         # a second retrain: a new release id, an empty (fresh) noise path, nothing shared
         ctx.store.get_or_sample(rid1, 0, [0.25, 0.5])
-        r2 = admin.retrain(
-            ctx, config=tiny_config, dataset_id="users", sigma=1.0, mode="gdp", seed=1
-        )
+        r2 = retrain(ctx, config=tiny_config, dataset_id="users", sigma=1.0, mode="gdp", seed=1)
         rid2 = r2.release_id
         assert rid2 != rid1
         assert ctx.store.count_points(rid2) == 0 and ctx.store.count_points(rid1) == 2
@@ -162,41 +143,8 @@ def test_retrain_activate_rollback_retire(
 def test_retrain_over_budget_is_refused_before_training(
     store_url: str, tiny_config: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert (
-        main(
-            [
-                "admin",
-                "set-cap",
-                "--store",
-                store_url,
-                "--dataset-id",
-                "d",
-                "--epsilon",
-                "1",
-                "--delta",
-                "1e-3",
-            ]
-        )
-        == 0
-    )
-    code = main(
-        [
-            "admin",
-            "retrain",
-            "--store",
-            store_url,
-            "--config",
-            str(tiny_config),
-            "--dataset-id",
-            "d",
-            "--sigma",
-            "1.0",
-            "--mode",
-            "gdp",
-            "--seed",
-            "1",
-        ]
-    )
+    assert main(_set_cap_argv(store_url, "d", "1")) == 0
+    code = main(_retrain_argv(store_url, tiny_config, "d"))
     err = capsys.readouterr().err
     assert code == 2 and "budget of dataset 'd' exceeded" in err and "cap (eps=1" in err
     srv = Path(store_url.removeprefix("sqlite:///")).parent
@@ -207,27 +155,7 @@ def test_retrain_over_budget_is_refused_before_training(
         assert (last.action, last.outcome) == ("retrain", "refused")
         assert "exceeded" in last.detail
     # a dataset without a cap is refused too (no silent unlimited budget)
-    assert (
-        main(
-            [
-                "admin",
-                "retrain",
-                "--store",
-                store_url,
-                "--config",
-                str(tiny_config),
-                "--dataset-id",
-                "other",
-                "--sigma",
-                "1.0",
-                "--mode",
-                "gdp",
-                "--seed",
-                "1",
-            ]
-        )
-        == 2
-    )
+    assert main(_retrain_argv(store_url, tiny_config, "other")) == 2
     assert "has no budget" in capsys.readouterr().err
 
 
@@ -240,7 +168,7 @@ def test_refusal_at_record_time_leaves_nothing(
         ctx.ledger.set_cap("d", cap_epsilon=1.0, cap_delta=1e-3, actor="t")
         monkeypatch.setattr(Ledger, "check", lambda self, event, **kw: None)  # the pre-check passed
         with pytest.raises(BudgetExceeded) as info:
-            admin.retrain(ctx, config=tiny_config, dataset_id="d", sigma=1.0, mode="gdp", seed=1)
+            retrain(ctx, config=tiny_config, dataset_id="d", sigma=1.0, mode="gdp", seed=1)
         assert info.value.cap == (1.0, 1e-3) and info.value.spent == (0.0, 0.0)
         assert ctx.store.list_releases() == [] and ctx.ledger.entries("d") == []
         assert admin.releases(ctx) == []

@@ -57,12 +57,12 @@ def test_lemma8_bound_holds_but_is_loose() -> None:
     mx = ou_path_maxima(beta=beta, sigma=1.0, n_paths=64, rng=np.random.default_rng(3))
     bound = lemma8_bound(beta=beta, sigma=1.0)
     assert bound == pytest.approx(8.68 * math.sqrt(2222))  # 409.2
-    assert 3.0 < mx["max"].mean() < 6.0  # about 4 sigma (NOTES-privacy.md section 2)
+    assert 3.0 < mx["max"].mean() < 6.0  # about 4 sigma (docs/privacy.md section 4)
     assert mx["max"].mean() < bound / 50
 
 
 def test_prop10_bounds_closed_form() -> None:
-    # NOTES-privacy.md: n = 256, sigma = 0.3, gamma = 0.9 -> stated bound 0.30
+    # docs/privacy.md section 4: n = 256, sigma = 0.3, gamma = 0.9 -> stated bound 0.30
     assert prop10_bound(sigma=0.3, n=256, gamma=0.9) == pytest.approx(
         2 * math.sqrt(2) * 0.3 / (math.sqrt(256 * math.pi) * 0.1)
     )

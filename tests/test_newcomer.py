@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from config_helpers import tiny_linewalk_config
 from server_helpers import QVEIL, ensure_population, make_bundle, start_server
 
 from qveil.bundle import value_scale_warning
@@ -16,19 +17,10 @@ from qveil.cli import main
 from qveil.client.cli import human
 from qveil.server.app import resolve_store_url
 
-REPO = Path(__file__).resolve().parent.parent
-TINY = {"samples": "100", "batch_size": "16", "replay_capacity": "100", "resets": "2"}
-
 
 @pytest.fixture
 def tiny_config(tmp_path: Path) -> Path:
-    lines = []
-    for line in (REPO / "configs" / "linewalk-quick.toml").read_text().splitlines():
-        key = line.split("=", 1)[0].strip()
-        lines.append(f"{key} = {TINY[key]}" if key in TINY else line)
-    p = tmp_path / "tiny.toml"
-    p.write_text("\n".join(lines) + "\n")
-    return p
+    return tiny_linewalk_config(tmp_path)
 
 
 def test_value_scale_warning_unit() -> None:

@@ -3,8 +3,8 @@ conditioning, and its sorted neighbour index (:class:`SortedPoints`) against bru
 
 ``sample_batch`` is affine in its normals: g = mu + A z. So its exact law is read off without
 sampling: mu = g(z = 0) and column k of A = g(e_k) - mu, and the batch's law N(mu, A A^T)
-must equal the dense conditional of the new states given the stored ones (NOTES-privacy.md
-section 1). Tolerance 1e-9 (relative to sigma^2 for the covariance). A draw that conditions
+must equal the dense conditional of the new states given the stored ones (docs/privacy.md
+section 9). Tolerance 1e-9 (relative to sigma^2 for the covariance). A draw that conditions
 each new state on its stored neighbours only (ignoring the batch's earlier states in its gap)
 has zero covariance where the truth has ~0.3 sigma^2, and one that uses the paper's swapped
 weights misses the mean by O(sigma): both fail by orders of magnitude.

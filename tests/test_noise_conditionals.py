@@ -1,5 +1,5 @@
 """Each exact OU conditional (left only, right only, bridge) against dense GP conditioning in
-60-digit arithmetic, over beta * d from 1e-12 to 1e5 (NOTES-privacy.md section 1).
+60-digit arithmetic, over beta * d from 1e-12 to 1e5 (docs/privacy.md section 9).
 
 Tolerances: std relative 1e-10; mean within 1e-10 of the scale |g_left| + |g_right|. A naive
 implementation with 1 - exp(-2 beta d) instead of expm1 misses the std at beta * d = 1e-12 by

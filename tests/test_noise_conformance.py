@@ -83,7 +83,7 @@ def test_wrong_samplers_are_rejected(name: str) -> None:
 
 
 def test_paper_equation_2_variance_goes_negative() -> None:
-    """The helper implements equation (2) as printed: NOTES-privacy.md section 2 quotes a
+    """The helper implements equation (2) as printed: docs/privacy.md section 4 (errata) quotes a
     'variance' of about -1.15 at beta = 7.3, d1 = 0.11, d2 = 0.19."""
     _, d = paper_eq2_moments(7.3, 0.11, 0.0, 0.0, 0.30, 0.0)
     assert d == pytest.approx(-1.15, abs=0.02)

@@ -17,7 +17,7 @@ Literal Algorithm 1 (``replay = false``), for iterations j = 0 .. T//B - 1:
   terminal step, nor after a truncation when ``truncation_as_terminal``), held constant;
 * line 20-22: l_t = 1/2 (Q(x_t, a_t) + g_{a_t}(x_t) - y_t)^2 and one plain SGD step
   theta <- theta - alpha grad (1/B) sum_t l_t. The paper's line 22 has "+": that is ascent;
-  we descend (NOTES-privacy.md section 2). y_t uses the same theta, which does not change
+  we descend (docs/privacy.md section 4, errata). y_t uses the same theta, which does not change
   within an iteration, so computing it at update time is the same as at line 19.
 
 The leftover T - B (T//B) samples of a T not divisible by B would never enter an update,

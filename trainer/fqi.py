@@ -1,6 +1,6 @@
 """`qveil train --mode fqi`: a private release of fitted-Q iteration on an offline dataset.
 
-The pipeline of NOTES-privacy section 6 (docs/privacy.md, "The fqi mode"):
+The pipeline of the fqi mode (docs/privacy.md section 2.5):
 
 1. averager FQI on the public grid (:mod:`qveil.fqi`; per-user averaging for the user
    relation);
@@ -134,7 +134,7 @@ def train_fqi(
 
     check_reward_relation(cfg.neighbour, dataset)
 
-    if isinstance(cfg, KernelFQIConfig):  # d coordinates (issue 16)
+    if isinstance(cfg, KernelFQIConfig):  # d coordinates
         from qveil.trainer.kfqi import train_kernel_fqi
 
         outcome: FQIOutcome = train_kernel_fqi(cfg, dataset, out, force=force, engine=engine)

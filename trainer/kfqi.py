@@ -1,4 +1,4 @@
-"""`qveil train --mode fqi` for datasets with d coordinates: the kernel estimator (issue 16).
+"""`qveil train --mode fqi` for datasets with d coordinates: the kernel estimator.
 
 1. kernel FQI with per-user averaging on the public anchor grid, then the public subspace
    KRR onto the additive RKHS of the noise (:mod:`qveil.kfqi`);
@@ -93,11 +93,11 @@ class KernelFit:
         if title not in self._curves:
             import tempfile
 
-            from qveil.bundle import _plot_curve
+            from qveil.bundle.io import plot_curve
 
             with tempfile.TemporaryDirectory() as d:
                 p = Path(d) / "curve.png"
-                _plot_curve(p, self.log_rows(), title)
+                plot_curve(p, self.log_rows(), title)
                 self._curves[title] = p.read_bytes()
         return self._curves[title]
 

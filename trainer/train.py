@@ -234,7 +234,7 @@ def assumptions_for(
         )
         assumed.append(
             "the RKHS norm bound of Lemma 6 for clamped, L-Lipschitz functions "
-            "(NOTES-privacy.md section 4)"
+            "(docs/privacy.md section 2.3)"
         )
     else:
         assumed.append(
@@ -245,7 +245,7 @@ def assumptions_for(
         assumed.append(
             "Theorem 5's per-step sensitivity (open concerns: a batch of B "
             "differing rewards, Q0 treated as fixed, m actions released jointly; "
-            "NOTES-privacy.md section 3)"
+            "docs/privacy.md section 5)"
         )
         for d in cfg.sgd_deviations():
             assumed.append(f"VIOLATED: plain SGD with step alpha ({d})")

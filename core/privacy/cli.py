@@ -63,24 +63,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         f"the total target; paper/gdp split it half/half between the "
         f"mechanism and Lemma 8's noise bound, as in E.3",
     )
-    p.add_argument(
-        "--samples",
-        type=int,
-        default=e3["samples"],
-        help=f"T, training samples (default %(default)s; {src['samples']})",
-    )
-    p.add_argument(
-        "--batch-size",
-        type=int,
-        default=e3["batch_size"],
-        help=f"B (default %(default)s; {src['batch_size']})",
-    )
-    p.add_argument(
-        "--lr",
-        type=float,
-        default=e3["lr"],
-        help=f"alpha, SGD learning rate (default %(default)s; {src['lr']})",
-    )
+    _add_e3_flags(p, _E3_FLAGS[:3])
     p.add_argument(
         "--k",
         type=float,
@@ -88,36 +71,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         help=f"k, the noise bound of Lemma 8 (default {e3['k']:g}; {src['k']}); "
         f"with --epsilon and no --k, the smallest valid k is searched",
     )
-    p.add_argument(
-        "--lipschitz",
-        type=float,
-        default=e3["lipschitz"],
-        help=f"L in the unit state (default %(default)s; {src['lipschitz']})",
-    )
-    p.add_argument(
-        "--resets",
-        type=int,
-        default=e3["resets"],
-        help=f"J, training noise paths (default %(default)s; {src['resets']})",
-    )
-    p.add_argument(
-        "--actions",
-        type=int,
-        default=e3["actions"],
-        help=f"m (default %(default)s; {src['actions']})",
-    )
+    _add_e3_flags(p, _E3_FLAGS[3:6])
     p.add_argument(
         "--gamma",
         type=float,
         default=None,
         help=f"discount (default {e3['gamma']}; {src['gamma']}; fqi: the config's)",
     )
-    p.add_argument(
-        "--reward-bound",
-        type=float,
-        default=e3["reward_bound"],
-        help=f"r0, |r| <= r0 (default %(default)s; {src['reward_bound']})",
-    )
+    _add_e3_flags(p, _E3_FLAGS[6:])
     p.add_argument(
         "--reward-sensitivity",
         type=float,
@@ -131,7 +92,36 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         default=None,
         help="SGD updates actually taken (default: ceil(T/B), rounded up)",
     )
-    f = p.add_argument_group("fqi mode")
+    _add_fqi_flags(p.add_argument_group("fqi mode"))
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=run)
+
+
+#: Flags whose default is an Appendix E.3 setting: (settings key, type, what it is).
+_E3_FLAGS: tuple[tuple[str, type, str], ...] = (
+    ("samples", int, "T, training samples"),
+    ("batch_size", int, "B"),
+    ("lr", float, "alpha, SGD learning rate"),
+    ("lipschitz", float, "L in the unit state"),
+    ("resets", int, "J, training noise paths"),
+    ("actions", int, "m"),
+    ("reward_bound", float, "r0, |r| <= r0"),
+)
+
+
+def _add_e3_flags(p: argparse.ArgumentParser, flags: tuple[tuple[str, type, str], ...]) -> None:
+    """``--key`` flags defaulting to the E.3 setting, their help naming its source."""
+    for key, kind, what in flags:
+        p.add_argument(
+            "--" + key.replace("_", "-"),
+            type=kind,
+            default=E3_SETTINGS[key],
+            help=f"{what} (default %(default)s; {E3_SOURCES[key]})",
+        )
+
+
+def _add_fqi_flags(f: argparse._ArgumentGroup) -> None:
+    """The flags of fqi mode (its estimator, release map and forecast)."""
     f.add_argument("--users", type=int, help="N: users in the dataset (fqi)")
     f.add_argument(
         "--neighbour",
@@ -163,8 +153,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     f.add_argument(
         "--forecast-episodes", type=int, default=20, help="episodes per policy (default 20)"
     )
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.set_defaults(func=run)
 
 
 def params_from_args(args: argparse.Namespace) -> PrivacyParams:
@@ -239,7 +227,7 @@ def _fqi(args: argparse.Namespace) -> Any:
     cfg = load_fqi_config(args.config) if args.config else FQIConfig()
     if args.users is None:
         raise InvalidArgument("fqi mode needs --users N (the number of users in the dataset)")
-    if isinstance(cfg, KernelFQIConfig):  # d coordinates (issue 16): dims from the config
+    if isinstance(cfg, KernelFQIConfig):  # d coordinates: dims from the config
         kchanges: dict[str, Any] = {
             k: getattr(args, k)
             for k in ("gamma", "delta", "neighbour", "iterations")

@@ -1,4 +1,4 @@
-"""The accountant of the rigorous `fqi` mode (NOTES-privacy section 6; docs/privacy.md).
+"""The accountant of the rigorous `fqi` mode (docs/privacy.md section 2.5).
 
 The release is f_a = L(Q_T(., a)) + g_a for each of m actions, with Q_T the averager FQI of
 :mod:`qveil.fqi`, L the fixed public map of :mod:`qveil.release_map` and g_a independent
@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from qveil.privacy.kfqi import KernelFQIPrivacyParams
 
 __all__ = [
+    "accounted",
     "BASIS",
     "FQIPrivacyParams",
     "FQIPrivacyResult",
@@ -54,7 +55,7 @@ __all__ = [
 ]
 
 NEIGHBOURS = ("user", "reward")
-#: Relative slack on Delta for floating point (NOTES section 6).
+#: Relative slack on Delta for floating point (docs/privacy.md section 2.5).
 DELTA_SLACK = 1e-9
 
 BASIS = {
@@ -239,28 +240,44 @@ def _sensitivity(p: FQIPrivacyParams) -> tuple[float, float, float]:
     return joint_sensitivity(p, _kappa(p))
 
 
-def account_fqi(p: FQIPrivacyParams) -> FQIPrivacyResult:
-    """epsilon at ``p.delta`` for the release with noise ``p.sigma`` (equations 1-3)."""
+def accounted(
+    p: Any, *, who: str, kappa: float, beta: float, noise_sd: float, basis: str
+) -> FQIPrivacyResult:
+    """The result of either estimator's params ``p`` (grid or kernel) with noise ``p.sigma``:
+    epsilon at ``p.delta`` from Delta = D_T sqrt(m kappa) (equations 1-3). ``beta`` and
+    ``noise_sd`` (the marginal noise sd at a state) are the estimator's; ``who`` names the
+    accountant in the error for a missing sigma."""
     if p.sigma is None or p.sigma <= 0:
-        raise InvalidArgument("account_fqi needs sigma > 0 (calibrate_fqi finds one)")
-    dt, kappa, sens = _sensitivity(p)
-    eps = analytic_gaussian_epsilon(delta=p.delta, sensitivity=sens, sigma=p.sigma)
+        raise InvalidArgument(f"{who} needs sigma > 0 (calibrating finds one)")
+    dt, kappa, sens = joint_sensitivity(p, kappa)
     return FQIPrivacyResult(
         mode="fqi",
         neighbour=p.neighbour,
-        epsilon=eps,
+        epsilon=analytic_gaussian_epsilon(delta=p.delta, sensitivity=sens, sigma=p.sigma),
         delta=p.delta,
         delta_total=p.delta,
         holds=True,
         sigma=p.sigma,
-        beta=p.beta,
+        beta=beta,
         kappa=kappa,
         sup_sensitivity=dt,
         sensitivity=sens,
-        noise_to_value=p.sigma / p.value_scale,
-        basis=BASIS[p.neighbour].format(users=p.users) + ONE_STORE,
+        noise_to_value=noise_sd / p.value_scale,
+        basis=basis + ONE_STORE,
         reason=None,
         params=p,
+    )
+
+
+def account_fqi(p: FQIPrivacyParams) -> FQIPrivacyResult:
+    """epsilon at ``p.delta`` for the release with noise ``p.sigma`` (equations 1-3)."""
+    return accounted(
+        p,
+        who="account_fqi",
+        kappa=_kappa(p),
+        beta=p.beta,
+        noise_sd=p.sigma if p.sigma is not None else 0.0,
+        basis=BASIS[p.neighbour].format(users=p.users),
     )
 
 
@@ -291,7 +308,7 @@ def account_params(pp: Mapping[str, Any]) -> Any:
             from qveil.privacy.ope import OPEPrivacyParams, account_ope
 
             return account_ope(OPEPrivacyParams.from_dict(pp))
-        if pp.get("estimator") == "kernel":  # the d-coordinate variant (issue 16)
+        if pp.get("estimator") == "kernel":  # the d-coordinate variant
             from qveil.privacy.kfqi import KernelFQIPrivacyParams, account_kernel_fqi
 
             return account_kernel_fqi(KernelFQIPrivacyParams.from_dict(pp))

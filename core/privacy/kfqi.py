@@ -1,5 +1,5 @@
-"""The accountant of the d-coordinate (kernel) variant of the `fqi` mode (issue 16;
-docs/privacy.md section 2.6): a sibling of :mod:`qveil.privacy.fqi` with the same D_T.
+"""The accountant of the d-coordinate (kernel) variant of the `fqi` mode
+(docs/privacy.md section 2.6): a sibling of :mod:`qveil.privacy.fqi` with the same D_T.
 
 The release is f_a = L(Q_T(., a)) + g_a for each of m actions, with Q_T the per-user (or
 pooled) averager FQI of :mod:`qveil.kfqi` on d unit coordinates, L the public subspace KRR
@@ -25,17 +25,14 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from qveil.errors import InvalidArgument
-from qveil.privacy.checks import ONE_STORE
 from qveil.privacy.checks import number as _num
 from qveil.privacy.fqi import (
     NEIGHBOURS,
     FQIPrivacyResult,
+    accounted,
     calibrated,
     joint_sensitivity,
     params_from_dict,
-)
-from qveil.privacy.gaussian import (
-    analytic_gaussian_epsilon,
 )
 
 __all__ = [
@@ -156,26 +153,13 @@ def account_kernel_fqi(p: KernelFQIPrivacyParams) -> FQIPrivacyResult:
     """epsilon at ``p.delta`` for noise ``p.sigma`` (equation 1). The result's ``beta`` is
     the largest beta_j (the card lists all of them); ``noise_to_value`` is the marginal
     noise sd at a state, sigma sqrt(d), over the value scale."""
-    if p.sigma is None or p.sigma <= 0:
-        raise InvalidArgument("account_kernel_fqi needs sigma > 0 (calibrate finds one)")
-    dt, kappa, sens = _sensitivity(p)
-    eps = analytic_gaussian_epsilon(delta=p.delta, sensitivity=sens, sigma=p.sigma)
-    return FQIPrivacyResult(
-        mode="fqi",
-        neighbour=p.neighbour,
-        epsilon=eps,
-        delta=p.delta,
-        delta_total=p.delta,
-        holds=True,
-        sigma=p.sigma,
+    return accounted(
+        p,
+        who="account_kernel_fqi",
+        kappa=p.kappa,
         beta=max(p.betas),
-        kappa=kappa,
-        sup_sensitivity=dt,
-        sensitivity=sens,
-        noise_to_value=p.sigma * math.sqrt(p.dims) / p.value_scale,
-        basis=KERNEL_BASIS[p.neighbour].format(users=p.users, dims=p.dims) + ONE_STORE,
-        reason=None,
-        params=p,
+        noise_sd=(p.sigma if p.sigma is not None else 0.0) * math.sqrt(p.dims),
+        basis=KERNEL_BASIS[p.neighbour].format(users=p.users, dims=p.dims),
     )
 
 

@@ -53,6 +53,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
+from itertools import repeat
 from typing import Any, Protocol
 
 import numpy as np
@@ -235,6 +236,22 @@ class WriteTxn(Protocol):
     def confirm(self, rows: Sequence[FullRow]) -> bool: ...
 
 
+class Admission(Protocol):
+    """What :meth:`SamplePathStore.reserve` asks to admit a request's new points
+    (``qveil.server.quotas.Quotas``)."""
+
+    def admit(
+        self,
+        caller: str,
+        release_id: str,
+        *,
+        new_states: int,
+        new_points: int,
+        stored: int | Callable[[], int],
+        still_new: Callable[[], int] | None = None,
+    ) -> int: ...
+
+
 class Retry(Exception):  # noqa: N818 - control flow, not an error
     """Raised inside a write attempt: roll back and run the whole transaction again."""
 
@@ -368,6 +385,14 @@ class SamplePathStore(ABC):
     @abstractmethod
     def _db_fetch_since(self, release_id: str, action: int, hw: int) -> Sequence[Row]:
         """Rows with seq > hw in seq order (a read, no lock)."""
+
+    def _db_fetch_since_many(
+        self, release_id: str, hws: dict[int, int]
+    ) -> dict[int, Sequence[Row]]:
+        """For each path p of ``hws``: its rows with seq > hws[p], in seq order (a read, no
+        lock). Default: one :meth:`_db_fetch_since` per path; a backend overrides it with
+        one connection or one statement."""
+        return {p: self._db_fetch_since(release_id, p, hw) for p, hw in hws.items()}
 
     @abstractmethod
     def _db_write_txn(self, keys: Sequence[tuple[str, int]]) -> AbstractContextManager[WriteTxn]:
@@ -706,18 +731,109 @@ class SamplePathStore(ABC):
         return sum(len(self._state(release_id, a).values) for a in range(rel.n_paths))
 
     def refresh(self, release_id: str) -> int:
-        """Bring the in-process copies of every action of the release up to date with the
+        """Bring the in-process copies of every path of the release up to date with the
         database (rows committed by other threads, processes or replicas; the first call
-        loads them) and return the release's stored points, all actions."""
+        loads them) in one read (:meth:`_db_fetch_since_many`), and return the release's
+        stored points, all paths. The paths' locks are held, in path order, from the read to
+        the last copy updated (a commit of this process cannot interleave)."""
         self._check_open()
         rel = self._release(release_id)
-        total = 0
-        for a in range(rel.n_paths):
+        paths = range(rel.n_paths)
+        sts = [self._state(release_id, p) for p in paths]
+        locks = [_process_lock(self._identity, release_id, p) for p in paths]
+        for lk in locks:
+            lk.acquire()
+        try:
+            rows = self._db_fetch_since_many(
+                release_id, {p: st.hw for p, st in zip(paths, sts, strict=True)}
+            )
+            for p, st in zip(paths, sts, strict=True):
+                self._apply(st, rows[p])
+        finally:
+            for lk in reversed(locks):
+                lk.release()
+        return sum(len(st.values) for st in sts)
+
+    def known_values(
+        self, release_id: str, paths: Sequence[int], columns: Sequence[FloatArray]
+    ) -> list[FloatArray] | None:
+        """The answer to a request whose states are all stored: ``out[k][i]`` =
+        g_{paths[k]}(columns[k][i]) from the in-process copies, or None as soon as one state
+        of one path is not in its copy (the caller then goes through :meth:`reserve` and
+        :meth:`get_or_sample_paths`). No database read, no Python per state (one C-level
+        dict look-up per value); a state that is not a stored unit state (out of [0, 1],
+        NaN) is simply not found. Paths are checked; a refused path raises IntegrityError.
+        Chain heads ahead of the witness are published before the values are returned, as
+        on every answer (:meth:`set_witness`)."""
+        self._check_open()
+        rel = self._release(release_id)
+        out: list[FloatArray] = []
+        sts: list[tuple[int, _ActionState]] = []
+        for p, col in zip(paths, columns, strict=True):
+            a = check_action(p, rel.n_paths)
             st = self._state(release_id, a)
-            with _process_lock(self._identity, release_id, a):
-                self._apply(st, self._db_fetch_since(release_id, a, st.hw))
-            total += len(st.values)
-        return total
+            st.check()
+            n = int(col.size)
+            v = np.fromiter(
+                map(st.values.get, col.tolist(), repeat(math.nan, n)), np.float64, count=n
+            )
+            if np.isnan(v).any():  # stored values are finite: NaN marks a state not stored
+                return None
+            out.append(v)
+            sts.append((a, st))
+        self._witnessed(release_id, sts)
+        return out
+
+    def reserve(
+        self,
+        release_id: str,
+        pairs: Sequence[tuple[int, FloatArray]],
+        *,
+        quotas: Admission,
+        caller: str,
+        rows: tuple[FloatArray, Sequence[npt.NDArray[np.intp]]] | None = None,
+    ) -> int:
+        """Admission of a request before anything is sampled: count its new states and new
+        points and reserve them under ``caller``'s budget and the release's cap
+        (``quotas.admit``), returning the reservation's ticket (0: nothing new; pass it to
+        ``quotas.done`` once the request's points are committed or failed), or raise
+        ResourceExhausted with nothing stored.
+
+        ``pairs``: (store path, unique unit values) of the request. A 1-D release passes its
+        unique states once per action; a d-coordinate release passes each (action,
+        coordinate) path with that coordinate's unique values, and ``rows``: the request's
+        states [n, d] and, per pair, the index of each state's value in the pair's values.
+        A new state is a state with a new point on any path; it costs one point per new
+        value of each path. Stored states pass without a database read; otherwise the
+        release's copies are brought up to date first in one read (:meth:`refresh`), so
+        points other processes or replicas stored are known, not new, and count against
+        the cap."""
+        rid = release_id
+
+        def still_new() -> int:
+            return sum(self.count_new(rid, p, u) for p, u in pairs)
+
+        if not any(self.count_new(rid, p, u) for p, u in pairs):
+            return 0
+        self.refresh(rid)
+        masks = [self.new_mask(rid, p, u) for p, u in pairs]
+        new_points = sum(int(m.sum()) for m in masks)
+        if rows is None:  # every pair holds the same unique states
+            new_states = int(np.logical_or.reduce(masks).sum()) if masks else 0
+        else:
+            xs, index = rows
+            row_new = np.zeros(xs.shape[0], dtype=np.bool_)
+            for m, idx in zip(masks, index, strict=True):
+                row_new |= m[idx]
+            new_states = int(np.unique(xs[row_new], axis=0).shape[0])
+        return quotas.admit(
+            caller,
+            rid,
+            new_states=new_states,
+            new_points=new_points,
+            stored=lambda: self.known_points(rid),
+            still_new=still_new,
+        )
 
     def get_or_sample(self, release_id: str, action: int, xs: npt.ArrayLike) -> FloatArray:
         """g_action(x) for each unit state of ``xs``: stored values as stored, new states drawn
@@ -1115,6 +1231,7 @@ def new_identity(prefix: str) -> str:
 
 __all__ += [
     "QveilError",
+    "Admission",
     "Retry",
     "WriteTxn",
     "Incarnation",

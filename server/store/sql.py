@@ -625,6 +625,29 @@ class SQLStore(SamplePathStore):
         )
         return rows
 
+    def _db_fetch_since_many(
+        self, release_id: str, hws: dict[int, int]
+    ) -> dict[int, Sequence[Row]]:
+        """SQLite: every path's statement on one pooled connection's raw cursor (one checkout,
+        no SQLAlchemy per row); PostgreSQL: one statement per path (the default)."""
+        if self._since_sql is None or len(hws) < 2:
+            return super()._db_fetch_since_many(release_id, hws)
+        sql = self._since_sql
+        keys = {p: self._split(release_id, p) for p in hws}
+
+        def run(c: sa.Connection) -> dict[int, Sequence[Row]]:
+            cur = c.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+            try:
+                return {
+                    p: cur.execute(sql, (release_id, *keys[p], hw)).fetchall()
+                    for p, hw in hws.items()
+                }
+            finally:
+                cur.close()
+
+        out: dict[int, Sequence[Row]] = self._read_call("read noise points", run)
+        return out
+
     def _db_write_txn(self, keys: Sequence[tuple[str, int]]) -> AbstractContextManager[_SqlTxn]:
         return self._txn(keys)
 

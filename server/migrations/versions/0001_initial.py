@@ -1,4 +1,4 @@
-"""Initial schema: releases and noise_points (issue 4).
+"""Initial schema: releases and noise_points.
 
 Revision ID: 0001
 Revises:

@@ -1,4 +1,4 @@
-"""Admin records (issue 7): privacy ledger, ledger caps, admin audit log, release bundles.
+"""Admin records: privacy ledger, ledger caps, admin audit log, release bundles.
 
 The tables are declared in :mod:`qveil.server.admin_tables` on the store's MetaData; this
 migration creates exactly that schema (Alembic ``compare_metadata`` stays empty). All four

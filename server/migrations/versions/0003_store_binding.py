@@ -1,4 +1,4 @@
-"""One release, one store (issue 14, item 2): the store's identity and its release bindings.
+"""One release, one store: the store's identity and its release bindings.
 
 ``store_meta`` gets one row, ``store_id``: a random uuid drawn when this migration runs, i.e.
 when the store is created (or first upgraded to 0003). A bundle served from this store records

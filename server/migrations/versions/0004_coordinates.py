@@ -1,4 +1,4 @@
-"""States with several coordinates (issue 16): the noise path of (action, coordinate).
+"""States with several coordinates: the noise path of (action, coordinate).
 
 A release of d coordinates has, per action, d independent 1-D OU paths g_{a,j} (the additive
 noise kernel sum_j exp(-beta_j |x_j - y_j|)); every stored point now names its coordinate.

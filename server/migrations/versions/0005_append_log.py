@@ -1,4 +1,4 @@
-"""noise_points becomes an append log (issue 15): drop the unique (release, action, coordinate, x).
+"""noise_points becomes an append log: drop the unique (release, action, coordinate, x).
 
 Why. The unique constraint was a B-tree keyed by a random x: a commit of 100 new points
 dirtied about min(100, leaf pages) of its leaves (19 WAL pages per commit at 1e3 stored

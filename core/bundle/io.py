@@ -1,0 +1,494 @@
+"""A bundle's files: writing a bundle directory atomically (owner-only), and reading one back
+into a :class:`Bundle` (verified by :mod:`qveil.bundle.verify` unless asked not to)."""
+
+from __future__ import annotations
+
+import csv
+import functools
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from qveil.additive import StateBox, validate_unit_points
+from qveil.bundle.card import (
+    CARD_KEYS,
+    FQI_CARD_KEYS,
+    KERNEL_CARD_KEYS,
+    card_digest,
+    is_kernel_card,
+    jsonable,
+    merge_card,
+    non_public_paths,
+    public_card_of,
+    split_card,
+)
+from qveil.bundle.layout import (
+    ADMIN_CARD_FILE,
+    CARD_FILE,
+    CONFIG_FILE,
+    CURVE_FILE,
+    FILES,
+    LOG_FILE,
+    WEIGHTS_FILE,
+    sha256_file,
+)
+from qveil.bundle.models import (
+    FloatArray,
+    GridModel,
+    KernelModel,
+    MLPModel,
+    Model,
+    grid_arrays,
+    kernel_arrays,
+    layers_of,
+    lipschitz_bound,
+    measured_lipschitz,
+)
+from qveil.bundle.verify import check_digests, check_model
+from qveil.errors import IntegrityError, InvalidArgument, NotFound
+from qveil.noise import StateInterval, validate_unit_states
+
+__all__ = [
+    "Bundle",
+    "load_bundle",
+    "plot_curve",
+    "write_bundle",
+    "write_grid_bundle",
+    "write_kernel_bundle",
+]
+
+
+def _write_log(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
+    fields: list[str] = []
+    for row in rows:
+        fields += [k for k in row if k not in fields]
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=fields or ["episode", "return"])
+        w.writeheader()
+        for row in rows:
+            w.writerow(dict(row))
+
+
+def plot_curve(path: Path, rows: Sequence[Mapping[str, Any]], title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ep = np.array([float(r.get("episode", i)) for i, r in enumerate(rows)])
+    ret = np.array([float(r.get("return", np.nan)) for r in rows])
+    fig, ax = plt.subplots(figsize=(6, 3.5), dpi=100)
+    if len(ret):
+        ax.plot(ep, ret, lw=0.8, alpha=0.5, label="episode return")
+        w = min(10, len(ret))
+        ax.plot(
+            ep[w - 1 :],
+            np.convolve(ret, np.ones(w) / w, mode="valid"),
+            lw=2,
+            label=f"mean of last {w}",
+        )
+        ax.legend(loc="lower right")
+    ax.set_xlabel("episode")
+    ax.set_ylabel("return")
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def write_bundle(
+    path: str | Path,
+    *,
+    card: Mapping[str, Any],
+    weights: Mapping[str, np.ndarray],
+    config_toml: str,
+    training_log_rows: Sequence[Mapping[str, Any]],
+    learning_curve_png: bytes | None = None,
+    curve_title: str | None = None,
+    lipschitz_grid: int = 20001,
+) -> Path:
+    """Write a bundle directory at ``path`` atomically and return its path.
+
+    ``path`` must not exist (or be an empty directory). The card is completed with
+    ``bundle_id`` and ``created_at`` (when absent), ``weights_sha256``, the Lipschitz bound
+    computed from the weights and the one measured on a grid (both must be <= the card's
+    ``lipschitz.bound``, else InvalidArgument and nothing is written), and ``card_sha256``.
+    ``learning_curve_png`` defaults to a plot of ``training_log_rows`` (episode, return),
+    titled ``curve_title`` (default: env id, sigma and mode from the card).
+    """
+    out = Path(path)
+    _check_empty(out)
+    layers = layers_of(weights)
+    arrays = {
+        f"{p}{i}": np.ascontiguousarray(a, dtype=np.float64)
+        for i, (w, b) in enumerate(layers)
+        for p, a in (("W", w), ("b", b))
+    }
+    c = jsonable(dict(card))
+    if "lipschitz" not in c or "bound" not in c["lipschitz"]:
+        raise InvalidArgument("card: lipschitz.bound (the declared L) is required")
+    declared = float(c["lipschitz"]["bound"])
+    by_weights = lipschitz_bound(arrays)
+    measured = measured_lipschitz(arrays, grid=lipschitz_grid)
+    tol = 1e-9 * max(1.0, declared)
+    if by_weights > declared + tol or measured > declared + tol:
+        raise InvalidArgument(
+            f"network is not {declared:g}-Lipschitz in x: bound from weights {by_weights:.6g}, "
+            f"measured {measured:.6g}"
+        )
+    actions = int(c.get("actions", layers[-1][0].shape[0]))
+    if layers[-1][0].shape[0] != actions:
+        raise InvalidArgument(
+            f"card says {actions} actions, network has {layers[-1][0].shape[0]} outputs"
+        )
+    c["lipschitz"] = {
+        **c["lipschitz"],
+        "bound_from_weights": by_weights,
+        "measured": measured,
+        "measured_grid": int(lipschitz_grid),
+    }
+    c.setdefault("network", {})
+    c["network"] = {
+        "activation": "relu",
+        "input": "unit state x in [0, 1]",
+        "layout": "W (out, in); h = h @ W.T + b; ReLU between layers",
+        **c["network"],
+        "layers": [1] + [int(w.shape[0]) for w, _ in layers],
+    }
+
+    return _write_dir(
+        out,
+        arrays,
+        c,
+        required=CARD_KEYS,
+        config_toml=config_toml,
+        training_log_rows=training_log_rows,
+        learning_curve_png=learning_curve_png,
+        curve_title=curve_title,
+    )
+
+
+def _check_empty(out: Path) -> None:
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise InvalidArgument(f"bundle path {str(out)!r} already exists and is not empty")
+
+
+def _write_dir(
+    out: Path,
+    arrays: Mapping[str, np.ndarray],
+    c: dict[str, Any],
+    *,
+    required: Sequence[str],
+    config_toml: str,
+    training_log_rows: Sequence[Mapping[str, Any]],
+    learning_curve_png: bytes | None,
+    curve_title: str | None,
+) -> Path:
+    """Write the model, the completed card and the record into a temporary sibling
+    directory, fsync, and rename it into place (atomic: all or nothing). The directory is
+    0700 and every file 0600, whatever the process umask: a bundle holds the un-noised
+    model, readable by its owner only."""
+    c.setdefault("bundle_id", uuid.uuid4().hex)
+    c.setdefault("created_at", datetime.now(UTC).isoformat(timespec="seconds"))
+    parent = out.parent
+    parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    tmp = parent / f".{out.name}.tmp-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir(mode=0o700)
+    try:
+        os.chmod(tmp, 0o700)  # mkdir's mode is masked by the umask; set it exactly
+        with (tmp / WEIGHTS_FILE).open("wb") as fh:
+            np.savez(fh, **arrays)  # type: ignore[arg-type]
+        c["weights_sha256"] = sha256_file(tmp / WEIGHTS_FILE)
+        missing = [k for k in required if k not in c and k != "card_sha256"]
+        if missing:
+            raise InvalidArgument(f"card: missing keys {missing}")
+        c["card_sha256"] = card_digest(c)
+        public, admin = split_card(c)
+        (tmp / CARD_FILE).write_text(json.dumps(public, indent=2, sort_keys=True) + "\n")
+        (tmp / ADMIN_CARD_FILE).write_text(json.dumps(admin, indent=2, sort_keys=True) + "\n")
+        (tmp / CONFIG_FILE).write_text(config_toml)
+        _write_log(tmp / LOG_FILE, training_log_rows)
+        if learning_curve_png is not None:
+            (tmp / CURVE_FILE).write_bytes(learning_curve_png)
+        else:
+            plot_curve(
+                tmp / CURVE_FILE,
+                training_log_rows,
+                curve_title
+                or f"{c.get('env_id', '')}  sigma={c.get('sigma')}  mode={c.get('mode')}",
+            )
+        for path in tmp.iterdir():
+            os.chmod(path, 0o600)
+        for name in FILES:
+            with (tmp / name).open("rb") as fh:
+                os.fsync(fh.fileno())
+        if out.exists():
+            out.rmdir()  # empty (checked above); rename needs the name free
+        os.rename(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def write_grid_bundle(
+    path: str | Path,
+    *,
+    card: Mapping[str, Any],
+    values: npt.ArrayLike,
+    config_toml: str,
+    training_log_rows: Sequence[Mapping[str, Any]],
+    learning_curve_png: bytes | None = None,
+    curve_title: str | None = None,
+) -> Path:
+    """Write an fqi bundle: ``values`` (K, m), the released mean function at the card's
+    public grid of K points (x_k = k / (K - 1) on the unit state)."""
+    out = Path(path)
+    _check_empty(out)
+    v = np.ascontiguousarray(values, dtype=np.float64)
+    c = jsonable(dict(card))
+    k = int(c["model"]["grid_points"])
+    arrays = {"grid": np.linspace(0.0, 1.0, k), "values": v}
+    grid_arrays(arrays)
+    if v.shape[1] != int(c["actions"]):
+        raise InvalidArgument(f"card says {c['actions']} actions, values have {v.shape[1]}")
+    return _write_dir(
+        out,
+        arrays,
+        c,
+        required=FQI_CARD_KEYS,
+        config_toml=config_toml,
+        training_log_rows=training_log_rows,
+        learning_curve_png=learning_curve_png,
+        curve_title=curve_title,
+    )
+
+
+def write_kernel_bundle(
+    path: str | Path,
+    *,
+    card: Mapping[str, Any],
+    alpha: npt.ArrayLike,
+    centre: float,
+    inducing: npt.ArrayLike,
+    config_toml: str,
+    training_log_rows: Sequence[Mapping[str, Any]],
+    learning_curve_png: bytes | None = None,
+) -> Path:
+    """Write a d-coordinate fqi bundle (an additive model; see the module docstring). The
+    model's betas are the card's (the noise kernel's): one source, no second copy to drift."""
+    out = Path(path)
+    _check_empty(out)
+    c = jsonable(dict(card))
+    arrays = {
+        "inducing": np.ascontiguousarray(inducing, dtype=np.float64),
+        "betas": np.asarray(c["betas"], dtype=np.float64),
+        "alpha": np.ascontiguousarray(alpha, dtype=np.float64),
+        "centre": np.asarray(float(centre), dtype=np.float64),
+    }
+    kernel_arrays(arrays)
+    if arrays["alpha"].shape[0] != int(c["actions"]):
+        raise InvalidArgument(
+            f"card says {c['actions']} actions, alpha has {arrays['alpha'].shape[0]}"
+        )
+    return _write_dir(
+        out,
+        arrays,
+        c,
+        required=FQI_CARD_KEYS + KERNEL_CARD_KEYS,
+        config_toml=config_toml,
+        training_log_rows=training_log_rows,
+        learning_curve_png=learning_curve_png,
+        curve_title=None,
+    )
+
+
+@dataclass(frozen=True, eq=False)
+class Bundle:
+    """A loaded release bundle. ``q_values`` is the bare (clamped) network; the server adds
+    the noise g_a(x) with ``sigma`` and ``beta`` on the unit state."""
+
+    path: Path
+    card: dict[str, Any]
+    weights: dict[str, np.ndarray] = field(repr=False)
+
+    @property
+    def bundle_id(self) -> str:
+        return str(self.card["bundle_id"])
+
+    @property
+    def kernel(self) -> bool:
+        """A d-coordinate release: ``box``, ``betas``; no 1-D interval or beta."""
+        return is_kernel_card(self.card)
+
+    @property
+    def dims(self) -> int:
+        return int(self.card["dims"]) if self.kernel else 1
+
+    @property
+    def interval(self) -> StateInterval:
+        if self.kernel:
+            raise InvalidArgument(
+                f"release {self.card.get('bundle_id')} has {self.dims} state coordinates, "
+                "no 1-D interval: use box (state_intervals)"
+            )
+        lo, hi = self.card["state_interval"]
+        return StateInterval(lo, hi)
+
+    @property
+    def box(self) -> Any:
+        """The public per-coordinate intervals (:class:`qveil.additive.StateBox`)."""
+        if self.kernel:
+            return StateBox.of(self.card["state_intervals"])
+        return StateBox((self.interval,))
+
+    @property
+    def betas(self) -> tuple[float, ...]:
+        """beta_j of the release noise, one per coordinate."""
+        if self.kernel:
+            return tuple(float(b) for b in self.card["betas"])
+        return (self.beta,)
+
+    @property
+    def n_actions(self) -> int:
+        return int(self.card["actions"])
+
+    @property
+    def sigma(self) -> float:
+        """sigma of the RELEASE noise (output mode: that mode's sigma)."""
+        return float(self.card["sigma"])
+
+    @property
+    def beta(self) -> float:
+        """beta of the RELEASE noise on [0, 1] (1-D releases; d > 1: :attr:`betas`)."""
+        if self.kernel:
+            raise InvalidArgument(
+                f"release {self.card.get('bundle_id')} has one beta per coordinate (betas)"
+            )
+        return float(self.card["beta"])
+
+    @property
+    def q_bound(self) -> float | None:
+        qb = self.card.get("q_bound")
+        return None if qb is None else float(qb)
+
+    @property
+    def env_id(self) -> str:
+        return str(self.card["env_id"])
+
+    @property
+    def seeded(self) -> bool:
+        return bool(self.card.get("seeded"))
+
+    @functools.cached_property
+    def model(self) -> Model:
+        """The served model, its arrays checked once (not on every query)."""
+        if self.kernel:
+            u, b, a, c = kernel_arrays(self.weights)
+            return KernelModel(inducing=u, betas=b, alpha=a, centre=c)
+        if self.card.get("mode") == "fqi":
+            g, v = grid_arrays(self.weights)
+            return GridModel(grid=g, values=v)
+        return MLPModel(layers=layers_of(self.weights), q_bound=self.q_bound)
+
+    def q_values_unit(self, xs: npt.ArrayLike) -> FloatArray:
+        """Q values (n, m) at unit states (validated in [0, 1]); an MLP is clamped to
+        +-q_bound."""
+        if self.kernel:
+            return self.model.q_values_unit(validate_unit_points(xs, self.dims))
+        return self.model.q_values_unit(validate_unit_states(xs))
+
+    def q_values(self, states: npt.ArrayLike) -> FloatArray:
+        """Q values (n, m) at raw states (validated against the interval: InvalidArgument;
+        d > 1: (n, d) states, each coordinate clipped into its public interval)."""
+        if self.kernel:
+            return self.q_values_unit(self.box.to_unit(states, clip=True))
+        return self.q_values_unit(self.interval.to_unit(states))
+
+    def to_unit(self, states: npt.ArrayLike) -> FloatArray:
+        """Raw states -> unit states (validated against the interval)."""
+        x: FloatArray = self.interval.to_unit(states)
+        return x
+
+    def public_card(self) -> dict[str, Any]:
+        """What a query client may see: the allow-list :data:`PUBLIC_CARD_KEYS` applied to
+        the card (no weights, their hash, measured constants, layout or noise)."""
+        return public_card_of(self.card)
+
+    def admin_card(self) -> dict[str, Any]:
+        """Everything the public card leaves out (the admin role's view)."""
+        return split_card(self.card)[1]
+
+
+def _read_card(p: Path, name: str) -> dict[str, Any]:
+    try:
+        card = json.loads((p / name).read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InvalidArgument(f"bundle {str(p)!r}: {name} is not valid JSON: {exc}") from None
+    if not isinstance(card, dict):
+        raise InvalidArgument(f"bundle {str(p)!r}: {name} is not an object")
+    return card
+
+
+def load_bundle(path: str | Path, *, verify: bool = True) -> Bundle:
+    """Load a bundle; with ``verify`` check weights, card checksum, Lipschitz bound and the
+    privacy numbers (recomputed by the accountant: :mod:`qveil.bundle.verify`). Raises
+    NotFound, InvalidArgument (malformed) or IntegrityError (a mismatch, named)."""
+    p = Path(path)
+    where = f"bundle {str(p)!r}"
+    if not p.is_dir():
+        raise NotFound(f"{where} does not exist (or is not a directory)")
+    for name in (CARD_FILE, WEIGHTS_FILE):
+        if not (p / name).is_file():
+            raise InvalidArgument(f"{where} has no {name}")
+    card = _read_card(p, CARD_FILE)
+    if (p / ADMIN_CARD_FILE).is_file():
+        public = card
+        card = merge_card(public, _read_card(p, ADMIN_CARD_FILE))
+        leaked = non_public_paths(public)
+        if leaked:
+            raise IntegrityError(
+                f"{where}: card.json holds non-public fields {leaked[:8]} "
+                f"(they belong in {ADMIN_CARD_FILE})"
+            )
+    # else: a bundle with one card.json holding everything (the earliest layout); it loads,
+    # and only its public projection is ever served
+    fqi = card.get("mode") == "fqi"
+    kernel = is_kernel_card(card)
+    required = FQI_CARD_KEYS + KERNEL_CARD_KEYS if kernel else FQI_CARD_KEYS if fqi else CARD_KEYS
+    missing = [k for k in required if k not in card]
+    if missing:
+        raise InvalidArgument(f"{where}: card lacks {missing}")
+    if verify:
+        check_digests(card, sha256_file(p / WEIGHTS_FILE), where=where)
+    try:
+        with np.load(p / WEIGHTS_FILE, allow_pickle=False) as npz:
+            weights = {k: np.asarray(npz[k], dtype=np.float64) for k in npz.files}
+    except (OSError, ValueError) as exc:
+        raise InvalidArgument(f"{where}: weights.npz unreadable: {exc}") from None
+    if kernel:
+        outputs = kernel_arrays(weights)[2].shape[0]
+    elif fqi:
+        outputs = grid_arrays(weights)[1].shape[1]
+    else:
+        outputs = layers_of(weights)[-1][0].shape[0]
+    if outputs != int(card["actions"]):
+        raise InvalidArgument(
+            f"{where}: card says {card['actions']} actions, model has {outputs} outputs"
+        )
+    if kernel:
+        StateBox.of(card["state_intervals"])
+    else:
+        StateInterval(*card["state_interval"])
+    if verify:
+        check_model(card, weights, where=where)
+    return Bundle(path=p, card=card, weights=weights)

@@ -1,0 +1,278 @@
+"""Retraining a release under the privacy ledger (``qveil admin retrain``).
+
+Retraining, in order, so that a refusal leaves nothing behind:
+
+1. load the training config, apply ``--epsilon``/``--sigma``; ask the accountant what the run
+   will cost (``qveil.trainer.train.privacy_for``) and check it against the dataset's cap
+   *before* training (a refused retrain costs no compute);
+2. train (``qveil.trainer.train.run_training``) into a new bundle directory;
+3. recompute the release's privacy from the bundle's own card (``qveil.privacy.account``, never
+   the card's numbers) and record the event: cap check and append in one serialized transaction
+   (:meth:`qveil.server.ledger.Ledger.record`); refused -> the bundle directory is deleted,
+   :class:`~qveil.errors.BudgetExceeded` (spent, requested, cap) is raised, nothing registered;
+4. register the release in the store (status ``staged``) under its bundle id, which is a fresh
+   uuid: a new release always starts an empty noise path. Noise is never shared between
+   releases: two releases answering with the same noise could be subtracted to cancel it. An id
+   the store already knows is refused;
+5. optionally activate it.
+
+Every outcome is appended to the admin audit log, also a refusal or a failure.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+
+from qveil.bundle import Bundle, load_bundle
+from qveil.errors import FailedPrecondition, IntegrityError, InvalidArgument, NotFound, echo
+from qveil.server import admin_tables as T
+from qveil.server.admin import AdminContext, activate, bind_bundle, log_number, log_outcome
+from qveil.server.audit_log import utc_now
+from qveil.server.ledger import BudgetReport, LedgerEntry
+
+__all__ = ["RetrainResult", "default_releases_dir", "retrain"]
+
+
+@dataclass(frozen=True)
+class RetrainResult:
+    """What ``qveil admin retrain`` did."""
+
+    release_id: str
+    bundle_path: Path
+    dataset_id: str
+    ledger_entry: LedgerEntry
+    budget: BudgetReport
+    activated: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "release_id": self.release_id,
+            "bundle_path": str(self.bundle_path),
+            "dataset_id": self.dataset_id,
+            "ledger": self.ledger_entry.to_dict(),
+            "budget": self.budget.to_dict(),
+            "activated": self.activated,
+        }
+
+
+def default_releases_dir(store_url: str) -> Path | None:
+    """Where retrained bundles go by default: beside a SQLite store file (the server finds
+    bundles there by id: ``qveil serve`` keeps its store beside its bundle)."""
+    try:
+        u = sa.engine.make_url(store_url)
+    except sa.exc.ArgumentError:
+        return None
+    if u.get_backend_name() == "sqlite" and u.database not in (None, "", ":memory:"):
+        return Path(u.database).resolve().parent
+    return None
+
+
+def _training_config(
+    config: str | Path,
+    *,
+    sigma: float | None,
+    epsilon: float | None,
+    delta: float | None,
+    mode: str | None,
+) -> Any:
+    from qveil.trainer.config import TrainConfig
+
+    if sigma is not None and epsilon is not None:
+        raise InvalidArgument("give --epsilon or --sigma, not both")
+    cfg = TrainConfig.from_toml(config)
+    over: dict[str, Any] = {}
+    if mode is not None:
+        over["mode"] = mode
+    if delta is not None:
+        over["delta"] = delta
+    if sigma is not None:
+        over.update(sigma=sigma, epsilon=None)
+    elif epsilon is not None:
+        over.update(epsilon=epsilon, sigma=None)
+    cfg = dataclasses.replace(cfg, **over)
+    cfg.validate()
+    if cfg.sigma is None and cfg.epsilon is None:
+        raise InvalidArgument("give --epsilon E or --sigma S (or set one in the config)")
+    if cfg.sigma == 0:
+        raise InvalidArgument(
+            "sigma = 0 is the non-private baseline: it has no privacy "
+            "guarantee and cannot be released under a ledger"
+        )
+    return cfg
+
+
+def _planned_event(cfg: Any, dataset_id: str) -> Any:
+    """The privacy event the run will cost, computed by the accountant before training."""
+    from qveil.privacy.ledger import PrivacyEvent
+    from qveil.trainer.train import make_env, privacy_for
+
+    info = make_env(cfg)
+    try:
+        result, _ = privacy_for(cfg, n_actions=info.n_actions)
+    finally:
+        info.env.close()
+    if isinstance(result, dict) or not result.holds:
+        reason = result.get("reason") if isinstance(result, dict) else result.reason
+        raise FailedPrecondition(
+            f"this configuration has no privacy guarantee ({reason}); "
+            "it cannot be released under the ledger"
+        )
+    return PrivacyEvent.from_result(result, dataset_id=dataset_id, bundle_id="planned")
+
+
+def _bundle_event(bundle: Any, dataset_id: str) -> Any:
+    """The release's event, recomputed by the accountant from the card's own parameters."""
+    from qveil.privacy.fqi import account_params
+    from qveil.privacy.ledger import PrivacyEvent
+
+    result = account_params(bundle.card["privacy_params"])
+    return PrivacyEvent.from_result(result, dataset_id=dataset_id, bundle_id=bundle.bundle_id)
+
+
+def retrain(
+    ctx: AdminContext,
+    *,
+    config: str | Path,
+    dataset_id: str,
+    epsilon: float | None = None,
+    sigma: float | None = None,
+    delta: float | None = None,
+    mode: str | None = None,
+    out_dir: str | Path | None = None,
+    activate_after: bool = False,
+    seed: int | None = None,
+    progress: bool = False,
+    budget: float | None = None,
+) -> RetrainResult:
+    """Train a new release under ``dataset_id``'s cap (see the module docstring).
+
+    ``out_dir``: directory that receives the bundle directory (named by release id); default
+    beside a SQLite store file. ``seed``: tests and experiments only (the card says seeded).
+    Raises BudgetExceeded / FailedPrecondition / InvalidArgument with nothing registered.
+    """
+    params: dict[str, Any] = {
+        "dataset_id": dataset_id,
+        "config": str(config),
+        "requested_epsilon": epsilon,
+        "requested_sigma": sigma,
+        "seeded": seed is not None,
+    }
+    moved: list[Path] = []  # [staging, bundle_dir] as they come to exist
+    try:
+        cfg = _training_config(config, sigma=sigma, epsilon=epsilon, delta=delta, mode=mode)
+        params["mode"] = cfg.mode
+        planned = _planned_event(cfg, dataset_id)
+        params["planned_epsilon"], params["planned_delta"] = planned.epsilon, planned.delta
+        ctx.ledger.check(planned, budget=budget)  # refuse before spending compute
+        bundle = _train_bundle(ctx, cfg, out_dir, seed=seed, progress=progress, moved=moved)
+        params["release_id"] = bundle.bundle_id
+        entry = _record_and_register(ctx, bundle, dataset_id, params, budget=budget)
+    except BaseException as exc:
+        for path in moved:
+            if path.exists() and (path.name.startswith(".") or "ledger_seq" not in params):
+                shutil.rmtree(path, ignore_errors=True)  # refused: leave nothing behind
+        if isinstance(exc, Exception):
+            log_outcome(ctx, "retrain", dataset_id, exc, _clean(params))
+        raise
+    log_outcome(ctx, "retrain", dataset_id, None, _clean(params))
+    if activate_after:
+        activate(ctx, bundle.bundle_id)
+    return RetrainResult(
+        release_id=bundle.bundle_id,
+        bundle_path=bundle.path,
+        dataset_id=dataset_id,
+        ledger_entry=entry,
+        budget=ctx.ledger.budget(dataset_id),
+        activated=activate_after,
+    )
+
+
+def _train_bundle(
+    ctx: AdminContext,
+    cfg: Any,
+    out_dir: str | Path | None,
+    *,
+    seed: int | None,
+    progress: bool,
+    moved: list[Path],
+) -> Bundle:
+    """Train into a staging directory beside the releases, then move the verified bundle to
+    ``root / release_id`` (refused when that directory or the release id already exists: a
+    release id names one noise path). ``moved`` receives each directory as it is created."""
+    from qveil.trainer.train import run_training
+
+    root = Path(out_dir) if out_dir is not None else default_releases_dir(ctx.store_url)
+    if root is None:
+        raise InvalidArgument(
+            "give --out-dir: where to write the new bundle (the default, "
+            "beside the store file, exists for SQLite stores only)"
+        )
+    root.mkdir(parents=True, exist_ok=True)
+    staging = root / f".retrain-{uuid.uuid4().hex}"
+    moved.append(staging)
+    outcome = run_training(cfg, staging, seed=seed, progress=progress)
+    release_id = load_bundle(outcome.path, verify=True).bundle_id
+    bundle_dir = root / release_id
+    if bundle_dir.exists():
+        raise IntegrityError(f"bundle directory {str(bundle_dir)!r} already exists")
+    Path(outcome.path).rename(bundle_dir)
+    moved.append(bundle_dir)
+    bundle = load_bundle(bundle_dir, verify=True)
+    try:  # a release id names one noise path: never reuse one
+        ctx.store.get_release(release_id)
+    except NotFound:
+        return bundle
+    raise IntegrityError(
+        f"release id {echo(release_id)} already exists in the store: "
+        "refusing to share its noise path"
+    )
+
+
+def _record_and_register(
+    ctx: AdminContext,
+    bundle: Bundle,
+    dataset_id: str,
+    params: dict[str, Any],
+    *,
+    budget: float | None,
+) -> LedgerEntry:
+    """Record the release's event in the ledger (spent from here on: ``params['ledger_seq']``),
+    bind the bundle to the store (registered staged) and note where its bundle lives."""
+    from qveil.server.handlers import store_params
+
+    event = _bundle_event(bundle, dataset_id)
+    entry = ctx.ledger.record(event, release_id=bundle.bundle_id, actor=ctx.actor, budget=budget)
+    params["ledger_seq"] = entry.seq  # spent: from here on the bundle is kept
+    sp = store_params(bundle)  # 1-D or d coordinates
+    bind_bundle(ctx, bundle.path)  # bound when written: registered staged, claimed, bound
+    with ctx.db.write("release-bundles") as conn:
+        conn.execute(
+            T.release_bundles.insert().values(
+                release_id=bundle.bundle_id,
+                dataset_id=dataset_id,
+                bundle_path=str(bundle.path.resolve()),
+                created_at=utc_now(),
+            )
+        )
+    params.update(
+        epsilon=event.epsilon,
+        delta=event.delta,
+        sigma=bundle.sigma,
+        beta=sp["beta"],
+        bundle_path=str(bundle.path),
+    )
+    return entry
+
+
+def _clean(params: dict[str, Any]) -> dict[str, Any]:
+    return {k: (log_number(v) if isinstance(v, float) else v) for k, v in params.items()}
+
+
+# ------------------------------------------------------------------------------- lifecycle

@@ -301,7 +301,7 @@ def activate(ctx: AdminContext, release_id: str) -> ReleaseInfo:
         path = release_bundle_path(ctx, release_id)
         if path is not None:
             from qveil.bundle import load_bundle
-            from qveil.server.handlers import store_betas, store_params
+            from qveil.server.releases import store_betas, store_params
 
             b = load_bundle(path, verify=True)
             sp = store_params(b)
@@ -363,8 +363,7 @@ def bind_bundle(ctx: AdminContext, bundle_path: str | Path) -> dict[str, Any]:
     registered ``staged``. For bundles that are served from a read-only directory later."""
     from qveil.bundle import load_bundle
     from qveil.server.binding import bind, check_binding
-    from qveil.server.handlers import Handlers, Limits
-    from qveil.server.state import ReleaseHolder
+    from qveil.server.services import Services
 
     path = Path(bundle_path)
     params: dict[str, Any] = {"bundle_path": str(path)}
@@ -373,8 +372,8 @@ def bind_bundle(ctx: AdminContext, bundle_path: str | Path) -> dict[str, Any]:
         params["release_id"] = bundle.bundle_id
         registry = ctx.registry
         fingerprint, on_file = check_binding(ctx.store, bundle, path, registry)
-        h = Handlers(store=ctx.store, holder=ReleaseHolder(), limits=Limits(), registry=registry)
-        rec = h._register(bundle)
+        releases = Services.create(store=ctx.store, registry=registry).releases
+        rec = releases.register(bundle)
         if str(rec.status) == "retired":
             raise FailedPrecondition(f"release {bundle.bundle_id!r} is retired")
         bind(ctx.store, bundle, path, fingerprint, on_file, registry)

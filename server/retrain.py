@@ -245,7 +245,7 @@ def _record_and_register(
 ) -> LedgerEntry:
     """Record the release's event in the ledger (spent from here on: ``params['ledger_seq']``),
     bind the bundle to the store (registered staged) and note where its bundle lives."""
-    from qveil.server.handlers import store_params
+    from qveil.server.releases import store_params
 
     event = _bundle_event(bundle, dataset_id)
     entry = ctx.ledger.record(event, release_id=bundle.bundle_id, actor=ctx.actor, budget=budget)

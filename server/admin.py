@@ -22,6 +22,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from qveil.bundle import load_bundle
 from qveil.errors import (
     BudgetExceeded,
     FailedPrecondition,
@@ -34,7 +35,12 @@ from qveil.errors import (
 from qveil.server import admin_tables as T
 from qveil.server import audit_log
 from qveil.server.admin_db import AdminDB, open_admin_db
+from qveil.server.binding import bind, check_binding, copy_refusal
 from qveil.server.ledger import BudgetReport, Cap, Ledger
+from qveil.server.registry import open_registry
+from qveil.server.services import Services
+from qveil.server.store import open_store
+from qveil.server.store.export import read_export_header
 
 __all__ = [
     "log_number",
@@ -79,8 +85,6 @@ class AdminContext:
     def registry(self) -> Any:
         """The registry (lineage, witnessed heads, population ledger), opened on first use."""
         if self._registry is None:
-            from qveil.server.registry import open_registry
-
             self._registry = open_registry(self.registry_url, actor=self.actor)
         return self._registry
 
@@ -110,7 +114,6 @@ def open_admin(
     and its admin records. ``memory://`` is for tests: nothing survives the process.
     ``new_ok=False`` (every ``qveil admin`` operation but ``init-store``) refuses a store that
     does not exist yet instead of creating an empty one."""
-    from qveil.server.store import open_store
 
     try:
         store = open_store(store_url, rng=rng, create=create, new_ok=new_ok)
@@ -361,9 +364,6 @@ def bind_bundle(ctx: AdminContext, bundle_path: str | Path) -> dict[str, Any]:
     """Bind a bundle's release to this store without serving it (``init-store --bundle``):
     the same checks and writes as a first serve (:mod:`qveil.server.binding`); the release is
     registered ``staged``. For bundles that are served from a read-only directory later."""
-    from qveil.bundle import load_bundle
-    from qveil.server.binding import bind, check_binding
-    from qveil.server.services import Services
 
     path = Path(bundle_path)
     params: dict[str, Any] = {"bundle_path": str(path)}
@@ -372,8 +372,8 @@ def bind_bundle(ctx: AdminContext, bundle_path: str | Path) -> dict[str, Any]:
         params["release_id"] = bundle.bundle_id
         registry = ctx.registry
         fingerprint, on_file = check_binding(ctx.store, bundle, path, registry)
-        releases = Services.create(store=ctx.store, registry=registry).releases
-        rec = releases.register(bundle)
+        service = Services.create(store=ctx.store, registry=registry).releases
+        rec = service.register(bundle)
         if str(rec.status) == "retired":
             raise FailedPrecondition(f"release {bundle.bundle_id!r} is retired")
         bind(ctx.store, bundle, path, fingerprint, on_file, registry)
@@ -395,8 +395,6 @@ def export_release(ctx: AdminContext, release_id: str, out: str | Path) -> dict[
     issued by the registry, and retire it here (this store answers it no more). The first
     ``import-release`` of the file consumes the token; a second is refused."""
     import secrets
-
-    from qveil.server.binding import copy_refusal
 
     params: dict[str, Any] = {"release_id": release_id, "out": str(out)}
     try:
@@ -500,8 +498,6 @@ def import_release(ctx: AdminContext, path: str | Path) -> dict[str, Any]:
     (every count, seq and chain link verified first; one transaction), then consume the token
     (the release now lives in this store incarnation). The release arrives ``staged``; its
     bundle is served from here and its binding.json re-pointed on that serve."""
-    from qveil.server.binding import copy_refusal
-    from qveil.server.store.export import read_export_header
 
     params: dict[str, Any] = {"path": str(path)}
     try:

@@ -9,7 +9,7 @@ holds. It skips only the process concerns of ``qveil serve`` (signals, draining,
 TLS, REST).
 
 The store's noise comes from OS entropy unless the caller opens the store with a seed
-itself (tests only; non-negotiable 5). ``handlers`` (and ``handlers.metrics``: states
+itself (tests only; non-negotiable 5). ``services`` (and ``services.ctx.metrics``: states
 answered, new points) are exposed so a caller can show that its answers came from here.
 """
 

@@ -146,7 +146,7 @@ def served_release_returns(
         returns = lockstep_returns(
             env_id, served, episodes=episodes, seed=seed, env_kwargs=env_kwargs or {}
         )
-        m = srv.handlers.metrics
+        m = srv.services.ctx.metrics
         stats = {
             "release_id": info.release_id,
             "served_sigma": float(info.sigma),

@@ -299,7 +299,7 @@ def test_evaluate_target_plays_a_d4_release_through_the_server(
 
     s, _bundle, url = served
     episodes = 3
-    before = s.handlers.metrics.states_answered
+    before = s.services.ctx.metrics.states_answered
     assert (
         main(
             [
@@ -322,7 +322,7 @@ def test_evaluate_target_plays_a_d4_release_through_the_server(
     served_row = scores["served release"]
     # CartPole pays 1 per step: the episodes' steps are the states the server was asked
     steps = round(served_row["mean"] * episodes)
-    assert s.handlers.metrics.states_answered - before == steps * M
+    assert s.services.ctx.metrics.states_answered - before == steps * M
     assert 0 < len(_rows(url)) <= steps * M * D
     assert scores["non-private kernel FQI"]["mean"] > 0
 

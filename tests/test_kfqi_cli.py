@@ -178,39 +178,14 @@ def test_privacy_plan_of_a_kernel_config_before_any_data() -> None:
     trainer would use (public quantities only), and refuses the 1-D grid's flags."""
     from qveil.kfqi_config import load_fqi_config, plan_kernel
 
-    r = qveil(
-        "privacy",
-        "--mode",
-        "fqi",
-        "--config",
-        CONFIG,
-        "--users",
-        "100000",
-        "--actions",
-        "2",
-        "--epsilon",
-        "1",
-    )
+    plan = ("privacy", "--mode", "fqi", "--config", CONFIG, "--actions", "2", "--epsilon", "1")
+    r = qveil(*plan, "--users", "100000")
     assert r.returncode == 0, r.stderr
     want = plan_kernel(
         load_fqi_config(CONFIG), users=100_000, actions=2, dims=4, reward_range=(0.0, 1.0)
     )
     assert f"{want.sigma:.6g}" in r.stdout and "kernel, d = 4" in r.stdout
-    r = qveil(
-        "privacy",
-        "--mode",
-        "fqi",
-        "--config",
-        CONFIG,
-        "--users",
-        "100",
-        "--actions",
-        "2",
-        "--epsilon",
-        "1",
-        "--grid-points",
-        "11",
-    )
+    r = qveil(*plan, "--users", "100", "--grid-points", "11")
     assert r.returncode == 2 and "kernel" in r.stderr, r.stderr
 
 

@@ -10,11 +10,11 @@ import json
 import shutil
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import numpy as np
 import pytest
+from config_helpers import CARTPOLE_BETAS, CARTPOLE_CONFIG
 from server_helpers import ensure_population, make_cartpole_kernel_bundle
 
 from qveil.bundle import (
@@ -29,9 +29,7 @@ from qveil.bundle import (
 from qveil.errors import IntegrityError, InvalidArgument
 
 QVEIL = str(Path(sys.executable).with_name("qveil"))
-CONFIG = str(Path(__file__).resolve().parents[1] / "configs" / "cartpole-private.toml")
-#: The config's beta_j (the card and the store must carry these, whatever they are).
-BETAS = [float(b) for b in tomllib.loads(Path(CONFIG).read_text())["betas"]]
+CONFIG, BETAS = CARTPOLE_CONFIG, CARTPOLE_BETAS
 
 
 def qveil(*argv: str) -> subprocess.CompletedProcess[str]:

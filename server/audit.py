@@ -578,7 +578,7 @@ def service_report(
     """The AuditService's GetStatisticalReport: :func:`audit_store` of one release (the same
     report as ``qveil audit --release ID``, in ``report``), with the per-action normality
     summary the proto carries (NaN p-values for untested paths)."""
-    from qveil.client import types as t
+    from qveil.common import typing as t
     from qveil.server.admin import admin_db_for
 
     db = admin_db_for(store)

@@ -33,7 +33,7 @@ class Metrics:
         self.quotas: Any = None  # qveil.server.quotas.Quotas, set by the handlers
         self._prom: dict[str, Any] | None = None
 
-    # -- recording (called by the servicers) -------------------------------------------
+    # -- recording (called by the data plane) -------------------------------------------
     def observe(self, method: str, code: str, seconds: float) -> None:
         with self._lock:
             self.requests[code] += 1

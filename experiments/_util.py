@@ -12,7 +12,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-__all__ = ["default_workers", "progress_map", "write_csv"]
+__all__ = ["default_workers", "progress_map", "write_csv", "write_table_and_plot"]
 
 
 def default_workers() -> int:
@@ -57,3 +57,17 @@ def write_csv(
         wr.writeheader()
         wr.writerows(rows)
     return path
+
+
+def write_table_and_plot(
+    out: Path,
+    name: str,
+    rows: Sequence[dict[str, Any]],
+    plot: Callable[..., object],
+) -> dict[str, Path]:
+    """Write ``rows`` as ``out/name.csv`` and ``plot(rows, out/name.png)``; returns both
+    paths (an experiment's result)."""
+    csv_path = write_csv(out / f"{name}.csv", rows)
+    png = out / f"{name}.png"
+    plot(rows, png)
+    return {"csv": csv_path, "png": png}

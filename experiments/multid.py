@@ -1,5 +1,5 @@
-"""``qveil experiments multid``: the kernel fqi release for states with d coordinates
-(issue 16), measured THROUGH THE SERVER: CartPole-v1 (d = 4, 2 actions) and Acrobot-v1
+"""``qveil experiments multid``: the kernel fqi release for states with d coordinates,
+measured THROUGH THE SERVER: CartPole-v1 (d = 4, 2 actions) and Acrobot-v1
 (d = 6, 3 actions).
 
 For each environment, number of users N and dataset seed: collect N users with one uniformly

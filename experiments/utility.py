@@ -108,17 +108,10 @@ def fit_variants(
     affine in d: c(d) = c(0) + d w with w the weight of the default (per user: the share
     of users none of whose samples reaches the grid point; pooled: 1 where no sample
     does). Equal to fitted_q to round-off (tests/test_experiment_utility.py)."""
-    from qveil.fqi import FQISpec, _kernel_band, averaging_operators, q_range
+    from qveil.fqi import _kernel_band, averaging_operators, q_range
     from qveil.release_map import unit_grid
 
-    spec = FQISpec(
-        gamma=gammas[0],
-        iterations=cfg.iterations,
-        grid_points=cfg.grid_points,
-        bandwidth=cfg.bandwidth,
-        kernel_radius=cfg.kernel_radius,
-        neighbour=relation,
-    )
+    spec = cfg.spec(gamma=gammas[0], neighbour=relation)
     lo, hi = reward_range
     s = np.clip(np.asarray(dataset.s, dtype=np.float64).reshape(-1), 0.0, 1.0)
     s2 = np.clip(np.asarray(dataset.s2, dtype=np.float64).reshape(-1), 0.0, 1.0)

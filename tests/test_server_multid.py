@@ -16,13 +16,13 @@ import asyncio
 import json
 import subprocess
 import sys
-import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 import sqlalchemy as sa
+from config_helpers import CARTPOLE_BETAS, CARTPOLE_CONFIG
 from server_helpers import (
     InProcessServer,
     fresh_bundle,
@@ -36,9 +36,7 @@ from qveil.server.store import open_store
 from qveil.v1 import value_service_pb2 as value_pb
 
 QVEIL = str(Path(sys.executable).with_name("qveil"))
-CONFIG = str(Path(__file__).resolve().parents[1] / "configs" / "cartpole-private.toml")
-#: The config's beta_j (the card and the store must carry these, whatever they are).
-BETAS = [float(b) for b in tomllib.loads(Path(CONFIG).read_text())["betas"]]
+CONFIG, BETAS = CARTPOLE_CONFIG, CARTPOLE_BETAS
 D, M = 4, 2
 
 

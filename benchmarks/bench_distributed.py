@@ -141,12 +141,14 @@ def _report(log: Path) -> None:
         base = statistics.median(one) if one else float("nan")
         for r in sorted(mine, key=lambda r: (r.get("rep", 0), r["workers"])):
             ftab.append(
-                [users, r["samples"], r["workers"], r.get("rep", 0), round(r["seconds"], 1),
-                 round(r["seconds"] / base, 2), round(r["cpu_s"]),
+                [users, r["samples"], r["workers"], r.get("rep", 0),
+                 f"{r['seconds']:.1f}" + (f" ({r['note']})" if r.get("note") else ""),
+                 round(r["seconds"] / base, 2) if not r.get("note") else "",
+                 round(r["cpu_s"]),
                  " / ".join(str(round(c)) for c in
                             [r["driver_cpu_s"], *r["worker_cpu_s"]])
                  if "driver_cpu_s" in r else "-",
-                 round(r["release_s"], 1),
+                 round(r["release_s"], 1) if r.get("release_s") is not None else "-",
                  _gib(r["driver_gib"]), " / ".join(_gib(w) for w in r["worker_gib"]) or "-",
                  _gib(r["total_gib"]), r["load"]]
             )  # fmt: skip
@@ -177,7 +179,10 @@ def _report(log: Path) -> None:
         "'driver GiB' and 'worker GiB' are each process's peak resident set (VmHWM), "
         "'total GiB' the largest sum over the tree at one instant. The load average is the "
         "machine's before the run (2 cores, shared with other work: a fit at nice 19 gets "
-        "only what the others leave, so compare the CPU seconds as well as the wall time).\n\n"
+        "only what the others leave, so compare the CPU seconds as well as the wall time). "
+        "A run with a note in 'fit s' was stopped before the end (the shards it had done "
+        "by then); its memory and CPU are the processes' at that moment, read from /proc "
+        "by the same poll.\n\n"
         + table(
             [
                 "users",

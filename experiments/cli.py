@@ -53,6 +53,11 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
         "CartPole kernel fqi at N = 1e5, eps 1: each public lever (lam, beta_j, gamma, T, "
         "default, bandwidth, anchors) with bootstrap CIs on common episodes",
     ),
+    "ceiling": (
+        "qveil.experiments.ceiling",
+        "the kernel fqi estimator (non-private and eps 1) beside offline DQN and discrete CQL "
+        "on the same datasets: CartPole-v1 and LunarLander-v3 at 1e4 users",
+    ),
     "forecast": (
         "qveil.experiments.forecast_check",
         "the utility forecast (public simulation) against measured served fractions, "

@@ -165,6 +165,8 @@ def _random_policy(m: int, seed: int) -> Callable[[npt.NDArray[np.float64]], Any
     return lambda s: rng.integers(0, m, size=len(s))
 
 
+# long-function: one experiment point top to bottom (train, serve, evaluate), as docs/results.md
+#   section 8 describes it
 def run_point(
     env_id: str,
     users: int,

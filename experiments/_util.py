@@ -10,9 +10,10 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from tqdm.auto import tqdm
 
-__all__ = ["default_workers", "progress_map", "write_csv", "write_table_and_plot"]
+__all__ = ["default_workers", "mean_se", "progress_map", "write_csv", "write_table_and_plot"]
 
 
 def default_workers() -> int:
@@ -71,3 +72,10 @@ def write_table_and_plot(
     png = out / f"{name}.png"
     plot(rows, png)
     return {"csv": csv_path, "png": png}
+
+
+def mean_se(values: Sequence[float]) -> tuple[float, float]:
+    """The mean of ``values`` and its standard error (0 for a single value)."""
+    a = np.asarray(values, dtype=np.float64)
+    se = float(a.std(ddof=1) / np.sqrt(a.size)) if a.size > 1 else 0.0
+    return float(a.mean()), se

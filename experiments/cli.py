@@ -66,7 +66,7 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
     "private-eval": (
         "qveil.experiments.private_eval_check",
         "the private off-policy evaluation against the simulator's true value: coverage of "
-        "its 95% interval over seeds (LineWalk, CartPole)",
+        "its 95%% interval over seeds (LineWalk, CartPole)",
     ),
     "theory": (
         "qveil.experiments.theory",

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from qveil.cli import main
+from qveil.experiments.cli import EXPERIMENTS
 
 
 def _check_outputs(out: Path, names: list[str]) -> None:
@@ -242,3 +243,15 @@ def test_utility_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
         chain = list(csv.DictReader(fh))
     assert {"DP-FQE (qveil fqi)", "DP-LSW", "DP-LSL"} <= {r["method"] for r in chain}
     assert "utility: done" in capsys.readouterr().out
+
+
+def test_every_experiment_prints_its_help(capsys: pytest.CaptureFixture[str]) -> None:
+    """``qveil experiments --help`` and each experiment's ``--help`` print and exit 0 (a
+    help string with a bare '%' once made argparse raise a TypeError)."""
+    for argv in [["experiments", "--help"]] + [
+        ["experiments", name, "--help"] for name in EXPERIMENTS
+    ]:
+        with pytest.raises(SystemExit) as exit_info:
+            main(argv)
+        assert exit_info.value.code == 0, argv
+        assert "usage:" in capsys.readouterr().out

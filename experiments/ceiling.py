@@ -289,10 +289,11 @@ def run_env(
     return rows
 
 
-#: The full run: (env, users, learners' reward scale, episodes, releases).
-FULL: tuple[tuple[str, int, float], ...] = (
-    ("CartPole-v1", 10_000, 1.0),
-    ("LunarLander-v3", 10_000, 0.1),
+#: The full run: (env, users, learners' reward scale, episodes, releases). LunarLander's
+#: episodes last up to 1000 steps: fewer of them.
+FULL: tuple[tuple[str, int, float, int, int], ...] = (
+    ("CartPole-v1", 10_000, 1.0, 30, 10),
+    ("LunarLander-v3", 10_000, 0.1, 20, 5),
 )
 
 
@@ -303,9 +304,9 @@ def run(
     seeds: int | None = None,
     **_: Any,
 ) -> dict[str, Path]:
-    """Every environment of ``FULL`` on report seed 0 (``--seeds 2``: also seed 2), 10
-    releases x 30 episodes, DQN and CQL 20000 steps each. ``--quick``: CartPole with 200
-    users, 2 releases x 3 episodes, 300 learner steps (seconds)."""
+    """Every environment of ``FULL`` on report seed 0 (``--seeds 2``: also seed 2), DQN and
+    CQL 20000 steps each. ``--quick``: CartPole with 200 users, 2 releases x 3 episodes, 300
+    learner steps (seconds)."""
     from qveil.experiments._util import write_csv
 
     out.mkdir(parents=True, exist_ok=True)
@@ -315,9 +316,11 @@ def run(
     def say(text: str) -> None:
         print(f"ceiling [{time.perf_counter() - t0:.0f} s] {text}", flush=True)
 
-    plan: Sequence[tuple[str, int, float]] = (("CartPole-v1", 200, 1.0),) if quick else FULL
-    steps, episodes, releases = (300, 3, 2) if quick else (20_000, 30, 10)
-    for env_id, users, scale in plan:
+    plan: Sequence[tuple[str, int, float, int, int]] = (
+        (("CartPole-v1", 200, 1.0, 3, 2),) if quick else FULL
+    )
+    steps = 300 if quick else 20_000
+    for env_id, users, scale, episodes, releases in plan:
         learners = {
             "offline DQN": LearnerConfig(cql_alpha=0.0, steps=steps, reward_scale=scale),
             "discrete CQL": LearnerConfig(cql_alpha=1.0, steps=steps, reward_scale=scale),

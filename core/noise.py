@@ -7,7 +7,7 @@ a new point depends only on its nearest stored neighbour on each side. So a path
 evaluated at any state, in any order, one point at a time, *exactly*, in O(log n), and a
 server can answer unboundedly many queries from one path.
 
-The conditionals (``../shared/NOTES-privacy.md`` section 1; the paper's Appendix A,
+The conditionals (docs/privacy.md section 9; the paper's Appendix A,
 equation (2), is wrong: its mean weights are swapped and its variance can go negative):
 
 * no stored point:             N(0, sigma^2)
@@ -136,8 +136,8 @@ def conditional_moments(
 
     ``d_left``/``g_left`` describe the nearest stored point left of x (distance >= 0 and its
     value), ``d_right``/``g_right`` the nearest one to the right; pass ``None`` for both
-    values of a side with no stored point. Exact for the OU kernel (``NOTES-privacy.md``
-    section 1, *not* the paper's equation (2)); by the Markov property no other stored point
+    values of a side with no stored point. Exact for the OU kernel (docs/privacy.md
+    section 9, *not* the paper's equation (2)); by the Markov property no other stored point
     matters. ``1 - exp(-2 beta d)`` is always ``-expm1(-2 beta d)``, so the result keeps full
     relative precision for beta * d from 1e-12 to 1e5 and beyond (a side at distance
     ``inf`` is the same as no neighbour on that side).
@@ -576,7 +576,7 @@ def sample_batch(
     and 0.0); ``z`` holds one standard normal per state (``z[k]`` for ``x[k]``). Returns
     ``(g, left, right)``: g drawn point by point in the order of ``x``, each state
     conditioned on everything stored and on the batch's earlier states, which by the Markov
-    property of the OU kernel (``NOTES-privacy.md`` section 1) means on its nearest
+    property of the OU kernel (docs/privacy.md section 9) means on its nearest
     neighbours among them, ``left[k]`` and ``right[k]`` (+-inf: none). That sequential rule
     gives the exact joint law, and it is what this computes, in two parts that cannot see
     each other: a state alone between two consecutive stored points (almost every state of
@@ -667,7 +667,7 @@ def _draw_in_gaps(
 class StateInterval:
     """A bounded state interval [lo, hi], mapped affinely onto the noise domain [0, 1].
 
-    beta is defined on [0, 1] (``NOTES-privacy.md`` section 1), so every state is mapped
+    beta is defined on [0, 1] (docs/privacy.md section 9), so every state is mapped
     before it reaches a sample path; values outside [lo, hi], NaN and infinities are refused.
     """
 

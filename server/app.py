@@ -125,7 +125,7 @@ def is_loopback(listen: str) -> bool:
 
 
 def check_transport(config: ServeConfig) -> None:
-    """The rules of issue 6: plaintext only on loopback unless --insecure; without a tokens
+    """The transport rules: plaintext only on loopback unless --insecure; without a tokens
     file, loopback only (anyone may query there, nobody may administer or audit)."""
     loop = is_loopback(config.listen)
     if not loop and config.tls is None and not config.insecure:
@@ -149,7 +149,7 @@ def resolve_store_url(url: str, bundle: Path) -> tuple[str, bool]:
     """(url, changed): a relative SQLite path (``sqlite:///store.sqlite``, any
     ``sqlite+driver``) resolved against the directory that holds the bundle (where the default
     store lives), not against the working directory, so the same command finds the same
-    store wherever it runs (issue 14 item 8). Absolute paths, in-memory SQLite and other
+    store wherever it runs. Absolute paths, in-memory SQLite and other
     backends are returned unchanged."""
     scheme, sep, rest = url.partition(":///")
     if not sep or not (scheme == "sqlite" or scheme.startswith("sqlite+")):
@@ -195,7 +195,7 @@ def create_server(
     admin_grpc.add_AdminServiceServicer_to_server(AdminServicer(core), server)
     audit_grpc.add_AuditServiceServicer_to_server(AuditServicer(core), server)
     health_pb2_grpc.add_HealthServicer_to_server(health.servicer, server)
-    add_inference_service(core, health, server)  # issue 17: the v2 protocol, same port
+    add_inference_service(core, health, server)  # the v2 protocol, same port
     if reflection:
         from grpc_reflection.v1alpha import reflection as refl
 
@@ -568,7 +568,7 @@ def _process_main(config: ServeConfig, index: int, ready: Any) -> None:
 async def _start_rest(
     config: ServeConfig, core: Core, health: Health, say: Callable[[str], None]
 ) -> Any:
-    """The v2 REST binding (``--http-port``, issue 17): 127.0.0.1 unless TLS is set, then the
+    """The v2 REST binding (``--http-port``): 127.0.0.1 unless TLS is set, then the
     --listen host, with the same certificates."""
     if config.http_port is None:
         return None

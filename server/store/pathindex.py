@@ -3,7 +3,7 @@
 The copy of a path is a dict x -> g (exact look-ups, the hits) and this index: the stored
 states in increasing order with their values, as float64 numpy arrays, so the nearest stored
 neighbours of a whole batch of new states are found by two ``searchsorted`` calls instead of
-one Python bisection per state (issue 15: the batch path was bound by Python work per state).
+one Python bisection per state (the batch path was bound by Python work per state).
 
 Layout (a two-level log-structured merge): a large sorted ``main`` pair of float64 arrays,
 framed by sentinels (-inf and +inf with value 0.0, so every state in [0, 1] has a left and a

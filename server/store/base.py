@@ -18,7 +18,7 @@ in sorted order), and *inside* it, per pair:
    so any neighbour another thread, process or replica inserted is known (skipped when the
    backend can tell that nobody else wrote: SQLite ``PRAGMA data_version``);
 2. look up the nearest stored point on each side of every new state (the copy's sorted
-   index, :mod:`.pathindex`, vectorised) and call :func:`qveil.noise.sample_batch`:
+   index, :mod:`qveil.pathindex`, vectorised) and call :func:`qveil.noise.sample_batch`:
    the new states are drawn one after another in the order given, each conditioned on its
    nearest neighbours among the stored points and the batch's earlier draws; by the Markov
    property of the OU kernel that is the exact joint conditional law (docs/privacy.md section

@@ -2,7 +2,7 @@
 from it.
 
 Per path: the committed points as a dict x -> g (exact look-ups) and a sorted index
-(:mod:`.pathindex`, neighbours for new draws), the high-water mark (largest seq applied) and
+(:mod:`qveil.pathindex`, neighbours for new draws), the high-water mark (largest seq applied) and
 the chain head. Values never change, so a state found in the copy is answered without the
 database; :meth:`PathCache.known_values` answers a whole request that way. A request with new
 states is admitted by :meth:`PathCache.reserve` (one read bringing the copies up to date,
@@ -26,7 +26,7 @@ import numpy.typing as npt
 
 from qveil.errors import IntegrityError, InvalidArgument
 from qveil.noise import validate_unit_states
-from qveil.server.store.pathindex import SortedPoints
+from qveil.pathindex import SortedPoints
 from qveil.server.store.releases import ReleaseRecord, check_action
 
 __all__ = ["Admission", "FloatArray", "FullRow", "PathCache", "Row", "Witness"]

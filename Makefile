@@ -27,9 +27,10 @@ test: setup
 check: setup proto-check
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	# mypy must see core/ under its installed name `qveil` to follow qveil.* imports.
-	mkdir -p .typecheck && ln -sfn ../core .typecheck/qveil
+	# mypy and import-linter read the `qveil` namespace as a tree of symlinks (.typecheck/)
+	bash scripts/namespace_tree.sh
 	MYPYPATH=.typecheck $(VENV)/bin/mypy -p qveil
+	PYTHONPATH=.typecheck $(VENV)/bin/lint-imports
 
 # Regenerate the committed gRPC/protobuf stubs (never edit them by hand).
 proto: setup

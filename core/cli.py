@@ -1,6 +1,17 @@
-"""The single ``qveil`` entry point. Each subcommand lives in its own module and registers
-itself here through ``add_parser(subparsers)``; imports are lazy so that the light client
-commands never import torch or SQLAlchemy."""
+"""The single ``qveil`` entry point, and the composition root: the one module that names the
+layers above core (the trainer, the server, the client, the experiments).
+
+Each subcommand lives in its own module and registers itself through
+``add_parser(subparsers)``; its parser stores the function that runs it (``func``). The
+modules are named by string and imported when the parser is built, so that a missing
+optional extra (the light client has neither the trainer nor the server) disables its
+commands instead of breaking every command.
+
+A command whose module stands below a part it needs (core's ``qveil privacy --forecast`` and
+``qveil dataset collect`` need the trainer; the trainer's ``qveil train`` and ``qveil
+evaluate --private`` need the registry's ledger, which the server implements:
+:class:`qveil.release_records.ReleaseRecords`) receives that part from here as a keyword
+argument of its ``func`` (:data:`WIRING`), loaded when it is first called."""
 
 from __future__ import annotations
 
@@ -8,10 +19,11 @@ import argparse
 import importlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from qveil import __version__
-from qveil.errors import QveilError
+from qveil.errors import FailedPrecondition, QveilError
 
 # subcommand -> module providing ``add_parser(subparsers)``; the parser stores ``func``.
 SUBCOMMANDS: dict[str, str] = {
@@ -28,6 +40,42 @@ SUBCOMMANDS: dict[str, str] = {
     "audit": "qveil.server.cli_audit",
     "experiments": "qveil.experiments.cli",
 }
+
+
+# run function ("module.qualname") -> its keyword argument -> "module:attribute" that provides it
+WIRING: dict[str, dict[str, str]] = {
+    "qveil.privacy.cli.run": {"forecast": "qveil.trainer.forecast:forecast"},
+    "qveil.dataset_cli.run_collect": {"collect": "qveil.trainer.cli_dataset:collect_command"},
+    "qveil.trainer.cli_train.run": {"records": "qveil.server.release_records:open_release_records"},
+    "qveil.trainer.cli_evaluate.run": {
+        "records": "qveil.server.release_records:open_release_records"
+    },
+}
+
+
+def provided(spec: str) -> Callable[..., Any]:
+    """The callable ``module:attribute``, imported when it is first called; a missing optional
+    extra is a FailedPrecondition naming it (one line and exit 2, not a traceback)."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        module, attr = spec.split(":")
+        try:
+            target = getattr(importlib.import_module(module), attr)
+        except ImportError as exc:
+            raise FailedPrecondition(
+                f"needs {exc.name!r}; install qveil with its extras "
+                "(pip install 'qveil[server,trainer]')"
+            ) from None
+        return target(*args, **kwargs)
+
+    return call
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the parsed command's ``func`` with what :data:`WIRING` says it needs."""
+    func = args.func
+    wired = WIRING.get(f"{func.__module__}.{func.__qualname__}", {})
+    return int(func(args, **{name: provided(spec) for name, spec in wired.items()}) or 0)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -75,7 +123,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args.func(args) or 0)
+        return run(args)
     except QveilError as exc:
         print(f"qveil {args.command}: error: {exc}", file=sys.stderr)
         return 2

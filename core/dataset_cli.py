@@ -26,14 +26,17 @@ import dataclasses
 import json
 import math
 import os
-import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from qveil.dataset import _echo, _kind, load_dataset, save_dataset
+from qveil.dataset_minari import resolve_location
+from qveil.dataset_parquet import ParquetSource
 from qveil.errors import FailedPrecondition, InvalidArgument, NotFound
+from qveil.kfqi_config import load_fqi_config
 
-__all__ = ["add_engine_flags", "add_parser", "engine_from", "format_summary", "parse_reward_range"]
+__all__ = ["add_engine_flags", "add_parser", "format_summary", "parse_reward_range"]
 
 
 def parse_reward_range(text: str | None) -> tuple[float, float] | None:
@@ -75,19 +78,6 @@ def add_engine_flags(p: argparse.ArgumentParser, *, what: str) -> None:
         type=int,
         metavar="S",
         help="users per shard (default 10000; a Parquet dataset's shards are its row groups)",
-    )
-
-
-def engine_from(args: argparse.Namespace) -> Any:
-    """The :class:`qveil.trainer.distributed.Engine` of the command-line flags."""
-    from qveil.dataset_parquet import USERS_PER_GROUP
-    from qveil.trainer.distributed import Engine  # the trainer extra (Dask)
-
-    return Engine(
-        workers=args.workers,
-        cluster=args.cluster,
-        shard_users=USERS_PER_GROUP if args.shard_users is None else args.shard_users,
-        progress=not args.no_progress and sys.stderr.isatty(),
     )
 
 
@@ -145,7 +135,11 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         "declare the same name",
     )
     c.add_argument("--force", action="store_true", help="replace an existing .npz or .parquet")
-    c.add_argument("--no-progress", action="store_true", help="no progress bar")
+    c.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress (a bar on a terminal; else, with Dask shards, a log line per shard)",
+    )
     add_engine_flags(c, what="collection (--out FILE.parquet)")
     c.set_defaults(func=run_collect)
 
@@ -178,7 +172,6 @@ def _check_out(out: str, *, force: bool) -> None:
         if path.exists() and not force:
             raise FailedPrecondition(f"{_echo(out)} exists; pass --force to replace it")
         return
-    from qveil.dataset_minari import resolve_location
 
     directory, _ = resolve_location(out)
     if directory.exists():
@@ -189,11 +182,12 @@ def _check_out(out: str, *, force: bool) -> None:
         raise NotFound(f"directory {_echo(str(directory.parent))} does not exist")
 
 
-def run_collect(args: argparse.Namespace) -> int:
+def run_collect(args: argparse.Namespace, *, collect: Callable[..., None]) -> int:
+    """Check the flags and the destination, then ``collect(args, reward_range)``: the
+    trainer's simulated collection (:func:`qveil.trainer.cli_dataset.collect_command`,
+    passed by the composition root :mod:`qveil.cli`)."""
     rr = parse_reward_range(args.reward_range)
     if rr is None and args.config is not None:
-        from qveil.kfqi_config import load_fqi_config
-
         cfg_rr = load_fqi_config(args.config).reward_range
         rr = None if cfg_rr is None else (float(cfg_rr[0]), float(cfg_rr[1]))
     if args.clip_rewards and rr is None:
@@ -210,51 +204,7 @@ def run_collect(args: argparse.Namespace) -> int:
         raise InvalidArgument(
             "--workers and --cluster write one Parquet row group per shard: give --out FILE.parquet"
         )
-    try:
-        from qveil.trainer.collect import collect
-        from qveil.trainer.distributed import collect_parquet
-    except ImportError as exc:
-        raise FailedPrecondition(
-            f"collecting needs {exc.name!r}: pip install 'qveil[trainer]'"
-        ) from None
-    if parquet:
-        s = collect_parquet(
-            args.env,
-            args.users,
-            args.seed,
-            args.out,
-            episodes_per_user=args.episodes_per_user,
-            reward_range=rr,
-            clip_rewards=args.clip_rewards,
-            population=args.population,
-            rewards_are_population_averages=args.rewards_are_population_averages,
-            force=args.force,
-            engine=engine_from(args),
-        )
-        print(
-            f"wrote {args.out}: {s['users']} users, {s['samples']} samples, d = {s['d']}, "
-            f"{s['fingerprint']}"
-        )
-        return 0
-    ds = collect(
-        args.env,
-        args.users,
-        args.seed,
-        episodes_per_user=args.episodes_per_user,
-        progress=not args.no_progress and sys.stderr.isatty(),
-        reward_range=rr,
-        clip_rewards=args.clip_rewards,
-    )
-    if args.rewards_are_population_averages:
-        ds = dataclasses.replace(ds, rewards_are_population_averages=True)
-    if args.population is not None:
-        ds = dataclasses.replace(ds, population=args.population)
-    save_dataset(ds, args.out)
-    s = ds.summary()
-    print(
-        f"wrote {args.out}: {s['users']} users, {s['samples']} samples, d = {s['d']}, "
-        f"{s['fingerprint']}"
-    )
+    collect(args, rr)
     return 0
 
 
@@ -288,8 +238,6 @@ def format_summary(s: dict[str, Any], path: str) -> str:
 def run_info(args: argparse.Namespace) -> int:
     rr = parse_reward_range(args.reward_range)
     if _kind(args.path) == "parquet":  # the writer's record in the metadata; no row is read
-        from qveil.dataset_parquet import ParquetSource
-
         s = ParquetSource(args.path, reward_range=rr).summary()
     else:
         s = load_dataset(args.path, reward_range=rr).summary()

@@ -22,6 +22,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from qveil.bundle import load_bundle
 from qveil.errors import (
     BudgetExceeded,
     FailedPrecondition,
@@ -34,7 +35,13 @@ from qveil.errors import (
 from qveil.server import admin_tables as T
 from qveil.server import audit_log
 from qveil.server.admin_db import AdminDB, open_admin_db
+from qveil.server.binding import bind, check_binding, copy_refusal
+from qveil.server.handlers import Handlers, Limits
 from qveil.server.ledger import BudgetReport, Cap, Ledger
+from qveil.server.registry import open_registry
+from qveil.server.state import ReleaseHolder
+from qveil.server.store import open_store
+from qveil.server.store.export import read_export_header
 
 __all__ = [
     "log_number",
@@ -79,8 +86,6 @@ class AdminContext:
     def registry(self) -> Any:
         """The registry (lineage, witnessed heads, population ledger), opened on first use."""
         if self._registry is None:
-            from qveil.server.registry import open_registry
-
             self._registry = open_registry(self.registry_url, actor=self.actor)
         return self._registry
 
@@ -110,7 +115,6 @@ def open_admin(
     and its admin records. ``memory://`` is for tests: nothing survives the process.
     ``new_ok=False`` (every ``qveil admin`` operation but ``init-store``) refuses a store that
     does not exist yet instead of creating an empty one."""
-    from qveil.server.store import open_store
 
     try:
         store = open_store(store_url, rng=rng, create=create, new_ok=new_ok)
@@ -361,10 +365,6 @@ def bind_bundle(ctx: AdminContext, bundle_path: str | Path) -> dict[str, Any]:
     """Bind a bundle's release to this store without serving it (``init-store --bundle``):
     the same checks and writes as a first serve (:mod:`qveil.server.binding`); the release is
     registered ``staged``. For bundles that are served from a read-only directory later."""
-    from qveil.bundle import load_bundle
-    from qveil.server.binding import bind, check_binding
-    from qveil.server.handlers import Handlers, Limits
-    from qveil.server.state import ReleaseHolder
 
     path = Path(bundle_path)
     params: dict[str, Any] = {"bundle_path": str(path)}
@@ -396,8 +396,6 @@ def export_release(ctx: AdminContext, release_id: str, out: str | Path) -> dict[
     issued by the registry, and retire it here (this store answers it no more). The first
     ``import-release`` of the file consumes the token; a second is refused."""
     import secrets
-
-    from qveil.server.binding import copy_refusal
 
     params: dict[str, Any] = {"release_id": release_id, "out": str(out)}
     try:
@@ -501,8 +499,6 @@ def import_release(ctx: AdminContext, path: str | Path) -> dict[str, Any]:
     (every count, seq and chain link verified first; one transaction), then consume the token
     (the release now lives in this store incarnation). The release arrives ``staged``; its
     bundle is served from here and its binding.json re-pointed on that serve."""
-    from qveil.server.binding import copy_refusal
-    from qveil.server.store.export import read_export_header
 
     params: dict[str, Any] = {"path": str(path)}
     try:

@@ -1,6 +1,6 @@
 """Server factory and lifecycle.
 
-``create_server(core, health, listen=...) -> (server, port)`` builds a grpc.aio server with
+``create_server(plane, health, listen=...) -> (server, port)`` builds a grpc.aio server with
 the three qveil services, grpc.health.v1 and (by flag) reflection, bound but not started;
 tests bind ``127.0.0.1:0``. :func:`serve` is the whole life of ``qveil serve``: bind (health
 NOT_SERVING), open the store, load and verify the bundle, register and activate its release,
@@ -33,9 +33,10 @@ from qveil.server.auth import Authorizer, load_tokens
 from qveil.server.handlers import Handlers, Limits, new_executor
 from qveil.server.health import Health
 from qveil.server.metrics import Metrics
-from qveil.server.oip_grpc import SERVICE_NAME as OIP_SERVICE_NAME
-from qveil.server.oip_grpc import add_inference_service
-from qveil.server.servicers import AdminServicer, AuditServicer, Core, ValueServicer
+from qveil.server.protocol.dataplane import DataPlane
+from qveil.server.protocol.grpc.servicer import AdminServicer, AuditServicer, ValueServicer
+from qveil.server.protocol.grpc.v2_servicer import SERVICE_NAME as OIP_SERVICE_NAME
+from qveil.server.protocol.grpc.v2_servicer import add_inference_service
 from qveil.v1 import admin_service_pb2, audit_service_pb2, value_service_pb2
 from qveil.v1 import admin_service_pb2_grpc as admin_grpc
 from qveil.v1 import audit_service_pb2_grpc as audit_grpc
@@ -162,7 +163,7 @@ def resolve_store_url(url: str, bundle: Path) -> tuple[str, bool]:
 
 
 def create_server(
-    core: Core,
+    plane: DataPlane,
     health: Health,
     *,
     listen: str = "127.0.0.1:0",
@@ -179,7 +180,7 @@ def create_server(
     process's, not a port to check for being free."""
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    from qveil.server.bad_body import BadBodyInterceptor
+    from qveil.server.protocol.grpc.bad_body import BadBodyInterceptor
 
     server = grpc.aio.server(
         interceptors=[BadBodyInterceptor()],
@@ -191,11 +192,11 @@ def create_server(
             ("grpc.so_reuseport", 1 if reuse_port else 0),
         ],
     )
-    value_grpc.add_ValueServiceServicer_to_server(ValueServicer(core), server)
-    admin_grpc.add_AdminServiceServicer_to_server(AdminServicer(core), server)
-    audit_grpc.add_AuditServiceServicer_to_server(AuditServicer(core), server)
+    value_grpc.add_ValueServiceServicer_to_server(ValueServicer(plane), server)
+    admin_grpc.add_AdminServiceServicer_to_server(AdminServicer(plane), server)
+    audit_grpc.add_AuditServiceServicer_to_server(AuditServicer(plane), server)
     health_pb2_grpc.add_HealthServicer_to_server(health.servicer, server)
-    add_inference_service(core, health, server)  # the v2 protocol, same port
+    add_inference_service(plane, health, server)  # the v2 protocol, same port
     if reflection:
         from grpc_reflection.v1alpha import reflection as refl
 
@@ -318,7 +319,7 @@ async def serve(config: ServeConfig, *, on_event: Callable[[str], None] | None =
     handlers = Handlers(
         store=None, holder=_holder(), limits=config.limits, metrics=metrics, budget=config.budget
     )
-    core = Core(handlers, authorizer, executor)
+    plane = DataPlane(handlers, authorizer, executor)
     health = Health()
     await health.set_serving(False)
     host, _ = split_host(config.listen)
@@ -328,7 +329,7 @@ async def serve(config: ServeConfig, *, on_event: Callable[[str], None] | None =
     async def bind() -> None:
         nonlocal server, port
         server, port = create_server(
-            core,
+            plane,
             health,
             listen=config.listen,
             credentials=config.tls.credentials() if config.tls else None,
@@ -351,7 +352,7 @@ async def serve(config: ServeConfig, *, on_event: Callable[[str], None] | None =
     if not joining:  # processes 2..N bind once their release is ready
         await bind()
     try:
-        rest = await _start_rest(config, core, health, say)
+        rest = await _start_rest(config, plane, health, say)
     except BaseException:  # e.g. the REST port is taken: nothing was served yet
         await stop_server(0)
         executor.shutdown(wait=False)
@@ -422,7 +423,7 @@ async def serve(config: ServeConfig, *, on_event: Callable[[str], None] | None =
         if joining:
             await bind()
             loop.create_task(_watch_parent(config.parent_pid, stop))
-        core.ready = True
+        plane.ready = True
         await health.set_serving(True)
         if config.metrics_port is not None:
             mport = metrics.serve_prometheus(
@@ -453,10 +454,10 @@ async def serve(config: ServeConfig, *, on_event: Callable[[str], None] | None =
         # with UNAVAILABLE while the event loop keeps matching them, let the calls in flight
         # finish, and only then stop; clients map the few calls still caught by the race
         # (reset before any handler ran, so never processed) to UNAVAILABLE too.
-        # (v2 REST calls go through Core.unary as well: refused and waited for alike.)
-        core.closing = True
+        # (v2 REST calls go through the data plane as well: refused and waited for alike.)
+        plane.closing = True
         started = loop.time()
-        await core.wait_idle(config.grace)
+        await plane.wait_idle(config.grace)
         left = max(0.0, config.grace - (loop.time() - started))
         await asyncio.gather(  # both bindings stop within what is left of --grace
             stop_server(left), *([rest.stop(left)] if rest is not None else [])
@@ -566,17 +567,17 @@ def _process_main(config: ServeConfig, index: int, ready: Any) -> None:
 
 
 async def _start_rest(
-    config: ServeConfig, core: Core, health: Health, say: Callable[[str], None]
+    config: ServeConfig, plane: DataPlane, health: Health, say: Callable[[str], None]
 ) -> Any:
     """The v2 REST binding (``--http-port``): 127.0.0.1 unless TLS is set, then the
     --listen host, with the same certificates."""
     if config.http_port is None:
         return None
-    from qveil.server.oip_rest import start_rest
+    from qveil.server.protocol.rest.server import start_rest
 
     host = split_host(config.listen)[0] if config.tls is not None else "127.0.0.1"
     rest = await start_rest(
-        core,
+        plane,
         lambda: bool(health.serving),
         host=host,
         port=config.http_port,

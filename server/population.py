@@ -18,28 +18,15 @@ from typing import Any
 
 from qveil.errors import BudgetExceeded, FailedPrecondition, InvalidArgument, echo
 from qveil.privacy.ledger import PrivacyEvent, filter_check, filter_state
+from qveil.release_records import validate_population
 
-__all__ = ["create", "precheck", "report", "plot_spending", "validate_name"]
-
-MAX_NAME = 200
-
-
-def validate_name(name: Any) -> str:
-    """A population name: 1-200 printable characters, no leading or trailing space."""
-    if not isinstance(name, str) or not name or name != name.strip() or len(name) > MAX_NAME:
-        raise InvalidArgument(
-            f"a population name is 1-{MAX_NAME} characters without surrounding spaces, got "
-            f"{echo(str(name))}"
-        )
-    if not name.isprintable():
-        raise InvalidArgument(f"population name {echo(name)} has unprintable characters")
-    return name
+__all__ = ["create", "precheck", "report", "plot_spending"]
 
 
 def create(registry: Any, name: str, *, epsilon: float, delta: float) -> dict[str, Any]:
     """Declare a population with its budget, once (a second declaration is refused: a budget
     that could be raised later would not bound anything)."""
-    validate_name(name)
+    validate_population(name)
     for what, v in (("epsilon", epsilon), ("delta", delta)):
         if not (isinstance(v, int | float) and math.isfinite(v)):
             raise InvalidArgument(f"--{what} must be a finite number, got {v!r}")
@@ -59,7 +46,7 @@ def create(registry: Any, name: str, *, epsilon: float, delta: float) -> dict[st
 def report(registry: Any, name: str) -> dict[str, Any]:
     """Budget, spending under the filter, what one more release may still have, and every
     event with its time (NotFound-like FailedPrecondition for an undeclared population)."""
-    validate_name(name)
+    validate_population(name)
     cap = registry.ledger.cap(name)
     if cap is None:
         raise FailedPrecondition(
@@ -94,7 +81,7 @@ def precheck(registry: Any, name: str, event: PrivacyEvent) -> dict[str, Any]:
     """Refuse (BudgetExceeded / FailedPrecondition, nothing written) a planned release the
     population's filter would not let through; run before any private data is read. Returns
     the filter's state with the release added."""
-    validate_name(name)
+    validate_population(name)
     cap = registry.ledger.cap(name)
     if cap is None:
         raise FailedPrecondition(

@@ -3,9 +3,9 @@
 Retraining, in order, so that a refusal leaves nothing behind:
 
 1. load the training config, apply ``--epsilon``/``--sigma``; ask the accountant what the run
-   will cost (``qveil.trainer.train.privacy_for``) and check it against the dataset's cap
-   *before* training (a refused retrain costs no compute);
-2. train (``qveil.trainer.train.run_training``) into a new bundle directory;
+   will cost (the trainer's :meth:`qveil.trainer.estimators.Estimator.public_plan`) and check
+   it against the dataset's cap *before* training (a refused retrain costs no compute);
+2. train (:meth:`~qveil.trainer.estimators.Estimator.train`) into a new bundle directory;
 3. recompute the release's privacy from the bundle's own card (``qveil.privacy.account``, never
    the card's numbers) and record the event: cap check and append in one serialized transaction
    (:meth:`qveil.server.ledger.Ledger.record`); refused -> the bundle directory is deleted,
@@ -17,6 +17,10 @@ Retraining, in order, so that a refusal leaves nothing behind:
 5. optionally activate it.
 
 Every outcome is appended to the admin audit log, also a refusal or a failure.
+
+The server uses the trainer through its estimator interface (:mod:`qveil.trainer.estimators`)
+only, imported when a retrain runs: the trainer is an optional extra of a server
+(``qveil[trainer]``: gymnasium, torch).
 """
 
 from __future__ import annotations
@@ -32,9 +36,12 @@ import sqlalchemy as sa
 
 from qveil.bundle import Bundle, load_bundle
 from qveil.errors import FailedPrecondition, IntegrityError, InvalidArgument, NotFound, echo
+from qveil.privacy.fqi import account_params
+from qveil.privacy.ledger import PrivacyEvent
 from qveil.server import admin_tables as T
 from qveil.server.admin import AdminContext, activate, bind_bundle, log_number, log_outcome
 from qveil.server.audit_log import utc_now
+from qveil.server.handlers import store_params
 from qveil.server.ledger import BudgetReport, LedgerEntry
 
 __all__ = ["RetrainResult", "default_releases_dir", "retrain"]
@@ -82,11 +89,17 @@ def _training_config(
     delta: float | None,
     mode: str | None,
 ) -> Any:
-    from qveil.trainer.config import TrainConfig
+    from qveil.trainer.estimators import estimator_name, load_config  # optional extra
 
     if sigma is not None and epsilon is not None:
         raise InvalidArgument("give --epsilon or --sigma, not both")
-    cfg = TrainConfig.from_toml(config)
+    cfg = load_config(config, estimator="algorithm1")
+    name = estimator_name(cfg)
+    if name != "algorithm1":
+        raise InvalidArgument(
+            "retrain trains Algorithm 1 online (a config whose mode is paper, gdp or output), "
+            f"not the {name} estimator: train fqi releases with qveil train --dataset"
+        )
     over: dict[str, Any] = {}
     if mode is not None:
         over["mode"] = mode
@@ -108,16 +121,9 @@ def _training_config(
     return cfg
 
 
-def _planned_event(cfg: Any, dataset_id: str) -> Any:
+def _planned_event(estimator: Any, dataset_id: str) -> PrivacyEvent:
     """The privacy event the run will cost, computed by the accountant before training."""
-    from qveil.privacy.ledger import PrivacyEvent
-    from qveil.trainer.train import make_env, privacy_for
-
-    info = make_env(cfg)
-    try:
-        result, _ = privacy_for(cfg, n_actions=info.n_actions)
-    finally:
-        info.env.close()
+    result = estimator.public_plan()
     if isinstance(result, dict) or not result.holds:
         reason = result.get("reason") if isinstance(result, dict) else result.reason
         raise FailedPrecondition(
@@ -129,8 +135,6 @@ def _planned_event(cfg: Any, dataset_id: str) -> Any:
 
 def _bundle_event(bundle: Any, dataset_id: str) -> Any:
     """The release's event, recomputed by the accountant from the card's own parameters."""
-    from qveil.privacy.fqi import account_params
-    from qveil.privacy.ledger import PrivacyEvent
 
     result = account_params(bundle.card["privacy_params"])
     return PrivacyEvent.from_result(result, dataset_id=dataset_id, bundle_id=bundle.bundle_id)
@@ -168,10 +172,13 @@ def retrain(
     try:
         cfg = _training_config(config, sigma=sigma, epsilon=epsilon, delta=delta, mode=mode)
         params["mode"] = cfg.mode
-        planned = _planned_event(cfg, dataset_id)
+        from qveil.trainer.estimators import create_estimator  # optional extra (docstring)
+
+        estimator = create_estimator(cfg)
+        planned = _planned_event(estimator, dataset_id)
         params["planned_epsilon"], params["planned_delta"] = planned.epsilon, planned.delta
         ctx.ledger.check(planned, budget=budget)  # refuse before spending compute
-        bundle = _train_bundle(ctx, cfg, out_dir, seed=seed, progress=progress, moved=moved)
+        bundle = _train_bundle(ctx, estimator, out_dir, seed=seed, progress=progress, moved=moved)
         params["release_id"] = bundle.bundle_id
         entry = _record_and_register(ctx, bundle, dataset_id, params, budget=budget)
     except BaseException as exc:
@@ -196,7 +203,7 @@ def retrain(
 
 def _train_bundle(
     ctx: AdminContext,
-    cfg: Any,
+    estimator: Any,
     out_dir: str | Path | None,
     *,
     seed: int | None,
@@ -206,8 +213,6 @@ def _train_bundle(
     """Train into a staging directory beside the releases, then move the verified bundle to
     ``root / release_id`` (refused when that directory or the release id already exists: a
     release id names one noise path). ``moved`` receives each directory as it is created."""
-    from qveil.trainer.train import run_training
-
     root = Path(out_dir) if out_dir is not None else default_releases_dir(ctx.store_url)
     if root is None:
         raise InvalidArgument(
@@ -217,7 +222,7 @@ def _train_bundle(
     root.mkdir(parents=True, exist_ok=True)
     staging = root / f".retrain-{uuid.uuid4().hex}"
     moved.append(staging)
-    outcome = run_training(cfg, staging, seed=seed, progress=progress)
+    outcome = estimator.train(None, staging, seed=seed, progress=progress)
     release_id = load_bundle(outcome.path, verify=True).bundle_id
     bundle_dir = root / release_id
     if bundle_dir.exists():
@@ -245,7 +250,6 @@ def _record_and_register(
 ) -> LedgerEntry:
     """Record the release's event in the ledger (spent from here on: ``params['ledger_seq']``),
     bind the bundle to the store (registered staged) and note where its bundle lives."""
-    from qveil.server.handlers import store_params
 
     event = _bundle_event(bundle, dataset_id)
     entry = ctx.ledger.record(event, release_id=bundle.bundle_id, actor=ctx.actor, budget=budget)

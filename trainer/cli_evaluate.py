@@ -16,6 +16,18 @@ import argparse
 import json
 from typing import Any
 
+from qveil.bundle import load_bundle
+from qveil.client.channel import read_token_file
+from qveil.client.sync import ValueClient
+from qveil.dataset import declared_population, load_dataset
+from qveil.errors import InvalidArgument
+from qveil.kfqi_config import load_fqi_config
+from qveil.release_records import OpenReleaseRecords
+from qveil.rng import seeded_rng
+from qveil.trainer.evaluate import evaluate_bundle, format_table, plot_scores
+from qveil.trainer.private_eval import private_evaluation
+from qveil.trainer.served_eval import evaluate_served
+
 __all__ = ["add_parser", "run"]
 
 
@@ -50,8 +62,6 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 
 def _token(args: argparse.Namespace) -> str | None:
     """The bearer token: --token, or read from --token-file (not both)."""
-    from qveil.client.channel import read_token_file
-    from qveil.errors import InvalidArgument
 
     token: str | None = args.token
     if args.token_file is None:
@@ -64,13 +74,8 @@ def _token(args: argparse.Namespace) -> str | None:
 def run_served(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
-    from qveil.trainer.evaluate import format_table, plot_scores
-    from qveil.trainer.served_eval import evaluate_served
-
     dataset = None
     if args.dataset:
-        from qveil.dataset import load_dataset
-
         dataset = load_dataset(args.dataset)
     card, scores = evaluate_served(
         args.target,
@@ -93,14 +98,9 @@ def run_served(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_private(args: argparse.Namespace) -> int:
-    """``--private``: the private off-policy evaluation of the served release."""
-    from qveil.client.sync import ValueClient
-    from qveil.dataset import declared_population, load_dataset
-    from qveil.errors import InvalidArgument
-    from qveil.kfqi_config import load_fqi_config
-    from qveil.server.registry import open_registry
-    from qveil.trainer.private_eval import private_evaluation
+def run_private(args: argparse.Namespace, records: OpenReleaseRecords) -> int:
+    """``--private``: the private off-policy evaluation of the served release, charged to
+    the population in ``records``."""
 
     missing = [
         f"--{k}" for k in ("target", "dataset", "config", "epsilon") if getattr(args, k) is None
@@ -111,10 +111,8 @@ def run_private(args: argparse.Namespace) -> int:
     if not population:
         raise InvalidArgument("--private needs --population NAME (or a dataset that declares it)")
     cfg = load_fqi_config(args.config)
-    with open_registry(args.registry, actor="qveil evaluate") as reg:
-        from qveil.server import population as pop
-
-        pop.report(reg, population)  # declared? (refused before the data is read)
+    with records(args.registry, actor="qveil evaluate") as rec:
+        rec.population_report(population)  # declared? (refused before the data is read)
         dataset = load_dataset(args.dataset)
         if dataset.population not in (None, population):
             raise InvalidArgument(
@@ -129,7 +127,7 @@ def run_private(args: argparse.Namespace) -> int:
                 epsilon=args.epsilon,
                 delta=args.delta,
                 population=population,
-                registry=reg,
+                records=rec,
             )
     if args.json:
         print(json.dumps(rep, indent=2, default=str))
@@ -147,13 +145,13 @@ def run_private(args: argparse.Namespace) -> int:
     return 0
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, *, records: OpenReleaseRecords) -> int:
+    """Evaluate a bundle, a served release, or (``--private``) a served release privately,
+    charged to its population in ``records`` (the registry, passed by :mod:`qveil.cli`)."""
     from dataclasses import asdict
 
-    from qveil.errors import InvalidArgument
-
     if args.private:
-        return run_private(args)
+        return run_private(args, records)
     if args.target is not None:
         if args.bundle is not None:
             raise InvalidArgument("give a bundle DIR or --target HOST:PORT, not both")
@@ -162,10 +160,6 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidArgument("give a bundle DIR, or --target HOST:PORT for a served release")
     if args.dataset:
         raise InvalidArgument("--dataset goes with --target")
-
-    from qveil.bundle import load_bundle
-    from qveil.rng import seeded_rng
-    from qveil.trainer.evaluate import evaluate_bundle, format_table, plot_scores
 
     bundle = load_bundle(args.bundle, verify=True)
     scores = evaluate_bundle(

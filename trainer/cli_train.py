@@ -23,11 +23,22 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import shutil
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from qveil.errors import InvalidArgument
+from qveil.dataset import _kind, declared_population, load_dataset
+from qveil.dataset_cli import add_engine_flags
+from qveil.dataset_parquet import ParquetSource
+from qveil.errors import InvalidArgument, QveilError
+from qveil.privacy.gaussian import gdp_mu
+from qveil.privacy.ledger import PrivacyEvent
+from qveil.release_records import OpenReleaseRecords, validate_population
+from qveil.trainer.cli_dataset import engine_from
+from qveil.trainer.estimators import create_estimator, estimator_name, load_config
+from qveil.trainer.forecast import forecast
 
 __all__ = ["add_parser", "run"]
 
@@ -72,7 +83,11 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         help="scale of neighbouring reward functions (default 1)",
     )
     p.add_argument("--seed", type=int, help="seed everything (experiments only: seeded: true)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress (a bar on a terminal; else, with Dask shards, a log line per shard)",
+    )
     p.add_argument(
         "--forecast",
         action="store_true",
@@ -105,23 +120,15 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         metavar="URL",
         help="deprecated alias of --registry",
     )
-    from qveil.dataset_cli import add_engine_flags
 
     add_engine_flags(p, what="fit")
     p.set_defaults(func=run)
     return p
 
 
-def _engine(args: argparse.Namespace) -> Any:
-    from qveil.dataset_cli import engine_from
-
-    return engine_from(args)
-
-
 def _config(args: argparse.Namespace) -> Any:
     """The run's config (:func:`qveil.trainer.estimators.load_config`) with the command-line
     privacy flags applied; flags that do not belong to its estimator are refused."""
-    from qveil.trainer.estimators import estimator_name, load_config
 
     if args.dataset is not None and args.mode not in (None, "fqi"):
         raise InvalidArgument(f"--dataset trains in fqi mode, not {args.mode}")
@@ -171,27 +178,22 @@ def _config(args: argparse.Namespace) -> Any:
     return cfg.replace(**privacy)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, *, records: OpenReleaseRecords) -> int:
     """Plan (public), check the population's budget, read the data, fit and write through
-    the config's estimator (:mod:`qveil.trainer.estimators`), then record and bind."""
-    from qveil.trainer.estimators import create_estimator
+    the config's estimator (:mod:`qveil.trainer.estimators`), then record and bind in
+    ``records`` (the registry, passed by the composition root :mod:`qveil.cli`)."""
 
     cfg = _config(args)
     est = create_estimator(cfg)
     ds = None
     if est.needs_dataset:
         if not args.population:  # the population the dataset declares (its metadata alone)
-            from qveil.dataset import declared_population
-
             args.population = declared_population(args.dataset)
-        precheck_population(args, mode="fqi", epsilon=cfg.epsilon, delta=cfg.delta)
-        from qveil.dataset import _kind, load_dataset
+        precheck_population(args, records, mode="fqi", epsilon=cfg.epsilon, delta=cfg.delta)
 
         if args.forecast:
             _print_forecast(cfg, args.dataset)
         if _kind(args.dataset) == "parquet" and est.name == "kernel":
-            from qveil.dataset_parquet import ParquetSource
-
             ds = ParquetSource(args.dataset)  # streamed: one row group per task
         else:
             ds = load_dataset(args.dataset)
@@ -201,14 +203,14 @@ def run(args: argparse.Namespace) -> int:
                 f"{args.population!r:.80}: a release is charged to the population of its users"
             )
     else:
-        precheck_population(args, mode=cfg.mode, epsilon=cfg.epsilon, delta=cfg.delta)
+        precheck_population(args, records, mode=cfg.mode, epsilon=cfg.epsilon, delta=cfg.delta)
     outcome = est.train(
         ds,
         args.out,
         force=args.force,
         seed=args.seed,
         progress=not args.no_progress and sys.stderr.isatty(),
-        engine=_engine(args),
+        engine=engine_from(args),
     )
     print(est.summary(outcome))
     for w in outcome.warnings:
@@ -218,14 +220,13 @@ def run(args: argparse.Namespace) -> int:
             print(f"warning: {w}", file=sys.stderr)
         else:
             print("\n" + "!" * 78 + f"\n{w}\n" + "!" * 78, file=sys.stderr)
-    finish_release(Path(args.out), args)
+    finish_release(Path(args.out), args, records)
     return 0
 
 
 def _print_forecast(cfg: Any, dataset: str) -> None:
     """The utility forecast (:mod:`qveil.trainer.forecast`) for this config, the dataset's
     user count (from its user column alone) and the config's epsilon."""
-    from qveil.trainer.forecast import forecast
 
     if cfg.epsilon is None:
         raise InvalidArgument("--forecast needs --epsilon E")
@@ -237,42 +238,36 @@ def _user_count(path: str) -> int:
     input; no other rows are used)."""
     import numpy as np
 
-    from qveil.dataset import _kind, load_dataset
-
     if _kind(path) == "npz":
         with np.load(path, allow_pickle=False) as z:
             return int(len(np.unique(z["user"])))
     if _kind(path) == "parquet":
-        from qveil.dataset_parquet import ParquetSource
-
         return ParquetSource(path).users
     return int(load_dataset(path).users)
 
 
 def precheck_population(
-    args: argparse.Namespace, *, mode: str, epsilon: float | None, delta: float | None
+    args: argparse.Namespace,
+    records: OpenReleaseRecords,
+    *,
+    mode: str,
+    epsilon: float | None,
+    delta: float | None,
 ) -> None:
     """Before any data is read: the population must be declared, and the planned release must
     pass its privacy filter (exactly, when an epsilon is asked for: the Gaussian mechanism
     calibrated to (epsilon, delta) is mu-GDP with mu = gdp_mu(epsilon, delta); with --sigma
     the epsilon is known only after planning, and the record after the fit checks it)."""
-    from datetime import UTC, datetime
-
-    from qveil.privacy.gaussian import gdp_mu
-    from qveil.privacy.ledger import PrivacyEvent
-    from qveil.server import population
-    from qveil.server.registry import open_registry
-
     if not args.population:
         raise InvalidArgument(
             "name the population whose data this release uses: --population NAME, or a "
             "dataset that declares it (qveil dataset collect|convert --population NAME); "
             "declare it once: qveil budget create NAME --epsilon E --delta D"
         )
-    name = population.validate_name(args.population)
-    with open_registry(args.registry or args.ledger, actor="qveil train") as reg:
+    validate_population(args.population)  # before the registry is opened
+    with records(args.registry or args.ledger, actor="qveil train") as rec:
         if epsilon is None or delta is None or not 0 < delta < 1:
-            population.report(reg, name)  # declared?
+            rec.population_report(args.population)  # declared?
             return
         gauss = mode != "paper"
         planned = PrivacyEvent(
@@ -280,64 +275,27 @@ def precheck_population(
             params={},
             epsilon=float(epsilon),
             delta=float(delta),
-            dataset_id=name,
+            dataset_id=args.population,
             bundle_id="planned",
             created_at=datetime.now(UTC).isoformat(timespec="seconds"),
             mu=gdp_mu(epsilon=float(epsilon), delta=float(delta)) if gauss else None,
             delta_mechanism=float(delta) if gauss else None,
         )
-        population.precheck(reg, name, planned)
+        rec.precheck(args.population, planned)
 
 
-def finish_release(bundle: Path, args: argparse.Namespace) -> None:
-    """Record the written bundle in the population ledger, then bind it to its store: a
-    release exists only bound (one noise lineage); a refusal removes the bundle."""
-    import shutil
-
-    from qveil.errors import QveilError
-
+def finish_release(bundle: Path, args: argparse.Namespace, records: OpenReleaseRecords) -> None:
+    """Record the written bundle in the population ledger (one ledger whatever the output
+    directory: ``--registry URL``, else ``QVEIL_REGISTRY``, else
+    ``$QVEIL_HOME/registry.sqlite``; a release past the population's budget is refused), then
+    bind it to its store (``--store``, else the store ``qveil serve --bundle`` uses by
+    default): a release exists only bound (one noise lineage); a refusal removes the bundle."""
     try:
-        record_in_ledger(bundle, args.registry or args.ledger, args.population)
-        bind_at_write(bundle, args.store, args.registry or args.ledger)
+        url = args.registry or args.ledger
+        with records(url, actor="qveil train") as rec:
+            print(rec.record_release(bundle, population=args.population))
+        with records(url, actor="qveil train") as rec:
+            print(rec.bind_release(bundle, store_url=args.store))
     except (QveilError, OSError):
         shutil.rmtree(bundle, ignore_errors=True)
         raise
-
-
-def bind_at_write(bundle: Path, store_url: str | None, registry_url: str | None) -> None:
-    """Bind the new release to the store that will hold its noise (``--store``, else the
-    store ``qveil serve --bundle`` uses by default) and claim it in the registry; the
-    binding is written into the bundle (``binding.json``, checksummed)."""
-    from qveil.server.admin import bind_bundle, open_admin
-
-    url = store_url or f"sqlite:///{bundle.resolve().parent / 'qveil-store.sqlite'}"
-    with open_admin(url, actor="qveil train") as ctx:
-        ctx.registry_url = registry_url
-        out = bind_bundle(ctx, bundle)
-    print(f"bound: release {out['release_id']} to store {out['store_id']} [{url}]")
-
-
-def record_in_ledger(bundle: Path, url: str | None, population: str | None = None) -> None:
-    """Every release ``qveil train`` writes is recorded in the registry's privacy ledger (one
-    ledger whatever the output directory: ``--registry URL``, else ``QVEIL_REGISTRY``, else
-    ``$QVEIL_HOME/registry.sqlite``), keyed by its population; a release past the
-    population's budget is refused (BudgetExceeded) and its bundle removed."""
-    from qveil.bundle import load_bundle
-    from qveil.server import population as pop
-    from qveil.server.registry import open_registry
-    from qveil.server.release_ledger import record_release
-
-    card = load_bundle(bundle, verify=True).card  # public + admin card (dataset_fingerprint)
-    with open_registry(url, actor="qveil train") as reg:
-        out = record_release(reg.ledger, card, actor="qveil train", population=population)
-        where = reg.url
-        rep = None if population is None else pop.report(reg, population)
-    if rep is None:
-        print(f"privacy {out.describe()} [{where}]")
-        return
-    print(
-        f"privacy: population {population} spent eps={rep['spent']['epsilon']:.6g} at "
-        f"delta={rep['spent']['delta']:.3g} of its budget eps={rep['budget']['epsilon']:g}; "
-        f"one more release may have eps <= {rep['remaining']['epsilon']:.6g} "
-        f"({len(rep['events'])} release(s); {rep['rule'].split(':')[0]}) [{where}]"
-    )

@@ -6,6 +6,8 @@ release bundle. Every kind has the same edge (in the shape of Opacus's accountan
 * :meth:`Estimator.plan` -- the release's privacy accounting from public quantities only
   (users, actions, coordinates, the reward range): sigma, the sensitivity and the
   noise-to-value ratio, before any private row is read;
+* :meth:`Estimator.public_plan` -- the same from the config alone, for an online estimator
+  whose environment fixes those quantities (``qveil admin retrain`` plans with it);
 * :meth:`Estimator.train` -- fit, account and write the bundle (model, card, log)
   atomically; nothing is written on any error;
 * :meth:`Estimator.summary` -- what the CLI prints about the written release.
@@ -67,6 +69,15 @@ class Estimator(ABC):
         self, *, users: int, actions: int, dims: int, reward_range: tuple[float, float]
     ) -> Any:
         """The accountant's result for this config from public quantities only."""
+
+    def public_plan(self) -> Any:
+        """The accountant's result when the config alone fixes every public quantity (an
+        online estimator: its environment's users and actions); an estimator that needs a
+        dataset's counts refuses (use :meth:`plan`)."""
+        raise InvalidArgument(
+            f"the {self.name} estimator is planned from its dataset's public counts "
+            "(users, actions, coordinates), not from its config alone"
+        )
 
     @abstractmethod
     def train(
@@ -216,6 +227,16 @@ class Algorithm1(Estimator):
         from qveil.trainer.train import privacy_for
 
         result, _ = privacy_for(self.config, n_actions=actions)
+        return result
+
+    def public_plan(self) -> Any:
+        from qveil.trainer.train import make_env, privacy_for
+
+        info = make_env(self.config)
+        try:
+            result, _ = privacy_for(self.config, n_actions=info.n_actions)
+        finally:
+            info.env.close()
         return result
 
     def train(

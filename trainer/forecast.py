@@ -152,9 +152,7 @@ def forecast(
     """The forecast of ``config`` (an fqi config) for N = ``users`` and ``epsilon`` (see the
     module docstring). ``dataset``: a public dataset of the same shape (default: N users of
     the config's environment simulated with the random behaviour policy, ``seed``)."""
-    from qveil.additive import AdditiveSamplePath
     from qveil.bundle import load_bundle
-    from qveil.noise import OUSamplePath
     from qveil.trainer.collect import collect
     from qveil.trainer.estimators import create_estimator
 
@@ -187,24 +185,7 @@ def forecast(
     ceiling = lockstep(env_id, lambda o: np.argmax(b.q_values(_raw(o, b)), axis=1), seeds)
     rng = np.random.default_rng([int(seed), 7])
     floor = lockstep(env_id, lambda o: rng.integers(m, size=len(o)), seeds)
-    private = np.zeros((int(releases), len(seeds)))
-    for r in range(int(releases)):
-        paths: list[Any] = [
-            AdditiveSamplePath(
-                betas=b.card["betas"], sigma=sigma, rng=np.random.default_rng([seed, r, a])
-            )
-            if b.kernel
-            else OUSamplePath(beta=b.beta, sigma=sigma, rng=np.random.default_rng([seed, r, a]))
-            for a in range(m)
-        ]
-
-        def noisy(o: FloatArray, paths: list[Any] = paths) -> npt.NDArray[np.int64]:
-            x = _raw(o, b)
-            unit = b.box.to_unit(x, clip=True) if b.kernel else b.interval.to_unit(x)
-            g = np.stack([p.sample(unit) for p in paths], axis=1)
-            return np.argmax(b.q_values(x) + g, axis=1)
-
-        private[r] = lockstep(env_id, noisy, seeds)
+    private = _private_returns(b, env_id, seeds, releases=int(releases), seed=int(seed))
     frac, lo, hi = _bootstrap(ceiling, floor, private)
     return Forecast(
         env_id=str(env_id),
@@ -221,6 +202,37 @@ def forecast(
         episodes=len(seeds),
         source=source,
     )
+
+
+def _private_returns(
+    b: Any, env_id: str, seeds: list[int], *, releases: int, seed: int
+) -> FloatArray:
+    """(releases, episodes): the returns of the greedy policy of ``releases`` simulated
+    releases of bundle ``b``, each with fresh seeded noise paths (a forecast spends no
+    privacy: the noise here is simulated, never stored)."""
+    from qveil.additive import AdditiveSamplePath
+    from qveil.noise import OUSamplePath
+
+    sigma, m = float(b.sigma), int(b.n_actions)
+    private = np.zeros((releases, len(seeds)))
+    for r in range(releases):
+        paths: list[Any] = [
+            AdditiveSamplePath(
+                betas=b.card["betas"], sigma=sigma, rng=np.random.default_rng([seed, r, a])
+            )
+            if b.kernel
+            else OUSamplePath(beta=b.beta, sigma=sigma, rng=np.random.default_rng([seed, r, a]))
+            for a in range(m)
+        ]
+
+        def noisy(o: FloatArray, paths: list[Any] = paths) -> npt.NDArray[np.int64]:
+            x = _raw(o, b)
+            unit = b.box.to_unit(x, clip=True) if b.kernel else b.interval.to_unit(x)
+            g = np.stack([p.sample(unit) for p in paths], axis=1)
+            return np.argmax(b.q_values(x) + g, axis=1)
+
+        private[r] = lockstep(env_id, noisy, seeds)
+    return private
 
 
 def _raw(obs: FloatArray, bundle: Any) -> FloatArray:

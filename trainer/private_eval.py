@@ -28,7 +28,18 @@ from typing import Any
 
 import numpy as np
 
+from qveil.additive import StateBox
 from qveil.errors import InvalidArgument
+from qveil.fqi_config import FQIConfig
+from qveil.kfqi import KernelFQISpec
+from qveil.kfqi_config import KernelFQIConfig
+from qveil.ope import policy_value
+from qveil.privacy.ledger import PrivacyEvent
+from qveil.privacy.ope import OPEPrivacyParams, calibrate_ope
+from qveil.release_records import ReleaseRecords
+from qveil.rng import OSEntropy
+from qveil.trainer.fqi import _state_interval
+from qveil.trainer.kfqi import state_intervals
 
 __all__ = ["Z95", "estimator_of", "private_evaluation"]
 
@@ -39,23 +50,15 @@ Z95 = 1.959963984540054
 def estimator_of(cfg: Any, dataset: Any) -> tuple[Any, Any, str, tuple[float, float]]:
     """(spec, box, env_id, reward range) of the evaluation for an fqi config: a kernel config
     as it is (user relation); a 1-D grid config as the same averager on its grid."""
-    from qveil.additive import StateBox
-    from qveil.fqi_config import FQIConfig
-    from qveil.kfqi import KernelFQISpec
-    from qveil.kfqi_config import KernelFQIConfig
 
     env_id = str(getattr(cfg, "env_id", None) or getattr(dataset, "env_id", None) or "")
     rr_cfg = getattr(cfg, "reward_range", None)
     rr = tuple(float(v) for v in (rr_cfg or dataset.reward_range))
     dims = int(dataset.d)
     if isinstance(cfg, KernelFQIConfig):
-        from qveil.trainer.kfqi import state_intervals
-
         spec = cfg.replace(neighbour="user").spec(dims)
         return spec, StateBox.of(state_intervals(cfg, env_id or None, dims)), env_id, rr  # type: ignore[return-value]
     if isinstance(cfg, FQIConfig):
-        from qveil.trainer.fqi import _state_interval
-
         if dims != 1:
             raise InvalidArgument(
                 f"a grid config evaluates 1-D states, this dataset has d = {dims}"
@@ -82,17 +85,12 @@ def private_evaluation(
     epsilon: float,
     delta: float,
     population: str,
-    registry: Any,
+    records: ReleaseRecords,
     noise: Any = None,
 ) -> dict[str, Any]:
     """Run steps 1-4 of the module docstring; returns the report (estimate, interval,
-    privacy, population spending). ``noise``: a normal source (default OS entropy)."""
-    from qveil.ope import policy_value
-    from qveil.privacy.ledger import PrivacyEvent
-    from qveil.privacy.ope import OPEPrivacyParams, calibrate_ope
-    from qveil.rng import OSEntropy
-    from qveil.server import audit_log
-    from qveil.server import population as pop
+    privacy, population spending). ``records``: the registry's population ledger and audit
+    log. ``noise``: a normal source (default OS entropy)."""
 
     spec, box, env_id, rr = estimator_of(config, dataset)
     result = calibrate_ope(
@@ -111,31 +109,10 @@ def private_evaluation(
     event = PrivacyEvent.from_result(
         result, dataset_id=population, bundle_id=f"evaluation:{rid}:{stamp}", created_at=stamp
     )
-    pop.precheck(registry, population, event)  # before any data is used
-    lo = np.array([iv.lo for iv in box.intervals])
-    hi = np.array([iv.hi for iv in box.intervals])
-
-    def policy(unit: np.ndarray) -> np.ndarray:
-        raw = lo + unit * (hi - lo)
-        states = raw.reshape(-1) if box.dims == 1 else raw
-        return np.asarray(client.best_actions(states), dtype=np.int64).reshape(-1)
-
-    j, per_user = policy_value(
-        dataset.s,
-        dataset.a,
-        dataset.r,
-        dataset.s2,
-        dataset.terminal,
-        dataset.user,
-        policy=policy,
-        n_actions=int(dataset.n_actions),
-        reward_range=rr,
-        box=box,
-        spec=spec,
-    )
+    records.precheck(population, event)  # before any data is used
+    j = _served_policy_value(client, dataset, box=box, reward_range=rr, spec=spec)
     src = noise if noise is not None else OSEntropy()
     estimate = float(j + result.sigma * float(src.standard_normal()))
-    registry.ledger.record(event, release_id=None, actor=registry.actor, require_cap=True)
     half = Z95 * result.sigma
     report = {
         "release_id": rid,
@@ -153,15 +130,40 @@ def private_evaluation(
         "seeded": noise is not None,
         "at": stamp,
     }
-    audit_log.append(
-        registry.db,
-        actor=registry.actor,
-        action="private-evaluation",
+    records.record_evaluation(
+        population,
+        event,
         target=rid,
-        outcome="ok",
-        params={k: report[k] for k in ("estimate", "interval95", "epsilon", "delta", "users")}
-        | {"population": population},
+        params={k: report[k] for k in ("estimate", "interval95", "epsilon", "delta", "users")},
     )
-    report["population_budget"] = pop.report(registry, population)
-    del per_user
+    report["population_budget"] = records.population_report(population)
     return report
+
+
+def _served_policy_value(
+    client: Any, dataset: Any, *, box: Any, reward_range: tuple[float, float], spec: Any
+) -> float:
+    """The non-private estimate J of the served release's greedy policy (its best actions,
+    asked of the server) on ``dataset`` (step 3 of the module docstring)."""
+    lo = np.array([iv.lo for iv in box.intervals])
+    hi = np.array([iv.hi for iv in box.intervals])
+
+    def policy(unit: np.ndarray) -> np.ndarray:
+        raw = lo + unit * (hi - lo)
+        states = raw.reshape(-1) if box.dims == 1 else raw
+        return np.asarray(client.best_actions(states), dtype=np.int64).reshape(-1)
+
+    j, _per_user = policy_value(
+        dataset.s,
+        dataset.a,
+        dataset.r,
+        dataset.s2,
+        dataset.terminal,
+        dataset.user,
+        policy=policy,
+        n_actions=int(dataset.n_actions),
+        reward_range=reward_range,
+        box=box,
+        spec=spec,
+    )
+    return float(j)

@@ -20,8 +20,13 @@ import argparse
 import dataclasses
 import json
 import math
+from collections.abc import Callable
 from typing import Any
 
+from qveil.dataset import load_dataset
+from qveil.errors import InvalidArgument
+from qveil.fqi_config import FQIConfig, plan
+from qveil.kfqi_config import KernelFQIConfig, load_fqi_config, plan_kernel
 from qveil.privacy.accountant import account, calibrate
 from qveil.privacy.params import E3_SETTINGS, E3_SOURCES, MODES, PrivacyParams, PrivacyResult
 
@@ -220,9 +225,6 @@ def _text(r: PrivacyResult) -> str:
 
 def _fqi(args: argparse.Namespace) -> Any:
     """The fqi plan from the config (or defaults) and the flags: public quantities only."""
-    from qveil.errors import InvalidArgument
-    from qveil.fqi_config import FQIConfig, plan
-    from qveil.kfqi_config import KernelFQIConfig, load_fqi_config, plan_kernel
 
     cfg = load_fqi_config(args.config) if args.config else FQIConfig()
     if args.users is None:
@@ -294,30 +296,26 @@ def _fqi_text(r: Any) -> str:
     return "\n".join(lines)
 
 
-def _forecast(args: argparse.Namespace, cfg: Any) -> Any:
-    """The utility forecast of :mod:`qveil.trainer.forecast` (the trainer's estimators and
-    simulators; imported here only when asked for)."""
-    from qveil.errors import InvalidArgument
-
+def _forecast(args: argparse.Namespace, cfg: Any, forecast: Callable[..., Any]) -> Any:
+    """The utility forecast (the trainer's estimators and simulators: ``forecast`` is
+    :func:`qveil.trainer.forecast.forecast`, passed by the composition root :mod:`qveil.cli`,
+    which loads the trainer only when it is called)."""
     if args.epsilon is None:
         raise InvalidArgument("--forecast needs --epsilon E (the release's epsilon)")
-    try:
-        from qveil.trainer.forecast import forecast
-    except ImportError as exc:
-        raise InvalidArgument(f"--forecast needs qveil[trainer] ({exc.name})") from None
     public = None
     if args.public_dataset:
-        from qveil.dataset import load_dataset
-
         public = load_dataset(args.public_dataset)
-    return forecast(
-        cfg,
-        users=int(args.users),
-        epsilon=float(args.epsilon),
-        dataset=public,
-        releases=args.forecast_releases,
-        episodes=args.forecast_episodes,
-    )
+    try:
+        return forecast(
+            cfg,
+            users=int(args.users),
+            epsilon=float(args.epsilon),
+            dataset=public,
+            releases=args.forecast_releases,
+            episodes=args.forecast_episodes,
+        )
+    except ImportError as exc:
+        raise InvalidArgument(f"--forecast needs qveil[trainer] ({exc.name})") from None
 
 
 def _round_up(x: float) -> float:
@@ -382,10 +380,12 @@ def _needs(params: PrivacyParams) -> str:
     return "\n".join(lines)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, *, forecast: Callable[..., Any]) -> int:
+    """Account, calibrate or plan (``--mode fqi``); ``forecast``: the trainer's utility
+    forecast, for ``--forecast`` (passed by :mod:`qveil.cli`)."""
     if args.mode == "fqi":
         cfg, result = _fqi(args)
-        fc = _forecast(args, cfg) if args.forecast else None
+        fc = _forecast(args, cfg, forecast) if args.forecast else None
         if args.json:
             d = result.to_dict()
             if fc is not None:
@@ -397,8 +397,6 @@ def run(args: argparse.Namespace) -> int:
                 print(fc.text())
         return 0
     if args.forecast:
-        from qveil.errors import InvalidArgument
-
         raise InvalidArgument("--forecast is for --mode fqi (a config, --users N, --epsilon E)")
     params = params_from_args(args)
     if args.epsilon is not None:

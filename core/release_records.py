@@ -1,0 +1,91 @@
+"""The records a release is kept in, as the trainer sees them: the population's privacy
+ledger and the release's binding to the store that holds its noise.
+
+The trainer (``qveil train``, ``qveil evaluate --private``) must charge what it releases to
+the population whose data it used, and bind each bundle it writes before anyone can serve
+it. Those records live in the server's registry, but the trainer stands below the server and
+never imports it: it talks to this protocol, the server implements it
+(:mod:`qveil.server.release_records`), and the composition root (:mod:`qveil.cli`) passes
+the implementation to the trainer's commands when they run.
+
+Every method refuses with a :class:`qveil.errors.QveilError` (``FailedPrecondition`` for a
+population that is not declared, ``BudgetExceeded`` past its budget), and a refusal writes
+nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any, Protocol
+
+from qveil.errors import InvalidArgument, echo
+from qveil.privacy.ledger import PrivacyEvent
+
+__all__ = ["MAX_POPULATION_NAME", "OpenReleaseRecords", "ReleaseRecords", "validate_population"]
+
+MAX_POPULATION_NAME = 200
+
+
+def validate_population(name: Any) -> str:
+    """A population name: 1-200 printable characters, no leading or trailing space."""
+    if (
+        not isinstance(name, str)
+        or not name
+        or name != name.strip()
+        or len(name) > MAX_POPULATION_NAME
+    ):
+        raise InvalidArgument(
+            f"a population name is 1-{MAX_POPULATION_NAME} characters without surrounding "
+            f"spaces, got {echo(str(name))}"
+        )
+    if not name.isprintable():
+        raise InvalidArgument(f"population name {echo(name)} has unprintable characters")
+    return name
+
+
+class ReleaseRecords(Protocol):
+    """One open registry: the population ledger and the release bindings it records."""
+
+    @property
+    def url(self) -> str:
+        """Where the records are (for messages; no credentials)."""
+        ...
+
+    def population_report(self, population: str) -> dict[str, Any]:
+        """The population's budget, what its releases spent under its privacy filter and what
+        one more release may still have (FailedPrecondition when it is not declared)."""
+        ...
+
+    def precheck(self, population: str, event: PrivacyEvent) -> dict[str, Any]:
+        """Refuse a planned event the population's filter would not let through; run before
+        any private data is read. Returns the filter's state with the event added."""
+        ...
+
+    def record_release(self, bundle: Path, *, population: str | None) -> str:
+        """Charge the written bundle's release (its privacy recomputed by the accountant from
+        its own card) to ``population`` (None: the card's dataset), atomically filtered
+        again. Returns one line for the operator."""
+        ...
+
+    def bind_release(self, bundle: Path, *, store_url: str | None) -> str:
+        """Register the release in the store that will hold its noise (None: the store
+        ``qveil serve --bundle`` uses by default), claim it for that store's incarnation and
+        write ``binding.json`` into the bundle. Returns one line for the operator."""
+        ...
+
+    def record_evaluation(
+        self, population: str, event: PrivacyEvent, *, target: str, params: Mapping[str, Any]
+    ) -> None:
+        """Charge a private evaluation of release ``target`` to ``population`` (filtered and
+        appended atomically) and append it to the audit log with ``params``."""
+        ...
+
+
+class OpenReleaseRecords(Protocol):
+    """Opens the records at ``url`` (None: the default registry) for ``actor``."""
+
+    def __call__(
+        self, url: str | None, *, actor: str
+    ) -> AbstractContextManager[ReleaseRecords]: ...

@@ -269,7 +269,12 @@ class PathCache:
         return sum(len(st.values) for st in sts)
 
     def known_values(
-        self, release_id: str, paths: Sequence[int], columns: Sequence[FloatArray]
+        self,
+        release_id: str,
+        paths: Sequence[int],
+        columns: Sequence[FloatArray],
+        *,
+        publish: bool = True,
     ) -> list[FloatArray] | None:
         """The answer to a request whose states are all stored: ``out[k][i]`` =
         g_{paths[k]}(columns[k][i]) from the in-process copies, or None as soon as one state
@@ -278,7 +283,8 @@ class PathCache:
         dict look-up per value); a state that is not a stored unit state (out of [0, 1],
         NaN) is simply not found. Paths are checked; a refused path raises IntegrityError.
         Chain heads ahead of the witness are published before the values are returned, as
-        on every answer (:meth:`set_witness`)."""
+        on every answer (:meth:`set_witness`); with ``publish=False`` (a caller that must not
+        block, the event loop) a request that would need that publication gets None."""
         self._check_open()
         rel = self._release(release_id)
         out: list[FloatArray] = []
@@ -295,6 +301,9 @@ class PathCache:
                 return None
             out.append(v)
             sts.append((a, st))
+        if not publish:
+            w = self._witness
+            return None if w is not None and any(st.hw > st.published for _, st in sts) else out
         self._witnessed(release_id, sts)
         return out
 

@@ -28,6 +28,7 @@ import statistics
 import sys
 import tempfile
 import time
+from math import nan
 from pathlib import Path
 from typing import Any
 
@@ -137,16 +138,25 @@ def _report(log: Path) -> None:
     ftab = []
     for users in sorted({r["users"] for r in fits}):
         mine = [r for r in fits if r["users"] == users]
-        one = [r["seconds"] for r in mine if r["workers"] == 1]
-        base = statistics.median(one) if one else float("nan")
+
+        def base(r: dict[str, Any], key: str, mine: list[dict[str, Any]] = mine) -> float:
+            """The same rep's 1-worker figure (else the median over reps)."""
+            one = [x for x in mine if x["workers"] == 1 and not x.get("note")]
+            same = [x[key] for x in one if x.get("rep", 0) == r.get("rep", 0)]
+            return float(same[0] if same else statistics.median([x[key] for x in one] or [nan]))
+
         for r in sorted(mine, key=lambda r: (r.get("rep", 0), r["workers"])):
+            busiest = max([r.get("driver_cpu_s", r["cpu_s"]), *r.get("worker_cpu_s", [])])
             ftab.append(
-                [users, r["samples"], r["workers"], r.get("rep", 0), round(r["seconds"], 1),
-                 round(r["seconds"] / base, 2), round(r["cpu_s"]),
+                [users, r["samples"], r["workers"], r.get("rep", 0),
+                 f"{r['seconds']:.1f}" + (f" ({r['note']})" if r.get("note") else ""),
+                 round(r["seconds"] / base(r, "seconds"), 2) if not r.get("note") else "",
+                 round(busiest / base(r, "cpu_s"), 2) if not r.get("note") else "",
+                 round(r["cpu_s"]),
                  " / ".join(str(round(c)) for c in
                             [r["driver_cpu_s"], *r["worker_cpu_s"]])
                  if "driver_cpu_s" in r else "-",
-                 round(r["release_s"], 1),
+                 round(r["release_s"], 1) if r.get("release_s") is not None else "-",
                  _gib(r["driver_gib"]), " / ".join(_gib(w) for w in r["worker_gib"]) or "-",
                  _gib(r["total_gib"]), r["load"]]
             )  # fmt: skip
@@ -170,14 +180,20 @@ def _report(log: Path) -> None:
         + "\n\n**Fit and release**: one driver process streams the file and fits "
         "('workers 1': the shards in the driver; 'workers 2': a LocalCluster of two worker "
         "processes, each task reading its own row group), then writes a release at epsilon "
-        f"{EPSILON:g} ('release s'). 'x 1 worker' is the fit time over the median 1-worker "
-        "fit at that N; runs of one 'rep' are back to back (the configurations interleaved). "
+        f"{EPSILON:g} ('release s'). 'x 1 worker' is the fit time over the 1-worker fit of "
+        "the same 'rep' (runs of one rep are back to back: the configurations interleaved). "
+        "'busiest CPU x' is the CPU seconds of the busiest process over the 1-worker run's: "
+        "the time ratio the run would have with a core per process (the cluster's start, a "
+        "few seconds, aside). "
         "'CPU s': user + system seconds of the driver and every process it started; "
         "'CPU s driver / workers': each process's own. "
         "'driver GiB' and 'worker GiB' are each process's peak resident set (VmHWM), "
         "'total GiB' the largest sum over the tree at one instant. The load average is the "
         "machine's before the run (2 cores, shared with other work: a fit at nice 19 gets "
-        "only what the others leave, so compare the CPU seconds as well as the wall time).\n\n"
+        "only what the others leave, so compare the CPU seconds as well as the wall time). "
+        "A run with a note in 'fit s' was stopped before the end (the shards it had done "
+        "by then); its memory and CPU are the processes' at that moment, read from /proc "
+        "by the same poll.\n\n"
         + table(
             [
                 "users",
@@ -186,6 +202,7 @@ def _report(log: Path) -> None:
                 "rep",
                 "fit s",
                 "x 1 worker",
+                "busiest CPU x",
                 "CPU s",
                 "CPU s driver / workers",
                 "release s",

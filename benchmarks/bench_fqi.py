@@ -32,7 +32,7 @@ sys.path.insert(0, str(HERE))
 from _report import table, write_section  # noqa: E402
 
 from qveil.dataset import Dataset  # noqa: E402
-from qveil.fqi import _CHUNK, FQISpec, _kernel_band, fitted_q  # noqa: E402
+from qveil.fqi import _CHUNK, _kernel_band, fitted_q  # noqa: E402
 from qveil.fqi_config import FQIConfig, plan  # noqa: E402
 from qveil.noise import StateInterval  # noqa: E402
 from qveil.release_map import unit_grid  # noqa: E402
@@ -82,14 +82,7 @@ def _best(fn, repeats: int) -> float:  # type: ignore[no-untyped-def]
 def measure(users: int, repeats: int) -> dict[str, float]:
     cfg = FQIConfig.from_toml(CONFIG)
     ds = linewalk_users(users)
-    spec = FQISpec(
-        gamma=cfg.gamma,
-        iterations=cfg.iterations,
-        grid_points=cfg.grid_points,
-        bandwidth=cfg.bandwidth,
-        kernel_radius=cfg.kernel_radius,
-        neighbour=cfg.neighbour,
-    )
+    spec = cfg.spec()
     x = np.asarray(ds.s).reshape(-1)
     grid = unit_grid(cfg.grid_points)
 

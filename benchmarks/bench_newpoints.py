@@ -30,7 +30,6 @@ import argparse
 import asyncio
 import os
 import shutil
-import signal
 import sqlite3
 import statistics
 import subprocess
@@ -253,7 +252,7 @@ def _spawn_server(  # type: ignore[no-untyped-def]
 def server_cells(
     tmp: Path, seconds: float, rounds: int, baseline: str | None
 ) -> list[list[object]]:
-    from bench_server import closed_loop, make_bundle, spawn
+    from bench_server import closed_loop, make_bundle, spawn, stop_all
 
     template = make_bundle(tmp / "bundle")
 
@@ -307,13 +306,7 @@ def server_cells(
             )
         return rows
     finally:
-        for p in procs:
-            p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(30)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_all(procs)
 
 
 def pg_cells(per: int, reps: int) -> list[list[object]]:

@@ -122,8 +122,8 @@ def main() -> None:
     body = (
         "Median latency of one call over loopback (one client, one call at a time, noise of "
         "every state already stored, all actions), and its ratio to ValueService in the same "
-        "run. The v2 bindings call the same handlers; what differs is encoding and transport.\n\n"
-        + table(["states", "path", "median ms", "x ValueService"], rows)
+        "run. The v2 bindings call the same query service; what differs is encoding and "
+        "transport.\n\n" + table(["states", "path", "median ms", "x ValueService"], rows)
     )
     write_section("oip", "Open Inference Protocol (KServe v2) vs ValueService", COMMAND, body)
 

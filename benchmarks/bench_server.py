@@ -131,6 +131,17 @@ def spawn(args: list[str], port_file: Path, timeout: float = 60) -> tuple[subpro
     return proc, int(port_file.read_text())
 
 
+def stop_all(procs: Sequence[subprocess.Popen]) -> None:
+    """SIGTERM every server, then wait for each (30 s, then SIGKILL)."""
+    for p in procs:
+        p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
 def serve_args(
     exe: Sequence[str], bundle: Path, store: str, port_file: Path, *extra: str
 ) -> list[str]:
@@ -319,13 +330,7 @@ def main() -> int:
                     "errors": float(sum(r["errors"] for r in rs)),
                 }
         finally:
-            for p in procs:
-                p.send_signal(signal.SIGTERM)
-            for p in procs:
-                try:
-                    p.wait(30)
-                except subprocess.TimeoutExpired:
-                    p.kill()
+            stop_all(procs)
         from qveil.bundle import load_bundle
 
         rid = load_bundle(bundle, verify=False).bundle_id

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from qveil.errors import InvalidArgument
+from qveil.fqi import FQISpec
 
 C = TypeVar("C")
 
@@ -96,6 +97,19 @@ class FQIConfig:
 
     def replace(self, **changes: Any) -> FQIConfig:
         return dataclasses.replace(self, **changes)
+
+    def spec(self, **changes: Any) -> FQISpec:
+        """The estimator's :class:`qveil.fqi.FQISpec` (``changes`` override its fields, e.g.
+        another gamma or relation for a sweep)."""
+        fields: dict[str, Any] = {
+            "gamma": self.gamma,
+            "iterations": self.iterations,
+            "grid_points": self.grid_points,
+            "bandwidth": self.bandwidth,
+            "kernel_radius": self.kernel_radius,
+            "neighbour": self.neighbour,
+        }
+        return FQISpec(**{**fields, **changes})
 
     def to_toml(self) -> str:
         return config_toml(self, "qveil fqi configuration (effective values of this run)")

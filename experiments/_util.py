@@ -10,9 +10,10 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from tqdm.auto import tqdm
 
-__all__ = ["default_workers", "progress_map", "write_csv"]
+__all__ = ["default_workers", "mean_se", "progress_map", "write_csv", "write_table_and_plot"]
 
 
 def default_workers() -> int:
@@ -57,3 +58,24 @@ def write_csv(
         wr.writeheader()
         wr.writerows(rows)
     return path
+
+
+def write_table_and_plot(
+    out: Path,
+    name: str,
+    rows: Sequence[dict[str, Any]],
+    plot: Callable[..., object],
+) -> dict[str, Path]:
+    """Write ``rows`` as ``out/name.csv`` and ``plot(rows, out/name.png)``; returns both
+    paths (an experiment's result)."""
+    csv_path = write_csv(out / f"{name}.csv", rows)
+    png = out / f"{name}.png"
+    plot(rows, png)
+    return {"csv": csv_path, "png": png}
+
+
+def mean_se(values: Sequence[float]) -> tuple[float, float]:
+    """The mean of ``values`` and its standard error (0 for a single value)."""
+    a = np.asarray(values, dtype=np.float64)
+    se = float(a.std(ddof=1) / np.sqrt(a.size)) if a.size > 1 else 0.0
+    return float(a.mean()), se

@@ -85,7 +85,7 @@ class LearnerConfig:
     lr: float = 3e-4
     batch: int = 256
     steps: int = 30_000
-    target_every: int = 1_000
+    target_every: int = 250
     """Steps between hard copies of the online net into the target net."""
     reward_scale: float = 1.0
     """Rewards are multiplied by this (LunarLander's are up to 100: 0.1 keeps Q near 1-30)."""
@@ -304,7 +304,7 @@ def run(
     **_: Any,
 ) -> dict[str, Path]:
     """Every environment of ``FULL`` on report seed 0 (``--seeds 2``: also seed 2), 10
-    releases x 30 episodes, DQN and CQL 10000 steps each. ``--quick``: CartPole with 200
+    releases x 30 episodes, DQN and CQL 20000 steps each. ``--quick``: CartPole with 200
     users, 2 releases x 3 episodes, 300 learner steps (seconds)."""
     from qveil.experiments._util import write_csv
 
@@ -316,7 +316,7 @@ def run(
         print(f"ceiling [{time.perf_counter() - t0:.0f} s] {text}", flush=True)
 
     plan: Sequence[tuple[str, int, float]] = (("CartPole-v1", 200, 1.0),) if quick else FULL
-    steps, episodes, releases = (300, 3, 2) if quick else (10_000, 30, 10)
+    steps, episodes, releases = (300, 3, 2) if quick else (20_000, 30, 10)
     for env_id, users, scale in plan:
         learners = {
             "offline DQN": LearnerConfig(cql_alpha=0.0, steps=steps, reward_scale=scale),

@@ -40,7 +40,7 @@ QUICK: list[tuple[str, str, list[int]]] = [
 
 
 def run(*, out: Path, quick: bool = False, **_: Any) -> dict[str, Path]:
-    from qveil.experiments._util import write_csv
+    from qveil.experiments._util import write_table_and_plot
     from qveil.kfqi_config import load_fqi_config
     from qveil.trainer.forecast import forecast
 
@@ -69,11 +69,7 @@ def run(*, out: Path, quick: bool = False, **_: Any) -> dict[str, Path]:
                 f"measured {rows[-1]['measured_served']:.2f}",
                 flush=True,
             )
-    csv = out / "forecast.csv"
-    write_csv(csv, rows)
-    png = out / "forecast.png"
-    _plot(rows, png)
-    return {"csv": csv, "png": png}
+    return write_table_and_plot(out, "forecast", rows, _plot)
 
 
 def _plot(rows: list[dict[str, Any]], path: Path) -> None:

@@ -1,5 +1,5 @@
-"""``qveil experiments multid``: the kernel fqi release for states with d coordinates
-(issue 16), measured THROUGH THE SERVER: CartPole-v1 (d = 4, 2 actions) and Acrobot-v1
+"""``qveil experiments multid``: the kernel fqi release for states with d coordinates,
+measured THROUGH THE SERVER: CartPole-v1 (d = 4, 2 actions) and Acrobot-v1
 (d = 6, 3 actions).
 
 For each environment, number of users N and dataset seed: collect N users with one uniformly
@@ -146,7 +146,7 @@ def served_release_returns(
         returns = lockstep_returns(
             env_id, served, episodes=episodes, seed=seed, env_kwargs=env_kwargs or {}
         )
-        m = srv.handlers.metrics
+        m = srv.services.ctx.metrics
         stats = {
             "release_id": info.release_id,
             "served_sigma": float(info.sigma),

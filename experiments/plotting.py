@@ -14,6 +14,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from qveil.experiments._util import mean_se  # noqa: E402
+
 __all__ = [
     "env_panels",
     "plot_bgp16",
@@ -58,12 +60,6 @@ def env_panels(
     return fig, panels
 
 
-def _mean_se(values: Sequence[float]) -> tuple[float, float]:
-    a = np.asarray(values, dtype=np.float64)
-    se = float(a.std(ddof=1) / np.sqrt(a.size)) if a.size > 1 else 0.0
-    return float(a.mean()), se
-
-
 def plot_bgp16(rows: Iterable[Mapping[str, Any]], path: Path, *, title: str) -> Path:
     """RMSE vs batch size: columns = features, rows = start distribution; mean +- s.e.
     Non-private LSW/LSL solid, DP with F_max = 1 dashed, DP with F_max as written dotted."""
@@ -97,7 +93,7 @@ def plot_bgp16(rows: Iterable[Mapping[str, Any]], path: Path, *, title: str) -> 
                 if not groups:
                     continue
                 ms = sorted(groups)
-                stats = [_mean_se(groups[m]) for m in ms]
+                stats = [mean_se(groups[m]) for m in ms]
                 mu = np.array([s[0] for s in stats])
                 se = np.array([s[1] for s in stats])
                 label = method if not fm else f"{method} (F_max={fm})"

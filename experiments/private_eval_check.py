@@ -56,7 +56,7 @@ def run(*, out: Path, quick: bool = False, seeds: int | None = None, **_: Any) -
 
     from qveil.additive import AdditiveSamplePath
     from qveil.bundle import load_bundle
-    from qveil.experiments._util import write_csv
+    from qveil.experiments._util import write_table_and_plot
     from qveil.kfqi_config import load_fqi_config
     from qveil.noise import OUSamplePath
     from qveil.ope import policy_value
@@ -124,11 +124,7 @@ def run(*, out: Path, quick: bool = False, seeds: int | None = None, **_: Any) -
                 f"private-eval [{time.perf_counter() - t0:.0f} s] {env_id} seed {seed}: "
                 f"estimate {est:.4g} +- {half:.3g}, true {truth:.4g}", flush=True
             )  # fmt: skip
-    csv = out / "private_eval.csv"
-    write_csv(csv, rows)
-    png = out / "private_eval.png"
-    _plot(rows, png)
-    return {"csv": csv, "png": png}
+    return write_table_and_plot(out, "private_eval", rows, _plot)
 
 
 def _plot(rows: list[dict[str, Any]], path: Path) -> None:

@@ -41,6 +41,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from qveil.experiments._util import mean_se, progress_map, write_csv
+
 __all__ = [
     "Variant",
     "chain_fqe",
@@ -108,17 +110,10 @@ def fit_variants(
     affine in d: c(d) = c(0) + d w with w the weight of the default (per user: the share
     of users none of whose samples reaches the grid point; pooled: 1 where no sample
     does). Equal to fitted_q to round-off (tests/test_experiment_utility.py)."""
-    from qveil.fqi import FQISpec, _kernel_band, averaging_operators, q_range
+    from qveil.fqi import _kernel_band, averaging_operators, q_range
     from qveil.release_map import unit_grid
 
-    spec = FQISpec(
-        gamma=gammas[0],
-        iterations=cfg.iterations,
-        grid_points=cfg.grid_points,
-        bandwidth=cfg.bandwidth,
-        kernel_radius=cfg.kernel_radius,
-        neighbour=relation,
-    )
+    spec = cfg.spec(gamma=gammas[0], neighbour=relation)
     lo, hi = reward_range
     s = np.clip(np.asarray(dataset.s, dtype=np.float64).reshape(-1), 0.0, 1.0)
     s2 = np.clip(np.asarray(dataset.s2, dtype=np.float64).reshape(-1), 0.0, 1.0)
@@ -615,11 +610,6 @@ CHAIN_KEYS = ("start", "method", "f_max", "epsilon", "delta", "m")
 CHAIN_FIELDS = [*CHAIN_KEYS, "runs", "rmse_mean", "rmse_se", "sigma"]
 
 
-def _mean_se(vals: Sequence[float]) -> tuple[float, float]:
-    a = np.asarray(vals, dtype=np.float64)
-    return float(a.mean()), float(a.std(ddof=1) / math.sqrt(a.size)) if a.size > 1 else 0.0
-
-
 def summarise(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Mean and standard error of the return over seeds, per (method, variant, N, eps)."""
     groups: dict[tuple[Any, ...], list[dict[str, Any]]] = defaultdict(list)
@@ -627,7 +617,7 @@ def summarise(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         groups[tuple(r.get(k, "") for k in SUMMARY_KEYS)].append(r)
     out = []
     for key, rs in groups.items():
-        mean, se = _mean_se([float(r["return"]) for r in rs])
+        mean, se = mean_se([float(r["return"]) for r in rs])
         first = rs[0]
         out.append(
             {
@@ -652,7 +642,7 @@ def summarise_chain(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         groups[tuple(r[k] for k in CHAIN_KEYS)].append(r)
     out = []
     for key, rs in groups.items():
-        mean, se = _mean_se([float(r["rmse"]) for r in rs])
+        mean, se = mean_se([float(r["rmse"]) for r in rs])
         out.append(
             {
                 **dict(zip(CHAIN_KEYS, key, strict=True)),
@@ -748,7 +738,6 @@ def run(
     module docstring). Writes utility_runs.csv, utility.csv, utility.md, utility.png,
     utility_chain.csv, utility_chain_runs.csv and utility_chain.png into ``out``."""
     from qveil.experiments import plotting
-    from qveil.experiments._util import progress_map, write_csv
 
     out.mkdir(parents=True, exist_ok=True)
     n_seeds = seeds if seeds is not None else (2 if quick else 10)

@@ -17,7 +17,7 @@ for entry in core/*; do
     ln -s "../../$entry" "$tree/$name"
 done
 # the other parts of the namespace (pyproject.toml [tool.setuptools] package-dir)
-for pair in server:server trainer:trainer client:client experiments:experiments \
+for pair in server:server trainer:trainer client:client common:common experiments:experiments \
     v1:proto/qveil/v1 oip:proto/qveil/oip; do
     ln -s "../../${pair#*:}" "$tree/${pair%%:*}"
 done

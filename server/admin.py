@@ -36,10 +36,9 @@ from qveil.server import admin_tables as T
 from qveil.server import audit_log
 from qveil.server.admin_db import AdminDB, open_admin_db
 from qveil.server.binding import bind, check_binding, copy_refusal
-from qveil.server.handlers import Handlers, Limits
 from qveil.server.ledger import BudgetReport, Cap, Ledger
 from qveil.server.registry import open_registry
-from qveil.server.state import ReleaseHolder
+from qveil.server.services import Services
 from qveil.server.store import open_store
 from qveil.server.store.export import read_export_header
 
@@ -305,7 +304,7 @@ def activate(ctx: AdminContext, release_id: str) -> ReleaseInfo:
         path = release_bundle_path(ctx, release_id)
         if path is not None:
             from qveil.bundle import load_bundle
-            from qveil.server.handlers import store_betas, store_params
+            from qveil.server.releases import store_betas, store_params
 
             b = load_bundle(path, verify=True)
             sp = store_params(b)
@@ -373,8 +372,8 @@ def bind_bundle(ctx: AdminContext, bundle_path: str | Path) -> dict[str, Any]:
         params["release_id"] = bundle.bundle_id
         registry = ctx.registry
         fingerprint, on_file = check_binding(ctx.store, bundle, path, registry)
-        h = Handlers(store=ctx.store, holder=ReleaseHolder(), limits=Limits(), registry=registry)
-        rec = h._register(bundle)
+        service = Services.create(store=ctx.store, registry=registry).releases
+        rec = service.register(bundle)
         if str(rec.status) == "retired":
             raise FailedPrecondition(f"release {bundle.bundle_id!r} is retired")
         bind(ctx.store, bundle, path, fingerprint, on_file, registry)

@@ -30,13 +30,14 @@ import grpc
 
 from qveil.errors import FailedPrecondition, InvalidArgument, PortInUse, echo
 from qveil.server.auth import Authorizer, load_tokens
-from qveil.server.handlers import Handlers, Limits, new_executor
 from qveil.server.health import Health
+from qveil.server.limits import Limits
 from qveil.server.metrics import Metrics
-from qveil.server.protocol.dataplane import DataPlane
+from qveil.server.protocol.dataplane import DataPlane, new_executor
 from qveil.server.protocol.grpc.servicer import AdminServicer, AuditServicer, ValueServicer
 from qveil.server.protocol.grpc.v2_servicer import SERVICE_NAME as OIP_SERVICE_NAME
 from qveil.server.protocol.grpc.v2_servicer import add_inference_service
+from qveil.server.services import Services
 from qveil.v1 import admin_service_pb2, audit_service_pb2, value_service_pb2
 from qveil.v1 import admin_service_pb2_grpc as admin_grpc
 from qveil.v1 import audit_service_pb2_grpc as audit_grpc
@@ -316,10 +317,10 @@ async def serve(config: ServeConfig, *, on_event: Callable[[str], None] | None =
     authorizer = Authorizer(load_tokens(config.tokens_file) if config.tokens_file else None)
     metrics = Metrics()
     executor = new_executor(config.workers)
-    handlers = Handlers(
+    services = Services.create(
         store=None, holder=_holder(), limits=config.limits, metrics=metrics, budget=config.budget
     )
-    plane = DataPlane(handlers, authorizer, executor)
+    plane = DataPlane(services, authorizer, executor)
     health = Health()
     await health.set_serving(False)
     host, _ = split_host(config.listen)
@@ -408,8 +409,8 @@ async def serve(config: ServeConfig, *, on_event: Callable[[str], None] | None =
                     "store that holds its noise; if that store is lost, the release can only be "
                     "retired."
                 ) from None
-            handlers.store = st
-            return handlers.start(config.bundle)
+            services.ctx.store = st
+            return services.releases.start(config.bundle)
 
         starting = loop.run_in_executor(executor, start_up)
         waiter = asyncio.ensure_future(stop.wait())
@@ -419,7 +420,7 @@ async def serve(config: ServeConfig, *, on_event: Callable[[str], None] | None =
             await stop_server(0)
             return 0
         active = starting.result()
-        store = handlers.store
+        store = services.ctx.store
         if joining:
             await bind()
             loop.create_task(_watch_parent(config.parent_pid, stop))
@@ -427,12 +428,14 @@ async def serve(config: ServeConfig, *, on_event: Callable[[str], None] | None =
         await health.set_serving(True)
         if config.metrics_port is not None:
             mport = metrics.serve_prometheus(
-                config.metrics_port, host=config.metrics_host, stored_points=handlers.stored_points
+                config.metrics_port,
+                host=config.metrics_host,
+                stored_points=services.releases.stored_points,
             )
             say(f"metrics on http://{host_port(config.metrics_host, mport)}/metrics")
         say(f"serving release {active.release_id} (store {_redact(url)})")
-        if handlers.last_ledger is not None:
-            say(handlers.last_ledger.describe())
+        if services.releases.last_ledger is not None:
+            say(services.releases.last_ledger.describe())
         code = 0
         lost: asyncio.Task[bool] | None = None
         if config.processes > 1:
@@ -445,7 +448,7 @@ async def serve(config: ServeConfig, *, on_event: Callable[[str], None] | None =
             if p.is_alive():
                 p.terminate()
         say("draining: health NOT_SERVING")
-        handlers.holder.draining = True
+        services.ctx.holder.draining = True
         await health.drain()  # also ends open Watch streams, which would hold stop(grace)
         if config.drain_delay > 0:
             await asyncio.sleep(config.drain_delay)
@@ -475,7 +478,7 @@ async def serve(config: ServeConfig, *, on_event: Callable[[str], None] | None =
             if p.is_alive():
                 p.kill()
         executor.shutdown(wait=True)
-        st = store or handlers.store
+        st = store or services.ctx.store
         if st is not None:
             st.close()
 

@@ -176,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
     from qveil.errors import InvalidArgument, PortInUse
     from qveil.server.app import ServeConfig, TLSFiles, serve
     from qveil.server.auth import add_token
-    from qveil.server.handlers import Limits
+    from qveil.server.limits import Limits
     from qveil.server.quotas import DEFAULT_NEW_STATE_RATE
 
     logging.basicConfig(

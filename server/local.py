@@ -1,14 +1,15 @@
 """The real qveil server inside this process, for experiments and tests.
 
 :class:`LocalServer` builds what ``qveil serve`` builds (:func:`qveil.server.app.create_server`
-with the value, admin, audit, health and v2 services over :class:`~qveil.server.handlers.Handlers`
-and a real store) and runs it on a background event loop bound to ``127.0.0.1:0``. Clients
-reach it over loopback gRPC like any server, so what they get is what a deployment answers:
-the released values with the noise the store durably holds. It skips only the process
-concerns of ``qveil serve`` (signals, draining, port files, TLS, REST).
+with the value, admin, audit, health and v2 services over
+:class:`~qveil.server.services.Services` and a real store) and runs it on a background event
+loop bound to ``127.0.0.1:0``. Clients reach it over loopback gRPC like any server, so what
+they get is what a deployment answers: the released values with the noise the store durably
+holds. It skips only the process concerns of ``qveil serve`` (signals, draining, port files,
+TLS, REST).
 
 The store's noise comes from OS entropy unless the caller opens the store with a seed
-itself (tests only; non-negotiable 5). ``handlers`` (and ``handlers.metrics``: states
+itself (tests only; non-negotiable 5). ``services`` (and ``services.ctx.metrics``: states
 answered, new points) are exposed so a caller can show that its answers came from here.
 """
 
@@ -45,7 +46,7 @@ def _quiet_poller_shutdown(loop: asyncio.AbstractEventLoop, context: dict[str, A
 class LocalServer:
     """The real grpc.aio server (``create_server``) on a background event loop, bound to
     127.0.0.1:0, over a real store (a URL, opened here with OS-entropy noise, or an open
-    store). ``plane``, ``health`` and ``handlers`` are exposed so tests can drive readiness
+    store). ``plane``, ``health`` and ``services`` are exposed so tests can drive readiness
     and draining deterministically; ``start=False`` leaves the server NOT_SERVING."""
 
     def __init__(
@@ -61,9 +62,10 @@ class LocalServer:
     ) -> None:
         from qveil.server.app import create_server
         from qveil.server.auth import Authorizer, load_tokens
-        from qveil.server.handlers import Handlers, Limits, new_executor
         from qveil.server.health import Health
-        from qveil.server.protocol.dataplane import DataPlane
+        from qveil.server.limits import Limits
+        from qveil.server.protocol.dataplane import DataPlane, new_executor
+        from qveil.server.services import Services
         from qveil.server.state import ReleaseHolder
 
         if isinstance(store_url, str):
@@ -73,13 +75,13 @@ class LocalServer:
         else:
             self.store = store_url
         self.executor = new_executor(4)
-        self.handlers = Handlers(
+        self.services = Services.create(
             store=self.store,
             holder=ReleaseHolder(),
             limits=Limits(max_batch=max_batch, max_in_flight=max_in_flight),
         )
         self.plane = DataPlane(
-            self.handlers, Authorizer(load_tokens(tokens) if tokens else None), self.executor
+            self.services, Authorizer(load_tokens(tokens) if tokens else None), self.executor
         )
         self.loop = asyncio.new_event_loop()
         self.loop.set_exception_handler(_quiet_poller_shutdown)
@@ -113,7 +115,7 @@ class LocalServer:
 
     def ready(self, bundle: Path) -> None:
         """Load, register, bind and activate ``bundle`` (as ``qveil serve`` does), then SERVING."""
-        self.handlers.start(bundle)
+        self.services.releases.start(bundle)
         self.plane.ready = True
         self.run(self.health.set_serving(True))
 

@@ -41,8 +41,8 @@ from qveil.privacy.ledger import PrivacyEvent
 from qveil.server import admin_tables as T
 from qveil.server.admin import AdminContext, activate, bind_bundle, log_number, log_outcome
 from qveil.server.audit_log import utc_now
-from qveil.server.handlers import store_params
 from qveil.server.ledger import BudgetReport, LedgerEntry
+from qveil.server.releases import store_params
 
 __all__ = ["RetrainResult", "default_releases_dir", "retrain"]
 

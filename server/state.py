@@ -1,4 +1,5 @@
-"""The active release, swapped atomically.
+"""The server's state: the active release, swapped atomically, and the context the
+services share (:class:`ServerContext`).
 
 A call takes one snapshot (:meth:`ReleaseHolder.current`) when it starts and uses only that
 snapshot, so an activation never mixes two releases within one response and calls in flight
@@ -13,8 +14,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from qveil.errors import Unavailable
+from qveil.server.limits import Limits
+from qveil.server.metrics import Metrics
+from qveil.server.quotas import Quotas
 
-__all__ = ["ActiveRelease", "ReleaseHolder"]
+__all__ = ["ActiveRelease", "ContextService", "ReleaseHolder", "ServerContext"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -52,3 +56,65 @@ class ReleaseHolder:
         with self._lock:
             old, self._current = self._current, new
             return old
+
+
+class ServerContext:
+    """What the server's services share: the store (set once it is open), the active
+    release, the limits, the metrics, the storage quotas and the registry (lineage, witnessed
+    heads, ledger; opened from the default location on first use when not given)."""
+
+    def __init__(
+        self,
+        *,
+        store: Any,
+        holder: ReleaseHolder,
+        limits: Limits,
+        metrics: Metrics | None = None,
+        registry: Any = None,
+    ) -> None:
+        self.store = store
+        self.holder = holder
+        self.limits = limits
+        self.metrics = metrics or Metrics()
+        self.quotas = Quotas(limits.quota_config())
+        self.metrics.quotas = self.quotas
+        self._registry = registry
+
+    @property
+    def registry(self) -> Any:
+        if self._registry is None:
+            from qveil.server.registry import open_registry
+
+            self._registry = open_registry(actor="qveil serve")
+        return self._registry
+
+
+class ContextService:
+    """A service of the server: one job, on the shared :class:`ServerContext`."""
+
+    def __init__(self, ctx: ServerContext) -> None:
+        self.ctx = ctx
+
+    @property
+    def store(self) -> Any:
+        return self.ctx.store
+
+    @property
+    def holder(self) -> ReleaseHolder:
+        return self.ctx.holder
+
+    @property
+    def limits(self) -> Limits:
+        return self.ctx.limits
+
+    @property
+    def metrics(self) -> Metrics:
+        return self.ctx.metrics
+
+    @property
+    def quotas(self) -> Quotas:
+        return self.ctx.quotas
+
+    @property
+    def registry(self) -> Any:
+        return self.ctx.registry

@@ -31,9 +31,9 @@ class _BrokenTxn(_SqlTxn):
 
     def head(self, release_id: str, action: int) -> tuple[int, str | None]:
         # the driver's implicit BEGIN starts here, at the first write, so the seq/head read
-        # next are current but the neighbours were read before (the 2 ms pause only widens
+        # next are current but the neighbours were read before (the 25 ms pause only widens
         # that race window, so a short test shows it)
-        time.sleep(0.002)
+        time.sleep(0.025)
         self._conn.execute(
             sa.update(REL).where(REL.c.release_id == release_id).values(status=REL.c.status)
         )

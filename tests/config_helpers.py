@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+
+#: The d = 4 kernel fqi config (CartPole) and its beta_j (a card and a store must carry these,
+#: whatever they are).
+CARTPOLE_CONFIG = str(REPO / "configs" / "cartpole-private.toml")
+CARTPOLE_BETAS = [float(b) for b in tomllib.loads(Path(CARTPOLE_CONFIG).read_text())["betas"]]
 
 #: configs/linewalk-quick.toml's keys set smaller (100 samples).
 TINY = {"samples": "100", "batch_size": "16", "replay_capacity": "100", "resets": "2"}

@@ -19,7 +19,7 @@ from qveil.client import PermissionDeniedError
 from qveil.client.sync import AdminClient, AuditClient, ValueClient
 from qveil.server import audit_log
 from qveil.server.admin import open_admin
-from qveil.server.handlers import grid_round
+from qveil.server.query import grid_round
 
 
 @pytest.fixture

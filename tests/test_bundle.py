@@ -253,10 +253,14 @@ def test_write_bundle_refuses_a_non_lipschitz_network_and_writes_nothing(tmp_pat
     assert list(tmp_path.iterdir()) == []
 
 
+def _quick_config(**changes: Any) -> TrainConfig:
+    """configs/linewalk-quick.toml at 100 samples and 2 noise paths, with ``changes``."""
+    cfg = TrainConfig.from_toml(CONFIGS / "linewalk-quick.toml")
+    return dataclasses.replace(cfg, samples=100, resets=2, **changes)
+
+
 def test_sigma_zero_bundle_says_no_guarantee(tmp_path: Path) -> None:
-    cfg = dataclasses.replace(
-        TrainConfig.from_toml(CONFIGS / "linewalk-quick.toml"), samples=100, resets=2, sigma=0.0
-    )
+    cfg = _quick_config(sigma=0.0)
     out = run_training(cfg, tmp_path / "z", seed=None)
     b = load_bundle(out.path)
     assert b.card["holds"] is False and b.card["epsilon"] is None and b.sigma == 0.0
@@ -265,13 +269,7 @@ def test_sigma_zero_bundle_says_no_guarantee(tmp_path: Path) -> None:
 
 
 def test_output_mode_trains_without_noise_and_releases_with_its_sigma(tmp_path: Path) -> None:
-    cfg = dataclasses.replace(
-        TrainConfig.from_toml(CONFIGS / "linewalk-quick.toml"),
-        samples=100,
-        resets=2,
-        mode="output",
-        epsilon=2.0,
-    )
+    cfg = _quick_config(mode="output", epsilon=2.0)
     card = run_training(cfg, tmp_path / "out", seed=1).card
     assert card["training_noise"]["sigma"] == 0.0 and card["training_noise"]["points"] == 0
     assert card["sigma"] == card["privacy"]["sigma"] > 0 and card["holds"] is True
@@ -280,13 +278,7 @@ def test_output_mode_trains_without_noise_and_releases_with_its_sigma(tmp_path: 
 
 
 def test_adaptive_optimizer_card_says_holds_false_in_paper_mode(tmp_path: Path) -> None:
-    cfg = dataclasses.replace(
-        TrainConfig.from_toml(CONFIGS / "linewalk-quick.toml"),
-        samples=100,
-        resets=2,
-        optimizer="rmsprop",
-        sigma=1.0,
-    )
+    cfg = _quick_config(optimizer="rmsprop", sigma=1.0)
     card = run_training(cfg, tmp_path / "rms", seed=1).card
     assert card["holds"] is False and "not plain SGD" in card["reason"]
     assert card["privacy_params"]["plain_sgd"] is False

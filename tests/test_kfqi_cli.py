@@ -10,11 +10,11 @@ import json
 import shutil
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import numpy as np
 import pytest
+from config_helpers import CARTPOLE_BETAS, CARTPOLE_CONFIG
 from server_helpers import ensure_population, make_cartpole_kernel_bundle
 
 from qveil.bundle import (
@@ -29,9 +29,7 @@ from qveil.bundle import (
 from qveil.errors import IntegrityError, InvalidArgument
 
 QVEIL = str(Path(sys.executable).with_name("qveil"))
-CONFIG = str(Path(__file__).resolve().parents[1] / "configs" / "cartpole-private.toml")
-#: The config's beta_j (the card and the store must carry these, whatever they are).
-BETAS = [float(b) for b in tomllib.loads(Path(CONFIG).read_text())["betas"]]
+CONFIG, BETAS = CARTPOLE_CONFIG, CARTPOLE_BETAS
 
 
 def qveil(*argv: str) -> subprocess.CompletedProcess[str]:
@@ -178,39 +176,14 @@ def test_privacy_plan_of_a_kernel_config_before_any_data() -> None:
     trainer would use (public quantities only), and refuses the 1-D grid's flags."""
     from qveil.kfqi_config import load_fqi_config, plan_kernel
 
-    r = qveil(
-        "privacy",
-        "--mode",
-        "fqi",
-        "--config",
-        CONFIG,
-        "--users",
-        "100000",
-        "--actions",
-        "2",
-        "--epsilon",
-        "1",
-    )
+    plan = ("privacy", "--mode", "fqi", "--config", CONFIG, "--actions", "2", "--epsilon", "1")
+    r = qveil(*plan, "--users", "100000")
     assert r.returncode == 0, r.stderr
     want = plan_kernel(
         load_fqi_config(CONFIG), users=100_000, actions=2, dims=4, reward_range=(0.0, 1.0)
     )
     assert f"{want.sigma:.6g}" in r.stdout and "kernel, d = 4" in r.stdout
-    r = qveil(
-        "privacy",
-        "--mode",
-        "fqi",
-        "--config",
-        CONFIG,
-        "--users",
-        "100",
-        "--actions",
-        "2",
-        "--epsilon",
-        "1",
-        "--grid-points",
-        "11",
-    )
+    r = qveil(*plan, "--users", "100", "--grid-points", "11")
     assert r.returncode == 2 and "kernel" in r.stderr, r.stderr
 
 

@@ -348,15 +348,15 @@ def test_rest_socket_is_tcp_for_nodelay() -> None:
     import socket
 
     from qveil.server.auth import Authorizer
-    from qveil.server.handlers import Handlers, Limits, new_executor
-    from qveil.server.protocol.dataplane import DataPlane
+    from qveil.server.protocol.dataplane import DataPlane, new_executor
     from qveil.server.protocol.rest.server import start_rest
+    from qveil.server.services import Services
     from qveil.server.state import ReleaseHolder
 
     async def main() -> None:
         executor = new_executor(1)
         plane = DataPlane(
-            Handlers(store=None, holder=ReleaseHolder(), limits=Limits()),
+            Services.create(store=None, holder=ReleaseHolder()),
             Authorizer(None),
             executor,
         )

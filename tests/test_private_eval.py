@@ -132,12 +132,11 @@ def test_evaluate_private_end_to_end(tmp_path: Path) -> None:
     assert len(ev) == 1 and ev[0].target == rep["release_id"]
     assert ev[0].params["estimate"] == rep["estimate"]
     # the admin card of the release shows it (AdminService.GetAdminCard's handler)
-    from qveil.server.handlers import Handlers, Limits
-    from qveil.server.state import ReleaseHolder
+    from qveil.server.services import Services
     from qveil.server.store import open_store
 
     with open_store(f"sqlite:///{b.parent / 'qveil-store.sqlite'}", create=False) as st:
-        h = Handlers(store=st, holder=ReleaseHolder(), limits=Limits())
+        h = Services.create(store=st).releases
         h.start(b)
         _, public, admin = h.admin_card()
     [shown] = admin["private_evaluations"]

@@ -206,7 +206,7 @@ def test_auth_table(tmp_path) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_grid_rounding_is_exact_multiple() -> None:
-    from qveil.server.handlers import grid_round
+    from qveil.server.query import grid_round
 
     rng = np.random.default_rng(1)
     v = rng.normal(scale=3, size=10_000)

@@ -22,6 +22,7 @@ import math
 import re
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -40,20 +41,22 @@ def _stored(target: str, token: str) -> dict[int, dict[float, float]]:
         return {act: {p.x: p.g for p in a.noise_points(act)} for act in range(ACTIONS)}
 
 
-def test_cap_refuses_new_points_and_still_answers_stored_ones(tmp_path: Path) -> None:
+def _capped_server(tmp_path: Path, max_points: str, *extra: str) -> tuple[Any, Any]:
+    """(tokens, server): a fresh bundle served on a SQLite store with a tokens file and at
+    most ``max_points`` stored points, plus ``extra`` flags."""
     bundle = make_bundle(tmp_path / "b")
     tokens = make_tokens(tmp_path / "tokens.toml")
     srv = start_server(
         tmp_path,
         bundle,
-        "--tokens-file",
-        str(tokens.path),
-        "--max-stored-points",
-        "10",
-        "--metrics-port",
-        "0",
+        *("--tokens-file", str(tokens.path), "--max-stored-points", max_points, *extra),
         store=f"sqlite:///{tmp_path / 'store.sqlite'}",
     )
+    return tokens, srv
+
+
+def test_cap_refuses_new_points_and_still_answers_stored_ones(tmp_path: Path) -> None:
+    tokens, srv = _capped_server(tmp_path, "10", "--metrics-port", "0")
     try:
         with ValueClient(srv.target, token=tokens.query) as c:
             first = c.values([0.1, 0.2, 0.3])  # 9 points
@@ -296,17 +299,7 @@ def test_cap_is_exact_under_concurrent_new_points(tmp_path: Path) -> None:
     concurrent requests overshoot (up to 8 x 3 points)."""
     import threading
 
-    bundle = make_bundle(tmp_path / "b")
-    tokens = make_tokens(tmp_path / "tokens.toml")
-    srv = start_server(
-        tmp_path,
-        bundle,
-        "--tokens-file",
-        str(tokens.path),
-        "--max-stored-points",
-        "60",
-        store=f"sqlite:///{tmp_path / 'store.sqlite'}",
-    )
+    tokens, srv = _capped_server(tmp_path, "60")
     ok: list[float] = []
     refused: list[float] = []
     lock = threading.Lock()

@@ -153,11 +153,10 @@ def test_a_deleted_or_edited_binding_is_refused(dataset: Path, tmp_path: Path) -
         assert st.list_releases() == []
     # activation of the copy on a server running another release on the fresh store
     from qveil.errors import FailedPrecondition
-    from qveil.server.handlers import Handlers, Limits
-    from qveil.server.state import ReleaseHolder
+    from qveil.server.services import Services
 
     with open_store(fresh, create=False) as st:
-        h = Handlers(store=st, holder=ReleaseHolder(), limits=Limits())
+        h = Services.create(store=st).releases
         with pytest.raises(FailedPrecondition, match="lives in store"):
             h.activate(bundle_path=str(no_binding))
         assert st.list_releases() == []

@@ -40,7 +40,7 @@ from qveil.client import (
     UnauthenticatedError,
     ValueClient,
 )
-from qveil.server.handlers import grid_round
+from qveil.server.query import grid_round
 from qveil.v1 import admin_service_pb2 as admin_pb
 from qveil.v1 import admin_service_pb2_grpc as admin_grpc
 from qveil.v1 import audit_service_pb2 as audit_pb

@@ -288,10 +288,10 @@ def test_new_points_metric_counts_each_committed_point_once(
         with ValueClient(s.target) as c:
             c.values(xs)
             c.values(xs)  # all stored: no new point
-            assert s.handlers.metrics.new_points == 40 * M
+            assert s.services.ctx.metrics.new_points == 40 * M
             rng = np.random.default_rng(5)
             batches = [rng.choice(np.linspace(LO, HI, 97), 30) for _ in range(24)]
             with ThreadPoolExecutor(8) as pool:
                 list(pool.map(c.values, batches))
         stored = s.store.count_points()
-        assert s.handlers.metrics.new_points == stored == s.store.points_drawn
+        assert s.services.ctx.metrics.new_points == stored == s.store.points_drawn

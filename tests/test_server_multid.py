@@ -16,13 +16,13 @@ import asyncio
 import json
 import subprocess
 import sys
-import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 import sqlalchemy as sa
+from config_helpers import CARTPOLE_BETAS, CARTPOLE_CONFIG
 from server_helpers import (
     InProcessServer,
     fresh_bundle,
@@ -36,9 +36,7 @@ from qveil.server.store import open_store
 from qveil.v1 import value_service_pb2 as value_pb
 
 QVEIL = str(Path(sys.executable).with_name("qveil"))
-CONFIG = str(Path(__file__).resolve().parents[1] / "configs" / "cartpole-private.toml")
-#: The config's beta_j (the card and the store must carry these, whatever they are).
-BETAS = [float(b) for b in tomllib.loads(Path(CONFIG).read_text())["betas"]]
+CONFIG, BETAS = CARTPOLE_CONFIG, CARTPOLE_BETAS
 D, M = 4, 2
 
 
@@ -299,7 +297,7 @@ def test_evaluate_target_plays_a_d4_release_through_the_server(
 
     s, _bundle, url = served
     episodes = 3
-    before = s.handlers.metrics.states_answered
+    before = s.services.ctx.metrics.states_answered
     assert (
         main(
             [
@@ -322,7 +320,7 @@ def test_evaluate_target_plays_a_d4_release_through_the_server(
     served_row = scores["served release"]
     # CartPole pays 1 per step: the episodes' steps are the states the server was asked
     steps = round(served_row["mean"] * episodes)
-    assert s.handlers.metrics.states_answered - before == steps * M
+    assert s.services.ctx.metrics.states_answered - before == steps * M
     assert 0 < len(_rows(url)) <= steps * M * D
     assert scores["non-private kernel FQI"]["mean"] > 0
 

@@ -130,19 +130,19 @@ def test_known_values_misses_anything_not_stored() -> None:
 
 
 def test_stored_values_without_blocking_match_get_values(tmp_path: Path) -> None:
-    """``Handlers.get_stored_values`` (the data plane runs it on the event loop) answers a
+    """``QueryService.get_stored_values`` (the data plane runs it on the event loop) answers a
     request of stored states with the bytes ``get_values`` answers, and None for any request
     with a new state (nothing stored by it); its refusals are get_values' refusals."""
     from server_helpers import make_bundle
 
     from qveil.errors import InvalidArgument
-    from qveil.server.handlers import Handlers, Limits
-    from qveil.server.state import ReleaseHolder
+    from qveil.server.services import Services
 
     bundle = make_bundle(tmp_path / "bundle")
     with open_store(f"sqlite:///{tmp_path / 'store.sqlite'}", rng=9) as st:
-        h = Handlers(store=st, holder=ReleaseHolder(), limits=Limits())
-        h.start(bundle)
+        services = Services.create(store=st)
+        services.releases.start(bundle)
+        h = services.query
         rng = np.random.default_rng(4)
         seen = rng.uniform(-1.0, 2.0, 50)
         stored_hits = 0

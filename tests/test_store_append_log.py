@@ -252,7 +252,7 @@ def test_server_refuses_an_action_with_a_state_stored_twice(tmp_path: Path) -> N
     with InProcessServer(bundle, url) as srv:
         with ValueClient(srv.target) as c:
             known = c.values(states)
-            rid = srv.handlers.holder.peek().release_id  # type: ignore[union-attr]
+            rid = srv.services.ctx.holder.peek().release_id  # type: ignore[union-attr]
             pts = list(srv.store.iter_points(rid, 1))
             seq = pts[-1].seq + 1
             h = ChainHasher().link(bytes.fromhex(pts[-1].hash), seq, pts[3].x, 0.0).hex()
@@ -280,4 +280,4 @@ def test_server_refuses_an_action_with_a_state_stored_twice(tmp_path: Path) -> N
             assert srv.store.count_points(rid) == n
     with InProcessServer(bundle, url, start=False) as srv:
         with pytest.raises(IntegrityError, match="fails verification"):
-            srv.handlers.start(bundle)
+            srv.services.releases.start(bundle)

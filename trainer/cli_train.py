@@ -43,6 +43,8 @@ from qveil.trainer.forecast import forecast
 __all__ = ["add_parser", "run"]
 
 
+# long-function: a flat list of qveil train's flag declarations, one per option: splitting it
+#   would only scatter its one --help
 def add_parser(sub: Any) -> argparse.ArgumentParser:
     p = sub.add_parser(
         "train",

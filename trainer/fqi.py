@@ -150,7 +150,7 @@ def train_fqi(
 def _train_grid(cfg: Any, dataset: Any, out: Path, *, force: bool) -> FQIOutcome:
     """The 1-D grid estimator: plan, fit, smooth, write and reload the bundle."""
     from qveil.bundle import load_bundle, write_grid_bundle
-    from qveil.fqi import FQISpec, fitted_q
+    from qveil.fqi import fitted_q
     from qveil.noise import StateInterval
     from qveil.release_map import smoother
 
@@ -172,14 +172,7 @@ def _train_grid(cfg: Any, dataset: Any, out: Path, *, force: bool) -> FQIOutcome
     if result.noise_to_value > REFUSE_RATIO and not force:
         raise FailedPrecondition(f"refusing: {warning}; pass --force to release anyway")
     iv = StateInterval(*_state_interval(cfg, env_id or None))
-    spec = FQISpec(
-        gamma=cfg.gamma,
-        iterations=cfg.iterations,
-        grid_points=cfg.grid_points,
-        bandwidth=cfg.bandwidth,
-        kernel_radius=cfg.kernel_radius,
-        neighbour=cfg.neighbour,
-    )
+    spec = cfg.spec()
     t0 = time.perf_counter()
     deltas: list[float] = []
     q = fitted_q(

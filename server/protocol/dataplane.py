@@ -36,11 +36,21 @@ from qveil import __version__
 from qveil.common import typing as t
 from qveil.errors import ResourceExhausted, Unavailable, error_status
 from qveil.server.auth import Authorizer
-from qveil.server.handlers import Handlers, per_caller_bound
+from qveil.server.limits import per_caller_bound
 from qveil.server.protocol.v2_model import SERVER_NAME, InferRequest, InferResponse, OIPModel
 from qveil.server.quotas import caller_host
+from qveil.server.services import Services
 
-__all__ = ["ADMIN", "AUDIT", "VALUE", "Call", "CallContext", "DataPlane", "ValuesQuery"]
+__all__ = [
+    "ADMIN",
+    "AUDIT",
+    "VALUE",
+    "Call",
+    "CallContext",
+    "DataPlane",
+    "ValuesQuery",
+    "new_executor",
+]
 
 log = logging.getLogger("qveil.server")
 R = TypeVar("R")
@@ -105,10 +115,14 @@ class DataPlane:
     """Admission, execution, padding and metrics of every call, and the query endpoints."""
 
     def __init__(
-        self, handlers: Handlers, authorizer: Authorizer, executor: ThreadPoolExecutor
+        self, services: Services, authorizer: Authorizer, executor: ThreadPoolExecutor
     ) -> None:
-        self.handlers = handlers
-        self.model = OIPModel(handlers)
+        #: the server's services; the data plane's own endpoints use the query service only
+        self.services = services
+        self.query = services.query
+        self.model = OIPModel(services.query)
+        self.metrics = services.ctx.metrics
+        self.limits = services.ctx.limits
         self.authorizer = authorizer
         self.executor = executor
         self.ready = False
@@ -121,7 +135,7 @@ class DataPlane:
     async def get_values(self, ctx: CallContext, decode: Callable[[], ValuesQuery]) -> t.Values:
         def run(call: Call) -> t.Values:
             q = decode()
-            return self.handlers.get_values(
+            return self.query.get_values(
                 q.states,
                 q.actions,
                 release_id=q.release_id,
@@ -133,7 +147,7 @@ class DataPlane:
             q = decode()
             if q.states.shape[0] > INLINE_MAX_STATES:
                 return None
-            return self.handlers.get_stored_values(
+            return self.query.get_stored_values(
                 q.states, q.actions, release_id=q.release_id, deadline=call.deadline
             )
 
@@ -144,14 +158,14 @@ class DataPlane:
     ) -> t.BestActions:
         def run(call: Call) -> t.BestActions:
             q = decode()
-            return self.handlers.get_best_actions(
+            return self.query.get_best_actions(
                 q.states, release_id=q.release_id, deadline=call.deadline, caller=call.caller
             )
 
         return await self.call(VALUE, "GetBestActions", ctx, run)
 
     async def get_release(self, ctx: CallContext) -> t.Release:
-        return await self.call(VALUE, "GetRelease", ctx, lambda _c: self.handlers.get_release())
+        return await self.call(VALUE, "GetRelease", ctx, lambda _c: self.query.get_release())
 
     async def infer(self, ctx: CallContext, decode: Callable[[], InferRequest]) -> InferResponse:
         """v2 ModelInfer; ``decode`` runs after admission, so a bad body is refused (and
@@ -221,19 +235,19 @@ class DataPlane:
         finally:
             if key is not None:
                 self._leave(key)
-            self.handlers.metrics.observe(method, code, time.perf_counter() - start)
+            self.metrics.observe(method, code, time.perf_counter() - start)
 
     def observe_error(self, method: str, exc: BaseException, start: float) -> None:
         """Observe a call that failed after :meth:`call` returned (a stream's later message)."""
         code = error_status(exc).code
         if code == "INTERNAL":
             log.error("internal error in %s", method, exc_info=exc)
-        self.handlers.metrics.observe(method, code, time.perf_counter() - start)
+        self.metrics.observe(method, code, time.perf_counter() - start)
 
     def _enter(self, key: str) -> None:
         self.by_caller[key] = self.by_caller.get(key, 0) + 1
         self.in_flight += 1
-        self.handlers.metrics.in_flight = self.in_flight
+        self.metrics.in_flight = self.in_flight
 
     def _leave(self, key: str) -> None:
         left = self.by_caller[key] - 1
@@ -242,7 +256,7 @@ class DataPlane:
         else:
             del self.by_caller[key]
         self.in_flight -= 1
-        self.handlers.metrics.in_flight = self.in_flight
+        self.metrics.in_flight = self.in_flight
 
     async def _pad(self, start: float, method: str, ctx: CallContext) -> None:
         """Hold a value-returning answer (or error) until the end of its latency bucket:
@@ -252,7 +266,7 @@ class DataPlane:
         both answer at the same instant whenever the store's work fits in one bucket, and a
         slow call is visible only as a whole bucket later (docs/privacy.md,
         benchmarks/bench_timing.py). The call keeps its in-flight slot while it waits."""
-        pad = self.handlers.limits.min_latency_ms
+        pad = self.limits.min_latency_ms
         if pad <= 0 or method not in PADDED:
             return
         quantum = pad / 1000.0
@@ -274,7 +288,7 @@ class DataPlane:
             raise Unavailable("the server is starting: model and store not verified yet")
         if self.closing:
             raise Unavailable("the server is shutting down; retry (another replica)")
-        limits = self.handlers.limits
+        limits = self.limits
         key = f"token:{principal.name}" if principal.role is not None else f"peer:{ctx.peer}"
         mine, per_caller = self.by_caller.get(key, 0), per_caller_bound(limits)
         if mine >= per_caller:
@@ -297,3 +311,8 @@ class DataPlane:
                 return False
             await asyncio.sleep(0.005)
         return True
+
+
+def new_executor(workers: int) -> ThreadPoolExecutor:
+    """The thread pool the data plane runs blocking work in (it calls the store)."""
+    return ThreadPoolExecutor(max_workers=workers, thread_name_prefix="qveil-store")

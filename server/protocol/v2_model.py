@@ -3,9 +3,9 @@
 Both v2 bindings (gRPC: ``qveil.server.protocol.grpc.v2_servicer``; REST/JSON:
 ``qveil.server.protocol.rest.v2_endpoints``) decode their request into :class:`InferRequest`
 and call the data plane's ``infer``, which calls :meth:`OIPModel.infer` on the ONE query
-service that ValueService uses (``Handlers.get_values``,
-``Handlers.get_best_actions``, ``Handlers.get_action_values``): the same validation, the same
-stored noise, the same value grid, the same limits. Nothing here touches the store.
+service that ValueService uses (``QueryService.get_values``, ``get_best_actions``,
+``get_action_values``): the same validation, the same stored noise, the same value grid, the
+same limits. Nothing here touches the store.
 
 The model::
 
@@ -34,7 +34,7 @@ import numpy as np
 import numpy.typing as npt
 
 from qveil.errors import NotFound, Unavailable, bad_argument
-from qveil.server.handlers import Handlers
+from qveil.server.query import QueryService
 
 __all__ = [
     "MODEL_NAME",
@@ -117,10 +117,10 @@ def _n_elements(shape: Sequence[int]) -> int:
 
 
 class OIPModel:
-    """The v2 view of one server's handlers."""
+    """The v2 view of one server's query service."""
 
-    def __init__(self, handlers: Handlers) -> None:
-        self.h = handlers
+    def __init__(self, query: QueryService) -> None:
+        self.h = query
 
     # ------------------------------------------------------------------ metadata
     def version(self) -> str:

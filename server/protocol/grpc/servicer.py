@@ -144,13 +144,12 @@ class ValueServicer(value_grpc.ValueServiceServicer):
 
 
 class _Service:
-    """A servicer whose methods are one admitted call each of a service of the handlers."""
+    """A servicer whose methods are one admitted call each of one of the server's services."""
 
     service = ""
 
     def __init__(self, plane: DataPlane) -> None:
         self.plane = plane
-        self.h = plane.handlers
 
     async def _call(self, method: str, context: grpc.aio.ServicerContext, fn: Callable[[], R]) -> R:
         def run(_call: Call) -> R:
@@ -163,6 +162,10 @@ class _Service:
 
 class AdminServicer(_Service, admin_grpc.AdminServiceServicer):
     service = ADMIN
+
+    def __init__(self, plane: DataPlane) -> None:
+        super().__init__(plane)
+        self.h = plane.services.releases
 
     async def ListReleases(  # noqa: N802
         self, request: admin_pb.ListReleasesRequest, context: grpc.aio.ServicerContext
@@ -216,6 +219,10 @@ class AdminServicer(_Service, admin_grpc.AdminServiceServicer):
 
 class AuditServicer(_Service, audit_grpc.AuditServiceServicer):
     service = AUDIT
+
+    def __init__(self, plane: DataPlane) -> None:
+        super().__init__(plane)
+        self.h = plane.services.audit
 
     async def StreamNoisePoints(  # noqa: N802
         self, request: audit_pb.StreamNoisePointsRequest, context: grpc.aio.ServicerContext

@@ -1,0 +1,375 @@
+"""The query service: what ValueService answers (and the v2 model through it): validation,
+the model's forward, the store's noise, the value grid. Blocking (it calls the store); the
+data plane runs it in a thread pool off the event loop. It raises ``qveil.errors``
+exceptions only; each transport maps them through its table.
+
+Answer of a query: for state s of release r and action a,
+
+    value(s, a) = grid_round( Q_r(s, a) + g_{r,a}(x) ),   x = (s - lo) / (hi - lo)
+
+where Q_r is the bundle's numpy forward (clamped to +-q_bound in output mode, inside the
+bundle) and g_{r,a}(x) is ``store.get_or_sample`` (stored value, or an exact OU conditional draw
+committed durably before it is returned). Every input is validated BEFORE the store is
+touched, so a rejected request stores nothing.
+
+Why the grid: released values are rounded to multiples of ``value_grid`` (a power of two,
+default 2^-20). The low-order bits of a floating-point sum q + g are not uniformly
+distributed and depend on q (Mironov 2012, "On significance of the least significant bits
+for differential privacy"): an attacker reading exact doubles can learn about q from bits
+that the noise does not cover. Rounding to a fixed power-of-two grid coarser than the double
+spacing of any served magnitude (|v| < 2^32) removes those bits. It is a mitigation, not a
+proof: the noise itself is a double drawn from OS entropy.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from qveil.common import typing as t
+from qveil.errors import FailedPrecondition, bad_argument, echo
+from qveil.server import views
+from qveil.server.state import ActiveRelease, ContextService
+
+__all__ = ["QueryService", "grid_round"]
+
+
+def grid_round(values: npt.NDArray[np.float64], grid: float) -> npt.NDArray[np.float64]:
+    """Round to the nearest multiple of ``grid`` (a power of two: the scaling is exact)."""
+    return np.round(values / grid) * grid + 0.0
+
+
+def _check_deadline(deadline: float | None) -> None:
+    if deadline is not None and time.monotonic() >= deadline:
+        raise TimeoutError("deadline exceeded before the store was queried; nothing stored")
+
+
+class QueryService(ContextService):
+    """GetValues, GetBestActions, GetRelease (and the v2 model's one action per state) on the
+    active release."""
+
+    def _states(self, rel: ActiveRelease, states: npt.ArrayLike) -> npt.NDArray[np.float64]:
+        """Raw states -> unit states: (n,) for a 1-D release, (n, d) for a release of d
+        coordinates (see :meth:`_box_states`). Nothing is stored on bad input."""
+        if rel.bundle.kernel:
+            return self._box_states(rel, states)
+        s = np.asarray(states, dtype=np.float64)
+        if s.ndim == 2 and s.shape[1] != 1:
+            raise bad_argument(
+                f"states have {s.shape[1]} coordinates; this release has 1",
+                field="states",
+                reason="WRONG_DIMS",
+            )
+        s = s.reshape(-1)
+        self._check_batch(s.size)
+        finite = np.isfinite(s)
+        if not finite.all():
+            i = int(np.flatnonzero(~finite)[0])
+            raise bad_argument(
+                f"state {float(s[i])!r} at index {i} is not a finite number",
+                field=f"states[{i}]",
+                reason="STATE_NOT_FINITE",
+            )
+        iv = rel.bundle.interval
+        out = (s < iv.lo) | (s > iv.hi)
+        if out.any():
+            i = int(np.flatnonzero(out)[0])
+            raise bad_argument(
+                f"state {float(s[i])!r} at index {i} is outside the state interval "
+                f"[{iv.lo!r}, {iv.hi!r}]",
+                field=f"states[{i}]",
+                reason="STATE_OUT_OF_INTERVAL",
+            )
+        unit: npt.NDArray[np.float64] = iv.to_unit(s)
+        return unit
+
+    def _check_batch(self, n: int) -> None:
+        """An empty batch, or one over --max-batch, is INVALID_ARGUMENT."""
+        if n == 0:
+            raise bad_argument(
+                "empty batch: give at least one state", field="states", reason="EMPTY_BATCH"
+            )
+        if n > self.limits.max_batch:
+            raise bad_argument(
+                f"batch of {n} states exceeds the limit of {self.limits.max_batch}",
+                field="states",
+                reason="BATCH_TOO_LARGE",
+            )
+
+    def _box_states(self, rel: ActiveRelease, states: npt.ArrayLike) -> npt.NDArray[np.float64]:
+        """(n, d) raw states of a d-coordinate release -> (n, d) unit states: each coordinate
+        clipped into its public interval and mapped onto [0, 1] (``StateBox.to_unit``; the
+        clipping is public post-processing and the card says so). A wrong d, an empty or too
+        large batch or a non-finite coordinate is INVALID_ARGUMENT."""
+        d = rel.bundle.dims
+        s = np.asarray(states, dtype=np.float64)
+        if s.ndim == 1 and d == 1:
+            s = s.reshape(-1, 1)
+        if s.ndim != 2 or s.shape[1] != d:
+            got = s.shape[1] if s.ndim == 2 else 1
+            raise bad_argument(
+                f"states have {got} coordinate(s); this release has {d} "
+                f"(send a state matrix with dims = {d})",
+                field="states",
+                reason="WRONG_DIMS",
+            )
+        self._check_batch(s.shape[0])
+        finite = np.isfinite(s).all(axis=1)
+        if not finite.all():
+            i = int(np.flatnonzero(~finite)[0])
+            raise bad_argument(
+                f"state at index {i} has a coordinate that is not a finite number",
+                field=f"states[{i}]",
+                reason="STATE_NOT_FINITE",
+            )
+        out: npt.NDArray[np.float64] = rel.bundle.box.to_unit(s, clip=True)
+        return out
+
+    def _actions(self, rel: ActiveRelease, actions: Sequence[int]) -> list[int]:
+        m = rel.bundle.n_actions
+        if len(actions) == 0:
+            return list(range(m))
+        out: list[int] = []
+        for j, a in enumerate(actions):
+            a = int(a)
+            if not 0 <= a < m:
+                raise bad_argument(
+                    f"unknown action {a} at index {j}: this release has actions 0..{m - 1}",
+                    field=f"actions[{j}]",
+                    reason="UNKNOWN_ACTION",
+                )
+            if a in out:
+                raise bad_argument(
+                    f"action {a} is repeated (index {j})",
+                    field=f"actions[{j}]",
+                    reason="DUPLICATE_ACTION",
+                )
+            out.append(a)
+        return out
+
+    def _release_for_query(self, release_id: str) -> ActiveRelease:
+        """The active release, or the same refusal for any other pinned id, whether the store
+        holds it or not: a query caller learns which release is active (GetRelease tells it
+        anyway), never whether another release id exists."""
+        rel = self.holder.current()  # ONE snapshot for the whole call
+        if release_id and release_id != rel.release_id:
+            exc = FailedPrecondition(
+                f"release {echo(release_id)} is not the active release (active: {rel.release_id!r})"
+            )
+            exc.reason = "RELEASE_NOT_ACTIVE"
+            raise exc
+        return rel
+
+    def _released(
+        self,
+        rel: ActiveRelease,
+        xs: npt.NDArray[np.float64],
+        actions: list[int],
+        deadline: float | None,
+        caller: str = "local",
+    ) -> npt.NDArray[np.float64]:
+        q = rel.bundle.q_values_unit(xs)[:, actions]
+        _check_deadline(deadline)
+        known = self._known_noise(rel, xs, actions)
+        if known is not None:  # every state stored: no admission, no database
+            self.metrics.answered(int(xs.shape[0]) * len(actions), self.store.points_drawn)
+            return grid_round(q + known, self.limits.value_grid)
+        if xs.ndim == 2:
+            noise = self._box_noise(rel, xs, actions, deadline, caller)
+            self.metrics.answered(int(xs.shape[0]) * len(actions), self.store.points_drawn)
+            return grid_round(q + noise, self.limits.value_grid)
+        ux, inverse = np.unique(xs, return_inverse=True)
+        # admission before anything is sampled: one reservation on the store
+        ticket = self.store.reserve(
+            rel.release_id, [(a, ux) for a in actions], quotas=self.quotas, caller=caller
+        )
+        try:
+            _check_deadline(deadline)
+            # all actions' new points in one group-committed transaction
+            g = self.store.get_or_sample_actions(rel.release_id, actions, ux)
+        finally:
+            self.quotas.done(rel.release_id, ticket)
+        noise = np.asarray(g, dtype=np.float64)[inverse.reshape(-1)]
+        self.metrics.answered(int(xs.size) * len(actions), self.store.points_drawn)
+        return grid_round(q + noise, self.limits.value_grid)
+
+    def _known_noise(
+        self,
+        rel: ActiveRelease,
+        xs: npt.NDArray[np.float64],
+        actions: list[int],
+        *,
+        publish: bool = True,
+    ) -> npt.NDArray[np.float64] | None:
+        """The noise of a request whose states are all stored (``store.known_values``: the
+        in-process copies, no database), summed over a d-coordinate release's paths in
+        coordinate order as :meth:`_box_noise` does; None when any state is new."""
+        if xs.ndim == 1:
+            cols = self.store.known_values(
+                rel.release_id, actions, [xs] * len(actions), publish=publish
+            )
+            return None if cols is None else np.stack(cols, axis=1)
+        d = xs.shape[1]
+        paths = [a * d + j for a in actions for j in range(d)]
+        got = self.store.known_values(
+            rel.release_id,
+            paths,
+            [xs[:, j] for _a in actions for j in range(d)],
+            publish=publish,
+        )
+        if got is None:
+            return None
+        noise = np.zeros((xs.shape[0], len(actions)), dtype=np.float64)
+        k = 0
+        for i in range(len(actions)):
+            for _j in range(d):  # summed in coordinate order: the same bits every time
+                noise[:, i] += got[k]
+                k += 1
+        return noise
+
+    def _box_noise(
+        self,
+        rel: ActiveRelease,
+        xs: npt.NDArray[np.float64],
+        actions: list[int],
+        deadline: float | None,
+        caller: str,
+    ) -> npt.NDArray[np.float64]:
+        """Additive noise of a d-coordinate release: g_a(x) = sum_j g_{a,j}(x_j),
+        each g_{a,j} a 1-D OU path of the store (path a * d + j, its own beta_j). Only the
+        coordinate values a path has not stored are new points; all of them, every action
+        and coordinate, are stored in one durable transaction before anything is answered."""
+        d = xs.shape[1]
+        cols = [np.unique(xs[:, j], return_inverse=True) for j in range(d)]
+        pairs = [(a * d + j, cols[j][0]) for a in actions for j in range(d)]
+        index = [cols[j][1].reshape(-1) for _a in actions for j in range(d)]
+        ticket = self.store.reserve(  # before anything is sampled
+            rel.release_id, pairs, quotas=self.quotas, caller=caller, rows=(xs, index)
+        )
+        try:
+            _check_deadline(deadline)
+            gs = self.store.get_or_sample_paths(
+                rel.release_id, [p for p, _ in pairs], [u for _, u in pairs]
+            )
+        finally:
+            self.quotas.done(rel.release_id, ticket)
+        noise = np.zeros((xs.shape[0], len(actions)), dtype=np.float64)
+        k = 0
+        for i in range(len(actions)):
+            for j in range(d):  # summed in coordinate order: the same bits every time
+                noise[:, i] += gs[k][cols[j][1].reshape(-1)]
+                k += 1
+        return noise
+
+    def get_values(
+        self,
+        states: npt.ArrayLike,
+        actions: Sequence[int] = (),
+        *,
+        release_id: str = "",
+        deadline: float | None = None,
+        caller: str = "local",
+    ) -> t.Values:
+        rel = self._release_for_query(release_id)
+        xs = self._states(rel, states)
+        acts = self._actions(rel, actions)
+        vals = self._released(rel, xs, acts, deadline, caller)
+        return t.Values(
+            release_id=rel.release_id,
+            actions=tuple(acts),
+            values=vals,
+            value_grid=self.limits.value_grid,
+        )
+
+    def get_stored_values(
+        self,
+        states: npt.ArrayLike,
+        actions: Sequence[int] = (),
+        *,
+        release_id: str = "",
+        deadline: float | None = None,
+    ) -> t.Values | None:
+        """:meth:`get_values` for a request whose states are all stored, without blocking:
+        the same validation, model and value grid, the noise from the store's in-process
+        copies (no admission, no database, no witness write), or None when any state is new
+        or its answer needs the witness first (the caller then runs :meth:`get_values`).
+        Bad input raises as in :meth:`get_values`; nothing is stored either way."""
+        rel = self._release_for_query(release_id)
+        xs = self._states(rel, states)
+        acts = self._actions(rel, actions)
+        _check_deadline(deadline)
+        noise = self._known_noise(rel, xs, acts, publish=False)
+        if noise is None:
+            return None
+        q = rel.bundle.q_values_unit(xs)[:, acts]
+        self.metrics.answered(int(xs.shape[0]) * len(acts), self.store.points_drawn)
+        return t.Values(
+            release_id=rel.release_id,
+            actions=tuple(acts),
+            values=grid_round(q + noise, self.limits.value_grid),
+            value_grid=self.limits.value_grid,
+        )
+
+    def get_best_actions(
+        self,
+        states: npt.ArrayLike,
+        *,
+        release_id: str = "",
+        deadline: float | None = None,
+        caller: str = "local",
+    ) -> t.BestActions:
+        rel = self._release_for_query(release_id)
+        xs = self._states(rel, states)
+        vals = self._released(rel, xs, list(range(rel.bundle.n_actions)), deadline, caller)
+        best = np.argmax(vals, axis=1)  # ties: the lowest action
+        return t.BestActions(
+            release_id=rel.release_id,
+            actions=best.astype(np.int64),
+            values=vals[np.arange(vals.shape[0]), best],
+            value_grid=self.limits.value_grid,
+        )
+
+    def get_action_values(
+        self,
+        states: npt.ArrayLike,
+        actions: npt.ArrayLike,
+        *,
+        release_id: str = "",
+        deadline: float | None = None,
+        caller: str = "local",
+    ) -> tuple[str, npt.NDArray[np.float64]]:
+        """(release id, values[i] = value(states[i], actions[i])): GetValues with one action
+        per state (the v2 model's ACTION input). Every action is validated before the
+        store is touched; each action's states go through ``_released`` (the GetValues path)."""
+        rel = self._release_for_query(release_id)
+        xs = self._states(rel, states)
+        acts = np.asarray(actions, dtype=np.int64).reshape(-1)
+        if acts.size != xs.shape[0]:
+            raise bad_argument(
+                f"{acts.size} actions for {xs.shape[0]} states: give one action per state",
+                field="actions",
+                reason="WRONG_SHAPE",
+            )
+        m = rel.bundle.n_actions
+        bad = (acts < 0) | (acts >= m)
+        if bad.any():
+            j = int(np.flatnonzero(bad)[0])
+            raise bad_argument(
+                f"unknown action {int(acts[j])} at index {j}: this release has actions 0..{m - 1}",
+                field=f"actions[{j}]",
+                reason="UNKNOWN_ACTION",
+            )
+        out = np.empty(xs.shape[0], dtype=np.float64)
+        for a in np.unique(acts):
+            idx = np.flatnonzero(acts == a)
+            out[idx] = self._released(rel, xs[idx], [int(a)], deadline, caller)[:, 0]
+        return rel.release_id, out
+
+    def get_release(self) -> t.Release:
+        rel = self.holder.current()
+        return views.release_from_bundle(
+            rel.bundle, record=rel.record, value_grid=self.limits.value_grid
+        )

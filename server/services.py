@@ -1,0 +1,55 @@
+"""The server's services over one shared context: the query service (ValueService and the
+v2 model, called by the data plane), the release-management service (AdminService and the
+server's start) and the audit service (AuditService)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from qveil.server.audit_service import AuditService
+from qveil.server.limits import Limits
+from qveil.server.metrics import Metrics
+from qveil.server.query import QueryService
+from qveil.server.releases import ReleaseService
+from qveil.server.state import ReleaseHolder, ServerContext
+
+__all__ = ["Services"]
+
+
+@dataclass(frozen=True, slots=True)
+class Services:
+    ctx: ServerContext
+    query: QueryService
+    releases: ReleaseService
+    audit: AuditService
+
+    @classmethod
+    def create(
+        cls,
+        *,
+        store: Any,
+        holder: ReleaseHolder | None = None,
+        limits: Limits | None = None,
+        metrics: Metrics | None = None,
+        bundle_dirs: Sequence[str | Path] = (),
+        budget: float | None = None,
+        registry: Any = None,
+    ) -> Services:
+        """The three services on one context (``store`` may be None until it is open: set
+        ``ctx.store`` then)."""
+        ctx = ServerContext(
+            store=store,
+            holder=holder or ReleaseHolder(),
+            limits=limits or Limits(),
+            metrics=metrics,
+            registry=registry,
+        )
+        return cls(
+            ctx=ctx,
+            query=QueryService(ctx),
+            releases=ReleaseService(ctx, bundle_dirs=bundle_dirs, budget=budget),
+            audit=AuditService(ctx),
+        )

@@ -7,7 +7,7 @@ a new point depends only on its nearest stored neighbour on each side. So a path
 evaluated at any state, in any order, one point at a time, *exactly*, in O(log n), and a
 server can answer unboundedly many queries from one path.
 
-The conditionals (``../shared/NOTES-privacy.md`` section 1; the paper's Appendix A,
+The conditionals (docs/privacy.md section 9; the paper's Appendix A,
 equation (2), is wrong: its mean weights are swapped and its variance can go negative):
 
 * no stored point:             N(0, sigma^2)
@@ -26,7 +26,6 @@ This module is pure: no I/O, no global RNG. The store and the trainer both use i
 from __future__ import annotations
 
 import math
-from array import array
 from bisect import bisect_left
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ import numpy as np
 import numpy.typing as npt
 
 from qveil.errors import InvalidArgument
+from qveil.pathindex import SortedPoints
 from qveil.rng import NormalSource, resolve_rng
 
 __all__ = [
@@ -50,10 +50,6 @@ __all__ = [
 
 FloatArray = npt.NDArray[np.float64]
 
-# Block size of the sorted point index: inserts move at most ~2 * _LOAD doubles (memmove),
-# lookups are two C-level bisections; so a new point costs O(log n) comparisons and the
-# per-point time stays flat up to millions of points (docs/benchmarks.md, "noise").
-_LOAD = 256
 # Calls with at most this many states take a pure-Python path (no np.unique etc.).
 _SMALL = 16
 
@@ -136,8 +132,8 @@ def conditional_moments(
 
     ``d_left``/``g_left`` describe the nearest stored point left of x (distance >= 0 and its
     value), ``d_right``/``g_right`` the nearest one to the right; pass ``None`` for both
-    values of a side with no stored point. Exact for the OU kernel (``NOTES-privacy.md``
-    section 1, *not* the paper's equation (2)); by the Markov property no other stored point
+    values of a side with no stored point. Exact for the OU kernel (docs/privacy.md
+    section 9, *not* the paper's equation (2)); by the Markov property no other stored point
     matters. ``1 - exp(-2 beta d)`` is always ``-expm1(-2 beta d)``, so the result keeps full
     relative precision for beta * d from 1e-12 to 1e5 and beyond (a side at distance
     ``inf`` is the same as no neighbour on that side).
@@ -226,8 +222,9 @@ class OUSamplePath:
     ``sample(xs)`` returns the stored value for every known state and draws each new state
     from its exact conditional given its nearest stored neighbours, storing it before moving
     on; so a batch, or any sequence of batches in any order, has the GP's joint law. Each new
-    point costs O(log n): the stored points live in a blocked sorted index (sorted blocks of
-    at most ``2 * _LOAD`` states with parallel value blocks, 16 bytes per point).
+    point costs O(log n) amortised: the stored points live in
+    :class:`qveil.pathindex.SortedPoints` (the one sorted index of a path, shared with the
+    store and the audit).
 
     ``rng``: ``None`` (the default, for releases) draws from OS entropy; a seeded
     ``numpy.random.Generator`` or an int seed is for tests and experiments only.
@@ -237,16 +234,13 @@ class OUSamplePath:
     into calls, since new states are always drawn in first-occurrence order.
     """
 
-    __slots__ = ("_beta", "_sigma", "_rng", "_xb", "_gb", "_maxes", "_n")
+    __slots__ = ("_beta", "_sigma", "_rng", "_index")
 
     def __init__(self, *, beta: float, sigma: float, rng: NormalSource | int | None = None) -> None:
         self._beta = _check_positive("beta", beta)
         self._sigma = _check_sigma(sigma)
         self._rng = resolve_rng(rng)
-        self._xb: list[array[float]] = []  # sorted blocks of states
-        self._gb: list[array[float]] = []  # their values, same shape
-        self._maxes: list[float] = []  # last state of each block
-        self._n = 0
+        self._index = SortedPoints()
 
     @classmethod
     def from_points(
@@ -276,84 +270,15 @@ class OUSamplePath:
         return self._rng
 
     def __len__(self) -> int:
-        return self._n
+        return len(self._index)
 
     def __contains__(self, x: object) -> bool:
         if isinstance(x, bool) or not isinstance(x, float | int | np.integer | np.floating):
             return False
-        return self._get(float(x) + 0.0) is not None
+        return self._index.find(float(x) + 0.0) is not None
 
     def __repr__(self) -> str:
-        return f"OUSamplePath(beta={self._beta!r}, sigma={self._sigma!r}, points={self._n})"
-
-    # -- the sorted index ------------------------------------------------------------------
-
-    def _locate(self, x: float) -> tuple[int, int]:
-        """(block, position) where ``x`` is or would be inserted; (-1, 0) when empty."""
-        maxes = self._maxes
-        if not maxes:
-            return -1, 0
-        i = bisect_left(maxes, x)
-        if i == len(maxes):
-            i -= 1
-            return i, len(self._xb[i])
-        return i, bisect_left(self._xb[i], x)
-
-    def _get(self, x: float) -> float | None:
-        i, j = self._locate(x)
-        if i < 0:
-            return None
-        xb = self._xb[i]
-        if j < len(xb) and xb[j] == x:
-            return self._gb[i][j]
-        return None
-
-    def _around(
-        self, i: int, j: int, x: float
-    ) -> tuple[tuple[float, float] | None, tuple[float, float] | None]:
-        """Nearest stored (x, g) strictly left and strictly right of ``x`` at slot (i, j)."""
-        if i < 0:
-            return None, None
-        xbs, gbs = self._xb, self._gb
-        xb = xbs[i]
-        left: tuple[float, float] | None = None
-        right: tuple[float, float] | None = None
-        if j > 0:
-            left = (xb[j - 1], gbs[i][j - 1])
-        elif i > 0:
-            left = (xbs[i - 1][-1], gbs[i - 1][-1])
-        r = j + 1 if j < len(xb) and xb[j] == x else j
-        if r < len(xb):
-            right = (xb[r], gbs[i][r])
-        elif i + 1 < len(xbs):
-            right = (xbs[i + 1][0], gbs[i + 1][0])
-        return left, right
-
-    def _insert(self, i: int, j: int, x: float, g: float) -> None:
-        """Insert a new state at slot (i, j) from :meth:`_locate`."""
-        if i < 0:
-            self._xb.append(array("d", (x,)))
-            self._gb.append(array("d", (g,)))
-            self._maxes.append(x)
-            self._n = 1
-            return
-        xb, gb = self._xb[i], self._gb[i]
-        xb.insert(j, x)
-        gb.insert(j, g)
-        if j == len(xb) - 1:
-            self._maxes[i] = x
-        self._n += 1
-        if len(xb) > 2 * _LOAD:  # split the block in two
-            self._xb[i : i + 1] = [xb[:_LOAD], xb[_LOAD:]]
-            self._gb[i : i + 1] = [gb[:_LOAD], gb[_LOAD:]]
-            self._maxes[i : i + 1] = [xb[_LOAD - 1], xb[-1]]
-
-    def _rebuild(self, xs: FloatArray, gs: FloatArray) -> None:
-        """Replace the index by sorted, distinct ``xs`` with values ``gs``."""
-        self._xb = [array("d", xs[k : k + _LOAD].tobytes()) for k in range(0, xs.size, _LOAD)]
-        self._gb = [array("d", gs[k : k + _LOAD].tobytes()) for k in range(0, gs.size, _LOAD)]
-        self._maxes = [xb[-1] for xb in self._xb]
-        self._n = int(xs.size)
+        return f"OUSamplePath(beta={self._beta!r}, sigma={self._sigma!r}, points={len(self)})"
 
     # -- public API ------------------------------------------------------------------------
 
@@ -379,13 +304,13 @@ class OUSamplePath:
                 f"state {sx[k]!r} is given two values, {sg[k]!r} and {sg[k + 1]!r}"
             )
         keep = np.concatenate([[True], ~same])
-        self._rebuild(sx[keep], sg[keep])
+        self._index = SortedPoints.from_sorted(sx[keep], sg[keep])
 
     def neighbours(self, x: float) -> tuple[tuple[float, float] | None, tuple[float, float] | None]:
         """The nearest stored (x, g) strictly left and strictly right of ``x`` (or None)."""
         xf = float(validate_unit_states(x)[0])
-        i, j = self._locate(xf)
-        return self._around(i, j, xf)
+        lx, lg, rx, rg = self._index.around(xf)
+        return (None if lx == -math.inf else (lx, lg)), (None if rx == math.inf else (rx, rg))
 
     def conditional(self, x: float) -> tuple[float, float]:
         """Mean and standard deviation of a new point at ``x`` given everything stored.
@@ -394,15 +319,11 @@ class OUSamplePath:
         stored value (which :meth:`sample` returns).
         """
         xf = float(validate_unit_states(x)[0])
-        left, right = self._around(*self._locate(xf), xf)
-        return _moments(
-            self._beta,
-            self._sigma * self._sigma,
-            None if left is None else xf - left[0],
-            0.0 if left is None else left[1],
-            None if right is None else right[0] - xf,
-            0.0 if right is None else right[1],
+        lx, lg, rx, rg = self._index.around(xf)
+        mean, var = ou_bridge(
+            self._beta, self._sigma * self._sigma, xf - lx, lg, rx - xf, rg, math.exp, math.expm1
         )
+        return mean, math.sqrt(var)
 
     def sample(self, xs: npt.ArrayLike) -> FloatArray:
         """g at each state of ``xs`` (1-D, in [0, 1]): stored values, new ones drawn exactly.
@@ -414,7 +335,7 @@ class OUSamplePath:
         x = validate_unit_states(xs)
         if x.size <= _SMALL:  # a query's few states: plain Python is several times faster
             xl: list[float] = x.tolist()
-            get = self._get
+            get = self._index.find
             found: dict[float, float] = {}
             todo: list[float] = []
             for xi in dict.fromkeys(xl):
@@ -429,14 +350,14 @@ class OUSamplePath:
         ux, first, inverse = np.unique(x, return_index=True, return_inverse=True)
         values = np.zeros(ux.size, dtype=np.float64)
         known = np.zeros(ux.size, dtype=bool)
-        if 8 * ux.size >= self._n:  # a big batch: look all up at once in O(n + m log n)
+        if 8 * ux.size >= len(self):  # a big batch: look all up at once in O(n + m log n)
             px, pg = self.points()
             if px.size:
                 pos = np.minimum(np.searchsorted(px, ux), px.size - 1)
                 known = px[pos] == ux
                 values[known] = pg[pos[known]]
         else:  # a few states on a big path: O(log n) each
-            get = self._get
+            get = self._index.find
             for k, u in enumerate(ux.tolist()):
                 g = get(u)
                 if g is not None:
@@ -460,7 +381,7 @@ class OUSamplePath:
             raise InvalidArgument(f"state {x!r} is not a finite number in [0, 1]") from None
         if not 0.0 <= xf <= 1.0:  # also refuses NaN
             raise InvalidArgument(f"state {x!r} is not a finite number in [0, 1]")
-        g = self._get(xf)
+        g = self._index.find(xf)
         if g is None:
             g = self._draw_all([xf], self._normals(1))[0]
         return g
@@ -479,82 +400,35 @@ class OUSamplePath:
         return out
 
     def _draw_all(self, new: list[float], z: list[float]) -> list[float]:
-        """Draw and store the distinct, not yet stored states ``new`` using normals ``z``.
-
-        The hot loop: :meth:`_locate`, :meth:`_around` and :meth:`_insert` inlined (call
-        overhead dominates); the conditional is :func:`ou_bridge`, as everywhere.
-        """
+        """Draw and store the distinct, not yet stored states ``new`` using normals ``z``, one
+        after another, each from :func:`ou_bridge` given its nearest stored neighbours (a
+        missing side is a neighbour at distance inf with value 0.0)."""
         beta, s2 = self._beta, self._sigma * self._sigma
-        exp, expm1, sqrt, inf, bridge = math.exp, math.expm1, math.sqrt, math.inf, ou_bridge
-        xbs, gbs, maxes = self._xb, self._gb, self._maxes
+        exp, expm1, sqrt, bridge = math.exp, math.expm1, math.sqrt, ou_bridge
+        around, add = self._index.around, self._index.add_one
         out: list[float] = []
         for x, zi in zip(new, z, strict=True):
-            nb = len(maxes)
-            if not nb:
-                mean, var = bridge(beta, s2, inf, 0.0, inf, 0.0, exp, expm1)
-                g = mean + sqrt(var) * zi
-                self._insert(-1, 0, x, g)
-                out.append(g)
-                continue
-            i = bisect_left(maxes, x)
-            if i == nb:
-                i -= 1
-                xb = xbs[i]
-                j = len(xb)
-            else:
-                xb = xbs[i]
-                j = bisect_left(xb, x)
-            gb = gbs[i]
-            # nearest stored neighbours (x is not stored, so xb[j] > x when it exists); a
-            # missing side is a neighbour at distance inf (see ou_bridge)
-            if j > 0:
-                dl = x - xb[j - 1]
-                gl = gb[j - 1]
-            elif i > 0:
-                dl = x - xbs[i - 1][-1]
-                gl = gbs[i - 1][-1]
-            else:
-                dl, gl = inf, 0.0
-            if j < len(xb):
-                dr = xb[j] - x
-                gr = gb[j]
-            elif i + 1 < nb:
-                dr = xbs[i + 1][0] - x
-                gr = gbs[i + 1][0]
-            else:
-                dr, gr = inf, 0.0
-            mean, var = bridge(beta, s2, dl, gl, dr, gr, exp, expm1)
+            lx, lg, rx, rg = around(x)
+            mean, var = bridge(beta, s2, x - lx, lg, rx - x, rg, exp, expm1)
             g = mean + sqrt(var) * zi
-            # insert at (i, j)
-            xb.insert(j, x)
-            gb.insert(j, g)
-            if j == len(xb) - 1:
-                maxes[i] = x
-            self._n += 1
-            if len(xb) > 2 * _LOAD:
-                xbs[i : i + 1] = [xb[:_LOAD], xb[_LOAD:]]
-                gbs[i : i + 1] = [gb[:_LOAD], gb[_LOAD:]]
-                maxes[i : i + 1] = [xb[_LOAD - 1], xb[-1]]
+            add(x, g)
             out.append(g)
         return out
 
     def new_states(self, xs: Iterable[float] | npt.ArrayLike) -> list[float]:
         """The distinct states of ``xs`` (validated) not yet stored, in first-occurrence order."""
         xl = validate_unit_states(xs).tolist()  # type: ignore[arg-type]
-        get = self._get
+        get = self._index.find
         return [xi for xi in dict.fromkeys(xl) if get(xi) is None]
 
     def points(self) -> tuple[FloatArray, FloatArray]:
         """The stored (xs, gs), in increasing state order (copies)."""
-        if not self._n:
-            return np.empty(0, dtype=np.float64), np.empty(0, dtype=np.float64)
-        xs = np.concatenate([np.frombuffer(b, dtype=np.float64) for b in self._xb])
-        gs = np.concatenate([np.frombuffer(b, dtype=np.float64) for b in self._gb])
-        return xs, gs
+        return self._index.arrays()
 
     def max_abs(self) -> float:
         """max |g| over the stored points (0.0 for an empty path)."""
-        return max((float(np.max(np.abs(np.frombuffer(b)))) for b in self._gb), default=0.0)
+        gs = self.points()[1]
+        return float(np.max(np.abs(gs))) if gs.size else 0.0
 
 
 def sample_batch(
@@ -576,7 +450,7 @@ def sample_batch(
     and 0.0); ``z`` holds one standard normal per state (``z[k]`` for ``x[k]``). Returns
     ``(g, left, right)``: g drawn point by point in the order of ``x``, each state
     conditioned on everything stored and on the batch's earlier states, which by the Markov
-    property of the OU kernel (``NOTES-privacy.md`` section 1) means on its nearest
+    property of the OU kernel (docs/privacy.md section 9) means on its nearest
     neighbours among them, ``left[k]`` and ``right[k]`` (+-inf: none). That sequential rule
     gives the exact joint law, and it is what this computes, in two parts that cannot see
     each other: a state alone between two consecutive stored points (almost every state of
@@ -667,7 +541,7 @@ def _draw_in_gaps(
 class StateInterval:
     """A bounded state interval [lo, hi], mapped affinely onto the noise domain [0, 1].
 
-    beta is defined on [0, 1] (``NOTES-privacy.md`` section 1), so every state is mapped
+    beta is defined on [0, 1] (docs/privacy.md section 9), so every state is mapped
     before it reaches a sample path; values outside [lo, hi], NaN and infinities are refused.
     """
 

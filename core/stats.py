@@ -24,10 +24,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 from scipy import stats as sps
-from sortedcontainers import SortedList
 
 from qveil.errors import InvalidArgument
 from qveil.noise import conditional_moments, validate_points
+from qveil.pathindex import SortedPoints
 
 __all__ = ["DEFAULT_PASS_LEVEL", "chi2_bins", "normality_report", "whiten"]
 
@@ -43,33 +43,30 @@ def whiten(xs: npt.ArrayLike, gs: npt.ArrayLike, *, beta: float, sigma: float) -
 
     ``xs``, ``gs``: states in [0, 1] and their values in the order the points were drawn
     (a store's insertion sequence). Each point is standardised by the exact OU conditional
-    given its nearest neighbours among the points before it (a sorted index, O(log n) per
-    point). States must be distinct, values finite, ``sigma > 0`` (else no innovation
-    exists): otherwise :class:`InvalidArgument`.
+    given its nearest neighbours among the points before it
+    (:class:`qveil.pathindex.SortedPoints`, O(log n) per point). States must be distinct,
+    values finite, ``sigma > 0`` (else no innovation exists): otherwise
+    :class:`InvalidArgument`.
     """
     x, g = validate_points(xs, gs)
     if not (math.isfinite(float(sigma)) and float(sigma) > 0):
         raise InvalidArgument(f"sigma must be a finite number > 0 to whiten, got {sigma!r}")
     if np.unique(x).size != x.size:
         raise InvalidArgument("states must be distinct (a stored path has one value per state)")
-    index: SortedList = SortedList()
-    value: dict[float, float] = {}
+    index = SortedPoints()
     z = np.empty(x.size, dtype=np.float64)
     for k, (xi, gi) in enumerate(zip(x.tolist(), g.tolist(), strict=True)):
-        pos = index.bisect_left(xi)
-        xl = index[pos - 1] if pos > 0 else None
-        xr = index[pos] if pos < len(index) else None
+        lx, lg, rx, rg = index.around(xi)
         mean, std = conditional_moments(
             beta=beta,
             sigma=sigma,
-            d_left=None if xl is None else xi - xl,
-            g_left=None if xl is None else value[xl],
-            d_right=None if xr is None else xr - xi,
-            g_right=None if xr is None else value[xr],
+            d_left=None if lx == -math.inf else xi - lx,
+            g_left=None if lx == -math.inf else lg,
+            d_right=None if rx == math.inf else rx - xi,
+            g_right=None if rx == math.inf else rg,
         )
         z[k] = (gi - mean) / std
-        index.add(xi)
-        value[xi] = gi
+        index.add_one(xi, gi)
     return z
 
 

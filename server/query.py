@@ -197,18 +197,28 @@ class QueryService(ContextService):
         return grid_round(q + noise, self.limits.value_grid)
 
     def _known_noise(
-        self, rel: ActiveRelease, xs: npt.NDArray[np.float64], actions: list[int]
+        self,
+        rel: ActiveRelease,
+        xs: npt.NDArray[np.float64],
+        actions: list[int],
+        *,
+        publish: bool = True,
     ) -> npt.NDArray[np.float64] | None:
         """The noise of a request whose states are all stored (``store.known_values``: the
         in-process copies, no database), summed over a d-coordinate release's paths in
         coordinate order as :meth:`_box_noise` does; None when any state is new."""
         if xs.ndim == 1:
-            cols = self.store.known_values(rel.release_id, actions, [xs] * len(actions))
+            cols = self.store.known_values(
+                rel.release_id, actions, [xs] * len(actions), publish=publish
+            )
             return None if cols is None else np.stack(cols, axis=1)
         d = xs.shape[1]
         paths = [a * d + j for a in actions for j in range(d)]
         got = self.store.known_values(
-            rel.release_id, paths, [xs[:, j] for _a in actions for j in range(d)]
+            rel.release_id,
+            paths,
+            [xs[:, j] for _a in actions for j in range(d)],
+            publish=publish,
         )
         if got is None:
             return None
@@ -271,6 +281,35 @@ class QueryService(ContextService):
             release_id=rel.release_id,
             actions=tuple(acts),
             values=vals,
+            value_grid=self.limits.value_grid,
+        )
+
+    def get_stored_values(
+        self,
+        states: npt.ArrayLike,
+        actions: Sequence[int] = (),
+        *,
+        release_id: str = "",
+        deadline: float | None = None,
+    ) -> t.Values | None:
+        """:meth:`get_values` for a request whose states are all stored, without blocking:
+        the same validation, model and value grid, the noise from the store's in-process
+        copies (no admission, no database, no witness write), or None when any state is new
+        or its answer needs the witness first (the caller then runs :meth:`get_values`).
+        Bad input raises as in :meth:`get_values`; nothing is stored either way."""
+        rel = self._release_for_query(release_id)
+        xs = self._states(rel, states)
+        acts = self._actions(rel, actions)
+        _check_deadline(deadline)
+        noise = self._known_noise(rel, xs, acts, publish=False)
+        if noise is None:
+            return None
+        q = rel.bundle.q_values_unit(xs)[:, acts]
+        self.metrics.answered(int(xs.shape[0]) * len(acts), self.store.points_drawn)
+        return t.Values(
+            release_id=rel.release_id,
+            actions=tuple(acts),
+            values=grid_round(q + noise, self.limits.value_grid),
             value_grid=self.limits.value_grid,
         )
 

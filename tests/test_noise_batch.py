@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from qveil.noise import OUSamplePath, ou_covariance, sample_batch
-from qveil.server.store.pathindex import SortedPoints
+from qveil.pathindex import SortedPoints
 
 BETA, SIGMA = 7.0, 0.6
 

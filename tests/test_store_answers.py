@@ -127,3 +127,46 @@ def test_known_values_misses_anything_not_stored() -> None:
         assert st.known_values("r", [0], [bad]) is None
     with pytest.raises(InvalidArgument):
         st.known_values("r", [2], [xs])
+
+
+def test_stored_values_without_blocking_match_get_values(tmp_path: Path) -> None:
+    """``QueryService.get_stored_values`` (the data plane runs it on the event loop) answers a
+    request of stored states with the bytes ``get_values`` answers, and None for any request
+    with a new state (nothing stored by it); its refusals are get_values' refusals."""
+    from server_helpers import make_bundle
+
+    from qveil.errors import InvalidArgument
+    from qveil.server.services import Services
+
+    bundle = make_bundle(tmp_path / "bundle")
+    with open_store(f"sqlite:///{tmp_path / 'store.sqlite'}", rng=9) as st:
+        services = Services.create(store=st)
+        services.releases.start(bundle)
+        h = services.query
+        rng = np.random.default_rng(4)
+        seen = rng.uniform(-1.0, 2.0, 50)
+        stored_hits = 0
+        for k in range(30):
+            n = int(rng.choice([1, 3, 64, 500]))
+            xs = np.where(
+                rng.uniform(size=n) < 0.7, seen[rng.integers(0, 50, n)], rng.uniform(-1, 2, n)
+            )
+            acts = [] if k % 2 else [2, 0]
+            before = st.count_points()
+            fast = h.get_stored_values(xs, acts)
+            assert st.count_points() == before
+            full = h.get_values(xs, acts)
+            if fast is None:
+                assert st.count_points() > before or k == 0
+            else:
+                stored_hits += 1
+                assert fast.values.tobytes() == full.values.tobytes()
+                assert (fast.release_id, fast.actions, fast.value_grid) == (
+                    full.release_id,
+                    full.actions,
+                    full.value_grid,
+                )
+            seen = np.concatenate([seen, xs])
+        assert stored_hits >= 5
+        with pytest.raises(InvalidArgument):
+            h.get_stored_values([9.0])

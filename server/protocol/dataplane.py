@@ -60,6 +60,9 @@ ADMIN = "qveil.v1.AdminService"
 AUDIT = "qveil.v1.AuditService"
 #: methods whose answers are released values: padded to --min-latency-ms
 PADDED = frozenset({"GetValues", "GetBestActions", "v2.ModelInfer"})
+#: requests of stored states up to this many states are answered on the event loop (memory
+#: only, no hand-off to the executor); larger ones keep the loop free for other calls
+INLINE_MAX_STATES = 1024
 
 
 def _never() -> bool:
@@ -140,7 +143,15 @@ class DataPlane:
                 caller=call.caller,
             )
 
-        return await self.call(VALUE, "GetValues", ctx, run)
+        def stored(call: Call) -> t.Values | None:
+            q = decode()
+            if q.states.shape[0] > INLINE_MAX_STATES:
+                return None
+            return self.query.get_stored_values(
+                q.states, q.actions, release_id=q.release_id, deadline=call.deadline
+            )
+
+        return await self.call(VALUE, "GetValues", ctx, run, inline=stored)
 
     async def get_best_actions(
         self, ctx: CallContext, decode: Callable[[], ValuesQuery]
@@ -181,9 +192,22 @@ class DataPlane:
         return bool(self.ready and self.model.ready(name, version))
 
     # ------------------------------------------------------------------ every call
-    async def call(self, service: str, method: str, ctx: CallContext, fn: Callable[[Call], R]) -> R:
+    async def call(
+        self,
+        service: str,
+        method: str,
+        ctx: CallContext,
+        fn: Callable[[Call], R],
+        *,
+        inline: Callable[[Call], R | None] | None = None,
+    ) -> R:
         """Admit the call, run ``fn`` in the executor, pad and observe it. Raises what
-        admission or ``fn`` raised (domain exceptions); the transport maps it."""
+        admission or ``fn`` raised (domain exceptions); the transport maps it.
+
+        ``inline``: work that never blocks (a request of stored states: memory only), run on
+        the event loop first, saving the executor hand-off; its None means "not that kind of
+        request" and ``fn`` runs in the executor as usual. Padding and metrics are the same
+        either way."""
         start = time.perf_counter()
         code = "OK"
         key: str | None = None
@@ -191,8 +215,12 @@ class DataPlane:
             key, role = self._admit(service, ctx)
             self._enter(key)
             call = Call(caller=budget_key(key), role=role, deadline=ctx.deadline)
-            loop = asyncio.get_running_loop()
-            result = await loop.run_in_executor(self.executor, fn, call)
+            got = None if inline is None else inline(call)
+            if got is not None:
+                result: R = got
+            else:
+                loop = asyncio.get_running_loop()
+                result = await loop.run_in_executor(self.executor, fn, call)
             await self._pad(start, method, ctx)
             return result
         except asyncio.CancelledError:

@@ -1,4 +1,4 @@
-"""qveil.server.store: the persistent per-action GP sample-path store (issue 4).
+"""qveil.server.store: the persistent per-action GP sample-path store.
 
 ``open_store(url)`` gives a :class:`SamplePathStore` on one of three backends:
 
@@ -63,7 +63,7 @@ def open_store(
     for tests). ``key``: HMAC key of the integrity chain (default: ``$QVEIL_STORE_KEY`` if
     set, else plain SHA-256). ``create=False`` refuses a missing or unmigrated database;
     ``new_ok=False`` refuses a missing or empty one (nothing is created) but migrates an older
-    store: every opener except ``qveil admin init-store`` and a first serve (issue 14).
+    store: every opener except ``qveil admin init-store`` and a first serve.
     """
     if url is None:
         url = default_url()

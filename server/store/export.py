@@ -9,14 +9,14 @@ bit for bit):
     ...                                                  (in (action, seq) order)
     {"type": "end", "counts": {"a": n, ...}, "heads": {"a": hash, ...}}
 
-A release of d > 1 coordinates (issue 16; header ``dims`` and ``betas``) adds
+A release of d > 1 coordinates (header ``dims`` and ``betas``) adds
 ``"coordinate": j`` to each point, in (action, coordinate, seq) order, and keys ``counts`` and
 ``heads`` by the path index a * d + j.
 
 Import checks, before writing anything: the format tag, every field, the end record (counts
 and head hashes: a truncated file is refused), seqs 1..n without gaps per action, states in
 [0, 1] and unique per action, finite values, and every chain link under the importing
-store's key. Then the release, all rows and its binding (issue 14: the importing store then
+store's key. Then the release, all rows and its binding (the importing store then
 holds the release, so a bundle bound elsewhere may be served from it) are written in one
 transaction.
 """
@@ -82,7 +82,7 @@ def export_release(
             head["move_token"] = move_token
         f.write(json.dumps(head) + "\n")
         for a, (seq, x, g, c, h) in store._db_iter_rows(release_id, None):
-            # a d > 1 release (issue 16): path a is (action, coordinate) = divmod(a, dims)
+            # a d > 1 release: path a is (action, coordinate) = divmod(a, dims)
             key = (
                 {"action": a}
                 if rec.dims == 1

@@ -80,7 +80,7 @@ class ChainHasher:
 
     def key_check(self, store_id: str) -> str:
         """A value only the same key (or the same absence of a key) reproduces for this store:
-        a wrong ``QVEIL_STORE_KEY`` is told apart from tampered rows (issue 14, item 6)."""
+        a wrong ``QVEIL_STORE_KEY`` is told apart from tampered rows."""
         return self.link(self.genesis(f"qveil.key-check:{store_id}", 0), 0, 0.0, 0.0).hex()
 
 

@@ -45,7 +45,7 @@ def upgrade(
 ) -> str:
     """Migrate to head (``create``) or check the schema is at head; returns the revision.
     ``new_ok=False`` refuses a database that is not a qveil store yet (no revision): only
-    ``qveil admin init-store`` and a first serve create stores (issue 14, item 6).
+    ``qveil admin init-store`` and a first serve create stores.
 
     Concurrent openers are serialised by the migration transaction itself (SQLite: the
     engine's ``BEGIN IMMEDIATE``; PostgreSQL: an advisory lock taken in env.py).

@@ -6,7 +6,7 @@ Four tables (plus the admin records of :mod:`qveil.server.admin_tables`):
   parameters (sigma, beta on [0, 1]), the raw state interval, the action count and a status.
 * ``noise_points``: every noise value ever released, one row per (release, action,
   coordinate, x), never updated (a release of d coordinates has d 1-D paths per action,
-  issue 16; a 1-D release has coordinate 0 only). Below, "action" means (action,
+  a 1-D release has coordinate 0 only). Below, "action" means (action,
   coordinate). ``seq`` is the per-(release, action) insertion sequence (1, 2, 3, ... in commit
   order, assigned under the per-action lock), ``hash`` the integrity chain link over
   (seq, x, g, previous hash) (:mod:`qveil.server.store.integrity`), ``created_at`` unix
@@ -22,7 +22,7 @@ Four tables (plus the admin records of :mod:`qveil.server.admin_tables`):
   refuses it and ``verify`` / ``qveil audit`` report it.
 
 ``store_meta`` holds the store's random identity and ``release_bindings`` the fingerprint of
-every release bound to the store (one release, one store: issue 14).
+every release bound to the store (one release, one store).
 
 Floats are IEEE doubles on both backends (``Double``: SQLite REAL, PostgreSQL DOUBLE PRECISION),
 so a stored x or g round-trips bit for bit.
@@ -69,7 +69,7 @@ releases = sa.Table(
     sa.Column("interval_hi", sa.Double(), nullable=False),
     sa.Column("n_actions", sa.Integer(), nullable=False),
     sa.Column("status", sa.String(16), nullable=False),
-    # issue 16 (migration 0004): coordinates of the state and their OU rates (a JSON list,
+    # migration 0004: coordinates of the state and their OU rates (a JSON list,
     # NULL for a 1-D release, whose rate is ``beta``)
     sa.Column("dims", sa.Integer(), nullable=False, server_default="1"),
     sa.Column("betas", sa.Text(), nullable=True),
@@ -83,7 +83,7 @@ noise_points = sa.Table(
     metadata,
     sa.Column("release_id", sa.String(128), sa.ForeignKey("releases.release_id"), primary_key=True),
     sa.Column("action", sa.Integer(), primary_key=True),
-    # issue 16 (migration 0004): the state coordinate j of the 1-D path g_{action,j}; 0 for
+    # migration 0004: the state coordinate j of the 1-D path g_{action,j}; 0 for
     # every point of a 1-D release
     sa.Column("coordinate", sa.Integer(), primary_key=True, server_default="0"),
     sa.Column("seq", sa.BigInteger(), primary_key=True),
@@ -107,7 +107,7 @@ store_meta = sa.Table(
     sa.Column("value", sa.Text(), nullable=False),
 )
 
-#: One row per release bound to this store (issue 14, item 2): the release fingerprint (a hash
+#: One row per release bound to this store: the release fingerprint (a hash
 #: of the bundle's model and card files, ``qveil.bundle.release_fingerprint``) this store's noise
 #: belongs to; written on the first serve (or by import-release), never updated.
 release_bindings = sa.Table(
@@ -119,7 +119,7 @@ release_bindings = sa.Table(
     sa.Column("origin_store_id", sa.String(64), nullable=False),
 )
 
-# The admin records (issue 7: privacy ledger, caps, admin audit log, release bundles) share this
+# The admin records (privacy ledger, caps, admin audit log, release bundles) share this
 # MetaData and this Alembic history (migration 0002); importing them here keeps `metadata`
 # complete whatever is imported first, so compare_metadata sees every table.
 from qveil.server import admin_tables as _admin_tables  # noqa: E402,F401

@@ -1,6 +1,6 @@
 """SQLite and PostgreSQL backend: one implementation on SQLAlchemy Core.
 
-Durability and serialisation (issue 4, item 4; checked at start-up, refused without them):
+Durability and serialisation (checked at start-up, refused without them):
 
 * SQLite: WAL journal, ``synchronous=FULL`` (a commit is fsynced before it returns), the
   driver's implicit transactions disabled (``isolation_level=None``) and ``BEGIN IMMEDIATE``

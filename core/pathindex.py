@@ -1,9 +1,11 @@
-"""The sorted part of the store's in-process copy of one path: neighbour look-ups for a batch.
+"""The one sorted index of a 1-D sample path's points: exact and neighbour look-ups, one state
+at a time or for a whole batch.
 
-The copy of a path is a dict x -> g (exact look-ups, the hits) and this index: the stored
-states in increasing order with their values, as float64 numpy arrays, so the nearest stored
-neighbours of a whole batch of new states are found by two ``searchsorted`` calls instead of
-one Python bisection per state (issue 15: the batch path was bound by Python work per state).
+Used by every holder of a path: the store's in-process copy of each path (beside a dict
+x -> g for the hits; a batch's neighbours come from two ``searchsorted`` calls instead of
+one Python bisection per state), the online :class:`qveil.noise.OUSamplePath` (one state at
+a time: :meth:`SortedPoints.around`, :meth:`SortedPoints.add_one`) and the audit's whitening
+(:func:`qveil.stats.whiten`, replaying a path in insertion order).
 
 Layout (a two-level log-structured merge): a large sorted ``main`` pair of float64 arrays,
 framed by sentinels (-inf and +inf with value 0.0, so every state in [0, 1] has a left and a
@@ -15,13 +17,15 @@ pass. So a commit of k points costs O(cap + k) and, amortised, O(n / cap) per po
 enough from 1e3 to 1e6 stored points, with no Python object per point beyond the dict's
 (the delta's lists point at the dict's own floats).
 
-Nothing here decides anything: the store adds only committed points, after the commit.
+Pure data structure: nothing here decides or draws anything (the store adds only committed
+points, after the commit). Not thread-safe for writers; the store mutates an index only under
+the path's lock.
 """
 
 from __future__ import annotations
 
 import math
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 
 import numpy as np
 import numpy.typing as npt
@@ -116,6 +120,65 @@ class SortedPoints:
         self._mx, self._mg = _merge(self._mx, self._mg, ux, ug)
         self._dx, self._dg = [], []
         self._dframed = _EMPTY_X, _EMPTY_G
+
+    def add_one(self, x: float, g: float) -> None:
+        """Add one point whose state is not stored yet (the caller checks): O(log n) plus a
+        list insert into the delta, and an O(n) merge once per ``cap`` points."""
+        self._n += 1
+        dx, dg = self._dx, self._dg
+        self._dframed = None
+        j = bisect_left(dx, x)
+        dx.insert(j, x)
+        dg.insert(j, g)
+        if len(dx) > max(_MIN_CAP, 4 * math.isqrt(self._n)):
+            self._mx, self._mg = _merge(self._mx, self._mg, *_framed(dx, dg))
+            self._dx, self._dg = [], []
+            self._dframed = _EMPTY_X, _EMPTY_G
+
+    @classmethod
+    def from_sorted(cls, xs: FloatArray, gs: FloatArray) -> SortedPoints:
+        """An index of distinct states ``xs`` in increasing order, with values ``gs``."""
+        index = cls()
+        if xs.size:
+            index._mx = np.concatenate(([-np.inf], xs, [np.inf]))
+            index._mg = np.concatenate(([0.0], gs, [0.0]))
+            index._n = int(xs.size)
+        return index
+
+    def find(self, x: float) -> float | None:
+        """The value stored at state ``x``, or None."""
+        mx = self._mx
+        i = int(mx.searchsorted(x))
+        if mx.item(i) == x:
+            return float(self._mg.item(i))
+        dx = self._dx
+        if dx:
+            j = bisect_left(dx, x)
+            if j < len(dx) and dx[j] == x:
+                return self._dg[j]
+        return None
+
+    def around(self, x: float) -> tuple[float, float, float, float]:
+        """(lx, lg, rx, rg): the nearest stored state strictly left of ``x`` and its value,
+        and the nearest one strictly right (``x`` itself, if stored, is neither); -inf /
+        +inf (value 0.0) where there is none. One state: no array temporaries."""
+        mx, mg = self._mx, self._mg
+        i = int(mx.searchsorted(x))  # mx[i - 1] < x <= mx[i]
+        rx = mx.item(i)
+        k = i
+        if rx == x:
+            k = i + 1
+            rx = mx.item(k)
+        lx, lg, rg = mx.item(i - 1), mg.item(i - 1), mg.item(k)
+        dx = self._dx
+        if dx:
+            j = bisect_left(dx, x)
+            if j > 0 and dx[j - 1] > lx:
+                lx, lg = dx[j - 1], self._dg[j - 1]
+            j = bisect_right(dx, x)
+            if j < len(dx) and dx[j] < rx:
+                rx, rg = dx[j], self._dg[j]
+        return lx, lg, rx, rg
 
     def _delta_arrays(self) -> tuple[FloatArray, FloatArray]:
         """The delta as framed arrays (cached until the next one-by-one add)."""

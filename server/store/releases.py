@@ -1,0 +1,394 @@
+"""The store's release registry: the releases a store holds (their noise parameters and
+status), their bindings to bundles, the store's identity and its incarnation.
+
+:class:`ReleaseRegistry` is the part of :class:`~qveil.server.store.base.SamplePathStore`
+that answers "which release, with which parameters, bound to which bundle, in which copy of
+the store"; the backends implement its ``_db_*`` hooks. Nothing here touches noise points.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+
+from qveil.errors import IntegrityError, InvalidArgument, NotFound, echo
+from qveil.server.store.models import RELEASE_STATUSES
+
+__all__ = [
+    "INCARNATION_KEY",
+    "Incarnation",
+    "PHYSICAL_KEY",
+    "ReleaseBinding",
+    "ReleaseRecord",
+    "ReleaseRegistry",
+    "check_action",
+    "check_status",
+    "new_identity",
+    "validate_betas",
+    "validate_release_fields",
+]
+
+_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,127}$")
+
+
+@dataclass(frozen=True)
+class ReleaseRecord:
+    """One release's noise parameters (beta on the unit interval) and status.
+
+    A release with ``dims`` = d > 1 coordinates (the additive noise kernel
+    sum_j exp(-beta_j |x_j - y_j|)) has, per action, d independent 1-D OU paths g_{a,j}, each
+    with the full sigma and its own ``betas[j]``. The store keeps them as ``n_paths`` =
+    n_actions * d paths, path index p = a * d + j (:meth:`path`); a 1-D release has d = 1, so
+    path p is action p, exactly as before. ``beta`` is then ``betas[0]`` (kept for the 1-D
+    readers) and ``interval`` the first coordinate's raw interval.
+    """
+
+    release_id: str
+    fingerprint: str
+    sigma: float
+    beta: float
+    interval: tuple[float, float]
+    n_actions: int
+    status: str
+    created_at: datetime
+    dims: int = 1
+    betas: tuple[float, ...] = ()
+
+    @property
+    def n_paths(self) -> int:
+        """Sample paths of the release: one per (action, coordinate)."""
+        return self.n_actions * self.dims
+
+    def path(self, action: int, coordinate: int) -> int:
+        """The path index of (action, coordinate): action * dims + coordinate."""
+        return int(action) * self.dims + int(coordinate)
+
+    def split(self, path: int) -> tuple[int, int]:
+        """(action, coordinate) of a path index."""
+        return divmod(int(path), self.dims)
+
+    def path_beta(self, path: int) -> float:
+        """The OU rate of a path: betas[coordinate] (``beta`` for a 1-D release)."""
+        return self.betas[int(path) % self.dims] if self.betas else self.beta
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["interval"] = list(self.interval)
+        d["created_at"] = self.created_at.isoformat()
+        d["betas"] = list(self.betas)  # [] for a 1-D release (its rate is beta)
+        return d
+
+
+@dataclass(frozen=True)
+class ReleaseBinding:
+    """A release bound to a store: the fingerprint of the bundle whose noise
+    the store holds, when it was bound and the id of the store that first drew the noise (this
+    store, or the one it was imported from)."""
+
+    release_id: str
+    fingerprint: str
+    bound_at: str
+    origin_store_id: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def validate_release_fields(
+    *,
+    release_id: str,
+    fingerprint: str,
+    sigma: float,
+    beta: float,
+    interval: tuple[float, float],
+    n_actions: int,
+    status: str,
+) -> tuple[str, str, float, float, tuple[float, float], int, str]:
+    """Check and normalise the fields of a new release (InvalidArgument on any bad one)."""
+    if not isinstance(release_id, str) or not _ID_RE.match(release_id):
+        raise InvalidArgument(
+            f"release_id must be 1-128 characters of [A-Za-z0-9._:@+-], got {echo(release_id)}"
+        )
+    if not isinstance(fingerprint, str) or not 0 < len(fingerprint) <= 256:
+        raise InvalidArgument("fingerprint must be a non-empty string of <= 256 characters")
+    try:
+        s, b = float(sigma), float(beta)
+        lo, hi = (float(v) for v in interval)
+    except (TypeError, ValueError):
+        raise InvalidArgument("sigma, beta and interval must be numbers") from None
+    if not math.isfinite(s) or s < 0:
+        raise InvalidArgument(f"sigma must be a finite number >= 0, got {sigma!r}")
+    if not math.isfinite(b) or b <= 0:
+        raise InvalidArgument(f"beta must be a finite number > 0, got {beta!r}")
+    if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+        raise InvalidArgument(f"interval needs finite lo < hi, got {interval!r}")
+    if isinstance(n_actions, bool) or not isinstance(n_actions, int | np.integer) or n_actions < 1:
+        raise InvalidArgument(f"n_actions must be an integer >= 1, got {n_actions!r}")
+    check_status(status)
+    return release_id, fingerprint, s, b, (lo, hi), int(n_actions), status
+
+
+def validate_betas(betas: Sequence[float] | None, beta: float) -> tuple[float, ...]:
+    """The per-coordinate OU rates of a d > 1 release (``()`` for a 1-D one: its ``beta``).
+    Each must be finite and > 0, and ``beta`` must equal ``betas[0]``."""
+    if betas is None or (isinstance(betas, list | tuple) and len(betas) == 0):
+        return ()
+    try:
+        bs = tuple(float(v) for v in betas)
+    except (TypeError, ValueError):
+        raise InvalidArgument("betas must be a list of numbers") from None
+    if not 1 <= len(bs) <= 4096:
+        raise InvalidArgument(f"betas needs 1..4096 values, got {len(bs)}")
+    if not all(math.isfinite(v) and v > 0 for v in bs):
+        raise InvalidArgument(f"every beta must be a finite number > 0, got {list(bs)[:8]!r}")
+    if bs[0] != beta:
+        raise InvalidArgument(f"beta must equal betas[0] ({bs[0]!r}), got {beta!r}")
+    return () if len(bs) == 1 else bs
+
+
+def check_status(status: str) -> str:
+    if status not in RELEASE_STATUSES:
+        raise InvalidArgument(f"status must be one of {RELEASE_STATUSES}, got {status!r}")
+    return status
+
+
+def check_action(action: int, n_actions: int) -> int:
+    if isinstance(action, bool) or not isinstance(action, int | np.integer):
+        raise InvalidArgument(f"action must be an integer, got {action!r}")
+    a = int(action)
+    if not 0 <= a < n_actions:
+        raise InvalidArgument(f"action {a} is out of range [0, {n_actions})")
+    return a
+
+
+INCARNATION_KEY = "incarnation"
+PHYSICAL_KEY = "physical_identity"
+
+
+@dataclass(frozen=True)
+class Incarnation:
+    """Which copy of a store this is (:meth:`SamplePathStore.incarnation`)."""
+
+    token: str
+    recorded: str
+    current: str
+
+    @property
+    def original(self) -> bool:
+        """True when this is the file or database the token was recorded in."""
+        return self.recorded == self.current
+
+
+def new_identity(prefix: str) -> str:
+    return f"{prefix}:{uuid.uuid4().hex}"
+
+
+class ReleaseRegistry(ABC):
+    """Releases, bindings, identity and incarnation of a store (see the module docstring)."""
+
+    _rel_cache: dict[str, ReleaseRecord]
+
+    @abstractmethod
+    def _check_open(self) -> None: ...
+
+    @abstractmethod
+    def _db_insert_release(self, rec: ReleaseRecord) -> bool:
+        """Insert; False when the id exists (nothing changed)."""
+
+    @abstractmethod
+    def _db_get_release(self, release_id: str) -> ReleaseRecord | None: ...
+
+    @abstractmethod
+    def _db_list_releases(self) -> list[ReleaseRecord]: ...
+
+    @abstractmethod
+    def _db_set_status(self, release_id: str, status: str) -> bool: ...
+
+    @abstractmethod
+    def _db_store_id(self) -> str:
+        """The store's random persistent identity (``store_meta.store_id``)."""
+
+    @abstractmethod
+    def _db_get_binding(self, release_id: str) -> ReleaseBinding | None: ...
+
+    @abstractmethod
+    def _db_meta(self, key: str) -> str | None:
+        """A value of the store's key-value metadata (``store_meta``), None when absent."""
+
+    @abstractmethod
+    def _db_set_meta(self, values: dict[str, str], *, only_if_absent: bool) -> None:
+        """Write metadata values in one transaction (insert, or also overwrite)."""
+
+    @abstractmethod
+    def _physical_identity(self) -> str:
+        """What this database physically is, which no byte copy, clone or restore into a new
+        file or database carries: a SQLite file's inode, a PostgreSQL cluster's system
+        identifier and database oid."""
+
+    @abstractmethod
+    def _db_insert_binding(self, binding: ReleaseBinding) -> bool:
+        """Insert; False when the release is bound already (nothing changed)."""
+
+    def create_release(
+        self,
+        *,
+        release_id: str,
+        fingerprint: str,
+        sigma: float,
+        beta: float,
+        interval: tuple[float, float],
+        n_actions: int,
+        status: str = "staged",
+        betas: Sequence[float] | None = None,
+    ) -> ReleaseRecord:
+        """Register a release. Idempotent for identical parameters; a different release under
+        an existing id is refused (InvalidArgument). ``betas`` (one per coordinate)
+        makes a release of d = len(betas) coordinates; None (or one beta) is a 1-D release."""
+        self._check_open()
+        rid, fp, s, b, iv, m, st = validate_release_fields(
+            release_id=release_id,
+            fingerprint=fingerprint,
+            sigma=sigma,
+            beta=beta,
+            interval=interval,
+            n_actions=n_actions,
+            status=status,
+        )
+        bs = validate_betas(betas, b)
+        rec = ReleaseRecord(rid, fp, s, b, iv, m, st, datetime.now(UTC), len(bs) or 1, bs)
+        if self._db_insert_release(rec):
+            self._rel_cache[rid] = rec
+            return rec
+        old = self.get_release(rid)
+        if (old.fingerprint, old.sigma, old.beta, old.interval, old.n_actions, old.betas) != (
+            fp,
+            s,
+            b,
+            iv,
+            m,
+            bs,
+        ):
+            raise InvalidArgument(
+                f"release {echo(rid)} already exists with different parameters "
+                f"(fingerprint {old.fingerprint!r}, sigma {old.sigma!r}, beta {old.beta!r}, "
+                f"interval {old.interval!r}, n_actions {old.n_actions}, "
+                f"betas {list(old.betas)!r})"
+            )
+        return old
+
+    def get_release(self, release_id: str) -> ReleaseRecord:
+        """The release's current record (status read from the database), or NotFound."""
+        self._check_open()
+        if not isinstance(release_id, str):
+            raise InvalidArgument(f"release_id must be a string, got {echo(release_id)}")
+        rec = self._db_get_release(release_id)
+        if rec is None:
+            raise NotFound(f"no release {echo(release_id)} in this store")
+        self._rel_cache[release_id] = rec
+        return rec
+
+    def list_releases(self) -> list[ReleaseRecord]:
+        self._check_open()
+        return self._db_list_releases()
+
+    @property
+    def store_id(self) -> str:
+        """This store's random, persistent identity: drawn when the store was created, the same
+        for every process and replica that opens it, different for any other (or re-created)
+        database."""
+        self._check_open()
+        sid = getattr(self, "_store_id_cache", None)
+        if sid is None:
+            sid = self._db_store_id()
+            self._store_id_cache = sid
+        return sid
+
+    def get_binding(self, release_id: str) -> ReleaseBinding | None:
+        """The release's binding to this store, or None when it is not bound here."""
+        self._check_open()
+        return self._db_get_binding(release_id)
+
+    def bind_release(self, release_id: str, fingerprint: str) -> ReleaseBinding:
+        """Record that this store holds the noise of the release with ``fingerprint`` (the
+        release must be registered). Idempotent for the same fingerprint; a different one is
+        refused (IntegrityError): one release id names one bundle and one noise path."""
+        self._check_open()
+        self.get_release(release_id)  # NotFound
+        if not isinstance(fingerprint, str) or not 0 < len(fingerprint) <= 128:
+            raise InvalidArgument("a release fingerprint is a non-empty string of <= 128 chars")
+        new = ReleaseBinding(
+            release_id,
+            fingerprint,
+            datetime.now(UTC).isoformat(timespec="seconds"),
+            self.store_id,
+        )
+        if self._db_insert_binding(new):
+            return new
+        old = self._db_get_binding(release_id)
+        assert old is not None
+        if old.fingerprint != fingerprint:
+            raise IntegrityError(
+                f"release {echo(release_id)} is bound to this store with fingerprint "
+                f"{old.fingerprint[:16]}..., not {fingerprint[:16]}...: another bundle under "
+                "the same release id"
+            )
+        return old
+
+    def incarnation(self) -> Incarnation:
+        """This store's incarnation: a random token drawn when the store was first opened
+        (rewritten only by an administrator's adoption), the physical identity recorded with
+        it, and the physical identity it has now. ``original`` is False for a byte copy, a
+        clone or a backup restored into a new file or database: that copy is a new
+        incarnation, which serves nothing until an administrator adopts it."""
+        self._check_open()
+        current = self._physical_identity()
+        token = self._db_meta(INCARNATION_KEY)
+        recorded = self._db_meta(PHYSICAL_KEY)
+        if token is None or recorded is None:  # first open since incarnations exist
+            self._db_set_meta(
+                {INCARNATION_KEY: uuid.uuid4().hex, PHYSICAL_KEY: current}, only_if_absent=True
+            )
+            token, recorded = self._db_meta(INCARNATION_KEY), self._db_meta(PHYSICAL_KEY)
+        assert token is not None and recorded is not None
+        return Incarnation(token=token, recorded=recorded, current=current)
+
+    def adopt_incarnation(self) -> Incarnation:
+        """Make this copy a new incarnation: a fresh token and its current physical identity.
+        Only ``qveil admin adopt-store`` calls this, after recording the adoption in the
+        registry (which then refuses every other incarnation of the store)."""
+        self._check_open()
+        self._db_set_meta(
+            {INCARNATION_KEY: uuid.uuid4().hex, PHYSICAL_KEY: self._physical_identity()},
+            only_if_absent=False,
+        )
+        return self.incarnation()
+
+    def set_release_status(self, release_id: str, status: str) -> ReleaseRecord:
+        self._check_open()
+        check_status(status)
+        if not self._db_set_status(release_id, status):
+            raise NotFound(f"no release {echo(release_id)} in this store")
+        return self.get_release(release_id)
+
+    def _dims(self, release_id: str) -> int:
+        """The release's coordinate count (1 when it is unknown here)."""
+        rec = self._rel_cache.get(release_id)
+        if rec is None:
+            rec = self._db_get_release(release_id)
+        return 1 if rec is None else rec.dims
+
+    def _split(self, release_id: str, path: int) -> tuple[int, int]:
+        """(action, coordinate) of a path index of the release (the backends' row key)."""
+        return divmod(int(path), self._dims(release_id))
+
+    def _release(self, release_id: str) -> ReleaseRecord:
+        rec = self._rel_cache.get(release_id)
+        return rec if rec is not None else self.get_release(release_id)

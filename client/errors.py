@@ -184,15 +184,15 @@ SERVER_CANCELLED = (
 
 def is_retryable(exc: grpc.RpcError) -> bool:
     """UNAVAILABLE, or CANCELLED by the server: both mean "not answered, try again"."""
-    code = exc.code() if callable(getattr(exc, "code", None)) else None  # type: ignore[attr-defined]
+    code = exc.code() if callable(getattr(exc, "code", None)) else None
     return code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
 
 
 def is_server_reset(exc: grpc.RpcError) -> bool:
     """CANCELLED by the server (see :data:`SERVER_CANCELLED`): the one retryable status the
     channel's retry policy leaves to the SDK (it retries RESOURCE_EXHAUSTED and UNAVAILABLE)."""
-    code = exc.code() if callable(getattr(exc, "code", None)) else None  # type: ignore[attr-defined]
-    return code == grpc.StatusCode.CANCELLED
+    code = exc.code() if callable(getattr(exc, "code", None)) else None
+    return bool(code == grpc.StatusCode.CANCELLED)
 
 
 def from_grpc_error(exc: grpc.RpcError) -> RpcError:
@@ -201,13 +201,13 @@ def from_grpc_error(exc: grpc.RpcError) -> RpcError:
     CANCELLED becomes :class:`UnavailableError` (its ``code`` stays CANCELLED): this SDK
     never cancels its own calls, so a CANCELLED status comes from a server that reset the
     call while shutting down, before any handler ran (see :data:`SERVER_CANCELLED`)."""
-    code = exc.code() if callable(getattr(exc, "code", None)) else grpc.StatusCode.UNKNOWN  # type: ignore[attr-defined]
-    message = exc.details() if callable(getattr(exc, "details", None)) else str(exc)  # type: ignore[attr-defined]
+    code = exc.code() if callable(getattr(exc, "code", None)) else grpc.StatusCode.UNKNOWN
+    message = exc.details() if callable(getattr(exc, "details", None)) else str(exc)
     if code == grpc.StatusCode.CANCELLED:
         return UnavailableError(
             f"{SERVER_CANCELLED} ({message or code.name})", code=code, reason="SERVER_CANCELLED"
         )
-    trailing = exc.trailing_metadata() if callable(getattr(exc, "trailing_metadata", None)) else ()  # type: ignore[attr-defined]
+    trailing = exc.trailing_metadata() if callable(getattr(exc, "trailing_metadata", None)) else ()
     reason, metadata, violations, retry = "", {}, [], None
     status = _details(trailing)
     if status is not None:

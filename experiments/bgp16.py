@@ -157,7 +157,7 @@ def lsl_fit(batch: Batch, phi: FloatArray, rho: FloatArray, *, lam: float) -> Fl
     m = batch.m
     gx = np.asarray(rho, dtype=np.float64) * batch.counts / m
     a = phi.T @ (gx[:, None] * phi) + (lam / (2.0 * m)) * np.eye(phi.shape[1])
-    return np.linalg.solve(a, phi.T @ (gx * batch.mean_returns()))
+    return np.asarray(np.linalg.solve(a, phi.T @ (gx * batch.mean_returns())), dtype=np.float64)
 
 
 def lsl_phi(

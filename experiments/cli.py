@@ -134,7 +134,7 @@ def _numbers(flag: str, raw: str, kind: Callable[[str], Any]) -> list[Any]:
 
 def _multid_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """The multid-only flags as keyword arguments of qveil.experiments.multid.run."""
-    given = {
+    given: dict[str, Any] = {
         k: getattr(args, k, None) for k in ("env", "users", "epsilons", "releases", "episodes")
     }
     given = {k: v for k, v in given.items() if v is not None}

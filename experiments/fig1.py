@@ -108,11 +108,11 @@ def run(
             "release_return_sd": float(np.std(rel)),
         }
         for mode in ("paper", "gdp"):
-            pr = acct.get(mode)
-            row[f"{mode}_epsilon"] = None if pr is None else pr["epsilon"]
-            row[f"{mode}_delta_total"] = None if pr is None else pr["delta_total"]
-            row[f"{mode}_holds"] = None if pr is None else pr["holds"]
-            row[f"{mode}_reason"] = None if pr is None else pr["reason"]
+            acc = acct.get(mode)
+            row[f"{mode}_epsilon"] = None if acc is None else acc["epsilon"]
+            row[f"{mode}_delta_total"] = None if acc is None else acc["delta_total"]
+            row[f"{mode}_holds"] = None if acc is None else acc["holds"]
+            row[f"{mode}_reason"] = None if acc is None else acc["reason"]
         summary.append(row)
     ref = reference_returns(cfg)
     paths = {

@@ -148,13 +148,13 @@ def run_spec(spec: dict[str, Any]) -> dict[str, Any]:
         release_beta = float(spec.get("release_beta", spec["train_beta"]))
         q_bound = spec.get("q_bound")
     elif method == "dpsgd":
-        res = train_dpsgd(
+        baseline = train_dpsgd(
             cfg, clip=float(spec["clip"]), noise_std=float(spec["noise_std"]), seed=seed
         )
-        net, rows = res.network, res.log_rows
+        net, rows = baseline.network, baseline.log_rows
     elif method == "input":
-        res = train_input_perturbation(cfg, noise_std=float(spec["noise_std"]), seed=seed)
-        net, rows = res.network, res.log_rows
+        baseline = train_input_perturbation(cfg, noise_std=float(spec["noise_std"]), seed=seed)
+        net, rows = baseline.network, baseline.log_rows
     else:
         raise ValueError(f"unknown method {method!r}")
     weights = net.export()

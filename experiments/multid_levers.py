@@ -278,7 +278,7 @@ def _lockstep(policy: Callable[[np.ndarray], np.ndarray], seeds: Sequence[int]) 
     """Returns of one episode per seed, run side by side (qveil.trainer.forecast.lockstep)."""
     from qveil.trainer.forecast import lockstep
 
-    return lockstep(ENV_ID, policy, seeds)  # type: ignore[arg-type]
+    return lockstep(ENV_ID, policy, seeds)
 
 
 @dataclass(frozen=True)
@@ -328,7 +328,8 @@ def score(
         def noisy(o: np.ndarray, paths: list[AdditiveSamplePath] = paths) -> np.ndarray:
             x = fit.box.to_unit(o)
             g = np.stack([p.sample(x) for p in paths], axis=1)
-            return np.argmax(fit.values(o) + g, axis=1)
+            best: np.ndarray = np.argmax(fit.values(o) + g, axis=1)
+            return best
 
         private[r] = _lockstep(noisy, seeds)
     return Scores(
@@ -484,6 +485,7 @@ def run(*, out: Path, quick: bool = False, seeds: int | None = None, **_: Any) -
     from qveil.experiments._util import write_csv
 
     out.mkdir(parents=True, exist_ok=True)
+    report: tuple[int, ...]
     if quick:
         users, (rel, eps), (rep_rel, rep_eps), levers, report = (
             300,
@@ -509,7 +511,7 @@ def run(*, out: Path, quick: bool = False, seeds: int | None = None, **_: Any) -
     t0 = time.perf_counter()
     note(f"tuning seed {TUNE_SEED}: {users} users")
     sweep = Sweep(dataset(users, TUNE_SEED), progress=note)
-    kw = {"seed": TUNE_SEED, "releases": rel, "episodes": eps}
+    kw: dict[str, Any] = {"seed": TUNE_SEED, "releases": rel, "episodes": eps}
     emit(row("before", before, sweep, **kw))
     emit(row("chosen", chosen, sweep, **kw))
     for lever, value, ch in levers:

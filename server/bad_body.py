@@ -37,7 +37,7 @@ def _safe(deserialize: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
     return parse
 
 
-class BadBodyInterceptor(grpc.aio.ServerInterceptor):
+class BadBodyInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc: untyped
     async def intercept_service(
         self,
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],

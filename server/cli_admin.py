@@ -275,7 +275,7 @@ def _ledger_text(reports: list[dict[str, Any]]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from qveil.server import admin, retrain
+    from qveil.server import admin, audit_log, retrain
 
     cmd = args.admin_command
     target = getattr(args, "target", None)
@@ -284,7 +284,7 @@ def run(args: argparse.Namespace) -> int:
     url = _store_url(args, required=True)
     assert url is not None
     with admin.open_admin(
-        url, actor=f"{admin.audit_log.default_actor()} (cli)", new_ok=cmd == "init-store"
+        url, actor=f"{audit_log.default_actor()} (cli)", new_ok=cmd == "init-store"
     ) as ctx:
         ctx.registry_url = getattr(args, "registry", None)
         if cmd == "adopt-store":
@@ -298,7 +298,7 @@ def run(args: argparse.Namespace) -> int:
                 + "); every other copy of it is refused from now on",
             )
         elif cmd == "init-store":
-            d: dict[str, Any] = {"store": url, "store_id": ctx.store.store_id}
+            d = {"store": url, "store_id": ctx.store.store_id}
             text = f"store {ctx.store.store_id} ready"
             if args.bundle:
                 b = admin.bind_bundle(ctx, args.bundle)
@@ -386,7 +386,7 @@ def run(args: argparse.Namespace) -> int:
                 f"cap of {cap.dataset_id}: eps={cap.epsilon:.6g} delta={cap.delta:.3g}",
             )
         elif cmd == "log":
-            ents = admin.audit_log.entries(ctx.db, limit=args.limit)
+            ents = audit_log.entries(ctx.db, limit=args.limit)
             _print(
                 args,
                 [e.to_dict() for e in ents],

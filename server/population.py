@@ -125,7 +125,8 @@ def plot_spending(rep: dict[str, Any], png: str | Path) -> None:
             spent.append(eps_sum)
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
     if times:
-        ax.step(times, spent, where="post", marker="o", label="spent (filter)")
+        # matplotlib plots datetimes through its date converter; its stubs accept numbers only
+        ax.step(times, spent, where="post", marker="o", label="spent (filter)")  # type: ignore[arg-type]
     ax.axhline(budget_eps, color="tab:red", linestyle="--", label=f"budget eps={budget_eps:g}")
     ax.set_title(f"population {rep['population']}: privacy spent (delta={budget_delta:g})")
     ax.set_ylabel("epsilon")

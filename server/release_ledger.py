@@ -98,7 +98,7 @@ def record_release(
                 requested=(entry.event.epsilon, entry.event.delta),
                 cap=(float(budget), 1.0),
             )
-        return LedgerOutcome("already", entry.dataset_id, *rep.spent, rep.rule)
+        return LedgerOutcome("already", entry.dataset_id, rep.spent[0], rep.spent[1], rep.rule)
     event = event_for_card(card, dataset_id=dataset_id)
     if event is None:
         if population is not None:
@@ -127,4 +127,4 @@ def record_release(
         # another replica recorded it between our look-up and our write: charged once
         return record_release(ledger, card, actor=actor, budget=budget, population=population)
     rep = ledger.budget(dataset_id)
-    return LedgerOutcome("recorded", dataset_id, *rep.spent, rep.rule)
+    return LedgerOutcome("recorded", dataset_id, rep.spent[0], rep.spent[1], rep.rule)

@@ -140,7 +140,7 @@ def user_shards(user: NDArray[np.int64], shard_users: int) -> list[NDArray[np.in
     u = np.asarray(user).reshape(-1)
     order = np.argsort(u, kind="stable")
     su = u[order]
-    starts = np.flatnonzero(np.concatenate(([True], su[1:] != su[:-1]))) if len(su) else []
+    starts = np.flatnonzero(np.concatenate(([True], su[1:] != su[:-1]))) if len(su) else su[:0]
     cuts = [int(v) for v in starts[::shard_users]] + [len(su)]
     return [order[cuts[i] : cuts[i + 1]] for i in range(len(cuts) - 1)]
 
@@ -271,11 +271,11 @@ def fit_operators(
             # by the tasks themselves
             shards = [tuple(np.ascontiguousarray(x[idx]) for x in arrays) for idx in rows]
 
-            def sums_task(sh: Any, den: Any) -> tuple[Callable[..., Any], tuple[Any, ...]]:
-                return _memory_sums, (sh, {**kw, "reward_range": reward_range, **den})
+            def sums_task(g: Any, den: Any) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+                return _memory_sums, (g, {**kw, "reward_range": reward_range, **den})
 
-            def den_task(sh: Any) -> tuple[Callable[..., Any], tuple[Any, ...]]:
-                return _memory_denominators, (sh, kw)
+            def den_task(g: Any) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+                return _memory_denominators, (g, kw)
 
         den_pool = None
         if spec.neighbour != "user":

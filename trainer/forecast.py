@@ -202,7 +202,8 @@ def forecast(
             x = _raw(o, b)
             unit = b.box.to_unit(x, clip=True) if b.kernel else b.interval.to_unit(x)
             g = np.stack([p.sample(unit) for p in paths], axis=1)
-            return np.argmax(b.q_values(x) + g, axis=1)
+            best: npt.NDArray[np.int64] = np.argmax(b.q_values(x) + g, axis=1)
+            return best
 
         private[r] = lockstep(env_id, noisy, seeds)
     frac, lo, hi = _bootstrap(ceiling, floor, private)

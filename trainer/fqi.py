@@ -49,8 +49,11 @@ def observation_bounds(env_id: str) -> tuple[np.ndarray, np.ndarray]:
 
     env = gym.make(env_id)
     try:
-        lo = np.asarray(env.observation_space.low, dtype=float).reshape(-1)  # type: ignore[attr-defined]
-        hi = np.asarray(env.observation_space.high, dtype=float).reshape(-1)  # type: ignore[attr-defined]
+        space = env.observation_space
+        if not isinstance(space, gym.spaces.Box):
+            raise InvalidArgument(f"environment {env_id!r:.80} has no Box observation space")
+        lo = np.asarray(space.low, dtype=np.float64).reshape(-1)
+        hi = np.asarray(space.high, dtype=np.float64).reshape(-1)
     finally:
         env.close()
     return lo, hi

@@ -131,7 +131,7 @@ def _shape(dataset: Any) -> tuple[int, str, tuple[float, float], int, int]:
     return (
         dims,
         str(getattr(dataset, "env_id", None) or ""),
-        tuple(dataset.reward_range),  # type: ignore[return-value]
+        tuple(dataset.reward_range),
         users,
         int(dataset.n_actions),
     )

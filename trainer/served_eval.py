@@ -132,7 +132,8 @@ def nonprivate_policy(card: dict[str, Any], dataset: Any) -> BatchPolicy:
     def act(states: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
         s = np.clip(states[:, 0], iv.lo, iv.hi)
         vals = np.stack([np.interp(s, grid, q[:, a]) for a in range(q.shape[1])], axis=1)
-        return np.argmax(vals, axis=1).astype(np.int64)
+        best: npt.NDArray[np.int64] = np.argmax(vals, axis=1).astype(np.int64)
+        return best
 
     return act
 
@@ -165,7 +166,8 @@ def _kernel_nonprivate_policy(card: dict[str, Any], dataset: Any) -> BatchPolicy
     fit = fit_kernel(cfg, dataset)
 
     def act(states: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
-        return np.argmax(fit.mean(states), axis=1).astype(np.int64)
+        best: npt.NDArray[np.int64] = np.argmax(fit.mean(states), axis=1).astype(np.int64)
+        return best
 
     return act
 

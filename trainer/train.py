@@ -172,7 +172,7 @@ def privacy_for(cfg: TrainConfig, *, n_actions: int) -> tuple[Any, TrainConfig]:
         raise InvalidArgument(
             "give either a noise scale (--sigma S) or a target (--epsilon E --delta D [--mode M])"
         )
-    fields = dict(
+    fields: dict[str, Any] = dict(
         mode=cfg.mode,
         sigma=cfg.sigma,
         delta=cfg.delta,

@@ -1,12 +1,20 @@
 """The CartPole kernel fit on Dask distributed: time and peak memory against N and workers.
 
-For each N: the users are collected once into a Parquet file (row groups of 10 000 users,
-``qveil.trainer.distributed.collect_parquet`` on 2 local workers), then for each worker count
-the fit (``qveil.trainer.kfqi.fit_kernel`` on the streamed file: the sharded operator build,
-T iterations, the KRR; no noise) runs in a fresh driver process. ``workers = 1`` is the
-in-process engine (no cluster); ``workers = 2`` a LocalCluster of two worker processes.
-Peak memory: the driver process's peak resident set (``os.wait4``, the kernel's record) and
-each worker's own peak (``getrusage`` inside the worker, before the cluster stops).
+For each N: the users are collected once into a Parquet file (row groups of 10 000 users) by
+``qveil dataset collect --workers 2`` (a subprocess: the real CLI); then, ``--repeat`` times,
+for each worker count in turn (the configurations interleaved, so that a change of the
+machine's load hits them alike), one fresh driver process fits the file
+(``qveil.trainer.kfqi.fit_kernel``: the sharded operator build, T iterations, the KRR) and
+writes a release of it (``write_kernel_release``, epsilon 0.5: accountant, bundle, verify).
+``workers = 1`` is the in-process engine (no cluster); ``workers = 2`` a LocalCluster of two
+worker processes. Each process's peak resident set is measured from outside
+(``_proctree.run_tree``: every process of the tree polled for ``VmHWM``; 'total' the largest
+sum of the tree's resident sets at one instant); 'CPU s' is the user + system time of the
+driver and every process it started. The load average is read before each run.
+
+Results are appended to ``DATA/bench_distributed.jsonl`` (one line per collection or fit),
+so a long plan can be run in parts (``--users 1000000 --workers 1``, then ``--workers 2``);
+the docs section is written from every line of that file (``--report`` only writes it).
 
 Writes the "distributed" section of docs/benchmarks.md.
 """
@@ -16,132 +24,206 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
+import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+from _proctree import GIB, run_tree  # noqa: E402
 from _report import table, write_section  # noqa: E402
 
-COMMAND = "python benchmarks/bench_distributed.py [--users 10000,100000] [--workers 1,2]"
+COMMAND = (
+    "python benchmarks/bench_distributed.py --data DIR [--users 10000,100000,1000000] "
+    "[--workers 1,2] [--repeat R]"
+)
 CONFIG = HERE.parent / "configs" / "cartpole-private.toml"
+EPSILON = 0.5
+QVEIL = str(Path(sys.executable).with_name("qveil"))
 
 
-def _worker_peak() -> float:
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 / 1024  # KiB -> GiB
-
-
-def _child(path: str, workers: int) -> None:
-    """One fit in this process: prints seconds and the workers' peak RSS as JSON."""
+def _child(path: str, workers: int, out: str) -> None:
+    """One fit and one release in this process: prints the seconds of each as JSON."""
     from qveil.dataset_parquet import ParquetSource
     from qveil.kfqi_config import load_fqi_config
-    from qveil.trainer import distributed
     from qveil.trainer.distributed import Engine
-    from qveil.trainer.kfqi import fit_kernel
+    from qveil.trainer.kfqi import fit_kernel, write_kernel_release
 
-    peaks: list[float] = []
-    opened = distributed.open_client
-
-    def spying(engine: Engine):  # type: ignore[no-untyped-def]
-        """open_client that records the workers' peak RSS before the cluster stops."""
-        from contextlib import contextmanager
-
-        @contextmanager
-        def cm():  # type: ignore[no-untyped-def]
-            with opened(engine) as client:
-                yield client
-                if client is not None:
-                    peaks.extend(client.run(_worker_peak).values())
-
-        return cm()
-
-    distributed.open_client = spying  # type: ignore[assignment]
+    cfg = load_fqi_config(CONFIG)
     t0 = time.perf_counter()
-    fit = fit_kernel(load_fqi_config(CONFIG), ParquetSource(path), engine=Engine(workers=workers))
-    print(json.dumps({"fit": time.perf_counter() - t0, "samples": fit.samples, "peaks": peaks}))
-
-
-def _run(path: Path, workers: int) -> tuple[dict[str, object], float]:
-    proc = subprocess.Popen(
-        [sys.executable, __file__, "--child", str(path), str(workers)],
-        stdout=subprocess.PIPE,
-        text=True,
+    fit = fit_kernel(cfg, ParquetSource(path), engine=Engine(workers=workers, progress=True))
+    t_fit = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    rel = write_kernel_release(fit, Path(out) / "bundle", epsilon=EPSILON)
+    t_release = time.perf_counter() - t0
+    print(
+        json.dumps(
+            {
+                "fit": t_fit,
+                "release": t_release,
+                "samples": fit.samples,
+                "sigma": float(rel.card["sigma"]),
+            }
+        )
     )
-    assert proc.stdout is not None
-    out = proc.stdout.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    if os.waitstatus_to_exitcode(status) != 0:
+
+
+def _load() -> str:
+    return ", ".join(f"{v:.1f}" for v in os.getloadavg())
+
+
+def _memory(run: Any) -> dict[str, Any]:
+    return {
+        "driver_gib": run.root_peak / GIB,
+        "worker_gib": [w / GIB for w in run.workers()],
+        "others_gib": [[lab, v / GIB] for lab, v in run.others()],
+        "total_gib": run.total_peak / GIB,
+        "cpu_s": run.cpu,
+        "driver_cpu_s": run.cpus.get(run.root, 0.0),
+        "worker_cpu_s": run.worker_cpus(),
+    }
+
+
+def _collect(path: Path, users: int, log: Path) -> None:
+    load = _load()
+    cmd = [
+        QVEIL, "dataset", "collect", "--env", "CartPole-v1", "--users", str(users),
+        "--seed", "0", "--reward-range", "0,1", "--workers", "2", "--out", str(path),
+    ]  # fmt: skip
+    run = run_tree(cmd)
+    if run.returncode != 0:
+        raise SystemExit(f"collect of {users} users failed")
+    samples = int(run.stdout.split(" samples")[0].rsplit(" ", 1)[1])
+    row = {"kind": "collect", "users": users, "samples": samples, "workers": 2,
+           "seconds": run.seconds, "load": load, **_memory(run)}  # fmt: skip
+    _append(log, row)
+
+
+def _fit(path: Path, users: int, workers: int, rep: int, log: Path) -> None:
+    load = _load()
+    with tempfile.TemporaryDirectory(prefix="qveil-bench-release-") as tmp:
+        run = run_tree([sys.executable, __file__, "--child", str(path), str(workers), tmp])
+    if run.returncode != 0:
         raise SystemExit(f"{path} workers={workers}: the fit failed")
-    return json.loads(out.strip().splitlines()[-1]), usage.ru_maxrss / 1024 / 1024
+    r = json.loads(run.stdout.strip().splitlines()[-1])
+    row = {"kind": "fit", "users": users, "samples": r["samples"], "workers": workers,
+           "rep": rep, "seconds": r["fit"], "release_s": r["release"], "load": load,
+           **_memory(run)}  # fmt: skip
+    _append(log, row)
+
+
+def _append(log: Path, row: dict[str, Any]) -> None:
+    print(json.dumps(row), flush=True)
+    with log.open("a") as fh:
+        fh.write(json.dumps(row) + "\n")
+
+
+def _gib(v: float) -> str:
+    return f"{v:.2f}"
+
+
+def _report(log: Path) -> None:
+    rows = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    collects = {r["users"]: r for r in rows if r["kind"] == "collect"}
+    fits = [r for r in rows if r["kind"] == "fit"]
+    ctab = [
+        [r["users"], r["samples"], r["workers"], round(r["seconds"]), _gib(r["driver_gib"]),
+         " / ".join(_gib(w) for w in r["worker_gib"]), _gib(r["total_gib"]), r["load"]]
+        for _, r in sorted(collects.items())
+    ]  # fmt: skip
+    ftab = []
+    for users in sorted({r["users"] for r in fits}):
+        mine = [r for r in fits if r["users"] == users]
+        one = [r["seconds"] for r in mine if r["workers"] == 1]
+        base = statistics.median(one) if one else float("nan")
+        for r in sorted(mine, key=lambda r: (r.get("rep", 0), r["workers"])):
+            ftab.append(
+                [users, r["samples"], r["workers"], r.get("rep", 0), round(r["seconds"], 1),
+                 round(r["seconds"] / base, 2), round(r["cpu_s"]),
+                 " / ".join(str(round(c)) for c in
+                            [r["driver_cpu_s"], *r["worker_cpu_s"]])
+                 if "driver_cpu_s" in r else "-",
+                 round(r["release_s"], 1),
+                 _gib(r["driver_gib"]), " / ".join(_gib(w) for w in r["worker_gib"]) or "-",
+                 _gib(r["total_gib"]), r["load"]]
+            )  # fmt: skip
+    body = (
+        "CartPole-v1, one random-policy episode per user (seed 0), "
+        "configs/cartpole-private.toml. **Collection** (`qveil dataset collect --workers 2`, "
+        "Parquet, row groups of 10 000 users):\n\n"
+        + table(
+            [
+                "users",
+                "samples",
+                "workers",
+                "collect s",
+                "driver GiB",
+                "worker GiB (each)",
+                "total GiB",
+                "load before (1, 5, 15 min)",
+            ],
+            ctab,
+        )  # fmt: skip
+        + "\n\n**Fit and release**: one driver process streams the file and fits "
+        "('workers 1': the shards in the driver; 'workers 2': a LocalCluster of two worker "
+        "processes, each task reading its own row group), then writes a release at epsilon "
+        f"{EPSILON:g} ('release s'). 'x 1 worker' is the fit time over the median 1-worker "
+        "fit at that N; runs of one 'rep' are back to back (the configurations interleaved). "
+        "'CPU s': user + system seconds of the driver and every process it started; "
+        "'CPU s driver / workers': each process's own. "
+        "'driver GiB' and 'worker GiB' are each process's peak resident set (VmHWM), "
+        "'total GiB' the largest sum over the tree at one instant. The load average is the "
+        "machine's before the run (2 cores, shared with other work: a fit at nice 19 gets "
+        "only what the others leave, so compare the CPU seconds as well as the wall time).\n\n"
+        + table(
+            [
+                "users",
+                "samples",
+                "workers",
+                "rep",
+                "fit s",
+                "x 1 worker",
+                "CPU s",
+                "CPU s driver / workers",
+                "release s",
+                "driver GiB",
+                "worker GiB (each)",
+                "total GiB",
+                "load before (1, 5, 15 min)",
+            ],
+            ftab,
+        )  # fmt: skip
+    )
+    write_section("distributed", "Kernel FQI on Dask: time and memory against N", COMMAND, body)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--users", default="10000,100000")
     ap.add_argument("--workers", default="1,2")
-    ap.add_argument("--data", help="directory for the Parquet files (default: a temporary one)")
-    ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    ap.add_argument("--repeat", type=int, default=1, help="rounds of the worker counts")
+    ap.add_argument("--data", required=False, help="directory for the files and the results")
+    ap.add_argument("--report", action="store_true", help="only write the docs section")
+    ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        _child(args.child[0], int(args.child[1]))
+        _child(args.child[0], int(args.child[1]), args.child[2])
         return
-    from qveil.trainer.distributed import Engine, collect_parquet
-
     data = Path(args.data or tempfile.mkdtemp(prefix="qveil-bench-"))
-    rows: list[list[object]] = []
-    for users in (int(v) for v in args.users.split(",")):
-        path = data / f"cartpole-{users}.parquet"
-        t_collect = float("nan")
-        if not path.exists():
-            t0 = time.perf_counter()
-            collect_parquet(
-                "CartPole-v1", users, 1, str(path), reward_range=(0.0, 1.0),
-                engine=Engine(workers=2),
-            )  # fmt: skip
-            t_collect = time.perf_counter() - t0
-        base = None
-        for workers in (int(v) for v in args.workers.split(",")):
-            r, driver = _run(path, workers)
-            fit = float(r["fit"])  # type: ignore[arg-type]
-            base = base or fit
-            peaks = r["peaks"] or []
-            worker_peak = max(peaks) if peaks else driver  # type: ignore[type-var,arg-type]
-            print(f"N={users} workers={workers}: fit {fit:.1f} s, driver {driver:.2f} GiB, "
-                  f"worker {worker_peak:.2f} GiB", flush=True)  # fmt: skip
-            rows.append(
-                [users, r["samples"], round(t_collect, 1) if workers == 1 else "", workers,
-                 round(fit, 1), round(fit / base, 2), round(driver, 2), round(worker_peak, 2)]
-            )  # fmt: skip
-    load = ", ".join(f"{v:.1f}" for v in os.getloadavg())
-    body = (
-        f"Load average at the end of the run: {load} (2 cores shared with other work).\n\n"
-        "CartPole-v1, one random-policy episode per user, configs/cartpole-private.toml; the "
-        "data a Parquet file of row groups of 10 000 users (collected on 2 local workers: "
-        "'collect s'). Each fit one driver process streaming the file: 'workers 1' runs the "
-        "shards in the driver, 'workers 2' on a LocalCluster of two worker processes (each "
-        "task reads its own row group). 'x 1 worker' is the fit time over the 1-worker "
-        "fit's. 'driver GiB' is the driver's peak resident set, 'worker GiB' the largest "
-        "worker's (for 1 worker: the driver, which is the worker).\n\n"
-        + table(
-            [
-                "users",
-                "samples",
-                "collect s",
-                "workers",
-                "fit s",
-                "x 1 worker",
-                "driver GiB",
-                "worker GiB",
-            ],
-            rows,
-        )  # fmt: skip
-    )
-    write_section("distributed", "Kernel FQI on Dask: time and memory against N", COMMAND, body)
+    data.mkdir(parents=True, exist_ok=True)
+    log = data / "bench_distributed.jsonl"
+    if not args.report:
+        for users in (int(float(v)) for v in args.users.split(",")):
+            path = data / f"cartpole-{users}.parquet"
+            if not path.exists():
+                _collect(path, users, log)
+            for rep in range(args.repeat):
+                for workers in (int(v) for v in args.workers.split(",")):
+                    _fit(path, users, workers, rep, log)
+    _report(log)
 
 
 if __name__ == "__main__":

@@ -46,6 +46,8 @@ def rss_mb(pid: int) -> float:
     raise RuntimeError("no VmRSS")
 
 
+# long-function: a benchmark run top to bottom: every measurement feeds the one table and section it
+#   writes
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--points", type=int, default=2_000_000, help="points stored at the end")

@@ -103,6 +103,8 @@ def kernel_bundle(tmp: Path, qveil: str) -> Path:
     return tmp / "kbundle"
 
 
+# long-function: a benchmark run top to bottom: every measurement feeds the one table and section it
+#   writes
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=2.0, help="per cell and round")

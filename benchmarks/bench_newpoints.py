@@ -226,33 +226,20 @@ def _baseline_tree(rev: str, dest: Path) -> Path:
 def _spawn_server(  # type: ignore[no-untyped-def]
     bundle: Path, store: str, tmp: Path, tag: str, pythonpath: str | None, workers: int = 16
 ):
-    from bench_server import spawn, wait_ready
+    from bench_server import serve_args, spawn, wait_ready
 
     env_pp = os.environ.get("PYTHONPATH")
     if pythonpath:
         os.environ["PYTHONPATH"] = pythonpath
     try:
+        port_file = tmp / f"{tag}.port"
         proc, port = spawn(
-            [
-                sys.executable,
-                "-m",
-                "qveil.cli",
-                "serve",
-                "--bundle",
-                str(bundle),
-                "--store",
-                store,
-                "--listen",
-                "127.0.0.1:0",
-                "--port-file",
-                str(tmp / f"{tag}.port"),
-                "--max-in-flight",
-                "1024",
-                "--workers",
-                str(workers),
-            ],
-            tmp / f"{tag}.port",
-        )
+            serve_args(
+                [sys.executable, "-m", "qveil.cli"], bundle, store, port_file,
+                "--workers", str(workers),
+            ),
+            port_file,
+        )  # fmt: skip
     finally:
         if pythonpath:
             if env_pp is None:
@@ -452,6 +439,8 @@ def _unlink_db(*paths: Path) -> None:
             Path(str(p) + suffix).unlink(missing_ok=True)
 
 
+# long-function: one sweep of the scaling benchmark: the store, the raw baselines and the memory
+#   probe share each size's data
 def bench_scaling(
     tmp: Path, sizes: list[int], quick: bool, sweeps: int
 ) -> tuple[list[list[object]], list[dict[int, dict[str, float]]]]:
@@ -654,6 +643,7 @@ WHY_COST = (
 )
 
 
+# long-function: a benchmark run top to bottom: every measurement feeds the sections it writes
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer calls (smoke run)")

@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -130,6 +131,19 @@ def spawn(args: list[str], port_file: Path, timeout: float = 60) -> tuple[subpro
     return proc, int(port_file.read_text())
 
 
+def serve_args(
+    exe: Sequence[str], bundle: Path, store: str, port_file: Path, *extra: str
+) -> list[str]:
+    """``qveil serve`` of ``bundle`` on ``store``, on a free loopback port written to
+    ``port_file``, up to 1024 calls in flight, then ``extra`` flags (``exe``: how to run
+    qveil)."""
+    return [
+        *exe,
+        *("serve", "--bundle", str(bundle), "--store", store, "--listen", "127.0.0.1:0"),
+        *("--port-file", str(port_file), "--max-in-flight", "1024", *extra),
+    ]
+
+
 def wait_ready(target: str) -> None:
     with grpc.insecure_channel(target) as ch:
         stub = pb_grpc.ValueServiceStub(ch)
@@ -215,6 +229,8 @@ def store_ceiling(
     return out
 
 
+# long-function: a benchmark run top to bottom: every measurement feeds the one table and section it
+#   writes
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=1.0, help="per cell and round")
@@ -239,24 +255,11 @@ def main() -> int:
         try:
             servers = []
             for i in range(2):
+                port_file = tmp / f"s{i}.port"
                 p, port = spawn(
-                    [
-                        qveil,
-                        "serve",
-                        "--bundle",
-                        str(bundle),
-                        "--store",
-                        store,
-                        "--listen",
-                        "127.0.0.1:0",
-                        "--port-file",
-                        str(tmp / f"s{i}.port"),
-                        "--max-in-flight",
-                        "1024",
-                        "--new-state-rate",  # throughput is measured here, not the quota
-                        "1e12",
-                    ],
-                    tmp / f"s{i}.port",
+                    # throughput is measured here, not the quota
+                    serve_args([qveil], bundle, store, port_file, "--new-state-rate", "1e12"),
+                    port_file,
                 )
                 procs.append(p)
                 servers.append(f"127.0.0.1:{port}")

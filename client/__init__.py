@@ -6,12 +6,14 @@
         c.best_actions([0.1, 0.5])    # argmax per state
         c.release()                   # the public privacy card (a dataclass)
 
-Errors are the typed tree of :mod:`qveil.client.errors`.
+Errors are the typed tree of :mod:`qveil.common.errors`; results are the dataclasses of
+:mod:`qveil.common.typing` (both re-exported here).
 """
 
 from qveil.client.aio import AsyncValueClient
 from qveil.client.channel import RetryPolicy, TLSConfig
-from qveil.client.errors import (
+from qveil.client.sync import AdminClient, AuditClient, ValueClient
+from qveil.common.errors import (
     DataLossError,
     DeadlineExceededError,
     FailedPreconditionError,
@@ -25,8 +27,7 @@ from qveil.client.errors import (
     UnavailableError,
     UnimplementedError,
 )
-from qveil.client.sync import AdminClient, AuditClient, ValueClient
-from qveil.client.types import (
+from qveil.common.typing import (
     BestActions,
     IntegrityResult,
     NoisePoint,

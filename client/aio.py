@@ -11,8 +11,6 @@ import grpc
 import numpy as np
 import numpy.typing as npt
 
-from qveil.client import convert
-from qveil.client import types as t
 from qveil.client.channel import (
     RetryPolicy,
     TLSConfig,
@@ -20,8 +18,10 @@ from qveil.client.channel import (
     channel_credentials,
     channel_options,
 )
-from qveil.client.errors import from_grpc_error, is_server_reset
 from qveil.client.sync import is_flat, state_fields
+from qveil.common import serde as convert
+from qveil.common import typing as t
+from qveil.common.errors import from_grpc_error, is_server_reset
 from qveil.v1 import value_service_pb2 as value_pb
 from qveil.v1 import value_service_pb2_grpc as value_grpc
 

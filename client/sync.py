@@ -1,6 +1,6 @@
 """Blocking clients: :class:`ValueClient` (query role), :class:`AdminClient`,
 :class:`AuditClient`. Each is a context manager around one gRPC channel; failed calls raise
-the typed exceptions of :mod:`qveil.client.errors`; idempotent calls are retried on
+the typed exceptions of :mod:`qveil.common.errors`; idempotent calls are retried on
 RESOURCE_EXHAUSTED and UNAVAILABLE as the server's pushback says (:class:`RetryPolicy`)."""
 
 from __future__ import annotations
@@ -13,8 +13,6 @@ import grpc
 import numpy as np
 import numpy.typing as npt
 
-from qveil.client import convert
-from qveil.client import types as t
 from qveil.client.channel import (
     RetryPolicy,
     TLSConfig,
@@ -22,7 +20,9 @@ from qveil.client.channel import (
     channel_credentials,
     channel_options,
 )
-from qveil.client.errors import from_grpc_error, is_server_reset
+from qveil.common import serde as convert
+from qveil.common import typing as t
+from qveil.common.errors import from_grpc_error, is_server_reset
 from qveil.v1 import admin_service_pb2 as admin_pb
 from qveil.v1 import admin_service_pb2_grpc as admin_grpc
 from qveil.v1 import audit_service_pb2 as audit_pb

@@ -360,7 +360,26 @@ def validate_arrays(
         name: _as_array(name, v)
         for name, v in zip(_ARRAYS, (user, s, a, r, s2, terminal), strict=True)
     }
-    # dtypes: integers must be integers (a float action 1.5 is refused, not truncated)
+    _check_dtypes(raw)
+    n = _check_shapes(raw)
+    states = _states(raw, n)
+    rew = raw["r"].astype(np.float64, copy=True)
+    act, usr = raw["a"], raw["user"]
+    _check_values(states, rew, act, usr, n_act=n_act, reward_range=(lo, hi))
+    arrays = (
+        usr.astype(np.int64, copy=True),
+        states["s"],
+        act.astype(np.int64, copy=True),
+        rew,
+        states["s2"],
+        raw["terminal"].astype(np.bool_, copy=True),
+    )
+    return arrays, n_act, (lo, hi)
+
+
+def _check_dtypes(raw: dict[str, np.ndarray]) -> None:
+    """Integers must be integers (a float action 1.5 is refused, not truncated), terminal
+    bool, the rest real numbers."""
     for name in ("user", "a"):
         if raw[name].dtype.kind not in "iu":
             raise InvalidArgument(f"{name} must hold integers (int64), got dtype {raw[name].dtype}")
@@ -371,7 +390,10 @@ def validate_arrays(
             raise InvalidArgument(
                 f"{name} must hold real numbers (float64), got dtype {raw[name].dtype}"
             )
-    # shapes and lengths
+
+
+def _check_shapes(raw: dict[str, np.ndarray]) -> int:
+    """Shapes and lengths; returns the row count n (refuses an empty dataset)."""
     for name in ("user", "a", "r", "terminal"):
         if raw[name].ndim != 1:
             raise InvalidArgument(f"{name} must be 1-D [n], got shape {tuple(raw[name].shape)}")
@@ -389,6 +411,11 @@ def validate_arrays(
             )
     if n == 0:
         raise InvalidArgument("the dataset is empty (0 rows)")
+    return int(n)
+
+
+def _states(raw: dict[str, np.ndarray], n: int) -> dict[str, NDArray[np.float64]]:
+    """``s`` and ``s2`` as fresh float64 [n, d] arrays of the same d >= 1."""
     states = {}
     for name in ("s", "s2"):
         arr = raw[name].astype(np.float64, copy=True)
@@ -400,14 +427,26 @@ def validate_arrays(
         )
     if states["s"].shape[1] == 0:
         raise InvalidArgument("states must have at least one coordinate (d >= 1), got d = 0")
-    rew = raw["r"].astype(np.float64, copy=True)
-    # values: non-finite floats first (a NaN reward is "not finite", not "out of range")
+    return states
+
+
+def _check_values(
+    states: dict[str, NDArray[np.float64]],
+    rew: NDArray[np.float64],
+    act: np.ndarray,
+    usr: np.ndarray,
+    *,
+    n_act: int,
+    reward_range: tuple[float, float],
+) -> None:
+    """Non-finite floats first (a NaN reward is "not finite", not "out of range"), then
+    actions outside [0, n_act), rewards outside the declared range, users beyond int64."""
+    lo, hi = reward_range
     for name, arr in (("s", states["s"]), ("r", rew), ("s2", states["s2"])):
         bad = ~np.isfinite(arr)
         if bad.any():
             idx = _first_bad(bad)
             raise InvalidArgument(f"{_where(name, idx)} = {_num(arr[idx])} is not finite")
-    act = raw["a"]
     bad = (act < 0) | (act >= n_act)
     if bad.any():
         i = _first_bad(bad)[0]
@@ -418,19 +457,9 @@ def validate_arrays(
         raise InvalidArgument(
             f"r[{i}] = {_num(rew[i])} is outside the declared reward range [{_num(lo)}, {_num(hi)}]"
         )
-    usr = raw["user"]
     if usr.dtype.kind == "u" and usr.size and int(usr.max()) > np.iinfo(np.int64).max:
         i = _first_bad(usr > np.iinfo(np.int64).max)[0]
         raise InvalidArgument(f"user[{i}] = {int(usr[i])} does not fit in int64")
-    arrays = (
-        usr.astype(np.int64, copy=True),
-        states["s"],
-        act.astype(np.int64, copy=True),
-        rew,
-        states["s2"],
-        raw["terminal"].astype(np.bool_, copy=True),
-    )
-    return arrays, n_act, (lo, hi)
 
 
 # -- files ---------------------------------------------------------------------------------

@@ -135,7 +135,11 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         "declare the same name",
     )
     c.add_argument("--force", action="store_true", help="replace an existing .npz or .parquet")
-    c.add_argument("--no-progress", action="store_true", help="no progress bar")
+    c.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress (a bar on a terminal; else, with Dask shards, a log line per shard)",
+    )
     add_engine_flags(c, what="collection (--out FILE.parquet)")
     c.set_defaults(func=run_collect)
 

@@ -159,35 +159,10 @@ def load_minari(
     cols: dict[str, list[np.ndarray]] = {k: [] for k in ("user", "s", "a", "r", "s2", "t")}
     total = int(storage.total_episodes)
     for ep in storage.get_episodes(range(total)):
-        obs = np.asarray(ep["observations"], dtype=np.float64)
-        steps = int(np.asarray(ep["rewards"]).shape[0])
-        if obs.shape[0] != steps + 1:
-            raise InvalidArgument(
-                f"{_echo(where)}: episode {ep['id']} has {obs.shape[0]} observations for "
-                f"{steps} steps (Minari stores steps + 1)"
-            )
-        obs = obs.reshape(steps + 1, d)
-        infos = ep.get("infos") or {}
-        if "user" in infos:
-            u = np.asarray(infos["user"])
-            if u.shape[0] == steps + 1:
-                u = u[1:]
-            if u.shape != (steps,) or u.dtype.kind not in "iu":
-                raise InvalidArgument(
-                    f"{_echo(where)}: episode {ep['id']}: infos['user'] must be integers, one "
-                    f"per step, got dtype {u.dtype} shape {tuple(u.shape)}"
-                )
-        else:
-            u = np.full(steps, int(ep["id"]), dtype=np.int64)
-        acts = np.asarray(ep["actions"])
-        if acts.dtype.kind in "iu":
-            acts = acts.reshape(steps).astype(np.int64) - start
-        cols["user"].append(u)
-        cols["s"].append(obs[:-1])
-        cols["s2"].append(obs[1:])
-        cols["a"].append(acts)
-        cols["r"].append(np.asarray(ep["rewards"]))
-        cols["t"].append(np.asarray(ep["terminations"]))
+        for key, column in zip(
+            ("user", "s", "s2", "a", "r", "t"), _episode_columns(ep, d, start, where), strict=True
+        ):
+            cols[key].append(column)
     if not total:
         raise InvalidArgument(f"{_echo(where)} holds no episodes")
     ds = Dataset(
@@ -210,6 +185,44 @@ def load_minari(
             f"qveil wrote ({str(stored)[:80]}): the file was changed after it was written"
         )
     return ds
+
+
+def _episode_columns(
+    ep: Any, d: int, start: int, where: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One Minari episode as (user, s, s2, a, r, terminal) rows: users from
+    ``infos['user']`` (one per step) or the episode id, actions shifted to start at 0."""
+    obs = np.asarray(ep["observations"], dtype=np.float64)
+    steps = int(np.asarray(ep["rewards"]).shape[0])
+    if obs.shape[0] != steps + 1:
+        raise InvalidArgument(
+            f"{_echo(where)}: episode {ep['id']} has {obs.shape[0]} observations for "
+            f"{steps} steps (Minari stores steps + 1)"
+        )
+    obs = obs.reshape(steps + 1, d)
+    infos = ep.get("infos") or {}
+    if "user" in infos:
+        u = np.asarray(infos["user"])
+        if u.shape[0] == steps + 1:
+            u = u[1:]
+        if u.shape != (steps,) or u.dtype.kind not in "iu":
+            raise InvalidArgument(
+                f"{_echo(where)}: episode {ep['id']}: infos['user'] must be integers, one "
+                f"per step, got dtype {u.dtype} shape {tuple(u.shape)}"
+            )
+    else:
+        u = np.full(steps, int(ep["id"]), dtype=np.int64)
+    acts = np.asarray(ep["actions"])
+    if acts.dtype.kind in "iu":
+        acts = acts.reshape(steps).astype(np.int64) - start
+    return (
+        u,
+        obs[:-1],
+        obs[1:],
+        acts,
+        np.asarray(ep["rewards"]),
+        np.asarray(ep["terminations"]),
+    )
 
 
 def _env_id_of(meta: dict[str, Any]) -> str | None:

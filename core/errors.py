@@ -1,7 +1,10 @@
-"""Domain exceptions shared by every part of qveil.
+"""Domain exceptions shared by every part of qveil, and the one table that gives each its
+canonical code (the ``google.rpc.Code`` names, which no transport owns).
 
-Transport layers map these to their own codes in one table each (gRPC status codes in
-``qveil.server.errors``, exit codes in the CLI); nothing else inspects messages.
+:func:`error_status` classifies an exception once; each transport then maps the canonical
+code to its own status in one table (gRPC status codes in ``qveil.common.errors``, HTTP
+statuses in ``qveil.server.protocol.rest.errors``,
+exit codes in the CLI); nothing else inspects messages.
 
     QveilError
     ├── InvalidArgument        bad input: NaN, out of interval, unknown action, bad config
@@ -18,8 +21,14 @@ Transport layers map these to their own codes in one table each (gRPC status cod
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
 __all__ = [
+    "CODE_TABLE",
+    "RETRY_CODES",
     "BudgetExceeded",
+    "ErrorStatus",
     "FailedPrecondition",
     "IntegrityError",
     "InvalidArgument",
@@ -30,7 +39,9 @@ __all__ = [
     "ResourceExhausted",
     "Unauthenticated",
     "Unavailable",
+    "bad_argument",
     "echo",
+    "error_status",
 ]
 
 #: The most characters of user input an error message repeats (GUIDE: echo at most 80).
@@ -47,7 +58,14 @@ def echo(value: object, limit: int = ECHO_LIMIT) -> str:
 
 
 class QveilError(Exception):
-    """Base of every error qveil raises on purpose."""
+    """Base of every error qveil raises on purpose.
+
+    ``reason``: a machine-readable reason (``google.rpc.ErrorInfo.reason``, e.g.
+    ``STATE_OUT_OF_INTERVAL``); "" means the code's default. ``field``: the request field at
+    fault (``google.rpc.BadRequest``), for bad input."""
+
+    reason: str = ""
+    field: str = ""
 
 
 class InvalidArgument(QveilError, ValueError):
@@ -117,3 +135,66 @@ class BudgetExceeded(FailedPrecondition):
 class PortInUse(FailedPrecondition):
     """A port ``qveil serve`` was asked to listen on is held by another process (another
     server, most likely); the message is the whole line ``qveil serve`` prints."""
+
+
+def bad_argument(message: str, *, field: str, reason: str) -> InvalidArgument:
+    """An InvalidArgument naming the request field and a machine-readable reason."""
+    exc = InvalidArgument(message)
+    exc.field = field
+    exc.reason = reason
+    return exc
+
+
+#: Domain exception -> (canonical code, default reason). First match wins, so subclasses
+#: come before their bases (BudgetExceeded before FailedPrecondition). Anything else is
+#: INTERNAL with a generic message (the traceback goes to the server log only).
+CODE_TABLE: tuple[tuple[type[BaseException], str, str], ...] = (
+    (BudgetExceeded, "FAILED_PRECONDITION", "BUDGET_EXCEEDED"),
+    (InvalidArgument, "INVALID_ARGUMENT", "INVALID_ARGUMENT"),
+    (NotFound, "NOT_FOUND", "NOT_FOUND"),
+    (FailedPrecondition, "FAILED_PRECONDITION", "FAILED_PRECONDITION"),
+    (PermissionDenied, "PERMISSION_DENIED", "PERMISSION_DENIED"),
+    (Unauthenticated, "UNAUTHENTICATED", "UNAUTHENTICATED"),
+    (ResourceExhausted, "RESOURCE_EXHAUSTED", "RESOURCE_EXHAUSTED"),
+    (Unavailable, "UNAVAILABLE", "UNAVAILABLE"),
+    (IntegrityError, "DATA_LOSS", "INTEGRITY_FAILURE"),
+    (TimeoutError, "DEADLINE_EXCEEDED", "DEADLINE_EXCEEDED"),
+    (NotImplementedError, "UNIMPLEMENTED", "UNIMPLEMENTED"),
+)
+
+#: Codes whose request may succeed later, with the default wait in seconds when the
+#: exception names none (``ResourceExhausted.retry_after``).
+RETRY_CODES: dict[str, float] = {"RESOURCE_EXHAUSTED": 0.1, "UNAVAILABLE": 0.5}
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorStatus:
+    """An exception as every transport sees it."""
+
+    code: str  # a google.rpc.Code name: "INVALID_ARGUMENT", ..., "INTERNAL"
+    message: str
+    reason: str
+    field: str
+    #: seconds after which the same request may succeed; None: waiting does not help (or
+    #: the code is not one of RETRY_CODES)
+    retry_after: float | None
+
+
+def error_status(exc: BaseException) -> ErrorStatus:
+    """Classify ``exc`` through :data:`CODE_TABLE` (unknown exceptions: INTERNAL, with a
+    message that says nothing about them)."""
+    for cls, code, default_reason in CODE_TABLE:
+        if isinstance(exc, cls):
+            message = str(exc) or code
+            reason = str(getattr(exc, "reason", "") or default_reason)
+            break
+    else:
+        return ErrorStatus("INTERNAL", "internal server error", "INTERNAL", "", None)
+    retry_after: float | None = None
+    if code in RETRY_CODES:
+        hint = getattr(exc, "retry_after", None)
+        retry_after = RETRY_CODES[code] if hint is None else float(hint)
+        if math.isinf(retry_after):
+            retry_after = None
+    field = str(getattr(exc, "field", "") or "")
+    return ErrorStatus(code, message, reason, field, retry_after)

@@ -8,16 +8,21 @@ on the public product grid Z = {z_k} of G points per coordinate (K = G^d anchors
     Q_{t+1}(z_k, a) = (1/N) sum_u A_u[y](z_k),   y_i = r_i + gamma (1 - terminal_i) V_t(s'_i),  (1)
 
 with Q_0 = 0, V_t = max_b Q_t(., b) at the anchors, multilinearly interpolated at the next
-states s'_i (a convex combination of 2^d anchors), and A_u user u's own Nadaraya-Watson
-average over u's samples of action a with the product Gaussian kernel
+states s'_i (a convex combination of 2^d anchors), and A_u user u's vote: the mean over
+u's k_u episodes e (:func:`episode_votes`) of A_{u,e}, the Nadaraya-Watson average over
+episode e's samples of action a with the product Gaussian kernel
 
-    w(z, s) = prod_j exp(-(z_j - s_j)^2 / (2 h^2)) 1{|z_j - s_j| <= R h}   (unit coordinates);
+    w(z, s) = prod_j exp(-(z_j - s_j)^2 / (2 h^2)) 1{|z_j - s_j| <= R h}   (unit coordinates),
 
-a user none of whose samples reaches z_k contributes the public default (the midpoint of the
-Q range). That is exactly the 1-D ``fqi`` mode's per-user averager (qveil.fqi) with a product
-kernel, so the same D_T holds (qveil.privacy.fqi, equations 2-3): each Q_{t+1}(z_k, a) is a
-convex combination of targets and public constants, user u's term depends on u's data only,
-and V_t enters through convex combinations (gamma-contraction in sup norm).
+or the public default where none of the episode's samples reaches z_k. So what a user's vote
+estimates does not depend on how many episodes the user has (more episodes average out
+noise; pooling them into one NW average would instead raise the share of anchors a user
+reaches and change the estimand: measured in docs/results.md section 9). With one episode
+per user that is exactly the 1-D ``fqi`` mode's per-user averager (qveil.fqi) with a
+product kernel, and the same D_T holds (qveil.privacy.fqi, equations 2-3): each
+Q_{t+1}(z_k, a) is a convex combination of targets and public constants, user u's term
+(weight 1/N, itself a mean of convex combinations) depends on u's data only, and V_t enters
+through convex combinations (gamma-contraction in sup norm).
 ``neighbour = "reward"`` pools the NW weights over all samples (as the 1-D mode).
 
 The sample's next state enters the fixed point through interpolation rather than through a
@@ -75,6 +80,7 @@ __all__ = [
     "add_shard_sums",
     "additive_features",
     "anchor_grid",
+    "episode_votes",
     "averaging_operators_nd",
     "build_operators_nd",
     "fitted_q_nd",
@@ -106,9 +112,10 @@ class AveragingOperator:
     Q_{t+1}(., a) = c(default) + gamma P V_t on the anchors.
 
     ``c_sum`` and ``covered`` hold the data part of c: with per-user averaging
-    c = (c_sum + (users - covered) default) / users (``covered[k]``: the users whose samples
-    reach anchor k; the others vote the default); pooled, c = c_sum where some sample
-    reaches the anchor and the default elsewhere. P does not depend on the default."""
+    c = (c_sum + (users - covered) default) / users (``covered[k]``: the vote mass reaching
+    anchor k, each user's reaching episodes weighted 1 / k_u; the rest votes the default);
+    pooled, c = c_sum where some sample reaches the anchor and the default elsewhere. P
+    does not depend on the default."""
 
     c_sum: FloatArray
     covered: FloatArray
@@ -125,15 +132,52 @@ class AveragingOperator:
         return pooled
 
 
-def _sorted_by_user(
+def _sorted_by_vote(
     x: FloatArray,
     r: FloatArray,
     x2: FloatArray,
     terminal: npt.NDArray[np.bool_],
-    user: IntArray,
-) -> tuple[FloatArray, FloatArray, FloatArray, npt.NDArray[np.bool_], IntArray]:
-    order = np.argsort(user, kind="stable")
-    return x[order], r[order], x2[order], terminal[order], user[order]
+    vote: IntArray,
+    weight: FloatArray,
+) -> tuple[FloatArray, FloatArray, FloatArray, npt.NDArray[np.bool_], IntArray, FloatArray]:
+    order = np.argsort(vote, kind="stable")
+    return x[order], r[order], x2[order], terminal[order], vote[order], weight[order]
+
+
+def episode_votes(
+    user: npt.ArrayLike,
+    states: npt.ArrayLike,
+    next_states: npt.ArrayLike,
+    terminal: npt.ArrayLike,
+) -> tuple[IntArray, FloatArray, int]:
+    """The voters of the per-user averager: each user's episodes, and the weight 1 / k_u of
+    each row (k_u: user u's episode count), so that a user's weights sum to one vote.
+
+    A user's rows are taken in their order in the arrays; a row starts a new episode when
+    it is the user's first row, or the user's previous row was terminal, or its state is
+    not the previous row's next state. Returns (vote index per row, dense in [0, votes) and
+    increasing with the dense user index, so sorting by vote keeps each user's rows in
+    order; weight per row; the vote count). It depends on each user's own rows only."""
+    u = np.asarray(user).reshape(-1)
+    n = len(u)
+    _, uid = np.unique(u, return_inverse=True)
+    uid = uid.reshape(-1).astype(np.int64)
+    s = np.asarray(states, dtype=np.float64).reshape(n, -1)
+    s2 = np.asarray(next_states, dtype=np.float64).reshape(n, -1)
+    term = np.asarray(terminal, dtype=bool).reshape(-1)
+    order = np.argsort(uid, kind="stable")
+    su = uid[order]
+    new = np.ones(n, dtype=bool)
+    if n > 1:
+        prev, cur = order[:-1], order[1:]
+        same = su[1:] == su[:-1]
+        cont = same & ~term[prev] & (s[cur] == s2[prev]).all(axis=1)
+        new[1:] = ~cont
+    vote = np.empty(n, dtype=np.int64)
+    vote[order] = np.cumsum(new) - 1
+    per_user = np.bincount(su, weights=new.astype(np.float64)) if n else np.zeros(0)
+    weight: FloatArray = 1.0 / per_user[uid]
+    return vote, weight, int(new.sum())
 
 
 def _pooled_denominators(x: FloatArray, anchors: Anchors) -> FloatArray:
@@ -152,28 +196,30 @@ def _action_sums(
     r: FloatArray,
     x2: FloatArray,
     terminal: npt.NDArray[np.bool_],
-    user: IntArray,
+    vote: IntArray,
+    weight: FloatArray,
     *,
-    users: int,
+    votes: int,
     anchors: Anchors,
     per_user: bool,
     den_pool: FloatArray | None,
 ) -> tuple[FloatArray, FloatArray, sparse.csr_matrix]:
-    """One action's sums over ``users`` whole users (rows sorted by user index in
-    [0, users)): the reward sum c, the covered counts (per-user relation) and P before the
-    division by N. Users are taken in chunks (each user's NW denominators complete within
-    its chunk); the chunks depend on the user count and the anchors only."""
+    """One action's sums over ``votes`` whole voters (rows sorted by vote index in
+    [0, votes); ``weight``: each row's voter weight, 1 / k_u): the reward sum c, the covered
+    mass (per-user relation: sum over voters reaching the anchor of their weight) and P
+    before the division by N. Voters are taken in chunks (each voter's NW denominators
+    complete within its chunk); the chunks depend on the vote count and the anchors only."""
     k_all = anchors.count
     n = len(x)
     step = max(1, _PAIRS // anchors.per_sample)
     c = np.zeros(k_all)
     covered = np.zeros(k_all)
     p_total = sparse.csr_matrix((k_all, k_all))
-    bounds = np.searchsorted(user, np.arange(users + 1))
-    u_step = max(1, min(_USER_CELLS // k_all, users))
+    bounds = np.searchsorted(vote, np.arange(votes + 1))
+    u_step = max(1, min(_USER_CELLS // k_all, votes))
     u0 = 0
-    while u0 < users and n:
-        u1 = min(users, u0 + u_step)
+    while u0 < votes and n:
+        u1 = min(votes, u0 + u_step)
         lo, hi = int(bounds[u0]), int(bounds[u1])
         # keep chunks within the pair budget too
         while hi - lo > step and u1 - u0 > 1:
@@ -182,10 +228,14 @@ def _action_sums(
         if hi > lo:
             rows, kk, ww = anchors.pairs(x[lo:hi])
             if per_user:
-                key = (user[lo:hi][rows] - u0) * k_all + kk
+                key = (vote[lo:hi][rows] - u0) * k_all + kk
                 den = np.bincount(key, weights=ww, minlength=(u1 - u0) * k_all)
-                om = ww / den[key]
-                covered += (den.reshape(u1 - u0, k_all) > 0).sum(axis=0)
+                wv = weight[lo:hi][rows]
+                om = ww / den[key] * wv
+                # a voter's weight is the same on all its rows: reach it once per anchor
+                vw = np.zeros(u1 - u0)
+                vw[vote[lo:hi] - u0] = weight[lo:hi]
+                covered += ((den.reshape(u1 - u0, k_all) > 0) * vw[:, None]).sum(axis=0)
             else:
                 assert den_pool is not None
                 om = ww / den_pool[kk]
@@ -227,18 +277,20 @@ def _build_action(
     r: FloatArray,
     x2: FloatArray,
     terminal: npt.NDArray[np.bool_],
-    user: IntArray,
+    vote: IntArray,
+    weight: FloatArray,
     *,
+    votes: int,
     users: int,
     spec: KernelFQISpec,
 ) -> AveragingOperator:
     """The data part of one action's (c, P) (see :class:`AveragingOperator`)."""
     anchors = Anchors(spec)
     per_user = spec.neighbour == "user"
-    x, r, x2, terminal, user = _sorted_by_user(x, r, x2, terminal, user)
+    x, r, x2, terminal, vote, weight = _sorted_by_vote(x, r, x2, terminal, vote, weight)
     den_pool = None if per_user else _pooled_denominators(x, anchors)
     c, covered, p_sum = _action_sums(
-        x, r, x2, terminal, user, users=users, anchors=anchors, per_user=per_user,
+        x, r, x2, terminal, vote, weight, votes=votes, anchors=anchors, per_user=per_user,
         den_pool=den_pool,
     )  # fmt: skip
     return _finish_action(c, covered, p_sum, users=users, per_user=per_user, den_pool=den_pool)
@@ -254,11 +306,20 @@ def averaging_operators_nd(
     users: int,
     spec: KernelFQISpec,
     default: float,
+    vote: IntArray | None = None,
+    weight: FloatArray | None = None,
 ) -> tuple[FloatArray, sparse.csr_matrix]:
     """(c, P) of one action: Q_{t+1}(., a) = c + gamma P V_t on the anchors (equation 1),
     from that action's samples (unit x (n, d), rewards, unit next states, terminal flags,
-    user index in [0, users)). Rows of [P | reward weights] are convex (tested)."""
-    op = _build_action(x, r, x2, terminal, user, users=users, spec=spec)
+    user index in [0, users)). The voters are the users (one episode each) unless ``vote``
+    and ``weight`` (:func:`episode_votes` of the whole dataset, restricted to these rows)
+    are given. Rows of [P | reward weights] are convex (tested)."""
+    if vote is None or weight is None:
+        vote, weight = np.asarray(user, dtype=np.int64), np.ones(len(user))
+        votes = int(users)
+    else:
+        votes = int(vote.max()) + 1 if len(vote) else 0
+    op = _build_action(x, r, x2, terminal, vote, weight, votes=votes, users=users, spec=spec)
     return op.constant(default), op.p
 
 
@@ -416,13 +477,17 @@ def shard_sums(
     x, a, r, x2, term, uid, n_users, clipped = _prepare(
         states, actions, rewards, next_states, terminal, users, reward_range=reward_range, box=box
     )
+    if per_user:
+        vote, weight, votes = episode_votes(users, states, next_states, terminal)
+    else:
+        vote, weight, votes = uid, np.ones(len(uid)), n_users
     anchors = Anchors(spec)
     cs, covs, ps = [], [], []
     for act in range(int(n_actions)):
         m = a == act
-        xa, ra, x2a, ta, ua = _sorted_by_user(x[m], r[m], x2[m], term[m], uid[m])
+        xa, ra, x2a, ta, va, wa = _sorted_by_vote(x[m], r[m], x2[m], term[m], vote[m], weight[m])
         c, cov, p = _action_sums(
-            xa, ra, x2a, ta, ua, users=n_users, anchors=anchors, per_user=per_user,
+            xa, ra, x2a, ta, va, wa, votes=votes, anchors=anchors, per_user=per_user,
             den_pool=None if den_pool is None else den_pool[act],
         )  # fmt: skip
         cs.append(c)

@@ -308,6 +308,7 @@ def per_sample_grads(net: Any, xs: Any, acts: Any, ys: Any) -> Any:
         return torch.cat([by_name[name] for name, _ in net.named_parameters()], dim=1)
 
 
+# long-function: the DP-SGD baseline's training loop in one piece, as the baseline paper states it
 def train_dpsgd(cfg: Any, *, clip: float, noise_std: float, seed: int) -> DPSGDResult:
     """DP-SGD Q-learning on cfg's environment, mirroring ``train_q``'s loop without functional
     noise: per-sample gradients clipped to ``clip`` in L2, summed, plus N(0, noise_std^2 I),

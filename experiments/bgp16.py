@@ -256,6 +256,8 @@ QUICK_SIZES = (10, 100, 1000)
 STARTS = ("uniform", "first")
 
 
+# long-function: one run of the BGP16 reproduction top to bottom, as the paper's experiment states
+#   it
 def _one_run(
     sizes: tuple[int, ...],
     run_id: int,

@@ -2,7 +2,8 @@
 
 ``multid`` also takes ``--env ENV``, ``--users N[,N...]``, ``--epsilons E[,E...]``,
 ``--releases R`` and ``--episodes E`` to run part of its plan (for example CartPole-v1 at
-1e5 users only).
+1e5 users only), and ``--dataset FILE.parquet`` to serve releases fitted on a collected
+Parquet dataset (its env and users; the fit on ``--workers`` local Dask workers).
 
 Each experiment writes CSV and PNG files into ``--out`` (default ``results/<name>``) and
 prints what it wrote. ``--quick`` is the small version the test suite runs; without it the
@@ -51,6 +52,11 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
         "qveil.experiments.multid_levers",
         "CartPole kernel fqi at N = 1e5, eps 1: each public lever (lam, beta_j, gamma, T, "
         "default, bandwidth, anchors) with bootstrap CIs on common episodes",
+    ),
+    "ceiling": (
+        "qveil.experiments.ceiling",
+        "the kernel fqi estimator (non-private and eps 1) beside offline DQN and discrete CQL "
+        "on the same datasets: CartPole-v1 and LunarLander-v3 at 1e4 users",
     ),
     "forecast": (
         "qveil.experiments.forecast_check",
@@ -111,6 +117,13 @@ def add_parser(sub: Any) -> None:
     multid.add_argument("--epsilons", help="multid: comma-separated epsilons (default 0.5,1,2,4)")
     multid.add_argument("--releases", type=int, help="multid: served releases per cell")
     multid.add_argument("--episodes", type=int, help="multid: episodes per policy")
+    multid.add_argument(
+        "--dataset",
+        type=Path,
+        metavar="FILE",
+        help="multid: a Parquet dataset (qveil dataset collect, seed 0) instead of collecting: "
+        "its env and users are the plan; fitted on --workers local Dask workers",
+    )
     p.set_defaults(func=run)
 
 
@@ -135,7 +148,8 @@ def _numbers(flag: str, raw: str, kind: Callable[[str], Any]) -> list[Any]:
 def _multid_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """The multid-only flags as keyword arguments of qveil.experiments.multid.run."""
     given: dict[str, Any] = {
-        k: getattr(args, k, None) for k in ("env", "users", "epsilons", "releases", "episodes")
+        k: getattr(args, k, None)
+        for k in ("env", "users", "epsilons", "releases", "episodes", "dataset")
     }
     given = {k: v for k, v in given.items() if v is not None}
     if not given:
@@ -150,6 +164,12 @@ def _multid_kwargs(args: argparse.Namespace) -> dict[str, Any]:
             if given[k] < 1:
                 raise InvalidArgument(f"--{k} must be >= 1, got {given[k]}")
             kw[k] = given[k]
+    if "dataset" in given:
+        if "env" in given or "users" in given:
+            raise InvalidArgument("--dataset gives the env and the users: not with --env/--users")
+        if not given["dataset"].is_file():
+            raise InvalidArgument(f"dataset file {str(given['dataset'])[:80]!r} does not exist")
+        kw["dataset"] = given["dataset"]
     if "epsilons" in given:
         kw["epsilons"] = tuple(_numbers("--epsilons", given["epsilons"], float))
     if "env" in given or "users" in given:

@@ -31,6 +31,7 @@ def aggregate_curves(runs: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray
     return steps, mat.mean(axis=0), mat.std(axis=0)
 
 
+# long-function: one figure's experiment top to bottom, in the order its caption describes
 def run(
     *,
     out: Path,

@@ -63,6 +63,7 @@ def _baseline_row(p: Any) -> dict[str, Any]:
     }
 
 
+# long-function: a table of the figure's methods, one branch per method
 def method_spec(
     method: str,
     *,
@@ -193,6 +194,7 @@ def _summarise(results: list[dict[str, Any]], keys: tuple[str, ...]) -> list[dic
     return rows
 
 
+# long-function: one figure's experiment top to bottom, in the order its caption describes
 def run(
     *,
     out: Path,

@@ -165,6 +165,8 @@ def _random_policy(m: int, seed: int) -> Callable[[npt.NDArray[np.float64]], Any
     return lambda s: rng.integers(0, m, size=len(s))
 
 
+# long-function: one experiment point top to bottom (train, serve, evaluate), as docs/results.md
+#   section 8 describes it
 def run_point(
     env_id: str,
     users: int,
@@ -175,24 +177,37 @@ def run_point(
     epsilons: tuple[float, ...] = EPSILONS,
     max_steps: int | None = None,
     say: Callable[[str], object] = print,
+    dataset: Path | None = None,
+    workers: int = 1,
     **changes: Any,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """One (env, N, seed): collect, fit once, then the ceiling, the floor and ``releases``
-    served releases per epsilon on the same ``episodes`` episode seeds (``max_steps``:
-    truncate every scored episode there; the quick smoke run only).
-    Returns (cell rows, one row per release)."""
+    """One (env, N, seed): collect (or stream ``dataset``, a Parquet file of N users of
+    ``env_id`` collected with ``seed``), fit once (on ``workers`` local Dask workers; 1: in
+    process), then the ceiling, the floor and ``releases`` served releases per epsilon on
+    the same ``episodes`` episode seeds (``max_steps``: truncate every scored episode
+    there; the quick smoke run only). Returns (cell rows, one row per release)."""
     from qveil.trainer.collect import collect
+    from qveil.trainer.distributed import Engine
     from qveil.trainer.kfqi import fit_kernel, write_kernel_release
     from qveil.trainer.served_eval import lockstep_returns
 
     cfg = load_config(env_id, **changes)
     t0 = time.perf_counter()
-    ds = collect(env_id, users, seed, reward_range=cfg.reward_range)
-    t_collect = time.perf_counter() - t0
-    fit = fit_kernel(cfg, ds)
+    data: Any
+    if dataset is None:
+        data = collect(env_id, users, seed, reward_range=cfg.reward_range)
+        t_collect = time.perf_counter() - t0
+    else:
+        from qveil.dataset_parquet import ParquetSource
+
+        data = ParquetSource(dataset)
+        if data.env_id != env_id or data.users != users:
+            raise ValueError(f"{dataset} holds {data.users} users of {data.env_id}")
+        t_collect = float("nan")  # collected beforehand (qveil dataset collect)
+    fit = fit_kernel(cfg, data, engine=Engine(workers=workers, progress=dataset is not None))
     say(
-        f"multid {env_id} N={users} seed={seed}: {ds.n} samples, collected in {t_collect:.0f} s, "
-        f"fitted once in {fit.seconds:.0f} s"
+        f"multid {env_id} N={users} seed={seed}: {fit.samples} samples, collected in "
+        f"{t_collect:.0f} s, fitted once in {fit.seconds:.0f} s"
     )
     eval_seed = EVAL_SEED + 1000 * seed
     env_kwargs = {} if max_steps is None else {"max_episode_steps": int(max_steps)}
@@ -210,7 +225,7 @@ def run_point(
         "env": env_id,
         "users": users,
         "seed": seed,
-        "samples": int(ds.n),
+        "samples": int(fit.samples),
         "episodes": episodes,
         "max_steps": max_steps or "",
         "collect_s": round(t_collect, 2),
@@ -412,14 +427,26 @@ def run(
     episodes: int | None = None,
     releases: int | None = None,
     epsilons: tuple[float, ...] = EPSILONS,
+    dataset: Path | None = None,
+    workers: int = 1,
     **_: Any,
 ) -> dict[str, Path]:
     """Every (env, N, seed) of the plan; writes multid.csv (one row per cell),
-    multid_releases.csv (one row per served release) and multid.png."""
+    multid_releases.csv (one row per served release) and multid.png. ``dataset``: one
+    Parquet file instead of the plan (its env and users; seed 0 is recorded, the file's
+    collection seed must be it), fitted on ``workers`` local Dask workers."""
     from qveil.experiments._util import write_csv
 
     out.mkdir(parents=True, exist_ok=True)
     default_plan, default_episodes, default_releases, max_steps = QUICK if quick else FULL
+    if dataset is not None:
+        from qveil.dataset_parquet import ParquetSource
+
+        src = ParquetSource(dataset)
+        if src.env_id not in ENVS:
+            raise ValueError(f"{dataset}: env {src.env_id!r} has no public config here")
+        plan = [(str(src.env_id), [int(src.users)])]
+        seeds = 1
     plan = plan or default_plan
     episodes = episodes or default_episodes
     releases = releases or default_releases
@@ -437,6 +464,8 @@ def run(
                     releases=releases,
                     epsilons=epsilons,
                     max_steps=max_steps,
+                    dataset=dataset,
+                    workers=workers if dataset is not None else 1,
                 )
                 rows += got
                 per_release += rel

@@ -45,6 +45,7 @@ __all__ = [
     "Scores",
     "Sweep",
     "bootstrap",
+    "episodes_rows",
     "run",
     "score",
 ]
@@ -134,16 +135,17 @@ def load_config(**changes: Any) -> dict[str, Any]:
     return cfg
 
 
-def dataset(users: int, seed: int, *, cache: Path | None = None) -> Any:
+def dataset(users: int, seed: int, *, episodes_per_user: int = 1, cache: Path | None = None) -> Any:
     """N random-policy CartPole users (qveil.trainer.collect), cached as npz."""
     from qveil.dataset import load_npz, save_npz
     from qveil.trainer.collect import collect
 
     root = cache if cache is not None else cache_dir()
-    path = root / f"{ENV_ID}-{users}-s{seed}.npz"
+    k = "" if episodes_per_user == 1 else f"-k{episodes_per_user}"
+    path = root / f"{ENV_ID}-{users}-s{seed}{k}.npz"
     if path.exists():
         return load_npz(path)
-    ds = collect(ENV_ID, users, seed, reward_range=(0.0, 1.0))
+    ds = collect(ENV_ID, users, seed, episodes_per_user, reward_range=(0.0, 1.0))
     root.mkdir(parents=True, exist_ok=True)
     save_npz(ds, path)
     return ds
@@ -274,11 +276,13 @@ class Sweep:
         )
 
 
-def _lockstep(policy: Callable[[np.ndarray], np.ndarray], seeds: Sequence[int]) -> np.ndarray:
+def _lockstep(
+    policy: Callable[[np.ndarray], np.ndarray], seeds: Sequence[int], env_id: str = ENV_ID
+) -> np.ndarray:
     """Returns of one episode per seed, run side by side (qveil.trainer.forecast.lockstep)."""
     from qveil.trainer.forecast import lockstep
 
-    return lockstep(ENV_ID, policy, seeds)
+    return lockstep(env_id, policy, seeds)
 
 
 @dataclass(frozen=True)
@@ -302,6 +306,7 @@ def score(
     eval_seed: int = 10_000,
     noise_seed: int = 0,
     with_baselines: bool = True,
+    env_id: str = ENV_ID,
 ) -> Scores:
     """Ceiling, floor and R private releases (mean + additive GP noise of this sigma, one
     seeded :class:`qveil.additive.AdditiveSamplePath` per action, queried lazily at the
@@ -311,9 +316,9 @@ def score(
     seeds = [eval_seed + e for e in range(episodes)]
     m = fit.alpha.shape[0]
     if with_baselines:
-        ceiling = _lockstep(lambda o: np.argmax(fit.values(o), axis=1), seeds)
+        ceiling = _lockstep(lambda o: np.argmax(fit.values(o), axis=1), seeds, env_id)
         rng = np.random.default_rng([eval_seed, 7])
-        floor = _lockstep(lambda o: rng.integers(m, size=len(o)), seeds)
+        floor = _lockstep(lambda o: rng.integers(m, size=len(o)), seeds, env_id)
     else:
         ceiling = floor = np.full(episodes, np.nan)
     private = np.zeros((releases, episodes))
@@ -331,7 +336,7 @@ def score(
             best: np.ndarray = np.argmax(fit.values(o) + g, axis=1)
             return best
 
-        private[r] = _lockstep(noisy, seeds)
+        private[r] = _lockstep(noisy, seeds, env_id)
     return Scores(
         ceiling=ceiling, floor=floor, private=private, sigma=sigma, noise_to_value=noise_to_value
     )
@@ -414,6 +419,29 @@ def row(
         "bandwidth": cfg["bandwidth"],
         "default_value": "midpoint" if cfg.get("default_value") is None else cfg["default_value"],
     }
+
+
+def episodes_rows(
+    users: int,
+    seeds: Sequence[int],
+    episodes_per_user: Sequence[int],
+    *,
+    releases: int,
+    episodes: int,
+    say: Callable[[str], object] = print,
+) -> list[dict[str, Any]]:
+    """The several-episodes lever: the chosen config on ``users`` users of k random-policy
+    episodes each, for each seed and k (the same users' first episodes for every k)."""
+    rows = []
+    for seed in seeds:
+        for k in episodes_per_user:
+            ds = dataset(users, seed, episodes_per_user=k)
+            r = row(f"episodes per user {k}", load_config(), Sweep(ds, progress=say),
+                    seed=seed, releases=releases, episodes=episodes, lever="episodes",
+                    value=float(k))  # fmt: skip
+            say(f"{_line(r)} ({r['samples']} samples)")
+            rows.append(r)
+    return rows
 
 
 def _line(r: dict[str, Any]) -> str:

@@ -188,6 +188,7 @@ def _f(v: Any) -> float:
         return float("nan")
 
 
+# long-function: one four-panel figure; each panel's drawing is a few lines of the same data
 def plot_utility(summary: Sequence[Mapping[str, Any]], path: Path, *, title: str) -> Path:
     """The fqi utility figure: top row, return against users N at eps = 1 (user relation,
     reward relation); bottom row, return against eps at N = 300 (user) and N = 100 (reward),

@@ -203,6 +203,7 @@ def _prop10_job(
     }
 
 
+# long-function: the three theory checks top to bottom, as docs/results.md section 2 reports them
 def run(
     *, out: Path, quick: bool = False, seeds: int | None = None, workers: int = 1
 ) -> dict[str, Path]:

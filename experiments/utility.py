@@ -218,6 +218,8 @@ def _best_beta(points: int, smoother_bandwidth: float) -> float:
     return best_beta(points, smoother_bandwidth)
 
 
+# long-function: one job of the utility experiment (fit, release, evaluate), as docs/results.md
+#   section 7 describes it
 def linewalk_job(
     seed: int,
     users: int,
@@ -493,6 +495,8 @@ def chain_fqe_release(
     return est, mean, {"sigma": sigma, "beta": beta, "kappa": kappa, "sup_sensitivity": d_t}
 
 
+# long-function: one job of the utility experiment (fit, release, evaluate), as docs/results.md
+#   section 7 describes it
 def chain_job(sizes: tuple[int, ...], run_id: int) -> list[dict[str, Any]]:
     """One run: for each start distribution and m, the same trajectories scored by
     non-private FQE, private FQE, LSW/LSL and DP-LSW/DP-LSL (tabular features, F_max = 1

@@ -4,20 +4,26 @@
 # pyproject.toml maps each top-level folder to a part of one namespace (core/ -> qveil,
 # server/ -> qveil.server, ...). The editable install resolves that mapping with an import
 # hook that static tools cannot follow, so mypy and import-linter read this tree instead:
-# one symlink per entry of core/, and one per mapped package. It is rebuilt on every run
-# (cheap), so a module added anywhere is seen at once. Nothing is copied.
+# one symlink per entry of core/, and one per other package of the mapping (read from
+# pyproject.toml's [tool.setuptools] package-dir). It is rebuilt on every run (cheap), so a
+# module or a package added anywhere is seen at once. Nothing is copied.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-tree=.typecheck/qveil
 rm -rf .typecheck
-mkdir -p "$tree"
-for entry in core/*; do
-    name=$(basename "$entry")
-    [[ $name == __pycache__ ]] && continue
-    ln -s "../../$entry" "$tree/$name"
-done
-# the other parts of the namespace (pyproject.toml [tool.setuptools] package-dir)
-for pair in server:server trainer:trainer client:client experiments:experiments \
-    v1:proto/qveil/v1 oip:proto/qveil/oip; do
-    ln -s "../../${pair#*:}" "$tree/${pair%%:*}"
-done
+python3 - <<'PY'
+import os
+import tomllib
+from pathlib import Path
+
+mapping = tomllib.loads(Path("pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+tree = Path(".typecheck")
+root = tree / "qveil"
+root.mkdir(parents=True)
+for entry in sorted(Path(mapping["qveil"]).iterdir()):
+    if entry.name != "__pycache__":
+        (root / entry.name).symlink_to(os.path.relpath(entry, root))
+for package, folder in sorted(mapping.items()):
+    if package != "qveil":
+        link = tree.joinpath(*package.split("."))
+        link.symlink_to(os.path.relpath(folder, link.parent))
+PY

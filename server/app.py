@@ -1,6 +1,6 @@
 """Server factory and lifecycle.
 
-``create_server(core, health, listen=...) -> (server, port)`` builds a grpc.aio server with
+``create_server(plane, health, listen=...) -> (server, port)`` builds a grpc.aio server with
 the three qveil services, grpc.health.v1 and (by flag) reflection, bound but not started;
 tests bind ``127.0.0.1:0``. :func:`serve` is the whole life of ``qveil serve``: bind (health
 NOT_SERVING), open the store, load and verify the bundle, register and activate its release,
@@ -22,7 +22,7 @@ import socket
 import stat
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +33,10 @@ from qveil.server.auth import Authorizer, load_tokens
 from qveil.server.handlers import Handlers, Limits, new_executor
 from qveil.server.health import Health
 from qveil.server.metrics import Metrics
-from qveil.server.oip_grpc import SERVICE_NAME as OIP_SERVICE_NAME
-from qveil.server.oip_grpc import add_inference_service
-from qveil.server.servicers import AdminServicer, AuditServicer, Core, ValueServicer
+from qveil.server.protocol.dataplane import DataPlane
+from qveil.server.protocol.grpc.servicer import AdminServicer, AuditServicer, ValueServicer
+from qveil.server.protocol.grpc.v2_servicer import SERVICE_NAME as OIP_SERVICE_NAME
+from qveil.server.protocol.grpc.v2_servicer import add_inference_service
 from qveil.v1 import admin_service_pb2, audit_service_pb2, value_service_pb2
 from qveil.v1 import admin_service_pb2_grpc as admin_grpc
 from qveil.v1 import audit_service_pb2_grpc as audit_grpc
@@ -93,8 +94,13 @@ class ServeConfig:
     metrics_port: int | None = None
     metrics_host: str = "127.0.0.1"
     port_file: Path | None = None
-    http_port: int | None = None  # issue 17: v2 REST (off by default; loopback unless TLS)
+    http_port: int | None = None  # v2 REST (off by default; loopback unless TLS)
     budget: float | None = None
+    #: --processes N: N server processes on one port (SO_REUSEPORT), one store
+    processes: int = 1
+    #: set in processes 2..N only: the first process's pid; such a process binds the shared
+    #: port only once its release is ready, and stops when that process is gone
+    parent_pid: int | None = None
 
 
 def split_host(listen: str) -> tuple[str, str]:
@@ -120,7 +126,7 @@ def is_loopback(listen: str) -> bool:
 
 
 def check_transport(config: ServeConfig) -> None:
-    """The rules of issue 6: plaintext only on loopback unless --insecure; without a tokens
+    """The transport rules: plaintext only on loopback unless --insecure; without a tokens
     file, loopback only (anyone may query there, nobody may administer or audit)."""
     loop = is_loopback(config.listen)
     if not loop and config.tls is None and not config.insecure:
@@ -144,7 +150,7 @@ def resolve_store_url(url: str, bundle: Path) -> tuple[str, bool]:
     """(url, changed): a relative SQLite path (``sqlite:///store.sqlite``, any
     ``sqlite+driver``) resolved against the directory that holds the bundle (where the default
     store lives), not against the working directory, so the same command finds the same
-    store wherever it runs (issue 14 item 8). Absolute paths, in-memory SQLite and other
+    store wherever it runs. Absolute paths, in-memory SQLite and other
     backends are returned unchanged."""
     scheme, sep, rest = url.partition(":///")
     if not sep or not (scheme == "sqlite" or scheme.startswith("sqlite+")):
@@ -157,19 +163,24 @@ def resolve_store_url(url: str, bundle: Path) -> tuple[str, bool]:
 
 
 def create_server(
-    core: Core,
+    plane: DataPlane,
     health: Health,
     *,
     listen: str = "127.0.0.1:0",
     credentials: grpc.ServerCredentials | None = None,
     reflection: bool = False,
     max_message_bytes: int = 4 * 1024 * 1024,
+    reuse_port: bool = False,
+    join: bool = False,
 ) -> tuple[grpc.aio.Server, int]:
     """A grpc.aio server with qveil's services, health and optional reflection, bound to
-    ``listen`` (port 0: any free port); returns (server, bound port). Not started."""
+    ``listen`` (port 0: any free port); returns (server, bound port). Not started.
+    ``reuse_port``: bind with SO_REUSEPORT (``--processes``: the kernel spreads new
+    connections over the processes bound to the port); ``join``: the port is the first
+    process's, not a port to check for being free."""
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    from qveil.server.bad_body import BadBodyInterceptor
+    from qveil.server.protocol.grpc.bad_body import BadBodyInterceptor
 
     server = grpc.aio.server(
         interceptors=[BadBodyInterceptor()],
@@ -178,14 +189,14 @@ def create_server(
             ("grpc.max_send_message_length", 16 * max_message_bytes),
             # gRPC sets SO_REUSEPORT by default: a second server on a taken port would then
             # start and share the calls with the first. Without it the bind fails.
-            ("grpc.so_reuseport", 0),
+            ("grpc.so_reuseport", 1 if reuse_port else 0),
         ],
     )
-    value_grpc.add_ValueServiceServicer_to_server(ValueServicer(core), server)
-    admin_grpc.add_AdminServiceServicer_to_server(AdminServicer(core), server)
-    audit_grpc.add_AuditServiceServicer_to_server(AuditServicer(core), server)
+    value_grpc.add_ValueServiceServicer_to_server(ValueServicer(plane), server)
+    admin_grpc.add_AdminServiceServicer_to_server(AdminServicer(plane), server)
+    audit_grpc.add_AuditServiceServicer_to_server(AuditServicer(plane), server)
     health_pb2_grpc.add_HealthServicer_to_server(health.servicer, server)
-    add_inference_service(core, health, server)  # issue 17: the v2 protocol, same port
+    add_inference_service(plane, health, server)  # the v2 protocol, same port
     if reflection:
         from grpc_reflection.v1alpha import reflection as refl
 
@@ -203,7 +214,7 @@ def create_server(
     )
     # checked first as well, so that the usual case is refused before gRPC logs its own
     # bind error; the check after a failed bind covers a port taken in between
-    if int(want) and port_in_use(host, int(want)):
+    if int(want) and not join and port_in_use(host, int(want)):
         raise in_use
     try:
         port = (
@@ -289,37 +300,61 @@ def _write_port_file(path: Path, port: int) -> None:
 
 
 async def serve(config: ServeConfig, *, on_event: Callable[[str], None] | None = None) -> int:
-    """Run ``qveil serve`` until SIGTERM/SIGINT; returns the exit code."""
+    """Run ``qveil serve`` until SIGTERM/SIGINT; returns the exit code.
+
+    With ``processes`` = N > 1 this process binds the port with SO_REUSEPORT, starts its
+    release, then starts the N - 1 other processes one by one (:func:`_start_processes`),
+    each with its own store connection and in-process copies, binding the same port once
+    its release is ready; it stops them when it stops, and stops (exit 1) when one of them
+    dies. New points stay serialized across the processes by the store's cross-process
+    locks, as across replicas."""
     say = on_event or (lambda msg: print(f"qveil serve: {msg}", file=sys.stderr, flush=True))
     check_transport(config)
+    if config.processes > 1 and not sys.platform.startswith("linux"):
+        raise InvalidArgument("--processes needs Linux (SO_REUSEPORT spreads the connections)")
+    joining = config.parent_pid is not None
     authorizer = Authorizer(load_tokens(config.tokens_file) if config.tokens_file else None)
     metrics = Metrics()
     executor = new_executor(config.workers)
     handlers = Handlers(
         store=None, holder=_holder(), limits=config.limits, metrics=metrics, budget=config.budget
     )
-    core = Core(handlers, authorizer, executor)
+    plane = DataPlane(handlers, authorizer, executor)
     health = Health()
     await health.set_serving(False)
-    server, port = create_server(
-        core,
-        health,
-        listen=config.listen,
-        credentials=config.tls.credentials() if config.tls else None,
-        reflection=config.reflection,
-        max_message_bytes=config.max_message_bytes,
-    )
-    await server.start()
     host, _ = split_host(config.listen)
-    say(
-        f"listening on {host_port(host, port)} ({'TLS' if config.tls else 'plaintext'}"
-        f"{', mTLS' if config.tls and config.tls.client_ca else ''}, "
-        f"{'tokens' if authorizer.enabled else 'no tokens: anonymous query only'})"
-    )
+    server: grpc.aio.Server | None = None
+    port = 0
+
+    async def bind() -> None:
+        nonlocal server, port
+        server, port = create_server(
+            plane,
+            health,
+            listen=config.listen,
+            credentials=config.tls.credentials() if config.tls else None,
+            reflection=config.reflection,
+            max_message_bytes=config.max_message_bytes,
+            reuse_port=config.processes > 1 or joining,
+            join=joining,
+        )
+        await server.start()
+        say(
+            f"listening on {host_port(host, port)} ({'TLS' if config.tls else 'plaintext'}"
+            f"{', mTLS' if config.tls and config.tls.client_ca else ''}, "
+            f"{'tokens' if authorizer.enabled else 'no tokens: anonymous query only'})"
+        )
+
+    async def stop_server(grace: float) -> None:
+        if server is not None:
+            await server.stop(grace)
+
+    if not joining:  # processes 2..N bind once their release is ready
+        await bind()
     try:
-        rest = await _start_rest(config, core, health, say)
+        rest = await _start_rest(config, plane, health, say)
     except BaseException:  # e.g. the REST port is taken: nothing was served yet
-        await server.stop(0)
+        await stop_server(0)
         executor.shutdown(wait=False)
         raise
     if config.port_file is not None:
@@ -331,9 +366,15 @@ async def serve(config: ServeConfig, *, on_event: Callable[[str], None] | None =
         loop.add_signal_handler(sig, stop.set)
 
     store = None
+    others: list[Any] = []
     try:
         url = config.store_url or default_store_url(config.bundle)
         url, relative = resolve_store_url(url, config.bundle)
+        if config.processes > 1 and url.startswith("memory:"):
+            raise InvalidArgument(
+                "--processes needs a shared store (SQLite or PostgreSQL): a memory store "
+                "per process would be a second noise draw of the release"
+            )
         say(
             f"store {_redact(url)}"
             + (
@@ -354,7 +395,7 @@ async def serve(config: ServeConfig, *, on_event: Callable[[str], None] | None =
             from qveil.server.store import open_store
 
             # a bound bundle's store must exist already: never create an empty store for it
-            # (issue 14: that would be a second, independent noise draw)
+            # (that would be a second, independent noise draw)
             bound = read_binding(config.bundle) if config.bundle.is_dir() else None
             try:
                 st = open_store(url, new_ok=bound is None)
@@ -375,11 +416,14 @@ async def serve(config: ServeConfig, *, on_event: Callable[[str], None] | None =
         done, _ = await asyncio.wait({starting, waiter}, return_when=asyncio.FIRST_COMPLETED)
         if starting not in done:  # stopped while starting
             say("stopped before the release was ready")
-            await server.stop(0)
+            await stop_server(0)
             return 0
         active = starting.result()
         store = handlers.store
-        core.ready = True
+        if joining:
+            await bind()
+            loop.create_task(_watch_parent(config.parent_pid, stop))
+        plane.ready = True
         await health.set_serving(True)
         if config.metrics_port is not None:
             mport = metrics.serve_prometheus(
@@ -389,7 +433,17 @@ async def serve(config: ServeConfig, *, on_event: Callable[[str], None] | None =
         say(f"serving release {active.release_id} (store {_redact(url)})")
         if handlers.last_ledger is not None:
             say(handlers.last_ledger.describe())
+        code = 0
+        lost: asyncio.Task[bool] | None = None
+        if config.processes > 1:
+            others = await _start_processes(config, host, port, stop, say)
+            lost = loop.create_task(_watch_processes(others, stop, say))
         await waiter
+        if lost is not None and lost.done() and lost.result():
+            code = 1
+        for p in others:  # they drain and stop alongside this one
+            if p.is_alive():
+                p.terminate()
         say("draining: health NOT_SERVING")
         handlers.holder.draining = True
         await health.drain()  # also ends open Watch streams, which would hold stop(grace)
@@ -400,40 +454,130 @@ async def serve(config: ServeConfig, *, on_event: Callable[[str], None] | None =
         # with UNAVAILABLE while the event loop keeps matching them, let the calls in flight
         # finish, and only then stop; clients map the few calls still caught by the race
         # (reset before any handler ran, so never processed) to UNAVAILABLE too.
-        # (v2 REST calls go through Core.unary as well: refused and waited for alike.)
-        core.closing = True
+        # (v2 REST calls go through the data plane as well: refused and waited for alike.)
+        plane.closing = True
         started = loop.time()
-        await core.wait_idle(config.grace)
+        await plane.wait_idle(config.grace)
         left = max(0.0, config.grace - (loop.time() - started))
         await asyncio.gather(  # both bindings stop within what is left of --grace
-            server.stop(left), *([rest.stop(left)] if rest is not None else [])
+            stop_server(left), *([rest.stop(left)] if rest is not None else [])
         )
         say("stopped")
-        return 0
+        return code
     except BaseException:
         if rest is not None:
             await rest.stop(0)
-        await server.stop(0)
+        await stop_server(0)
         raise
     finally:
+        for p in others:
+            p.join(config.grace + config.drain_delay + 5)
+            if p.is_alive():
+                p.kill()
         executor.shutdown(wait=True)
         st = store or handlers.store
         if st is not None:
             st.close()
 
 
+async def _start_processes(
+    config: ServeConfig, host: str, port: int, stop: asyncio.Event, say: Callable[[str], None]
+) -> list[Any]:
+    """Start processes 2..N of ``--processes N`` one after another (spawned, so no gRPC state
+    is forked), each serving the same bundle and store on ``port`` (a joiner binds only once
+    its release is ready: a connection never reaches a process that is still starting).
+    Raises FailedPrecondition, with every started one stopped, when one does not start."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    child = replace(
+        config,
+        listen=host_port(host, port),
+        processes=1,
+        parent_pid=os.getpid(),
+        port_file=None,
+        metrics_port=None,
+        http_port=None,
+    )
+    started: list[Any] = []
+    try:
+        for k in range(2, config.processes + 1):
+            ready = ctx.Event()
+            p = ctx.Process(target=_process_main, args=(child, k, ready), daemon=False)
+            p.start()
+            started.append(p)
+            while not ready.is_set():
+                if not p.is_alive():
+                    raise FailedPrecondition(
+                        f"process {k} of --processes {config.processes} exited with code "
+                        f"{p.exitcode} before serving (see its lines above)"
+                    )
+                if stop.is_set():
+                    return started
+                await asyncio.sleep(0.05)
+        say(f"{config.processes} processes serving on {host_port(host, port)}")
+        return started
+    except BaseException:
+        for p in started:
+            p.terminate()
+        for p in started:
+            p.join(10)
+        raise
+
+
+async def _watch_processes(
+    procs: list[Any], stop: asyncio.Event, say: Callable[[str], None]
+) -> bool:
+    """Stop the server (True) when one of the other processes dies while serving."""
+    while not stop.is_set():
+        for k, p in enumerate(procs, start=2):
+            if not p.is_alive():
+                say(f"process {k} exited with code {p.exitcode}: stopping all processes")
+                stop.set()
+                return True
+        await asyncio.sleep(0.5)
+    return False
+
+
+async def _watch_parent(parent: int | None, stop: asyncio.Event) -> None:
+    """Stop this process (one of --processes 2..N) when the first process is gone."""
+    while not stop.is_set():
+        if os.getppid() != parent:
+            stop.set()
+            return
+        await asyncio.sleep(0.5)
+
+
+def _process_main(config: ServeConfig, index: int, ready: Any) -> None:
+    """Entry point of process ``index`` of ``--processes N`` (a spawned interpreter)."""
+    os.umask(0o077)
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+    def say(msg: str) -> None:
+        print(f"qveil serve [{index}]: {msg}", file=sys.stderr, flush=True)
+        if msg.startswith("serving release"):
+            ready.set()
+
+    try:
+        code = asyncio.run(serve(config, on_event=say))
+    except Exception as exc:  # noqa: BLE001 - one line, as the CLI prints it
+        print(f"qveil serve [{index}]: error: {exc}", file=sys.stderr, flush=True)
+        code = 2
+    sys.exit(code)
+
+
 async def _start_rest(
-    config: ServeConfig, core: Core, health: Health, say: Callable[[str], None]
+    config: ServeConfig, plane: DataPlane, health: Health, say: Callable[[str], None]
 ) -> Any:
-    """The v2 REST binding (``--http-port``, issue 17): 127.0.0.1 unless TLS is set, then the
+    """The v2 REST binding (``--http-port``): 127.0.0.1 unless TLS is set, then the
     --listen host, with the same certificates."""
     if config.http_port is None:
         return None
-    from qveil.server.oip_rest import start_rest
+    from qveil.server.protocol.rest.server import start_rest
 
     host = split_host(config.listen)[0] if config.tls is not None else "127.0.0.1"
     rest = await start_rest(
-        core,
+        plane,
         lambda: bool(health.serving),
         host=host,
         port=config.http_port,

@@ -457,35 +457,15 @@ def audit_store(
     recs = _records(store, release_id)
     pending: list[tuple[ReleaseAudit, list[tuple[ActionAudit, np.ndarray | None]]]] = []
     for rec in recs:
-        ra = ReleaseAudit(
-            release_id=rec.release_id,
-            status=str(rec.status),
-            sigma=float(rec.sigma),
-            beta=float(rec.beta),
-            interval=(float(rec.interval[0]), float(rec.interval[1])),
-            n_actions=int(rec.n_actions),
+        pending.append(
+            _audit_release(
+                store,
+                db,
+                rec,
+                external=(external_anchors or {}).get(rec.release_id),
+                witness=(witness_anchors or {}).get(rec.release_id),
+            )
         )
-        try:
-            anchors = _anchors(db, rec.release_id)
-        except QveilError as exc:
-            anchors = {}
-            ra.problems.append(f"cannot read audit-log anchors: {exc}")
-        anchors = _merge_anchors(anchors, (external_anchors or {}).get(rec.release_id))
-        anchors = _merge_anchors(anchors, (witness_anchors or {}).get(rec.release_id))
-        items = []
-        # a release of d coordinates has n_actions * d paths, path index
-        # a * d + j, each a 1-D OU path with its own beta_j; for d = 1 path a is action a
-        n_paths = int(getattr(rec, "n_paths", rec.n_actions))
-        for action in range(n_paths):
-            try:
-                items.append(_audit_action(store, rec, action, anchors.get(action)))
-            except QveilError as exc:
-                aa = ActionAudit(action=action, integrity_ok=False, problems=[str(exc)])
-                items.append((aa, None))
-        extra = sorted(a for a in anchors if not 0 <= a < n_paths)
-        if extra:
-            ra.problems.append(f"audit log records actions {extra} the release does not have")
-        pending.append((ra, items))
     n_tested = sum(1 for _, items in pending for _, z in items if z is not None)
     path_level = level / max(1, n_tested)
     releases = []
@@ -524,6 +504,47 @@ def audit_store(
     return report
 
 
+def _audit_release(
+    store: Any,
+    db: AdminDB,
+    rec: Any,
+    *,
+    external: dict[int, dict[str, Any]] | None,
+    witness: dict[int, dict[str, Any]] | None,
+) -> tuple[ReleaseAudit, list[tuple[ActionAudit, np.ndarray | None]]]:
+    """One release's integrity checks against its anchors (the audit log's, and the external
+    and witness ones when given); the statistical test runs later at the shared level."""
+    ra = ReleaseAudit(
+        release_id=rec.release_id,
+        status=str(rec.status),
+        sigma=float(rec.sigma),
+        beta=float(rec.beta),
+        interval=(float(rec.interval[0]), float(rec.interval[1])),
+        n_actions=int(rec.n_actions),
+    )
+    try:
+        anchors = _anchors(db, rec.release_id)
+    except QveilError as exc:
+        anchors = {}
+        ra.problems.append(f"cannot read audit-log anchors: {exc}")
+    anchors = _merge_anchors(anchors, external)
+    anchors = _merge_anchors(anchors, witness)
+    items = []
+    # a release of d coordinates has n_actions * d paths, path index
+    # a * d + j, each a 1-D OU path with its own beta_j; for d = 1 path a is action a
+    n_paths = int(getattr(rec, "n_paths", rec.n_actions))
+    for action in range(n_paths):
+        try:
+            items.append(_audit_action(store, rec, action, anchors.get(action)))
+        except QveilError as exc:
+            aa = ActionAudit(action=action, integrity_ok=False, problems=[str(exc)])
+            items.append((aa, None))
+    extra = sorted(a for a in anchors if not 0 <= a < n_paths)
+    if extra:
+        ra.problems.append(f"audit log records actions {extra} the release does not have")
+    return ra, items
+
+
 def _record(db: AdminDB, report: AuditReport, actor: str) -> None:
     for r in report.releases:
         marks = {
@@ -557,7 +578,7 @@ def service_report(
     """The AuditService's GetStatisticalReport: :func:`audit_store` of one release (the same
     report as ``qveil audit --release ID``, in ``report``), with the per-action normality
     summary the proto carries (NaN p-values for untested paths)."""
-    from qveil.client import types as t
+    from qveil.common import typing as t
     from qveil.server.admin import admin_db_for
 
     db = admin_db_for(store)

@@ -38,6 +38,7 @@ import json
 import math
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from qveil.errors import InvalidArgument
@@ -275,7 +276,7 @@ def _ledger_text(reports: list[dict[str, Any]]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from qveil.server import admin, audit_log, retrain
+    from qveil.server import admin, audit_log
 
     cmd = args.admin_command
     target = getattr(args, "target", None)
@@ -283,123 +284,189 @@ def run(args: argparse.Namespace) -> int:
         return _run_remote(args, cmd)
     url = _store_url(args, required=True)
     assert url is not None
+    op = _LOCAL.get(cmd)
+    if op is None:  # pragma: no cover - argparse restricts the choices
+        raise InvalidArgument(f"unknown operation {cmd!r}")
     with admin.open_admin(
         url, actor=f"{audit_log.default_actor()} (cli)", new_ok=cmd == "init-store"
     ) as ctx:
         ctx.registry_url = getattr(args, "registry", None)
-        if cmd == "adopt-store":
-            d = admin.adopt_store(ctx, retire_behind=args.retire_behind)
-            _print(
-                args,
-                d,
-                f"store {d['store_id']} adopted as incarnation {d['incarnation'][:12]} "
-                f"({len(d['moved'])} release(s) live here"
-                + (f"; retired: {', '.join(d['retired'])}" if d["retired"] else "")
-                + "); every other copy of it is refused from now on",
-            )
-        elif cmd == "init-store":
-            d = {"store": url, "store_id": ctx.store.store_id}
-            text = f"store {ctx.store.store_id} ready"
-            if args.bundle:
-                b = admin.bind_bundle(ctx, args.bundle)
-                d["binding"] = b
-                text += f"; release {b['release_id']} bound to it"
-            _print(args, d, text)
-        elif cmd == "export-release":
-            d = admin.export_release(ctx, args.release_id, args.out)
-            _print(
-                args,
-                d,
-                f"release {d['release_id']}: {d['points']} points written to {d['out']} and "
-                "retired here (an export is a move). Complete the move on the target store: "
-                f"qveil admin import-release {d['out']} --store URL (once: the file's move "
-                "token is single-use)",
-            )
-        elif cmd == "import-release":
-            d = admin.import_release(ctx, args.path)
-            _print(
-                args,
-                d,
-                f"release {d['release_id']} imported with {d['points']} points into store "
-                f"{d['store_id']} (staged); serve its bundle with this store",
-            )
-        elif cmd == "retrain":
-            res = retrain.retrain(
-                ctx,
-                config=args.config,
-                dataset_id=args.dataset_id,
-                epsilon=args.epsilon,
-                sigma=args.sigma,
-                delta=args.delta,
-                mode=args.mode,
-                out_dir=args.out_dir,
-                activate_after=bool(args.activate and not target),
-                seed=args.seed,
-                progress=not args.no_progress and sys.stderr.isatty(),
-                budget=args.budget,
-            )
-            d = res.to_dict()
-            if args.activate and target:
-                with _admin_client(args) as client:
-                    rel, prev = client.activate(res.release_id, bundle_path=str(res.bundle_path))
-                d["activated"] = True
-                d["previous_release_id"] = prev
-            e = res.ledger_entry.event
-            _print(
-                args,
-                d,
-                f"release {res.release_id} ({res.bundle_path}) recorded in the "
-                f"ledger of {res.dataset_id}: eps={e.epsilon:.6g} delta={e.delta:.3g}; "
-                f"dataset spent eps={res.budget.spent[0]:.6g}"
-                + ("; activated" if d["activated"] else "; staged"),
-            )
-            from qveil.bundle import load_bundle, value_scale_warning
-
-            warn = value_scale_warning(load_bundle(res.bundle_path, verify=False).card)
-            if warn:
-                print("\n" + "!" * 78 + f"\n{warn}\n" + "!" * 78, file=sys.stderr)
-        elif cmd == "releases":
-            rows = [r.to_dict() for r in admin.releases(ctx)]
-            _print(args, rows, _releases_table(rows))
-        elif cmd == "activate":
-            info = admin.activate(ctx, args.release_id)
-            _print(
-                args,
-                info.to_dict(),
-                f"release {info.release_id} is active (store only: "
-                "a running server must be told with --target)",
-            )
-        elif cmd == "retire":
-            info = admin.retire(ctx, args.release_id)
-            _print(args, info.to_dict(), f"release {info.release_id} retired")
-        elif cmd == "budget":
-            reps = [b.to_dict() for b in admin.budget(ctx, args.dataset_id)]
-            _print(args, reps, _budget_text(reps))
-        elif cmd == "ledger":
-            reps = [b.to_dict() for b in admin.budget(ctx, None)]
-            _print(args, reps, _ledger_text(reps))
-        elif cmd == "set-cap":
-            cap = admin.set_cap(ctx, args.dataset_id, epsilon=args.epsilon, delta=args.delta)
-            _print(
-                args,
-                cap.to_dict(),
-                f"cap of {cap.dataset_id}: eps={cap.epsilon:.6g} delta={cap.delta:.3g}",
-            )
-        elif cmd == "log":
-            ents = audit_log.entries(ctx.db, limit=args.limit)
-            _print(
-                args,
-                [e.to_dict() for e in ents],
-                "\n".join(
-                    f"#{e.seq} {e.at} {e.actor} {e.action} {e.target} -> {e.outcome}"
-                    + (f" ({e.detail})" if e.detail else "")
-                    for e in ents
-                )
-                or "(empty)",
-            )
-        else:  # pragma: no cover - argparse restricts the choices
-            raise InvalidArgument(f"unknown operation {cmd!r}")
+        op(ctx, args, url)
     return 0
+
+
+# The operations run directly on the store, one per command: (context, flags, store URL).
+# The server modules are imported when an operation runs (``qveil --help`` stays light).
+def _adopt_store(ctx: Any, args: argparse.Namespace, url: str) -> None:
+    from qveil.server import admin
+
+    d = admin.adopt_store(ctx, retire_behind=args.retire_behind)
+    _print(
+        args,
+        d,
+        f"store {d['store_id']} adopted as incarnation {d['incarnation'][:12]} "
+        f"({len(d['moved'])} release(s) live here"
+        + (f"; retired: {', '.join(d['retired'])}" if d["retired"] else "")
+        + "); every other copy of it is refused from now on",
+    )
+
+
+def _init_store(ctx: Any, args: argparse.Namespace, url: str) -> None:
+    from qveil.server import admin
+
+    d: dict[str, Any] = {"store": url, "store_id": ctx.store.store_id}
+    text = f"store {ctx.store.store_id} ready"
+    if args.bundle:
+        b = admin.bind_bundle(ctx, args.bundle)
+        d["binding"] = b
+        text += f"; release {b['release_id']} bound to it"
+    _print(args, d, text)
+
+
+def _export_release(ctx: Any, args: argparse.Namespace, url: str) -> None:
+    from qveil.server import admin
+
+    d = admin.export_release(ctx, args.release_id, args.out)
+    _print(
+        args,
+        d,
+        f"release {d['release_id']}: {d['points']} points written to {d['out']} and "
+        "retired here (an export is a move). Complete the move on the target store: "
+        f"qveil admin import-release {d['out']} --store URL (once: the file's move "
+        "token is single-use)",
+    )
+
+
+def _import_release(ctx: Any, args: argparse.Namespace, url: str) -> None:
+    from qveil.server import admin
+
+    d = admin.import_release(ctx, args.path)
+    _print(
+        args,
+        d,
+        f"release {d['release_id']} imported with {d['points']} points into store "
+        f"{d['store_id']} (staged); serve its bundle with this store",
+    )
+
+
+def _retrain(ctx: Any, args: argparse.Namespace, url: str) -> None:
+    from qveil.bundle import load_bundle, value_scale_warning
+    from qveil.server.retrain import retrain
+
+    target = getattr(args, "target", None)
+    res = retrain(
+        ctx,
+        config=args.config,
+        dataset_id=args.dataset_id,
+        epsilon=args.epsilon,
+        sigma=args.sigma,
+        delta=args.delta,
+        mode=args.mode,
+        out_dir=args.out_dir,
+        activate_after=bool(args.activate and not target),
+        seed=args.seed,
+        progress=not args.no_progress and sys.stderr.isatty(),
+        budget=args.budget,
+    )
+    d = res.to_dict()
+    if args.activate and target:
+        with _admin_client(args) as client:
+            rel, prev = client.activate(res.release_id, bundle_path=str(res.bundle_path))
+        d["activated"] = True
+        d["previous_release_id"] = prev
+    e = res.ledger_entry.event
+    _print(
+        args,
+        d,
+        f"release {res.release_id} ({res.bundle_path}) recorded in the "
+        f"ledger of {res.dataset_id}: eps={e.epsilon:.6g} delta={e.delta:.3g}; "
+        f"dataset spent eps={res.budget.spent[0]:.6g}"
+        + ("; activated" if d["activated"] else "; staged"),
+    )
+    warn = value_scale_warning(load_bundle(res.bundle_path, verify=False).card)
+    if warn:
+        print("\n" + "!" * 78 + f"\n{warn}\n" + "!" * 78, file=sys.stderr)
+
+
+def _releases(ctx: Any, args: argparse.Namespace, url: str) -> None:
+    from qveil.server import admin
+
+    rows = [r.to_dict() for r in admin.releases(ctx)]
+    _print(args, rows, _releases_table(rows))
+
+
+def _activate(ctx: Any, args: argparse.Namespace, url: str) -> None:
+    from qveil.server import admin
+
+    info = admin.activate(ctx, args.release_id)
+    _print(
+        args,
+        info.to_dict(),
+        f"release {info.release_id} is active (store only: "
+        "a running server must be told with --target)",
+    )
+
+
+def _retire(ctx: Any, args: argparse.Namespace, url: str) -> None:
+    from qveil.server import admin
+
+    info = admin.retire(ctx, args.release_id)
+    _print(args, info.to_dict(), f"release {info.release_id} retired")
+
+
+def _budget(ctx: Any, args: argparse.Namespace, url: str) -> None:
+    from qveil.server import admin
+
+    reps = [b.to_dict() for b in admin.budget(ctx, args.dataset_id)]
+    _print(args, reps, _budget_text(reps))
+
+
+def _ledger(ctx: Any, args: argparse.Namespace, url: str) -> None:
+    from qveil.server import admin
+
+    reps = [b.to_dict() for b in admin.budget(ctx, None)]
+    _print(args, reps, _ledger_text(reps))
+
+
+def _set_cap(ctx: Any, args: argparse.Namespace, url: str) -> None:
+    from qveil.server import admin
+
+    cap = admin.set_cap(ctx, args.dataset_id, epsilon=args.epsilon, delta=args.delta)
+    _print(
+        args, cap.to_dict(), f"cap of {cap.dataset_id}: eps={cap.epsilon:.6g} delta={cap.delta:.3g}"
+    )
+
+
+def _log(ctx: Any, args: argparse.Namespace, url: str) -> None:
+    from qveil.server import audit_log
+
+    ents = audit_log.entries(ctx.db, limit=args.limit)
+    _print(
+        args,
+        [e.to_dict() for e in ents],
+        "\n".join(
+            f"#{e.seq} {e.at} {e.actor} {e.action} {e.target} -> {e.outcome}"
+            + (f" ({e.detail})" if e.detail else "")
+            for e in ents
+        )
+        or "(empty)",
+    )
+
+
+_LOCAL: dict[str, Callable[[Any, argparse.Namespace, str], None]] = {
+    "adopt-store": _adopt_store,
+    "init-store": _init_store,
+    "export-release": _export_release,
+    "import-release": _import_release,
+    "retrain": _retrain,
+    "releases": _releases,
+    "activate": _activate,
+    "retire": _retire,
+    "budget": _budget,
+    "ledger": _ledger,
+    "set-cap": _set_cap,
+    "log": _log,
+}
 
 
 def _run_remote(args: argparse.Namespace, cmd: str) -> int:

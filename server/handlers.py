@@ -1,6 +1,6 @@
 """Transport-independent request handlers: validation, the network forward, the store, the
-value grid. Blocking (they call the store); the servicers run them in a thread pool off the
-event loop. They raise ``qveil.errors`` exceptions only; ``qveil.server.errors`` maps them.
+value grid. Blocking (they call the store); the data plane runs them in a thread pool off the
+event loop. They raise ``qveil.errors`` exceptions only; each transport maps them through its table.
 
 Answer of a query (issue 6): for state s of release r and action a,
 
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,17 +33,17 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from qveil.client import types as t
+from qveil.common import typing as t
 from qveil.errors import (
     FailedPrecondition,
     IntegrityError,
     InvalidArgument,
     NotFound,
+    bad_argument,
     echo,
 )
-from qveil.server import convert
+from qveil.server import views
 from qveil.server.binding import bind, check_binding
-from qveil.server.errors import bad_argument
 from qveil.server.metrics import Metrics
 from qveil.server.quotas import (
     DEFAULT_MAX_STORED_POINTS,
@@ -206,7 +206,8 @@ class Handlers:
                 field=f"states[{i}]",
                 reason="STATE_OUT_OF_INTERVAL",
             )
-        return iv.to_unit(s)
+        unit: npt.NDArray[np.float64] = iv.to_unit(s)
+        return unit
 
     def _check_batch(self, n: int) -> None:
         """An empty batch, or one over --max-batch, is INVALID_ARGUMENT."""
@@ -281,7 +282,7 @@ class Handlers:
             exc = FailedPrecondition(
                 f"release {echo(release_id)} is not the active release (active: {rel.release_id!r})"
             )
-            exc.reason = "RELEASE_NOT_ACTIVE"  # type: ignore[attr-defined]
+            exc.reason = "RELEASE_NOT_ACTIVE"
             raise exc
         return rel
 
@@ -454,7 +455,7 @@ class Handlers:
 
     def get_release(self) -> t.Release:
         rel = self.holder.current()
-        return convert.release_from_bundle(
+        return views.release_from_bundle(
             rel.bundle, record=rel.record, value_grid=self.limits.value_grid
         )
 
@@ -605,7 +606,7 @@ class Handlers:
         path = Path(bundle_path) if bundle_path else self._find_bundle(release_id)
         new = self._activate(path, expected_id=release_id, verify_store=True)
         return (
-            convert.release_from_bundle(
+            views.release_from_bundle(
                 new.bundle, record=new.record, value_grid=self.limits.value_grid
             ),
             previous.release_id if previous is not None else "",
@@ -649,7 +650,7 @@ class Handlers:
                 base = self._cards.get(rid)
                 if base is None:
                     bundle = load_bundle(path, verify=False)
-                    base = convert.release_from_bundle(
+                    base = views.release_from_bundle(
                         bundle, record=None, value_grid=self.limits.value_grid
                     )
                     self._cards[rid] = base
@@ -658,7 +659,7 @@ class Handlers:
                 return replace(base, status=str(record.status))
             except Exception:  # noqa: BLE001 - a listing shows what the store knows
                 pass
-        return convert.release_from_record(record, value_grid=self.limits.value_grid)
+        return views.release_from_record(record, value_grid=self.limits.value_grid)
 
     def list_releases(self) -> tuple[list[t.Release], str]:
         current = self.holder.peek()
@@ -755,7 +756,7 @@ class Handlers:
 
     def noise_points(
         self, release_id: str, action: int
-    ) -> tuple[str, Iterator[list[t.NoisePoint]]]:
+    ) -> tuple[str, Generator[list[t.NoisePoint], None, None]]:
         """(release id, generator of chunks of stored points in insertion order)."""
         rec = self._audit_release(release_id, action)
         lo, hi = map(float, rec.interval)
@@ -769,10 +770,10 @@ class Handlers:
                 lo = hi = math.nan  # the raw state is unknown here; x and g are exact
         chunk = self.limits.points_chunk
 
-        def chunks() -> Iterator[list[t.NoisePoint]]:
+        def chunks() -> Generator[list[t.NoisePoint], None, None]:
             buf: list[t.NoisePoint] = []
             for p in self.store.iter_points(rec.release_id, int(action)):
-                buf.append(convert.noise_point(p, lo=lo, hi=hi))
+                buf.append(views.noise_point(p, lo=lo, hi=hi))
                 if len(buf) >= chunk:
                     yield buf
                     buf = []
@@ -788,18 +789,19 @@ class Handlers:
             if action is None
             else self.store.verify(rec.release_id, int(action))
         )
-        return convert.integrity_from_report(str(rec.release_id), report)
+        return views.integrity_from_report(str(rec.release_id), report)
 
     def report(self, release_id: str = "", action: int | None = None) -> t.StatisticalReport:
         """The audit of one release (qveil.server.audit.service_report: the same report as
         ``qveil audit --release ID``): integrity, high-water marks, whitened innovations tested
         against N(0, 1) with power against sigma x 1.3, ledger and audit-log chains."""
-        from qveil.server.audit import service_report  # issue 7
+        from qveil.server.audit import service_report
 
         rec = self._audit_release(release_id, action)
-        return service_report(
+        report: t.StatisticalReport = service_report(
             self.store, str(rec.release_id), action=action, registry=self.registry
         )
+        return report
 
 
 def new_executor(workers: int) -> ThreadPoolExecutor:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -152,6 +153,54 @@ def _event_fields(
     }
 
 
+def _checked_event(event: PrivacyEvent) -> str:
+    """The event's dataset id, once its (epsilon, delta) are valid numbers that the accountant
+    reproduces from the event's own parameters now (non-negotiable 6)."""
+    dataset_id = _check_dataset(event.dataset_id)
+    if not (
+        math.isfinite(event.epsilon)
+        and event.epsilon >= 0
+        and math.isfinite(event.delta)
+        and 0 <= event.delta <= 1
+    ):
+        raise InvalidArgument(
+            f"privacy event has invalid (epsilon, delta) = ({event.epsilon!r}, {event.delta!r})"
+        )
+    try:
+        verify_event(event, rel_tol=RECOMPUTE_RTOL)
+    except InvalidArgument as exc:
+        raise InvalidArgument(f"privacy event refused: {exc}") from None
+    return dataset_id
+
+
+def _append_link(
+    conn: sa.Connection,
+    t: sa.Table,
+    dataset_id: str,
+    link_fields: Callable[[int, str], dict[str, Any]],
+    **values: Any,
+) -> tuple[int, str, str]:
+    """Append the next row of ``dataset_id``'s hash chain in ``t`` (caps or events):
+    seq one past the last, created now, hashed over ``link_fields(seq, created_at)`` and the
+    previous hash. Returns (seq, created_at, hash)."""
+    last = conn.execute(
+        sa.select(t.c.seq, t.c.hash)
+        .where(t.c.dataset_id == dataset_id)
+        .order_by(t.c.seq.desc())
+        .limit(1)
+    ).first()
+    seq = 1 if last is None else int(last.seq) + 1
+    prev = GENESIS if last is None else str(last.hash)
+    at = utc_now()
+    h = link_hash(prev, link_fields(seq, at))
+    conn.execute(
+        t.insert().values(
+            dataset_id=dataset_id, seq=seq, created_at=at, prev_hash=prev, hash=h, **values
+        )
+    )
+    return seq, at, h
+
+
 def _cap_fields(
     dataset_id: str, seq: int, eps: float, delta: float, actor: str, created_at: str
 ) -> dict[str, Any]:
@@ -191,27 +240,14 @@ class Ledger:
                     f"population {dataset_id!r} is declared already: a population has one "
                     "budget, never raised (qveil budget show NAME)"
                 )
-            last = conn.execute(
-                sa.select(t.c.seq, t.c.hash)
-                .where(t.c.dataset_id == dataset_id)
-                .order_by(t.c.seq.desc())
-                .limit(1)
-            ).first()
-            seq = 1 if last is None else int(last.seq) + 1
-            prev = GENESIS if last is None else str(last.hash)
-            at = utc_now()
-            h = link_hash(prev, _cap_fields(dataset_id, seq, eps, delta, actor, at))
-            conn.execute(
-                t.insert().values(
-                    dataset_id=dataset_id,
-                    seq=seq,
-                    cap_epsilon=eps,
-                    cap_delta=delta,
-                    actor=actor,
-                    created_at=at,
-                    prev_hash=prev,
-                    hash=h,
-                )
+            seq, at, h = _append_link(
+                conn,
+                t,
+                dataset_id,
+                lambda seq, at: _cap_fields(dataset_id, seq, eps, delta, actor, at),
+                cap_epsilon=eps,
+                cap_delta=delta,
+                actor=actor,
             )
             audit_log.append(
                 self.db,
@@ -345,20 +381,7 @@ class Ledger:
         entry. Raises :class:`BudgetExceeded` (nothing written) when it does not fit, and
         :class:`InvalidArgument` when the accountant does not reproduce the event's numbers
         from its own parameters."""
-        dataset_id = _check_dataset(event.dataset_id)
-        if not (
-            math.isfinite(event.epsilon)
-            and event.epsilon >= 0
-            and math.isfinite(event.delta)
-            and 0 <= event.delta <= 1
-        ):
-            raise InvalidArgument(
-                f"privacy event has invalid (epsilon, delta) = ({event.epsilon!r}, {event.delta!r})"
-            )
-        try:  # the numbers recorded are the accountant's, recomputed now (non-negotiable 6)
-            verify_event(event, rel_tol=RECOMPUTE_RTOL)
-        except InvalidArgument as exc:
-            raise InvalidArgument(f"privacy event refused: {exc}") from None
+        dataset_id = _checked_event(event)
         t = T.ledger_events
         event_json = event.to_json()
         with self.db.write(_lock(dataset_id)) as conn:
@@ -369,35 +392,19 @@ class Ledger:
                 is not None
             ):
                 raise FailedPrecondition(f"release {echo(release_id)} already has a ledger entry")
-            last = conn.execute(
-                sa.select(t.c.seq, t.c.hash)
-                .where(t.c.dataset_id == dataset_id)
-                .order_by(t.c.seq.desc())
-                .limit(1)
-            ).first()
-            seq = 1 if last is None else int(last.seq) + 1
-            prev = GENESIS if last is None else str(last.hash)
-            at = utc_now()
             eps, delta = float(event.epsilon), float(event.delta)
-            h = link_hash(
-                prev,
-                _event_fields(
+            seq, at, h = _append_link(
+                conn,
+                t,
+                dataset_id,
+                lambda seq, at: _event_fields(
                     dataset_id, seq, release_id, event.bundle_id, event_json, eps, delta, at
                 ),
-            )
-            conn.execute(
-                t.insert().values(
-                    dataset_id=dataset_id,
-                    seq=seq,
-                    release_id=release_id,
-                    bundle_id=event.bundle_id,
-                    event_json=event_json,
-                    epsilon=eps,
-                    delta=delta,
-                    created_at=at,
-                    prev_hash=prev,
-                    hash=h,
-                )
+                release_id=release_id,
+                bundle_id=event.bundle_id,
+                event_json=event_json,
+                epsilon=eps,
+                delta=delta,
             )
             audit_log.append(
                 self.db,

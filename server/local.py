@@ -45,7 +45,7 @@ def _quiet_poller_shutdown(loop: asyncio.AbstractEventLoop, context: dict[str, A
 class LocalServer:
     """The real grpc.aio server (``create_server``) on a background event loop, bound to
     127.0.0.1:0, over a real store (a URL, opened here with OS-entropy noise, or an open
-    store). ``core``, ``health`` and ``handlers`` are exposed so tests can drive readiness
+    store). ``plane``, ``health`` and ``handlers`` are exposed so tests can drive readiness
     and draining deterministically; ``start=False`` leaves the server NOT_SERVING."""
 
     def __init__(
@@ -63,7 +63,7 @@ class LocalServer:
         from qveil.server.auth import Authorizer, load_tokens
         from qveil.server.handlers import Handlers, Limits, new_executor
         from qveil.server.health import Health
-        from qveil.server.servicers import Core
+        from qveil.server.protocol.dataplane import DataPlane
         from qveil.server.state import ReleaseHolder
 
         if isinstance(store_url, str):
@@ -78,7 +78,7 @@ class LocalServer:
             holder=ReleaseHolder(),
             limits=Limits(max_batch=max_batch, max_in_flight=max_in_flight),
         )
-        self.core = Core(
+        self.plane = DataPlane(
             self.handlers, Authorizer(load_tokens(tokens) if tokens else None), self.executor
         )
         self.loop = asyncio.new_event_loop()
@@ -90,7 +90,7 @@ class LocalServer:
             self.health = Health()
             await self.health.set_serving(False)
             server, port = create_server(
-                self.core, self.health, listen="127.0.0.1:0", reflection=reflection
+                self.plane, self.health, listen="127.0.0.1:0", reflection=reflection
             )
             await server.start()
             return server, port
@@ -114,7 +114,7 @@ class LocalServer:
     def ready(self, bundle: Path) -> None:
         """Load, register, bind and activate ``bundle`` (as ``qveil serve`` does), then SERVING."""
         self.handlers.start(bundle)
-        self.core.ready = True
+        self.plane.ready = True
         self.run(self.health.set_serving(True))
 
     def close(self) -> None:

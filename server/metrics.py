@@ -33,7 +33,7 @@ class Metrics:
         self.quotas: Any = None  # qveil.server.quotas.Quotas, set by the handlers
         self._prom: dict[str, Any] | None = None
 
-    # -- recording (called by the servicers) -------------------------------------------
+    # -- recording (called by the data plane) -------------------------------------------
     def observe(self, method: str, code: str, seconds: float) -> None:
         with self._lock:
             self.requests[code] += 1
@@ -67,7 +67,6 @@ class Metrics:
         """Start the Prometheus HTTP endpoint on host:port (0 = any free port); return it."""
         from prometheus_client import CollectorRegistry, Gauge, Histogram, start_http_server
         from prometheus_client import Counter as PCounter
-        from prometheus_client.core import GaugeMetricFamily
 
         reg = CollectorRegistry()
         self._prom = {
@@ -87,67 +86,80 @@ class Metrics:
         g = Gauge("qveil_in_flight", "RPCs in flight", registry=reg)
         g.set_function(lambda: self.in_flight)
 
-        class _Stored:
-            def collect(self_inner) -> Any:  # noqa: N805
-                fam = GaugeMetricFamily(
-                    "qveil_stored_points", "stored noise points", labels=["release", "action"]
-                )
-                if stored_points is not None:
-                    try:
-                        for (rel, action), n in stored_points().items():
-                            fam.add_metric([rel, str(action)], n)
-                    except Exception:  # noqa: BLE001 - a scrape must not fail on the store
-                        pass
-                yield fam
-
-        reg.register(_Stored())
-        metrics = self
-
-        class _Limits:
-            def collect(self_inner) -> Any:  # noqa: N805
-                from prometheus_client.core import CounterMetricFamily
-
-                q = metrics.quotas
-                if q is None:
-                    return
-                cfg = q.config
-                for name, doc, value in (
-                    (
-                        "qveil_max_stored_points",
-                        "cap on stored points per release (all "
-                        "actions); past it new points get RESOURCE_EXHAUSTED",
-                        cfg.max_stored_points,
-                    ),
-                    (
-                        "qveil_new_state_rate",
-                        "new states per second per caller (token bucket)",
-                        cfg.new_state_rate,
-                    ),
-                    (
-                        "qveil_new_state_burst",
-                        "token bucket size: new states one caller may send at once",
-                        cfg.burst,
-                    ),
-                    (
-                        "qveil_new_point_rate",
-                        "deprecated point bucket: new points per second per caller",
-                        cfg.new_point_rate,
-                    ),
-                    (
-                        "qveil_new_point_burst",
-                        "deprecated point bucket: new points one caller may store at once",
-                        cfg.point_burst,
-                    ),
-                ):
-                    if value is not None:
-                        yield GaugeMetricFamily(name, doc, value=float(value))
-                fam = CounterMetricFamily(
-                    "qveil_quota_refusals", "requests refused by a storage limit", labels=["limit"]
-                )
-                for limit, n in sorted(q.refused.items()):
-                    fam.add_metric([limit], n)
-                yield fam
-
-        reg.register(_Limits())
+        reg.register(_StoredPoints(stored_points))
+        reg.register(_Limits(self))
         server, _thread = start_http_server(port, addr=host, registry=reg)
         return int(server.server_port)
+
+
+class _StoredPoints:
+    """Collects qveil_stored_points from ``stored_points()`` at each scrape."""
+
+    def __init__(self, stored_points: Callable[[], dict[tuple[str, int], int]] | None) -> None:
+        self.stored_points = stored_points
+
+    def collect(self) -> Any:
+        from prometheus_client.core import GaugeMetricFamily
+
+        fam = GaugeMetricFamily(
+            "qveil_stored_points", "stored noise points", labels=["release", "action"]
+        )
+        if self.stored_points is not None:
+            try:
+                for (rel, action), n in self.stored_points().items():
+                    fam.add_metric([rel, str(action)], n)
+            except Exception:  # noqa: BLE001 - a scrape must not fail on the store
+                pass
+        yield fam
+
+
+class _Limits:
+    """Collects the storage limits and the quota refusals of ``metrics.quotas`` at each
+    scrape."""
+
+    def __init__(self, metrics: Any) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Any:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        q = self.metrics.quotas
+        if q is None:
+            return
+        cfg = q.config
+        for name, doc, value in (
+            (
+                "qveil_max_stored_points",
+                "cap on stored points per release (all "
+                "actions); past it new points get RESOURCE_EXHAUSTED",
+                cfg.max_stored_points,
+            ),
+            (
+                "qveil_new_state_rate",
+                "new states per second per caller (token bucket)",
+                cfg.new_state_rate,
+            ),
+            (
+                "qveil_new_state_burst",
+                "token bucket size: new states one caller may send at once",
+                cfg.burst,
+            ),
+            (
+                "qveil_new_point_rate",
+                "deprecated point bucket: new points per second per caller",
+                cfg.new_point_rate,
+            ),
+            (
+                "qveil_new_point_burst",
+                "deprecated point bucket: new points one caller may store at once",
+                cfg.point_burst,
+            ),
+        ):
+            if value is not None:
+                yield GaugeMetricFamily(name, doc, value=float(value))
+        fam = CounterMetricFamily(
+            "qveil_quota_refusals", "requests refused by a storage limit", labels=["limit"]
+        )
+        for limit, n in sorted(q.refused.items()):
+            fam.add_metric([limit], n)
+        yield fam

@@ -1,4 +1,4 @@
-"""Shared by the system-level reliability suite (issue 9): real server subprocesses, kills,
+"""Shared by the system-level reliability suite: real server subprocesses, kills,
 health waits, process memory, and a results file that scripts/reliability.sh turns into
 docs/reliability.md.
 
@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -489,6 +491,72 @@ def query_worker(
     finally:
         for ch in channels:
             ch.close()
+
+
+def query_workers(
+    book: AnswerBook,
+    targets: Sequence[str],
+    stop: threading.Event,
+    *,
+    clients: int,
+    seed: int,
+    **kwargs: object,
+) -> list[threading.Thread]:
+    """``clients`` daemon threads (not started) each running :func:`query_worker` on
+    ``targets``, with seeds ``seed``, ``seed + 1``, ... and the other ``kwargs``."""
+    return [
+        threading.Thread(
+            target=query_worker,
+            args=(book, list(targets), stop),
+            kwargs=dict(kwargs, seed=seed + i),
+            daemon=True,
+        )
+        for i in range(clients)
+    ]
+
+
+def kill_under_load(
+    srv: ServerProc,
+    workers: Sequence[threading.Thread],
+    stop: threading.Event,
+    *,
+    kills: int,
+    rnd: random.Random,
+    gap: tuple[float, float],
+) -> list[int]:
+    """Start ``workers``, then ``kills`` times: wait a random time in ``gap`` seconds, SIGKILL
+    the server and start it again; finally stop and join the workers. Returns the exit codes
+    of the killed processes."""
+    codes = []
+    try:
+        for w in workers:
+            w.start()
+        for _ in range(kills):
+            time.sleep(rnd.uniform(*gap))
+            codes.append(srv.kill())
+            srv.start()
+        time.sleep(0.5)
+    finally:
+        stop.set()
+        for w in workers:
+            w.join(timeout=60)
+    return codes
+
+
+def assert_answers_kept(
+    book: AnswerBook, unexpected: Sequence[str], target: str, *, min_ok: int
+) -> int:
+    """Repeated answers never differed, no error but UNAVAILABLE, more than ``min_ok`` calls
+    answered, and every answer is the same when asked again (:func:`recheck`). Returns how
+    many answers were rechecked."""
+    assert not book.conflicts, f"repeated answers differed: {book.conflicts[:5]}"
+    assert not unexpected, f"errors other than UNAVAILABLE: {unexpected[:5]}"
+    assert book.codes.get("OK", 0) > min_ok, f"too few answered calls: {book.codes}"
+    checked, mismatches = recheck(book, target)
+    assert not mismatches, (
+        f"{len(mismatches)} of {checked} answers changed after the kills, e.g. {mismatches[:5]}"
+    )
+    return checked
 
 
 def recheck(book: AnswerBook, target: str, *, batch: int = 1000) -> tuple[int, list[object]]:

@@ -39,8 +39,12 @@ def concurrent_writer(
     from qveil.errors import IntegrityError
     from qveil.server.store import open_store
 
-    opts = {"_unsafe_deferred_begin": True} if broken else {}
-    store = open_store(url, rng=seed, **opts)  # type: ignore[arg-type]
+    if broken:
+        from broken_store import BrokenSQLStore
+
+        store = BrokenSQLStore(url, rng=seed)
+    else:
+        store = open_store(url, rng=seed)
     rng = np.random.default_rng(seed + 1000)
     g_arr = np.asarray(grid)
     with open(log_path, "w", encoding="utf-8") as log:

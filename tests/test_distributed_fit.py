@@ -110,6 +110,39 @@ def test_one_shard_is_exactly_the_single_process_build(cartpole: Path) -> None:
             assert np.array_equal(x.covered, y.covered)
 
 
+def test_progress_is_a_line_per_shard_in_a_log(
+    cartpole: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """stderr is not a terminal (a log file): one line per shard done, in order."""
+    _fit(ParquetSource(cartpole), Engine(progress=True))
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.startswith("fit shards: ")]
+    assert [ln.split(" done")[0] for ln in lines] == [
+        f"fit shards: shard {k}/5" for k in range(1, 6)
+    ]
+    _fit(ParquetSource(cartpole), Engine(progress=False))
+    assert "fit shards" not in capsys.readouterr().err
+
+
+def _worker_environment() -> tuple[bytes, str | None]:
+    """What a worker process started with (its environment at exec: what glibc read)."""
+    env = Path(f"/proc/{os.getpid()}/environ").read_bytes().split(b"\0")
+    trim = b"".join(v for v in env if v.startswith(b"MALLOC_TRIM_THRESHOLD_="))
+    return trim, os.environ.get("OMP_NUM_THREADS")
+
+
+def test_local_workers_keep_the_default_allocator(cartpole: Path) -> None:
+    """A LocalCluster's workers start without Dask's MALLOC_TRIM_THRESHOLD_ (which fixes
+    glibc's mmap threshold and made every shard's temporaries fresh page faults: 16x the
+    faults and 1.6x the CPU of the same shard in process) and with one BLAS/OpenMP thread."""
+    from qveil.trainer.distributed import open_client
+
+    with open_client(Engine(workers=2)) as client:
+        seen = client.run(_worker_environment)
+    assert len(seen) == 2
+    assert all(v == (b"", "1") for v in seen.values()), seen
+
+
 def test_parquet_and_in_memory_shards_agree(cartpole: Path) -> None:
     streamed = _fit(ParquetSource(cartpole), Engine())
     memory = _fit(load_dataset(cartpole), Engine(shard_users=SHARD))

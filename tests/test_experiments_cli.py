@@ -92,6 +92,27 @@ def test_multid_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert out.count("GetBestActions calls") == len(releases)  # a progress line per release
 
 
+def test_multid_on_a_parquet_dataset(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--dataset FILE.parquet: the plan is the file's env and users (no collection), the fit
+    streams it shard by shard with a log line per shard, and the releases are served."""
+    from qveil.trainer.distributed import Engine, collect_parquet
+
+    data = tmp_path / "cp.parquet"
+    collect_parquet(
+        "CartPole-v1", 200, 0, str(data), reward_range=(0.0, 1.0),
+        engine=Engine(shard_users=100),
+    )  # fmt: skip
+    out = tmp_path / "out"
+    argv = ["experiments", "multid", "--quick", "--dataset", str(data), "--workers", "1"]
+    argv += ["--epsilons", "1", "--releases", "1", "--episodes", "2", "--out", str(out)]
+    assert main(argv) == 0
+    rows = list(csv.DictReader((out / "multid.csv").open()))
+    assert {(r["env"], r["users"]) for r in rows} == {("CartPole-v1", "200")}
+    assert {r["policy"] for r in rows} == {"non-private", "private", "random"}
+    err = capsys.readouterr().err
+    assert "fit shards: shard 2/2 done" in err
+
+
 def test_fraction_bootstrap_pairs_episodes() -> None:
     """The fraction's bootstrap over releases and episodes: with every release equal to the
     floor plus half the (ceiling - floor) gap of the same episode, the fraction is 0.5 in
@@ -160,6 +181,8 @@ def test_bad_arguments_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]
         (["multid", "--users", "1e5,x"], "--users must be comma-separated numbers"),
         (["multid", "--epsilons", "1,-2"], "--epsilons must be positive"),
         (["multid", "--releases", "0"], "--releases must be >= 1"),
+        (["multid", "--dataset", str(tmp_path / "none.parquet")], "does not exist"),
+        (["multid", "--dataset", __file__, "--users", "300"], "not with --env/--users"),
     ):
         assert main(["experiments", *argv, "--quick", "--out", str(tmp_path)]) == 2, argv
         assert message in capsys.readouterr().err, argv

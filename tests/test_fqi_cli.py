@@ -52,25 +52,20 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+def _train_argv(dataset: Path, epsilon: str, out: str, *, home: Path | None = None) -> list[str]:
+    """``qveil train`` of the fqi CONFIG on ``dataset`` at (epsilon, 1e-5) into ``out``."""
+    return [
+        *("train", *ensure_population(home=home), "--mode", "fqi", "--dataset", str(dataset)),
+        *("--config", CONFIG, "--epsilon", epsilon, "--delta", "1e-5", "--out", out),
+    ]
+
+
 @pytest.fixture(scope="module")
 def bundle(dataset: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("b") / "bundle"
     home = out.parent / "qveil-home"  # the registry this bundle is recorded in
     r = qveil(
-        "train",
-        *ensure_population(home=home),
-        "--mode",
-        "fqi",
-        "--dataset",
-        str(dataset),
-        "--config",
-        CONFIG,
-        "--epsilon",
-        "1",
-        "--delta",
-        "1e-5",
-        "--out",
-        str(out),
+        *_train_argv(dataset, "1", str(out), home=home),
         home=home,
     )
     assert r.returncode == 0, r.stderr
@@ -187,22 +182,7 @@ def test_too_much_noise_is_refused_unless_forced(dataset: Path, tmp_path: Path) 
     than random): refused with exit 2 and nothing written; --force writes it with a loud
     warning."""
     out = tmp_path / "b"
-    args = (
-        "train",
-        *ensure_population(),
-        "--mode",
-        "fqi",
-        "--dataset",
-        str(dataset),
-        "--config",
-        CONFIG,
-        "--epsilon",
-        "0.01",
-        "--delta",
-        "1e-5",
-        "--out",
-        str(out),
-    )
+    args = _train_argv(dataset, "0.01", str(out))
     r = qveil(*args)
     assert r.returncode == 2 and "WORSE THAN A RANDOM POLICY" in r.stderr
     assert "--force" in r.stderr and not out.exists()
@@ -214,20 +194,7 @@ def test_too_much_noise_is_refused_unless_forced(dataset: Path, tmp_path: Path) 
 
 def test_a_warning_between_half_and_one(dataset: Path, tmp_path: Path) -> None:
     r = qveil(
-        "train",
-        *ensure_population(),
-        "--mode",
-        "fqi",
-        "--dataset",
-        str(dataset),
-        "--config",
-        CONFIG,
-        "--epsilon",
-        "0.05",
-        "--delta",
-        "1e-5",
-        "--out",
-        str(tmp_path / "b"),
+        *_train_argv(dataset, "0.05", str(tmp_path / "b")),
     )
     card = load_bundle(tmp_path / "b").card
     assert r.returncode == 0, r.stderr

@@ -195,6 +195,28 @@ def test_typed_contents_and_raw_errors_over_grpc(env: Env) -> None:
         assert env.rows() == before
 
 
+def test_undecodable_model_infer_is_invalid_argument(env: Env) -> None:
+    """A ModelInfer body that is not a protobuf message gets INVALID_ARGUMENT (as an
+    undecodable ValueService request does), not UNKNOWN, and stores nothing; a real channel
+    sends the raw bytes."""
+    import grpc
+
+    md = (("authorization", f"Bearer {env.tokens.query}"),)
+    before = env.rows()
+    garbage = b"\x0a\x05ab"  # field 1, 5 bytes announced, 2 sent
+    with grpc.insecure_channel(env.server.target) as ch:
+        for method in (
+            "/inference.GRPCInferenceService/ModelInfer",
+            "/qveil.v1.ValueService/GetValues",
+        ):
+            call = ch.unary_unary(method)
+            with pytest.raises(grpc.RpcError) as ei:
+                call(garbage, metadata=md, timeout=10)
+            assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT, (method, ei.value)
+            assert "not a valid message" in (ei.value.details() or "")
+    assert env.rows() == before
+
+
 def test_vendored_proto_matches_tritons_wire_format(env: Env) -> None:
     """Every message of the vendored grpc_predict_v2.proto exists in Triton's
     grpc_service.proto (as compiled into tritonclient) with the same fields: names, numbers,

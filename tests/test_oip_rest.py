@@ -195,6 +195,59 @@ def test_bad_inputs_store_nothing(env: Env) -> None:
     assert MAX_BATCH == 16
 
 
+def test_deep_and_malformed_bodies_are_400(env: Env) -> None:
+    """A body nested deeper than the JSON parser allows (10,000 levels), at the top or inside
+    a tensor's data, and every other body that is not a v2 request, is the caller's error:
+    HTTP 400 with a reason, never a 500; nothing is stored, and the server keeps answering."""
+    deep = "[" * 10_000 + "]" * 10_000
+    bodies = [
+        ("deep document", deep.encode()),
+        (
+            "deep data",
+            (
+                '{"inputs": [{"name": "STATE", "datatype": "FP64", "shape": [1, 1], '
+                f'"data": {deep}}}]}}'
+            ).encode(),
+        ),
+        ("deep outputs", f'{{"inputs": [], "outputs": {deep}}}'.encode()),
+        ("not UTF-8", b'{"inputs": [\xff\xfe]}'),
+        ("a list", b"[1, 2]"),
+        ("inputs not a list", b'{"inputs": "STATE"}'),
+        ("input not an object", b'{"inputs": [7]}'),
+        ("outputs not a list", b'{"inputs": [], "outputs": 3}'),
+        ("truncated", b'{"inputs": [{"name": "STATE", "datat'),
+    ]
+    before = env.rows()
+    for label, raw in bodies:
+        r = httpx.post(base(env) + "/v2/models/qveil/infer", content=raw, headers=auth(env))
+        assert r.status_code == 400, (label, r.status_code, r.text)
+        assert r.json()["reason"] in ("BAD_JSON", "MISSING_INPUT"), (label, r.text)
+    # Triton's binary extension: a header length past the body, a blob past the body
+    head = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "STATE",
+                    "datatype": "FP64",
+                    "shape": [1, 1],
+                    "parameters": {"binary_data_size": 64},
+                }
+            ]
+        }
+    ).encode()
+    for label, length in (("header past the body", len(head) + 100), ("blob past", len(head))):
+        r = httpx.post(
+            base(env) + "/v2/models/qveil/infer",
+            content=head + b"\0" * 8,
+            headers={**auth(env), "Inference-Header-Content-Length": str(length)},
+        )
+        assert r.status_code == 400, (label, r.status_code, r.text)
+    assert env.rows() == before
+    ok = infer(env, {"inputs": [json_tensor(states_input([0.5]))]})
+    assert ok.status_code == 200, ok.text
+    env.seen.add(0.5)
+
+
 def test_tls_and_loopback_binding(tmp_path: Any) -> None:
     """With --tls-cert/--tls-key the REST binding speaks HTTPS with the same certificate (on
     the --listen host); without TLS it binds 127.0.0.1 even when gRPC listens everywhere."""
@@ -290,24 +343,24 @@ def test_drain_turns_v2_readiness_off_first(tmp_path: Any) -> None:
 def test_rest_socket_is_tcp_for_nodelay() -> None:
     """The REST listener is created with proto IPPROTO_TCP: asyncio enables TCP_NODELAY on
     accepted connections only then (with proto 0 every response waited ~40 ms for the
-    client's delayed ACK; measured 48 ms vs 1.3 ms per call). Readiness follows Core."""
+    client's delayed ACK; measured 48 ms vs 1.3 ms per call). Readiness follows the data plane."""
     import asyncio
     import socket
 
     from qveil.server.auth import Authorizer
     from qveil.server.handlers import Handlers, Limits, new_executor
-    from qveil.server.oip_rest import start_rest
-    from qveil.server.servicers import Core
+    from qveil.server.protocol.dataplane import DataPlane
+    from qveil.server.protocol.rest.server import start_rest
     from qveil.server.state import ReleaseHolder
 
     async def main() -> None:
         executor = new_executor(1)
-        core = Core(
+        plane = DataPlane(
             Handlers(store=None, holder=ReleaseHolder(), limits=Limits()),
             Authorizer(None),
             executor,
         )
-        rest = await start_rest(core, lambda: True, host="127.0.0.1", port=0)
+        rest = await start_rest(plane, lambda: True, host="127.0.0.1", port=0)
         try:
             assert rest.sock.proto == socket.IPPROTO_TCP
             async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{rest.port}") as c:
@@ -371,7 +424,7 @@ def test_unknown_and_inactive_release_ids_get_the_same_answer(env: Env) -> None:
     ValueService."""
     import grpc
 
-    from qveil.client.errors import FailedPreconditionError
+    from qveil.client import FailedPreconditionError
     from qveil.server.store import open_store
 
     with open_store(f"sqlite:///{env.db}", create=False) as st:

@@ -14,10 +14,11 @@ import pytest
 from server_helpers import REPO
 
 from qveil import errors as domain
-from qveil.client import convert
-from qveil.client import errors as cerr
-from qveil.client import types as t
-from qveil.server.errors import STATUS_TABLE, bad_argument, status_for
+from qveil.common import errors as cerr
+from qveil.common import serde as convert
+from qveil.common import typing as t
+from qveil.common.errors import status_for
+from qveil.errors import CODE_TABLE, bad_argument
 
 
 def test_release_round_trip() -> None:
@@ -138,10 +139,8 @@ class _FakeCall(grpc.RpcError):
         return self.m.trailing_metadata  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("dom_cls,code,_reason", STATUS_TABLE)
-def test_client_tree_mirrors_server_table(
-    dom_cls: type, code: grpc.StatusCode, _reason: str
-) -> None:
+@pytest.mark.parametrize("dom_cls,code_name,_reason", CODE_TABLE)
+def test_client_tree_mirrors_server_table(dom_cls: type, code_name: str, _reason: str) -> None:
     """Every row of the server's one table comes back to the client as the typed exception
     for that code, which is also an instance of the domain exception of the row."""
     if dom_cls is domain.BudgetExceeded:
@@ -149,6 +148,7 @@ def test_client_tree_mirrors_server_table(
     else:
         exc = dom_cls("boom")
     mapped = status_for(exc)
+    code = grpc.StatusCode[code_name]
     assert mapped.code == code
     back = cerr.from_grpc_error(_FakeCall(mapped))
     assert isinstance(back, cerr.BY_CODE[code])
@@ -254,3 +254,40 @@ def test_server_cancelled_call_is_unavailable_and_retryable() -> None:
     assert not cerr.is_retryable(
         _FakeCall(SimpleNamespace(code=grpc.StatusCode.INTERNAL, message="", trailing_metadata=()))
     )
+
+
+def _qveil_imports(folder: str) -> set[tuple[str, str]]:
+    """(file, module) of every qveil import under ``folder``, at any depth of the code
+    (imports inside functions included)."""
+    import ast
+
+    found: set[tuple[str, str]] = set()
+    for path in sorted((REPO / folder).rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            found |= {(path.name, n) for n in names if n.startswith("qveil")}
+    return found
+
+
+def test_wire_layer_is_shared_not_borrowed() -> None:
+    """The server stands on qveil.common, never on the client; qveil.common stands on
+    neither (so the light client distribution can ship it). The one exception is the
+    operator command ``qveil admin --target`` (cli_admin.py), which drives a remote server
+    through the SDK's AdminClient."""
+    server = {
+        (f, m)
+        for f, m in _qveil_imports("server")
+        if m.startswith("qveil.client") and f != "cli_admin.py"
+    }
+    assert not server, server
+    common = {
+        (f, m)
+        for f, m in _qveil_imports("common")
+        if m.startswith(("qveil.client", "qveil.server", "qveil.trainer"))
+    }
+    assert not common, common

@@ -22,7 +22,7 @@ import pytest
 from reliability_helpers import (
     AnswerBook,
     bundle_for_test,
-    query_worker,
+    query_workers,
     release_info,
     report,
     sqlite_url,
@@ -73,15 +73,10 @@ def test_online_backup_under_load_and_restore_check(tmp_path: Path, bundle: Path
     stop = threading.Event()
     try:
         rel = release_info(srv.target)
-        workers = [
-            threading.Thread(
-                target=query_worker,
-                args=(book, [srv.target], stop),
-                kwargs=dict(seed=70 + i, low=rel.state_low, high=rel.state_high, n_new=16),
-                daemon=True,
-            )
-            for i in range(2)
-        ]
+        workers = query_workers(
+            book, [srv.target], stop, clients=2, seed=70,
+            low=rel.state_low, high=rel.state_high, n_new=16,
+        )  # fmt: skip
         for w in workers:
             w.start()
         time.sleep(1.0)

@@ -30,7 +30,7 @@ from reliability_helpers import (
     bundle_for_test,
     fill_filesystem,
     get_values,
-    query_worker,
+    query_workers,
     recheck,
     release_info,
     report,
@@ -63,23 +63,10 @@ class Traffic:
         self.stop = threading.Event()
         self.target, self.low, self.high = target, low, high
         self.known = np.linspace(low, high, 50).tolist()
-        self.threads = [
-            threading.Thread(
-                target=query_worker,
-                args=(self.book, [target], self.stop),
-                kwargs=dict(
-                    seed=40 + i,
-                    low=low,
-                    high=high,
-                    n_new=16,
-                    n_known=4,
-                    pause=0.01,
-                    unexpected=self.unexpected,
-                ),
-                daemon=True,
-            )
-            for i in range(2)
-        ]
+        self.threads = query_workers(
+            self.book, [target], self.stop, clients=2, seed=40,
+            low=low, high=high, n_new=16, n_known=4, pause=0.01, unexpected=self.unexpected,
+        )  # fmt: skip
         self.threads.append(threading.Thread(target=self._known_client, daemon=True))
 
     def _known_client(self) -> None:

@@ -164,7 +164,7 @@ def test_concurrency_bound_and_deadline(bundles: tuple[Path, Path], tmp_path: Pa
         gate = _block_executor(s)
         with ValueClient(s.target, timeout=20) as c, ThreadPoolExecutor(1) as pool:
             first = pool.submit(c.values, [0.25])
-            while s.core.in_flight < 1:
+            while s.plane.in_flight < 1:
                 time.sleep(0.005)
             with pytest.raises(ResourceExhaustedError) as ei:
                 c.values([0.75])

@@ -53,7 +53,7 @@ def test_tls_rejects_plaintext_client(bundle: Path, certs, tmp_path: Path) -> No
 
         async def tls_server():  # type: ignore[no-untyped-def]
             creds = TLSFiles(cert=certs.server_cert, key=certs.server_key).credentials()
-            srv, port = create_server(s.core, s.health, listen="127.0.0.1:0", credentials=creds)
+            srv, port = create_server(s.plane, s.health, listen="127.0.0.1:0", credentials=creds)
             await srv.start()
             return srv, port
 

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import random
 import threading
-import time
 from pathlib import Path
 
 import grpc
@@ -46,15 +45,18 @@ from reliability_helpers import (
     CHANNEL_OPTIONS,
     AnswerBook,
     ServerProc,
+    assert_answers_kept,
     bundle_for_test,
     free_port,
     get_values,
-    query_worker,
+    kill_under_load,
+    query_workers,
     recheck,
     release_info,
     scale,
     serve_argv,
     sqlite_url,
+    start_server,
 )
 from store_helpers import RID, check_seen, make_release
 
@@ -169,55 +171,19 @@ def bundle(tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) -> Path:
 def test_sigkill_while_16_callers_stream_single_new_states(tmp_path: Path, bundle: Path) -> None:
     kills = int(scale(6, 30))
     store_url = sqlite_url(tmp_path / "store.sqlite")
-    port = free_port()
-    srv = ServerProc(
-        # 16 store threads, so all 16 callers can wait in one group commit at once
-        argv=serve_argv(bundle=bundle, store=store_url, port=port, extra=["--workers", "16"]),
-        port=port,
-        log_path=tmp_path / "server.log",
-    )
-    srv.start()
+    # 16 store threads, so all 16 callers can wait in one group commit at once
+    srv = start_server(tmp_path, bundle=bundle, store=store_url, extra=["--workers", "16"])
     rel = release_info(srv.target)
     book = AnswerBook()
     unexpected: list[str] = []
     stop = threading.Event()
-    workers = [
-        threading.Thread(
-            target=query_worker,
-            args=(book, [srv.target], stop),
-            kwargs=dict(
-                seed=500 + i,
-                low=rel.state_low,
-                high=rel.state_high,
-                n_new=1,
-                n_known=0,
-                unexpected=unexpected,
-            ),
-            daemon=True,
-        )
-        for i in range(16)
-    ]
-    rnd = random.Random(99)
+    workers = query_workers(
+        book, [srv.target], stop, clients=16, seed=500,
+        low=rel.state_low, high=rel.state_high, n_new=1, n_known=0, unexpected=unexpected,
+    )  # fmt: skip
+    kill_under_load(srv, workers, stop, kills=kills, rnd=random.Random(99), gap=(0.2, 0.8))
     try:
-        for w in workers:
-            w.start()
-        for _ in range(kills):
-            time.sleep(rnd.uniform(0.2, 0.8))
-            srv.kill()
-            srv.start()
-        time.sleep(0.5)
-    finally:
-        stop.set()
-        for w in workers:
-            w.join(timeout=60)
-    try:
-        assert not book.conflicts, f"repeated answers differed: {book.conflicts[:5]}"
-        assert not unexpected, f"errors other than UNAVAILABLE: {unexpected[:5]}"
-        assert book.codes.get("OK", 0) > 20 * kills, f"too few answered calls: {book.codes}"
-        checked, mismatches = recheck(book, srv.target)
-        assert not mismatches, (
-            f"{len(mismatches)} of {checked} answers changed after the kills, e.g. {mismatches[:5]}"
-        )
+        assert_answers_kept(book, unexpected, srv.target, min_ok=20 * kills)
     finally:
         srv.terminate()
     b = load_bundle(bundle)

@@ -316,6 +316,8 @@ def train_q(
         torch.set_num_threads(threads)
 
 
+# long-function: Algorithm 1's loop (the paper's lines 5-22) kept in one piece, each step beside the
+#   line it implements
 def _train_q(
     cfg: TrainConfig,
     env: gym.Env[Any, Any],

@@ -28,7 +28,7 @@ def engine_from(args: argparse.Namespace) -> Engine:
         workers=args.workers,
         cluster=args.cluster,
         shard_users=USERS_PER_GROUP if args.shard_users is None else args.shard_users,
-        progress=not args.no_progress and sys.stderr.isatty(),
+        progress=not args.no_progress,
     )
 
 

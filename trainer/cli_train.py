@@ -83,7 +83,11 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         help="scale of neighbouring reward functions (default 1)",
     )
     p.add_argument("--seed", type=int, help="seed everything (experiments only: seeded: true)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress (a bar on a terminal; else, with Dask shards, a log line per shard)",
+    )
     p.add_argument(
         "--forecast",
         action="store_true",

@@ -137,30 +137,13 @@ def collect(
     in the full collection: a shard of users of a larger collection, for
     :mod:`qveil.trainer.distributed`).
     """
-    for name, value, low in (("users", users, 1), ("episodes_per_user", episodes_per_user, 1)):
-        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < low:
-            raise InvalidArgument(f"{name} must be an integer >= {low}, got {value!r}"[:120])
-    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
-        raise InvalidArgument(f"seed must be an integer >= 0, got {seed!r}"[:120])
-    if isinstance(first_user, bool) or not isinstance(first_user, int | np.integer):
-        raise InvalidArgument(f"first_user must be an integer >= 0, got {first_user!r}"[:120])
-    if first_user < 0:
-        raise InvalidArgument(f"first_user must be an integer >= 0, got {first_user!r}"[:120])
+    _check_counts(users, episodes_per_user, seed, first_user)
     env = _make(env_id)
     try:
-        if not isinstance(env.action_space, spaces.Discrete):
-            raise InvalidArgument(
-                f"env {_echo(env_id)} has action space {type(env.action_space).__name__}; "
-                "qveil datasets need Discrete actions"
-            )
-        if not isinstance(env.observation_space, spaces.Box):
-            raise InvalidArgument(
-                f"env {_echo(env_id)} has observation space "
-                f"{type(env.observation_space).__name__}; qveil datasets need a Box"
-            )
-        n_actions = int(env.action_space.n)
-        start = int(env.action_space.start)
-        d = max(1, int(np.prod(env.observation_space.shape)))
+        act_space, obs_space = _check_spaces(env, env_id)
+        n_actions = int(act_space.n)
+        start = int(act_space.start)
+        d = max(1, int(np.prod(obs_space.shape)))
         rr = reward_range if reward_range is not None else env_reward_range(env)
         if rr is None:
             raise InvalidArgument(
@@ -195,6 +178,35 @@ def collect(
         reward_range=rr,
         env_id=env_id,
     )
+
+
+def _check_counts(users: Any, episodes_per_user: Any, seed: Any, first_user: Any) -> None:
+    """The collection's counts are whole numbers in range (InvalidArgument naming the first
+    bad one)."""
+    for name, value, low in (("users", users, 1), ("episodes_per_user", episodes_per_user, 1)):
+        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < low:
+            raise InvalidArgument(f"{name} must be an integer >= {low}, got {value!r}"[:120])
+    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
+        raise InvalidArgument(f"seed must be an integer >= 0, got {seed!r}"[:120])
+    if isinstance(first_user, bool) or not isinstance(first_user, int | np.integer):
+        raise InvalidArgument(f"first_user must be an integer >= 0, got {first_user!r}"[:120])
+    if first_user < 0:
+        raise InvalidArgument(f"first_user must be an integer >= 0, got {first_user!r}"[:120])
+
+
+def _check_spaces(env: Any, env_id: str) -> tuple[spaces.Discrete, spaces.Box]:
+    """qveil datasets need Discrete actions and Box observations: the two spaces."""
+    if not isinstance(env.action_space, spaces.Discrete):
+        raise InvalidArgument(
+            f"env {_echo(env_id)} has action space {type(env.action_space).__name__}; "
+            "qveil datasets need Discrete actions"
+        )
+    if not isinstance(env.observation_space, spaces.Box):
+        raise InvalidArgument(
+            f"env {_echo(env_id)} has observation space "
+            f"{type(env.observation_space).__name__}; qveil datasets need a Box"
+        )
+    return env.action_space, env.observation_space
 
 
 def _episode(

@@ -246,51 +246,31 @@ class TrainConfig:
     # ------------------------------------------------------------------ validation
     def validate(self) -> None:
         """Raise InvalidArgument naming the first bad field (checks that need no env)."""
+        self._validate_environment_and_network()
+        self._validate_learning()
+        self._validate_privacy()
 
-        def bad(name: str, msg: str) -> InvalidArgument:
-            return InvalidArgument(f"config: {name}={getattr(self, name)!r}: {msg}")
-
-        def integer(name: str, lo: int) -> None:
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-                raise bad(name, f"must be an integer >= {lo}")
-
-        def number(
-            name: str,
-            *,
-            lo: float | None = None,
-            hi: float | None = None,
-            lo_open: bool = False,
-            hi_open: bool = False,
-        ) -> None:
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-                raise bad(name, "must be a finite number")
-            if lo is not None and (v < lo or (lo_open and v == lo)):
-                raise bad(name, f"must be {'>' if lo_open else '>='} {lo:g}")
-            if hi is not None and (v > hi or (hi_open and v == hi)):
-                raise bad(name, f"must be {'<' if hi_open else '<='} {hi:g}")
-
+    def _validate_environment_and_network(self) -> None:
         if not isinstance(self.env_id, str) or not self.env_id:
-            raise bad("env_id", "must be a non-empty Gymnasium id")
+            raise _bad(self, "env_id", "must be a non-empty Gymnasium id")
         if not isinstance(self.env_kwargs, dict):
-            raise bad("env_kwargs", "must be a table")
-        integer("samples", 1)
-        integer("batch_size", 1)
+            raise _bad(self, "env_kwargs", "must be a table")
+        _integer(self, "samples", 1)
+        _integer(self, "batch_size", 1)
         if self.batch_size > self.samples:
             raise InvalidArgument(
                 f"config: batch_size B={self.batch_size} is larger than samples T="
                 f"{self.samples}: not even one batch (Algorithm 1 runs T/B iterations)"
             )
-        number("lr", lo=0.0, lo_open=True)
-        number("gamma", lo=0.0, hi=1.0, hi_open=True)
-        number("k", lo=0.0, lo_open=True)
-        number("lipschitz", lo=0.0, lo_open=True)
-        integer("resets", 1)
+        _number(self, "lr", lo=0.0, lo_open=True)
+        _number(self, "gamma", lo=0.0, hi=1.0, hi_open=True)
+        _number(self, "k", lo=0.0, lo_open=True)
+        _number(self, "lipschitz", lo=0.0, lo_open=True)
+        _integer(self, "resets", 1)
         if not self.hidden or any(
             isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in self.hidden
         ):
-            raise bad("hidden", "must be a non-empty list of positive integers")
+            raise _bad(self, "hidden", "must be a non-empty list of positive integers")
         if (
             len(self.reward_range) != 2
             or not all(
@@ -299,42 +279,50 @@ class TrainConfig:
             )
             or not self.reward_range[0] < self.reward_range[1]
         ):
-            raise bad("reward_range", "must be [r_min, r_max] with finite r_min < r_max")
+            raise _bad(self, "reward_range", "must be [r_min, r_max] with finite r_min < r_max")
         for name in ("truncation_as_terminal", "replay", "calibrate_k"):
             if not isinstance(getattr(self, name), bool):
-                raise bad(name, "must be true or false")
-        integer("replay_capacity", 1)
-        integer("learning_starts", 0)
-        integer("updates_per_step", 1)
-        integer("target_update_episodes", 0)
+                raise _bad(self, name, "must be true or false")
+
+    def _validate_learning(self) -> None:
+        _integer(self, "replay_capacity", 1)
+        _integer(self, "learning_starts", 0)
+        _integer(self, "updates_per_step", 1)
+        _integer(self, "target_update_episodes", 0)
         if self.replay:
             if self.replay_capacity < self.batch_size:
-                raise bad("replay_capacity", f"must hold at least one batch (B={self.batch_size})")
+                raise _bad(
+                    self, "replay_capacity", f"must hold at least one batch (B={self.batch_size})"
+                )
             if self.effective_learning_starts < self.batch_size:
-                raise bad("learning_starts", f"must be 0 or >= batch_size B={self.batch_size}")
+                raise _bad(
+                    self, "learning_starts", f"must be 0 or >= batch_size B={self.batch_size}"
+                )
             if self.effective_learning_starts > self.samples:
-                raise bad("learning_starts", f"exceeds samples T={self.samples}: no update")
+                raise _bad(self, "learning_starts", f"exceeds samples T={self.samples}: no update")
         if self.optimizer not in OPTIMIZERS:
-            raise bad("optimizer", f"must be one of {', '.join(OPTIMIZERS)}")
+            raise _bad(self, "optimizer", f"must be one of {', '.join(OPTIMIZERS)}")
         if self.loss not in LOSSES:
-            raise bad("loss", f"must be one of {', '.join(LOSSES)}")
-        number("grad_clamp", lo=0.0)
-        number("eps_start", lo=0.0, hi=1.0)
-        number("eps_end", lo=0.0, hi=1.0)
-        number("eps_decay", lo=0.0, lo_open=True)
+            raise _bad(self, "loss", f"must be one of {', '.join(LOSSES)}")
+        _number(self, "grad_clamp", lo=0.0)
+        _number(self, "eps_start", lo=0.0, hi=1.0)
+        _number(self, "eps_end", lo=0.0, hi=1.0)
+        _number(self, "eps_decay", lo=0.0, lo_open=True)
+
+    def _validate_privacy(self) -> None:
         if self.mode not in MODES:
-            raise bad("mode", f"must be one of {', '.join(MODES)}")
+            raise _bad(self, "mode", f"must be one of {', '.join(MODES)}")
         if self.sigma is not None:
-            number("sigma", lo=0.0)
+            _number(self, "sigma", lo=0.0)
         if self.epsilon is not None:
-            number("epsilon", lo=0.0, lo_open=True)
+            _number(self, "epsilon", lo=0.0, lo_open=True)
         if self.sigma is not None and self.epsilon is not None:
             raise InvalidArgument(
                 f"config: give either sigma ({self.sigma!r}) or a target epsilon "
                 f"({self.epsilon!r}), not both"
             )
-        number("delta", lo=0.0, hi=1.0, lo_open=True, hi_open=True)
-        number("reward_sensitivity", lo=0.0, lo_open=True)
+        _number(self, "delta", lo=0.0, hi=1.0, lo_open=True, hi_open=True)
+        _number(self, "reward_sensitivity", lo=0.0, lo_open=True)
         n = self.iterations
         if self.resets > n:
             raise InvalidArgument(
@@ -382,3 +370,31 @@ def to_toml(cfg: TrainConfig) -> str:
     for key, value in cfg.to_dict().items():
         lines.append(f"{key} = {_toml_value(value)}")
     return "\n".join(lines) + "\n"
+
+
+def _bad(cfg: Any, name: str, msg: str) -> InvalidArgument:
+    return InvalidArgument(f"config: {name}={getattr(cfg, name)!r}: {msg}")
+
+
+def _integer(cfg: Any, name: str, lo: int) -> None:
+    v = getattr(cfg, name)
+    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+        raise _bad(cfg, name, f"must be an integer >= {lo}")
+
+
+def _number(
+    cfg: Any,
+    name: str,
+    *,
+    lo: float | None = None,
+    hi: float | None = None,
+    lo_open: bool = False,
+    hi_open: bool = False,
+) -> None:
+    v = getattr(cfg, name)
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+        raise _bad(cfg, name, "must be a finite number")
+    if lo is not None and (v < lo or (lo_open and v == lo)):
+        raise _bad(cfg, name, f"must be {'>' if lo_open else '>='} {lo:g}")
+    if hi is not None and (v > hi or (hi_open and v == hi)):
+        raise _bad(cfg, name, f"must be {'<' if hi_open else '<='} {hi:g}")

@@ -34,6 +34,7 @@ count.
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -52,11 +53,14 @@ __all__ = [
     "collect_parquet",
     "fit_operators",
     "open_client",
+    "shard_progress",
     "user_shards",
 ]
 
 #: Retries of a task that raised (a lost worker's tasks are recomputed regardless).
 RETRIES = 2
+#: Dask's config of the environment its nanny gives a worker process before it starts.
+PRE_SPAWN = "distributed.nanny.pre-spawn-environ"
 
 
 @dataclass(frozen=True)
@@ -64,7 +68,7 @@ class Engine:
     """Where the map-reduce runs: ``workers`` local worker processes (1: in this process,
     no cluster), or the running Dask scheduler at ``cluster`` (``tcp://HOST:PORT``);
     ``shard_users`` users per shard of an in-memory dataset (Parquet files use their row
-    groups); ``progress``: a bar of shards done."""
+    groups); ``progress``: one update per shard done (:func:`shard_progress`)."""
 
     workers: int = 1
     cluster: str | None = None
@@ -115,13 +119,21 @@ def open_client(engine: Engine) -> Iterator[Any]:
         finally:
             client.close()
         return
-    cluster = LocalCluster(
-        n_workers=engine.workers,
-        threads_per_worker=1,
-        processes=True,
-        dashboard_address=None,
-        host="127.0.0.1",
-    )
+    import dask
+
+    # Dask's nanny starts workers with MALLOC_TRIM_THRESHOLD_=65536, which also fixes glibc's
+    # mmap threshold at 128 KiB: every large temporary of a shard's build is then a fresh
+    # mmap, and a worker takes 16x the page faults and about 1.6x the CPU of the same shard
+    # in this process. The workers keep glibc's defaults (as this process), and one thread
+    # each for BLAS/OpenMP (Dask's default: a worker's one task thread).
+    with dask.config.set({f"{PRE_SPAWN}.MALLOC_TRIM_THRESHOLD_": None}):
+        cluster = LocalCluster(
+            n_workers=engine.workers,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+            host="127.0.0.1",
+        )
     try:
         client = Client(cluster)
         try:
@@ -154,6 +166,37 @@ class FitSums:
     samples: int
     clipped: int
     shards: int
+
+
+class _LogLines:
+    """Progress as one log line per shard done (stderr is not a terminal: a log file)."""
+
+    def __init__(self, total: int, desc: str) -> None:
+        self.total, self.desc, self.done = total, desc, 0
+        self.t0 = time.perf_counter()
+
+    def update(self, n: int = 1) -> None:
+        self.done += n
+        elapsed = time.perf_counter() - self.t0
+        print(
+            f"{self.desc}: shard {self.done}/{self.total} done ({elapsed:.0f} s)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def __enter__(self) -> _LogLines:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def shard_progress(total: int, *, desc: str, enabled: bool) -> Any:
+    """Progress per shard: a tqdm bar on a terminal, else one stderr line per shard done;
+    nothing when not ``enabled``."""
+    if enabled and not sys.stderr.isatty():
+        return _LogLines(total, desc)
+    return tqdm(total=total, disable=not enabled, unit="shard", file=sys.stderr, desc=desc)
 
 
 # --------------------------------------------------------------------------- the tasks
@@ -208,7 +251,7 @@ def _map_reduce(
     (each map and each addition one task; the whole tree submitted at once)."""
     from qveil.kfqi import fold_tree
 
-    bar = tqdm(total=len(tasks), disable=not progress, unit="shard", file=sys.stderr, desc=desc)
+    bar = shard_progress(len(tasks), desc=desc, enabled=progress)
     with bar:
         if client is None:
 
@@ -233,9 +276,14 @@ def _map_reduce(
             submit_maps(),
             lambda a, b: client.submit(_add, a, b, pure=False, retries=RETRIES),
         )
-        for _ in as_completed(mapped):
-            bar.update(1)
+        # as_completed holds each map future until it is yielded; the driver keeps none, so
+        # a shard's sums are released as soon as its addition has consumed them (holding
+        # every shard's sums until the end would cost shards x the sums' size)
+        done = as_completed(mapped)
         mapped.clear()
+        for fut in done:
+            bar.update(1)
+            del fut
         return root.result()
 
 
@@ -303,6 +351,37 @@ def fit_operators(
 
 
 # --------------------------------------------------------------------------- collection
+def _in_order(
+    client: Any, tasks: list[tuple[Callable[..., Any], tuple[Any, ...]]]
+) -> Iterator[Any]:
+    """The tasks' results in task order, with at most two tasks per worker thread in
+    flight: a result is released once yielded, so the cluster holds a bounded number of
+    shards however many there are (collected shards are large: all of them held at once
+    would be the whole dataset in the workers' memory)."""
+    from collections import deque
+
+    threads = sum(w.get("nthreads", 1) for w in client.scheduler_info()["workers"].values())
+    window = max(2, 2 * threads)
+    pending: deque[Any] = deque()
+    queue = iter(tasks)
+
+    def top_up() -> None:
+        while len(pending) < window:
+            nxt = next(queue, None)
+            if nxt is None:
+                return
+            fn, args = nxt
+            pending.append(client.submit(fn, *args, pure=False, retries=RETRIES))
+
+    top_up()
+    while pending:
+        fut = pending.popleft()
+        out = fut.result()
+        fut.release()
+        top_up()
+        yield out
+
+
 def _collect_shard(
     env_id: str, first_user: int, users: int, seed: int, opts: dict[str, Any]
 ) -> tuple[tuple[Any, ...], dict[str, Any]]:
@@ -342,9 +421,7 @@ def collect_parquet(
     bounds = list(range(0, users, engine.shard_users)) + [users]
     jobs = [(bounds[i], bounds[i + 1] - bounds[i]) for i in range(len(bounds) - 1)]
     writer: ParquetDatasetWriter | None = None
-    bar = tqdm(
-        total=len(jobs), disable=not engine.progress, unit="shard", file=sys.stderr, desc="collect"
-    )
+    bar = shard_progress(len(jobs), desc="collect", enabled=engine.progress)
     try:
         with open_client(engine) as client, bar:
             if client is None:
@@ -352,13 +429,10 @@ def collect_parquet(
                     _collect_shard(env_id, u0, n, seed, opts) for u0, n in jobs
                 )
             else:
-                futures = [
-                    client.submit(
-                        _collect_shard, env_id, u0, n, seed, opts, pure=False, retries=RETRIES
-                    )
-                    for u0, n in jobs
-                ]
-                results = (f.result() for f in futures)
+                results = _in_order(
+                    client,
+                    [(_collect_shard, (env_id, u0, n, seed, opts)) for u0, n in jobs],
+                )
             for arrays, meta in results:
                 if writer is None:
                     writer = ParquetDatasetWriter(

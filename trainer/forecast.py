@@ -152,9 +152,7 @@ def forecast(
     """The forecast of ``config`` (an fqi config) for N = ``users`` and ``epsilon`` (see the
     module docstring). ``dataset``: a public dataset of the same shape (default: N users of
     the config's environment simulated with the random behaviour policy, ``seed``)."""
-    from qveil.additive import AdditiveSamplePath
     from qveil.bundle import load_bundle
-    from qveil.noise import OUSamplePath
     from qveil.trainer.collect import collect
     from qveil.trainer.estimators import create_estimator
 
@@ -187,8 +185,37 @@ def forecast(
     ceiling = lockstep(env_id, lambda o: np.argmax(b.q_values(_raw(o, b)), axis=1), seeds)
     rng = np.random.default_rng([int(seed), 7])
     floor = lockstep(env_id, lambda o: rng.integers(m, size=len(o)), seeds)
-    private = np.zeros((int(releases), len(seeds)))
-    for r in range(int(releases)):
+    private = _private_returns(b, env_id, seeds, releases=int(releases), seed=int(seed))
+    frac, lo, hi = _bootstrap(ceiling, floor, private)
+    return Forecast(
+        env_id=str(env_id),
+        users=int(users),
+        epsilon=float(epsilon),
+        sigma=sigma,
+        fraction=frac,
+        fraction_lo=lo,
+        fraction_hi=hi,
+        private=float(private.mean()),
+        non_private=float(ceiling.mean()),
+        random=float(floor.mean()),
+        releases=int(releases),
+        episodes=len(seeds),
+        source=source,
+    )
+
+
+def _private_returns(
+    b: Any, env_id: str, seeds: list[int], *, releases: int, seed: int
+) -> FloatArray:
+    """(releases, episodes): the returns of the greedy policy of ``releases`` simulated
+    releases of bundle ``b``, each with fresh seeded noise paths (a forecast spends no
+    privacy: the noise here is simulated, never stored)."""
+    from qveil.additive import AdditiveSamplePath
+    from qveil.noise import OUSamplePath
+
+    sigma, m = float(b.sigma), int(b.n_actions)
+    private = np.zeros((releases, len(seeds)))
+    for r in range(releases):
         paths: list[Any] = [
             AdditiveSamplePath(
                 betas=b.card["betas"], sigma=sigma, rng=np.random.default_rng([seed, r, a])
@@ -206,22 +233,7 @@ def forecast(
             return best
 
         private[r] = lockstep(env_id, noisy, seeds)
-    frac, lo, hi = _bootstrap(ceiling, floor, private)
-    return Forecast(
-        env_id=str(env_id),
-        users=int(users),
-        epsilon=float(epsilon),
-        sigma=sigma,
-        fraction=frac,
-        fraction_lo=lo,
-        fraction_hi=hi,
-        private=float(private.mean()),
-        non_private=float(ceiling.mean()),
-        random=float(floor.mean()),
-        releases=int(releases),
-        episodes=len(seeds),
-        source=source,
-    )
+    return private
 
 
 def _raw(obs: FloatArray, bundle: Any) -> FloatArray:

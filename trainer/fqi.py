@@ -147,13 +147,16 @@ def train_fqi(
             "the grid estimator (1-D states) fits in one process: --workers and --cluster "
             'are for estimator = "kernel"'
         )
-    from qveil.bundle import build_fqi_card, load_bundle, write_grid_bundle
+    return _train_grid(cfg, dataset, Path(out), force=force)
+
+
+def _train_grid(cfg: Any, dataset: Any, out: Path, *, force: bool) -> FQIOutcome:
+    """The 1-D grid estimator: plan, fit, smooth, write and reload the bundle."""
+    from qveil.bundle import load_bundle, write_grid_bundle
     from qveil.fqi import FQISpec, fitted_q
     from qveil.noise import StateInterval
     from qveil.release_map import smoother
-    from qveil.trainer.train import code_version
 
-    out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise InvalidArgument(f"output {str(out)[:80]!r} already exists and is not empty")
     s = np.asarray(dataset.s, dtype=np.float64)
@@ -197,10 +200,30 @@ def train_fqi(
     )
     values = smoother(cfg.grid_points, cfg.smoother_bandwidth) @ q
     seconds = time.perf_counter() - t0
+    card = _grid_card(cfg, dataset, env_id=env_id, interval=iv, result=result, seconds=seconds)
+    path = write_grid_bundle(
+        out,
+        card=card,
+        values=values,
+        config_toml=cfg.replace(beta=result.beta).to_toml(),
+        training_log_rows=[{"iteration": t + 1, "sup_change": d} for t, d in enumerate(deltas)],
+        learning_curve_png=_plot(values, (iv.lo, iv.hi), deltas),
+    )
+    written = load_bundle(path, verify=True)
+    return FQIOutcome(path=path, card=written.card, seconds=seconds, warning=warning)
+
+
+def _grid_card(
+    cfg: Any, dataset: Any, *, env_id: str, interval: Any, result: Any, seconds: float
+) -> dict[str, Any]:
+    """The grid release's card: its privacy numbers copied from the accountant's ``result``."""
+    from qveil.bundle import build_fqi_card
+    from qveil.trainer.train import code_version
+
     fingerprint = dataset.fingerprint() if callable(getattr(dataset, "fingerprint", None)) else ""
-    card = build_fqi_card(
+    return build_fqi_card(
         env_id=env_id,
-        interval=iv,
+        interval=interval,
         privacy_result=result,
         dataset_fingerprint=fingerprint,
         hyperparameters={
@@ -217,19 +240,9 @@ def train_fqi(
         code_version=code_version(),
         extra={
             "release_noise": {"sigma": result.sigma, "beta": result.beta, "source": "OS entropy"},
-            "training": {"samples": int(len(s)), "seconds": round(seconds, 3)},
+            "training": {"samples": int(len(dataset.a)), "seconds": round(seconds, 3)},
         },
     )
-    path = write_grid_bundle(
-        out,
-        card=card,
-        values=values,
-        config_toml=cfg.replace(beta=result.beta).to_toml(),
-        training_log_rows=[{"iteration": t + 1, "sup_change": d} for t, d in enumerate(deltas)],
-        learning_curve_png=_plot(values, (iv.lo, iv.hi), deltas),
-    )
-    written = load_bundle(path, verify=True)
-    return FQIOutcome(path=path, card=written.card, seconds=seconds, warning=warning)
 
 
 def summary(outcome: FQIOutcome) -> str:

@@ -110,27 +110,7 @@ def private_evaluation(
         result, dataset_id=population, bundle_id=f"evaluation:{rid}:{stamp}", created_at=stamp
     )
     records.precheck(population, event)  # before any data is used
-    lo = np.array([iv.lo for iv in box.intervals])
-    hi = np.array([iv.hi for iv in box.intervals])
-
-    def policy(unit: np.ndarray) -> np.ndarray:
-        raw = lo + unit * (hi - lo)
-        states = raw.reshape(-1) if box.dims == 1 else raw
-        return np.asarray(client.best_actions(states), dtype=np.int64).reshape(-1)
-
-    j, per_user = policy_value(
-        dataset.s,
-        dataset.a,
-        dataset.r,
-        dataset.s2,
-        dataset.terminal,
-        dataset.user,
-        policy=policy,
-        n_actions=int(dataset.n_actions),
-        reward_range=rr,
-        box=box,
-        spec=spec,
-    )
+    j = _served_policy_value(client, dataset, box=box, reward_range=rr, spec=spec)
     src = noise if noise is not None else OSEntropy()
     estimate = float(j + result.sigma * float(src.standard_normal()))
     half = Z95 * result.sigma
@@ -157,5 +137,33 @@ def private_evaluation(
         params={k: report[k] for k in ("estimate", "interval95", "epsilon", "delta", "users")},
     )
     report["population_budget"] = records.population_report(population)
-    del per_user
     return report
+
+
+def _served_policy_value(
+    client: Any, dataset: Any, *, box: Any, reward_range: tuple[float, float], spec: Any
+) -> float:
+    """The non-private estimate J of the served release's greedy policy (its best actions,
+    asked of the server) on ``dataset`` (step 3 of the module docstring)."""
+    lo = np.array([iv.lo for iv in box.intervals])
+    hi = np.array([iv.hi for iv in box.intervals])
+
+    def policy(unit: np.ndarray) -> np.ndarray:
+        raw = lo + unit * (hi - lo)
+        states = raw.reshape(-1) if box.dims == 1 else raw
+        return np.asarray(client.best_actions(states), dtype=np.int64).reshape(-1)
+
+    j, _per_user = policy_value(
+        dataset.s,
+        dataset.a,
+        dataset.r,
+        dataset.s2,
+        dataset.terminal,
+        dataset.user,
+        policy=policy,
+        n_actions=int(dataset.n_actions),
+        reward_range=reward_range,
+        box=box,
+        spec=spec,
+    )
+    return float(j)

@@ -301,9 +301,36 @@ def run_training(
     finally:
         info.env.close()
     weights = tr.network.export()
+    card = _algorithm1_card(cfg, info, tr, result, pr, seed=seed)
+    title = f"{cfg.env_id}  mode={cfg.mode}  sigma={pr['sigma']:.4g}"
+    path = write_bundle(
+        out,
+        card=card,
+        weights=weights,
+        config_toml=to_toml(cfg),
+        training_log_rows=tr.log_rows,
+        curve_title=title,
+    )
+    from qveil.bundle import load_bundle
+
+    written = load_bundle(path, verify=True)  # what the server will check, checked now
+    return TrainOutcome(
+        path=path,
+        card=written.card,
+        log_rows=tr.log_rows,
+        seconds=tr.seconds,
+        noise_seconds=float(tr.noise["seconds"]),
+    )
+
+
+def _algorithm1_card(
+    cfg: TrainConfig, info: Any, tr: Any, result: Any, pr: dict[str, Any], *, seed: int | None
+) -> dict[str, Any]:
+    """The card of an Algorithm 1 release: its privacy numbers copied from the accountant's
+    ``result``, the training noise and record from the training result ``tr``."""
     noise = {k: v for k, v in tr.noise.items() if k not in ("seconds", "reset_iterations")}
     noise["reset_iterations"] = tr.noise["reset_iterations"]
-    card = build_card(
+    return build_card(
         env_id=cfg.env_id,
         interval=info.interval,
         actions=info.n_actions,
@@ -337,25 +364,6 @@ def run_training(
                 "source": "seeded PRNG (experiments only)" if seed is not None else "OS entropy",
             },
         },
-    )
-    title = f"{cfg.env_id}  mode={cfg.mode}  sigma={pr['sigma']:.4g}"
-    path = write_bundle(
-        out,
-        card=card,
-        weights=weights,
-        config_toml=to_toml(cfg),
-        training_log_rows=tr.log_rows,
-        curve_title=title,
-    )
-    from qveil.bundle import load_bundle
-
-    written = load_bundle(path, verify=True)  # what the server will check, checked now
-    return TrainOutcome(
-        path=path,
-        card=written.card,
-        log_rows=tr.log_rows,
-        seconds=tr.seconds,
-        noise_seconds=float(tr.noise["seconds"]),
     )
 
 

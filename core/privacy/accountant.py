@@ -160,67 +160,14 @@ def _account_training(p: PrivacyParams) -> PrivacyResult:
     c = theorem5_C(lr=p.lr, k=p.k, batch_size=p.batch_size, lipschitz=p.lipschitz)
     c *= p.reward_sensitivity**2  # every sensitivity is linear in ||r - r'||_inf
     sens = math.sqrt(c)
-    bound_e = LEMMA8_CONSTANT * math.sqrt(beta) * sigma
     reasons: list[str] = []
     if not p.plain_sgd:
         reasons.append(
             "the optimiser is not plain SGD with step alpha, so Theorem 5's "
             "per-step sensitivity sqrt(C) does not apply"
         )
-    mu: float | None
-    if p.mode == "paper":
-        mu = None
-        eps = theorem5_epsilon(sigma=sigma, delta=p.delta, mechanisms=n, C=c)
-        margin = 2.0 * p.k - bound_e
-        if margin <= 0.0:
-            reasons.append(
-                f"Lemma 8's condition 2k > 8.68 sqrt(beta) sigma fails: 2k = {2 * p.k:.6g} "
-                f"<= 8.68 * sqrt({beta:.6g}) * {sigma:.6g} = {bound_e:.6g}, so Theorem 5 "
-                f"gives no guarantee"
-            )
-            dg = None
-        else:
-            dg = lemma8_paper_delta(margin=margin, resets=p.resets)
-        # Soundness check: T' Gaussian mechanisms of sensitivity sqrt(C) are exactly
-        # mu-GDP, and that curve is tight, so no valid accounting of the proof's own
-        # mechanisms can give a smaller epsilon. The closed form drops the T'C/(2 sigma^2)
-        # term of the proof's derivation and falls below it when mu is large.
-        eps_exact = gdp_epsilon(delta=p.delta, mu=math.sqrt(n) * sens / sigma)
-        if eps < eps_exact:
-            reasons.append(
-                f"Theorem 5's closed form gives epsilon {eps:.6g}, below the exact epsilon "
-                f"{eps_exact:.6g} of {n} Gaussian mechanisms with the per-step sensitivity its "
-                f"proof assumes (the closed form drops the T'C/(2 sigma^2) term of the proof's "
-                f"derivation), so the claim cannot hold here"
-            )
-        basis = (
-            f"Theorem 5 of Wang & Hegde (2019) as stated (its claim; proof has open gaps, "
-            f"docs/privacy.md): {n} mechanisms ({p.updates} SGD updates + 1 release) of "
-            f"RKHS sensitivity sqrt(C) = {sens:.4g} (||r-r'||_inf <= "
-            f"{p.reward_sensitivity:g}, L = {p.lipschitz:g}, plain SGD), delta_total with "
-            f"Lemma 8's tail in Appendix E.3's form 1-(1-p)^J, J = {p.resets}." + ONE_STORE
-        )
-    else:
-        mu = math.sqrt(n) * sens / sigma
-        eps = gdp_epsilon(delta=p.delta, mu=mu)
-        margin = p.k - bound_e
-        if margin <= 0.0:
-            reasons.append(
-                f"the noise bound |g| <= k needed for the per-step sensitivity fails: k = "
-                f"{p.k:.6g} <= 8.68 * sqrt({beta:.6g}) * {sigma:.6g} = {bound_e:.6g} "
-                f"(Lemma 8's bound on E[sup g])"
-            )
-            dg = None
-        else:
-            dg = lemma8_borell_delta(margin=margin, sigma=sigma, resets=p.resets)
-        basis = (
-            f"Exact mu-GDP composition (Dong, Roth & Su 2019) of {n} Gaussian process "
-            f"mechanisms ({p.updates} SGD updates + 1 release) with Theorem 5's per-step "
-            f"RKHS sensitivity sqrt(C) = {sens:.4g} (||r-r'||_inf <= "
-            f"{p.reward_sensitivity:g}, L = {p.lipschitz:g}, plain SGD; inherits that "
-            f"proof's gaps), plus J = {p.resets} paths bounded by k via Lemma 8's mean "
-            f"bound and the Borell-TIS tail." + ONE_STORE
-        )
+    terms = _paper_terms if p.mode == "paper" else _gdp_terms
+    eps, mu, margin, dg, basis = terms(p, n=n, c=c, beta=beta, reasons=reasons)
     delta_total = None if dg is None else p.delta + dg
     if delta_total is not None and delta_total >= 1.0:
         reasons.append(f"delta_total = {delta_total:.6g} >= 1: the guarantee is vacuous")
@@ -244,6 +191,78 @@ def _account_training(p: PrivacyParams) -> PrivacyResult:
         lemma8_margin=margin,
         epsilon_if_conditions_held=None if holds else eps,
     )
+
+
+def _paper_terms(
+    p: PrivacyParams, *, n: int, c: float, beta: float, reasons: list[str]
+) -> tuple[float, float | None, float, float | None, str]:
+    """Theorem 5 as stated: (epsilon, mu = None, Lemma 8's margin, its delta term or None, basis);
+    a failed condition is appended to ``reasons``."""
+    assert p.sigma is not None
+    sigma, sens = p.sigma, math.sqrt(c)
+    bound_e = LEMMA8_CONSTANT * math.sqrt(beta) * sigma
+    eps = theorem5_epsilon(sigma=sigma, delta=p.delta, mechanisms=n, C=c)
+    margin = 2.0 * p.k - bound_e
+    if margin <= 0.0:
+        reasons.append(
+            f"Lemma 8's condition 2k > 8.68 sqrt(beta) sigma fails: 2k = {2 * p.k:.6g} "
+            f"<= 8.68 * sqrt({beta:.6g}) * {sigma:.6g} = {bound_e:.6g}, so Theorem 5 "
+            f"gives no guarantee"
+        )
+        dg = None
+    else:
+        dg = lemma8_paper_delta(margin=margin, resets=p.resets)
+    # Soundness check: T' Gaussian mechanisms of sensitivity sqrt(C) are exactly
+    # mu-GDP, and that curve is tight, so no valid accounting of the proof's own
+    # mechanisms can give a smaller epsilon. The closed form drops the T'C/(2 sigma^2)
+    # term of the proof's derivation and falls below it when mu is large.
+    eps_exact = gdp_epsilon(delta=p.delta, mu=math.sqrt(n) * sens / sigma)
+    if eps < eps_exact:
+        reasons.append(
+            f"Theorem 5's closed form gives epsilon {eps:.6g}, below the exact epsilon "
+            f"{eps_exact:.6g} of {n} Gaussian mechanisms with the per-step sensitivity its "
+            f"proof assumes (the closed form drops the T'C/(2 sigma^2) term of the proof's "
+            f"derivation), so the claim cannot hold here"
+        )
+    basis = (
+        f"Theorem 5 of Wang & Hegde (2019) as stated (its claim; proof has open gaps, "
+        f"docs/privacy.md): {n} mechanisms ({p.updates} SGD updates + 1 release) of "
+        f"RKHS sensitivity sqrt(C) = {sens:.4g} (||r-r'||_inf <= "
+        f"{p.reward_sensitivity:g}, L = {p.lipschitz:g}, plain SGD), delta_total with "
+        f"Lemma 8's tail in Appendix E.3's form 1-(1-p)^J, J = {p.resets}." + ONE_STORE
+    )
+    return eps, None, margin, dg, basis
+
+
+def _gdp_terms(
+    p: PrivacyParams, *, n: int, c: float, beta: float, reasons: list[str]
+) -> tuple[float, float | None, float, float | None, str]:
+    """Exact mu-GDP composition: (epsilon, mu, the noise bound's margin, its delta term or None,
+    basis); a failed condition is appended to ``reasons``."""
+    assert p.sigma is not None
+    sigma, sens = p.sigma, math.sqrt(c)
+    bound_e = LEMMA8_CONSTANT * math.sqrt(beta) * sigma
+    mu = math.sqrt(n) * sens / sigma
+    eps = gdp_epsilon(delta=p.delta, mu=mu)
+    margin = p.k - bound_e
+    if margin <= 0.0:
+        reasons.append(
+            f"the noise bound |g| <= k needed for the per-step sensitivity fails: k = "
+            f"{p.k:.6g} <= 8.68 * sqrt({beta:.6g}) * {sigma:.6g} = {bound_e:.6g} "
+            f"(Lemma 8's bound on E[sup g])"
+        )
+        dg = None
+    else:
+        dg = lemma8_borell_delta(margin=margin, sigma=sigma, resets=p.resets)
+    basis = (
+        f"Exact mu-GDP composition (Dong, Roth & Su 2019) of {n} Gaussian process "
+        f"mechanisms ({p.updates} SGD updates + 1 release) with Theorem 5's per-step "
+        f"RKHS sensitivity sqrt(C) = {sens:.4g} (||r-r'||_inf <= "
+        f"{p.reward_sensitivity:g}, L = {p.lipschitz:g}, plain SGD; inherits that "
+        f"proof's gaps), plus J = {p.resets} paths bounded by k via Lemma 8's mean "
+        f"bound and the Borell-TIS tail." + ONE_STORE
+    )
+    return eps, mu, margin, dg, basis
 
 
 def _output_beta(p: PrivacyParams) -> float:

@@ -27,7 +27,7 @@ Pure functions of public parameters: no I/O, no randomness.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +44,9 @@ if TYPE_CHECKING:
     from qveil.privacy.kfqi import KernelFQIPrivacyParams
 
 __all__ = [
+    "check_noise",
+    "check_relation",
+    "value_scale",
     "accounted",
     "BASIS",
     "FQIPrivacyParams",
@@ -94,6 +97,43 @@ def sup_sensitivity(
     raise InvalidArgument(f"neighbour must be user or reward, got {neighbour!r:.80}")
 
 
+def check_relation(p: Any, integers: Sequence[str]) -> None:
+    """Validate and normalise, on the frozen params ``p`` of either fqi estimator, the fields
+    they share: the neighbour relation, the counts ``integers`` (each >= 1), reward_range and
+    gamma."""
+    if p.neighbour not in NEIGHBOURS:
+        raise InvalidArgument(
+            f"neighbour must be one of {', '.join(NEIGHBOURS)}, got {p.neighbour!r:.80}"
+        )
+    for name in integers:
+        v = getattr(p, name)
+        if isinstance(v, bool) or not isinstance(v, int | float) or int(v) != v or v < 1:
+            raise InvalidArgument(f"{name} must be an integer >= 1, got {v!r:.80}")
+        object.__setattr__(p, name, int(v))
+    rr = p.reward_range
+    if not isinstance(rr, list | tuple) or len(rr) != 2:
+        raise InvalidArgument(f"reward_range must be [lo, hi], got {rr!r:.80}")
+    lo, hi = _num("reward_range[0]", rr[0]), _num("reward_range[1]", rr[1])
+    if not lo < hi:
+        raise InvalidArgument(f"reward_range must have lo < hi, got [{lo:g}, {hi:g}]")
+    object.__setattr__(p, "reward_range", (lo, hi))
+    object.__setattr__(p, "gamma", _num("gamma", p.gamma, lo=0.0, lo_open=False, hi=1.0))
+
+
+def check_noise(p: Any) -> None:
+    """Validate delta in [0, 1] and sigma >= 0 (when set) on the frozen params ``p``."""
+    object.__setattr__(p, "delta", _num("delta", p.delta, lo=0.0, hi=1.0))
+    if p.sigma is not None:
+        object.__setattr__(p, "sigma", _num("sigma", p.sigma, lo=0.0))
+
+
+def value_scale(reward_range: tuple[float, float], gamma: float) -> float:
+    """r0 / (1 - gamma): the width of the range [min(lo, 0), max(hi, 0)] / (1 - gamma) every
+    Q_t lies in."""
+    lo, hi = reward_range
+    return (max(hi, 0.0) - min(lo, 0.0)) / (1.0 - gamma)
+
+
 @dataclass(frozen=True, kw_only=True)
 class FQIPrivacyParams:
     """Everything the fqi accountant needs (all public; validated; JSON round-trippable).
@@ -116,40 +156,21 @@ class FQIPrivacyParams:
     def __post_init__(self) -> None:
         if self.mode != "fqi":
             raise InvalidArgument(f"FQIPrivacyParams is for mode fqi, got {self.mode!r:.80}")
-        if self.neighbour not in NEIGHBOURS:
-            raise InvalidArgument(
-                f"neighbour must be one of {', '.join(NEIGHBOURS)}, got {self.neighbour!r:.80}"
-            )
-        for name in ("users", "iterations", "actions", "grid_points"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int | float) or int(v) != v or v < 1:
-                raise InvalidArgument(f"{name} must be an integer >= 1, got {v!r:.80}")
-            object.__setattr__(self, name, int(v))
+        check_relation(self, ("users", "iterations", "actions", "grid_points"))
         if self.grid_points < 2:
             raise InvalidArgument(f"grid_points must be >= 2, got {self.grid_points}")
-        rr = self.reward_range
-        if not isinstance(rr, list | tuple) or len(rr) != 2:
-            raise InvalidArgument(f"reward_range must be [lo, hi], got {rr!r:.80}")
-        lo, hi = _num("reward_range[0]", rr[0]), _num("reward_range[1]", rr[1])
-        if not lo < hi:
-            raise InvalidArgument(f"reward_range must have lo < hi, got [{lo:g}, {hi:g}]")
-        object.__setattr__(self, "reward_range", (lo, hi))
-        object.__setattr__(self, "gamma", _num("gamma", self.gamma, lo=0.0, lo_open=False, hi=1.0))
         object.__setattr__(
             self,
             "smoother_bandwidth",
             _num("smoother_bandwidth", self.smoother_bandwidth, lo=0.0, lo_open=False),
         )
         object.__setattr__(self, "beta", _num("beta", self.beta, lo=0.0))
-        object.__setattr__(self, "delta", _num("delta", self.delta, lo=0.0, hi=1.0))
-        if self.sigma is not None:
-            object.__setattr__(self, "sigma", _num("sigma", self.sigma, lo=0.0))
+        check_noise(self)
 
     @property
     def value_scale(self) -> float:
         """r0 / (1 - gamma): the width of the range every Q_t lies in (qveil.fqi.q_range)."""
-        lo, hi = self.reward_range
-        return (max(hi, 0.0) - min(lo, 0.0)) / (1.0 - self.gamma)
+        return value_scale(self.reward_range, self.gamma)
 
     def replace(self, **changes: Any) -> FQIPrivacyParams:
         return replace(self, **changes)

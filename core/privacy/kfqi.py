@@ -27,12 +27,14 @@ from typing import Any
 from qveil.errors import InvalidArgument
 from qveil.privacy.checks import number as _num
 from qveil.privacy.fqi import (
-    NEIGHBOURS,
     FQIPrivacyResult,
     accounted,
     calibrated,
+    check_noise,
+    check_relation,
     joint_sensitivity,
     params_from_dict,
+    value_scale,
 )
 
 __all__ = [
@@ -92,23 +94,9 @@ class KernelFQIPrivacyParams:
     def __post_init__(self) -> None:
         if self.mode != "fqi" or self.estimator != "kernel":
             raise InvalidArgument("KernelFQIPrivacyParams is for mode fqi, estimator kernel")
-        if self.neighbour not in NEIGHBOURS:
-            raise InvalidArgument(
-                f"neighbour must be one of {', '.join(NEIGHBOURS)}, got {self.neighbour!r:.80}"
-            )
-        for name in ("users", "iterations", "actions", "dims", "anchor_points", "inducing_points"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int | float) or int(v) != v or v < 1:
-                raise InvalidArgument(f"{name} must be an integer >= 1, got {v!r:.80}")
-            object.__setattr__(self, name, int(v))
-        rr = self.reward_range
-        if not isinstance(rr, list | tuple) or len(rr) != 2:
-            raise InvalidArgument(f"reward_range must be [lo, hi], got {rr!r:.80}")
-        lo, hi = _num("reward_range[0]", rr[0]), _num("reward_range[1]", rr[1])
-        if not lo < hi:
-            raise InvalidArgument(f"reward_range must have lo < hi, got [{lo:g}, {hi:g}]")
-        object.__setattr__(self, "reward_range", (lo, hi))
-        object.__setattr__(self, "gamma", _num("gamma", self.gamma, lo=0.0, lo_open=False, hi=1.0))
+        check_relation(
+            self, ("users", "iterations", "actions", "dims", "anchor_points", "inducing_points")
+        )
         b = self.betas
         if not isinstance(b, list | tuple) or len(b) != self.dims:
             raise InvalidArgument(f"betas must be {self.dims} numbers, got {b!r:.80}")
@@ -116,15 +104,12 @@ class KernelFQIPrivacyParams:
             self, "betas", tuple(_num(f"betas[{j}]", v, lo=0.0) for j, v in enumerate(b))
         )
         object.__setattr__(self, "lam", _num("lam", self.lam, lo=0.0))
-        object.__setattr__(self, "delta", _num("delta", self.delta, lo=0.0, hi=1.0))
-        if self.sigma is not None:
-            object.__setattr__(self, "sigma", _num("sigma", self.sigma, lo=0.0))
+        check_noise(self)
 
     @property
     def value_scale(self) -> float:
         """r0 / (1 - gamma): the width of the range every Q_t lies in."""
-        lo, hi = self.reward_range
-        return (max(hi, 0.0) - min(lo, 0.0)) / (1.0 - self.gamma)
+        return value_scale(self.reward_range, self.gamma)
 
     @property
     def kappa(self) -> float:

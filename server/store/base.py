@@ -53,6 +53,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
+from functools import partial
 from itertools import repeat
 from typing import Any, Protocol
 
@@ -357,7 +358,6 @@ class SamplePathStore(ABC):
         self._states_guard = threading.Lock()
         self._closed = False
         self._insert_hook: Callable[[str, int, list[InsertRecord]], None] | None = None
-        self._serialize = True  # False only in the test-only broken mode
         self._drawn = 0  # new points this object committed (metrics)
         self._drawn_guard = threading.Lock()
         self._pre_read_always = True
@@ -930,11 +930,6 @@ class SamplePathStore(ABC):
         """
         rid = rel.release_id
         sts = {a: self._state(rid, a) for a in wants}
-        if not self._serialize:  # test-only broken mode: no lock at all, one txn per action
-            for a, xs in wants.items():
-                self._store_batch({(rid, a): xs}, {rid: rel})
-                sts[a].check()
-            return
         if not self.coalesce:
             self._store_batch({(rid, a): xs for a, xs in wants.items()}, {rid: rel})
             for st in sts.values():
@@ -984,7 +979,7 @@ class SamplePathStore(ABC):
         lost race. Points of one action are drawn in order, each conditioned on
         every point stored before it or earlier in the batch (:meth:`_draw`)."""
         keys = sorted(batch)
-        locks = [_process_lock(self._identity, r, a) for r, a in keys] if self._serialize else []
+        locks = self._path_locks(keys)
         for lk in locks:
             lk.acquire()
         try:
@@ -1005,7 +1000,7 @@ class SamplePathStore(ABC):
             if st.broken is None and (st.hw == 0 or self._pre_read_always):
                 # committed rows this process has not seen yet, read without the write lock
                 # (on first touch this loads the whole action; later, other writers' rows)
-                self._catch_up(st, lambda k=k, st=st: self._db_fetch_since(k[0], k[1], st.hw))
+                self._catch_up(st, partial(self._db_fetch_since, k[0], k[1], st.hw))
         # a path whose log was refused is left out; its callers get the IntegrityError, the
         # other paths of the batch are stored
         keys = [k for k in keys if sts[k].broken is None]
@@ -1023,7 +1018,7 @@ class SamplePathStore(ABC):
                     for k in sorted(todo):
                         st = sts[k]
                         if tok is None or st.version != tok:
-                            self._catch_up(st, lambda k=k, st=st: tx.fetch_since(k[0], k[1], st.hw))
+                            self._catch_up(st, partial(tx.fetch_since, k[0], k[1], st.hw))
                             if st.broken is not None:
                                 continue  # refused: nothing drawn for it
                         new = [v for v in todo[k] if v not in st.values]
@@ -1041,10 +1036,7 @@ class SamplePathStore(ABC):
                 for k in todo:
                     st = sts[k]
                     if k in drawn:
-                        if self._serialize:
-                            self._apply(st, drawn[k][0])
-                        else:  # broken mode: seqs were taken from the database head
-                            self._apply(st, self._db_fetch_since(k[0], k[1], st.hw))
+                        self._apply_committed(k, st, drawn[k][0])
                     # complete as of tok: re-read in the transaction, or nobody else wrote
                     # since, and our own rows are applied
                     st.version = tok
@@ -1064,6 +1056,21 @@ class SamplePathStore(ABC):
             f"store: could not commit new noise points of {where} "
             f"after {MAX_ATTEMPTS} attempts ({last}); nothing was answered"
         )
+
+    def _path_locks(self, keys: Sequence[tuple[str, int]]) -> list[threading.Lock]:
+        """The process-wide locks of the (release, path) ``keys`` (sorted), taken in order
+        around a write transaction (the backend's cross-process locks are taken inside)."""
+        return [_process_lock(self._identity, r, a) for r, a in keys]
+
+    def _chain_tail(
+        self, release_id: str, st: _ActionState, path: int, tx: WriteTxn
+    ) -> tuple[int, bytes]:
+        """(seq, hash) the path's new rows chain onto: the copy's, complete under the lock."""
+        return st.hw, st.head
+
+    def _apply_committed(self, key: tuple[str, int], st: _ActionState, rows: list[Row]) -> None:
+        """Add a committed transaction's own rows of one path to its copy."""
+        self._apply(st, rows)
 
     def _draw(
         self,
@@ -1092,11 +1099,7 @@ class SamplePathStore(ABC):
         g, seen_l, seen_r = sample_batch(
             x, lx, lg, rx, rg, beta=rel.path_beta(a), sigma=rel.sigma, z=z
         )
-        if self._serialize:
-            seq, prev = st.hw, st.head
-        else:  # test-only broken mode: trust whatever the head is right now
-            seq, head = tx.head(rel.release_id, a)
-            prev = bytes.fromhex(head) if head else self._hasher.genesis(rel.release_id, a)
+        seq, prev = self._chain_tail(rel.release_id, st, a, tx)
         xl = new
         gl: list[float] = g.tolist()
         hashes = self._hasher.links(prev, seq, xl, gl)

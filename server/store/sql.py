@@ -30,7 +30,6 @@ import json
 import os
 import sqlite3
 import threading
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
@@ -137,7 +136,8 @@ class _SqlTxn:
         if st._since_sql is not None:  # SQLite: the compiled Core select on the raw cursor
             cur = self._conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
             try:
-                return cur.execute(st._since_sql, (release_id, a, j, hw)).fetchall()
+                rows: Sequence[Row] = cur.execute(st._since_sql, (release_id, a, j, hw)).fetchall()
+                return rows
             finally:
                 cur.close()
         res = self._conn.execute(st._q_since, {"r": release_id, "a": a, "j": j, "hw": hw})
@@ -146,14 +146,6 @@ class _SqlTxn:
     def head(self, release_id: str, action: int) -> tuple[int, str | None]:
         a, j = self._store._split(release_id, action)
         params = {"r": release_id, "a": a, "j": j}
-        if not self._store._serialize:
-            # test-only broken mode: the driver's implicit BEGIN starts here, at the first
-            # write, so the seq/head below are current but the neighbours were read before
-            # (the 2 ms pause only widens that race window, so a short test shows it)
-            time.sleep(0.002)
-            self._conn.execute(
-                sa.update(REL).where(REL.c.release_id == release_id).values(status=REL.c.status)
-            )
         row = self._conn.execute(self._store._q_head, params).first()
         return (0, None) if row is None else (int(row[0]), row[1])
 
@@ -185,12 +177,9 @@ class _SqlTxn:
                 for r, p, s, x, g, c, h in rows
             ],
         )
-        if st._serialize:  # PostgreSQL: RETURNING lists the rows actually inserted
-            self._inserted = len(res.all())
+        self._inserted = len(res.all())  # PostgreSQL: RETURNING lists the rows inserted
 
     def confirm(self, rows: Sequence[FullRow]) -> bool:
-        if not self._store._serialize:
-            return True
         if self._inserted == len(rows):  # every row is ours (SQLite row count, PG RETURNING)
             return True
         # something was skipped by ON CONFLICT DO NOTHING: re-select to say what (then retry)
@@ -221,7 +210,6 @@ class SQLStore(SamplePathStore):
         new_ok: bool = True,
         busy_timeout: float = 30.0,
         pool_size: int = 4,
-        _unsafe_deferred_begin: bool = False,
     ) -> None:
         try:
             u = make_url(url)
@@ -279,26 +267,11 @@ class SQLStore(SamplePathStore):
         # on first touch (a write transaction that writes nothing costs no fsync there)
         self._pre_read_always = self.backend == "postgresql"
         self._url = u
-        self._serialize = not _unsafe_deferred_begin
-        if _unsafe_deferred_begin and self.backend != "sqlite":
-            raise InvalidArgument("the broken test mode exists for SQLite only")
         self._build_statements()
         try:
             with self._translated("open"):
                 if self.backend == "sqlite":
-                    self._writer = self._sqlite_engine(
-                        pool_size=1 if self._serialize else pool_size,
-                        begin=self._serialize,
-                        implicit=not self._serialize,
-                    )
-                    self._reader = self._sqlite_engine(
-                        pool_size=pool_size, begin=False, implicit=False
-                    )
-                    mig = (
-                        self._writer
-                        if self._serialize
-                        else self._sqlite_engine(pool_size=1, begin=True, implicit=False)
-                    )
+                    self._writer, self._reader, mig = self._sqlite_engines(pool_size)
                 else:
                     # no pre-ping (a round trip per checkout): a dead pooled connection
                     # fails its statement, is invalidated, and the operation is retried
@@ -341,8 +314,17 @@ class SQLStore(SamplePathStore):
         self._engines.append(eng)
         return eng
 
+    def _sqlite_engines(self, pool_size: int) -> tuple[sa.Engine, sa.Engine, sa.Engine]:
+        """(writer, reader, migrations): the one writer connection, BEGIN IMMEDIATE (every
+        write transaction holds the file's write lock from its first statement), also
+        migrating; a pool of readers."""
+        writer = self._sqlite_engine(pool_size=1, begin=True, implicit=False)
+        reader = self._sqlite_engine(pool_size=pool_size, begin=False, implicit=False)
+        return writer, reader, writer
+
     def _sqlite_engine(self, *, pool_size: int, begin: bool, implicit: bool) -> sa.Engine:
-        """``implicit=True`` keeps the driver's own deferred BEGIN (test-only broken mode)."""
+        """A SQLite engine with qveil's pragmas; ``begin``: BEGIN IMMEDIATE; ``implicit``:
+        keep the driver's own deferred BEGIN instead of ours (``isolation_level``)."""
         args: dict[str, Any] = {"timeout": self._busy, "check_same_thread": False}
         if not implicit:
             args["isolation_level"] = None
@@ -387,7 +369,7 @@ class SQLStore(SamplePathStore):
                     "synchronous": cur.execute("PRAGMA synchronous").fetchone()[0],
                     "busy_timeout_ms": cur.execute("PRAGMA busy_timeout").fetchone()[0],
                     "driver_isolation_level": getattr(dbapi, "isolation_level", "?"),
-                    "begin": "IMMEDIATE" if self._serialize else "driver-implicit DEFERRED",
+                    "begin": self._begin_mode,
                 }
                 cur.close()
             bad = []
@@ -397,7 +379,7 @@ class SQLStore(SamplePathStore):
                 bad.append(f"synchronous={s['synchronous']} (need FULL=2 or EXTRA=3)")
             if int(s["busy_timeout_ms"]) <= 0:
                 bad.append("busy_timeout is 0")
-            if self._serialize and s["driver_isolation_level"] is not None:
+            if self._begin_mode == "IMMEDIATE" and s["driver_isolation_level"] is not None:
                 bad.append("the driver's implicit transactions are enabled")
         else:
             with self._writer.connect() as conn:
@@ -449,13 +431,9 @@ class SQLStore(SamplePathStore):
         self._q_action = select(NP.c.action, NP.c.coordinate, *cols).where(*mine).order_by(NP.c.seq)
         self._q_lock = select(func.pg_advisory_xact_lock(bindparam("k", type_=sa.BigInteger)))
         ins: Any = sqlite_insert if self.backend == "sqlite" else pg_insert
-        self._ins_points: Any
-        if self._serialize:
-            self._ins_points = ins(NP).on_conflict_do_nothing()
-            if self.backend == "postgresql":  # one multi-row INSERT ... RETURNING per batch
-                self._ins_points = self._ins_points.returning(NP.c.seq)
-        else:  # broken mode: a conflict raises and the attempt is retried
-            self._ins_points = sa.insert(NP)
+        self._ins_points: Any = self._points_insert()
+        if self.backend == "postgresql":  # one multi-row INSERT ... RETURNING per batch
+            self._ins_points = self._ins_points.returning(NP.c.seq)
         # RETURNING: the row count of INSERT .. ON CONFLICT DO NOTHING is not reliable through
         # every driver (psycopg reports -1 here); a returned key means "inserted"
         self._ins_release = ins(REL).on_conflict_do_nothing().returning(REL.c.release_id)
@@ -480,15 +458,22 @@ class SQLStore(SamplePathStore):
 
     # -- error translation ----------------------------------------------------------------
 
-    def _map(self, exc: sa.exc.DBAPIError, what: str) -> Exception:
+    #: how a SQLite write transaction begins (reported in ``settings``)
+    _begin_mode = "IMMEDIATE"
+
+    def _points_insert(self) -> Any:
+        """The insert of new rows: a row already there is skipped (ON CONFLICT DO NOTHING),
+        which :meth:`_SqlTxn.confirm` then finds (a lost race, retried)."""
+        ins: Any = sqlite_insert if self.backend == "sqlite" else pg_insert
+        return ins(NP).on_conflict_do_nothing()
+
+    def _map(self, exc: sa.exc.StatementError, what: str) -> Exception:
         orig = exc.orig
         where = f"noise store {self._identity}"
         if self.backend == "sqlite":
             name = getattr(orig, "sqlite_errorname", "") or ""
             msg = str(orig)
             if isinstance(exc, sa.exc.IntegrityError):
-                if not self._serialize:
-                    return Retry(msg)
                 return IntegrityError(f"{where}: constraint violated during {what}: {msg}")
             if name == "SQLITE_FULL" or "disk is full" in msg:
                 return Unavailable(
@@ -542,7 +527,7 @@ class SQLStore(SamplePathStore):
     @contextmanager
     def _write(self, what: str, lock_keys: Sequence[int] = ()) -> Iterator[sa.Connection]:
         """One write transaction: commit (durably) on clean exit, roll back otherwise."""
-        if self.backend == "sqlite" and self._serialize:
+        if self.backend == "sqlite":
             # the one writer connection of this store, kept checked out (no pool round trip
             # per transaction); dropped and reopened after any error
             with self._writer_lock:
@@ -655,14 +640,17 @@ class SQLStore(SamplePathStore):
     def _txn(self, keys: Sequence[tuple[str, int]]) -> Iterator[_SqlTxn]:
         lock_keys = sorted({advisory_key(r, a) for r, a in keys})
         with self._write("store new noise points", lock_keys) as conn:
-            version: object | None = None
-            if self.backend == "sqlite" and self._serialize:
-                # under BEGIN IMMEDIATE: changes only when another connection committed
-                dv = conn.connection.dbapi_connection.execute(  # type: ignore[union-attr]
-                    "PRAGMA data_version"
-                ).fetchone()[0]
-                version = (self._wepoch, dv)
-            yield _SqlTxn(self, conn, version)
+            yield self._new_txn(conn)
+
+    def _new_txn(self, conn: sa.Connection) -> _SqlTxn:
+        version: object | None = None
+        if self.backend == "sqlite":
+            # under BEGIN IMMEDIATE: changes only when another connection committed
+            dv = conn.connection.dbapi_connection.execute(  # type: ignore[union-attr]
+                "PRAGMA data_version"
+            ).fetchone()[0]
+            version = (self._wepoch, dv)
+        return _SqlTxn(self, conn, version)
 
     def _db_iter_rows(self, release_id: str, action: int | None) -> Iterator[tuple[int, Row]]:
         q = self._q_all if action is None else self._q_action

@@ -1,4 +1,6 @@
-"""qveil's own result types for the API (the SDK never hands out generated protobuf classes)."""
+"""The API's types: frozen dataclasses that both the server and the SDK speak (the SDK never
+hands out generated protobuf classes, and the server builds its answers from these).
+``qveil.common.serde`` maps each to its protobuf message and back."""
 
 from __future__ import annotations
 
@@ -45,7 +47,7 @@ class Release:
     q_bound: float | None
     value_grid: float
     card: dict[str, Any] = field(default_factory=dict)
-    #: state coordinates (issue 16): 1 for a 1-D release; for d > 1, ``state_intervals`` and
+    #: state coordinates: 1 for a 1-D release; for d > 1, ``state_intervals`` and
     #: ``betas`` hold one entry per coordinate (``state_interval``, ``beta``: the first one's)
     dims: int = 1
     state_intervals: tuple[tuple[float, float], ...] = ()

@@ -1,14 +1,15 @@
 """The model ``qveil`` of the Open Inference Protocol (KServe v2), transport-independent.
 
-Both v2 bindings (gRPC: ``qveil.server.oip_grpc``; REST/JSON: ``qveil.server.oip_rest``)
-decode their request into :class:`InferRequest` and call :meth:`OIPModel.infer`, which calls
-the ONE set of handlers that ValueService uses (``Handlers.get_values``,
+Both v2 bindings (gRPC: ``qveil.server.protocol.grpc.v2_servicer``; REST/JSON:
+``qveil.server.protocol.rest.v2_endpoints``) decode their request into :class:`InferRequest`
+and call the data plane's ``infer``, which calls :meth:`OIPModel.infer` on the ONE query
+service that ValueService uses (``Handlers.get_values``,
 ``Handlers.get_best_actions``, ``Handlers.get_action_values``): the same validation, the same
 stored noise, the same value grid, the same limits. Nothing here touches the store.
 
-The model (issue 17)::
+The model::
 
-    input  STATE        FP64  [n, d]   d = the release's state coordinates (issue 16)
+    input  STATE        FP64  [n, d]   d = the release's state coordinates
     input  ACTION       INT64 [n]      optional: one action per state
     output Q            FP64  [n, m]   all actions; [n] (Q[i, ACTION[i]]) when ACTION is given
     output BEST_ACTION  INT64 [n]      argmax of the released values (ties: lowest action)
@@ -32,8 +33,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from qveil.errors import NotFound, Unavailable
-from qveil.server.errors import bad_argument
+from qveil.errors import NotFound, Unavailable, bad_argument
 from qveil.server.handlers import Handlers
 
 __all__ = [
@@ -153,7 +153,7 @@ class OIPModel:
         self.check_model(name, version)
         rel = self.h.holder.current()
         m = int(rel.bundle.n_actions)
-        d = int(rel.bundle.dims)  # d > 1: a release of d state coordinates (issue 16)
+        d = int(rel.bundle.dims)  # d > 1: a release of d state coordinates
         return {
             "name": MODEL_NAME,
             "versions": [rel.release_id],
@@ -218,7 +218,7 @@ class OIPModel:
                 field="inputs[STATE].shape",
                 reason="WRONG_SHAPE",
             )
-        states = np.asarray(st.data, dtype=np.float64).reshape(-1)
+        states: npt.NDArray[np.float64] = np.asarray(st.data, dtype=np.float64).reshape(-1)
         if d > 1:
             states = states.reshape(-1, d)
         actions = None

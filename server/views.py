@@ -1,8 +1,9 @@
-"""Domain objects (bundle, store records, integrity reports) -> the API's types.
+"""The API's view of the server's domain objects (bundle, store records, integrity reports).
 
-The API types and their protobuf mapping live in ``qveil.client.types`` / ``qveil.client.convert``
-(one mapping shared by server and SDK); this module only builds those types from the
-server-side domain objects, so generated classes never reach the store or the bundle code.
+The API types and their protobuf mapping live in the wire layer (``qveil.common.typing`` /
+``qveil.common.serde``, one mapping shared by server and SDK); this module only builds those
+types from the server-side domain objects, so generated classes never reach the store or the
+bundle code.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import math
 from datetime import UTC, datetime
 from typing import Any
 
-from qveil.client import types as t
+from qveil.common import typing as t
 
 __all__ = ["integrity_from_report", "noise_point", "release_from_bundle", "release_from_record"]
 
@@ -52,7 +53,7 @@ def release_from_bundle(bundle: Any, *, record: Any = None, value_grid: float) -
         ivs: tuple[tuple[float, float], ...] = ((float(lo), float(hi)),)
         betas: tuple[float, ...] = (_f(card.get("beta")),)
         beta = _f(card.get("beta"))
-    else:  # a d > 1 release (issue 16): one interval and one beta per coordinate
+    else:  # a d > 1 release: one interval and one beta per coordinate
         ivs = tuple((float(a), float(b)) for a, b in card["state_intervals"])
         betas = tuple(float(b) for b in card["betas"])
         lo, hi = ivs[0]

@@ -1,9 +1,11 @@
 """A request body that does not parse is the caller's error: INVALID_ARGUMENT.
 
 grpcio's own handling of an undecodable request logs a traceback per request and answers
-INTERNAL. This interceptor wraps each method's deserializer: a body that fails to parse becomes
-a marker, and the method answers INVALID_ARGUMENT ("request body is not a valid <message>")
-with ONE log line (no traceback) instead of calling the servicer. Nothing is stored.
+INTERNAL (or UNKNOWN). This interceptor wraps each method's deserializer: a body that fails
+to parse becomes a marker, and the method answers INVALID_ARGUMENT ("request body is not a
+valid <message>") with ONE log line (no traceback) instead of calling the servicer. Nothing
+is stored. It covers qveil's own services and the v2 ``inference.GRPCInferenceService``;
+grpc.health and reflection keep their own handling.
 """
 
 from __future__ import annotations
@@ -16,6 +18,9 @@ from typing import Any
 import grpc
 
 __all__ = ["BadBodyInterceptor"]
+
+#: method prefixes whose bodies this interceptor checks
+CHECKED = ("/qveil.", "/inference.")
 
 log = logging.getLogger("qveil.server")
 
@@ -37,7 +42,7 @@ def _safe(deserialize: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
     return parse
 
 
-class BadBodyInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc: untyped
+class BadBodyInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc: no stubs
     async def intercept_service(
         self,
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
@@ -47,7 +52,7 @@ class BadBodyInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # g
         method = str(handler_call_details.method)
         if (
             handler is None
-            or not method.startswith("/qveil.")  # grpc.health, reflection: their own code
+            or not method.startswith(CHECKED)  # grpc.health, reflection: their own code
             or handler.request_streaming
             or handler.request_deserializer is None
         ):

@@ -1,6 +1,6 @@
-"""Protobuf <-> qveil dataclass conversions for the API types (pairs ``*_to_proto`` /
-``*_from_proto``; round-trip tested in tests/test_proto_convert.py). The server builds its
-messages through these too, so both sides agree on one mapping."""
+"""Protobuf <-> the API's dataclasses (``qveil.common.typing``), in pairs ``*_to_proto`` /
+``*_from_proto`` (round-trip tested in tests/test_proto_convert.py). The server builds its
+messages and the SDK reads them through these, so both sides agree on one mapping."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 from google.protobuf import timestamp_pb2
 
-from qveil.client import types as t
+from qveil.common import typing as t
 from qveil.v1 import admin_service_pb2 as admin_pb
 from qveil.v1 import audit_service_pb2 as audit_pb
 from qveil.v1 import release_pb2

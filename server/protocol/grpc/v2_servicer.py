@@ -1,12 +1,13 @@
 """``inference.GRPCInferenceService`` (the Open Inference Protocol's gRPC binding, vendored in
-proto/qveil/oip) on the same server and port as ValueService (issue 17).
+proto/qveil/oip) on the same server and port as ValueService.
 
-A thin servicer like those of ``qveil.server.servicers``: decoding and inference run through
-``Core.unary`` (the same authorization as ValueService, in-flight bounds, thread pool,
-deadline and the one error table) into :class:`qveil.server.oip.OIPModel`, which calls the
-ValueService handlers. ServerLive, ServerReady and ModelReady are probes and need no token,
-like grpc.health.v1; ServerMetadata, ModelMetadata and ModelInfer need a role that may call
-ValueService. RepositoryModelLoad/Unload stay UNIMPLEMENTED (one model, no repository).
+A thin servicer like those of ``qveil.server.protocol.grpc.servicer``: decoding and inference
+run through the data plane (the same authorization as ValueService, in-flight bounds, thread
+pool, deadline) into :class:`qveil.server.protocol.v2_model.OIPModel`, which calls the query
+service; errors go through the one gRPC table. ServerLive, ServerReady and ModelReady are
+probes and need no token, like grpc.health.v1; ServerMetadata, ModelMetadata and ModelInfer
+need a role that may call ValueService. RepositoryModelLoad/Unload stay UNIMPLEMENTED (one
+model, no repository).
 
 Tensors are read from ``raw_input_contents`` (what tritonclient sends) or from typed
 ``contents`` (``fp64_contents``/``int64_contents``); the response answers in the same form.
@@ -20,20 +21,18 @@ from typing import Any
 import grpc
 import numpy as np
 
-from qveil import __version__ as qveil_version
+from qveil.errors import bad_argument
 from qveil.oip import grpc_predict_v2_pb2 as pb
 from qveil.oip import grpc_predict_v2_pb2_grpc as pb_grpc
-from qveil.server.errors import bad_argument
-from qveil.server.oip import (
+from qveil.server.protocol.dataplane import DataPlane
+from qveil.server.protocol.grpc.servicer import answer, call_context
+from qveil.server.protocol.v2_model import (
     DTYPES,
-    SERVER_NAME,
     InferRequest,
     InferResponse,
-    OIPModel,
     Tensor,
     decode_raw,
 )
-from qveil.server.servicers import VALUE, Core
 
 __all__ = [
     "SERVICE_NAME",
@@ -44,8 +43,7 @@ __all__ = [
 ]
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name
-#: the service name whose roles the v2 calls need (the same as ValueService's)
-ROLE_SERVICE = VALUE
+NO_REPOSITORY = "this server serves one model, 'qveil', from its bundle: there is no repository"
 
 _TYPED = {"FP64": "fp64_contents", "INT64": "int64_contents"}
 
@@ -103,13 +101,12 @@ def response_to_proto(resp: InferResponse, *, raw: bool) -> pb.ModelInferRespons
 
 
 class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
-    def __init__(self, core: Core, serving: Callable[[], bool]) -> None:
-        self.core = core
-        self.model = OIPModel(core.handlers)
+    def __init__(self, plane: DataPlane, serving: Callable[[], bool]) -> None:
+        self.plane = plane
         self._serving = serving
 
     def _ready(self) -> bool:
-        return bool(self.core.ready and self._serving())
+        return bool(self.plane.ready and self._serving())
 
     async def ServerLive(  # noqa: N802
         self, request: pb.ServerLiveRequest, context: grpc.aio.ServicerContext
@@ -125,30 +122,21 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         self, request: pb.ModelReadyRequest, context: grpc.aio.ServicerContext
     ) -> pb.ModelReadyResponse:
         return pb.ModelReadyResponse(
-            ready=self._ready() and self.model.ready(request.name, request.version)
+            ready=self._ready() and self.plane.model_ready(request.name, request.version)
         )
 
     async def ServerMetadata(  # noqa: N802
         self, request: pb.ServerMetadataRequest, context: grpc.aio.ServicerContext
     ) -> pb.ServerMetadataResponse:
-        def meta() -> pb.ServerMetadataResponse:
-            return pb.ServerMetadataResponse(name=SERVER_NAME, version=qveil_version, extensions=[])
-
-        result: pb.ServerMetadataResponse = await self.core.unary(
-            ROLE_SERVICE, "v2.ServerMetadata", context, meta
-        )
-        return result
+        md = await answer(context, self.plane.server_metadata(call_context(context)))
+        return pb.ServerMetadataResponse(**md)
 
     async def ModelMetadata(  # noqa: N802
         self, request: pb.ModelMetadataRequest, context: grpc.aio.ServicerContext
     ) -> pb.ModelMetadataResponse:
-        md: dict[str, Any] = await self.core.unary(
-            ROLE_SERVICE,
-            "v2.ModelMetadata",
+        md = await answer(
             context,
-            self.model.metadata,
-            request.name,
-            request.version,
+            self.plane.model_metadata(call_context(context), request.name, request.version),
         )
         T = pb.ModelMetadataResponse.TensorMetadata  # noqa: N806
         return pb.ModelMetadataResponse(
@@ -159,20 +147,29 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             outputs=[T(**t) for t in md["outputs"]],
         )
 
+    async def RepositoryModelLoad(  # noqa: N802
+        self, request: pb.RepositoryModelLoadRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RepositoryModelLoadResponse:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, NO_REPOSITORY)
+        raise AssertionError("abort returned")
+
+    async def RepositoryModelUnload(  # noqa: N802
+        self, request: pb.RepositoryModelUnloadRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RepositoryModelUnloadResponse:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, NO_REPOSITORY)
+        raise AssertionError("abort returned")
+
     async def ModelInfer(  # noqa: N802
         self, request: pb.ModelInferRequest, context: grpc.aio.ServicerContext
     ) -> pb.ModelInferResponse:
-        def infer(deadline: float | None = None, caller: str = "local") -> InferResponse:
-            return self.model.infer(request_from_proto(request), deadline=deadline, caller=caller)
-
-        resp: InferResponse = await self.core.unary(
-            ROLE_SERVICE, "v2.ModelInfer", context, infer, deadline=None, caller="local"
+        resp = await answer(
+            context, self.plane.infer(call_context(context), lambda: request_from_proto(request))
         )
         return response_to_proto(resp, raw=len(request.raw_input_contents) > 0)
 
 
-def add_inference_service(core: Core, health: Any, server: grpc.aio.Server) -> None:
+def add_inference_service(plane: DataPlane, health: Any, server: grpc.aio.Server) -> None:
     """Register ``inference.GRPCInferenceService`` on ``server`` (``app.create_server``)."""
     pb_grpc.add_GRPCInferenceServiceServicer_to_server(
-        InferenceServicer(core, lambda: bool(health.serving)), server
+        InferenceServicer(plane, lambda: bool(health.serving)), server
     )

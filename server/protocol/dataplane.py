@@ -1,0 +1,271 @@
+"""The data plane: what every call of every transport goes through, in no transport's types.
+
+ValueService and the v2 servicer over gRPC (``qveil.server.protocol.grpc``) and the v2 REST
+endpoints (``qveil.server.protocol.rest``) each turn their request into a
+:class:`CallContext` (who is calling, with which credential, until when) and a decoder of the
+request, call one method here, and map what it raises to their own status through their one
+error table. Nothing here knows gRPC or HTTP.
+
+One call, whatever the transport:
+
+1. **Admission.** The credential is authorized for the service (``auth``; the caller's role);
+   a server that is starting or shutting down refuses (UNAVAILABLE); the call is bounded by
+   the calls in flight, globally and per caller (RESOURCE_EXHAUSTED).
+2. **Work.** The request is decoded and the query service runs in the executor (it blocks on
+   the store), with the caller's new-state budget key and the call's deadline.
+3. **Padding.** A value-returning answer, or its error, is held to the end of its
+   ``--min-latency-ms`` bucket (:meth:`DataPlane._pad`).
+4. **Metrics.** Every call is observed with its canonical code (``qveil.errors.error_status``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from qveil import __version__
+from qveil.common import typing as t
+from qveil.errors import ResourceExhausted, Unavailable, error_status
+from qveil.server.auth import Authorizer
+from qveil.server.handlers import Handlers, per_caller_bound
+from qveil.server.protocol.v2_model import SERVER_NAME, InferRequest, InferResponse, OIPModel
+from qveil.server.quotas import caller_host
+
+__all__ = ["ADMIN", "AUDIT", "VALUE", "Call", "CallContext", "DataPlane", "ValuesQuery"]
+
+log = logging.getLogger("qveil.server")
+R = TypeVar("R")
+
+VALUE = "qveil.v1.ValueService"
+ADMIN = "qveil.v1.AdminService"
+AUDIT = "qveil.v1.AuditService"
+#: methods whose answers are released values: padded to --min-latency-ms
+PADDED = frozenset({"GetValues", "GetBestActions", "v2.ModelInfer"})
+
+
+def _never() -> bool:
+    return False
+
+
+@dataclass(frozen=True, slots=True)
+class CallContext:
+    """One call as a transport hands it over."""
+
+    #: the connection, in gRPC's peer form (``ipv4:1.2.3.4:5678``, ``ipv6:[::1]:5678``)
+    peer: str
+    #: the credential as sent (``Bearer <token>``); None: anonymous
+    authorization: str | None = None
+    #: ``time.monotonic()`` at which the caller stops waiting; None: no deadline
+    deadline: float | None = None
+    #: whether the caller has gone away (padding is skipped for it)
+    cancelled: Callable[[], bool] = _never
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """An admitted call, as the work sees it."""
+
+    #: the key of the caller's new-state budget: its token (``token:NAME``) or its host
+    caller: str
+    #: the caller's role (None: anonymous, no tokens file)
+    role: str | None
+    deadline: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class ValuesQuery:
+    """A decoded GetValues / GetBestActions request."""
+
+    states: npt.NDArray[np.float64]
+    actions: tuple[int, ...] = ()
+    release_id: str = ""
+
+
+def budget_key(caller: str) -> str:
+    """The new-state budget's key of a caller: its token (``token:NAME``), or the peer's host
+    without the port (``peer:ipv4:1.2.3.4``), so a new connection does not get a new bucket."""
+    if caller.startswith("peer:"):
+        return "peer:" + caller_host(caller.removeprefix("peer:"))
+    return caller
+
+
+class DataPlane:
+    """Admission, execution, padding and metrics of every call, and the query endpoints."""
+
+    def __init__(
+        self, handlers: Handlers, authorizer: Authorizer, executor: ThreadPoolExecutor
+    ) -> None:
+        self.handlers = handlers
+        self.model = OIPModel(handlers)
+        self.authorizer = authorizer
+        self.executor = executor
+        self.ready = False
+        #: Set when a drain's delay is over: new calls get UNAVAILABLE (see app.serve).
+        self.closing = False
+        self.in_flight = 0
+        self.by_caller: dict[str, int] = {}  # in-flight calls per caller (event loop only)
+
+    # ------------------------------------------------------------------ query endpoints
+    async def get_values(self, ctx: CallContext, decode: Callable[[], ValuesQuery]) -> t.Values:
+        def run(call: Call) -> t.Values:
+            q = decode()
+            return self.handlers.get_values(
+                q.states,
+                q.actions,
+                release_id=q.release_id,
+                deadline=call.deadline,
+                caller=call.caller,
+            )
+
+        return await self.call(VALUE, "GetValues", ctx, run)
+
+    async def get_best_actions(
+        self, ctx: CallContext, decode: Callable[[], ValuesQuery]
+    ) -> t.BestActions:
+        def run(call: Call) -> t.BestActions:
+            q = decode()
+            return self.handlers.get_best_actions(
+                q.states, release_id=q.release_id, deadline=call.deadline, caller=call.caller
+            )
+
+        return await self.call(VALUE, "GetBestActions", ctx, run)
+
+    async def get_release(self, ctx: CallContext) -> t.Release:
+        return await self.call(VALUE, "GetRelease", ctx, lambda _c: self.handlers.get_release())
+
+    async def infer(self, ctx: CallContext, decode: Callable[[], InferRequest]) -> InferResponse:
+        """v2 ModelInfer; ``decode`` runs after admission, so a bad body is refused (and
+        padded) like any other bad input of an authorized caller."""
+
+        def run(call: Call) -> InferResponse:
+            return self.model.infer(decode(), deadline=call.deadline, caller=call.caller)
+
+        return await self.call(VALUE, "v2.ModelInfer", ctx, run)
+
+    async def model_metadata(self, ctx: CallContext, name: str, version: str) -> dict[str, Any]:
+        return await self.call(
+            VALUE, "v2.ModelMetadata", ctx, lambda _c: self.model.metadata(name, version)
+        )
+
+    async def server_metadata(self, ctx: CallContext) -> dict[str, Any]:
+        def meta(_c: Call) -> dict[str, Any]:
+            return {"name": SERVER_NAME, "version": __version__, "extensions": []}
+
+        return await self.call(VALUE, "v2.ServerMetadata", ctx, meta)
+
+    def model_ready(self, name: str, version: str = "") -> bool:
+        """v2 model readiness (no token needed, like grpc.health.v1)."""
+        return bool(self.ready and self.model.ready(name, version))
+
+    # ------------------------------------------------------------------ every call
+    async def call(self, service: str, method: str, ctx: CallContext, fn: Callable[[Call], R]) -> R:
+        """Admit the call, run ``fn`` in the executor, pad and observe it. Raises what
+        admission or ``fn`` raised (domain exceptions); the transport maps it."""
+        start = time.perf_counter()
+        code = "OK"
+        key: str | None = None
+        try:
+            key, role = self._admit(service, ctx)
+            self._enter(key)
+            call = Call(caller=budget_key(key), role=role, deadline=ctx.deadline)
+            loop = asyncio.get_running_loop()
+            result = await loop.run_in_executor(self.executor, fn, call)
+            await self._pad(start, method, ctx)
+            return result
+        except asyncio.CancelledError:
+            code = "CANCELLED"
+            raise
+        except Exception as exc:
+            code = error_status(exc).code
+            if code == "INTERNAL":
+                log.exception("internal error in %s", method)
+            await self._pad(start, method, ctx)
+            raise
+        finally:
+            if key is not None:
+                self._leave(key)
+            self.handlers.metrics.observe(method, code, time.perf_counter() - start)
+
+    def observe_error(self, method: str, exc: BaseException, start: float) -> None:
+        """Observe a call that failed after :meth:`call` returned (a stream's later message)."""
+        code = error_status(exc).code
+        if code == "INTERNAL":
+            log.error("internal error in %s", method, exc_info=exc)
+        self.handlers.metrics.observe(method, code, time.perf_counter() - start)
+
+    def _enter(self, key: str) -> None:
+        self.by_caller[key] = self.by_caller.get(key, 0) + 1
+        self.in_flight += 1
+        self.handlers.metrics.in_flight = self.in_flight
+
+    def _leave(self, key: str) -> None:
+        left = self.by_caller[key] - 1
+        if left:
+            self.by_caller[key] = left
+        else:
+            del self.by_caller[key]
+        self.in_flight -= 1
+        self.handlers.metrics.in_flight = self.in_flight
+
+    async def _pad(self, start: float, method: str, ctx: CallContext) -> None:
+        """Hold a value-returning answer (or error) until the end of its latency bucket:
+        ``min_latency_ms`` after the call arrived, or, for a call that took longer, the next
+        whole multiple of it. Without it a stored state answers in ~1 ms and a new one in
+        ~5 ms, which tells a client whether anyone asked about a state before; quantised,
+        both answer at the same instant whenever the store's work fits in one bucket, and a
+        slow call is visible only as a whole bucket later (docs/privacy.md,
+        benchmarks/bench_timing.py). The call keeps its in-flight slot while it waits."""
+        pad = self.handlers.limits.min_latency_ms
+        if pad <= 0 or method not in PADDED:
+            return
+        quantum = pad / 1000.0
+        elapsed = time.perf_counter() - start
+        left = math.ceil(max(elapsed, 1e-9) / quantum) * quantum - elapsed
+        if left > 0 and not ctx.cancelled():
+            await asyncio.sleep(left)
+
+    def _admit(self, service: str, ctx: CallContext) -> tuple[str, str | None]:
+        """Authorize and bound concurrency; return the caller's key for the per-caller count
+        and its role.
+
+        A caller is its token when the server has a tokens file, else its connection (peer).
+        Each caller may hold at most ``per_caller_bound`` calls in flight, below the global
+        bound, so a client flooding the server is refused while others keep being served.
+        """
+        principal = self.authorizer.authorize(service, ctx.authorization)
+        if not self.ready:
+            raise Unavailable("the server is starting: model and store not verified yet")
+        if self.closing:
+            raise Unavailable("the server is shutting down; retry (another replica)")
+        limits = self.handlers.limits
+        key = f"token:{principal.name}" if principal.role is not None else f"peer:{ctx.peer}"
+        mine, per_caller = self.by_caller.get(key, 0), per_caller_bound(limits)
+        if mine >= per_caller:
+            raise ResourceExhausted(
+                f"this caller has {mine} calls in flight, the per-caller bound is "
+                f"{per_caller}; retry shortly"
+            )
+        if self.in_flight >= limits.max_in_flight:
+            raise ResourceExhausted(
+                f"{self.in_flight} calls in flight, the bound is "
+                f"{limits.max_in_flight}; retry shortly"
+            )
+        return key, principal.role
+
+    async def wait_idle(self, timeout: float) -> bool:
+        """Wait until no call is in flight (True) or ``timeout`` seconds pass (False)."""
+        deadline = time.monotonic() + timeout
+        while self.in_flight:
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.005)
+        return True

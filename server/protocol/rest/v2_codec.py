@@ -1,0 +1,191 @@
+"""The v2 REST/JSON body: decoded once into an :class:`InferRequest` and the caller's output
+format, and the answer rendered in that format.
+
+Tensors come as JSON ``data`` or with Triton's binary-data extension
+(``Inference-Header-Content-Length`` header, ``binary_data_size`` per input), which
+tritonclient.http uses by default; outputs are binary when asked (``binary_data`` per output
+or ``binary_data_output`` for all). Any body that is not such a request (not JSON, nested
+deeper than the JSON parser allows, the wrong types) is INVALID_ARGUMENT: the caller's error,
+never the server's.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from qveil.errors import InvalidArgument, bad_argument
+from qveil.server.protocol.v2_model import (
+    DTYPES,
+    MODEL_NAME,
+    InferRequest,
+    InferResponse,
+    Tensor,
+    decode_raw,
+)
+
+__all__ = ["V2Body", "parse_body", "render"]
+
+
+@dataclass(frozen=True, slots=True)
+class V2Body:
+    """A decoded v2 request body and how its caller wants the outputs."""
+
+    request: InferRequest
+    #: outputs asked for by name with their own ``binary_data`` flag
+    binary_by_name: dict[str, bool]
+    #: ``binary_data_output``: the default for outputs not named
+    binary_default: bool
+
+    def binary(self, name: str) -> bool:
+        return self.binary_by_name.get(name, self.binary_default)
+
+
+def _bad_json(message: str, field: str = "body") -> InvalidArgument:
+    return bad_argument(message, field=field, reason="BAD_JSON")
+
+
+def _document(body: bytes, header_length: str | None) -> tuple[dict[str, Any], memoryview]:
+    """The JSON head of the body and the binary data after it."""
+    try:
+        n = int(header_length) if header_length is not None else len(body)
+        if not 0 <= n <= len(body):
+            raise ValueError
+        doc = json.loads(body[:n])
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than json allows
+        raise _bad_json("the body is not a v2 JSON inference request") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("inputs"), list):
+        raise _bad_json('the request needs "inputs": [...]', field="inputs")
+    return doc, memoryview(body)[n:]
+
+
+def parse_body(
+    body: bytes, header_length: str | None, *, model_name: str = MODEL_NAME, version: str = ""
+) -> V2Body:
+    """Decode a v2 JSON inference request (with Triton's binary-data extension) once."""
+    doc, binary = _document(body, header_length)
+    tensors = []
+    for i, t in enumerate(doc["inputs"]):
+        tensor, binary = _tensor(i, t, binary)
+        tensors.append(tensor)
+    outputs = doc.get("outputs") or []
+    if not isinstance(outputs, list):
+        raise _bad_json('"outputs" must be a list', field="outputs")
+    params = doc.get("parameters") or {}
+    if not isinstance(params, dict):
+        params = {}
+    by_name: dict[str, bool] = {}
+    for o in outputs:
+        if isinstance(o, dict):
+            p = o.get("parameters") or {}
+            by_name.setdefault(
+                str(o.get("name", "")), bool(isinstance(p, dict) and p.get("binary_data"))
+            )
+    request = InferRequest(
+        inputs=tensors,
+        model_name=model_name,
+        model_version=version,
+        id=str(doc.get("id", ""))[:256],
+        outputs=[str(o.get("name", "")) for o in outputs if isinstance(o, dict)],
+    )
+    return V2Body(request, by_name, bool(params.get("binary_data_output")))
+
+
+def _tensor(i: int, t: Any, binary: memoryview) -> tuple[Tensor, memoryview]:
+    """Input ``i`` of the request, and the binary data left after it."""
+    if not isinstance(t, dict):
+        raise _bad_json(f"inputs[{i}] is not an object", field="inputs")
+    name, dtype = str(t.get("name", "")), str(t.get("datatype", ""))
+    shape_raw = t.get("shape", [])
+    if not isinstance(shape_raw, list) or not all(
+        isinstance(s, int) and not isinstance(s, bool) for s in shape_raw
+    ):
+        raise bad_argument(
+            f"inputs[{i}].shape must be a list of integers",
+            field=f"inputs[{i}].shape",
+            reason="WRONG_SHAPE",
+        )
+    shape = tuple(shape_raw)
+    params = t.get("parameters") or {}
+    size = params.get("binary_data_size") if isinstance(params, dict) else None
+    if size is not None:
+        if not isinstance(size, int) or size < 0 or size > len(binary):
+            raise bad_argument(
+                f"inputs[{i}] binary_data_size {size!r} exceeds the body",
+                field=f"inputs[{i}]",
+                reason="WRONG_SHAPE",
+            )
+        return decode_raw(name, dtype, shape, bytes(binary[:size])), binary[size:]
+    dt = DTYPES.get(dtype)
+    if dt is None:
+        return decode_raw(name, dtype, shape, b""), binary  # words the dtype error
+    return Tensor(name, dtype, shape, _typed(i, dtype, dt, t.get("data", []))), binary
+
+
+def _typed(i: int, dtype: str, dt: np.dtype[Any], data: Any) -> np.ndarray[Any, Any]:
+    """JSON ``data`` (nested lists of numbers) as a flat array of ``dt``."""
+    flat = _flatten(data)
+    try:
+        if dt.kind == "i" and any(isinstance(v, float) for v in flat):
+            raise TypeError
+        if dt.kind == "f" and any(
+            isinstance(v, bool) or not isinstance(v, (int, float)) for v in flat
+        ):
+            raise TypeError
+        return np.array(flat, dtype=dt.newbyteorder("="))
+    except (TypeError, ValueError, OverflowError):
+        raise bad_argument(
+            f"inputs[{i}] data are not all {dtype} numbers",
+            field=f"inputs[{i}].data",
+            reason="WRONG_DATATYPE",
+        ) from None
+
+
+def _flatten(data: Any) -> list[Any]:
+    """Nested lists in row-major order, without recursion (any depth the parser accepted)."""
+    out: list[Any] = []
+    stack: list[Any] = [iter([data])]
+    while stack:
+        v = next(stack[-1], _END)
+        if v is _END:
+            stack.pop()
+        elif isinstance(v, list):
+            stack.append(iter(v))
+        else:
+            out.append(v)
+    return out
+
+
+_END = object()
+
+
+def render(resp: InferResponse, fmt: V2Body) -> tuple[bytes, dict[str, str]]:
+    """The response body and its headers: JSON, or JSON then the binary outputs."""
+    outs, blobs = [], []
+    for t in resp.outputs:
+        flat = np.ascontiguousarray(t.data, dtype=DTYPES[t.datatype]).reshape(-1)
+        o: dict[str, Any] = {"name": t.name, "datatype": t.datatype, "shape": list(t.shape)}
+        if fmt.binary(t.name):
+            raw = flat.tobytes()
+            o["parameters"] = {"binary_data_size": len(raw)}
+            blobs.append(raw)
+        else:
+            o["data"] = [float(v) for v in flat] if t.datatype == "FP64" else flat.tolist()
+        outs.append(o)
+    head: dict[str, Any] = {
+        "model_name": resp.model_name,
+        "model_version": resp.model_version,
+        "outputs": outs,
+    }
+    if resp.id:
+        head["id"] = resp.id
+    text = json.dumps(head, allow_nan=False).encode()
+    if not blobs:
+        return text, {"content-type": "application/json"}
+    return text + b"".join(blobs), {
+        "content-type": "application/octet-stream",
+        "Inference-Header-Content-Length": str(len(text)),
+    }

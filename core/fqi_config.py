@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from qveil.errors import InvalidArgument
+from qveil.privacy.fqi import FQIPrivacyParams, account_fqi, calibrate_fqi
+from qveil.release_map import best_beta
 
 C = TypeVar("C")
 
@@ -137,8 +139,6 @@ def config_toml(cfg: Any, header: str) -> str:
 
 
 def _beta(cfg: FQIConfig) -> float:
-    from qveil.release_map import best_beta
-
     return (
         float(cfg.beta)
         if cfg.beta is not None
@@ -150,8 +150,6 @@ def plan(cfg: FQIConfig, *, users: int, actions: int, reward_range: tuple[float,
     """The release's privacy accounting from public quantities only (before training):
     an ``FQIPrivacyResult`` with sigma, D_T, kappa, beta, Delta and the noise-to-value
     ratio sigma / (r0 / (1 - gamma))."""
-    from qveil.privacy.fqi import FQIPrivacyParams, account_fqi, calibrate_fqi
-
     p = FQIPrivacyParams(
         neighbour=cfg.neighbour,
         users=users,

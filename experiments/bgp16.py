@@ -35,6 +35,7 @@ import numpy as np
 import numpy.typing as npt
 
 from qveil.errors import InvalidArgument
+from qveil.experiments._util import progress_map, write_csv
 from qveil.experiments.chain_mdp import Batch, ChainMDP, pairs_features, tabular_features
 
 __all__ = [
@@ -377,8 +378,8 @@ def run(
     20 runs, tabular and pairs-aggregated features, both start distributions, DP noise with
     F_max as written (R_max/(1-gamma) = 100) and with F_max = 1 (the public bound on this
     chain's returns). Writes bgp16.csv and bgp16.png."""
+    # here, not at the top: loads matplotlib only when this runs
     from qveil.experiments import plotting
-    from qveil.experiments._util import progress_map, write_csv
 
     out.mkdir(parents=True, exist_ok=True)
     sizes = QUICK_SIZES if quick else FULL_SIZES

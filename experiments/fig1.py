@@ -15,7 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from qveil.experiments._util import progress_map, write_csv
 from qveil.experiments.linewalk import load_cfg, privacy_row, reference_returns, run_spec
+from qveil.privacy.accountant import theorem5_beta
 
 __all__ = ["SIGMAS", "aggregate_curves", "run"]
 
@@ -40,9 +42,8 @@ def run(
     workers: int = 1,
     config: str | Path | None = None,
 ) -> dict[str, Path]:
+    # here, not at the top: loads matplotlib only when this runs
     from qveil.experiments import plotting
-    from qveil.experiments._util import progress_map, write_csv
-    from qveil.privacy.accountant import theorem5_beta
 
     out.mkdir(parents=True, exist_ok=True)
     changes = dict(QUICK_CHANGES) if quick else {}

@@ -15,6 +15,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from qveil.experiments._util import write_csv
+from qveil.kfqi_config import load_fqi_config
+
 __all__ = ["MEASURED", "run"]
 
 REPO = Path(__file__).resolve().parents[1]
@@ -40,8 +43,7 @@ QUICK: list[tuple[str, str, list[int]]] = [
 
 
 def run(*, out: Path, quick: bool = False, **_: Any) -> dict[str, Path]:
-    from qveil.experiments._util import write_csv
-    from qveil.kfqi_config import load_fqi_config
+    # here, not at the top: loads gymnasium only when this runs
     from qveil.trainer.forecast import forecast
 
     out.mkdir(parents=True, exist_ok=True)
@@ -77,6 +79,7 @@ def run(*, out: Path, quick: bool = False, **_: Any) -> dict[str, Path]:
 
 
 def _plot(rows: list[dict[str, Any]], path: Path) -> None:
+    # here, not at the top: loads matplotlib only when this runs
     from qveil.experiments.plotting import env_panels, save
 
     fig, panels = env_panels(rows)

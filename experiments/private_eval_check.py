@@ -19,6 +19,14 @@ from typing import Any
 
 import numpy as np
 
+from qveil.additive import AdditiveSamplePath
+from qveil.bundle import load_bundle
+from qveil.experiments._util import write_csv
+from qveil.kfqi_config import load_fqi_config
+from qveil.noise import OUSamplePath
+from qveil.ope import policy_value
+from qveil.privacy.ope import OPEPrivacyParams, calibrate_ope
+
 __all__ = ["run"]
 
 REPO = Path(__file__).resolve().parents[1]
@@ -32,6 +40,7 @@ def _true_value(env_id: str, act: Any, gamma: float, episodes: int, seed: int) -
     """Monte Carlo discounted value of ``act`` from the env's start distribution."""
     import gymnasium as gym
 
+    # here, not at the top: loads gymnasium only when this runs
     from qveil.trainer import register_envs
 
     register_envs()
@@ -54,15 +63,13 @@ def _true_value(env_id: str, act: Any, gamma: float, episodes: int, seed: int) -
 def run(*, out: Path, quick: bool = False, seeds: int | None = None, **_: Any) -> dict[str, Path]:
     import tempfile
 
-    from qveil.additive import AdditiveSamplePath
-    from qveil.bundle import load_bundle
-    from qveil.experiments._util import write_csv
-    from qveil.kfqi_config import load_fqi_config
-    from qveil.noise import OUSamplePath
-    from qveil.ope import policy_value
-    from qveil.privacy.ope import OPEPrivacyParams, calibrate_ope
+    # here, not at the top: loads gymnasium only when this runs
     from qveil.trainer.collect import collect
+
+    # here, not at the top: loads gymnasium only when this runs
     from qveil.trainer.estimators import create_estimator
+
+    # here, not at the top: loads gymnasium only when this runs
     from qveil.trainer.private_eval import Z95, estimator_of
 
     out.mkdir(parents=True, exist_ok=True)
@@ -137,6 +144,7 @@ def run(*, out: Path, quick: bool = False, seeds: int | None = None, **_: Any) -
 
 
 def _plot(rows: list[dict[str, Any]], path: Path) -> None:
+    # here, not at the top: loads matplotlib only when this runs
     from qveil.experiments.plotting import env_panels, save
 
     fig, panels = env_panels(rows)

@@ -41,6 +41,18 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from qveil.bundle import GridModel
+from qveil.experiments._util import progress_map, write_csv
+from qveil.experiments.bgp16 import lambda_schedule, lsl_fit, lsl_sigma, lsw_fit, lsw_sigma
+from qveil.experiments.chain_mdp import Batch, ChainMDP, tabular_features
+from qveil.experiments.fig2 import QUICK_CHANGES, method_spec
+from qveil.experiments.linewalk import load_cfg, run_spec
+from qveil.fqi import FQISpec, _kernel_band, averaging_operators, q_range
+from qveil.fqi_config import REFUSE_RATIO, FQIConfig, plan
+from qveil.noise import OUSamplePath
+from qveil.privacy.gaussian import analytic_gaussian_sigma
+from qveil.release_map import best_beta, certified_kappa, smoother, unit_grid
+
 __all__ = [
     "Variant",
     "chain_fqe",
@@ -108,9 +120,6 @@ def fit_variants(
     affine in d: c(d) = c(0) + d w with w the weight of the default (per user: the share
     of users none of whose samples reaches the grid point; pooled: 1 where no sample
     does). Equal to fitted_q to round-off (tests/test_experiment_utility.py)."""
-    from qveil.fqi import FQISpec, _kernel_band, averaging_operators, q_range
-    from qveil.release_map import unit_grid
-
     spec = FQISpec(
         gamma=gammas[0],
         iterations=cfg.iterations,
@@ -170,9 +179,7 @@ def _served_returns(
 ) -> list[float]:
     """Returns of argmax_a [GridModel mean + g_a] on LineWalk (state interval [0, 1] is the
     unit interval), g_a drawn lazily at the visited states as the store does."""
-    from qveil.bundle import GridModel
-    from qveil.noise import OUSamplePath
-    from qveil.release_map import unit_grid
+    # here, not at the top: loads gymnasium only when this runs
     from qveil.trainer.served_eval import lockstep_returns
 
     model = GridModel(grid=unit_grid(values.shape[0]), values=values)
@@ -199,6 +206,7 @@ def _served_returns(
 def _random_returns(
     n_actions: int, *, seed: Sequence[int], episodes: int, env_seed: int
 ) -> list[float]:
+    # here, not at the top: loads gymnasium only when this runs
     from qveil.trainer.served_eval import lockstep_returns
 
     rng = np.random.default_rng(list(seed))
@@ -213,8 +221,6 @@ def _random_returns(
 def _best_beta(points: int, smoother_bandwidth: float) -> float:
     """:func:`qveil.release_map.best_beta` (what plan() uses when the config gives no beta),
     computed once per map: it is a public function of (K, smoother) and takes seconds."""
-    from qveil.release_map import best_beta
-
     return best_beta(points, smoother_bandwidth)
 
 
@@ -229,8 +235,7 @@ def linewalk_job(
 ) -> list[dict[str, Any]]:
     """Every fqi variant at every eps, non-private FQI per gamma and random, for one
     (seed, N): one dataset, one set of evaluation episodes."""
-    from qveil.fqi_config import REFUSE_RATIO, FQIConfig, plan
-    from qveil.release_map import smoother
+    # here, not at the top: loads gymnasium only when this runs
     from qveil.trainer.collect import collect
 
     base = FQIConfig.from_toml(PRIVATE_CONFIG)
@@ -318,9 +323,6 @@ def linewalk_job(
 
 def alg1_job(mode: str, eps: float, seed: int, quick: bool, episodes: int) -> dict[str, Any]:
     """One Algorithm 1 run (fig2's machinery) at eps, delta 1e-5, its own accountant."""
-    from qveil.experiments.fig2 import QUICK_CHANGES, method_spec
-    from qveil.experiments.linewalk import load_cfg, run_spec
-
     config = None if quick else str(ALG1_CONFIG)
     changes: dict[str, Any] = dict(QUICK_CHANGES) if quick else {}
     cfg = load_cfg(config, **changes)
@@ -381,8 +383,6 @@ def sample_chain(
     """m trajectories of BGP16's chain (one per user) as both BGP16's first-visit
     :class:`~qveil.experiments.chain_mdp.Batch` and the per-user FQE statistics, drawn as
     in :meth:`ChainMDP.sample` (holding times H_s ~ Geometric(1 - p))."""
-    from qveil.experiments.chain_mdp import Batch
-
     n = mdp.n_states
     counts = np.zeros(n, dtype=np.int64)
     sums = np.zeros(n)
@@ -478,10 +478,6 @@ def chain_fqe_release(
     the grid of the N - 1 non-absorbing states (the absorbing state's value is 0 by
     definition, public, and not released), Delta = D_T sqrt(kappa) (one action), sigma from
     the analytic Gaussian mechanism, and the noise an exact OU path queried at the states."""
-    from qveil.noise import OUSamplePath
-    from qveil.privacy.gaussian import analytic_gaussian_sigma
-    from qveil.release_map import certified_kappa, smoother, unit_grid
-
     k = len(stats.visits)
     q = chain_fqe(stats, gamma=gamma, iterations=iterations, f_max=f_max)
     mean = np.append(smoother(k, smoother_bandwidth) @ q[:k], 0.0)
@@ -501,15 +497,6 @@ def chain_job(sizes: tuple[int, ...], run_id: int) -> list[dict[str, Any]]:
     """One run: for each start distribution and m, the same trajectories scored by
     non-private FQE, private FQE, LSW/LSL and DP-LSW/DP-LSL (tabular features, F_max = 1
     and as written) at each (eps, delta) of :data:`CHAIN_PRIVACY`."""
-    from qveil.experiments.bgp16 import (
-        lambda_schedule,
-        lsl_fit,
-        lsl_sigma,
-        lsw_fit,
-        lsw_sigma,
-    )
-    from qveil.experiments.chain_mdp import ChainMDP, tabular_features
-
     rows: list[dict[str, Any]] = []
     for si, start in enumerate(("uniform", "first")):
         mdp = ChainMDP(start=start)
@@ -752,8 +739,8 @@ def run(
     """The LineWalk table and plot, Algorithm 1's modes, and the chain variant (see the
     module docstring). Writes utility_runs.csv, utility.csv, utility.md, utility.png,
     utility_chain.csv, utility_chain_runs.csv and utility_chain.png into ``out``."""
+    # here, not at the top: loads matplotlib only when this runs
     from qveil.experiments import plotting
-    from qveil.experiments._util import progress_map, write_csv
 
     out.mkdir(parents=True, exist_ok=True)
     n_seeds = seeds if seeds is not None else (2 if quick else 10)

@@ -28,15 +28,20 @@ from typing import Any
 
 import grpc
 
+from qveil.bundle import read_binding
 from qveil.errors import FailedPrecondition, InvalidArgument, PortInUse, echo
 from qveil.server.auth import Authorizer, load_tokens
 from qveil.server.handlers import Handlers, Limits, new_executor
 from qveil.server.health import Health
 from qveil.server.metrics import Metrics
 from qveil.server.protocol.dataplane import DataPlane
+from qveil.server.protocol.grpc.bad_body import BadBodyInterceptor
 from qveil.server.protocol.grpc.servicer import AdminServicer, AuditServicer, ValueServicer
 from qveil.server.protocol.grpc.v2_servicer import SERVICE_NAME as OIP_SERVICE_NAME
 from qveil.server.protocol.grpc.v2_servicer import add_inference_service
+from qveil.server.protocol.rest.server import start_rest
+from qveil.server.state import ReleaseHolder
+from qveil.server.store import open_store
 from qveil.v1 import admin_service_pb2, audit_service_pb2, value_service_pb2
 from qveil.v1 import admin_service_pb2_grpc as admin_grpc
 from qveil.v1 import audit_service_pb2_grpc as audit_grpc
@@ -179,8 +184,6 @@ def create_server(
     connections over the processes bound to the port); ``join``: the port is the first
     process's, not a port to check for being free."""
     from grpc_health.v1 import health_pb2, health_pb2_grpc
-
-    from qveil.server.protocol.grpc.bad_body import BadBodyInterceptor
 
     server = grpc.aio.server(
         interceptors=[BadBodyInterceptor()],
@@ -391,9 +394,6 @@ async def serve(config: ServeConfig, *, on_event: Callable[[str], None] | None =
                 log.warning("%s", warning)
 
         def start_up() -> Any:
-            from qveil.bundle import read_binding
-            from qveil.server.store import open_store
-
             # a bound bundle's store must exist already: never create an empty store for it
             # (that would be a second, independent noise draw)
             bound = read_binding(config.bundle) if config.bundle.is_dir() else None
@@ -573,8 +573,6 @@ async def _start_rest(
     --listen host, with the same certificates."""
     if config.http_port is None:
         return None
-    from qveil.server.protocol.rest.server import start_rest
-
     host = split_host(config.listen)[0] if config.tls is not None else "127.0.0.1"
     rest = await start_rest(
         plane,
@@ -590,8 +588,6 @@ async def _start_rest(
 
 
 def _holder() -> Any:
-    from qveil.server.state import ReleaseHolder
-
     return ReleaseHolder()
 
 

@@ -13,16 +13,20 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from qveil.errors import InvalidArgument, PortInUse
+from qveil.server.app import ServeConfig, TLSFiles, serve
+from qveil.server.auth import add_token
+from qveil.server.handlers import Limits
+from qveil.server.quotas import (
+    DEFAULT_BURST_SECONDS,
+    DEFAULT_MAX_STORED_POINTS,
+    DEFAULT_NEW_STATE_RATE,
+)
+
 
 # long-function: a flat list of qveil serve's flag declarations, one per option: splitting it would
 #   only scatter its one --help
 def add_parser(sub: Any) -> None:
-    from qveil.server.quotas import (
-        DEFAULT_BURST_SECONDS,
-        DEFAULT_MAX_STORED_POINTS,
-        DEFAULT_NEW_STATE_RATE,
-    )
-
     p = sub.add_parser(
         "serve",
         help="serve a release bundle over gRPC",
@@ -172,12 +176,6 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     import asyncio
     import logging
-
-    from qveil.errors import InvalidArgument, PortInUse
-    from qveil.server.app import ServeConfig, TLSFiles, serve
-    from qveil.server.auth import add_token
-    from qveil.server.handlers import Limits
-    from qveil.server.quotas import DEFAULT_NEW_STATE_RATE
 
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"

@@ -20,6 +20,13 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from qveil.server.app import create_server
+from qveil.server.auth import Authorizer, load_tokens
+from qveil.server.handlers import Handlers, Limits, new_executor
+from qveil.server.health import Health
+from qveil.server.protocol.dataplane import DataPlane
+from qveil.server.state import ReleaseHolder
+
 __all__ = ["LocalServer"]
 
 
@@ -59,14 +66,8 @@ class LocalServer:
         reflection: bool = False,
         start: bool = True,
     ) -> None:
-        from qveil.server.app import create_server
-        from qveil.server.auth import Authorizer, load_tokens
-        from qveil.server.handlers import Handlers, Limits, new_executor
-        from qveil.server.health import Health
-        from qveil.server.protocol.dataplane import DataPlane
-        from qveil.server.state import ReleaseHolder
-
         if isinstance(store_url, str):
+            # here, not at the top: loads sqlalchemy only when this runs
             from qveil.server.store import open_store
 
             self.store = open_store(store_url)

@@ -27,8 +27,14 @@ from typing import Any
 
 import numpy as np
 
+from qveil.bundle import build_fqi_card, load_bundle, write_grid_bundle
 from qveil.errors import FailedPrecondition, InvalidArgument
+from qveil.fqi import FQISpec, fitted_q
 from qveil.fqi_config import REFUSE_RATIO, FQIConfig, plan, ratio_message
+from qveil.kfqi_config import KernelFQIConfig
+from qveil.noise import StateInterval
+from qveil.release_map import smoother
+from qveil.trainer.train import code_version
 
 __all__ = ["FQIConfig", "FQIOutcome", "check_reward_relation", "plan", "summary", "train_fqi"]
 
@@ -44,8 +50,6 @@ class FQIOutcome:
 def observation_bounds(env_id: str) -> tuple[np.ndarray, np.ndarray]:
     """The flattened (low, high) of an environment's Box observation space (public)."""
     import gymnasium as gym
-
-    import qveil.trainer  # noqa: F401 - registers qveil's environments
 
     env = gym.make(env_id)
     try:
@@ -133,11 +137,10 @@ def train_fqi(
     and ``force`` is False; InvalidArgument for bad input, and for the ``reward`` relation on
     a dataset that does not declare its rewards population averages
     (:func:`check_reward_relation`). Nothing is written on any error."""
-    from qveil.kfqi_config import KernelFQIConfig
-
     check_reward_relation(cfg.neighbour, dataset)
 
     if isinstance(cfg, KernelFQIConfig):  # d coordinates
+        # here, not at the top: importing qveil.trainer.kfqi imports this module (a cycle)
         from qveil.trainer.kfqi import train_kernel_fqi
 
         outcome: FQIOutcome = train_kernel_fqi(cfg, dataset, out, force=force, engine=engine)
@@ -152,11 +155,6 @@ def train_fqi(
 
 def _train_grid(cfg: Any, dataset: Any, out: Path, *, force: bool) -> FQIOutcome:
     """The 1-D grid estimator: plan, fit, smooth, write and reload the bundle."""
-    from qveil.bundle import load_bundle, write_grid_bundle
-    from qveil.fqi import FQISpec, fitted_q
-    from qveil.noise import StateInterval
-    from qveil.release_map import smoother
-
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise InvalidArgument(f"output {str(out)[:80]!r} already exists and is not empty")
     s = np.asarray(dataset.s, dtype=np.float64)
@@ -217,9 +215,6 @@ def _grid_card(
     cfg: Any, dataset: Any, *, env_id: str, interval: Any, result: Any, seconds: float
 ) -> dict[str, Any]:
     """The grid release's card: its privacy numbers copied from the accountant's ``result``."""
-    from qveil.bundle import build_fqi_card
-    from qveil.trainer.train import code_version
-
     fingerprint = dataset.fingerprint() if callable(getattr(dataset, "fingerprint", None)) else ""
     return build_fqi_card(
         env_id=env_id,

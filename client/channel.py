@@ -12,6 +12,8 @@ from typing import Any
 
 import grpc
 
+from qveil.errors import InvalidArgument, echo
+
 __all__ = [
     "RETRY_EXEMPT",
     "RetryPolicy",
@@ -95,8 +97,6 @@ class RetryPolicy:
     codes: tuple[str, ...] = ("RESOURCE_EXHAUSTED", "UNAVAILABLE")
 
     def __post_init__(self) -> None:
-        from qveil.errors import InvalidArgument
-
         if isinstance(self.attempts, bool) or not 1 <= self.attempts <= MAX_ATTEMPTS:
             raise InvalidArgument(
                 f"retry attempts {self.attempts!r} must be in [1, {MAX_ATTEMPTS}] (gRPC's cap)"
@@ -174,8 +174,6 @@ def auth_metadata(token: str | None) -> tuple[tuple[str, str], ...]:
 def read_token_file(path: str | Path) -> str:
     """A token file holds one token (surrounding whitespace ignored). A file that cannot be
     read, is not UTF-8 or is empty is InvalidArgument naming the file."""
-    from qveil.errors import InvalidArgument, echo
-
     try:
         token = Path(path).read_text(encoding="utf-8").strip()
     except OSError as exc:

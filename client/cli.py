@@ -20,6 +20,10 @@ import re
 import sys
 from typing import Any
 
+from qveil.client import TLSConfig, ValueClient
+from qveil.client.channel import read_token_file
+from qveil.errors import InvalidArgument
+
 #: Arguments argparse must read as values, not options: anything starting with "-" and a
 #: digit (or "-." and a digit), so that ``--state -0.01,0.1`` is a state. (argparse's own
 #: pattern accepts only a single negative number; query has no option spelt like a number.)
@@ -66,8 +70,6 @@ def add_parser(sub: Any) -> None:
 
 
 def _states(raw: list[str]) -> list[float]:
-    from qveil.errors import InvalidArgument
-
     out: list[float] = []
     for item in raw:
         for part in item.split(","):
@@ -85,8 +87,6 @@ def _states(raw: list[str]) -> list[float]:
 
 def _box_states(raw: list[str], dims: int) -> list[list[float]]:
     """One state of ``dims`` coordinates per --state (a d > 1 release)."""
-    from qveil.errors import InvalidArgument
-
     out: list[list[float]] = []
     for item in raw:
         row = _states([item])
@@ -132,10 +132,6 @@ def human(v: Any) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from qveil.client import TLSConfig, ValueClient
-    from qveil.client.channel import read_token_file
-    from qveil.errors import InvalidArgument
-
     token = read_token_file(args.token_file) if args.token_file else None
     tls: TLSConfig | bool | None = None
     if args.tls_ca or args.tls_cert or args.tls_key or args.tls_server_name:

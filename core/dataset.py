@@ -253,6 +253,7 @@ def declared_population(path: str | os.PathLike[str]) -> str | None:
     rows are read: an ``.npz`` member, the Parquet file's metadata or the Minari metadata);
     None when it declares none."""
     if _kind(path) == "parquet":
+        # here, not at the top: importing qveil.dataset_parquet imports this module (a cycle)
         from qveil.dataset_parquet import ParquetSource
 
         return ParquetSource(path).population
@@ -269,6 +270,7 @@ def declared_population(path: str | os.PathLike[str]) -> str | None:
             raise InvalidArgument(
                 f"{_echo(str(p))} is not a readable .npz dataset: {str(exc)[:ECHO]}"
             ) from None
+    # here, not at the top: importing qveil.dataset_minari imports this module (a cycle)
     from qveil.dataset_minari import declared_minari_population
 
     return declared_minari_population(path)
@@ -500,9 +502,11 @@ def load_dataset(
     if _kind(path) == "npz":
         return load_npz(path, reward_range=reward_range)
     if _kind(path) == "parquet":
+        # here, not at the top: importing qveil.dataset_parquet imports this module (a cycle)
         from qveil.dataset_parquet import load_parquet
 
         return load_parquet(path, reward_range=reward_range)
+    # here, not at the top: importing qveil.dataset_minari imports this module (a cycle)
     from qveil.dataset_minari import load_minari
 
     return load_minari(path, reward_range=reward_range)
@@ -527,10 +531,12 @@ def save_dataset(ds: Dataset, path: str | os.PathLike[str]) -> None:
         save_npz(ds, path)
         return
     if _kind(path) == "parquet":
+        # here, not at the top: importing qveil.dataset_parquet imports this module (a cycle)
         from qveil.dataset_parquet import save_parquet
 
         save_parquet(ds, path, force=True)
         return
+    # here, not at the top: importing qveil.dataset_minari imports this module (a cycle)
     from qveil.dataset_minari import save_minari
 
     save_minari(ds, path)

@@ -66,6 +66,7 @@ from qveil.dataset import (
     FORMAT,
     Dataset,
     _echo,
+    _resolve_range,
     check_population_name,
     validate_arrays,
 )
@@ -483,8 +484,6 @@ class ParquetSource:
             self.n = int(summary["samples"])
         except (KeyError, TypeError, ValueError):
             raise InvalidArgument(f"{_echo(str(self.path))}: incomplete qveil metadata") from None
-        from qveil.dataset import _resolve_range
-
         self.reward_range = _resolve_range(
             (declared[0], declared[1]), reward_range, where=str(self.path)
         )

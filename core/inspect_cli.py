@@ -18,6 +18,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from qveil.bundle import load_bundle
+from qveil.errors import InvalidArgument
+
 __all__ = ["add_parser", "run"]
 
 
@@ -36,9 +39,6 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import numpy as np
-
-    from qveil.bundle import load_bundle
-    from qveil.errors import InvalidArgument
 
     if args.grid < 2 or args.grid > 1_000_000:
         raise InvalidArgument(f"--grid must be in [2, 1000000], got {args.grid}")

@@ -16,6 +16,8 @@ from typing import Any
 
 from qveil.errors import InvalidArgument
 from qveil.fqi_config import FQIConfig, config_from_dict, config_toml, read_toml
+from qveil.kfqi import KernelFQISpec
+from qveil.privacy.kfqi import KernelFQIPrivacyParams, account_kernel_fqi, calibrate_kernel_fqi
 
 __all__ = ["DEFAULT_BETA", "KernelFQIConfig", "load_fqi_config", "plan_kernel"]
 
@@ -95,8 +97,6 @@ class KernelFQIConfig:
 
     def spec(self, dims: int) -> Any:
         """The estimator's :class:`qveil.kfqi.KernelFQISpec`."""
-        from qveil.kfqi import KernelFQISpec
-
         return KernelFQISpec(
             gamma=self.gamma,
             iterations=self.iterations,
@@ -137,12 +137,6 @@ def plan_kernel(
     reward_range: tuple[float, float],
 ) -> Any:
     """The release's privacy accounting from public quantities only (before training)."""
-    from qveil.privacy.kfqi import (
-        KernelFQIPrivacyParams,
-        account_kernel_fqi,
-        calibrate_kernel_fqi,
-    )
-
     p = KernelFQIPrivacyParams(
         neighbour=cfg.neighbour,
         users=users,

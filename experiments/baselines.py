@@ -39,6 +39,7 @@ import numpy as np
 
 from qveil.errors import InvalidArgument
 from qveil.privacy import gdp_epsilon, gdp_mu
+from qveil.trainer.train import make_env
 
 __all__ = [
     "BaselinePrivacy",
@@ -213,8 +214,8 @@ def train_input_perturbation(cfg: Any, *, noise_std: float, seed: int) -> Any:
     """``train_q`` (sigma = 0) on an env whose rewards carry N(0, noise_std^2). The trainer's
     reward clipping is widened so the noisy rewards stay unbiased. The result's log rows hold
     the TRUE episode returns. Returns qveil.trainer.algorithm.TrainResult."""
+    # here, not at the top: loads torch only when this runs
     from qveil.trainer.algorithm import train_q
-    from qveil.trainer.train import make_env
 
     info = make_env(cfg)
     rng = np.random.default_rng([8, 2, int(seed)])
@@ -315,8 +316,8 @@ def train_dpsgd(cfg: Any, *, clip: float, noise_std: float, seed: int) -> DPSGDR
     divided by B, one plain SGD step at rate cfg.lr on the network's raw parameters."""
     import torch
 
+    # here, not at the top: loads torch only when this runs
     from qveil.trainer.network import LipschitzMLP
-    from qveil.trainer.train import make_env
 
     info = make_env(cfg)
     env, interval = info.env, info.interval

@@ -35,6 +35,7 @@ import numpy as np
 import numpy.typing as npt
 
 from qveil.errors import InvalidArgument
+from qveil.experiments._util import progress_map, write_csv
 from qveil.experiments.chain_mdp import Batch, ChainMDP, pairs_features, tabular_features
 
 __all__ = [
@@ -157,7 +158,7 @@ def lsl_fit(batch: Batch, phi: FloatArray, rho: FloatArray, *, lam: float) -> Fl
     m = batch.m
     gx = np.asarray(rho, dtype=np.float64) * batch.counts / m
     a = phi.T @ (gx[:, None] * phi) + (lam / (2.0 * m)) * np.eye(phi.shape[1])
-    return np.linalg.solve(a, phi.T @ (gx * batch.mean_returns()))
+    return np.asarray(np.linalg.solve(a, phi.T @ (gx * batch.mean_returns())), dtype=np.float64)
 
 
 def lsl_phi(
@@ -377,8 +378,8 @@ def run(
     20 runs, tabular and pairs-aggregated features, both start distributions, DP noise with
     F_max as written (R_max/(1-gamma) = 100) and with F_max = 1 (the public bound on this
     chain's returns). Writes bgp16.csv and bgp16.png."""
+    # here, not at the top: loads matplotlib only when this runs
     from qveil.experiments import plotting
-    from qveil.experiments._util import progress_map, write_csv
 
     out.mkdir(parents=True, exist_ok=True)
     sizes = QUICK_SIZES if quick else FULL_SIZES

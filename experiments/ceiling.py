@@ -170,7 +170,7 @@ def fit_offline_q(
         if cfg.cql_alpha > 0:
             loss = loss + cfg.cql_alpha * (torch.logsumexp(q, dim=1) - q_sa).mean()
         opt.zero_grad()
-        loss.backward()
+        loss.backward()  # type: ignore[no-untyped-call]
         opt.step()
         if (step + 1) % cfg.target_every == 0:
             target.load_state_dict(net.state_dict())
@@ -285,7 +285,7 @@ def run_env(
         t0 = time.perf_counter()
         model = fit_offline_q(ds, lc, seed=seed, progress=say)
         train_s = time.perf_counter() - t0
-        add(name, lockstep(env_id, model.act, seeds), train_s=train_s)  # type: ignore[arg-type]
+        add(name, lockstep(env_id, model.act, seeds), train_s=train_s)
     return rows
 
 

@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from qveil.errors import InvalidArgument
+from qveil.experiments._util import default_workers
+from qveil.experiments.multid import ENVS, FULL, QUICK
 
 __all__ = ["EXPERIMENTS", "add_parser", "run"]
 
@@ -147,7 +149,7 @@ def _numbers(flag: str, raw: str, kind: Callable[[str], Any]) -> list[Any]:
 
 def _multid_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """The multid-only flags as keyword arguments of qveil.experiments.multid.run."""
-    given = {
+    given: dict[str, Any] = {
         k: getattr(args, k, None)
         for k in ("env", "users", "epsilons", "releases", "episodes", "dataset")
     }
@@ -156,8 +158,6 @@ def _multid_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         return {}
     if args.name != "multid":
         raise InvalidArgument(f"--{', --'.join(given)} apply to multid only")
-    from qveil.experiments.multid import ENVS, FULL, QUICK
-
     kw: dict[str, Any] = {}
     for k in ("releases", "episodes"):
         if k in given:
@@ -183,8 +183,6 @@ def _multid_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from qveil.experiments._util import default_workers
-
     if args.seeds is not None and args.seeds < 1 and args.name != "theory":
         raise InvalidArgument(f"--seeds must be >= 1, got {args.seeds}")
     if args.workers is not None and args.workers < 1:

@@ -15,7 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from qveil.experiments._util import progress_map, write_csv
 from qveil.experiments.linewalk import load_cfg, privacy_row, reference_returns, run_spec
+from qveil.privacy.accountant import theorem5_beta
 
 __all__ = ["SIGMAS", "aggregate_curves", "run"]
 
@@ -40,9 +42,8 @@ def run(
     workers: int = 1,
     config: str | Path | None = None,
 ) -> dict[str, Path]:
+    # here, not at the top: loads matplotlib only when this runs
     from qveil.experiments import plotting
-    from qveil.experiments._util import progress_map, write_csv
-    from qveil.privacy.accountant import theorem5_beta
 
     out.mkdir(parents=True, exist_ok=True)
     changes = dict(QUICK_CHANGES) if quick else {}
@@ -109,11 +110,11 @@ def run(
             "release_return_sd": float(np.std(rel)),
         }
         for mode in ("paper", "gdp"):
-            pr = acct.get(mode)
-            row[f"{mode}_epsilon"] = None if pr is None else pr["epsilon"]
-            row[f"{mode}_delta_total"] = None if pr is None else pr["delta_total"]
-            row[f"{mode}_holds"] = None if pr is None else pr["holds"]
-            row[f"{mode}_reason"] = None if pr is None else pr["reason"]
+            acc = acct.get(mode)
+            row[f"{mode}_epsilon"] = None if acc is None else acc["epsilon"]
+            row[f"{mode}_delta_total"] = None if acc is None else acc["delta_total"]
+            row[f"{mode}_holds"] = None if acc is None else acc["holds"]
+            row[f"{mode}_reason"] = None if acc is None else acc["reason"]
         summary.append(row)
     ref = reference_returns(cfg)
     paths = {

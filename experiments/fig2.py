@@ -28,7 +28,10 @@ from typing import Any
 
 import numpy as np
 
+from qveil.experiments._util import progress_map, write_csv
+from qveil.experiments.fig1 import aggregate_curves
 from qveil.experiments.linewalk import load_cfg, privacy_row, reference_returns, run_spec
+from qveil.privacy.accountant import theorem5_beta
 
 __all__ = ["METHODS", "PAPER_SIGMA", "method_spec", "run"]
 
@@ -75,8 +78,8 @@ def method_spec(
     reward_sensitivity: float = 1.0,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """(spec for run_spec without the seed, privacy summary) for one method at a target."""
+    # here, not at the top: loads gymnasium only when this runs
     from qveil.experiments.baselines import dpsgd_calibrate, input_perturbation_calibrate
-    from qveil.privacy.accountant import theorem5_beta
 
     base: dict[str, Any] = {
         "config": config,
@@ -204,8 +207,8 @@ def run(
     config: str | Path | None = None,
     delta: float = 1e-4,
 ) -> dict[str, Path]:
+    # here, not at the top: loads matplotlib only when this runs
     from qveil.experiments import plotting
-    from qveil.experiments._util import progress_map, write_csv
 
     out.mkdir(parents=True, exist_ok=True)
     changes: dict[str, Any] = dict(QUICK_CHANGES) if quick else {}
@@ -291,8 +294,6 @@ def run(
                 r for r in targets if r["key"] == key and (r["eps"] == eps or key == "non-private")
             ]
             if runs:
-                from qveil.experiments.fig1 import aggregate_curves
-
                 panel[LABELS[key]] = aggregate_curves(runs)
         curve_panels[f"target eps = {eps}, delta = {delta:g}"] = panel
     paths["curves_png"] = plotting.plot_curves(
@@ -349,6 +350,7 @@ def plot_sweep(
     accountant gives no guarantee (holds = false) are drawn as crosses."""
     import matplotlib.pyplot as plt
 
+    # here, not at the top: loads matplotlib only when this runs
     from qveil.experiments.plotting import save
 
     _, xkey, _, xlabel = next(s for s in SWEEPS if s[0] == part)
@@ -426,6 +428,7 @@ def _plot_targets(
 ) -> Path:
     import matplotlib.pyplot as plt
 
+    # here, not at the top: loads matplotlib only when this runs
     from qveil.experiments.plotting import save
 
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.8))

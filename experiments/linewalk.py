@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from qveil.noise import OUSamplePath
+
 __all__ = ["load_cfg", "privacy_row", "reference_returns", "run_spec"]
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "linewalk.toml"
@@ -29,6 +31,7 @@ DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "linewalk.tom
 
 def load_cfg(path: str | Path | None = None, **changes: Any) -> Any:
     """The training config (default: configs/linewalk.toml, the paper's settings)."""
+    # here, not at the top: loads gymnasium only when this runs
     from qveil.trainer.config import TrainConfig
 
     cfg = TrainConfig.from_toml(path or DEFAULT_CONFIG)
@@ -38,6 +41,7 @@ def load_cfg(path: str | Path | None = None, **changes: Any) -> Any:
 def privacy_row(cfg: Any, *, n_actions: int = 2) -> tuple[dict[str, Any], Any]:
     """qveil.privacy's result for cfg (its sigma or its target epsilon) as a dict, and the
     effective config (calibration may choose k)."""
+    # here, not at the top: loads gymnasium only when this runs
     from qveil.trainer.train import privacy_for
 
     out = privacy_for(cfg, n_actions=n_actions)
@@ -67,8 +71,10 @@ def evaluate_release(
 ) -> list[float]:
     """Returns of argmax_a [clamp(Q)(x, a) + g_a(x)] over fresh episodes (one fresh path per
     action for the whole evaluation: one release is one function)."""
-    from qveil.noise import OUSamplePath
+    # here, not at the top: loads gymnasium only when this runs
     from qveil.trainer.evaluate import run_policy
+
+    # here, not at the top: loads gymnasium only when this runs
     from qveil.trainer.train import make_env
 
     info = make_env(cfg)
@@ -97,8 +103,13 @@ def evaluate_release(
 
 def reference_returns(cfg: Any, *, episodes: int = 200, seed: int = 0) -> dict[str, float]:
     """Mean returns of the random policy and the hand-written 'towards 0.5' policy."""
+    # here, not at the top: loads gymnasium only when this runs
     from qveil.trainer.env import towards_middle_policy
+
+    # here, not at the top: loads gymnasium only when this runs
     from qveil.trainer.evaluate import run_policy
+
+    # here, not at the top: loads gymnasium only when this runs
     from qveil.trainer.train import make_env
 
     info = make_env(cfg)
@@ -121,8 +132,13 @@ def run_spec(spec: dict[str, Any]) -> dict[str, Any]:
     import torch
 
     torch.set_num_threads(1)
+    # here, not at the top: loads gymnasium only when this runs
     from qveil.experiments.baselines import train_dpsgd, train_input_perturbation
+
+    # here, not at the top: loads gymnasium, torch only when this runs
     from qveil.trainer.algorithm import train_q
+
+    # here, not at the top: loads gymnasium only when this runs
     from qveil.trainer.train import make_env
 
     cfg = load_cfg(spec.get("config"), **spec.get("config_changes", {}))
@@ -148,13 +164,13 @@ def run_spec(spec: dict[str, Any]) -> dict[str, Any]:
         release_beta = float(spec.get("release_beta", spec["train_beta"]))
         q_bound = spec.get("q_bound")
     elif method == "dpsgd":
-        res = train_dpsgd(
+        baseline = train_dpsgd(
             cfg, clip=float(spec["clip"]), noise_std=float(spec["noise_std"]), seed=seed
         )
-        net, rows = res.network, res.log_rows
+        net, rows = baseline.network, baseline.log_rows
     elif method == "input":
-        res = train_input_perturbation(cfg, noise_std=float(spec["noise_std"]), seed=seed)
-        net, rows = res.network, res.log_rows
+        baseline = train_input_perturbation(cfg, noise_std=float(spec["noise_std"]), seed=seed)
+        net, rows = baseline.network, baseline.log_rows
     else:
         raise ValueError(f"unknown method {method!r}")
     weights = net.export()

@@ -40,6 +40,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from qveil.client import ValueClient
+from qveil.dataset_parquet import ParquetSource
+from qveil.experiments._util import write_csv
+from qveil.kfqi_config import KernelFQIConfig
+from qveil.server.local import LocalServer
+
 __all__ = [
     "EPSILONS",
     "ENVS",
@@ -64,8 +70,6 @@ EVAL_SEED = 10_000
 
 def load_config(env_id: str, **changes: Any) -> Any:
     """The public :class:`qveil.kfqi_config.KernelFQIConfig` of ``env_id`` (delta 1e-5)."""
-    from qveil.kfqi_config import KernelFQIConfig
-
     with ENVS[env_id].open("rb") as fh:
         d = tomllib.load(fh)
     d.update({"delta": DELTA, **changes})
@@ -128,8 +132,7 @@ def served_release_returns(
     Returns (returns, a record: the release id and sigma of the served card, the calls and
     states this client sent, and the server's own counters: (state, action) values it
     answered, noise points it drew and committed, points its store holds)."""
-    from qveil.client import ValueClient
-    from qveil.server.local import LocalServer
+    # here, not at the top: loads gymnasium only when this runs
     from qveil.trainer.served_eval import best_actions_paced, lockstep_returns
 
     with LocalServer(bundle, store_url) as srv, ValueClient(srv.target, timeout=60) as client:
@@ -186,9 +189,16 @@ def run_point(
     process), then the ceiling, the floor and ``releases`` served releases per epsilon on
     the same ``episodes`` episode seeds (``max_steps``: truncate every scored episode
     there; the quick smoke run only). Returns (cell rows, one row per release)."""
+    # here, not at the top: loads gymnasium only when this runs
     from qveil.trainer.collect import collect
+
+    # here, not at the top: loads gymnasium only when this runs
     from qveil.trainer.distributed import Engine
+
+    # here, not at the top: loads gymnasium only when this runs
     from qveil.trainer.kfqi import fit_kernel, write_kernel_release
+
+    # here, not at the top: loads gymnasium only when this runs
     from qveil.trainer.served_eval import lockstep_returns
 
     cfg = load_config(env_id, **changes)
@@ -198,8 +208,6 @@ def run_point(
         data = collect(env_id, users, seed, reward_range=cfg.reward_range)
         t_collect = time.perf_counter() - t0
     else:
-        from qveil.dataset_parquet import ParquetSource
-
         data = ParquetSource(dataset)
         if data.env_id != env_id or data.users != users:
             raise ValueError(f"{dataset} holds {data.users} users of {data.env_id}")
@@ -330,6 +338,7 @@ def _plot(rows: list[dict[str, Any]], path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    # here, not at the top: loads matplotlib only when this runs
     from qveil.experiments.plotting import save
 
     envs = sorted({r["env"] for r in rows})
@@ -372,6 +381,7 @@ def _plot_releases(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    # here, not at the top: loads matplotlib only when this runs
     from qveil.experiments.plotting import save
 
     cells = sorted({(r["env"], r["users"], r["seed"]) for r in rows})
@@ -435,13 +445,9 @@ def run(
     multid_releases.csv (one row per served release) and multid.png. ``dataset``: one
     Parquet file instead of the plan (its env and users; seed 0 is recorded, the file's
     collection seed must be it), fitted on ``workers`` local Dask workers."""
-    from qveil.experiments._util import write_csv
-
     out.mkdir(parents=True, exist_ok=True)
     default_plan, default_episodes, default_releases, max_steps = QUICK if quick else FULL
     if dataset is not None:
-        from qveil.dataset_parquet import ParquetSource
-
         src = ParquetSource(dataset)
         if src.env_id not in ENVS:
             raise ValueError(f"{dataset}: env {src.env_id!r} has no public config here")

@@ -38,6 +38,20 @@ from typing import Any
 
 import numpy as np
 
+from qveil.additive import AdditiveSamplePath, StateBox
+from qveil.dataset import load_npz, save_npz
+from qveil.experiments._util import write_csv
+from qveil.kfqi import (
+    Anchors,
+    additive_mean,
+    build_operators_nd,
+    inducing_grid,
+    iterate_q_nd,
+    krr_operator,
+)
+from qveil.kfqi_config import KernelFQIConfig
+from qveil.privacy.kfqi import KernelFQIPrivacyParams, calibrate_kernel_fqi
+
 __all__ = [
     "BEFORE",
     "COLUMNS",
@@ -137,7 +151,7 @@ def load_config(**changes: Any) -> dict[str, Any]:
 
 def dataset(users: int, seed: int, *, episodes_per_user: int = 1, cache: Path | None = None) -> Any:
     """N random-policy CartPole users (qveil.trainer.collect), cached as npz."""
-    from qveil.dataset import load_npz, save_npz
+    # here, not at the top: loads gymnasium only when this runs
     from qveil.trainer.collect import collect
 
     root = cache if cache is not None else cache_dir()
@@ -153,15 +167,11 @@ def dataset(users: int, seed: int, *, episodes_per_user: int = 1, cache: Path | 
 
 def _spec(cfg: dict[str, Any]) -> Any:
     """The estimator's :class:`qveil.kfqi.KernelFQISpec` (through the config's own type)."""
-    from qveil.kfqi_config import KernelFQIConfig
-
     return KernelFQIConfig.from_dict(cfg).spec(len(cfg["betas"]))
 
 
 def sigma_for(cfg: dict[str, Any], *, users: int, actions: int, epsilon: float) -> Any:
     """The accountant's calibration (qveil.privacy.kfqi.calibrate_kernel_fqi) for ``cfg``."""
-    from qveil.privacy.kfqi import KernelFQIPrivacyParams, calibrate_kernel_fqi
-
     p = KernelFQIPrivacyParams(
         neighbour=cfg["neighbour"],
         users=users,
@@ -191,8 +201,6 @@ class Fitted:
 
     def values(self, obs: np.ndarray) -> np.ndarray:
         """(n, m) mean values at raw observations (n, d)."""
-        from qveil.kfqi import additive_mean
-
         out: np.ndarray = additive_mean(
             self.box.to_unit(obs),
             alpha=self.alpha,
@@ -213,15 +221,6 @@ class Sweep:
         self._progress = progress
 
     def fit(self, cfg: dict[str, Any]) -> Fitted:
-        from qveil.additive import StateBox
-        from qveil.kfqi import (
-            Anchors,
-            build_operators_nd,
-            inducing_grid,
-            iterate_q_nd,
-            krr_operator,
-        )
-
         spec = _spec(cfg)
         box = StateBox.of(cfg["state_intervals"])
         rr = (float(cfg["reward_range"][0]), float(cfg["reward_range"][1]))
@@ -280,9 +279,10 @@ def _lockstep(
     policy: Callable[[np.ndarray], np.ndarray], seeds: Sequence[int], env_id: str = ENV_ID
 ) -> np.ndarray:
     """Returns of one episode per seed, run side by side (qveil.trainer.forecast.lockstep)."""
+    # here, not at the top: loads gymnasium only when this runs
     from qveil.trainer.forecast import lockstep
 
-    return lockstep(env_id, policy, seeds)  # type: ignore[arg-type]
+    return lockstep(env_id, policy, seeds)
 
 
 @dataclass(frozen=True)
@@ -311,8 +311,6 @@ def score(
     """Ceiling, floor and R private releases (mean + additive GP noise of this sigma, one
     seeded :class:`qveil.additive.AdditiveSamplePath` per action, queried lazily at the
     visited states) on the same E episode seeds ``eval_seed + e``."""
-    from qveil.additive import AdditiveSamplePath
-
     seeds = [eval_seed + e for e in range(episodes)]
     m = fit.alpha.shape[0]
     if with_baselines:
@@ -333,7 +331,8 @@ def score(
         def noisy(o: np.ndarray, paths: list[AdditiveSamplePath] = paths) -> np.ndarray:
             x = fit.box.to_unit(o)
             g = np.stack([p.sample(x) for p in paths], axis=1)
-            return np.argmax(fit.values(o) + g, axis=1)
+            best: np.ndarray = np.argmax(fit.values(o) + g, axis=1)
+            return best
 
         private[r] = _lockstep(noisy, seeds, env_id)
     return Scores(
@@ -466,6 +465,7 @@ def _plot(rows: list[dict[str, Any]], path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    # here, not at the top: loads matplotlib only when this runs
     from qveil.experiments.plotting import save
 
     chosen = next(r for r in rows if r["label"] == "chosen")
@@ -509,9 +509,8 @@ def run(*, out: Path, quick: bool = False, seeds: int | None = None, **_: Any) -
     lever alone (20 releases x 40 episodes each); then both configs on the report seeds
     (40 releases x 50 episodes). ``--seeds`` caps the report seeds. ``--quick``: 300
     users, one lever, seed 0 only (seconds)."""
-    from qveil.experiments._util import write_csv
-
     out.mkdir(parents=True, exist_ok=True)
+    report: tuple[int, ...]
     if quick:
         users, (rel, eps), (rep_rel, rep_eps), levers, report = (
             300,
@@ -537,7 +536,7 @@ def run(*, out: Path, quick: bool = False, seeds: int | None = None, **_: Any) -
     t0 = time.perf_counter()
     note(f"tuning seed {TUNE_SEED}: {users} users")
     sweep = Sweep(dataset(users, TUNE_SEED), progress=note)
-    kw = {"seed": TUNE_SEED, "releases": rel, "episodes": eps}
+    kw: dict[str, Any] = {"seed": TUNE_SEED, "releases": rel, "episodes": eps}
     emit(row("before", before, sweep, **kw))
     emit(row("chosen", chosen, sweep, **kw))
     for lever, value, ch in levers:

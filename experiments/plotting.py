@@ -218,14 +218,14 @@ def plot_utility(summary: Sequence[Mapping[str, Any]], path: Path, *, title: str
                         x, y, yerr=e, fmt="-o", ms=3, capsize=2, color=f"C{k}", label=v
                     )
         for r0 in sorted({str(r["gamma"]) for r in rows if r["method"] == "non-private FQI"}):
-            pts = sorted(
+            ref = sorted(
                 (int(r["users"]), _f(r["return_mean"]))
                 for r in rows
                 if r["method"] == "non-private FQI" and str(r["gamma"]) == r0
             )
-            x, y = zip(*pts, strict=True)
-            axes[0][j].plot(x, y, "--", color="k", alpha=0.4 + 0.2 * min(2, len(r0)) / 2, lw=1)
-            yy = dict(pts).get(n_ref)
+            xs, ys = zip(*ref, strict=True)
+            axes[0][j].plot(xs, ys, "--", color="k", alpha=0.4 + 0.2 * min(2, len(r0)) / 2, lw=1)
+            yy = dict(ref).get(n_ref)
             if yy is not None:
                 axes[1][j].axhline(yy, ls="--", color="k", lw=1, alpha=0.5)
         axes[0][j].plot([], [], "--", color="k", lw=1, label="non-private FQI (per gamma)")

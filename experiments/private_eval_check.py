@@ -94,14 +94,18 @@ def run(*, out: Path, quick: bool = False, seeds: int | None = None, **_: Any) -
                 raw = x if b.kernel else x.reshape(-1)
                 unit = b.box.to_unit(raw, clip=True) if b.kernel else b.interval.to_unit(raw)
                 g = np.stack([p.sample(unit) for p in paths], axis=1)
-                return np.argmax(b.q_values(raw) + g, axis=1)
+                return np.asarray(np.argmax(b.q_values(raw) + g, axis=1))
 
-            spec, box, _, rr_eval = estimator_of(cfg, held)
+            spec, box, _env, rr_eval = estimator_of(cfg, held)
             lo = np.array([iv.lo for iv in box.intervals])
             hi = np.array([iv.hi for iv in box.intervals])
-            j, _ = policy_value(
+
+            def policy(u: np.ndarray, lo: np.ndarray = lo, hi: np.ndarray = hi) -> np.ndarray:
+                return act(lo + u * (hi - lo))
+
+            j, _per_user = policy_value(
                 held.s, held.a, held.r, held.s2, held.terminal, held.user,
-                policy=lambda u, lo=lo, hi=hi: act(lo + u * (hi - lo)),
+                policy=policy,
                 n_actions=m, reward_range=rr_eval,
                 box=box, spec=spec,
             )  # fmt: skip

@@ -27,6 +27,7 @@ import numpy as np
 import numpy.typing as npt
 from scipy.signal import lfilter
 
+from qveil.experiments._util import progress_map, write_csv
 from qveil.noise import OUSamplePath
 
 __all__ = [
@@ -209,8 +210,8 @@ def run(
 ) -> dict[str, Path]:
     """All three checks; writes theory_lemma8.{csv,png}, theory_prop10.{csv,png},
     theory_prop9.{csv,png}."""
+    # here, not at the top: loads matplotlib only when this runs
     from qveil.experiments import plotting
-    from qveil.experiments._util import progress_map, write_csv
 
     out.mkdir(parents=True, exist_ok=True)
     seed = 0 if seeds is None else int(seeds)

@@ -185,7 +185,7 @@ def _served_returns(
         f = model.q_values_unit(x)
         if paths:
             f = f + np.stack([np.asarray(p.sample(x)) for p in paths], axis=1)
-        return np.argmax(f, axis=1).astype(np.int64)
+        return np.asarray(np.argmax(f, axis=1), dtype=np.int64)
 
     return lockstep_returns(ENV_ID, policy, episodes=episodes, seed=env_seed, env_kwargs={})
 
@@ -519,7 +519,11 @@ def chain_job(sizes: tuple[int, ...], run_id: int) -> list[dict[str, Any]]:
         for m in sizes:
             batch, stats = sample_chain(mdp, m, rng)
             base = {"start": start, "m": m, "run": run_id}
-            kw_q = {"gamma": mdp.gamma, "iterations": CHAIN_ITERATIONS, "f_max": CHAIN_F_MAX}
+            kw_q: dict[str, Any] = {
+                "gamma": mdp.gamma,
+                "iterations": CHAIN_ITERATIONS,
+                "f_max": CHAIN_F_MAX,
+            }
             q_user = chain_fqe(stats, **kw_q)
             q_pool = chain_fqe(stats, pooled=True, **kw_q)
             th_w = lsw_fit(batch, phi, ones)
@@ -559,7 +563,7 @@ def chain_job(sizes: tuple[int, ...], run_id: int) -> list[dict[str, Any]]:
                 )
                 for f_max in (CHAIN_F_MAX, None):
                     label = "R_max/(1-gamma)" if f_max is None else f"{f_max:g}"
-                    kw = {
+                    kw: dict[str, Any] = {
                         "epsilon": eps,
                         "delta": delta,
                         "r_max": mdp.r_max,

@@ -136,7 +136,7 @@ def open_admin(
 
 def admin_db_for(store: Any, store_url: str | None = None) -> AdminDB:
     """The admin records beside ``store`` (same database), opened once per store object."""
-    db = getattr(store, "_qveil_admin_db", None)
+    db: AdminDB | None = getattr(store, "_qveil_admin_db", None)
     if db is not None:
         return db
     url = store_url or getattr(store, "url", None) or getattr(store, "_url", None)

@@ -44,8 +44,10 @@ from typing import Any
 import numpy as np
 from scipy import stats as sps
 
+from qveil.common import typing as t
 from qveil.errors import InvalidArgument, QveilError
 from qveil.server import audit_log
+from qveil.server.admin import admin_db_for
 from qveil.server.admin_db import AdminDB
 from qveil.server.audit_log import utc_now
 from qveil.server.ledger import Ledger
@@ -578,9 +580,6 @@ def service_report(
     """The AuditService's GetStatisticalReport: :func:`audit_store` of one release (the same
     report as ``qveil audit --release ID``, in ``report``), with the per-action normality
     summary the proto carries (NaN p-values for untested paths)."""
-    from qveil.common import typing as t
-    from qveil.server.admin import admin_db_for
-
     db = admin_db_for(store)
     url: Any = getattr(store, "_url", None)
     label = (

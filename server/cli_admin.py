@@ -41,6 +41,9 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from qveil.bundle import load_bundle, value_scale_warning
+from qveil.client.channel import TLSConfig, read_token_file
+from qveil.client.sync import AdminClient
 from qveil.errors import InvalidArgument
 
 __all__ = ["add_parser", "run"]
@@ -183,9 +186,6 @@ def _store_url(args: argparse.Namespace, *, required: bool) -> str | None:
 
 
 def _admin_client(args: argparse.Namespace) -> Any:
-    from qveil.client.channel import TLSConfig, read_token_file
-    from qveil.client.sync import AdminClient
-
     tf = getattr(args, "token_file", None)
     ca = getattr(args, "tls_ca", None)
     cert, key = getattr(args, "tls_cert", None), getattr(args, "tls_key", None)
@@ -276,7 +276,8 @@ def _ledger_text(reports: list[dict[str, Any]]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from qveil.server import admin
+    # here, not at the top: loads sqlalchemy only when this runs
+    from qveil.server import admin, audit_log
 
     cmd = args.admin_command
     target = getattr(args, "target", None)
@@ -288,7 +289,7 @@ def run(args: argparse.Namespace) -> int:
     if op is None:  # pragma: no cover - argparse restricts the choices
         raise InvalidArgument(f"unknown operation {cmd!r}")
     with admin.open_admin(
-        url, actor=f"{admin.audit_log.default_actor()} (cli)", new_ok=cmd == "init-store"
+        url, actor=f"{audit_log.default_actor()} (cli)", new_ok=cmd == "init-store"
     ) as ctx:
         ctx.registry_url = getattr(args, "registry", None)
         op(ctx, args, url)
@@ -298,6 +299,7 @@ def run(args: argparse.Namespace) -> int:
 # The operations run directly on the store, one per command: (context, flags, store URL).
 # The server modules are imported when an operation runs (``qveil --help`` stays light).
 def _adopt_store(ctx: Any, args: argparse.Namespace, url: str) -> None:
+    # here, not at the top: loads sqlalchemy only when this runs
     from qveil.server import admin
 
     d = admin.adopt_store(ctx, retire_behind=args.retire_behind)
@@ -312,6 +314,7 @@ def _adopt_store(ctx: Any, args: argparse.Namespace, url: str) -> None:
 
 
 def _init_store(ctx: Any, args: argparse.Namespace, url: str) -> None:
+    # here, not at the top: loads sqlalchemy only when this runs
     from qveil.server import admin
 
     d: dict[str, Any] = {"store": url, "store_id": ctx.store.store_id}
@@ -324,6 +327,7 @@ def _init_store(ctx: Any, args: argparse.Namespace, url: str) -> None:
 
 
 def _export_release(ctx: Any, args: argparse.Namespace, url: str) -> None:
+    # here, not at the top: loads sqlalchemy only when this runs
     from qveil.server import admin
 
     d = admin.export_release(ctx, args.release_id, args.out)
@@ -338,6 +342,7 @@ def _export_release(ctx: Any, args: argparse.Namespace, url: str) -> None:
 
 
 def _import_release(ctx: Any, args: argparse.Namespace, url: str) -> None:
+    # here, not at the top: loads sqlalchemy only when this runs
     from qveil.server import admin
 
     d = admin.import_release(ctx, args.path)
@@ -350,7 +355,7 @@ def _import_release(ctx: Any, args: argparse.Namespace, url: str) -> None:
 
 
 def _retrain(ctx: Any, args: argparse.Namespace, url: str) -> None:
-    from qveil.bundle import load_bundle, value_scale_warning
+    # here, not at the top: loads sqlalchemy only when this runs
     from qveil.server.retrain import retrain
 
     target = getattr(args, "target", None)
@@ -389,6 +394,7 @@ def _retrain(ctx: Any, args: argparse.Namespace, url: str) -> None:
 
 
 def _releases(ctx: Any, args: argparse.Namespace, url: str) -> None:
+    # here, not at the top: loads sqlalchemy only when this runs
     from qveil.server import admin
 
     rows = [r.to_dict() for r in admin.releases(ctx)]
@@ -396,6 +402,7 @@ def _releases(ctx: Any, args: argparse.Namespace, url: str) -> None:
 
 
 def _activate(ctx: Any, args: argparse.Namespace, url: str) -> None:
+    # here, not at the top: loads sqlalchemy only when this runs
     from qveil.server import admin
 
     info = admin.activate(ctx, args.release_id)
@@ -408,6 +415,7 @@ def _activate(ctx: Any, args: argparse.Namespace, url: str) -> None:
 
 
 def _retire(ctx: Any, args: argparse.Namespace, url: str) -> None:
+    # here, not at the top: loads sqlalchemy only when this runs
     from qveil.server import admin
 
     info = admin.retire(ctx, args.release_id)
@@ -415,6 +423,7 @@ def _retire(ctx: Any, args: argparse.Namespace, url: str) -> None:
 
 
 def _budget(ctx: Any, args: argparse.Namespace, url: str) -> None:
+    # here, not at the top: loads sqlalchemy only when this runs
     from qveil.server import admin
 
     reps = [b.to_dict() for b in admin.budget(ctx, args.dataset_id)]
@@ -422,6 +431,7 @@ def _budget(ctx: Any, args: argparse.Namespace, url: str) -> None:
 
 
 def _ledger(ctx: Any, args: argparse.Namespace, url: str) -> None:
+    # here, not at the top: loads sqlalchemy only when this runs
     from qveil.server import admin
 
     reps = [b.to_dict() for b in admin.budget(ctx, None)]
@@ -429,6 +439,7 @@ def _ledger(ctx: Any, args: argparse.Namespace, url: str) -> None:
 
 
 def _set_cap(ctx: Any, args: argparse.Namespace, url: str) -> None:
+    # here, not at the top: loads sqlalchemy only when this runs
     from qveil.server import admin
 
     cap = admin.set_cap(ctx, args.dataset_id, epsilon=args.epsilon, delta=args.delta)
@@ -438,6 +449,7 @@ def _set_cap(ctx: Any, args: argparse.Namespace, url: str) -> None:
 
 
 def _log(ctx: Any, args: argparse.Namespace, url: str) -> None:
+    # here, not at the top: loads sqlalchemy only when this runs
     from qveil.server import audit_log
 
     ents = audit_log.entries(ctx.db, limit=args.limit)
@@ -493,6 +505,7 @@ def _run_remote(args: argparse.Namespace, cmd: str) -> int:
             bundle_path = getattr(args, "bundle_path", None) or ""
             url = _store_url(args, required=False)
             if not bundle_path and url:
+                # here, not at the top: loads sqlalchemy only when this runs
                 from qveil.server import admin
 
                 with admin.open_admin(url, create=False) as ctx:

@@ -105,7 +105,10 @@ def _summary(report: Any) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    # here, not at the top: loads sqlalchemy only when this runs
     from qveil.server.admin import admin_db_for
+
+    # here, not at the top: loads sqlalchemy only when this runs
     from qveil.server.audit import (
         anchors_from_registry,
         anchors_from_report,
@@ -113,8 +116,14 @@ def run(args: argparse.Namespace) -> int:
         export_report,
         plot_paths,
     )
+
+    # here, not at the top: loads sqlalchemy only when this runs
     from qveil.server.audit_log import default_actor
+
+    # here, not at the top: loads sqlalchemy only when this runs
     from qveil.server.registry import open_registry
+
+    # here, not at the top: loads sqlalchemy only when this runs
     from qveil.server.store import open_store
 
     url = args.store or os.environ.get("QVEIL_STORE_URL")

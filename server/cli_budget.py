@@ -15,6 +15,9 @@ import argparse
 import json
 from typing import Any
 
+from qveil.errors import InvalidArgument
+from qveil.server import population
+
 __all__ = ["add_parser", "run"]
 
 
@@ -60,8 +63,7 @@ def _text(rep: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from qveil.errors import InvalidArgument
-    from qveil.server import population
+    # here, not at the top: loads sqlalchemy only when this runs
     from qveil.server.registry import open_registry
 
     with open_registry(args.registry) as reg:

@@ -25,13 +25,15 @@ SERVICES = (
     "inference.GRPCInferenceService",  # the Open Inference Protocol (KServe v2)
 )
 Status = health_pb2.HealthCheckResponse.ServingStatus
+# a ServingStatus value (the generated enum is an int; grpc_health ships no types)
+StatusValue = int
 
 
-class _Servicer(health_pb2_grpc.HealthServicer):
+class _Servicer(health_pb2_grpc.HealthServicer):  # type: ignore[misc]  # grpc_health: untyped
     """Check and Watch over one status table and one condition (event loop only)."""
 
     def __init__(self) -> None:
-        self.status: dict[str, Status] = {}
+        self.status: dict[str, StatusValue] = {}
         self.changed = asyncio.Condition()
         self.closed = False
         self.watchers = 0
@@ -49,7 +51,7 @@ class _Servicer(health_pb2_grpc.HealthServicer):
     async def Watch(  # noqa: N802 - gRPC method name
         self, request: health_pb2.HealthCheckRequest, context: Any
     ) -> None:
-        last: Status | None = None
+        last: StatusValue | None = None
         self.watchers += 1
         try:
             async with self.changed:
@@ -66,7 +68,7 @@ class _Servicer(health_pb2_grpc.HealthServicer):
         finally:
             self.watchers -= 1
 
-    async def set(self, service: str, status: Status) -> None:
+    async def set(self, service: str, status: StatusValue) -> None:
         async with self.changed:
             self.status[service] = status
             self.changed.notify_all()

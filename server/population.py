@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from qveil.errors import BudgetExceeded, FailedPrecondition, InvalidArgument, echo
+from qveil.privacy.gaussian import gdp_epsilon
 from qveil.privacy.ledger import PrivacyEvent, filter_check, filter_state
 from qveil.release_records import validate_population
 
@@ -107,8 +108,6 @@ def plot_spending(rep: dict[str, Any], png: str | Path) -> None:
 
     import matplotlib.pyplot as plt
 
-    from qveil.privacy.ledger import PrivacyEvent as _E  # noqa: F401 - typing only
-
     budget_eps, budget_delta = rep["budget"]["epsilon"], rep["budget"]["delta"]
     times, spent = [], []
     mu2 = 0.0
@@ -116,8 +115,6 @@ def plot_spending(rep: dict[str, Any], png: str | Path) -> None:
     for e in rep["events"]:
         times.append(datetime.fromisoformat(e["at"]))
         if rep["mu_budget"] is not None and e["mu"] is not None:
-            from qveil.privacy.gaussian import gdp_epsilon
-
             mu2 += float(e["mu"]) ** 2
             spent.append(gdp_epsilon(delta=budget_delta, mu=math.sqrt(mu2)))
         else:
@@ -125,7 +122,8 @@ def plot_spending(rep: dict[str, Any], png: str | Path) -> None:
             spent.append(eps_sum)
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
     if times:
-        ax.step(times, spent, where="post", marker="o", label="spent (filter)")
+        # matplotlib plots datetimes through its date converter; its stubs accept numbers only
+        ax.step(times, spent, where="post", marker="o", label="spent (filter)")  # type: ignore[arg-type]
     ax.axhline(budget_eps, color="tab:red", linestyle="--", label=f"budget eps={budget_eps:g}")
     ax.set_title(f"population {rep['population']}: privacy spent (delta={budget_delta:g})")
     ax.set_ylabel("epsilon")

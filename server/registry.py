@@ -40,6 +40,7 @@ from qveil.server import audit_log
 from qveil.server.admin_db import AdminDB, open_admin_db
 from qveil.server.audit_log import utc_now
 from qveil.server.ledger import Ledger
+from qveil.server.store import open_store
 
 __all__ = [
     "LineageRecord",
@@ -422,8 +423,6 @@ class Registry:
 def open_registry(url: str | None = None, *, actor: str | None = None) -> Registry:
     """Open (creating and migrating it when new) the registry at ``url`` (default:
     :func:`default_registry_url`)."""
-    from qveil.server.store import open_store
-
     url = url or default_registry_url()
     store = open_store(url, create=True)  # runs the migrations; a registry holds no noise
     try:

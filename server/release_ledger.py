@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from qveil.errors import BudgetExceeded, FailedPrecondition, InvalidArgument, echo
+from qveil.privacy.fqi import account_params
+from qveil.privacy.ledger import PrivacyEvent
 
 __all__ = ["LedgerOutcome", "dataset_key", "event_for_card", "record_release"]
 
@@ -38,9 +40,6 @@ def dataset_key(card: Mapping[str, Any]) -> str:
 def event_for_card(card: Mapping[str, Any], *, dataset_id: str) -> Any:
     """The release's privacy event, recomputed by the accountant from the card's parameters
     (None when it has no guarantee: sigma = 0 or conditions that fail)."""
-    from qveil.privacy.fqi import account_params
-    from qveil.privacy.ledger import PrivacyEvent
-
     pp = card.get("privacy_params")
     if not isinstance(pp, Mapping) or pp.get("sigma") == 0:
         return None
@@ -98,7 +97,7 @@ def record_release(
                 requested=(entry.event.epsilon, entry.event.delta),
                 cap=(float(budget), 1.0),
             )
-        return LedgerOutcome("already", entry.dataset_id, *rep.spent, rep.rule)
+        return LedgerOutcome("already", entry.dataset_id, rep.spent[0], rep.spent[1], rep.rule)
     event = event_for_card(card, dataset_id=dataset_id)
     if event is None:
         if population is not None:
@@ -127,4 +126,4 @@ def record_release(
         # another replica recorded it between our look-up and our write: charged once
         return record_release(ledger, card, actor=actor, budget=budget, population=population)
     rep = ledger.budget(dataset_id)
-    return LedgerOutcome("recorded", dataset_id, *rep.spent, rep.rule)
+    return LedgerOutcome("recorded", dataset_id, rep.spent[0], rep.spent[1], rep.rule)

@@ -268,7 +268,8 @@ class _Actor:
         return [(w.copy(), b.copy()) for w, b in self.layers]
 
     def q(self, x: float) -> np.ndarray:
-        return self.q_batch(np.array([x]))[0]
+        row: np.ndarray = self.q_batch(np.array([x]))[0]
+        return row
 
     def q_batch(
         self, xs: np.ndarray, layers: list[tuple[np.ndarray, np.ndarray]] | None = None

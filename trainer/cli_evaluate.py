@@ -32,7 +32,7 @@ __all__ = ["add_parser", "run"]
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
-    p = sub.add_parser(
+    p: argparse.ArgumentParser = sub.add_parser(
         "evaluate", help="average return of a bundle's greedy policies", description=__doc__
     )
     p.add_argument("bundle", metavar="DIR", nargs="?", help="release bundle directory")

@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from qveil.dataset import _kind, declared_population, load_dataset
+from qveil.dataset import Dataset, _kind, declared_population, load_dataset
 from qveil.dataset_cli import add_engine_flags
 from qveil.dataset_parquet import ParquetSource
 from qveil.errors import InvalidArgument, QveilError
@@ -46,7 +46,7 @@ __all__ = ["add_parser", "run"]
 # long-function: a flat list of qveil train's flag declarations, one per option: splitting it
 #   would only scatter its one --help
 def add_parser(sub: Any) -> argparse.ArgumentParser:
-    p = sub.add_parser(
+    p: argparse.ArgumentParser = sub.add_parser(
         "train",
         help="train a private release and write its bundle: fqi on an offline dataset "
         "(the default, --dataset), or Algorithm 1 online (--mode paper|gdp|output)",
@@ -187,7 +187,7 @@ def run(args: argparse.Namespace, *, records: OpenReleaseRecords) -> int:
 
     cfg = _config(args)
     est = create_estimator(cfg)
-    ds = None
+    ds: Dataset | ParquetSource | None = None
     if est.needs_dataset:
         if not args.population:  # the population the dataset declares (its metadata alone)
             args.population = declared_population(args.dataset)

@@ -140,10 +140,10 @@ def collect(
     _check_counts(users, episodes_per_user, seed, first_user)
     env = _make(env_id)
     try:
-        _check_spaces(env, env_id)
-        n_actions = int(env.action_space.n)
-        start = int(env.action_space.start)
-        d = max(1, int(np.prod(env.observation_space.shape)))
+        act_space, obs_space = _check_spaces(env, env_id)
+        n_actions = int(act_space.n)
+        start = int(act_space.start)
+        d = max(1, int(np.prod(obs_space.shape)))
         rr = reward_range if reward_range is not None else env_reward_range(env)
         if rr is None:
             raise InvalidArgument(
@@ -194,8 +194,8 @@ def _check_counts(users: Any, episodes_per_user: Any, seed: Any, first_user: Any
         raise InvalidArgument(f"first_user must be an integer >= 0, got {first_user!r}"[:120])
 
 
-def _check_spaces(env: Any, env_id: str) -> None:
-    """qveil datasets need Discrete actions and Box observations."""
+def _check_spaces(env: Any, env_id: str) -> tuple[spaces.Discrete, spaces.Box]:
+    """qveil datasets need Discrete actions and Box observations: the two spaces."""
     if not isinstance(env.action_space, spaces.Discrete):
         raise InvalidArgument(
             f"env {_echo(env_id)} has action space {type(env.action_space).__name__}; "
@@ -206,6 +206,7 @@ def _check_spaces(env: Any, env_id: str) -> None:
             f"env {_echo(env_id)} has observation space "
             f"{type(env.observation_space).__name__}; qveil datasets need a Box"
         )
+    return env.action_space, env.observation_space
 
 
 def _episode(

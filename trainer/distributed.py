@@ -46,6 +46,15 @@ from tqdm import tqdm
 
 from qveil.dataset_parquet import USERS_PER_GROUP, ParquetDatasetWriter, ParquetSource
 from qveil.errors import FailedPrecondition, InvalidArgument
+from qveil.kfqi import (
+    ShardSums,
+    add_shard_sums,
+    fold_tree,
+    operators_from_sums,
+    shard_denominators,
+    shard_sums,
+)
+from qveil.trainer.collect import collect
 
 __all__ = [
     "Engine",
@@ -152,7 +161,7 @@ def user_shards(user: NDArray[np.int64], shard_users: int) -> list[NDArray[np.in
     u = np.asarray(user).reshape(-1)
     order = np.argsort(u, kind="stable")
     su = u[order]
-    starts = np.flatnonzero(np.concatenate(([True], su[1:] != su[:-1]))) if len(su) else []
+    starts = np.flatnonzero(np.concatenate(([True], su[1:] != su[:-1]))) if len(su) else su[:0]
     cuts = [int(v) for v in starts[::shard_users]] + [len(su)]
     return [order[cuts[i] : cuts[i + 1]] for i in range(len(cuts) - 1)]
 
@@ -201,14 +210,10 @@ def shard_progress(total: int, *, desc: str, enabled: bool) -> Any:
 
 # --------------------------------------------------------------------------- the tasks
 def _memory_sums(shard: tuple[Any, ...], kw: dict[str, Any]) -> Any:
-    from qveil.kfqi import shard_sums
-
     return shard_sums(*shard, **kw)
 
 
 def _memory_denominators(shard: tuple[Any, ...], kw: dict[str, Any]) -> Any:
-    from qveil.kfqi import shard_denominators
-
     states, actions, _, _, _, users = shard
     return shard_denominators(states, actions, users, **kw)
 
@@ -218,22 +223,16 @@ def _parquet_group(path: str, group: int) -> tuple[Any, ...]:
 
 
 def _parquet_sums(path: str, group: int, kw: dict[str, Any]) -> Any:
-    from qveil.kfqi import shard_sums
-
     user, s, a, r, s2, terminal = _parquet_group(path, group)
     return shard_sums(s, a, r, s2, terminal, user, **kw)
 
 
 def _parquet_denominators(path: str, group: int, kw: dict[str, Any]) -> Any:
-    from qveil.kfqi import shard_denominators
-
     user, s, a, _, _, _ = _parquet_group(path, group)
     return shard_denominators(s, a, user, **kw)
 
 
 def _add(left: Any, right: Any) -> Any:
-    from qveil.kfqi import ShardSums, add_shard_sums
-
     if isinstance(left, ShardSums):
         return add_shard_sums(left, right)
     return left + right
@@ -249,8 +248,6 @@ def _map_reduce(
 ) -> Any:
     """fold_tree(add) over the tasks' results: in this process (client None) or as tasks
     (each map and each addition one task; the whole tree submitted at once)."""
-    from qveil.kfqi import fold_tree
-
     bar = shard_progress(len(tasks), desc=desc, enabled=progress)
     with bar:
         if client is None:
@@ -298,8 +295,6 @@ def fit_operators(
 ) -> FitSums:
     """The operators of equation (1) of ``data`` (a :class:`qveil.dataset.Dataset` or a
     :class:`qveil.dataset_parquet.ParquetSource`), built shard by shard on ``engine``."""
-    from qveil.kfqi import operators_from_sums
-
     kw: dict[str, Any] = {"n_actions": int(n_actions), "box": box, "spec": spec}
     with open_client(engine) as client:
         if isinstance(data, ParquetSource):
@@ -319,11 +314,11 @@ def fit_operators(
             # by the tasks themselves
             shards = [tuple(np.ascontiguousarray(x[idx]) for x in arrays) for idx in rows]
 
-            def sums_task(sh: Any, den: Any) -> tuple[Callable[..., Any], tuple[Any, ...]]:
-                return _memory_sums, (sh, {**kw, "reward_range": reward_range, **den})
+            def sums_task(g: Any, den: Any) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+                return _memory_sums, (g, {**kw, "reward_range": reward_range, **den})
 
-            def den_task(sh: Any) -> tuple[Callable[..., Any], tuple[Any, ...]]:
-                return _memory_denominators, (sh, kw)
+            def den_task(g: Any) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+                return _memory_denominators, (g, kw)
 
         den_pool = None
         if spec.neighbour != "user":
@@ -385,8 +380,6 @@ def _in_order(
 def _collect_shard(
     env_id: str, first_user: int, users: int, seed: int, opts: dict[str, Any]
 ) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    from qveil.trainer.collect import collect
-
     ds = collect(env_id, users, seed, first_user=first_user, **opts)
     arrays = (ds.user, ds.s, ds.a, ds.r, ds.s2, ds.terminal)
     meta = {"n_actions": ds.n_actions, "reward_range": ds.reward_range, "d": ds.d}

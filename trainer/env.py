@@ -45,7 +45,8 @@ class LineWalkEnv(gym.Env[np.ndarray, int]):
         self.episode_length = int(episode_length)
         self.max_move = float(max_move)
         self.observation_space = spaces.Box(0.0, 1.0, shape=(1,), dtype=np.float64)
-        self.action_space = spaces.Discrete(2)
+        # Gymnasium types Discrete as a space of np.int64; its envs take plain int actions
+        self.action_space = spaces.Discrete(2)  # type: ignore[assignment]
         self._state = 0.0
         self._t = 0
 
@@ -92,7 +93,8 @@ class ReachEnv(gym.Env[np.ndarray, int]):
         self.dims = int(dims)
         self.episode_length = int(episode_length)
         self.observation_space = spaces.Box(0.0, 1.0, shape=(self.dims,), dtype=np.float64)
-        self.action_space = spaces.Discrete(2)
+        # Gymnasium types Discrete as a space of np.int64; its envs take plain int actions
+        self.action_space = spaces.Discrete(2)  # type: ignore[assignment]
         self._state = np.zeros(self.dims)
         self._t = 0
 

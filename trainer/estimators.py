@@ -28,7 +28,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from qveil.bundle import value_scale_warning
 from qveil.errors import InvalidArgument
+from qveil.fqi_config import FQIConfig, plan, read_toml
+from qveil.kfqi_config import KernelFQIConfig, load_fqi_config, plan_kernel
+from qveil.trainer.config import TrainConfig
+from qveil.trainer.fqi import summary, train_fqi
+from qveil.trainer.train import main_summary, make_env, privacy_for, run_training
 
 __all__ = [
     "ESTIMATORS",
@@ -114,15 +120,10 @@ def register(name: str) -> Callable[[type[Estimator]], type[Estimator]]:
 
 def estimator_name(config: Any) -> str:
     """The registered name of a config's estimator."""
-    from qveil.fqi_config import FQIConfig
-    from qveil.kfqi_config import KernelFQIConfig
-
     if isinstance(config, KernelFQIConfig):
         return "kernel"
     if isinstance(config, FQIConfig):
         return "grid"
-    from qveil.trainer.config import TrainConfig
-
     if isinstance(config, TrainConfig):
         return "algorithm1"
     raise InvalidArgument(f"no estimator takes a {type(config).__name__} config")
@@ -137,9 +138,6 @@ def load_config(path: str | Path | None, *, estimator: str = "grid") -> Any:
     """The one config loader: the TOML file's ``estimator`` (``grid``, ``kernel`` or
     ``algorithm1``; a file whose ``mode`` is paper, gdp or output is ``algorithm1``), or, with
     no file, the defaults of ``estimator``."""
-    from qveil.fqi_config import FQIConfig, read_toml
-    from qveil.kfqi_config import load_fqi_config
-
     if path is None:
         if estimator == "grid":
             return FQIConfig()
@@ -153,8 +151,6 @@ def load_config(path: str | Path | None, *, estimator: str = "grid") -> Any:
             f"estimator must be one of {', '.join(sorted(ESTIMATORS))}, got {str(name)!r:.80}"
         )
     if name == "algorithm1":
-        from qveil.trainer.config import TrainConfig
-
         return TrainConfig.from_toml(path)
     return load_fqi_config(path)
 
@@ -168,8 +164,6 @@ class GridFQI(Estimator):
     def plan(
         self, *, users: int, actions: int, dims: int, reward_range: tuple[float, float]
     ) -> Any:
-        from qveil.fqi_config import plan
-
         if dims != 1:
             raise InvalidArgument(
                 f"the grid estimator takes states of one coordinate, not {dims}: use "
@@ -187,14 +181,10 @@ class GridFQI(Estimator):
         progress: bool = False,
         engine: Any = None,
     ) -> Outcome:
-        from qveil.trainer.fqi import train_fqi
-
         o = train_fqi(self.config, dataset, out, force=force, engine=engine)
         return Outcome(path=o.path, card=o.card, warnings=_warned(o.warning), detail=o)
 
     def summary(self, outcome: Outcome) -> str:
-        from qveil.trainer.fqi import summary
-
         return summary(outcome.detail)
 
 
@@ -206,8 +196,6 @@ class KernelFQI(GridFQI):
     def plan(
         self, *, users: int, actions: int, dims: int, reward_range: tuple[float, float]
     ) -> Any:
-        from qveil.kfqi_config import plan_kernel
-
         return plan_kernel(
             self.config, users=users, actions=actions, dims=dims, reward_range=reward_range
         )
@@ -224,14 +212,10 @@ class Algorithm1(Estimator):
     def plan(
         self, *, users: int, actions: int, dims: int, reward_range: tuple[float, float]
     ) -> Any:
-        from qveil.trainer.train import privacy_for
-
         result, _ = privacy_for(self.config, n_actions=actions)
         return result
 
     def public_plan(self) -> Any:
-        from qveil.trainer.train import make_env, privacy_for
-
         info = make_env(self.config)
         try:
             result, _ = privacy_for(self.config, n_actions=info.n_actions)
@@ -249,9 +233,6 @@ class Algorithm1(Estimator):
         progress: bool = False,
         engine: Any = None,
     ) -> Outcome:
-        from qveil.bundle import value_scale_warning
-        from qveil.trainer.train import run_training
-
         if dataset is not None:
             raise InvalidArgument("Algorithm 1 trains online in its environment: no --dataset")
         if engine is not None and not engine.local:
@@ -263,8 +244,6 @@ class Algorithm1(Estimator):
         return Outcome(path=o.path, card=o.card, warnings=tuple(warnings), detail=o)
 
     def summary(self, outcome: Outcome) -> str:
-        from qveil.trainer.train import main_summary
-
         return main_summary(outcome.detail)
 
 

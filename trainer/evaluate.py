@@ -19,8 +19,10 @@ import gymnasium as gym
 import numpy as np
 
 from qveil.bundle import Bundle
+from qveil.errors import InvalidArgument
 from qveil.noise import OUSamplePath
 from qveil.rng import NormalSource
+from qveil.trainer import register_envs
 from qveil.trainer.env import ENV_ID, towards_middle_policy
 
 __all__ = ["PolicyScore", "evaluate_bundle", "format_table", "plot_scores", "run_policy"]
@@ -77,12 +79,8 @@ def evaluate_bundle(
     Every policy sees the same sequence of environment seeds when ``seed`` is given.
     ``noise_rng`` None draws the fresh release path from OS entropy.
     """
-    from qveil.trainer import register_envs
-
     register_envs()
     if episodes < 1:
-        from qveil.errors import InvalidArgument
-
         raise InvalidArgument(f"episodes must be >= 1, got {episodes!r}")
     kwargs = dict(bundle.card.get("hyperparameters", {}).get("env_kwargs", {}))
     env = gym.make(bundle.env_id, **kwargs)

@@ -30,7 +30,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from qveil.additive import AdditiveSamplePath
+from qveil.bundle import load_bundle
 from qveil.errors import InvalidArgument
+from qveil.noise import OUSamplePath
+from qveil.trainer import register_envs
+from qveil.trainer.collect import collect
+from qveil.trainer.estimators import create_estimator
 
 __all__ = ["NEAR_RANDOM", "Forecast", "forecast", "lockstep"]
 
@@ -89,8 +95,6 @@ def lockstep(
 ) -> FloatArray:
     """Returns of one episode per seed, run side by side (one batched policy call a step)."""
     import gymnasium as gym
-
-    from qveil.trainer import register_envs
 
     register_envs()
     envs = [gym.make(env_id) for _ in seeds]
@@ -152,10 +156,6 @@ def forecast(
     """The forecast of ``config`` (an fqi config) for N = ``users`` and ``epsilon`` (see the
     module docstring). ``dataset``: a public dataset of the same shape (default: N users of
     the config's environment simulated with the random behaviour policy, ``seed``)."""
-    from qveil.bundle import load_bundle
-    from qveil.trainer.collect import collect
-    from qveil.trainer.estimators import create_estimator
-
     if int(users) < 1 or not (math.isfinite(epsilon) and epsilon > 0):
         raise InvalidArgument(
             f"a forecast needs users >= 1 and epsilon > 0, got {users}, {epsilon}"
@@ -210,9 +210,6 @@ def _private_returns(
     """(releases, episodes): the returns of the greedy policy of ``releases`` simulated
     releases of bundle ``b``, each with fresh seeded noise paths (a forecast spends no
     privacy: the noise here is simulated, never stored)."""
-    from qveil.additive import AdditiveSamplePath
-    from qveil.noise import OUSamplePath
-
     sigma, m = float(b.sigma), int(b.n_actions)
     private = np.zeros((releases, len(seeds)))
     for r in range(releases):
@@ -229,7 +226,8 @@ def _private_returns(
             x = _raw(o, b)
             unit = b.box.to_unit(x, clip=True) if b.kernel else b.interval.to_unit(x)
             g = np.stack([p.sample(unit) for p in paths], axis=1)
-            return np.argmax(b.q_values(x) + g, axis=1)
+            best: npt.NDArray[np.int64] = np.argmax(b.q_values(x) + g, axis=1)
+            return best
 
         private[r] = lockstep(env_id, noisy, seeds)
     return private

@@ -49,8 +49,8 @@ def observation_bounds(env_id: str) -> tuple[np.ndarray, np.ndarray]:
 
     env = gym.make(env_id)
     try:
-        lo = np.asarray(env.observation_space.low, dtype=float).reshape(-1)  # type: ignore[attr-defined]
-        hi = np.asarray(env.observation_space.high, dtype=float).reshape(-1)  # type: ignore[attr-defined]
+        lo = np.asarray(env.observation_space.low, dtype=np.float64).reshape(-1)  # type: ignore[attr-defined]
+        hi = np.asarray(env.observation_space.high, dtype=np.float64).reshape(-1)  # type: ignore[attr-defined]
     finally:
         env.close()
     return lo, hi

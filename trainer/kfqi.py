@@ -27,9 +27,17 @@ from typing import Any
 
 import numpy as np
 
+from qveil.additive import StateBox
+from qveil.bundle import build_kernel_fqi_card, load_bundle, write_kernel_bundle
+from qveil.bundle.io import plot_curve
+from qveil.dataset_parquet import ParquetSource
 from qveil.errors import FailedPrecondition, InvalidArgument
 from qveil.fqi_config import REFUSE_RATIO, ratio_message
+from qveil.kfqi import additive_mean, iterate_q_nd, krr_result
 from qveil.kfqi_config import KernelFQIConfig, plan_kernel
+from qveil.trainer.distributed import Engine, fit_operators
+from qveil.trainer.fqi import FQIOutcome, check_reward_relation, observation_bounds
+from qveil.trainer.train import code_version
 
 __all__ = [
     "KernelFit",
@@ -50,8 +58,6 @@ def state_intervals(cfg: KernelFQIConfig, env_id: str | None, dims: int) -> list
             )
         return [list(p) for p in cfg.state_intervals]
     if env_id:
-        from qveil.trainer.fqi import observation_bounds
-
         lo, hi = observation_bounds(env_id)
         if lo.size == dims and np.isfinite(lo).all() and np.isfinite(hi).all():
             return [[float(a), float(b)] for a, b in zip(lo, hi, strict=True)]
@@ -93,8 +99,6 @@ class KernelFit:
         if title not in self._curves:
             import tempfile
 
-            from qveil.bundle.io import plot_curve
-
             with tempfile.TemporaryDirectory() as d:
                 p = Path(d) / "curve.png"
                 plot_curve(p, self.log_rows(), title)
@@ -104,9 +108,6 @@ class KernelFit:
     def mean(self, states: Any) -> np.ndarray:
         """The fitted mean f_a at raw states (n, d), clipped into the public box: (n, m).
         Not a release (no noise); for non-private references only."""
-        from qveil.additive import StateBox
-        from qveil.kfqi import additive_mean
-
         box = StateBox.of(self.intervals)
         x = box.to_unit(np.asarray(states, dtype=np.float64).reshape(-1, self.dims), clip=True)
         r = self.result
@@ -119,8 +120,6 @@ class KernelFit:
 def _shape(dataset: Any) -> tuple[int, str, tuple[float, float], int, int]:
     """dims, env id, reward range, users and actions: a streamed Parquet dataset's from its
     metadata (the fit checks the user count it reads against it), others' from the arrays."""
-    from qveil.dataset_parquet import ParquetSource
-
     if isinstance(dataset, ParquetSource):
         users = dataset.users
         dims = dataset.d
@@ -131,7 +130,7 @@ def _shape(dataset: Any) -> tuple[int, str, tuple[float, float], int, int]:
     return (
         dims,
         str(getattr(dataset, "env_id", None) or ""),
-        tuple(dataset.reward_range),  # type: ignore[return-value]
+        tuple(dataset.reward_range),
         users,
         int(dataset.n_actions),
     )
@@ -157,11 +156,6 @@ def fit_kernel(cfg: KernelFQIConfig, dataset: Any, *, engine: Any = None) -> Ker
     :class:`qveil.trainer.distributed.Engine`; default: in this process), the same bits
     whatever the worker count; a file whose users differ from its recorded count is
     refused."""
-    from qveil.additive import StateBox
-    from qveil.kfqi import iterate_q_nd, krr_result
-    from qveil.trainer.distributed import Engine, fit_operators
-    from qveil.trainer.fqi import check_reward_relation
-
     check_reward_relation(cfg.neighbour, dataset)
 
     dims, ds_env, ds_rr, users, actions = _shape(dataset)
@@ -219,10 +213,6 @@ def write_kernel_release(
     from the kernel accountant for ``epsilon`` (or the given ``sigma``; neither: the fit's
     config), a fresh release id. Every call is a new, distinct release of the same mean.
     Returns a :class:`qveil.trainer.fqi.FQIOutcome`. Nothing is written on any error."""
-    from qveil.bundle import build_kernel_fqi_card, load_bundle, write_kernel_bundle
-    from qveil.trainer.fqi import FQIOutcome
-    from qveil.trainer.train import code_version
-
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise InvalidArgument(f"output {str(out)[:80]!r} already exists and is not empty")
@@ -299,8 +289,6 @@ def train_kernel_fqi(
     """Fit, account and write a d-coordinate fqi bundle at ``out`` (must not exist).
     Returns a :class:`qveil.trainer.fqi.FQIOutcome`. Nothing is written on any error; a
     release the accountant refuses is refused before the data is touched."""
-    from qveil.trainer.fqi import check_reward_relation
-
     check_reward_relation(cfg.neighbour, dataset)
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):

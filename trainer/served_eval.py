@@ -20,7 +20,13 @@ import numpy as np
 import numpy.typing as npt
 
 from qveil.bundle import is_kernel_card
+from qveil.client import ResourceExhaustedError, ValueClient
+from qveil.errors import InvalidArgument
+from qveil.fqi import FQISpec, fitted_q
+from qveil.kfqi_config import KernelFQIConfig
+from qveil.noise import StateInterval
 from qveil.trainer.evaluate import PolicyScore, _score
+from qveil.trainer.kfqi import fit_kernel
 
 __all__ = ["evaluate_served", "lockstep_returns", "nonprivate_name", "nonprivate_policy"]
 
@@ -38,8 +44,6 @@ def best_actions_paced(client: Any, states: Any, *, max_waits: int = 1000) -> np
     """
     import time
 
-    from qveil.client import ResourceExhaustedError
-
     for _ in range(max_waits):
         try:
             return np.asarray(client.best_actions(states), dtype=np.int64)
@@ -55,9 +59,6 @@ def lockstep_returns(
 ) -> list[float]:
     """Undiscounted returns of ``policy`` (states (n, d) -> actions (n,)) over ``episodes``
     episodes, episode i seeded ``seed + i``."""
-    import qveil.trainer  # noqa: F401 - registers qveil's environments
-    from qveil.errors import InvalidArgument
-
     try:
         envs = [gym.make(env_id, **env_kwargs) for _ in range(episodes)]
     except (gym.error.Error, TypeError, ImportError) as exc:
@@ -102,9 +103,6 @@ def nonprivate_policy(card: dict[str, Any], dataset: Any) -> BatchPolicy:
     (d coordinates) the release's kernel FQI + subspace KRR, fitted again without noise."""
     if is_kernel_card(card):
         return _kernel_nonprivate_policy(card, dataset)
-    from qveil.fqi import FQISpec, fitted_q
-    from qveil.noise import StateInterval
-
     hp = card.get("estimator") or card["hyperparameters"]
     iv = StateInterval(*card["state_interval"])
     spec = FQISpec(
@@ -132,7 +130,8 @@ def nonprivate_policy(card: dict[str, Any], dataset: Any) -> BatchPolicy:
     def act(states: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
         s = np.clip(states[:, 0], iv.lo, iv.hi)
         vals = np.stack([np.interp(s, grid, q[:, a]) for a in range(q.shape[1])], axis=1)
-        return np.argmax(vals, axis=1).astype(np.int64)
+        best: npt.NDArray[np.int64] = np.argmax(vals, axis=1).astype(np.int64)
+        return best
 
     return act
 
@@ -140,9 +139,6 @@ def nonprivate_policy(card: dict[str, Any], dataset: Any) -> BatchPolicy:
 def _kernel_nonprivate_policy(card: dict[str, Any], dataset: Any) -> BatchPolicy:
     """The kernel estimator of the card (its public ``estimator`` configuration, intervals
     and reward range) refitted on ``dataset``; greedy on the fitted mean (no noise)."""
-    from qveil.kfqi_config import KernelFQIConfig
-    from qveil.trainer.kfqi import fit_kernel
-
     hp = card.get("estimator") or card["hyperparameters"]
     cfg = KernelFQIConfig(
         env_id=card.get("env_id") or None,
@@ -165,7 +161,8 @@ def _kernel_nonprivate_policy(card: dict[str, Any], dataset: Any) -> BatchPolicy
     fit = fit_kernel(cfg, dataset)
 
     def act(states: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
-        return np.argmax(fit.mean(states), axis=1).astype(np.int64)
+        best: npt.NDArray[np.int64] = np.argmax(fit.mean(states), axis=1).astype(np.int64)
+        return best
 
     return act
 
@@ -181,9 +178,6 @@ def evaluate_served(
 ) -> tuple[dict[str, Any], list[PolicyScore]]:
     """(public card, scores): the served policy, random and (with ``dataset``) non-private
     FQI, on the same ``episodes`` environment seeds."""
-    from qveil.client import ValueClient
-    from qveil.errors import InvalidArgument
-
     if episodes < 1:
         raise InvalidArgument(f"episodes must be >= 1, got {episodes!r}")
     with ValueClient(target, token=token) as client:

@@ -26,9 +26,10 @@ import gymnasium as gym
 import numpy as np
 
 import qveil
-from qveil.bundle import build_card, write_bundle
+from qveil.bundle import build_card, load_bundle, nonprivate_privacy, write_bundle
 from qveil.errors import InvalidArgument
 from qveil.noise import StateInterval
+from qveil.privacy import PrivacyParams, account, calibrate
 from qveil.trainer import register_envs
 from qveil.trainer.config import TrainConfig, to_toml
 
@@ -166,13 +167,11 @@ def privacy_for(cfg: TrainConfig, *, n_actions: int) -> tuple[Any, TrainConfig]:
     calibrated parameters, so the card's numbers are exactly what ``account`` gives for the
     card's own ``privacy_params`` (what :func:`qveil.bundle.load_bundle` recomputes).
     """
-    from qveil.privacy import PrivacyParams, account, calibrate
-
     if cfg.sigma is None and cfg.epsilon is None:
         raise InvalidArgument(
             "give either a noise scale (--sigma S) or a target (--epsilon E --delta D [--mode M])"
         )
-    fields = dict(
+    fields: dict[str, Any] = dict(
         mode=cfg.mode,
         sigma=cfg.sigma,
         delta=cfg.delta,
@@ -191,8 +190,6 @@ def privacy_for(cfg: TrainConfig, *, n_actions: int) -> tuple[Any, TrainConfig]:
         notes=tuple(_notes(cfg)),
     )
     if cfg.sigma == 0:  # the non-private baseline: PrivacyParams refuses sigma = 0
-        from qveil.bundle import nonprivate_privacy
-
         return nonprivate_privacy({**fields, "beta": None, "notes": list(fields["notes"])}), cfg
     params = PrivacyParams(**fields)
     if cfg.epsilon is not None:
@@ -274,6 +271,7 @@ def run_training(
     cfg: TrainConfig, out: str | Path, *, seed: int | None = None, progress: bool = False
 ) -> TrainOutcome:
     """Train per ``cfg`` and write the release bundle at ``out`` (must not exist yet)."""
+    # here, not at the top: loads torch only when this runs
     from qveil.trainer.algorithm import train_q
 
     out = Path(out)
@@ -311,8 +309,6 @@ def run_training(
         training_log_rows=tr.log_rows,
         curve_title=title,
     )
-    from qveil.bundle import load_bundle
-
     written = load_bundle(path, verify=True)  # what the server will check, checked now
     return TrainOutcome(
         path=path,

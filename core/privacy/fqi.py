@@ -39,6 +39,7 @@ from qveil.privacy.gaussian import (
     analytic_gaussian_epsilon,
     analytic_gaussian_sigma,
 )
+from qveil.release_map import certified_kappa
 
 if TYPE_CHECKING:
     from qveil.privacy.kfqi import KernelFQIPrivacyParams
@@ -239,8 +240,6 @@ class FQIPrivacyResult:
 
 
 def _kappa(p: FQIPrivacyParams) -> float:
-    from qveil.release_map import certified_kappa
-
     return certified_kappa(p.grid_points, p.smoother_bandwidth, p.beta)
 
 
@@ -326,15 +325,20 @@ def account_params(pp: Mapping[str, Any]) -> Any:
         raise InvalidArgument(f"privacy params must be a mapping, got {type(pp).__name__}")
     if pp.get("mode") == "fqi":
         if pp.get("estimator") == "ope":  # a private off-policy evaluation (qveil.ope)
+            # here, not at the top: importing qveil.privacy.ope imports this module (a cycle)
             from qveil.privacy.ope import OPEPrivacyParams, account_ope
 
             return account_ope(OPEPrivacyParams.from_dict(pp))
         if pp.get("estimator") == "kernel":  # the d-coordinate variant
+            # here, not at the top: importing qveil.privacy.kfqi imports this module (a cycle)
             from qveil.privacy.kfqi import KernelFQIPrivacyParams, account_kernel_fqi
 
             return account_kernel_fqi(KernelFQIPrivacyParams.from_dict(pp))
         return account_fqi(FQIPrivacyParams.from_dict(pp))
+    # here, not at the top: importing qveil.privacy.accountant imports this module (a cycle)
     from qveil.privacy.accountant import account
+
+    # here, not at the top: importing qveil.privacy.params imports this module (a cycle)
     from qveil.privacy.params import PrivacyParams
 
     return account(PrivacyParams.from_dict(pp))

@@ -28,6 +28,7 @@ from qveil.errors import InvalidArgument
 from qveil.privacy.checks import number as _num
 from qveil.privacy.fqi import (
     FQIPrivacyResult,
+    account_params,
     accounted,
     calibrated,
     check_noise,
@@ -158,6 +159,4 @@ def account_any(pp: Mapping[str, Any]) -> Any:
     ``estimator == "kernel"``, else :func:`qveil.privacy.fqi.account_params`."""
     if isinstance(pp, Mapping) and pp.get("mode") == "fqi" and pp.get("estimator") == "kernel":
         return account_kernel_fqi(KernelFQIPrivacyParams.from_dict(pp))
-    from qveil.privacy.fqi import account_params
-
     return account_params(pp)

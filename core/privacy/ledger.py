@@ -241,6 +241,7 @@ def verify_event(event: PrivacyEvent, *, rel_tol: float = 1e-9) -> Any:
     """Recompute an event from its recorded parameters (an auditor's check). Raises
     InvalidArgument naming the mismatch when the recorded numbers are not what the
     accountant gives."""
+    # here, not at the top: importing qveil.privacy.fqi imports this module (a cycle)
     from qveil.privacy.fqi import account_params
 
     result = account_params(event.params)

@@ -39,6 +39,8 @@ def run_migrations_online() -> None:
     url = context.get_x_argument(as_dictionary=True).get("url") or config.get_main_option(
         "sqlalchemy.url"
     )
+    if not url:
+        raise RuntimeError("no database: pass -x url=URL or set sqlalchemy.url")
     engine = sa.create_engine(url)
     if engine.dialect.name == "sqlite":
         # the driver's own transaction handling runs DDL outside any transaction, so a

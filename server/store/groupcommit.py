@@ -196,7 +196,7 @@ class GroupCommitter:
             if st.broken is None and (st.hw == 0 or self._pre_read_always):
                 # committed rows this process has not seen yet, read without the write lock
                 # (on first touch this loads the whole action; later, other writers' rows)
-                self._catch_up(st, lambda k=k, st=st: self._db_fetch_since(k[0], k[1], st.hw))
+                self._catch_up(st, _since(self._db_fetch_since, k, st))
         # a path whose log was refused is left out; its callers get the IntegrityError, the
         # other paths of the batch are stored
         keys = [k for k in keys if sts[k].broken is None]
@@ -214,7 +214,7 @@ class GroupCommitter:
                     for k in sorted(todo):
                         st = sts[k]
                         if tok is None or st.version != tok:
-                            self._catch_up(st, lambda k=k, st=st: tx.fetch_since(k[0], k[1], st.hw))
+                            self._catch_up(st, _since(tx.fetch_since, k, st))
                             if st.broken is not None:
                                 continue  # refused: nothing drawn for it
                         new = [v for v in todo[k] if v not in st.values]
@@ -316,3 +316,11 @@ class GroupCommitter:
                 for r, lf, rt in zip(rows, seen_l.tolist(), seen_r.tolist(), strict=True)
             ]
         return rows, recs
+
+
+def _since(
+    fetch: Callable[[str, int, int], Sequence[Row]], key: tuple[str, int], st: Any
+) -> Callable[[], Sequence[Row]]:
+    """``fetch(release, action, hw)`` with the path's high-water mark read when it is
+    called (under the catch-up's lock), not when it is built."""
+    return lambda: fetch(key[0], key[1], st.hw)

@@ -136,7 +136,8 @@ class _SqlTxn:
         if st._since_sql is not None:  # SQLite: the compiled Core select on the raw cursor
             cur = self._conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
             try:
-                return cur.execute(st._since_sql, (release_id, a, j, hw)).fetchall()
+                rows: Sequence[Row] = cur.execute(st._since_sql, (release_id, a, j, hw)).fetchall()
+                return rows
             finally:
                 cur.close()
         res = self._conn.execute(st._q_since, {"r": release_id, "a": a, "j": j, "hw": hw})
@@ -466,7 +467,7 @@ class SQLStore(SamplePathStore):
         ins: Any = sqlite_insert if self.backend == "sqlite" else pg_insert
         return ins(NP).on_conflict_do_nothing()
 
-    def _map(self, exc: sa.exc.DBAPIError, what: str) -> Exception:
+    def _map(self, exc: sa.exc.StatementError, what: str) -> Exception:
         orig = exc.orig
         where = f"noise store {self._identity}"
         if self.backend == "sqlite":

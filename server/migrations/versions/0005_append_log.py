@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
+from sqlalchemy.schema import SchemaItem
 
 revision = "0005"
 down_revision = "0004"
@@ -48,7 +49,7 @@ _UQ = "uq_noise_points_release_id_action_coordinate_x"
 
 
 def _points_table(name: str, *, unique_x: bool) -> None:
-    extra: list[sa.SchemaItem] = []
+    extra: list[SchemaItem] = []
     if unique_x:
         extra.append(sa.UniqueConstraint("release_id", "action", "coordinate", "x", name=_UQ))
     op.create_table(

@@ -4,7 +4,7 @@ responses per release, and the latency of each ActivateRelease call.
 
 Writes the "activation" section of docs/benchmarks.md. (Correctness, i.e. that every response
 is exactly one release's network + stored noise, is asserted by
-tests/test_admin_server.py::test_activation_under_load_no_error_one_release_per_response.)
+tests/integration/test_admin_server.py::test_activation_under_load_no_error_one_release_per_response.)
 """
 
 from __future__ import annotations

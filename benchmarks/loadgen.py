@@ -10,7 +10,8 @@ fixed pool (repeated points, answered from memory) with a fraction of fresh rand
     python benchmarks/loadgen.py --target 127.0.0.1:50051 --capacity 5   # closed-loop max rate
 
 Prints one JSON object: sent, ok, errors by status code, skipped, achieved rate, latency
-p50/p99/max in milliseconds. Used by tests/test_reliability_load.py and scripts/reliability.sh.
+p50/p99/max in milliseconds. Used by tests/reliability/test_reliability_load.py and
+scripts/reliability.sh.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Protobuf <-> the API's dataclasses (``qveil.common.typing``), in pairs ``*_to_proto`` /
-``*_from_proto`` (round-trip tested in tests/test_proto_convert.py). The server builds its
-messages and the SDK reads them through these, so both sides agree on one mapping."""
+``*_from_proto`` (round-trip tested in tests/unit/common/test_proto_convert.py). The server
+builds its messages and the SDK reads them through these, so both sides agree on one mapping."""
 
 from __future__ import annotations
 

@@ -109,7 +109,7 @@ def fit_variants(
     the public default value d (the midpoint of the gamma-dependent range), and c is
     affine in d: c(d) = c(0) + d w with w the weight of the default (per user: the share
     of users none of whose samples reaches the grid point; pooled: 1 where no sample
-    does). Equal to fitted_q to round-off (tests/test_experiment_utility.py)."""
+    does). Equal to fitted_q to round-off (tests/unit/experiments/test_experiment_utility.py)."""
     from qveil.fqi import _kernel_band, averaging_operators, q_range
     from qveil.release_map import unit_grid
 

@@ -17,7 +17,7 @@ export QVEIL_RELIABILITY_RESULTS="$RESULTS"
 LOG="$(mktemp -t qveil-reliability.XXXXXX.log)"
 start=$(date +%s)
 $PY -m pytest -q -p no:cacheprovider -o addopts="-ra --strict-markers" \
-    tests/test_reliability*.py tests/test_deploy*.py ${PYTEST_ARGS:-} 2>&1 | tee "$LOG"
+    tests/reliability/ tests/integration/test_deploy.py ${PYTEST_ARGS:-} 2>&1 | tee "$LOG"
 rc=${PIPESTATUS[0]}
 elapsed=$(( $(date +%s) - start ))
 summary="$(grep -E '^(=+ )?[0-9]+ (passed|failed)|(passed|failed|skipped|error)( |,).* in [0-9.]+s' "$LOG" | tail -1)"

@@ -6,7 +6,7 @@ implicit deferred BEGIN on a pool of writer connections (so a transaction takes 
 write lock only at its first write, after its neighbours were read), new rows chained onto
 whatever head the database shows at that moment, a plain INSERT whose conflict is retried
 and no confirm. Concurrent writers then draw points conditioned on stale neighbours, or store
-a state twice; tests/test_store_concurrency.py shows that its checks catch both.
+a state twice; tests/integration/test_store_concurrency.py shows that its checks catch both.
 """
 
 from __future__ import annotations

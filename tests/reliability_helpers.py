@@ -82,8 +82,9 @@ def serve_argv(
     """The `qveil serve` command line (run with this interpreter, not a PATH lookup).
 
     The reliability suite floods the server with new states from one host on purpose (crash,
-    drain and fault tests), so the per-caller new-state budget (tested in tests/test_quotas.py
-    and tests/test_quota_backoff.py) is lifted unless ``extra`` sets ``--new-state-rate``."""
+    drain and fault tests), so the per-caller new-state budget (tested in
+    tests/unit/server/test_quotas.py and tests/integration/test_quota_backoff.py) is lifted
+    unless ``extra`` sets ``--new-state-rate``."""
     if "--new-state-rate" not in extra:
         extra = [*extra, "--new-state-rate", "1e12"]
     return [
@@ -677,8 +678,8 @@ def write_doc(
         "Written by `scripts/reliability.sh` (the body of `make reliability`); rerun with the "
         "command below. The same tests run in a quick form inside `make test` (8 kills instead "
         "of 50, an 8-second soak instead of 120 s, fewer connection cuts). What each test does "
-        "and asserts is in the docstrings of `tests/test_reliability*.py`; "
-        "`tests/test_deploy.py` checks `deploy/`.",
+        "and asserts is in the docstrings of `tests/reliability/`; "
+        "`tests/integration/test_deploy.py` checks `deploy/`.",
         "",
         f"`{command}`",
         "",

@@ -98,7 +98,7 @@ def fresh_bundle(src: Path, dest: Path) -> Path:
     own registry (``QVEIL_HOME``, tests/conftest.py) and the test gives the copy its own
     store. The copy leaves the template's binding behind, so it is bound by its first serve
     in this test's registry; within one registry a second copy of the same release is
-    refused on any other store (tests/test_release_binding.py)."""
+    refused on any other store (tests/unit/server/test_release_binding.py)."""
     import shutil
 
     from qveil.bundle import BINDING_FILE

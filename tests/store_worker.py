@@ -14,6 +14,7 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -29,13 +30,19 @@ def concurrent_writer(
     broken: bool = False,
     start_at: float = 0.0,
     sweep: bool = False,
+    rendezvous: str = "",
+    parties: int = 1,
 ) -> None:
     """Query random small batches of ``grid`` (overlapping with the other writers); log every
     insertion's seen neighbours (debug hook, written after its commit) and every answer.
 
     ``sweep``: all writers move through the (sorted) grid together, 4 grid points per round
     with a random offset of 0-3 and 1-3 points per batch, so concurrent new points are
-    immediate neighbours of each other (the hardest case for serialisation)."""
+    immediate neighbours of each other (the hardest case for serialisation).
+
+    ``rendezvous``: a folder where each of the ``parties`` writers announces itself once its
+    store is open; every writer starts its rounds only when all have (then at ``start_at`` at
+    the earliest), so they overlap however slowly the forks and the opens come."""
     from qveil.errors import IntegrityError
     from qveil.server.store import open_store
 
@@ -59,6 +66,8 @@ def concurrent_writer(
                 )
 
         store.set_debug_hook(hook)
+        if rendezvous:
+            _meet(Path(rendezvous), seed, parties)
         while time.time() < start_at:
             time.sleep(0.001)
         for _ in range(rounds):  # noqa: B007
@@ -113,6 +122,17 @@ def crash_writer(url: str, rid: str, seed: int, fd: int) -> None:
         a = int(rng.integers(0, 2))
         gs = store.get_or_sample(rid, a, xs)
         os.write(fd, (json.dumps({"a": a, "x": xs.tolist(), "g": gs.tolist()}) + "\n").encode())
+
+
+def _meet(folder: Path, me: int, parties: int, timeout: float = 300.0) -> None:
+    """Announce ``me`` in ``folder`` and wait until ``parties`` writers have."""
+    folder.mkdir(exist_ok=True)
+    (folder / f"{me}").touch()
+    deadline = time.time() + timeout
+    while sum(1 for _ in folder.iterdir()) < parties:
+        if time.time() > deadline:
+            raise TimeoutError(f"only some of {parties} writers reached {folder}")
+        time.sleep(0.002)
 
 
 def run_forked(target, *args):  # type: ignore[no-untyped-def]

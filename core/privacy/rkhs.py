@@ -6,7 +6,7 @@ Lemma 6 of Wang & Hegde (2019), Appendix C: H^1[0, 1] with the inner product
 
 is the RKHS of K. (qveil checks this numerically: for dense points the exact Gram-matrix
 norm g^T K^{-1} g, :func:`gram_norm_sq`, converges to :func:`lemma6_norm_sq`; see
-tests/test_privacy_rkhs.py.)
+tests/unit/core/test_privacy_rkhs.py.)
 
 Sensitivity bound used by the strict ``output`` mode (derivation in docs/privacy.md): if
 |f| <= D and |f'| <= D1 on [0, 1] then every term is bounded pointwise, so

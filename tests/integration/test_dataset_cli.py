@@ -263,7 +263,7 @@ def test_collect_takes_the_reward_range_from_the_config_and_clips_on_request(
     """Without --reward-range, `collect --config` declares the config's reward_range
     (CartPole: [0, 1]); --clip-rewards clips every reward into the declared range (LunarLander's
     rewards have no hard bound; its config declares [-100, 100])."""
-    configs = Path(__file__).resolve().parents[1] / "configs"
+    configs = Path(__file__).resolve().parents[2] / "configs"
     out = tmp_path / "cp.npz"
     r = qveil("collect", "--env", "CartPole-v1", "--users", "5", "--seed", "1",
               "--config", str(configs / "cartpole-private.toml"), "--out", str(out),

@@ -16,7 +16,7 @@ from qveil.cli import main
 from qveil.errors import InvalidArgument
 from qveil.trainer.config import TrainConfig, to_toml
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 CONFIGS = ROOT / "configs"
 
 

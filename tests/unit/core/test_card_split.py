@@ -35,7 +35,7 @@ from qveil.errors import IntegrityError
 from qveil.trainer.config import TrainConfig
 from qveil.trainer.train import run_training
 
-CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+CONFIGS = Path(__file__).resolve().parents[3] / "configs"
 #: fields that may differ between two releases of one public configuration
 PER_RELEASE = {"bundle_id", "created_at"}
 #: fields that come from the trained weights or the run: never public

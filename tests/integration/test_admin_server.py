@@ -174,7 +174,7 @@ def test_retrain_with_a_running_server_activates_through_it(setup, tmp_path: Pat
     ledger event in the server's store, then the server swaps the new bundle in."""
     a, _b, tokens, admin_tok, store = setup
     cfg = tmp_path / "tiny.toml"
-    src = Path(__file__).resolve().parent.parent / "configs" / "linewalk-quick.toml"
+    src = Path(__file__).resolve().parents[2] / "configs" / "linewalk-quick.toml"
     tiny = {"samples": "100", "batch_size": "16", "replay_capacity": "100", "resets": "2"}
     cfg.write_text(
         "\n".join(

@@ -22,7 +22,7 @@ from qveil.trainer.estimators import (
     register,
 )
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = Path(__file__).resolve().parents[3] / "configs"
 
 
 def test_registry_holds_every_kind_and_refuses_a_second_registration() -> None:

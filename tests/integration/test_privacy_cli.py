@@ -142,7 +142,7 @@ def test_fqi_text_prints_every_beta_of_a_d_coordinate_config(
     import tomllib
     from pathlib import Path
 
-    configs = Path(__file__).resolve().parents[1] / "configs"
+    configs = Path(__file__).resolve().parents[2] / "configs"
     cartpole = configs / "cartpole-private.toml"
     betas = tomllib.loads(cartpole.read_text())["betas"]
     flags = ["--mode", "fqi", "--users", "1000", "--epsilon", "1", "--delta", "1e-5"]

@@ -13,7 +13,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("folder", [".", "client"])

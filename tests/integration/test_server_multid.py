@@ -188,7 +188,7 @@ def test_integrity_audit_and_export_import(template: Path, tmp_path: Path) -> No
     at its pass level (about 0.08 % per path, 0.4-0.6 % per 8-path audit), so on OS-entropy
     noise this test failed about once in 200 runs by design. A seed makes the audit's
     outcome a fixed fact; a wrong sampler (e.g. sigma doubled, or beta ignored) fails it
-    at any seed (tests/test_audit.py: a wrong sigma or beta fails the audit)."""
+    at any seed (tests/unit/server/test_audit.py: a wrong sigma or beta fails the audit)."""
     bundle = fresh_bundle(template, tmp_path / "bundle")
     url = f"sqlite:///{tmp_path / 's.sqlite'}"
     with InProcessServer(bundle, open_store(url, rng=20261124)) as s:

@@ -32,7 +32,7 @@ from reliability_helpers import (
 from qveil.bundle import load_bundle
 from qveil.server.store import open_store
 
-TOOL = Path(__file__).resolve().parent.parent / "deploy" / "backup_sqlite.py"
+TOOL = Path(__file__).resolve().parents[2] / "deploy" / "backup_sqlite.py"
 
 pytestmark = pytest.mark.slow
 

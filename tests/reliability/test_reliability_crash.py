@@ -104,7 +104,8 @@ def test_sigkill_at_random_moments_loses_no_answer(tmp_path: Path, bundle: Path)
     audit_s = time.monotonic() - t2
     # integrity after the kills is what this test pins: every row and chain link intact. The
     # statistical verdict on OS-entropy noise has a by-design false-alarm rate (~0.08 % per
-    # path), so it is reported, not asserted (tests/test_audit.py tests the law test itself)
+    # path), so it is reported, not asserted (tests/unit/server/test_audit.py tests the law
+    # test itself)
     assert audit.returncode in (0, 1), f"audit failed:\n{audit.stdout}\n{audit.stderr}"
     audit_rep = json.loads(audit.stdout)
     assert all(r["integrity_ok"] for r in audit_rep["releases"]), audit.stdout[-2000:]

@@ -15,7 +15,7 @@ from qveil.errors import InvalidArgument
 from qveil.noise import OUSamplePath, StateInterval, validate_unit_states
 from qveil.rng import OSEntropy
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _path(seed: int | None = 1) -> OUSamplePath:

@@ -34,7 +34,7 @@ from reliability_helpers import ServerProc, bundle_for_test, free_port
 
 from qveil.server.auth import ROLES, add_token, load_tokens
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 PROBE = DEPLOY / "healthcheck.py"
 

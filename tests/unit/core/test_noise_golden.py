@@ -4,9 +4,10 @@
 :mod:`qveil.noise` (the online ``OUSamplePath``, the store's ``sample_batch`` in its loop and
 vectorised parts, ``conditional_moments`` on one-sided, two-sided and empty neighbourhoods),
 recorded before the OU conditional was written once for all of them. A refactoring of the
-formulas must keep every bit (the law is proven elsewhere, tests/test_noise_conditionals.py;
-this pins the numbers). Regenerate only for an intended change of the arithmetic:
-``python tests/test_noise_golden.py --write``.
+formulas must keep every bit (the law is proven elsewhere,
+tests/unit/core/test_noise_conditionals.py; this pins the numbers). Regenerate only for an
+intended change of the arithmetic:
+``python tests/unit/core/test_noise_golden.py --write``.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import numpy as np
 
 from qveil.noise import OUSamplePath, conditional_moments, sample_batch
 
-GOLDEN = Path(__file__).resolve().parent / "data" / "noise_golden.npz"
+GOLDEN = Path(__file__).resolve().parents[2] / "data" / "noise_golden.npz"
 
 
 def answers() -> dict[str, np.ndarray]:

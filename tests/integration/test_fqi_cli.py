@@ -17,7 +17,7 @@ from qveil.bundle import CARD_FILE, load_bundle
 from qveil.client import ValueClient
 from qveil.errors import IntegrityError
 
-CONFIG = str(Path(__file__).resolve().parents[1] / "configs" / "linewalk-private.toml")
+CONFIG = str(Path(__file__).resolve().parents[2] / "configs" / "linewalk-private.toml")
 
 
 def qveil(

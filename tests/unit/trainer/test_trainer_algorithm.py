@@ -20,7 +20,7 @@ from qveil.trainer.evaluate import run_policy
 from qveil.trainer.network import LipschitzMLP
 from qveil.trainer.train import make_env
 
-CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+CONFIGS = Path(__file__).resolve().parents[3] / "configs"
 
 
 def quick(**change: object) -> TrainConfig:

@@ -41,7 +41,7 @@ from reliability_helpers import (
 
 from qveil.server.store import open_store
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import loadgen  # noqa: E402
 
 pytestmark = pytest.mark.slow

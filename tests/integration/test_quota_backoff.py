@@ -41,7 +41,7 @@ RATE, BURST = 20.0, 20.0
 ACTIONS = 3  # make_bundle's default
 LO, HI = -1.0, 2.0  # make_bundle's interval
 FLOOD_S = 3.0
-DRIVER = Path(__file__).resolve().parent / "backoff_driver.py"
+DRIVER = Path(__file__).resolve().parents[1] / "backoff_driver.py"
 
 
 class World:

@@ -389,7 +389,7 @@ def test_every_basis_says_one_store_per_release() -> None:
     for mode in ("paper", "gdp", "output"):
         r = account(PrivacyParams(mode=mode, sigma=2.0, **{**E3_SETTINGS, "actions": 2}))
         bases[mode] = r.basis
-    kernel = load_fqi_config(Path(__file__).resolve().parents[1] / "configs/cartpole-private.toml")
+    kernel = load_fqi_config(Path(__file__).resolve().parents[3] / "configs/cartpole-private.toml")
     for nb in ("user", "reward"):
         grid = FQIConfig().replace(neighbour=nb, epsilon=1.0, sigma=None)
         bases[f"fqi {nb}"] = plan(grid, users=1000, actions=2, reward_range=(0.0, 1.0)).basis

@@ -13,7 +13,7 @@ Rates are chosen so that refills cannot matter within a test (0.001 state/s: a w
 1000 s, longer than any call's deadline, so the server's pushback tells the SDK not to retry
 and the refusal is immediate); the paced client's test over a channel without retries uses
 4 states/s, deterministic unless the machine stalls for a second. The back-off of clients
-told to wait is tested in tests/test_quota_backoff.py.
+told to wait is tested in tests/integration/test_quota_backoff.py.
 """
 
 from __future__ import annotations

@@ -110,9 +110,10 @@ def _run_processes(
 ) -> tuple[list[tuple[float, float]], list[InsertRecord]]:
     """4 forked writers with seeds seed..seed+3 (distinct per phase: reusing a seed reuses
     its normals, and the innovations would no longer be independent)."""
-    # every writer waits for this instant, so they overlap however slowly the forks come
-    # (0.3 s was too short on a loaded 2-core machine: a late writer races nobody)
-    start = time.time() + 1.0
+    # every writer waits for the others (a rendezvous once each store is open) and for this
+    # instant: with a fixed instant alone, forks of a large test process on a loaded machine
+    # came seconds apart and a late writer raced nobody
+    start = time.time() + 0.2
     logs = [tmp_path / f"w{seed}-{i}.jsonl" for i in range(4)]
     pids = [
         run_forked(
@@ -127,6 +128,8 @@ def _run_processes(
             broken,
             start,
             sweep,
+            str(tmp_path / f"rendezvous-{seed}"),
+            4,
         )
         for i in range(4)
     ]

@@ -26,7 +26,7 @@ from qveil.kfqi_config import load_fqi_config
 from qveil.trainer.distributed import Engine, collect_parquet, fit_operators, user_shards
 from qveil.trainer.kfqi import fit_kernel
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "cartpole-private.toml"
 DASK = Path(sys.executable).with_name("dask")
 USERS = 300

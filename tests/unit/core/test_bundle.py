@@ -34,7 +34,7 @@ from qveil.privacy import PrivacyParams, account
 from qveil.trainer.config import TrainConfig, to_toml
 from qveil.trainer.train import run_training
 
-CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+CONFIGS = Path(__file__).resolve().parents[3] / "configs"
 
 
 @pytest.fixture(scope="module")

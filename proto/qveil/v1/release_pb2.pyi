@@ -114,7 +114,7 @@ class Release(_message.Message):
     card_json: _builtins.str
     """The whole public card as JSON (a fixed whitelist of keys; qveil.bundle.public_card)."""
     dims: _builtins.int
-    """Coordinates of a state (issue 16): 1 for a 1-D release (state_low/state_high, beta);
+    """Coordinates of a state: 1 for a 1-D release (state_low/state_high, beta);
     d > 1: state_intervals and betas hold one entry per coordinate (state_low/state_high and
     beta are then the first coordinate's).
     """

@@ -21,7 +21,7 @@ DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
 class StateMatrix(_message.Message):
-    """A batch of n states with `dims` coordinates each (issue 16), packed row-major:
+    """A batch of n states with `dims` coordinates each, packed row-major:
     values[i * dims + j] is coordinate j of state i. Each coordinate outside the release's
     public interval for it is clipped into it (public post-processing; the card says so).
     """
@@ -69,7 +69,7 @@ class GetValuesRequest(_message.Message):
 
     @_builtins.property
     def state_matrix(self) -> Global___StateMatrix:
-        """States with several coordinates (issue 16), instead of `states`: n states of `dims`
+        """States with several coordinates, instead of `states`: n states of `dims`
         coordinates each, row-major. `dims` must equal the release's (Release.dims).
         """
 
@@ -142,7 +142,7 @@ class GetBestActionsRequest(_message.Message):
 
     @_builtins.property
     def state_matrix(self) -> Global___StateMatrix:
-        """States with several coordinates (issue 16), instead of `states` (see GetValuesRequest)."""
+        """States with several coordinates, instead of `states` (see GetValuesRequest)."""
 
     def __init__(
         self,

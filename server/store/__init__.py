@@ -17,7 +17,7 @@ from pathlib import Path
 
 from qveil.errors import InvalidArgument
 from qveil.rng import NormalSource
-from qveil.server.store.base import InsertRecord, NoisePoint, ReleaseRecord, SamplePathStore
+from qveil.server.store.base import InsertRecord, ReleaseRecord, SamplePathStore, StoredPoint
 from qveil.server.store.integrity import ActionIntegrity, IntegrityReport
 
 __all__ = [
@@ -25,9 +25,9 @@ __all__ = [
     "DEFAULT_URL_ENV",
     "InsertRecord",
     "IntegrityReport",
-    "NoisePoint",
     "ReleaseRecord",
     "SamplePathStore",
+    "StoredPoint",
     "default_url",
     "open_store",
 ]

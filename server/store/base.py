@@ -101,7 +101,7 @@ __all__ = [
     "FullRow",
     "Incarnation",
     "InsertRecord",
-    "NoisePoint",
+    "StoredPoint",
     "QveilError",
     "ReleaseBinding",
     "ReleaseRecord",
@@ -121,7 +121,7 @@ _PRIVATE = (_ActionState, _GroupCommit, _process_lock)  # used by the backends a
 
 
 @dataclass(frozen=True, slots=True)
-class NoisePoint:
+class StoredPoint:
     """A stored noise value: per-action insertion ``seq``, unit state ``x``, value ``g``,
     ``created_at`` (unix seconds, UTC) and its chain ``hash`` (hex)."""
 
@@ -188,12 +188,12 @@ class SamplePathStore(ReleaseRegistry, PathCache, GroupCommitter, ABC):
     def _db_close(self) -> None:  # noqa: B027 - optional hook
         """Release the backend's resources (default: nothing)."""
 
-    def iter_points(self, release_id: str, action: int) -> Iterator[NoisePoint]:
+    def iter_points(self, release_id: str, action: int) -> Iterator[StoredPoint]:
         """Stored points of one action in insertion-sequence order (read from the database)."""
         self._check_open()
         a = check_action(action, self._release(release_id).n_paths)
         for _a, (seq, x, g, c, h) in self._db_iter_rows(release_id, a):
-            yield NoisePoint(seq, x, g, c, h)
+            yield StoredPoint(seq, x, g, c, h)
 
     def count_points(self, release_id: str | None = None, action: int | None = None) -> int:
         self._check_open()

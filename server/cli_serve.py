@@ -17,6 +17,7 @@ from typing import Any
 # long-function: a flat list of qveil serve's flag declarations, one per option: splitting it would
 #   only scatter its one --help
 def add_parser(sub: Any) -> None:
+    # here, not at the top: importing this CLI module loads no other server module
     from qveil.server.quotas import (
         DEFAULT_BURST_SECONDS,
         DEFAULT_MAX_STORED_POINTS,
@@ -173,6 +174,7 @@ def run(args: argparse.Namespace) -> int:
     import asyncio
     import logging
 
+    # here, not at the top: grpc, the store and the services load only when serve runs
     from qveil.errors import InvalidArgument, PortInUse
     from qveil.server.app import ServeConfig, TLSFiles, serve
     from qveil.server.auth import add_token

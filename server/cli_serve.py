@@ -9,6 +9,8 @@ parser)."""
 from __future__ import annotations
 
 import argparse
+import asyncio
+import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -171,9 +173,6 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import asyncio
-    import logging
-
     # here, not at the top: grpc, the store and the services load only when serve runs
     from qveil.errors import InvalidArgument, PortInUse
     from qveil.server.app import ServeConfig, TLSFiles, serve

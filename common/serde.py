@@ -100,13 +100,35 @@ def release_from_proto(msg: release_pb2.Release) -> t.Release:
     )
 
 
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def packed_doubles(field_number: int, values: Any) -> bytes:
+    """The wire bytes of a packed ``repeated double`` field holding ``values`` (row-major,
+    little-endian IEEE 754, every bit kept: -0.0 stays -0.0), to merge into a message with
+    ``MergeFromString``; empty for no values, as protobuf writes an empty packed field. One
+    numpy copy instead of a Python float per value."""
+    data = np.ascontiguousarray(values, dtype="<f8").tobytes()
+    if not data:
+        return b""
+    return _varint(field_number << 3 | 2) + _varint(len(data)) + data
+
+
+_VALUES_FIELD = value_pb.GetValuesResponse.DESCRIPTOR.fields_by_name["values"].number
+
+
 def values_to_proto(v: t.Values) -> value_pb.GetValuesResponse:
-    return value_pb.GetValuesResponse(
-        release_id=v.release_id,
-        actions=list(v.actions),
-        values=np.asarray(v.values, dtype=np.float64).ravel().tolist(),
-        value_grid=v.value_grid,
+    msg = value_pb.GetValuesResponse(
+        release_id=v.release_id, actions=list(v.actions), value_grid=v.value_grid
     )
+    msg.MergeFromString(packed_doubles(_VALUES_FIELD, v.values))
+    return msg
 
 
 def values_from_proto(msg: value_pb.GetValuesResponse) -> t.Values:

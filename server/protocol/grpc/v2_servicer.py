@@ -21,6 +21,7 @@ from typing import Any
 import grpc
 import numpy as np
 
+from qveil.common.serde import packed_doubles
 from qveil.errors import bad_argument
 from qveil.oip import grpc_predict_v2_pb2 as pb
 from qveil.oip import grpc_predict_v2_pb2_grpc as pb_grpc
@@ -46,6 +47,7 @@ SERVICE_NAME = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name
 NO_REPOSITORY = "this server serves one model, 'qveil', from its bundle: there is no repository"
 
 _TYPED = {"FP64": "fp64_contents", "INT64": "int64_contents"}
+_FP64_FIELD = pb.InferTensorContents.DESCRIPTOR.fields_by_name["fp64_contents"].number
 
 
 def request_from_proto(req: pb.ModelInferRequest) -> InferRequest:
@@ -95,6 +97,8 @@ def response_to_proto(resp: InferResponse, *, raw: bool) -> pb.ModelInferRespons
         flat = np.ascontiguousarray(t.data, dtype=DTYPES[t.datatype]).reshape(-1)
         if raw:
             out.raw_output_contents.append(flat.tobytes())
+        elif t.datatype == "FP64":
+            o.contents.MergeFromString(packed_doubles(_FP64_FIELD, flat))
         else:
             getattr(o.contents, _TYPED[t.datatype]).extend(flat.tolist())
     return out

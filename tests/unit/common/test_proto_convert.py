@@ -19,6 +19,7 @@ from qveil.common import serde as convert
 from qveil.common import typing as t
 from qveil.common.errors import status_for
 from qveil.errors import CODE_TABLE, bad_argument
+from qveil.v1 import value_service_pb2 as value_pb
 
 
 def test_release_round_trip() -> None:
@@ -69,6 +70,53 @@ def test_values_and_best_round_trip() -> None:
     bb = convert.best_actions_from_proto(convert.best_actions_to_proto(b))
     np.testing.assert_array_equal(bb.actions, b.actions)
     np.testing.assert_array_equal(bb.values, b.values)
+
+
+def _random_values(rng: np.random.Generator, n: int, width: int) -> np.ndarray:
+    """Finite, NaN-free values of every kind: zeros of both signs, grid multiples, huge,
+    tiny and subnormal magnitudes."""
+    v = rng.normal(0, 1, (n, width)) * 10.0 ** rng.integers(-300, 300, (n, width))
+    kinds = rng.integers(0, 6, (n, width))
+    v[kinds == 0] = -0.0
+    v[kinds == 1] = 0.0
+    v[kinds == 2] = np.round(v[kinds == 2] * 1e-300 / 0.25) * 0.25
+    v[kinds == 3] = 5e-324 * rng.integers(-9, 9, int((kinds == 3).sum()))
+    return v
+
+
+@pytest.mark.parametrize("width", [1, 4])
+def test_values_to_proto_bytes_as_from_lists(width: int) -> None:
+    """The packed values built from the array's bytes serialize exactly as the message built
+    from a Python list of floats did, -0.0 and subnormals included, 0 and 1 states too."""
+    from qveil.oip import grpc_predict_v2_pb2 as pb
+    from qveil.server.protocol.grpc.v2_servicer import response_to_proto
+    from qveil.server.protocol.v2_model import InferResponse, Tensor
+
+    rng = np.random.default_rng(width)
+    for n in [0, 1, 2, 3, 17, 1024, *rng.integers(0, 3000, 20).tolist()]:
+        vals = _random_values(rng, int(n), width)
+        acts = tuple(rng.permutation(max(width, 5))[:width].tolist())
+        v = t.Values(release_id="r-1", actions=acts, values=vals, value_grid=0.125)
+        old = value_pb.GetValuesResponse(
+            release_id="r-1", actions=list(acts), values=vals.ravel().tolist(), value_grid=0.125
+        )
+        new = convert.values_to_proto(v)
+        assert new.SerializeToString() == old.SerializeToString()
+        assert new == old
+        back = np.asarray(new.values, dtype=np.float64)
+        assert back.tobytes() == vals.ravel().tobytes()
+
+        out = Tensor("values", "FP64", vals.shape, vals)
+        best = Tensor("action", "INT64", (int(n),), rng.integers(0, 5, int(n)))
+        resp = InferResponse(model_name="qveil", model_version="1", id="x", outputs=(out, best))
+        ref = pb.ModelInferResponse(model_name="qveil", model_version="1", id="x")
+        o = ref.outputs.add(name="values", datatype="FP64", shape=list(vals.shape))
+        o.contents.fp64_contents.extend(vals.ravel().tolist())
+        o = ref.outputs.add(name="action", datatype="INT64", shape=[int(n)])
+        o.contents.int64_contents.extend(best.data.tolist())
+        got = response_to_proto(resp, raw=False)
+        assert got.SerializeToString() == ref.SerializeToString()
+        assert got == ref
 
 
 def test_audit_and_stats_round_trip() -> None:

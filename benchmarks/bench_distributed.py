@@ -126,16 +126,20 @@ def _gib(v: float) -> str:
     return f"{v:.2f}"
 
 
-def _report(log: Path) -> None:
-    rows = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+def _collect_rows(rows: list[dict[str, Any]]) -> list[list[Any]]:
+    """The collection table: the last collect run of each N."""
     collects = {r["users"]: r for r in rows if r["kind"] == "collect"}
-    fits = [r for r in rows if r["kind"] == "fit"]
-    ctab = [
+    return [
         [r["users"], r["samples"], r["workers"], round(r["seconds"]), _gib(r["driver_gib"]),
          " / ".join(_gib(w) for w in r["worker_gib"]), _gib(r["total_gib"]), r["load"]]
         for _, r in sorted(collects.items())
     ]  # fmt: skip
-    ftab = []
+
+
+def _fit_rows(rows: list[dict[str, Any]]) -> list[list[Any]]:
+    """The fit table: every fit run, with its time and busiest CPU over the 1-worker run's."""
+    fits = [r for r in rows if r["kind"] == "fit"]
+    ftab: list[list[Any]] = []
     for users in sorted({r["users"] for r in fits}):
         mine = [r for r in fits if r["users"] == users]
 
@@ -160,6 +164,13 @@ def _report(log: Path) -> None:
                  _gib(r["driver_gib"]), " / ".join(_gib(w) for w in r["worker_gib"]) or "-",
                  _gib(r["total_gib"]), r["load"]]
             )  # fmt: skip
+    return ftab
+
+
+def _report(log: Path) -> None:
+    rows = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    ctab = _collect_rows(rows)
+    ftab = _fit_rows(rows)
     body = (
         "CartPole-v1, one random-policy episode per user (seed 0), "
         "configs/cartpole-private.toml. **Collection** (`qveil dataset collect --workers 2`, "

@@ -38,6 +38,7 @@ from qveil.server.admin_db import AdminDB, open_admin_db
 from qveil.server.binding import bind, check_binding, copy_refusal
 from qveil.server.ledger import BudgetReport, Cap, Ledger
 from qveil.server.registry import open_registry
+from qveil.server.releases import store_betas, store_params
 from qveil.server.services import Services
 from qveil.server.store import open_store
 from qveil.server.store.export import read_export_header
@@ -303,9 +304,6 @@ def activate(ctx: AdminContext, release_id: str) -> ReleaseInfo:
             )
         path = release_bundle_path(ctx, release_id)
         if path is not None:
-            from qveil.bundle import load_bundle
-            from qveil.server.releases import store_betas, store_params
-
             b = load_bundle(path, verify=True)
             sp = store_params(b)
             if (

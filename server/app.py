@@ -28,16 +28,21 @@ from typing import Any
 
 import grpc
 
+from qveil.bundle import read_binding
 from qveil.errors import FailedPrecondition, InvalidArgument, PortInUse, echo
 from qveil.server.auth import Authorizer, load_tokens
 from qveil.server.health import Health
 from qveil.server.limits import Limits
 from qveil.server.metrics import Metrics
 from qveil.server.protocol.dataplane import DataPlane, new_executor
+from qveil.server.protocol.grpc.bad_body import BadBodyInterceptor
 from qveil.server.protocol.grpc.servicer import AdminServicer, AuditServicer, ValueServicer
 from qveil.server.protocol.grpc.v2_servicer import SERVICE_NAME as OIP_SERVICE_NAME
 from qveil.server.protocol.grpc.v2_servicer import add_inference_service
+from qveil.server.protocol.rest.server import start_rest
 from qveil.server.services import Services
+from qveil.server.state import ReleaseHolder
+from qveil.server.store import open_store
 from qveil.v1 import admin_service_pb2, audit_service_pb2, value_service_pb2
 from qveil.v1 import admin_service_pb2_grpc as admin_grpc
 from qveil.v1 import audit_service_pb2_grpc as audit_grpc
@@ -180,8 +185,6 @@ def create_server(
     connections over the processes bound to the port); ``join``: the port is the first
     process's, not a port to check for being free."""
     from grpc_health.v1 import health_pb2, health_pb2_grpc
-
-    from qveil.server.protocol.grpc.bad_body import BadBodyInterceptor
 
     server = grpc.aio.server(
         interceptors=[BadBodyInterceptor()],
@@ -392,9 +395,6 @@ async def serve(config: ServeConfig, *, on_event: Callable[[str], None] | None =
                 log.warning("%s", warning)
 
         def start_up() -> Any:
-            from qveil.bundle import read_binding
-            from qveil.server.store import open_store
-
             # a bound bundle's store must exist already: never create an empty store for it
             # (that would be a second, independent noise draw)
             bound = read_binding(config.bundle) if config.bundle.is_dir() else None
@@ -576,7 +576,6 @@ async def _start_rest(
     --listen host, with the same certificates."""
     if config.http_port is None:
         return None
-    from qveil.server.protocol.rest.server import start_rest
 
     host = split_host(config.listen)[0] if config.tls is not None else "127.0.0.1"
     rest = await start_rest(
@@ -593,7 +592,6 @@ async def _start_rest(
 
 
 def _holder() -> Any:
-    from qveil.server.state import ReleaseHolder
 
     return ReleaseHolder()
 

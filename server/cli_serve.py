@@ -9,6 +9,8 @@ parser)."""
 from __future__ import annotations
 
 import argparse
+import asyncio
+import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,7 @@ from typing import Any
 # long-function: a flat list of qveil serve's flag declarations, one per option: splitting it would
 #   only scatter its one --help
 def add_parser(sub: Any) -> None:
+    # here, not at the top: importing this CLI module loads no other server module
     from qveil.server.quotas import (
         DEFAULT_BURST_SECONDS,
         DEFAULT_MAX_STORED_POINTS,
@@ -170,9 +173,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import asyncio
-    import logging
-
+    # here, not at the top: grpc, the store and the services load only when serve runs
     from qveil.errors import InvalidArgument, PortInUse
     from qveil.server.app import ServeConfig, TLSFiles, serve
     from qveil.server.auth import add_token

@@ -21,6 +21,15 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from qveil.server.app import create_server
+from qveil.server.auth import Authorizer, load_tokens
+from qveil.server.health import Health
+from qveil.server.limits import Limits
+from qveil.server.protocol.dataplane import DataPlane, new_executor
+from qveil.server.services import Services
+from qveil.server.state import ReleaseHolder
+from qveil.server.store import open_store
+
 __all__ = ["LocalServer"]
 
 
@@ -60,17 +69,7 @@ class LocalServer:
         reflection: bool = False,
         start: bool = True,
     ) -> None:
-        from qveil.server.app import create_server
-        from qveil.server.auth import Authorizer, load_tokens
-        from qveil.server.health import Health
-        from qveil.server.limits import Limits
-        from qveil.server.protocol.dataplane import DataPlane, new_executor
-        from qveil.server.services import Services
-        from qveil.server.state import ReleaseHolder
-
         if isinstance(store_url, str):
-            from qveil.server.store import open_store
-
             self.store = open_store(store_url)
         else:
             self.store = store_url

@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from qveil.bundle import load_bundle
 from qveil.common import typing as t
 from qveil.errors import (
     FailedPrecondition,
@@ -21,6 +22,7 @@ from qveil.errors import (
 )
 from qveil.server import views
 from qveil.server.binding import bind, check_binding
+from qveil.server.release_ledger import record_release
 from qveil.server.state import ActiveRelease, ContextService, ServerContext
 
 __all__ = ["ReleaseService", "store_betas", "store_params"]
@@ -64,8 +66,6 @@ class ReleaseService(ContextService):
         self._cards: dict[str, t.Release] = {}
 
     def _load(self, path: Path) -> Any:
-        from qveil.bundle import load_bundle
-
         return load_bundle(path, verify=True)
 
     def register(self, bundle: Any) -> Any:
@@ -108,8 +108,6 @@ class ReleaseService(ContextService):
         """Record the release in the registry's privacy ledger (once: ``qveil train`` already
         did for the releases it wrote); BudgetExceeded past ``--budget`` or the population's
         budget: the release is not served."""
-        from qveil.server.release_ledger import record_release
-
         return record_release(
             self.registry.ledger, bundle.card, actor="qveil serve", budget=self.budget_epsilon
         )
@@ -179,6 +177,7 @@ class ReleaseService(ContextService):
         )
 
     def activate(self, release_id: str = "", bundle_path: str = "") -> tuple[t.Release, str]:
+        # qveil.server.admin builds the Services that hold this service: imported on use (cycle)
         from qveil.server.admin import server_action
 
         with server_action(
@@ -206,6 +205,7 @@ class ReleaseService(ContextService):
         )
 
     def retire(self, release_id: str) -> t.Release:
+        # qveil.server.admin builds the Services that hold this service: imported on use (cycle)
         from qveil.server.admin import server_action
 
         with server_action(self.store, "retire", release_id, release_id=release_id):
@@ -238,8 +238,6 @@ class ReleaseService(ContextService):
                 path = None
         if path is not None:
             try:
-                from qveil.bundle import load_bundle
-
                 base = self._cards.get(rid)
                 if base is None:
                     bundle = load_bundle(path, verify=False)
@@ -277,6 +275,7 @@ class ReleaseService(ContextService):
 
     def budget(self, dataset_id: str = "") -> list[dict[str, object]]:
         """Budgets of one population (or all) in the registry's ledger."""
+        # qveil.server.admin builds the Services that hold this service: imported on use (cycle)
         from qveil.server.admin import AdminContext, admin_db_for, budget
 
         ctx = AdminContext(
@@ -297,8 +296,6 @@ class ReleaseService(ContextService):
             rel = self.holder.current()
             bundle = rel.bundle
         else:
-            from qveil.bundle import load_bundle
-
             self.store.get_release(release_id)  # NotFound for an unknown release
             bundle = load_bundle(self._find_bundle(release_id), verify=True)
         admin = bundle.admin_card()

@@ -17,6 +17,7 @@ from qveil.errors import Unavailable
 from qveil.server.limits import Limits
 from qveil.server.metrics import Metrics
 from qveil.server.quotas import Quotas
+from qveil.server.registry import open_registry
 
 __all__ = ["ActiveRelease", "ContextService", "ReleaseHolder", "ServerContext"]
 
@@ -83,8 +84,6 @@ class ServerContext:
     @property
     def registry(self) -> Any:
         if self._registry is None:
-            from qveil.server.registry import open_registry
-
             self._registry = open_registry(actor="qveil serve")
         return self._registry
 

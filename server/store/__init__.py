@@ -19,6 +19,8 @@ from qveil.errors import InvalidArgument
 from qveil.rng import NormalSource
 from qveil.server.store.base import InsertRecord, ReleaseRecord, SamplePathStore, StoredPoint
 from qveil.server.store.integrity import ActionIntegrity, IntegrityReport
+from qveil.server.store.memory import MemoryStore
+from qveil.server.store.sql import SQLStore
 
 __all__ = [
     "ActionIntegrity",
@@ -72,11 +74,8 @@ def open_store(
     if key is None and os.environ.get("QVEIL_STORE_KEY"):
         key = os.environ["QVEIL_STORE_KEY"].encode("utf-8")
     if url.startswith("memory:"):
-        from qveil.server.store.memory import MemoryStore
-
         name = url[len("memory:") :].lstrip("/")
         return MemoryStore(name, rng=rng, key=key)
-    from qveil.server.store.sql import SQLStore
 
     return SQLStore(
         url,

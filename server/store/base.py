@@ -231,6 +231,7 @@ class SamplePathStore(ReleaseRegistry, PathCache, GroupCommitter, ABC):
 
     def export(self, release_id: str, path: str, *, move_token: str | None = None) -> int:
         """Write the release and all its points as JSONL (see :mod:`.export`); returns rows."""
+        # qveil.server.store.export reads and writes through this class: imported on use (cycle)
         from qveil.server.store.export import export_release
 
         self._check_open()
@@ -238,6 +239,7 @@ class SamplePathStore(ReleaseRegistry, PathCache, GroupCommitter, ABC):
 
     def import_(self, path: str) -> ReleaseRecord:
         """Load a JSONL export, verifying counts, seqs and every chain link first."""
+        # qveil.server.store.export reads and writes through this class: imported on use (cycle)
         from qveil.server.store.export import import_release
 
         self._check_open()

@@ -134,6 +134,79 @@ def _num(d: dict[str, Any], k: str, line: int) -> float:
     return float(v)
 
 
+def _release_header(d: dict[str, Any], i: int) -> tuple[ReleaseRecord, ReleaseBinding | None]:
+    """The release record (and its binding, if any) of an export's header line ``i``."""
+    binding: ReleaseBinding | None = None
+    try:
+        rid, fp, s, b, iv, m, st = validate_release_fields(
+            release_id=d["release_id"],
+            fingerprint=d["fingerprint"],
+            sigma=d["sigma"],
+            beta=d["beta"],
+            interval=tuple(d["interval"]),
+            n_actions=d["n_actions"],
+            status=d["status"],
+        )
+        bs = validate_betas(d.get("betas"), b)
+        created = datetime.fromisoformat(d["created_at"])
+        bd = d.get("binding")
+        if bd is not None:
+            if not (
+                isinstance(bd, dict)
+                and all(
+                    isinstance(bd.get(k), str) and 0 < len(bd[k]) <= 128
+                    for k in ("fingerprint", "origin_store_id", "bound_at")
+                )
+            ):
+                raise ValueError("binding needs fingerprint, origin_store_id, bound_at")
+            binding = ReleaseBinding(rid, bd["fingerprint"], bd["bound_at"], bd["origin_store_id"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InvalidArgument(f"line {i}: bad release header: {exc}") from None
+    return ReleaseRecord(rid, fp, s, b, iv, m, st, created, len(bs) or 1, bs), binding
+
+
+def _point_row(d: dict[str, Any], i: int, rec: ReleaseRecord) -> tuple[int, Row]:
+    """The path index and stored row of an export's point line ``i``."""
+    a = d.get("action")
+    j = d.get("coordinate", 0)
+    seq = d.get("seq")
+    if isinstance(a, bool) or not isinstance(a, int) or not 0 <= a < rec.n_actions:
+        raise InvalidArgument(f"line {i}: bad action {a!r}")
+    if isinstance(j, bool) or not isinstance(j, int) or not 0 <= j < rec.dims:
+        raise InvalidArgument(f"line {i}: bad coordinate {j!r}")
+    if isinstance(seq, bool) or not isinstance(seq, int):
+        raise InvalidArgument(f"line {i}: bad seq {seq!r}")
+    h = d.get("hash")
+    if not isinstance(h, str) or len(h) != 64:
+        raise InvalidArgument(f"line {i}: bad hash {h!r}")
+    return rec.path(a, j), (seq, _num(d, "x", i), _num(d, "g", i), _num(d, "created_at", i), h)
+
+
+def _verify_rows(
+    store: SamplePathStore,
+    path: str | os.PathLike[str],
+    rec: ReleaseRecord,
+    rows: dict[int, list[Row]],
+    end: dict[str, Any],
+) -> None:
+    """IntegrityError unless the rows match the end record's counts and heads and every
+    path's hash chain verifies under this store's key."""
+    counts = {str(a): len(r) for a, r in rows.items()}
+    heads = {str(a): r[-1][4] for a, r in rows.items() if r}
+    if counts != end.get("counts") or heads != end.get("heads"):
+        raise IntegrityError(f"{path}: counts or head hashes differ from the end record")
+    for a, rs in sorted(rows.items()):
+        rep = verify_chain(
+            rec.release_id, a, ((s, x, g, h) for s, x, g, _c, h in rs), store._hasher
+        )
+        if not rep.ok:
+            raise IntegrityError(
+                f"{path}: action {a} fails verification: "
+                + "; ".join(rep.problems)
+                + (" (was it exported under another server key?)" if store._hasher.keyed else "")
+            )
+
+
 def import_release(store: SamplePathStore, path: str | os.PathLike[str]) -> ReleaseRecord:
     """Verify ``path`` completely, then store its release and points in one transaction."""
     rec: ReleaseRecord | None = None
@@ -158,51 +231,10 @@ def import_release(store: SamplePathStore, path: str | os.PathLike[str]) -> Rele
             if i == 1 or rec is None:
                 if t != "release" or d.get("format") != FORMAT:
                     raise InvalidArgument(f"line {i}: not a {FORMAT} export (no release header)")
-                try:
-                    rid, fp, s, b, iv, m, st = validate_release_fields(
-                        release_id=d["release_id"],
-                        fingerprint=d["fingerprint"],
-                        sigma=d["sigma"],
-                        beta=d["beta"],
-                        interval=tuple(d["interval"]),
-                        n_actions=d["n_actions"],
-                        status=d["status"],
-                    )
-                    bs = validate_betas(d.get("betas"), b)
-                    created = datetime.fromisoformat(d["created_at"])
-                    bd = d.get("binding")
-                    if bd is not None:
-                        if not (
-                            isinstance(bd, dict)
-                            and all(
-                                isinstance(bd.get(k), str) and 0 < len(bd[k]) <= 128
-                                for k in ("fingerprint", "origin_store_id", "bound_at")
-                            )
-                        ):
-                            raise ValueError("binding needs fingerprint, origin_store_id, bound_at")
-                        binding = ReleaseBinding(
-                            rid, bd["fingerprint"], bd["bound_at"], bd["origin_store_id"]
-                        )
-                except (KeyError, TypeError, ValueError) as exc:
-                    raise InvalidArgument(f"line {i}: bad release header: {exc}") from None
-                rec = ReleaseRecord(rid, fp, s, b, iv, m, st, created, len(bs) or 1, bs)
+                rec, binding = _release_header(d, i)
             elif t == "point":
-                a = d.get("action")
-                j = d.get("coordinate", 0)
-                seq = d.get("seq")
-                if isinstance(a, bool) or not isinstance(a, int) or not 0 <= a < rec.n_actions:
-                    raise InvalidArgument(f"line {i}: bad action {a!r}")
-                if isinstance(j, bool) or not isinstance(j, int) or not 0 <= j < rec.dims:
-                    raise InvalidArgument(f"line {i}: bad coordinate {j!r}")
-                a = rec.path(a, j)
-                if isinstance(seq, bool) or not isinstance(seq, int):
-                    raise InvalidArgument(f"line {i}: bad seq {seq!r}")
-                h = d.get("hash")
-                if not isinstance(h, str) or len(h) != 64:
-                    raise InvalidArgument(f"line {i}: bad hash {h!r}")
-                rows.setdefault(a, []).append(
-                    (seq, _num(d, "x", i), _num(d, "g", i), _num(d, "created_at", i), h)
-                )
+                a, row = _point_row(d, i, rec)
+                rows.setdefault(a, []).append(row)
             elif t == "end":
                 end = d
             else:
@@ -211,19 +243,6 @@ def import_release(store: SamplePathStore, path: str | os.PathLike[str]) -> Rele
         raise InvalidArgument(f"{path}: empty export")
     if end is None:
         raise IntegrityError(f"{path}: no end record: the export is truncated")
-    counts = {str(a): len(r) for a, r in rows.items()}
-    heads = {str(a): r[-1][4] for a, r in rows.items() if r}
-    if counts != end.get("counts") or heads != end.get("heads"):
-        raise IntegrityError(f"{path}: counts or head hashes differ from the end record")
-    for a, rs in sorted(rows.items()):
-        rep = verify_chain(
-            rec.release_id, a, ((s, x, g, h) for s, x, g, _c, h in rs), store._hasher
-        )
-        if not rep.ok:
-            raise IntegrityError(
-                f"{path}: action {a} fails verification: "
-                + "; ".join(rep.problems)
-                + (" (was it exported under another server key?)" if store._hasher.keyed else "")
-            )
+    _verify_rows(store, path, rec, rows, end)
     store._db_import(rec, rows, binding)
     return store.get_release(rec.release_id)

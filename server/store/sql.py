@@ -197,6 +197,37 @@ class _SqlTxn:
         return True
 
 
+def _sqlite_url(u: URL, url: str | URL, *, create: bool, new_ok: bool) -> tuple[URL, str]:
+    """The SQLite URL with its file's absolute path, and the store's identity; creates the
+    empty database file owner-only when it may."""
+    db = u.database or ""
+    is_uri = str(u.query.get("uri", "")).lower() in ("true", "1")
+    if db.startswith("file:") and is_uri:
+        db = db[len("file:") :]  # sqlite:///file:/abs/path?mode=ro&uri=true
+    if db in ("", ":memory:") or db.startswith("file:") or "mode=memory" in str(u):
+        raise InvalidArgument(
+            f"SQLite store needs a file path (sqlite:////abs/path.sqlite), got {url!r}"
+        )
+    path = Path(db).expanduser().resolve()
+    if not path.exists():
+        if not create or not new_ok:
+            raise FailedPrecondition(f"SQLite store {path} does not exist (nothing was created)")
+        if not path.parent.is_dir():
+            raise Unavailable(f"directory {path.parent} of the store does not exist")
+        # create the empty file 0600 before SQLite opens it, whatever the umask:
+        # SQLite gives the -wal and -shm files the database file's mode, so all three
+        # are owner-only (an empty file is a valid empty database)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:  # created meanwhile by another process: its mode
+            pass
+        else:
+            os.fchmod(fd, 0o600)
+            os.close(fd)
+    u = u.set(database=("file:" if is_uri else "") + str(path))
+    return u, f"sqlite:{path}"
+
+
 class SQLStore(SamplePathStore):
     """The persistent store on SQLite (``sqlite:///abs/path``) or PostgreSQL."""
 
@@ -223,34 +254,7 @@ class SQLStore(SamplePathStore):
         backend = u.get_backend_name()
         if backend == "sqlite":
             self.backend = "sqlite"
-            db = u.database or ""
-            is_uri = str(u.query.get("uri", "")).lower() in ("true", "1")
-            if db.startswith("file:") and is_uri:
-                db = db[len("file:") :]  # sqlite:///file:/abs/path?mode=ro&uri=true
-            if db in ("", ":memory:") or db.startswith("file:") or "mode=memory" in str(u):
-                raise InvalidArgument(
-                    f"SQLite store needs a file path (sqlite:////abs/path.sqlite), got {url!r}"
-                )
-            path = Path(db).expanduser().resolve()
-            if not path.exists():
-                if not create or not new_ok:
-                    raise FailedPrecondition(
-                        f"SQLite store {path} does not exist (nothing was created)"
-                    )
-                if not path.parent.is_dir():
-                    raise Unavailable(f"directory {path.parent} of the store does not exist")
-                # create the empty file 0600 before SQLite opens it, whatever the umask:
-                # SQLite gives the -wal and -shm files the database file's mode, so all three
-                # are owner-only (an empty file is a valid empty database)
-                try:
-                    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-                except FileExistsError:  # created meanwhile by another process: its mode
-                    pass
-                else:
-                    os.fchmod(fd, 0o600)
-                    os.close(fd)
-            u = u.set(database=("file:" if is_uri else "") + str(path))
-            identity = f"sqlite:{path}"
+            u, identity = _sqlite_url(u, url, create=create, new_ok=new_ok)
         elif backend == "postgresql":
             self.backend = "postgresql"
             if u.get_driver_name() != "psycopg":
@@ -273,28 +277,7 @@ class SQLStore(SamplePathStore):
                 if self.backend == "sqlite":
                     self._writer, self._reader, mig = self._sqlite_engines(pool_size)
                 else:
-                    # no pre-ping (a round trip per checkout): a dead pooled connection
-                    # fails its statement, is invalidated, and the operation is retried
-                    cargs = {"connect_timeout": max(1, int(self._busy))}
-                    self._writer = mig = self._track(
-                        sa.create_engine(
-                            u,
-                            isolation_level="READ COMMITTED",
-                            pool_size=pool_size,
-                            max_overflow=pool_size,
-                            connect_args=cargs,
-                        )
-                    )
-                    # single-statement reads need no BEGIN/ROLLBACK round trips
-                    self._reader = self._track(
-                        sa.create_engine(
-                            u,
-                            isolation_level="AUTOCOMMIT",
-                            pool_size=pool_size,
-                            max_overflow=pool_size,
-                            connect_args=cargs,
-                        )
-                    )
+                    self._writer, self._reader, mig = self._postgres_engines(u, pool_size)
                 self.schema_revision = migrate.upgrade(
                     mig,
                     create=create,
@@ -309,6 +292,32 @@ class SQLStore(SamplePathStore):
             raise
 
     # -- engines, settings ----------------------------------------------------------------
+
+    def _postgres_engines(self, u: URL, pool_size: int) -> tuple[sa.Engine, sa.Engine, sa.Engine]:
+        """The writer (also the migration engine) and reader engines on PostgreSQL."""
+        # no pre-ping (a round trip per checkout): a dead pooled connection
+        # fails its statement, is invalidated, and the operation is retried
+        cargs = {"connect_timeout": max(1, int(self._busy))}
+        writer = self._track(
+            sa.create_engine(
+                u,
+                isolation_level="READ COMMITTED",
+                pool_size=pool_size,
+                max_overflow=pool_size,
+                connect_args=cargs,
+            )
+        )
+        # single-statement reads need no BEGIN/ROLLBACK round trips
+        reader = self._track(
+            sa.create_engine(
+                u,
+                isolation_level="AUTOCOMMIT",
+                pool_size=pool_size,
+                max_overflow=pool_size,
+                connect_args=cargs,
+            )
+        )
+        return writer, reader, writer
 
     def _track(self, eng: sa.Engine) -> sa.Engine:
         self._engines.append(eng)

@@ -167,6 +167,18 @@ def _fit_rows(rows: list[dict[str, Any]]) -> list[list[Any]]:
     return ftab
 
 
+def _next_rep(log: Path, users: int) -> int:
+    """One more than the highest rep of the fits of ``users`` already in ``log`` (0 if none)."""
+    if not log.exists():
+        return 0
+    reps = [
+        int(r.get("rep", 0))
+        for r in (json.loads(line) for line in log.read_text().splitlines() if line.strip())
+        if r.get("kind") == "fit" and r.get("users") == users
+    ]
+    return max(reps, default=-1) + 1
+
+
 def _report(log: Path) -> None:
     rows = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
     ctab = _collect_rows(rows)
@@ -248,7 +260,8 @@ def main() -> None:
             path = data / f"cartpole-{users}.parquet"
             if not path.exists():
                 _collect(path, users, log)
-            for rep in range(args.repeat):
+            first = _next_rep(log, users)  # runs appended to the log keep their own reps
+            for rep in range(first, first + args.repeat):
                 for workers in (int(v) for v in args.workers.split(",")):
                     _fit(path, users, workers, rep, log)
     _report(log)

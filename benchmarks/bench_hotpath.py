@@ -44,7 +44,7 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import table, write_section  # noqa: E402
 from bench_multid import kernel_bundle  # noqa: E402
-from bench_server import make_bundle, spawn  # noqa: E402
+from bench_server import make_bundle, spawn, wait_released  # noqa: E402
 
 from qveil.v1 import value_service_pb2 as pb  # noqa: E402
 from qveil.v1 import value_service_pb2_grpc as pb_grpc  # noqa: E402
@@ -147,18 +147,6 @@ async def closed_loop(
     return {"calls_s": len(lat) / wall, "lat": np.array(lat), "errors": errors}
 
 
-def wait_ready(target: str) -> None:
-    with grpc.insecure_channel(target) as ch:
-        stub = pb_grpc.ValueServiceStub(ch)
-        for _ in range(600):
-            try:
-                stub.GetRelease(pb.GetReleaseRequest(), timeout=5)
-                return
-            except grpc.RpcError:
-                time.sleep(0.1)
-    raise RuntimeError(f"{target} never answered")
-
-
 def serve(qveil: str, bundle: Path, store: str, tmp: Path, name: str, processes: int) -> Any:
     pf = tmp / f"{name}.port"
     argv = [
@@ -219,7 +207,7 @@ def main() -> int:
             )
             procs.append(p)
             bare = f"127.0.0.1:{port}"
-            wait_ready(bare)
+            wait_released(bare, tries=600)
             for d in dims:
                 p, port = serve(
                     qveil, bundles[d], f"sqlite:///{tmp / f's{d}.sqlite'}", tmp, f"q{d}", 1
@@ -235,7 +223,7 @@ def main() -> int:
                 multi = f"qveil x{args.processes}"
                 servers[multi] = (f"127.0.0.1:{port}", 1)
             for target, d in servers.values():
-                wait_ready(target)
+                wait_released(target, tries=600)
                 with grpc.insecure_channel(target) as ch:  # store the known pool
                     stub = pb_grpc.ValueServiceStub(ch)
                     for chunk in np.array_split(pools[d], 4):

@@ -32,7 +32,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import table, write_section  # noqa: E402
-from bench_server import make_bundle, spawn  # noqa: E402
+from bench_server import make_bundle, spawn, wait_released  # noqa: E402
 
 from qveil.v1 import value_service_pb2 as pb  # noqa: E402
 from qveil.v1 import value_service_pb2_grpc as pb_grpc  # noqa: E402
@@ -68,19 +68,6 @@ async def closed_loop(target: str, draw: Any, seconds: float, concurrency: int) 
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         wall = time.perf_counter() - t0
     return {"states_s": calls * BATCH / wall}
-
-
-def wait_ready(target: str) -> None:
-    """GetRelease answers once the release is loaded (nothing is stored)."""
-    with grpc.insecure_channel(target) as ch:
-        stub = pb_grpc.ValueServiceStub(ch)
-        for _ in range(300):
-            try:
-                stub.GetRelease(pb.GetReleaseRequest(), timeout=5)
-                return
-            except grpc.RpcError:
-                time.sleep(0.1)
-    raise RuntimeError(f"{target} never answered")
 
 
 def kernel_bundle(tmp: Path, qveil: str) -> Path:
@@ -139,7 +126,7 @@ def main() -> int:
                 )  # fmt: skip
                 procs.append(p)
                 targets[d] = f"127.0.0.1:{port}"
-                wait_ready(targets[d])
+                wait_released(targets[d])
                 with grpc.insecure_channel(targets[d]) as ch:  # store the known pool
                     stub = pb_grpc.ValueServiceStub(ch)
                     for chunk in np.array_split(pools[d], 4):

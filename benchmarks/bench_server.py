@@ -167,6 +167,20 @@ def wait_ready(target: str) -> None:
     raise RuntimeError(f"{target} never answered")
 
 
+def wait_released(target: str, tries: int = 300) -> None:
+    """Wait until GetRelease answers: the release is loaded (and, unlike :func:`wait_ready`,
+    nothing is stored)."""
+    with grpc.insecure_channel(target) as ch:
+        stub = pb_grpc.ValueServiceStub(ch)
+        for _ in range(tries):
+            try:
+                stub.GetRelease(pb.GetReleaseRequest(), timeout=5)
+                return
+            except grpc.RpcError:
+                time.sleep(0.1)
+    raise RuntimeError(f"{target} never answered")
+
+
 # ----------------------------------------------------------------------------- load
 async def closed_loop(
     targets: list[str], batch: int, kind: str, seconds: float, concurrency: int, pool: np.ndarray

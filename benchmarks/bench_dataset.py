@@ -10,19 +10,19 @@ each) well under 5 s; 1e5 users feasible.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from _report import table, write_section  # noqa: E402
+from _report import load_line, table, write_section  # noqa: E402
 
 import qveil.trainer  # noqa: E402,F401  (registers LineWalk)
 from qveil.dataset import load_dataset, save_dataset  # noqa: E402
@@ -66,26 +66,26 @@ def _collect_row(env_id: str, users: int, rr: tuple[float, float] | None) -> lis
     ]
 
 
+def _round_trip(ds: Any, path: Path) -> tuple[float, float]:
+    """Seconds to write ``ds`` to ``path`` and to read it back (checked equal)."""
+    t0 = time.perf_counter()
+    save_dataset(ds, path)
+    w = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    back = load_dataset(path)
+    r = time.perf_counter() - t0
+    assert back == ds
+    return w, r
+
+
 def _io_rows(users: int, minari_users: int, tmp: Path) -> list[list[object]]:
     rows: list[list[object]] = []
     ds = collect(LW, users, seed=2)
-    t0 = time.perf_counter()
-    save_dataset(ds, tmp / "d.npz")
-    w = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    back = load_dataset(tmp / "d.npz")
-    r = time.perf_counter() - t0
-    assert back == ds
+    w, r = _round_trip(ds, tmp / "d.npz")
     size = (tmp / "d.npz").stat().st_size / 1e6
     rows.append(["npz", users, ds.n, round(w, 3), round(r, 3), round(size, 2)])
     small = collect(LW, minari_users, seed=2)
-    t0 = time.perf_counter()
-    save_dataset(small, tmp / "d-v0")
-    w = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    back = load_dataset(tmp / "d-v0")
-    r = time.perf_counter() - t0
-    assert back == small
+    w, r = _round_trip(small, tmp / "d-v0")
     size = sum(p.stat().st_size for p in (tmp / "d-v0").rglob("*") if p.is_file()) / 1e6
     rows.append(["Minari (HDF5)", minari_users, small.n, round(w, 3), round(r, 3), round(size, 2)])
     return rows
@@ -104,10 +104,9 @@ def main() -> None:
         io = _io_rows(max(sizes), args.minari_users, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    load = ", ".join(f"{v:.1f}" for v in os.getloadavg())
     body = (
-        f"Load average at the end of the run: {load} (2 cores shared with other work).\n\n"
-        "`collect` (one random-policy episode per user, validated `Dataset` returned) against "
+        load_line()
+        + "`collect` (one random-policy episode per user, validated `Dataset` returned) against "
         "the bare Gymnasium loop over the same envs and the same number of episodes in the "
         "same run (reset, step, discard); 'ratio' = collect / bare, the cost of recording, "
         "per-episode seeding and validation. Target: 1000 LineWalk users well under 5 s.\n\n"

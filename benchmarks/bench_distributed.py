@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -35,7 +34,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from _proctree import GIB, run_tree  # noqa: E402
-from _report import table, write_section  # noqa: E402
+from _report import load_average, table, write_section  # noqa: E402
 
 COMMAND = (
     "python benchmarks/bench_distributed.py --data DIR [--users 10000,100000,1000000] "
@@ -72,10 +71,6 @@ def _child(path: str, workers: int, out: str) -> None:
     )
 
 
-def _load() -> str:
-    return ", ".join(f"{v:.1f}" for v in os.getloadavg())
-
-
 def _memory(run: Any) -> dict[str, Any]:
     return {
         "driver_gib": run.root_peak / GIB,
@@ -89,7 +84,7 @@ def _memory(run: Any) -> dict[str, Any]:
 
 
 def _collect(path: Path, users: int, log: Path) -> None:
-    load = _load()
+    load = load_average()
     cmd = [
         QVEIL, "dataset", "collect", "--env", "CartPole-v1", "--users", str(users),
         "--seed", "0", "--reward-range", "0,1", "--workers", "2", "--out", str(path),
@@ -104,7 +99,7 @@ def _collect(path: Path, users: int, log: Path) -> None:
 
 
 def _fit(path: Path, users: int, workers: int, rep: int, log: Path) -> None:
-    load = _load()
+    load = load_average()
     with tempfile.TemporaryDirectory(prefix="qveil-bench-release-") as tmp:
         run = run_tree([sys.executable, __file__, "--child", str(path), str(workers), tmp])
     if run.returncode != 0:

@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -44,7 +43,13 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import table, write_section  # noqa: E402
 from bench_multid import kernel_bundle  # noqa: E402
-from bench_server import make_bundle, spawn, wait_released  # noqa: E402
+from bench_server import (  # noqa: E402
+    make_bundle,
+    serve_value_service,
+    spawn,
+    stop_all,
+    wait_released,
+)
 
 from qveil.v1 import value_service_pb2 as pb  # noqa: E402
 from qveil.v1 import value_service_pb2_grpc as pb_grpc  # noqa: E402
@@ -92,12 +97,7 @@ def bare_server(port_file: str) -> None:
             async def GetRelease(self, request, context):  # noqa: N802
                 return pb.GetReleaseResponse()
 
-        server = grpc.aio.server()
-        pb_grpc.add_ValueServiceServicer_to_server(Bare(), server)
-        port = server.add_insecure_port("127.0.0.1:0")
-        await server.start()
-        Path(port_file).write_text(str(port))
-        await server.wait_for_termination()
+        await serve_value_service(Bare(), port_file)
 
     asyncio.run(main())
 
@@ -170,20 +170,14 @@ def serve(qveil: str, bundle: Path, store: str, tmp: Path, name: str, processes:
     return spawn(argv, pf, timeout=300)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--seconds", type=float, default=2.0, help="per cell and round")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--dims", default="1,4", help="release dimensions to run (1, 4)")
-    ap.add_argument(
-        "--processes", type=int, default=1, help="also run qveil serve --processes N (d = 1)"
-    )
-    ap.add_argument("--no-write", action="store_true", help="print, do not write the doc")
-    ap.add_argument("--bare-server", help=argparse.SUPPRESS)
-    args = ap.parse_args()
-    if args.bare_server:
-        bare_server(args.bare_server)
-        return 0
+Runs = dict[tuple[str, int, str, int], list[dict[str, Any]]]
+
+
+# long-function: the whole measurement top to bottom (servers up, pools stored, interleaved
+# rounds of every cell, servers down), one piece so that its cleanup covers every step
+def measure(args: argparse.Namespace) -> Runs:
+    """Start the bare server and the qveil servers, store the known pools, and run every
+    cell's closed loop in interleaved rounds: (workload, d, server, connections) -> rounds."""
     dims = [int(d) for d in args.dims.split(",")]
     qveil = str(Path(sys.executable).parent / "qveil")
     procs: list[subprocess.Popen[bytes]] = []
@@ -256,7 +250,7 @@ def main() -> int:
                         (multi, servers[multi][0]),
                     ):
                         cells.append((wname, 1, sname, target, batch, inflight, kind, CONNS))
-            runs: dict[tuple[str, int, str, int], list[dict[str, Any]]] = {}
+            runs: Runs = {}
             for rnd in range(args.rounds):
                 for wname, d, sname, target, batch, inflight, kind, conns in cells:
                     out = asyncio.run(
@@ -265,14 +259,13 @@ def main() -> int:
                     runs.setdefault((wname, d, sname, conns), []).append(out)
                 print(f"round {rnd + 1}/{args.rounds} done", file=sys.stderr, flush=True)
         finally:
-            for p in procs:
-                p.send_signal(signal.SIGTERM)
-            for p in procs:
-                try:
-                    p.wait(30)
-                except subprocess.TimeoutExpired:
-                    p.kill()
+            stop_all(procs)
 
+    return runs
+
+
+def ratio_rows(runs: Runs) -> tuple[list[list[object]], dict[tuple[str, int], float]]:
+    """One table row per (workload, d) of qveil against the bare server, and the ratios."""
     rows: list[list[object]] = []
     ratios: dict[tuple[str, int], float] = {}
     for (wname, d, sname, conns), rs in runs.items():
@@ -300,10 +293,15 @@ def main() -> int:
                 int(sum(r["errors"] for r in rs)),
             ]
         )
+    return rows, ratios
+
+
+def scaling_rows(runs: Runs, processes: int) -> list[list[object]]:
+    """One row per workload: one process against ``processes`` on the same connections."""
     scale_rows: list[list[object]] = []
     for wname, _b, _i, _k in WORKLOADS:
         one = runs.get((wname, 1, "qveil", CONNS))
-        many = runs.get((wname, 1, f"qveil x{args.processes}", CONNS))
+        many = runs.get((wname, 1, f"qveil x{processes}", CONNS))
         if not one or not many:
             continue
         per_round = [m["calls_s"] / o["calls_s"] for m, o in zip(many, one, strict=True)]
@@ -320,6 +318,16 @@ def main() -> int:
                 int(sum(r["errors"] for r in many)),
             ]
         )
+    return scale_rows
+
+
+def report(
+    args: argparse.Namespace,
+    rows: list[list[object]],
+    ratios: dict[tuple[str, int], float],
+    scale_rows: list[list[object]],
+) -> str:
+    """The section's text: the load, the method, the tables and the verdict on the targets."""
     load = ", ".join(f"{v:.1f}" for v in os.getloadavg())
     verdict = "; ".join(
         f"{w} = {ratios[(w, 1)]:.2f} (target >= {t})"
@@ -376,6 +384,26 @@ def main() -> int:
                 ),
             ]
         )
+    return body
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seconds", type=float, default=2.0, help="per cell and round")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--dims", default="1,4", help="release dimensions to run (1, 4)")
+    ap.add_argument(
+        "--processes", type=int, default=1, help="also run qveil serve --processes N (d = 1)"
+    )
+    ap.add_argument("--no-write", action="store_true", help="print, do not write the doc")
+    ap.add_argument("--bare-server", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.bare_server:
+        bare_server(args.bare_server)
+        return 0
+    runs = measure(args)
+    rows, ratios = ratio_rows(runs)
+    body = report(args, rows, ratios, scaling_rows(runs, args.processes))
     if args.no_write:
         print(body)
     else:

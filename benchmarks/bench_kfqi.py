@@ -28,9 +28,10 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from _report import table, write_section  # noqa: E402
+from _report import load_line, table, write_section  # noqa: E402
 
 from qveil.additive import StateBox  # noqa: E402
+from qveil.experiments._util import columns  # noqa: E402
 from qveil.kfqi import kernel_fqi  # noqa: E402
 from qveil.kfqi_spec import nw_pairs  # noqa: E402
 from qveil.trainer.collect import collect  # noqa: E402
@@ -71,12 +72,7 @@ def _row(users: int, cfg: dict, box: StateBox) -> list[object]:
     kfqi.fitted_q_nd = timed  # type: ignore[assignment]
     try:
         kernel_fqi(
-            ds.s,
-            ds.a,
-            ds.r,
-            ds.s2,
-            ds.terminal,
-            ds.user,
+            *columns(ds),
             n_actions=int(ds.n_actions),
             reward_range=(0.0, 1.0),
             box=box,
@@ -159,10 +155,9 @@ def _scale(plan: list[tuple[int, int]]) -> None:
             [d, env, users, r["samples"], round(r["collect"], 1), round(r["fit"], 1),
              round(rss, 2), f"configs/{config}"]
         )  # fmt: skip
-    load = ", ".join(f"{v:.1f}" for v in os.getloadavg())
     body = (
-        f"Load average at the end of the run: {load} (2 cores shared with other work).\n\n"
-        "One random-policy episode per user; each row one process (collect, then the fit: "
+        load_line()
+        + "One random-policy episode per user; each row one process (collect, then the fit: "
         "the per-user operators, T iterations and the subspace KRR, no noise); 'peak GiB' is "
         "that process's peak resident set (collection included). d = 8 and 16 use public "
         "Sobol anchors (K = 4096, each sample and next state reaching its k nearest), so "
@@ -199,10 +194,9 @@ def main() -> None:
     base = rows[0][-1]
     for r in rows:
         r.append(round(float(r[-1]) / float(base), 2))  # type: ignore[arg-type]
-    load = ", ".join(f"{v:.1f}" for v in os.getloadavg())
     body = (
-        f"Load average at the end of the run: {load} (2 cores shared with other work).\n\n"
-        f"CartPole-v1, one random-policy episode per user, config `configs/cartpole-private.toml`"
+        load_line()
+        + f"CartPole-v1, one random-policy episode per user, config `configs/cartpole-private.toml`"
         f" ({cfg['anchor_points']}^4 anchors, bandwidth {cfg['bandwidth']}, T = "
         f"{cfg['iterations']}, M = {cfg['inducing_points']}). 'build' = the per-user sparse "
         "operators of both actions (built once); 'iterate' = the T fixed-point steps; 'krr' = "

@@ -28,8 +28,8 @@ import grpc  # noqa: E402
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import table, write_section  # noqa: E402
-from bench_server import M, make_bundle, spawn  # noqa: E402
+from _report import save_figure, subplots, table, write_section  # noqa: E402
+from bench_server import M, make_bundle, serve_args, spawn, wait_ready  # noqa: E402
 
 from qveil.v1 import value_service_pb2 as pb  # noqa: E402
 from qveil.v1 import value_service_pb2_grpc as pb_grpc  # noqa: E402
@@ -46,79 +46,55 @@ def rss_mb(pid: int) -> float:
     raise RuntimeError("no VmRSS")
 
 
-# long-function: a benchmark run top to bottom: every measurement feeds the one table and section it
-#   writes
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--points", type=int, default=2_000_000, help="points stored at the end")
-    ap.add_argument("--no-write", action="store_true", help="print only")
-    args = ap.parse_args()
-    levels = []
-    lv = 125_000
-    while lv < args.points:
-        levels.append(lv)
-        lv *= 2
-    levels.append(args.points)
-    rows_raw: list[tuple[int, float, float]] = []
-    with tempfile.TemporaryDirectory() as d:
-        tmp = Path(d)
-        bundle = make_bundle(tmp / "bundle")
-        port_file = tmp / "port"
-        proc, port = spawn(
-            [
-                QVEIL,
-                "serve",
-                "--bundle",
-                str(bundle),
-                "--store",
-                f"sqlite:///{tmp / 'store.sqlite'}",
-                "--listen",
-                "127.0.0.1:0",
-                "--port-file",
-                str(port_file),
-                "--new-state-rate",
-                "1e12",
-                "--max-stored-points",
-                str(10 * args.points),
-            ],
-            port_file,
-        )
-        rng = np.random.default_rng(0)
-        try:
-            with grpc.insecure_channel(
-                f"127.0.0.1:{port}", options=[("grpc.max_receive_message_length", 1 << 26)]
-            ) as ch:
-                stub = pb_grpc.ValueServiceStub(ch)
-                for _ in range(300):
-                    try:
-                        stub.GetValues(pb.GetValuesRequest(states=[0.5]), timeout=5)
-                        break
-                    except grpc.RpcError:
-                        time.sleep(0.1)
-                stored = M  # the warm-up state
-                base = rss_mb(proc.pid)
-                rows_raw.append((stored, base, 0.0))
-                t0 = time.perf_counter()
-                for level in levels:
-                    while stored < level:
-                        n = min(BATCH, max(1, (level - stored) // M))
-                        stub.GetValues(
-                            pb.GetValuesRequest(states=rng.random(n).tolist()), timeout=600
-                        )
-                        stored += n * M
-                    time.sleep(0.5)
-                    rss = rss_mb(proc.pid)
-                    rows_raw.append((stored, rss, time.perf_counter() - t0))
-                    took = time.perf_counter() - t0
-                    print(
-                        f"{stored:>10,d} points  RSS {rss:8.1f} MB  ({took:.0f} s)",
-                        file=sys.stderr,
-                        flush=True,
-                    )
-        finally:
-            proc.terminate()
-            proc.wait(timeout=60)
-    rows = []
+def fill(tmp: Path, levels: list[int], cap: int) -> list[tuple[int, float, float]]:
+    """Serve a fresh bundle on a fresh SQLite store, feed it new states until it holds each
+    level of points in turn, and read its resident set size at each: (points, RSS MB, seconds
+    since the first level started), the empty server (after one warm-up state) first."""
+    bundle = make_bundle(tmp / "bundle")
+    port_file = tmp / "port"
+    proc, port = spawn(
+        serve_args(
+            [QVEIL], bundle, f"sqlite:///{tmp / 'store.sqlite'}", port_file,
+            "--new-state-rate", "1e12", "--max-stored-points", str(cap),
+        ),
+        port_file,
+    )  # fmt: skip
+    rng = np.random.default_rng(0)
+    try:
+        target = f"127.0.0.1:{port}"
+        wait_ready(target)
+        with grpc.insecure_channel(
+            target, options=[("grpc.max_receive_message_length", 1 << 26)]
+        ) as ch:
+            stub = pb_grpc.ValueServiceStub(ch)
+            stored = M  # the warm-up state
+            rows_raw = [(stored, rss_mb(proc.pid), 0.0)]
+            t0 = time.perf_counter()
+            for level in levels:
+                while stored < level:
+                    n = min(BATCH, max(1, (level - stored) // M))
+                    stub.GetValues(pb.GetValuesRequest(states=rng.random(n).tolist()), timeout=600)
+                    stored += n * M
+                time.sleep(0.5)
+                rss = rss_mb(proc.pid)
+                rows_raw.append((stored, rss, time.perf_counter() - t0))
+                took = time.perf_counter() - t0
+                print(
+                    f"{stored:>10,d} points  RSS {rss:8.1f} MB  ({took:.0f} s)",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    return rows_raw
+
+
+def table_rows(rows_raw: list[tuple[int, float, float]]) -> list[tuple[object, ...]]:
+    """Per level after the empty server: its RSS, growth, bytes per point in total and in
+    this step, the step against the first step, MB per million points, the payload ratio."""
+    base = rows_raw[0][1]
+    rows: list[tuple[object, ...]] = []
     prev_pts, prev_rss = rows_raw[0][0], rows_raw[0][1]
     first_marginal = None
     for pts, rss, _sec in rows_raw[1:]:
@@ -138,6 +114,10 @@ def main() -> int:
             )
         )
         prev_pts, prev_rss = pts, rss
+    return rows
+
+
+def section_body(rows: list[tuple[object, ...]], base: float) -> str:
     last = rows[-1]
     body = table(
         [
@@ -152,13 +132,13 @@ def main() -> int:
         ],
         rows,
     )
-    marginal_last = float(last[4])
+    marginal_last = float(str(last[4]))
     at_cap = (
-        float(last[2]) + (10e6 - int(last[0].replace(",", ""))) * marginal_last / 2**20
+        float(str(last[2])) + (10e6 - int(str(last[0]).replace(",", ""))) * marginal_last / 2**20
     ) / 1024
-    body += (
+    return body + (
         f"\n\nEmpty server: {base:.1f} MB. At {last[0]} points the server holds "
-        f"{float(last[6]):.0f} MB per million stored points, and each further point costs "
+        f"{float(str(last[6])):.0f} MB per million stored points, and each further point costs "
         f"about {marginal_last:.0f} bytes (the last step). Memory grows linearly and no faster "
         "than the points: the bytes per point of each step do not rise with the store's size "
         "(column 'step vs first step' stays at or below 1; the first steps also pay one-time "
@@ -169,24 +149,37 @@ def main() -> int:
         f"{at_cap:.1f} GB for one release.\n\n"
         "![memory per point](memory_per_point.png)"
     )
-    if args.no_write:
-        print(body)
-        return 0
-    import matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(5, 3.2), dpi=100)
+def plot(rows_raw: list[tuple[int, float, float]]) -> None:
+    fig, ax = subplots(figsize=(5, 3.2))
     pts = np.array([r[0] for r in rows_raw]) / 1e6
     ax.plot(pts, [r[1] for r in rows_raw], "o-", label="server RSS")
     ax.set_xlabel("stored points (millions)")
     ax.set_ylabel("resident memory (MB)")
     ax.set_title("qveil serve: memory vs stored points", fontsize=9)
     ax.legend(loc="upper left")
-    fig.tight_layout()
-    fig.savefig(FIG)
-    plt.close(fig)
+    save_figure(fig, FIG, dpi=100)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--points", type=int, default=2_000_000, help="points stored at the end")
+    ap.add_argument("--no-write", action="store_true", help="print only")
+    args = ap.parse_args()
+    levels = []
+    lv = 125_000
+    while lv < args.points:
+        levels.append(lv)
+        lv *= 2
+    levels.append(args.points)
+    with tempfile.TemporaryDirectory() as d:
+        rows_raw = fill(Path(d), levels, 10 * args.points)
+    body = section_body(table_rows(rows_raw), rows_raw[0][1])
+    if args.no_write:
+        print(body)
+        return 0
+    plot(rows_raw)
     write_section(
         "memory",
         "Server memory per stored point",

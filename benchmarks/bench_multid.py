@@ -1,16 +1,18 @@
-"""Query throughput for states of d = 4 coordinates against d = 1, same run -> docs/benchmarks.md,
-section "multid", and docs/img/bench_multid.png.
+"""Query throughput for states of d = 4, 8 and 16 coordinates against d = 1, same run ->
+docs/benchmarks.md, section "multid", and docs/img/bench_multid.png.
 
     .venv/bin/python benchmarks/bench_multid.py [--seconds 2] [--rounds 3] [--concurrency 4]
+        [--dims 1,4,8,16]
 
-Two `qveil serve` processes, each on its own SQLite store: a 1-D MLP release (the
-bench_server bundle, 2 actions) and the CartPole-v1 kernel fqi release (d = 4, 2 actions,
-configs/cartpole-private.toml, trained here on 200 users by the CLI). Closed loop of
+One `qveil serve` process per d, each on its own SQLite store: a 1-D MLP release (the
+bench_server bundle, 2 actions) and the kernel fqi releases of CartPole-v1 (d = 4, 2
+actions), LunarLander-v3 (d = 8, 4 actions) and qveil/Reach16-v0 (d = 16, 2 actions), each
+trained here on 200 users by the CLI from its public config in configs/. Closed loop of
 ``concurrency`` grpc.aio GetValues calls (all actions, batch 1024) for ``seconds`` per cell,
 ``rounds`` interleaved rounds (median). Kinds: *known* states (a pool of 4096 stored
 beforehand, answered from the store's memory) and *new* states (fresh uniform draws in the
 interval / box: each a durable exact conditional sample; for d = 4 one per coordinate, so up
-to 4 new points per state and action). Ratios are d = 4 over d = 1 in the same run: the
+to d new points per state and action). Ratios are d over d = 1 in the same run: the
 additive noise costs d path look-ups (known) or up to d draws (new) per state and action,
 and the kernel mean costs O(d * inducing) per state against the MLP's 64 x 64 forward.
 """
@@ -24,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -31,14 +34,25 @@ import grpc
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import table, write_section  # noqa: E402
-from bench_server import make_bundle, spawn, wait_released  # noqa: E402
+from _report import save_figure, subplots, table, write_section  # noqa: E402
+from bench_server import (  # noqa: E402
+    make_bundle,
+    serve_args,
+    spawn,
+    stop_all,
+    wait_released,
+)
 
 from qveil.v1 import value_service_pb2 as pb  # noqa: E402
 from qveil.v1 import value_service_pb2_grpc as pb_grpc  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIG = ROOT / "configs" / "cartpole-private.toml"
+#: d -> the public config of its kernel fqi release
+CONFIGS = {
+    4: ROOT / "configs" / "cartpole-private.toml",
+    8: ROOT / "configs" / "lunarlander-private.toml",
+    16: ROOT / "configs" / "reach16-private.toml",
+}
 COMMAND = ".venv/bin/python benchmarks/bench_multid.py"
 BATCH, POOL = 1024, 4096
 PNG = ROOT / "docs" / "img" / "bench_multid.png"
@@ -70,122 +84,188 @@ async def closed_loop(target: str, draw: Any, seconds: float, concurrency: int) 
     return {"states_s": calls * BATCH / wall}
 
 
-def kernel_bundle(tmp: Path, qveil: str) -> Path:
+def kernel_bundle(tmp: Path, qveil: str, d: int = 4) -> Path:
+    """The kernel fqi release of ``CONFIGS[d]``, trained on 200 simulated users by the CLI
+    (its environment and reward range from the config) and bound to its own store."""
     # the benchmark's own registry, for this process and the servers it starts
     os.environ["QVEIL_HOME"] = str(tmp / "qveil-home")
     env = dict(os.environ)
-    for argv in (
-        ["budget", "create", "bench-users", "--epsilon", "100", "--delta", "0.1"],
-        ["dataset", "collect", "--env", "CartPole-v1", "--users", "200", "--seed", "1",
-         "--reward-range", "0,1", "--out", str(tmp / "cp.npz"), "--no-progress"],
-        ["train", "--mode", "fqi", "--dataset", str(tmp / "cp.npz"), "--config", str(CONFIG),
-         "--epsilon", "1", "--delta", "1e-5", "--out", str(tmp / "kbundle"),
-         "--population", "bench-users", "--store", f"sqlite:///{tmp / 's4.sqlite'}"],
-    ):  # fmt: skip
+    cfg = CONFIGS[d]
+    env_id = tomllib.loads(cfg.read_text())["env_id"]
+    data, out = tmp / f"data{d}.npz", tmp / f"kbundle{d}"
+    steps = [
+        ["dataset", "collect", "--env", env_id, "--users", "200", "--seed", "1",
+         "--config", str(cfg), "--clip-rewards", "--out", str(data), "--no-progress"],
+        ["train", "--mode", "fqi", "--dataset", str(data), "--config", str(cfg),
+         "--epsilon", "1", "--delta", "1e-5", "--out", str(out), "--force",
+         "--population", "bench-users", "--store", f"sqlite:///{tmp / f's{d}.sqlite'}"],
+    ]  # fmt: skip
+    if not (tmp / "qveil-home").exists():
+        steps.insert(0, ["budget", "create", "bench-users", "--epsilon", "1000", "--delta", "0.5"])
+    for argv in steps:
         r = subprocess.run(
             [qveil, *argv], capture_output=True, text=True, cwd=tmp, check=False, env=env
         )
         if r.returncode:
             raise RuntimeError(r.stderr)
-    return tmp / "kbundle"
+    return out
 
 
-# long-function: a benchmark run top to bottom: every measurement feeds the one table and section it
-#   writes
+class Workload:
+    """The states a cell asks: the known pool of each d (stored before the rounds) and fresh
+    uniform draws in the release's interval (d = 1) or box (its public state intervals)."""
+
+    def __init__(self, boxes: dict[int, np.ndarray]) -> None:
+        self.rng = np.random.default_rng(1)
+        self.boxes = boxes
+        self.pools = {d: self._uniform(d, POOL) for d in boxes}
+
+    def _uniform(self, d: int, n: int) -> np.ndarray:
+        box = self.boxes[d]
+        if d == 1:
+            return self.rng.uniform(box[0, 0], box[0, 1], n)
+        return self.rng.uniform(box[:, 0], box[:, 1], (n, d))
+
+    def fresh(self, d: int) -> np.ndarray:
+        return self._uniform(d, BATCH)
+
+    def draw(self, d: int, kind: str) -> Any:
+        if kind == "known":
+            return self.pools[d][self.rng.integers(0, POOL, BATCH)]
+        return self.fresh(d)
+
+
+def box_of(bundle: Path) -> np.ndarray:
+    """[d, 2] public state intervals of a release bundle."""
+    from qveil.bundle import load_bundle
+
+    box = load_bundle(bundle, verify=False).box
+    return np.stack([box.lo, box.hi], axis=1)
+
+
+def serve(
+    tmp: Path, qveil: str, bundles: dict[int, Path], work: Workload, procs: list[Any]
+) -> dict[int, str]:
+    """A `qveil serve` per bundle on its own SQLite store (started processes appended to
+    ``procs``), each released and holding its known pool; the targets by d."""
+    targets: dict[int, str] = {}
+    for d, b in bundles.items():
+        pf = tmp / f"s{d}.port"
+        p, port = spawn(
+            serve_args(
+                [qveil], b, f"sqlite:///{tmp / f's{d}.sqlite'}", pf, "--new-state-rate", "1e12"
+            ),
+            pf,
+        )
+        procs.append(p)
+        targets[d] = f"127.0.0.1:{port}"
+        wait_released(targets[d])
+        with grpc.insecure_channel(targets[d]) as ch:  # store the known pool
+            stub = pb_grpc.ValueServiceStub(ch)
+            for chunk in np.array_split(work.pools[d], 4):
+                stub.GetValues(request(chunk), timeout=300)
+    return targets
+
+
+def rounds(
+    targets: dict[int, str], work: Workload, args: argparse.Namespace
+) -> dict[tuple[int, str], float]:
+    """``args.rounds`` interleaved rounds of every (d, kind) cell; the median states/s of each."""
+    res: dict[tuple[int, str], list[float]] = {}
+    for r in range(args.rounds):
+        for kind in ("known", "new"):
+            for d in targets:
+
+                def draw(d: int = d, kind: str = kind) -> Any:
+                    return work.draw(d, kind)
+
+                out = asyncio.run(closed_loop(targets[d], draw, args.seconds, args.concurrency))
+                res.setdefault((d, kind), []).append(out["states_s"])
+                print(f"round {r + 1}/{args.rounds} d={d} {kind}: "
+                      f"{out['states_s']:.0f} states/s", flush=True)  # fmt: skip
+    return {k: float(np.median(v)) for k, v in res.items()}
+
+
+def section_body(med: dict[tuple[int, str], float], args: argparse.Namespace) -> str:
+    dims = sorted({d for d, _ in med})
+    rows = [
+        [
+            kind,
+            *(med[(d, kind)] for d in dims),
+            *(med[(d, kind)] / med[(1, kind)] for d in dims[1:]),
+        ]
+        for kind in ("known", "new")
+    ]
+    head = [
+        "states",
+        *(f"d = {d} states/s" for d in dims),
+        *(f"d = {d} / d = 1" for d in dims[1:]),
+    ]
+    return (
+        "GetValues, batch 1024 states, all actions, concurrency "
+        f"{args.concurrency}, median of {args.rounds} rounds of {args.seconds:g} s; d = 1: the "
+        "MLP release of the server section (2 actions); d = 4, 8, 16: the kernel fqi releases "
+        "of CartPole-v1 (2 actions), LunarLander-v3 (4 actions) and qveil/Reach16-v0 (2 "
+        "actions) (additive noise sum_j g_{a,j}(x_j), one 1-D OU path per action and "
+        "coordinate).\n\n"
+        + table(head, rows)
+        + "\n\nKnown states (the pool, asked again and again) were answered before, so they "
+        "come from the answer cache: one look-up per state and action, whatever d. A new state "
+        "draws up to "
+        "d points per action (one per new coordinate value), each an exact conditional "
+        "committed before the answer. LunarLander answers 4 actions per state, the others 2."
+        "\n\n![states/s against d](img/bench_multid.png)\n"
+    )
+
+
+def plot(med: dict[tuple[int, str], float], path: Path) -> None:
+    dims = sorted({d for d, _ in med})
+    fig, ax = subplots(figsize=(6, 3.4))
+    xs = np.arange(2)
+    w = 0.8 / len(dims)
+    for i, d in enumerate(dims):
+        ax.bar(xs + (i - (len(dims) - 1) / 2) * w, [med[(d, k)] for k in ("known", "new")], w,
+               label=f"d = {d}")  # fmt: skip
+    ax.set_xticks(xs, ["known states", "new states"])
+    ax.set_ylabel("states / s (batch 1024)")
+    ax.set_yscale("log")
+    ax.legend()
+    ax.set_title("GetValues throughput against d")
+    save_figure(fig, path)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=2.0, help="per cell and round")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--concurrency", type=int, default=4)
+    ap.add_argument("--dims", default="1,4,8,16", help="d of the releases (1 and any of 4, 8, 16)")
+    ap.add_argument("--no-write", action="store_true", help="print, do not write the doc")
     args = ap.parse_args()
+    dims = [int(d) for d in args.dims.split(",")]
+    if dims[0] != 1 or any(d not in CONFIGS for d in dims[1:]):
+        ap.error(f"--dims: 1, then any of {sorted(CONFIGS)}")
     qveil = str(Path(sys.executable).parent / "qveil")
     procs: list[subprocess.Popen[bytes]] = []
     with tempfile.TemporaryDirectory(prefix="qveil-bench-md-") as tmpd:
         tmp = Path(tmpd)
         print("building the bundles ...", flush=True)
-        bundles = {1: make_bundle(tmp / "bundle1"), 4: kernel_bundle(tmp, qveil)}
-        rng = np.random.default_rng(1)
-        box = np.array([[-0.3, 0.3], [-1.5, 1.5], [-0.2095, 0.2095], [-2.0, 2.0]])
-        pools = {1: rng.uniform(0.0, 1.0, POOL), 4: rng.uniform(box[:, 0], box[:, 1], (POOL, 4))}
-
-        def fresh(d: int) -> np.ndarray:
-            if d == 1:
-                return rng.uniform(0.0, 1.0, BATCH)
-            return rng.uniform(box[:, 0], box[:, 1], (BATCH, 4))
-
-        targets: dict[int, str] = {}
+        bundles = {1: make_bundle(tmp / "bundle1")}
+        for d in dims[1:]:
+            print(f"training the d = {d} release ...", flush=True)
+            bundles[d] = kernel_bundle(tmp, qveil, d)
+        boxes = {d: box_of(b) for d, b in bundles.items()}
+        work = Workload(boxes)
         try:
-            for d, b in bundles.items():
-                pf = tmp / f"s{d}.port"
-                p, port = spawn(
-                    [qveil, "serve", "--bundle", str(b), "--store",
-                     f"sqlite:///{tmp / f's{d}.sqlite'}", "--listen", "127.0.0.1:0",
-                     "--port-file", str(pf), "--max-in-flight", "1024",
-                     "--new-state-rate", "1e12"],
-                    pf,
-                )  # fmt: skip
-                procs.append(p)
-                targets[d] = f"127.0.0.1:{port}"
-                wait_released(targets[d])
-                with grpc.insecure_channel(targets[d]) as ch:  # store the known pool
-                    stub = pb_grpc.ValueServiceStub(ch)
-                    for chunk in np.array_split(pools[d], 4):
-                        stub.GetValues(request(chunk), timeout=300)
-            res: dict[tuple[int, str], list[float]] = {}
-            for r in range(args.rounds):
-                for kind in ("known", "new"):
-                    for d in (1, 4):
-                        pool = pools[d]
-
-                        def draw(d: int = d, kind: str = kind, pool: np.ndarray = pool) -> Any:
-                            if kind == "known":
-                                return pool[rng.integers(0, POOL, BATCH)]
-                            return fresh(d)
-
-                        out = asyncio.run(
-                            closed_loop(targets[d], draw, args.seconds, args.concurrency)
-                        )
-                        res.setdefault((d, kind), []).append(out["states_s"])
-                        print(f"round {r + 1}/{args.rounds} d={d} {kind}: "
-                              f"{out['states_s']:.0f} states/s", flush=True)  # fmt: skip
+            med = rounds(serve(tmp, qveil, bundles, work, procs), work, args)
         finally:
-            for p in procs:
-                p.terminate()
-            for p in procs:
-                p.wait(10)
-    med = {k: float(np.median(v)) for k, v in res.items()}
-    rows = [
-        [kind, med[(1, kind)], med[(4, kind)], med[(4, kind)] / med[(1, kind)]]
-        for kind in ("known", "new")
-    ]
-    body = (
-        "GetValues, batch 1024 states, all 2 actions, concurrency "
-        f"{args.concurrency}, median of {args.rounds} rounds of {args.seconds:g} s; d = 1: the "
-        "MLP release of the server section; d = 4: the CartPole kernel fqi release (additive "
-        "noise sum_j g_{a,j}(x_j), one 1-D OU path per action and coordinate).\n\n"
-        + table(["states", "d = 1 states/s", "d = 4 states/s", "d = 4 / d = 1"], rows)
-        + "\n\nKnown states cost d path look-ups per state and action; a new state draws up to "
-        "d points per action (one per new coordinate value), each an exact conditional "
-        "committed before the answer.\n\n![d = 4 vs d = 1](img/bench_multid.png)\n"
-    )
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(5.5, 3.2))
-    xs = np.arange(2)
-    ax.bar(xs - 0.2, [med[(1, k)] for k in ("known", "new")], 0.4, label="d = 1")
-    ax.bar(xs + 0.2, [med[(4, k)] for k in ("known", "new")], 0.4, label="d = 4")
-    ax.set_xticks(xs, ["known states", "new states"])
-    ax.set_ylabel("states / s (batch 1024)")
-    ax.set_yscale("log")
-    ax.legend()
-    ax.set_title("GetValues throughput, d = 4 against d = 1")
-    fig.tight_layout()
-    PNG.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(PNG, dpi=110)
-    write_section("multid", "Query throughput for d = 4 states", COMMAND, body)
+            stop_all(procs)
+    body = section_body(med, args)
+    if args.no_write:
+        print(body)
+        return 0
+    plot(med, PNG)
+    write_section("multid", "Query throughput against d", COMMAND, body)
     return 0
 
 

@@ -107,19 +107,32 @@ def echo_server(port_file: str, bundle: str | None) -> None:
                     release_id="echo", actions=list(range(M)), values=vals.tolist()
                 )
 
-        server = grpc.aio.server()
-        pb_grpc.add_ValueServiceServicer_to_server(Echo(), server)
-        port = server.add_insecure_port("127.0.0.1:0")
-        await server.start()
-        Path(port_file).write_text(str(port))
-        await server.wait_for_termination()
+        await serve_value_service(Echo(), port_file)
 
     asyncio.run(main())
 
 
-def spawn(args: list[str], port_file: Path, timeout: float = 60) -> tuple[subprocess.Popen, int]:
+async def serve_value_service(servicer: Any, port_file: str) -> None:
+    """Serve ``servicer`` as the ValueService on a free local port, written to ``port_file``,
+    until the process is stopped (the bare servers the benchmarks measure qveil against)."""
+    server = grpc.aio.server()
+    pb_grpc.add_ValueServiceServicer_to_server(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    Path(port_file).write_text(str(port))
+    await server.wait_for_termination()
+
+
+def spawn(
+    args: list[str], port_file: Path, timeout: float = 60, env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen, int]:
+    """Start ``args`` (this environment, plus ``env``) and wait for its port file."""
     port_file.unlink(missing_ok=True)
-    env = {**os.environ, "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS", "1")}
+    env = {
+        **os.environ,
+        "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS", "1"),
+        **(env or {}),
+    }
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     t0 = time.monotonic()
     while not port_file.exists() or not port_file.read_text().strip():
@@ -156,15 +169,19 @@ def serve_args(
 
 
 def wait_ready(target: str) -> None:
+    """Wait until GetValues answers one state (the state is stored)."""
+    last: grpc.RpcError | None = None
     with grpc.insecure_channel(target) as ch:
         stub = pb_grpc.ValueServiceStub(ch)
         for _ in range(300):
             try:
                 stub.GetValues(pb.GetValuesRequest(states=[0.5]), timeout=5)
                 return
-            except grpc.RpcError:
+            except grpc.RpcError as e:
+                last = e
                 time.sleep(0.1)
-    raise RuntimeError(f"{target} never answered")
+    detail = f"{last.code().name}: {last.details()}" if last is not None else ""  # type: ignore[attr-defined]
+    raise RuntimeError(f"{target} never answered ({detail})")
 
 
 def wait_released(target: str, tries: int = 300) -> None:

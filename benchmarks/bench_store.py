@@ -26,14 +26,15 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import table, write_section  # noqa: E402
+from _report import log_axes, save_figure, subplots, table, write_section  # noqa: E402
 
 from qveil.noise import OUSamplePath  # noqa: E402
 from qveil.server.store import open_store  # noqa: E402
@@ -134,25 +135,50 @@ _INSERT = (
 )
 
 
-def raw_sqlite_rate(path: Path, batch: int, calls: int, action: int) -> float:
-    """The ceiling: a raw sqlite3 insert loop, same durability, same table and index."""
+def raw_connection(path: Path) -> sqlite3.Connection:
+    """A raw sqlite3 connection with the store's durability: WAL, synchronous=FULL, explicit
+    transactions."""
     con = sqlite3.connect(path, isolation_level=None, timeout=30)
     con.execute("PRAGMA journal_mode=WAL")
     con.execute("PRAGMA synchronous=FULL")
+    return con
+
+
+def timed_threads(n: int, work: Callable[[int], None]) -> float:
+    """Seconds for ``n`` threads running ``work(i)`` (each should start behind a barrier)."""
+    ts = [threading.Thread(target=work, args=(i,)) for i in range(n)]
+    t0 = time.perf_counter()
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return time.perf_counter() - t0
+
+
+def raw_sqlite_rate(path: Path, batch: int, calls: int, action: int) -> float:
+    """The ceiling: a raw sqlite3 insert loop, same durability, same table and index."""
+    con = raw_connection(path)
     rng = np.random.default_rng(200 + batch + action)
     qs = [rng.uniform(size=batch).tolist() for _ in range(calls)]
-    h = "0" * 64
+    rate = _commit_each(con, qs, lambda x, seq: (RID, action, seq, x, 0.0, 0.0, "0" * 64))
+    con.close()
+    return rate
+
+
+def _commit_each(
+    con: sqlite3.Connection, qs: list[list[float]], row: Callable[[float, int], tuple[object, ...]]
+) -> float:
+    """Insert ``row(x, seq)`` for every state of each batch of ``qs``, one transaction per
+    batch (seq counting from 1); states per second."""
     seq = 0
     t0 = time.perf_counter()
     for q in qs:
         con.execute("BEGIN IMMEDIATE")
         for x in q:
             seq += 1
-            con.execute(_INSERT, (RID, action, seq, x, 0.0, 0.0, h))
+            con.execute(_INSERT, row(x, seq))
         con.execute("COMMIT")
-    rate = batch * calls / (time.perf_counter() - t0)
-    con.close()
-    return rate
+    return sum(map(len, qs)) / (time.perf_counter() - t0)
 
 
 _LEFT = (
@@ -172,9 +198,7 @@ def raw_sqlite_newpoint_rate(path: Path, batch: int, calls: int, action: int) ->
     since migration 0005), so give it a file of its own."""
     from qveil.noise import conditional_moments
 
-    con = sqlite3.connect(path, isolation_level=None, timeout=30)
-    con.execute("PRAGMA journal_mode=WAL")
-    con.execute("PRAGMA synchronous=FULL")
+    con = raw_connection(path)
     con.execute(
         "CREATE UNIQUE INDEX IF NOT EXISTS raw_x "
         "ON noise_points (release_id, action, coordinate, x)"
@@ -182,26 +206,21 @@ def raw_sqlite_newpoint_rate(path: Path, batch: int, calls: int, action: int) ->
     rng = np.random.default_rng(400 + batch + action)
     qs = [rng.uniform(size=batch).tolist() for _ in range(calls)]
     z = iter(rng.standard_normal(batch * calls).tolist())
-    h = "0" * 64
-    seq = 0
-    t0 = time.perf_counter()
-    for q in qs:
-        con.execute("BEGIN IMMEDIATE")
-        for x in q:
-            left = con.execute(_LEFT, (RID, action, x)).fetchone()
-            right = con.execute(_RIGHT, (RID, action, x)).fetchone()
-            m, sd = conditional_moments(
-                beta=50.0,
-                sigma=1.0,
-                d_left=None if left is None else x - left[0],
-                g_left=None if left is None else left[1],
-                d_right=None if right is None else right[0] - x,
-                g_right=None if right is None else right[1],
-            )
-            seq += 1
-            con.execute(_INSERT, (RID, action, seq, x, m + sd * next(z), 0.0, h))
-        con.execute("COMMIT")
-    rate = batch * calls / (time.perf_counter() - t0)
+
+    def row(x: float, seq: int) -> tuple[object, ...]:
+        left = con.execute(_LEFT, (RID, action, x)).fetchone()
+        right = con.execute(_RIGHT, (RID, action, x)).fetchone()
+        m, sd = conditional_moments(
+            beta=50.0,
+            sigma=1.0,
+            d_left=None if left is None else x - left[0],
+            g_left=None if left is None else left[1],
+            d_right=None if right is None else right[0] - x,
+            g_right=None if right is None else right[1],
+        )
+        return (RID, action, seq, x, m + sd * next(z), 0.0, "0" * 64)
+
+    rate = _commit_each(con, qs, row)
     con.close()
     return rate
 
@@ -293,13 +312,7 @@ def bench_coalesce(tmp: Path, quick: bool) -> list[list[object]]:
                 for _ in range(per):
                     s.get_or_sample(RID, 0, rng.uniform(size=1))
 
-            ts = [threading.Thread(target=work, args=(i,)) for i in range(16)]
-            t0 = time.perf_counter()
-            for t in ts:
-                t.start()
-            for t in ts:
-                t.join()
-            dt = time.perf_counter() - t0
+            dt = timed_threads(16, work)
             commits = s._writer_scalar(  # type: ignore[attr-defined]
                 "SELECT count(DISTINCT created_at) FROM noise_points"
             )
@@ -360,12 +373,7 @@ def bench_scaling(tmp: Path, sizes: list[int], quick: bool) -> list[list[object]
 
 def plot(new: list[list[object]], scale: list[list[object]], path: Path) -> None:
     """PNG: store vs raw loops per batch size, and new-point rate against stored points."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (ax1, ax2) = subplots(1, 2, figsize=(11, 4))
     batches = [1, 100, 1000]
     for name, style in (("SQLite", "o-"), ("PostgreSQL", "s-")):
         rs = [r for r in new if r[0] == name]
@@ -381,29 +389,43 @@ def plot(new: list[list[object]], scale: list[list[object]], path: Path) -> None
     rs = [r for r in new if r[0] == "SQLite"]
     if rs:
         ax1.plot(batches, [r[5] for r in rs], "^:", label="raw new-point loop, SQLite")
-    ax1.set(
-        xscale="log",
-        yscale="log",
+    log_axes(
+        ax1,
         xlabel="states per call (one commit each)",
         ylabel="new states / s",
         title="New points",
+        fontsize=7,
     )
-    ax1.legend(fontsize=7)
+    plot_against_stored(
+        ax2,
+        scale,
+        [(2, "o-", "1 state per call"), (3, "s-", "100 states per call")],
+        title="Insert cost vs stored points (SQLite)",
+        fontsize=7,
+    )
+    save_figure(fig, path)
+
+
+def plot_against_stored(
+    ax: Any,
+    scale: Sequence[Sequence[object]],
+    series: Sequence[tuple[int, str, str]],
+    *,
+    title: str,
+    fontsize: int = 8,
+) -> None:
+    """New states/s against the points already stored (the first column of the ``scale``
+    rows), a line per (column, style, label) of ``series``, on log-log axes."""
     ns = [float(str(r[0])) for r in scale]
-    ax2.plot(ns, [r[2] for r in scale], "o-", label="1 state per call")
-    ax2.plot(ns, [r[3] for r in scale], "s-", label="100 states per call")
-    ax2.set(
-        xscale="log",
-        yscale="log",
+    for col, style, label in series:
+        ax.plot(ns, [r[col] for r in scale], style, label=label)
+    log_axes(
+        ax,
         xlabel="points already stored in the action",
         ylabel="new states / s",
-        title="Insert cost vs stored points (SQLite)",
+        title=title,
+        fontsize=fontsize,
     )
-    ax2.legend(fontsize=7)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def main() -> int:

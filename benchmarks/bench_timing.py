@@ -30,8 +30,8 @@ import grpc  # noqa: E402
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import table, write_section  # noqa: E402
-from bench_server import make_bundle, spawn  # noqa: E402
+from _report import save_figure, subplots, table, write_section  # noqa: E402
+from bench_server import make_bundle, serve_args, spawn, wait_ready  # noqa: E402
 
 from qveil.v1 import value_service_pb2 as pb  # noqa: E402
 from qveil.v1 import value_service_pb2_grpc as pb_grpc  # noqa: E402
@@ -58,32 +58,14 @@ def measure(pad: float, queries: int, tmp: Path, bundle: Path, seed: int) -> dic
     store = tmp / f"store-{pad:g}.sqlite"
     port_file = tmp / f"port-{pad:g}"
     proc, port = spawn(
-        [
-            QVEIL,
-            "serve",
-            "--bundle",
-            str(bundle),
-            "--store",
-            f"sqlite:///{store}",
-            "--listen",
-            "127.0.0.1:0",
-            "--port-file",
-            str(port_file),
-            "--min-latency-ms",
-            str(pad),
-        ],
+        serve_args([QVEIL], bundle, f"sqlite:///{store}", port_file, "--min-latency-ms", str(pad)),
         port_file,
     )
     rng = np.random.default_rng(seed)
     try:
+        wait_ready(f"127.0.0.1:{port}")
         with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
             stub = pb_grpc.ValueServiceStub(ch)
-            for _ in range(300):  # until SERVING
-                try:
-                    stub.GetValues(pb.GetValuesRequest(states=[0.5]), timeout=5)
-                    break
-                except grpc.RpcError:
-                    time.sleep(0.1)
             pool = rng.random(queries // 2)
             stub.GetValues(pb.GetValuesRequest(states=pool.tolist()), timeout=30)  # store them
             for x in pool[:20]:  # warm the path
@@ -117,12 +99,7 @@ def measure(pad: float, queries: int, tmp: Path, bundle: Path, seed: int) -> dic
 
 
 def plot(results: list[dict[str, object]]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(results), figsize=(4 * len(results), 3), dpi=100)
+    fig, axes = subplots(1, len(results), figsize=(4 * len(results), 3))
     for ax, r in zip(np.atleast_1d(axes), results, strict=True):
         lat, new = np.asarray(r["lat"]), np.asarray(r["new"])
         bins = np.linspace(lat.min(), np.percentile(lat, 99.5), 40)
@@ -131,9 +108,7 @@ def plot(results: list[dict[str, object]]) -> None:
         ax.set_title(f"--min-latency-ms {r['pad']:g}: guess {100 * float(r['held_out']):.0f} %")
         ax.set_xlabel("GetValues latency (ms)")
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(FIG)
-    plt.close(fig)
+    save_figure(fig, FIG, dpi=100)
 
 
 def main() -> int:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 import statistics
 import sys
 import tempfile
@@ -21,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
-from _report import table, write_section  # noqa: E402
+from _report import load_average, table, write_section  # noqa: E402
 
 from qveil.trainer.algorithm import train_q  # noqa: E402
 from qveil.trainer.config import TrainConfig  # noqa: E402
@@ -111,7 +110,7 @@ def main() -> None:
             args.dqn_repeats,
         ),
     ]
-    load = ", ".join(f"{v:.1f}" for v in os.getloadavg())
+    load = load_average()
     call_us, draw_us = _per_call()
     body = (
         f"Load average at the end of the run: {load} (2 cores; other work on the machine "

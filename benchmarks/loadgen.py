@@ -318,33 +318,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
     token = args.token_file.read_text().strip() if args.token_file else None
+    common = {
+        "concurrency": args.concurrency,
+        "batch": args.batch,
+        "new_fraction": args.new_fraction,
+        "token": token,
+        "timeout": args.timeout,
+        "seed": args.seed,
+    }
     if args.capacity:
-        res = asyncio.run(
-            measure_capacity(
-                args.target,
-                seconds=args.capacity,
-                concurrency=args.concurrency,
-                batch=args.batch,
-                new_fraction=args.new_fraction,
-                token=token,
-                timeout=args.timeout,
-                seed=args.seed,
-            )
-        )
+        res = asyncio.run(measure_capacity(args.target, seconds=args.capacity, **common))
     else:
         res = asyncio.run(
-            run_load(
-                args.target,
-                rate=args.rate,
-                duration=args.duration,
-                concurrency=args.concurrency,
-                batch=args.batch,
-                new_fraction=args.new_fraction,
-                pool=args.pool,
-                token=token,
-                timeout=args.timeout,
-                seed=args.seed,
-            )
+            run_load(args.target, rate=args.rate, duration=args.duration, pool=args.pool, **common)
         )
     print(json.dumps(res.to_dict(), indent=2, default=float))
     return 0 if res.error_count == 0 else 1

@@ -3,29 +3,23 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Sequence
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 import grpc
 import numpy as np
 import numpy.typing as npt
 
-from qveil.client.channel import (
-    RetryPolicy,
-    TLSConfig,
-    auth_metadata,
-    channel_credentials,
-    channel_options,
-)
-from qveil.client.sync import is_flat, state_fields
-from qveil.common import serde as convert
+from qveil.client import calls
+from qveil.client.calls import is_flat, state_fields
+from qveil.client.channel import Connection, RetryPolicy, TLSConfig
 from qveil.common import typing as t
-from qveil.common.errors import from_grpc_error, is_server_reset
-from qveil.v1 import value_service_pb2 as value_pb
+from qveil.common.errors import from_grpc_error
 from qveil.v1 import value_service_pb2_grpc as value_grpc
 
 __all__ = ["AsyncValueClient"]
+
+T = TypeVar("T")
 
 
 class AsyncValueClient:
@@ -50,32 +44,30 @@ class AsyncValueClient:
         timeout: float | None = 30.0,
         retry: RetryPolicy | None = None,
     ) -> None:
-        self._retry = retry or RetryPolicy()
-        creds = channel_credentials(tls)
-        opts = channel_options(tls, self._retry)
+        self._conn = Connection.of(target, token=token, tls=tls, timeout=timeout, retry=retry)
         self.target = target
-        self._channel = (
-            grpc.aio.secure_channel(target, creds, options=opts)
-            if creds is not None
-            else grpc.aio.insecure_channel(target, options=opts)
-        )
+        self._channel = self._conn.aio_channel()
         self._stub = value_grpc.ValueServiceStub(self._channel)
-        self._metadata = auth_metadata(token)
-        self._timeout = timeout
 
     async def _call(self, method: Any, request: Any, timeout: float | None) -> Any:
-        total = timeout or self._timeout
-        deadline = None if total is None else time.monotonic() + total
-        for attempt in range(self._retry.attempts):
-            left = None if deadline is None else max(0.001, deadline - time.monotonic())
+        """One call, retried as :meth:`qveil.client.ValueClient._call` does."""
+        attempts = self._conn.attempts()
+        deadline = self._conn.deadline(timeout)
+        for attempt in range(attempts):
             try:
-                return await method(request, timeout=left, metadata=self._metadata)
+                return await method(
+                    request, timeout=self._conn.left(deadline), metadata=self._conn.metadata
+                )
             except grpc.aio.AioRpcError as exc:
-                if is_server_reset(exc) and attempt + 1 < self._retry.attempts:
-                    await asyncio.sleep(self._retry.delay(attempt))
-                    continue
-                raise from_grpc_error(exc) from None
+                wait = self._conn.reset_wait(exc, attempt, attempts)
+                if wait is None:
+                    raise from_grpc_error(exc) from None
+                await asyncio.sleep(wait)
         raise AssertionError("unreachable")
+
+    async def _run(self, call: calls.Call[T], timeout: float | None) -> T:
+        resp = await self._call(getattr(self._stub, call.method), call.request, timeout)
+        return call.decode(resp)
 
     async def get_values(
         self,
@@ -85,10 +77,8 @@ class AsyncValueClient:
         release_id: str = "",
         timeout: float | None = None,
     ) -> t.Values:
-        req = value_pb.GetValuesRequest(
-            **(await self._state_fields(states)), actions=list(actions or ()), release_id=release_id
-        )
-        return convert.values_from_proto(await self._call(self._stub.GetValues, req, timeout))
+        fields = await self._state_fields(states)
+        return await self._run(calls.get_values(fields, actions, release_id), timeout)
 
     async def values(
         self,
@@ -102,13 +92,11 @@ class AsyncValueClient:
     async def best_actions(
         self, states: npt.ArrayLike, *, timeout: float | None = None
     ) -> npt.NDArray[np.int64]:
-        req = value_pb.GetBestActionsRequest(**(await self._state_fields(states)))
-        resp = await self._call(self._stub.GetBestActions, req, timeout)
-        return convert.best_actions_from_proto(resp).actions
+        fields = await self._state_fields(states)
+        return (await self._run(calls.get_best_actions(fields, ""), timeout)).actions
 
     async def release(self, *, timeout: float | None = None) -> t.Release:
-        resp = await self._call(self._stub.GetRelease, value_pb.GetReleaseRequest(), timeout)
-        return convert.release_from_proto(resp.release)
+        return await self._run(calls.get_release(), timeout)
 
     async def close(self) -> None:
         await self._channel.close()

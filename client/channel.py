@@ -6,16 +6,19 @@ from __future__ import annotations
 
 import json
 import random
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import grpc
 
+from qveil.common.errors import is_server_reset
 from qveil.errors import InvalidArgument, echo
 
 __all__ = [
     "RETRY_EXEMPT",
+    "Connection",
     "RetryPolicy",
     "TLSConfig",
     "auth_metadata",
@@ -165,6 +168,73 @@ def channel_options(
     if isinstance(tls, TLSConfig) and tls.server_name:
         opts.append(("grpc.ssl_target_name_override", tls.server_name))
     return opts
+
+
+@dataclass(frozen=True, slots=True)
+class Connection:
+    """What every call of one client shares, sync or asyncio: the target, the channel's
+    credentials and options, the bearer token's metadata, the default deadline and the
+    retry policy."""
+
+    target: str
+    credentials: grpc.ChannelCredentials | None
+    options: list[tuple[str, object]]
+    metadata: tuple[tuple[str, str], ...]
+    timeout: float | None
+    retry: RetryPolicy
+
+    @classmethod
+    def of(
+        cls,
+        target: str,
+        *,
+        token: str | None,
+        tls: TLSConfig | bool | None,
+        timeout: float | None,
+        retry: RetryPolicy | None,
+    ) -> Connection:
+        policy = retry or RetryPolicy()
+        return cls(
+            target=target,
+            credentials=channel_credentials(tls),
+            options=channel_options(tls, policy),
+            metadata=auth_metadata(token),
+            timeout=timeout,
+            retry=policy,
+        )
+
+    def channel(self) -> grpc.Channel:
+        if self.credentials is None:
+            return grpc.insecure_channel(self.target, options=self.options)
+        return grpc.secure_channel(self.target, self.credentials, options=self.options)
+
+    def aio_channel(self) -> grpc.aio.Channel:
+        if self.credentials is None:
+            return grpc.aio.insecure_channel(self.target, options=self.options)
+        return grpc.aio.secure_channel(self.target, self.credentials, options=self.options)
+
+    def attempts(self, idempotent: bool = True) -> int:
+        """Calls in all for one request: the policy's attempts, 1 for a non-idempotent call."""
+        return self.retry.attempts if idempotent else 1
+
+    def deadline(self, timeout: float | None) -> float | None:
+        """The monotonic time one whole call (every attempt and wait) must end by: ``timeout``
+        seconds from now, the client's timeout when not given; None: no deadline."""
+        total = timeout or self.timeout
+        return None if total is None else time.monotonic() + total
+
+    @staticmethod
+    def left(deadline: float | None) -> float | None:
+        """The seconds an attempt may take (at least 1 ms) before ``deadline``."""
+        return None if deadline is None else max(0.001, deadline - time.monotonic())
+
+    def reset_wait(self, exc: grpc.RpcError, attempt: int, attempts: int) -> float | None:
+        """The wait before retrying attempt ``attempt`` (from 0) of ``attempts`` that failed
+        with ``exc``: a call the server reset while shutting down is retried by the SDK
+        itself (the channel's policy retries the rest); None: raise ``exc``."""
+        if is_server_reset(exc) and attempt + 1 < attempts:
+            return self.retry.delay(attempt)
+        return None
 
 
 def auth_metadata(token: str | None) -> tuple[tuple[str, str], ...]:

@@ -5,9 +5,10 @@
     qveil query --target HOST:PORT --card
     qveil query --target HOST:PORT --state 0.1,0.2,0.3,0.4     (a release of d = 4 coordinates)
 
-For a release of d > 1 state coordinates each --state is ONE state, its d
-coordinates comma-separated; for a 1-D release a comma list is several states, as before.
-The release's d comes from GetRelease.
+The numbers of the --state flags are whole states of the release's d coordinates, in
+order: for d = 4, ``--state 0.1,0.2,0.3,0.4`` is one state; for a 1-D release each number is
+a state. The release's d comes from GetRelease; states outside the intervals are clipped by
+the server (the card's ``clipping``).
 Light: imports only the client SDK (no torch, no SQLAlchemy)."""
 
 from __future__ import annotations
@@ -69,38 +70,39 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(func=run)
 
 
-def _states(raw: list[str]) -> list[float]:
+def _numbers(item: str) -> list[float]:
     out: list[float] = []
-    for item in raw:
-        for part in item.split(","):
-            part = part.strip()
-            if not part:
-                raise InvalidArgument(
-                    f"--state {item[:80]!r} has an empty value (numbers separated by single commas)"
-                )
-            try:
-                out.append(float(part))
-            except ValueError:
-                raise InvalidArgument(f"--state {part!r} is not a number") from None
+    for part in item.split(","):
+        part = part.strip()
+        if not part:
+            raise InvalidArgument(
+                f"--state {item[:80]!r} has an empty value (numbers separated by single commas)"
+            )
+        try:
+            out.append(float(part))
+        except ValueError:
+            raise InvalidArgument(f"--state {part!r} is not a number") from None
     return out
 
 
-def _box_states(raw: list[str], dims: int) -> list[list[float]]:
-    """One state of ``dims`` coordinates per --state (a d > 1 release)."""
+def _states(raw: list[str], dims: int) -> list[list[float]]:
+    """The states of the --state flags for a release of ``dims`` coordinates: each flag holds
+    one or more states, their coordinates comma-separated in order (d = 1: each number is a
+    state, so ``--state 0.1,0.5`` is two states)."""
     out: list[list[float]] = []
     for item in raw:
-        row = _states([item])
-        if len(row) != dims:
+        nums = _numbers(item)
+        if len(nums) % dims:
             raise InvalidArgument(
-                f"--state {item[:80]!r} has {len(row)} coordinate(s); this release has {dims} "
-                "(give one state per --state, its coordinates comma-separated)"
+                f"--state {item[:80]!r} has {len(nums)} coordinate(s); this release has {dims} "
+                "(give whole states, their coordinates comma-separated)"
             )
-        out.append(row)
+        out += [nums[i : i + dims] for i in range(0, len(nums), dims)]
     return out
 
 
-def _label(s: float | list[float]) -> str:
-    return f"{s:.6g}" if isinstance(s, float) else ",".join(f"{v:.4g}" for v in s)
+def _label(s: list[float]) -> str:
+    return f"{s[0]:.6g}" if len(s) == 1 else ",".join(f"{v:.4g}" for v in s)
 
 
 def _jsonable(obj: Any) -> Any:
@@ -154,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
             raise InvalidArgument("give at least one --state (or --card)")
         release = client.release()
         dims, m = release.dims, release.n_actions
-        states: list[Any] = _box_states(args.state, dims) if dims > 1 else _states(args.state)
+        states = _states(args.state, dims)
         bad = [a for a in args.action if not 0 <= a < m]
         if bad:
             raise InvalidArgument(

@@ -7,27 +7,23 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Sequence
+from functools import cached_property
 from typing import Any, Self, TypeVar
 
 import grpc
 import numpy as np
 import numpy.typing as npt
 
-from qveil.client.channel import (
-    RetryPolicy,
-    TLSConfig,
-    auth_metadata,
-    channel_credentials,
-    channel_options,
-)
+from qveil.client import calls
+from qveil.client.calls import is_flat, state_fields
+from qveil.client.channel import Connection, RetryPolicy, TLSConfig
 from qveil.common import serde as convert
 from qveil.common import typing as t
-from qveil.common.errors import from_grpc_error, is_server_reset
+from qveil.common.errors import from_grpc_error
 from qveil.v1 import admin_service_pb2 as admin_pb
 from qveil.v1 import admin_service_pb2_grpc as admin_grpc
 from qveil.v1 import audit_service_pb2 as audit_pb
 from qveil.v1 import audit_service_pb2_grpc as audit_grpc
-from qveil.v1 import value_service_pb2 as value_pb
 from qveil.v1 import value_service_pb2_grpc as value_grpc
 
 __all__ = ["AdminClient", "AuditClient", "ValueClient", "is_flat", "state_fields"]
@@ -35,56 +31,37 @@ __all__ = ["AdminClient", "AuditClient", "ValueClient", "is_flat", "state_fields
 R = TypeVar("R")
 
 
-def as_states(states: npt.ArrayLike) -> list[float]:
-    """States as a flat list of floats (a scalar is one state)."""
-    arr = np.asarray(states, dtype=np.float64)
-    return [float(v) for v in arr.reshape(-1)]
+class _DefaultTimeout:
+    def __repr__(self) -> str:
+        return "default_timeout"
 
 
-def is_flat(states: npt.ArrayLike) -> bool:
-    """True when ``states`` is a flat list of more than one number: n states of a 1-D
-    release, or one state of a release of that many coordinates (the release's dims says)."""
-    return bool(np.ndim(states) == 1 and np.size(states) > 1)
-
-
-def state_fields(states: npt.ArrayLike, dims: int = 1) -> dict[str, Any]:
-    """The request fields of ``states`` for a release of ``dims`` coordinates: an array of
-    shape [n, d] with d > 1 goes as a ``state_matrix`` (n states of d coordinates,
-    row-major), and so does a flat list of exactly ``dims`` > 1 numbers (one state);
-    anything else (a scalar, a list, [n] or [n, 1]) as the 1-D ``states`` list."""
-    arr = np.asarray(states, dtype=np.float64)
-    if dims > 1 and arr.ndim == 1 and arr.shape[0] == dims:
-        arr = arr.reshape(1, dims)
-    if arr.ndim == 2 and arr.shape[1] > 1:
-        return {
-            "state_matrix": value_pb.StateMatrix(
-                values=arr.reshape(-1).tolist(), dims=int(arr.shape[1])
-            )
-        }
-    return {"states": as_states(arr)}
+#: ``timeout`` not given: the client class's ``default_timeout``
+DEFAULT_TIMEOUT = _DefaultTimeout()
 
 
 class _Base:
+    """One gRPC channel to ``target`` (plaintext, or TLS / mutual TLS by ``tls``) with a
+    bearer ``token``. ``timeout``: the deadline of one call in seconds, every retry
+    included (None: none), by default the class's ``default_timeout``; ``retry``: the
+    :class:`RetryPolicy` (default: its defaults)."""
+
+    default_timeout: float = 30.0
+
     def __init__(
         self,
         target: str,
         *,
         token: str | None = None,
         tls: TLSConfig | bool | None = None,
-        timeout: float | None = 30.0,
+        timeout: float | None | _DefaultTimeout = DEFAULT_TIMEOUT,
         retry: RetryPolicy | None = None,
     ) -> None:
-        self._retry = retry or RetryPolicy()
-        creds = channel_credentials(tls)
-        opts = channel_options(tls, self._retry)
+        if isinstance(timeout, _DefaultTimeout):
+            timeout = self.default_timeout
+        self._conn = Connection.of(target, token=token, tls=tls, timeout=timeout, retry=retry)
         self.target = target
-        self._channel = (
-            grpc.secure_channel(target, creds, options=opts)
-            if creds is not None
-            else grpc.insecure_channel(target, options=opts)
-        )
-        self._metadata = auth_metadata(token)
-        self._timeout = timeout
+        self._channel = self._conn.channel()
 
     def _call(
         self,
@@ -97,18 +74,18 @@ class _Base:
         """One call; the channel's retry policy retries RESOURCE_EXHAUSTED and UNAVAILABLE
         (honouring the server's pushback), this loop a call the server reset while shutting
         down. Both within the policy's attempts and one deadline for the whole call."""
-        attempts = self._retry.attempts if idempotent else 1
-        total = timeout or self._timeout
-        deadline = None if total is None else time.monotonic() + total
+        attempts = self._conn.attempts(idempotent)
+        deadline = self._conn.deadline(timeout)
         for attempt in range(attempts):
-            left = None if deadline is None else max(0.001, deadline - time.monotonic())
             try:
-                return method(request, timeout=left, metadata=self._metadata)
+                return method(
+                    request, timeout=self._conn.left(deadline), metadata=self._conn.metadata
+                )
             except grpc.RpcError as exc:
-                if is_server_reset(exc) and attempt + 1 < attempts:
-                    time.sleep(self._retry.delay(attempt))
-                    continue
-                raise from_grpc_error(exc) from None
+                wait = self._conn.reset_wait(exc, attempt, attempts)
+                if wait is None:
+                    raise from_grpc_error(exc) from None
+                time.sleep(wait)
         raise AssertionError("unreachable")
 
     def close(self) -> None:
@@ -141,17 +118,14 @@ class ValueClient(_Base):
             self._dims = self.release().dims
         return state_fields(states, self._dims or 1)
 
-    def __init__(
-        self,
-        target: str,
-        *,
-        token: str | None = None,
-        tls: TLSConfig | bool | None = None,
-        timeout: float | None = 30.0,
-        retry: RetryPolicy | None = None,
-    ) -> None:
-        super().__init__(target, token=token, tls=tls, timeout=timeout, retry=retry)
-        self._stub = value_grpc.ValueServiceStub(self._channel)
+    @cached_property
+    def _stub(self) -> value_grpc.ValueServiceStub:
+        return value_grpc.ValueServiceStub(self._channel)
+
+    def _run(self, call: calls.Call[R], timeout: float | None) -> R:
+        return call.decode(
+            self._call(getattr(self._stub, call.method), call.request, timeout=timeout)
+        )
 
     def get_values(
         self,
@@ -162,10 +136,8 @@ class ValueClient(_Base):
         timeout: float | None = None,
     ) -> t.Values:
         """Released values with the answering release and the action columns."""
-        req = value_pb.GetValuesRequest(
-            **self._state_fields(states), actions=list(actions or ()), release_id=release_id
-        )
-        return convert.values_from_proto(self._call(self._stub.GetValues, req, timeout=timeout))
+        call = calls.get_values(self._state_fields(states), actions, release_id)
+        return self._run(call, timeout)
 
     def values(
         self,
@@ -181,10 +153,7 @@ class ValueClient(_Base):
     def get_best_actions(
         self, states: npt.ArrayLike, *, release_id: str = "", timeout: float | None = None
     ) -> t.BestActions:
-        req = value_pb.GetBestActionsRequest(**self._state_fields(states), release_id=release_id)
-        return convert.best_actions_from_proto(
-            self._call(self._stub.GetBestActions, req, timeout=timeout)
-        )
+        return self._run(calls.get_best_actions(self._state_fields(states), release_id), timeout)
 
     def best_actions(
         self, states: npt.ArrayLike, *, timeout: float | None = None
@@ -194,24 +163,17 @@ class ValueClient(_Base):
 
     def release(self, *, timeout: float | None = None) -> t.Release:
         """The public card of the active release."""
-        resp = self._call(self._stub.GetRelease, value_pb.GetReleaseRequest(), timeout=timeout)
-        return convert.release_from_proto(resp.release)
+        return self._run(calls.get_release(), timeout)
 
 
 class AdminClient(_Base):
     """Admin role: list, activate and retire releases; server stats."""
 
-    def __init__(
-        self,
-        target: str,
-        *,
-        token: str | None = None,
-        tls: TLSConfig | bool | None = None,
-        timeout: float | None = 120.0,
-        retry: RetryPolicy | None = None,
-    ) -> None:
-        super().__init__(target, token=token, tls=tls, timeout=timeout, retry=retry)
-        self._stub = admin_grpc.AdminServiceStub(self._channel)
+    default_timeout = 120.0
+
+    @cached_property
+    def _stub(self) -> admin_grpc.AdminServiceStub:
+        return admin_grpc.AdminServiceStub(self._channel)
 
     def list_releases(self) -> tuple[list[t.Release], str]:
         resp = self._call(self._stub.ListReleases, admin_pb.ListReleasesRequest())
@@ -258,24 +220,18 @@ class AdminClient(_Base):
 class AuditClient(_Base):
     """Auditor role: stored noise points, integrity verification, statistical report."""
 
-    def __init__(
-        self,
-        target: str,
-        *,
-        token: str | None = None,
-        tls: TLSConfig | bool | None = None,
-        timeout: float | None = 300.0,
-        retry: RetryPolicy | None = None,
-    ) -> None:
-        super().__init__(target, token=token, tls=tls, timeout=timeout, retry=retry)
-        self._stub = audit_grpc.AuditServiceStub(self._channel)
+    default_timeout = 300.0
+
+    @cached_property
+    def _stub(self) -> audit_grpc.AuditServiceStub:
+        return audit_grpc.AuditServiceStub(self._channel)
 
     def noise_points(self, action: int, *, release_id: str = "") -> Iterator[t.NoisePoint]:
         """Stored points of one action in insertion order (streamed)."""
         req = audit_pb.StreamNoisePointsRequest(release_id=release_id, action=action)
         try:
             for chunk in self._stub.StreamNoisePoints(
-                req, timeout=self._timeout, metadata=self._metadata
+                req, timeout=self._conn.timeout, metadata=self._conn.metadata
             ):
                 for p in chunk.points:
                     yield convert.noise_point_from_proto(p)

@@ -5,7 +5,7 @@ client's side, :func:`from_grpc_error`). One module for both directions, so they
 The server's table: ``qveil.errors.error_status`` gives each domain exception its canonical
 code; ``grpc.StatusCode[code]`` is its gRPC status. Details attached (trailer
 ``grpc-status-details-bin``, the grpcio-status convention): ``google.rpc.ErrorInfo`` (domain
-``qveil``, a ``reason`` such as ``STATE_OUT_OF_INTERVAL``), ``google.rpc.BadRequest`` with the
+``qveil``, a ``reason`` such as ``STATE_NOT_FINITE``), ``google.rpc.BadRequest`` with the
 offending field for INVALID_ARGUMENT, ``RetryInfo`` for RESOURCE_EXHAUSTED and UNAVAILABLE.
 Unexpected exceptions become INTERNAL with a generic message (the traceback goes to the
 server log only, never to the caller).
@@ -37,7 +37,7 @@ either the transport-specific class or the domain one::
     └── ServerError               INTERNAL, UNKNOWN and anything else
 
 The server attaches a ``google.rpc.Status`` (trailer ``grpc-status-details-bin``) with an
-``ErrorInfo`` (``reason``, e.g. ``STATE_OUT_OF_INTERVAL``) and, for bad input, a ``BadRequest``
+``ErrorInfo`` (``reason``, e.g. ``STATE_NOT_FINITE``) and, for bad input, a ``BadRequest``
 naming the offending field; both are exposed as attributes. RESOURCE_EXHAUSTED and
 UNAVAILABLE carry a ``RetryInfo`` (``retry_delay``) when waiting helps, and none when
 retrying the same request never does (a storage cap, a request larger than the caller's

@@ -120,7 +120,33 @@ def packed_doubles(field_number: int, values: Any) -> bytes:
     return _varint(field_number << 3 | 2) + _varint(len(data)) + data
 
 
+def packed_varints(field_number: int, values: Any) -> bytes:
+    """The wire bytes of a packed ``repeated int64`` / ``int32`` field holding ``values``
+    (varints; a negative value sign-extended to 10 bytes, as protobuf writes it), to merge
+    into a message with ``MergeFromString``; empty for no values. Built with numpy, one
+    7-bit group of every value at a time, instead of a Python int per value."""
+    v = np.ascontiguousarray(values, dtype=np.int64).reshape(-1).view(np.uint64)
+    if v.size == 0:
+        return b""
+    if int(v.max()) < 0x80:  # the usual case (action indices): one byte each
+        data = v.astype(np.uint8).tobytes()
+    else:
+        size = np.ones(v.size, dtype=np.int64)  # bytes per value
+        for k in range(1, 10):
+            size += v >= np.uint64(1 << (7 * k))
+        start = np.cumsum(size) - size
+        out = np.empty(int(size.sum()), dtype=np.uint8)
+        for k in range(int(size.max())):
+            m = size > k
+            group = (v[m] >> np.uint64(7 * k)) & np.uint64(0x7F)
+            more = np.where(size[m] > k + 1, 0x80, 0).astype(np.uint64)
+            out[start[m] + k] = (group | more).astype(np.uint8)
+        data = out.tobytes()
+    return _varint(field_number << 3 | 2) + _varint(len(data)) + data
+
+
 _VALUES_FIELD = value_pb.GetValuesResponse.DESCRIPTOR.fields_by_name["values"].number
+_BEST_FIELDS = value_pb.GetBestActionsResponse.DESCRIPTOR.fields_by_name
 
 
 def values_to_proto(v: t.Values) -> value_pb.GetValuesResponse:
@@ -144,12 +170,12 @@ def values_from_proto(msg: value_pb.GetValuesResponse) -> t.Values:
 
 
 def best_actions_to_proto(b: t.BestActions) -> value_pb.GetBestActionsResponse:
-    return value_pb.GetBestActionsResponse(
-        release_id=b.release_id,
-        actions=np.asarray(b.actions).tolist(),
-        values=np.asarray(b.values, dtype=np.float64).tolist(),
-        value_grid=b.value_grid,
+    msg = value_pb.GetBestActionsResponse(release_id=b.release_id, value_grid=b.value_grid)
+    msg.MergeFromString(
+        packed_varints(_BEST_FIELDS["actions"].number, b.actions)
+        + packed_doubles(_BEST_FIELDS["values"].number, b.values)
     )
+    return msg
 
 
 def best_actions_from_proto(msg: value_pb.GetBestActionsResponse) -> t.BestActions:

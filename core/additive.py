@@ -104,13 +104,14 @@ class StateBox:
         return [[iv.lo, iv.hi] for iv in self.intervals]
 
     def to_unit(self, states: npt.ArrayLike, *, clip: bool = True) -> FloatArray:
-        """(n, d) states -> (n, d) unit states (a single state (d,) is one row)."""
+        """(n, d) states -> (n, d) unit states (a single state (d,) is one row; with d = 1 a
+        flat list of n numbers is n states)."""
         try:
             s = np.asarray(states, dtype=np.float64)
         except (TypeError, ValueError) as exc:
             raise InvalidArgument(f"states must be numbers: {exc}") from None
-        if s.ndim == 1 and s.size == self.dims:
-            s = s.reshape(1, -1)
+        if s.ndim <= 1 and (s.size == self.dims or self.dims == 1):
+            s = s.reshape(-1, self.dims)
         if s.ndim != 2 or s.shape[1] != self.dims:
             raise InvalidArgument(
                 f"states must have shape [n, {self.dims}], got {list(s.shape)[:8]}"
@@ -129,13 +130,14 @@ class StateBox:
 
 
 def validate_unit_points(xs: npt.ArrayLike, dims: int) -> FloatArray:
-    """(n, d) finite unit states, or InvalidArgument."""
+    """(n, d) finite unit states, or InvalidArgument (a single state (d,) is one row; with
+    d = 1 a flat list of n numbers is n states)."""
     try:
         x = np.asarray(xs, dtype=np.float64)
     except (TypeError, ValueError) as exc:
         raise InvalidArgument(f"states must be numbers: {exc}") from None
-    if x.ndim == 1 and x.size == dims:
-        x = x.reshape(1, -1)
+    if x.ndim <= 1 and (x.size == dims or dims == 1):
+        x = x.reshape(-1, dims)
     if x.ndim != 2 or x.shape[1] != dims:
         raise InvalidArgument(f"unit states must have shape [n, {dims}], got {list(x.shape)[:8]}")
     if not ((x >= 0.0) & (x <= 1.0)).all():  # also refuses NaN

@@ -35,9 +35,10 @@ import json
 import math
 import os
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
@@ -47,6 +48,7 @@ from qveil.errors import InvalidArgument, NotFound
 __all__ = [
     "Dataset",
     "FORMAT",
+    "Transitions",
     "check_population_name",
     "declared_population",
     "load_dataset",
@@ -75,6 +77,35 @@ def _echo(value: object) -> str:
 def _num(x: float) -> str:
     """A float as people read it: 0.5, 1, nan, 0.73."""
     return f"{float(x):.6g}"
+
+
+class Transitions(NamedTuple):
+    """The six row-aligned arrays of a dataset, in this order: the user of each row, the
+    state ``s`` ([n, d]), the action ``a``, the reward ``r``, the next state ``s2`` ([n, d])
+    and whether ``s2`` is terminal."""
+
+    user: NDArray[np.int64]
+    s: NDArray[np.float64]
+    a: NDArray[np.int64]
+    r: NDArray[np.float64]
+    s2: NDArray[np.float64]
+    terminal: NDArray[np.bool_]
+
+    @classmethod
+    def of(cls, arrays: Mapping[str, Any]) -> Transitions:
+        """The six arrays of ``arrays`` by their names (as an ``.npz`` file holds them)."""
+        return cls(*(arrays[name] for name in cls._fields))
+
+    @classmethod
+    def concat(cls, parts: list[Transitions]) -> Transitions:
+        """The rows of ``parts`` one after the other."""
+        return cls(*(np.concatenate([p[i] for p in parts]) for i in range(len(cls._fields))))
+
+    def rows(self, start: int | None, stop: int | None) -> Transitions:
+        """The rows ``start:stop`` of every array (views)."""
+        rows = slice(start, stop)
+        u, s, a, r, s2, terminal = self
+        return Transitions(u[rows], s[rows], a[rows], r[rows], s2[rows], terminal[rows])
 
 
 @dataclass(frozen=True, eq=False)
@@ -109,14 +140,7 @@ class Dataset:
 
     def __post_init__(self) -> None:
         arrays, n_actions, reward_range = validate_arrays(
-            self.user,
-            self.s,
-            self.a,
-            self.r,
-            self.s2,
-            self.terminal,
-            n_actions=self.n_actions,
-            reward_range=self.reward_range,
+            *self.transitions, n_actions=self.n_actions, reward_range=self.reward_range
         )
         for name, arr in zip(_ARRAYS, arrays, strict=True):
             arr.setflags(write=False)
@@ -139,6 +163,11 @@ class Dataset:
                 )
 
     # -- shape -----------------------------------------------------------------------------
+    @property
+    def transitions(self) -> Transitions:
+        """The six arrays (read-only)."""
+        return Transitions(self.user, self.s, self.a, self.r, self.s2, self.terminal)
+
     @property
     def n(self) -> int:
         """Number of samples (transitions)."""
@@ -335,18 +364,7 @@ def validate_arrays(
     *,
     n_actions: object,
     reward_range: object,
-) -> tuple[
-    tuple[
-        NDArray[np.int64],
-        NDArray[np.float64],
-        NDArray[np.int64],
-        NDArray[np.float64],
-        NDArray[np.float64],
-        NDArray[np.bool_],
-    ],
-    int,
-    tuple[float, float],
-]:
+) -> tuple[Transitions, int, tuple[float, float]]:
     """Check and normalise the six arrays; return them with the checked metadata.
 
     Refused, each with :class:`InvalidArgument` naming the array and the first offending row:
@@ -368,7 +386,7 @@ def validate_arrays(
     rew = raw["r"].astype(np.float64, copy=True)
     act, usr = raw["a"], raw["user"]
     _check_values(states, rew, act, usr, n_act=n_act, reward_range=(lo, hi))
-    arrays = (
+    arrays = Transitions(
         usr.astype(np.int64, copy=True),
         states["s"],
         act.astype(np.int64, copy=True),
@@ -523,10 +541,7 @@ def save_dataset(ds: Dataset, path: str | os.PathLike[str]) -> None:
     if not isinstance(ds, Dataset):
         raise InvalidArgument(f"save_dataset needs a Dataset, got {type(ds).__name__}")
     # re-check: a Dataset is validated on construction, but object.__setattr__ can bypass it
-    validate_arrays(
-        ds.user, ds.s, ds.a, ds.r, ds.s2, ds.terminal,
-        n_actions=ds.n_actions, reward_range=ds.reward_range,
-    )  # fmt: skip
+    validate_arrays(*ds.transitions, n_actions=ds.n_actions, reward_range=ds.reward_range)
     if _kind(path) == "npz":
         save_npz(ds, path)
         return
@@ -640,12 +655,7 @@ def load_npz(
     averages = data.get("rewards_are_population_averages", np.array(False))
     population = _scalar("population", data["population"], "U") if "population" in data else None
     return Dataset(
-        user=data["user"],
-        s=data["s"],
-        a=data["a"],
-        r=data["r"],
-        s2=data["s2"],
-        terminal=data["terminal"],
+        *Transitions.of(data),
         n_actions=n_actions,
         reward_range=rr,
         env_id=env_id,

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from qveil.cli_parser import add_command, add_no_progress
 from qveil.dataset import _echo, _kind, load_dataset, save_dataset
 from qveil.dataset_minari import resolve_location
 from qveil.dataset_parquet import ParquetSource
@@ -82,11 +83,8 @@ def add_engine_flags(p: argparse.ArgumentParser, *, what: str) -> None:
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
-    p: argparse.ArgumentParser = sub.add_parser(
-        "dataset",
-        help="collect, inspect and convert offline datasets (npz, Minari)",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    p = add_command(
+        sub, "dataset", "collect, inspect and convert offline datasets (npz, Minari)", __doc__
     )
     dsub = p.add_subparsers(dest="dataset_command", metavar="ACTION", required=True)
 
@@ -135,11 +133,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         "declare the same name",
     )
     c.add_argument("--force", action="store_true", help="replace an existing .npz or .parquet")
-    c.add_argument(
-        "--no-progress",
-        action="store_true",
-        help="no progress (a bar on a terminal; else, with Dask shards, a log line per shard)",
-    )
+    add_no_progress(c)
     add_engine_flags(c, what="collection (--out FILE.parquet)")
     c.set_defaults(func=run_collect)
 

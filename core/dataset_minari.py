@@ -90,27 +90,38 @@ def _data_dir(directory: Path) -> Path:
     )
 
 
-def declared_minari_population(location: str | os.PathLike[str]) -> str | None:
-    """The population a Minari dataset declares (its qveil metadata alone; no episodes are
-    read), or None."""
+def _open(location: str | os.PathLike[str], *, episodes: bool) -> tuple[str, Any, dict[str, Any]]:
+    """``(where, storage, raw metadata)`` of the local Minari dataset at ``location`` (a
+    ``minari:`` id or a directory): ``storage`` is its ``MinariStorage`` when ``episodes``,
+    else None (the metadata alone is read). An unreadable dataset is InvalidArgument."""
     _minari()
     from minari.dataset.minari_storage import MinariStorage
 
-    directory, _ = (
-        resolve_location(location)
-        if os.fspath(location).startswith("minari:")
-        else (Path(os.fspath(location)), "")
-    )
+    text = os.fspath(location)
+    directory = resolve_location(text)[0] if text.startswith("minari:") else Path(text)
     data = _data_dir(directory)
     try:
-        meta = MinariStorage.read_raw_metadata(data)
+        storage = MinariStorage.read(data) if episodes else None
+        meta: dict[str, Any] = MinariStorage.read_raw_metadata(data)
     except Exception as exc:  # Minari raises ValueError/AssertionError/KeyError on bad files
-        reason = str(exc).replace(str(data), "<path>")[:160]
+        reason = str(exc).replace(str(data), "<path>")[:160]  # echo the path once, clipped
         raise InvalidArgument(
             f"{_echo(str(directory))} is not a readable Minari dataset: {reason}"
         ) from None
-    qmeta = meta.get("qveil") if isinstance(meta.get("qveil"), dict) else {}
-    name = qmeta.get("population")
+    return str(directory), storage, meta
+
+
+def _qveil_meta(meta: dict[str, Any]) -> dict[str, Any]:
+    """The ``qveil`` object of a dataset's metadata (empty when absent or not an object)."""
+    q = meta.get("qveil")
+    return q if isinstance(q, dict) else {}
+
+
+def declared_minari_population(location: str | os.PathLike[str]) -> str | None:
+    """The population a Minari dataset declares (its qveil metadata alone; no episodes are
+    read), or None."""
+    _, _, meta = _open(location, episodes=False)
+    name = _qveil_meta(meta).get("population")
     return None if name is None else check_population_name(name)
 
 
@@ -118,25 +129,9 @@ def load_minari(
     location: str | os.PathLike[str], *, reward_range: tuple[float, float] | None = None
 ) -> Dataset:
     """Read a local Minari dataset as a :class:`Dataset` (users per the module docstring)."""
-    _minari()
+    where, storage, meta = _open(location, episodes=True)
     from gymnasium import spaces
-    from minari.dataset.minari_storage import MinariStorage
 
-    directory, _ = (
-        resolve_location(location)
-        if os.fspath(location).startswith("minari:")
-        else (Path(os.fspath(location)), "")
-    )
-    data = _data_dir(directory)
-    where = str(directory)
-    try:
-        storage = MinariStorage.read(data)
-        meta = MinariStorage.read_raw_metadata(data)
-    except Exception as exc:  # Minari raises ValueError/AssertionError/KeyError on bad files
-        reason = str(exc).replace(str(data), "<path>")[:160]  # echo the path once, clipped
-        raise InvalidArgument(
-            f"{_echo(where)} is not a readable Minari dataset: {reason}"
-        ) from None
     act_space, obs_space = storage.action_space, storage.observation_space
     if not isinstance(act_space, spaces.Discrete):
         raise InvalidArgument(
@@ -148,7 +143,7 @@ def load_minari(
         )
     n_actions, start = int(act_space.n), int(act_space.start)
     d = max(1, int(np.prod(obs_space.shape)))
-    qmeta = meta.get("qveil") if isinstance(meta.get("qveil"), dict) else {}
+    qmeta = _qveil_meta(meta)
     declared = None
     if "reward_range" in qmeta:
         lo, hi = qmeta["reward_range"]

@@ -65,6 +65,7 @@ from qveil.dataset import (
     ECHO,
     FORMAT,
     Dataset,
+    Transitions,
     _echo,
     _resolve_range,
     check_population_name,
@@ -87,15 +88,6 @@ PARQUET_FORMAT = "qveil-dataset-parquet/1"
 USERS_PER_GROUP = 10_000
 #: The metadata key holding the JSON object.
 _META_KEY = b"qveil"
-
-Arrays = tuple[
-    NDArray[np.int64],
-    NDArray[np.float64],
-    NDArray[np.int64],
-    NDArray[np.float64],
-    NDArray[np.float64],
-    NDArray[np.bool_],
-]
 
 
 def _pyarrow() -> Any:
@@ -124,7 +116,7 @@ def _schema(d: int, metadata: dict[str, Any] | None = None) -> Any:
     return pa.schema(fields, metadata=meta)
 
 
-def _table(arrays: Arrays) -> Any:
+def _table(arrays: Transitions) -> Any:
     pa, _ = _pyarrow()
     user, s, a, r, s2, terminal = arrays
     d = int(s.shape[1])
@@ -150,6 +142,12 @@ def _user_blocks(user: NDArray[np.int64]) -> NDArray[np.int64]:
     return np.concatenate(([0], starts, [len(user)])).astype(np.int64)
 
 
+def _user_decreases_at(user: NDArray[np.int64]) -> int | None:
+    """The first row whose user is smaller than the row before's, or None (non-decreasing)."""
+    back = np.flatnonzero(np.diff(user) < 0)
+    return int(back[0]) + 1 if back.size else None
+
+
 class _Stats:
     """The writer's running record of the data (the ``summary`` in the metadata)."""
 
@@ -163,7 +161,7 @@ class _Stats:
         self.spu_min = np.iinfo(np.int64).max
         self.spu_max = 0
 
-    def add(self, arrays: Arrays, n_actions: int) -> None:
+    def add(self, arrays: Transitions, n_actions: int) -> None:
         user, _, a, r, _, terminal = arrays
         per_user = np.diff(_user_blocks(user))
         self.users += len(per_user)
@@ -229,7 +227,7 @@ class ParquetDatasetWriter:
         )
         self._spools = {name: open(self._spool / name, "wb") for name in _ARRAYS}  # noqa: SIM115
         self._writer = pq.ParquetWriter(self._tmp, _schema(self.d), compression="snappy")
-        self._pending: list[Arrays] = []
+        self._pending: list[Transitions] = []
         self._pending_users = 0
         self._last_user: int | None = None
         self._stats = _Stats(self.n_actions)
@@ -262,12 +260,11 @@ class ParquetDatasetWriter:
         arrays, _, _ = validate_arrays(
             user, s, a, r, s2, terminal, n_actions=self.n_actions, reward_range=self.reward_range
         )
-        if arrays[1].shape[1] != self.d:
-            raise InvalidArgument(f"states have {arrays[1].shape[1]} coordinates, not {self.d}")
-        u = arrays[0]
-        back = np.flatnonzero(np.diff(u) < 0)
-        if back.size:
-            i = int(back[0]) + 1
+        if arrays.s.shape[1] != self.d:
+            raise InvalidArgument(f"states have {arrays.s.shape[1]} coordinates, not {self.d}")
+        u = arrays.user
+        i = _user_decreases_at(u)
+        if i is not None:
             raise InvalidArgument(
                 f"user[{i}] = {int(u[i])} follows user {int(u[i - 1])}: a Parquet dataset keeps "
                 "each user's rows together in user order (sort the rows by user first)"
@@ -285,11 +282,10 @@ class ParquetDatasetWriter:
 
     def _flush(self, users: int) -> None:
         """Write the first ``users`` pending users as one row group."""
-        merged = tuple(np.concatenate([p[i] for p in self._pending]) for i in range(6))
-        blocks = _user_blocks(merged[0])
+        merged = Transitions.concat(self._pending)
+        blocks = _user_blocks(merged.user)
         cut = int(blocks[min(users, len(blocks) - 1)])
-        head: Arrays = tuple(x[:cut] for x in merged)  # type: ignore[assignment]
-        rest: Arrays = tuple(x[cut:] for x in merged)  # type: ignore[assignment]
+        head, rest = merged.rows(None, cut), merged.rows(cut, None)
         self._writer.write_table(_table(head), row_group_size=cut)
         for name, arr in zip(_ARRAYS, head, strict=True):
             self._spools[name].write(np.ascontiguousarray(arr).tobytes())
@@ -424,7 +420,7 @@ def save_parquet(
         users_per_group=users_per_group,
         force=force,
     ) as w:
-        w.write(ds.user, ds.s, ds.a, ds.r, ds.s2, ds.terminal)
+        w.write(*ds.transitions)
         return w.close()
 
 
@@ -540,7 +536,7 @@ class ParquetSource:
             where += f", row {row} (row {int(self._starts[group]) + row} of the file)"
         return where
 
-    def read_group(self, group: int, *, previous_last_user: int | None = None) -> Arrays:
+    def read_group(self, group: int, *, previous_last_user: int | None = None) -> Transitions:
         """The validated arrays of row group ``group`` (nulls, the checks of
         :func:`qveil.dataset.validate_arrays`, users non-decreasing and each user within
         this one group: ``previous_last_user`` is the last user of group ``group - 1``, read
@@ -578,10 +574,9 @@ class ParquetSource:
         except InvalidArgument as exc:
             row = _first_index(str(exc))
             raise InvalidArgument(f"{self._where(group, row)}: {exc}") from None
-        user = arrays[0]
-        back = np.flatnonzero(np.diff(user) < 0)
-        if back.size:
-            i = int(back[0]) + 1
+        user = arrays.user
+        i = _user_decreases_at(user)
+        if i is not None:
             raise InvalidArgument(
                 f"{self._where(group, i)}: user {int(user[i])} follows user {int(user[i - 1])}: "
                 "the user column must be non-decreasing (each user's rows in one block)"
@@ -598,12 +593,12 @@ class ParquetSource:
                 )
         return arrays
 
-    def iter_groups(self) -> Iterator[Arrays]:
+    def iter_groups(self) -> Iterator[Transitions]:
         """Every row group's validated arrays, in file order."""
         last: int | None = None
         for g in range(self.groups):
             arrays = self.read_group(g, previous_last_user=last)
-            last = int(arrays[0][-1])
+            last = int(arrays.user[-1])
             yield arrays
 
     def fingerprint(self) -> str:
@@ -630,15 +625,8 @@ class ParquetSource:
 
     def load(self) -> Dataset:
         """The whole file as a :class:`~qveil.dataset.Dataset` (every row group validated)."""
-        parts = list(self.iter_groups())
-        cols = [np.concatenate([p[i] for p in parts]) for i in range(6)]
         return Dataset(
-            user=cols[0],
-            s=cols[1],
-            a=cols[2],
-            r=cols[3],
-            s2=cols[4],
-            terminal=cols[5],
+            *Transitions.concat(list(self.iter_groups())),
             n_actions=self.n_actions,
             reward_range=self.reward_range,
             env_id=self.env_id,

@@ -7,7 +7,7 @@ statuses in ``qveil.server.protocol.rest.errors``,
 exit codes in the CLI); nothing else inspects messages.
 
     QveilError
-    ├── InvalidArgument        bad input: NaN, out of interval, unknown action, bad config
+    ├── InvalidArgument        bad input: NaN, wrong dims, unknown action, bad config
     ├── NotFound               unknown release, bundle or dataset
     ├── FailedPrecondition     state does not allow the operation (retired release, ...)
     ├── PermissionDenied       wrong role
@@ -61,7 +61,7 @@ class QveilError(Exception):
     """Base of every error qveil raises on purpose.
 
     ``reason``: a machine-readable reason (``google.rpc.ErrorInfo.reason``, e.g.
-    ``STATE_OUT_OF_INTERVAL``); "" means the code's default. ``field``: the request field at
+    ``STATE_NOT_FINITE``); "" means the code's default. ``field``: the request field at
     fault (``google.rpc.BadRequest``), for bad input."""
 
     reason: str = ""

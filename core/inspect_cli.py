@@ -2,13 +2,14 @@
 
 An admin-side, local command (it reads the bundle's files; no server, no store, no noise):
 the mean function L(Q_T) of an fqi release (or the clamped network of an Algorithm 1 one) on
-an even grid of N points over the state interval (a d-coordinate release: each coordinate
-swept over its interval, the others at their interval's centre). Auditors use it to check
-sensitivity claims: two neighbouring releases' means must differ by at most the card's Delta in RKHS
-norm. It is NOT a release: ordinary clients only ever see mean + noise.
+an even grid of N points over each coordinate's interval (d coordinates: each coordinate
+swept over its interval, the others at their interval's centre; [N d, d] states). Auditors
+use it to check sensitivity claims: two neighbouring releases' means must differ by at most
+the card's Delta in RKHS norm. It is NOT a release: ordinary clients only ever see mean + noise.
 
     qveil inspect --bundle bundle --grid 11 --json
-    -> {"states": [...], "mean": [[Q(s, a) for a] for s], "release_id": ..., "mode": ...}
+    -> {"states": [[s_1, ...], ...], "mean": [[Q(s, a) for a] for s], "release_id": ...,
+        "mode": ...}
 """
 
 from __future__ import annotations
@@ -19,22 +20,23 @@ from pathlib import Path
 from typing import Any
 
 from qveil.bundle import load_bundle
+from qveil.cli_parser import add_command
 from qveil.errors import InvalidArgument
 
 __all__ = ["add_parser", "run"]
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "inspect",
-        help="admin: the un-noised released mean function of a bundle on a grid",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "admin: the un-noised released mean function of a bundle on a grid",
+        __doc__,
+        run,
     )
     p.add_argument("--bundle", type=Path, required=True, help="release bundle directory")
     p.add_argument("--grid", type=int, default=101, help="even grid points (>= 2)")
     p.add_argument("--json", action="store_true", help="print JSON (default: a table)")
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -43,18 +45,14 @@ def run(args: argparse.Namespace) -> int:
     if args.grid < 2 or args.grid > 1_000_000:
         raise InvalidArgument(f"--grid must be in [2, 1000000], got {args.grid}")
     b = load_bundle(args.bundle, verify=True)
-    if b.kernel:  # d coordinates: sweep each coordinate over its interval, others centred
-        box = b.box
-        t = np.linspace(0.0, 1.0, args.grid)
-        unit = np.full((b.dims * args.grid, b.dims), 0.5)
-        for j in range(b.dims):
-            unit[j * args.grid : (j + 1) * args.grid, j] = t
-        states = box.lo + unit * (box.hi - box.lo)
-        mean = b.q_values_unit(unit)
-    else:
-        iv = b.interval
-        states = np.linspace(iv.lo, iv.hi, args.grid)
-        mean = b.q_values_unit(np.linspace(0.0, 1.0, args.grid))
+    # d coordinates (d >= 1): sweep each coordinate over its interval, the others centred
+    box = b.box
+    t = np.linspace(0.0, 1.0, args.grid)
+    unit = np.full((b.dims * args.grid, b.dims), 0.5)
+    for j in range(b.dims):
+        unit[j * args.grid : (j + 1) * args.grid, j] = t
+    states = box.lo + unit * (box.hi - box.lo)
+    mean = b.q_values_unit(unit)
     out = {
         "release_id": b.bundle_id,
         "mode": b.card.get("mode"),

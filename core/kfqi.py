@@ -18,12 +18,12 @@ or the public default where none of the episode's samples reaches z_k. So what a
 estimates does not depend on how many episodes the user has (more episodes average out
 noise; pooling them into one NW average would instead raise the share of anchors a user
 reaches and change the estimand: measured in docs/results.md section 9). With one episode
-per user that is exactly the 1-D ``fqi`` mode's per-user averager (qveil.fqi) with a
-product kernel, and the same D_T holds (qveil.privacy.fqi, equations 2-3): each
+per user the same D_T holds (docs/privacy.md section 2.5, equations 2-3;
+:func:`qveil.privacy.fqi.sup_sensitivity`): each
 Q_{t+1}(z_k, a) is a convex combination of targets and public constants, user u's term
 (weight 1/N, itself a mean of convex combinations) depends on u's data only, and V_t enters
 through convex combinations (gamma-contraction in sup norm).
-``neighbour = "reward"`` pools the NW weights over all samples (as the 1-D mode).
+``neighbour = "reward"`` pools the NW weights over all samples of the action.
 
 The sample's next state enters the fixed point through interpolation rather than through a
 NW evaluation at every next state (the exact Ormoneit-Sen scheme): with per-user

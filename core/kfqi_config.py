@@ -1,9 +1,14 @@
-"""The public configuration of a d-coordinate `fqi` release (kernel estimator)
-and its privacy plan, from public quantities only, before any data is touched.
+"""The public configuration of an `fqi` release (the kernel estimator, states of d >= 1
+coordinates) and its privacy plan, from public quantities only, before any data is touched.
 
-A config file says ``estimator = "kernel"`` (configs/cartpole-private.toml);
-:func:`load_fqi_config` reads either kind, so ``qveil train --mode fqi --config FILE``
-and ``qveil privacy --mode fqi --config FILE`` take both. No torch, no gymnasium.
+A config file says ``estimator = "kernel"`` (configs/cartpole-private.toml). A file that
+says ``estimator = "grid"``, or names no estimator (the 1-D form: ``state_interval``,
+``grid_points``, ``beta``), is read as the same estimator with
+d = 1 by :func:`grid_config`: the G anchors of one coordinate, the OU kernel
+exp(-beta |x - y|), and the 1-D defaults of :data:`GRID_DEFAULTS`. So
+``qveil train --mode fqi --config FILE`` and ``qveil privacy --mode fqi --config FILE``
+take both forms, and :func:`default_config` is ``--mode fqi`` without a file. No torch, no
+gymnasium.
 """
 
 from __future__ import annotations
@@ -15,11 +20,19 @@ from pathlib import Path
 from typing import Any
 
 from qveil.errors import InvalidArgument
-from qveil.fqi_config import FQIConfig, config_from_dict, config_toml, read_toml
+from qveil.fqi_config import config_from_dict, config_toml, read_toml
 from qveil.kfqi import KernelFQISpec
 from qveil.privacy.kfqi import KernelFQIPrivacyParams, account_kernel_fqi, calibrate_kernel_fqi
 
-__all__ = ["DEFAULT_BETA", "KernelFQIConfig", "load_fqi_config", "plan_kernel"]
+__all__ = [
+    "DEFAULT_BETA",
+    "GRID_DEFAULTS",
+    "KernelFQIConfig",
+    "default_config",
+    "grid_config",
+    "load_fqi_config",
+    "plan_kernel",
+]
 
 #: beta_j when a config gives none: a public default on unit coordinates (the noise's
 #: correlation length 1/2 of a coordinate's interval; kappa does not depend on it).
@@ -117,15 +130,56 @@ class KernelFQIConfig:
         return config_toml(self, "qveil fqi configuration, kernel estimator (effective values)")
 
 
-def load_fqi_config(path: str | Path) -> Any:
-    """An fqi config of either kind: :class:`qveil.fqi_config.FQIConfig` (1-D grid) or
-    :class:`KernelFQIConfig` (``estimator = "kernel"``)."""
+#: The defaults of a 1-D (``grid``) config, chosen on simulated LineWalk users (public):
+#: 101 anchors, a narrow NW kernel, gamma 0.3 and T = 10 (docs/results.md section 7).
+GRID_DEFAULTS: dict[str, Any] = {
+    "gamma": 0.3,
+    "iterations": 10,
+    "anchor_points": 101,
+    "bandwidth": 0.05,
+    "kernel_radius": 3.0,
+    "inducing_points": 11,
+    "lam": 0.2,
+}
+#: 1-D keys of a ``grid`` config and their kernel names (``beta``, ``state_interval``: one).
+_GRID_RENAMES = {"grid_points": "anchor_points"}
+#: Keys of the retired grid release map (a smoother), accepted and without effect: the
+#: release map is the subspace KRR, whose ``lam`` sets the smoothing.
+_GRID_RETIRED = ("smoother_bandwidth",)
+
+
+def grid_config(d: Mapping[str, Any]) -> KernelFQIConfig:
+    """The kernel config (d = 1) of a 1-D ``grid`` config table: ``state_interval`` [lo, hi]
+    is the one interval, ``beta`` the one beta, ``grid_points`` the anchors; an unset key
+    takes :data:`GRID_DEFAULTS` (then the kernel defaults); an unknown key is refused."""
+    t: dict[str, Any] = {**GRID_DEFAULTS}
+    for k, v in d.items():
+        if k in ("estimator", *_GRID_RETIRED):
+            continue
+        if k == "state_interval":
+            t["state_intervals"] = None if v is None else [v]
+        elif k == "beta":
+            t["betas"] = None if v is None else [v]
+        else:
+            t[_GRID_RENAMES.get(k, k)] = v
+    return KernelFQIConfig.from_dict(t)
+
+
+def default_config() -> KernelFQIConfig:
+    """``--mode fqi`` without a config file: the 1-D defaults (:data:`GRID_DEFAULTS`)."""
+    return grid_config({})
+
+
+def load_fqi_config(path: str | Path) -> KernelFQIConfig:
+    """An fqi config file: ``estimator = "kernel"``, or a 1-D ``grid`` one (no estimator
+    key, or ``estimator = "grid"``) read by :func:`grid_config`."""
     d = read_toml(path)
-    if d.get("estimator", "grid") == "kernel":
+    name = d.get("estimator", "grid")
+    if name == "kernel":
         return KernelFQIConfig.from_dict(d)
-    if "estimator" in d and d["estimator"] != "grid":
-        raise InvalidArgument(f"estimator must be grid or kernel, got {d['estimator']!r:.80}")
-    return FQIConfig.from_dict({k: v for k, v in d.items() if k != "estimator"})
+    if name != "grid":
+        raise InvalidArgument(f"estimator must be grid or kernel, got {name!r:.80}")
+    return grid_config(d)
 
 
 def plan_kernel(

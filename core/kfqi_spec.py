@@ -16,20 +16,29 @@ import numpy as np
 import numpy.typing as npt
 
 from qveil.errors import InvalidArgument
-from qveil.fqi import NEIGHBOURS, q_range
 
 __all__ = [
     "ANCHOR_LAYOUTS",
     "SOBOL_SEED",
     "Anchors",
     "KernelFQISpec",
+    "NEIGHBOURS",
     "anchor_grid",
     "multilinear_weights",
     "nw_pairs",
+    "q_range",
 ]
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
+NEIGHBOURS = ("user", "reward")
+
+
+def q_range(reward_range: tuple[float, float], gamma: float) -> tuple[float, float]:
+    """[min(lo, 0), max(hi, 0)] / (1 - gamma): where every Q_t of the averager FQI lies (a
+    convex combination of targets r + gamma V_t and public constants)."""
+    lo, hi = (float(v) for v in reward_range)
+    return min(lo, 0.0) / (1.0 - gamma), max(hi, 0.0) / (1.0 - gamma)
 
 
 @dataclass(frozen=True, kw_only=True)

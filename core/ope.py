@@ -22,8 +22,8 @@ import numpy.typing as npt
 
 from qveil.additive import StateBox
 from qveil.errors import InvalidArgument
-from qveil.fqi import q_range
 from qveil.kfqi import Anchors, KernelFQISpec, build_operators_nd
+from qveil.kfqi_spec import q_range
 
 __all__ = ["first_states", "policy_value"]
 

@@ -1,5 +1,7 @@
-"""The fixed public linear map of the `fqi` mode, from grid values into the noise's RKHS, and
-a certified bound kappa on how far it can move a function (docs/privacy.md section 2.5).
+"""The certified kappa of the release map of bundles written by the retired 1-D grid fit:
+kept only so that the privacy ledger can re-account the events such releases recorded
+(:func:`qveil.privacy.fqi.account_params` replays them from their parameters). New releases
+use the kernel estimator's subspace KRR, kappa = 1 / (4 lambda) (:mod:`qveil.kfqi`).
 
 The map L: v in R^K (one action's fitted Q on the public grid x_k = k / (K - 1) of the unit
 interval) -> the piecewise-linear function through the grid values u = S v, where S is a
@@ -39,13 +41,10 @@ from qveil.errors import InvalidArgument
 
 __all__ = [
     "KappaCertificate",
-    "best_beta",
     "brute_force_kappa",
     "certified_kappa",
     "kappa_certificate",
-    "krr_quadratic_form",
     "pl_gram",
-    "pl_rkhs_norm_sq",
     "release_quadratic_form",
     "smoother",
     "unit_grid",
@@ -96,12 +95,6 @@ def pl_gram(points: int, beta: float) -> FloatArray:
     g[0, 0] += 0.5
     g[-1, -1] += 0.5
     return g
-
-
-def pl_rkhs_norm_sq(values: npt.ArrayLike, beta: float) -> float:
-    """||f||_H^2 (equation 1) of the piecewise-linear f through (x_k, values_k)."""
-    u = np.asarray(values, dtype=np.float64)
-    return float(u @ pl_gram(len(u), beta) @ u)
 
 
 def release_quadratic_form(points: int, smoother_bandwidth: float, beta: float) -> FloatArray:
@@ -192,51 +185,3 @@ def kappa_certificate(a: npt.ArrayLike, *, sdp: bool = True) -> KappaCertificate
 def certified_kappa(points: int, smoother_bandwidth: float, beta: float) -> float:
     """The certified kappa of the release map (K, smoother bandwidth, beta): public."""
     return kappa_certificate(release_quadratic_form(points, smoother_bandwidth, beta)).kappa
-
-
-@functools.lru_cache(maxsize=64)
-def best_beta(points: int, smoother_bandwidth: float) -> float:
-    """The beta that minimises the row-sum kappa (a public choice: it depends on the grid
-    and the smoother only; the row-sum bound is cheap and tracks the SDP one). Bounded
-    search on log beta over [0.1, 1000]; rounded to 4 significant digits so that a card
-    records it exactly."""
-    from scipy.optimize import minimize_scalar
-
-    def row_sum(lb: float) -> float:
-        a = release_quadratic_form(points, smoother_bandwidth, float(np.exp(lb)))
-        return kappa_certificate(a, sdp=False).kappa
-
-    res = minimize_scalar(
-        row_sum,
-        bounds=(math.log(0.1), math.log(1000.0)),
-        method="bounded",
-        options={"xatol": 1e-3},
-    )
-    return float(f"{math.exp(res.x):.4g}")
-
-
-def krr_quadratic_form(
-    points: npt.ArrayLike, inducing: npt.ArrayLike, *, beta: float, lam: float
-) -> FloatArray:
-    """A with ||L v||_H^2 = v^T A v for kernel ridge regression restricted to the subspace
-    spanned by K(., z_j) at the inducing points z (a Nystrom-type subspace):
-
-        L v = argmin_{f in span K(., z)} (1/n) sum_i (f(x_i) - v_i)^2 + lam ||f||_H^2,
-
-    K(x, y) = exp(-beta |x - y|) on the unit interval. For ANY subspace,
-    ||L v||_H^2 <= ||v||_2^2 / (4 n lam) <= ||v||_inf^2 / (4 lam): with f = L v and
-    a = f(x) in R^n, optimality gives (1/n) <a - v, a> + lam ||f||^2 = 0, so
-    lam ||f||^2 = (1/n)(<a, v> - ||a||^2) <= (1/n) ||v||^2 / 4 (maximise over a). Hence the
-    kappa of a KRR map is 1 / (4 lam) (docs/privacy.md; tested by brute force)."""
-    x = np.asarray(points, dtype=np.float64).reshape(-1)
-    z = np.asarray(inducing, dtype=np.float64).reshape(-1)
-    if not (math.isfinite(lam) and lam > 0):
-        raise InvalidArgument(f"lam must be > 0, got {lam!r}")
-    n = len(x)
-    kxz = np.exp(-beta * np.abs(x[:, None] - z[None, :]))
-    kzz = np.exp(-beta * np.abs(z[:, None] - z[None, :]))
-    m = kxz.T @ kxz / n + lam * kzz
-    coef = np.linalg.lstsq(m, kxz.T / n, rcond=None)[0]  # alpha = coef @ v
-    a = coef.T @ kzz @ coef
-    sym: FloatArray = (a + a.T) / 2.0
-    return sym

@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -257,8 +258,6 @@ QUICK_SIZES = (10, 100, 1000)
 STARTS = ("uniform", "first")
 
 
-# long-function: one run of the BGP16 reproduction top to bottom, as the paper's experiment states
-#   it
 def _one_run(
     sizes: tuple[int, ...],
     run_id: int,
@@ -266,6 +265,8 @@ def _one_run(
     delta: float,
     f_maxes: tuple[float | None, ...],
 ) -> list[dict[str, object]]:
+    """One run of the reproduction as the paper states it: per start distribution, size m
+    and feature map, LSW and LSL and their private versions at each F_max."""
     rows: list[dict[str, object]] = []
     for start in STARTS:
         mdp = ChainMDP(start=start)
@@ -276,76 +277,61 @@ def _one_run(
         for m in sizes:
             batch = mdp.sample(m, rng)
             for fname, phi in feats.items():
-                w = np.ones(n)
-                rho = np.ones(n)
-                lam = lambda_schedule(m, phi, rho)
-                th_w = lsw_fit(batch, phi, w)
-                th_l = lsl_fit(batch, phi, rho, lam=lam)
-
-                def rmse(
-                    theta: FloatArray, _phi: FloatArray = phi, _v: FloatArray = v_true
-                ) -> float:
-                    return float(np.sqrt(np.mean((_phi @ theta - _v) ** 2)))
-
-                base = {
-                    "start": start,
-                    "features": fname,
-                    "d": phi.shape[1],
-                    "m": m,
-                    "run": run_id,
-                    "lambda": lam,
-                    "epsilon": epsilon,
-                    "delta": delta,
-                }
-                rows.append(
-                    {**base, "method": "LSW", "f_max": "", "sigma_x": 0.0, "rmse": rmse(th_w)}
+                base = {"start": start, "features": fname, "d": phi.shape[1], "m": m}
+                rows += _cell_rows(
+                    mdp, batch, phi, v_true, rng, {**base, "run": run_id}, epsilon, delta, f_maxes
                 )
-                rows.append(
-                    {**base, "method": "LSL", "f_max": "", "sigma_x": 0.0, "rmse": rmse(th_l)}
-                )
-                for f_max in f_maxes:
-                    f_label = "R_max/(1-gamma)" if f_max is None else f"{f_max:g}"
-                    s_w = lsw_sigma(
-                        batch.counts,
-                        phi,
-                        w,
-                        epsilon=epsilon,
-                        delta=delta,
-                        r_max=mdp.r_max,
-                        gamma=mdp.gamma,
-                        f_max=f_max,
-                    )
-                    s_l = lsl_sigma(
-                        batch.counts,
-                        phi,
-                        rho,
-                        m=m,
-                        lam=lam,
-                        epsilon=epsilon,
-                        delta=delta,
-                        r_max=mdp.r_max,
-                        gamma=mdp.gamma,
-                        f_max=f_max,
-                    )
-                    eta = rng.standard_normal((2, phi.shape[1]))
-                    rows.append(
-                        {
-                            **base,
-                            "method": "DP-LSW",
-                            "f_max": f_label,
-                            "sigma_x": s_w,
-                            "rmse": rmse(th_w + s_w * eta[0]),
-                        }
-                    )
-                    rows.append(
-                        {
-                            **base,
-                            "method": "DP-LSL",
-                            "f_max": f_label,
-                            "sigma_x": s_l,
-                            "rmse": rmse(th_l + s_l * eta[1]),
-                        }
-                    )
+    return rows
+
+
+def _cell_rows(
+    mdp: ChainMDP,
+    batch: Batch,
+    phi: FloatArray,
+    v_true: FloatArray,
+    rng: np.random.Generator,
+    base: dict[str, object],
+    epsilon: float,
+    delta: float,
+    f_maxes: tuple[float | None, ...],
+) -> list[dict[str, object]]:
+    """The rows of one (start, m, features) cell: LSW and LSL, then DP-LSW and DP-LSL at each
+    F_max (their noise drawn from ``rng``)."""
+    n = mdp.n_states
+    w = np.ones(n)
+    rho = np.ones(n)
+    lam = lambda_schedule(batch.m, phi, rho)
+    th_w = lsw_fit(batch, phi, w)
+    th_l = lsl_fit(batch, phi, rho, lam=lam)
+
+    def rmse(theta: FloatArray) -> float:
+        return float(np.sqrt(np.mean((phi @ theta - v_true) ** 2)))
+
+    base = {**base, "lambda": lam, "epsilon": epsilon, "delta": delta}
+    rows: list[dict[str, object]] = [
+        {**base, "method": "LSW", "f_max": "", "sigma_x": 0.0, "rmse": rmse(th_w)},
+        {**base, "method": "LSL", "f_max": "", "sigma_x": 0.0, "rmse": rmse(th_l)},
+    ]
+    for f_max in f_maxes:
+        f_label = "R_max/(1-gamma)" if f_max is None else f"{f_max:g}"
+        kw: dict[str, Any] = {
+            "epsilon": epsilon,
+            "delta": delta,
+            "r_max": mdp.r_max,
+            "gamma": mdp.gamma,
+            "f_max": f_max,
+        }
+        s_w = lsw_sigma(batch.counts, phi, w, **kw)
+        s_l = lsl_sigma(batch.counts, phi, rho, m=batch.m, lam=lam, **kw)
+        eta = rng.standard_normal((2, phi.shape[1]))
+        rows.append(
+            {**base, "method": "DP-LSW", "f_max": f_label, "sigma_x": s_w,
+             "rmse": rmse(th_w + s_w * eta[0])}
+        )  # fmt: skip
+        rows.append(
+            {**base, "method": "DP-LSL", "f_max": f_label, "sigma_x": s_l,
+             "rmse": rmse(th_l + s_l * eta[1])}
+        )  # fmt: skip
     return rows
 
 

@@ -17,6 +17,7 @@ arrives on the step that enters N - 1). Returns lie in [0, 1], so R_max = 1.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -95,9 +96,19 @@ class ChainMDP:
             v[s] = (1 - p) * g * v[s + 1] / (1 - p * g)
         return v
 
-    def sample(self, m: int, rng: np.random.Generator, *, chunk: int = 50_000) -> Batch:
+    def sample(
+        self,
+        m: int,
+        rng: np.random.Generator,
+        *,
+        chunk: int = 50_000,
+        on_chunk: Callable[[FloatArray, npt.NDArray[np.bool_]], None] | None = None,
+    ) -> Batch:
         """m i.i.d. trajectories of the policy, summarised as a :class:`Batch` (drawn in chunks
-        so that a million trajectories need little memory)."""
+        so that a million trajectories need little memory). ``on_chunk(hold, visited)``, if
+        given, sees each chunk's holding times ``hold[i, s]`` in the non-absorbing states and
+        ``visited[i, s]`` (state s at or after trajectory i's start), for statistics of its
+        own from the same trajectories."""
         if m < 1:
             raise InvalidArgument(f"batch size must be >= 1, got {m}")
         n = self.n_states
@@ -120,6 +131,8 @@ class ChainMDP:
             ret = np.power(self.gamma, suffix - 1.0)
             counts += visited.sum(axis=0)
             sums[: n - 1] += np.where(visited[:, : n - 1], ret, 0.0).sum(axis=0)
+            if on_chunk is not None:
+                on_chunk(hold, visited)
         return Batch(m=m, counts=counts, return_sums=sums)
 
 

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from qveil.cli_parser import add_command
 from qveil.errors import InvalidArgument
 from qveil.experiments._util import default_workers
 from qveil.experiments.multid import ENVS, FULL, QUICK
@@ -78,12 +79,7 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser(
-        "experiments",
-        help="reproduce the papers' figures and checks",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = add_command(sub, "experiments", "reproduce the papers' figures and checks", __doc__, run)
     p.add_argument(
         "name",
         choices=sorted(EXPERIMENTS),
@@ -126,7 +122,6 @@ def add_parser(sub: Any) -> None:
         help="multid: a Parquet dataset (qveil dataset collect, seed 0) instead of collecting: "
         "its env and users are the plan; fitted on --workers local Dask workers",
     )
-    p.set_defaults(func=run)
 
 
 def _count(v: str) -> int:

@@ -34,6 +34,7 @@ import tempfile
 import time
 import tomllib
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -168,8 +169,6 @@ def _random_policy(m: int, seed: int) -> Callable[[npt.NDArray[np.float64]], Any
     return lambda s: rng.integers(0, m, size=len(s))
 
 
-# long-function: one experiment point top to bottom (train, serve, evaluate), as docs/results.md
-#   section 8 describes it
 def run_point(
     env_id: str,
     users: int,
@@ -189,46 +188,23 @@ def run_point(
     process), then the ceiling, the floor and ``releases`` served releases per epsilon on
     the same ``episodes`` episode seeds (``max_steps``: truncate every scored episode
     there; the quick smoke run only). Returns (cell rows, one row per release)."""
-    # here, not at the top: loads gymnasium only when this runs
-    from qveil.trainer.collect import collect
-
-    # here, not at the top: loads gymnasium only when this runs
+    # here, not at the top: these load gymnasium only when this runs
     from qveil.trainer.distributed import Engine
-
-    # here, not at the top: loads gymnasium only when this runs
-    from qveil.trainer.kfqi import fit_kernel, write_kernel_release
-
-    # here, not at the top: loads gymnasium only when this runs
+    from qveil.trainer.kfqi import fit_kernel
     from qveil.trainer.served_eval import lockstep_returns
 
     cfg = load_config(env_id, **changes)
-    t0 = time.perf_counter()
-    data: Any
-    if dataset is None:
-        data = collect(env_id, users, seed, reward_range=cfg.reward_range)
-        t_collect = time.perf_counter() - t0
-    else:
-        data = ParquetSource(dataset)
-        if data.env_id != env_id or data.users != users:
-            raise ValueError(f"{dataset} holds {data.users} users of {data.env_id}")
-        t_collect = float("nan")  # collected beforehand (qveil dataset collect)
+    data, t_collect = _data(env_id, users, seed, cfg, dataset)
     fit = fit_kernel(cfg, data, engine=Engine(workers=workers, progress=dataset is not None))
     say(
         f"multid {env_id} N={users} seed={seed}: {fit.samples} samples, collected in "
         f"{t_collect:.0f} s, fitted once in {fit.seconds:.0f} s"
     )
-    eval_seed = EVAL_SEED + 1000 * seed
-    env_kwargs = {} if max_steps is None else {"max_episode_steps": int(max_steps)}
-
-    def play(policy: Callable[[npt.NDArray[np.float64]], Any]) -> np.ndarray:
-        return np.asarray(
-            lockstep_returns(
-                env_id, policy, episodes=episodes, seed=eval_seed, env_kwargs=env_kwargs
-            )
-        )
-
-    ceiling = play(lambda s: np.argmax(fit.mean(s), axis=1))
-    floor = play(_random_policy(fit.actions, seed))
+    play = _Play(env_id, episodes, EVAL_SEED + 1000 * seed, max_steps)
+    ceiling = np.asarray(
+        lockstep_returns(env_id, lambda s: np.argmax(fit.mean(s), axis=1), **play.kwargs())
+    )
+    floor = np.asarray(lockstep_returns(env_id, _random_policy(fit.actions, seed), **play.kwargs()))
     base = {
         "env": env_id,
         "users": users,
@@ -254,71 +230,106 @@ def run_point(
         for eps in epsilons:
             returns = []
             for k in range(releases):
-                t0 = time.perf_counter()
                 d = Path(tmp) / f"eps{eps:g}-r{k}"
-                out = write_kernel_release(fit, d / "bundle", epsilon=eps, force=True)
-                ret, st = served_release_returns(
-                    out.path,
-                    f"sqlite:///{d / 'store.sqlite'}",
-                    env_id,
-                    episodes=episodes,
-                    seed=eval_seed,
-                    env_kwargs=env_kwargs,
-                )
+                ret, row = _served_release(fit, d, eps, play, say, f"{k + 1}/{releases}")
                 returns.append(ret)
-                per_release.append(
-                    {
-                        **base,
-                        "epsilon": eps,
-                        "release": k,
-                        "sigma": float(out.card["sigma"]),
-                        "return": float(np.mean(ret)),
-                        "episode_min": float(np.min(ret)),
-                        "episode_max": float(np.max(ret)),
-                        **st,
-                    }
-                )
-                say(
-                    f"  eps {eps:g} release {k + 1}/{releases} {st['release_id'][:8]} "
-                    f"(sigma {st['served_sigma']:.3g}): return {np.mean(ret):.1f} "
-                    f"[{np.min(ret):.0f}..{np.max(ret):.0f}]; {st['states_sent']} states in "
-                    f"{st['calls']} GetBestActions calls, the server answered "
-                    f"{st['server_values_answered']} values and stored "
-                    f"{st['stored_points']} noise points "
-                    f"({time.perf_counter() - t0:.1f} s)"
-                )
-                # the release is done with: drop its bundle and store (experiment artefacts)
-                shutil.rmtree(d)
-            r = np.asarray(returns)
-            means = r.mean(axis=1)
-            boot = fraction_bootstrap(r, ceiling, floor, rng=boot_rng)
+                per_release.append({**base, "epsilon": eps, "release": k, **row})
             cell = [x for x in per_release if x["epsilon"] == eps]
-            rows.append(
-                {
-                    **base,
-                    "policy": "private",
-                    "epsilon": eps,
-                    "sigma": float(cell[0]["sigma"]),
-                    "return": float(r.mean()),
-                    "releases": releases,
-                    "release_min": float(means.min()),
-                    "release_max": float(means.max()),
-                    "episode_min": float(r.min()),
-                    "episode_max": float(r.max()),
-                    "fraction_se": boot["se"],
-                    "fraction_lo": boot["lo"],
-                    "fraction_hi": boot["hi"],
-                    "states_sent": int(sum(x["states_sent"] for x in cell)),
-                    "server_values_answered": int(sum(x["server_values_answered"] for x in cell)),
-                    "server_new_points": int(sum(x["server_new_points"] for x in cell)),
-                    "noise": (
-                        "seeded (tests only)"
-                        if any(x["seeded"] for x in cell)
-                        else "OS entropy (server store)"
-                    ),
-                }
-            )
+            boot = fraction_bootstrap(np.asarray(returns), ceiling, floor, rng=boot_rng)
+            rows.append({**base, **_private_row(eps, np.asarray(returns), cell, boot, releases)})
     return rows, per_release
+
+
+def _data(env_id: str, users: int, seed: int, cfg: Any, dataset: Path | None) -> tuple[Any, float]:
+    """The fit's data and the seconds its collection took: ``users`` collected with ``seed``
+    now, or the Parquet ``dataset`` collected beforehand (NaN seconds)."""
+    from qveil.trainer.collect import collect  # here: loads gymnasium only when this runs
+
+    if dataset is None:
+        t0 = time.perf_counter()
+        data = collect(env_id, users, seed, reward_range=cfg.reward_range)
+        return data, time.perf_counter() - t0
+    src = ParquetSource(dataset)
+    if src.env_id != env_id or src.users != users:
+        raise ValueError(f"{dataset} holds {src.users} users of {src.env_id}")
+    return src, float("nan")  # collected beforehand (qveil dataset collect)
+
+
+@dataclass(frozen=True)
+class _Play:
+    """The scored episodes every policy of a point plays: the same seeds, the same cap."""
+
+    env_id: str
+    episodes: int
+    seed: int
+    max_steps: int | None
+
+    def env_kwargs(self) -> dict[str, Any]:
+        return {} if self.max_steps is None else {"max_episode_steps": int(self.max_steps)}
+
+    def kwargs(self) -> dict[str, Any]:
+        return {"episodes": self.episodes, "seed": self.seed, "env_kwargs": self.env_kwargs()}
+
+
+def _served_release(
+    fit: Any, d: Path, eps: float, play: _Play, say: Callable[[str], object], label: str
+) -> tuple[Any, dict[str, Any]]:
+    """Write one release of ``fit`` at ``eps`` into ``d``, serve it on its own store and play
+    the episodes against it; (returns, its row's numbers). ``d`` is removed afterwards."""
+    from qveil.trainer.kfqi import write_kernel_release  # here: loads gymnasium on use
+
+    t0 = time.perf_counter()
+    out = write_kernel_release(fit, d / "bundle", epsilon=eps, force=True)
+    ret, st = served_release_returns(
+        out.path, f"sqlite:///{d / 'store.sqlite'}", play.env_id, **play.kwargs()
+    )
+    say(
+        f"  eps {eps:g} release {label} {st['release_id'][:8]} "
+        f"(sigma {st['served_sigma']:.3g}): return {np.mean(ret):.1f} "
+        f"[{np.min(ret):.0f}..{np.max(ret):.0f}]; {st['states_sent']} states in "
+        f"{st['calls']} GetBestActions calls, the server answered "
+        f"{st['server_values_answered']} values and stored "
+        f"{st['stored_points']} noise points "
+        f"({time.perf_counter() - t0:.1f} s)"
+    )
+    # the release is done with: drop its bundle and store (experiment artefacts)
+    shutil.rmtree(d)
+    row = {
+        "sigma": float(out.card["sigma"]),
+        "return": float(np.mean(ret)),
+        "episode_min": float(np.min(ret)),
+        "episode_max": float(np.max(ret)),
+        **st,
+    }
+    return ret, row
+
+
+def _private_row(
+    eps: float, r: np.ndarray, cell: list[dict[str, Any]], boot: dict[str, float], releases: int
+) -> dict[str, Any]:
+    """The private row of one epsilon: its releases' returns ``r`` (release x episode), their
+    per-release rows ``cell`` and the bootstrap of the fraction."""
+    means = r.mean(axis=1)
+    return {
+        "policy": "private",
+        "epsilon": eps,
+        "sigma": float(cell[0]["sigma"]),
+        "return": float(r.mean()),
+        "releases": releases,
+        "release_min": float(means.min()),
+        "release_max": float(means.max()),
+        "episode_min": float(r.min()),
+        "episode_max": float(r.max()),
+        "fraction_se": boot["se"],
+        "fraction_lo": boot["lo"],
+        "fraction_hi": boot["hi"],
+        "states_sent": int(sum(x["states_sent"] for x in cell)),
+        "server_values_answered": int(sum(x["server_values_answered"] for x in cell)),
+        "server_new_points": int(sum(x["server_new_points"] for x in cell)),
+        "noise": (
+            "seeded (tests only)" if any(x["seeded"] for x in cell) else "OS entropy (server store)"
+        ),
+    }
 
 
 def _fraction(rows: list[dict[str, Any]]) -> None:

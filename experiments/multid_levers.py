@@ -40,7 +40,7 @@ import numpy as np
 
 from qveil.additive import AdditiveSamplePath, StateBox
 from qveil.dataset import load_npz, save_npz
-from qveil.experiments._util import write_csv
+from qveil.experiments._util import columns, write_csv
 from qveil.kfqi import (
     Anchors,
     additive_mean,
@@ -239,12 +239,7 @@ class Sweep:
             t0 = time.perf_counter()
             ds = self.ds
             self._ops[key] = build_operators_nd(
-                ds.s,
-                ds.a,
-                ds.r,
-                ds.s2,
-                ds.terminal,
-                ds.user,
+                *columns(ds),
                 n_actions=int(ds.n_actions),
                 reward_range=rr,
                 box=box,

@@ -58,7 +58,6 @@ def run(*, out: Path, quick: bool = False, seeds: int | None = None, **_: Any) -
     from qveil.bundle import load_bundle
     from qveil.experiments._util import write_table_and_plot
     from qveil.kfqi_config import load_fqi_config
-    from qveil.noise import OUSamplePath
     from qveil.ope import policy_value
     from qveil.privacy.ope import OPEPrivacyParams, calibrate_ope
     from qveil.trainer.collect import collect
@@ -83,16 +82,11 @@ def run(*, out: Path, quick: bool = False, seeds: int | None = None, **_: Any) -
                 )
             m = b.n_actions
             rng = np.random.default_rng([seed, 5])
-            paths = [
-                AdditiveSamplePath(betas=b.card["betas"], sigma=b.sigma, rng=rng)
-                if b.kernel
-                else OUSamplePath(beta=b.beta, sigma=b.sigma, rng=rng)
-                for _ in range(m)
-            ]
+            paths = [AdditiveSamplePath(betas=b.betas, sigma=b.sigma, rng=rng) for _ in range(m)]
 
             def act(x: np.ndarray, b: Any = b, paths: list[Any] = paths) -> np.ndarray:
-                raw = x if b.kernel else x.reshape(-1)
-                unit = b.box.to_unit(raw, clip=True) if b.kernel else b.interval.to_unit(raw)
+                raw = x.reshape(len(x), b.dims)
+                unit = b.box.to_unit(raw, clip=True)
                 g = np.stack([p.sample(unit) for p in paths], axis=1)
                 return np.asarray(np.argmax(b.q_values(raw) + g, axis=1))
 

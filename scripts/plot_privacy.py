@@ -40,42 +40,56 @@ def eps_cell(r: PrivacyResult) -> str:
     return f"none (formula alone: {g(r.epsilon_if_conditions_held)})"
 
 
+def md_table(headers: list[str], rows: list[list[str]]) -> str:
+    """A Markdown table of text cells."""
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+
+
+def yes_no(holds: bool) -> str:
+    return "yes" if holds else "no"
+
+
 def table_account() -> str:
-    rows = [
-        "| mode | sigma | holds | epsilon | delta_total | beta | why not |",
-        "|---|---|---|---|---|---|---|",
-    ]
+    rows = []
     for sigma in (0.32, 0.74):
         for mode in MODES:
             r = account(e3(mode, sigma))
             why = "" if r.holds else (r.reason or "").split(":")[0].replace("|", "\\|")
             rows.append(
-                f"| {mode} | {sigma} | {'yes' if r.holds else 'no'} | {eps_cell(r)} | "
-                f"{g(r.delta_total, '.3g')} | {g(r.beta)} | {why} |"
+                [
+                    mode,
+                    str(sigma),
+                    yes_no(r.holds),
+                    eps_cell(r),
+                    g(r.delta_total, ".3g"),
+                    g(r.beta),
+                    why,
+                ]
             )
-    return "\n".join(rows)
+    return md_table(["mode", "sigma", "holds", "epsilon", "delta_total", "beta", "why not"], rows)
 
 
 def table_calibrate() -> str:
-    rows = [
-        "| mode | target eps | sigma needed | k | beta | delta_total | holds | command |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
+    rows = []
     for eps in (0.45, 0.9):
         for mode in MODES:
             r = calibrate(e3(mode, None), target_epsilon=eps)
             rows.append(
-                f"| {mode} | {eps} | {g(r.sigma)} | {g(r.k, '.0f')} | {g(r.beta)} | "
-                f"{g(r.delta_total, '.3g')} | {'yes' if r.holds else 'no'} | "
-                f"`qveil privacy --mode {mode} --epsilon {eps}` |"
-            )
+                [
+                    mode, str(eps), g(r.sigma), g(r.k, ".0f"), g(r.beta), g(r.delta_total, ".3g"),
+                    yes_no(r.holds), f"`qveil privacy --mode {mode} --epsilon {eps}`",
+                ]
+            )  # fmt: skip
         r = calibrate(e3("paper", None), target_epsilon=eps, tune=False)
         rows.append(
-            f"| paper, k = 23 fixed (as E.3) | {eps} | {g(r.sigma)} | 23 | {g(r.beta)} "
-            f"| - | {'yes' if r.holds else 'no'} | "
-            f"`qveil privacy --epsilon {eps} --k 23` |"
-        )
-    return "\n".join(rows)
+            [
+                "paper, k = 23 fixed (as E.3)", str(eps), g(r.sigma), "23", g(r.beta), "-",
+                yes_no(r.holds), f"`qveil privacy --epsilon {eps} --k 23`",
+            ]
+        )  # fmt: skip
+    headers = ["mode", "target eps", "sigma needed", "k", "beta", "delta_total", "holds"]
+    return md_table([*headers, "command"], rows)
 
 
 def errata() -> str:

@@ -12,7 +12,6 @@ must be told through AdminService (``qveil admin --target``) so that it swaps at
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -32,10 +31,12 @@ from qveil.errors import (
     QveilError,
     echo,
 )
+from qveil.privacy.record import Record
 from qveil.server import admin_tables as T
 from qveil.server import audit_log
 from qveil.server.admin_db import AdminDB, open_admin_db
 from qveil.server.binding import bind, check_binding, copy_refusal
+from qveil.server.closing import Closing
 from qveil.server.ledger import BudgetReport, Cap, Ledger
 from qveil.server.registry import open_registry
 from qveil.server.releases import store_betas, store_params
@@ -65,7 +66,7 @@ __all__ = [
 
 
 @dataclass
-class AdminContext:
+class AdminContext(Closing):
     """What the admin operations act on: a store, its admin records and who is acting."""
 
     store: Any
@@ -95,12 +96,6 @@ class AdminContext:
             self._registry.close()
         if self.owns_store:
             self.store.close()
-
-    def __enter__(self) -> AdminContext:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 
 
 def open_admin(
@@ -156,7 +151,7 @@ def admin_db_for(store: Any, store_url: str | None = None) -> AdminDB:
 
 # ------------------------------------------------------------------------------- listing
 @dataclass(frozen=True)
-class ReleaseInfo:
+class ReleaseInfo(Record):
     """A release as ``qveil admin releases`` shows it."""
 
     release_id: str
@@ -172,8 +167,7 @@ class ReleaseInfo:
     delta: float | None
     points: int
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self) | {"interval": list(self.interval)}
+    _AS_LISTS = ("interval",)
 
 
 def _bundle_rows(db: AdminDB) -> dict[str, Any]:
@@ -289,6 +283,30 @@ def log_outcome(
             raise
 
 
+@dataclass
+class _Operation:
+    """What the audit-log entry of a running operation names (``target``: an operation that
+    learns its real target on the way, such as the id of an imported release, sets it)."""
+
+    target: str
+
+
+@contextmanager
+def _audited(
+    ctx: AdminContext, action: str, target: str, params: dict[str, Any]
+) -> Iterator[_Operation]:
+    """Run one operation's block and audit-log its outcome with ``params`` as the block left
+    them: refused or failed with the reason when the block raises a QveilError (re-raised),
+    ok when it completes."""
+    op = _Operation(target)
+    try:
+        yield op
+    except QveilError as exc:
+        log_outcome(ctx, action, op.target, exc, params)
+        raise
+    log_outcome(ctx, action, op.target, None, params)
+
+
 def activate(ctx: AdminContext, release_id: str) -> ReleaseInfo:
     """Make ``release_id`` the store's active release (directly on the store; a running
     server must be told through AdminService instead). Refuses a retired release, a release
@@ -296,7 +314,7 @@ def activate(ctx: AdminContext, release_id: str) -> ReleaseInfo:
     stored noise fails verification. The previously active release becomes ``staged`` (it can
     be activated again: that is the rollback)."""
     params: dict[str, Any] = {"release_id": release_id, "path": "store"}
-    try:
+    with _audited(ctx, "activate", release_id, params):
         rec = ctx.store.get_release(release_id)
         if str(rec.status) == "retired":
             raise FailedPrecondition(
@@ -332,10 +350,6 @@ def activate(ctx: AdminContext, release_id: str) -> ReleaseInfo:
         for p in previous:
             ctx.store.set_release_status(p, "staged")
         params["previous"] = previous
-    except QveilError as exc:
-        log_outcome(ctx, "activate", release_id, exc, params)
-        raise
-    log_outcome(ctx, "activate", release_id, None, params)
     return next(r for r in releases(ctx) if r.release_id == release_id)
 
 
@@ -343,17 +357,13 @@ def retire(ctx: AdminContext, release_id: str) -> ReleaseInfo:
     """Retire a release for good (its stored noise is kept for audits). The active release
     cannot be retired: activate another one first."""
     params = {"release_id": release_id, "path": "store"}
-    try:
+    with _audited(ctx, "retire", release_id, params):
         rec = ctx.store.get_release(release_id)
         if str(rec.status) == "active":
             raise FailedPrecondition(
                 f"release {echo(release_id)} is active; activate another release before retiring it"
             )
         ctx.store.set_release_status(release_id, "retired")
-    except QveilError as exc:
-        log_outcome(ctx, "retire", release_id, exc, params)
-        raise
-    log_outcome(ctx, "retire", release_id, None, params)
     return next(r for r in releases(ctx) if r.release_id == release_id)
 
 
@@ -365,7 +375,7 @@ def bind_bundle(ctx: AdminContext, bundle_path: str | Path) -> dict[str, Any]:
 
     path = Path(bundle_path)
     params: dict[str, Any] = {"bundle_path": str(path)}
-    try:
+    with _audited(ctx, "bind", str(path), params):
         bundle = load_bundle(path, verify=True)
         params["release_id"] = bundle.bundle_id
         registry = ctx.registry
@@ -375,10 +385,6 @@ def bind_bundle(ctx: AdminContext, bundle_path: str | Path) -> dict[str, Any]:
         if str(rec.status) == "retired":
             raise FailedPrecondition(f"release {bundle.bundle_id!r} is retired")
         bind(ctx.store, bundle, path, fingerprint, on_file, registry)
-    except QveilError as exc:
-        log_outcome(ctx, "bind", str(path), exc, params)
-        raise
-    log_outcome(ctx, "bind", str(path), None, params)
     return {
         "release_id": bundle.bundle_id,
         "fingerprint": fingerprint,
@@ -395,7 +401,7 @@ def export_release(ctx: AdminContext, release_id: str, out: str | Path) -> dict[
     import secrets
 
     params: dict[str, Any] = {"release_id": release_id, "out": str(out)}
-    try:
+    with _audited(ctx, "export-release", release_id, params):
         refusal = copy_refusal(ctx.store)
         if refusal is not None:
             raise refusal
@@ -427,10 +433,6 @@ def export_release(ctx: AdminContext, release_id: str, out: str | Path) -> dict[
             raise
         ctx.store.set_release_status(release_id, "retired")
         params["points"] = n
-    except QveilError as exc:
-        log_outcome(ctx, "export-release", release_id, exc, params)
-        raise
-    log_outcome(ctx, "export-release", release_id, None, params)
     return {
         "release_id": release_id,
         "points": n,
@@ -449,7 +451,7 @@ def adopt_store(ctx: AdminContext, *, retire_behind: bool = False) -> dict[str, 
     (here and in the registry: it is answered nowhere again). Audited with who and when."""
     store, registry = ctx.store, ctx.registry
     params: dict[str, Any] = {"retire_behind": retire_behind}
-    try:
+    with _audited(ctx, "adopt-store", str(getattr(store, "_identity", "")), params) as op:
         inc = store.incarnation()
         params.update(recorded=inc.recorded, current=inc.current)
         held = {r.release_id for r in store.list_releases()}
@@ -478,10 +480,7 @@ def adopt_store(ctx: AdminContext, *, retire_behind: bool = False) -> dict[str, 
             retired=sorted(behind),
         )
         params.update(moved=moved, retired=sorted(behind))
-    except QveilError as exc:
-        log_outcome(ctx, "adopt-store", str(getattr(store, "_identity", "")), exc, params)
-        raise
-    log_outcome(ctx, "adopt-store", store.store_id, None, params)
+        op.target = store.store_id
     return {
         "store_id": store.store_id,
         "incarnation": new.token,
@@ -498,7 +497,7 @@ def import_release(ctx: AdminContext, path: str | Path) -> dict[str, Any]:
     bundle is served from here and its binding.json re-pointed on that serve."""
 
     params: dict[str, Any] = {"path": str(path)}
-    try:
+    with _audited(ctx, "import-release", str(path), params) as op:
         refusal = copy_refusal(ctx.store)
         if refusal is not None:
             raise refusal
@@ -522,10 +521,7 @@ def import_release(ctx: AdminContext, path: str | Path) -> dict[str, Any]:
             incarnation=ctx.store.incarnation().token,
             store=str(getattr(ctx.store, "_identity", "")),
         )
-    except QveilError as exc:
-        log_outcome(ctx, "import-release", str(path), exc, params)
-        raise
-    log_outcome(ctx, "import-release", rec.release_id, None, params)
+        op.target = rec.release_id
     return {
         "release_id": rec.release_id,
         "points": int(ctx.store.count_points(rec.release_id)),

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import sqlalchemy as sa
@@ -30,6 +30,7 @@ from sqlalchemy.pool import StaticPool
 
 from qveil.errors import FailedPrecondition, InvalidArgument, Unavailable
 from qveil.server import admin_tables as T
+from qveil.server.closing import Closing
 
 __all__ = ["AdminDB", "open_admin_db"]
 
@@ -44,7 +45,7 @@ def _lock_key(name: str) -> int:
     )
 
 
-class AdminDB:
+class AdminDB(Closing):
     """An engine on the store's database plus serialized write transactions."""
 
     def __init__(self, engine: Engine, *, url: str, ephemeral: bool) -> None:
@@ -54,29 +55,12 @@ class AdminDB:
         self.ephemeral = ephemeral
         self.dialect = engine.dialect.name
 
-    @contextmanager
-    def write(self, lock: str) -> Iterator[Connection]:
+    def write(self, lock: str) -> AbstractContextManager[Connection]:
         """One serialized write transaction; ``lock`` names the record family (PostgreSQL key).
 
         Commits when the block exits normally, rolls back (nothing written) on any exception.
         """
-        try:
-            with self.engine.connect() as conn:
-                if self.dialect == "sqlite":
-                    conn.exec_driver_sql("BEGIN IMMEDIATE")
-                else:
-                    conn.begin()
-                    conn.execute(
-                        sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _lock_key(lock)}
-                    )
-                try:
-                    yield conn
-                except BaseException:
-                    conn.rollback()
-                    raise
-                conn.commit()
-        except sa.exc.OperationalError as exc:
-            raise Unavailable(f"admin records: database unavailable: {exc.orig}") from None
+        return self._transaction(lock)
 
     def lock(self, conn: Connection, name: str) -> None:
         """Take one more lock inside a write transaction (PostgreSQL; SQLite's BEGIN IMMEDIATE
@@ -85,30 +69,37 @@ class AdminDB:
         if self.dialect != "sqlite":
             conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _lock_key(name)})
 
-    @contextmanager
-    def read(self) -> Iterator[Connection]:
+    def read(self) -> AbstractContextManager[Connection]:
         """A read-only connection (one consistent transaction on both backends)."""
+        return self._transaction(None)
+
+    @contextmanager
+    def _transaction(self, lock: str | None) -> Iterator[Connection]:
+        """A write transaction holding ``lock`` (SQLite ``BEGIN IMMEDIATE``, PostgreSQL the
+        advisory lock) that commits when the block exits normally, or with ``lock=None`` a read
+        transaction that never commits; both roll back on any exception."""
         try:
             with self.engine.connect() as conn:
                 if self.dialect == "sqlite":
-                    conn.exec_driver_sql("BEGIN")
+                    conn.exec_driver_sql("BEGIN" if lock is None else "BEGIN IMMEDIATE")
                 else:
                     conn.begin()
+                    if lock is not None:
+                        self.lock(conn, lock)
                 try:
                     yield conn
-                finally:
+                except BaseException:
                     conn.rollback()
+                    raise
+                if lock is None:
+                    conn.rollback()
+                else:
+                    conn.commit()
         except sa.exc.OperationalError as exc:
             raise Unavailable(f"admin records: database unavailable: {exc.orig}") from None
 
     def close(self) -> None:
         self.engine.dispose()
-
-    def __enter__(self) -> AdminDB:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 
 
 def _sqlite_engine(url: str, **kw: Any) -> Engine:

@@ -12,6 +12,8 @@ Timestamps are ISO-8601 UTC text (microseconds), hashed exactly as stored.
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
 
 from qveil.server.store.models import metadata
@@ -29,35 +31,39 @@ __all__ = [
 
 _HASH = sa.String(64)
 
+
+def _dataset_chain(name: str, *own: sa.Column[Any]) -> sa.Table:
+    """A table of one hash chain per dataset: keyed (dataset, seq 1, 2, ...), the row's own
+    columns, then its time and its link (the previous row's hash, its own)."""
+    return sa.Table(
+        name,
+        metadata,
+        sa.Column("dataset_id", sa.String(200), primary_key=True),
+        sa.Column("seq", sa.Integer, primary_key=True, autoincrement=False),
+        *own,
+        sa.Column("created_at", sa.String(40), nullable=False),
+        sa.Column("prev_hash", _HASH, nullable=False),
+        sa.Column("hash", _HASH, nullable=False),
+    )
+
+
 #: One row per privacy event (``qveil.privacy.PrivacyEvent`` as canonical JSON) per dataset,
 #: chained per dataset in ``seq`` order (1, 2, ...).
-ledger_events = sa.Table(
+ledger_events = _dataset_chain(
     "ledger_events",
-    metadata,
-    sa.Column("dataset_id", sa.String(200), primary_key=True),
-    sa.Column("seq", sa.Integer, primary_key=True, autoincrement=False),
     sa.Column("release_id", sa.String(128), nullable=True),
     sa.Column("bundle_id", sa.String(200), nullable=True),
     sa.Column("event_json", sa.Text, nullable=False),
     sa.Column("epsilon", sa.Double(), nullable=False),
     sa.Column("delta", sa.Double(), nullable=False),
-    sa.Column("created_at", sa.String(40), nullable=False),
-    sa.Column("prev_hash", _HASH, nullable=False),
-    sa.Column("hash", _HASH, nullable=False),
 )
 
 #: The cap of each dataset, as an append-only history chained per dataset; the newest row rules.
-ledger_caps = sa.Table(
+ledger_caps = _dataset_chain(
     "ledger_caps",
-    metadata,
-    sa.Column("dataset_id", sa.String(200), primary_key=True),
-    sa.Column("seq", sa.Integer, primary_key=True, autoincrement=False),
     sa.Column("cap_epsilon", sa.Double(), nullable=False),
     sa.Column("cap_delta", sa.Double(), nullable=False),
     sa.Column("actor", sa.String(200), nullable=False),
-    sa.Column("created_at", sa.String(40), nullable=False),
-    sa.Column("prev_hash", _HASH, nullable=False),
-    sa.Column("hash", _HASH, nullable=False),
 )
 
 #: Admin audit log: who did what, when, with which outcome; one global chain in ``seq`` order.

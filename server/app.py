@@ -35,7 +35,7 @@ from qveil.server.health import Health
 from qveil.server.limits import Limits
 from qveil.server.metrics import Metrics
 from qveil.server.protocol.dataplane import DataPlane, new_executor
-from qveil.server.protocol.grpc.bad_body import BadBodyInterceptor
+from qveil.server.protocol.grpc.bad_body import checked_server
 from qveil.server.protocol.grpc.servicer import AdminServicer, AuditServicer, ValueServicer
 from qveil.server.protocol.grpc.v2_servicer import SERVICE_NAME as OIP_SERVICE_NAME
 from qveil.server.protocol.grpc.v2_servicer import add_inference_service
@@ -94,7 +94,7 @@ class ServeConfig:
     reflection: bool = False
     limits: Limits = field(default_factory=Limits)
     max_message_bytes: int = 4 * 1024 * 1024
-    workers: int = 4
+    workers: int = 16
     grace: float = 10.0
     drain_delay: float = 0.0
     metrics_port: int | None = None
@@ -187,7 +187,6 @@ def create_server(
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
     server = grpc.aio.server(
-        interceptors=[BadBodyInterceptor()],
         options=[
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", 16 * max_message_bytes),
@@ -196,9 +195,10 @@ def create_server(
             ("grpc.so_reuseport", 1 if reuse_port else 0),
         ],
     )
-    value_grpc.add_ValueServiceServicer_to_server(ValueServicer(plane), server)
-    admin_grpc.add_AdminServiceServicer_to_server(AdminServicer(plane), server)
-    audit_grpc.add_AuditServiceServicer_to_server(AuditServicer(plane), server)
+    # an undecodable body is INVALID_ARGUMENT (bad_body), wrapped once per method here
+    checked_server(server, value_grpc.add_ValueServiceServicer_to_server, ValueServicer(plane))
+    checked_server(server, admin_grpc.add_AdminServiceServicer_to_server, AdminServicer(plane))
+    checked_server(server, audit_grpc.add_AuditServiceServicer_to_server, AuditServicer(plane))
     health_pb2_grpc.add_HealthServicer_to_server(health.servicer, server)
     add_inference_service(plane, health, server)  # the v2 protocol, same port
     if reflection:
@@ -316,62 +316,108 @@ async def serve(config: ServeConfig, *, on_event: Callable[[str], None] | None =
     check_transport(config)
     if config.processes > 1 and not sys.platform.startswith("linux"):
         raise InvalidArgument("--processes needs Linux (SO_REUSEPORT spreads the connections)")
-    joining = config.parent_pid is not None
-    authorizer = Authorizer(load_tokens(config.tokens_file) if config.tokens_file else None)
-    metrics = Metrics()
-    executor = new_executor(config.workers)
-    services = Services.create(
-        store=None, holder=_holder(), limits=config.limits, metrics=metrics, budget=config.budget
-    )
-    plane = DataPlane(services, authorizer, executor)
-    health = Health()
-    await health.set_serving(False)
-    host, _ = split_host(config.listen)
-    server: grpc.aio.Server | None = None
-    port = 0
-
-    async def bind() -> None:
-        nonlocal server, port
-        server, port = create_server(
-            plane,
-            health,
-            listen=config.listen,
-            credentials=config.tls.credentials() if config.tls else None,
-            reflection=config.reflection,
-            max_message_bytes=config.max_message_bytes,
-            reuse_port=config.processes > 1 or joining,
-            join=joining,
-        )
-        await server.start()
-        say(
-            f"listening on {host_port(host, port)} ({'TLS' if config.tls else 'plaintext'}"
-            f"{', mTLS' if config.tls and config.tls.client_ca else ''}, "
-            f"{'tokens' if authorizer.enabled else 'no tokens: anonymous query only'})"
-        )
-
-    async def stop_server(grace: float) -> None:
-        if server is not None:
-            await server.stop(grace)
-
-    if not joining:  # processes 2..N bind once their release is ready
-        await bind()
+    run = _Run(config, say)
+    await run.health.set_serving(False)
+    if not run.joining:  # processes 2..N bind once their release is ready
+        await run.bind()
     try:
-        rest = await _start_rest(config, plane, health, say)
+        run.rest = await _start_rest(config, run.plane, run.health, say)
     except BaseException:  # e.g. the REST port is taken: nothing was served yet
-        await stop_server(0)
-        executor.shutdown(wait=False)
+        await run.stop_server(0)
+        run.executor.shutdown(wait=False)
         raise
     if config.port_file is not None:
-        _write_port_file(config.port_file, port)
+        _write_port_file(config.port_file, run.port)
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
 
-    store = None
-    others: list[Any] = []
     try:
+        url = run.store_url(embedded=on_event is not None)
+        waiter = asyncio.ensure_future(stop.wait())
+        active = await run.start_release(url, waiter)
+        if active is None:  # stopped while starting
+            say("stopped before the release was ready")
+            await run.stop_server(0)
+            return 0
+        await run.go_live(active, url, stop)
+        lost: asyncio.Task[bool] | None = None
+        if config.processes > 1:
+            run.others = await _start_processes(config, run.host, run.port, stop, say)
+            lost = loop.create_task(_watch_processes(run.others, stop, say))
+        await waiter
+        code = 1 if lost is not None and lost.done() and lost.result() else 0
+        await run.drain_and_stop()
+        return code
+    except BaseException:
+        if run.rest is not None:
+            await run.rest.stop(0)
+        await run.stop_server(0)
+        raise
+    finally:
+        run.close()
+
+
+class _Run:
+    """One run of :func:`serve`: the services it serves and the steps of its life (bind,
+    open the store and start the release, go live, drain and stop, close)."""
+
+    def __init__(self, config: ServeConfig, say: Callable[[str], None]) -> None:
+        self.config = config
+        self.say = say
+        #: processes 2..N of --processes join the first process's port
+        self.joining = config.parent_pid is not None
+        self.authorizer = Authorizer(
+            load_tokens(config.tokens_file) if config.tokens_file else None
+        )
+        self.metrics = Metrics()
+        self.executor = new_executor(config.workers)
+        self.services = Services.create(
+            store=None,
+            holder=_holder(),
+            limits=config.limits,
+            metrics=self.metrics,
+            budget=config.budget,
+        )
+        self.plane = DataPlane(self.services, self.authorizer, self.executor)
+        self.health = Health()
+        self.host, _ = split_host(config.listen)
+        self.server: grpc.aio.Server | None = None
+        self.port = 0
+        self.rest: Any = None
+        self.others: list[Any] = []  # processes 2..N, started by the first process
+
+    async def bind(self) -> None:
+        config = self.config
+        self.server, self.port = create_server(
+            self.plane,
+            self.health,
+            listen=config.listen,
+            credentials=config.tls.credentials() if config.tls else None,
+            reflection=config.reflection,
+            max_message_bytes=config.max_message_bytes,
+            reuse_port=config.processes > 1 or self.joining,
+            join=self.joining,
+        )
+        await self.server.start()
+        self.say(
+            f"listening on {host_port(self.host, self.port)} "
+            f"({'TLS' if config.tls else 'plaintext'}"
+            f"{', mTLS' if config.tls and config.tls.client_ca else ''}, "
+            f"{'tokens' if self.authorizer.enabled else 'no tokens: anonymous query only'})"
+        )
+
+    async def stop_server(self, grace: float) -> None:
+        if self.server is not None:
+            await self.server.stop(grace)
+
+    def store_url(self, *, embedded: bool) -> str:
+        """The store's URL (a relative SQLite path resolved against the bundle's directory),
+        said with the permission warnings of the bundle and the store (``embedded``: logged
+        as well, for an embedding caller's logs)."""
+        config = self.config
         url = config.store_url or default_store_url(config.bundle)
         url, relative = resolve_store_url(url, config.bundle)
         if config.processes > 1 and url.startswith("memory:"):
@@ -379,7 +425,7 @@ async def serve(config: ServeConfig, *, on_event: Callable[[str], None] | None =
                 "--processes needs a shared store (SQLite or PostgreSQL): a memory store "
                 "per process would be a second noise draw of the release"
             )
-        say(
+        self.say(
             f"store {_redact(url)}"
             + (
                 f" (relative path resolved against the bundle's directory "
@@ -388,68 +434,70 @@ async def serve(config: ServeConfig, *, on_event: Callable[[str], None] | None =
                 else ""
             )
         )
-
         for warning in loose_permissions(config.bundle, url):
-            say(warning)  # stderr under `qveil serve`, whose log lines go there as well
-            if on_event is not None:  # embedded: the caller's logs see it too
+            self.say(warning)  # stderr under `qveil serve`, whose log lines go there as well
+            if embedded:  # the caller's logs see it too
                 log.warning("%s", warning)
+        return url
 
-        def start_up() -> Any:
-            # a bound bundle's store must exist already: never create an empty store for it
-            # (that would be a second, independent noise draw)
-            bound = read_binding(config.bundle) if config.bundle.is_dir() else None
-            try:
-                st = open_store(url, new_ok=bound is None)
-            except FailedPrecondition as exc:
-                if bound is None:
-                    raise
-                raise FailedPrecondition(
-                    f"release {echo(bound.release_id)} is bound to store {bound.store_id} "
-                    f"({echo(bound.store)}), and {exc}. A bound release is served only from the "
-                    "store that holds its noise; if that store is lost, the release can only be "
-                    "retired."
-                ) from None
-            services.ctx.store = st
-            return services.releases.start(config.bundle)
+    def _open_and_start(self, url: str) -> Any:
+        """Open the store and start the bundle's release on it (in the executor)."""
+        bundle = self.config.bundle
+        # a bound bundle's store must exist already: never create an empty store for it
+        # (that would be a second, independent noise draw)
+        bound = read_binding(bundle) if bundle.is_dir() else None
+        try:
+            st = open_store(url, new_ok=bound is None)
+        except FailedPrecondition as exc:
+            if bound is None:
+                raise
+            raise FailedPrecondition(
+                f"release {echo(bound.release_id)} is bound to store {bound.store_id} "
+                f"({echo(bound.store)}), and {exc}. A bound release is served only from the "
+                "store that holds its noise; if that store is lost, the release can only be "
+                "retired."
+            ) from None
+        self.services.ctx.store = st
+        return self.services.releases.start(bundle)
 
-        starting = loop.run_in_executor(executor, start_up)
-        waiter = asyncio.ensure_future(stop.wait())
+    async def start_release(self, url: str, waiter: asyncio.Future[Any]) -> Any:
+        """The started release, or None when ``waiter`` (the stop signal) came first."""
+        loop = asyncio.get_running_loop()
+        starting = loop.run_in_executor(self.executor, self._open_and_start, url)
         done, _ = await asyncio.wait({starting, waiter}, return_when=asyncio.FIRST_COMPLETED)
-        if starting not in done:  # stopped while starting
-            say("stopped before the release was ready")
-            await stop_server(0)
-            return 0
-        active = starting.result()
-        store = services.ctx.store
-        if joining:
-            await bind()
-            loop.create_task(_watch_parent(config.parent_pid, stop))
-        plane.ready = True
-        await health.set_serving(True)
+        if starting not in done:
+            return None
+        return starting.result()
+
+    async def go_live(self, active: Any, url: str, stop: asyncio.Event) -> None:
+        """Bind (a joining process), health SERVING, the metrics endpoint, and say so."""
+        config, releases = self.config, self.services.releases
+        if self.joining:
+            await self.bind()
+            asyncio.get_running_loop().create_task(_watch_parent(config.parent_pid, stop))
+        self.plane.ready = True
+        await self.health.set_serving(True)
         if config.metrics_port is not None:
-            mport = metrics.serve_prometheus(
+            mport = self.metrics.serve_prometheus(
                 config.metrics_port,
                 host=config.metrics_host,
-                stored_points=services.releases.stored_points,
+                stored_points=releases.stored_points,
             )
-            say(f"metrics on http://{host_port(config.metrics_host, mport)}/metrics")
-        say(f"serving release {active.release_id} (store {_redact(url)})")
-        if services.releases.last_ledger is not None:
-            say(services.releases.last_ledger.describe())
-        code = 0
-        lost: asyncio.Task[bool] | None = None
-        if config.processes > 1:
-            others = await _start_processes(config, host, port, stop, say)
-            lost = loop.create_task(_watch_processes(others, stop, say))
-        await waiter
-        if lost is not None and lost.done() and lost.result():
-            code = 1
-        for p in others:  # they drain and stop alongside this one
+            self.say(f"metrics on http://{host_port(config.metrics_host, mport)}/metrics")
+        self.say(f"serving release {active.release_id} (store {_redact(url)})")
+        if releases.last_ledger is not None:
+            self.say(releases.last_ledger.describe())
+
+    async def drain_and_stop(self) -> None:
+        """Stop the other processes, drain (health NOT_SERVING for ``drain_delay``), refuse
+        new calls, let the calls in flight finish within ``grace``, then stop both bindings."""
+        config, loop = self.config, asyncio.get_running_loop()
+        for p in self.others:  # they drain and stop alongside this one
             if p.is_alive():
                 p.terminate()
-        say("draining: health NOT_SERVING")
-        services.ctx.holder.draining = True
-        await health.drain()  # also ends open Watch streams, which would hold stop(grace)
+        self.say("draining: health NOT_SERVING")
+        self.services.ctx.holder.draining = True
+        await self.health.drain()  # also ends open Watch streams, which would hold stop(grace)
         if config.drain_delay > 0:
             await asyncio.sleep(config.drain_delay)
         # grpc-core cancels (CANCELLED) every call that has reached it but not yet a handler
@@ -458,27 +506,25 @@ async def serve(config: ServeConfig, *, on_event: Callable[[str], None] | None =
         # finish, and only then stop; clients map the few calls still caught by the race
         # (reset before any handler ran, so never processed) to UNAVAILABLE too.
         # (v2 REST calls go through the data plane as well: refused and waited for alike.)
-        plane.closing = True
+        self.plane.closing = True
         started = loop.time()
-        await plane.wait_idle(config.grace)
+        await self.plane.wait_idle(config.grace)
         left = max(0.0, config.grace - (loop.time() - started))
+        rest = self.rest
         await asyncio.gather(  # both bindings stop within what is left of --grace
-            stop_server(left), *([rest.stop(left)] if rest is not None else [])
+            self.stop_server(left), *([rest.stop(left)] if rest is not None else [])
         )
-        say("stopped")
-        return code
-    except BaseException:
-        if rest is not None:
-            await rest.stop(0)
-        await stop_server(0)
-        raise
-    finally:
-        for p in others:
+        self.say("stopped")
+
+    def close(self) -> None:
+        """Wait for the other processes (kill a stuck one), the executor, close the store."""
+        config = self.config
+        for p in self.others:
             p.join(config.grace + config.drain_delay + 5)
             if p.is_alive():
                 p.kill()
-        executor.shutdown(wait=True)
-        st = store or services.ctx.store
+        self.executor.shutdown(wait=True)
+        st = self.services.ctx.store
         if st is not None:
             st.close()
 

@@ -37,7 +37,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -104,20 +104,7 @@ class ActionAudit:
         return self.integrity_ok and self.stats_ok
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "action": self.action,
-            "count": self.count,
-            "high_water_mark": self.high_water_mark,
-            "head_hash": self.head_hash,
-            "integrity_ok": self.integrity_ok,
-            "anchor": self.anchor,
-            "tested": self.tested,
-            "stats": self.stats,
-            "power": self.power,
-            "stats_ok": self.stats_ok,
-            "passed": self.passed,
-            "problems": list(self.problems),
-        }
+        return asdict(self) | {"passed": self.passed}
 
 
 @dataclass
@@ -146,17 +133,11 @@ class ReleaseAudit:
         return self.integrity_ok and self.stats_ok
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "release_id": self.release_id,
-            "status": self.status,
-            "sigma": self.sigma,
-            "beta": self.beta,
+        return asdict(self) | {
             "interval": list(self.interval),
-            "n_actions": self.n_actions,
             "integrity_ok": self.integrity_ok,
             "stats_ok": self.stats_ok,
             "passed": self.passed,
-            "problems": list(self.problems),
             "actions": [a.to_dict() for a in self.actions],
         }
 

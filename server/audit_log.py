@@ -26,6 +26,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from qveil.errors import InvalidArgument
+from qveil.privacy.record import Record
 from qveil.server import admin_tables as T
 from qveil.server.admin_db import AdminDB
 from qveil.server.hashchain import GENESIS, canonical_json, link_hash
@@ -64,7 +65,7 @@ def default_actor() -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class AuditEntry:
+class AuditEntry(Record):
     """One admin audit-log entry."""
 
     seq: int
@@ -78,37 +79,15 @@ class AuditEntry:
     prev_hash: str
     hash: str
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "seq": self.seq,
-            "at": self.at,
-            "actor": self.actor,
-            "action": self.action,
-            "target": self.target,
-            "params": self.params,
-            "outcome": self.outcome,
-            "detail": self.detail,
-            "prev_hash": self.prev_hash,
-            "hash": self.hash,
-        }
-
 
 @dataclass(frozen=True, slots=True)
-class ChainReport:
+class ChainReport(Record):
     """Result of verifying one hash chain (audit log, or one dataset's ledger)."""
 
     ok: bool
     count: int
     head_hash: str
     problems: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "ok": self.ok,
-            "count": self.count,
-            "head_hash": self.head_hash,
-            "problems": list(self.problems),
-        }
 
 
 def _check_params(params: Mapping[str, Any], path: str = "params") -> None:

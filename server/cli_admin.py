@@ -42,71 +42,55 @@ from collections.abc import Callable
 from typing import Any
 
 from qveil.bundle import load_bundle, value_scale_warning
+from qveil.cli_parser import add_command, add_no_progress
 from qveil.client.channel import TLSConfig, read_token_file
 from qveil.client.sync import AdminClient
 from qveil.errors import InvalidArgument
+from qveil.server.cli_common import call_with_flags
 
 __all__ = ["add_parser", "run"]
+
+
+# The flags every operation takes: (flag, metavar, help). Suppressed when absent, so that one
+# given before the operation's name is not reset by the operation's own parser.
+_WHERE = (
+    (
+        "--store",
+        "URL",
+        "store URL (sqlite:///ABS/PATH or postgresql+psycopg://...); default $QVEIL_STORE_URL",
+    ),
+    (
+        "--registry",
+        "URL",
+        "the registry (release lineage, population ledger); default $QVEIL_REGISTRY, "
+        "else $QVEIL_HOME/registry.sqlite",
+    ),
+    ("--target", "HOST:PORT", "a running server: go through its AdminService"),
+    ("--token-file", "F", "file holding the admin token (with --target)"),
+    ("--tls-ca", "PEM", "CA of the server certificate (with --target; enables TLS)"),
+    ("--tls-cert", "PEM", "client certificate for mutual TLS (with --tls-ca)"),
+    ("--tls-key", "PEM", "client key for mutual TLS (with --tls-ca)"),
+)
 
 
 def _common() -> argparse.ArgumentParser:
     c = argparse.ArgumentParser(add_help=False)
     g = c.add_argument_group("where")
-    g.add_argument(
-        "--store",
-        metavar="URL",
-        default=argparse.SUPPRESS,
-        help="store URL (sqlite:///ABS/PATH or postgresql+psycopg://...); default $QVEIL_STORE_URL",
-    )
-    g.add_argument(
-        "--registry",
-        metavar="URL",
-        default=argparse.SUPPRESS,
-        help="the registry (release lineage, population ledger); default $QVEIL_REGISTRY, "
-        "else $QVEIL_HOME/registry.sqlite",
-    )
-    g.add_argument(
-        "--target",
-        metavar="HOST:PORT",
-        default=argparse.SUPPRESS,
-        help="a running server: go through its AdminService",
-    )
-    g.add_argument(
-        "--token-file",
-        metavar="F",
-        default=argparse.SUPPRESS,
-        help="file holding the admin token (with --target)",
-    )
-    g.add_argument(
-        "--tls-ca",
-        metavar="PEM",
-        default=argparse.SUPPRESS,
-        help="CA of the server certificate (with --target; enables TLS)",
-    )
-    g.add_argument(
-        "--tls-cert",
-        metavar="PEM",
-        default=argparse.SUPPRESS,
-        help="client certificate for mutual TLS (with --tls-ca)",
-    )
-    g.add_argument(
-        "--tls-key",
-        metavar="PEM",
-        default=argparse.SUPPRESS,
-        help="client key for mutual TLS (with --tls-ca)",
-    )
+    for flag, metavar, help_ in _WHERE:
+        g.add_argument(flag, metavar=metavar, default=argparse.SUPPRESS, help=help_)
     g.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON")
     return c
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
     common = _common()
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "admin",
-        help="retrain under the privacy ledger; list, activate, retire releases; budgets",
-        description=__doc__,
+        "retrain under the privacy ledger; list, activate, retire releases; budgets",
+        __doc__,
+        run,
         parents=[common],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     ops = p.add_subparsers(dest="admin_command", metavar="OPERATION", required=True)
 
@@ -131,7 +115,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         help="refuse the retrain if it would push the dataset past this epsilon",
     )
     r.add_argument("--seed", type=int, help="tests only: seeded training (card says seeded)")
-    r.add_argument("--no-progress", action="store_true")
+    add_no_progress(r)
 
     ops.add_parser("releases", parents=[common], help="list releases")
     a = ops.add_parser("activate", parents=[common], help="activate a release (rollback too)")
@@ -171,8 +155,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         action="store_true",
         help="retire the releases this copy lacks answered points of, instead of refusing",
     )
-    p.set_defaults(func=run)
-    return p  # type: ignore[no-any-return]
+    return p
 
 
 def _store_url(args: argparse.Namespace, *, required: bool) -> str | None:
@@ -359,19 +342,12 @@ def _retrain(ctx: Any, args: argparse.Namespace, url: str) -> None:
     from qveil.server.retrain import retrain
 
     target = getattr(args, "target", None)
-    res = retrain(
+    res = call_with_flags(  # config, dataset_id, epsilon, sigma, ...: the flags of those names
+        retrain,
+        args,
         ctx,
-        config=args.config,
-        dataset_id=args.dataset_id,
-        epsilon=args.epsilon,
-        sigma=args.sigma,
-        delta=args.delta,
-        mode=args.mode,
-        out_dir=args.out_dir,
         activate_after=bool(args.activate and not target),
-        seed=args.seed,
         progress=not args.no_progress and sys.stderr.isatty(),
-        budget=args.budget,
     )
     d = res.to_dict()
     if args.activate and target:

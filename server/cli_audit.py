@@ -18,17 +18,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from qveil.cli_parser import add_command
 from qveil.errors import InvalidArgument
 
 __all__ = ["add_parser", "run"]
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
-    p = sub.add_parser(
-        "audit",
-        help="verify stored noise: integrity and statistical tests",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    p = add_command(
+        sub, "audit", "verify stored noise: integrity and statistical tests", __doc__, run
     )
     p.add_argument("--store", metavar="URL", help="store URL (default $QVEIL_STORE_URL)")
     p.add_argument("--release", metavar="ID", help="one release (default: every release)")
@@ -58,8 +56,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         action="store_true",
         help="do not append this audit (and its high-water marks) to the audit log",
     )
-    p.set_defaults(func=run)
-    return p  # type: ignore[no-any-return]
+    return p
 
 
 def _summary(report: Any) -> str:

@@ -15,6 +15,7 @@ import argparse
 import json
 from typing import Any
 
+from qveil.cli_parser import add_command
 from qveil.errors import InvalidArgument
 from qveil.server import population
 
@@ -22,11 +23,8 @@ __all__ = ["add_parser", "run"]
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
-    p = sub.add_parser(
-        "budget",
-        help="declare a population's privacy budget, or show its spending",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    p = add_command(
+        sub, "budget", "declare a population's privacy budget, or show its spending", __doc__, run
     )
     ops = p.add_subparsers(dest="budget_command", metavar="OP", required=True)
     common = argparse.ArgumentParser(add_help=False)
@@ -39,8 +37,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     s = ops.add_parser("show", parents=[common], help="budget, spending and releases")
     s.add_argument("name", metavar="NAME", nargs="?", help="one population (default: all)")
     s.add_argument("--plot", metavar="PNG", help="with NAME: plot spending over time")
-    p.set_defaults(func=run)
-    return p  # type: ignore[no-any-return]
+    return p
 
 
 def _text(rep: dict[str, Any]) -> str:

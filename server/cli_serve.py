@@ -15,23 +15,21 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from qveil.cli_parser import add_command
+from qveil.server.cli_common import call_with_flags
+
 
 # long-function: a flat list of qveil serve's flag declarations, one per option: splitting it would
 #   only scatter its one --help
 def add_parser(sub: Any) -> None:
-    # here, not at the top: importing this CLI module loads no other server module
+    # here, not at the top: importing this CLI module loads no server module but cli_common
     from qveil.server.quotas import (
         DEFAULT_BURST_SECONDS,
         DEFAULT_MAX_STORED_POINTS,
         DEFAULT_NEW_STATE_RATE,
     )
 
-    p = sub.add_parser(
-        "serve",
-        help="serve a release bundle over gRPC",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = add_command(sub, "serve", "serve a release bundle over gRPC", __doc__, run)
     p.add_argument("--bundle", type=Path, help="release bundle directory (qveil train --out)")
     p.add_argument(
         "--store",
@@ -137,7 +135,12 @@ def add_parser(sub: Any) -> None:
         default=2.0**-20,
         help="released values are multiples of this power of two",
     )
-    o.add_argument("--workers", type=int, default=4, help="threads for store calls")
+    o.add_argument(
+        "--workers",
+        type=int,
+        default=16,
+        help="threads for store calls (a call with new states holds one until its commit)",
+    )
     o.add_argument(
         "--processes",
         type=int,
@@ -169,7 +172,6 @@ def add_parser(sub: Any) -> None:
         "(dataset fingerprint, or environment id) past this epsilon",
     )
     o.add_argument("--log-level", default="WARNING")
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -214,36 +216,9 @@ def run(args: argparse.Namespace) -> int:
         if args.tls_cert
         else None
     )
-    config = ServeConfig(
-        bundle=args.bundle,
-        store_url=args.store,
-        listen=args.listen,
-        tls=tls,
-        insecure=args.insecure,
-        tokens_file=args.tokens_file,
-        reflection=args.reflection,
-        limits=Limits(
-            max_batch=args.max_batch,
-            max_in_flight=args.max_in_flight,
-            max_in_flight_per_caller=args.max_in_flight_per_caller,
-            value_grid=args.value_grid,
-            min_latency_ms=args.min_latency_ms,
-            max_stored_points=args.max_stored_points,
-            new_state_rate=args.new_state_rate,
-            new_state_burst=args.new_state_burst,
-            new_point_rate=args.new_point_rate,
-            new_point_burst=args.new_point_burst,
-        ),
-        max_message_bytes=args.max_message_bytes,
-        workers=args.workers,
-        grace=args.grace,
-        drain_delay=args.drain_delay,
-        metrics_port=args.metrics_port,
-        metrics_host=args.metrics_host,
-        port_file=args.port_file,
-        http_port=args.http_port,
-        budget=args.budget,
-        processes=args.processes,
+    # each field of ServeConfig and Limits is the flag of the same name, but these three
+    config = call_with_flags(
+        ServeConfig, args, store_url=args.store, tls=tls, limits=call_with_flags(Limits, args)
     )
     try:
         return asyncio.run(serve(config))

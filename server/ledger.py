@@ -32,6 +32,7 @@ from qveil.privacy.ledger import (
     filter_check,
     verify_event,
 )
+from qveil.privacy.record import Record
 from qveil.server import admin_tables as T
 from qveil.server import audit_log
 from qveil.server.admin_db import AdminDB
@@ -45,7 +46,7 @@ RECOMPUTE_RTOL = 1e-9
 
 
 @dataclass(frozen=True, slots=True)
-class Cap:
+class Cap(Record):
     """A dataset's privacy cap (the newest row of its cap history)."""
 
     dataset_id: str
@@ -54,16 +55,6 @@ class Cap:
     seq: int
     actor: str
     created_at: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "dataset_id": self.dataset_id,
-            "epsilon": self.epsilon,
-            "delta": self.delta,
-            "seq": self.seq,
-            "actor": self.actor,
-            "created_at": self.created_at,
-        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,28 +122,6 @@ def _check_dataset(dataset_id: str) -> str:
     return dataset_id
 
 
-def _event_fields(
-    dataset_id: str,
-    seq: int,
-    release_id: str | None,
-    bundle_id: str | None,
-    event_json: str,
-    epsilon: float,
-    delta: float,
-    created_at: str,
-) -> dict[str, Any]:
-    return {
-        "dataset_id": dataset_id,
-        "seq": seq,
-        "release_id": release_id,
-        "bundle_id": bundle_id,
-        "event": event_json,
-        "epsilon": epsilon,
-        "delta": delta,
-        "created_at": created_at,
-    }
-
-
 def _checked_event(event: PrivacyEvent) -> str:
     """The event's dataset id, once its (epsilon, delta) are valid numbers that the accountant
     reproduces from the event's own parameters now (non-negotiable 6)."""
@@ -173,16 +142,90 @@ def _checked_event(event: PrivacyEvent) -> str:
     return dataset_id
 
 
+@dataclass(frozen=True)
+class _Chain:
+    """One of the ledger's two hash chains per dataset (events, caps): its table, how its rows
+    are hashed, the audit-log entry that announces each row, and how a finding names a row."""
+
+    table: sa.Table
+    #: a row's name in findings ("event", "cap")
+    kind: str
+    #: the audit-log action announcing a row; its params name the row's seq and hash
+    #: ``<prefix>_seq`` and ``<prefix>_hash``
+    action: str
+    prefix: str
+    #: the finding for a seq that is not the expected one (format: ``expected``, ``seq``)
+    gap: str
+    #: what a row that does not link to the one before it is said not to link to
+    before: str
+    #: findings about a stored row's own content (where, dataset id, row), beyond its link
+    row_findings: Callable[[str, str, Any], list[str]] | None = None
+
+    @property
+    def seq_key(self) -> str:
+        return f"{self.prefix}_seq"
+
+    @property
+    def hash_key(self) -> str:
+        return f"{self.prefix}_hash"
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The row's own columns: all but its dataset, seq, time and hashes (all hashed)."""
+        chain = ("dataset_id", "seq", "created_at", "prev_hash", "hash")
+        return tuple(c.name for c in self.table.columns if c.name not in chain)
+
+
+_EVENTS = _Chain(
+    table=T.ledger_events,
+    kind="event",
+    action="ledger.record",
+    prefix="ledger",
+    gap="sequence gap: expected event {expected}, found {seq}",
+    before="the event before it",
+    row_findings=lambda where, ds, r: _event_findings(where, ds, r),
+)
+_CAPS = _Chain(
+    table=T.ledger_caps,
+    kind="cap",
+    action="ledger.set_cap",
+    prefix="cap",
+    gap="cap sequence gap: expected {expected}, found {seq}",
+    before="the one before it",
+)
+
+
+def _hashed(dataset_id: str, seq: int, created_at: str, values: dict[str, Any]) -> dict[str, Any]:
+    """What the hash of a chain row covers: its dataset, seq and time, and its own columns
+    (the event's JSON under the name ``event``)."""
+    own = {("event" if k == "event_json" else k): v for k, v in values.items()}
+    return {"dataset_id": dataset_id, "seq": seq, **own, "created_at": created_at}
+
+
+def _stored(chain: _Chain, r: Any) -> dict[str, Any]:
+    """The own columns of a stored row of ``chain``, each number as the float it was hashed as."""
+    t = chain.table
+    return {
+        c: float(getattr(r, c)) if isinstance(t.c[c].type, sa.Double) else getattr(r, c)
+        for c in chain.columns
+    }
+
+
 def _append_link(
+    db: AdminDB,
     conn: sa.Connection,
-    t: sa.Table,
+    chain: _Chain,
     dataset_id: str,
-    link_fields: Callable[[int, str], dict[str, Any]],
-    **values: Any,
+    values: dict[str, Any],
+    *,
+    actor: str,
+    params: dict[str, Any],
 ) -> tuple[int, str, str]:
-    """Append the next row of ``dataset_id``'s hash chain in ``t`` (caps or events):
-    seq one past the last, created now, hashed over ``link_fields(seq, created_at)`` and the
-    previous hash. Returns (seq, created_at, hash)."""
+    """Append the next row of ``dataset_id``'s hash chain ``chain`` (``values`` its own
+    columns) and the audit-log entry by ``actor`` that announces it (``params`` plus the
+    dataset id and the row's seq and hash): seq one past the last, created now, hashed with
+    the previous hash. Returns (seq, created_at, hash)."""
+    t = chain.table
     last = conn.execute(
         sa.select(t.c.seq, t.c.hash)
         .where(t.c.dataset_id == dataset_id)
@@ -192,26 +235,22 @@ def _append_link(
     seq = 1 if last is None else int(last.seq) + 1
     prev = GENESIS if last is None else str(last.hash)
     at = utc_now()
-    h = link_hash(prev, link_fields(seq, at))
+    h = link_hash(prev, _hashed(dataset_id, seq, at, values))
     conn.execute(
         t.insert().values(
             dataset_id=dataset_id, seq=seq, created_at=at, prev_hash=prev, hash=h, **values
         )
     )
+    audit_log.append(
+        db,
+        conn=conn,
+        actor=actor,
+        action=chain.action,
+        target=dataset_id,
+        outcome="ok",
+        params={"dataset_id": dataset_id, chain.seq_key: seq, chain.hash_key: h} | params,
+    )
     return seq, at, h
-
-
-def _cap_fields(
-    dataset_id: str, seq: int, eps: float, delta: float, actor: str, created_at: str
-) -> dict[str, Any]:
-    return {
-        "dataset_id": dataset_id,
-        "seq": seq,
-        "cap_epsilon": eps,
-        "cap_delta": delta,
-        "actor": actor,
-        "created_at": created_at,
-    }
 
 
 class Ledger:
@@ -233,7 +272,6 @@ class Ledger:
             raise InvalidArgument(f"cap epsilon must be a finite number > 0, got {cap_epsilon!r}")
         if not (math.isfinite(delta) and 0 <= delta < 1):
             raise InvalidArgument(f"cap delta must be in [0, 1), got {cap_delta!r}")
-        t = T.ledger_caps
         with self.db.write(_lock(dataset_id)) as conn:
             if self.population and self._cap(conn, dataset_id) is not None:
                 raise FailedPrecondition(
@@ -241,28 +279,13 @@ class Ledger:
                     "budget, never raised (qveil budget show NAME)"
                 )
             seq, at, h = _append_link(
-                conn,
-                t,
-                dataset_id,
-                lambda seq, at: _cap_fields(dataset_id, seq, eps, delta, actor, at),
-                cap_epsilon=eps,
-                cap_delta=delta,
-                actor=actor,
-            )
-            audit_log.append(
                 self.db,
-                conn=conn,
+                conn,
+                _CAPS,
+                dataset_id,
+                {"cap_epsilon": eps, "cap_delta": delta, "actor": actor},
                 actor=actor,
-                action="ledger.set_cap",
-                target=dataset_id,
-                outcome="ok",
-                params={
-                    "dataset_id": dataset_id,
-                    "cap_epsilon": eps,
-                    "cap_delta": delta,
-                    "cap_seq": seq,
-                    "cap_hash": h,
-                },
+                params={"cap_epsilon": eps, "cap_delta": delta},
             )
         return Cap(dataset_id, eps, delta, seq, actor, at)
 
@@ -394,29 +417,19 @@ class Ledger:
                 raise FailedPrecondition(f"release {echo(release_id)} already has a ledger entry")
             eps, delta = float(event.epsilon), float(event.delta)
             seq, at, h = _append_link(
-                conn,
-                t,
-                dataset_id,
-                lambda seq, at: _event_fields(
-                    dataset_id, seq, release_id, event.bundle_id, event_json, eps, delta, at
-                ),
-                release_id=release_id,
-                bundle_id=event.bundle_id,
-                event_json=event_json,
-                epsilon=eps,
-                delta=delta,
-            )
-            audit_log.append(
                 self.db,
-                conn=conn,
+                conn,
+                _EVENTS,
+                dataset_id,
+                {
+                    "release_id": release_id,
+                    "bundle_id": event.bundle_id,
+                    "event_json": event_json,
+                    "epsilon": eps,
+                    "delta": delta,
+                },
                 actor=actor,
-                action="ledger.record",
-                target=dataset_id,
-                outcome="ok",
                 params={
-                    "dataset_id": dataset_id,
-                    "ledger_seq": seq,
-                    "ledger_hash": h,
                     "release_id": release_id,
                     "epsilon": eps,
                     "delta": delta,
@@ -454,122 +467,68 @@ class Ledger:
         problems: list[str] = []
         n = 0
         heads: list[str] = []
+        chains = (_EVENTS, _CAPS)
+        # (dataset, seq, hash) of the rows the audit log announces, and of the rows found
+        refs: dict[str, set[tuple[str, int, str]]] = {c.kind: set() for c in chains}
+        seen: dict[str, set[tuple[str, int, str]]] = {c.kind: set() for c in chains}
         with self.db.read() as conn:
-            refs_ev: set[tuple[str, int, str]] = set()
-            refs_cap: set[tuple[str, int, str]] = set()
             for e in conn.execute(
                 sa.select(T.audit_log.c.action, T.audit_log.c.params_json).where(
-                    T.audit_log.c.action.in_(["ledger.record", "ledger.set_cap"])
+                    T.audit_log.c.action.in_([c.action for c in chains])
                 )
             ):
+                c = next(c for c in chains if c.action == e.action)
                 try:
                     p = json.loads(e.params_json)
-                    if e.action == "ledger.record":
-                        refs_ev.add((p["dataset_id"], int(p["ledger_seq"]), p["ledger_hash"]))
-                    else:
-                        refs_cap.add((p["dataset_id"], int(p["cap_seq"]), p["cap_hash"]))
+                    refs[c.kind].add((p["dataset_id"], int(p[c.seq_key]), p[c.hash_key]))
                 except (ValueError, KeyError, TypeError):
                     problems.append("audit log: an entry referencing the ledger is unreadable")
-            seen_ev: set[tuple[str, int, str]] = set()
-            seen_cap: set[tuple[str, int, str]] = set()
             datasets = sorted(
                 set(conn.execute(sa.select(T.ledger_events.c.dataset_id).distinct()).scalars())
                 | set(conn.execute(sa.select(T.ledger_caps.c.dataset_id).distinct()).scalars())
             )
             for ds in datasets:
-                k, head = self._verify_events(conn, ds, problems, seen_ev)
-                n += k
-                heads.append(head)
-                k, head = self._verify_caps(conn, ds, problems, seen_cap)
-                n += k
-                heads.append(head)
-        for ds, seq, h in sorted(refs_ev - seen_ev):
-            problems.append(
-                f"ledger {ds!r}: event {seq} announced in the audit log "
-                f"(hash {h[:12]}) is missing or changed"
-            )
-        for ds, seq, _h in sorted(seen_ev - refs_ev):
-            problems.append(f"ledger {ds!r}: event {seq} has no audit-log entry")
-        for ds, seq, h in sorted(refs_cap - seen_cap):
-            problems.append(
-                f"ledger {ds!r}: cap {seq} announced in the audit log "
-                f"(hash {h[:12]}) is missing or changed"
-            )
-        for ds, seq, _h in sorted(seen_cap - refs_cap):
-            problems.append(f"ledger {ds!r}: cap {seq} has no audit-log entry")
+                for c in chains:
+                    k, head = self._verify_chain(conn, c, ds, problems, seen[c.kind])
+                    n += k
+                    heads.append(head)
+        for c in chains:
+            for ds, seq, h in sorted(refs[c.kind] - seen[c.kind]):
+                problems.append(
+                    f"ledger {ds!r}: {c.kind} {seq} announced in the audit log "
+                    f"(hash {h[:12]}) is missing or changed"
+                )
+            for ds, seq, _h in sorted(seen[c.kind] - refs[c.kind]):
+                problems.append(f"ledger {ds!r}: {c.kind} {seq} has no audit-log entry")
         head = link_hash(GENESIS, {"heads": heads}) if heads else GENESIS
         return ChainReport(ok=not problems, count=n, head_hash=head, problems=problems)
 
     @staticmethod
-    def _verify_events(
-        conn: sa.Connection, ds: str, problems: list[str], seen: set[tuple[str, int, str]]
+    def _verify_chain(
+        conn: sa.Connection,
+        chain: _Chain,
+        ds: str,
+        problems: list[str],
+        seen: set[tuple[str, int, str]],
     ) -> tuple[int, str]:
-        t = T.ledger_events
+        """Walk ``ds``'s rows of ``chain`` in seq order: gaps, links, hashes (and each event's
+        own numbers); returns (rows, head hash)."""
+        t = chain.table
         prev, expected, n = GENESIS, 1, 0
         for r in conn.execute(sa.select(t).where(t.c.dataset_id == ds).order_by(t.c.seq)):
             n += 1
             seq = int(r.seq)
-            where = f"ledger {ds!r}: event {seq}"
+            where = f"ledger {ds!r}: {chain.kind} {seq}"
             if seq != expected:
-                problems.append(
-                    f"ledger {ds!r}: sequence gap: expected event {expected}, found {seq}"
-                )
+                problems.append(f"ledger {ds!r}: " + chain.gap.format(expected=expected, seq=seq))
             if r.prev_hash != prev:
-                problems.append(f"{where} does not link to the event before it")
-            h = link_hash(
-                r.prev_hash,
-                _event_fields(
-                    ds,
-                    seq,
-                    r.release_id,
-                    r.bundle_id,
-                    r.event_json,
-                    float(r.epsilon),
-                    float(r.delta),
-                    r.created_at,
-                ),
-            )
-            if h != r.hash:
+                problems.append(f"{where} does not link to {chain.before}")
+            if link_hash(r.prev_hash, _hashed(ds, seq, r.created_at, _stored(chain, r))) != r.hash:
                 problems.append(f"{where} was edited (hash mismatch)")
             seen.add((ds, seq, r.hash))
             prev, expected = r.hash, seq + 1
-            try:
-                ev = PrivacyEvent.from_json(r.event_json)
-            except Exception as exc:  # noqa: BLE001 - any parse failure is a finding
-                problems.append(f"{where}: event JSON unreadable: {exc}")
-                continue
-            if ev.dataset_id != ds:
-                problems.append(f"{where}: event names dataset {ev.dataset_id!r}")
-            if ev.epsilon != float(r.epsilon) or ev.delta != float(r.delta):
-                problems.append(f"{where}: epsilon/delta columns differ from the event")
-            problems.extend(f"{where}: {m}" for m in _recompute(ev))
-        return n, prev
-
-    @staticmethod
-    def _verify_caps(
-        conn: sa.Connection, ds: str, problems: list[str], seen: set[tuple[str, int, str]]
-    ) -> tuple[int, str]:
-        t = T.ledger_caps
-        prev, expected, n = GENESIS, 1, 0
-        for r in conn.execute(sa.select(t).where(t.c.dataset_id == ds).order_by(t.c.seq)):
-            n += 1
-            seq = int(r.seq)
-            if seq != expected:
-                problems.append(
-                    f"ledger {ds!r}: cap sequence gap: expected {expected}, found {seq}"
-                )
-            if r.prev_hash != prev:
-                problems.append(f"ledger {ds!r}: cap {seq} does not link to the one before it")
-            h = link_hash(
-                r.prev_hash,
-                _cap_fields(
-                    ds, seq, float(r.cap_epsilon), float(r.cap_delta), r.actor, r.created_at
-                ),
-            )
-            if h != r.hash:
-                problems.append(f"ledger {ds!r}: cap {seq} was edited (hash mismatch)")
-            seen.add((ds, seq, r.hash))
-            prev, expected = r.hash, seq + 1
+            if chain.row_findings is not None:
+                problems.extend(chain.row_findings(where, ds, r))
         return n, prev
 
     def verify_or_raise(self) -> ChainReport:
@@ -577,6 +536,21 @@ class Ledger:
         if not rep.ok:
             raise IntegrityError("privacy ledger fails verification: " + "; ".join(rep.problems))
         return rep
+
+
+def _event_findings(where: str, ds: str, r: Any) -> list[str]:
+    """What is wrong with a stored event row's own content: unreadable JSON, another
+    dataset, columns that differ from the event, numbers the accountant does not reproduce."""
+    try:
+        ev = PrivacyEvent.from_json(r.event_json)
+    except Exception as exc:  # noqa: BLE001 - any parse failure is a finding
+        return [f"{where}: event JSON unreadable: {exc}"]
+    out = []
+    if ev.dataset_id != ds:
+        out.append(f"{where}: event names dataset {ev.dataset_id!r}")
+    if ev.epsilon != float(r.epsilon) or ev.delta != float(r.delta):
+        out.append(f"{where}: epsilon/delta columns differ from the event")
+    return out + [f"{where}: {m}" for m in _recompute(ev)]
 
 
 def _recompute(ev: PrivacyEvent) -> list[str]:

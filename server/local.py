@@ -23,6 +23,7 @@ from typing import Any
 
 from qveil.server.app import create_server
 from qveil.server.auth import Authorizer, load_tokens
+from qveil.server.closing import Closing
 from qveil.server.health import Health
 from qveil.server.limits import Limits
 from qveil.server.protocol.dataplane import DataPlane, new_executor
@@ -52,7 +53,7 @@ def _quiet_poller_shutdown(loop: asyncio.AbstractEventLoop, context: dict[str, A
     loop.default_exception_handler(context)
 
 
-class LocalServer:
+class LocalServer(Closing):
     """The real grpc.aio server (``create_server``) on a background event loop, bound to
     127.0.0.1:0, over a real store (a URL, opened here with OS-entropy noise, or an open
     store). ``plane``, ``health`` and ``services`` are exposed so tests can drive readiness
@@ -129,9 +130,3 @@ class LocalServer:
             self.loop.close()
         self.executor.shutdown(wait=True)
         self.store.close()
-
-    def __enter__(self) -> LocalServer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -5,11 +5,14 @@ exceptions only; each transport maps them through its table.
 
 Answer of a query: for state s of release r and action a,
 
-    value(s, a) = grid_round( Q_r(s, a) + g_{r,a}(x) ),   x = (s - lo) / (hi - lo)
+    value(s, a) = grid_round( Q_r(x, a) + sum_j g_{r,a,j}(x_j) ),
+    x_j = (clip(s_j, lo_j, hi_j) - lo_j) / (hi_j - lo_j)
 
-where Q_r is the bundle's numpy forward (clamped to +-q_bound in output mode, inside the
-bundle) and g_{r,a}(x) is ``store.get_or_sample`` (stored value, or an exact OU conditional draw
-committed durably before it is returned). Every input is validated BEFORE the store is
+for every release, of d >= 1 coordinates: each coordinate is clipped into its public
+interval (public post-processing; every card states it), Q_r is the bundle's numpy forward
+(clamped to +-q_bound in output mode, inside the bundle) and g_{r,a,j}(x_j) is
+``store.get_or_sample_paths`` on path a * d + j (stored value, or an exact OU conditional
+draw committed durably before it is returned). Every input is validated BEFORE the store is
 touched, so a rejected request stores nothing.
 
 Why the grid: released values are rounded to multiples of ``value_grid`` (a power of two,
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -32,7 +36,8 @@ import numpy.typing as npt
 from qveil.common import typing as t
 from qveil.errors import FailedPrecondition, bad_argument, echo
 from qveil.server import views
-from qveil.server.state import ActiveRelease, ContextService
+from qveil.server.answer_cache import AnswerCache
+from qveil.server.state import ActiveRelease, ContextService, ServerContext
 
 __all__ = ["QueryService", "grid_round"]
 
@@ -40,6 +45,12 @@ __all__ = ["QueryService", "grid_round"]
 def grid_round(values: npt.NDArray[np.float64], grid: float) -> npt.NDArray[np.float64]:
     """Round to the nearest multiple of ``grid`` (a power of two: the scaling is exact)."""
     return np.round(values / grid) * grid + 0.0
+
+
+def _paths(actions: Sequence[int], d: int) -> list[int]:
+    """The store's paths of ``actions`` on a release of d coordinates: a * d + j, in action
+    then coordinate order (d = 1: path a)."""
+    return [a * d + j for a in actions for j in range(d)]
 
 
 def _check_deadline(deadline: float | None) -> None:
@@ -51,40 +62,23 @@ class QueryService(ContextService):
     """GetValues, GetBestActions, GetRelease (and the v2 model's one action per state) on the
     active release."""
 
-    def _states(self, rel: ActiveRelease, states: npt.ArrayLike) -> npt.NDArray[np.float64]:
-        """Raw states -> unit states: (n,) for a 1-D release, (n, d) for a release of d
-        coordinates (see :meth:`_box_states`). Nothing is stored on bad input."""
-        if rel.bundle.kernel:
-            return self._box_states(rel, states)
-        s = np.asarray(states, dtype=np.float64)
-        if s.ndim == 2 and s.shape[1] != 1:
-            raise bad_argument(
-                f"states have {s.shape[1]} coordinates; this release has 1",
-                field="states",
-                reason="WRONG_DIMS",
-            )
-        s = s.reshape(-1)
-        self._check_batch(s.size)
-        finite = np.isfinite(s)
-        if not finite.all():
-            i = int(np.flatnonzero(~finite)[0])
-            raise bad_argument(
-                f"state {float(s[i])!r} at index {i} is not a finite number",
-                field=f"states[{i}]",
-                reason="STATE_NOT_FINITE",
-            )
-        iv = rel.bundle.interval
-        out = (s < iv.lo) | (s > iv.hi)
-        if out.any():
-            i = int(np.flatnonzero(out)[0])
-            raise bad_argument(
-                f"state {float(s[i])!r} at index {i} is outside the state interval "
-                f"[{iv.lo!r}, {iv.hi!r}]",
-                field=f"states[{i}]",
-                reason="STATE_OUT_OF_INTERVAL",
-            )
-        unit: npt.NDArray[np.float64] = iv.to_unit(s)
-        return unit
+    def __init__(self, ctx: ServerContext) -> None:
+        super().__init__(ctx)
+        #: values already answered: answered again by look-ups
+        self.answers = AnswerCache()
+        #: (release, lo, hi, hi - lo) of the release whose box bounds were last needed
+        self._box_bounds: tuple[Any, ...] | None = None
+
+    def _answered(
+        self,
+        rel: ActiveRelease,
+        xs: npt.NDArray[np.float64],
+        actions: list[int],
+        values: npt.NDArray[np.float64],
+    ) -> npt.NDArray[np.float64]:
+        """Keep ``values`` (just answered) for :meth:`get_stored_values`; return them."""
+        self.answers.record(rel.release_id, xs, actions, values, rel.bundle.n_actions)
+        return values
 
     def _check_batch(self, n: int) -> None:
         """An empty batch, or one over --max-batch, is INVALID_ARGUMENT."""
@@ -99,14 +93,15 @@ class QueryService(ContextService):
                 reason="BATCH_TOO_LARGE",
             )
 
-    def _box_states(self, rel: ActiveRelease, states: npt.ArrayLike) -> npt.NDArray[np.float64]:
-        """(n, d) raw states of a d-coordinate release -> (n, d) unit states: each coordinate
-        clipped into its public interval and mapped onto [0, 1] (``StateBox.to_unit``; the
-        clipping is public post-processing and the card says so). A wrong d, an empty or too
-        large batch or a non-finite coordinate is INVALID_ARGUMENT."""
+    def _states(self, rel: ActiveRelease, states: npt.ArrayLike) -> npt.NDArray[np.float64]:
+        """(n, d) raw states -> (n, d) unit states, for every release (d = 1 is a box of one
+        interval; its states may also come as a flat list [n]): each coordinate clipped into
+        its public interval and mapped onto [0, 1] (``StateBox.to_unit``; the clipping is
+        public post-processing and every card says so). A wrong d, an empty or too large
+        batch or a non-finite coordinate is INVALID_ARGUMENT; nothing is stored."""
         d = rel.bundle.dims
         s = np.asarray(states, dtype=np.float64)
-        if s.ndim == 1 and d == 1:
+        if s.ndim <= 1 and d == 1:
             s = s.reshape(-1, 1)
         if s.ndim != 2 or s.shape[1] != d:
             got = s.shape[1] if s.ndim == 2 else 1
@@ -117,16 +112,30 @@ class QueryService(ContextService):
                 reason="WRONG_DIMS",
             )
         self._check_batch(s.shape[0])
-        finite = np.isfinite(s).all(axis=1)
-        if not finite.all():
-            i = int(np.flatnonzero(~finite)[0])
+        if not np.isfinite(s).all():
+            i = int(np.flatnonzero(~np.isfinite(s).all(axis=1))[0])
             raise bad_argument(
                 f"state at index {i} has a coordinate that is not a finite number",
                 field=f"states[{i}]",
                 reason="STATE_NOT_FINITE",
             )
-        out: npt.NDArray[np.float64] = rel.bundle.box.to_unit(s, clip=True)
+        # StateBox.to_unit(s, clip=True), its arithmetic to the bit, with the box's bounds
+        # as arrays built once per release instead of from the card on every call
+        lo, hi, span = self._bounds(rel)
+        out: npt.NDArray[np.float64] = np.clip((np.clip(s, lo, hi) - lo) / span, 0.0, 1.0) + 0.0
         return out
+
+    def _bounds(
+        self, rel: ActiveRelease
+    ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+        """(lo, hi, hi - lo) of the release's state box, kept for the active release."""
+        got = self._box_bounds
+        if got is None or got[0] is not rel:
+            box = rel.bundle.box
+            lo, hi = box.lo, box.hi
+            got = (rel, lo, hi, hi - lo)
+            self._box_bounds = got
+        return got[1], got[2], got[3]
 
     def _actions(self, rel: ActiveRelease, actions: Sequence[int]) -> list[int]:
         m = rel.bundle.n_actions
@@ -149,6 +158,17 @@ class QueryService(ContextService):
                 )
             out.append(a)
         return out
+
+    def _values(
+        self, rel: ActiveRelease, acts: list[int], vals: npt.NDArray[np.float64]
+    ) -> t.Values:
+        """The answer of a values call: released values [n, len(acts)] on the value grid."""
+        return t.Values(
+            release_id=rel.release_id,
+            actions=tuple(acts),
+            values=vals,
+            value_grid=self.limits.value_grid,
+        )
 
     def _release_for_query(self, release_id: str) -> ActiveRelease:
         """The active release, or the same refusal for any other pinned id, whether the store
@@ -176,25 +196,10 @@ class QueryService(ContextService):
         known = self._known_noise(rel, xs, actions)
         if known is not None:  # every state stored: no admission, no database
             self.metrics.answered(int(xs.shape[0]) * len(actions), self.store.points_drawn)
-            return grid_round(q + known, self.limits.value_grid)
-        if xs.ndim == 2:
-            noise = self._box_noise(rel, xs, actions, deadline, caller)
-            self.metrics.answered(int(xs.shape[0]) * len(actions), self.store.points_drawn)
-            return grid_round(q + noise, self.limits.value_grid)
-        ux, inverse = np.unique(xs, return_inverse=True)
-        # admission before anything is sampled: one reservation on the store
-        ticket = self.store.reserve(
-            rel.release_id, [(a, ux) for a in actions], quotas=self.quotas, caller=caller
-        )
-        try:
-            _check_deadline(deadline)
-            # all actions' new points in one group-committed transaction
-            g = self.store.get_or_sample_actions(rel.release_id, actions, ux)
-        finally:
-            self.quotas.done(rel.release_id, ticket)
-        noise = np.asarray(g, dtype=np.float64)[inverse.reshape(-1)]
-        self.metrics.answered(int(xs.size) * len(actions), self.store.points_drawn)
-        return grid_round(q + noise, self.limits.value_grid)
+            return self._answered(rel, xs, actions, grid_round(q + known, self.limits.value_grid))
+        noise = self._box_noise(rel, xs, actions, deadline, caller)
+        self.metrics.answered(int(xs.shape[0]) * len(actions), self.store.points_drawn)
+        return self._answered(rel, xs, actions, grid_round(q + noise, self.limits.value_grid))
 
     def _known_noise(
         self,
@@ -207,16 +212,10 @@ class QueryService(ContextService):
         """The noise of a request whose states are all stored (``store.known_values``: the
         in-process copies, no database), summed over a d-coordinate release's paths in
         coordinate order as :meth:`_box_noise` does; None when any state is new."""
-        if xs.ndim == 1:
-            cols = self.store.known_values(
-                rel.release_id, actions, [xs] * len(actions), publish=publish
-            )
-            return None if cols is None else np.stack(cols, axis=1)
         d = xs.shape[1]
-        paths = [a * d + j for a in actions for j in range(d)]
         got = self.store.known_values(
             rel.release_id,
-            paths,
+            _paths(actions, d),
             [xs[:, j] for _a in actions for j in range(d)],
             publish=publish,
         )
@@ -238,10 +237,11 @@ class QueryService(ContextService):
         deadline: float | None,
         caller: str,
     ) -> npt.NDArray[np.float64]:
-        """Additive noise of a d-coordinate release: g_a(x) = sum_j g_{a,j}(x_j),
-        each g_{a,j} a 1-D OU path of the store (path a * d + j, its own beta_j). Only the
-        coordinate values a path has not stored are new points; all of them, every action
-        and coordinate, are stored in one durable transaction before anything is answered."""
+        """The noise of a release of d coordinates: g_a(x) = sum_j g_{a,j}(x_j), each g_{a,j} a
+        1-D OU path of the store (path a * d + j, its own beta_j; d = 1: path a is g_a).
+        Only the coordinate values a path has not stored are new points; all of them, every
+        action and coordinate, are stored in one durable transaction before anything is
+        answered."""
         d = xs.shape[1]
         cols = [np.unique(xs[:, j], return_inverse=True) for j in range(d)]
         pairs = [(a * d + j, cols[j][0]) for a in actions for j in range(d)]
@@ -277,12 +277,7 @@ class QueryService(ContextService):
         xs = self._states(rel, states)
         acts = self._actions(rel, actions)
         vals = self._released(rel, xs, acts, deadline, caller)
-        return t.Values(
-            release_id=rel.release_id,
-            actions=tuple(acts),
-            values=vals,
-            value_grid=self.limits.value_grid,
-        )
+        return self._values(rel, acts, vals)
 
     def get_stored_values(
         self,
@@ -301,17 +296,17 @@ class QueryService(ContextService):
         xs = self._states(rel, states)
         acts = self._actions(rel, actions)
         _check_deadline(deadline)
-        noise = self._known_noise(rel, xs, acts, publish=False)
-        if noise is None:
-            return None
-        q = rel.bundle.q_values_unit(xs)[:, acts]
+        vals = self.answers.lookup(rel.release_id, xs, acts)  # answered before: look-ups
+        if vals is not None:  # still refused when a path's log was refused since
+            self.store.check_paths(rel.release_id, _paths(acts, int(xs.shape[1])))
+        else:
+            noise = self._known_noise(rel, xs, acts, publish=False)
+            if noise is None:
+                return None
+            q = rel.bundle.q_values_unit(xs)[:, acts]
+            vals = self._answered(rel, xs, acts, grid_round(q + noise, self.limits.value_grid))
         self.metrics.answered(int(xs.shape[0]) * len(acts), self.store.points_drawn)
-        return t.Values(
-            release_id=rel.release_id,
-            actions=tuple(acts),
-            values=grid_round(q + noise, self.limits.value_grid),
-            value_grid=self.limits.value_grid,
-        )
+        return self._values(rel, acts, vals)
 
     def get_best_actions(
         self,

@@ -26,6 +26,7 @@ Every refusal names the one command that does the legitimate thing instead.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -33,6 +34,8 @@ from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from qveil.errors import FailedPrecondition, IntegrityError, InvalidArgument, NotFound, echo
 from qveil.server import admin_tables as T
@@ -238,23 +241,32 @@ class Registry:
     # -- witnessed chain heads -------------------------------------------------------------
     def publish(self, release_id: str, heads: Mapping[int, tuple[int, str]]) -> None:
         """Record each path's chain head (seq, hash) when it is ahead of the recorded one.
-        Durable before it returns: a store answers only what this recorded."""
-        H = T.registry_heads  # noqa: N806
+        Durable before it returns: a store answers only what this recorded. One statement
+        (an upsert that keeps the higher seq, compiled once) for all the paths."""
+        if not heads:
+            return
+        rows = [
+            {"r": release_id, "p": path, "s": seq, "h": head}
+            for path, (seq, head) in sorted(heads.items())
+        ]
         with self.db.write(f"{LOCK}-heads") as conn:
-            for path, (seq, head) in sorted(heads.items()):
-                old = conn.execute(
-                    sa.select(H.c.seq).where(H.c.release_id == release_id, H.c.path == path)
-                ).scalar()
-                if old is None:
-                    conn.execute(
-                        sa.insert(H).values(release_id=release_id, path=path, seq=seq, head=head)
-                    )
-                elif int(old) < seq:
-                    conn.execute(
-                        sa.update(H)
-                        .where(H.c.release_id == release_id, H.c.path == path)
-                        .values(seq=seq, head=head)
-                    )
+            conn.execute(self._upsert_head, rows)
+
+    @functools.cached_property
+    def _upsert_head(self) -> Any:
+        H = T.registry_heads  # noqa: N806
+        insert = sqlite_insert if self.db.dialect == "sqlite" else pg_insert
+        stmt = insert(H).values(
+            release_id=sa.bindparam("r"),
+            path=sa.bindparam("p"),
+            seq=sa.bindparam("s"),
+            head=sa.bindparam("h"),
+        )
+        return stmt.on_conflict_do_update(
+            index_elements=[H.c.release_id, H.c.path],
+            set_={"seq": stmt.excluded.seq, "head": stmt.excluded.head},
+            where=H.c.seq < stmt.excluded.seq,
+        )
 
     def heads(self, release_id: str) -> dict[int, tuple[int, str]]:
         H = T.registry_heads  # noqa: N806

@@ -29,15 +29,11 @@ __all__ = ["ReleaseService", "store_betas", "store_params"]
 
 
 def store_params(bundle: Any) -> dict[str, Any]:
-    """The store's noise parameters of a bundle (``create_release`` keywords): a 1-D release's
-    beta and interval; a d-coordinate release's betas (one per coordinate), with
-    beta and interval its first coordinate's."""
-    if bundle.kernel:
-        betas = [float(b) for b in bundle.betas]
-        iv = bundle.box.intervals[0]
-        return {"beta": betas[0], "interval": (iv.lo, iv.hi), "betas": betas}
-    iv = bundle.interval
-    return {"beta": bundle.beta, "interval": (iv.lo, iv.hi), "betas": None}
+    """The store's noise parameters of a bundle (``create_release`` keywords): its betas (one
+    per coordinate; d = 1: one), with beta and interval its first coordinate's."""
+    betas = [float(b) for b in bundle.betas]
+    iv = bundle.box.intervals[0]
+    return {"beta": betas[0], "interval": (iv.lo, iv.hi), "betas": betas}
 
 
 def store_betas(betas: Sequence[float] | None) -> tuple[float, ...]:

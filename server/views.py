@@ -48,16 +48,11 @@ def release_from_bundle(bundle: Any, *, record: Any = None, value_grid: float) -
     """The public view of a loaded bundle: ``bundle.public_card()`` only (a whitelist: no
     weights, no weight hash, no noise)."""
     card = bundle.public_card()
-    if card.get("state_interval") is not None:
-        lo, hi = card["state_interval"]
-        ivs: tuple[tuple[float, float], ...] = ((float(lo), float(hi)),)
-        betas: tuple[float, ...] = (_f(card.get("beta")),)
-        beta = _f(card.get("beta"))
-    else:  # a d > 1 release: one interval and one beta per coordinate
-        ivs = tuple((float(a), float(b)) for a, b in card["state_intervals"])
-        betas = tuple(float(b) for b in card["betas"])
-        lo, hi = ivs[0]
-        beta = betas[0]
+    # every release is a box of d >= 1 public intervals, one beta per coordinate
+    ivs = tuple((iv.lo, iv.hi) for iv in bundle.box.intervals)
+    betas = bundle.betas
+    lo, hi = ivs[0]
+    beta = betas[0]
     return t.Release(
         release_id=str(card["bundle_id"]),
         mode=str(card.get("mode") or ""),

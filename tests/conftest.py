@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -65,3 +66,12 @@ def pg_url(pg_available: str) -> Iterator[str]:
                 (name,),
             )
             conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def sql_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh, empty SQL store URL, once per backend: a SQLite file in this test's tmp_path,
+    and a fresh PostgreSQL database (:func:`pg_url`)."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'store.sqlite'}"
+    return str(request.getfixturevalue("pg_url"))

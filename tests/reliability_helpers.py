@@ -17,13 +17,15 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from server_helpers import write_output_bundle
 
 T = TypeVar("T")
 
@@ -216,6 +218,24 @@ def start_server(
     return srv.start(wait=wait)
 
 
+def replicas(
+    tmp: Path, n: int, *, bundle: str | os.PathLike[str], store: str, extra: Sequence[str] = ()
+) -> list[ServerProc]:
+    """``n`` `qveil serve` replicas (not started) of one bundle on one store, each on a free
+    port, logging to ``tmp / "replica<i>.log"``."""
+    out = []
+    for i in range(n):
+        port = free_port()
+        out.append(
+            ServerProc(
+                argv=serve_argv(bundle=bundle, store=store, port=port, extra=extra),
+                port=port,
+                log_path=tmp / f"replica{i}.log",
+            )
+        )
+    return out
+
+
 def sqlite_url(path: Path) -> str:
     return f"sqlite:///{path.resolve()}"
 
@@ -277,8 +297,7 @@ def make_bundle(
     training run: the suite tests the server and store, not the trainer."""
     import numpy as np
 
-    from qveil.bundle import build_card, lipschitz_bound, write_bundle
-    from qveil.privacy import PrivacyParams, account
+    from qveil.bundle import lipschitz_bound
 
     rng = np.random.default_rng(seed)
     weights = {
@@ -287,37 +306,28 @@ def make_bundle(
         "W1": rng.normal(size=(actions, 8)) * 0.3,
         "b1": np.zeros(actions),
     }
-    lip = max(1.0, lipschitz_bound(weights)) * 1.01
-    params = PrivacyParams(
-        mode="output",
-        sigma=sigma,
-        delta=1e-5,
-        samples=1000,
-        batch_size=32,
-        lr=0.05,
-        k=1.0,
-        lipschitz=lip,
-        resets=1,
+    settings = {
+        "delta": 1e-5,
+        "samples": 1000,
+        "batch_size": 32,
+        "lr": 0.05,
+        "k": 1.0,
+        "resets": 1,
+        "gamma": 0.9,
+        "reward_bound": 1.0,
+        "beta": beta,
+    }
+    return write_output_bundle(
+        path,
+        weights,
         actions=actions,
-        gamma=0.9,
-        reward_bound=1.0,
-        beta=beta,
-    )
-    card = build_card(
+        lipschitz=max(1.0, lipschitz_bound(weights)) * 1.01,
+        sigma=sigma,
+        settings=settings,
         env_id="qveil/LineWalk-v0",
         interval=interval,
-        actions=actions,
         hyperparameters={"made_by": "tests/reliability_helpers.make_bundle"},
-        privacy_result=account(params),
-        lipschitz=lip,
-        seeded=True,
-    )
-    return write_bundle(
-        path,
-        card=card,
-        weights=weights,
         config_toml="# reliability tests\n",
-        training_log_rows=[{"episode": 0, "return": 0.0}],
         learning_curve_png=_tiny_png(),
     )
 
@@ -365,6 +375,20 @@ CHANNEL_OPTIONS = [
     ("grpc.min_reconnect_backoff_ms", 50),
     ("grpc.max_reconnect_backoff_ms", 300),
 ]
+
+
+@contextmanager
+def value_stubs(targets: Sequence[str]) -> Iterator[list[Any]]:
+    """A ValueService stub per target, each on a channel of its own with quick reconnects
+    (:data:`CHANNEL_OPTIONS`), the channels closed when the block ends."""
+    from qveil.v1 import value_service_pb2_grpc as vgrpc
+
+    channels = [grpc.insecure_channel(t, options=CHANNEL_OPTIONS) for t in targets]
+    try:
+        yield [vgrpc.ValueServiceStub(ch) for ch in channels]
+    finally:
+        for ch in channels:
+            ch.close()
 
 
 class AnswerBook:
@@ -466,14 +490,10 @@ def query_worker(
     ``unexpected``. States are drawn in ``band`` (default: the whole interval)."""
     import numpy as np
 
-    from qveil.v1 import value_service_pb2_grpc as vgrpc
-
     rng = np.random.default_rng(seed)
     lo, hi = band if band is not None else (low, high)
-    channels = [grpc.insecure_channel(t, options=CHANNEL_OPTIONS) for t in targets]
-    stubs = [vgrpc.ValueServiceStub(ch) for ch in channels]
-    k = seed % len(stubs)
-    try:
+    with value_stubs(targets) as stubs:
+        k = seed % len(stubs)
         while not stop.is_set():  # type: ignore[attr-defined]
             states = rng.uniform(lo, hi, size=n_new).tolist() + book.sample_known(rng, n_known)
             try:
@@ -489,9 +509,6 @@ def query_worker(
             book.add(reply.release_id, states, list(reply.actions), list(reply.values))
             if pause:
                 time.sleep(pause)
-    finally:
-        for ch in channels:
-            ch.close()
 
 
 def query_workers(
@@ -610,6 +627,7 @@ def _fmt(v: object) -> str:
     return str(v)
 
 
+# long-function: the whole of docs/reliability.md, section by section in its order
 def write_doc(
     results: Path, doc: Path, *, command: str, elapsed: str, summary: str, exit_code: str
 ) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -26,6 +27,18 @@ REPO = Path(__file__).resolve().parent.parent
 QVEIL = str(Path(sys.executable).parent / "qveil")
 
 
+def qveil(
+    *argv: str,
+    cwd: Path | None = None,
+    timeout: float = 300,
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """The `qveil` CLI as a subprocess, its output captured as text."""
+    return subprocess.run(
+        [QVEIL, *argv], capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env
+    )
+
+
 # ----------------------------------------------------------------------------- bundles
 def make_bundle(
     path: Path,
@@ -40,8 +53,8 @@ def make_bundle(
     """A small real bundle (output mode: served Q clamped to the card's bound), written by
     qveil.bundle.write_bundle with privacy numbers from qveil.privacy.account. ``bundle_id``:
     tests of a second bundle under an existing release id only."""
-    from qveil.bundle import build_card, lipschitz_bound, write_bundle
-    from qveil.privacy import E3_SETTINGS, PrivacyParams, account
+    from qveil.bundle import lipschitz_bound
+    from qveil.privacy import E3_SETTINGS
 
     rng = np.random.default_rng(seed)
     w = {
@@ -50,27 +63,65 @@ def make_bundle(
         "W1": rng.normal(size=(actions, hidden)) * 0.5,
         "b1": rng.normal(size=actions),
     }
-    lip = max(lipschitz_bound(w), 1.0)
-    params = PrivacyParams(
-        mode="output", sigma=sigma, **{**E3_SETTINGS, "lipschitz": lip, "actions": actions}
-    )
-    card = build_card(
+    return write_output_bundle(
+        path,
+        w,
+        actions=actions,
+        lipschitz=max(lipschitz_bound(w), 1.0),
+        sigma=sigma,
+        settings=E3_SETTINGS,
         env_id="LineWalk-v0",
         interval=interval,
-        actions=actions,
         hyperparameters={"made_by": "tests/server_helpers.py", "seed": seed},
-        privacy_result=account(params),
-        lipschitz=lip,
-        seeded=True,
         extra=None if bundle_id is None else {"bundle_id": bundle_id},
+        config_toml="# test bundle\n",
+        learning_curve_png=b"",
+    )
+
+
+def write_output_bundle(
+    path: Path,
+    weights: dict[str, Any],
+    *,
+    actions: int,
+    lipschitz: float,
+    sigma: float,
+    settings: dict[str, Any],
+    env_id: str,
+    interval: tuple[float, float],
+    hyperparameters: dict[str, Any],
+    config_toml: str,
+    learning_curve_png: bytes,
+    extra: dict[str, Any] | None = None,
+) -> Path:
+    """The seeded output-mode bundle of an MLP's ``weights`` with ``actions`` outputs: privacy
+    numbers from qveil.privacy.account with ``sigma`` and the accountant ``settings`` (all but
+    mode, sigma, lipschitz and actions), a one-row training log."""
+    from qveil.bundle import build_card, write_bundle
+    from qveil.privacy import PrivacyParams, account
+
+    params = PrivacyParams(
+        mode="output",
+        sigma=sigma,
+        **{**settings, "lipschitz": lipschitz, "actions": actions},
+    )
+    card = build_card(
+        env_id=env_id,
+        interval=interval,
+        actions=actions,
+        hyperparameters=hyperparameters,
+        privacy_result=account(params),
+        lipschitz=lipschitz,
+        seeded=True,
+        extra=extra,
     )
     return write_bundle(
         path,
         card=card,
-        weights=w,
-        config_toml="# test bundle\n",
+        weights=weights,
+        config_toml=config_toml,
         training_log_rows=[{"episode": 0, "return": 0.0}],
-        learning_curve_png=b"",
+        learning_curve_png=learning_curve_png,
     )
 
 
@@ -174,7 +225,26 @@ class Certs:
     client_cert: Path
     client_key: Path
 
+    def mtls_flags(self) -> list[str]:
+        """`qveil serve` flags: TLS with the server certificate, and client certificates
+        required, signed by the CA."""
+        return [
+            "--tls-cert",
+            str(self.server_cert),
+            "--tls-key",
+            str(self.server_key),
+            "--tls-client-ca",
+            str(self.ca),
+        ]
 
+    def client_credentials(self) -> grpc.ChannelCredentials:
+        """gRPC channel credentials that trust the CA and present the client certificate."""
+        return grpc.ssl_channel_credentials(
+            self.ca.read_bytes(), self.client_key.read_bytes(), self.client_cert.read_bytes()
+        )
+
+
+# long-function: the CA, server and client certificates are built together, each from the CA
 def make_certs(d: Path) -> Certs:
     """A CA, a server certificate for localhost/127.0.0.1 and a client certificate."""
     import ipaddress
@@ -282,6 +352,12 @@ class ServerProcess:
 
     def output(self) -> str:
         return self.log.read_text() if self.log.exists() else ""
+
+    def rest_url(self, scheme: str = "http") -> str:
+        """The v2 REST base URL the server logged at start (``--http-port``)."""
+        m = re.search(rf"v2 REST on {scheme}://127\.0\.0\.1:(\d+)", self.output())
+        assert m, self.output()
+        return f"{scheme}://127.0.0.1:{m.group(1)}"
 
     def terminate(self, timeout: float = 20.0) -> int:
         if self.proc.poll() is None:
@@ -410,3 +486,13 @@ def running(tmp: Path, bundle: Path, *extra: str, **kw: Any) -> Iterator[ServerP
         yield sp
     finally:
         sp.terminate()
+
+
+@contextmanager
+def serving_with_tokens(
+    tmp: Path, bundle: Path, *extra: str, **kw: Any
+) -> Iterator[tuple[ServerProcess, Tokens]]:
+    """A server of ``bundle`` that asks for the tokens of a fresh tokens file in ``tmp``."""
+    tokens = make_tokens(tmp / "tokens.toml")
+    with running(tmp, bundle, "--tokens-file", str(tokens.path), *extra, **kw) as sp:
+        yield sp, tokens

@@ -20,14 +20,21 @@ def make_release(
     n_actions: int = 2,
     sigma: float = SIGMA,
     beta: float = BETA,
+    interval: tuple[float, float] = (-1.0, 2.0),
+    betas: Sequence[float] | None = None,
+    status: str = "staged",
 ) -> None:
+    """Create release ``rid`` in ``store`` (``betas``: one OU beta per coordinate of a
+    d-coordinate release)."""
     store.create_release(
         release_id=rid,
         fingerprint="f" * 64,
         sigma=sigma,
         beta=beta,
-        interval=(-1.0, 2.0),
+        interval=interval,
         n_actions=n_actions,
+        status=status,
+        betas=betas,
     )
 
 

@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from qveil.cli_parser import add_no_progress
 from qveil.dataset import Dataset, _kind, declared_population, load_dataset
 from qveil.dataset_cli import add_engine_flags
 from qveil.dataset_parquet import ParquetSource
@@ -85,11 +86,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         help="scale of neighbouring reward functions (default 1)",
     )
     p.add_argument("--seed", type=int, help="seed everything (experiments only: seeded: true)")
-    p.add_argument(
-        "--no-progress",
-        action="store_true",
-        help="no progress (a bar on a terminal; else, with Dask shards, a log line per shard)",
-    )
+    add_no_progress(p)
     p.add_argument(
         "--forecast",
         action="store_true",

@@ -44,6 +44,7 @@ import numpy as np
 from numpy.typing import NDArray
 from tqdm import tqdm
 
+from qveil.dataset import Transitions
 from qveil.dataset_parquet import USERS_PER_GROUP, ParquetDatasetWriter, ParquetSource
 from qveil.errors import FailedPrecondition, InvalidArgument
 from qveil.kfqi import (
@@ -218,7 +219,7 @@ def _memory_denominators(shard: tuple[Any, ...], kw: dict[str, Any]) -> Any:
     return shard_denominators(states, actions, users, **kw)
 
 
-def _parquet_group(path: str, group: int) -> tuple[Any, ...]:
+def _parquet_group(path: str, group: int) -> Transitions:
     return ParquetSource(path).read_group(group)
 
 
@@ -379,11 +380,9 @@ def _in_order(
 
 def _collect_shard(
     env_id: str, first_user: int, users: int, seed: int, opts: dict[str, Any]
-) -> tuple[tuple[Any, ...], dict[str, Any]]:
+) -> tuple[Transitions, dict[str, Any]]:
     ds = collect(env_id, users, seed, first_user=first_user, **opts)
-    arrays = (ds.user, ds.s, ds.a, ds.r, ds.s2, ds.terminal)
-    meta = {"n_actions": ds.n_actions, "reward_range": ds.reward_range, "d": ds.d}
-    return arrays, meta
+    return ds.transitions, {"n_actions": ds.n_actions, "reward_range": ds.reward_range, "d": ds.d}
 
 
 def collect_parquet(

@@ -12,11 +12,11 @@ release bundle. Every kind has the same edge (in the shape of Opacus's accountan
   atomically; nothing is written on any error;
 * :meth:`Estimator.summary` -- what the CLI prints about the written release.
 
-The kinds register under the config's ``estimator`` key: ``grid`` (the 1-D fqi averager on a
-public grid, :mod:`qveil.fqi`), ``kernel`` (fqi with states of d coordinates,
-:mod:`qveil.kfqi`), and ``algorithm1`` (Wang & Hegde's Algorithm 1, online, in its
-``paper``, ``gdp`` and ``output`` accounting modes). :func:`load_config` is the one config
-loader (a TOML file's ``estimator`` key, or its ``mode`` for Algorithm 1);
+The kinds register under the config's ``estimator`` key: ``kernel`` (fqi with states of
+d >= 1 coordinates, :mod:`qveil.kfqi`; a 1-D ``grid`` config is this estimator with d = 1,
+:func:`qveil.kfqi_config.grid_config`), and ``algorithm1`` (Wang & Hegde's Algorithm 1,
+online, in its ``paper``, ``gdp`` and ``output`` accounting modes). :func:`load_config` is
+the one config loader (a TOML file's ``estimator`` key, or its ``mode`` for Algorithm 1);
 :func:`create_estimator` builds the estimator of a config; callers never branch on the kind.
 """
 
@@ -30,13 +30,14 @@ from typing import Any, ClassVar
 
 from qveil.bundle import value_scale_warning
 from qveil.errors import InvalidArgument
-from qveil.fqi_config import FQIConfig, plan, read_toml
-from qveil.kfqi_config import KernelFQIConfig, load_fqi_config, plan_kernel
+from qveil.fqi_config import read_toml
+from qveil.kfqi_config import KernelFQIConfig, default_config, load_fqi_config, plan_kernel
 from qveil.trainer.config import TrainConfig
-from qveil.trainer.fqi import summary, train_fqi
+from qveil.trainer.kfqi import summary, train_kernel_fqi
 from qveil.trainer.train import main_summary, make_env, privacy_for, run_training
 
 __all__ = [
+    "ALIASES",
     "ESTIMATORS",
     "Estimator",
     "Outcome",
@@ -122,8 +123,6 @@ def estimator_name(config: Any) -> str:
     """The registered name of a config's estimator."""
     if isinstance(config, KernelFQIConfig):
         return "kernel"
-    if isinstance(config, FQIConfig):
-        return "grid"
     if isinstance(config, TrainConfig):
         return "algorithm1"
     raise InvalidArgument(f"no estimator takes a {type(config).__name__} config")
@@ -134,42 +133,44 @@ def create_estimator(config: Any) -> Estimator:
     return ESTIMATORS[estimator_name(config)](config)
 
 
+#: Config names that are another registered estimator: a 1-D ``grid`` config is the kernel
+#: estimator with d = 1 (:func:`qveil.kfqi_config.grid_config`).
+ALIASES = {"grid": "kernel"}
+
+
 def load_config(path: str | Path | None, *, estimator: str = "grid") -> Any:
-    """The one config loader: the TOML file's ``estimator`` (``grid``, ``kernel`` or
-    ``algorithm1``; a file whose ``mode`` is paper, gdp or output is ``algorithm1``), or, with
-    no file, the defaults of ``estimator``."""
+    """The one config loader: the TOML file's ``estimator`` (``kernel``, ``grid`` (the kernel
+    estimator with d = 1) or ``algorithm1``; a file whose ``mode`` is paper, gdp or output is
+    ``algorithm1``), or, with no file, the 1-D defaults of ``estimator`` ``grid``."""
     if path is None:
         if estimator == "grid":
-            return FQIConfig()
+            return default_config()
         raise InvalidArgument(f"the {estimator} estimator needs --config FILE")
     d = read_toml(path)
     name = d.get("estimator")
     if name is None:
         name = "algorithm1" if d.get("mode", "fqi") != "fqi" else estimator
-    if name not in ESTIMATORS:
-        raise InvalidArgument(
-            f"estimator must be one of {', '.join(sorted(ESTIMATORS))}, got {str(name)!r:.80}"
-        )
+    if ALIASES.get(name, name) not in ESTIMATORS:
+        names = sorted({*ESTIMATORS, *ALIASES})
+        raise InvalidArgument(f"estimator must be one of {', '.join(names)}, got {str(name)!r:.80}")
     if name == "algorithm1":
         return TrainConfig.from_toml(path)
     return load_fqi_config(path)
 
 
 # ----------------------------------------------------------------------------- the kinds
-@register("grid")
-class GridFQI(Estimator):
-    """fqi on 1-D states: the per-user averager on a public grid, a certified linear map into
-    the OU RKHS (:mod:`qveil.fqi`, :mod:`qveil.release_map`)."""
+@register("kernel")
+class KernelFQI(Estimator):
+    """fqi on states of d >= 1 coordinates: the per-user averager over public anchors,
+    subspace KRR onto the additive RKHS of the noise (:mod:`qveil.kfqi`); with d = 1 the
+    additive kernel is the OU kernel exp(-beta |x - y|)."""
 
     def plan(
         self, *, users: int, actions: int, dims: int, reward_range: tuple[float, float]
     ) -> Any:
-        if dims != 1:
-            raise InvalidArgument(
-                f"the grid estimator takes states of one coordinate, not {dims}: use "
-                'estimator = "kernel" (configs/cartpole-private.toml)'
-            )
-        return plan(self.config, users=users, actions=actions, reward_range=reward_range)
+        return plan_kernel(
+            self.config, users=users, actions=actions, dims=dims, reward_range=reward_range
+        )
 
     def train(
         self,
@@ -181,24 +182,11 @@ class GridFQI(Estimator):
         progress: bool = False,
         engine: Any = None,
     ) -> Outcome:
-        o = train_fqi(self.config, dataset, out, force=force, engine=engine)
+        o = train_kernel_fqi(self.config, dataset, out, force=force, engine=engine)
         return Outcome(path=o.path, card=o.card, warnings=_warned(o.warning), detail=o)
 
     def summary(self, outcome: Outcome) -> str:
         return summary(outcome.detail)
-
-
-@register("kernel")
-class KernelFQI(GridFQI):
-    """fqi on states of d coordinates: the per-user averager over public anchors, subspace
-    KRR onto the additive RKHS of the noise (:mod:`qveil.kfqi`)."""
-
-    def plan(
-        self, *, users: int, actions: int, dims: int, reward_range: tuple[float, float]
-    ) -> Any:
-        return plan_kernel(
-            self.config, users=users, actions=actions, dims=dims, reward_range=reward_range
-        )
 
 
 @register("algorithm1")

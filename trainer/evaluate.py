@@ -93,10 +93,10 @@ def evaluate_bundle(
     act_rng = np.random.default_rng(seed)
 
     def released(s: float) -> int:
-        x = bundle.to_unit([s])
+        x = bundle.box.to_unit([s])  # clipped into the interval, as the server does
         q = bundle.q_values_unit(x)[0]
         if paths is not None:
-            q = q + np.array([p.sample_one(float(x[0])) for p in paths])
+            q = q + np.array([p.sample_one(float(x[0, 0])) for p in paths])
         return int(np.argmax(q))
 
     def bare(s: float) -> int:

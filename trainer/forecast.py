@@ -33,7 +33,6 @@ import numpy.typing as npt
 from qveil.additive import AdditiveSamplePath
 from qveil.bundle import load_bundle
 from qveil.errors import InvalidArgument
-from qveil.noise import OUSamplePath
 from qveil.trainer import register_envs
 from qveil.trainer.collect import collect
 from qveil.trainer.estimators import create_estimator
@@ -213,18 +212,14 @@ def _private_returns(
     sigma, m = float(b.sigma), int(b.n_actions)
     private = np.zeros((releases, len(seeds)))
     for r in range(releases):
-        paths: list[Any] = [
-            AdditiveSamplePath(
-                betas=b.card["betas"], sigma=sigma, rng=np.random.default_rng([seed, r, a])
-            )
-            if b.kernel
-            else OUSamplePath(beta=b.beta, sigma=sigma, rng=np.random.default_rng([seed, r, a]))
+        paths = [
+            AdditiveSamplePath(betas=b.betas, sigma=sigma, rng=np.random.default_rng([seed, r, a]))
             for a in range(m)
         ]
 
         def noisy(o: FloatArray, paths: list[Any] = paths) -> npt.NDArray[np.int64]:
             x = _raw(o, b)
-            unit = b.box.to_unit(x, clip=True) if b.kernel else b.interval.to_unit(x)
+            unit = b.box.to_unit(x, clip=True)
             g = np.stack([p.sample(unit) for p in paths], axis=1)
             best: npt.NDArray[np.int64] = np.argmax(b.q_values(x) + g, axis=1)
             return best
@@ -234,5 +229,5 @@ def _private_returns(
 
 
 def _raw(obs: FloatArray, bundle: Any) -> FloatArray:
-    """Observations as the bundle's states: (n, d) for d > 1, (n,) for one coordinate."""
-    return obs if bundle.kernel else obs.reshape(-1)
+    """Observations as the bundle's states (n, d), d >= 1."""
+    return obs.reshape(len(obs), bundle.dims)

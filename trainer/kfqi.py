@@ -1,4 +1,5 @@
-"""`qveil train --mode fqi` for datasets with d coordinates: the kernel estimator.
+"""`qveil train --mode fqi`: a private release of fitted-Q iteration on an offline dataset
+whose states have d >= 1 coordinates (a 1-D ``grid`` config is the case d = 1).
 
 1. kernel FQI with per-user averaging on the public anchor grid, then the public subspace
    KRR onto the additive RKHS of the noise (:mod:`qveil.kfqi`);
@@ -20,6 +21,7 @@ The release noise is drawn by the server's store from OS entropy, under the stor
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,16 +38,62 @@ from qveil.fqi_config import REFUSE_RATIO, ratio_message
 from qveil.kfqi import additive_mean, iterate_q_nd, krr_result
 from qveil.kfqi_config import KernelFQIConfig, plan_kernel
 from qveil.trainer.distributed import Engine, fit_operators
-from qveil.trainer.fqi import FQIOutcome, check_reward_relation, observation_bounds
 from qveil.trainer.train import code_version
 
 __all__ = [
+    "FQIOutcome",
     "KernelFit",
+    "check_reward_relation",
     "fit_kernel",
+    "observation_bounds",
+    "summary",
     "state_intervals",
     "train_kernel_fqi",
     "write_kernel_release",
 ]
+
+
+@dataclass(frozen=True)
+class FQIOutcome:
+    path: Path
+    card: dict[str, Any]
+    seconds: float
+    warning: str | None
+
+
+def observation_bounds(env_id: str) -> tuple[np.ndarray, np.ndarray]:
+    """The flattened (low, high) of an environment's Box observation space (public)."""
+    import gymnasium as gym
+
+    import qveil.trainer  # noqa: F401 - registers qveil's environments
+
+    env = gym.make(env_id)
+    try:
+        lo = np.asarray(env.observation_space.low, dtype=np.float64).reshape(-1)  # type: ignore[attr-defined]
+        hi = np.asarray(env.observation_space.high, dtype=np.float64).reshape(-1)  # type: ignore[attr-defined]
+    finally:
+        env.close()
+    return lo, hi
+
+
+def check_reward_relation(neighbour: str, dataset: Any) -> None:
+    """Refuse (InvalidArgument) the ``reward`` neighbour relation on a dataset that does not
+    declare ``rewards_are_population_averages``. The relation's bound, D_T = (hi - lo)
+    (1 - gamma^T) / (N (1 - gamma)), assumes each sample's reward is already the mean of the
+    N users' private reward functions, so that one user moves every reward by at most
+    (hi - lo)/N; on rows that each carry one user's own reward, one user moves their rewards
+    by up to hi - lo and the bound does not hold."""
+    if neighbour != "reward" or getattr(dataset, "rewards_are_population_averages", False):
+        return
+    raise InvalidArgument(
+        "the reward neighbour relation assumes each sample's reward is already the mean of "
+        "the N users' private reward functions, so one user moves every reward by at most "
+        "(hi - lo)/N; this dataset does not declare rewards_are_population_averages, and on "
+        "rows holding one user's own reward the bound does not hold. Use --neighbour user, "
+        "or declare the field (qveil dataset collect --rewards-are-population-averages, or "
+        "rewards_are_population_averages in the file) when the rewards really are "
+        "population averages"
+    )
 
 
 def state_intervals(cfg: KernelFQIConfig, env_id: str | None, dims: int) -> list[list[float]]:
@@ -148,7 +196,7 @@ def fit_kernel(cfg: KernelFQIConfig, dataset: Any, *, engine: Any = None) -> Ker
     """Kernel FQI + subspace KRR of ``dataset`` with ``cfg``'s public estimator (no noise,
     no privacy accounting: that is :func:`write_kernel_release`'s). The ``reward`` relation
     is refused on a dataset that does not declare its rewards population averages
-    (:func:`qveil.trainer.fqi.check_reward_relation`).
+    (:func:`check_reward_relation`).
 
     ``dataset``: a :class:`qveil.dataset.Dataset`, or a
     :class:`qveil.dataset_parquet.ParquetSource` streamed one row group per task. The
@@ -212,7 +260,7 @@ def write_kernel_release(
     """Account and write one release bundle of ``fit`` at ``out`` (must not exist): sigma
     from the kernel accountant for ``epsilon`` (or the given ``sigma``; neither: the fit's
     config), a fresh release id. Every call is a new, distinct release of the same mean.
-    Returns a :class:`qveil.trainer.fqi.FQIOutcome`. Nothing is written on any error."""
+    Returns a :class:`FQIOutcome`. Nothing is written on any error."""
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise InvalidArgument(f"output {str(out)[:80]!r} already exists and is not empty")
@@ -287,7 +335,7 @@ def train_kernel_fqi(
     engine: Any = None,
 ) -> Any:
     """Fit, account and write a d-coordinate fqi bundle at ``out`` (must not exist).
-    Returns a :class:`qveil.trainer.fqi.FQIOutcome`. Nothing is written on any error; a
+    Returns a :class:`FQIOutcome`. Nothing is written on any error; a
     release the accountant refuses is refused before the data is touched."""
     check_reward_relation(cfg.neighbour, dataset)
     out = Path(out)
@@ -299,3 +347,27 @@ def train_kernel_fqi(
             f"refusing: {ratio_message(result)}; pass --force to release anyway"
         )
     return write_kernel_release(fit_kernel(cfg, dataset, engine=engine), out, force=force)
+
+
+def summary(outcome: FQIOutcome) -> str:
+    """A few lines for the CLI."""
+    c = outcome.card
+    return "\n".join(
+        [
+            f"bundle {c['bundle_id']} written to {outcome.path}",
+            f"  mode=fqi estimator=kernel d={c['dims']} neighbour={c['neighbour']} "
+            f"users={c['users']} gamma={c['gamma']:g} T={c['iterations']} "
+            f"anchors={c['model']['anchor_points']}^{c['dims']} lam={c['model']['lam']:g}",
+            f"  D_T={c['sup_sensitivity']:.4g} kappa={c['kappa']:.4g} "
+            f"betas={c['betas']} Delta={c['sensitivity']:.4g} sigma={c['sigma']:.4g} "
+            f"(noise/value {c['noise_to_value']:.3f}); states clipped into "
+            f"{c['state_intervals']}",
+            f"  epsilon={_g(c['epsilon'])} delta={c['delta_total']:.3g} holds={c['holds']}",
+            f"  fitted in {outcome.seconds:.2f} s",
+        ]
+    )
+
+
+def _g(v: float) -> str:
+    """A number for people: 7.999999999999996 -> 8."""
+    return f"{v:.6g}" if math.isfinite(v) else "n/a"

@@ -30,15 +30,12 @@ import numpy as np
 
 from qveil.additive import StateBox
 from qveil.errors import InvalidArgument
-from qveil.fqi_config import FQIConfig
-from qveil.kfqi import KernelFQISpec
 from qveil.kfqi_config import KernelFQIConfig
 from qveil.ope import policy_value
 from qveil.privacy.ledger import PrivacyEvent
 from qveil.privacy.ope import OPEPrivacyParams, calibrate_ope
 from qveil.release_records import ReleaseRecords
 from qveil.rng import OSEntropy
-from qveil.trainer.fqi import _state_interval
 from qveil.trainer.kfqi import state_intervals
 
 __all__ = ["Z95", "estimator_of", "private_evaluation"]
@@ -48,33 +45,17 @@ Z95 = 1.959963984540054
 
 
 def estimator_of(cfg: Any, dataset: Any) -> tuple[Any, Any, str, tuple[float, float]]:
-    """(spec, box, env_id, reward range) of the evaluation for an fqi config: a kernel config
-    as it is (user relation); a 1-D grid config as the same averager on its grid."""
+    """(spec, box, env_id, reward range) of the evaluation for an fqi config (any d; a 1-D
+    ``grid`` config is the kernel config with d = 1): its averager, user relation."""
 
+    if not isinstance(cfg, KernelFQIConfig):
+        raise InvalidArgument("the private evaluation takes an fqi config")
     env_id = str(getattr(cfg, "env_id", None) or getattr(dataset, "env_id", None) or "")
     rr_cfg = getattr(cfg, "reward_range", None)
     rr = tuple(float(v) for v in (rr_cfg or dataset.reward_range))
     dims = int(dataset.d)
-    if isinstance(cfg, KernelFQIConfig):
-        spec = cfg.replace(neighbour="user").spec(dims)
-        return spec, StateBox.of(state_intervals(cfg, env_id or None, dims)), env_id, rr  # type: ignore[return-value]
-    if isinstance(cfg, FQIConfig):
-        if dims != 1:
-            raise InvalidArgument(
-                f"a grid config evaluates 1-D states, this dataset has d = {dims}"
-            )
-        spec = KernelFQISpec(
-            gamma=cfg.gamma,
-            iterations=cfg.iterations,
-            betas=(1.0,),
-            anchor_points=cfg.grid_points,
-            bandwidth=cfg.bandwidth,
-            kernel_radius=cfg.kernel_radius,
-            neighbour="user",
-        )
-        lo, hi = _state_interval(cfg, env_id or None)
-        return spec, StateBox.of([[lo, hi]]), env_id, rr  # type: ignore[return-value]
-    raise InvalidArgument("the private evaluation takes an fqi config (grid or kernel)")
+    spec = cfg.replace(neighbour="user").spec(dims)
+    return spec, StateBox.of(state_intervals(cfg, env_id or None, dims)), env_id, rr  # type: ignore[return-value]
 
 
 def private_evaluation(
@@ -149,8 +130,7 @@ def _served_policy_value(
     hi = np.array([iv.hi for iv in box.intervals])
 
     def policy(unit: np.ndarray) -> np.ndarray:
-        raw = lo + unit * (hi - lo)
-        states = raw.reshape(-1) if box.dims == 1 else raw
+        states = lo + unit.reshape(len(unit), -1) * (hi - lo)  # [n, d], d >= 1
         return np.asarray(client.best_actions(states), dtype=np.int64).reshape(-1)
 
     j, _per_user = policy_value(

@@ -2,12 +2,10 @@
 (the released values Q + g, with the noise the store holds), not from a model in process.
 
 Episodes run in lockstep, so each environment step costs one batched call for all
-episodes still running: [n] states for a 1-D release, [n, d] for a release of d
-coordinates. Beside the served policy, the same episodes (same environment seeds) are scored
-for the uniformly random policy (the floor) and, given the dataset, for the non-private
-estimator (the ceiling): for a 1-D release, FQI with the pooled averager and the release's
-public estimator parameters, no smoother, no noise; for a d-coordinate (kernel) release, the
-release's own kernel FQI estimator from the public card's configuration, without noise.
+episodes still running: [n, d] states for a release of d >= 1 coordinates. Beside the served
+policy, the same episodes (same environment seeds) are scored for the uniformly random
+policy (the floor) and, given the dataset, for the non-private estimator (the ceiling): the
+release's own fqi estimator from the public card's configuration, without noise.
 """
 
 from __future__ import annotations
@@ -22,9 +20,7 @@ import numpy.typing as npt
 from qveil.bundle import is_kernel_card
 from qveil.client import ResourceExhaustedError, ValueClient
 from qveil.errors import InvalidArgument
-from qveil.fqi import FQISpec, fitted_q
 from qveil.kfqi_config import KernelFQIConfig
-from qveil.noise import StateInterval
 from qveil.trainer.evaluate import PolicyScore, _score
 from qveil.trainer.kfqi import fit_kernel
 
@@ -91,49 +87,20 @@ def lockstep_returns(
 
 
 def nonprivate_name(card: dict[str, Any]) -> str:
-    """The table label of :func:`nonprivate_policy`'s policy for this card."""
-    if is_kernel_card(card):
-        return "non-private kernel FQI (the release's estimator, no noise)"
-    return "non-private FQI (same estimator, no noise)"
+    """The table label of :func:`nonprivate_policy`'s policy."""
+    return "non-private FQI (the release's estimator, no noise)"
 
 
 def nonprivate_policy(card: dict[str, Any], dataset: Any) -> BatchPolicy:
-    """Greedy policy of non-private FQI on ``dataset`` with the release's public estimator
-    parameters: for a 1-D card the pooled averager (no smoother, no noise); for a kernel card
-    (d coordinates) the release's kernel FQI + subspace KRR, fitted again without noise."""
-    if is_kernel_card(card):
-        return _kernel_nonprivate_policy(card, dataset)
-    hp = card.get("estimator") or card["hyperparameters"]
-    iv = StateInterval(*card["state_interval"])
-    spec = FQISpec(
-        gamma=float(hp["gamma"]),
-        iterations=int(hp["iterations"]),
-        grid_points=int(hp["grid_points"]),
-        bandwidth=float(hp["bandwidth"]),
-        kernel_radius=float(hp["kernel_radius"]),
-        neighbour="reward",
-    )
-    q = fitted_q(
-        np.asarray(dataset.s).reshape(-1),
-        dataset.a,
-        dataset.r,
-        np.asarray(dataset.s2).reshape(-1),
-        dataset.terminal,
-        dataset.user,
-        n_actions=int(card["actions"]),
-        reward_range=tuple(card["reward_range"]),
-        interval=iv,
-        spec=spec,
-    )
-    grid = np.linspace(iv.lo, iv.hi, q.shape[0])
-
-    def act(states: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
-        s = np.clip(states[:, 0], iv.lo, iv.hi)
-        vals = np.stack([np.interp(s, grid, q[:, a]) for a in range(q.shape[1])], axis=1)
-        best: npt.NDArray[np.int64] = np.argmax(vals, axis=1).astype(np.int64)
-        return best
-
-    return act
+    """Greedy policy of the release's fqi estimator (its public configuration, intervals
+    and reward range on the card) refitted on ``dataset`` without noise. A release of
+    another estimator has no such reference (InvalidArgument)."""
+    if not is_kernel_card(card):
+        raise InvalidArgument(
+            "the non-private reference refits the release's fqi estimator; this release "
+            f"({card.get('mode')!r:.40}) does not record one"
+        )
+    return _kernel_nonprivate_policy(card, dataset)
 
 
 def _kernel_nonprivate_policy(card: dict[str, Any], dataset: Any) -> BatchPolicy:
@@ -188,8 +155,7 @@ def evaluate_served(
         dims = int(info.dims or 1)
 
         def served(states: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
-            batch = states[:, 0] if dims == 1 else states.reshape(len(states), dims)
-            return best_actions_paced(client, batch)
+            return best_actions_paced(client, states.reshape(len(states), dims))
 
         act_rng = np.random.default_rng(seed)
 

@@ -13,6 +13,7 @@ sigma and beta.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import inspect
 import json
@@ -171,24 +172,14 @@ def privacy_for(cfg: TrainConfig, *, n_actions: int) -> tuple[Any, TrainConfig]:
         raise InvalidArgument(
             "give either a noise scale (--sigma S) or a target (--epsilon E --delta D [--mode M])"
         )
-    fields: dict[str, Any] = dict(
-        mode=cfg.mode,
-        sigma=cfg.sigma,
-        delta=cfg.delta,
-        samples=cfg.samples,
-        batch_size=cfg.batch_size,
-        lr=cfg.lr,
-        k=cfg.k,
-        lipschitz=cfg.lipschitz,
-        resets=cfg.resets,
-        actions=n_actions,
-        gamma=cfg.gamma,
-        reward_bound=cfg.reward_bound,
-        reward_sensitivity=cfg.reward_sensitivity,
-        steps=cfg.planned_updates,
-        plain_sgd=cfg.plain_sgd,
-        notes=tuple(_notes(cfg)),
-    )
+    # every PrivacyParams field but beta (the accountant's) is the config's of the same name,
+    # except these three; in PrivacyParams' order, which the card keeps
+    derived = {"actions": n_actions, "steps": cfg.planned_updates, "notes": tuple(_notes(cfg))}
+    fields: dict[str, Any] = {
+        f.name: derived[f.name] if f.name in derived else getattr(cfg, f.name)
+        for f in dataclasses.fields(PrivacyParams)
+        if f.name != "beta"
+    }
     if cfg.sigma == 0:  # the non-private baseline: PrivacyParams refuses sigma = 0
         return nonprivate_privacy({**fields, "beta": None, "notes": list(fields["notes"])}), cfg
     params = PrivacyParams(**fields)
@@ -196,8 +187,6 @@ def privacy_for(cfg: TrainConfig, *, n_actions: int) -> tuple[Any, TrainConfig]:
         calibrated = calibrate(params, target_epsilon=cfg.epsilon, tune=cfg.calibrate_k)
         params = PrivacyParams.from_dict(calibrated.to_dict()["params"])
         if params.k != cfg.k:
-            import dataclasses
-
             cfg = dataclasses.replace(cfg, k=float(params.k))
             cfg.validate()
     return account(params), cfg

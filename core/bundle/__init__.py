@@ -3,15 +3,15 @@
 A bundle is a directory written once, atomically (a temporary sibling directory renamed into
 place), by the trainer, and read by the server. It holds
 
-* ``weights.npz``: the model of the released mean function, of one of two kinds behind one
+* ``weights.npz``: the model of the released mean function, of one of three kinds behind one
   interface (:class:`Model`: ``q_values_unit(x) -> (n, m)``), which the server serves alike:
 
   - ``mlp`` (Algorithm 1 modes): ``W0, b0, W1, b1, ...`` of an MLP on the UNIT state x in
     [0, 1] (input shape (1,)) with m outputs; each W has shape (out, in), a layer is
     ``h @ W.T + b`` and ReLU sits between layers (``card["network"]["activation"]``);
-  - ``grid`` (the `fqi` mode): ``grid`` (K,) unit states and ``values`` (K, m), the released
-    mean function L(Q_T) at the grid points, linearly interpolated in between
-    (``card["model"]``);
+  - ``grid`` (1-D fqi releases of the retired grid fit; read and served, no longer
+    written): ``grid`` (K,) unit states and ``values`` (K, m), the released mean function
+    L(Q_T) at the grid points, linearly interpolated in between (``card["model"]``);
   - ``additive`` (the `fqi` mode's kernel estimator, d coordinates): ``inducing``
     (M,), ``betas`` (d,), ``alpha`` (m, d, M) and ``centre`` (): the released mean function
     f_a(x) = centre + sum_j sum_l alpha[a, j, l] exp(-beta_j |x_j - inducing_l|) on unit
@@ -54,12 +54,14 @@ from qveil.bundle.binding import (
 )
 from qveil.bundle.card import (
     CARD_KEYS,
+    CLIPPING,
     FQI_CARD_KEYS,
     KERNEL_CARD_KEYS,
     PUBLIC_CARD_KEYS,
     build_card,
-    build_fqi_card,
     build_kernel_fqi_card,
+    card_betas,
+    card_box,
     card_digest,
     is_kernel_card,
     merge_card,
@@ -72,7 +74,6 @@ from qveil.bundle.io import (
     Bundle,
     load_bundle,
     write_bundle,
-    write_grid_bundle,
     write_kernel_bundle,
 )
 from qveil.bundle.layout import (
@@ -102,6 +103,7 @@ __all__ = [
     "BINDING_FORMAT",
     "CARD_FILE",
     "CARD_KEYS",
+    "CLIPPING",
     "CONFIG_FILE",
     "CURVE_FILE",
     "FILES",
@@ -117,8 +119,9 @@ __all__ = [
     "MLPModel",
     "Model",
     "build_card",
-    "build_fqi_card",
     "build_kernel_fqi_card",
+    "card_betas",
+    "card_box",
     "card_digest",
     "is_kernel_card",
     "lipschitz_bound",
@@ -135,6 +138,5 @@ __all__ = [
     "verify_privacy",
     "write_binding",
     "write_bundle",
-    "write_grid_bundle",
     "write_kernel_bundle",
 ]

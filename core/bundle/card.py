@@ -18,14 +18,16 @@ from qveil.privacy.rkhs import optimal_beta
 
 __all__ = [
     "CARD_KEYS",
+    "CLIPPING",
     "FQI_CARD_KEYS",
     "FQI_RESULT_FIELDS",
     "KERNEL_CARD_KEYS",
     "PUBLIC_CARD_KEYS",
     "RESULT_FIELDS",
     "build_card",
-    "build_fqi_card",
     "build_kernel_fqi_card",
+    "card_betas",
+    "card_box",
     "card_digest",
     "is_kernel_card",
     "jsonable",
@@ -67,8 +69,8 @@ FQI_CARD_KEYS = (
     "card_sha256",
 )
 
-#: Keys a d-coordinate (kernel estimator) fqi card has besides FQI_CARD_KEYS.
-#: Its ``state_interval`` is null: a 1-D server must not mistake it for a 1-D release.
+#: Keys a kernel estimator (fqi, d >= 1 coordinates) card has besides FQI_CARD_KEYS. Its
+#: ``state_interval`` is null (``state_intervals`` names every coordinate's, d = 1 included).
 KERNEL_CARD_KEYS = ("state_intervals", "betas", "dims", "clipping")
 
 #: What ordinary clients may see: an ALLOW-LIST, the one place that says
@@ -125,6 +127,12 @@ PUBLIC_CARD_KEYS = (
     "betas",
     "dims",
     "clipping",
+)
+
+#: The one out-of-interval rule of every release, stated on every card (``clipping``).
+CLIPPING = (
+    "each state coordinate outside its public interval is clipped into it before the model "
+    "and the noise see it (public post-processing)"
 )
 
 #: Top-level fqi card fields that must equal the fqi accountant's result.
@@ -257,6 +265,7 @@ def build_card(
     card: dict[str, Any] = {
         "env_id": env_id,
         "state_interval": [iv.lo, iv.hi],
+        "clipping": CLIPPING,
         "actions": int(actions),
         "hyperparameters": jsonable(dict(hyperparameters)),
         **{ck: pr.get(rk) for ck, rk in RESULT_FIELDS.items()},
@@ -380,41 +389,6 @@ def _fqi_card_common(
     }
 
 
-def build_fqi_card(
-    *,
-    env_id: str,
-    interval: tuple[float, float] | StateInterval,
-    privacy_result: Any,
-    dataset_fingerprint: str,
-    hyperparameters: Mapping[str, Any],
-    seeded: bool,
-    code_version: str = "",
-    extra: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
-    """The card of an fqi release, its privacy numbers copied from the fqi accountant's
-    result (``qveil.privacy.fqi.FQIPrivacyResult``), never typed."""
-    pr = privacy_dict(privacy_result)
-    pp = pr["params"]
-    iv = interval if isinstance(interval, StateInterval) else StateInterval(*interval)
-    card: dict[str, Any] = {
-        "env_id": env_id,
-        "state_interval": [iv.lo, iv.hi],
-        **_fqi_card_common(
-            pr, hyperparameters, dataset_fingerprint, code_version=code_version, seeded=seeded
-        ),
-        "model": {
-            "kind": "grid",
-            "grid_points": int(pp["grid_points"]),
-            "interpolation": "piecewise-linear",
-            "input": "unit state x in [0, 1]",
-            "smoother_bandwidth": float(pp["smoother_bandwidth"]),
-        },
-    }
-    if extra:
-        card.update(jsonable(dict(extra)))
-    return card
-
-
 def build_kernel_fqi_card(
     *,
     env_id: str,
@@ -439,10 +413,7 @@ def build_kernel_fqi_card(
         "state_intervals": box.to_list(),
         "dims": int(pp["dims"]),
         "betas": [float(b) for b in pp["betas"]],
-        "clipping": (
-            "each state coordinate outside its public interval is clipped into it before the "
-            "model and the noise see it (public post-processing)"
-        ),
+        "clipping": CLIPPING,
         **_fqi_card_common(
             pr, hyperparameters, dataset_fingerprint, code_version=code_version, seeded=seeded
         ),
@@ -465,6 +436,22 @@ def reward_bound(pp: Mapping[str, Any]) -> float:
     reward: hi - lo)."""
     lo, hi = (float(v) for v in pp["reward_range"])
     return max(hi, 0.0) - min(lo, 0.0) if pp["neighbour"] == "user" else hi - lo
+
+
+def card_box(card: Mapping[str, Any]) -> StateBox:
+    """The public per-coordinate intervals of a card: its ``state_intervals``, or the one
+    ``state_interval`` of a card that names a single interval (a box of d = 1)."""
+    ivs = card.get("state_intervals")
+    if ivs is None:
+        return StateBox((StateInterval(*card["state_interval"]),))
+    return StateBox.of(ivs)
+
+
+def card_betas(card: Mapping[str, Any]) -> tuple[float, ...]:
+    """beta_j of the release noise, one per coordinate: the card's ``betas``, or its one
+    ``beta`` for a card that names a single interval."""
+    bs = card.get("betas")
+    return tuple(float(b) for b in (bs if bs is not None else (card["beta"],)))
 
 
 def is_kernel_card(card: Mapping[str, Any]) -> bool:

@@ -23,6 +23,8 @@ from qveil.bundle.card import (
     CARD_KEYS,
     FQI_CARD_KEYS,
     KERNEL_CARD_KEYS,
+    card_betas,
+    card_box,
     card_digest,
     is_kernel_card,
     jsonable,
@@ -55,14 +57,13 @@ from qveil.bundle.models import (
 )
 from qveil.bundle.verify import check_digests, check_model
 from qveil.errors import IntegrityError, InvalidArgument, NotFound
-from qveil.noise import StateInterval, validate_unit_states
+from qveil.noise import StateInterval
 
 __all__ = [
     "Bundle",
     "load_bundle",
     "plot_curve",
     "write_bundle",
-    "write_grid_bundle",
     "write_kernel_bundle",
 ]
 
@@ -240,39 +241,6 @@ def _write_dir(
     return out
 
 
-def write_grid_bundle(
-    path: str | Path,
-    *,
-    card: Mapping[str, Any],
-    values: npt.ArrayLike,
-    config_toml: str,
-    training_log_rows: Sequence[Mapping[str, Any]],
-    learning_curve_png: bytes | None = None,
-    curve_title: str | None = None,
-) -> Path:
-    """Write an fqi bundle: ``values`` (K, m), the released mean function at the card's
-    public grid of K points (x_k = k / (K - 1) on the unit state)."""
-    out = Path(path)
-    _check_empty(out)
-    v = np.ascontiguousarray(values, dtype=np.float64)
-    c = jsonable(dict(card))
-    k = int(c["model"]["grid_points"])
-    arrays = {"grid": np.linspace(0.0, 1.0, k), "values": v}
-    grid_arrays(arrays)
-    if v.shape[1] != int(c["actions"]):
-        raise InvalidArgument(f"card says {c['actions']} actions, values have {v.shape[1]}")
-    return _write_dir(
-        out,
-        arrays,
-        c,
-        required=FQI_CARD_KEYS,
-        config_toml=config_toml,
-        training_log_rows=training_log_rows,
-        learning_curve_png=learning_curve_png,
-        curve_title=curve_title,
-    )
-
-
 def write_kernel_bundle(
     path: str | Path,
     *,
@@ -314,8 +282,8 @@ def write_kernel_bundle(
 
 @dataclass(frozen=True, eq=False)
 class Bundle:
-    """A loaded release bundle. ``q_values`` is the bare (clamped) network; the server adds
-    the noise g_a(x) with ``sigma`` and ``beta`` on the unit state."""
+    """A loaded release bundle. ``q_values`` is the bare (clamped) mean at [n, d] states; the
+    server adds the noise sum_j g_{a,j}(x_j) with ``sigma`` and ``betas`` on the unit state."""
 
     path: Path
     card: dict[str, Any]
@@ -327,36 +295,35 @@ class Bundle:
 
     @property
     def kernel(self) -> bool:
-        """A d-coordinate release: ``box``, ``betas``; no 1-D interval or beta."""
+        """An additive (fqi) model: ``model`` carries the betas of every coordinate."""
         return is_kernel_card(self.card)
 
     @property
     def dims(self) -> int:
-        return int(self.card["dims"]) if self.kernel else 1
+        """d, the state's coordinates (1 for a card that names one ``state_interval``)."""
+        return self.box.dims
+
+    @functools.cached_property
+    def box(self) -> StateBox:
+        """The public per-coordinate intervals (:class:`qveil.additive.StateBox`): states
+        outside are clipped into them, for every release (d = 1 is a box of one interval)."""
+        return card_box(self.card)
 
     @property
     def interval(self) -> StateInterval:
-        if self.kernel:
+        """The one interval of a d = 1 release (InvalidArgument for d > 1: use :attr:`box`)."""
+        if self.dims != 1:
             raise InvalidArgument(
                 f"release {self.card.get('bundle_id')} has {self.dims} state coordinates, "
                 "no 1-D interval: use box (state_intervals)"
             )
-        lo, hi = self.card["state_interval"]
-        return StateInterval(lo, hi)
-
-    @property
-    def box(self) -> Any:
-        """The public per-coordinate intervals (:class:`qveil.additive.StateBox`)."""
-        if self.kernel:
-            return StateBox.of(self.card["state_intervals"])
-        return StateBox((self.interval,))
+        iv: StateInterval = self.box.intervals[0]
+        return iv
 
     @property
     def betas(self) -> tuple[float, ...]:
         """beta_j of the release noise, one per coordinate."""
-        if self.kernel:
-            return tuple(float(b) for b in self.card["betas"])
-        return (self.beta,)
+        return card_betas(self.card)
 
     @property
     def n_actions(self) -> int:
@@ -369,12 +336,12 @@ class Bundle:
 
     @property
     def beta(self) -> float:
-        """beta of the RELEASE noise on [0, 1] (1-D releases; d > 1: :attr:`betas`)."""
-        if self.kernel:
+        """beta of the RELEASE noise on [0, 1] of a d = 1 release (d > 1: :attr:`betas`)."""
+        if self.dims != 1:
             raise InvalidArgument(
                 f"release {self.card.get('bundle_id')} has one beta per coordinate (betas)"
             )
-        return float(self.card["beta"])
+        return self.betas[0]
 
     @property
     def q_bound(self) -> float | None:
@@ -401,23 +368,14 @@ class Bundle:
         return MLPModel(layers=layers_of(self.weights), q_bound=self.q_bound)
 
     def q_values_unit(self, xs: npt.ArrayLike) -> FloatArray:
-        """Q values (n, m) at unit states (validated in [0, 1]); an MLP is clamped to
-        +-q_bound."""
-        if self.kernel:
-            return self.model.q_values_unit(validate_unit_points(xs, self.dims))
-        return self.model.q_values_unit(validate_unit_states(xs))
+        """Q values (n, m) at unit states (n, d) (validated in [0, 1]; with d = 1 a flat list
+        is n states); an MLP is clamped to +-q_bound."""
+        return self.model.q_values_unit(validate_unit_points(xs, self.dims))
 
     def q_values(self, states: npt.ArrayLike) -> FloatArray:
-        """Q values (n, m) at raw states (validated against the interval: InvalidArgument;
-        d > 1: (n, d) states, each coordinate clipped into its public interval)."""
-        if self.kernel:
-            return self.q_values_unit(self.box.to_unit(states, clip=True))
-        return self.q_values_unit(self.interval.to_unit(states))
-
-    def to_unit(self, states: npt.ArrayLike) -> FloatArray:
-        """Raw states -> unit states (validated against the interval)."""
-        x: FloatArray = self.interval.to_unit(states)
-        return x
+        """Q values (n, m) at raw states (n, d), each coordinate clipped into its public
+        interval (the one out-of-interval rule of every release)."""
+        return self.q_values_unit(self.box.to_unit(states, clip=True))
 
     def public_card(self) -> dict[str, Any]:
         """What a query client may see: the allow-list :data:`PUBLIC_CARD_KEYS` applied to
@@ -485,10 +443,7 @@ def load_bundle(path: str | Path, *, verify: bool = True) -> Bundle:
         raise InvalidArgument(
             f"{where}: card says {card['actions']} actions, model has {outputs} outputs"
         )
-    if kernel:
-        StateBox.of(card["state_intervals"])
-    else:
-        StateInterval(*card["state_interval"])
+    card_box(card)  # the public intervals parse (InvalidArgument otherwise)
     if verify:
         check_model(card, weights, where=where)
     return Bundle(path=p, card=card, weights=weights)

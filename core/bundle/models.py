@@ -125,7 +125,9 @@ def grid_arrays(weights: Mapping[str, np.ndarray]) -> tuple[FloatArray, FloatArr
 
 @dataclass(frozen=True, eq=False)
 class GridModel:
-    """The fqi release's mean function: values (K, m) at the grid, linear in between."""
+    """The mean function of a 1-D fqi release of the retired grid fit: values (K, m) at the
+    grid, linear in between. Kept so that bundles an earlier version wrote still load and
+    serve; new 1-D releases are the kernel estimator with d = 1 (:class:`KernelModel`)."""
 
     grid: FloatArray = field(repr=False)
     values: FloatArray = field(repr=False)

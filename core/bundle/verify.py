@@ -172,6 +172,7 @@ def _verify_fqi_privacy(card: Mapping[str, Any], pp: Mapping[str, Any]) -> dict[
             model.get(k) != pp[k] for k in ("inducing_points", "anchor_points", "lam")
         ):
             bad.append("model (inducing_points, anchor_points or lam differ from privacy_params)")
+    # a grid card (the retired 1-D fit; bundles an earlier version wrote still verify)
     elif not isinstance(model, Mapping) or model.get("grid_points") != pp["grid_points"]:
         bad.append("model.grid_points (differs from privacy_params.grid_points)")
     if bad:

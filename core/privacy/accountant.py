@@ -31,7 +31,7 @@ from typing import Any
 from qveil.errors import InvalidArgument
 from qveil.privacy.checks import positive as _pos
 from qveil.privacy.gaussian import analytic_gaussian_sigma, gdp_epsilon, gdp_mu
-from qveil.privacy.params import ONE_STORE, PrivacyParams, PrivacyResult
+from qveil.privacy.params import ONE_STORE, PrivacyParams, PrivacyResult, one_gaussian
 from qveil.privacy.rkhs import optimal_beta, output_sensitivity_sq
 
 __all__ = [
@@ -277,8 +277,6 @@ def _account_output(p: PrivacyParams) -> PrivacyResult:
     m_bound = p.q_bound
     per_action_sq = output_sensitivity_sq(q_bound=m_bound, lipschitz=p.lipschitz, beta=beta)
     sens = math.sqrt(p.actions * per_action_sq)  # m actions released jointly
-    mu = sens / p.sigma
-    eps = gdp_epsilon(delta=p.delta, mu=mu)
     basis = (
         f"One Gaussian process mechanism at release (Hall et al. 2013; analytic Gaussian "
         f"mechanism, Balle & Wang 2018) with RKHS sensitivity {sens:.4g} from Lemma 6's "
@@ -288,17 +286,11 @@ def _account_output(p: PrivacyParams) -> PrivacyResult:
     )
     return PrivacyResult(
         mode="output",
-        epsilon=eps,
-        delta=p.delta,
-        delta_total=p.delta,
-        holds=True,
-        sigma=p.sigma,
+        **one_gaussian(p, sensitivity=sens, sigma=p.sigma),
         beta=beta,
         k=None,
         basis=basis,
-        reason=None,
-        params=p,
-        mu=mu,
+        mu=sens / p.sigma,
         sensitivity=sens,
         mechanisms=1,
         bound=m_bound,

@@ -25,8 +25,7 @@ from typing import Any
 
 from qveil.dataset import load_dataset
 from qveil.errors import InvalidArgument
-from qveil.fqi_config import FQIConfig, plan
-from qveil.kfqi_config import KernelFQIConfig, load_fqi_config, plan_kernel
+from qveil.kfqi_config import default_config, load_fqi_config, plan_kernel
 from qveil.privacy.accountant import account, calibrate
 from qveil.privacy.params import E3_SETTINGS, E3_SOURCES, MODES, PrivacyParams, PrivacyResult
 
@@ -133,13 +132,12 @@ def _add_fqi_flags(f: argparse._ArgumentGroup) -> None:
         choices=("user", "reward"),
         help="fqi: user (one user's whole data replaced; default) or reward",
     )
-    f.add_argument("--config", metavar="FILE", help="fqi config (default: FQIConfig defaults)")
+    f.add_argument("--config", metavar="FILE", help="fqi config (default: the 1-D defaults)")
     f.add_argument("--iterations", type=int, help="fqi: T, FQI iterations")
-    f.add_argument("--grid-points", type=int, dest="grid_points", help="fqi: K grid points")
     f.add_argument(
-        "--smoother-bandwidth", type=float, dest="smoother_bandwidth", help="fqi: smoother"
+        "--grid-points", type=int, dest="grid_points", help="fqi: G anchors per coordinate"
     )
-    f.add_argument("--beta", type=float, help="fqi: noise kernel rate (default: min kappa)")
+    f.add_argument("--beta", type=float, help="fqi, d = 1: the noise kernel rate (default 2)")
     f.add_argument(
         "--forecast",
         action="store_true",
@@ -224,49 +222,31 @@ def _text(r: PrivacyResult) -> str:
 
 
 def _fqi(args: argparse.Namespace) -> Any:
-    """The fqi plan from the config (or defaults) and the flags: public quantities only."""
+    """The fqi plan from the config (or the 1-D defaults) and the flags: public quantities
+    only. d comes from the config's state intervals or betas (the 1-D defaults: d = 1)."""
 
-    cfg = load_fqi_config(args.config) if args.config else FQIConfig()
+    cfg = load_fqi_config(args.config) if args.config else default_config()
     if args.users is None:
         raise InvalidArgument("fqi mode needs --users N (the number of users in the dataset)")
-    if isinstance(cfg, KernelFQIConfig):  # d coordinates: dims from the config
-        kchanges: dict[str, Any] = {
-            k: getattr(args, k)
-            for k in ("gamma", "delta", "neighbour", "iterations")
-            if getattr(args, k) is not None
-        }
-        for flag in ("grid_points", "beta", "smoother_bandwidth"):
-            if getattr(args, flag) is not None:
-                raise InvalidArgument(
-                    f"--{flag.replace('_', '-')} is for the 1-D grid estimator; this config "
-                    "is estimator = kernel"
-                )
-        if args.sigma is not None:
-            kchanges.update(sigma=args.sigma, epsilon=None)
-        else:
-            kchanges.update(epsilon=args.epsilon, sigma=None)
-        kcfg = cfg.replace(**kchanges)
-        dims = len(kcfg.state_intervals or kcfg.betas or ())
-        if dims == 0:
-            raise InvalidArgument("a kernel config needs state_intervals or betas (its d)")
-        rr = kcfg.reward_range or (0.0, float(args.reward_bound))
-        return kcfg, plan_kernel(
-            kcfg, users=args.users, actions=args.actions, dims=dims, reward_range=rr
-        )
-    changes = {
+    changes: dict[str, Any] = {
         k: getattr(args, k)
-        for k in ("gamma", "delta", "neighbour", "iterations", "grid_points", "beta")
+        for k in ("gamma", "delta", "neighbour", "iterations")
         if getattr(args, k) is not None
     }
-    if args.smoother_bandwidth is not None:
-        changes["smoother_bandwidth"] = args.smoother_bandwidth
+    if args.grid_points is not None:
+        changes["anchor_points"] = args.grid_points
+    if args.beta is not None:
+        changes["betas"] = (args.beta,)
     if args.sigma is not None:
         changes.update(sigma=args.sigma, epsilon=None)
     else:
         changes.update(epsilon=args.epsilon, sigma=None)
-    cfg = cfg.replace(**changes)
-    rr = cfg.reward_range or (0.0, float(args.reward_bound))
-    return cfg, plan(cfg, users=args.users, actions=args.actions, reward_range=rr)
+    kcfg = cfg.replace(**changes)
+    dims = len(kcfg.state_intervals or kcfg.betas or ((0.0, 1.0),))
+    rr = kcfg.reward_range or (0.0, float(args.reward_bound))
+    return kcfg, plan_kernel(
+        kcfg, users=args.users, actions=args.actions, dims=dims, reward_range=rr
+    )
 
 
 def _fqi_text(r: Any) -> str:

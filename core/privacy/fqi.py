@@ -1,7 +1,12 @@
-"""The accountant of the rigorous `fqi` mode (docs/privacy.md section 2.5).
+"""The accountant of the rigorous `fqi` mode (docs/privacy.md section 2.5): D_T, the
+analytic Gaussian mechanism and :func:`account_params`, the one entry point that re-accounts
+any recorded parameter set (a card's or a ledger event's). :mod:`qveil.privacy.kfqi` is the
+accountant of new releases; :func:`account_fqi` remains only to re-account the cards and
+ledger events of 1-D releases of the retired grid fit (the ledger replays events from their
+parameters).
 
-The release is f_a = L(Q_T(., a)) + g_a for each of m actions, with Q_T the averager FQI of
-:mod:`qveil.fqi`, L the fixed public map of :mod:`qveil.release_map` and g_a independent
+A grid release is f_a = L(Q_T(., a)) + g_a for each of m actions, with Q_T an averager FQI
+on a public grid, L the fixed public map of :mod:`qveil.release_map` and g_a independent
 GP(0, sigma^2 K_beta) paths. It is ONE Gaussian mechanism in the RKHS of K_beta (the m paths
 jointly): with D_T >= sup over neighbouring datasets of ||Q_T - Q_T'||_inf and
 kappa >= max_{||v||_inf <= 1} ||L v||_H^2,
@@ -29,7 +34,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 from qveil.errors import InvalidArgument
 from qveil.privacy.checks import ONE_STORE
@@ -52,9 +57,9 @@ __all__ = [
     "BASIS",
     "FQIPrivacyParams",
     "FQIPrivacyResult",
+    "RelationParams",
     "account_fqi",
     "account_params",
-    "calibrate_fqi",
     "sup_sensitivity",
 ]
 
@@ -136,10 +141,10 @@ def value_scale(reward_range: tuple[float, float], gamma: float) -> float:
 
 
 @dataclass(frozen=True, kw_only=True)
-class FQIPrivacyParams:
-    """Everything the fqi accountant needs (all public; validated; JSON round-trippable).
-    ``kappa`` and ``beta`` are NOT inputs to trust: kappa is recomputed from the map's
-    parameters (grid_points, smoother_bandwidth, beta) on every accounting."""
+class RelationParams:
+    """The recorded fields every fqi parameter set shares (public; JSON round-trippable):
+    the neighbour relation, the population and reward range, gamma and T, the number of
+    actions, delta and sigma. Each estimator's parameters add their map's fields."""
 
     mode: str = "fqi"
     neighbour: str
@@ -148,11 +153,31 @@ class FQIPrivacyParams:
     gamma: float
     iterations: int
     actions: int
+    delta: float
+    sigma: float | None = None
+
+    @property
+    def value_scale(self) -> float:
+        """r0 / (1 - gamma): the width of the range every Q_t lies in."""
+        return value_scale(self.reward_range, self.gamma)
+
+    def replace(self, **changes: Any) -> Self:
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+
+
+@dataclass(frozen=True, kw_only=True)
+class FQIPrivacyParams(RelationParams):
+    """The recorded parameters of a grid release (the retired 1-D fit), re-accounted by
+    :func:`account_fqi` (validated). ``kappa`` and ``beta`` are NOT inputs to trust: kappa
+    is recomputed from the map's parameters (grid_points, smoother_bandwidth, beta) on every
+    accounting."""
+
     grid_points: int
     smoother_bandwidth: float
     beta: float
-    delta: float
-    sigma: float | None = None
 
     def __post_init__(self) -> None:
         if self.mode != "fqi":
@@ -167,19 +192,6 @@ class FQIPrivacyParams:
         )
         object.__setattr__(self, "beta", _num("beta", self.beta, lo=0.0))
         check_noise(self)
-
-    @property
-    def value_scale(self) -> float:
-        """r0 / (1 - gamma): the width of the range every Q_t lies in (qveil.fqi.q_range)."""
-        return value_scale(self.reward_range, self.gamma)
-
-    def replace(self, **changes: Any) -> FQIPrivacyParams:
-        return replace(self, **changes)
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["reward_range"] = list(self.reward_range)
-        return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> FQIPrivacyParams:
@@ -256,10 +268,6 @@ def joint_sensitivity(p: Any, kappa: float) -> tuple[float, float, float]:
     return dt, kappa, dt * math.sqrt(p.actions * kappa) * (1.0 + DELTA_SLACK)
 
 
-def _sensitivity(p: FQIPrivacyParams) -> tuple[float, float, float]:
-    return joint_sensitivity(p, _kappa(p))
-
-
 def accounted(
     p: Any, *, who: str, kappa: float, beta: float, noise_sd: float, basis: str
 ) -> FQIPrivacyResult:
@@ -290,7 +298,8 @@ def accounted(
 
 
 def account_fqi(p: FQIPrivacyParams) -> FQIPrivacyResult:
-    """epsilon at ``p.delta`` for the release with noise ``p.sigma`` (equations 1-3)."""
+    """epsilon at ``p.delta`` for a grid release with noise ``p.sigma`` (equations 1-3):
+    kept to re-account the cards and ledger events of releases the retired grid fit wrote."""
     return accounted(
         p,
         who="account_fqi",
@@ -311,11 +320,6 @@ def calibrated(
     r = account(p.replace(sigma=sigma))
     met = analytic_gaussian_delta(epsilon=eps, sensitivity=sensitivity, sigma=sigma) <= p.delta
     return replace(r, target={"epsilon": eps, "delta": p.delta, "met": bool(met)})
-
-
-def calibrate_fqi(p: FQIPrivacyParams, *, epsilon: float) -> FQIPrivacyResult:
-    """The smallest sigma giving (epsilon, p.delta)-DP, and its accounting."""
-    return calibrated(p, epsilon, _sensitivity(p)[2], account_fqi)
 
 
 def account_params(pp: Mapping[str, Any]) -> Any:

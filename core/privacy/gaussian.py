@@ -31,6 +31,7 @@ verified to meet the target: ``gdp_delta(gdp_epsilon(d, mu), mu) <= d`` and
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from scipy.special import log_ndtr
 
@@ -64,6 +65,22 @@ def _delta(eps: float, mu: float) -> float:
     return math.exp(log_pa) * -math.expm1(x)
 
 
+def _bisect(lo: float, hi: float, low_side: Callable[[float], bool]) -> tuple[float, float]:
+    """The bracket [lo, hi] narrowed by bisection to adjacent floats (or ``_MAX_ITER`` steps):
+    a midpoint where ``low_side`` holds becomes the new ``lo``, any other the new ``hi``."""
+    for _ in range(_MAX_ITER):
+        if hi - lo <= _REL_TOL * hi:
+            break
+        mid = 0.5 * (lo + hi)
+        if mid <= lo or mid >= hi:
+            break
+        if low_side(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo, hi
+
+
 def gdp_delta(*, epsilon: float, mu: float) -> float:
     """delta(eps) for a mu-GDP mechanism (Dong, Roth & Su 2019, Corollary 2.13).
 
@@ -94,17 +111,7 @@ def gdp_epsilon(*, delta: float, mu: float) -> float:
         lo, hi = hi, 2.0 * hi
         if hi > 1e300:  # cannot happen for d > 0, kept as a guard
             raise InvalidArgument(f"no epsilon reaches delta={delta!r} at mu={mu!r}")
-    for _ in range(_MAX_ITER):
-        if hi - lo <= _REL_TOL * hi:
-            break
-        mid = 0.5 * (lo + hi)
-        if mid <= lo or mid >= hi:
-            break
-        if _delta(mid, m) > d:
-            lo = mid
-        else:
-            hi = mid
-    return hi
+    return _bisect(lo, hi, lambda eps: _delta(eps, m) > d)[1]
 
 
 def gdp_mu(*, epsilon: float, delta: float) -> float:
@@ -122,16 +129,7 @@ def gdp_mu(*, epsilon: float, delta: float) -> float:
         lo, hi = hi, 2.0 * hi
         if hi > 1e150:
             raise InvalidArgument(f"epsilon={epsilon!r}, delta={delta!r}: mu is unbounded")
-    for _ in range(_MAX_ITER):
-        if hi - lo <= _REL_TOL * hi:
-            break
-        mid = 0.5 * (lo + hi)
-        if mid <= lo or mid >= hi:
-            break
-        if _delta(eps, mid) <= d:
-            lo = mid
-        else:
-            hi = mid
+    lo, _ = _bisect(lo, hi, lambda mu: _delta(eps, mu) <= d)
     if lo <= 0.0:  # only for absurdly small delta: delta(eps; tiny mu) still > delta
         raise InvalidArgument(
             f"epsilon={epsilon!r}, delta={delta!r}: no positive mu meets this target"

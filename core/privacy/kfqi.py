@@ -13,35 +13,34 @@ with D_T from :func:`qveil.privacy.fqi.sup_sensitivity` (the same formulas: the 
 argument does not depend on the dimension) and sigma from the analytic Gaussian mechanism.
 
 The parameters are recorded with ``estimator = "kernel"`` so that any reader can tell this
-variant from the 1-D one; :func:`account_any` dispatches. Pure functions of public
-parameters.
+variant from the 1-D grid one (bundles an earlier version wrote);
+:func:`qveil.privacy.fqi.account_params`, the one entry point for any recorded parameter
+set, dispatches on it. Pure functions of public parameters.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from qveil.errors import InvalidArgument
 from qveil.privacy.checks import number as _num
 from qveil.privacy.fqi import (
     FQIPrivacyResult,
-    account_params,
+    RelationParams,
     accounted,
     calibrated,
     check_noise,
     check_relation,
     joint_sensitivity,
     params_from_dict,
-    value_scale,
 )
 
 __all__ = [
     "KERNEL_BASIS",
     "KernelFQIPrivacyParams",
-    "account_any",
     "account_kernel_fqi",
     "calibrate_kernel_fqi",
 ]
@@ -73,24 +72,15 @@ KERNEL_BASIS = {
 
 
 @dataclass(frozen=True, kw_only=True)
-class KernelFQIPrivacyParams:
+class KernelFQIPrivacyParams(RelationParams):
     """Everything the kernel accountant needs (public; validated; JSON round-trippable)."""
 
-    mode: str = "fqi"
     estimator: str = "kernel"
-    neighbour: str
-    users: int
-    reward_range: tuple[float, float]
-    gamma: float
-    iterations: int
-    actions: int
     dims: int
     betas: tuple[float, ...]
     lam: float
     anchor_points: int
     inducing_points: int
-    delta: float
-    sigma: float | None = None
 
     def __post_init__(self) -> None:
         if self.mode != "fqi" or self.estimator != "kernel":
@@ -108,22 +98,8 @@ class KernelFQIPrivacyParams:
         check_noise(self)
 
     @property
-    def value_scale(self) -> float:
-        """r0 / (1 - gamma): the width of the range every Q_t lies in."""
-        return value_scale(self.reward_range, self.gamma)
-
-    @property
     def kappa(self) -> float:
         return 1.0 / (4.0 * self.lam)
-
-    def replace(self, **changes: Any) -> KernelFQIPrivacyParams:
-        return replace(self, **changes)
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["reward_range"] = list(self.reward_range)
-        d["betas"] = list(self.betas)
-        return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> KernelFQIPrivacyParams:
@@ -152,11 +128,3 @@ def account_kernel_fqi(p: KernelFQIPrivacyParams) -> FQIPrivacyResult:
 def calibrate_kernel_fqi(p: KernelFQIPrivacyParams, *, epsilon: float) -> FQIPrivacyResult:
     """The smallest sigma giving (epsilon, p.delta)-DP, and its accounting."""
     return calibrated(p, epsilon, _sensitivity(p)[2], account_kernel_fqi)
-
-
-def account_any(pp: Mapping[str, Any]) -> Any:
-    """The accountant for any recorded parameter set: the kernel one when
-    ``estimator == "kernel"``, else :func:`qveil.privacy.fqi.account_params`."""
-    if isinstance(pp, Mapping) and pp.get("mode") == "fqi" and pp.get("estimator") == "kernel":
-        return account_kernel_fqi(KernelFQIPrivacyParams.from_dict(pp))
-    return account_params(pp)

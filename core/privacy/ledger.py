@@ -28,6 +28,7 @@ from typing import Any
 from qveil.errors import BudgetExceeded, InvalidArgument
 from qveil.privacy.gaussian import gdp_epsilon, gdp_mu
 from qveil.privacy.params import MODES
+from qveil.privacy.record import construct, reject_unknown
 
 #: Modes a ledger event may have: Algorithm 1's and the fqi mode (one Gaussian mechanism).
 EVENT_MODES = (*MODES, "fqi")
@@ -165,14 +166,8 @@ class PrivacyEvent:
             raise InvalidArgument(f"privacy event is not valid JSON: {exc}") from None
         if not isinstance(d, dict):
             raise InvalidArgument(f"privacy event JSON must be an object, got {d!r}")
-        names = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - names)
-        if unknown:
-            raise InvalidArgument(f"unknown privacy event field(s): {', '.join(unknown)}")
-        try:
-            return cls(**d)
-        except TypeError as exc:
-            raise InvalidArgument(f"privacy event: {exc}") from None
+        reject_unknown(cls, d, "privacy event field(s)")
+        return construct(cls, d, "privacy event")
 
 
 def compose(events: Iterable[PrivacyEvent]) -> tuple[float, float]:

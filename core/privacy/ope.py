@@ -24,16 +24,17 @@ population's ledger like a release.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from qveil.errors import InvalidArgument
 from qveil.privacy.fqi import sup_sensitivity
 from qveil.privacy.gaussian import (
     analytic_gaussian_delta,
-    analytic_gaussian_epsilon,
     analytic_gaussian_sigma,
 )
+from qveil.privacy.params import one_gaussian
+from qveil.privacy.record import GaussianResult, Record
 
 __all__ = [
     "OPEPrivacyParams",
@@ -53,8 +54,10 @@ BASIS = (
 
 
 @dataclass(frozen=True, kw_only=True)
-class OPEPrivacyParams:
+class OPEPrivacyParams(Record):
     """Everything the OPE accountant needs (public, validated, JSON round-trippable)."""
+
+    _AS_LISTS = ("reward_range",)
 
     mode: str = "fqi"
     estimator: str = "ope"
@@ -88,14 +91,6 @@ class OPEPrivacyParams:
         lo, hi = self.reward_range
         return min(lo, 0.0) / (1.0 - self.gamma), max(hi, 0.0) / (1.0 - self.gamma)
 
-    def replace(self, **changes: Any) -> OPEPrivacyParams:
-        return replace(self, **changes)
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["reward_range"] = list(self.reward_range)
-        return d
-
     @classmethod
     def from_dict(cls, d: Any) -> OPEPrivacyParams:
         names = {f.name for f in fields(cls)}
@@ -116,7 +111,7 @@ def ope_sensitivity(p: OPEPrivacyParams) -> float:
 
 
 @dataclass(frozen=True)
-class OPEPrivacyResult:
+class OPEPrivacyResult(GaussianResult):
     """The OPE accountant's conclusion (the estimate is (epsilon, delta)-DP)."""
 
     mode: str
@@ -131,34 +126,17 @@ class OPEPrivacyResult:
     params: OPEPrivacyParams
     target: dict[str, Any] | None = None
 
-    @property
-    def mu(self) -> float:
-        return self.sensitivity / self.sigma
-
-    def to_dict(self) -> dict[str, Any]:
-        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "params"}
-        d["params"] = self.params.to_dict()
-        d["mu"] = self.mu
-        return d
-
 
 def account_ope(p: OPEPrivacyParams) -> OPEPrivacyResult:
     """epsilon at ``p.delta`` of the estimate released with noise ``p.sigma``."""
     if p.sigma is None:
         raise InvalidArgument("account_ope needs sigma (calibrate_ope finds one)")
     sens = ope_sensitivity(p)
-    eps = analytic_gaussian_epsilon(delta=p.delta, sensitivity=sens, sigma=p.sigma)
     return OPEPrivacyResult(
         mode="fqi",
-        epsilon=eps,
-        delta=p.delta,
-        delta_total=p.delta,
-        holds=True,
-        sigma=p.sigma,
+        **one_gaussian(p, sensitivity=sens, sigma=p.sigma),
         sensitivity=sens,
         basis=BASIS.format(users=p.users),
-        reason=None,
-        params=p,
     )
 
 

@@ -12,12 +12,14 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from qveil.errors import InvalidArgument
 from qveil.privacy.checks import ONE_STORE as ONE_STORE
 from qveil.privacy.checks import number as _num
+from qveil.privacy.gaussian import analytic_gaussian_epsilon
+from qveil.privacy.record import Record, construct, reject_unknown
 
 __all__ = [
     "E3_SETTINGS",
@@ -25,6 +27,7 @@ __all__ = [
     "MODES",
     "PrivacyParams",
     "PrivacyResult",
+    "one_gaussian",
 ]
 
 MODES: tuple[str, ...] = ("paper", "gdp", "output")
@@ -73,11 +76,14 @@ def _int(name: str, value: Any, *, lo: int) -> int:
 
 
 @dataclass(frozen=True, kw_only=True)
-class PrivacyParams:
+class PrivacyParams(Record):
     """Everything the accountant needs about one release (keyword-only, validated).
 
-    Symbols are the paper's (Wang & Hegde 2019, Theorem 5 and Algorithm 1).
+    Symbols are the paper's (Wang & Hegde 2019, Theorem 5 and Algorithm 1). ``to_dict``
+    writes notes as a list.
     """
+
+    _AS_LISTS = ("notes",)
 
     mode: str
     """Accounting mode: "paper" (Theorem 5 as stated), "gdp" (exact mu-GDP composition of the
@@ -174,36 +180,20 @@ class PrivacyParams:
         """M = r0 / (1 - gamma): the clamp on served |Q| (output mode)."""
         return self.reward_bound / (1.0 - self.gamma)
 
-    def replace(self, **changes: Any) -> PrivacyParams:
-        """A copy with some fields changed (validated again)."""
-        return replace(self, **changes)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict of every field (notes as a list)."""
-        d = asdict(self)
-        d["notes"] = list(self.notes)
-        return d
-
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> PrivacyParams:
         """Inverse of :meth:`to_dict`; unknown keys are an error (a card from a newer
         version must not be silently mis-read)."""
         if not isinstance(d, Mapping):
             raise InvalidArgument(f"privacy params must be a mapping, got {type(d).__name__}")
-        names = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - names)
-        if unknown:
-            raise InvalidArgument(f"unknown privacy parameter(s): {', '.join(unknown)}")
+        reject_unknown(cls, d, "privacy parameter(s)")
         kw = dict(d)
         if "notes" in kw and kw["notes"] is not None:
             notes = kw["notes"]
             if isinstance(notes, str):
                 raise InvalidArgument(f"notes must be a list of strings, got {notes!r}")
             kw["notes"] = tuple(notes)
-        try:
-            return cls(**kw)
-        except TypeError as exc:  # a required field is missing
-            raise InvalidArgument(f"privacy params: {exc}") from None
+        return construct(cls, kw, "privacy params")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -273,3 +263,20 @@ class PrivacyResult:
         if self.target is not None:
             d["target"] = dict(self.target)
         return d
+
+
+def one_gaussian(p: Any, *, sensitivity: float, sigma: float) -> dict[str, Any]:
+    """The result fields that every accountant of one Gaussian mechanism fills alike: noise
+    ``sigma`` on a statistic of L2 (or RKHS) sensitivity ``sensitivity``, accounted for the
+    params ``p`` at ``p.delta``. epsilon is the analytic Gaussian mechanism's (the mu-GDP
+    curve at mu = sensitivity / sigma); the guarantee holds, and with no other term its total
+    delta is the mechanism's."""
+    return {
+        "epsilon": analytic_gaussian_epsilon(delta=p.delta, sensitivity=sensitivity, sigma=sigma),
+        "delta": p.delta,
+        "delta_total": p.delta,
+        "holds": True,
+        "sigma": sigma,
+        "reason": None,
+        "params": p,
+    }

@@ -1,9 +1,5 @@
-"""${message}
+"""${message}"""
 
-Revision ID: ${up_revision}
-Revises: ${down_revision | comma,n}
-Create Date: ${create_date}
-"""
 from __future__ import annotations
 
 import sqlalchemy as sa
@@ -12,8 +8,12 @@ ${imports if imports else ""}
 
 revision = ${repr(up_revision)}
 down_revision = ${repr(down_revision)}
+% if branch_labels:
 branch_labels = ${repr(branch_labels)}
+% endif
+% if depends_on:
 depends_on = ${repr(depends_on)}
+% endif
 
 
 def upgrade() -> None:

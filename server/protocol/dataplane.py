@@ -133,8 +133,15 @@ class DataPlane:
 
     # ------------------------------------------------------------------ query endpoints
     async def get_values(self, ctx: CallContext, decode: Callable[[], ValuesQuery]) -> t.Values:
+        decoded: list[ValuesQuery] = []
+
+        def query() -> ValuesQuery:  # decoded once: by the inline try, or by the executor
+            if not decoded:
+                decoded.append(decode())
+            return decoded[0]
+
         def run(call: Call) -> t.Values:
-            q = decode()
+            q = query()
             return self.query.get_values(
                 q.states,
                 q.actions,
@@ -144,7 +151,7 @@ class DataPlane:
             )
 
         def stored(call: Call) -> t.Values | None:
-            q = decode()
+            q = query()
             if q.states.shape[0] > INLINE_MAX_STATES:
                 return None
             return self.query.get_stored_values(

@@ -6,8 +6,11 @@
 * ``sqlite:////abs/path.sqlite``: the embedded default (WAL, synchronous=FULL, BEGIN IMMEDIATE);
 * ``postgresql+psycopg://user@host:port/db``: several replicas sharing one store.
 
-``get_or_sample(release_id, action, xs)`` returns each state's stored noise, drawing new states
-exactly given their stored neighbours (qveil.noise) and committing them durably first.
+``get_or_sample_paths(release_id, paths, xs)`` returns each state's stored noise on each path
+(a release of d coordinates: path a * d + j is action a's coordinate j; d = 1: path a),
+drawing new states exactly given their stored neighbours (qveil.noise) and committing them
+durably first, all paths in one transaction; ``get_or_sample(release_id, path, xs)`` is its
+one-path form.
 """
 
 from __future__ import annotations

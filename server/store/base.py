@@ -99,6 +99,7 @@ __all__ = [
     "Admission",
     "FloatArray",
     "FullRow",
+    "ImportedRelease",
     "Incarnation",
     "InsertRecord",
     "StoredPoint",
@@ -118,6 +119,16 @@ __all__ = [
 ]
 
 _PRIVATE = (_ActionState, _GroupCommit, _process_lock)  # used by the backends and tests
+
+
+@dataclass(frozen=True, slots=True)
+class ImportedRelease:
+    """A release read from an export file (:mod:`qveil.server.store.export`): its record,
+    every path's rows (path -> rows in seq order) and its binding, inserted together."""
+
+    rec: ReleaseRecord
+    rows: dict[int, list[Row]]
+    binding: ReleaseBinding | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,12 +187,7 @@ class SamplePathStore(ReleaseRegistry, PathCache, GroupCommitter, ABC):
     def _db_count(self, release_id: str | None, action: int | None) -> int: ...
 
     @abstractmethod
-    def _db_import(
-        self,
-        rec: ReleaseRecord,
-        rows: dict[int, list[Row]],
-        binding: ReleaseBinding | None = None,
-    ) -> None:
+    def _db_import(self, release: ImportedRelease) -> None:
         """Insert a release, all its rows and its binding in one transaction (InvalidArgument
         if it exists)."""
 

@@ -5,13 +5,15 @@ bit for bit):
 
     {"type": "release", "format": "qveil.noise.v1", ...ReleaseRecord fields...,
      "binding": {"fingerprint": ..., "origin_store_id": ..., "bound_at": ...} or null}
-    {"type": "point", "action": a, "seq": s, "x": x, "g": g, "created_at": t, "hash": h}
-    ...                                                  (in (action, seq) order)
-    {"type": "end", "counts": {"a": n, ...}, "heads": {"a": hash, ...}}
+    {"type": "point", "action": a, "coordinate": j, "seq": s, "x": x, "g": g,
+     "created_at": t, "hash": h}
+    ...                                      (in (action, coordinate, seq) order)
+    {"type": "end", "counts": {"p": n, ...}, "heads": {"p": hash, ...}}
 
-A release of d > 1 coordinates (header ``dims`` and ``betas``) adds
-``"coordinate": j`` to each point, in (action, coordinate, seq) order, and keys ``counts`` and
-``heads`` by the path index a * d + j.
+Every release is one of d >= 1 coordinates (header ``dims``; ``betas``, empty for d = 1
+whose rate is ``beta``): ``counts`` and ``heads`` are keyed by the path index p = a * d + j
+(d = 1: p = a, j = 0). Import reads a point without ``coordinate`` as coordinate 0 (files
+written before every point named it).
 
 Import checks, before writing anything: the format tag, every field, the end record (counts
 and head hashes: a truncated file is refused), seqs 1..n without gaps per action, states in
@@ -32,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from qveil.errors import IntegrityError, InvalidArgument
 from qveil.server.store.base import (
+    ImportedRelease,
     ReleaseBinding,
     ReleaseRecord,
     Row,
@@ -82,12 +85,8 @@ def export_release(
             head["move_token"] = move_token
         f.write(json.dumps(head) + "\n")
         for a, (seq, x, g, c, h) in store._db_iter_rows(release_id, None):
-            # a d > 1 release: path a is (action, coordinate) = divmod(a, dims)
-            key = (
-                {"action": a}
-                if rec.dims == 1
-                else dict(zip(("action", "coordinate"), rec.split(a), strict=True))
-            )
+            # path a is (action, coordinate) = divmod(a, dims)
+            key = dict(zip(("action", "coordinate"), rec.split(a), strict=True))
             f.write(
                 json.dumps(
                     {
@@ -244,5 +243,5 @@ def import_release(store: SamplePathStore, path: str | os.PathLike[str]) -> Rele
     if end is None:
         raise IntegrityError(f"{path}: no end record: the export is truncated")
     _verify_rows(store, path, rec, rows, end)
-    store._db_import(rec, rows, binding)
+    store._db_import(ImportedRelease(rec, rows, binding))
     return store.get_release(rec.release_id)

@@ -96,6 +96,7 @@ class GroupCommitter:
         def _apply(self, st: _ActionState, rows: Sequence[Row]) -> None: ...
         def _catch_up(self, st: _ActionState, fetch: Callable[[], Sequence[Row]]) -> None: ...
         def _db_fetch_since(self, release_id: str, action: int, hw: int) -> Sequence[Row]: ...
+        def _witnessed(self, release_id: str, sts: Sequence[tuple[int, _ActionState]]) -> None: ...
 
     @abstractmethod
     def _db_write_txn(self, keys: Sequence[tuple[str, int]]) -> AbstractContextManager[WriteTxn]:
@@ -156,6 +157,11 @@ class GroupCommitter:
                         rels = dict(gc.rels)
                         gc.queue.clear()
                     self._store_batch(batch, rels)
+                    # the witness of the whole batch, before any of its callers is woken:
+                    # one publication per commit, and the next batch gathers every caller
+                    # that arrived meanwhile (the callers still check it: _witnessed)
+                    for r in rels:
+                        self._witnessed(r, [(a, self._state(r, a)) for (r2, a) in batch if r2 == r])
                 finally:
                     gc.leader.release()
                     with gc.cond:

@@ -20,7 +20,7 @@ import hmac
 import math
 import struct
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 __all__ = ["ActionIntegrity", "ChainHasher", "IntegrityReport", "genesis", "verify_chain"]
@@ -103,13 +103,7 @@ class ActionIntegrity:
     problems: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "action": self.action,
-            "ok": self.ok,
-            "count": self.count,
-            "high_water": self.high_water,
-            "head_hash": self.head_hash,
-            "first_broken": self.first_broken,
+        return asdict(self) | {
             "gaps": [list(g) for g in self.gaps],
             "problems": list(self.problems),
         }
@@ -137,12 +131,7 @@ class IntegrityReport:
         return {a.action: a.high_water for a in self.actions}
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "release_id": self.release_id,
-            "ok": self.ok,
-            "keyed": self.keyed,
-            "actions": [a.to_dict() for a in self.actions],
-        }
+        return asdict(self) | {"actions": [a.to_dict() for a in self.actions]}
 
 
 def verify_chain(

@@ -16,6 +16,7 @@ from qveil.errors import InvalidArgument, echo
 from qveil.rng import NormalSource
 from qveil.server.store.base import (
     FullRow,
+    ImportedRelease,
     ReleaseBinding,
     ReleaseRecord,
     Row,
@@ -131,12 +132,8 @@ class MemoryStore(SamplePathStore):
                 if (release_id is None or k[0] == release_id) and (action is None or k[1] == action)
             )
 
-    def _db_import(
-        self,
-        rec: ReleaseRecord,
-        rows: dict[int, list[Row]],
-        binding: ReleaseBinding | None = None,
-    ) -> None:
+    def _db_import(self, release: ImportedRelease) -> None:
+        rec, rows, binding = release.rec, release.rows, release.binding
         with self._data.lock:
             if rec.release_id in self._data.releases:
                 raise InvalidArgument(

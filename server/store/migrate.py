@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import fcntl
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -42,14 +46,43 @@ def upgrade(
     read_engine: sa.Engine | None = None,
     new_ok: bool = True,
     where: str = "",
+    lock_path: str | None = None,
 ) -> str:
     """Migrate to head (``create``) or check the schema is at head; returns the revision.
     ``new_ok=False`` refuses a database that is not a qveil store yet (no revision): only
     ``qveil admin init-store`` and a first serve create stores.
 
-    Concurrent openers are serialised by the migration transaction itself (SQLite: the
-    engine's ``BEGIN IMMEDIATE``; PostgreSQL: an advisory lock taken in env.py).
+    Concurrent openers are serialised: on PostgreSQL by an advisory lock taken in env.py; on
+    SQLite by an exclusive flock(2) on the database file ``lock_path``, held from before the
+    version is read until the migrations commit (Alembic reads the version and runs SQLite
+    migrations outside one transaction, so without it two first openers of a new file both
+    migrate it and one fails with "table ... already exists").
     """
+    with _file_lock(lock_path) if lock_path else nullcontext():
+        return _upgrade(engine, create=create, read_engine=read_engine, new_ok=new_ok, where=where)
+
+
+@contextmanager
+def _file_lock(path: str) -> Iterator[None]:
+    """An exclusive flock(2) on ``path`` (an existing file). On Linux flock locks are apart
+    from the POSIX locks SQLite takes, so it never blocks the database's own reads and
+    writes, only other openers' migrations."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+def _upgrade(
+    engine: sa.Engine,
+    *,
+    create: bool,
+    read_engine: sa.Engine | None,
+    new_ok: bool,
+    where: str,
+) -> str:
     head = head_revision()
     cur = current_revision(read_engine or engine)
     if cur == head:

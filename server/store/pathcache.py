@@ -45,13 +45,15 @@ class _ActionState:
     """The in-process copy of one (release, action): every committed point with seq <= hw,
     as a dict x -> g (exact look-ups) and a :class:`SortedPoints` index (neighbours)."""
 
-    __slots__ = ("values", "index", "hw", "head", "version", "broken", "published")
+    __slots__ = ("values", "index", "hw", "head", "tip", "version", "broken", "published")
 
     def __init__(self, head: bytes) -> None:
         self.values: dict[float, float] = {}
         self.index = SortedPoints()
         self.hw = 0
         self.head = head
+        #: (hw, head) as one reference, replaced after both: read without the path's lock
+        self.tip = (0, head)
         #: the highest seq whose chain head the witness has recorded (see ``set_witness``)
         self.published = 0
         #: the backend's write-version token at which the copy was last known complete
@@ -135,20 +137,30 @@ class PathCache:
     def _witnessed(self, release_id: str, sts: Sequence[tuple[int, _ActionState]]) -> None:
         """Publish the chain heads of the (path, state) pairs ``sts`` (the caller's, already
         looked up) that are ahead of the witness (no-op without one, and for paths already
-        published: an integer compare per path)."""
+        published: an integer compare per path).
+
+        What the caller answers is in the copies now, so its seqs are at most each path's
+        high-water mark now: that is what must be published. A caller that waited for the
+        witness lock while another published finds its seqs covered and publishes nothing;
+        so under concurrent new states one publication covers a whole group commit's
+        callers, not one publication each."""
         w = self._witness
-        if w is None or all(st.hw <= st.published for _, st in sts):
+        if w is None:
+            return
+        need = [(p, st, st.hw) for p, st in sts if st.hw > st.published]
+        if not need:
             return
         with self._witness_lock:
-            # (path, state, seq, head) read together under the path's lock (commits apply
-            # rows under it: hw and head always match) and captured once: a commit may
-            # advance hw meanwhile, and only what the witness recorded may be marked published
+            if all(hw <= st.published for _, st, hw in need):
+                return  # published meanwhile by another caller
+            # (seq, head) of each path read as one tuple (``tip``: a commit in flight is not
+            # waited for) and captured once: a commit may advance hw meanwhile, and only what
+            # the witness recorded may be marked published
             ahead = []
             for p, st in sts:
-                with _process_lock(self._identity, release_id, p):
-                    hw, head = st.hw, st.head.hex()
+                hw, head = st.tip
                 if hw > st.published:
-                    ahead.append((p, st, hw, head))
+                    ahead.append((p, st, hw, head.hex()))
             if ahead:
                 w(release_id, {p: (hw, head) for p, _, hw, head in ahead})
                 for _, st, hw, _ in ahead:
@@ -196,10 +208,13 @@ class PathCache:
                     )
                     raise IntegrityError(st.broken)
                 first[r[1]] = r[0]
-        values.update(pairs)
-        st.index.add(pairs)
+        # the high-water mark first: a reader without the lock that finds a value in the
+        # copy then sees an hw at least its seq (what the witness must have recorded)
         st.hw = expect + len(rows) - 1
         st.head = bytes.fromhex(rows[-1][4])
+        st.tip = (st.hw, st.head)
+        values.update(pairs)
+        st.index.add(pairs)
 
     def _catch_up(self, st: _ActionState, fetch: Callable[[], Sequence[Row]]) -> None:
         """``_apply(st, fetch())``; a log refused by ``_apply`` marks the path broken (its
@@ -244,17 +259,35 @@ class PathCache:
         rel = self._release(release_id)
         return sum(len(self._state(release_id, a).values) for a in range(rel.n_paths))
 
-    def refresh(self, release_id: str) -> int:
+    def refresh(self, release_id: str, *, wait: bool = True) -> int:
         """Bring the in-process copies of every path of the release up to date with the
         database (rows committed by other threads, processes or replicas; the first call
         loads them) in one read (:meth:`_db_fetch_since_many`), and return the release's
         stored points, all paths. The paths' locks are held, in path order, from the read to
-        the last copy updated (a commit of this process cannot interleave)."""
+        the last copy updated (a commit of this process cannot interleave).
+
+        ``wait=False`` (admission, :meth:`reserve`): the read takes no lock, and each path's
+        rows are applied only if its lock is free, past the seqs a commit applied meanwhile;
+        a path whose commit is in flight is left as it is (that commit reads what other
+        writers stored under the write lock before it draws). No caller waits for another
+        caller's fsync just to count its new states."""
         self._check_open()
         rel = self._release(release_id)
         paths = range(rel.n_paths)
         sts = [self._state(release_id, p) for p in paths]
         locks = [_process_lock(self._identity, release_id, p) for p in paths]
+        if not wait:
+            rows = self._db_fetch_since_many(
+                release_id, {p: st.hw for p, st in zip(paths, sts, strict=True)}
+            )
+            for p, st, lk in zip(paths, sts, locks, strict=True):
+                if rows[p] and lk.acquire(blocking=False):
+                    try:
+                        hw = st.hw
+                        self._apply(st, [r for r in rows[p] if r[0] > hw])
+                    finally:
+                        lk.release()
+            return sum(len(st.values) for st in sts)
         for lk in locks:
             lk.acquire()
         try:
@@ -267,6 +300,16 @@ class PathCache:
             for lk in reversed(locks):
                 lk.release()
         return sum(len(st.values) for st in sts)
+
+    def check_paths(self, release_id: str, paths: Sequence[int]) -> None:
+        """Raise as :meth:`known_values` would for these paths without looking anything up:
+        the store is closed, or a path's log was refused (IntegrityError). For a caller
+        answering values it kept from earlier answers of the paths."""
+        self._check_open()
+        for p in paths:
+            st = self._states.get((release_id, p))
+            if st is not None:
+                st.check()
 
     def known_values(
         self,
@@ -322,10 +365,10 @@ class PathCache:
         ``quotas.done`` once the request's points are committed or failed), or raise
         ResourceExhausted with nothing stored.
 
-        ``pairs``: (store path, unique unit values) of the request. A 1-D release passes its
-        unique states once per action; a d-coordinate release passes each (action,
-        coordinate) path with that coordinate's unique values, and ``rows``: the request's
-        states [n, d] and, per pair, the index of each state's value in the pair's values.
+        ``pairs``: (store path, unique unit values) of the request: each (action, coordinate)
+        path with that coordinate's unique values, and ``rows``: the request's states
+        [n, d] and, per pair, the index of each state's value in the pair's values (None:
+        every pair holds the same unique states, each a whole state).
         A new state is a state with a new point on any path; it costs one point per new
         value of each path. Stored states pass without a database read; otherwise the
         release's copies are brought up to date first in one read (:meth:`refresh`), so
@@ -338,7 +381,7 @@ class PathCache:
 
         if not any(self.count_new(rid, p, u) for p, u in pairs):
             return 0
-        self.refresh(rid)
+        self.refresh(rid, wait=False)
         masks = [self.new_mask(rid, p, u) for p, u in pairs]
         new_points = sum(int(m.sum()) for m in masks)
         if rows is None:  # every pair holds the same unique states
@@ -358,52 +401,18 @@ class PathCache:
             still_new=still_new,
         )
 
-    def get_or_sample(self, release_id: str, action: int, xs: npt.ArrayLike) -> FloatArray:
-        """g_action(x) for each unit state of ``xs``: stored values as stored, new states drawn
-        exactly given their stored neighbours and committed durably before this returns.
-
-        Duplicates get one value; bad input raises InvalidArgument and stores nothing.
-        """
-        self._check_open()
-        rel = self._release(release_id)
-        a = check_action(action, rel.n_paths)
-        xl: list[float] = validate_unit_states(xs).tolist()
-        st = self._state(release_id, a)
-        st.check()
-        get = st.values.get
-        out = [get(v) for v in xl]
-        if None in out:
-            missing = [v for v in dict.fromkeys(xl) if get(v) is None]
-            self._resolve(rel, {a: missing})
-            out = [get(v) for v in xl]
-        self._witnessed(release_id, [(a, st)])
-        return np.array(out, dtype=np.float64)
-
-    def get_or_sample_actions(
-        self, release_id: str, actions: Sequence[int], xs: npt.ArrayLike
-    ) -> FloatArray:
-        """``out[i, j] = g_{actions[j]}(xs[i])`` (as :meth:`get_or_sample` per action), with
-        the new points of all the actions stored in ONE durable transaction (group commit),
-        not one per action. Bad input raises InvalidArgument and stores nothing."""
-        self._check_open()
-        rel = self._release(release_id)
-        acts = [check_action(a, rel.n_paths) for a in actions]
-        if len(set(acts)) != len(acts):
-            raise InvalidArgument(f"actions must be distinct, got {list(actions)!r}")
-        xl: list[float] = validate_unit_states(xs).tolist()
-        cols = self._get_or_sample_many(rel, acts, [xl] * len(acts))
-        out = np.empty((len(xl), len(acts)), dtype=np.float64)
-        for j, col in enumerate(cols):
-            out[:, j] = col
-        return out
+    def get_or_sample(self, release_id: str, path: int, xs: npt.ArrayLike) -> FloatArray:
+        """``g_path(x)`` for each unit state of ``xs``: :meth:`get_or_sample_paths` for one path."""
+        return self.get_or_sample_paths(release_id, [path], [xs])[0]
 
     def get_or_sample_paths(
         self, release_id: str, paths: Sequence[int], xs: Sequence[npt.ArrayLike]
     ) -> list[FloatArray]:
-        """``out[k][i] = g_{paths[k]}(xs[k][i])``: each path with its own unit states (a d > 1
-        release: path a * d + j takes the j-th coordinates), as
-        :meth:`get_or_sample` per path, with the new points of all the paths stored in ONE
-        durable transaction (group commit). Bad input raises InvalidArgument and stores
+        """``out[k][i] = g_{paths[k]}(xs[k][i])``: each path with its own unit states (a release
+        of d coordinates: path a * d + j takes the j-th coordinates; d = 1: path a). Stored
+        values as stored; new states drawn exactly given their stored neighbours, the new
+        points of all the paths committed in ONE durable transaction (group commit) before
+        this returns. Duplicates get one value; bad input raises InvalidArgument and stores
         nothing."""
         self._check_open()
         rel = self._release(release_id)
@@ -416,9 +425,9 @@ class PathCache:
     def _get_or_sample_many(
         self, rel: ReleaseRecord, paths: list[int], xls: list[list[float]]
     ) -> list[FloatArray]:
-        """The shared body of :meth:`get_or_sample_actions` and :meth:`get_or_sample_paths`
-        (paths checked and distinct, states validated): every path's missing states stored
-        in ONE :meth:`_resolve` transaction, then each path's values read back."""
+        """The body of :meth:`get_or_sample_paths` (paths checked and distinct, states
+        validated): every path's missing states stored in ONE :meth:`_resolve` transaction,
+        then each path's values read back."""
         sts = [self._state(rel.release_id, p) for p in paths]
         wants: dict[int, list[float]] = {}
         for p, st, xl in zip(paths, sts, xls, strict=True):

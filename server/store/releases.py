@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from qveil.errors import IntegrityError, InvalidArgument, NotFound, echo
+from qveil.privacy.record import Record
 from qveil.server.store.models import RELEASE_STATUSES
 
 __all__ = [
@@ -88,7 +89,7 @@ class ReleaseRecord:
 
 
 @dataclass(frozen=True)
-class ReleaseBinding:
+class ReleaseBinding(Record):
     """A release bound to a store: the fingerprint of the bundle whose noise
     the store holds, when it was bound and the id of the store that first drew the noise (this
     store, or the one it was imported from)."""
@@ -97,9 +98,6 @@ class ReleaseBinding:
     fingerprint: str
     bound_at: str
     origin_store_id: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def validate_release_fields(

@@ -33,11 +33,10 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy import bindparam, event, func, select
+from sqlalchemy import bindparam, func, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import URL, make_url
@@ -54,6 +53,7 @@ from qveil.rng import NormalSource
 from qveil.server.store import migrate
 from qveil.server.store.base import (
     FullRow,
+    ImportedRelease,
     ReleaseBinding,
     ReleaseRecord,
     Retry,
@@ -66,6 +66,12 @@ from qveil.server.store.models import noise_points as NP  # noqa: N812
 from qveil.server.store.models import release_bindings as BIND  # noqa: N812
 from qveil.server.store.models import releases as REL  # noqa: N812
 from qveil.server.store.models import store_meta as META  # noqa: N812
+from qveil.server.store.sql_engines import (
+    check_settings,
+    postgres_engines,
+    sqlite_engine,
+    sqlite_url,
+)
 
 __all__ = ["SQLStore", "advisory_key"]
 
@@ -197,37 +203,6 @@ class _SqlTxn:
         return True
 
 
-def _sqlite_url(u: URL, url: str | URL, *, create: bool, new_ok: bool) -> tuple[URL, str]:
-    """The SQLite URL with its file's absolute path, and the store's identity; creates the
-    empty database file owner-only when it may."""
-    db = u.database or ""
-    is_uri = str(u.query.get("uri", "")).lower() in ("true", "1")
-    if db.startswith("file:") and is_uri:
-        db = db[len("file:") :]  # sqlite:///file:/abs/path?mode=ro&uri=true
-    if db in ("", ":memory:") or db.startswith("file:") or "mode=memory" in str(u):
-        raise InvalidArgument(
-            f"SQLite store needs a file path (sqlite:////abs/path.sqlite), got {url!r}"
-        )
-    path = Path(db).expanduser().resolve()
-    if not path.exists():
-        if not create or not new_ok:
-            raise FailedPrecondition(f"SQLite store {path} does not exist (nothing was created)")
-        if not path.parent.is_dir():
-            raise Unavailable(f"directory {path.parent} of the store does not exist")
-        # create the empty file 0600 before SQLite opens it, whatever the umask:
-        # SQLite gives the -wal and -shm files the database file's mode, so all three
-        # are owner-only (an empty file is a valid empty database)
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:  # created meanwhile by another process: its mode
-            pass
-        else:
-            os.fchmod(fd, 0o600)
-            os.close(fd)
-    u = u.set(database=("file:" if is_uri else "") + str(path))
-    return u, f"sqlite:{path}"
-
-
 class SQLStore(SamplePathStore):
     """The persistent store on SQLite (``sqlite:///abs/path``) or PostgreSQL."""
 
@@ -254,7 +229,7 @@ class SQLStore(SamplePathStore):
         backend = u.get_backend_name()
         if backend == "sqlite":
             self.backend = "sqlite"
-            u, identity = _sqlite_url(u, url, create=create, new_ok=new_ok)
+            u, identity = sqlite_url(u, url, create=create, new_ok=new_ok)
         elif backend == "postgresql":
             self.backend = "postgresql"
             if u.get_driver_name() != "psycopg":
@@ -284,6 +259,9 @@ class SQLStore(SamplePathStore):
                     read_engine=self._reader,
                     new_ok=new_ok,
                     where=f"store {identity}",
+                    lock_path=self._identity.removeprefix("sqlite:")
+                    if self.backend == "sqlite"
+                    else None,
                 )
                 self.settings = self._check_settings()
                 self._check_key()
@@ -295,29 +273,8 @@ class SQLStore(SamplePathStore):
 
     def _postgres_engines(self, u: URL, pool_size: int) -> tuple[sa.Engine, sa.Engine, sa.Engine]:
         """The writer (also the migration engine) and reader engines on PostgreSQL."""
-        # no pre-ping (a round trip per checkout): a dead pooled connection
-        # fails its statement, is invalidated, and the operation is retried
-        cargs = {"connect_timeout": max(1, int(self._busy))}
-        writer = self._track(
-            sa.create_engine(
-                u,
-                isolation_level="READ COMMITTED",
-                pool_size=pool_size,
-                max_overflow=pool_size,
-                connect_args=cargs,
-            )
-        )
-        # single-statement reads need no BEGIN/ROLLBACK round trips
-        reader = self._track(
-            sa.create_engine(
-                u,
-                isolation_level="AUTOCOMMIT",
-                pool_size=pool_size,
-                max_overflow=pool_size,
-                connect_args=cargs,
-            )
-        )
-        return writer, reader, writer
+        writer, reader = postgres_engines(u, busy=self._busy, pool_size=pool_size)
+        return self._track(writer), self._track(reader), writer
 
     def _track(self, eng: sa.Engine) -> sa.Engine:
         self._engines.append(eng)
@@ -332,92 +289,18 @@ class SQLStore(SamplePathStore):
         return writer, reader, writer
 
     def _sqlite_engine(self, *, pool_size: int, begin: bool, implicit: bool) -> sa.Engine:
-        """A SQLite engine with qveil's pragmas; ``begin``: BEGIN IMMEDIATE; ``implicit``:
-        keep the driver's own deferred BEGIN instead of ours (``isolation_level``)."""
-        args: dict[str, Any] = {"timeout": self._busy, "check_same_thread": False}
-        if not implicit:
-            args["isolation_level"] = None
-        eng = sa.create_engine(
-            self._url,
-            pool_size=pool_size,
-            max_overflow=0,
-            pool_timeout=max(self._busy, 1.0),
-            connect_args=args,
+        """A SQLite engine with qveil's pragmas (:func:`sqlite_engine`), closed with the store."""
+        return self._track(
+            sqlite_engine(
+                self._url, busy=self._busy, pool_size=pool_size, begin=begin, implicit=implicit
+            )
         )
-        ms = int(self._busy * 1000)
-
-        @event.listens_for(eng, "connect")
-        def _on_connect(dbapi_conn: Any, _rec: Any) -> None:
-            cur = dbapi_conn.cursor()
-            cur.execute(f"PRAGMA busy_timeout = {ms}")
-            cur.execute("PRAGMA journal_mode = WAL")
-            cur.execute("PRAGMA synchronous = FULL")
-            cur.execute("PRAGMA foreign_keys = ON")
-            cur.close()
-
-        if begin:  # the writer: a larger page cache keeps the x index's inner pages hot
-
-            @event.listens_for(eng, "connect")
-            def _cache(dbapi_conn: Any, _rec: Any) -> None:
-                dbapi_conn.execute("PRAGMA cache_size = -65536")  # 64 MiB
-
-            @event.listens_for(eng, "begin")
-            def _on_begin(conn: sa.Connection) -> None:
-                conn.exec_driver_sql("BEGIN IMMEDIATE")
-
-        return self._track(eng)
 
     def _check_settings(self) -> dict[str, Any]:
         """Read back the durability settings; refuse (FailedPrecondition) without them."""
-        if self.backend == "sqlite":
-            with self._writer.connect() as conn:
-                dbapi: Any = conn.connection.dbapi_connection
-                cur = dbapi.cursor()  # raw: no BEGIN IMMEDIATE just to read settings
-                s = {
-                    "journal_mode": cur.execute("PRAGMA journal_mode").fetchone()[0],
-                    "synchronous": cur.execute("PRAGMA synchronous").fetchone()[0],
-                    "busy_timeout_ms": cur.execute("PRAGMA busy_timeout").fetchone()[0],
-                    "driver_isolation_level": getattr(dbapi, "isolation_level", "?"),
-                    "begin": self._begin_mode,
-                }
-                cur.close()
-            bad = []
-            if str(s["journal_mode"]).lower() != "wal":
-                bad.append(f"journal_mode={s['journal_mode']} (need wal)")
-            if int(s["synchronous"]) < 2:
-                bad.append(f"synchronous={s['synchronous']} (need FULL=2 or EXTRA=3)")
-            if int(s["busy_timeout_ms"]) <= 0:
-                bad.append("busy_timeout is 0")
-            if self._begin_mode == "IMMEDIATE" and s["driver_isolation_level"] is not None:
-                bad.append("the driver's implicit transactions are enabled")
-        else:
-            with self._writer.connect() as conn:
-                s = {
-                    k: conn.exec_driver_sql(f"SHOW {k}").scalar()
-                    for k in (
-                        "transaction_isolation",
-                        "fsync",
-                        "synchronous_commit",
-                        "full_page_writes",
-                        "default_transaction_read_only",
-                    )
-                }
-                conn.rollback()
-            bad = []
-            if s["transaction_isolation"] != "read committed":
-                bad.append(f"transaction_isolation={s['transaction_isolation']}")
-            if s["fsync"] != "on":
-                bad.append("fsync is off")
-            if s["synchronous_commit"] in ("off",):
-                bad.append("synchronous_commit is off")
-            if s["full_page_writes"] != "on":
-                bad.append("full_page_writes is off")
-        if bad:
-            raise FailedPrecondition(
-                f"refusing to run the noise store on {self._identity}: unsafe settings: "
-                + "; ".join(bad)
-            )
-        return s
+        return check_settings(
+            self._writer, backend=self.backend, begin_mode=self._begin_mode, where=self._identity
+        )
 
     def _build_statements(self) -> None:
         r: Any = bindparam("r")
@@ -773,12 +656,8 @@ class SQLStore(SamplePathStore):
             res = conn.execute(self._ins_binding, binding.to_dict())
             return res.first() is not None
 
-    def _db_import(
-        self,
-        rec: ReleaseRecord,
-        rows: dict[int, list[Row]],
-        binding: ReleaseBinding | None = None,
-    ) -> None:
+    def _db_import(self, release: ImportedRelease) -> None:
+        rec, rows, binding = release.rec, release.rows, release.binding
         with self._write("import a release") as conn:
             res = conn.execute(self._ins_release, _release_row(rec))
             if res.first() is None:

@@ -1,4 +1,4 @@
-"""Admin and audit through a running server (issue 7): activation under load, and the
+"""Admin and audit through a running server: activation under load, and the
 AuditService returning the same report as ``qveil audit``. A real ``qveil serve`` subprocess
 on 127.0.0.1 port 0 with a tokens file; clients and ``qveil admin --target`` in this process."""
 
@@ -34,6 +34,8 @@ def setup(tmp_path: Path):  # type: ignore[no-untyped-def]
     return a, b, tokens, admin_tok, store
 
 
+# long-function: one scenario top to bottom: load runs while releases are activated, then
+#   every response is checked against the release it names
 def test_activation_under_load_no_error_one_release_per_response(
     setup, tmp_path: Path, capsys
 ) -> None:
@@ -169,6 +171,7 @@ def test_audit_service_returns_the_qveil_audit_report(setup, tmp_path: Path, cap
         capsys.readouterr()
 
 
+# long-function: one scenario top to bottom: retrain, record, activate through the server, query
 def test_retrain_with_a_running_server_activates_through_it(setup, tmp_path: Path, capsys) -> None:
     """`qveil admin retrain --store S ... --activate --target ADDR`: trains here, records the
     ledger event in the server's store, then the server swaps the new bundle in."""

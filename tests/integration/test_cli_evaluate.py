@@ -10,27 +10,23 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cli_helpers import assert_one_line_error, bad_token_files
 from server_helpers import (
     QVEIL,
     ServerProcess,
     Tokens,
     make_cartpole_kernel_bundle,
-    make_tokens,
-    start_server,
+    serving_with_tokens,
 )
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, Tokens]]:
     tmp = tmp_path_factory.mktemp("evaluate-cli")
-    tokens = make_tokens(tmp / "tokens.toml")
     # a release of a real env, served with the store it was bound to at train
     bundle, _ = make_cartpole_kernel_bundle(tmp, seed=1)
-    sp = start_server(tmp, bundle, "--tokens-file", str(tokens.path))
-    try:
-        yield sp, tokens
-    finally:
-        sp.terminate()
+    with serving_with_tokens(tmp, bundle) as served:
+        yield served
 
 
 def evaluate(target: str, *argv: str) -> subprocess.CompletedProcess[str]:
@@ -57,20 +53,13 @@ def test_token_file_problems_are_one_line(
     server: tuple[ServerProcess, Tokens], tmp_path: Path
 ) -> None:
     target = server[0].target
-    bad = tmp_path / "latin1.tok"
-    bad.write_bytes(b"\xff\xfetoken")
     good = tmp_path / "tok"
     good.write_text(server[1].query)
-    for argv, words in (
-        (["--token-file", str(tmp_path / "missing.tok")], ("missing.tok", "cannot be read")),
-        (["--token-file", str(bad)], ("latin1.tok", "not UTF-8")),
+    for argv, words in [
+        *((["--token-file", str(path)], words) for path, words in bad_token_files(tmp_path)),
         (["--token-file", str(good), "--token", server[1].query], ("not both",)),
-    ):
-        r = evaluate(target, *argv)
-        assert r.returncode == 2, (argv, r.stdout, r.stderr)
-        lines = r.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("qveil evaluate: error: "), r.stderr
-        assert all(w in lines[0] for w in words), (words, lines[0])
+    ]:
+        assert_one_line_error(evaluate(target, *argv), "evaluate", *words)
 
 
 def test_a_release_of_an_unregistered_env_is_one_line_and_exit_2(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""deploy/ checked as far as this machine can (issue 9, Build 5).
+"""deploy/ checked as far as this machine can.
 
 No Docker daemon or systemd PID 1 here, so: the compose file is parsed as YAML and checked for
 its services, health checks and durability flags; the Dockerfile is parsed instruction by
@@ -9,14 +9,13 @@ unit, the compose file and the Dockerfile's CMD give it**: only the values of --
 --store, --listen, --tls-cert/--tls-key and --tokens-file are replaced by temporary ones on
 127.0.0.1 (the test fails if any of those flags is absent, so a renamed flag is caught), and
 the server must reach SERVING, answer a query with a token, pass deploy/healthcheck.py, and
-exit 0 on SIGTERM. The KServe manifests (issue 17) parse as YAML, their volumes, ports and
+exit 0 on SIGTERM. The KServe manifests parse as YAML, their volumes, ports and
 probes agree with the args, and the server starts with their args the same way, answering
 the manifest's HTTPS probes and a v2 inference.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import os
 import re
@@ -31,6 +30,7 @@ import grpc
 import pytest
 import yaml
 from reliability_helpers import ServerProc, bundle_for_test, free_port
+from server_helpers import Certs, make_certs
 
 from qveil.server.auth import ROLES, add_token, load_tokens
 
@@ -239,61 +239,6 @@ def bundle(tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) -> Path:
     return bundle_for_test(tmp_path_factory, tmp_path)
 
 
-def make_certs(d: Path) -> dict[str, Path]:
-    """A throwaway CA and a server certificate for localhost / 127.0.0.1."""
-    import ipaddress
-
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    def name(cn: str) -> x509.Name:
-        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
-
-    now = dt.datetime.now(dt.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca = (
-        x509.CertificateBuilder()
-        .subject_name(name("qveil test CA"))
-        .issuer_name(name("qveil test CA"))
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now)
-        .not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(ca_key, hashes.SHA256())
-    )
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name("localhost"))
-        .issuer_name(ca.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now)
-        .not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName(
-                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-            ),
-            critical=False,
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
-    paths = {"ca": d / "ca.pem", "cert": d / "server.pem", "key": d / "server-key.pem"}
-    paths["ca"].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    paths["cert"].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    paths["key"].write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return paths
-
-
 def _probe(target: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("QVEIL_HEALTH")}
     return subprocess.run(
@@ -329,9 +274,7 @@ def _query(
     return len(reply.values)
 
 
-def _run(
-    tmp_path: Path, argv: list[str], name: str, *, tls: dict[str, Path] | None, token: str
-) -> None:
+def _run(tmp_path: Path, argv: list[str], name: str, *, tls: Certs | None, token: str) -> None:
     """Start `qveil <argv>` (argv starts with "serve"), query, probe, SIGTERM."""
     assert argv[0] == "serve", argv
     port = int(argv[argv.index("--listen") + 1].rsplit(":", 1)[1])
@@ -347,7 +290,7 @@ def _run(
     else:
         srv.start(wait=False)
         probe = None
-        creds = grpc.ssl_channel_credentials(root_certificates=tls["ca"].read_bytes())
+        creds = grpc.ssl_channel_credentials(root_certificates=tls.ca.read_bytes())
     try:
         if tls is not None:
             import time
@@ -357,7 +300,7 @@ def _run(
                 probe = _probe(
                     srv.target,
                     "--ca",
-                    str(tls["ca"]),
+                    str(tls.ca),
                     "--server-name",
                     "localhost",
                     "--timeout",
@@ -413,8 +356,8 @@ def _compose_like(tmp_path: Path, bundle: Path, argv: list[str], name: str) -> N
             "--bundle": str(bundle),
             "--store": f"sqlite:///{tmp_path / 'store.sqlite'}",
             "--listen": f"127.0.0.1:{free_port()}",
-            "--tls-cert": str(certs["cert"]),
-            "--tls-key": str(certs["key"]),
+            "--tls-cert": str(certs.server_cert),
+            "--tls-key": str(certs.server_key),
             "--tokens-file": str(tokens),
         },
     )
@@ -436,7 +379,7 @@ def test_server_starts_with_the_dockerfile_cmd(tmp_path: Path, bundle: Path) -> 
     _compose_like(tmp_path, bundle, cmd, "dockerfile")
 
 
-# ------------------------------------------------------------------ KServe (issue 17) ------
+# ------------------------------------------------------------------ KServe ------
 
 KSERVE = ("kserve-inferenceservice.yaml", "kserve-inferenceservice-postgres.yaml")
 
@@ -498,8 +441,8 @@ def test_server_starts_with_the_kserve_arguments(
             "--store": f"sqlite:///{tmp_path / 'store.sqlite'}",
             "--listen": f"127.0.0.1:{free_port()}",
             "--http-port": str(http_port),
-            "--tls-cert": str(certs["cert"]),
-            "--tls-key": str(certs["key"]),
+            "--tls-cert": str(certs.server_cert),
+            "--tls-key": str(certs.server_key),
             "--tokens-file": str(tokens),
         },
     )
@@ -510,7 +453,7 @@ def test_server_starts_with_the_kserve_arguments(
     )
     srv.start(wait=False)
     url = f"https://127.0.0.1:{http_port}"
-    ctx = ssl.create_default_context(cafile=str(certs["ca"]))
+    ctx = ssl.create_default_context(cafile=str(certs.ca))
     try:
         import time
 

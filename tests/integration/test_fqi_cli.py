@@ -81,7 +81,7 @@ def test_card_holds_and_matches_the_plan(bundle: Path, dataset: Path) -> None:
     assert card["neighbour"] == "user" and card["users"] == 300
     assert "one user's whole data replaced" in card["basis"]
     assert card["dataset_fingerprint"].startswith("sha256:")
-    assert card["model"]["kind"] == "grid" and card["seeded"] is False
+    assert card["model"]["kind"] == "additive" and card["dims"] == 1 and card["seeded"] is False
     for key in (
         "reward_bound",
         "gamma",
@@ -120,7 +120,7 @@ def test_inspect_prints_the_unnoised_mean(bundle: Path) -> None:
     r = qveil("inspect", "--bundle", str(bundle), "--grid", "11", "--json")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
-    assert out["states"] == pytest.approx(np.linspace(0, 1, 11).tolist())
+    assert np.allclose(out["states"], np.linspace(0, 1, 11)[:, None])  # [n, d], d = 1
     mean = np.array(out["mean"])
     assert mean.shape == (11, 2)
     assert np.allclose(mean, load_bundle(bundle).q_values(np.linspace(0, 1, 11)))
@@ -194,7 +194,7 @@ def test_too_much_noise_is_refused_unless_forced(dataset: Path, tmp_path: Path) 
 
 def test_a_warning_between_half_and_one(dataset: Path, tmp_path: Path) -> None:
     r = qveil(
-        *_train_argv(dataset, "0.05", str(tmp_path / "b")),
+        *_train_argv(dataset, "0.03", str(tmp_path / "b")),
     )
     card = load_bundle(tmp_path / "b").card
     assert r.returncode == 0, r.stderr
@@ -209,7 +209,7 @@ def test_tampered_fqi_card_is_refused(bundle: Path, tmp_path: Path) -> None:
     shutil.copytree(bundle, copy)
     from qveil.bundle import ADMIN_CARD_FILE, card_digest, merge_card, split_card
 
-    card = merge_card(  # the public card.json and the admin card_admin.json (issue 14 item 3)
+    card = merge_card(  # the public card.json and the admin card_admin.json
         json.loads((copy / CARD_FILE).read_text()),
         json.loads((copy / ADMIN_CARD_FILE).read_text()),
     )

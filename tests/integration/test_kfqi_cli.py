@@ -1,4 +1,4 @@
-"""The d-coordinate fqi release (kernel estimator, issue 16 part 1) through the CLI, as real
+"""The d-coordinate fqi release (kernel estimator) through the CLI, as real
 subprocesses: collect CartPole-v1 users, train with configs/cartpole-private.toml, load and
 verify the additive bundle, inspect it; tampering (betas, lam, the model's betas) is
 refused on load; a 1-D server path (``Bundle.interval``/``beta``) refuses it loudly rather
@@ -173,7 +173,7 @@ def test_wrong_number_of_intervals_is_a_clear_error(tmp_path: Path) -> None:
 
 def test_privacy_plan_of_a_kernel_config_before_any_data() -> None:
     """`qveil privacy --mode fqi --config <kernel config>` prints the same sigma the
-    trainer would use (public quantities only), and refuses the 1-D grid's flags."""
+    trainer would use (public quantities only), and refuses one --beta for its 4 coordinates."""
     from qveil.kfqi_config import load_fqi_config, plan_kernel
 
     plan = ("privacy", "--mode", "fqi", "--config", CONFIG, "--actions", "2", "--epsilon", "1")
@@ -183,28 +183,26 @@ def test_privacy_plan_of_a_kernel_config_before_any_data() -> None:
         load_fqi_config(CONFIG), users=100_000, actions=2, dims=4, reward_range=(0.0, 1.0)
     )
     assert f"{want.sigma:.6g}" in r.stdout and "kernel, d = 4" in r.stdout
-    r = qveil(*plan, "--users", "100", "--grid-points", "11")
-    assert r.returncode == 2 and "kernel" in r.stderr, r.stderr
+    r = qveil(*plan, "--users", "100", "--beta", "3")
+    assert r.returncode == 2 and "1 betas for 4 coordinates" in r.stderr, r.stderr
 
 
 def test_kernel_reward_relation_needs_the_population_averages_declaration(
     tmp_path: Path,
 ) -> None:
-    """The kernel estimator guards the reward relation the same way, in train_fqi,
+    """The kernel estimator guards the reward relation the same way, in
     train_kernel_fqi and fit_kernel (what experiments call): refused on per-user rows before
     anything is written, accepted on a dataset that declares population averages."""
     import dataclasses
 
     from qveil.kfqi_config import load_fqi_config
     from qveil.trainer.collect import collect
-    from qveil.trainer.fqi import train_fqi
     from qveil.trainer.kfqi import fit_kernel, train_kernel_fqi
 
     cfg = load_fqi_config(Path(CONFIG)).replace(neighbour="reward")
     data = collect("CartPole-v1", 6, 2, reward_range=(0.0, 1.0))
     out = tmp_path / "b"
     for call in (
-        lambda: train_fqi(cfg, data, out, force=True),
         lambda: train_kernel_fqi(cfg, data, out, force=True),
         lambda: fit_kernel(cfg, data),
     ):

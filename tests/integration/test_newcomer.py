@@ -1,4 +1,4 @@
-"""Issue 14 item 8, the newcomer's path: the loud warning when sigma exceeds the value scale
+"""The newcomer's path: the loud warning when sigma exceeds the value scale
 r0/(1-gamma) (``qveil train``, ``qveil admin retrain``), ``qveil privacy --sigma 0.74`` saying
 which flags give an epsilon, a relative ``sqlite:///`` store resolved against the bundle's
 directory by a real ``qveil serve``, and card numbers rounded for humans."""

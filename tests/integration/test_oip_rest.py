@@ -1,4 +1,4 @@
-"""The v2 REST/JSON binding (issue 17, `qveil serve --http-port`) spoken by plain httpx, as
+"""The v2 REST/JSON binding (`qveil serve --http-port`) spoken by plain httpx, as
 curl would: JSON tensors (no binary extension), the same answers as ValueService bit for bit
 (a JSON double round-trips exactly: repr is shortest-exact), the same bad inputs with HTTP
 statuses and 0 rows in the SQLite store, auth by `Authorization: Bearer`, a body over
@@ -9,7 +9,6 @@ test_oip_grpc.py.)"""
 from __future__ import annotations
 
 import json
-import re
 import ssl
 from collections.abc import Iterator
 from typing import Any
@@ -17,7 +16,7 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-from oip_helpers import MAX_BATCH, Env, bad_cases, hexes, states_input
+from oip_helpers import MAX_BATCH, Env, bad_cases, hexes, serving_env, states_input
 from server_helpers import make_bundle, make_certs, make_tokens, running
 
 from qveil.client import ValueClient
@@ -32,11 +31,8 @@ STATUS = {
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
-    e = Env(tmp_path_factory.mktemp("oip-rest"))
-    try:
+    with serving_env(tmp_path_factory.mktemp("oip-rest")) as e:
         yield e
-    finally:
-        assert e.server.terminate() == 0, e.server.output()
 
 
 def base(env: Env) -> str:
@@ -271,9 +267,7 @@ def test_tls_and_loopback_binding(tmp_path: Any) -> None:
         health_creds=creds,
         name="tls",
     ) as sp:
-        m = re.search(r"v2 REST on https://127\.0\.0\.1:(\d+)", sp.output())
-        assert m, sp.output()
-        url = f"https://127.0.0.1:{m.group(1)}"
+        url = sp.rest_url("https")
         with httpx.Client(verify=ssl.create_default_context(cafile=str(certs.ca))) as c:
             assert c.get(url + "/v2/health/ready").json() == {"ready": True}
             r = c.post(
@@ -296,7 +290,7 @@ def test_tls_and_loopback_binding(tmp_path: Any) -> None:
         "0",
         name="plain",
     ) as sp:
-        assert re.search(r"v2 REST on http://127\.0\.0\.1:\d+", sp.output()), sp.output()
+        assert sp.rest_url().startswith("http://")
 
 
 def test_drain_turns_v2_readiness_off_first(tmp_path: Any) -> None:
@@ -313,9 +307,7 @@ def test_drain_turns_v2_readiness_off_first(tmp_path: Any) -> None:
 
     bundle = make_bundle(tmp_path / "b", seed=6)
     sp = start_server(tmp_path, bundle, "--http-port", "0", "--drain-delay", "5", name="drain")
-    m = re.search(r"v2 REST on http://127\.0\.0\.1:(\d+)", sp.output())
-    assert m, sp.output()
-    url = f"http://127.0.0.1:{m.group(1)}"
+    url = sp.rest_url()
     try:
         assert health_status(sp.target, "inference.GRPCInferenceService") == "SERVING"
         with grpc.insecure_channel(sp.target) as ch:
@@ -397,9 +389,7 @@ def test_new_state_budget_is_shared_with_value_service(tmp_path: Any) -> None:
         store=f"sqlite:///{db}",
         name="quota",
     ) as sp:
-        m = re.search(r"v2 REST on http://127\.0\.0\.1:(\d+)", sp.output())
-        assert m, sp.output()
-        url = f"http://127.0.0.1:{m.group(1)}/v2/models/qveil/infer"
+        url = sp.rest_url() + "/v2/models/qveil/infer"
         states = [0.25, 0.5]
         with ValueClient(sp.target) as c:
             c.values(states)

@@ -137,8 +137,8 @@ def test_malformed_flags_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
 def test_fqi_text_prints_every_beta_of_a_d_coordinate_config(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """A config of d coordinates has one beta_j each: the text lists all of them (the 1-D
-    grid estimator keeps its one beta)."""
+    """A config of d coordinates has one beta_j each: the text lists all of them (d = 1:
+    its one beta)."""
     import tomllib
     from pathlib import Path
 
@@ -152,4 +152,4 @@ def test_fqi_text_prints_every_beta_of_a_d_coordinate_config(
     assert not [ln for ln in lines if ln.startswith("beta ")]
     assert main(["privacy", *flags, "--config", str(configs / "linewalk-private.toml")]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert [ln.split()[0] for ln in lines if ln.startswith("beta")] == ["beta"]
+    assert [ln for ln in lines if ln.startswith("beta")] == ["betas       2"]

@@ -20,7 +20,6 @@ cannot fail them. Each test was run 20 times in a loop before committing.
 from __future__ import annotations
 
 import json
-import re
 import sqlite3
 import subprocess
 import sys
@@ -64,9 +63,7 @@ class World:
             "0",
             store=f"sqlite:///{self.db}",
         )
-        m = re.search(r"v2 REST on http://127\.0\.0\.1:(\d+)", self.srv.output())
-        assert m, self.srv.output()
-        self.http = f"127.0.0.1:{m.group(1)}"
+        self.http = self.srv.rest_url().removeprefix("http://")
 
     def rows(self) -> int:
         with sqlite3.connect(self.db) as con:

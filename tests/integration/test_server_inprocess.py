@@ -64,14 +64,8 @@ def srv(
 
 # ----------------------------------------------------------------------------- property test
 finite_in = st.floats(LO, HI, allow_nan=False)
-bad_state = st.one_of(
-    st.just(math.nan),
-    st.just(math.inf),
-    st.just(-math.inf),
-    st.floats(HI, 1e308, exclude_min=True),
-    st.floats(-1e308, LO, exclude_max=True),
-    st.sampled_from([np.nextafter(HI, 3.0), np.nextafter(LO, -2.0), 5e-324 + HI]),
-)
+# a finite state outside [LO, HI] is not bad: it is clipped into the interval and answered
+bad_state = st.one_of(st.just(math.nan), st.just(math.inf), st.just(-math.inf))
 good_actions = st.lists(st.integers(0, M - 1), unique=True, max_size=M)
 bad_action = st.one_of(st.integers(M, 2**31 - 1), st.integers(-(2**31), -1))
 
@@ -87,7 +81,7 @@ def invalid_request(draw: st.DrawFn) -> value_pb.GetValuesRequest:
         for _ in range(draw(st.integers(1, 3))):
             states.insert(draw(st.integers(0, len(states))), draw(bad_state))
         states = states[:MAX_BATCH]
-        if not any(not (LO <= s <= HI) for s in states):  # truncated away: put one back
+        if all(math.isfinite(s) for s in states):  # truncated away: put one back
             states[-1] = math.nan
     if kind in ("action", "mixed"):
         actions = [*actions, draw(bad_action)]

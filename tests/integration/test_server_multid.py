@@ -1,4 +1,4 @@
-"""Serving a release of d > 1 state coordinates (issue 16 part 2) through the one serving path:
+"""Serving a release of d > 1 state coordinates through the one serving path:
 a CartPole-v1 kernel fqi release (d = 4, 2 actions, configs/cartpole-private.toml) trained by
 the real CLI, served by the real gRPC server on 127.0.0.1 port 0 over a real SQLite file (and
 PostgreSQL for the store-level checks), queried with [n, 4] states through the SDK and the
@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,6 +26,7 @@ from server_helpers import (
     fresh_bundle,
     make_bundle,
     make_cartpole_kernel_bundle,
+    qveil,
 )
 
 from qveil.bundle import load_bundle
@@ -35,13 +34,8 @@ from qveil.client import AsyncValueClient, InvalidArgumentError, ValueClient
 from qveil.server.store import open_store
 from qveil.v1 import value_service_pb2 as value_pb
 
-QVEIL = str(Path(sys.executable).with_name("qveil"))
 CONFIG, BETAS = CARTPOLE_CONFIG, CARTPOLE_BETAS
 D, M = 4, 2
-
-
-def qveil(*argv: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([QVEIL, *argv], capture_output=True, text=True, timeout=300, cwd=cwd)
 
 
 @pytest.fixture(scope="module")
@@ -316,13 +310,13 @@ def test_evaluate_target_plays_a_d4_release_through_the_server(
         == 0
     )
     scores = {r["policy"].split(" (")[0]: r for r in json.loads(capsys.readouterr().out)}
-    assert set(scores) == {"served release", "random", "non-private kernel FQI"}
+    assert set(scores) == {"served release", "random", "non-private FQI"}
     served_row = scores["served release"]
     # CartPole pays 1 per step: the episodes' steps are the states the server was asked
     steps = round(served_row["mean"] * episodes)
     assert s.services.ctx.metrics.states_answered - before == steps * M
     assert 0 < len(_rows(url)) <= steps * M * D
-    assert scores["non-private kernel FQI"]["mean"] > 0
+    assert scores["non-private FQI"]["mean"] > 0
 
 
 @pytest.mark.postgres

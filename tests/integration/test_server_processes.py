@@ -20,7 +20,7 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
-from server_helpers import QVEIL, make_bundle, start_server
+from server_helpers import QVEIL, ServerProcess, make_bundle, start_server
 
 from qveil.v1 import value_service_pb2 as pb
 from qveil.v1 import value_service_pb2_grpc as pb_grpc
@@ -53,11 +53,11 @@ def _alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
-def _wait_for(what: str, sp: object, timeout: float = 120.0) -> None:
+def _wait_for(what: str, sp: ServerProcess, timeout: float = 120.0) -> None:
     deadline = time.monotonic() + timeout
-    while what not in sp.output():  # type: ignore[attr-defined]
-        assert sp.proc.poll() is None, sp.output()  # type: ignore[attr-defined]
-        assert time.monotonic() < deadline, sp.output()  # type: ignore[attr-defined]
+    while what not in sp.output():
+        assert sp.proc.poll() is None, sp.output()
+        assert time.monotonic() < deadline, sp.output()
         time.sleep(0.05)
 
 
@@ -70,12 +70,22 @@ def _ask(target: str, states: list[float]) -> list[float]:
     return list(reply.values)
 
 
-def test_two_processes_share_the_port_and_every_state_has_one_value(tmp_path: Path) -> None:
+def _two_processes(tmp_path: Path) -> ServerProcess:
+    """``qveil serve --processes 2`` on a SQLite store, once both processes serve."""
     bundle = make_bundle(tmp_path / "bundle")
     store = f"sqlite:///{tmp_path / 'store.sqlite'}"
     sp = start_server(tmp_path, bundle, "--processes", "2", store=store, timeout=120)
     try:
         _wait_for("2 processes serving on", sp)
+    except BaseException:
+        sp.terminate()
+        raise
+    return sp
+
+
+def test_two_processes_share_the_port_and_every_state_has_one_value(tmp_path: Path) -> None:
+    sp = _two_processes(tmp_path)
+    try:
         kids = _children(sp.proc.pid)
         assert len(kids) == 1, (kids, sp.output())
         # 16 connections at once ask the same new states, then the same again: one value each
@@ -92,11 +102,8 @@ def test_two_processes_share_the_port_and_every_state_has_one_value(tmp_path: Pa
 
 
 def test_a_process_that_dies_stops_the_server(tmp_path: Path) -> None:
-    bundle = make_bundle(tmp_path / "bundle")
-    store = f"sqlite:///{tmp_path / 'store.sqlite'}"
-    sp = start_server(tmp_path, bundle, "--processes", "2", store=store, timeout=120)
+    sp = _two_processes(tmp_path)
     try:
-        _wait_for("2 processes serving on", sp)
         (kid,) = _children(sp.proc.pid)
         os.kill(kid, signal.SIGKILL)
         code = sp.proc.wait(timeout=60)

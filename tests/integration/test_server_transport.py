@@ -81,17 +81,8 @@ def test_tls_rejects_plaintext_client(bundle: Path, certs, tmp_path: Path) -> No
 
 
 def test_mtls_rejects_client_without_certificate(bundle: Path, certs, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    tls = [
-        "--tls-cert",
-        str(certs.server_cert),
-        "--tls-key",
-        str(certs.server_key),
-        "--tls-client-ca",
-        str(certs.ca),
-    ]
-    hc = grpc.ssl_channel_credentials(
-        certs.ca.read_bytes(), certs.client_key.read_bytes(), certs.client_cert.read_bytes()
-    )
+    tls = certs.mtls_flags()
+    hc = certs.client_credentials()
     sp = start_server(
         tmp_path, bundle, *tls, store=f"sqlite:///{tmp_path / 's.sqlite'}", health_creds=hc
     )

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 import time
 from pathlib import Path
 
@@ -24,6 +23,7 @@ import pytest
 from noise_helpers import assert_unseeded_law
 from store_helpers import RID, check_seen, make_release, stored
 from store_worker import concurrent_writer, run_forked
+from thread_helpers import run_threads
 
 from qveil.server.store import InsertRecord, open_store
 
@@ -71,27 +71,14 @@ def test_16_threads(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -
             per_commit.append(len({r.x for r in recs}))
 
         s.set_debug_hook(hook)
-        barrier = threading.Barrier(16)
-        errors: list[BaseException] = []
 
         def work(i: int) -> None:
             rng = np.random.default_rng(100 + i)
-            barrier.wait()
-            try:
-                for _ in range(40):
-                    xs = rng.choice(grid, size=int(rng.integers(1, 6)))
-                    answers.extend(
-                        zip(xs.tolist(), s.get_or_sample(RID, 0, xs).tolist(), strict=True)
-                    )
-            except BaseException as exc:  # noqa: BLE001
-                errors.append(exc)
+            for _ in range(40):
+                xs = rng.choice(grid, size=int(rng.integers(1, 6)))
+                answers.extend(zip(xs.tolist(), s.get_or_sample(RID, 0, xs).tolist(), strict=True))
 
-        threads = [threading.Thread(target=work, args=(i,)) for i in range(16)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        assert not errors, errors
+        run_threads(16, work)
     assert _check(url, answers, records) == []
     # group commit happened: some transactions carried several threads' states
     assert max(per_commit) > 5 and len(per_commit) < len(records)

@@ -1,4 +1,4 @@
-"""Backups and restore checks (issue 9, docs/operations.md) with deploy/backup_sqlite.py.
+"""Backups and restore checks (docs/operations.md) with deploy/backup_sqlite.py.
 
 While clients stream new points into a live server, an online backup (SQLite backup API) is
 taken. The copy verifies (integrity_check, hash chains) and contains every answer received
@@ -21,7 +21,6 @@ import numpy as np
 import pytest
 from reliability_helpers import (
     AnswerBook,
-    bundle_for_test,
     query_workers,
     release_info,
     report,
@@ -35,12 +34,6 @@ from qveil.server.store import open_store
 TOOL = Path(__file__).resolve().parents[2] / "deploy" / "backup_sqlite.py"
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def bundle(tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) -> Path:
-    """This test's copy of the shared, unbound bundle (one release, one store)."""
-    return bundle_for_test(tmp_path_factory, tmp_path)
 
 
 def _tool(*args: str) -> subprocess.CompletedProcess[str]:
@@ -103,7 +96,7 @@ def test_online_backup_under_load_and_restore_check(tmp_path: Path, bundle: Path
     finally:
         store.close()
     states = sorted({s for s, _ in before})
-    unit = dict(zip(states, b.to_unit(np.array(states)).tolist(), strict=True))
+    unit = dict(zip(states, b.box.to_unit(np.array(states))[:, 0].tolist(), strict=True))
     missing = [k for k in before if unit[k[0]] not in stored[k[1]]]
     assert not missing, f"{len(missing)} answers given before the backup are not in it"
     # the final live marks: the copy is behind them and must be refused; the live store passes

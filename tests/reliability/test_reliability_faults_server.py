@@ -1,4 +1,4 @@
-"""Faults under a running server (issue 9, Build 4), seen by gRPC clients.
+"""Faults under a running server, seen by gRPC clients.
 
 Clients stream GetValues with new points while the store's filesystem fills up, while the
 PostgreSQL database turns read-only, and while PostgreSQL connections are cut (and, in the full
@@ -27,7 +27,6 @@ import pytest
 from reliability_helpers import (
     FULL,
     AnswerBook,
-    bundle_for_test,
     fill_filesystem,
     get_values,
     query_workers,
@@ -45,12 +44,6 @@ from qveil.bundle import load_bundle
 from qveil.server.store import open_store
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def bundle(tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) -> Path:
-    """This test's copy of the shared, unbound bundle (one release, one store)."""
-    return bundle_for_test(tmp_path_factory, tmp_path)
 
 
 class Traffic:
@@ -126,7 +119,7 @@ def _check_after(traffic: Traffic, target: str, store_url: str, bundle: Path) ->
     finally:
         store.close()
     states = traffic.book.states()
-    unit = dict(zip(states, b.to_unit(np.array(states)).tolist(), strict=True))
+    unit = dict(zip(states, b.box.to_unit(np.array(states))[:, 0].tolist(), strict=True))
     missing = [k for k in traffic.book.values if unit[k[0]] not in stored[k[1]]]
     assert not missing, f"{len(missing)} answered values are not stored: {missing[:5]}"
     return n
@@ -167,8 +160,13 @@ def test_server_store_filesystem_full(tmp_path: Path, bundle: Path) -> None:
         if srv is not None:
             srv.stop()
         umount(mnt)
+    _report_recovered("server_fault_disk_full", traffic, recovery_s, checked)
+
+
+def _report_recovered(name: str, traffic: Traffic, recovery_s: float, checked: int) -> None:
+    """The results line of a fault the server recovered from with no unexpected error."""
     report(
-        "server_fault_disk_full",
+        name,
         calls=dict(traffic.book.codes),
         known_state_calls_ok=traffic.known_book.codes.get("OK", 0),
         recovery_s=round(recovery_s, 2),
@@ -227,14 +225,7 @@ def test_server_postgres_read_only_and_back(
             conn.execute(f'ALTER DATABASE "{db}" RESET default_transaction_read_only')
         srv.stop()
     assert not known_errors, f"known states failed while read-only: {known_errors}"
-    report(
-        "server_fault_postgres_read_only",
-        calls=dict(traffic.book.codes),
-        known_state_calls_ok=traffic.known_book.codes.get("OK", 0),
-        recovery_s=round(recovery_s, 2),
-        answers_rechecked=checked,
-        unexpected_errors={},
-    )
+    _report_recovered("server_fault_postgres_read_only", traffic, recovery_s, checked)
 
 
 @pytest.mark.postgres

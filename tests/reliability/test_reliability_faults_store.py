@@ -1,4 +1,4 @@
-"""Faults under the sample-path store (issue 9, Build 4), at the store API.
+"""Faults under the sample-path store, at the store API.
 
 What production brings to the store: its filesystem full, its database read-only, PostgreSQL
 connections cut (a restart of the cluster in the full form). For each, the promises are:
@@ -39,25 +39,18 @@ from reliability_helpers import (
     tmpfs_remount,
     umount,
 )
+from store_helpers import make_release
 
 from qveil.errors import QveilError, Unavailable
 from qveil.rng import seeded_rng
-from qveil.server.store import open_store
+from qveil.server.store import SamplePathStore, open_store
 
 RID = "rel-faults"
 SIGMA, BETA = 1.0, 5.0
 
 
-def _release(store) -> None:  # type: ignore[no-untyped-def]
-    store.create_release(
-        release_id=RID,
-        fingerprint="f" * 64,
-        sigma=SIGMA,
-        beta=BETA,
-        interval=(0.0, 1.0),
-        n_actions=2,
-        status="active",
-    )
+def _release(store: SamplePathStore) -> None:
+    make_release(store, RID, sigma=SIGMA, beta=BETA, interval=(0.0, 1.0), status="active")
 
 
 def _record(
@@ -66,6 +59,40 @@ def _record(
     for x, g in zip(xs.tolist(), np.asarray(gs).tolist(), strict=True):
         prev = answered.setdefault((action, x), g)
         assert prev == g, f"store answered two values for action {action} x={x}: {prev} {g}"
+
+
+def _ask_new(
+    store: SamplePathStore,
+    answered: dict[tuple[int, float], float],
+    rng: np.random.Generator,
+    n: int,
+    action: int = 0,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Ask ``n`` fresh random states of ``action`` and record the answers: (states, values)."""
+    xs = rng.uniform(size=n)
+    gs = store.get_or_sample(RID, action, xs)
+    _record(answered, action, xs, gs)
+    return xs, gs
+
+
+def _open_with_known(
+    url: str, seed: int, n: int
+) -> tuple[
+    SamplePathStore, dict[tuple[int, float], float], np.random.Generator, np.ndarray, np.ndarray
+]:
+    """A store on ``url`` (noise seeded with ``seed``) holding the release and ``n`` answered
+    states of action 0: (store, the answers, the states' generator (``seed + 1``), the
+    states, their values). The store is closed if any of that fails."""
+    store = open_store(url, rng=seeded_rng(seed))
+    answered: dict[tuple[int, float], float] = {}
+    rng = np.random.default_rng(seed + 1)
+    try:
+        _release(store)
+        known, g_known = _ask_new(store, answered, rng, n)
+    except BaseException:
+        store.close()
+        raise
+    return store, answered, rng, known, g_known
 
 
 def _check_all_stored(url: str, answered: dict[tuple[int, float], float]) -> int:
@@ -106,14 +133,8 @@ def test_sqlite_filesystem_full_fails_cleanly_and_recovers(tmpfs: Path) -> None:
     open: the next commits fail with Unavailable and store nothing, known points are still
     answered unchanged, and deleting the ballast lets the SAME store object commit again."""
     url = sqlite_url(tmpfs / "store.sqlite")
-    store = open_store(url, rng=seeded_rng(91))
-    answered: dict[tuple[int, float], float] = {}
-    rng = np.random.default_rng(92)
+    store, answered, rng, known, g_known = _open_with_known(url, 91, 200)
     try:
-        _release(store)
-        known = rng.uniform(size=200)
-        g_known = store.get_or_sample(RID, 0, known)
-        _record(answered, 0, known, g_known)
         ballast = fill_filesystem(tmpfs)
         failed_xs = None
         committed_while_full = 0
@@ -163,8 +184,7 @@ def test_sqlite_read_only_filesystem(tmpfs: Path) -> None:
     store = open_store(url, rng=seeded_rng(94))
     try:
         _release(store)
-        known = rng.uniform(size=100)
-        _record(answered, 1, known, store.get_or_sample(RID, 1, known))
+        known, _ = _ask_new(store, answered, rng, 100, action=1)
     finally:
         store.close()
     tmpfs_remount(tmpfs, "ro")
@@ -244,14 +264,8 @@ def test_postgres_read_only_then_writable_again(pg_url: str, pg_available: str) 
     nothing; known points are still answered; when it is writable again (and the read-only
     sessions are cut again), the same store object commits again by itself."""
     db = urlparse(pg_url).path.lstrip("/")
-    store = open_store(pg_url, rng=seeded_rng(96))
-    answered: dict[tuple[int, float], float] = {}
-    rng = np.random.default_rng(97)
+    store, answered, rng, known, g_known = _open_with_known(pg_url, 96, 100)
     try:
-        _release(store)
-        known = rng.uniform(size=100)
-        g_known = store.get_or_sample(RID, 0, known)
-        _record(answered, 0, known, g_known)
         with _admin(pg_available) as conn:
             conn.execute(f'ALTER DATABASE "{db}" SET default_transaction_read_only = on')
         _terminate(pg_available, db)

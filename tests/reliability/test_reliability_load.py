@@ -1,4 +1,4 @@
-"""Load and soak (issue 9, Build 3) with benchmarks/loadgen.py against a real server.
+"""Load and soak with benchmarks/loadgen.py against a real server.
 
 1. Soak: the server's capacity at a realistic mix (8 states per call, 10 % of them new, the
    rest from a pool of 1000 repeated states) is measured closed-loop first; then open-loop
@@ -29,7 +29,6 @@ import numpy as np
 import pytest
 from reliability_helpers import (
     AnswerBook,
-    bundle_for_test,
     get_values,
     recheck,
     release_info,
@@ -47,12 +46,6 @@ import loadgen  # noqa: E402
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture
-def bundle(tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) -> Path:
-    """This test's copy of the shared, unbound bundle (one release, one store)."""
-    return bundle_for_test(tmp_path_factory, tmp_path)
-
-
 class RssSampler(threading.Thread):
     def __init__(self, srv, period: float = 0.25) -> None:  # type: ignore[no-untyped-def]
         super().__init__(daemon=True)
@@ -67,6 +60,8 @@ class RssSampler(threading.Thread):
             time.sleep(self.period)
 
 
+# long-function: one soak top to bottom: measure capacity, find the sustainable rate, hold it,
+#   recheck every answer, report
 def test_soak_at_the_measured_sustainable_rate(tmp_path: Path, bundle: Path) -> None:
     store_url = sqlite_url(tmp_path / "store.sqlite")
     srv = start_server(tmp_path, bundle=bundle, store=store_url)
@@ -175,6 +170,8 @@ def test_soak_at_the_measured_sustainable_rate(tmp_path: Path, bundle: Path) -> 
     )
 
 
+# long-function: one overload top to bottom: a calm client and a flood past the in-flight bound,
+#   then the codes each saw, every answer rechecked, report
 def test_overload_gets_resource_exhausted(tmp_path: Path, bundle: Path) -> None:
     bound = 4
     srv = start_server(

@@ -1,4 +1,4 @@
-"""Replicas (issue 9, Build 2): three `qveil serve` processes on one PostgreSQL store.
+"""Replicas: three `qveil serve` processes on one PostgreSQL store.
 
 Six clients walk the SAME list of batches of new states, each starting on a different replica,
 so at any moment the same new points are being asked of all three replicas at once (maximal
@@ -30,29 +30,20 @@ import numpy as np
 import pytest
 from noise_helpers import assert_unseeded_law
 from reliability_helpers import (
-    CHANNEL_OPTIONS,
     AnswerBook,
-    ServerProc,
-    bundle_for_test,
-    free_port,
     get_values,
     recheck,
     release_info,
+    replicas,
     report,
     scale,
-    serve_argv,
+    value_stubs,
 )
 
 from qveil.bundle import load_bundle
 from qveil.server.store import open_store
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
-
-
-@pytest.fixture
-def bundle(tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) -> Path:
-    """This test's copy of the shared, unbound bundle (one release, one store)."""
-    return bundle_for_test(tmp_path_factory, tmp_path)
 
 
 def _walker(
@@ -64,12 +55,8 @@ def _walker(
     idx: int,
     unexpected: list[str],
 ) -> None:
-    from qveil.v1 import value_service_pb2_grpc as vgrpc
-
-    chans = [grpc.insecure_channel(t, options=CHANNEL_OPTIONS) for t in targets]
-    stubs = [vgrpc.ValueServiceStub(c) for c in chans]
     k = start
-    try:
+    with value_stubs(targets) as stubs:
         for b, states in enumerate(batches):
             for _attempt in range(50):
                 try:
@@ -86,24 +73,14 @@ def _walker(
             else:
                 unexpected.append(f"batch {b} never answered")
             progress[idx] = b + 1
-    finally:
-        for c in chans:
-            c.close()
 
 
+# long-function: one scenario top to bottom: three replicas under load, one killed and restarted,
+#   then every answer rechecked on each and the stored law checked
 def test_three_replicas_one_postgres_store(tmp_path: Path, bundle: Path, pg_url: str) -> None:
     n_batches = int(scale(150, 1000))
     batch = 20
-    srvs = []
-    for i in range(3):
-        port = free_port()
-        srvs.append(
-            ServerProc(
-                argv=serve_argv(bundle=bundle, store=pg_url, port=port),
-                port=port,
-                log_path=tmp_path / f"replica{i}.log",
-            )
-        )
+    srvs = replicas(tmp_path, 3, bundle=bundle, store=pg_url)
     try:
         for s in srvs:  # all three at once on the fresh database (migrations, registration)
             s.start(wait=False)

@@ -1,19 +1,14 @@
-"""Initial schema: releases and noise_points.
-
-Revision ID: 0001
-Revises:
-Create Date: 2026-11-22
-"""
+"""Initial schema: releases and noise_points."""
 
 from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
 
+from qveil.server.migrations.noise_points import create_noise_points
+
 revision = "0001"
 down_revision = None
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:
@@ -32,24 +27,7 @@ def upgrade() -> None:
         sa.CheckConstraint("n_actions >= 1", name="ck_releases_n_actions"),
         sa.PrimaryKeyConstraint("release_id", name="pk_releases"),
     )
-    op.create_table(
-        "noise_points",
-        sa.Column("release_id", sa.String(128), nullable=False),
-        sa.Column("action", sa.Integer(), nullable=False),
-        sa.Column("seq", sa.BigInteger(), nullable=False),
-        sa.Column("x", sa.Double(), nullable=False),
-        sa.Column("g", sa.Double(), nullable=False),
-        sa.Column("created_at", sa.Double(), nullable=False),
-        sa.Column("hash", sa.String(64), nullable=False),
-        sa.ForeignKeyConstraint(
-            ["release_id"], ["releases.release_id"], name="fk_noise_points_release_id_releases"
-        ),
-        sa.PrimaryKeyConstraint("release_id", "action", "seq", name="pk_noise_points"),
-        sa.UniqueConstraint(
-            "release_id", "action", "x", name="uq_noise_points_release_id_action_x"
-        ),
-        sqlite_with_rowid=False,
-    )
+    create_noise_points("noise_points", coordinate=False, unique_x=True)
 
 
 def downgrade() -> None:

@@ -3,49 +3,48 @@
 The tables are declared in :mod:`qveil.server.admin_tables` on the store's MetaData; this
 migration creates exactly that schema (Alembic ``compare_metadata`` stays empty). All four
 tables are append-only by contract and hash-chained (see the module docstrings).
-
-Revision ID: 0002
-Revises: 0001
-Create Date: 2026-11-22
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import sqlalchemy as sa
 from alembic import op
 
 revision = "0002"
 down_revision = "0001"
-branch_labels = None
-depends_on = None
+
+
+def _dataset_chain(name: str, *own: sa.Column[Any]) -> None:
+    """A hash-chained table of per-dataset rows: (dataset, seq), its own columns, the time
+    and the chain hashes."""
+    op.create_table(
+        name,
+        sa.Column("dataset_id", sa.String(200), nullable=False),
+        sa.Column("seq", sa.Integer(), autoincrement=False, nullable=False),
+        *own,
+        sa.Column("created_at", sa.String(40), nullable=False),
+        sa.Column("prev_hash", sa.String(64), nullable=False),
+        sa.Column("hash", sa.String(64), nullable=False),
+        sa.PrimaryKeyConstraint("dataset_id", "seq", name=f"pk_{name}"),
+    )
 
 
 def upgrade() -> None:
-    op.create_table(
+    _dataset_chain(
         "ledger_events",
-        sa.Column("dataset_id", sa.String(200), nullable=False),
-        sa.Column("seq", sa.Integer(), autoincrement=False, nullable=False),
         sa.Column("release_id", sa.String(128), nullable=True),
         sa.Column("bundle_id", sa.String(200), nullable=True),
         sa.Column("event_json", sa.Text(), nullable=False),
         sa.Column("epsilon", sa.Double(), nullable=False),
         sa.Column("delta", sa.Double(), nullable=False),
-        sa.Column("created_at", sa.String(40), nullable=False),
-        sa.Column("prev_hash", sa.String(64), nullable=False),
-        sa.Column("hash", sa.String(64), nullable=False),
-        sa.PrimaryKeyConstraint("dataset_id", "seq", name="pk_ledger_events"),
     )
-    op.create_table(
+    _dataset_chain(
         "ledger_caps",
-        sa.Column("dataset_id", sa.String(200), nullable=False),
-        sa.Column("seq", sa.Integer(), autoincrement=False, nullable=False),
         sa.Column("cap_epsilon", sa.Double(), nullable=False),
         sa.Column("cap_delta", sa.Double(), nullable=False),
         sa.Column("actor", sa.String(200), nullable=False),
-        sa.Column("created_at", sa.String(40), nullable=False),
-        sa.Column("prev_hash", sa.String(64), nullable=False),
-        sa.Column("hash", sa.String(64), nullable=False),
-        sa.PrimaryKeyConstraint("dataset_id", "seq", name="pk_ledger_caps"),
     )
     op.create_table(
         "admin_audit_log",

@@ -5,10 +5,6 @@ when the store is created (or first upgraded to 0003). A bundle served from this
 that id in its ``binding.json``; a store with another id (a new, empty, re-created or different
 database) does not hold the bundle's noise and is refused. ``release_bindings`` records the
 fingerprint of every release bound to this store.
-
-Revision ID: 0003
-Revises: 0002
-Create Date: 2026-11-24
 """
 
 from __future__ import annotations
@@ -20,8 +16,6 @@ from alembic import op
 
 revision = "0003"
 down_revision = "0002"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

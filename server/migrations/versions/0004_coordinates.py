@@ -10,10 +10,6 @@ noise kernel sum_j exp(-beta_j |x_j - y_j|)); every stored point now names its c
   Existing rows keep their values, seqs and chain hashes unchanged, so 1-D releases keep
   working bit for bit. SQLite cannot alter a primary key: the table is rebuilt (same rows,
   WITHOUT ROWID as before); PostgreSQL alters it in place.
-
-Revision ID: 0004
-Revises: 0003
-Create Date: 2026-11-24
 """
 
 from __future__ import annotations
@@ -21,40 +17,10 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from qveil.server.migrations.noise_points import COLUMNS, create_noise_points
+
 revision = "0004"
 down_revision = "0003"
-branch_labels = None
-depends_on = None
-
-_COLS = "release_id, action, coordinate, seq, x, g, created_at, hash"
-
-
-def _points_table(name: str) -> None:
-    op.create_table(
-        name,
-        sa.Column("release_id", sa.String(128), nullable=False),
-        sa.Column("action", sa.Integer(), nullable=False),
-        sa.Column("coordinate", sa.Integer(), nullable=False, server_default="0"),
-        sa.Column("seq", sa.BigInteger(), nullable=False),
-        sa.Column("x", sa.Double(), nullable=False),
-        sa.Column("g", sa.Double(), nullable=False),
-        sa.Column("created_at", sa.Double(), nullable=False),
-        sa.Column("hash", sa.String(64), nullable=False),
-        sa.ForeignKeyConstraint(
-            ["release_id"], ["releases.release_id"], name="fk_noise_points_release_id_releases"
-        ),
-        sa.PrimaryKeyConstraint(
-            "release_id", "action", "coordinate", "seq", name="pk_noise_points"
-        ),
-        sa.UniqueConstraint(
-            "release_id",
-            "action",
-            "coordinate",
-            "x",
-            name="uq_noise_points_release_id_action_coordinate_x",
-        ),
-        sqlite_with_rowid=False,
-    )
 
 
 def upgrade() -> None:
@@ -62,9 +28,9 @@ def upgrade() -> None:
     op.add_column("releases", sa.Column("betas", sa.Text(), nullable=True))
     if op.get_bind().dialect.name == "sqlite":
         op.rename_table("noise_points", "noise_points_0003")
-        _points_table("noise_points")
+        create_noise_points("noise_points", coordinate=True, unique_x=True)
         op.execute(
-            f"INSERT INTO noise_points ({_COLS}) "
+            f"INSERT INTO noise_points ({COLUMNS}) "
             "SELECT release_id, action, 0, seq, x, g, created_at, hash FROM noise_points_0003"
         )
         op.drop_table("noise_points_0003")

@@ -27,58 +27,26 @@ Every row keeps its seq, x, g, created_at and chain hash bit for bit. SQLite can
 constraint: the table is rebuilt (same columns, primary key and WITHOUT ROWID, rows copied
 in primary-key order); PostgreSQL drops the constraint in place. The downgrade restores the
 constraint (it fails, changing nothing, if some state is stored twice).
-
-Revision ID: 0005
-Revises: 0004
-Create Date: 2026-11-24
 """
 
 from __future__ import annotations
 
-import sqlalchemy as sa
 from alembic import op
-from sqlalchemy.schema import SchemaItem
+
+from qveil.server.migrations.noise_points import COLUMNS, create_noise_points
 
 revision = "0005"
 down_revision = "0004"
-branch_labels = None
-depends_on = None
 
-_COLS = "release_id, action, coordinate, seq, x, g, created_at, hash"
 _UQ = "uq_noise_points_release_id_action_coordinate_x"
-
-
-def _points_table(name: str, *, unique_x: bool) -> None:
-    extra: list[SchemaItem] = []
-    if unique_x:
-        extra.append(sa.UniqueConstraint("release_id", "action", "coordinate", "x", name=_UQ))
-    op.create_table(
-        name,
-        sa.Column("release_id", sa.String(128), nullable=False),
-        sa.Column("action", sa.Integer(), nullable=False),
-        sa.Column("coordinate", sa.Integer(), nullable=False, server_default="0"),
-        sa.Column("seq", sa.BigInteger(), nullable=False),
-        sa.Column("x", sa.Double(), nullable=False),
-        sa.Column("g", sa.Double(), nullable=False),
-        sa.Column("created_at", sa.Double(), nullable=False),
-        sa.Column("hash", sa.String(64), nullable=False),
-        sa.ForeignKeyConstraint(
-            ["release_id"], ["releases.release_id"], name="fk_noise_points_release_id_releases"
-        ),
-        sa.PrimaryKeyConstraint(
-            "release_id", "action", "coordinate", "seq", name="pk_noise_points"
-        ),
-        *extra,
-        sqlite_with_rowid=False,
-    )
 
 
 def _rebuild_sqlite(*, unique_x: bool) -> None:
     """SQLite: the same rows in a new table with (or without) the unique x constraint."""
     op.rename_table("noise_points", "noise_points_old")
-    _points_table("noise_points", unique_x=unique_x)
+    create_noise_points("noise_points", coordinate=True, unique_x=unique_x)
     op.execute(
-        f"INSERT INTO noise_points ({_COLS}) SELECT {_COLS} FROM noise_points_old "
+        f"INSERT INTO noise_points ({COLUMNS}) SELECT {COLUMNS} FROM noise_points_old "
         "ORDER BY release_id, action, coordinate, seq"
     )
     op.drop_table("noise_points_old")

@@ -5,10 +5,6 @@ A registry is a qveil database of its own (``qveil.server.registry``; by default
 ``$QVEIL_HOME/registry.sqlite``) that holds no noise: it is kept apart from the stores so that
 a copy, clone or restored backup of a store does not carry it. Stores get the (empty) tables
 too; only the registry writes them.
-
-Revision ID: 0006
-Revises: 0005
-Create Date: 2026-11-25
 """
 
 from __future__ import annotations
@@ -18,8 +14,6 @@ from alembic import op
 
 revision = "0006"
 down_revision = "0005"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

@@ -84,7 +84,9 @@ async def answer(context: grpc.aio.ServicerContext, pending: Awaitable[R]) -> R:
 
 
 def _floats(values: Any) -> npt.NDArray[np.float64]:
-    return np.fromiter(values, dtype=np.float64, count=len(values))
+    """A packed ``repeated double`` as an array: one copy of its buffer (every bit kept), not a
+    Python float per value."""
+    return np.array(values, dtype=np.float64)
 
 
 def _request_states(request: Any) -> npt.NDArray[np.float64]:

@@ -21,11 +21,12 @@ from typing import Any
 import grpc
 import numpy as np
 
-from qveil.common.serde import packed_doubles
+from qveil.common.serde import packed_doubles, packed_varints
 from qveil.errors import bad_argument
 from qveil.oip import grpc_predict_v2_pb2 as pb
 from qveil.oip import grpc_predict_v2_pb2_grpc as pb_grpc
 from qveil.server.protocol.dataplane import DataPlane
+from qveil.server.protocol.grpc.bad_body import checked_server
 from qveil.server.protocol.grpc.servicer import answer, call_context
 from qveil.server.protocol.v2_model import (
     DTYPES,
@@ -48,6 +49,7 @@ NO_REPOSITORY = "this server serves one model, 'qveil', from its bundle: there i
 
 _TYPED = {"FP64": "fp64_contents", "INT64": "int64_contents"}
 _FP64_FIELD = pb.InferTensorContents.DESCRIPTOR.fields_by_name["fp64_contents"].number
+_INT64_FIELD = pb.InferTensorContents.DESCRIPTOR.fields_by_name["int64_contents"].number
 
 
 def request_from_proto(req: pb.ModelInferRequest) -> InferRequest:
@@ -76,9 +78,8 @@ def request_from_proto(req: pb.ModelInferRequest) -> InferRequest:
             tensors.append(decode_raw(t.name, t.datatype, shape, b""))
             continue
         values = getattr(t.contents, _TYPED[t.datatype])
-        tensors.append(
-            Tensor(t.name, t.datatype, shape, np.fromiter(values, dtype=dt, count=len(values)))
-        )
+        # one copy of the repeated field's buffer, not a Python number per value
+        tensors.append(Tensor(t.name, t.datatype, shape, np.array(values, dtype=dt)))
     return InferRequest(
         inputs=tensors,
         model_name=req.model_name,
@@ -100,7 +101,7 @@ def response_to_proto(resp: InferResponse, *, raw: bool) -> pb.ModelInferRespons
         elif t.datatype == "FP64":
             o.contents.MergeFromString(packed_doubles(_FP64_FIELD, flat))
         else:
-            getattr(o.contents, _TYPED[t.datatype]).extend(flat.tolist())
+            o.contents.MergeFromString(packed_varints(_INT64_FIELD, flat))
     return out
 
 
@@ -174,6 +175,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
 def add_inference_service(plane: DataPlane, health: Any, server: grpc.aio.Server) -> None:
     """Register ``inference.GRPCInferenceService`` on ``server`` (``app.create_server``)."""
-    pb_grpc.add_GRPCInferenceServiceServicer_to_server(
-        InferenceServicer(plane, lambda: bool(health.serving)), server
+    checked_server(
+        server,
+        pb_grpc.add_GRPCInferenceServiceServicer_to_server,
+        InferenceServicer(plane, lambda: bool(health.serving)),
     )

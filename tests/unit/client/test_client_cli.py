@@ -10,9 +10,11 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+import cli_helpers
 import numpy as np
 import pytest
-from server_helpers import QVEIL, ServerProcess, Tokens, make_bundle, make_tokens, start_server
+from cli_helpers import bad_token_files
+from server_helpers import QVEIL, ServerProcess, Tokens, make_bundle, serving_with_tokens
 
 from qveil.client import ValueClient
 
@@ -20,13 +22,9 @@ from qveil.client import ValueClient
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, Tokens]]:
     tmp = tmp_path_factory.mktemp("query-cli")
-    tokens = make_tokens(tmp / "tokens.toml")
     # a 3-action release on the state interval [-1, 2]
-    sp = start_server(tmp, make_bundle(tmp / "bundle"), "--tokens-file", str(tokens.path))
-    try:
-        yield sp, tokens
-    finally:
-        sp.terminate()
+    with serving_with_tokens(tmp, make_bundle(tmp / "bundle")) as served:
+        yield served
 
 
 @pytest.fixture
@@ -43,11 +41,8 @@ def query(target: str, *argv: str) -> subprocess.CompletedProcess[str]:
 
 
 def assert_one_line_error(r: subprocess.CompletedProcess[str], *words: str) -> None:
-    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("qveil query: error: "), r.stderr
-    for w in words:
-        assert w in lines[0], (w, lines[0])
+    """One line on stderr, exit 2, and nothing on stdout."""
+    cli_helpers.assert_one_line_error(r, "query", *words)
     assert r.stdout == ""
 
 
@@ -64,7 +59,7 @@ def test_a_state_may_start_with_a_minus(
         r = query(sp.target, *argv, "--json", "--token-file", str(token_file))
         assert r.returncode == 0, (argv, r.stderr)
         out = json.loads(r.stdout)
-        assert out["states"] == want
+        assert out["states"] == [[v] for v in want]  # states of d = 1 coordinate
         with ValueClient(sp.target, token=tokens.query) as c:
             np.testing.assert_array_equal(np.asarray(out["values"]), c.values(want))
     r = query(sp.target, "--best", "--state", "-0.01,0.1", "--token-file", str(token_file))
@@ -83,16 +78,7 @@ def test_token_file_problems_are_one_line(
     server: tuple[ServerProcess, Tokens], tmp_path: Path
 ) -> None:
     target = server[0].target
-    bad = tmp_path / "latin1.tok"
-    bad.write_bytes(b"\xff\xfetoken")
-    empty = tmp_path / "empty.tok"
-    empty.write_text("  \n")
-    for path, words in (
-        (tmp_path / "missing.tok", ("missing.tok", "cannot be read")),
-        (tmp_path, ("cannot be read",)),  # a directory
-        (bad, ("latin1.tok", "not UTF-8")),
-        (empty, ("empty",)),
-    ):
+    for path, words in bad_token_files(tmp_path):
         for mode in (["--state", "0.5"], ["--card"]):
             r = query(target, *mode, "--token-file", str(path))
             assert_one_line_error(r, "token file", *words)

@@ -119,6 +119,33 @@ def test_values_to_proto_bytes_as_from_lists(width: int) -> None:
         assert got == ref
 
 
+def test_packed_varints_bytes_as_from_lists() -> None:
+    """Varints built with numpy serialize exactly as protobuf writes a list of ints: every
+    width from 1 to 10 bytes, negatives (sign-extended), 0, the int64 extremes; and the
+    GetBestActions answer built from arrays is the one built from lists."""
+    from qveil.oip import grpc_predict_v2_pb2 as pb
+
+    field = pb.InferTensorContents.DESCRIPTOR.fields_by_name["int64_contents"].number
+    rng = np.random.default_rng(8)
+    edges = [0, 1, 127, 128, 2**14 - 1, 2**14, 2**62, 2**63 - 1, -1, -(2**63), -128]
+    for n in [0, 1, 2, 5, 300]:
+        for scale in (4, 2**20, 2**62):
+            ints = rng.integers(-scale, scale, n) if n else np.zeros(0, np.int64)
+            ints = np.concatenate([ints, edges]) if n > 2 else ints
+            ref = pb.InferTensorContents(int64_contents=ints.tolist())
+            got = pb.InferTensorContents()
+            got.MergeFromString(convert.packed_varints(field, ints))
+            assert got.SerializeToString() == ref.SerializeToString()
+            assert list(got.int64_contents) == ints.tolist()
+        acts = rng.integers(0, 7, n)
+        vals = _random_values(rng, n, 1).ravel()
+        b = t.BestActions(release_id="r", actions=acts, values=vals, value_grid=0.5)
+        old = value_pb.GetBestActionsResponse(
+            release_id="r", actions=acts.tolist(), values=vals.tolist(), value_grid=0.5
+        )
+        assert convert.best_actions_to_proto(b).SerializeToString() == old.SerializeToString()
+
+
 def test_audit_and_stats_round_trip() -> None:
     p = t.NoisePoint(seq=7, x=0.25, state=-0.25, g=-1.5, created_at=None, hash="ab")
     assert convert.noise_point_from_proto(convert.noise_point_to_proto(p)) == p

@@ -19,6 +19,7 @@ from qveil.bundle import (
     ADMIN_CARD_FILE,
     BINDING_FILE,
     CARD_KEYS,
+    CLIPPING,
     FILES,
     PUBLIC_CARD_KEYS,
     build_card,
@@ -121,9 +122,10 @@ def test_load_verifies_and_serves_q_values(trained: Path) -> None:
     assert b.n_actions == 2 and b.sigma == 0.1 and b.q_bound is None
     q = b.q_values([0.0, 0.25, 1.0])
     assert q.shape == (3, 2) and np.isfinite(q).all()
-    for bad in ([1.5], [-0.1], [float("nan")], [[0.1, 0.2]]):
+    for bad in ([float("nan")], [[0.1, 0.2]]):
         with pytest.raises(InvalidArgument):
             b.q_values(bad)
+    assert np.array_equal(b.q_values([1.5, -0.1]), b.q_values([[1.0], [0.0]]))  # clipped
     fresh = account(PrivacyParams.from_dict(b.card["privacy_params"])).to_dict()
     assert b.card["epsilon"] == fresh["epsilon"]
 
@@ -224,7 +226,8 @@ def _output_card(**kw: Any) -> dict[str, Any]:
 
 def test_write_bundle_for_tests_output_mode_clamps(tmp_path: Path) -> None:
     """write_bundle + build_card make small bundles quickly (the server's tests use this);
-    output mode serves Q clamped to r0/(1-gamma) = 10 on the raw interval [-2, 2]."""
+    output mode serves Q clamped to r0/(1-gamma) = 10 on the raw interval [-2, 2], states
+    outside it clipped into it."""
     out = write_bundle(
         tmp_path / "o",
         card=_output_card(),
@@ -236,8 +239,9 @@ def test_write_bundle_for_tests_output_mode_clamps(tmp_path: Path) -> None:
     assert b.q_bound == pytest.approx(10.0) and b.interval.lo == -2.0
     q = b.q_values([-2.0, 0.0, 2.0])
     assert q[:, 0].max() == pytest.approx(10.0) and q[:, 1].min() == pytest.approx(-10.0)
-    with pytest.raises(InvalidArgument, match="outside the state interval"):
-        b.q_values([2.5])
+    # a state outside the interval is clipped into it (every release's rule, on its card)
+    assert np.array_equal(b.q_values([2.5, -7.0]), b.q_values([2.0, -2.0]))
+    assert b.public_card()["clipping"] == CLIPPING and "clipped" in CLIPPING
     assert b.card["lipschitz"]["raw_state_bound"] == pytest.approx(0.5)
 
 
@@ -306,3 +310,25 @@ def test_evaluate_cli_prints_the_table(
     out = capsys.readouterr().out
     for row in ("released (Q + g, fresh path", "bare network", "random", "towards 0.5"):
         assert row in out
+
+
+def test_a_grid_bundle_of_an_earlier_version_still_loads_and_serves_d_1_states(
+    tmp_path: Path,
+) -> None:
+    """1-D fqi releases are now the kernel estimator with d = 1; a grid-model bundle that an
+    earlier version wrote (tests/data/grid-bundle-v1: K = 11, beta 3, 300 users, its card by
+    the retired grid accountant) still verifies, and serves through the one path: a box of
+    one interval, [n, 1] or flat states, clipped."""
+    import shutil
+
+    from qveil.bundle import verify_privacy
+
+    src = Path(__file__).resolve().parents[2] / "data" / "grid-bundle-v1"
+    b = load_bundle(shutil.copytree(src, tmp_path / "g"))
+    values = np.linspace(0.0, 1.0, 22).reshape(11, 2)
+    assert verify_privacy(b.card)["holds"] is True
+    assert (b.dims, b.betas, b.kernel) == (1, (3.0,), False)
+    assert b.public_card()["clipping"] == CLIPPING
+    q = b.q_values([[-1.0], [1.0]])
+    np.testing.assert_allclose(q, values[[0, -1]])
+    np.testing.assert_array_equal(b.q_values([-5.0, 0.0, 5.0]), b.q_values([-1.0, 0.0, 1.0]))

@@ -1,4 +1,4 @@
-"""Issue 14 item 3: the public card leaks nothing that depends on the data.
+"""The public card leaks nothing that depends on the data.
 
 The card is split into card.json (the allow-list ``PUBLIC_CARD_KEYS``) and card_admin.json
 (everything else); GetRelease serves only the public part, AdminService.GetAdminCard the
@@ -202,15 +202,15 @@ def test_fqi_public_card_is_not_a_function_of_the_data(tmp_path: Path) -> None:
     """The fqi mode (integrator's): two datasets of the same size from different seeds give
     different released values and dataset fingerprints, and identical public cards (except
     id and time); the fingerprint stays in the admin card."""
-    from qveil.fqi_config import FQIConfig
+    from qveil.kfqi_config import load_fqi_config
     from qveil.trainer.collect import collect
-    from qveil.trainer.fqi import train_fqi
+    from qveil.trainer.kfqi import train_kernel_fqi
 
-    cfg = FQIConfig.from_toml(CONFIGS / "linewalk-private.toml")
+    cfg = load_fqi_config(CONFIGS / "linewalk-private.toml")
     out = []
     for seed in (1, 2):
         data = collect("qveil/LineWalk-v0", 300, seed)
-        out.append(load_bundle(train_fqi(cfg, data, tmp_path / f"f{seed}", force=True).path))
+        out.append(load_bundle(train_kernel_fqi(cfg, data, tmp_path / f"f{seed}", force=True).path))
     a, b = out
     assert a.card["weights_sha256"] != b.card["weights_sha256"]
     assert a.card["dataset_fingerprint"] != b.card["dataset_fingerprint"]

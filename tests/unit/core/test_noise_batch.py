@@ -1,4 +1,4 @@
-"""The store's batch draw (:func:`qveil.noise.sample_batch`, issue 15) against dense GP
+"""The store's batch draw (:func:`qveil.noise.sample_batch`) against dense GP
 conditioning, and its sorted neighbour index (:class:`SortedPoints`) against brute force.
 
 ``sample_batch`` is affine in its normals: g = mu + A z. So its exact law is read off without

@@ -380,8 +380,7 @@ def test_every_basis_says_one_store_per_release() -> None:
     every answer comes from the one draw kept in the release's one store incarnation."""
     from pathlib import Path
 
-    from qveil.fqi_config import FQIConfig, plan
-    from qveil.kfqi_config import load_fqi_config, plan_kernel
+    from qveil.kfqi_config import default_config, load_fqi_config, plan_kernel
     from qveil.privacy import E3_SETTINGS
     from qveil.privacy.checks import ONE_STORE
 
@@ -391,8 +390,10 @@ def test_every_basis_says_one_store_per_release() -> None:
         bases[mode] = r.basis
     kernel = load_fqi_config(Path(__file__).resolve().parents[3] / "configs/cartpole-private.toml")
     for nb in ("user", "reward"):
-        grid = FQIConfig().replace(neighbour=nb, epsilon=1.0, sigma=None)
-        bases[f"fqi {nb}"] = plan(grid, users=1000, actions=2, reward_range=(0.0, 1.0)).basis
+        d1 = default_config().replace(neighbour=nb, epsilon=1.0, sigma=None)
+        bases[f"fqi d=1 {nb}"] = plan_kernel(
+            d1, users=1000, actions=2, dims=1, reward_range=(0.0, 1.0)
+        ).basis
         bases[f"kernel {nb}"] = plan_kernel(
             kernel.replace(neighbour=nb), users=1000, actions=2, dims=4, reward_range=(0.0, 1.0)
         ).basis

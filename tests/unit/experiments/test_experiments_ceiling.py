@@ -4,14 +4,13 @@ every policy's row on common episodes with sigma from the accountant."""
 
 from __future__ import annotations
 
-import csv
 import math
 from pathlib import Path
 
 import numpy as np
 import pytest
+from experiment_helpers import read_rows, run_quick
 
-from qveil.cli import main
 from qveil.dataset import Dataset
 from qveil.experiments import ceiling
 
@@ -49,11 +48,8 @@ def test_offline_learner_finds_the_optimum_from_data_alone(alpha: float) -> None
 
 def test_quick_rows_on_common_episodes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("QVEIL_LEVERS_CACHE", str(tmp_path / "cache"))
-    assert main(["experiments", "ceiling", "--quick", "--out", str(tmp_path)]) == 0
-    with (tmp_path / "ceiling.csv").open() as fh:
-        rd = csv.DictReader(fh)
-        assert tuple(rd.fieldnames or ()) == ceiling.COLUMNS
-        rows = list(rd)
+    run_quick("ceiling", tmp_path)
+    rows = read_rows(tmp_path / "ceiling.csv", ceiling.COLUMNS)
     assert [r["policy"] for r in rows] == [
         "random", "kernel fqi, non-private", "kernel fqi, eps 1", "offline DQN", "discrete CQL",
     ]  # fmt: skip

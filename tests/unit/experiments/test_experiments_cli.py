@@ -6,6 +6,7 @@ import csv
 from pathlib import Path
 
 import pytest
+from experiment_helpers import read_rows, run_quick
 
 from qveil.cli import main
 from qveil.experiments.cli import EXPERIMENTS
@@ -16,33 +17,15 @@ def _check_outputs(out: Path, names: list[str]) -> None:
         p = out / name
         assert p.is_file() and p.stat().st_size > 0, name
         if name.endswith(".csv"):
-            with p.open() as fh:
-                rows = list(csv.DictReader(fh))
-            assert rows, f"{name} has no rows"
+            assert read_rows(p), f"{name} has no rows"
         if name.endswith(".png"):
             assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_bgp16_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert (
-        main(
-            [
-                "experiments",
-                "bgp16",
-                "--quick",
-                "--seeds",
-                "2",
-                "--out",
-                str(tmp_path),
-                "--workers",
-                "1",
-            ]
-        )
-        == 0
-    )
+    run_quick("bgp16", tmp_path, "--seeds", "2", "--workers", "1")
     _check_outputs(tmp_path, ["bgp16.csv", "bgp16.png"])
-    with (tmp_path / "bgp16.csv").open() as fh:
-        rows = list(csv.DictReader(fh))
+    rows = read_rows(tmp_path / "bgp16.csv")
     # 2 runs x 2 starts x 3 sizes x 2 features x (2 + 2 x 2) methods
     assert len(rows) == 2 * 2 * 3 * 2 * 6
     assert {r["method"] for r in rows} == {"LSW", "LSL", "DP-LSW", "DP-LSL"}
@@ -50,7 +33,7 @@ def test_bgp16_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
 
 
 def test_theory_quick(tmp_path: Path) -> None:
-    assert main(["experiments", "theory", "--quick", "--out", str(tmp_path), "--workers", "1"]) == 0
+    run_quick("theory", tmp_path, "--workers", "1")
     _check_outputs(
         tmp_path, [f"theory_{n}.{e}" for n in ("lemma8", "prop10", "prop9") for e in ("csv", "png")]
     )
@@ -58,7 +41,7 @@ def test_theory_quick(tmp_path: Path) -> None:
 
 def test_fig1_quick(tmp_path: Path) -> None:
     pytest.importorskip("torch")
-    assert main(["experiments", "fig1", "--quick", "--out", str(tmp_path), "--workers", "1"]) == 0
+    run_quick("fig1", tmp_path, "--workers", "1")
     _check_outputs(tmp_path, ["fig1_curves.csv", "fig1_summary.csv", "fig1.png"])
 
 
@@ -69,15 +52,15 @@ def test_multid_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     id, served from its own store with unseeded noise, and the server answered exactly the
     states the episodes visited (CartPole pays 1 per step, so its steps are its returns) and
     stored their noise. An in-process policy would leave the server's counters at zero."""
-    assert main(["experiments", "multid", "--quick", "--out", str(tmp_path)]) == 0
-    rows = list(csv.DictReader((tmp_path / "multid.csv").open()))
+    run_quick("multid", tmp_path)
+    rows = read_rows(tmp_path / "multid.csv")
     assert {r["env"] for r in rows} == {"CartPole-v1", "Acrobot-v1"}
     assert {r["policy"] for r in rows} == {"non-private", "private", "random"}
     private = [r for r in rows if r["policy"] == "private"]
     assert len(private) == 4 * 2
     assert all("fraction" in r for r in rows)
     assert all(r["releases"] == "2" and r["noise"].startswith("OS entropy") for r in private)
-    releases = list(csv.DictReader((tmp_path / "multid_releases.csv").open()))
+    releases = read_rows(tmp_path / "multid_releases.csv")
     assert len(releases) == 4 * 2 * 2
     assert len({r["release_id"] for r in releases}) == len(releases)
     actions = {"CartPole-v1": 2, "Acrobot-v1": 3}
@@ -107,7 +90,7 @@ def test_multid_on_a_parquet_dataset(tmp_path: Path, capsys: pytest.CaptureFixtu
     argv = ["experiments", "multid", "--quick", "--dataset", str(data), "--workers", "1"]
     argv += ["--epsilons", "1", "--releases", "1", "--episodes", "2", "--out", str(out)]
     assert main(argv) == 0
-    rows = list(csv.DictReader((out / "multid.csv").open()))
+    rows = read_rows(out / "multid.csv")
     assert {(r["env"], r["users"]) for r in rows} == {("CartPole-v1", "200")}
     assert {r["policy"] for r in rows} == {"non-private", "private", "random"}
     err = capsys.readouterr().err
@@ -138,7 +121,7 @@ def test_fraction_bootstrap_pairs_episodes() -> None:
 
 def test_fig2_quick(tmp_path: Path) -> None:
     pytest.importorskip("torch")
-    assert main(["experiments", "fig2", "--quick", "--out", str(tmp_path), "--workers", "1"]) == 0
+    run_quick("fig2", tmp_path, "--workers", "1")
     _check_outputs(
         tmp_path,
         [
@@ -192,7 +175,7 @@ def test_bad_arguments_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 
 def test_utility_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The fqi utility experiment end to end (LineWalk as served, Algorithm 1's modes, the
-    chain variant). The tuned config (user relation, gamma 0.3, smoother 0.2) must beat the
+    chain variant). The served config (kernel d = 1, user relation, gamma 0.3) must beat the
     random policy at N = 300, eps = 1 by a margin: its release there scores about 20 (sigma
     is ~0.09 of the value scale), random about 11; a release whose noise were not scaled
     down with N, or a policy that ignored the mean, would score at or below random."""
@@ -232,15 +215,13 @@ def test_utility_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
         if r["method"] == "fqi"
         and r["relation"] == "user"
         and float(r["gamma"]) == 0.3
-        and float(r["smoother"]) == 0.2
         and r["users"] == "300"
         and float(r["epsilon"]) == 1.0
     )
     rnd = next(r for r in rows if r["method"] == "random" and r["users"] == "300")
     assert tuned["holds"] == "True" and int(tuned["seeds"]) == 2
     assert float(tuned["return_mean"]) > float(rnd["return_mean"]) + 4.0
-    with (tmp_path / "utility_chain.csv").open() as fh:
-        chain = list(csv.DictReader(fh))
+    chain = read_rows(tmp_path / "utility_chain.csv")
     assert {"DP-FQE (qveil fqi)", "DP-LSW", "DP-LSL"} <= {r["method"] for r in chain}
     assert "utility: done" in capsys.readouterr().out
 

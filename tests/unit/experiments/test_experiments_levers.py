@@ -4,14 +4,13 @@ bootstrap of the fraction (common episodes for ceiling, floor and every release)
 
 from __future__ import annotations
 
-import csv
 import math
 from pathlib import Path
 
 import numpy as np
 import pytest
+from experiment_helpers import read_rows, run_quick
 
-from qveil.cli import main
 from qveil.experiments import multid_levers as ml
 from qveil.privacy.kfqi import KernelFQIPrivacyParams, calibrate_kernel_fqi
 
@@ -24,11 +23,8 @@ def test_quick_table_columns_and_sigma_from_the_accountant(
     before row's for the lam lever, or one not recomputed per dataset, would differ); the
     interval contains the point estimate."""
     monkeypatch.setenv("QVEIL_LEVERS_CACHE", str(tmp_path / "cache"))
-    assert main(["experiments", "multid-levers", "--quick", "--out", str(tmp_path)]) == 0
-    with (tmp_path / "multid_levers.csv").open() as fh:
-        rd = csv.DictReader(fh)
-        assert tuple(rd.fieldnames or ()) == ml.COLUMNS
-        rows = list(rd)
+    run_quick("multid-levers", tmp_path)
+    rows = read_rows(tmp_path / "multid_levers.csv", ml.COLUMNS)
     assert [r["label"] for r in rows] == ["before", "chosen", "lam 0.05", "before", "chosen"]
     assert {r["seed"] for r in rows} == {str(ml.TUNE_SEED), "0"}
     cfg = ml.load_config()

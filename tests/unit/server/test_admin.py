@@ -1,4 +1,4 @@
-"""``qveil admin`` (issue 7): retrain under the ledger with a fresh noise path per release,
+"""``qveil admin``: retrain under the ledger with a fresh noise path per release,
 refusals that leave nothing behind, activation, rollback and retirement on the store, and the
 audit log of it all. Real training (a tiny LineWalk config, seeded), real SQLite files."""
 
@@ -51,6 +51,7 @@ def _set_cap_argv(store_url: str, dataset_id: str, epsilon: str) -> list[str]:
             "--epsilon", epsilon, "--delta", "1e-3"]  # fmt: skip
 
 
+# long-function: one release lifecycle top to bottom: retrain, activate, roll back, retire
 def test_retrain_activate_rollback_retire(
     store_url: str, tiny_config: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -1,4 +1,4 @@
-"""``qveil audit`` (issue 7): passes on a healthy store; fails on an edited value, a deleted row,
+"""``qveil audit``: passes on a healthy store; fails on an edited value, a deleted row,
 a reordered sequence, a truncated store (high-water mark against the audit log) and on paths
 filled with noise of the wrong sigma or beta.
 
@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from store_helpers import make_release
 
 from qveil.cli import main
 from qveil.server.admin import admin_db_for
@@ -84,14 +85,7 @@ def healthy(tmp_path: Path) -> str:
     with open_store(url, rng=123) as st:
         fill(st, "rel-a", seed=1)
         fill(st, "rel-b", seed=2, sigma=2.0, beta=40.0)
-        st.create_release(
-            release_id="rel-empty",
-            fingerprint="fp",
-            sigma=1.0,
-            beta=1.0,
-            interval=(0.0, 1.0),
-            n_actions=1,
-        )
+        make_release(st, "rel-empty", n_actions=1, sigma=1.0, beta=1.0, interval=(0.0, 1.0))
     return url
 
 

@@ -1,4 +1,4 @@
-"""Privacy ledger and admin audit log (issue 7): composition under a cap, refusal that leaves
+"""Privacy ledger and admin audit log: composition under a cap, refusal that leaves
 nothing behind, persistence across restarts, tamper detection, serialized concurrent records.
 
 Real SQLite files (and the real PostgreSQL server for the concurrency test). Events come from
@@ -11,7 +11,9 @@ from __future__ import annotations
 import dataclasses
 import sqlite3
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -128,56 +130,73 @@ def test_ledger_survives_restart(store_url: str) -> None:
         assert audit_log.verify_audit_log(ctx.db).ok
 
 
+def _fill_ledger(db: Any) -> None:
+    """A cap and three events."""
+    Ledger(db).set_cap("ds", cap_epsilon=100.0, cap_delta=1e-3, actor="a")
+    for i in range(3):
+        Ledger(db).record(event("ds", f"b{i}"), release_id=f"r{i}", actor="a")
+
+
+def _fill_audit_log(db: Any) -> None:
+    """Four entries, one refused."""
+    for i, outcome in enumerate(("ok", "ok", "refused", "ok")):
+        audit_log.append(
+            db,
+            actor="a",
+            action="activate",
+            target=f"r{i}",
+            outcome=outcome,
+            params={"release_id": f"r{i}"},
+        )
+
+
+#: each hash-chained log: how a test fills it, how it is verified
+LOGS: dict[str, tuple[Callable[[Any], None], Callable[[Any], Any]]] = {
+    "ledger": (_fill_ledger, lambda db: Ledger(db).verify()),
+    "audit log": (_fill_audit_log, audit_log.verify_audit_log),
+}
+
+
 @pytest.mark.parametrize(
-    "tamper, finding",
+    "log, tamper, finding",
     [
-        ("UPDATE ledger_events SET epsilon = epsilon / 2 WHERE seq = 2", "event 2 was edited"),
         (
+            "ledger",
+            "UPDATE ledger_events SET epsilon = epsilon / 2 WHERE seq = 2",
+            "event 2 was edited",
+        ),
+        (
+            "ledger",
             "UPDATE ledger_events SET event_json = replace(event_json, '\"sigma\": 6.0', "
             "'\"sigma\": 60.0') WHERE seq = 1",
             "event 1 was edited",
         ),
-        ("DELETE FROM ledger_events WHERE seq = 1", "sequence gap"),
-        ("DELETE FROM ledger_events WHERE seq = 3", "event 3 announced in the audit log"),
-        ("UPDATE ledger_caps SET cap_epsilon = 1e9", "cap 1 was edited"),
+        ("ledger", "DELETE FROM ledger_events WHERE seq = 1", "sequence gap"),
+        ("ledger", "DELETE FROM ledger_events WHERE seq = 3", "event 3 announced in the audit log"),
+        ("ledger", "UPDATE ledger_caps SET cap_epsilon = 1e9", "cap 1 was edited"),
+        (
+            "audit log",
+            "UPDATE admin_audit_log SET outcome = 'ok' WHERE seq = 3",
+            "entry 3 was edited",
+        ),
+        (
+            "audit log",
+            "UPDATE admin_audit_log SET actor = 'someone-else' WHERE seq = 1",
+            "entry 1 was edited",
+        ),
+        ("audit log", "DELETE FROM admin_audit_log WHERE seq = 2", "sequence gap"),
     ],
 )
-def test_edited_ledger_is_detected(store_url: str, tamper: str, finding: str) -> None:
+def test_an_edited_log_is_detected(store_url: str, log: str, tamper: str, finding: str) -> None:
+    """One row of the ledger or the admin audit log edited or deleted behind the server's
+    back: verify (on a fresh connection) fails and names what it found."""
+    fill, verify = LOGS[log]
     with open_admin(store_url, actor="a") as ctx:
-        Ledger(ctx.db).set_cap("ds", cap_epsilon=100.0, cap_delta=1e-3, actor="a")
-        for i in range(3):
-            Ledger(ctx.db).record(event("ds", f"b{i}"), release_id=f"r{i}", actor="a")
-        assert Ledger(ctx.db).verify().ok
+        fill(ctx.db)
+        assert verify(ctx.db).ok
     assert _sql(store_url, tamper) == 1
     with open_admin(store_url, actor="a") as ctx:
-        rep = Ledger(ctx.db).verify()
-        assert not rep.ok
-        assert any(finding in p for p in rep.problems), rep.problems
-
-
-@pytest.mark.parametrize(
-    "tamper, finding",
-    [
-        ("UPDATE admin_audit_log SET outcome = 'ok' WHERE seq = 3", "entry 3 was edited"),
-        ("UPDATE admin_audit_log SET actor = 'someone-else' WHERE seq = 1", "entry 1 was edited"),
-        ("DELETE FROM admin_audit_log WHERE seq = 2", "sequence gap"),
-    ],
-)
-def test_edited_audit_log_is_detected(store_url: str, tamper: str, finding: str) -> None:
-    with open_admin(store_url, actor="a") as ctx:
-        for i, outcome in enumerate(("ok", "ok", "refused", "ok")):
-            audit_log.append(
-                ctx.db,
-                actor="a",
-                action="activate",
-                target=f"r{i}",
-                outcome=outcome,
-                params={"release_id": f"r{i}"},
-            )
-        assert audit_log.verify_audit_log(ctx.db).ok
-    assert _sql(store_url, tamper) == 1
-    with open_admin(store_url, actor="a") as ctx:
-        rep = audit_log.verify_audit_log(ctx.db)
+        rep = verify(ctx.db)
         assert not rep.ok
         assert any(finding in p for p in rep.problems), rep.problems
 
@@ -229,20 +248,13 @@ def _race(url: str, n_threads: int) -> tuple[int, int, float]:
     return results.count("ok"), results.count("refused"), cap_eps
 
 
-def test_concurrent_records_are_serialized_sqlite(store_url: str) -> None:
-    """Without BEGIN IMMEDIATE, several threads would read 'two spent' together and all fit."""
-    ok, refused, cap_eps = _race(store_url, 6)
+def test_concurrent_records_are_serialized(sql_url: str) -> None:
+    """Six threads race to record under a cap with room for three, on SQLite and PostgreSQL:
+    without a serializing transaction (SQLite's BEGIN IMMEDIATE), several would read 'two
+    spent' together and all fit."""
+    ok, refused, cap_eps = _race(sql_url, 6)
     assert (ok, refused) == (3, 3)
-    with open_admin(store_url, actor="x") as ctx:
-        assert Ledger(ctx.db).budget("race").spent[0] <= cap_eps
-        assert Ledger(ctx.db).verify().ok and audit_log.verify_audit_log(ctx.db).ok
-
-
-@pytest.mark.postgres
-def test_concurrent_records_are_serialized_postgres(pg_url: str) -> None:
-    ok, refused, cap_eps = _race(pg_url, 6)
-    assert (ok, refused) == (3, 3)
-    with open_admin(pg_url, actor="x") as ctx:
+    with open_admin(sql_url, actor="x") as ctx:
         assert Ledger(ctx.db).budget("race").spent[0] <= cap_eps
         assert Ledger(ctx.db).verify().ok and audit_log.verify_audit_log(ctx.db).ok
 

@@ -1,4 +1,4 @@
-"""Privacy ledger on by default (issue 14, item 5), with real `qveil serve` / `qveil train`
+"""Privacy ledger on by default, with real `qveil serve` / `qveil train`
 processes and real SQLite stores: every served or trained release is recorded against its
 training data (dataset fingerprint, else environment id), once; `--budget EPS` refuses a
 release that would push its dataset past EPS, leaving the ledger and store untouched; `qveil
@@ -60,6 +60,19 @@ def test_serve_records_each_release_once_with_the_rule(tmp_path: Path) -> None:
     assert "LineWalk-v0" in text and "mu-GDP" in text
 
 
+def _serve_under_budget(
+    bundle: Path, store: str, budget: float
+) -> subprocess.CompletedProcess[str]:
+    """``qveil serve --budget`` of a release the budget must refuse: the process ends."""
+    return subprocess.run(
+        [QVEIL, "serve", "--bundle", str(bundle), "--store", store, "--listen", "127.0.0.1:0"]
+        + ["--budget", f"{budget!r}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
 def test_budget_refuses_a_release_past_it_and_changes_nothing(tmp_path: Path) -> None:
     store = f"sqlite:///{tmp_path / 's.sqlite'}"
     a = make_bundle(tmp_path / "a", seed=73)
@@ -67,13 +80,7 @@ def test_budget_refuses_a_release_past_it_and_changes_nothing(tmp_path: Path) ->
     budget = _epsilon(a) * 1.2  # room for a, not for a and b (same sigma: ~sqrt(2) eps)
     with running(tmp_path, a, "--budget", f"{budget!r}", store=store):
         pass
-    r = subprocess.run(
-        [QVEIL, "serve", "--bundle", str(b), "--store", store, "--listen", "127.0.0.1:0"]
-        + ["--budget", f"{budget!r}"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    r = _serve_under_budget(b, store, budget)
     assert r.returncode != 0 and "serving release" not in r.stderr, r.stderr
     assert "budget" in r.stderr.lower() or "cap" in r.stderr.lower(), r.stderr
     [rep] = _ledger(store)
@@ -87,13 +94,7 @@ def test_budget_refuses_a_release_past_it_and_changes_nothing(tmp_path: Path) ->
     [rep] = _ledger(store)
     assert len(rep["events"]) == 2 and rep["spent"]["epsilon"] > budget
     # now the dataset is past the budget: even a recorded release is refused under it
-    r = subprocess.run(
-        [QVEIL, "serve", "--bundle", str(a), "--store", store, "--listen", "127.0.0.1:0"]
-        + ["--budget", f"{budget!r}"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    r = _serve_under_budget(a, store, budget)
     assert r.returncode != 0, r.stderr
 
 

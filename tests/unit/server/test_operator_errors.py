@@ -1,4 +1,4 @@
-"""Input and operator errors (issue 14, item 6), with real processes and real stores: admin
+"""Input and operator errors, with real processes and real stores: admin
 commands never create a store, user input is echoed at most 80 characters, the tokens file is
 written by a TOML writer, a wrong integrity key has its own message, IPv6 listen addresses are
 printed in brackets, and a server certificate is refused as a client certificate under mTLS."""
@@ -128,17 +128,8 @@ def test_mtls_refuses_a_server_certificate_as_client_certificate(tmp_path: Path)
     refuses it as a client certificate (--tls-client-ca: client certificates from a client CA)."""
     certs = make_certs(tmp_path / "certs")
     b = make_bundle(tmp_path / "b", seed=64)
-    tls = [
-        "--tls-cert",
-        str(certs.server_cert),
-        "--tls-key",
-        str(certs.server_key),
-        "--tls-client-ca",
-        str(certs.ca),
-    ]
-    hc = grpc.ssl_channel_credentials(
-        certs.ca.read_bytes(), certs.client_key.read_bytes(), certs.client_cert.read_bytes()
-    )
+    tls = certs.mtls_flags()
+    hc = certs.client_credentials()
     with running(
         tmp_path, b, *tls, store=f"sqlite:///{tmp_path / 's.sqlite'}", health_creds=hc
     ) as srv:

@@ -11,7 +11,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from server_helpers import QVEIL, REPO
+import server_helpers
+from server_helpers import REPO
 
 from qveil.privacy.gaussian import gdp_epsilon, gdp_mu
 
@@ -19,7 +20,7 @@ CONFIG = str(REPO / "configs" / "linewalk-private.toml")
 
 
 def qveil(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([QVEIL, *argv], capture_output=True, text=True, timeout=180)
+    return server_helpers.qveil(*argv, timeout=180)
 
 
 @pytest.fixture(scope="module")

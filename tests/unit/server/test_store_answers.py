@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from store_helpers import make_release
 
 from qveil.server.quotas import QuotaConfig, Quotas
 from qveil.server.store import open_store
@@ -28,13 +29,13 @@ def _stores(kind: str, tmp: Path) -> Iterator[Any]:
     for name in ("general", "fast"):
         url = "memory://" if kind == "memory" else f"sqlite:///{tmp / f'{name}.sqlite'}"
         st = open_store(url, rng=1234)
-        st.create_release(
-            release_id="r",
-            fingerprint="f",
+        make_release(
+            st,
+            "r",
+            n_actions=ACTIONS,
             sigma=1.5,
             beta=0.7,
             interval=(0.0, 1.0),
-            n_actions=ACTIONS,
             betas=[0.7, 2.0, 0.3, 5.0],
         )
         yield st
@@ -119,7 +120,7 @@ def test_known_values_misses_anything_not_stored() -> None:
         release_id="r", fingerprint="f", sigma=1.0, beta=1.0, interval=(0, 1), n_actions=2
     )
     xs = np.array([0.25, 0.5])
-    g = st.get_or_sample_actions("r", [0, 1], xs)
+    g = np.column_stack(st.get_or_sample_paths("r", [0, 1], [xs, xs]))
     got = st.known_values("r", [0, 1], [xs, xs])
     assert got is not None
     assert np.column_stack(got).tobytes() == g.tobytes()
@@ -169,4 +170,4 @@ def test_stored_values_without_blocking_match_get_values(tmp_path: Path) -> None
             seen = np.concatenate([seen, xs])
         assert stored_hits >= 5
         with pytest.raises(InvalidArgument):
-            h.get_stored_values([9.0])
+            h.get_stored_values([float("nan")])

@@ -226,7 +226,7 @@ def test_state_stored_twice_is_refused_and_reported(
             s.get_or_sample(RID, 0, xs[:3])  # known states of the refused path: refused too
         assert "0.25" not in str(exc.value) and repr(float(g0[7])) not in str(exc.value)
         with pytest.raises(IntegrityError, match="stores one state twice"):
-            s.get_or_sample_actions(RID, [0, 1], [0.5])
+            s.get_or_sample_paths(RID, [0, 1], [[0.5], [0.5]])
         # the other action is answered and sampled as before
         assert np.array_equal(s.get_or_sample(RID, 1, xs), g1)
         s.get_or_sample(RID, 1, [0.123])

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from store_helpers import RID, make_release
+from thread_helpers import run_threads
 
 from qveil.errors import FailedPrecondition, InvalidArgument, Unavailable
 from qveil.server.store import open_store
@@ -45,7 +46,6 @@ def test_disk_full_with_group_commit(tmp_path: Path) -> None:
     """8 threads asking for new states while the disk is full: every one gets Unavailable
     (a failed leader's queued states are not silently dropped, not answered), nothing is
     stored; with space again, all of them are stored by the next calls."""
-    import threading
 
     url = f"sqlite:///{tmp_path / 'store.sqlite'}"
     with open_store(url, rng=5) as s:
@@ -55,20 +55,14 @@ def test_disk_full_with_group_commit(tmp_path: Path) -> None:
         s._sqlite_pragma_all(f"PRAGMA max_page_count = {pages}")  # type: ignore[attr-defined]
         xs = [np.random.default_rng(i).uniform(size=400) for i in range(8)]
         outcome: list[object] = [None] * 8
-        barrier = threading.Barrier(8)
 
         def work(i: int) -> None:
-            barrier.wait()
             try:
                 outcome[i] = s.get_or_sample(RID, 0, xs[i])
             except Unavailable as exc:
                 outcome[i] = exc
 
-        ts = [threading.Thread(target=work, args=(i,)) for i in range(8)]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join()
+        run_threads(8, work)
         assert all(isinstance(o, Unavailable) for o in outcome), outcome
         assert s.count_points(RID, 0) == 11 and s.cached_points(RID, 0) == 11
         s._sqlite_pragma_all("PRAGMA max_page_count = 1073741823")  # type: ignore[attr-defined]

@@ -1,4 +1,4 @@
-"""Group commit across concurrent callers and actions (issue 15).
+"""Group commit across concurrent callers and actions.
 
 The contract: new points of concurrent requests that arrive while a commit is in flight are
 drawn and written together in the next transaction; each caller is answered only after the
@@ -9,7 +9,7 @@ one value; a crash before the commit loses only points nobody was answered with.
 Checked here:
 
 * in process (SQLite, PostgreSQL): 16 threads ask overlapping single states of two actions
-  through ``get_or_sample_actions``: every answer equals the one stored value, every
+  through ``get_or_sample_paths``: every answer equals the one stored value, every
   insertion saw its true nearest committed-or-earlier-in-batch neighbours (``check_seen``: a
   batch drawn without conditioning on its earlier members fails it), the whitened paths are
   N(0, 1), and transactions did carry several callers' points of both actions;
@@ -42,23 +42,22 @@ import numpy as np
 import pytest
 from noise_helpers import assert_unseeded_law
 from reliability_helpers import (
-    CHANNEL_OPTIONS,
     AnswerBook,
-    ServerProc,
     assert_answers_kept,
     bundle_for_test,
-    free_port,
     get_values,
     kill_under_load,
     query_workers,
     recheck,
     release_info,
+    replicas,
     scale,
-    serve_argv,
     sqlite_url,
     start_server,
+    value_stubs,
 )
 from store_helpers import RID, check_seen, make_release
+from thread_helpers import run_threads
 
 from qveil.bundle import load_bundle
 from qveil.errors import InvalidArgument
@@ -91,33 +90,22 @@ def test_16_threads_two_actions_one_commit(
                 records[a].extend(recs)
 
         s.set_debug_hook(hook)
-        barrier = threading.Barrier(16)
-        errors: list[BaseException] = []
 
         def work(i: int) -> None:
             rng = np.random.default_rng(300 + i)
-            barrier.wait()
-            try:
-                for _ in range(25):
-                    xs = rng.choice(grid, size=int(rng.integers(1, 3)))
-                    g = s.get_or_sample_actions(RID, [1, 0], xs)
-                    with lock:
-                        for k, x in enumerate(xs.tolist()):
-                            answers.append((1, x, float(g[k, 0])))
-                            answers.append((0, x, float(g[k, 1])))
-            except BaseException as exc:  # noqa: BLE001
-                errors.append(exc)
+            for _ in range(25):
+                xs = rng.choice(grid, size=int(rng.integers(1, 3)))
+                g = np.column_stack(s.get_or_sample_paths(RID, [1, 0], [xs, xs]))
+                with lock:
+                    for k, x in enumerate(xs.tolist()):
+                        answers.append((1, x, float(g[k, 0])))
+                        answers.append((0, x, float(g[k, 1])))
 
-        threads = [threading.Thread(target=work, args=(i,)) for i in range(16)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        assert not errors, errors
+        run_threads(16, work)
         with pytest.raises(InvalidArgument):  # bad input stores nothing
-            s.get_or_sample_actions(RID, [0, 0], [0.123])
+            s.get_or_sample_paths(RID, [0, 0], [[0.123], [0.123]])
         with pytest.raises(InvalidArgument):
-            s.get_or_sample_actions(RID, [0, 2], [0.123])
+            s.get_or_sample_paths(RID, [0, 2], [[0.123], [0.123]])
         assert all(0.123 not in {p.x for p in s.iter_points(RID, a)} for a in (0, 1))
         created: dict[float, set[int]] = {}
         for a in (0, 1):
@@ -153,7 +141,7 @@ def test_one_caller_same_values_per_action_or_together(tmp_path: Path) -> None:
             make_release(s, n_actions=3)
             xs = np.random.default_rng(1).uniform(size=40)
             if how == "together":
-                g = s.get_or_sample_actions(RID, [2, 0, 1], xs)[:, [1, 2, 0]]
+                g = np.column_stack(s.get_or_sample_paths(RID, [2, 0, 1], [xs] * 3))[:, [1, 2, 0]]
             else:
                 g = np.stack([s.get_or_sample(RID, a, xs) for a in range(3)], axis=1)
             assert k == 1 or s.count_points(RID) == 120
@@ -197,7 +185,9 @@ def test_sigkill_while_16_callers_stream_single_new_states(tmp_path: Path, bundl
         assert store.verify(rid).ok
     finally:
         store.close()
-    unit = dict(zip(book.states(), b.to_unit(np.array(book.states())).tolist(), strict=True))
+    unit = dict(
+        zip(book.states(), b.box.to_unit(np.array(book.states()))[:, 0].tolist(), strict=True)
+    )
     missing = [(s, a) for (s, a) in book.values if unit[s] not in stored[a]]
     assert not missing, f"{len(missing)} answered states have no stored noise: {missing[:5]}"
     # group commit happened: one commit (one created_at) held several callers' states
@@ -214,11 +204,7 @@ def _single_state_walker(
     start: int,
     unexpected: list[str],
 ) -> None:
-    from qveil.v1 import value_service_pb2_grpc as vgrpc
-
-    chans = [grpc.insecure_channel(t, options=CHANNEL_OPTIONS) for t in targets]
-    stubs = [vgrpc.ValueServiceStub(c) for c in chans]
-    try:
+    with value_stubs(targets) as stubs:
         for i, x in enumerate(states):
             k = (start + i) % len(stubs)  # alternate replicas call by call
             try:
@@ -227,9 +213,6 @@ def _single_state_walker(
                 unexpected.append(f"{targets[k]}: {exc.code().name}: {exc.details()}")
                 continue
             book.add(reply.release_id, [x], list(reply.actions), list(reply.values))
-    finally:
-        for c in chans:
-            c.close()
 
 
 @pytest.mark.slow
@@ -237,16 +220,7 @@ def _single_state_walker(
 def test_two_replicas_single_new_states_identical(
     tmp_path: Path, bundle: Path, pg_url: str
 ) -> None:
-    srvs = []
-    for i in range(2):
-        port = free_port()
-        srvs.append(
-            ServerProc(
-                argv=serve_argv(bundle=bundle, store=pg_url, port=port, extra=["--workers", "16"]),
-                port=port,
-                log_path=tmp_path / f"replica{i}.log",
-            )
-        )
+    srvs = replicas(tmp_path, 2, bundle=bundle, store=pg_url, extra=["--workers", "16"])
     n = int(scale(300, 1000))
     try:
         for s in srvs:

@@ -1,4 +1,4 @@
-"""The store's paths of a d > 1 release (issue 16 part 2): each follows its own OU law, and
+"""The store's paths of a d > 1 release: each follows its own OU law, and
 concurrent writers share them as they share a 1-D action's path.
 
 Path a * d + j is a 1-D OU path with sigma and beta_j. Checked statistically against the dense
@@ -13,6 +13,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from store_helpers import make_release
+from thread_helpers import run_threads
 
 from qveil.server.store import open_store
 
@@ -54,39 +56,24 @@ def test_concurrent_threads_share_coordinate_points(tmp_path) -> None:  # type: 
 
     url = f"sqlite:///{tmp_path / 's.sqlite'}"
     with open_store(url) as st:
-        st.create_release(
-            release_id="c",
-            fingerprint="f",
-            sigma=1.0,
-            beta=1.0,
-            interval=(0.0, 1.0),
-            n_actions=2,
-            betas=[1.0, 2.0, 3.0],
+        make_release(
+            st, "c", n_actions=2, sigma=1.0, beta=1.0, interval=(0.0, 1.0), betas=[1.0, 2.0, 3.0]
         )
         grid = np.round(np.linspace(0, 1, 41), 6)
         answers: list[tuple[int, float, float]] = []
         lock = threading.Lock()
-        errors: list[BaseException] = []
 
         def worker(k: int) -> None:
             rng = np.random.default_rng(k)
-            try:
-                for _ in range(10):
-                    paths = sorted(rng.choice(6, size=3, replace=False).tolist())
-                    xs = [rng.choice(grid, size=5) for _ in paths]
-                    out = st.get_or_sample_paths("c", paths, xs)
-                    with lock:
-                        for p, x, g in zip(paths, xs, out, strict=True):
-                            answers.extend(zip([p] * len(x), x.tolist(), g.tolist(), strict=True))
-            except BaseException as exc:  # noqa: BLE001
-                errors.append(exc)
+            for _ in range(10):
+                paths = sorted(rng.choice(6, size=3, replace=False).tolist())
+                xs = [rng.choice(grid, size=5) for _ in paths]
+                out = st.get_or_sample_paths("c", paths, xs)
+                with lock:
+                    for p, x, g in zip(paths, xs, out, strict=True):
+                        answers.extend(zip([p] * len(x), x.tolist(), g.tolist(), strict=True))
 
-        threads = [threading.Thread(target=worker, args=(k,)) for k in range(6)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
-        assert not errors, errors
+        run_threads(6, worker, together=False, timeout=60)
         stored = {(p, q.x): q.g for p in range(6) for q in st.iter_points("c", p)}
         assert len(stored) == st.count_points("c")
         for p, x, g in answers:

@@ -1,5 +1,6 @@
 """qveil.trainer.estimators: one interface (plan, train, summary) and one registry for the
-grid fqi, kernel fqi and Algorithm 1 estimators; one config loader."""
+fqi (kernel, any d; a 1-D grid config is its d = 1 case) and Algorithm 1 estimators; one
+config loader."""
 
 from __future__ import annotations
 
@@ -9,11 +10,11 @@ import pytest
 
 from qveil.bundle import load_bundle
 from qveil.errors import InvalidArgument
-from qveil.fqi_config import FQIConfig
 from qveil.kfqi_config import KernelFQIConfig
 from qveil.trainer.collect import collect
 from qveil.trainer.config import TrainConfig
 from qveil.trainer.estimators import (
+    ALIASES,
     ESTIMATORS,
     Estimator,
     create_estimator,
@@ -26,17 +27,17 @@ CONFIGS = Path(__file__).resolve().parents[3] / "configs"
 
 
 def test_registry_holds_every_kind_and_refuses_a_second_registration() -> None:
-    assert sorted(ESTIMATORS) == ["algorithm1", "grid", "kernel"]
+    assert sorted(ESTIMATORS) == ["algorithm1", "kernel"] and ALIASES == {"grid": "kernel"}
     for name, cls in ESTIMATORS.items():
         assert issubclass(cls, Estimator) and cls.name == name
     with pytest.raises(InvalidArgument, match="registered already"):
-        register("grid")(ESTIMATORS["grid"])
+        register("kernel")(ESTIMATORS["kernel"])
 
 
 @pytest.mark.parametrize(
     "config,name,kind",
     [
-        ("linewalk-private.toml", "grid", FQIConfig),
+        ("linewalk-private.toml", "kernel", KernelFQIConfig),
         ("cartpole-private.toml", "kernel", KernelFQIConfig),
         ("acrobot-private.toml", "kernel", KernelFQIConfig),
         ("linewalk-quick.toml", "algorithm1", TrainConfig),
@@ -50,8 +51,37 @@ def test_one_loader_for_every_config(config: str, name: str, kind: type) -> None
     assert create_estimator(cfg).needs_dataset is (name != "algorithm1")
 
 
+def test_a_grid_config_is_the_kernel_estimator_with_one_coordinate(tmp_path: Path) -> None:
+    """The 1-D grid form (no estimator key, or estimator = "grid") loads as the kernel
+    config with d = 1: its interval, anchors and beta renamed, the 1-D defaults elsewhere,
+    the retired smoother key accepted without effect; the plan is the kernel accountant's."""
+    from qveil.kfqi_config import GRID_DEFAULTS
+
+    old = tmp_path / "grid.toml"
+    old.write_text(
+        'mode = "fqi"\nenv_id = "qveil/LineWalk-v0"\nstate_interval = [0.0, 1.0]\n'
+        "reward_range = [0.0, 0.5]\ngamma = 0.5\ngrid_points = 51\nbeta = 3.0\n"
+        "smoother_bandwidth = 0.2\n"
+    )
+    for text in ("", 'estimator = "grid"\n'):
+        p = tmp_path / "g.toml"
+        p.write_text(text + old.read_text())
+        cfg = load_config(p)
+        assert isinstance(cfg, KernelFQIConfig) and estimator_name(cfg) == "kernel"
+        assert cfg.state_intervals == ((0.0, 1.0),) and cfg.betas == (3.0,)
+        assert (cfg.anchor_points, cfg.gamma, cfg.lam) == (51, 0.5, GRID_DEFAULTS["lam"])
+        assert cfg.spec(1).anchor_total == 51
+    default = load_config(None)
+    assert isinstance(default, KernelFQIConfig)
+    assert all(getattr(default, k) == v for k, v in GRID_DEFAULTS.items())
+    bad = tmp_path / "bad_grid.toml"
+    bad.write_text('estimator = "grid"\nsmoother = 0.2\n')
+    with pytest.raises(InvalidArgument, match="unknown"):
+        load_config(bad)
+
+
 def test_defaults_and_refusals(tmp_path: Path) -> None:
-    assert isinstance(load_config(None), FQIConfig)
+    assert isinstance(load_config(None), KernelFQIConfig)
     with pytest.raises(InvalidArgument, match="needs --config"):
         load_config(None, estimator="algorithm1")
     bad = tmp_path / "bad.toml"
@@ -61,20 +91,21 @@ def test_defaults_and_refusals(tmp_path: Path) -> None:
     with pytest.raises(InvalidArgument, match="does not exist"):
         load_config(tmp_path / "none.toml")
     with pytest.raises(InvalidArgument, match="no estimator takes"):
-        create_estimator({"estimator": "grid"})
+        create_estimator({"estimator": "kernel"})
 
 
 def test_plan_is_the_accountants_from_public_quantities() -> None:
-    """plan() is the accountant's result for the config and the public shape only; the grid
-    estimator refuses more than one coordinate; the kernel plan shrinks sigma as 1/N."""
-    from qveil.fqi_config import plan
+    """plan() is the accountant's result for the config and the public shape only; a 1-D
+    config refuses more coordinates than it has betas; the kernel plan shrinks sigma as
+    1/N."""
+    from qveil.kfqi_config import plan_kernel
 
-    grid = create_estimator(load_config(CONFIGS / "linewalk-private.toml"))
-    got = grid.plan(users=300, actions=2, dims=1, reward_range=(0.0, 0.5))
-    want = plan(grid.config, users=300, actions=2, reward_range=(0.0, 0.5))
+    line = create_estimator(load_config(CONFIGS / "linewalk-private.toml"))
+    got = line.plan(users=300, actions=2, dims=1, reward_range=(0.0, 0.5))
+    want = plan_kernel(line.config, users=300, actions=2, dims=1, reward_range=(0.0, 0.5))
     assert got.sigma == want.sigma and got.epsilon == want.epsilon == 1.0
-    with pytest.raises(InvalidArgument, match="one coordinate"):
-        grid.plan(users=300, actions=2, dims=4, reward_range=(0.0, 0.5))
+    with pytest.raises(InvalidArgument, match="1 betas for 4 coordinates"):
+        line.plan(users=300, actions=2, dims=4, reward_range=(0.0, 0.5))
     kern = create_estimator(load_config(CONFIGS / "cartpole-private.toml"))
     s1 = kern.plan(users=1000, actions=2, dims=4, reward_range=(0.0, 1.0)).sigma
     s10 = kern.plan(users=10_000, actions=2, dims=4, reward_range=(0.0, 1.0)).sigma

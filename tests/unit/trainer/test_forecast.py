@@ -5,11 +5,10 @@ spent (nothing recorded, bound or stored)."""
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
-from server_helpers import QVEIL, REPO, ensure_population
+from server_helpers import REPO, ensure_population, qveil
 
 from qveil.dataset import save_dataset
 from qveil.errors import InvalidArgument
@@ -18,10 +17,6 @@ from qveil.trainer.collect import collect
 from qveil.trainer.forecast import NEAR_RANDOM, forecast
 
 CONFIG = REPO / "configs" / "linewalk-private.toml"
-
-
-def qveil(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([QVEIL, *argv], capture_output=True, text=True, timeout=300)
 
 
 def test_linewalk_forecast_is_useful_at_300_users_and_near_random_at_10() -> None:

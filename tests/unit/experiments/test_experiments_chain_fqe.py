@@ -1,49 +1,19 @@
-"""The utility experiment's own math: the gamma-shared FQI fit, and the chain's private FQE
-(its sensitivity bound under one user's trajectory replaced, its non-private fixed point)."""
+"""The utility experiment's chain part: the private FQE's sensitivity bound under one user's
+trajectory replaced, its non-private fixed points, and that its statistics and BGP16's batch
+come from the same draws as ChainMDP.sample."""
 
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
-from qveil.experiments.chain_mdp import ChainMDP
-from qveil.experiments.utility import (
+from qveil.experiments.chain_fqe import (
     ChainStats,
     chain_fqe,
     chain_fqe_release,
     chain_sensitivity,
-    fit_variants,
     sample_chain,
 )
-
-
-def test_fit_variants_equals_fitted_q() -> None:
-    """Sharing the averaging operators across gammas changes nothing: equal to fitted_q to
-    1e-12 for both relations (a wrong default weight would be off by ~0.1)."""
-    pytest.importorskip("gymnasium")
-    from qveil.fqi import FQISpec, fitted_q
-    from qveil.fqi_config import FQIConfig
-    from qveil.noise import StateInterval
-    from qveil.trainer.collect import collect
-
-    cfg = FQIConfig()
-    ds = collect("qveil/LineWalk-v0", 60, 3)
-    for rel in ("user", "reward"):
-        fits = fit_variants(ds, relation=rel, gammas=[0.3, 0.9], cfg=cfg, reward_range=(0, 0.5))
-        for g, q in fits.items():
-            ref = fitted_q(
-                ds.s,
-                ds.a,
-                ds.r,
-                ds.s2,
-                ds.terminal,
-                ds.user,
-                n_actions=2,
-                reward_range=(0.0, 0.5),
-                interval=StateInterval(0.0, 1.0),
-                spec=FQISpec(gamma=g, iterations=cfg.iterations, neighbour=rel),
-            )
-            assert np.abs(ref - q).max() < 1e-12
+from qveil.experiments.chain_mdp import ChainMDP
 
 
 def _one_user(n: int, hold: np.ndarray, visit: np.ndarray) -> ChainStats:
@@ -103,3 +73,17 @@ def test_chain_fqe_fixed_points() -> None:
     )
     assert est.shape == (n := mdp.n_states,) and est[n - 1] == 0.0 and mean[n - 1] == 0.0
     assert info["sigma"] > 0 and info["kappa"] > 1
+
+
+def test_sample_chain_draws_what_chain_mdp_samples() -> None:
+    """The per-user statistics come with BGP16's batch of the very same trajectories: the
+    batch equals ChainMDP.sample's from the same generator, and every trajectory visiting a
+    non-absorbing state counts in both."""
+    for start in ("uniform", "first"):
+        mdp = ChainMDP(start=start)
+        batch, stats = sample_chain(mdp, 123, np.random.default_rng(3), chunk=50)
+        ref = mdp.sample(123, np.random.default_rng(3), chunk=50)
+        assert np.array_equal(batch.counts, ref.counts)
+        assert np.array_equal(batch.return_sums, ref.return_sums)
+        assert np.array_equal(stats.visits, batch.counts[:-1])
+        assert stats.m == 123 and np.all(stats.samples >= stats.visits)

@@ -1,0 +1,45 @@
+"""How a ``qveil`` command is declared (a subcommand whose ``--help`` shows its module
+docstring as written) and the flags that several commands share. Here, in core, so that the
+commands of core, trainer, server and experiments can all use it; it imports nothing heavy,
+since ``qveil --help`` loads every command."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["add_command", "add_no_progress"]
+
+
+def add_command(
+    sub: Any,
+    name: str,
+    help: str,  # noqa: A002 - argparse's own name for it
+    doc: str | None,
+    run: Callable[[argparse.Namespace], int] | None = None,
+    **kw: Any,
+) -> argparse.ArgumentParser:
+    """The command ``name`` of ``sub`` (``add_subparsers()``), whose ``--help`` shows ``doc``
+    (its module docstring) as written and which ``run`` runs (none: its subcommands set
+    their own); ``kw`` as for ``add_parser``."""
+    p: argparse.ArgumentParser = sub.add_parser(
+        name,
+        help=help,
+        description=doc,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        **kw,
+    )
+    if run is not None:
+        p.set_defaults(func=run)
+    return p
+
+
+def add_no_progress(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """``--no-progress`` of a command that shows a long job's progress (a bar on a terminal,
+    else a log line per Dask shard)."""
+    p.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress (a bar on a terminal; else, with Dask shards, a log line per shard)",
+    )

@@ -1,0 +1,76 @@
+"""The JSON round trip of the accountants' frozen dataclasses (parameter sets, ledger
+events): a validated copy with some fields changed, a JSON-ready dict, and reading a
+recorded one back with unknown or missing fields refused as :class:`InvalidArgument`."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, Self, TypeVar
+
+from qveil.errors import InvalidArgument
+
+__all__ = ["GaussianResult", "Record", "construct", "reject_unknown"]
+
+T = TypeVar("T")
+
+
+class Record:
+    """Base of a frozen dataclass that is recorded as JSON (a card, a ledger event)."""
+
+    #: tuple fields that :meth:`to_dict` writes as lists (JSON has no tuples)
+    _AS_LISTS: ClassVar[tuple[str, ...]] = ()
+
+    def replace(self, **changes: Any) -> Self:
+        """A copy with some fields changed (validated again)."""
+        out: Self = dataclasses.replace(self, **changes)  # type: ignore[type-var]
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict of every field."""
+        d: dict[str, Any] = dataclasses.asdict(self)  # type: ignore[call-overload]
+        for name in self._AS_LISTS:
+            d[name] = list(getattr(self, name))
+        return d
+
+
+class GaussianResult:
+    """Base of an accountant's frozen result dataclass for one Gaussian mechanism of noise
+    ``sigma`` on a statistic of sensitivity ``sensitivity``, accounted for ``params``."""
+
+    sensitivity: float
+    sigma: float
+    params: Record
+
+    @property
+    def mu(self) -> float:
+        """GDP parameter Delta / sigma (exact composition in the ledger)."""
+        return self.sensitivity / self.sigma
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict of every field (params as their dict) and ``mu``."""
+        d = {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)  # type: ignore[arg-type]
+            if f.name != "params"
+        }
+        d["params"] = self.params.to_dict()
+        d["mu"] = self.mu
+        return d
+
+
+def reject_unknown(cls: Any, d: Mapping[str, Any], what: str) -> None:
+    """InvalidArgument ``unknown <what>: a, b`` for the keys of ``d`` that are no field of the
+    dataclass ``cls`` (a record from a newer version must not be silently mis-read)."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(d) - names)
+    if unknown:
+        raise InvalidArgument(f"unknown {what}: {', '.join(unknown)}")
+
+
+def construct(cls: Callable[..., T], kw: Mapping[str, Any], what: str) -> T:
+    """``cls(**kw)``; a missing or surplus field is InvalidArgument ``<what>: <reason>``."""
+    try:
+        return cls(**kw)
+    except TypeError as exc:
+        raise InvalidArgument(f"{what}: {exc}") from None

@@ -1,0 +1,119 @@
+"""The query service answers exactly what it answered when these answers were recorded.
+
+``tests/data/serving_golden.json`` holds the SHA-256 of the answers (dtype, shape, bytes) of
+a seeded store (``rng=`` seed: the noise is then a fixed sequence) to a fixed sequence of
+requests through every entry of the serving path: ``QueryService.get_values`` (new states,
+stored states, duplicates, batches of 1 to 1024, action subsets), ``get_stored_values`` (the
+event loop's look-up of stored states), ``get_best_actions``, ``get_action_values`` (the v2
+model's one action per state), and the wire bytes (release id blanked) of
+``GetValuesResponse`` (``serde.values_to_proto``) and of the v2 ``ModelInferResponse``
+(typed and raw contents). They were recorded before the serving path was vectorised; a
+change of the hot path must keep every bit. Regenerate only for an intended change of the
+answers: ``.venv/bin/python tests/unit/server/test_query.py --write``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+GOLDEN = Path(__file__).resolve().parents[2] / "data" / "serving_golden.json"
+LO, HI = -1.0, 2.0
+
+
+def answers(tmp: Path) -> dict[str, np.ndarray]:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from server_helpers import make_bundle
+
+    from qveil.common.serde import values_to_proto
+    from qveil.server.protocol.grpc.v2_servicer import response_to_proto
+    from qveil.server.protocol.v2_model import InferRequest, OIPModel, Tensor
+    from qveil.server.services import Services
+    from qveil.server.store import open_store
+
+    out: dict[str, np.ndarray] = {}
+    bundle = make_bundle(tmp / "bundle", seed=5, actions=3, hidden=16)
+    with open_store(f"sqlite:///{tmp / 'store.sqlite'}", rng=77) as st:
+        services = Services.create(store=st)
+        services.releases.start(bundle)
+        h = services.query
+        model = OIPModel(h)
+        rng = np.random.default_rng(3)
+        seen = rng.uniform(LO, HI, 64)
+        for k in range(40):
+            n = int(rng.choice([1, 1, 2, 7, 64, 300, 1024]))
+            old = seen[rng.integers(0, seen.size, n)]
+            fresh = rng.uniform(LO, HI, n)
+            share = 0.0 if k < 4 else 1.0 if k % 3 == 0 else 0.7
+            xs = np.where(rng.uniform(size=n) < share, old, fresh)
+            if k % 5 == 4:
+                xs = np.round(xs, 2)  # repeats within the batch
+            acts = [[], [2, 0], [1]][k % 3]
+            stored = h.get_stored_values(xs, acts)
+            vals = h.get_values(xs, acts)
+            out[f"values_{k}"] = vals.values
+            msg = values_to_proto(vals)
+            msg.release_id = ""  # the bundle's id changes with its creation time
+            out[f"proto_{k}"] = np.frombuffer(msg.SerializeToString(), np.uint8)
+            out[f"stored_{k}"] = np.zeros(0) if stored is None else stored.values
+            best = h.get_best_actions(xs)
+            out[f"best_{k}"] = np.concatenate([best.actions.astype(np.float64), best.values])
+            a = rng.integers(0, 3, n)
+            out[f"action_values_{k}"] = h.get_action_values(xs, a)[1]
+            req = InferRequest(inputs=[Tensor("STATE", "FP64", (n, 1), xs)], id=f"r{k}")
+            resp = model.infer(req)
+            for raw in (False, True):
+                v2 = response_to_proto(resp, raw=raw)
+                v2.model_version = ""
+                wire = v2.SerializeToString()
+                out[f"v2_{k}_{int(raw)}"] = np.frombuffer(wire, np.uint8)
+            seen = np.concatenate([seen, xs])
+    return out
+
+
+def digests(tmp: Path) -> dict[str, str]:
+    return {
+        key: hashlib.sha256(f"{a.dtype.str}{a.shape}".encode() + a.tobytes()).hexdigest()
+        for key, a in answers(tmp).items()
+    }
+
+
+def test_answers_are_the_recorded_ones(tmp_path: Path) -> None:
+    want = json.loads(GOLDEN.read_text())
+    got = digests(tmp_path)
+    assert sorted(got) == sorted(want)
+    assert [k for k in got if got[k] != want[k]] == []
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--write"]:
+        with tempfile.TemporaryDirectory() as d:
+            GOLDEN.write_text(json.dumps(digests(Path(d)), indent=0, sort_keys=True) + "\n")
+        print(f"wrote {GOLDEN}")
+
+
+def test_states_map_as_the_state_box_does() -> None:
+    """The query's clip-and-map of d-coordinate states (bounds kept per release) gives the
+    bits of ``StateBox.to_unit(clip=True)``: inside, on and outside the box, -0.0, huge."""
+    from types import SimpleNamespace
+
+    from qveil.additive import StateBox
+    from qveil.server.limits import Limits
+    from qveil.server.query import QueryService
+    from qveil.server.state import ActiveRelease, ReleaseHolder, ServerContext
+
+    box = StateBox.of([[-0.3, 0.3], [-1.5, 1.5], [-0.2095, 0.2095], [-2.0, 2.0]])
+    rel = ActiveRelease(bundle=SimpleNamespace(dims=4, box=box), record=None)
+    h = QueryService(ServerContext(store=None, holder=ReleaseHolder(), limits=Limits()))
+    rng = np.random.default_rng(9)
+    for n in (1, 2, 17, 1024):
+        s = rng.normal(size=(n, 4)) * rng.choice([0.1, 1.0, 1e3], size=(n, 4))
+        s[0, 0], s[-1, 1] = -0.0, 1.5
+        got = h._states(rel, s)
+        assert got.tobytes() == box.to_unit(s, clip=True).tobytes()
+        assert h._states(rel, s).tobytes() == got.tobytes()  # the kept bounds

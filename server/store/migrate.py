@@ -17,7 +17,11 @@ from alembic.script import ScriptDirectory
 import qveil.server.migrations as _migrations
 from qveil.errors import FailedPrecondition
 
-__all__ = ["alembic_config", "current_revision", "head_revision", "upgrade"]
+__all__ = ["LOCK_SUFFIX", "alembic_config", "current_revision", "head_revision", "upgrade"]
+
+
+# the migration lock file beside a SQLite database (see _file_lock)
+LOCK_SUFFIX = "-migrations.lock"
 
 
 def alembic_config() -> Config:
@@ -53,21 +57,35 @@ def upgrade(
     ``qveil admin init-store`` and a first serve create stores.
 
     Concurrent openers are serialised: on PostgreSQL by an advisory lock taken in env.py; on
-    SQLite by an exclusive flock(2) on the database file ``lock_path``, held from before the
-    version is read until the migrations commit (Alembic reads the version and runs SQLite
-    migrations outside one transaction, so without it two first openers of a new file both
-    migrate it and one fails with "table ... already exists").
+    SQLite by an exclusive flock(2) on the lock file beside the database file ``lock_path``
+    (:func:`_file_lock`), held from before the version is read until the migrations commit
+    (Alembic reads the version and runs SQLite migrations outside one transaction, so
+    without it two first openers of a new file both migrate it and one fails with "table
+    ... already exists").
     """
-    with _file_lock(lock_path) if lock_path else nullcontext():
+    with _file_lock(lock_path + LOCK_SUFFIX) if lock_path else nullcontext():
         return _upgrade(engine, create=create, read_engine=read_engine, new_ok=new_ok, where=where)
 
 
 @contextmanager
 def _file_lock(path: str) -> Iterator[None]:
-    """An exclusive flock(2) on ``path`` (an existing file). On Linux flock locks are apart
-    from the POSIX locks SQLite takes, so it never blocks the database's own reads and
-    writes, only other openers' migrations."""
-    fd = os.open(path, os.O_RDONLY)
+    """An exclusive flock(2) on the lock file ``path`` (created owner-only if missing),
+    released when the block ends.
+
+    Never the database file itself: closing any descriptor of a file drops every POSIX lock
+    the process holds on it (fcntl semantics), including the SHARED lock SQLite's pooled
+    connections keep on a WAL database. Another process closing its last connection could
+    then take that file as unused, checkpoint it and delete the WAL while this process
+    still commits into the deleted file: committed points lost. Where the lock file cannot
+    be created (a read-only directory, where nothing can be migrated either) the block runs
+    without it."""
+    try:
+        fd: int | None = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError:
+        fd = None
+    if fd is None:
+        yield
+        return
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield

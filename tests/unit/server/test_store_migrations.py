@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import importlib
 import multiprocessing
+import subprocess
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -14,10 +16,11 @@ import pytest
 import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
+from store_helpers import RID, make_release
 
 from qveil.errors import FailedPrecondition
 from qveil.server.store import open_store
-from qveil.server.store.migrate import head_revision
+from qveil.server.store.migrate import LOCK_SUFFIX, head_revision
 from qveil.server.store.models import metadata
 
 # other parts declare their tables on the store's MetaData (same Alembic history)
@@ -321,3 +324,34 @@ def test_concurrent_first_openers_of_a_new_sqlite_store_all_open_it(tmp_path: Pa
         assert results == ["ok"] * 3, (rnd, results)
         assert _diff(url) == []
 
+
+_COUNT = "import sqlite3, sys; print(sqlite3.connect(sys.argv[1]).execute({q!r}).fetchone()[0])"
+
+
+def _count_elsewhere(db: Path) -> int:
+    """The store's rows as another process sees them; its connection closes on exit, the way
+    any other reader's does (the last connection to close checkpoints and deletes the WAL)."""
+    code = _COUNT.format(q="SELECT COUNT(*) FROM noise_points")
+    out = subprocess.run([sys.executable, "-c", code, str(db)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return int(out.stdout)
+
+
+def test_every_commit_stays_visible_to_other_processes_after_the_store_opened(
+    tmp_path: Path,
+) -> None:
+    """Opening (and so migrating) a SQLite store must not drop the POSIX locks SQLite's pooled
+    connections hold on the file: with them gone, another process's reader that closes takes
+    the file for unused, checkpoints it and deletes the WAL, and every later commit of this
+    process goes into the deleted WAL (answered, never visible, lost on restart). Each
+    commit is counted by another process right after it; the migration lock that closed a
+    descriptor of the database file itself failed at the second commit."""
+    db = tmp_path / "store.sqlite"
+    with open_store(f"sqlite:///{db}", create=True) as s:
+        make_release(s)
+        for k in range(1, 6):
+            s.get_or_sample(RID, 0, np.random.default_rng(k).uniform(size=10))
+            assert _count_elsewhere(db) == 10 * k
+    with open_store(f"sqlite:///{db}") as s:
+        assert s.count_points(RID, 0) == 50 and s.verify(RID).ok
+    assert (db.parent / (db.name + LOCK_SUFFIX)).stat().st_mode & 0o077 == 0

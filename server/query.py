@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -39,7 +40,7 @@ from qveil.server import views
 from qveil.server.answer_cache import AnswerCache
 from qveil.server.state import ActiveRelease, ContextService, ServerContext
 
-__all__ = ["QueryService", "grid_round"]
+__all__ = ["QueryService", "ValuesAsk", "grid_round"]
 
 
 def grid_round(values: npt.NDArray[np.float64], grid: float) -> npt.NDArray[np.float64]:
@@ -56,6 +57,62 @@ def _paths(actions: Sequence[int], d: int) -> list[int]:
 def _check_deadline(deadline: float | None) -> None:
     if deadline is not None and time.monotonic() >= deadline:
         raise TimeoutError("deadline exceeded before the store was queried; nothing stored")
+
+
+@dataclass(frozen=True, slots=True)
+class ValuesAsk:
+    """One GetValues call of a batch (:meth:`QueryService.get_values_many`)."""
+
+    states: npt.ArrayLike
+    actions: Sequence[int] = ()
+    release_id: str = ""
+    deadline: float | None = None
+    caller: str = "local"
+
+
+@dataclass(slots=True)
+class _NewAsk:
+    """A call of a batch whose states are not all stored: validated, its model values
+    computed, its store paths (``pairs``: path, unique unit values) and, per pair, the index
+    of each state's value (``index``)."""
+
+    at: int
+    xs: npt.NDArray[np.float64]
+    actions: list[int]
+    q: npt.NDArray[np.float64]
+    pairs: list[tuple[int, npt.NDArray[np.float64]]]
+    index: list[npt.NDArray[np.intp]]
+    ticket: int = 0
+
+
+def _pairs(
+    xs: npt.NDArray[np.float64], actions: list[int]
+) -> tuple[list[tuple[int, npt.NDArray[np.float64]]], list[npt.NDArray[np.intp]]]:
+    """The store paths of a request of states ``xs`` [n, d]: (path a * d + j, the unique values
+    of coordinate j) for each action a and coordinate j, and per pair the index of each
+    state's value among them."""
+    n, d = xs.shape
+    if n == 1:  # one state: its own unique values (np.unique's work skipped)
+        cols = [(xs[:, j].copy(), np.zeros(1, dtype=np.intp)) for j in range(d)]
+    else:
+        cols = [np.unique(xs[:, j], return_inverse=True) for j in range(d)]
+    pairs = [(a * d + j, cols[j][0]) for a in actions for j in range(d)]
+    index = [cols[j][1].reshape(-1) for _a in actions for j in range(d)]
+    return pairs, index
+
+
+def _sum_paths(
+    n: int, n_actions: int, d: int, gs: Sequence[npt.NDArray[np.float64]], index: Sequence[Any]
+) -> npt.NDArray[np.float64]:
+    """The noise [n, n_actions] of a request from its pairs' values ``gs`` (in :func:`_pairs`
+    order): g_a(x) = sum_j g_{a,j}(x_j), summed in coordinate order (the same bits every time)."""
+    noise = np.zeros((n, n_actions), dtype=np.float64)
+    k = 0
+    for i in range(n_actions):
+        for _j in range(d):
+            noise[:, i] += gs[k][index[k]]
+            k += 1
+    return noise
 
 
 class QueryService(ContextService):
@@ -193,11 +250,21 @@ class QueryService(ContextService):
     ) -> npt.NDArray[np.float64]:
         q = rel.bundle.q_values_unit(xs)[:, actions]
         _check_deadline(deadline)
-        known = self._known_noise(rel, xs, actions)
-        if known is not None:  # every state stored: no admission, no database
-            self.metrics.answered(int(xs.shape[0]) * len(actions), self.store.points_drawn)
-            return self._answered(rel, xs, actions, grid_round(q + known, self.limits.value_grid))
-        noise = self._box_noise(rel, xs, actions, deadline, caller)
+        noise = self._known_noise(rel, xs, actions)
+        if noise is None:  # else every state stored: no admission, no database
+            noise = self._box_noise(rel, xs, actions, deadline, caller)
+        return self._release(rel, xs, actions, q, noise)
+
+    def _release(
+        self,
+        rel: ActiveRelease,
+        xs: npt.NDArray[np.float64],
+        actions: list[int],
+        q: npt.NDArray[np.float64],
+        noise: npt.NDArray[np.float64],
+    ) -> npt.NDArray[np.float64]:
+        """The released values of model values ``q`` and their ``noise``: on the value grid,
+        counted and kept for look-ups."""
         self.metrics.answered(int(xs.shape[0]) * len(actions), self.store.points_drawn)
         return self._answered(rel, xs, actions, grid_round(q + noise, self.limits.value_grid))
 
@@ -221,13 +288,7 @@ class QueryService(ContextService):
         )
         if got is None:
             return None
-        noise = np.zeros((xs.shape[0], len(actions)), dtype=np.float64)
-        k = 0
-        for i in range(len(actions)):
-            for _j in range(d):  # summed in coordinate order: the same bits every time
-                noise[:, i] += got[k]
-                k += 1
-        return noise
+        return _sum_paths(xs.shape[0], len(actions), d, got, [slice(None)] * len(got))
 
     def _box_noise(
         self,
@@ -242,10 +303,7 @@ class QueryService(ContextService):
         Only the coordinate values a path has not stored are new points; all of them, every
         action and coordinate, are stored in one durable transaction before anything is
         answered."""
-        d = xs.shape[1]
-        cols = [np.unique(xs[:, j], return_inverse=True) for j in range(d)]
-        pairs = [(a * d + j, cols[j][0]) for a in actions for j in range(d)]
-        index = [cols[j][1].reshape(-1) for _a in actions for j in range(d)]
+        pairs, index = _pairs(xs, actions)
         ticket = self.store.reserve(  # before anything is sampled
             rel.release_id, pairs, quotas=self.quotas, caller=caller, rows=(xs, index)
         )
@@ -256,13 +314,7 @@ class QueryService(ContextService):
             )
         finally:
             self.quotas.done(rel.release_id, ticket)
-        noise = np.zeros((xs.shape[0], len(actions)), dtype=np.float64)
-        k = 0
-        for i in range(len(actions)):
-            for j in range(d):  # summed in coordinate order: the same bits every time
-                noise[:, i] += gs[k][cols[j][1].reshape(-1)]
-                k += 1
-        return noise
+        return _sum_paths(xs.shape[0], len(actions), xs.shape[1], gs, index)
 
     def get_values(
         self,
@@ -278,6 +330,100 @@ class QueryService(ContextService):
         acts = self._actions(rel, actions)
         vals = self._released(rel, xs, acts, deadline, caller)
         return self._values(rel, acts, vals)
+
+    def get_values_many(self, asks: Sequence[ValuesAsk]) -> list[t.Values | Exception]:
+        """:meth:`get_values` of each call of a batch, in one pass: what each would answer or
+        raise alone, but the new points of all of them are stored in ONE durable transaction
+        (one store call over the union of their states, one refresh of the release for all
+        their reservations). Each call is validated, admitted (its own reservation under its
+        own caller's budget) and checked against its own deadline on its own; a call refused
+        stores nothing. If the shared store call fails, each admitted call then makes its own
+        (so a failure is reported to exactly the calls it concerns)."""
+        out: list[t.Values | Exception | None] = [None] * len(asks)
+        new: dict[int, tuple[ActiveRelease, list[_NewAsk]]] = {}
+        for i, ask in enumerate(asks):
+            try:
+                rel = self._release_for_query(ask.release_id)
+                xs = self._states(rel, ask.states)
+                acts = self._actions(rel, ask.actions)
+                q = rel.bundle.q_values_unit(xs)[:, acts]
+                _check_deadline(ask.deadline)
+                noise = self._known_noise(rel, xs, acts)
+                if noise is not None:
+                    out[i] = self._values(rel, acts, self._release(rel, xs, acts, q, noise))
+                    continue
+                pairs, index = _pairs(xs, acts)
+                new.setdefault(id(rel), (rel, []))[1].append(_NewAsk(i, xs, acts, q, pairs, index))
+            except Exception as exc:  # noqa: BLE001 - this call's own outcome
+                out[i] = exc
+        for rel, calls in new.values():
+            self._new_many(rel, calls, asks, out)
+        return [o if o is not None else RuntimeError("unanswered") for o in out]
+
+    def _new_many(
+        self,
+        rel: ActiveRelease,
+        calls: list[_NewAsk],
+        asks: Sequence[ValuesAsk],
+        out: list[t.Values | Exception | None],
+    ) -> None:
+        """The calls of a batch with new states, of one release (see :meth:`get_values_many`)."""
+        rid = rel.release_id
+        admitted: list[_NewAsk] = []
+        try:
+            self.store.refresh(rid, wait=False)  # one read for every reservation below
+            for c in calls:
+                try:
+                    c.ticket = self.store.reserve(  # before anything is sampled
+                        rid,
+                        c.pairs,
+                        quotas=self.quotas,
+                        caller=asks[c.at].caller,
+                        rows=(c.xs, c.index),
+                        refresh=False,
+                    )
+                    admitted.append(c)
+                    _check_deadline(asks[c.at].deadline)
+                except Exception as exc:  # noqa: BLE001 - this call's own outcome
+                    out[c.at] = exc
+            live = [c for c in admitted if out[c.at] is None]
+            if not live:
+                return
+            union: dict[int, list[npt.NDArray[np.float64]]] = {}
+            for c in live:
+                for p, u in c.pairs:
+                    union.setdefault(p, []).append(u)
+            paths = sorted(union)
+            values = [np.unique(np.concatenate(union[p])) for p in paths]
+            try:
+                gs = dict(
+                    zip(paths, self.store.get_or_sample_paths(rid, paths, values), strict=True)
+                )
+                at = dict(zip(paths, values, strict=True))
+                got = {c.at: [gs[p][np.searchsorted(at[p], u)] for p, u in c.pairs] for c in live}
+            except Exception:  # noqa: BLE001 - each call then learns its own outcome
+                got = {}
+                for c in live:
+                    try:
+                        got[c.at] = self.store.get_or_sample_paths(
+                            rid, [p for p, _ in c.pairs], [u for _, u in c.pairs]
+                        )
+                    except Exception as exc:  # noqa: BLE001 - this call's own outcome
+                        out[c.at] = exc
+            for c in live:
+                if c.at in got:
+                    noise = _sum_paths(
+                        c.xs.shape[0], len(c.actions), c.xs.shape[1], got[c.at], c.index
+                    )
+                    vals = self._release(rel, c.xs, c.actions, c.q, noise)
+                    out[c.at] = self._values(rel, c.actions, vals)
+        except Exception as exc:  # noqa: BLE001 - the refresh failed: every call's outcome
+            for c in calls:
+                if out[c.at] is None:
+                    out[c.at] = exc
+        finally:
+            for c in admitted:
+                self.quotas.done(rid, c.ticket)
 
     def get_stored_values(
         self,

@@ -167,11 +167,14 @@ class Quotas:
         cfg = self.config
         with self._lock:
             now = self._clock()
-            pending = sum(
-                n if fn is None else min(n, fn())
-                for n, fn in self._pending.get(release_id, {}).values()
-            )
+            reserved = self._pending.get(release_id, {}).values()
             count = stored() if callable(stored) else stored
+            # the reservations' points still not stored are counted (still_new) only when
+            # all their points would not fit: the same verdict, without a count per
+            # reservation on every admission
+            pending = sum(n for n, _fn in reserved)
+            if count + pending + new_points > cfg.max_stored_points:
+                pending = sum(n if fn is None else min(n, fn()) for n, fn in reserved)
             if count + pending + new_points > cfg.max_stored_points:
                 self.refused["stored_points"] += 1
                 raise ResourceExhausted(

@@ -24,7 +24,7 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -37,7 +37,9 @@ from qveil.common import typing as t
 from qveil.errors import ResourceExhausted, Unavailable, error_status
 from qveil.server.auth import Authorizer
 from qveil.server.limits import per_caller_bound
+from qveil.server.protocol.batching import Batcher
 from qveil.server.protocol.v2_model import SERVER_NAME, InferRequest, InferResponse, OIPModel
+from qveil.server.query import ValuesAsk
 from qveil.server.quotas import caller_host
 from qveil.server.services import Services
 
@@ -63,6 +65,9 @@ PADDED = frozenset({"GetValues", "GetBestActions", "v2.ModelInfer"})
 #: requests of stored states up to this many states are answered on the event loop (memory
 #: only, no hand-off to the executor); larger ones keep the loop free for other calls
 INLINE_MAX_STATES = 1024
+#: GetValues calls of up to this many states that need the store are answered in batches
+#: (:mod:`qveil.server.protocol.batching`); larger ones each run in their own executor thread
+BATCH_MAX_STATES = 64
 
 
 def _never() -> bool:
@@ -130,6 +135,10 @@ class DataPlane:
         self.closing = False
         self.in_flight = 0
         self.by_caller: dict[str, int] = {}  # in-flight calls per caller (event loop only)
+        #: small GetValues calls that need the store, answered together
+        self.values_batcher: Batcher[ValuesAsk, t.Values] = Batcher(
+            executor, self.query.get_values_many
+        )
 
     # ------------------------------------------------------------------ query endpoints
     async def get_values(self, ctx: CallContext, decode: Callable[[], ValuesQuery]) -> t.Values:
@@ -158,7 +167,14 @@ class DataPlane:
                 q.states, q.actions, release_id=q.release_id, deadline=call.deadline
             )
 
-        return await self.call(VALUE, "GetValues", ctx, run, inline=stored)
+        def batched(call: Call) -> Awaitable[t.Values] | None:
+            q = query()
+            if q.states.shape[0] > BATCH_MAX_STATES:
+                return None
+            ask = ValuesAsk(q.states, q.actions, q.release_id, call.deadline, call.caller)
+            return self.values_batcher.submit(ask)
+
+        return await self.call(VALUE, "GetValues", ctx, run, inline=stored, batched=batched)
 
     async def get_best_actions(
         self, ctx: CallContext, decode: Callable[[], ValuesQuery]
@@ -207,14 +223,16 @@ class DataPlane:
         fn: Callable[[Call], R],
         *,
         inline: Callable[[Call], R | None] | None = None,
+        batched: Callable[[Call], Awaitable[R] | None] | None = None,
     ) -> R:
         """Admit the call, run ``fn`` in the executor, pad and observe it. Raises what
         admission or ``fn`` raised (domain exceptions); the transport maps it.
 
         ``inline``: work that never blocks (a request of stored states: memory only), run on
         the event loop first, saving the executor hand-off; its None means "not that kind of
-        request" and ``fn`` runs in the executor as usual. Padding and metrics are the same
-        either way."""
+        request" and ``fn`` runs in the executor as usual. ``batched``: the call's answer as
+        part of a batch of calls (an awaitable), or None for a call not to batch. Padding and
+        metrics are the same whichever way the call is answered."""
         start = time.perf_counter()
         code = "OK"
         key: str | None = None
@@ -223,8 +241,11 @@ class DataPlane:
             self._enter(key)
             call = Call(caller=budget_key(key), role=role, deadline=ctx.deadline)
             got = None if inline is None else inline(call)
+            pending = None if got is not None or batched is None else batched(call)
             if got is not None:
                 result: R = got
+            elif pending is not None:
+                result = await pending
             else:
                 loop = asyncio.get_running_loop()
                 result = await loop.run_in_executor(self.executor, fn, call)

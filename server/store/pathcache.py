@@ -358,6 +358,7 @@ class PathCache:
         quotas: Admission,
         caller: str,
         rows: tuple[FloatArray, Sequence[npt.NDArray[np.intp]]] | None = None,
+        refresh: bool = True,
     ) -> int:
         """Admission of a request before anything is sampled: count its new states and new
         points and reserve them under ``caller``'s budget and the release's cap
@@ -373,16 +374,19 @@ class PathCache:
         value of each path. Stored states pass without a database read; otherwise the
         release's copies are brought up to date first in one read (:meth:`refresh`), so
         points other processes or replicas stored are known, not new, and count against
-        the cap."""
+        the cap. ``refresh=False``: the caller has just refreshed the release (one read for
+        the reservations of a whole batch)."""
         rid = release_id
 
         def still_new() -> int:
             return sum(self.count_new(rid, p, u) for p, u in pairs)
 
-        if not any(self.count_new(rid, p, u) for p, u in pairs):
-            return 0
-        self.refresh(rid, wait=False)
         masks = [self.new_mask(rid, p, u) for p, u in pairs]
+        if not any(m.any() for m in masks):
+            return 0
+        if refresh:
+            self.refresh(rid, wait=False)
+            masks = [self.new_mask(rid, p, u) for p, u in pairs]
         new_points = sum(int(m.sum()) for m in masks)
         if rows is None:  # every pair holds the same unique states
             new_states = int(np.logical_or.reduce(masks).sum()) if masks else 0
@@ -391,7 +395,8 @@ class PathCache:
             row_new = np.zeros(xs.shape[0], dtype=np.bool_)
             for m, idx in zip(masks, index, strict=True):
                 row_new |= m[idx]
-            new_states = int(np.unique(xs[row_new], axis=0).shape[0])
+            k = int(row_new.sum())
+            new_states = k if k <= 1 else int(np.unique(xs[row_new], axis=0).shape[0])
         return quotas.admit(
             caller,
             rid,

@@ -117,3 +117,93 @@ def test_states_map_as_the_state_box_does() -> None:
         got = h._states(rel, s)
         assert got.tobytes() == box.to_unit(s, clip=True).tobytes()
         assert h._states(rel, s).tobytes() == got.tobytes()  # the kept bounds
+
+
+def _services(tmp: Path, **limits: object) -> tuple[object, object]:
+    """Query services on a fresh SQLite store serving a 3-action bundle on [-1, 2], and the
+    store."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from server_helpers import make_bundle
+
+    from qveil.server.limits import Limits
+    from qveil.server.services import Services
+    from qveil.server.store import open_store
+
+    bundle = make_bundle(tmp / "bundle", seed=5, actions=3, hidden=16)
+    st = open_store(f"sqlite:///{tmp / 'store.sqlite'}")
+    services = Services.create(store=st, limits=Limits(**limits))  # type: ignore[arg-type]
+    services.releases.start(bundle)
+    return services, st
+
+
+def test_a_batch_answers_each_call_as_it_would_be_answered_alone(tmp_path: Path) -> None:
+    """``get_values_many``: every call's answer is bit for bit what ``get_values`` answers
+    for it afterwards (stored states and new ones, a new state shared by two calls, action
+    subsets, duplicates); each new state is stored once, for every action; a bad call gets
+    its own error and stores nothing, without touching the others' answers."""
+    import time
+
+    from qveil.errors import FailedPrecondition, InvalidArgument
+    from qveil.server.query import ValuesAsk
+
+    services, st = _services(tmp_path)
+    try:
+        h = services.query  # type: ignore[attr-defined]
+        rid = h.holder.current().release_id
+        known = np.linspace(-1.0, 2.0, 9)
+        h.get_values(known)
+        shared = 0.123456789
+        asks = [
+            ValuesAsk(known[:3]),  # stored only
+            ValuesAsk(np.array([shared, 1.5, 1.5]), (2, 0)),  # new, a duplicate, two actions
+            ValuesAsk(np.array([shared]), (1,)),  # the same new state, another action
+            ValuesAsk(np.array([0.51, np.nan])),  # bad: nothing of it stored
+            ValuesAsk(np.array([0.26]), release_id="another-release"),  # pinned elsewhere
+            ValuesAsk(np.array([0.76]), deadline=time.monotonic() - 1.0),  # too late
+            ValuesAsk(np.array([[0.3, 0.4]])),  # bad: two coordinates on a 1-d release
+            ValuesAsk(np.array([-0.5, known[4], -0.3])),  # new and stored
+        ]
+        before = st.count_points(rid)
+        out = h.get_values_many(asks)
+        assert isinstance(out[3], InvalidArgument) and "not a finite" in str(out[3])
+        assert isinstance(out[4], FailedPrecondition)
+        assert isinstance(out[5], TimeoutError)
+        assert isinstance(out[6], InvalidArgument) and "coordinate" in str(out[6])
+        # new: shared (3 actions), 1.5 (2 actions; action 1 not asked), -0.5, -0.3 (3 each)
+        assert st.count_points(rid) == before + 3 + 2 + 3 + 3
+        for i in (0, 1, 2, 7):
+            ask, got = asks[i], out[i]
+            assert not isinstance(got, Exception), got
+            alone = h.get_values(ask.states, ask.actions)
+            assert got.actions == alone.actions and got.release_id == rid
+            assert got.values.tobytes() == alone.values.tobytes(), i
+        assert st.count_points(rid) == before + 11  # answered alone: nothing new
+        for x in (0.51, 0.26, 0.76):  # the refused calls stored nothing
+            assert h.get_stored_values(np.array([x])) is None
+    finally:
+        st.close()
+
+
+def test_a_batch_refuses_a_caller_over_its_budget_and_answers_the_others(
+    tmp_path: Path,
+) -> None:
+    """Each call of a batch is admitted under its own caller's new-state budget: the caller
+    over budget gets ResourceExhausted and stores nothing, the others are answered."""
+    from qveil.errors import ResourceExhausted
+    from qveil.server.query import ValuesAsk
+
+    services, st = _services(tmp_path, new_state_rate=0.001, new_state_burst=2.0)
+    try:
+        h = services.query  # type: ignore[attr-defined]
+        asks = [
+            ValuesAsk(np.array([0.1, 0.2, 0.3]), caller="token:greedy"),
+            ValuesAsk(np.array([0.4, 0.5]), caller="token:modest"),
+            ValuesAsk(np.array([0.6]), caller="token:greedy"),
+        ]
+        out = h.get_values_many(asks)
+        assert isinstance(out[0], ResourceExhausted) and "new state" in str(out[0])
+        assert not isinstance(out[1], Exception) and not isinstance(out[2], Exception)
+        assert h.get_stored_values(np.array([0.1])) is None
+        assert h.get_stored_values(np.array([0.4, 0.5, 0.6])) is not None
+    finally:
+        st.close()

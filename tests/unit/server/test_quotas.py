@@ -292,6 +292,31 @@ def test_a_committed_reservation_is_not_counted_twice() -> None:
     assert caller_host("unix:/tmp/s") == "unix:/tmp/s"
 
 
+def test_reservations_are_recounted_only_when_all_their_points_would_not_fit() -> None:
+    """Each admission checks the cap with every pending reservation's points first and counts
+    the reservations' points still not stored (``still_new``, a look-up per state) only when
+    that does not fit: the same verdicts as always counting, without a count per pending
+    reservation on every admission."""
+    q = Quotas(QuotaConfig(max_stored_points=100, new_state_rate=1e6))
+    calls = [0]
+
+    def still_new() -> int:
+        calls[0] += 1
+        return 0  # committed meanwhile
+
+    tickets = [
+        q.admit("a", "r", new_states=1, new_points=20, stored=0, still_new=still_new)
+        for _ in range(3)
+    ]
+    assert calls[0] == 0  # 0 + 60 pending + 20 <= 100: nothing recounted
+    q.admit("b", "r", new_states=1, new_points=40, stored=20)  # 20 + 60 + 40 > 100: recount
+    assert calls[0] == 3  # ... and it fits: 20 + 0 + 40
+    with pytest.raises(ResourceExhausted):
+        q.admit("c", "r", new_states=1, new_points=41, stored=20)  # 20 + 40 + 41 > 100
+    for t in tickets:
+        q.done("r", t)
+
+
 def test_cap_is_exact_under_concurrent_new_points(tmp_path: Path) -> None:
     """8 threads race 40 one-state requests (3 new points each) against a cap of 60: points
     reserved by requests still sampling count against the cap, so exactly 20 requests store

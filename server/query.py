@@ -40,7 +40,7 @@ from qveil.server import views
 from qveil.server.answer_cache import AnswerCache
 from qveil.server.state import ActiveRelease, ContextService, ServerContext
 
-__all__ = ["QueryService", "ValuesAsk", "grid_round"]
+__all__ = ["ParsedQuery", "QueryService", "ValuesAsk", "grid_round"]
 
 
 def grid_round(values: npt.NDArray[np.float64], grid: float) -> npt.NDArray[np.float64]:
@@ -60,12 +60,20 @@ def _check_deadline(deadline: float | None) -> None:
 
 
 @dataclass(frozen=True, slots=True)
+class ParsedQuery:
+    """A validated GetValues request (:meth:`QueryService.parse`): the release snapshot it
+    is answered on, its unit states [n, d] and its actions."""
+
+    rel: ActiveRelease
+    xs: npt.NDArray[np.float64]
+    actions: list[int]
+
+
+@dataclass(frozen=True, slots=True)
 class ValuesAsk:
     """One GetValues call of a batch (:meth:`QueryService.get_values_many`)."""
 
-    states: npt.ArrayLike
-    actions: Sequence[int] = ()
-    release_id: str = ""
+    query: ParsedQuery
     deadline: float | None = None
     caller: str = "local"
 
@@ -332,20 +340,19 @@ class QueryService(ContextService):
         return self._values(rel, acts, vals)
 
     def get_values_many(self, asks: Sequence[ValuesAsk]) -> list[t.Values | Exception]:
-        """:meth:`get_values` of each call of a batch, in one pass: what each would answer or
-        raise alone, but the new points of all of them are stored in ONE durable transaction
-        (one store call over the union of their states, one refresh of the release for all
-        their reservations). Each call is validated, admitted (its own reservation under its
-        own caller's budget) and checked against its own deadline on its own; a call refused
-        stores nothing. If the shared store call fails, each admitted call then makes its own
-        (so a failure is reported to exactly the calls it concerns)."""
+        """:meth:`get_values` of each call of a batch (each parsed already), in one pass:
+        what each would answer or raise alone, but the new points of all of them are stored
+        in ONE durable transaction (one store call over the union of their states, one
+        refresh of the release for all their reservations). Each call is admitted (its own
+        reservation under its own caller's budget) and checked against its own deadline on
+        its own; a call refused stores nothing. If the shared store call fails, each
+        admitted call then makes its own (so a failure is reported to exactly the calls it
+        concerns)."""
         out: list[t.Values | Exception | None] = [None] * len(asks)
         new: dict[int, tuple[ActiveRelease, list[_NewAsk]]] = {}
         for i, ask in enumerate(asks):
             try:
-                rel = self._release_for_query(ask.release_id)
-                xs = self._states(rel, ask.states)
-                acts = self._actions(rel, ask.actions)
+                rel, xs, acts = ask.query.rel, ask.query.xs, ask.query.actions
                 q = rel.bundle.q_values_unit(xs)[:, acts]
                 _check_deadline(ask.deadline)
                 noise = self._known_noise(rel, xs, acts)
@@ -438,9 +445,23 @@ class QueryService(ContextService):
         copies (no admission, no database, no witness write), or None when any state is new
         or its answer needs the witness first (the caller then runs :meth:`get_values`).
         Bad input raises as in :meth:`get_values`; nothing is stored either way."""
+        return self.stored_values(
+            self.parse(states, actions, release_id=release_id), deadline=deadline
+        )
+
+    def parse(
+        self, states: npt.ArrayLike, actions: Sequence[int] = (), *, release_id: str = ""
+    ) -> ParsedQuery:
+        """A GetValues request validated on the active release (a pinned other release,
+        states or actions that are not valid raise as in :meth:`get_values`)."""
         rel = self._release_for_query(release_id)
-        xs = self._states(rel, states)
-        acts = self._actions(rel, actions)
+        return ParsedQuery(rel, self._states(rel, states), self._actions(rel, actions))
+
+    def stored_values(
+        self, query: ParsedQuery, *, deadline: float | None = None
+    ) -> t.Values | None:
+        """:meth:`get_stored_values` of a parsed request."""
+        rel, xs, acts = query.rel, query.xs, query.actions
         _check_deadline(deadline)
         vals = self.answers.lookup(rel.release_id, xs, acts)  # answered before: look-ups
         if vals is not None:  # still refused when a path's log was refused since

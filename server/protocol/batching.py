@@ -32,14 +32,16 @@ I = TypeVar("I")  # noqa: E741 - an item, as R is a result
 R = TypeVar("R")
 
 
-def _settle(fut: asyncio.Future[R], outcome: R | BaseException) -> None:
-    """Give ``fut`` its outcome unless its caller has gone away (on the event loop)."""
-    if fut.done():
-        return
-    if isinstance(outcome, BaseException):
-        fut.set_exception(outcome)
-    else:
-        fut.set_result(outcome)
+def _settle(futures: Sequence[asyncio.Future[R]], outcomes: Sequence[R | BaseException]) -> None:
+    """Give each future its outcome unless its caller has gone away (on the event loop: one
+    wake-up of the loop per batch, not one per call)."""
+    for fut, outcome in zip(futures, outcomes, strict=True):
+        if fut.done():
+            continue
+        if isinstance(outcome, BaseException):
+            fut.set_exception(outcome)
+        else:
+            fut.set_result(outcome)
 
 
 class Batcher(Generic[I, R]):
@@ -105,8 +107,7 @@ class Batcher(Generic[I, R]):
             with self._lock:
                 self.batches += 1
                 self.items += len(items)
-            for (_, fut), outcome in zip(batch, outcomes, strict=True):
-                try:
-                    loop.call_soon_threadsafe(_settle, fut, outcome)
-                except RuntimeError:  # the loop is closed: nobody waits any more
-                    pass
+            try:
+                loop.call_soon_threadsafe(_settle, [fut for _, fut in batch], outcomes)
+            except RuntimeError:  # the loop is closed: nobody waits any more
+                pass

@@ -39,7 +39,7 @@ from qveil.server.auth import Authorizer
 from qveil.server.limits import per_caller_bound
 from qveil.server.protocol.batching import Batcher
 from qveil.server.protocol.v2_model import SERVER_NAME, InferRequest, InferResponse, OIPModel
-from qveil.server.query import ValuesAsk
+from qveil.server.query import ParsedQuery, ValuesAsk
 from qveil.server.quotas import caller_host
 from qveil.server.services import Services
 
@@ -159,20 +159,25 @@ class DataPlane:
                 caller=call.caller,
             )
 
+        parsed: list[ParsedQuery] = []  # by the inline try, for the batch
+
         def stored(call: Call) -> t.Values | None:
             q = query()
             if q.states.shape[0] > INLINE_MAX_STATES:
                 return None
-            return self.query.get_stored_values(
-                q.states, q.actions, release_id=q.release_id, deadline=call.deadline
-            )
+            parsed.append(self.query.parse(q.states, q.actions, release_id=q.release_id))
+            return self.query.stored_values(parsed[0], deadline=call.deadline)
 
         def batched(call: Call) -> Awaitable[t.Values] | None:
             q = query()
             if q.states.shape[0] > BATCH_MAX_STATES:
                 return None
-            ask = ValuesAsk(q.states, q.actions, q.release_id, call.deadline, call.caller)
-            return self.values_batcher.submit(ask)
+            p = (
+                parsed[0]
+                if parsed
+                else self.query.parse(q.states, q.actions, release_id=q.release_id)
+            )
+            return self.values_batcher.submit(ValuesAsk(p, call.deadline, call.caller))
 
         return await self.call(VALUE, "GetValues", ctx, run, inline=stored, batched=batched)
 

@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 GOLDEN = Path(__file__).resolve().parents[2] / "data" / "serving_golden.json"
 LO, HI = -1.0, 2.0
@@ -139,8 +140,9 @@ def _services(tmp: Path, **limits: object) -> tuple[object, object]:
 def test_a_batch_answers_each_call_as_it_would_be_answered_alone(tmp_path: Path) -> None:
     """``get_values_many``: every call's answer is bit for bit what ``get_values`` answers
     for it afterwards (stored states and new ones, a new state shared by two calls, action
-    subsets, duplicates); each new state is stored once, for every action; a bad call gets
-    its own error and stores nothing, without touching the others' answers."""
+    subsets, duplicates); each new state is stored once, for every action; a call past its
+    deadline gets its own error and stores nothing, without touching the others' answers.
+    Bad requests are refused when they are parsed, before any batch, and store nothing."""
     import time
 
     from qveil.errors import FailedPrecondition, InvalidArgument
@@ -153,30 +155,30 @@ def test_a_batch_answers_each_call_as_it_would_be_answered_alone(tmp_path: Path)
         known = np.linspace(-1.0, 2.0, 9)
         h.get_values(known)
         shared = 0.123456789
-        asks = [
-            ValuesAsk(known[:3]),  # stored only
-            ValuesAsk(np.array([shared, 1.5, 1.5]), (2, 0)),  # new, a duplicate, two actions
-            ValuesAsk(np.array([shared]), (1,)),  # the same new state, another action
-            ValuesAsk(np.array([0.51, np.nan])),  # bad: nothing of it stored
-            ValuesAsk(np.array([0.26]), release_id="another-release"),  # pinned elsewhere
-            ValuesAsk(np.array([0.76]), deadline=time.monotonic() - 1.0),  # too late
-            ValuesAsk(np.array([[0.3, 0.4]])),  # bad: two coordinates on a 1-d release
-            ValuesAsk(np.array([-0.5, known[4], -0.3])),  # new and stored
+        calls: list[tuple[np.ndarray, tuple[int, ...]]] = [
+            (known[:3], ()),  # stored only
+            (np.array([shared, 1.5, 1.5]), (2, 0)),  # new, a duplicate, two actions
+            (np.array([shared]), (1,)),  # the same new state, another action
+            (np.array([-0.5, known[4], -0.3]), ()),  # new and stored
         ]
+        asks = [ValuesAsk(h.parse(xs, acts)) for xs, acts in calls]
+        asks.append(ValuesAsk(h.parse(np.array([0.76])), deadline=time.monotonic() - 1.0))
         before = st.count_points(rid)
+        with pytest.raises(InvalidArgument, match="not a finite"):
+            h.parse(np.array([0.51, np.nan]))
+        with pytest.raises(InvalidArgument, match="coordinate"):
+            h.parse(np.array([[0.3, 0.4]]))
+        with pytest.raises(FailedPrecondition, match="not the active release"):
+            h.parse(np.array([0.26]), release_id="another-release")
         out = h.get_values_many(asks)
-        assert isinstance(out[3], InvalidArgument) and "not a finite" in str(out[3])
-        assert isinstance(out[4], FailedPrecondition)
-        assert isinstance(out[5], TimeoutError)
-        assert isinstance(out[6], InvalidArgument) and "coordinate" in str(out[6])
+        assert isinstance(out[4], TimeoutError)
         # new: shared (3 actions), 1.5 (2 actions; action 1 not asked), -0.5, -0.3 (3 each)
         assert st.count_points(rid) == before + 3 + 2 + 3 + 3
-        for i in (0, 1, 2, 7):
-            ask, got = asks[i], out[i]
+        for (xs, acts), got in zip(calls, out, strict=False):
             assert not isinstance(got, Exception), got
-            alone = h.get_values(ask.states, ask.actions)
+            alone = h.get_values(xs, acts)
             assert got.actions == alone.actions and got.release_id == rid
-            assert got.values.tobytes() == alone.values.tobytes(), i
+            assert got.values.tobytes() == alone.values.tobytes()
         assert st.count_points(rid) == before + 11  # answered alone: nothing new
         for x in (0.51, 0.26, 0.76):  # the refused calls stored nothing
             assert h.get_stored_values(np.array([x])) is None
@@ -196,9 +198,9 @@ def test_a_batch_refuses_a_caller_over_its_budget_and_answers_the_others(
     try:
         h = services.query  # type: ignore[attr-defined]
         asks = [
-            ValuesAsk(np.array([0.1, 0.2, 0.3]), caller="token:greedy"),
-            ValuesAsk(np.array([0.4, 0.5]), caller="token:modest"),
-            ValuesAsk(np.array([0.6]), caller="token:greedy"),
+            ValuesAsk(h.parse(np.array([0.1, 0.2, 0.3])), caller="token:greedy"),
+            ValuesAsk(h.parse(np.array([0.4, 0.5])), caller="token:modest"),
+            ValuesAsk(h.parse(np.array([0.6])), caller="token:greedy"),
         ]
         out = h.get_values_many(asks)
         assert isinstance(out[0], ResourceExhausted) and "new state" in str(out[0])

@@ -485,13 +485,22 @@ class QueryService(ContextService):
     ) -> t.BestActions:
         rel = self._release_for_query(release_id)
         xs = self._states(rel, states)
-        vals = self._released(rel, xs, list(range(rel.bundle.n_actions)), deadline, caller)
-        best = np.argmax(vals, axis=1)  # ties: the lowest action
+        acts = list(range(rel.bundle.n_actions))
+        return self.best_actions(
+            self._values(rel, acts, self._released(rel, xs, acts, deadline, caller))
+        )
+
+    @staticmethod
+    def best_actions(values: t.Values) -> t.BestActions:
+        """Each state's best action and its value, from the released values of every action
+        (in action order); ties: the lowest action."""
+        vals = values.values
+        best = np.argmax(vals, axis=1)
         return t.BestActions(
-            release_id=rel.release_id,
+            release_id=values.release_id,
             actions=best.astype(np.int64),
             values=vals[np.arange(vals.shape[0]), best],
-            value_grid=self.limits.value_grid,
+            value_grid=values.value_grid,
         )
 
     def get_action_values(

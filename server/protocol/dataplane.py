@@ -108,6 +108,18 @@ class ValuesQuery:
     release_id: str = ""
 
 
+def _once(decode: Callable[[], ValuesQuery]) -> Callable[[], ValuesQuery]:
+    """``decode``, run at most once (by the inline try, the batch or the executor)."""
+    decoded: list[ValuesQuery] = []
+
+    def query() -> ValuesQuery:
+        if not decoded:
+            decoded.append(decode())
+        return decoded[0]
+
+    return query
+
+
 def budget_key(caller: str) -> str:
     """The new-state budget's key of a caller: its token (``token:NAME``), or the peer's host
     without the port (``peer:ipv4:1.2.3.4``), so a new connection does not get a new bucket."""
@@ -141,13 +153,35 @@ class DataPlane:
         )
 
     # ------------------------------------------------------------------ query endpoints
-    async def get_values(self, ctx: CallContext, decode: Callable[[], ValuesQuery]) -> t.Values:
-        decoded: list[ValuesQuery] = []
+    def _fast(
+        self, query: Callable[[], ValuesQuery]
+    ) -> tuple[Callable[[Call], t.Values | None], Callable[[Call], Awaitable[t.Values] | None]]:
+        """The two ways of answering a values call without an executor thread of its own:
+        ``stored`` (on the event loop, when it holds at most INLINE_MAX_STATES states, all
+        stored; else None) and ``batched`` (in the next batch, when it holds at most
+        BATCH_MAX_STATES states; else None). The request is parsed once, by the first."""
+        parsed: list[ParsedQuery] = []
 
-        def query() -> ValuesQuery:  # decoded once: by the inline try, or by the executor
-            if not decoded:
-                decoded.append(decode())
-            return decoded[0]
+        def parse() -> ParsedQuery:
+            if not parsed:
+                q = query()
+                parsed.append(self.query.parse(q.states, q.actions, release_id=q.release_id))
+            return parsed[0]
+
+        def stored(call: Call) -> t.Values | None:
+            if query().states.shape[0] > INLINE_MAX_STATES:
+                return None
+            return self.query.stored_values(parse(), deadline=call.deadline)
+
+        def batched(call: Call) -> Awaitable[t.Values] | None:
+            if query().states.shape[0] > BATCH_MAX_STATES:
+                return None
+            return self.values_batcher.submit(ValuesAsk(parse(), call.deadline, call.caller))
+
+        return stored, batched
+
+    async def get_values(self, ctx: CallContext, decode: Callable[[], ValuesQuery]) -> t.Values:
+        query = _once(decode)
 
         def run(call: Call) -> t.Values:
             q = query()
@@ -159,38 +193,37 @@ class DataPlane:
                 caller=call.caller,
             )
 
-        parsed: list[ParsedQuery] = []  # by the inline try, for the batch
-
-        def stored(call: Call) -> t.Values | None:
-            q = query()
-            if q.states.shape[0] > INLINE_MAX_STATES:
-                return None
-            parsed.append(self.query.parse(q.states, q.actions, release_id=q.release_id))
-            return self.query.stored_values(parsed[0], deadline=call.deadline)
-
-        def batched(call: Call) -> Awaitable[t.Values] | None:
-            q = query()
-            if q.states.shape[0] > BATCH_MAX_STATES:
-                return None
-            p = (
-                parsed[0]
-                if parsed
-                else self.query.parse(q.states, q.actions, release_id=q.release_id)
-            )
-            return self.values_batcher.submit(ValuesAsk(p, call.deadline, call.caller))
-
+        stored, batched = self._fast(query)
         return await self.call(VALUE, "GetValues", ctx, run, inline=stored, batched=batched)
 
     async def get_best_actions(
         self, ctx: CallContext, decode: Callable[[], ValuesQuery]
     ) -> t.BestActions:
+        """GetBestActions: the values of every action (answered as GetValues is: stored
+        states on the event loop, small calls in batches), then each state's best."""
+        query = _once(decode)
+        best = self.query.best_actions
+
         def run(call: Call) -> t.BestActions:
-            q = decode()
+            q = query()
             return self.query.get_best_actions(
                 q.states, release_id=q.release_id, deadline=call.deadline, caller=call.caller
             )
 
-        return await self.call(VALUE, "GetBestActions", ctx, run)
+        stored, batched = self._fast(query)
+
+        def inline(call: Call) -> t.BestActions | None:
+            v = stored(call)
+            return None if v is None else best(v)
+
+        async def then_best(pending: Awaitable[t.Values]) -> t.BestActions:
+            return best(await pending)
+
+        def in_batch(call: Call) -> Awaitable[t.BestActions] | None:
+            pending = batched(call)
+            return None if pending is None else then_best(pending)
+
+        return await self.call(VALUE, "GetBestActions", ctx, run, inline=inline, batched=in_batch)
 
     async def get_release(self, ctx: CallContext) -> t.Release:
         return await self.call(VALUE, "GetRelease", ctx, lambda _c: self.query.get_release())

@@ -155,6 +155,34 @@ def test_best_actions_are_argmax(env: Env) -> None:
     np.testing.assert_array_equal(best.values, vals.max(axis=1))
 
 
+def test_concurrent_single_state_calls_answer_as_one_big_call(env: Env) -> None:
+    """16 threads ask one new state per call (GetBestActions and GetValues interleaved: the
+    server answers such calls in batches), then ask all of them again (stored: answered on
+    the event loop): every answer is bit for bit the one a single big GetValues gives."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    states = np.random.default_rng(11).uniform(-1.0, 2.0, 96)
+
+    def ask(i: int) -> tuple[np.ndarray, np.ndarray]:
+        with ValueClient(env.target, token=env.tokens.query) as c:
+            if i % 2:
+                b = c.get_best_actions(states[i : i + 1])
+                return b.actions, b.values
+            v = c.values(states[i : i + 1])
+            return np.argmax(v, axis=1), v.max(axis=1)
+
+    with ThreadPoolExecutor(16) as pool:
+        first = list(pool.map(ask, range(states.size)))
+        again = list(pool.map(ask, range(states.size)))
+    with ValueClient(env.target, token=env.tokens.query) as c:
+        vals = c.values(states)
+    for answers in (first, again):
+        acts = np.concatenate([a for a, _ in answers])
+        best = np.concatenate([v for _, v in answers])
+        np.testing.assert_array_equal(acts, np.argmax(vals, axis=1))
+        assert best.tobytes() == vals.max(axis=1).tobytes()
+
+
 def test_card_matches_bundle_and_hides_weights(env: Env) -> None:
     with ValueClient(env.target, token=env.tokens.query) as c:
         r = c.release()

@@ -209,3 +209,35 @@ def test_a_batch_refuses_a_caller_over_its_budget_and_answers_the_others(
         assert h.get_stored_values(np.array([0.4, 0.5, 0.6])) is not None
     finally:
         st.close()
+
+
+def test_a_batch_on_a_full_disk_fails_every_new_call_and_answers_stored_ones(
+    tmp_path: Path,
+) -> None:
+    """The batch's one store call fails (disk full): each call with new states then makes its
+    own store call and gets its own Unavailable, nothing is stored, a call of stored states
+    is still answered, and with space again the same batch is answered."""
+    from qveil.errors import Unavailable
+    from qveil.server.query import ValuesAsk
+
+    services, st = _services(tmp_path)
+    try:
+        h = services.query  # type: ignore[attr-defined]
+        rid = h.holder.current().release_id
+        known = np.linspace(-1.0, 2.0, 5)
+        h.get_values(known)
+        pages = st._writer_scalar("PRAGMA page_count")  # type: ignore[attr-defined]
+        st._sqlite_pragma_all(f"PRAGMA max_page_count = {pages}")  # type: ignore[attr-defined]
+        fresh = [np.random.default_rng(i).uniform(-1.0, 2.0, 40) for i in range(3)]
+        asks = [ValuesAsk(h.parse(x)) for x in fresh] + [ValuesAsk(h.parse(known))]
+        before = st.count_points(rid)
+        out = h.get_values_many(asks)
+        assert all(isinstance(o, Unavailable) and "disk full" in str(o) for o in out[:3]), out
+        assert not isinstance(out[3], Exception)
+        assert st.count_points(rid) == before
+        st._sqlite_pragma_all("PRAGMA max_page_count = 1073741823")  # type: ignore[attr-defined]
+        again = h.get_values_many(asks)
+        assert not any(isinstance(o, Exception) for o in again)
+        assert st.count_points(rid) == before + 3 * 40 * 3
+    finally:
+        st.close()

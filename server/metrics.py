@@ -8,7 +8,10 @@ Prometheus series: ``qveil_requests_total{method,code}``, ``qveil_request_second
 ``qveil_new_state_rate`` (new states per second per caller), ``qveil_new_state_burst``, the
 deprecated point bucket's ``qveil_new_point_rate`` and ``qveil_new_point_burst`` (only when
 set) and ``qveil_quota_refusals_total{limit}`` (limit = stored_points | new_state_rate |
-new_point_rate). No label ever carries a state, a value or a token.
+new_point_rate); the data plane's batches (``qveil.server.protocol.batching``):
+``qveil_batches_total`` and ``qveil_batched_calls_total`` (their ratio is the mean calls
+answered by one batch, one store transaction at most). No label ever carries a state, a
+value or a token.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ class Metrics:
         self.new_points = 0
         self.in_flight = 0
         self.quotas: Any = None  # qveil.server.quotas.Quotas, set by the handlers
+        #: the data plane's Batcher (its ``batches`` and ``items``), set by the data plane
+        self.batcher: Any = None
         self._prom: dict[str, Any] | None = None
 
     # -- recording (called by the data plane) -------------------------------------------
@@ -88,6 +93,7 @@ class Metrics:
 
         reg.register(_StoredPoints(stored_points))
         reg.register(_Limits(self))
+        reg.register(_Batches(self))
         server, _thread = start_http_server(port, addr=host, registry=reg)
         return int(server.server_port)
 
@@ -163,3 +169,23 @@ class _Limits:
         for limit, n in sorted(q.refused.items()):
             fam.add_metric([limit], n)
         yield fam
+
+
+class _Batches:
+    """Collects the data plane's batch counters (``metrics.batcher``) at each scrape."""
+
+    def __init__(self, metrics: Any) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Any:
+        from prometheus_client.core import CounterMetricFamily
+
+        b = self.metrics.batcher
+        if b is None:
+            return
+        yield CounterMetricFamily(
+            "qveil_batches",
+            "batches of calls answered together (one store transaction at most each)",
+            value=b.batches,
+        )
+        yield CounterMetricFamily("qveil_batched_calls", "calls answered in a batch", value=b.items)

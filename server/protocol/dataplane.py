@@ -151,6 +151,7 @@ class DataPlane:
         self.values_batcher: Batcher[ValuesAsk, t.Values] = Batcher(
             executor, self.query.get_values_many
         )
+        self.metrics.batcher = self.values_batcher
 
     # ------------------------------------------------------------------ query endpoints
     def _fast(

@@ -399,11 +399,17 @@ def test_cli_query(env: Env, tmp_path: Path) -> None:
 
 def test_metrics_endpoint(env: Env) -> None:
     assert env.server is not None
+    with ValueClient(env.target, token=env.tokens.query) as c:
+        c.values([0.987654321])  # a small call of a new state: answered in a batch
     m = re.search(r"metrics on (http://\S+)", env.server.output())
     assert m, env.server.output()
     text = urllib.request.urlopen(m.group(1), timeout=10).read().decode()
     assert 'qveil_requests_total{code="OK",method="GetValues"}' in text
     assert "qveil_request_seconds_bucket" in text and "qveil_stored_points{" in text
+    batches = re.search(r"^qveil_batches_total (\S+)$", text, re.M)
+    calls = re.search(r"^qveil_batched_calls_total (\S+)$", text, re.M)
+    assert batches and calls, text
+    assert 1 <= float(batches.group(1)) <= float(calls.group(1))
 
 
 # ----------------------------------------------------------------------------- foreign clients

@@ -83,6 +83,7 @@ class Batcher(Generic[I, R]):
             except BaseException:  # the executor is shut down: nothing will answer
                 with self._lock:
                     self._running -= 1
+                    self._queue = [(i, f) for i, f in self._queue if f is not fut]
                 raise
         return await fut
 

@@ -112,3 +112,16 @@ def test_a_batcher_needs_a_worker_and_an_item() -> None:
             Batcher(pool, Recorder(), workers=0)
         with pytest.raises(ValueError, match="at least one worker"):
             Batcher(pool, Recorder(), max_items=0)
+
+
+def test_a_call_after_the_executor_shut_down_is_refused_and_leaves_nothing_queued() -> None:
+    pool = ThreadPoolExecutor(1)
+    b: Batcher[int, int] = Batcher(pool, Recorder())
+    pool.shutdown()
+
+    async def late() -> None:
+        with pytest.raises(RuntimeError, match="shutdown"):
+            await b.submit(1)
+
+    asyncio.run(late())
+    assert b._queue == [] and b._running == 0

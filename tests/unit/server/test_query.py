@@ -18,7 +18,10 @@ import hashlib
 import json
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -120,9 +123,10 @@ def test_states_map_as_the_state_box_does() -> None:
         assert h._states(rel, s).tobytes() == got.tobytes()  # the kept bounds
 
 
-def _services(tmp: Path, **limits: object) -> tuple[object, object]:
-    """Query services on a fresh SQLite store serving a 3-action bundle on [-1, 2], and the
-    store."""
+@contextmanager
+def _serving(tmp: Path, known: int = 0, **limits: object) -> Iterator[tuple[Any, Any, Any]]:
+    """(query service, store, the ``known`` states it has answered, evenly over [-1, 2]) on a
+    fresh SQLite store serving a 3-action bundle on [-1, 2]; the store is closed after."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     from server_helpers import make_bundle
 
@@ -132,9 +136,15 @@ def _services(tmp: Path, **limits: object) -> tuple[object, object]:
 
     bundle = make_bundle(tmp / "bundle", seed=5, actions=3, hidden=16)
     st = open_store(f"sqlite:///{tmp / 'store.sqlite'}")
-    services = Services.create(store=st, limits=Limits(**limits))  # type: ignore[arg-type]
-    services.releases.start(bundle)
-    return services, st
+    try:
+        services = Services.create(store=st, limits=Limits(**limits))  # type: ignore[arg-type]
+        services.releases.start(bundle)
+        xs = np.linspace(-1.0, 2.0, known)
+        if known:
+            services.query.get_values(xs)
+        yield services.query, st, xs
+    finally:
+        st.close()
 
 
 def test_a_batch_answers_each_call_as_it_would_be_answered_alone(tmp_path: Path) -> None:
@@ -148,12 +158,8 @@ def test_a_batch_answers_each_call_as_it_would_be_answered_alone(tmp_path: Path)
     from qveil.errors import FailedPrecondition, InvalidArgument
     from qveil.server.query import ValuesAsk
 
-    services, st = _services(tmp_path)
-    try:
-        h = services.query  # type: ignore[attr-defined]
+    with _serving(tmp_path, known=9) as (h, st, known):
         rid = h.holder.current().release_id
-        known = np.linspace(-1.0, 2.0, 9)
-        h.get_values(known)
         shared = 0.123456789
         calls: list[tuple[np.ndarray, tuple[int, ...]]] = [
             (known[:3], ()),  # stored only
@@ -182,8 +188,6 @@ def test_a_batch_answers_each_call_as_it_would_be_answered_alone(tmp_path: Path)
         assert st.count_points(rid) == before + 11  # answered alone: nothing new
         for x in (0.51, 0.26, 0.76):  # the refused calls stored nothing
             assert h.get_stored_values(np.array([x])) is None
-    finally:
-        st.close()
 
 
 def test_a_batch_refuses_a_caller_over_its_budget_and_answers_the_others(
@@ -194,9 +198,7 @@ def test_a_batch_refuses_a_caller_over_its_budget_and_answers_the_others(
     from qveil.errors import ResourceExhausted
     from qveil.server.query import ValuesAsk
 
-    services, st = _services(tmp_path, new_state_rate=0.001, new_state_burst=2.0)
-    try:
-        h = services.query  # type: ignore[attr-defined]
+    with _serving(tmp_path, new_state_rate=0.001, new_state_burst=2.0) as (h, _st, _known):
         asks = [
             ValuesAsk(h.parse(np.array([0.1, 0.2, 0.3])), caller="token:greedy"),
             ValuesAsk(h.parse(np.array([0.4, 0.5])), caller="token:modest"),
@@ -207,8 +209,6 @@ def test_a_batch_refuses_a_caller_over_its_budget_and_answers_the_others(
         assert not isinstance(out[1], Exception) and not isinstance(out[2], Exception)
         assert h.get_stored_values(np.array([0.1])) is None
         assert h.get_stored_values(np.array([0.4, 0.5, 0.6])) is not None
-    finally:
-        st.close()
 
 
 def test_a_batch_on_a_full_disk_fails_every_new_call_and_answers_stored_ones(
@@ -220,12 +220,8 @@ def test_a_batch_on_a_full_disk_fails_every_new_call_and_answers_stored_ones(
     from qveil.errors import Unavailable
     from qveil.server.query import ValuesAsk
 
-    services, st = _services(tmp_path)
-    try:
-        h = services.query  # type: ignore[attr-defined]
+    with _serving(tmp_path, known=5) as (h, st, known):
         rid = h.holder.current().release_id
-        known = np.linspace(-1.0, 2.0, 5)
-        h.get_values(known)
         pages = st._writer_scalar("PRAGMA page_count")  # type: ignore[attr-defined]
         st._sqlite_pragma_all(f"PRAGMA max_page_count = {pages}")  # type: ignore[attr-defined]
         fresh = [np.random.default_rng(i).uniform(-1.0, 2.0, 40) for i in range(3)]
@@ -239,5 +235,3 @@ def test_a_batch_on_a_full_disk_fails_every_new_call_and_answers_stored_ones(
         again = h.get_values_many(asks)
         assert not any(isinstance(o, Exception) for o in again)
         assert st.count_points(rid) == before + 3 * 40 * 3
-    finally:
-        st.close()

@@ -134,17 +134,6 @@ class QueryService(ContextService):
         #: (release, lo, hi, hi - lo) of the release whose box bounds were last needed
         self._box_bounds: tuple[Any, ...] | None = None
 
-    def _answered(
-        self,
-        rel: ActiveRelease,
-        xs: npt.NDArray[np.float64],
-        actions: list[int],
-        values: npt.NDArray[np.float64],
-    ) -> npt.NDArray[np.float64]:
-        """Keep ``values`` (just answered) for :meth:`get_stored_values`; return them."""
-        self.answers.record(rel.release_id, xs, actions, values, rel.bundle.n_actions)
-        return values
-
     def _check_batch(self, n: int) -> None:
         """An empty batch, or one over --max-batch, is INVALID_ARGUMENT."""
         if n == 0:
@@ -248,21 +237,6 @@ class QueryService(ContextService):
             raise exc
         return rel
 
-    def _released(
-        self,
-        rel: ActiveRelease,
-        xs: npt.NDArray[np.float64],
-        actions: list[int],
-        deadline: float | None,
-        caller: str = "local",
-    ) -> npt.NDArray[np.float64]:
-        q = rel.bundle.q_values_unit(xs)[:, actions]
-        _check_deadline(deadline)
-        noise = self._known_noise(rel, xs, actions)
-        if noise is None:  # else every state stored: no admission, no database
-            noise = self._box_noise(rel, xs, actions, deadline, caller)
-        return self._release(rel, xs, actions, q, noise)
-
     def _release(
         self,
         rel: ActiveRelease,
@@ -272,9 +246,11 @@ class QueryService(ContextService):
         noise: npt.NDArray[np.float64],
     ) -> npt.NDArray[np.float64]:
         """The released values of model values ``q`` and their ``noise``: on the value grid,
-        counted and kept for look-ups."""
+        counted, and kept for look-ups (:meth:`stored_values`)."""
         self.metrics.answered(int(xs.shape[0]) * len(actions), self.store.points_drawn)
-        return self._answered(rel, xs, actions, grid_round(q + noise, self.limits.value_grid))
+        values = grid_round(q + noise, self.limits.value_grid)
+        self.answers.record(rel.release_id, xs, actions, values, rel.bundle.n_actions)
+        return values
 
     def _known_noise(
         self,
@@ -286,7 +262,7 @@ class QueryService(ContextService):
     ) -> npt.NDArray[np.float64] | None:
         """The noise of a request whose states are all stored (``store.known_values``: the
         in-process copies, no database), summed over a d-coordinate release's paths in
-        coordinate order as :meth:`_box_noise` does; None when any state is new."""
+        coordinate order as :func:`_sum_paths` does for new ones; None when any state is new."""
         d = xs.shape[1]
         got = self.store.known_values(
             rel.release_id,
@@ -298,32 +274,6 @@ class QueryService(ContextService):
             return None
         return _sum_paths(xs.shape[0], len(actions), d, got, [slice(None)] * len(got))
 
-    def _box_noise(
-        self,
-        rel: ActiveRelease,
-        xs: npt.NDArray[np.float64],
-        actions: list[int],
-        deadline: float | None,
-        caller: str,
-    ) -> npt.NDArray[np.float64]:
-        """The noise of a release of d coordinates: g_a(x) = sum_j g_{a,j}(x_j), each g_{a,j} a
-        1-D OU path of the store (path a * d + j, its own beta_j; d = 1: path a is g_a).
-        Only the coordinate values a path has not stored are new points; all of them, every
-        action and coordinate, are stored in one durable transaction before anything is
-        answered."""
-        pairs, index = _pairs(xs, actions)
-        ticket = self.store.reserve(  # before anything is sampled
-            rel.release_id, pairs, quotas=self.quotas, caller=caller, rows=(xs, index)
-        )
-        try:
-            _check_deadline(deadline)
-            gs = self.store.get_or_sample_paths(
-                rel.release_id, [p for p, _ in pairs], [u for _, u in pairs]
-            )
-        finally:
-            self.quotas.done(rel.release_id, ticket)
-        return _sum_paths(xs.shape[0], len(actions), xs.shape[1], gs, index)
-
     def get_values(
         self,
         states: npt.ArrayLike,
@@ -333,11 +283,20 @@ class QueryService(ContextService):
         deadline: float | None = None,
         caller: str = "local",
     ) -> t.Values:
-        rel = self._release_for_query(release_id)
-        xs = self._states(rel, states)
-        acts = self._actions(rel, actions)
-        vals = self._released(rel, xs, acts, deadline, caller)
-        return self._values(rel, acts, vals)
+        query = self.parse(states, actions, release_id=release_id)
+        return self.values(query, deadline=deadline, caller=caller)
+
+    def values(
+        self, query: ParsedQuery, *, deadline: float | None = None, caller: str = "local"
+    ) -> t.Values:
+        """:meth:`get_values` of a parsed request: :meth:`get_values_many` of one call (the
+        noise of a d-coordinate release: g_a(x) = sum_j g_{a,j}(x_j), each g_{a,j} a 1-D OU
+        path of the store, path a * d + j with its own beta_j; the new points of every action
+        and coordinate stored in one durable transaction before anything is answered)."""
+        (out,) = self.get_values_many([ValuesAsk(query, deadline, caller)])
+        if isinstance(out, Exception):
+            raise out
+        return out
 
     def get_values_many(self, asks: Sequence[ValuesAsk]) -> list[t.Values | Exception]:
         """:meth:`get_values` of each call of a batch (each parsed already), in one pass:
@@ -409,6 +368,8 @@ class QueryService(ContextService):
                 at = dict(zip(paths, values, strict=True))
                 got = {c.at: [gs[p][np.searchsorted(at[p], u)] for p, u in c.pairs] for c in live}
             except Exception:  # noqa: BLE001 - each call then learns its own outcome
+                if len(live) == 1:  # the call's own store call failed
+                    raise
                 got = {}
                 for c in live:
                     try:
@@ -424,7 +385,7 @@ class QueryService(ContextService):
                     )
                     vals = self._release(rel, c.xs, c.actions, c.q, noise)
                     out[c.at] = self._values(rel, c.actions, vals)
-        except Exception as exc:  # noqa: BLE001 - the refresh failed: every call's outcome
+        except Exception as exc:  # noqa: BLE001 - the refresh or a lone call's store call failed
             for c in calls:
                 if out[c.at] is None:
                     out[c.at] = exc
@@ -464,14 +425,14 @@ class QueryService(ContextService):
         rel, xs, acts = query.rel, query.xs, query.actions
         _check_deadline(deadline)
         vals = self.answers.lookup(rel.release_id, xs, acts)  # answered before: look-ups
-        if vals is not None:  # still refused when a path's log was refused since
-            self.store.check_paths(rel.release_id, _paths(acts, int(xs.shape[1])))
-        else:
+        if vals is None:
             noise = self._known_noise(rel, xs, acts, publish=False)
             if noise is None:
                 return None
             q = rel.bundle.q_values_unit(xs)[:, acts]
-            vals = self._answered(rel, xs, acts, grid_round(q + noise, self.limits.value_grid))
+            return self._values(rel, acts, self._release(rel, xs, acts, q, noise))
+        # still refused when a path's log was refused since
+        self.store.check_paths(rel.release_id, _paths(acts, int(xs.shape[1])))
         self.metrics.answered(int(xs.shape[0]) * len(acts), self.store.points_drawn)
         return self._values(rel, acts, vals)
 
@@ -483,12 +444,8 @@ class QueryService(ContextService):
         deadline: float | None = None,
         caller: str = "local",
     ) -> t.BestActions:
-        rel = self._release_for_query(release_id)
-        xs = self._states(rel, states)
-        acts = list(range(rel.bundle.n_actions))
-        return self.best_actions(
-            self._values(rel, acts, self._released(rel, xs, acts, deadline, caller))
-        )
+        query = self.parse(states, release_id=release_id)  # every action
+        return self.best_actions(self.values(query, deadline=deadline, caller=caller))
 
     @staticmethod
     def best_actions(values: t.Values) -> t.BestActions:
@@ -514,7 +471,7 @@ class QueryService(ContextService):
     ) -> tuple[str, npt.NDArray[np.float64]]:
         """(release id, values[i] = value(states[i], actions[i])): GetValues with one action
         per state (the v2 model's ACTION input). Every action is validated before the
-        store is touched; each action's states go through ``_released`` (the GetValues path)."""
+        store is touched; each action's states go through :meth:`values` (the GetValues path)."""
         rel = self._release_for_query(release_id)
         xs = self._states(rel, states)
         acts = np.asarray(actions, dtype=np.int64).reshape(-1)
@@ -536,7 +493,8 @@ class QueryService(ContextService):
         out = np.empty(xs.shape[0], dtype=np.float64)
         for a in np.unique(acts):
             idx = np.flatnonzero(acts == a)
-            out[idx] = self._released(rel, xs[idx], [int(a)], deadline, caller)[:, 0]
+            query = ParsedQuery(rel, xs[idx], [int(a)])
+            out[idx] = self.values(query, deadline=deadline, caller=caller).values[:, 0]
         return rel.release_id, out
 
     def get_release(self) -> t.Release:

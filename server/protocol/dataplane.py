@@ -154,13 +154,17 @@ class DataPlane:
         self.metrics.batcher = self.values_batcher
 
     # ------------------------------------------------------------------ query endpoints
-    def _fast(
+    def _routes(
         self, query: Callable[[], ValuesQuery]
-    ) -> tuple[Callable[[Call], t.Values | None], Callable[[Call], Awaitable[t.Values] | None]]:
-        """The two ways of answering a values call without an executor thread of its own:
+    ) -> tuple[
+        Callable[[Call], t.Values],
+        Callable[[Call], t.Values | None],
+        Callable[[Call], Awaitable[t.Values] | None],
+    ]:
+        """The three ways of answering a values call, over one parse of the request:
         ``stored`` (on the event loop, when it holds at most INLINE_MAX_STATES states, all
-        stored; else None) and ``batched`` (in the next batch, when it holds at most
-        BATCH_MAX_STATES states; else None). The request is parsed once, by the first."""
+        stored; else None), ``batched`` (in the next batch, when it holds at most
+        BATCH_MAX_STATES states; else None) and ``run`` (alone, in an executor thread)."""
         parsed: list[ParsedQuery] = []
 
         def parse() -> ParsedQuery:
@@ -168,6 +172,9 @@ class DataPlane:
                 q = query()
                 parsed.append(self.query.parse(q.states, q.actions, release_id=q.release_id))
             return parsed[0]
+
+        def run(call: Call) -> t.Values:
+            return self.query.values(parse(), deadline=call.deadline, caller=call.caller)
 
         def stored(call: Call) -> t.Values | None:
             if query().states.shape[0] > INLINE_MAX_STATES:
@@ -179,22 +186,10 @@ class DataPlane:
                 return None
             return self.values_batcher.submit(ValuesAsk(parse(), call.deadline, call.caller))
 
-        return stored, batched
+        return run, stored, batched
 
     async def get_values(self, ctx: CallContext, decode: Callable[[], ValuesQuery]) -> t.Values:
-        query = _once(decode)
-
-        def run(call: Call) -> t.Values:
-            q = query()
-            return self.query.get_values(
-                q.states,
-                q.actions,
-                release_id=q.release_id,
-                deadline=call.deadline,
-                caller=call.caller,
-            )
-
-        stored, batched = self._fast(query)
+        run, stored, batched = self._routes(_once(decode))
         return await self.call(VALUE, "GetValues", ctx, run, inline=stored, batched=batched)
 
     async def get_best_actions(
@@ -202,16 +197,11 @@ class DataPlane:
     ) -> t.BestActions:
         """GetBestActions: the values of every action (answered as GetValues is: stored
         states on the event loop, small calls in batches), then each state's best."""
-        query = _once(decode)
+        run, stored, batched = self._routes(_once(decode))
         best = self.query.best_actions
 
-        def run(call: Call) -> t.BestActions:
-            q = query()
-            return self.query.get_best_actions(
-                q.states, release_id=q.release_id, deadline=call.deadline, caller=call.caller
-            )
-
-        stored, batched = self._fast(query)
+        def run_best(call: Call) -> t.BestActions:
+            return best(run(call))
 
         def inline(call: Call) -> t.BestActions | None:
             v = stored(call)
@@ -224,7 +214,9 @@ class DataPlane:
             pending = batched(call)
             return None if pending is None else then_best(pending)
 
-        return await self.call(VALUE, "GetBestActions", ctx, run, inline=inline, batched=in_batch)
+        return await self.call(
+            VALUE, "GetBestActions", ctx, run_best, inline=inline, batched=in_batch
+        )
 
     async def get_release(self, ctx: CallContext) -> t.Release:
         return await self.call(VALUE, "GetRelease", ctx, lambda _c: self.query.get_release())

@@ -17,6 +17,7 @@ path). A new active release starts an empty cache.
 
 from __future__ import annotations
 
+import math
 import threading
 from itertools import repeat
 from typing import Any
@@ -65,8 +66,10 @@ class AnswerCache:
         idx = np.fromiter(map(rows.get, _keys(xs), repeat(filled, n)), np.intp, count=n)
         if idx.max(initial=0) >= filled:  # not kept (or kept after this snapshot)
             return None
-        out: FloatArray = vals[idx[:, None], actions]
-        if np.isnan(out).any():  # released values are finite: NaN marks one not kept
+        out: FloatArray = vals.take(idx, axis=0).take(actions, axis=1)
+        # released values are finite: NaN marks one not kept (and a sum of finite values
+        # is never NaN)
+        if math.isnan(out.sum()):
             return None
         return out
 

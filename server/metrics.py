@@ -37,14 +37,23 @@ class Metrics:
         #: the data plane's Batcher (its ``batches`` and ``items``), set by the data plane
         self.batcher: Any = None
         self._prom: dict[str, Any] | None = None
+        #: the Prometheus series of each (method, code): labels() looked up once, not per call
+        self._series: dict[tuple[str, str], tuple[Any, Any]] = {}
 
     # -- recording (called by the data plane) -------------------------------------------
     def observe(self, method: str, code: str, seconds: float) -> None:
         with self._lock:
             self.requests[code] += 1
         if self._prom is not None:
-            self._prom["requests"].labels(method=method, code=code).inc()
-            self._prom["latency"].labels(method=method).observe(seconds)
+            series = self._series.get((method, code))
+            if series is None:
+                series = (
+                    self._prom["requests"].labels(method=method, code=code),
+                    self._prom["latency"].labels(method=method),
+                )
+                self._series[method, code] = series
+            series[0].inc()
+            series[1].observe(seconds)
 
     def answered(self, states: int, points_drawn: int) -> None:
         """Count ``states`` answered; ``points_drawn`` is the store's running total of new

@@ -26,10 +26,11 @@ proof: the noise itself is a double drawn from OS entropy.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple, NoReturn
 
 import numpy as np
 import numpy.typing as npt
@@ -59,8 +60,38 @@ def _check_deadline(deadline: float | None) -> None:
         raise TimeoutError("deadline exceeded before the store was queried; nothing stored")
 
 
-@dataclass(frozen=True, slots=True)
-class ParsedQuery:
+#: requests of at most this many coordinates in all are mapped onto the unit box with Python
+#: floats (:func:`_unit_few`), larger ones with numpy
+SMALL_STATES = 16
+
+
+def _not_finite(i: int) -> NoReturn:
+    raise bad_argument(
+        f"state at index {i} has a coordinate that is not a finite number",
+        field=f"states[{i}]",
+        reason="STATE_NOT_FINITE",
+    )
+
+
+def _unit_few(
+    s: npt.NDArray[np.float64], lo: list[float], hi: list[float], span: list[float]
+) -> npt.NDArray[np.float64]:
+    """(n, d) finite states -> unit states, bit for bit as the numpy map of
+    :meth:`QueryService._states` (IEEE arithmetic is the same in Python and numpy; a
+    signed zero that min/max may pick differently ends as +0.0 after the final + 0.0), for a
+    few states; a non-finite coordinate is INVALID_ARGUMENT."""
+    out: list[list[float]] = []
+    for i, row in enumerate(s.tolist()):
+        unit: list[float] = []
+        for x, a, b, w in zip(row, lo, hi, span, strict=True):
+            if not math.isfinite(x):
+                _not_finite(i)
+            unit.append(min(max((min(max(x, a), b) - a) / w, 0.0), 1.0) + 0.0)
+        out.append(unit)
+    return np.array(out, dtype=np.float64)
+
+
+class ParsedQuery(NamedTuple):
     """A validated GetValues request (:meth:`QueryService.parse`): the release snapshot it
     is answered on, its unit states [n, d] and its actions."""
 
@@ -69,13 +100,16 @@ class ParsedQuery:
     actions: list[int]
 
 
-@dataclass(frozen=True, slots=True)
-class ValuesAsk:
+class ValuesAsk(NamedTuple):
     """One GetValues call of a batch (:meth:`QueryService.get_values_many`)."""
 
     query: ParsedQuery
     deadline: float | None = None
     caller: str = "local"
+    #: its states were just looked up in the in-process copies (:meth:`QueryService.
+    #: stored_values`) and not all were there: the batch goes to the store without looking
+    #: again (a state stored in between is then read from the store, not drawn)
+    looked_up: bool = False
 
 
 @dataclass(slots=True)
@@ -166,17 +200,22 @@ class QueryService(ContextService):
                 reason="WRONG_DIMS",
             )
         self._check_batch(s.shape[0])
-        if not np.isfinite(s).all():
-            i = int(np.flatnonzero(~np.isfinite(s).all(axis=1))[0])
-            raise bad_argument(
-                f"state at index {i} has a coordinate that is not a finite number",
-                field=f"states[{i}]",
-                reason="STATE_NOT_FINITE",
-            )
-        # StateBox.to_unit(s, clip=True), its arithmetic to the bit, with the box's bounds
-        # as arrays built once per release instead of from the card on every call
+        # StateBox.to_unit(s, clip=True), its arithmetic to the bit: clip(x, lo, hi) of a
+        # finite x is min(max(x, lo), hi), so a few states are mapped with Python floats
+        # (one numpy call instead of a dozen: on the hot path numpy's per-call cost, not
+        # the arithmetic, is what a single state pays), more with numpy; the box's bounds
+        # are built once per release instead of from the card on every call
         lo, hi, span = self._bounds(rel)
-        out: npt.NDArray[np.float64] = np.clip((np.clip(s, lo, hi) - lo) / span, 0.0, 1.0) + 0.0
+        if s.size <= SMALL_STATES:
+            return _unit_few(s, lo.tolist(), hi.tolist(), span.tolist())
+        if not np.isfinite(s).all():
+            _not_finite(int(np.flatnonzero(~np.isfinite(s).all(axis=1))[0]))
+        out: npt.NDArray[np.float64] = np.minimum(np.maximum(s, lo), hi)
+        out -= lo
+        out /= span
+        np.maximum(out, 0.0, out=out)
+        np.minimum(out, 1.0, out=out)
+        out += 0.0
         return out
 
     def _bounds(
@@ -240,17 +279,25 @@ class QueryService(ContextService):
     def _release(
         self,
         rel: ActiveRelease,
-        xs: npt.NDArray[np.float64],
-        actions: list[int],
-        q: npt.NDArray[np.float64],
-        noise: npt.NDArray[np.float64],
-    ) -> npt.NDArray[np.float64]:
-        """The released values of model values ``q`` and their ``noise``: on the value grid,
-        counted, and kept for look-ups (:meth:`stored_values`)."""
-        self.metrics.answered(int(xs.shape[0]) * len(actions), self.store.points_drawn)
-        values = grid_round(q + noise, self.limits.value_grid)
-        self.answers.record(rel.release_id, xs, actions, values, rel.bundle.n_actions)
-        return values
+        parts: Sequence[tuple[npt.NDArray[np.float64], list[int], npt.NDArray[np.float64], Any]],
+    ) -> list[npt.NDArray[np.float64]]:
+        """The released values of each call's (unit states, actions, model values ``q``,
+        noise): on the value grid, counted, and kept for look-ups (:meth:`stored_values`),
+        one count and one keeping per set of actions for all the calls together."""
+        grid = self.limits.value_grid
+        out = [grid_round(q + noise, grid) for _xs, _acts, q, noise in parts]
+        self.metrics.answered(
+            sum(int(xs.shape[0]) * len(acts) for xs, acts, _q, _n in parts),
+            self.store.points_drawn,
+        )
+        by_actions: dict[tuple[int, ...], list[int]] = {}
+        for k, (_xs, acts, _q, _n) in enumerate(parts):
+            by_actions.setdefault(tuple(acts), []).append(k)
+        for acts_key, ks in by_actions.items():
+            xs = parts[ks[0]][0] if len(ks) == 1 else np.concatenate([parts[k][0] for k in ks])
+            vals = out[ks[0]] if len(ks) == 1 else np.concatenate([out[k] for k in ks])
+            self.answers.record(rel.release_id, xs, list(acts_key), vals, rel.bundle.n_actions)
+        return out
 
     def _known_noise(
         self,
@@ -314,9 +361,10 @@ class QueryService(ContextService):
                 rel, xs, acts = ask.query.rel, ask.query.xs, ask.query.actions
                 q = rel.bundle.q_values_unit(xs)[:, acts]
                 _check_deadline(ask.deadline)
-                noise = self._known_noise(rel, xs, acts)
+                noise = None if ask.looked_up else self._known_noise(rel, xs, acts)
                 if noise is not None:
-                    out[i] = self._values(rel, acts, self._release(rel, xs, acts, q, noise))
+                    (vals,) = self._release(rel, [(xs, acts, q, noise)])
+                    out[i] = self._values(rel, acts, vals)
                     continue
                 pairs, index = _pairs(xs, acts)
                 new.setdefault(id(rel), (rel, []))[1].append(_NewAsk(i, xs, acts, q, pairs, index))
@@ -378,13 +426,23 @@ class QueryService(ContextService):
                         )
                     except Exception as exc:  # noqa: BLE001 - this call's own outcome
                         out[c.at] = exc
-            for c in live:
-                if c.at in got:
-                    noise = _sum_paths(
-                        c.xs.shape[0], len(c.actions), c.xs.shape[1], got[c.at], c.index
+            done = [c for c in live if c.at in got]
+            released = self._release(
+                rel,
+                [
+                    (
+                        c.xs,
+                        c.actions,
+                        c.q,
+                        _sum_paths(
+                            c.xs.shape[0], len(c.actions), c.xs.shape[1], got[c.at], c.index
+                        ),
                     )
-                    vals = self._release(rel, c.xs, c.actions, c.q, noise)
-                    out[c.at] = self._values(rel, c.actions, vals)
+                    for c in done
+                ],
+            )
+            for c, vals in zip(done, released, strict=True):
+                out[c.at] = self._values(rel, c.actions, vals)
         except Exception as exc:  # noqa: BLE001 - the refresh or a lone call's store call failed
             for c in calls:
                 if out[c.at] is None:
@@ -430,7 +488,8 @@ class QueryService(ContextService):
             if noise is None:
                 return None
             q = rel.bundle.q_values_unit(xs)[:, acts]
-            return self._values(rel, acts, self._release(rel, xs, acts, q, noise))
+            (vals,) = self._release(rel, [(xs, acts, q, noise)])
+            return self._values(rel, acts, vals)
         # still refused when a path's log was refused since
         self.store.check_paths(rel.release_id, _paths(acts, int(xs.shape[1])))
         self.metrics.answered(int(xs.shape[0]) * len(acts), self.store.points_drawn)

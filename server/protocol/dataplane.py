@@ -21,13 +21,13 @@ One call, whatever the transport:
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -74,8 +74,7 @@ def _never() -> bool:
     return False
 
 
-@dataclass(frozen=True, slots=True)
-class CallContext:
+class CallContext(NamedTuple):
     """One call as a transport hands it over."""
 
     #: the connection, in gRPC's peer form (``ipv4:1.2.3.4:5678``, ``ipv6:[::1]:5678``)
@@ -88,8 +87,7 @@ class CallContext:
     cancelled: Callable[[], bool] = _never
 
 
-@dataclass(frozen=True, slots=True)
-class Call:
+class Call(NamedTuple):
     """An admitted call, as the work sees it."""
 
     #: the key of the caller's new-state budget: its token (``token:NAME``) or its host
@@ -99,8 +97,7 @@ class Call:
     deadline: float | None
 
 
-@dataclass(frozen=True, slots=True)
-class ValuesQuery:
+class ValuesQuery(NamedTuple):
     """A decoded GetValues / GetBestActions request."""
 
     states: npt.NDArray[np.float64]
@@ -120,6 +117,7 @@ def _once(decode: Callable[[], ValuesQuery]) -> Callable[[], ValuesQuery]:
     return query
 
 
+@functools.lru_cache(maxsize=4096)
 def budget_key(caller: str) -> str:
     """The new-state budget's key of a caller: its token (``token:NAME``), or the peer's host
     without the port (``peer:ipv4:1.2.3.4``), so a new connection does not get a new bucket."""
@@ -176,15 +174,20 @@ class DataPlane:
         def run(call: Call) -> t.Values:
             return self.query.values(parse(), deadline=call.deadline, caller=call.caller)
 
+        tried = [False]  # stored() looked the states up (and found some new)
+
         def stored(call: Call) -> t.Values | None:
             if query().states.shape[0] > INLINE_MAX_STATES:
                 return None
-            return self.query.stored_values(parse(), deadline=call.deadline)
+            got = self.query.stored_values(parse(), deadline=call.deadline)
+            tried[0] = got is None
+            return got
 
         def batched(call: Call) -> Awaitable[t.Values] | None:
             if query().states.shape[0] > BATCH_MAX_STATES:
                 return None
-            return self.values_batcher.submit(ValuesAsk(parse(), call.deadline, call.caller))
+            ask = ValuesAsk(parse(), call.deadline, call.caller, looked_up=tried[0])
+            return self.values_batcher.submit(ask)
 
         return run, stored, batched
 

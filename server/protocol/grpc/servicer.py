@@ -83,9 +83,17 @@ async def answer(context: grpc.aio.ServicerContext, pending: Awaitable[R]) -> R:
         await abort(context, exc)
 
 
+#: a repeated field of at most this many values is read by iteration (cheaper than numpy's
+#: array discovery for a few values); longer ones as one copy of their buffer
+_ITER_MAX = 16
+
+
 def _floats(values: Any) -> npt.NDArray[np.float64]:
-    """A packed ``repeated double`` as an array: one copy of its buffer (every bit kept), not a
-    Python float per value."""
+    """A packed ``repeated double`` as an array, every bit kept: one copy of its buffer, not
+    a Python float per value (or, for a few values, the values themselves)."""
+    n = len(values)
+    if n <= _ITER_MAX:
+        return np.fromiter(values, np.float64, n)
     return np.array(values, dtype=np.float64)
 
 

@@ -123,6 +123,46 @@ def test_states_map_as_the_state_box_does() -> None:
         assert h._states(rel, s).tobytes() == got.tobytes()  # the kept bounds
 
 
+def test_few_states_map_with_python_floats_to_the_bits_of_numpy() -> None:
+    """Requests of up to SMALL_STATES coordinates are mapped with Python floats; on every
+    finite input (on, inside and outside the bounds, -0.0, subnormals, huge) the bits are
+    those of the numpy map and of ``StateBox.to_unit``, and a non-finite coordinate is
+    refused naming the same state either way."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from qveil.additive import StateBox
+    from qveil.errors import InvalidArgument
+    from qveil.server.query import SMALL_STATES, _unit_few
+
+    finite = st.floats(allow_nan=False, allow_infinity=False, width=64)
+    edges = st.sampled_from([-0.0, 0.0, 5e-324, -5e-324, 1e308, -1e308, -0.3, 0.3, 1.5])
+
+    @st.composite
+    def cases(draw: Any) -> tuple[np.ndarray, StateBox]:
+        d = draw(st.integers(1, 4))
+        n = draw(st.integers(1, SMALL_STATES // d))
+        bounds = []
+        for _ in range(d):
+            a, b = sorted(draw(st.lists(st.floats(-1e6, 1e6), min_size=2, max_size=2)))
+            bounds.append([a, b if b > a else a + 1.0])
+        vals = draw(st.lists(st.one_of(finite, edges), min_size=n * d, max_size=n * d))
+        return np.array(vals, dtype=np.float64).reshape(n, d), StateBox.of(bounds)
+
+    @settings(max_examples=300, deadline=None)
+    @given(cases())
+    def check(case: tuple[np.ndarray, StateBox]) -> None:
+        s, box = case
+        lo, hi = box.lo, box.hi
+        got = _unit_few(s, lo.tolist(), hi.tolist(), (hi - lo).tolist())
+        assert got.tobytes() == box.to_unit(s, clip=True).tobytes()
+
+    check()
+    s = np.array([[0.1, 0.2], [0.3, np.nan]])
+    with pytest.raises(InvalidArgument, match="state at index 1"):
+        _unit_few(s, [0.0, 0.0], [1.0, 1.0], [1.0, 1.0])
+
+
 @contextmanager
 def _serving(tmp: Path, known: int = 0, **limits: object) -> Iterator[tuple[Any, Any, Any]]:
     """(query service, store, the ``known`` states it has answered, evenly over [-1, 2]) on a
@@ -167,7 +207,11 @@ def test_a_batch_answers_each_call_as_it_would_be_answered_alone(tmp_path: Path)
             (np.array([shared]), (1,)),  # the same new state, another action
             (np.array([-0.5, known[4], -0.3]), ()),  # new and stored
         ]
-        asks = [ValuesAsk(h.parse(xs, acts)) for xs, acts in calls]
+        # a call the event loop looked up already goes to the store without a second
+        # look-up: its stored states are read from the store, not drawn again
+        asks = [
+            ValuesAsk(h.parse(xs, acts), looked_up=k % 2 == 1) for k, (xs, acts) in enumerate(calls)
+        ]
         asks.append(ValuesAsk(h.parse(np.array([0.76])), deadline=time.monotonic() - 1.0))
         before = st.count_points(rid)
         with pytest.raises(InvalidArgument, match="not a finite"):
@@ -178,7 +222,8 @@ def test_a_batch_answers_each_call_as_it_would_be_answered_alone(tmp_path: Path)
             h.parse(np.array([0.26]), release_id="another-release")
         out = h.get_values_many(asks)
         assert isinstance(out[4], TimeoutError)
-        # new: shared (3 actions), 1.5 (2 actions; action 1 not asked), -0.5, -0.3 (3 each)
+        # new: shared (3 actions), 1.5 (2 actions; action 1 not asked), -0.5, -0.3 (3 each);
+        # known[4] of the looked-up last call is not drawn again
         assert st.count_points(rid) == before + 3 + 2 + 3 + 3
         for (xs, acts), got in zip(calls, out, strict=False):
             assert not isinstance(got, Exception), got

@@ -167,6 +167,8 @@ def validate_unit_states(xs: npt.ArrayLike) -> FloatArray:
     """
     if type(xs) is float or type(xs) is int:  # one query state: skip numpy's overhead
         xs = [xs]
+    elif type(xs) is np.ndarray and xs.dtype == np.float64 and xs.ndim == 1 and xs.size <= 16:
+        xs = xs.tolist()  # a few states: checked as Python floats (same verdicts, same bits)
     if (
         isinstance(xs, list)
         and len(xs) <= 16

@@ -144,6 +144,20 @@ def test_validate_unit_states() -> None:
     assert validate_unit_states(0.5).tolist() == [0.5]
     out = validate_unit_states([-0.0, 1])
     assert out.tolist() == [0.0, 1.0] and not np.signbit(out[0])
+    # a few float64 states are checked as Python floats, more with numpy: the same bits and
+    # the same verdicts either way
+    rng = np.random.default_rng(4)
+    for n in (1, 3, 16, 17, 40):
+        xs = rng.uniform(0, 1, n)
+        xs[0], xs[-1] = -0.0, 1.0
+        got = validate_unit_states(xs)
+        assert got.tobytes() == validate_unit_states(list(xs)).tobytes()
+        assert not np.signbit(got[0]) and got[1:-1].tobytes() == xs[1:-1].tobytes()
+        for bad in (math.nan, math.inf, 1.0000001, -1e-300):
+            ys = xs.copy()
+            ys[n // 2] = bad
+            with pytest.raises(InvalidArgument):
+                validate_unit_states(ys)
 
 
 def test_state_interval_maps_and_rejects() -> None:

@@ -100,6 +100,7 @@ def test_wheel_holds_every_part_and_nothing_else(wheel: zipfile.ZipFile) -> None
     assert {
         "qveil/noise.py",
         "qveil/version.py",
+        "qveil/py.typed",
         "qveil/server/protocol/dataplane.py",
         "qveil/server/migrations/script.py.mako",
         "qveil/server/migrations/versions/0001_initial.py",

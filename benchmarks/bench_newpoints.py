@@ -106,6 +106,11 @@ def _baseline_tree(rev: str, dest: Path) -> Path:
     src.mkdir(parents=True)
     arch = subprocess.run(["git", "archive", rev], cwd=ROOT, capture_output=True, check=True)
     subprocess.run(["tar", "-x", "-C", str(src)], input=arch.stdout, check=True)
+    if (src / "core" / "qveil").is_dir():  # each part nested under its folder as imported
+        for root in ("core", "server", "trainer", "client", "common", "experiments", "proto"):
+            shutil.copytree(src / root / "qveil", dest / "pkg" / "qveil", dirs_exist_ok=True)
+        return dest / "pkg"
+    # a revision whose folders are the parts themselves (core/ is qveil, server/ qveil.server)
     pkg = dest / "pkg" / "qveil"
     shutil.copytree(src / "core", pkg)
     for sub, there in (
@@ -324,7 +329,7 @@ WHY_BATCH = (
     "restored OUSamplePath, a Python bisection per state over the SortedDict copy, the "
     "SortedDict insert after the commit, a method call per chain link; "
     "`benchmarks/profile_batch.py`). Now the copy's sorted part is numpy "
-    "(`core/pathindex.py`: a batch's neighbours in two searchsorted calls), the "
+    "(`core/qveil/pathindex.py`: a batch's neighbours in two searchsorted calls), the "
     "states alone in their gap between stored points (nearly all of a batch into 200k "
     "points) are drawn in one vectorised step from the exact bridge law and those sharing a "
     "gap in a loop (`qveil.noise.sample_batch`, the same sequential law), and the chain is "

@@ -206,7 +206,7 @@ WHY_COST = (
     "tampering) is refused when the path is loaded and reported by verify and `qveil audit` "
     "(docs/operations.md, 'One value per state'). What still grows with the store is the "
     "in-process copy ('of which in memory'): a dict x -> g of Python floats (the hits) and "
-    "a sorted float64 index (`core/pathindex.py`, before the batch-path work a "
+    "a sorted float64 index (`core/qveil/pathindex.py`, before the batch-path work a "
     "SortedDict); its look-ups are O(log n) but touch more cold memory at 1e6 points, and "
     "its small delta is merged into the main arrays in one O(n) pass every ~4 sqrt(n) "
     "points. The memory figure per 1e6 points also holds "

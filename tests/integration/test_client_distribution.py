@@ -54,13 +54,22 @@ def client_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     venv = tmp_path_factory.mktemp("client-venv") / "venv"
     subprocess.run([_python311(), "-m", "venv", str(venv)], check=True, timeout=120)
     py = venv / "bin" / "python"
-    r = subprocess.run(
-        [str(py), "-m", "pip", "install", "--quiet", str(REPO / "client")],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
-    )
+    # setuptools builds in place: client/build/ and client/qveil_client.egg-info/. client/ is
+    # a root on the main environment's sys.path (the editable install's .pth), where that
+    # egg-info would read as an installed qveil-client: what this build adds is removed.
+    leftovers = [REPO / "client" / "build", REPO / "client" / "qveil_client.egg-info"]
+    existed = {p for p in leftovers if p.exists()}
+    try:
+        r = subprocess.run(
+            [str(py), "-m", "pip", "install", "--quiet", str(REPO / "client")],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
+        )
+    finally:
+        for p in set(leftovers) - existed:
+            shutil.rmtree(p, ignore_errors=True)
     if r.returncode != 0:
         unreachable = any(
             s in r.stderr

@@ -3,15 +3,15 @@
 No Docker daemon or systemd PID 1 here, so: the compose file is parsed as YAML and checked for
 its services, health checks and durability flags; the Dockerfile is parsed instruction by
 instruction (torch==2.13.0 first, non-root USER, HEALTHCHECK through the probe, COPY sources
-exist); the unit passes `systemd-analyze verify`; the tokens example loads with the server's
-own parser. Above all, the **real server is started with exactly the arguments that the
-unit, the compose file and the Dockerfile's CMD give it**: only the values of --bundle,
---store, --listen, --tls-cert/--tls-key and --tokens-file are replaced by temporary ones on
-127.0.0.1 (the test fails if any of those flags is absent, so a renamed flag is caught), and
-the server must reach SERVING, answer a query with a token, pass deploy/healthcheck.py, and
-exit 0 on SIGTERM. The KServe manifests parse as YAML, their volumes, ports and
-probes agree with the args, and the server starts with their args the same way, answering
-the manifest's HTTPS probes and a v2 inference.
+exist and include every folder the wheel is built from); the unit passes `systemd-analyze
+verify`; the tokens example loads with the server's own parser. Above all, the **real server
+is started with exactly the arguments that the unit, the compose file and the Dockerfile's CMD
+give it**: only the values of --bundle, --store, --listen, --tls-cert/--tls-key and
+--tokens-file are replaced by temporary ones on 127.0.0.1 (the test fails if any of those
+flags is absent, so a renamed flag is caught), and the server must reach SERVING, answer a
+query with a token, pass deploy/healthcheck.py, and exit 0 on SIGTERM. The KServe manifests
+parse as YAML, their volumes, ports and probes agree with the args, and the server starts
+with their args the same way, answering the manifest's HTTPS probes and a v2 inference.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -186,6 +187,10 @@ def test_dockerfile() -> None:
         if k == "COPY" and not a.startswith("--"):
             for src in a.split()[:-1]:
                 assert (ROOT / src).exists(), f"COPY source {src} missing"
+    # the image builds the wheel: every folder it takes a part of the namespace from is copied
+    copied = {src for k, a in ins if k == "COPY" for src in a.split()[:-1]}
+    wheel = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["hatch"]["build"]
+    assert set(wheel["targets"]["wheel"]["sources"]) | {"pyproject.toml", "README.md"} <= copied
     assert json.loads(dict(ins)["ENTRYPOINT"]) == ["qveil", "serve"]
     assert "50051" in dict(ins)["EXPOSE"]
 

@@ -36,7 +36,7 @@ for _id, _obs, _act in [
 
 
 def test_docstring_per_field_and_frozen_keyword_only() -> None:
-    src = (ROOT / "trainer" / "config.py").read_text()
+    src = (ROOT / "trainer" / "qveil" / "trainer" / "config.py").read_text()
     for f in dataclasses.fields(TrainConfig):
         i = src.index(f"    {f.name}: ")
         assert '"""' in src[i : i + 300].split("\n", 2)[1], f"field {f.name} has no docstring"

@@ -26,7 +26,7 @@ from qveil.noise import OUSamplePath
 
 __all__ = ["load_cfg", "privacy_row", "reference_returns", "run_spec"]
 
-DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "linewalk.toml"
+DEFAULT_CONFIG = Path(__file__).resolve().parents[3] / "configs" / "linewalk.toml"
 
 
 def load_cfg(path: str | Path | None = None, **changes: Any) -> Any:

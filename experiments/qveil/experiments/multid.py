@@ -57,7 +57,7 @@ __all__ = [
     "served_release_returns",
 ]
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 ENVS = {
     "CartPole-v1": ROOT / "configs" / "cartpole-private.toml",
     "Acrobot-v1": ROOT / "configs" / "acrobot-private.toml",

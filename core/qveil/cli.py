@@ -22,8 +22,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from qveil import __version__
 from qveil.errors import FailedPrecondition, QveilError
+from qveil.version import __version__
 
 # subcommand -> module providing ``add_parser(subparsers)``; the parser stores ``func``.
 SUBCOMMANDS: dict[str, str] = {

@@ -21,7 +21,7 @@ import numpy as np
 
 __all__ = ["run"]
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 PLAN = [
     ("qveil/LineWalk-v0", "linewalk-private.toml", 300),
     ("CartPole-v1", "cartpole-private.toml", 10_000),

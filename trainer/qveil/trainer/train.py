@@ -26,13 +26,13 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-import qveil
 from qveil.bundle import build_card, load_bundle, nonprivate_privacy, write_bundle
 from qveil.errors import InvalidArgument
 from qveil.noise import StateInterval
 from qveil.privacy import PrivacyParams, account, calibrate
 from qveil.trainer import register_envs
 from qveil.trainer.config import TrainConfig, to_toml
+from qveil.version import __version__
 
 __all__ = [
     "EnvInfo",
@@ -133,7 +133,7 @@ def code_version() -> str:
         ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         rev = ""
-    return f"{qveil.__version__}+g{rev}" if rev else qveil.__version__
+    return f"{__version__}+g{rev}" if rev else __version__
 
 
 def _notes(cfg: TrainConfig) -> list[str]:

@@ -32,7 +32,6 @@ from typing import Any, NamedTuple, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from qveil import __version__
 from qveil.common import typing as t
 from qveil.errors import ResourceExhausted, Unavailable, error_status
 from qveil.server.auth import Authorizer
@@ -42,6 +41,7 @@ from qveil.server.protocol.v2_model import SERVER_NAME, InferRequest, InferRespo
 from qveil.server.query import ParsedQuery, ValuesAsk
 from qveil.server.quotas import caller_host
 from qveil.server.services import Services
+from qveil.version import __version__
 
 __all__ = [
     "ADMIN",

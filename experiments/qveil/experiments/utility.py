@@ -54,8 +54,8 @@ __all__ = ["KERNEL_VARIANT", "Variant", "linewalk_job", "run"]
 FloatArray = npt.NDArray[np.float64]
 
 ENV_ID = "qveil/LineWalk-v0"
-PRIVATE_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "linewalk-private.toml"
-ALG1_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "linewalk-quick.toml"
+PRIVATE_CONFIG = Path(__file__).resolve().parents[3] / "configs" / "linewalk-private.toml"
+ALG1_CONFIG = Path(__file__).resolve().parents[3] / "configs" / "linewalk-quick.toml"
 DELTA = 1e-5
 
 USERS_FULL = (30, 100, 300, 1000, 3000)

@@ -17,7 +17,7 @@ from typing import Any
 
 __all__ = ["MEASURED", "run"]
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 
 #: Served fractions at epsilon 1 measured through the server (docs/results.md), by (env, N).
 #: LineWalk's are (served - random) / (non-private - random) of section 7's returns.

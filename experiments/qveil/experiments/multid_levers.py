@@ -65,7 +65,7 @@ __all__ = [
 ]
 
 ENV_ID = "CartPole-v1"
-CONFIG = Path(__file__).resolve().parents[1] / "configs" / "cartpole-private.toml"
+CONFIG = Path(__file__).resolve().parents[3] / "configs" / "cartpole-private.toml"
 DELTA = 1e-5
 EPSILON = 1.0
 TUNE_SEED = 1

@@ -50,7 +50,7 @@ __all__ = [
     "run_env",
 ]
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 DELTA = 1e-5
 EPSILON = 1.0
 #: env id -> the estimator's public config.

@@ -63,9 +63,15 @@ class AnswerCache:
         if rid != release_id or not filled or max(actions, default=0) >= vals.shape[1]:
             return None
         n = int(xs.shape[0])
-        idx = np.fromiter(map(rows.get, _keys(xs), repeat(filled, n)), np.intp, count=n)
-        if idx.max(initial=0) >= filled:  # not kept (or kept after this snapshot)
-            return None
+        idx: Any
+        if n <= 16:  # a few states: a list (numpy's fixed costs are what a few states pay)
+            idx = [rows.get(k, filled) for k in _keys(xs)]
+            if max(idx, default=0) >= filled:  # not kept (or kept after this snapshot)
+                return None
+        else:
+            idx = np.fromiter(map(rows.get, _keys(xs), repeat(filled, n)), np.intp, count=n)
+            if idx.max(initial=0) >= filled:
+                return None
         out: FloatArray = vals.take(idx, axis=0).take(actions, axis=1)
         # released values are finite: NaN marks one not kept (and a sum of finite values
         # is never NaN)

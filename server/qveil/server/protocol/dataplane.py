@@ -283,7 +283,8 @@ class DataPlane:
             else:
                 loop = asyncio.get_running_loop()
                 result = await loop.run_in_executor(self.executor, fn, call)
-            await self._pad(start, method, ctx)
+            if self.limits.min_latency_ms > 0:  # (no coroutine to build when no padding)
+                await self._pad(start, method, ctx)
             return result
         except asyncio.CancelledError:
             code = "CANCELLED"

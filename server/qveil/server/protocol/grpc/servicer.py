@@ -57,8 +57,11 @@ def _time_left(context: grpc.aio.ServicerContext) -> float | None:
 
 def call_context(context: grpc.aio.ServicerContext) -> CallContext:
     """The data plane's view of a gRPC call: peer, ``authorization`` metadata, deadline."""
-    md = context.invocation_metadata() or ()
-    authorization = next((v for k, v in md if k == "authorization"), None)
+    authorization = None
+    for k, v in context.invocation_metadata() or ():
+        if k == "authorization":
+            authorization = v
+            break
     left = _time_left(context)
     return CallContext(
         peer=context.peer(),

@@ -17,8 +17,9 @@ closed loop of grpc.aio calls with GetValues over all actions:
 Each workload runs for d = 1 (an MLP release) and d = 4 (the CartPole kernel fqi release,
 additive noise over 4 coordinate paths), against qveil and the bare server in the same round;
 rounds interleave every cell (drifting machine load hits all cells alike); the ratio is the
-median over rounds of qveil's calls/s over the bare server's; latency percentiles pool all
-calls of the cell. ``--processes 2`` cells run ``qveil serve --processes 2`` (two processes
+median over rounds of qveil's calls/s over the bare server's; each server's CPU time per
+call answered (from /proc) shows where a gap is the server's own work; latency percentiles
+pool all calls of the cell. ``--processes 2`` cells run ``qveil serve --processes 2`` (two processes
 on one port, one shared store) for d = 1.
 """
 
@@ -173,6 +174,19 @@ def serve(qveil: str, bundle: Path, store: str, tmp: Path, name: str, processes:
 Runs = dict[tuple[str, int, str, int], list[dict[str, Any]]]
 
 
+def cpu_seconds(pid: int | None) -> float | None:
+    """CPU time (user + system) a process has used so far, from /proc (Linux); None when it
+    cannot be read (another system, or no single process to read)."""
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 # long-function: the whole measurement top to bottom (servers up, pools stored, interleaved
 # rounds of every cell, servers down), one piece so that its cleanup covers every step
 def measure(args: argparse.Namespace) -> Runs:
@@ -192,22 +206,22 @@ def measure(args: argparse.Namespace) -> Runs:
             print("training the d = 4 bundle ...", file=sys.stderr, flush=True)
             bundles[4] = kernel_bundle(tmp, qveil)
         pools = {1: rng.uniform(0.0, 1.0, POOL), 4: rng.uniform(BOX[:, 0], BOX[:, 1], (POOL, 4))}
-        # server name -> (target, d)
-        servers: dict[str, tuple[str, int]] = {}
+        # server name -> (target, d, pid of its one process or None)
+        servers: dict[str, tuple[str, int, int | None]] = {}
         try:
             p, port = spawn(
                 [sys.executable, __file__, "--bare-server", str(tmp / "bare.port")],
                 tmp / "bare.port",
             )
             procs.append(p)
-            bare = f"127.0.0.1:{port}"
+            bare, bare_pid = f"127.0.0.1:{port}", p.pid
             wait_released(bare, tries=600)
             for d in dims:
                 p, port = serve(
                     qveil, bundles[d], f"sqlite:///{tmp / f's{d}.sqlite'}", tmp, f"q{d}", 1
                 )
                 procs.append(p)
-                servers[f"qveil d={d}"] = (f"127.0.0.1:{port}", d)
+                servers[f"qveil d={d}"] = (f"127.0.0.1:{port}", d, p.pid)
             multi = None
             if args.processes > 1 and 1 in dims:
                 p, port = serve(
@@ -215,8 +229,8 @@ def measure(args: argparse.Namespace) -> Runs:
                 )
                 procs.append(p)
                 multi = f"qveil x{args.processes}"
-                servers[multi] = (f"127.0.0.1:{port}", 1)
-            for target, d in servers.values():
+                servers[multi] = (f"127.0.0.1:{port}", 1, None)
+            for target, d, _pid in servers.values():
                 wait_released(target, tries=600)
                 with grpc.insecure_channel(target) as ch:  # store the known pool
                     stub = pb_grpc.ValueServiceStub(ch)
@@ -237,24 +251,31 @@ def measure(args: argparse.Namespace) -> Runs:
                     return lambda: request(rng.uniform(0.0, 1.0, batch))
                 return lambda: request(rng.uniform(BOX[:, 0], BOX[:, 1], (batch, 4)))
 
-            cells: list[tuple[str, int, str, str, int, int, str, int]] = []
+            Cell = tuple[str, int, str, str, int | None, int, int, str, int]
+            cells: list[Cell] = []
             for wname, batch, inflight, kind in WORKLOADS:
                 for d in dims:
-                    cells.append((wname, d, "bare", bare, batch, inflight, kind, 1))
-                    cells.append(
-                        (wname, d, "qveil", servers[f"qveil d={d}"][0], batch, inflight, kind, 1)
-                    )
+                    cells.append((wname, d, "bare", bare, bare_pid, batch, inflight, kind, 1))
+                    target, _d, pid = servers[f"qveil d={d}"]
+                    cells.append((wname, d, "qveil", target, pid, batch, inflight, kind, 1))
                 if multi is not None:  # 1 -> N processes, both over CONNS connections
-                    for sname, target in (
-                        ("qveil", servers["qveil d=1"][0]),
-                        (multi, servers[multi][0]),
-                    ):
-                        cells.append((wname, 1, sname, target, batch, inflight, kind, CONNS))
+                    for sname in ("qveil d=1", multi):
+                        target, _d, pid = servers[sname]
+                        name = "qveil" if sname == "qveil d=1" else sname
+                        cells.append((wname, 1, name, target, pid, batch, inflight, kind, CONNS))
             runs: Runs = {}
             for rnd in range(args.rounds):
-                for wname, d, sname, target, batch, inflight, kind, conns in cells:
+                for wname, d, sname, target, pid, batch, inflight, kind, conns in cells:
+                    cpu0 = cpu_seconds(pid)
                     out = asyncio.run(
                         closed_loop(target, source(d, batch, kind), args.seconds, inflight, conns)
+                    )
+                    cpu1 = cpu_seconds(pid)
+                    calls = len(out["lat"])
+                    out["cpu_call"] = (
+                        (cpu1 - cpu0) / calls
+                        if cpu0 is not None and cpu1 is not None and calls
+                        else None
                     )
                     runs.setdefault((wname, d, sname, conns), []).append(out)
                 print(f"round {rnd + 1}/{args.rounds} done", file=sys.stderr, flush=True)
@@ -262,6 +283,12 @@ def measure(args: argparse.Namespace) -> Runs:
             stop_all(procs)
 
     return runs
+
+
+def _cpu_us(rs: list[dict[str, Any]]) -> float | str:
+    """The server's median CPU microseconds per call over the rounds ("-": not read)."""
+    got = [r["cpu_call"] for r in rs if r.get("cpu_call") is not None]
+    return float(np.median(got)) * 1e6 if got else "-"
 
 
 def ratio_rows(runs: Runs) -> tuple[list[list[object]], dict[tuple[str, int], float]]:
@@ -286,6 +313,8 @@ def ratio_rows(runs: Runs) -> tuple[list[list[object]], dict[tuple[str, int], fl
                 float(np.median([r["calls_s"] for r in rs])),
                 float(np.median([r["calls_s"] for r in bare_rs])),
                 ratio,
+                _cpu_us(rs),
+                _cpu_us(bare_rs),
                 float(np.percentile(lat, 50)),
                 float(np.percentile(lat, 99)),
                 float(np.percentile(blat, 50)),
@@ -342,10 +371,11 @@ def report(
             f"Closed loops of grpc.aio GetValues calls (all {M} actions) from this process "
             f"against servers in their own processes; {args.seconds:g} s per cell and round, "
             f"{args.rounds} interleaved rounds; 'ratio' is the median over rounds of qveil "
-            "calls/s over the bare server's calls/s in the same round; latency percentiles "
-            "pool all calls of the cell. The bare server answers a pre-built reply of the "
-            "right size. d = 1: an MLP 1-64-64-2 release; d = 4: the CartPole kernel fqi "
-            "release; SQLite store (WAL, synchronous=FULL).",
+            "calls/s over the bare server's calls/s in the same round; 'CPU us/call' is the "
+            "server process's CPU time (user + system, from /proc) per call answered, median "
+            "over rounds; latency percentiles pool all calls of the cell. The bare server "
+            "answers a pre-built reply of the right size. d = 1: an MLP 1-64-64-2 release; "
+            "d = 4: the CartPole kernel fqi release; SQLite store (WAL, synchronous=FULL).",
             table(
                 [
                     "workload",
@@ -353,6 +383,8 @@ def report(
                     "calls/s",
                     "bare calls/s",
                     "ratio",
+                    "CPU us/call",
+                    "bare CPU us/call",
                     "p50 ms",
                     "p99 ms",
                     "bare p50 ms",

@@ -215,7 +215,9 @@ class SortedPoints:
         nd = len(dx)
         out: list[list[float]] = [[], [], [], []]
         for x in xs:
-            i = int(mx.searchsorted(x))
+            # bisect, not mx.searchsorted: numpy's releases the interpreter lock on some
+            # arrays, and a caller on a busy server then waits to get it back
+            i = bisect_left(mx, x)
             lx, lg, rx, rg = float(mx[i - 1]), float(mg[i - 1]), float(mx[i]), float(mg[i])
             if nd:
                 j = bisect_left(dx, x)

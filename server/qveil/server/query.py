@@ -143,6 +143,28 @@ def _pairs(
     return pairs, index
 
 
+def _union(parts: Sequence[npt.NDArray[np.float64]]) -> npt.NDArray[np.float64]:
+    """The sorted distinct values of ``parts`` (unit states: no NaN, no -0.0), as np.unique
+    gives them. A few values are merged as Python floats: np.unique sorts with a call that
+    releases the interpreter lock, and the batch worker calling it while the event loop is
+    busy then waits up to a switch interval (5 ms) to get the lock back."""
+    if sum(len(u) for u in parts) <= SMALL_STATES:
+        return np.array(sorted({v for u in parts for v in u.tolist()}), dtype=np.float64)
+    return np.unique(np.concatenate(parts))
+
+
+def _positions(
+    values: npt.NDArray[np.float64], u: npt.NDArray[np.float64]
+) -> npt.NDArray[np.intp] | list[int]:
+    """The index in the sorted ``values`` of each of ``u`` (all present): np.searchsorted,
+    or, for a few, a dict of Python floats (np.searchsorted on a small array releases the
+    interpreter lock, which costs the batch worker a wait behind the event loop)."""
+    if len(values) + len(u) <= 2 * SMALL_STATES:
+        pos = {v: i for i, v in enumerate(values.tolist())}
+        return [pos[v] for v in u.tolist()]
+    return np.searchsorted(values, u)
+
+
 def _sum_paths(
     n: int, n_actions: int, d: int, gs: Sequence[npt.NDArray[np.float64]], index: Sequence[Any]
 ) -> npt.NDArray[np.float64]:
@@ -408,13 +430,13 @@ class QueryService(ContextService):
                 for p, u in c.pairs:
                     union.setdefault(p, []).append(u)
             paths = sorted(union)
-            values = [np.unique(np.concatenate(union[p])) for p in paths]
+            values = [_union(union[p]) for p in paths]
             try:
                 gs = dict(
                     zip(paths, self.store.get_or_sample_paths(rid, paths, values), strict=True)
                 )
                 at = dict(zip(paths, values, strict=True))
-                got = {c.at: [gs[p][np.searchsorted(at[p], u)] for p, u in c.pairs] for c in live}
+                got = {c.at: [gs[p][_positions(at[p], u)] for p, u in c.pairs] for c in live}
             except Exception:  # noqa: BLE001 - each call then learns its own outcome
                 if len(live) == 1:  # the call's own store call failed
                     raise

@@ -163,6 +163,22 @@ def test_few_states_map_with_python_floats_to_the_bits_of_numpy() -> None:
         _unit_few(s, [0.0, 0.0], [1.0, 1.0], [1.0, 1.0])
 
 
+def test_a_batch_merges_and_finds_its_states_as_numpy_does() -> None:
+    """The batch's union of each path's states and every state's place in it: np.unique
+    and np.searchsorted, by Python floats for a few (bit for bit the same), numpy beyond."""
+    from qveil.server.query import _positions, _union
+
+    rng = np.random.default_rng(6)
+    for sizes in ([1], [1, 1, 1], [3, 5, 8], [16, 1], [40, 7]):
+        parts = [rng.choice(np.round(rng.uniform(0, 1, 12), 2), n) for n in sizes]
+        parts[0][0] = 0.0
+        got = _union(parts)
+        want = np.unique(np.concatenate(parts))
+        assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
+        for u in parts:
+            assert np.array_equal(np.asarray(_positions(got, u)), np.searchsorted(want, u))
+
+
 @contextmanager
 def _serving(tmp: Path, known: int = 0, **limits: object) -> Iterator[tuple[Any, Any, Any]]:
     """(query service, store, the ``known`` states it has answered, evenly over [-1, 2]) on a

@@ -76,6 +76,9 @@ from qveil.server.store.sql_engines import (
 __all__ = ["SQLStore", "advisory_key"]
 
 _RETRY_SQLSTATES = {"40001", "40P01"}  # serialization_failure, deadlock_detected
+#: rows per SQLite insert statement (8 parameters a row: 4000 parameters, far below
+#: SQLite's limit of 32766)
+INSERT_CHUNK = 500
 
 
 def advisory_key(release_id: str, action: int) -> int:
@@ -160,12 +163,20 @@ class _SqlTxn:
         # (action, coordinate) of each path, once per path, not once per row
         sp = {k: st._split(*k) for k in {(r[0], r[1]) for r in rows}}
         if st._ins_points_sql is not None:  # SQLite: the compiled Core insert, positional
-            res = self._conn.exec_driver_sql(
-                st._ins_points_sql, [(r[0], *sp[r[0], r[1]], *r[2:]) for r in rows]
-            )
-            # sqlite3's executemany rowcount is the total of rows inserted; DO NOTHING skips
-            # are not counted, so all-inserted <=> rowcount == len(rows)
-            self._inserted = res.rowcount
+            # one statement of many rows (VALUES (..), (..), ..) per chunk, not executemany:
+            # sqlite3 releases the interpreter lock for every statement it steps, and a
+            # committing thread on a busy server waits to get it back each time
+            flat = [(r[0], *sp[r[0], r[1]], *r[2:]) for r in rows]
+            inserted = 0
+            for at in range(0, len(flat), INSERT_CHUNK):
+                chunk = flat[at : at + INSERT_CHUNK]
+                res = self._conn.exec_driver_sql(
+                    st._insert_rows_sql(len(chunk)), tuple(v for row in chunk for v in row)
+                )
+                # the rows this statement inserted: DO NOTHING skips are not counted, so
+                # all-inserted <=> the total == len(rows)
+                inserted += res.rowcount
+            self._inserted = inserted
             return
         res = self._conn.execute(
             st._ins_points,
@@ -333,6 +344,7 @@ class SQLStore(SamplePathStore):
         # SQLite hot path: the same Core statement compiled once to positional SQL, executed
         # with tuples (saves SQLAlchemy's per-row parameter processing, ~10 us a row)
         self._ins_points_sql: str | None = None
+        self._rows_sql: dict[int, str] = {}  # k -> the insert of k rows in one statement
         self._since_sql: str | None = None
         if self.backend == "sqlite":
             from sqlalchemy.dialects import sqlite as _sqlite_dialect
@@ -352,6 +364,20 @@ class SQLStore(SamplePathStore):
 
     #: how a SQLite write transaction begins (reported in ``settings``)
     _begin_mode = "IMMEDIATE"
+
+    def _insert_rows_sql(self, k: int) -> str:
+        """The SQLite insert of ``k`` rows in one statement (the compiled insert with its
+        VALUES tuple repeated), kept per k."""
+        got = self._rows_sql.get(k)
+        if got is None:
+            sql = self._ins_points_sql
+            assert sql is not None
+            head, sep, tail = sql.partition(" VALUES ")
+            one, close, rest = tail.partition(")")
+            assert sep and close and one.startswith("("), sql
+            got = head + sep + ", ".join([one + close] * k) + rest
+            self._rows_sql[k] = got
+        return got
 
     def _points_insert(self) -> Any:
         """The insert of new rows: a row already there is skipped (ON CONFLICT DO NOTHING),

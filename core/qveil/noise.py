@@ -50,8 +50,10 @@ __all__ = [
 
 FloatArray = npt.NDArray[np.float64]
 
-# Calls with at most this many states take a pure-Python path (no np.unique etc.).
-_SMALL = 16
+#: Calls with at most this many values take a pure-Python path (no np.unique etc.): below
+#: it, numpy's fixed cost per call, not the arithmetic, is what they pay. The serving path
+#: uses the same bound.
+FEW = 16
 
 
 def _check_positive(name: str, value: float) -> float:
@@ -167,11 +169,11 @@ def validate_unit_states(xs: npt.ArrayLike) -> FloatArray:
     """
     if type(xs) is float or type(xs) is int:  # one query state: skip numpy's overhead
         xs = [xs]
-    elif type(xs) is np.ndarray and xs.dtype == np.float64 and xs.ndim == 1 and xs.size <= 16:
+    elif type(xs) is np.ndarray and xs.dtype == np.float64 and xs.ndim == 1 and xs.size <= FEW:
         xs = xs.tolist()  # a few states: checked as Python floats (same verdicts, same bits)
     if (
         isinstance(xs, list)
-        and len(xs) <= 16
+        and len(xs) <= FEW
         and all(type(v) is float or type(v) is int for v in xs)
     ):
         try:
@@ -335,7 +337,7 @@ class OUSamplePath:
         one value. Bad input raises :class:`InvalidArgument` before anything is stored.
         """
         x = validate_unit_states(xs)
-        if x.size <= _SMALL:  # a query's few states: plain Python is several times faster
+        if x.size <= FEW:  # a query's few states: plain Python is several times faster
             xl: list[float] = x.tolist()
             get = self._index.find
             found: dict[float, float] = {}
@@ -470,7 +472,7 @@ def sample_batch(
         return g, left, right
     s2 = float(sigma) * float(sigma)
     b = float(beta)
-    if m <= _SMALL:  # a query's few states: the loop alone (same rule, no array temporaries)
+    if m <= FEW:  # a query's few states: the loop alone (same rule, no array temporaries)
         return _draw_in_gaps(list(range(m)), x, lx, lg, rx, rg, g, left, right, b, s2, z)
     order = np.argsort(x, kind="stable")
     xs = x[order]

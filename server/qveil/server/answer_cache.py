@@ -25,6 +25,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from qveil.noise import FEW
+
 __all__ = ["AnswerCache", "MAX_ENTRIES"]
 
 FloatArray = npt.NDArray[np.float64]
@@ -64,7 +66,7 @@ class AnswerCache:
             return None
         n = int(xs.shape[0])
         idx: Any
-        if n <= 16:  # a few states: a list (numpy's fixed costs are what a few states pay)
+        if n <= FEW:  # a few states: a list (numpy's fixed costs are what a few states pay)
             idx = [rows.get(k, filled) for k in _keys(xs)]
             if max(idx, default=0) >= filled:  # not kept (or kept after this snapshot)
                 return None

@@ -37,6 +37,7 @@ import numpy.typing as npt
 
 from qveil.common import typing as t
 from qveil.errors import FailedPrecondition, bad_argument, echo
+from qveil.noise import FEW
 from qveil.server import views
 from qveil.server.answer_cache import AnswerCache
 from qveil.server.state import ActiveRelease, ContextService, ServerContext
@@ -58,11 +59,6 @@ def _paths(actions: Sequence[int], d: int) -> list[int]:
 def _check_deadline(deadline: float | None) -> None:
     if deadline is not None and time.monotonic() >= deadline:
         raise TimeoutError("deadline exceeded before the store was queried; nothing stored")
-
-
-#: requests of at most this many coordinates in all are mapped onto the unit box with Python
-#: floats (:func:`_unit_few`), larger ones with numpy
-SMALL_STATES = 16
 
 
 def _not_finite(i: int) -> NoReturn:
@@ -148,7 +144,7 @@ def _union(parts: Sequence[npt.NDArray[np.float64]]) -> npt.NDArray[np.float64]:
     gives them. A few values are merged as Python floats: np.unique sorts with a call that
     releases the interpreter lock, and the batch worker calling it while the event loop is
     busy then waits up to a switch interval (5 ms) to get the lock back."""
-    if sum(len(u) for u in parts) <= SMALL_STATES:
+    if sum(len(u) for u in parts) <= FEW:
         return np.array(sorted({v for u in parts for v in u.tolist()}), dtype=np.float64)
     return np.unique(np.concatenate(parts))
 
@@ -159,7 +155,7 @@ def _positions(
     """The index in the sorted ``values`` of each of ``u`` (all present): np.searchsorted,
     or, for a few, a dict of Python floats (np.searchsorted on a small array releases the
     interpreter lock, which costs the batch worker a wait behind the event loop)."""
-    if len(values) + len(u) <= 2 * SMALL_STATES:
+    if len(values) + len(u) <= 2 * FEW:
         pos = {v: i for i, v in enumerate(values.tolist())}
         return [pos[v] for v in u.tolist()]
     return np.searchsorted(values, u)
@@ -228,7 +224,7 @@ class QueryService(ContextService):
         # the arithmetic, is what a single state pays), more with numpy; the box's bounds
         # are built once per release instead of from the card on every call
         lo, hi, span = self._bounds(rel)
-        if s.size <= SMALL_STATES:
+        if s.size <= FEW:  # coordinates in all
             return _unit_few(s, lo.tolist(), hi.tolist(), span.tolist())
         if not np.isfinite(s).all():
             _not_finite(int(np.flatnonzero(~np.isfinite(s).all(axis=1))[0]))
@@ -316,8 +312,8 @@ class QueryService(ContextService):
         for k, (_xs, acts, _q, _n) in enumerate(parts):
             by_actions.setdefault(tuple(acts), []).append(k)
         for acts_key, ks in by_actions.items():
-            xs = parts[ks[0]][0] if len(ks) == 1 else np.concatenate([parts[k][0] for k in ks])
-            vals = out[ks[0]] if len(ks) == 1 else np.concatenate([out[k] for k in ks])
+            xs = np.concatenate([parts[k][0] for k in ks])
+            vals = np.concatenate([out[k] for k in ks])
             self.answers.record(rel.release_id, xs, list(acts_key), vals, rel.bundle.n_actions)
         return out
 

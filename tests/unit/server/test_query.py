@@ -124,7 +124,7 @@ def test_states_map_as_the_state_box_does() -> None:
 
 
 def test_few_states_map_with_python_floats_to_the_bits_of_numpy() -> None:
-    """Requests of up to SMALL_STATES coordinates are mapped with Python floats; on every
+    """Requests of up to FEW coordinates are mapped with Python floats; on every
     finite input (on, inside and outside the bounds, -0.0, subnormals, huge) the bits are
     those of the numpy map and of ``StateBox.to_unit``, and a non-finite coordinate is
     refused naming the same state either way."""
@@ -133,7 +133,8 @@ def test_few_states_map_with_python_floats_to_the_bits_of_numpy() -> None:
 
     from qveil.additive import StateBox
     from qveil.errors import InvalidArgument
-    from qveil.server.query import SMALL_STATES, _unit_few
+    from qveil.noise import FEW
+    from qveil.server.query import _unit_few
 
     finite = st.floats(allow_nan=False, allow_infinity=False, width=64)
     edges = st.sampled_from([-0.0, 0.0, 5e-324, -5e-324, 1e308, -1e308, -0.3, 0.3, 1.5])
@@ -141,7 +142,7 @@ def test_few_states_map_with_python_floats_to_the_bits_of_numpy() -> None:
     @st.composite
     def cases(draw: Any) -> tuple[np.ndarray, StateBox]:
         d = draw(st.integers(1, 4))
-        n = draw(st.integers(1, SMALL_STATES // d))
+        n = draw(st.integers(1, FEW // d))
         bounds = []
         for _ in range(d):
             a, b = sorted(draw(st.lists(st.floats(-1e6, 1e6), min_size=2, max_size=2)))

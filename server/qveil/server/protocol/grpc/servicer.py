@@ -20,6 +20,7 @@ import numpy.typing as npt
 from qveil.common import serde as convert
 from qveil.common.errors import status_for
 from qveil.errors import bad_argument
+from qveil.noise import FEW
 from qveil.server.protocol.dataplane import (
     ADMIN,
     AUDIT,
@@ -86,16 +87,11 @@ async def answer(context: grpc.aio.ServicerContext, pending: Awaitable[R]) -> R:
         await abort(context, exc)
 
 
-#: a repeated field of at most this many values is read by iteration (cheaper than numpy's
-#: array discovery for a few values); longer ones as one copy of their buffer
-_ITER_MAX = 16
-
-
 def _floats(values: Any) -> npt.NDArray[np.float64]:
     """A packed ``repeated double`` as an array, every bit kept: one copy of its buffer, not
     a Python float per value (or, for a few values, the values themselves)."""
     n = len(values)
-    if n <= _ITER_MAX:
+    if n <= FEW:  # by iteration: cheaper than numpy's array discovery for a few values
         return np.fromiter(values, np.float64, n)
     return np.array(values, dtype=np.float64)
 

@@ -2,8 +2,9 @@
 # `make demo`: a private release that holds, end to end, in well under a minute.
 #  1. collect an offline dataset: 1000 LineWalk users, one random-policy episode each;
 #  2. train the rigorous fqi mode at epsilon = 1, delta = 1e-5 (user-level relation);
-#  3. serve it on 127.0.0.1 with the embedded SQLite store;
-#  4. query it, restart the server, and show the answers are identical (noise is stored);
+#  3. serve it on 127.0.0.1 (the embedded SQLite store logs what it answers);
+#  4. query it, copy the bundle, serve the copy with a store of its own, and show the answers
+#     are identical (the noise is a pure function of the release's one key);
 #  5. print the public card (holds: True, mode: fqi);
 #  6. measure the served policy's return (actions from the server) beside random and
 #     non-private FQI.
@@ -13,7 +14,7 @@ QVEIL=.venv/bin/qveil
 OUT=demo-out
 rm -rf "$OUT"
 mkdir -p "$OUT"
-# the demo's own registry (release lineage, population ledger): each run starts afresh
+# the demo's own registry (population ledger, receipts): each run starts afresh
 export QVEIL_HOME="$PWD/$OUT/qveil-home"
 SERVER_PID=""
 cleanup() { if [[ -n "$SERVER_PID" ]] && kill -0 "$SERVER_PID" 2>/dev/null; then kill -TERM "$SERVER_PID"; wait "$SERVER_PID" || true; fi; }
@@ -22,7 +23,7 @@ START=$SECONDS
 
 start_server() {
   rm -f "$OUT/port"
-  "$QVEIL" serve --bundle "$OUT/bundle" --listen 127.0.0.1:0 --port-file "$OUT/port" \
+  "$QVEIL" serve --bundle "${1:-$OUT/bundle}" --listen 127.0.0.1:0 --port-file "$OUT/port" \
     2>>"$OUT/server.log" &
   SERVER_PID=$!
   for _ in $(seq 1 300); do [[ -s "$OUT/port" ]] && break; sleep 0.1; done
@@ -41,14 +42,14 @@ echo "== 1. collect 1000 LineWalk users (one random-policy episode each; the dat
 
 echo
 echo "== 2. the population's budget (declared once), the privacy plan (public quantities only,"
-echo "      before the data is read), then train fqi: bound to its store when it is written"
+echo "      before the data is read), then train fqi: its noise key drawn once, its charge receipted"
 "$QVEIL" budget create linewalk-users --epsilon 2 --delta 1e-5
 "$QVEIL" privacy --mode fqi --config configs/linewalk-private.toml --users 1000 --epsilon 1 --delta 1e-5
 "$QVEIL" train --mode fqi --dataset "$OUT/users.npz" --config configs/linewalk-private.toml \
   --epsilon 1 --delta 1e-5 --population linewalk-users --out "$OUT/bundle"
 
 echo
-echo "== 3. serve it on 127.0.0.1 (SQLite store beside the bundle: $OUT/qveil-store.sqlite)"
+echo "== 3. serve it on 127.0.0.1 (answer log: SQLite beside the bundle, $OUT/qveil-store.sqlite)"
 start_server
 echo "serving on $TARGET"
 STATES=(--state 0.05,0.3,0.5,0.7,0.95)
@@ -58,14 +59,16 @@ echo "best actions:"
 "$QVEIL" query --target "$TARGET" "${STATES[@]}" --best
 
 echo
-echo "== 4. restart the server and ask again"
+echo "== 4. copy the bundle (cp -a), serve the copy with a new store of its own, ask again"
 stop_server
-start_server
+mkdir -p "$OUT/copy"
+cp -a "$OUT/bundle" "$OUT/copy/bundle"
+start_server "$OUT/copy/bundle"
 "$QVEIL" query --target "$TARGET" "${STATES[@]}" --json >"$OUT/second.json"
 if cmp -s "$OUT/first.json" "$OUT/second.json"; then
-  echo "identical answers after the restart: every noise value was stored before it was answered"
+  echo "identical answers from the copy: every answer is a pure function of the release's one key"
 else
-  echo "ANSWERS DIFFER after restart"; diff "$OUT/first.json" "$OUT/second.json"; exit 1
+  echo "ANSWERS DIFFER between the copy and the original"; diff "$OUT/first.json" "$OUT/second.json"; exit 1
 fi
 
 echo

@@ -51,8 +51,10 @@ def make_bundle(
     bundle_id: str | None = None,
 ) -> Path:
     """A small real bundle (output mode: served Q clamped to the card's bound), written by
-    qveil.bundle.write_bundle with privacy numbers from qveil.privacy.account. ``bundle_id``:
-    tests of a second bundle under an existing release id only."""
+    qveil.bundle.write_bundle with privacy numbers from qveil.privacy.account, its noise key
+    seeded by ``seed``, charged to the test population and receipted (:func:`charge`) so
+    that it can be served. ``bundle_id``: tests of a second bundle under an existing release
+    id only."""
     from qveil.bundle import lipschitz_bound
     from qveil.privacy import E3_SETTINGS
 
@@ -63,9 +65,10 @@ def make_bundle(
         "W1": rng.normal(size=(actions, hidden)) * 0.5,
         "b1": rng.normal(size=actions),
     }
-    return write_output_bundle(
+    out = write_output_bundle(
         path,
         w,
+        seed=seed,
         actions=actions,
         lipschitz=max(lipschitz_bound(w), 1.0),
         sigma=sigma,
@@ -77,12 +80,30 @@ def make_bundle(
         config_toml="# test bundle\n",
         learning_curve_png=b"",
     )
+    charge(out)
+    return out
+
+
+def charge(bundle: Path, *, population: str | None = None, home: Path | None = None) -> str:
+    """Charge a bundle written through the Python API to ``population`` (default: the test
+    population, declared on demand) in the registry of ``home`` (default: this test's
+    ``QVEIL_HOME``) and write that registry's signed receipt into it, as ``qveil train`` does:
+    what ``qveil serve`` requires. Returns the receipt line."""
+    from qveil.server.release_records import open_release_records
+
+    name = population or TEST_POPULATION
+    ensure_population(name, home=home)
+    url = None if home is None else f"sqlite:///{home / 'registry.sqlite'}"
+    with open_release_records(url, actor="tests") as rec:
+        rec.record_release(bundle, population=name)
+        return rec.issue_receipt(bundle)
 
 
 def write_output_bundle(
     path: Path,
     weights: dict[str, Any],
     *,
+    seed: int = 0,
     actions: int,
     lipschitz: float,
     sigma: float,
@@ -96,8 +117,10 @@ def write_output_bundle(
 ) -> Path:
     """The seeded output-mode bundle of an MLP's ``weights`` with ``actions`` outputs: privacy
     numbers from qveil.privacy.account with ``sigma`` and the accountant ``settings`` (all but
-    mode, sigma, lipschitz and actions), a one-row training log."""
+    mode, sigma, lipschitz and actions), a one-row training log, its noise key seeded by
+    ``seed``. Not charged: :func:`charge` it to serve it."""
     from qveil.bundle import build_card, write_bundle
+    from qveil.keyed import seeded_key
     from qveil.privacy import PrivacyParams, account
 
     params = PrivacyParams(
@@ -122,13 +145,15 @@ def write_output_bundle(
         config_toml=config_toml,
         training_log_rows=[{"episode": 0, "return": 0.0}],
         learning_curve_png=learning_curve_png,
+        noise_key=seeded_key(seed),
     )
 
 
 def make_cartpole_kernel_bundle(d: Path, *, seed: int) -> tuple[Path, str]:
     """(bundle, train's stdout): 200 CartPole users collected with ``seed`` and trained by
     the real CLI with configs/cartpole-private.toml at epsilon 1 (a d = 4 kernel fqi
-    release, bound to the store beside it: serve a :func:`fresh_bundle` copy per test)."""
+    release, receipted by the registry it was trained with: serve a :func:`fresh_bundle` copy
+    per test)."""
     qveil = str(Path(sys.executable).with_name("qveil"))
     config = str(Path(__file__).resolve().parents[1] / "configs" / "cartpole-private.toml")
     pop = ensure_population()
@@ -147,15 +172,15 @@ def make_cartpole_kernel_bundle(d: Path, *, seed: int) -> tuple[Path, str]:
 def fresh_bundle(src: Path, dest: Path) -> Path:
     """A copy of a template bundle for one test's own world: the suite gives every test its
     own registry (``QVEIL_HOME``, tests/conftest.py) and the test gives the copy its own
-    store. The copy leaves the template's binding behind, so it is bound by its first serve
-    in this test's registry; within one registry a second copy of the same release is
-    refused on any other store (tests/unit/server/test_release_binding.py)."""
+    store. The copy is charged in this test's registry (a new receipt; the key and the
+    answers are the template's, as for any copy)."""
     import shutil
 
-    from qveil.bundle import BINDING_FILE
+    from qveil.bundle import RECEIPT_FILE
 
     dest.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copytree(src, dest, ignore=shutil.ignore_patterns(BINDING_FILE))
+    shutil.copytree(src, dest, ignore=shutil.ignore_patterns(RECEIPT_FILE))
+    charge(dest)
     return dest
 
 

@@ -1,12 +1,12 @@
 """The records a release is kept in, as the trainer sees them: the population's privacy
-ledger and the release's binding to the store that holds its noise.
+ledger and the signed receipt of a release's charge.
 
-The trainer (``qveil train``, ``qveil evaluate --private``) must charge what it releases to
-the population whose data it used, and bind each bundle it writes before anyone can serve
-it. Those records live in the server's registry, but the trainer stands below the server and
-never imports it: it talks to this protocol, the server implements it
-(:mod:`qveil.server.release_records`), and the composition root (:mod:`qveil.cli`) passes
-the implementation to the trainer's commands when they run.
+The trainer (``qveil train``, ``qveil evaluate --private``) must charge what it releases to the
+population whose data it used, and have each bundle it writes carry the registry's receipt of
+that charge before anyone can serve it. Those records live in the server's registry, but the
+trainer stands below the server and never imports it: it talks to this protocol, the server
+implements it (:mod:`qveil.server.release_records`), and the composition root (:mod:`qveil.cli`)
+passes the implementation to the trainer's commands when they run.
 
 Every method refuses with a :class:`qveil.errors.QveilError` (``FailedPrecondition`` for a
 population that is not declared, ``BudgetExceeded`` past its budget), and a refusal writes
@@ -46,7 +46,7 @@ def validate_population(name: Any) -> str:
 
 
 class ReleaseRecords(Protocol):
-    """One open registry: the population ledger and the release bindings it records."""
+    """One open registry: the population ledger and the receipts it signs."""
 
     @property
     def url(self) -> str:
@@ -69,10 +69,10 @@ class ReleaseRecords(Protocol):
         again. Returns one line for the operator."""
         ...
 
-    def bind_release(self, bundle: Path, *, store_url: str | None) -> str:
-        """Register the release in the store that will hold its noise (None: the store
-        ``qveil serve --bundle`` uses by default), claim it for that store's incarnation and
-        write ``binding.json`` into the bundle. Returns one line for the operator."""
+    def issue_receipt(self, bundle: Path) -> str:
+        """Sign the receipt of the written bundle's recorded charge and write it into the
+        bundle (``receipt.json``, what ``qveil serve`` verifies). Returns one line for the
+        operator."""
         ...
 
     def record_evaluation(

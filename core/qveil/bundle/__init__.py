@@ -25,10 +25,13 @@ place), by the trainer, and read by the server. It holds
   either file is detected;
 * ``config.toml`` (the training configuration), ``training_log.csv`` (per-episode return)
   and ``learning_curve.png``;
-* ``binding.json``: the store that holds the release's noise and the registry that records it
-  (one release, one noise lineage: :func:`write_binding`), written by ``qveil train`` right
-  after the bundle. It is not part of the :func:`release_fingerprint`; its own checksum covers
-  its fields and the fingerprint.
+* ``noise.key``: the release's one noise key (32 bytes from OS entropy, drawn when the bundle
+  is written by ``qveil train`` or ``qveil admin retrain``): every answer is a pure function
+  of the weights, this key and the state (:mod:`qveil.keyed`). As secret as the weights; the
+  card commits to it (``key_sha256``);
+* ``receipt.json``: the registry's signed receipt of the release's charge
+  (:mod:`qveil.bundle.receipt`), written by ``qveil train`` right after the bundle;
+  ``qveil serve`` refuses a bundle without a receipt it trusts.
 
 :func:`load_bundle` with ``verify=True`` (the default) refuses a bundle whose weights do not
 match ``weights_sha256``, whose card does not match ``card_sha256`` (a checksum against
@@ -40,18 +43,11 @@ The package needs numpy only (no torch): the server imports it. One module per j
 :mod:`~qveil.bundle.card` (the card, its allow-list and builders), :mod:`~qveil.bundle.models`
 (the model kinds), :mod:`~qveil.bundle.layout` (the file names), :mod:`~qveil.bundle.io`
 (writing and reading), :mod:`~qveil.bundle.verify` (checksums, Lipschitz bound, privacy
-re-check) and :mod:`~qveil.bundle.binding` (``binding.json``).
+re-check) and :mod:`~qveil.bundle.receipt` (``receipt.json``).
 """
 
 from __future__ import annotations
 
-from qveil.bundle.binding import (
-    BINDING_FORMAT,
-    Binding,
-    read_binding,
-    release_fingerprint,
-    write_binding,
-)
 from qveil.bundle.card import (
     CARD_KEYS,
     CLIPPING,
@@ -78,12 +74,13 @@ from qveil.bundle.io import (
 )
 from qveil.bundle.layout import (
     ADMIN_CARD_FILE,
-    BINDING_FILE,
     CARD_FILE,
     CONFIG_FILE,
     CURVE_FILE,
     FILES,
+    KEY_FILE,
     LOG_FILE,
+    RECEIPT_FILE,
     WEIGHTS_FILE,
 )
 from qveil.bundle.models import (
@@ -99,8 +96,6 @@ from qveil.bundle.verify import verify_privacy
 
 __all__ = [
     "ADMIN_CARD_FILE",
-    "BINDING_FILE",
-    "BINDING_FORMAT",
     "CARD_FILE",
     "CARD_KEYS",
     "CLIPPING",
@@ -108,11 +103,12 @@ __all__ = [
     "CURVE_FILE",
     "FILES",
     "FQI_CARD_KEYS",
+    "KEY_FILE",
     "KERNEL_CARD_KEYS",
     "LOG_FILE",
     "PUBLIC_CARD_KEYS",
+    "RECEIPT_FILE",
     "WEIGHTS_FILE",
-    "Binding",
     "Bundle",
     "GridModel",
     "KernelModel",
@@ -131,12 +127,9 @@ __all__ = [
     "mlp_forward",
     "nonprivate_privacy",
     "public_card_of",
-    "read_binding",
-    "release_fingerprint",
     "split_card",
     "value_scale_warning",
     "verify_privacy",
-    "write_binding",
     "write_bundle",
     "write_kernel_bundle",
 ]

@@ -46,7 +46,7 @@ _RELEASE_KEYS = ("bundle_id", "env_id", "state_interval", "actions", "hyperparam
 #: The accountant's guarantee, in every card and every privacy result.
 _GUARANTEE_KEYS = ("epsilon", "delta", "delta_total", "holds", "basis", "reason")
 #: The record of the release's files and code.
-_RECORD_KEYS = ("weights_sha256", "created_at", "code_version", "seeded")
+_RECORD_KEYS = ("weights_sha256", "key_sha256", "created_at", "code_version", "seeded")
 
 #: Keys every card has (CONTRACTS.md), plus ``network``, ``noise`` and ``card_sha256``.
 CARD_KEYS = (
@@ -127,6 +127,8 @@ PUBLIC_CARD_KEYS = (
     "betas",
     "dims",
     "clipping",
+    # how the noise is evaluated: the keyed grid construction's public parameters
+    "noise_path",
 )
 
 #: The one out-of-interval rule of every release, stated on every card (``clipping``).

@@ -39,8 +39,10 @@ from qveil.bundle.layout import (
     CONFIG_FILE,
     CURVE_FILE,
     FILES,
+    KEY_FILE,
     LOG_FILE,
     WEIGHTS_FILE,
+    sha256_bytes,
     sha256_file,
 )
 from qveil.bundle.models import (
@@ -56,16 +58,30 @@ from qveil.bundle.models import (
     measured_lipschitz,
 )
 from qveil.bundle.verify import check_digests, check_model
-from qveil.errors import IntegrityError, InvalidArgument, NotFound
+from qveil.errors import FailedPrecondition, IntegrityError, InvalidArgument, NotFound
+from qveil.keyed import GRID_LEVELS, KEY_BYTES, KeyedPaths, new_key
 from qveil.noise import StateInterval
 
 __all__ = [
+    "NOISE_PATH_CARD",
     "Bundle",
     "load_bundle",
     "plot_curve",
     "write_bundle",
     "write_kernel_bundle",
 ]
+
+
+#: the public card's description of how the noise is evaluated (docs/privacy.md section 10)
+NOISE_PATH_CARD: dict[str, Any] = {
+    "construction": "keyed midpoint (Levy) construction of each Ornstein-Uhlenbeck path",
+    "grid_levels": GRID_LEVELS,
+    "grid": f"each unit coordinate snapped to the nearest i 2^-{GRID_LEVELS}; the mean is "
+    "evaluated at the snapped state too: the Gaussian-process mechanism at grid points",
+    "prf": "AES-256 on counter blocks, 53-bit uniforms through the inverse normal CDF",
+    "key": "one key per release, drawn once from OS entropy at train (computational "
+    "guarantee: the PRF)",
+}
 
 
 def _write_log(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
@@ -116,6 +132,7 @@ def write_bundle(
     learning_curve_png: bytes | None = None,
     curve_title: str | None = None,
     lipschitz_grid: int = 20001,
+    noise_key: bytes | None = None,
 ) -> Path:
     """Write a bundle directory at ``path`` atomically and return its path.
 
@@ -124,7 +141,9 @@ def write_bundle(
     computed from the weights and the one measured on a grid (both must be <= the card's
     ``lipschitz.bound``, else InvalidArgument and nothing is written), and ``card_sha256``.
     ``learning_curve_png`` defaults to a plot of ``training_log_rows`` (episode, return),
-    titled ``curve_title`` (default: env id, sigma and mode from the card).
+    titled ``curve_title`` (default: env id, sigma and mode from the card). ``noise_key``:
+    the release's noise key (None: drawn here from OS entropy, the release default; a
+    seeded key is for tests and experiments, whose card says ``seeded``).
     """
     out = Path(path)
     _check_empty(out)
@@ -175,6 +194,7 @@ def write_bundle(
         training_log_rows=training_log_rows,
         learning_curve_png=learning_curve_png,
         curve_title=curve_title,
+        noise_key=noise_key,
     )
 
 
@@ -193,12 +213,17 @@ def _write_dir(
     training_log_rows: Sequence[Mapping[str, Any]],
     learning_curve_png: bytes | None,
     curve_title: str | None,
+    noise_key: bytes | None,
 ) -> Path:
-    """Write the model, the completed card and the record into a temporary sibling
-    directory, fsync, and rename it into place (atomic: all or nothing). The directory is
-    0700 and every file 0600, whatever the process umask: a bundle holds the un-noised
-    model, readable by its owner only."""
+    """Write the model, the noise key, the completed card and the record into a temporary
+    sibling directory, fsync, and rename it into place (atomic: all or nothing). The
+    directory is 0700 and every file 0600, whatever the process umask: a bundle holds the
+    un-noised model and the noise key, readable by their owner only."""
+    key = new_key() if noise_key is None else noise_key
+    if not isinstance(key, bytes) or len(key) != KEY_BYTES:
+        raise InvalidArgument(f"a noise key is {KEY_BYTES} bytes")
     c.setdefault("bundle_id", uuid.uuid4().hex)
+    c["noise_path"] = NOISE_PATH_CARD
     c.setdefault("created_at", datetime.now(UTC).isoformat(timespec="seconds"))
     parent = out.parent
     parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -209,6 +234,10 @@ def _write_dir(
         with (tmp / WEIGHTS_FILE).open("wb") as fh:
             np.savez(fh, **arrays)  # type: ignore[arg-type]
         c["weights_sha256"] = sha256_file(tmp / WEIGHTS_FILE)
+        fd = os.open(tmp / KEY_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(key)
+        c["key_sha256"] = sha256_bytes(key)
         missing = [k for k in required if k not in c and k != "card_sha256"]
         if missing:
             raise InvalidArgument(f"card: missing keys {missing}")
@@ -251,9 +280,11 @@ def write_kernel_bundle(
     config_toml: str,
     training_log_rows: Sequence[Mapping[str, Any]],
     learning_curve_png: bytes | None = None,
+    noise_key: bytes | None = None,
 ) -> Path:
     """Write a d-coordinate fqi bundle (an additive model; see the module docstring). The
-    model's betas are the card's (the noise kernel's): one source, no second copy to drift."""
+    model's betas are the card's (the noise kernel's): one source, no second copy to drift.
+    ``noise_key`` as in :func:`write_bundle`."""
     out = Path(path)
     _check_empty(out)
     c = jsonable(dict(card))
@@ -277,6 +308,7 @@ def write_kernel_bundle(
         training_log_rows=training_log_rows,
         learning_curve_png=learning_curve_png,
         curve_title=None,
+        noise_key=noise_key,
     )
 
 
@@ -288,6 +320,8 @@ class Bundle:
     path: Path
     card: dict[str, Any]
     weights: dict[str, np.ndarray] = field(repr=False)
+    #: the release's noise key (secret, like the weights)
+    noise_key: bytes = field(repr=False, default=b"")
 
     @property
     def bundle_id(self) -> str:
@@ -367,6 +401,13 @@ class Bundle:
             return GridModel(grid=g, values=v)
         return MLPModel(layers=layers_of(self.weights), q_bound=self.q_bound)
 
+    @functools.cached_property
+    def noise_paths(self) -> KeyedPaths:
+        """Every noise path of the release, a pure function of its key (path a * d + j)."""
+        return KeyedPaths(
+            key=self.noise_key, betas=self.betas, sigma=self.sigma, n_actions=self.n_actions
+        )
+
     def q_values_unit(self, xs: npt.ArrayLike) -> FloatArray:
         """Q values (n, m) at unit states (n, d) (validated in [0, 1]; with d = 1 a flat list
         is n states); an MLP is clamped to +-q_bound."""
@@ -397,6 +438,20 @@ def _read_card(p: Path, name: str) -> dict[str, Any]:
     return card
 
 
+def _read_key(p: Path, where: str) -> bytes:
+    """The bundle's noise key; a bundle without one was written before keyed noise."""
+    f = p / KEY_FILE
+    if not f.is_file():
+        raise FailedPrecondition(
+            f"{where} has no {KEY_FILE}: it was written before releases carried their noise "
+            "key and cannot be served; train a new release with `qveil train`"
+        )
+    key = f.read_bytes()
+    if len(key) != KEY_BYTES:
+        raise IntegrityError(f"{where}: {KEY_FILE} is not a {KEY_BYTES}-byte key")
+    return key
+
+
 def load_bundle(path: str | Path, *, verify: bool = True) -> Bundle:
     """Load a bundle; with ``verify`` check weights, card checksum, Lipschitz bound and the
     privacy numbers (recomputed by the accountant: :mod:`qveil.bundle.verify`). Raises
@@ -408,6 +463,7 @@ def load_bundle(path: str | Path, *, verify: bool = True) -> Bundle:
     for name in (CARD_FILE, WEIGHTS_FILE):
         if not (p / name).is_file():
             raise InvalidArgument(f"{where} has no {name}")
+    key = _read_key(p, where)
     card = _read_card(p, CARD_FILE)
     if (p / ADMIN_CARD_FILE).is_file():
         public = card
@@ -428,6 +484,11 @@ def load_bundle(path: str | Path, *, verify: bool = True) -> Bundle:
         raise InvalidArgument(f"{where}: card lacks {missing}")
     if verify:
         check_digests(card, sha256_file(p / WEIGHTS_FILE), where=where)
+        if sha256_bytes(key) != card["key_sha256"]:
+            raise IntegrityError(
+                f"{where}: {KEY_FILE} is not the key the release was written with (its sha256 "
+                "does not match the card's key_sha256): a release has one key, for good"
+            )
     try:
         with np.load(p / WEIGHTS_FILE, allow_pickle=False) as npz:
             weights = {k: np.asarray(npz[k], dtype=np.float64) for k in npz.files}
@@ -446,4 +507,4 @@ def load_bundle(path: str | Path, *, verify: bool = True) -> Bundle:
     card_box(card)  # the public intervals parse (InvalidArgument otherwise)
     if verify:
         check_model(card, weights, where=where)
-    return Bundle(path=p, card=card, weights=weights)
+    return Bundle(path=p, card=card, weights=weights, noise_key=key)

@@ -31,7 +31,7 @@ from typing import Any
 from qveil.errors import InvalidArgument
 from qveil.privacy.checks import positive as _pos
 from qveil.privacy.gaussian import analytic_gaussian_sigma, gdp_epsilon, gdp_mu
-from qveil.privacy.params import ONE_STORE, PrivacyParams, PrivacyResult, one_gaussian
+from qveil.privacy.params import ONE_KEY, PrivacyParams, PrivacyResult, one_gaussian
 from qveil.privacy.rkhs import optimal_beta, output_sensitivity_sq
 
 __all__ = [
@@ -229,7 +229,7 @@ def _paper_terms(
         f"docs/privacy.md): {n} mechanisms ({p.updates} SGD updates + 1 release) of "
         f"RKHS sensitivity sqrt(C) = {sens:.4g} (||r-r'||_inf <= "
         f"{p.reward_sensitivity:g}, L = {p.lipschitz:g}, plain SGD), delta_total with "
-        f"Lemma 8's tail in Appendix E.3's form 1-(1-p)^J, J = {p.resets}." + ONE_STORE
+        f"Lemma 8's tail in Appendix E.3's form 1-(1-p)^J, J = {p.resets}." + ONE_KEY
     )
     return eps, None, margin, dg, basis
 
@@ -260,7 +260,7 @@ def _gdp_terms(
         f"RKHS sensitivity sqrt(C) = {sens:.4g} (||r-r'||_inf <= "
         f"{p.reward_sensitivity:g}, L = {p.lipschitz:g}, plain SGD; inherits that "
         f"proof's gaps), plus J = {p.resets} paths bounded by k via Lemma 8's mean "
-        f"bound and the Borell-TIS tail." + ONE_STORE
+        f"bound and the Borell-TIS tail." + ONE_KEY
     )
     return eps, mu, margin, dg, basis
 
@@ -282,7 +282,7 @@ def _account_output(p: PrivacyParams) -> PrivacyResult:
         f"mechanism, Balle & Wang 2018) with RKHS sensitivity {sens:.4g} from Lemma 6's "
         f"inner product for all {p.actions} actions jointly, assuming the served Q is "
         f"clamped to |Q| <= r0/(1-gamma) = {m_bound:.4g} and {p.lipschitz:g}-Lipschitz "
-        f"in the unit state; holds for any two reward functions, whatever training did." + ONE_STORE
+        f"in the unit state; holds for any two reward functions, whatever training did." + ONE_KEY
     )
     return PrivacyResult(
         mode="output",

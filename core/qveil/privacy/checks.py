@@ -38,9 +38,11 @@ def positive(name: str, value: Any) -> float:
     return number(name, value, lo=0.0)
 
 
-#: Appended to every basis, once: the guarantee is for ONE draw of the release noise.
-ONE_STORE = (
-    " The guarantee assumes one store per release: every answer comes from the one noise draw "
-    "kept in the release's one store incarnation (qveil refuses copies: a second store, a "
-    "copied or restored store, or a second import would draw again)."
+#: Appended to every basis, once: the guarantee is for the release's ONE noise key.
+ONE_KEY = (
+    " The guarantee is for the release's one noise key, drawn once from OS entropy at train: "
+    "every answer is computed from it (the Gaussian-process mechanism at the points of the "
+    "grid i 2^-32 of each unit coordinate, by a keyed exact construction of the OU path; "
+    "computational, through the AES-256 PRF, as any noise drawn from a CSPRNG). Every copy of "
+    "the release answers the same values; new noise needs a new release, charged again."
 )

@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import TYPE_CHECKING, Any, Self
 
 from qveil.errors import InvalidArgument
-from qveil.privacy.checks import ONE_STORE
+from qveil.privacy.checks import ONE_KEY
 from qveil.privacy.checks import number as _num
 from qveil.privacy.gaussian import (
     analytic_gaussian_delta,
@@ -291,7 +291,7 @@ def accounted(
         sup_sensitivity=dt,
         sensitivity=sens,
         noise_to_value=noise_sd / p.value_scale,
-        basis=basis + ONE_STORE,
+        basis=basis + ONE_KEY,
         reason=None,
         params=p,
     )

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from qveil.errors import InvalidArgument
-from qveil.privacy.checks import ONE_STORE as ONE_STORE
+from qveil.privacy.checks import ONE_KEY as ONE_KEY
 from qveil.privacy.checks import number as _num
 from qveil.privacy.gaussian import analytic_gaussian_epsilon
 from qveil.privacy.record import Record, construct, reject_unknown

@@ -46,6 +46,7 @@ from qveil.dataset_parquet import ParquetSource
 from qveil.experiments._util import write_csv
 from qveil.kfqi_config import KernelFQIConfig
 from qveil.server.local import LocalServer
+from qveil.server.release_records import charge_simulated
 
 __all__ = [
     "EPSILONS",
@@ -154,11 +155,11 @@ def served_release_returns(
         stats = {
             "release_id": info.release_id,
             "served_sigma": float(info.sigma),
-            "seeded": bool(srv.store.seeded),
+            "seeded": bool(srv.services.ctx.holder.current().bundle.seeded),
             "calls": calls,
             "states_sent": sent,
             "server_values_answered": int(m.states_answered),
-            "server_new_points": int(m.new_points),
+            "server_logged_points": int(srv.answers.logged),
             "stored_points": int(srv.store.count_points(info.release_id)),
         }
     return returns, stats
@@ -280,6 +281,7 @@ def _served_release(
 
     t0 = time.perf_counter()
     out = write_kernel_release(fit, d / "bundle", epsilon=eps, force=True)
+    charge_simulated(out.path)  # served only with the registry's receipt of its charge
     ret, st = served_release_returns(
         out.path, f"sqlite:///{d / 'store.sqlite'}", play.env_id, **play.kwargs()
     )

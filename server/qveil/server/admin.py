@@ -1,4 +1,4 @@
-"""Admin operations on a store: list, activate, retire, bind, move releases, budgets.
+"""Admin operations on a store: list, activate, retire, copy answer logs, budgets.
 
 These are the domain functions behind ``qveil admin`` (directly on the store) and the server's
 AdminService handlers (through :func:`record_server_action`). Each operation appends an entry to
@@ -35,12 +35,10 @@ from qveil.privacy.record import Record
 from qveil.server import admin_tables as T
 from qveil.server import audit_log
 from qveil.server.admin_db import AdminDB, open_admin_db
-from qveil.server.binding import bind, check_binding, copy_refusal
 from qveil.server.closing import Closing
 from qveil.server.ledger import BudgetReport, Cap, Ledger
 from qveil.server.registry import open_registry
 from qveil.server.releases import store_betas, store_params
-from qveil.server.services import Services
 from qveil.server.store import open_store
 from qveil.server.store.export import read_export_header
 
@@ -50,7 +48,6 @@ __all__ = [
     "AdminContext",
     "ReleaseInfo",
     "activate",
-    "bind_bundle",
     "budget",
     "export_release",
     "import_release",
@@ -59,7 +56,6 @@ __all__ = [
     "release_bundle_path",
     "releases",
     "retire",
-    "adopt_store",
     "server_action",
     "set_cap",
 ]
@@ -85,7 +81,7 @@ class AdminContext(Closing):
 
     @property
     def registry(self) -> Any:
-        """The registry (lineage, witnessed heads, population ledger), opened on first use."""
+        """The registry (population ledger, receipts), opened on first use."""
         if self._registry is None:
             self._registry = open_registry(self.registry_url, actor=self.actor)
         return self._registry
@@ -102,7 +98,6 @@ def open_admin(
     store_url: str,
     *,
     actor: str | None = None,
-    rng: Any = None,
     create: bool = True,
     new_ok: bool = True,
 ) -> AdminContext:
@@ -112,7 +107,7 @@ def open_admin(
     does not exist yet instead of creating an empty one."""
 
     try:
-        store = open_store(store_url, rng=rng, create=create, new_ok=new_ok)
+        store = open_store(store_url, create=create, new_ok=new_ok)
     except FailedPrecondition as exc:
         if new_ok:
             raise
@@ -367,166 +362,32 @@ def retire(ctx: AdminContext, release_id: str) -> ReleaseInfo:
     return next(r for r in releases(ctx) if r.release_id == release_id)
 
 
-# ------------------------------------------------------------------------------- moving
-def bind_bundle(ctx: AdminContext, bundle_path: str | Path) -> dict[str, Any]:
-    """Bind a bundle's release to this store without serving it (``init-store --bundle``):
-    the same checks and writes as a first serve (:mod:`qveil.server.binding`); the release is
-    registered ``staged``. For bundles that are served from a read-only directory later."""
-
-    path = Path(bundle_path)
-    params: dict[str, Any] = {"bundle_path": str(path)}
-    with _audited(ctx, "bind", str(path), params):
-        bundle = load_bundle(path, verify=True)
-        params["release_id"] = bundle.bundle_id
-        registry = ctx.registry
-        fingerprint, on_file = check_binding(ctx.store, bundle, path, registry)
-        service = Services.create(store=ctx.store, registry=registry).releases
-        rec = service.register(bundle)
-        if str(rec.status) == "retired":
-            raise FailedPrecondition(f"release {bundle.bundle_id!r} is retired")
-        bind(ctx.store, bundle, path, fingerprint, on_file, registry)
-    return {
-        "release_id": bundle.bundle_id,
-        "fingerprint": fingerprint,
-        "store_id": ctx.store.store_id,
-        "bundle_path": str(path),
-    }
-
-
+# ------------------------------------------------------------------------ copying logs
 def export_release(ctx: AdminContext, release_id: str, out: str | Path) -> dict[str, Any]:
-    """Move a release out of this store: write it, every stored point and its binding to
-    ``out`` (JSON Lines, :mod:`qveil.server.store.export`) with a single-use move token
-    issued by the registry, and retire it here (this store answers it no more). The first
-    ``import-release`` of the file consumes the token; a second is refused."""
-    import secrets
-
+    """Write a release's answer log (every logged point) to ``out`` (JSON Lines,
+    :mod:`qveil.server.store.export`). A copy, not a move: the store keeps serving it, and
+    any store that imports it holds the same values (the release's key's)."""
     params: dict[str, Any] = {"release_id": release_id, "out": str(out)}
     with _audited(ctx, "export-release", release_id, params):
-        refusal = copy_refusal(ctx.store)
-        if refusal is not None:
-            raise refusal
-        held = ctx.store.get_binding(release_id)
-        if held is None:
-            raise FailedPrecondition(
-                f"release {release_id!r} is not bound to this store: only a store that holds a "
-                "release's noise can move it"
-            )
-        registry = ctx.registry
-        inc = ctx.store.incarnation()
-        rec = registry.claim(  # a release bound before the registry existed is recorded now
-            release_id=release_id,
-            fingerprint=held.fingerprint,
-            store_id=ctx.store.store_id,
-            incarnation=inc.token,
-            store=str(getattr(ctx.store, "_identity", "")),
-        )
-        if rec.status != "bound":
-            raise FailedPrecondition(f"release {release_id!r} is {rec.status}")
-        token = secrets.token_hex(16)
-        n = ctx.store.export(release_id, str(out), move_token=token)
-        try:
-            registry.issue_export(
-                release_id, store_id=ctx.store.store_id, incarnation=inc.token, token=token
-            )
-        except BaseException:
-            Path(out).unlink(missing_ok=True)
-            raise
-        ctx.store.set_release_status(release_id, "retired")
+        n = ctx.store.export(release_id, str(out))
         params["points"] = n
-    return {
-        "release_id": release_id,
-        "points": n,
-        "out": str(out),
-        "store_id": ctx.store.store_id,
-        "bound": True,
-        "retired_here": True,
-    }
-
-
-def adopt_store(ctx: AdminContext, *, retire_behind: bool = False) -> dict[str, Any]:
-    """Make this copy of a store the live incarnation (after a restore into a new file, a
-    move to another disk, or a clone): a new incarnation token here and in the registry, so
-    every other copy stops serving. A release this copy lacks answered points of (it is
-    behind the registry's witnessed heads) is refused, unless ``retire_behind`` retires it
-    (here and in the registry: it is answered nowhere again). Audited with who and when."""
-    store, registry = ctx.store, ctx.registry
-    params: dict[str, Any] = {"retire_behind": retire_behind}
-    with _audited(ctx, "adopt-store", str(getattr(store, "_identity", "")), params) as op:
-        inc = store.incarnation()
-        params.update(recorded=inc.recorded, current=inc.current)
-        held = {r.release_id for r in store.list_releases()}
-        behind = {
-            r.release_id: problems
-            for r in registry.releases_of(store.store_id)
-            if r.status == "bound" and r.release_id in held
-            for problems in [registry.behind(store, r.release_id)]
-            if problems
-        }
-        if behind and not retire_behind:
-            first = next(iter(behind.items()))
-            raise FailedPrecondition(
-                f"this copy of store {store.store_id} is behind what {len(behind)} release(s) "
-                f"answered (release {first[0]}: {first[1][0]}): adopting it would re-draw "
-                "answered states. Adopt a copy that holds every answer (a newer backup), or "
-                "retire those releases: qveil admin adopt-store --store URL --retire-behind"
-            )
-        for rid in behind:
-            store.set_release_status(rid, "retired")
-        new = store.adopt_incarnation()
-        moved = registry.adopt(
-            store_id=store.store_id,
-            new=new.token,
-            store=str(getattr(store, "_identity", "")),
-            retired=sorted(behind),
-        )
-        params.update(moved=moved, retired=sorted(behind))
-        op.target = store.store_id
-    return {
-        "store_id": store.store_id,
-        "incarnation": new.token,
-        "was_copy": not inc.original,
-        "moved": moved,
-        "retired": sorted(behind),
-    }
+    return {"release_id": release_id, "points": n, "out": str(out), "store_id": ctx.store.store_id}
 
 
 def import_release(ctx: AdminContext, path: str | Path) -> dict[str, Any]:
-    """Complete a move: check the export's move token with the registry, load the export
-    (every count, seq and chain link verified first; one transaction), then consume the token
-    (the release now lives in this store incarnation). The release arrives ``staged``; its
-    bundle is served from here and its binding.json re-pointed on that serve."""
-
+    """Load an export into this store (every count, seq and chain link verified first; one
+    transaction). The release arrives ``staged``."""
     params: dict[str, Any] = {"path": str(path)}
     with _audited(ctx, "import-release", str(path), params) as op:
-        refusal = copy_refusal(ctx.store)
-        if refusal is not None:
-            raise refusal
         head = read_export_header(path)
-        rid, token = str(head.get("release_id", "")), head.get("move_token")
-        params["release_id"] = rid
-        if not isinstance(token, str):
-            raise FailedPrecondition(
-                f"the export of release {rid!r} carries no move token (an export written "
-                "before moves were single-use): export it again from the store that holds it "
-                "(qveil admin export-release)"
-            )
-        registry = ctx.registry
-        registry.check_export(token, release_id=rid)
+        params["release_id"] = str(head.get("release_id", ""))
         rec = ctx.store.import_(str(path))
         rec = ctx.store.set_release_status(rec.release_id, "staged")
-        registry.consume_export(
-            token,
-            release_id=rid,
-            store_id=ctx.store.store_id,
-            incarnation=ctx.store.incarnation().token,
-            store=str(getattr(ctx.store, "_identity", "")),
-        )
         op.target = rec.release_id
     return {
         "release_id": rec.release_id,
         "points": int(ctx.store.count_points(rec.release_id)),
         "store_id": ctx.store.store_id,
-        "bound": ctx.store.get_binding(rec.release_id) is not None,
     }
 
 

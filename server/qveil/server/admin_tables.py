@@ -23,9 +23,6 @@ __all__ = [
     "ledger_caps",
     "ledger_events",
     "metadata",
-    "registry_exports",
-    "registry_heads",
-    "registry_releases",
     "release_bundles",
 ]
 
@@ -93,44 +90,4 @@ release_bundles = sa.Table(
     sa.Column("dataset_id", sa.String(200), nullable=False),
     sa.Column("bundle_path", sa.Text, nullable=False),
     sa.Column("created_at", sa.String(40), nullable=False),
-)
-
-#: The registry (``qveil.server.registry``): where each release's noise lives. One row per
-#: release: the bundle fingerprint, the store and store incarnation that hold its one noise
-#: draw, and its lineage status (bound, exported, retired). Rows are updated in place (the
-#: audit log records every change, with who and when).
-registry_releases = sa.Table(
-    "registry_releases",
-    metadata,
-    sa.Column("release_id", sa.String(128), primary_key=True),
-    sa.Column("fingerprint", sa.String(128), nullable=False),
-    sa.Column("store_id", sa.String(64), nullable=False),
-    sa.Column("incarnation", sa.String(64), nullable=False),
-    sa.Column("status", sa.String(16), nullable=False),
-    sa.Column("store", sa.Text, nullable=False),
-    sa.Column("updated_at", sa.String(40), nullable=False),
-)
-
-#: The registry's witness of each path's chain head: the highest seq answered and its hash. A
-#: store whose chain does not contain the witnessed head is behind (a restored backup) or forked.
-registry_heads = sa.Table(
-    "registry_heads",
-    metadata,
-    sa.Column("release_id", sa.String(128), primary_key=True),
-    sa.Column("path", sa.Integer, primary_key=True, autoincrement=False),
-    sa.Column("seq", sa.Integer, nullable=False),
-    sa.Column("head", _HASH, nullable=False),
-)
-
-#: Single-use tokens of ``qveil admin export-release``: an export moves a release; the first
-#: ``import-release`` consumes the token, and a second import of the same export is refused.
-registry_exports = sa.Table(
-    "registry_exports",
-    metadata,
-    sa.Column("token", sa.String(64), primary_key=True),
-    sa.Column("release_id", sa.String(128), nullable=False),
-    sa.Column("from_store_id", sa.String(64), nullable=False),
-    sa.Column("issued_at", sa.String(40), nullable=False),
-    sa.Column("consumed_at", sa.String(40), nullable=True),
-    sa.Column("consumed_by", sa.String(200), nullable=True),
 )

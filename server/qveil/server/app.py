@@ -1,14 +1,13 @@
 """Server factory and lifecycle.
 
-``create_server(plane, health, listen=...) -> (server, port)`` builds a grpc.aio server with
-the three qveil services, grpc.health.v1 and (by flag) reflection, bound but not started;
-tests bind ``127.0.0.1:0``. :func:`serve` is the whole life of ``qveil serve``: bind (health
-NOT_SERVING), open the store, load and verify the bundle, register and activate its release,
-verify the stored noise, SERVING; on SIGTERM/SIGINT: NOT_SERVING (open health watches end),
-keep answering for ``drain_delay`` seconds (load balancers notice), then refuse new calls with
-UNAVAILABLE, let calls in flight finish (at most ``grace`` seconds), ``server.stop``, close the
-store, exit 0.
-"""
+``create_server(plane, health, listen=...) -> (server, port)`` builds a grpc.aio server with the
+three qveil services, grpc.health.v1 and (by flag) reflection, bound but not started; tests bind
+``127.0.0.1:0``. :func:`serve` is the whole life of ``qveil serve``: bind (health NOT_SERVING),
+load and verify the bundle and its receipt, open the store (the answer log's), register and
+activate the release, verify the logged noise, SERVING; on SIGTERM/SIGINT: NOT_SERVING (open
+health watches end), keep answering for ``drain_delay`` seconds (load balancers notice), then
+refuse new calls with UNAVAILABLE, let calls in flight finish (at most ``grace`` seconds),
+``server.stop``, write what the answer log holds, close the store, exit 0."""
 
 from __future__ import annotations
 
@@ -21,15 +20,15 @@ import signal
 import socket
 import stat
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import grpc
 
-from qveil.bundle import read_binding
-from qveil.errors import FailedPrecondition, InvalidArgument, PortInUse, echo
+from qveil.errors import FailedPrecondition, InvalidArgument, PortInUse
+from qveil.server.answer_log import AnswerLog
 from qveil.server.auth import Authorizer, load_tokens
 from qveil.server.health import Health
 from qveil.server.limits import Limits
@@ -101,7 +100,8 @@ class ServeConfig:
     metrics_host: str = "127.0.0.1"
     port_file: Path | None = None
     http_port: int | None = None  # v2 REST (off by default; loopback unless TLS)
-    budget: float | None = None
+    #: registry public keys (hex) whose receipts are trusted besides the server's registry's
+    trust_registry_key: Sequence[str] = ()
     #: --processes N: N server processes on one port (SO_REUSEPORT), one store
     processes: int = 1
     #: set in processes 2..N only: the first process's pid; such a process binds the shared
@@ -379,7 +379,7 @@ class _Run:
             holder=_holder(),
             limits=config.limits,
             metrics=self.metrics,
-            budget=config.budget,
+            trusted_keys=tuple(config.trust_registry_key),
         )
         self.plane = DataPlane(self.services, self.authorizer, self.executor)
         self.health = Health()
@@ -388,6 +388,7 @@ class _Run:
         self.port = 0
         self.rest: Any = None
         self.others: list[Any] = []  # processes 2..N, started by the first process
+        self.answers: AnswerLog | None = None
 
     async def bind(self) -> None:
         config = self.config
@@ -441,24 +442,21 @@ class _Run:
         return url
 
     def _open_and_start(self, url: str) -> Any:
-        """Open the store and start the bundle's release on it (in the executor)."""
-        bundle = self.config.bundle
-        # a bound bundle's store must exist already: never create an empty store for it
-        # (that would be a second, independent noise draw)
-        bound = read_binding(bundle) if bundle.is_dir() else None
-        try:
-            st = open_store(url, new_ok=bound is None)
-        except FailedPrecondition as exc:
-            if bound is None:
-                raise
-            raise FailedPrecondition(
-                f"release {echo(bound.release_id)} is bound to store {bound.store_id} "
-                f"({echo(bound.store)}), and {exc}. A bound release is served only from the "
-                "store that holds its noise; if that store is lost, the release can only be "
-                "retired."
-            ) from None
+        """Check the bundle and its receipt, open the store (the answer log's; created when
+        new: it is a log, not the noise), start the answer log, then start the bundle's
+        release (in the executor). A bundle that is refused opens nothing."""
+        releases = self.services.releases
+        releases.load(self.config.bundle)  # refused here before any file is created
+        st = open_store(url, new_ok=True)
         self.services.ctx.store = st
-        return self.services.releases.start(bundle)
+        answers = AnswerLog(
+            st, max_points=self.config.limits.max_stored_points, metrics=self.metrics
+        )
+        answers.start()
+        self.answers = answers
+        self.metrics.answer_log = answers
+        self.services.query.log = answers
+        return releases.start(self.config.bundle)
 
     async def start_release(self, url: str, waiter: asyncio.Future[Any]) -> Any:
         """The started release, or None when ``waiter`` (the stop signal) came first."""
@@ -484,9 +482,13 @@ class _Run:
                 stored_points=releases.stored_points,
             )
             self.say(f"metrics on http://{host_port(config.metrics_host, mport)}/metrics")
-        self.say(f"serving release {active.release_id} (store {_redact(url)})")
-        if releases.last_ledger is not None:
-            self.say(releases.last_ledger.describe())
+        self.say(f"serving release {active.release_id} (answer log {_redact(url)})")
+        rc = releases.last_receipt
+        if rc is not None:
+            self.say(
+                f"charged to population {rc.population}: eps={rc.epsilon:.6g} "
+                f"delta={rc.delta:.3g} (receipt of registry {rc.registry_id})"
+            )
 
     async def drain_and_stop(self) -> None:
         """Stop the other processes, drain (health NOT_SERVING for ``drain_delay``), refuse
@@ -524,6 +526,8 @@ class _Run:
             if p.is_alive():
                 p.kill()
         self.executor.shutdown(wait=True)
+        if self.answers is not None:
+            self.answers.close(timeout=config.grace)
         st = self.services.ctx.store
         if st is not None:
             st.close()

@@ -8,8 +8,11 @@ and action of the sample-path store it checks
    ``count_points``, and the **high-water mark against the audit log**: every passing audit
    appends the sequence number and hash of each path's newest row to the admin audit log
    (:mod:`qveil.server.audit_log`); a later audit fails if a path now ends *before* a recorded
-   mark (rows deleted, or the store restored from an old copy: both re-sample answered states)
-   or if the row at a recorded mark has a different hash (a chain recomputed after an edit);
+   mark (logged rows deleted, or the log restored from an old copy) or if the row at a
+   recorded mark has a different hash (a chain recomputed after an edit);
+1b. **the key**: given the release's bundle, every logged value is recomputed from its key
+   (:mod:`qveil.keyed`) at its grid index and must match to the bit; a log written by
+   anything else fails here, whatever its statistics;
 2. **the law of the stored values**: the points replayed in insertion order are whitened by the
    exact OU conditionals (``qveil.stats.whiten``; docs/privacy.md section 9), and the
    innovations, iid N(0, 1) under the claimed (sigma, beta), are tested by
@@ -46,6 +49,7 @@ from scipy import stats as sps
 
 from qveil.common import typing as t
 from qveil.errors import InvalidArgument, QveilError
+from qveil.keyed import GRID_LEVELS
 from qveil.server import audit_log
 from qveil.server.admin import admin_db_for
 from qveil.server.admin_db import AdminDB
@@ -98,6 +102,8 @@ class ActionAudit:
     tested: bool = False
     stats_ok: bool = True
     head_hash: str | None = None
+    #: every logged value was recomputed from the release's key
+    key_checked: bool = False
 
     @property
     def passed(self) -> bool:
@@ -119,6 +125,8 @@ class ReleaseAudit:
     n_actions: int
     actions: list[ActionAudit] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    #: the release's bundle was given: its logged values were checked against its key
+    key_checked: bool = False
 
     @property
     def integrity_ok(self) -> bool:
@@ -298,25 +306,6 @@ def anchors_from_report(path: str | Path) -> dict[str, dict[int, dict[str, Any]]
     return out
 
 
-def anchors_from_registry(registry: Any, release_ids: Any) -> dict[str, dict[int, dict[str, Any]]]:
-    """The registry's witnessed chain heads as anchors: every value ever answered. A store
-    copy does not carry them, so a restored store stays behind them however many points it
-    answers afterwards (the row at each witnessed seq must be the witnessed one)."""
-    out: dict[str, dict[int, dict[str, Any]]] = {}
-    for rid in release_ids:
-        rec = registry.lineage(rid)
-        if rec is None or rec.status == "retired":
-            continue  # an administrator retired it: it is answered nowhere again
-        for path, (seq, head) in registry.heads(rid).items():
-            out.setdefault(rid, {})[path] = {
-                "hwm": seq,
-                "hash": head,
-                "audit_seq": "the registry's witness",
-                "at": rec.updated_at,
-            }
-    return out
-
-
 def _merge_anchors(
     mine: dict[int, dict[str, Any]], other: dict[int, dict[str, Any]] | None
 ) -> dict[int, dict[str, Any]]:
@@ -329,8 +318,26 @@ def _merge_anchors(
 
 
 # ------------------------------------------------------------------------------- the audit
+def _check_key(a: ActionAudit, paths: Any, path: int, xs: np.ndarray, gs: np.ndarray) -> None:
+    """Every logged value against the release's key: recomputed exactly at its grid index
+    (:class:`qveil.keyed.KeyedPaths`), so a value that is not the release's noise (a store
+    written by anything else, an edited row) is named."""
+    idx = np.rint(xs * float(2**GRID_LEVELS))
+    on_grid = (idx * 2.0**-GRID_LEVELS == xs) & (xs >= 0.0) & (xs <= 1.0)
+    if not on_grid.all():
+        a.problems.append(f"{int((~on_grid).sum())} logged state(s) are not on the release's grid")
+    want = paths.path_values(path, idx[on_grid].astype(np.uint64))
+    bad = int((want != gs[on_grid]).sum())
+    a.key_checked = True
+    if bad:
+        a.problems.append(
+            f"{bad} logged value(s) differ from the release's noise recomputed from its key "
+            "(the log was written by something else, or edited)"
+        )
+
+
 def _audit_action(
-    store: Any, rec: Any, action: int, anchor: dict[str, Any] | None
+    store: Any, rec: Any, action: int, anchor: dict[str, Any] | None, paths: Any = None
 ) -> tuple[ActionAudit, np.ndarray | None]:
     a = ActionAudit(action=action)
     seqs, xs, gs, hashes = _load_points(store, rec.release_id, action)
@@ -358,6 +365,8 @@ def _audit_action(
         if not np.isfinite(gs).all():
             a.problems.append("a stored value is not finite")
     a.problems += _store_integrity(store, rec.release_id, action)
+    if paths is not None and xs.size and np.isfinite(gs).all():
+        _check_key(a, paths, action, xs, gs)
     if anchor is not None:
         a.anchor = {"recorded_hwm": anchor["hwm"], "audit_entry": anchor["audit_seq"], "ok": True}
         if a.high_water_mark is None or a.high_water_mark < anchor["hwm"]:
@@ -424,15 +433,17 @@ def audit_store(
     actor: str | None = None,
     store_label: str = "",
     external_anchors: dict[str, dict[int, dict[str, Any]]] | None = None,
-    witness_anchors: dict[str, dict[int, dict[str, Any]]] | None = None,
+    keys: dict[str, Any] | None = None,
 ) -> AuditReport:
     """Audit every release of ``store`` (or only ``release_id``); see the module docstring.
 
     ``record``: append one audit-log entry per release (outcome ok/failed; a passing audit's
     entry carries the high-water marks that later audits check). ``external_anchors`` (from
     :func:`anchors_from_report`): marks kept outside the store, checked as well; a release
-    they name that the store lacks fails. Raises NotFound for an unknown ``release_id``; every
-    finding is in the report, not raised.
+    they name that the store lacks fails. ``keys``: release id -> its
+    :class:`qveil.keyed.KeyedPaths` (from its bundle): every logged value of those releases
+    is recomputed from the key and must match to the bit. Raises NotFound for an unknown
+    ``release_id``; every finding is in the report, not raised.
     """
     if not 0.0 < level < 1.0:
         raise InvalidArgument(f"level must be in (0, 1), got {level!r}")
@@ -446,7 +457,7 @@ def audit_store(
                 db,
                 rec,
                 external=(external_anchors or {}).get(rec.release_id),
-                witness=(witness_anchors or {}).get(rec.release_id),
+                paths=(keys or {}).get(rec.release_id),
             )
         )
     n_tested = sum(1 for _, items in pending for _, z in items if z is not None)
@@ -493,10 +504,11 @@ def _audit_release(
     rec: Any,
     *,
     external: dict[int, dict[str, Any]] | None,
-    witness: dict[int, dict[str, Any]] | None,
+    paths: Any = None,
 ) -> tuple[ReleaseAudit, list[tuple[ActionAudit, np.ndarray | None]]]:
     """One release's integrity checks against its anchors (the audit log's, and the external
-    and witness ones when given); the statistical test runs later at the shared level."""
+    ones when given) and, with ``paths``, its key; the statistical test runs later at the
+    shared level."""
     ra = ReleaseAudit(
         release_id=rec.release_id,
         status=str(rec.status),
@@ -511,14 +523,14 @@ def _audit_release(
         anchors = {}
         ra.problems.append(f"cannot read audit-log anchors: {exc}")
     anchors = _merge_anchors(anchors, external)
-    anchors = _merge_anchors(anchors, witness)
+    ra.key_checked = paths is not None
     items = []
     # a release of d coordinates has n_actions * d paths, path index
     # a * d + j, each a 1-D OU path with its own beta_j; for d = 1 path a is action a
     n_paths = int(getattr(rec, "n_paths", rec.n_actions))
     for action in range(n_paths):
         try:
-            items.append(_audit_action(store, rec, action, anchors.get(action)))
+            items.append(_audit_action(store, rec, action, anchors.get(action), paths))
         except QveilError as exc:
             aa = ActionAudit(action=action, integrity_ok=False, problems=[str(exc)])
             items.append((aa, None))
@@ -556,7 +568,7 @@ def service_report(
     action: int | None = None,
     actor: str = "server (auditor role)",
     record: bool = True,
-    registry: Any = None,
+    paths: Any = None,
 ) -> Any:
     """The AuditService's GetStatisticalReport: :func:`audit_store` of one release (the same
     report as ``qveil audit --release ID``, in ``report``), with the per-action normality
@@ -568,7 +580,6 @@ def service_report(
         if hasattr(url, "render_as_string")
         else str(url or "")
     )
-    witnessed = None if registry is None else anchors_from_registry(registry, [release_id])
     rep = audit_store(
         store,
         db,
@@ -576,7 +587,7 @@ def service_report(
         record=record,
         actor=actor,
         store_label=label,
-        witness_anchors=witnessed,
+        keys=None if paths is None else {release_id: paths},
     )
     ra = rep.releases[0]
     out = []

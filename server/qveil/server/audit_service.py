@@ -79,7 +79,13 @@ class AuditService(ContextService):
         from qveil.server.audit import service_report
 
         rec = self._audit_release(release_id, action)
+        current = self.holder.peek()
+        paths = (
+            current.bundle.noise_paths
+            if current is not None and current.release_id == str(rec.release_id)
+            else None
+        )
         report: t.StatisticalReport = service_report(
-            self.store, str(rec.release_id), action=action, registry=self.registry
+            self.store, str(rec.release_id), action=action, paths=paths
         )
         return report

@@ -5,15 +5,13 @@
     qveil admin set-cap --dataset-id ID --epsilon E --delta D
     qveil admin ledger          (privacy spending per dataset, and the composition rule)
     qveil admin log [--limit N]
-    qveil admin init-store [--bundle DIR]
+    qveil admin init-store
     qveil admin export-release ID --out FILE | import-release FILE
-    qveil admin adopt-store [--retire-behind]
 
 Only ``init-store`` creates a store; every other operation refuses a store that does not exist.
-``init-store --bundle DIR`` also binds the bundle's release to the store (as its first serve
-would). ``export-release`` / ``import-release`` move a release to another store with all its
-stored points: the one explicit way to serve a bound release from another store (one release,
-one store: docs/operations.md, "Release safety").
+``export-release`` / ``import-release`` copy a release's answer log (every logged point) to
+another store: a copy, not a move, since every copy of a release answers with its key's
+values (docs/operations.md, "Copies, backups and replicas").
 
 Two ways to reach the releases (docs/operations.md, "Activation"):
 
@@ -62,7 +60,7 @@ _WHERE = (
     (
         "--registry",
         "URL",
-        "the registry (release lineage, population ledger); default $QVEIL_REGISTRY, "
+        "the registry (population ledger, receipts); default $QVEIL_REGISTRY, "
         "else $QVEIL_HOME/registry.sqlite",
     ),
     ("--target", "HOST:PORT", "a running server: go through its AdminService"),
@@ -134,27 +132,16 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     c.add_argument("--delta", type=float, required=True)
     lg = ops.add_parser("log", parents=[common], help="show the admin audit log")
     lg.add_argument("--limit", type=int, default=50)
-    i = ops.add_parser("init-store", parents=[common], help="create a store (and bind a bundle)")
-    i.add_argument("--bundle", metavar="DIR", help="bind this bundle's release to the store")
+    ops.add_parser("init-store", parents=[common], help="create a store")
     x = ops.add_parser(
-        "export-release", parents=[common], help="write a release and its points to a file"
+        "export-release", parents=[common], help="write a release's answer log to a file"
     )
     x.add_argument("release_id", metavar="ID")
     x.add_argument("--out", required=True, metavar="FILE", help="JSON Lines file to write")
     m = ops.add_parser(
-        "import-release", parents=[common], help="load an exported release into this store"
+        "import-release", parents=[common], help="load an exported answer log into this store"
     )
     m.add_argument("path", metavar="FILE")
-    ad = ops.add_parser(
-        "adopt-store",
-        parents=[common],
-        help="make this copy of a store the live one (the other copies stop serving)",
-    )
-    ad.add_argument(
-        "--retire-behind",
-        action="store_true",
-        help="retire the releases this copy lacks answered points of, instead of refusing",
-    )
     return p
 
 
@@ -281,32 +268,9 @@ def run(args: argparse.Namespace) -> int:
 
 # The operations run directly on the store, one per command: (context, flags, store URL).
 # The server modules are imported when an operation runs (``qveil --help`` stays light).
-def _adopt_store(ctx: Any, args: argparse.Namespace, url: str) -> None:
-    # here, not at the top: loads sqlalchemy only when this runs
-    from qveil.server import admin
-
-    d = admin.adopt_store(ctx, retire_behind=args.retire_behind)
-    _print(
-        args,
-        d,
-        f"store {d['store_id']} adopted as incarnation {d['incarnation'][:12]} "
-        f"({len(d['moved'])} release(s) live here"
-        + (f"; retired: {', '.join(d['retired'])}" if d["retired"] else "")
-        + "); every other copy of it is refused from now on",
-    )
-
-
 def _init_store(ctx: Any, args: argparse.Namespace, url: str) -> None:
-    # here, not at the top: loads sqlalchemy only when this runs
-    from qveil.server import admin
-
     d: dict[str, Any] = {"store": url, "store_id": ctx.store.store_id}
-    text = f"store {ctx.store.store_id} ready"
-    if args.bundle:
-        b = admin.bind_bundle(ctx, args.bundle)
-        d["binding"] = b
-        text += f"; release {b['release_id']} bound to it"
-    _print(args, d, text)
+    _print(args, d, f"store {ctx.store.store_id} ready")
 
 
 def _export_release(ctx: Any, args: argparse.Namespace, url: str) -> None:
@@ -317,10 +281,8 @@ def _export_release(ctx: Any, args: argparse.Namespace, url: str) -> None:
     _print(
         args,
         d,
-        f"release {d['release_id']}: {d['points']} points written to {d['out']} and "
-        "retired here (an export is a move). Complete the move on the target store: "
-        f"qveil admin import-release {d['out']} --store URL (once: the file's move "
-        "token is single-use)",
+        f"release {d['release_id']}: {d['points']} logged points written to {d['out']} "
+        f"(a copy: load it elsewhere with qveil admin import-release {d['out']} --store URL)",
     )
 
 
@@ -333,7 +295,7 @@ def _import_release(ctx: Any, args: argparse.Namespace, url: str) -> None:
         args,
         d,
         f"release {d['release_id']} imported with {d['points']} points into store "
-        f"{d['store_id']} (staged); serve its bundle with this store",
+        f"{d['store_id']} (staged)",
     )
 
 
@@ -442,7 +404,6 @@ def _log(ctx: Any, args: argparse.Namespace, url: str) -> None:
 
 
 _LOCAL: dict[str, Callable[[Any, argparse.Namespace, str], None]] = {
-    "adopt-store": _adopt_store,
     "init-store": _init_store,
     "export-release": _export_release,
     "import-release": _import_release,

@@ -1,14 +1,14 @@
-"""``qveil audit --store URL [--release ID] [--plot FILE.png] [--export FILE]``.
+"""``qveil audit --store URL [--bundle DIR] [--release ID] [--plot FILE.png] [--export FILE]``.
 
-Audits every release of the store (or one): integrity (hash chains, counts, sequence gaps,
-high-water marks against the admin audit log), the statistical test of each action's stored
-path (whitened innovations against N(0, 1), with p-values, the pass level and the power against
-sigma x 1.3), the privacy ledger and the audit log chains. ``--plot`` draws stored noise
-against state per action (PNG); ``--export`` writes the full report as JSON (the same report
-the AuditService returns); ``--export-points DIR`` also exports each release's stored points
-(JSONL, holds noise values: auditor only). Exit 0 when the audit passes, 1 when it fails,
-2 on a usage or access error. See docs/operations.md, "Audits".
-"""
+Audits every release of the store's answer log (or one): integrity (hash chains, counts,
+sequence gaps, high-water marks against the admin audit log), with ``--bundle DIR`` every logged
+value of that release recomputed from its key (a mismatch fails), the statistical test of each
+action's stored path (whitened innovations against N(0, 1), with p-values, the pass level and
+the power against sigma x 1.3), the privacy ledger and the audit log chains. ``--plot`` draws
+stored noise against state per action (PNG); ``--export`` writes the full report as JSON (the
+same report the AuditService returns); ``--export-points DIR`` also exports each release's
+stored points (JSONL, holds noise values: auditor only). Exit 0 when the audit passes, 1 when it
+fails, 2 on a usage or access error. See docs/operations.md, "Audits"."""
 
 from __future__ import annotations
 
@@ -46,10 +46,12 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument(
-        "--registry",
-        metavar="URL",
-        help="the registry whose witnessed chain heads every stored path must reach "
-        "(default $QVEIL_REGISTRY, else $QVEIL_HOME/registry.sqlite)",
+        "--bundle",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a release bundle (repeatable): every logged value of its release is "
+        "recomputed from its key and must match to the bit",
     )
     p.add_argument(
         "--no-record",
@@ -71,6 +73,11 @@ def _summary(report: Any) -> str:
         lines.append(
             f"release {r.release_id} [{r.status}] sigma={r.sigma:.4g} "
             f"beta={r.beta:.4g}: {'pass' if r.passed else 'FAIL'}"
+            + (
+                "; every logged value recomputed from its key"
+                if r.key_checked
+                else "; values not recomputed (give its --bundle)"
+            )
         )
         for a in r.actions:
             if a.tested and a.stats is not None and a.power is not None:
@@ -103,11 +110,11 @@ def _summary(report: Any) -> str:
 
 def run(args: argparse.Namespace) -> int:
     # here, not at the top: loads sqlalchemy only when this runs
+    from qveil.bundle import load_bundle
     from qveil.server.admin import admin_db_for
 
     # here, not at the top: loads sqlalchemy only when this runs
     from qveil.server.audit import (
-        anchors_from_registry,
         anchors_from_report,
         audit_store,
         export_report,
@@ -118,19 +125,18 @@ def run(args: argparse.Namespace) -> int:
     from qveil.server.audit_log import default_actor
 
     # here, not at the top: loads sqlalchemy only when this runs
-    from qveil.server.registry import open_registry
-
-    # here, not at the top: loads sqlalchemy only when this runs
     from qveil.server.store import open_store
 
     url = args.store or os.environ.get("QVEIL_STORE_URL")
     if not url:
         raise InvalidArgument("qveil audit needs --store URL (or $QVEIL_STORE_URL)")
     external = anchors_from_report(args.against) if args.against else None
+    keys = {}
+    for d in args.bundle:
+        b = load_bundle(d, verify=True)
+        keys[b.bundle_id] = b.noise_paths
     store = open_store(url, create=False)
     try:
-        with open_registry(args.registry, actor=f"{default_actor()} (audit)") as reg:
-            witnessed = anchors_from_registry(reg, [r.release_id for r in store.list_releases()])
         db = admin_db_for(store, url)
         try:
             report = audit_store(
@@ -141,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
                 actor=f"{default_actor()} (cli)",
                 store_label=_redact(url),
                 external_anchors=external,
-                witness_anchors=witnessed,
+                keys=keys,
             )
             if args.export:
                 export_report(report, args.export)

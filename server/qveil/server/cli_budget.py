@@ -1,4 +1,5 @@
-"""``qveil budget create NAME --epsilon E --delta D`` / ``qveil budget show [NAME]``
+"""``qveil budget create NAME --epsilon E --delta D`` / ``qveil budget show [NAME]`` /
+``qveil budget registry-key``
 
 A population (the people whose data releases use) is declared once with one budget in the
 registry (``--registry URL``, else ``QVEIL_REGISTRY``, else ``$QVEIL_HOME/registry.sqlite``).
@@ -6,7 +7,9 @@ Every ``qveil train --population NAME`` is recorded against it, whatever its out
 directory, and refused before any data is read when the population's privacy filter would
 not let it through. ``show`` prints the budget, what is spent, what one more release may
 still have, every release with its time, and with ``--plot PNG`` the spending over time.
-Exit codes: 0 done, 2 refused (message on stderr).
+``registry-key`` prints the registry's public key: what a server of another registry (a
+replica) is given with ``qveil serve --trust-registry-key`` to accept this registry's
+receipts. Exit codes: 0 done, 2 refused (message on stderr).
 """
 
 from __future__ import annotations
@@ -37,6 +40,11 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     s = ops.add_parser("show", parents=[common], help="budget, spending and releases")
     s.add_argument("name", metavar="NAME", nargs="?", help="one population (default: all)")
     s.add_argument("--plot", metavar="PNG", help="with NAME: plot spending over time")
+    ops.add_parser(
+        "registry-key",
+        parents=[common],
+        help="print the registry's public key (for qveil serve --trust-registry-key)",
+    )
     return p
 
 
@@ -64,6 +72,10 @@ def run(args: argparse.Namespace) -> int:
     from qveil.server.registry import open_registry
 
     with open_registry(args.registry) as reg:
+        if args.budget_command == "registry-key":
+            key = {"registry_id": reg.registry_id, "public_key": reg.public_key}
+            print(json.dumps(key, indent=2) if args.json else reg.public_key)
+            return 0
         if args.budget_command == "create":
             reps = [population.create(reg, args.name, epsilon=args.epsilon, delta=args.delta)]
         elif args.name:

@@ -23,11 +23,8 @@ from qveil.server.cli_common import call_with_flags
 #   only scatter its one --help
 def add_parser(sub: Any) -> None:
     # here, not at the top: importing this CLI module loads no server module but cli_common
-    from qveil.server.quotas import (
-        DEFAULT_BURST_SECONDS,
-        DEFAULT_MAX_STORED_POINTS,
-        DEFAULT_NEW_STATE_RATE,
-    )
+    from qveil.server.limits import DEFAULT_MAX_STORED_POINTS
+    from qveil.server.quotas import DEFAULT_BURST_SECONDS, DEFAULT_STATE_RATE
 
     p = add_command(sub, "serve", "serve a release bundle over gRPC", __doc__, run)
     p.add_argument("--bundle", type=Path, help="release bundle directory (qveil train --out)")
@@ -83,50 +80,31 @@ def add_parser(sub: Any) -> None:
         "default 3/4 of --max-in-flight, so one flooding caller cannot starve the others",
     )
     o.add_argument(
-        "--min-latency-ms",
-        type=float,
-        default=0.0,
-        help="pad every GetValues/GetBestActions response (errors too) to at least this many "
-        "ms, so latency does not tell stored states from new ones (default 0: off; see "
-        "docs/privacy.md, 'The timing channel')",
-    )
-    o.add_argument(
         "--max-stored-points",
         type=int,
         default=DEFAULT_MAX_STORED_POINTS,
-        help="storage cap: stored noise points per release, all actions and coordinates "
-        "(default %(default)s; a state of d coordinates and m actions stores up to d x m "
-        "points); past it a new state gets RESOURCE_EXHAUSTED while stored states are still "
-        "answered",
+        help="cap of the audit log: answered noise points kept per release, all actions and "
+        "coordinates (default %(default)s); past it answers go on and are no longer logged "
+        "(qveil_log_unlogged_points_total counts them, a WARNING says so once)",
     )
     o.add_argument(
+        "--state-rate",
         "--new-state-rate",
+        dest="state_rate",
         type=float,
-        default=DEFAULT_NEW_STATE_RATE,
-        help="new states (states with a point not stored yet) per second per caller, "
-        "whatever d and m are: its token name, or its host without tokens (default "
-        "%(default)s); over it RESOURCE_EXHAUSTED with the wait (gRPC retry pushback, HTTP "
-        "Retry-After), nothing stored",
+        default=DEFAULT_STATE_RATE,
+        help="states per second per caller, every state counted: its token name, or its host "
+        "without tokens (default %(default)s); over it RESOURCE_EXHAUSTED with the wait (gRPC "
+        "retry pushback, HTTP Retry-After)",
     )
     o.add_argument(
+        "--state-burst",
         "--new-state-burst",
+        dest="state_burst",
         type=float,
         default=None,
-        help="token bucket of --new-state-rate: new states one caller may send at once "
+        help="token bucket of --state-rate: states one caller may send at once "
         f"(default {DEFAULT_BURST_SECONDS:g} s of the rate)",
-    )
-    o.add_argument(
-        "--new-point-rate",
-        type=float,
-        default=None,
-        help="deprecated: a second bucket counting stored points (a new state costs up to "
-        "d x m); use --new-state-rate. Applied beside it when given",
-    )
-    o.add_argument(
-        "--new-point-burst",
-        type=float,
-        default=None,
-        help="deprecated: bucket of --new-point-rate (default 10 s of its rate)",
     )
     o.add_argument("--max-message-bytes", type=int, default=4 * 1024 * 1024)
     o.add_argument(
@@ -139,7 +117,7 @@ def add_parser(sub: Any) -> None:
         "--workers",
         type=int,
         default=16,
-        help="threads for store calls (a call with new states holds one until its commit)",
+        help="threads for calls of many states (a few states are answered on the event loop)",
     )
     o.add_argument(
         "--processes",
@@ -165,11 +143,12 @@ def add_parser(sub: Any) -> None:
     o.add_argument("--metrics-port", type=int, help="Prometheus endpoint port (0: any free)")
     o.add_argument("--metrics-host", default="127.0.0.1")
     o.add_argument(
-        "--budget",
-        type=float,
-        metavar="EPS",
-        help="refuse to serve a release whose privacy-ledger entry would push its dataset "
-        "(dataset fingerprint, or environment id) past this epsilon",
+        "--trust-registry-key",
+        action="append",
+        default=[],
+        metavar="HEX",
+        help="also trust receipts signed by this registry public key (qveil budget "
+        "registry-key prints it); the registry this server opens is always trusted",
     )
     o.add_argument("--log-level", default="WARNING")
 
@@ -180,7 +159,6 @@ def run(args: argparse.Namespace) -> int:
     from qveil.server.app import ServeConfig, TLSFiles, serve
     from qveil.server.auth import add_token
     from qveil.server.limits import Limits
-    from qveil.server.quotas import DEFAULT_NEW_STATE_RATE
 
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -194,19 +172,6 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidArgument("--bundle DIR is required")
     if not 1 <= args.processes <= 256:
         raise InvalidArgument(f"--processes must be in 1..256, got {args.processes}")
-    if args.new_point_burst is not None and args.new_point_rate is None:
-        raise InvalidArgument(
-            "--new-point-burst needs --new-point-rate (deprecated: use "
-            "--new-state-rate and --new-state-burst)"
-        )
-    if args.new_point_rate is not None:
-        print(
-            "qveil serve: warning: --new-point-rate is deprecated: it counts stored points, "
-            "and a new state costs up to d x m of them (coordinates x actions). Use "
-            "--new-state-rate (new states per second per caller, default "
-            f"{DEFAULT_NEW_STATE_RATE:g}); the point bucket still applies beside it",
-            file=sys.stderr,
-        )
     if (args.tls_cert is None) != (args.tls_key is None):
         raise InvalidArgument("give both --tls-cert and --tls-key")
     if args.tls_client_ca is not None and args.tls_cert is None:

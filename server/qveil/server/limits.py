@@ -1,22 +1,20 @@
 """The server's limits: batch size, calls in flight (total and per caller), the value grid,
-the audit stream's chunk, the minimum latency of a value-returning answer, and the storage
-quotas (``qveil.server.quotas``), validated once when the server starts."""
+the audit stream's chunk, the audit log's cap and the query quota (``qveil.server.quotas``),
+validated once when the server starts."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
+from qveil.answer import DEFAULT_VALUE_GRID
 from qveil.errors import InvalidArgument
-from qveil.server.quotas import (
-    DEFAULT_MAX_STORED_POINTS,
-    DEFAULT_NEW_STATE_RATE,
-    QuotaConfig,
-)
+from qveil.server.quotas import DEFAULT_STATE_RATE, QuotaConfig
 
-__all__ = ["DEFAULT_VALUE_GRID", "Limits", "per_caller_bound"]
+#: the audit log's default cap: answered points kept per release
+DEFAULT_MAX_STORED_POINTS = 10_000_000
 
-DEFAULT_VALUE_GRID = 2.0**-20
+__all__ = ["DEFAULT_MAX_STORED_POINTS", "DEFAULT_VALUE_GRID", "Limits", "per_caller_bound"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,23 +26,17 @@ class Limits:
     # concurrent RPCs of ONE caller (token, or connection when anonymous); None -> 3/4 of
     # max_in_flight, so one flooding caller can never take the capacity others need
     max_in_flight_per_caller: int | None = None
-    # every value-returning response (GetValues, GetBestActions; errors
-    # included) takes at least this long, so latency does not tell stored from new states
-    min_latency_ms: float = 0.0
-    # storage limits (qveil.server.quotas): stored points per release, and each caller's
-    # token bucket of new states per second (burst None: 100 s of the rate); the point
-    # bucket (new_point_rate, deprecated) is off unless set
+    # the audit log's cap: answered points kept per release (past it answers go on, unlogged)
     max_stored_points: int = DEFAULT_MAX_STORED_POINTS
-    new_state_rate: float = DEFAULT_NEW_STATE_RATE
-    new_state_burst: float | None = None
-    new_point_rate: float | None = None
-    new_point_burst: float | None = None
+    # each caller's token bucket of states per second (burst None: 100 s of the rate)
+    state_rate: float = DEFAULT_STATE_RATE
+    state_burst: float | None = None
 
     def __post_init__(self) -> None:
         self.quota_config()  # validates
-        if not (math.isfinite(self.min_latency_ms) and 0 <= self.min_latency_ms <= 60_000):
+        if isinstance(self.max_stored_points, bool) or self.max_stored_points < 0:
             raise InvalidArgument(
-                f"min latency {self.min_latency_ms!r} ms must be in [0, 60000] (0: off)"
+                f"max stored points {self.max_stored_points!r} must be an integer >= 0"
             )
         if self.max_batch < 1 or self.max_in_flight < 1 or self.points_chunk < 1:
             raise InvalidArgument("limits must be positive")
@@ -60,13 +52,7 @@ class Limits:
             raise InvalidArgument(f"value grid {g!r} must be a positive power of two")
 
     def quota_config(self) -> QuotaConfig:
-        return QuotaConfig(
-            max_stored_points=self.max_stored_points,
-            new_state_rate=self.new_state_rate,
-            new_state_burst=self.new_state_burst,
-            new_point_rate=self.new_point_rate,
-            new_point_burst=self.new_point_burst,
-        )
+        return QuotaConfig(state_rate=self.state_rate, state_burst=self.state_burst)
 
 
 def per_caller_bound(limits: Limits) -> int:

@@ -21,6 +21,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from qveil.server.answer_log import AnswerLog
 from qveil.server.app import create_server
 from qveil.server.auth import Authorizer, load_tokens
 from qveil.server.closing import Closing
@@ -80,6 +81,10 @@ class LocalServer(Closing):
             holder=ReleaseHolder(),
             limits=Limits(max_batch=max_batch, max_in_flight=max_in_flight),
         )
+        self.answers = AnswerLog(self.store, max_points=self.services.ctx.limits.max_stored_points)
+        self.answers.start()
+        self.services.query.log = self.answers
+        self.services.ctx.metrics.answer_log = self.answers
         self.plane = DataPlane(
             self.services, Authorizer(load_tokens(tokens) if tokens else None), self.executor
         )
@@ -114,7 +119,8 @@ class LocalServer(Closing):
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
     def ready(self, bundle: Path) -> None:
-        """Load, register, bind and activate ``bundle`` (as ``qveil serve`` does), then SERVING."""
+        """Load, check the receipt, register and activate ``bundle`` (as ``qveil serve``
+        does), then SERVING."""
         self.services.releases.start(bundle)
         self.plane.ready = True
         self.run(self.health.set_serving(True))
@@ -129,4 +135,5 @@ class LocalServer(Closing):
         if not self._thread.is_alive():
             self.loop.close()
         self.executor.shutdown(wait=True)
+        self.answers.close()
         self.store.close()

@@ -2,16 +2,14 @@
 Prometheus endpoint (``qveil serve --metrics-port N``; prometheus-client, server extra).
 
 Prometheus series: ``qveil_requests_total{method,code}``, ``qveil_request_seconds{method}``
-(histogram), ``qveil_states_answered_total``, ``qveil_new_points_total``,
-``qveil_stored_points{release,action}`` (read from the store at scrape time) and
-``qveil_in_flight``; the storage limits (``qveil.server.quotas``): ``qveil_max_stored_points``,
-``qveil_new_state_rate`` (new states per second per caller), ``qveil_new_state_burst``, the
-deprecated point bucket's ``qveil_new_point_rate`` and ``qveil_new_point_burst`` (only when
-set) and ``qveil_quota_refusals_total{limit}`` (limit = stored_points | new_state_rate |
-new_point_rate); the data plane's batches (``qveil.server.protocol.batching``):
-``qveil_batches_total`` and ``qveil_batched_calls_total`` (their ratio is the mean calls
-answered by one batch, one store transaction at most). No label ever carries a state, a
-value or a token.
+(histogram), ``qveil_states_answered_total``, ``qveil_stored_points{release,action}`` (read
+from the store at scrape time) and ``qveil_in_flight``; the answer log
+(``qveil.server.answer_log``): ``qveil_logged_points_total``,
+``qveil_log_unlogged_points_total`` (past ``--max-stored-points``, or dropped while the store
+was down), ``qveil_log_mismatched_total`` and ``qveil_log_queued``; the limits:
+``qveil_max_stored_points``, ``qveil_state_rate`` (states per second per caller),
+``qveil_state_burst`` and ``qveil_quota_refusals_total{limit}`` (limit = state_rate). No
+label ever carries a state, a value or a token.
 """
 
 from __future__ import annotations
@@ -31,11 +29,10 @@ class Metrics:
         self._lock = threading.Lock()
         self.requests: Counter[str] = Counter()
         self.states_answered = 0
-        self.new_points = 0
         self.in_flight = 0
         self.quotas: Any = None  # qveil.server.quotas.Quotas, set by the handlers
-        #: the data plane's Batcher (its ``batches`` and ``items``), set by the data plane
-        self.batcher: Any = None
+        #: the server's answer log (qveil.server.answer_log.AnswerLog), set when it starts
+        self.answer_log: Any = None
         self._prom: dict[str, Any] | None = None
         #: the Prometheus series of each (method, code): labels() looked up once, not per call
         self._series: dict[tuple[str, str], tuple[Any, Any]] = {}
@@ -55,17 +52,12 @@ class Metrics:
             series[0].inc()
             series[1].observe(seconds)
 
-    def answered(self, states: int, points_drawn: int) -> None:
-        """Count ``states`` answered; ``points_drawn`` is the store's running total of new
-        points it committed (monotone), so concurrent calls never count one point twice."""
+    def answered(self, states: int) -> None:
+        """Count ``states`` answered (states x actions)."""
         with self._lock:
             self.states_answered += states
-            new = max(0, points_drawn - self.new_points)
-            self.new_points += new
         if self._prom is not None:
             self._prom["states"].inc(states)
-            if new:
-                self._prom["new"].inc(new)
 
     def uptime(self) -> float:
         return time.monotonic() - self.started
@@ -95,14 +87,13 @@ class Metrics:
                 registry=reg,
             ),
             "states": PCounter("qveil_states_answered", "states answered", registry=reg),
-            "new": PCounter("qveil_new_points", "new noise points drawn and stored", registry=reg),
         }
         g = Gauge("qveil_in_flight", "RPCs in flight", registry=reg)
         g.set_function(lambda: self.in_flight)
 
         reg.register(_StoredPoints(stored_points))
         reg.register(_Limits(self))
-        reg.register(_Batches(self))
+        reg.register(_Log(self))
         server, _thread = start_http_server(port, addr=host, registry=reg)
         return int(server.server_port)
 
@@ -129,8 +120,7 @@ class _StoredPoints:
 
 
 class _Limits:
-    """Collects the storage limits and the quota refusals of ``metrics.quotas`` at each
-    scrape."""
+    """Collects the limits and the quota refusals of ``metrics.quotas`` at each scrape."""
 
     def __init__(self, metrics: Any) -> None:
         self.metrics = metrics
@@ -142,59 +132,48 @@ class _Limits:
         if q is None:
             return
         cfg = q.config
-        for name, doc, value in (
-            (
-                "qveil_max_stored_points",
-                "cap on stored points per release (all "
-                "actions); past it new points get RESOURCE_EXHAUSTED",
-                cfg.max_stored_points,
-            ),
-            (
-                "qveil_new_state_rate",
-                "new states per second per caller (token bucket)",
-                cfg.new_state_rate,
-            ),
-            (
-                "qveil_new_state_burst",
-                "token bucket size: new states one caller may send at once",
-                cfg.burst,
-            ),
-            (
-                "qveil_new_point_rate",
-                "deprecated point bucket: new points per second per caller",
-                cfg.new_point_rate,
-            ),
-            (
-                "qveil_new_point_burst",
-                "deprecated point bucket: new points one caller may store at once",
-                cfg.point_burst,
-            ),
-        ):
-            if value is not None:
-                yield GaugeMetricFamily(name, doc, value=float(value))
+        yield GaugeMetricFamily(
+            "qveil_state_rate", "states per second per caller (token bucket)", cfg.state_rate
+        )
+        yield GaugeMetricFamily(
+            "qveil_state_burst", "token bucket size: states one caller may send at once", cfg.burst
+        )
         fam = CounterMetricFamily(
-            "qveil_quota_refusals", "requests refused by a storage limit", labels=["limit"]
+            "qveil_quota_refusals", "requests refused by a quota", labels=["limit"]
         )
         for limit, n in sorted(q.refused.items()):
             fam.add_metric([limit], n)
         yield fam
 
 
-class _Batches:
-    """Collects the data plane's batch counters (``metrics.batcher``) at each scrape."""
+class _Log:
+    """Collects the answer log's counters (``metrics.answer_log``) at each scrape."""
 
     def __init__(self, metrics: Any) -> None:
         self.metrics = metrics
 
     def collect(self) -> Any:
-        from prometheus_client.core import CounterMetricFamily
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-        b = self.metrics.batcher
-        if b is None:
+        a = self.metrics.answer_log
+        if a is None:
             return
-        yield CounterMetricFamily(
-            "qveil_batches",
-            "batches of calls answered together (one store transaction at most each)",
-            value=b.batches,
+        yield GaugeMetricFamily(
+            "qveil_max_stored_points",
+            "cap of the answer log per release (past it answers go on, unlogged)",
+            a.max_points,
         )
-        yield CounterMetricFamily("qveil_batched_calls", "calls answered in a batch", value=b.items)
+        yield CounterMetricFamily(
+            "qveil_logged_points", "answered points written to the store", value=a.logged
+        )
+        yield CounterMetricFamily(
+            "qveil_log_unlogged_points",
+            "answered points not logged (past the cap, or dropped while the store was down)",
+            value=a.unlogged,
+        )
+        yield CounterMetricFamily(
+            "qveil_log_mismatched",
+            "logged values that differ from the values answered (run qveil audit)",
+            value=a.mismatched,
+        )
+        yield GaugeMetricFamily("qveil_log_queued", "calls waiting for the log", a.queued)

@@ -1,5 +1,5 @@
 """The registry as the trainer's release records (:class:`qveil.release_records.ReleaseRecords`):
-the population ledger, the audit log and the binding of a written bundle to its store.
+the population ledger, the audit log and the signed receipt of a written bundle's charge.
 
 The trainer never imports the server; the composition root (:mod:`qveil.cli`) passes
 :func:`open_release_records` to ``qveil train`` and ``qveil evaluate`` when they run.
@@ -13,15 +13,19 @@ from pathlib import Path
 from typing import Any
 
 from qveil.bundle import load_bundle
+from qveil.bundle.receipt import write_receipt
+from qveil.errors import FailedPrecondition, echo
 from qveil.privacy.ledger import PrivacyEvent
 from qveil.release_records import validate_population
 from qveil.server import audit_log
 from qveil.server import population as pop
-from qveil.server.admin import bind_bundle, open_admin
 from qveil.server.registry import Registry, open_registry
 from qveil.server.release_ledger import record_release
 
-__all__ = ["RegistryRecords", "open_release_records"]
+__all__ = ["SIMULATED_POPULATION", "RegistryRecords", "charge_simulated", "open_release_records"]
+
+#: The population of simulated users (experiments on public simulators: no person's data)
+SIMULATED_POPULATION = "simulated-users"
 
 
 class RegistryRecords:
@@ -29,7 +33,7 @@ class RegistryRecords:
 
     def __init__(self, registry: Registry, *, url: str | None) -> None:
         self.registry = registry
-        self._url = url  # as given: bind_release opens the same registry for the store
+        self._url = url
 
     @property
     def url(self) -> str:
@@ -56,12 +60,39 @@ class RegistryRecords:
             f"({len(rep['events'])} release(s); {rep['rule'].split(':')[0]}) [{where}]"
         )
 
-    def bind_release(self, bundle: Path, *, store_url: str | None) -> str:
-        url = store_url or f"sqlite:///{bundle.resolve().parent / 'qveil-store.sqlite'}"
-        with open_admin(url, actor=self.registry.actor) as ctx:
-            ctx.registry_url = self._url
-            out = bind_bundle(ctx, bundle)
-        return f"bound: release {out['release_id']} to store {out['store_id']} [{url}]"
+    def issue_receipt(self, bundle: Path) -> str:
+        """Sign the receipt of the written bundle's recorded charge and write it into the
+        bundle (``receipt.json``): what ``qveil serve`` verifies before it answers anything.
+        FailedPrecondition when the ledger has no charge of the release."""
+        b = load_bundle(bundle, verify=True)
+        rid = b.bundle_id
+        entry = self.registry.ledger.entry_for_release(rid)
+        if entry is None:
+            if b.card.get("holds") and b.card.get("epsilon") is not None:
+                raise FailedPrecondition(
+                    f"release {echo(rid)} has no charge in the ledger of {echo(self.url)}: "
+                    "no receipt is signed for it"
+                )
+            # no guarantee (sigma 0, or conditions that fail): nothing to charge, and the
+            # receipt says so (epsilon inf)
+            population, eps, delta = str(b.card.get("env_id")), float("inf"), 1.0
+        else:
+            population, eps, delta = entry.dataset_id, entry.event.epsilon, entry.event.delta
+        receipt = self.registry.sign_receipt(
+            release_id=rid,
+            population=population,
+            epsilon=eps,
+            delta=delta,
+            key_sha256=str(b.card["key_sha256"]),
+            weights_sha256=str(b.card["weights_sha256"]),
+            card_sha256=str(b.card["card_sha256"]),
+        )
+        write_receipt(bundle, receipt)
+        return (
+            f"receipt: release {rid} charged to {population} (eps={eps:.6g}, "
+            f"delta={delta:.3g}), signed by registry {self.registry.registry_id} "
+            f"[{self.url}]"
+        )
 
     def record_evaluation(
         self, population: str, event: PrivacyEvent, *, target: str, params: Mapping[str, Any]
@@ -84,3 +115,15 @@ def open_release_records(url: str | None, *, actor: str) -> Iterator[RegistryRec
     ``$QVEIL_HOME/registry.sqlite``), opened for ``actor``."""
     with open_registry(url, actor=actor) as reg:
         yield RegistryRecords(reg, url=url)
+
+
+def charge_simulated(bundle: Path, *, url: str | None = None) -> str:
+    """Charge a release fitted on SIMULATED users (an experiment on a public simulator) to the
+    registry's ``simulated-users`` population (declared on first use with a budget that binds
+    nothing: no person is behind it) and write the receipt, so that the real server serves
+    it. Never for a release of people's data: that is ``qveil train --population``."""
+    with open_release_records(url, actor="qveil experiments") as rec:
+        if rec.registry.ledger.cap(SIMULATED_POPULATION) is None:
+            pop.create(rec.registry, SIMULATED_POPULATION, epsilon=1e9, delta=0.5)
+        rec.record_release(bundle, population=SIMULATED_POPULATION)
+        return rec.issue_receipt(bundle)

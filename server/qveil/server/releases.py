@@ -1,6 +1,7 @@
 """The release-management service: what AdminService does (activate, retire, list, stats,
-budgets, the admin card) and the server's start, which loads, verifies, registers, charges and
-binds a bundle before anything of it is answered."""
+budgets, the admin card) and the server's start, which loads and verifies a bundle, checks
+the registry's signed receipt of its charge and registers it in the answer log's store before
+anything of it is answered."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from qveil.bundle import load_bundle
+from qveil.bundle.receipt import Receipt, check_receipt
 from qveil.common import typing as t
 from qveil.errors import (
     FailedPrecondition,
@@ -21,8 +23,6 @@ from qveil.errors import (
     echo,
 )
 from qveil.server import views
-from qveil.server.binding import bind, check_binding
-from qveil.server.release_ledger import record_release
 from qveil.server.state import ActiveRelease, ContextService, ServerContext
 
 __all__ = ["ReleaseService", "store_betas", "store_params"]
@@ -49,20 +49,33 @@ class ReleaseService(ContextService):
         ctx: ServerContext,
         *,
         bundle_dirs: Sequence[str | Path] = (),
-        budget: float | None = None,
+        trusted_keys: Sequence[str] = (),
     ) -> None:
         super().__init__(ctx)
-        #: --budget EPS: refuse a release that would push its dataset past EPS
-        self.budget_epsilon = budget
-        #: the ledger's answer when the served release was recorded (``qveil serve`` says it)
-        self.last_ledger: Any = None
+        #: registry public keys whose receipts are trusted besides the server's own registry's
+        self.trusted_keys = tuple(trusted_keys)
+        #: the receipt of the served release (``qveil serve`` says what it was charged)
+        self.last_receipt: Receipt | None = None
         #: release id -> bundle directory, for activation by id and for cards in listings
         self.known_bundles: dict[str, Path] = {}
         self.bundle_dirs = [Path(d) for d in bundle_dirs]
         self._cards: dict[str, t.Release] = {}
 
-    def _load(self, path: Path) -> Any:
-        return load_bundle(path, verify=True)
+    def load(self, path: Path) -> tuple[Any, Receipt]:
+        """The bundle at ``path``, verified, with its receipt verified against the registry
+        keys this server trusts (its registry's and ``--trust-registry-key``): a release is
+        served only if its charge is recorded. Raises before anything is stored."""
+        bundle = load_bundle(path, verify=True)
+        card = bundle.card
+        receipt = check_receipt(
+            path,
+            release_id=bundle.bundle_id,
+            key_sha256=str(card["key_sha256"]),
+            weights_sha256=str(card["weights_sha256"]),
+            card_sha256=str(card["card_sha256"]),
+            trusted=(self.registry.public_key, *self.trusted_keys),
+        )
+        return bundle, receipt
 
     def register(self, bundle: Any) -> Any:
         """The store's record of the bundle's release, created (staged) when absent; a
@@ -100,28 +113,20 @@ class ReleaseService(ContextService):
             )
         return rec
 
-    def _ledger_record(self, bundle: Any) -> Any:
-        """Record the release in the registry's privacy ledger (once: ``qveil train`` already
-        did for the releases it wrote); BudgetExceeded past ``--budget`` or the population's
-        budget: the release is not served."""
-        return record_release(
-            self.registry.ledger, bundle.card, actor="qveil serve", budget=self.budget_epsilon
-        )
-
     def start(self, bundle_path: str | Path, *, verify_store: bool = True) -> ActiveRelease:
-        """Server start: load and verify the bundle, register its release if absent, verify
-        the store's record of it, mark it active and make it the served release."""
+        """Server start: load and verify the bundle and its receipt, register its release in
+        the store if absent, verify the store's log of it, mark it active and make it the
+        served release."""
         return self._activate(Path(bundle_path), expected_id="", verify_store=verify_store)
 
     def _activate(self, path: Path, *, expected_id: str, verify_store: bool) -> ActiveRelease:
         with self.holder.activation_lock:
-            bundle = self._load(path)
+            bundle, receipt = self.load(path)
             if expected_id and bundle.bundle_id != expected_id:
                 raise InvalidArgument(
                     f"bundle {echo(str(path))} holds release {bundle.bundle_id!r}, not "
                     f"{echo(expected_id)}"
                 )
-            fingerprint, on_file = check_binding(self.store, bundle, path, self.registry)
             rec = self.register(bundle)
             if getattr(rec, "status", "") == "retired":
                 raise FailedPrecondition(
@@ -134,11 +139,7 @@ class ReleaseService(ContextService):
                     raise IntegrityError(
                         f"stored noise of release {bundle.bundle_id!r} fails verification: {report}"
                     )
-            # charged before it is bound or answered: a refused budget leaves no binding
-            self.last_ledger = self._ledger_record(bundle)
-            bind(self.store, bundle, path, fingerprint, on_file, self.registry)
-            # nothing is answered above the chain heads the registry has witnessed
-            self.store.set_witness(self.registry.witness_for(bundle.bundle_id))
+            self.last_receipt = receipt
             previous = self.holder.peek()
             if previous is None or previous.release_id != bundle.bundle_id:
                 self.store.set_release_status(bundle.bundle_id, "active")
@@ -262,7 +263,7 @@ class ReleaseService(ContextService):
             uptime_seconds=m.uptime(),
             requests_by_code=dict(m.requests),
             states_answered=m.states_answered,
-            new_points=m.new_points,
+            new_points=0 if m.answer_log is None else int(m.answer_log.logged),
             in_flight=m.in_flight,
             max_in_flight=self.limits.max_in_flight,
             stored_points=stored,

@@ -10,10 +10,11 @@ Retraining, in order, so that a refusal leaves nothing behind:
    the card's numbers) and record the event: cap check and append in one serialized transaction
    (:meth:`qveil.server.ledger.Ledger.record`); refused -> the bundle directory is deleted,
    :class:`~qveil.errors.BudgetExceeded` (spent, requested, cap) is raised, nothing registered;
-4. register the release in the store (status ``staged``) under its bundle id, which is a fresh
-   uuid: a new release always starts an empty noise path. Noise is never shared between
-   releases: two releases answering with the same noise could be subtracted to cancel it. An id
-   the store already knows is refused;
+4. write the registry's signed receipt of the charge into the bundle and register the release
+   in the store (status ``staged``) under its bundle id, a fresh uuid. The bundle's noise key
+   was drawn from OS entropy when the trainer wrote it: a new release always has new noise,
+   never shared with another (two releases answering with the same noise could be subtracted
+   to cancel it). An id the store already knows is refused;
 5. optionally activate it.
 
 Every outcome is appended to the admin audit log, also a refusal or a failure.
@@ -39,10 +40,12 @@ from qveil.errors import FailedPrecondition, IntegrityError, InvalidArgument, No
 from qveil.privacy.fqi import account_params
 from qveil.privacy.ledger import PrivacyEvent
 from qveil.server import admin_tables as T
-from qveil.server.admin import AdminContext, activate, bind_bundle, log_number, log_outcome
+from qveil.server.admin import AdminContext, activate, log_number, log_outcome
 from qveil.server.audit_log import utc_now
 from qveil.server.ledger import BudgetReport, LedgerEntry
+from qveil.server.release_records import RegistryRecords
 from qveil.server.releases import store_params
+from qveil.server.services import Services
 
 __all__ = ["RetrainResult", "default_releases_dir", "retrain"]
 
@@ -249,13 +252,15 @@ def _record_and_register(
     budget: float | None,
 ) -> LedgerEntry:
     """Record the release's event in the ledger (spent from here on: ``params['ledger_seq']``),
-    bind the bundle to the store (registered staged) and note where its bundle lives."""
+    write the registry's signed receipt into the bundle, register it in the store (staged)
+    and note where its bundle lives."""
 
     event = _bundle_event(bundle, dataset_id)
     entry = ctx.ledger.record(event, release_id=bundle.bundle_id, actor=ctx.actor, budget=budget)
     params["ledger_seq"] = entry.seq  # spent: from here on the bundle is kept
     sp = store_params(bundle)  # 1-D or d coordinates
-    bind_bundle(ctx, bundle.path)  # bound when written: registered staged, claimed, bound
+    RegistryRecords(ctx.registry, url=ctx.registry_url).issue_receipt(bundle.path)
+    Services.create(store=ctx.store, registry=ctx.registry).releases.register(bundle)
     with ctx.db.write("release-bundles") as conn:
         conn.execute(
             T.release_bundles.insert().values(

@@ -35,7 +35,7 @@ class Services:
         limits: Limits | None = None,
         metrics: Metrics | None = None,
         bundle_dirs: Sequence[str | Path] = (),
-        budget: float | None = None,
+        trusted_keys: Sequence[str] = (),
         registry: Any = None,
     ) -> Services:
         """The three services on one context (``store`` may be None until it is open: set
@@ -50,6 +50,6 @@ class Services:
         return cls(
             ctx=ctx,
             query=QueryService(ctx),
-            releases=ReleaseService(ctx, bundle_dirs=bundle_dirs, budget=budget),
+            releases=ReleaseService(ctx, bundle_dirs=bundle_dirs, trusted_keys=trusted_keys),
             audit=AuditService(ctx),
         )

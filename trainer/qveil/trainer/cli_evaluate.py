@@ -1,14 +1,17 @@
-"""``qveil evaluate DIR --episodes N``: returns of the released noisy function (a fresh
-sample path with the bundle's sigma and beta) and of the bare network, as a table.
+"""``qveil evaluate DIR --episodes N``: returns of the released function (its answers computed
+in process from the bundle's key, as the server answers them) and of the bare network, as a
+table.
 
 ``qveil evaluate --target HOST:PORT [--dataset PATH]``: returns of the SERVED release, its
 actions asked from the server (GetBestActions, with the noise its store holds), beside the
 random policy and, given the dataset, non-private FQI with the same public estimator.
 
-``qveil evaluate --private --target HOST:PORT --dataset HELD_OUT --config FILE --population NAME
---epsilon E [--delta D]``: a differentially private estimate of the served greedy policy's
-value on the held-out users' start states (:mod:`qveil.trainer.private_eval`), with its 95%
-interval, charged to the population's budget and shown on the admin card."""
+``qveil evaluate --private DIR --dataset HELD_OUT --config FILE --population NAME --epsilon E
+[--delta D]``: a differentially private estimate of the release's greedy policy's value on the
+held-out users' start states (:mod:`qveil.trainer.private_eval`), the policy computed in
+process from the bundle exactly as the server answers it (no held-out state is sent to any
+server), with its 95% interval, charged to the population's budget and shown on the admin
+card."""
 
 from __future__ import annotations
 
@@ -18,12 +21,10 @@ from typing import Any
 
 from qveil.bundle import load_bundle
 from qveil.client.channel import read_token_file
-from qveil.client.sync import ValueClient
 from qveil.dataset import declared_population, load_dataset
 from qveil.errors import InvalidArgument
 from qveil.kfqi_config import load_fqi_config
 from qveil.release_records import OpenReleaseRecords
-from qveil.rng import seeded_rng
 from qveil.trainer.evaluate import evaluate_bundle, format_table, plot_scores
 from qveil.trainer.private_eval import private_evaluation
 from qveil.trainer.served_eval import evaluate_served
@@ -41,15 +42,16 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--token-file", metavar="FILE", help="file holding the bearer token")
     p.add_argument("--dataset", metavar="PATH", help="with --target: non-private FQI reference")
     p.add_argument("--episodes", type=int, default=100, help="episodes per policy (default 100)")
-    p.add_argument("--seed", type=int, help="seed the environments and the fresh noise path")
+    p.add_argument("--seed", type=int, help="seed the environments")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--plot", metavar="PNG", help="also write a bar chart of the returns")
     pv = p.add_argument_group("private evaluation (--private)")
     pv.add_argument(
         "--private",
         action="store_true",
-        help="with --target and --dataset HELD_OUT: a differentially private estimate of the "
-        "served policy's value from held-out users' data",
+        help="with a bundle DIR and --dataset HELD_OUT: a differentially private estimate of "
+        "the release's policy value from held-out users' data (computed in process: no "
+        "held-out state reaches a server)",
     )
     pv.add_argument("--config", metavar="FILE", help="the fqi config of the estimator")
     pv.add_argument("--population", metavar="NAME", help="the held-out users' population")
@@ -102,11 +104,17 @@ def run_private(args: argparse.Namespace, records: OpenReleaseRecords) -> int:
     """``--private``: the private off-policy evaluation of the served release, charged to
     the population in ``records``."""
 
-    missing = [
-        f"--{k}" for k in ("target", "dataset", "config", "epsilon") if getattr(args, k) is None
-    ]
+    if args.target is not None:
+        raise InvalidArgument(
+            "--private evaluates a bundle DIR in process; it never sends held-out states to a "
+            "server (--target)"
+        )
+    missing = [f"--{k}" for k in ("dataset", "config", "epsilon") if getattr(args, k) is None]
+    if args.bundle is None:
+        missing.insert(0, "a bundle DIR")
     if missing:
         raise InvalidArgument(f"--private needs {', '.join(missing)}")
+    bundle = load_bundle(args.bundle, verify=True)
     population = args.population or declared_population(args.dataset)
     if not population:
         raise InvalidArgument("--private needs --population NAME (or a dataset that declares it)")
@@ -119,16 +127,15 @@ def run_private(args: argparse.Namespace, records: OpenReleaseRecords) -> int:
                 f"the dataset declares population {dataset.population!r:.80}, not "
                 f"{population!r:.80}"
             )
-        with ValueClient(args.target, token=_token(args)) as client:
-            rep = private_evaluation(
-                client=client,
-                dataset=dataset,
-                config=cfg,
-                epsilon=args.epsilon,
-                delta=args.delta,
-                population=population,
-                records=rec,
-            )
+        rep = private_evaluation(
+            bundle=bundle,
+            dataset=dataset,
+            config=cfg,
+            epsilon=args.epsilon,
+            delta=args.delta,
+            population=population,
+            records=rec,
+        )
     if args.json:
         print(json.dumps(rep, indent=2, default=str))
         return 0
@@ -162,12 +169,7 @@ def run(args: argparse.Namespace, *, records: OpenReleaseRecords) -> int:
         raise InvalidArgument("--dataset goes with --target")
 
     bundle = load_bundle(args.bundle, verify=True)
-    scores = evaluate_bundle(
-        bundle,
-        episodes=args.episodes,
-        seed=args.seed,
-        noise_rng=None if args.seed is None else seeded_rng(args.seed),
-    )
+    scores = evaluate_bundle(bundle, episodes=args.episodes, seed=args.seed)
     if args.json:
         print(json.dumps([asdict(s) for s in scores], indent=2))
     else:

@@ -102,16 +102,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         "through",
     )
     p.add_argument(
-        "--store",
-        metavar="URL",
-        help="the store that will hold the release's noise: the release is bound to it when "
-        "the bundle is written (default: the store qveil serve uses by default, "
-        "qveil-store.sqlite beside the bundle, created if missing)",
-    )
-    p.add_argument(
         "--registry",
         metavar="URL",
-        help="the registry that records where the release lives and the population ledger "
+        help="the registry that charges the release to its population and signs its receipt "
         "(default: QVEIL_REGISTRY, else $QVEIL_HOME/registry.sqlite, ~/.qveil when unset)",
     )
     p.add_argument(
@@ -164,8 +157,8 @@ def _config(args: argparse.Namespace) -> Any:
         return cfg
     if args.seed is not None:
         raise InvalidArgument(
-            "--seed has no use in fqi mode: the fit is deterministic and the release noise "
-            "is drawn by the server's store from OS entropy"
+            "--seed has no use in fqi mode: the fit is deterministic and the release's noise "
+            "key is drawn from OS entropy"
         )
     if args.reward_sensitivity is not None:
         raise InvalidArgument(
@@ -287,14 +280,13 @@ def finish_release(bundle: Path, args: argparse.Namespace, records: OpenReleaseR
     """Record the written bundle in the population ledger (one ledger whatever the output
     directory: ``--registry URL``, else ``QVEIL_REGISTRY``, else
     ``$QVEIL_HOME/registry.sqlite``; a release past the population's budget is refused), then
-    bind it to its store (``--store``, else the store ``qveil serve --bundle`` uses by
-    default): a release exists only bound (one noise lineage); a refusal removes the bundle."""
+    write the registry's signed receipt of the charge into it: a release is served only with
+    one. A refusal removes the bundle."""
     try:
         url = args.registry or args.ledger
         with records(url, actor="qveil train") as rec:
             print(rec.record_release(bundle, population=args.population))
-        with records(url, actor="qveil train") as rec:
-            print(rec.bind_release(bundle, store_url=args.store))
+            print(rec.issue_receipt(bundle))
     except (QveilError, OSError):
         shutil.rmtree(bundle, ignore_errors=True)
         raise

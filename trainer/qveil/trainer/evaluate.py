@@ -1,8 +1,7 @@
 """Evaluate a release bundle: average return of greedy policies on the bundle's environment.
 
-* ``released``: argmax_a Q(s, a) + g_a(x), the noisy function as the server would answer it,
-  with a FRESH sample path per action (the bundle's release sigma and beta; one path for all
-  episodes, as one release is one function);
+* ``released``: argmax_a of the release's answers, computed in process from its key exactly
+  as the server answers them (:func:`qveil.answer.released_values`);
 * ``bare network``: argmax_a Q(s, a) without noise (what the privacy costs is the gap);
 * ``random`` and, on LineWalk, the hand-written ``towards 0.5`` policy as references.
 
@@ -18,10 +17,9 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from qveil.answer import released_values
 from qveil.bundle import Bundle
 from qveil.errors import InvalidArgument
-from qveil.noise import OUSamplePath
-from qveil.rng import NormalSource
 from qveil.trainer import register_envs
 from qveil.trainer.env import ENV_ID, towards_middle_policy
 
@@ -72,12 +70,12 @@ def evaluate_bundle(
     *,
     episodes: int = 100,
     seed: int | None = None,
-    noise_rng: NormalSource | None = None,
 ) -> list[PolicyScore]:
     """Score the released (noisy), bare, random and reference policies on the bundle's env.
 
-    Every policy sees the same sequence of environment seeds when ``seed`` is given.
-    ``noise_rng`` None draws the fresh release path from OS entropy.
+    The released policy is the release's own: its answers computed in process from its key,
+    exactly as the server answers them (:func:`qveil.answer.released_values`). Every policy
+    sees the same sequence of environment seeds when ``seed`` is given.
     """
     register_envs()
     if episodes < 1:
@@ -85,19 +83,11 @@ def evaluate_bundle(
     kwargs = dict(bundle.card.get("hyperparameters", {}).get("env_kwargs", {}))
     env = gym.make(bundle.env_id, **kwargs)
     m = bundle.n_actions
-    paths = (
-        [OUSamplePath(beta=bundle.beta, sigma=bundle.sigma, rng=noise_rng) for _ in range(m)]
-        if bundle.sigma > 0
-        else None
-    )
     act_rng = np.random.default_rng(seed)
 
     def released(s: float) -> int:
         x = bundle.box.to_unit([s])  # clipped into the interval, as the server does
-        q = bundle.q_values_unit(x)[0]
-        if paths is not None:
-            q = q + np.array([p.sample_one(float(x[0, 0])) for p in paths])
-        return int(np.argmax(q))
+        return int(np.argmax(released_values(bundle, x)[0]))
 
     def bare(s: float) -> int:
         return int(np.argmax(bundle.q_values([s])[0]))
@@ -106,7 +96,7 @@ def evaluate_bundle(
         return int(act_rng.integers(m))
 
     policies: list[tuple[str, Callable[[float], int]]] = [
-        (f"released (Q + g, fresh path, sigma={bundle.sigma:.4g})", released),
+        (f"released (Q + g, the release's key, sigma={bundle.sigma:.4g})", released),
         ("bare network (Q, no noise)", bare),
         ("random", random_policy),
     ]

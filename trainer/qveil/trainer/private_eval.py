@@ -3,9 +3,11 @@
 What the released greedy policy is worth, estimated with differential privacy from held-out
 users' data, for a team without a simulator of its users:
 
-1. the policy is the served release's: its actions come from the server's GetBestActions at
-   the public anchors and at the held-out users' first states (post-processing of the
-   release: no privacy cost);
+1. the policy is the release's greedy policy, computed in process from its bundle exactly
+   as the server answers it (:func:`qveil.answer.released_values`: the same bits; post-
+   processing of the release, no privacy cost). No held-out state is ever sent to a served
+   release, so no store logs it (a store that kept held-out users' states would tell who
+   they are);
 2. the estimate is :func:`qveil.ope.policy_value` (fitted-Q evaluation with the fqi mode's
    per-user averager, clipped per user) on the held-out data, with the config's public
    estimator parameters;
@@ -29,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from qveil.additive import StateBox
+from qveil.answer import released_values
 from qveil.errors import InvalidArgument
 from qveil.kfqi_config import KernelFQIConfig
 from qveil.ope import policy_value
@@ -60,7 +63,7 @@ def estimator_of(cfg: Any, dataset: Any) -> tuple[Any, Any, str, tuple[float, fl
 
 def private_evaluation(
     *,
-    client: Any,
+    bundle: Any,
     dataset: Any,
     config: Any,
     epsilon: float,
@@ -70,8 +73,9 @@ def private_evaluation(
     noise: Any = None,
 ) -> dict[str, Any]:
     """Run steps 1-4 of the module docstring; returns the report (estimate, interval,
-    privacy, population spending). ``records``: the registry's population ledger and audit
-    log. ``noise``: a normal source (default OS entropy)."""
+    privacy, population spending). ``bundle``: the loaded release (its model and key: the
+    policy is computed here, never asked of a server). ``records``: the registry's
+    population ledger and audit log. ``noise``: a normal source (default OS entropy)."""
 
     spec, box, env_id, rr = estimator_of(config, dataset)
     result = calibrate_ope(
@@ -84,14 +88,13 @@ def private_evaluation(
         ),
         epsilon=float(epsilon),
     )
-    card = client.release()
-    rid = str(getattr(card, "release_id", "") or getattr(card, "bundle_id", ""))
+    rid = str(bundle.bundle_id)
     stamp = datetime.now(UTC).isoformat()
     event = PrivacyEvent.from_result(
         result, dataset_id=population, bundle_id=f"evaluation:{rid}:{stamp}", created_at=stamp
     )
     records.precheck(population, event)  # before any data is used
-    j = _served_policy_value(client, dataset, box=box, reward_range=rr, spec=spec)
+    j = _policy_value(bundle, dataset, box=box, reward_range=rr, spec=spec)
     src = noise if noise is not None else OSEntropy()
     estimate = float(j + result.sigma * float(src.standard_normal()))
     half = Z95 * result.sigma
@@ -121,17 +124,20 @@ def private_evaluation(
     return report
 
 
-def _served_policy_value(
-    client: Any, dataset: Any, *, box: Any, reward_range: tuple[float, float], spec: Any
+def _policy_value(
+    bundle: Any, dataset: Any, *, box: Any, reward_range: tuple[float, float], spec: Any
 ) -> float:
-    """The non-private estimate J of the served release's greedy policy (its best actions,
-    asked of the server) on ``dataset`` (step 3 of the module docstring)."""
+    """The non-private estimate J of the release's greedy policy (its released values,
+    computed in process) on ``dataset`` (step 2 of the module docstring)."""
     lo = np.array([iv.lo for iv in box.intervals])
     hi = np.array([iv.hi for iv in box.intervals])
+    rbox = bundle.box
 
     def policy(unit: np.ndarray) -> np.ndarray:
         states = lo + unit.reshape(len(unit), -1) * (hi - lo)  # [n, d], d >= 1
-        return np.asarray(client.best_actions(states), dtype=np.int64).reshape(-1)
+        values = released_values(bundle, rbox.to_unit(states, clip=True))
+        best: np.ndarray = np.argmax(values, axis=1).astype(np.int64)  # ties: the lowest
+        return best
 
     j, _per_user = policy_value(
         dataset.s,

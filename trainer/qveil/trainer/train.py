@@ -28,6 +28,7 @@ import numpy as np
 
 from qveil.bundle import build_card, load_bundle, nonprivate_privacy, write_bundle
 from qveil.errors import InvalidArgument
+from qveil.keyed import seeded_key
 from qveil.noise import StateInterval
 from qveil.privacy import PrivacyParams, account, calibrate
 from qveil.trainer import register_envs
@@ -297,6 +298,9 @@ def run_training(
         config_toml=to_toml(cfg),
         training_log_rows=tr.log_rows,
         curve_title=title,
+        # the release's one key: OS entropy; a seeded run (tests, experiments; the card says
+        # seeded) derives it from its seed
+        noise_key=None if seed is None else seeded_key(seed),
     )
     written = load_bundle(path, verify=True)  # what the server will check, checked now
     return TrainOutcome(

@@ -11,11 +11,11 @@ One call, whatever the transport:
 1. **Admission.** The credential is authorized for the service (``auth``; the caller's role);
    a server that is starting or shutting down refuses (UNAVAILABLE); the call is bounded by
    the calls in flight, globally and per caller (RESOURCE_EXHAUSTED).
-2. **Work.** The request is decoded and the query service runs in the executor (it blocks on
-   the store), with the caller's new-state budget key and the call's deadline.
-3. **Padding.** A value-returning answer, or its error, is held to the end of its
-   ``--min-latency-ms`` bucket (:meth:`DataPlane._pad`).
-4. **Metrics.** Every call is observed with its canonical code (``qveil.errors.error_status``).
+2. **Work.** The request is decoded and the query service answers it, with the caller's
+   quota key and the call's deadline: a call of at most ``INLINE_MAX_STATES`` states on the
+   event loop (pure computation: the release's model and keyed noise, no store, no lock),
+   a larger one in the executor, so the loop stays free for other calls.
+3. **Metrics.** Every call is observed with its canonical code (``qveil.errors.error_status``).
 """
 
 from __future__ import annotations
@@ -23,9 +23,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple, TypeVar
 
@@ -36,9 +35,7 @@ from qveil.common import typing as t
 from qveil.errors import ResourceExhausted, Unavailable, error_status
 from qveil.server.auth import Authorizer
 from qveil.server.limits import per_caller_bound
-from qveil.server.protocol.batching import Batcher
 from qveil.server.protocol.v2_model import SERVER_NAME, InferRequest, InferResponse, OIPModel
-from qveil.server.query import ParsedQuery, ValuesAsk
 from qveil.server.quotas import caller_host
 from qveil.server.services import Services
 from qveil.version import __version__
@@ -60,14 +57,9 @@ R = TypeVar("R")
 VALUE = "qveil.v1.ValueService"
 ADMIN = "qveil.v1.AdminService"
 AUDIT = "qveil.v1.AuditService"
-#: methods whose answers are released values: padded to --min-latency-ms
-PADDED = frozenset({"GetValues", "GetBestActions", "v2.ModelInfer"})
-#: requests of stored states up to this many states are answered on the event loop (memory
-#: only, no hand-off to the executor); larger ones keep the loop free for other calls
-INLINE_MAX_STATES = 1024
-#: GetValues calls of up to this many states that need the store are answered in batches
-#: (:mod:`qveil.server.protocol.batching`); larger ones each run in their own executor thread
-BATCH_MAX_STATES = 64
+#: values calls of up to this many states are answered on the event loop (no hand-off to the
+#: executor); larger ones run in an executor thread and keep the loop free for other calls
+INLINE_MAX_STATES = 64
 
 
 def _never() -> bool:
@@ -90,7 +82,7 @@ class CallContext(NamedTuple):
 class Call(NamedTuple):
     """An admitted call, as the work sees it."""
 
-    #: the key of the caller's new-state budget: its token (``token:NAME``) or its host
+    #: the key of the caller's quota: its token (``token:NAME``) or its host
     caller: str
     #: the caller's role (None: anonymous, no tokens file)
     role: str | None
@@ -106,7 +98,7 @@ class ValuesQuery(NamedTuple):
 
 
 def _once(decode: Callable[[], ValuesQuery]) -> Callable[[], ValuesQuery]:
-    """``decode``, run at most once (by the inline try, the batch or the executor)."""
+    """``decode``, run at most once (on the event loop or in the executor)."""
     decoded: list[ValuesQuery] = []
 
     def query() -> ValuesQuery:
@@ -119,7 +111,7 @@ def _once(decode: Callable[[], ValuesQuery]) -> Callable[[], ValuesQuery]:
 
 @functools.lru_cache(maxsize=4096)
 def budget_key(caller: str) -> str:
-    """The new-state budget's key of a caller: its token (``token:NAME``), or the peer's host
+    """The quota's key of a caller: its token (``token:NAME``), or the peer's host
     without the port (``peer:ipv4:1.2.3.4``), so a new connection does not get a new bucket."""
     if caller.startswith("peer:"):
         return "peer:" + caller_host(caller.removeprefix("peer:"))
@@ -145,81 +137,47 @@ class DataPlane:
         self.closing = False
         self.in_flight = 0
         self.by_caller: dict[str, int] = {}  # in-flight calls per caller (event loop only)
-        #: small GetValues calls that need the store, answered together
-        self.values_batcher: Batcher[ValuesAsk, t.Values] = Batcher(
-            executor, self.query.get_values_many
-        )
-        self.metrics.batcher = self.values_batcher
 
     # ------------------------------------------------------------------ query endpoints
-    def _routes(
+    def _route(
         self, query: Callable[[], ValuesQuery]
-    ) -> tuple[
-        Callable[[Call], t.Values],
-        Callable[[Call], t.Values | None],
-        Callable[[Call], Awaitable[t.Values] | None],
-    ]:
-        """The three ways of answering a values call, over one parse of the request:
-        ``stored`` (on the event loop, when it holds at most INLINE_MAX_STATES states, all
-        stored; else None), ``batched`` (in the next batch, when it holds at most
-        BATCH_MAX_STATES states; else None) and ``run`` (alone, in an executor thread)."""
-        parsed: list[ParsedQuery] = []
-
-        def parse() -> ParsedQuery:
-            if not parsed:
-                q = query()
-                parsed.append(self.query.parse(q.states, q.actions, release_id=q.release_id))
-            return parsed[0]
+    ) -> tuple[Callable[[Call], t.Values], Callable[[Call], t.Values | None]]:
+        """The two ways of answering a values call, over one parse of the request: ``inline``
+        (on the event loop, when it holds at most INLINE_MAX_STATES states; else None) and
+        ``run`` (in an executor thread). Both compute the same answer."""
 
         def run(call: Call) -> t.Values:
-            return self.query.values(parse(), deadline=call.deadline, caller=call.caller)
+            q = query()
+            parsed = self.query.parse(q.states, q.actions, release_id=q.release_id)
+            return self.query.values(parsed, deadline=call.deadline, caller=call.caller)
 
-        tried = [False]  # stored() looked the states up (and found some new)
-
-        def stored(call: Call) -> t.Values | None:
+        def inline(call: Call) -> t.Values | None:
             if query().states.shape[0] > INLINE_MAX_STATES:
                 return None
-            got = self.query.stored_values(parse(), deadline=call.deadline)
-            tried[0] = got is None
-            return got
+            return run(call)
 
-        def batched(call: Call) -> Awaitable[t.Values] | None:
-            if query().states.shape[0] > BATCH_MAX_STATES:
-                return None
-            ask = ValuesAsk(parse(), call.deadline, call.caller, looked_up=tried[0])
-            return self.values_batcher.submit(ask)
-
-        return run, stored, batched
+        return run, inline
 
     async def get_values(self, ctx: CallContext, decode: Callable[[], ValuesQuery]) -> t.Values:
-        run, stored, batched = self._routes(_once(decode))
-        return await self.call(VALUE, "GetValues", ctx, run, inline=stored, batched=batched)
+        run, inline = self._route(_once(decode))
+        return await self.call(VALUE, "GetValues", ctx, run, inline=inline)
 
     async def get_best_actions(
         self, ctx: CallContext, decode: Callable[[], ValuesQuery]
     ) -> t.BestActions:
-        """GetBestActions: the values of every action (answered as GetValues is: stored
-        states on the event loop, small calls in batches), then each state's best."""
-        run, stored, batched = self._routes(_once(decode))
+        """GetBestActions: the values of every action (answered as GetValues is), then each
+        state's best."""
+        run, inline = self._route(_once(decode))
         best = self.query.best_actions
 
         def run_best(call: Call) -> t.BestActions:
             return best(run(call))
 
-        def inline(call: Call) -> t.BestActions | None:
-            v = stored(call)
+        def inline_best(call: Call) -> t.BestActions | None:
+            v = inline(call)
             return None if v is None else best(v)
 
-        async def then_best(pending: Awaitable[t.Values]) -> t.BestActions:
-            return best(await pending)
-
-        def in_batch(call: Call) -> Awaitable[t.BestActions] | None:
-            pending = batched(call)
-            return None if pending is None else then_best(pending)
-
-        return await self.call(
-            VALUE, "GetBestActions", ctx, run_best, inline=inline, batched=in_batch
-        )
+        return await self.call(VALUE, "GetBestActions", ctx, run_best, inline=inline_best)
 
     async def get_release(self, ctx: CallContext) -> t.Release:
         return await self.call(VALUE, "GetRelease", ctx, lambda _c: self.query.get_release())
@@ -257,16 +215,12 @@ class DataPlane:
         fn: Callable[[Call], R],
         *,
         inline: Callable[[Call], R | None] | None = None,
-        batched: Callable[[Call], Awaitable[R] | None] | None = None,
     ) -> R:
-        """Admit the call, run ``fn`` in the executor, pad and observe it. Raises what
-        admission or ``fn`` raised (domain exceptions); the transport maps it.
-
-        ``inline``: work that never blocks (a request of stored states: memory only), run on
-        the event loop first, saving the executor hand-off; its None means "not that kind of
-        request" and ``fn`` runs in the executor as usual. ``batched``: the call's answer as
-        part of a batch of calls (an awaitable), or None for a call not to batch. Padding and
-        metrics are the same whichever way the call is answered."""
+        """Admit the call, run ``fn`` in the executor and observe it. Raises what admission
+        or ``fn`` raised (domain exceptions); the transport maps it. ``inline``: work that
+        never blocks (a small values call: pure computation), run on the event loop first,
+        saving the executor hand-off; its None means "not that kind of request" and ``fn``
+        runs in the executor as usual."""
         start = time.perf_counter()
         code = "OK"
         key: str | None = None
@@ -275,17 +229,10 @@ class DataPlane:
             self._enter(key)
             call = Call(caller=budget_key(key), role=role, deadline=ctx.deadline)
             got = None if inline is None else inline(call)
-            pending = None if got is not None or batched is None else batched(call)
             if got is not None:
-                result: R = got
-            elif pending is not None:
-                result = await pending
-            else:
-                loop = asyncio.get_running_loop()
-                result = await loop.run_in_executor(self.executor, fn, call)
-            if self.limits.min_latency_ms > 0:  # (no coroutine to build when no padding)
-                await self._pad(start, method, ctx)
-            return result
+                return got
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(self.executor, fn, call)
         except asyncio.CancelledError:
             code = "CANCELLED"
             raise
@@ -293,7 +240,6 @@ class DataPlane:
             code = error_status(exc).code
             if code == "INTERNAL":
                 log.exception("internal error in %s", method)
-            await self._pad(start, method, ctx)
             raise
         finally:
             if key is not None:
@@ -320,23 +266,6 @@ class DataPlane:
             del self.by_caller[key]
         self.in_flight -= 1
         self.metrics.in_flight = self.in_flight
-
-    async def _pad(self, start: float, method: str, ctx: CallContext) -> None:
-        """Hold a value-returning answer (or error) until the end of its latency bucket:
-        ``min_latency_ms`` after the call arrived, or, for a call that took longer, the next
-        whole multiple of it. Without it a stored state answers in ~1 ms and a new one in
-        ~5 ms, which tells a client whether anyone asked about a state before; quantised,
-        both answer at the same instant whenever the store's work fits in one bucket, and a
-        slow call is visible only as a whole bucket later (docs/privacy.md,
-        benchmarks/bench_timing.py). The call keeps its in-flight slot while it waits."""
-        pad = self.limits.min_latency_ms
-        if pad <= 0 or method not in PADDED:
-            return
-        quantum = pad / 1000.0
-        elapsed = time.perf_counter() - start
-        left = math.ceil(max(elapsed, 1e-9) / quantum) * quantum - elapsed
-        if left > 0 and not ctx.cancelled():
-            await asyncio.sleep(left)
 
     def _admit(self, service: str, ctx: CallContext) -> tuple[str, str | None]:
         """Authorize and bound concurrency; return the caller's key for the per-caller count
@@ -377,5 +306,5 @@ class DataPlane:
 
 
 def new_executor(workers: int) -> ThreadPoolExecutor:
-    """The thread pool the data plane runs blocking work in (it calls the store)."""
-    return ThreadPoolExecutor(max_workers=workers, thread_name_prefix="qveil-store")
+    """The thread pool the data plane runs large calls in."""
+    return ThreadPoolExecutor(max_workers=workers, thread_name_prefix="qveil-query")

@@ -1,4 +1,4 @@
-"""qveil.server.store: the persistent per-action GP sample-path store.
+"""qveil.server.store: the persistent per-(release, path) log of answered noise values.
 
 ``open_store(url)`` gives a :class:`SamplePathStore` on one of three backends:
 
@@ -6,11 +6,11 @@
 * ``sqlite:////abs/path.sqlite``: the embedded default (WAL, synchronous=FULL, BEGIN IMMEDIATE);
 * ``postgresql+psycopg://user@host:port/db``: several replicas sharing one store.
 
-``get_or_sample_paths(release_id, paths, xs)`` returns each state's stored noise on each path
-(a release of d coordinates: path a * d + j is action a's coordinate j; d = 1: path a),
-drawing new states exactly given their stored neighbours (qveil.noise) and committing them
-durably first, all paths in one transaction; ``get_or_sample(release_id, path, xs)`` is its
-one-path form.
+``record_paths(release_id, paths, xs, gs)`` logs answered values ``gs[k][i] =
+g_{paths[k]}(xs[k][i])`` (a release of d coordinates: path a * d + j is action a's
+coordinate j; d = 1: path a), the states not logged yet of all paths in one durable
+transaction. The values themselves come from the release's key (:mod:`qveil.keyed`); the
+server logs them off the answer path (:mod:`qveil.server.answer_log`).
 """
 
 from __future__ import annotations
@@ -19,8 +19,7 @@ import os
 from pathlib import Path
 
 from qveil.errors import InvalidArgument
-from qveil.rng import NormalSource
-from qveil.server.store.base import InsertRecord, ReleaseRecord, SamplePathStore, StoredPoint
+from qveil.server.store.base import ReleaseRecord, SamplePathStore, StoredPoint
 from qveil.server.store.integrity import ActionIntegrity, IntegrityReport
 from qveil.server.store.memory import MemoryStore
 from qveil.server.store.sql import SQLStore
@@ -28,7 +27,6 @@ from qveil.server.store.sql import SQLStore
 __all__ = [
     "ActionIntegrity",
     "DEFAULT_URL_ENV",
-    "InsertRecord",
     "IntegrityReport",
     "ReleaseRecord",
     "SamplePathStore",
@@ -55,7 +53,6 @@ def default_url() -> str:
 def open_store(
     url: str | None = None,
     *,
-    rng: NormalSource | int | None = None,
     create: bool = True,
     new_ok: bool = True,
     key: bytes | None = None,
@@ -64,11 +61,10 @@ def open_store(
 ) -> SamplePathStore:
     """Open (and migrate, with ``create``) a store; refuses unsafe durability settings.
 
-    ``rng=None`` draws release noise from OS entropy (the only production setting; a seed is
-    for tests). ``key``: HMAC key of the integrity chain (default: ``$QVEIL_STORE_KEY`` if
+    ``key``: HMAC key of the integrity chain (default: ``$QVEIL_STORE_KEY`` if
     set, else plain SHA-256). ``create=False`` refuses a missing or unmigrated database;
     ``new_ok=False`` refuses a missing or empty one (nothing is created) but migrates an older
-    store: every opener except ``qveil admin init-store`` and a first serve.
+    store: every opener except ``qveil serve``, whose log may start empty.
     """
     if url is None:
         url = default_url()
@@ -78,11 +74,10 @@ def open_store(
         key = os.environ["QVEIL_STORE_KEY"].encode("utf-8")
     if url.startswith("memory:"):
         name = url[len("memory:") :].lstrip("/")
-        return MemoryStore(name, rng=rng, key=key)
+        return MemoryStore(name, key=key)
 
     return SQLStore(
         url,
-        rng=rng,
         key=key,
         create=create,
         new_ok=new_ok,

@@ -1,47 +1,44 @@
-"""The store's interface: :class:`SamplePathStore`, composed of three parts with one job each,
-the release registry (:mod:`.releases`: releases, bindings, identity, incarnation), the path
-cache (:mod:`.pathcache`: the in-process copies, the answers from them, admission, the
-witness) and the group committer (:mod:`.groupcommit`: new points drawn and stored durably),
-over a backend's ``_db_*`` hooks (:mod:`.memory`, :mod:`.sql`).
+"""The store's interface: :class:`SamplePathStore`, the durable log of answered noise values,
+composed of three parts with one job each: the release registry (:mod:`.releases`: the
+releases it logs and their parameters), the path cache (:mod:`.pathcache`: the in-process
+copy of each path's log, :meth:`record_paths`) and the group committer (:mod:`.groupcommit`:
+logged points stored durably), over a backend's ``_db_*`` hooks (:mod:`.memory`,
+:mod:`.sql`).
 
-Every backend keeps, per (release, action), an in-process copy of the committed points: a
-sorted map x -> g plus the high-water mark (largest seq seen) and the head hash. Values never
-change, so a state found in the copy is answered without touching the database (cached hits
-are always right). States not in the copy are resolved by group commit (:meth:`_resolve`):
-the new states of every caller, release and action that arrive while a commit is in flight
-are stored together by the next transaction. That transaction holds the lock of each of its
-(release, action) pairs (process-wide thread locks taken in sorted order, plus the backend's
-cross-process lock: SQLite ``BEGIN IMMEDIATE``, PostgreSQL ``pg_advisory_xact_lock`` per pair,
-in sorted order), and *inside* it, per pair:
+An answer never waits for the store: it is a pure function of the release and the state
+(:mod:`qveil.keyed`); the server hands what it answered to its answer log
+(:mod:`qveil.server.answer_log`), whose thread calls :meth:`record_paths` off the answer
+path. Every backend keeps, per (release, path), an in-process copy of the logged points: a
+map x -> g plus the high-water mark (largest seq seen) and the head hash. States not in the
+copy are logged by group commit (:meth:`_resolve`): the points of every release and path
+that arrive while a commit is in flight are stored together by the next transaction. That
+transaction holds the lock of each of its (release, path) pairs (process-wide thread locks
+taken in sorted order, plus the backend's cross-process lock: SQLite ``BEGIN IMMEDIATE``,
+PostgreSQL ``pg_advisory_xact_lock`` per pair, in sorted order), and *inside* it, per pair:
 
 1. read from the database every row committed since the copy's high-water mark (seq order),
-   so any neighbour another thread, process or replica inserted is known (skipped when the
-   backend can tell that nobody else wrote: SQLite ``PRAGMA data_version``);
-2. look up the nearest stored point on each side of every new state (the copy's sorted
-   index, :mod:`qveil.pathindex`, vectorised) and call :func:`qveil.noise.sample_batch`:
-   the new states are drawn one after another in the order given, each conditioned on its
-   nearest neighbours among the stored points and the batch's earlier draws; by the Markov
-   property of the OU kernel that is the exact joint conditional law (docs/privacy.md section
-   9); the store does no math;
-3. insert the new rows of all pairs (seq = high-water + 1, ..., chained hashes per pair) and
-   check they were all written (a row that is not ours means a lost race: roll back and
-   retry the whole transaction);
-4. commit durably; only then add the new points to the copies and wake their callers (a
-   failed attempt has changed no copy: there is nothing to undo).
+   so a point another thread, process or replica logged is not logged twice (skipped when
+   the backend can tell that nobody else wrote: SQLite ``PRAGMA data_version``);
+2. keep the states the copy does not hold;
+3. insert their rows (seq = high-water + 1, ..., chained hashes per pair) and check they
+   were all written (a row that is not ours means a lost race: roll back and retry the
+   whole transaction);
+4. commit durably; then add the new points to the copies.
 
-A value drawn in an attempt that fails is never returned and never enters the copy; so a
-crash before the commit loses only points nobody was answered with.
+Replicas and copies of a release answer with the same values (one key per release), so any
+number of them may log into one store or each into its own; ``qveil audit`` recomputes
+every logged value from the release's key.
 
 **One value per state without a unique index.** The database table is an append log
 (migration 0005): its only key is (release, action, coordinate, seq). Step 1 makes the copy
-complete under the lock, so step 2 draws only states that no committed row holds. A writer
+complete under the lock, so step 2 keeps only states that no committed row holds. A writer
 whose copy missed a row (a bug in step 1) is still stopped by the database in step 3: its
 seqs start at its high-water mark + 1, which is the missed row's seq, so that insert is
 skipped by the primary key, the confirm re-select sees a row that is not its own, and the
 transaction is rolled back and retried with a full re-read (the version token is dropped).
 A second row for one state can therefore only come from a bug or from tampering: loading
-it (:meth:`SamplePathStore._apply`) refuses the path, which is then neither sampled nor
-answered by this process again (IntegrityError, nothing written), while the other paths of
+it (:meth:`SamplePathStore._apply`) refuses the path, which this process then no longer
+logs (IntegrityError, nothing written), while the other paths of
 a group commit are stored; ``verify`` and ``qveil audit`` report the row.
 """
 
@@ -49,16 +46,14 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from qveil.errors import InvalidArgument, QveilError, Unavailable
-from qveil.rng import NormalSource, is_seeded, resolve_rng
 from qveil.server.store.groupcommit import (
     MAX_ATTEMPTS,
     GroupCommitter,
-    InsertRecord,
     Retry,
     WriteTxn,
     _GroupCommit,
@@ -69,20 +64,14 @@ from qveil.server.store.integrity import (
     verify_chain,
 )
 from qveil.server.store.pathcache import (
-    Admission,
     FloatArray,
     FullRow,
     PathCache,
     Row,
-    Witness,
     _ActionState,
     _process_lock,
 )
 from qveil.server.store.releases import (
-    INCARNATION_KEY,
-    PHYSICAL_KEY,
-    Incarnation,
-    ReleaseBinding,
     ReleaseRecord,
     ReleaseRegistry,
     check_action,
@@ -94,22 +83,15 @@ from qveil.server.store.releases import (
 
 __all__ = [
     "MAX_ATTEMPTS",
-    "INCARNATION_KEY",
-    "PHYSICAL_KEY",
-    "Admission",
     "FloatArray",
     "FullRow",
     "ImportedRelease",
-    "Incarnation",
-    "InsertRecord",
     "StoredPoint",
     "QveilError",
-    "ReleaseBinding",
     "ReleaseRecord",
     "Retry",
     "Row",
     "SamplePathStore",
-    "Witness",
     "WriteTxn",
     "check_action",
     "check_status",
@@ -123,12 +105,11 @@ _PRIVATE = (_ActionState, _GroupCommit, _process_lock)  # used by the backends a
 
 @dataclass(frozen=True, slots=True)
 class ImportedRelease:
-    """A release read from an export file (:mod:`qveil.server.store.export`): its record,
-    every path's rows (path -> rows in seq order) and its binding, inserted together."""
+    """A release read from an export file (:mod:`qveil.server.store.export`): its record
+    and every path's rows (path -> rows in seq order), inserted together."""
 
     rec: ReleaseRecord
     rows: dict[int, list[Row]]
-    binding: ReleaseBinding | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,34 +129,26 @@ class StoredPoint:
 
 
 class SamplePathStore(ReleaseRegistry, PathCache, GroupCommitter, ABC):
-    """Persistent per-(release, action) GP sample paths (see the module docstring).
-
-    ``rng=None`` (production) draws from OS entropy; a seed is for tests only. ``key``
-    (bytes) makes the integrity chain an HMAC under that server key.
+    """The persistent per-(release, path) log of answered noise values (see the module
+    docstring). ``key`` (bytes) makes the integrity chain an HMAC under that server key.
     """
 
     #: backend name ("memory", "sqlite", "postgresql")
     backend = "abstract"
 
-    def __init__(
-        self, *, identity: str, rng: NormalSource | int | None = None, key: bytes | None = None
-    ) -> None:
+    def __init__(self, *, identity: str, key: bytes | None = None) -> None:
         self._identity = identity
-        self._rng = resolve_rng(rng)
         self._hasher = ChainHasher(key)
         self._rel_cache: dict[str, ReleaseRecord] = {}
         self._states: dict[tuple[str, int], _ActionState] = {}
         self._states_guard = threading.Lock()
         self._closed = False
-        self._insert_hook: Callable[[str, int, list[InsertRecord]], None] | None = None
-        self._drawn = 0  # new points this object committed (metrics)
+        self._drawn = 0  # points this object logged (metrics)
         self._drawn_guard = threading.Lock()
         self._pre_read_always = True
         #: group commit: a writer also stores the new states other threads queued meanwhile
         self.coalesce = True
         self._gc = _GroupCommit()
-        self._witness: Witness | None = None
-        self._witness_lock = threading.Lock()
 
     # -- backend hooks ----------------------------------------------------------------------
 
@@ -188,8 +161,8 @@ class SamplePathStore(ReleaseRegistry, PathCache, GroupCommitter, ABC):
 
     @abstractmethod
     def _db_import(self, release: ImportedRelease) -> None:
-        """Insert a release, all its rows and its binding in one transaction (InvalidArgument
-        if it exists)."""
+        """Insert a release and all its rows in one transaction (InvalidArgument if it
+        exists)."""
 
     def _db_close(self) -> None:  # noqa: B027 - optional hook
         """Release the backend's resources (default: nothing)."""
@@ -211,12 +184,6 @@ class SamplePathStore(ReleaseRegistry, PathCache, GroupCommitter, ABC):
             self._release(release_id)
         return self._db_count(release_id, action)
 
-    @property
-    def seeded(self) -> bool:
-        """True when new noise comes from a seeded generator (tests, experiments): a server
-        must refuse or flag that for a release; False for OS entropy (``rng=None``)."""
-        return is_seeded(self._rng)
-
     # -- integrity, export ------------------------------------------------------------------
 
     def verify(self, release_id: str, action: int | None = None) -> IntegrityReport:
@@ -235,13 +202,13 @@ class SamplePathStore(ReleaseRegistry, PathCache, GroupCommitter, ABC):
             actions=tuple(results),
         )
 
-    def export(self, release_id: str, path: str, *, move_token: str | None = None) -> int:
+    def export(self, release_id: str, path: str) -> int:
         """Write the release and all its points as JSONL (see :mod:`.export`); returns rows."""
         # qveil.server.store.export reads and writes through this class: imported on use (cycle)
         from qveil.server.store.export import export_release
 
         self._check_open()
-        return export_release(self, release_id, path, move_token=move_token)
+        return export_release(self, release_id, path)
 
     def import_(self, path: str) -> ReleaseRecord:
         """Load a JSONL export, verifying counts, seqs and every chain link first."""

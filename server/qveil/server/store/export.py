@@ -3,8 +3,7 @@
 Format (one JSON object per line; floats written by ``repr``, so every x and g round-trips
 bit for bit):
 
-    {"type": "release", "format": "qveil.noise.v1", ...ReleaseRecord fields...,
-     "binding": {"fingerprint": ..., "origin_store_id": ..., "bound_at": ...} or null}
+    {"type": "release", "format": "qveil.noise.v1", ...ReleaseRecord fields...}
     {"type": "point", "action": a, "coordinate": j, "seq": s, "x": x, "g": g,
      "created_at": t, "hash": h}
     ...                                      (in (action, coordinate, seq) order)
@@ -18,9 +17,9 @@ written before every point named it).
 Import checks, before writing anything: the format tag, every field, the end record (counts
 and head hashes: a truncated file is refused), seqs 1..n without gaps per action, states in
 [0, 1] and unique per action, finite values, and every chain link under the importing
-store's key. Then the release, all rows and its binding (the importing store then
-holds the release, so a bundle bound elsewhere may be served from it) are written in one
-transaction.
+store's key. Then the release and all rows are written in one transaction. An export is a
+copy of a log, not a move: the values are the release's key's, so any copy of a release
+answers with them (``qveil audit`` checks a log against the key).
 """
 
 from __future__ import annotations
@@ -35,7 +34,6 @@ from typing import TYPE_CHECKING, Any
 from qveil.errors import IntegrityError, InvalidArgument
 from qveil.server.store.base import (
     ImportedRelease,
-    ReleaseBinding,
     ReleaseRecord,
     Row,
     validate_betas,
@@ -55,14 +53,10 @@ def export_release(
     store: SamplePathStore,
     release_id: str,
     path: str | os.PathLike[str],
-    *,
-    move_token: str | None = None,
 ) -> int:
     """Write ``release_id`` to ``path`` (atomically: temp file + rename); returns point count.
-    The file is 0600 whatever the umask: it holds the release's stored noise. ``move_token``
-    (the registry's single-use token of a move) goes into the header."""
+    The file is 0600 whatever the umask: it holds the release's logged noise."""
     rec = store.get_release(release_id)
-    bound = store.get_binding(release_id)
     dest = Path(path)
     tmp = dest.with_name(dest.name + ".tmp")
     counts: dict[str, int] = {}
@@ -71,18 +65,7 @@ def export_release(
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     os.fchmod(fd, 0o600)  # a leftover temp file keeps its old mode through O_TRUNC
     with os.fdopen(fd, "w", encoding="utf-8") as f:
-        binding = (
-            None
-            if bound is None
-            else {
-                "fingerprint": bound.fingerprint,
-                "origin_store_id": bound.origin_store_id,
-                "bound_at": bound.bound_at,
-            }
-        )
-        head = {"type": "release", "format": FORMAT, **rec.to_dict(), "binding": binding}
-        if move_token is not None:
-            head["move_token"] = move_token
+        head = {"type": "release", "format": FORMAT, **rec.to_dict()}
         f.write(json.dumps(head) + "\n")
         for a, (seq, x, g, c, h) in store._db_iter_rows(release_id, None):
             # path a is (action, coordinate) = divmod(a, dims)
@@ -133,9 +116,8 @@ def _num(d: dict[str, Any], k: str, line: int) -> float:
     return float(v)
 
 
-def _release_header(d: dict[str, Any], i: int) -> tuple[ReleaseRecord, ReleaseBinding | None]:
-    """The release record (and its binding, if any) of an export's header line ``i``."""
-    binding: ReleaseBinding | None = None
+def _release_header(d: dict[str, Any], i: int) -> ReleaseRecord:
+    """The release record of an export's header line ``i``."""
     try:
         rid, fp, s, b, iv, m, st = validate_release_fields(
             release_id=d["release_id"],
@@ -148,20 +130,9 @@ def _release_header(d: dict[str, Any], i: int) -> tuple[ReleaseRecord, ReleaseBi
         )
         bs = validate_betas(d.get("betas"), b)
         created = datetime.fromisoformat(d["created_at"])
-        bd = d.get("binding")
-        if bd is not None:
-            if not (
-                isinstance(bd, dict)
-                and all(
-                    isinstance(bd.get(k), str) and 0 < len(bd[k]) <= 128
-                    for k in ("fingerprint", "origin_store_id", "bound_at")
-                )
-            ):
-                raise ValueError("binding needs fingerprint, origin_store_id, bound_at")
-            binding = ReleaseBinding(rid, bd["fingerprint"], bd["bound_at"], bd["origin_store_id"])
     except (KeyError, TypeError, ValueError) as exc:
         raise InvalidArgument(f"line {i}: bad release header: {exc}") from None
-    return ReleaseRecord(rid, fp, s, b, iv, m, st, created, len(bs) or 1, bs), binding
+    return ReleaseRecord(rid, fp, s, b, iv, m, st, created, len(bs) or 1, bs)
 
 
 def _point_row(d: dict[str, Any], i: int, rec: ReleaseRecord) -> tuple[int, Row]:
@@ -209,7 +180,6 @@ def _verify_rows(
 def import_release(store: SamplePathStore, path: str | os.PathLike[str]) -> ReleaseRecord:
     """Verify ``path`` completely, then store its release and points in one transaction."""
     rec: ReleaseRecord | None = None
-    binding: ReleaseBinding | None = None
     rows: dict[int, list[Row]] = {}
     end: dict[str, Any] | None = None
     try:
@@ -230,7 +200,7 @@ def import_release(store: SamplePathStore, path: str | os.PathLike[str]) -> Rele
             if i == 1 or rec is None:
                 if t != "release" or d.get("format") != FORMAT:
                     raise InvalidArgument(f"line {i}: not a {FORMAT} export (no release header)")
-                rec, binding = _release_header(d, i)
+                rec = _release_header(d, i)
             elif t == "point":
                 a, row = _point_row(d, i, rec)
                 rows.setdefault(a, []).append(row)
@@ -243,5 +213,5 @@ def import_release(store: SamplePathStore, path: str | os.PathLike[str]) -> Rele
     if end is None:
         raise IntegrityError(f"{path}: no end record: the export is truncated")
     _verify_rows(store, path, rec, rows, end)
-    store._db_import(ImportedRelease(rec, rows, binding))
+    store._db_import(ImportedRelease(rec, rows))
     return store.get_release(rec.release_id)

@@ -1,57 +1,40 @@
-"""The store's group committer: new points of every caller, release and path that arrive
-while a commit is in flight are drawn and stored together by the next write transaction.
+"""The store's group committer: answered points of every release and path that arrive
+while a commit is in flight are logged together by the next write transaction.
 
 See :mod:`qveil.server.store.base` for the transaction's steps (read what other writers
-committed, draw exactly given the stored neighbours, insert, confirm, commit durably, only
-then apply to the copies). :class:`GroupCommitter` is that part of
+committed, keep the states not logged yet, insert with their chain hashes, confirm, commit
+durably, then apply to the copies). :class:`GroupCommitter` is that part of
 :class:`~qveil.server.store.base.SamplePathStore`; the backends give it their write
 transaction (:class:`WriteTxn`).
 """
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from abc import abstractmethod
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-import numpy as np
-
 from qveil.errors import Unavailable, echo
-from qveil.noise import sample_batch
 from qveil.server.store.pathcache import FullRow, Row, _ActionState, _process_lock
 from qveil.server.store.releases import ReleaseRecord
 
-__all__ = ["GroupCommitter", "InsertRecord", "MAX_ATTEMPTS", "Retry", "WriteTxn"]
+__all__ = ["GroupCommitter", "MAX_ATTEMPTS", "Retry", "WriteTxn"]
 
 MAX_ATTEMPTS = 8
 
 
-@dataclass(frozen=True, slots=True)
-class InsertRecord:
-    """Debug record of one insertion: what it saw (nearest committed-or-earlier-in-batch
-    neighbours) when it was drawn. Used by the concurrency tests."""
-
-    seq: int
-    x: float
-    g: float
-    left: float | None
-    right: float | None
-
-
 class _GroupCommit:
-    """The store's group-commit queue: (release, action) -> states waiting for the next
-    transaction, the leader lock (held by the thread running a transaction) and a
+    """The store's group-commit queue: (release, action) -> {state: value} waiting for the
+    next transaction, the leader lock (held by the thread running a transaction) and a
     generation counter bumped (under ``cond``) after every leader's transaction."""
 
     __slots__ = ("queue", "rels", "queue_lock", "leader", "cond", "gen")
 
     def __init__(self) -> None:
-        self.queue: dict[tuple[str, int], dict[float, None]] = {}
+        self.queue: dict[tuple[str, int], dict[float, float]] = {}
         self.rels: dict[str, ReleaseRecord] = {}
         self.queue_lock = threading.Lock()
         self.leader = threading.Lock()
@@ -81,12 +64,10 @@ class GroupCommitter:
     """Group commit of new points (see the module docstring)."""
 
     _identity: str
-    _rng: Any
     _hasher: Any
     _gc: _GroupCommit
     _drawn: int
     _drawn_guard: threading.Lock
-    _insert_hook: Callable[[str, int, list[InsertRecord]], None] | None
     _pre_read_always: bool
     coalesce: bool
 
@@ -96,7 +77,6 @@ class GroupCommitter:
         def _apply(self, st: _ActionState, rows: Sequence[Row]) -> None: ...
         def _catch_up(self, st: _ActionState, fetch: Callable[[], Sequence[Row]]) -> None: ...
         def _db_fetch_since(self, release_id: str, action: int, hw: int) -> Sequence[Row]: ...
-        def _witnessed(self, release_id: str, sts: Sequence[tuple[int, _ActionState]]) -> None: ...
 
     @abstractmethod
     def _db_write_txn(self, keys: Sequence[tuple[str, int]]) -> AbstractContextManager[WriteTxn]:
@@ -105,13 +85,8 @@ class GroupCommitter:
         returning), rolls back on an exception. Backend errors come out as Unavailable /
         IntegrityError / :class:`Retry`."""
 
-    def set_debug_hook(self, hook: Callable[[str, int, list[InsertRecord]], None] | None) -> None:
-        """Test aid: after each commit, ``hook(release_id, action, records)`` with what every
-        inserted point was conditioned on (draws are then made one by one; same law)."""
-        self._insert_hook = hook
-
-    def _resolve(self, rel: ReleaseRecord, wants: dict[int, list[float]]) -> None:
-        """Store the states of ``wants`` (action -> states) not stored yet, in one write
+    def _resolve(self, rel: ReleaseRecord, wants: dict[int, dict[float, float]]) -> None:
+        """Log the states of ``wants`` (path -> {state: value}) not logged yet, in one write
         transaction, before returning (see the module docstring).
 
         Group commit (``coalesce``), the WAL-writer pattern: a thread queues its (release,
@@ -141,7 +116,7 @@ class GroupCommitter:
                 st = sts[a]
                 st.check()  # a path refused meanwhile (its log failed to load) is not waited on
                 values = st.values
-                left = [v for v in xs if v not in values]
+                left = {v: g for v, g in xs.items() if v not in values}
                 if left:
                     todo[a] = left
             if not todo:
@@ -149,19 +124,14 @@ class GroupCommitter:
             with gc.queue_lock:  # (re-)queue ours for the next leader
                 gc.rels[rid] = rel
                 for a, left in todo.items():
-                    gc.queue.setdefault((rid, a), {}).update(dict.fromkeys(left))
+                    gc.queue.setdefault((rid, a), {}).update(left)
             if gc.leader.acquire(blocking=False):
                 try:
                     with gc.queue_lock:
-                        batch = {k: list(v) for k, v in gc.queue.items()}
+                        batch = {k: dict(v) for k, v in gc.queue.items()}
                         rels = dict(gc.rels)
                         gc.queue.clear()
                     self._store_batch(batch, rels)
-                    # the witness of the whole batch, before any of its callers is woken:
-                    # one publication per commit, and the next batch gathers every caller
-                    # that arrived meanwhile (the callers still check it: _witnessed)
-                    for r in rels:
-                        self._witnessed(r, [(a, self._state(r, a)) for (r2, a) in batch if r2 == r])
                 finally:
                     gc.leader.release()
                     with gc.cond:
@@ -173,13 +143,12 @@ class GroupCommitter:
                     gc.cond.wait(timeout=1.0)
 
     def _store_batch(
-        self, batch: dict[tuple[str, int], list[float]], rels: dict[str, ReleaseRecord]
+        self, batch: dict[tuple[str, int], dict[float, float]], rels: dict[str, ReleaseRecord]
     ) -> None:
-        """One write transaction storing the not-yet-stored states of ``batch`` ((release,
-        action) -> states) under the locks of all its actions (process-wide thread locks
+        """One write transaction logging the not-yet-logged states of ``batch`` ((release,
+        path) -> {state: value}) under the locks of all its paths (process-wide thread locks
         taken in sorted order, plus the backend's cross-process locks); retried whole on a
-        lost race. Points of one action are drawn in order, each conditioned on
-        every point stored before it or earlier in the batch (:meth:`_draw`)."""
+        lost race. Points of one path take their seqs in the order given (:meth:`_rows`)."""
         keys = sorted(batch)
         locks = self._path_locks(keys)
         for lk in locks:
@@ -193,7 +162,7 @@ class GroupCommitter:
     def _store_batch_locked(
         self,
         keys: list[tuple[str, int]],
-        batch: dict[tuple[str, int], list[float]],
+        batch: dict[tuple[str, int], dict[float, float]],
         rels: dict[str, ReleaseRecord],
     ) -> None:
         sts = {k: self._state(*k) for k in keys}
@@ -213,7 +182,7 @@ class GroupCommitter:
         last: Exception | None = None
         for attempt in range(MAX_ATTEMPTS):
             try:
-                drawn: dict[tuple[str, int], tuple[list[Row], list[InsertRecord] | None]] = {}
+                drawn: dict[tuple[str, int], list[Row]] = {}
                 now = time.time()  # one created_at per transaction
                 with self._db_write_txn(sorted(todo)) as tx:
                     tok = tx.version()
@@ -225,10 +194,10 @@ class GroupCommitter:
                                 continue  # refused: nothing drawn for it
                         new = [v for v in todo[k] if v not in st.values]
                         if new:
-                            drawn[k] = self._draw(rels[k[0]], st, k[1], new, tx, now)
+                            drawn[k] = self._rows(rels[k[0]], st, k[1], new, batch[k], tx, now)
                     if not drawn:
                         return
-                    rows = [(k[0], k[1], *r) for k in sorted(drawn) for r in drawn[k][0]]
+                    rows = [(k[0], k[1], *r) for k in sorted(drawn) for r in drawn[k]]
                     tx.insert(rows)
                     if not tx.confirm(rows):
                         raise Retry("another writer stored rows concurrently")
@@ -238,13 +207,10 @@ class GroupCommitter:
                 for k in todo:
                     st = sts[k]
                     if k in drawn:
-                        self._apply_committed(k, st, drawn[k][0])
+                        self._apply_committed(k, st, drawn[k])
                     # complete as of tok: re-read in the transaction, or nobody else wrote
                     # since, and our own rows are applied
                     st.version = tok
-                for k, (_rows, seen) in drawn.items():
-                    if self._insert_hook is not None and seen is not None:
-                        self._insert_hook(k[0], k[1], seen)
                 return
             except Retry as exc:
                 last = exc
@@ -255,8 +221,8 @@ class GroupCommitter:
                 time.sleep(min(0.2, 0.002 * 2**attempt))
         where = ", ".join(f"release {echo(r)} action {a}" for r, a in sorted(todo))
         raise Unavailable(
-            f"store: could not commit new noise points of {where} "
-            f"after {MAX_ATTEMPTS} attempts ({last}); nothing was answered"
+            f"store: could not log the answered points of {where} "
+            f"after {MAX_ATTEMPTS} attempts ({last})"
         )
 
     def _path_locks(self, keys: Sequence[tuple[str, int]]) -> list[threading.Lock]:
@@ -274,54 +240,26 @@ class GroupCommitter:
         """Add a committed transaction's own rows of one path to its copy."""
         self._apply(st, rows)
 
-    def _draw(
+    def _rows(
         self,
         rel: ReleaseRecord,
         st: _ActionState,
         a: int,
         new: list[float],
+        given: dict[float, float],
         tx: WriteTxn,
         now: float,
-    ) -> tuple[list[Row], list[InsertRecord] | None]:
-        """Draw the distinct, not stored states ``new`` exactly, given the stored points, and
-        chain their rows.
-
-        The states are drawn, and take their seqs, in the order given, each conditioned on
-        its nearest neighbours among the stored points and the batch's earlier states
-        (:func:`qveil.noise.sample_batch`; the stored neighbours of the whole batch come
-        from the copy's sorted index in two vectorised look-ups). Nothing enters the
-        copy here: the caller applies the rows after the commit.
-        """
-        x = np.array(new, dtype=np.float64)
-        lx, lg, rx, rg = st.index.neighbours(x)
-        m = int(x.size)
-        z = np.asarray(self._rng.standard_normal(m), dtype=np.float64).reshape(-1)
-        if z.size != m or not np.isfinite(z).all():
-            raise Unavailable("store: the normal source returned a bad draw; nothing was stored")
-        g, seen_l, seen_r = sample_batch(
-            x, lx, lg, rx, rg, beta=rel.path_beta(a), sigma=rel.sigma, z=z
-        )
+    ) -> list[Row]:
+        """The chained rows of the distinct, not logged states ``new`` with their values from
+        ``given``, taking seqs in the order given. Nothing enters the copy here: the caller
+        applies the rows after the commit."""
         seq, prev = self._chain_tail(rel.release_id, st, a, tx)
-        xl = new
-        gl: list[float] = g.tolist()
-        hashes = self._hasher.links(prev, seq, xl, gl)
-        rows: list[Row] = [
+        gl = [given[v] for v in new]
+        hashes = self._hasher.links(prev, seq, new, gl)
+        return [
             (s, v, w, now, h.hex())
-            for s, v, w, h in zip(range(seq + 1, seq + 1 + m), xl, gl, hashes, strict=True)
+            for s, v, w, h in zip(range(seq + 1, seq + 1 + len(new)), new, gl, hashes, strict=True)
         ]
-        recs = None
-        if self._insert_hook is not None:  # what each draw was conditioned on (same rule)
-            recs = [
-                InsertRecord(
-                    r[0],
-                    r[1],
-                    r[2],
-                    None if lf == -math.inf else lf,
-                    None if rt == math.inf else rt,
-                )
-                for r, lf, rt in zip(rows, seen_l.tolist(), seen_r.tolist(), strict=True)
-            ]
-        return rows, recs
 
 
 def _since(

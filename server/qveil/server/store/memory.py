@@ -13,11 +13,9 @@ from contextlib import contextmanager
 from dataclasses import replace
 
 from qveil.errors import InvalidArgument, echo
-from qveil.rng import NormalSource
 from qveil.server.store.base import (
     FullRow,
     ImportedRelease,
-    ReleaseBinding,
     ReleaseRecord,
     Row,
     SamplePathStore,
@@ -32,7 +30,6 @@ class _MemData:
         self.lock = threading.RLock()
         self.releases: dict[str, ReleaseRecord] = {}
         self.rows: dict[tuple[str, int], list[Row]] = {}
-        self.bindings: dict[str, ReleaseBinding] = {}
         self.store_id = uuid.uuid4().hex  # volatile like the rest: a new store per process
         self.meta: dict[str, str] = {}
 
@@ -66,9 +63,7 @@ class _MemTxn:
 class MemoryStore(SamplePathStore):
     backend = "memory"
 
-    def __init__(
-        self, name: str = "", *, rng: NormalSource | int | None = None, key: bytes | None = None
-    ) -> None:
+    def __init__(self, name: str = "", *, key: bytes | None = None) -> None:
         if name:
             with _NAMED_GUARD:
                 self._data = _NAMED.setdefault(name, _MemData())
@@ -76,7 +71,7 @@ class MemoryStore(SamplePathStore):
         else:
             self._data = _MemData()
             identity = new_identity("memory")
-        super().__init__(identity=identity, rng=rng, key=key)
+        super().__init__(identity=identity, key=key)
 
     def _db_insert_release(self, rec: ReleaseRecord) -> bool:
         with self._data.lock:
@@ -133,7 +128,7 @@ class MemoryStore(SamplePathStore):
             )
 
     def _db_import(self, release: ImportedRelease) -> None:
-        rec, rows, binding = release.rec, release.rows, release.binding
+        rec, rows = release.rec, release.rows
         with self._data.lock:
             if rec.release_id in self._data.releases:
                 raise InvalidArgument(
@@ -143,14 +138,9 @@ class MemoryStore(SamplePathStore):
             for a, rs in rows.items():
                 if rs:
                     self._data.rows[(rec.release_id, a)] = list(rs)
-            if binding is not None:
-                self._data.bindings[rec.release_id] = binding
 
     def _db_store_id(self) -> str:
         return self._data.store_id
-
-    def _db_get_binding(self, release_id: str) -> ReleaseBinding | None:
-        return self._data.bindings.get(release_id)
 
     def _db_meta(self, key: str) -> str | None:
         return self._data.meta.get(key)
@@ -160,13 +150,3 @@ class MemoryStore(SamplePathStore):
             for k, v in values.items():
                 if not only_if_absent or k not in self._data.meta:
                     self._data.meta[k] = v
-
-    def _physical_identity(self) -> str:
-        return f"memory:{self._data.store_id}"  # one process's data: never copied
-
-    def _db_insert_binding(self, binding: ReleaseBinding) -> bool:
-        with self._data.lock:
-            if binding.release_id in self._data.bindings:
-                return False
-            self._data.bindings[binding.release_id] = binding
-            return True

@@ -21,8 +21,7 @@ Four tables (plus the admin records of :mod:`qveil.server.admin_tables`):
   second row for one state can only come from a bug or from tampering: loading the path
   refuses it and ``verify`` / ``qveil audit`` report it.
 
-``store_meta`` holds the store's random identity and ``release_bindings`` the fingerprint of
-every release bound to the store (one release, one store).
+``store_meta`` holds the store's random identity (and, in a registry, its signing key).
 
 Floats are IEEE doubles on both backends (``Double``: SQLite REAL, PostgreSQL DOUBLE PRECISION),
 so a stored x or g round-trips bit for bit.
@@ -37,7 +36,6 @@ __all__ = [
     "STORE_ID_KEY",
     "metadata",
     "noise_points",
-    "release_bindings",
     "releases",
     "store_meta",
 ]
@@ -105,18 +103,6 @@ store_meta = sa.Table(
     metadata,
     sa.Column("key", sa.String(64), primary_key=True),
     sa.Column("value", sa.Text(), nullable=False),
-)
-
-#: One row per release bound to this store: the release fingerprint (a hash
-#: of the bundle's model and card files, ``qveil.bundle.release_fingerprint``) this store's noise
-#: belongs to; written on the first serve (or by import-release), never updated.
-release_bindings = sa.Table(
-    "release_bindings",
-    metadata,
-    sa.Column("release_id", sa.String(128), sa.ForeignKey("releases.release_id"), primary_key=True),
-    sa.Column("fingerprint", sa.String(128), nullable=False),
-    sa.Column("bound_at", sa.String(40), nullable=False),
-    sa.Column("origin_store_id", sa.String(64), nullable=False),
 )
 
 # The admin records (privacy ledger, caps, admin audit log, release bundles) share this

@@ -1,9 +1,9 @@
-"""The store's release registry: the releases a store holds (their noise parameters and
-status), their bindings to bundles, the store's identity and its incarnation.
+"""The store's release registry: the releases a store logs (their noise parameters and
+status), the store's identity and its key-value metadata.
 
 :class:`ReleaseRegistry` is the part of :class:`~qveil.server.store.base.SamplePathStore`
-that answers "which release, with which parameters, bound to which bundle, in which copy of
-the store"; the backends implement its ``_db_*`` hooks. Nothing here touches noise points.
+that answers "which release, with which parameters"; the backends implement its ``_db_*``
+hooks. Nothing here touches noise points.
 """
 
 from __future__ import annotations
@@ -12,22 +12,17 @@ import math
 import re
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
 
-from qveil.errors import IntegrityError, InvalidArgument, NotFound, echo
-from qveil.privacy.record import Record
+from qveil.errors import InvalidArgument, NotFound, echo
 from qveil.server.store.models import RELEASE_STATUSES
 
 __all__ = [
-    "INCARNATION_KEY",
-    "Incarnation",
-    "PHYSICAL_KEY",
-    "ReleaseBinding",
     "ReleaseRecord",
     "ReleaseRegistry",
     "check_action",
@@ -86,18 +81,6 @@ class ReleaseRecord:
         d["created_at"] = self.created_at.isoformat()
         d["betas"] = list(self.betas)  # [] for a 1-D release (its rate is beta)
         return d
-
-
-@dataclass(frozen=True)
-class ReleaseBinding(Record):
-    """A release bound to a store: the fingerprint of the bundle whose noise
-    the store holds, when it was bound and the id of the store that first drew the noise (this
-    store, or the one it was imported from)."""
-
-    release_id: str
-    fingerprint: str
-    bound_at: str
-    origin_store_id: str
 
 
 def validate_release_fields(
@@ -167,30 +150,12 @@ def check_action(action: int, n_actions: int) -> int:
     return a
 
 
-INCARNATION_KEY = "incarnation"
-PHYSICAL_KEY = "physical_identity"
-
-
-@dataclass(frozen=True)
-class Incarnation:
-    """Which copy of a store this is (:meth:`SamplePathStore.incarnation`)."""
-
-    token: str
-    recorded: str
-    current: str
-
-    @property
-    def original(self) -> bool:
-        """True when this is the file or database the token was recorded in."""
-        return self.recorded == self.current
-
-
 def new_identity(prefix: str) -> str:
     return f"{prefix}:{uuid.uuid4().hex}"
 
 
 class ReleaseRegistry(ABC):
-    """Releases, bindings, identity and incarnation of a store (see the module docstring)."""
+    """Releases, identity and metadata of a store (see the module docstring)."""
 
     _rel_cache: dict[str, ReleaseRecord]
 
@@ -215,25 +180,12 @@ class ReleaseRegistry(ABC):
         """The store's random persistent identity (``store_meta.store_id``)."""
 
     @abstractmethod
-    def _db_get_binding(self, release_id: str) -> ReleaseBinding | None: ...
-
-    @abstractmethod
     def _db_meta(self, key: str) -> str | None:
         """A value of the store's key-value metadata (``store_meta``), None when absent."""
 
     @abstractmethod
     def _db_set_meta(self, values: dict[str, str], *, only_if_absent: bool) -> None:
         """Write metadata values in one transaction (insert, or also overwrite)."""
-
-    @abstractmethod
-    def _physical_identity(self) -> str:
-        """What this database physically is, which no byte copy, clone or restore into a new
-        file or database carries: a SQLite file's inode, a PostgreSQL cluster's system
-        identifier and database oid."""
-
-    @abstractmethod
-    def _db_insert_binding(self, binding: ReleaseBinding) -> bool:
-        """Insert; False when the release is bound already (nothing changed)."""
 
     def create_release(
         self,
@@ -309,65 +261,16 @@ class ReleaseRegistry(ABC):
             self._store_id_cache = sid
         return sid
 
-    def get_binding(self, release_id: str) -> ReleaseBinding | None:
-        """The release's binding to this store, or None when it is not bound here."""
+    def meta_value(self, key: str, make: Callable[[], str]) -> str:
+        """The store's metadata value under ``key``; when absent, ``make()`` is stored first
+        (the first writer wins a race: every process reads the one value stored)."""
         self._check_open()
-        return self._db_get_binding(release_id)
-
-    def bind_release(self, release_id: str, fingerprint: str) -> ReleaseBinding:
-        """Record that this store holds the noise of the release with ``fingerprint`` (the
-        release must be registered). Idempotent for the same fingerprint; a different one is
-        refused (IntegrityError): one release id names one bundle and one noise path."""
-        self._check_open()
-        self.get_release(release_id)  # NotFound
-        if not isinstance(fingerprint, str) or not 0 < len(fingerprint) <= 128:
-            raise InvalidArgument("a release fingerprint is a non-empty string of <= 128 chars")
-        new = ReleaseBinding(
-            release_id,
-            fingerprint,
-            datetime.now(UTC).isoformat(timespec="seconds"),
-            self.store_id,
-        )
-        if self._db_insert_binding(new):
-            return new
-        old = self._db_get_binding(release_id)
-        assert old is not None
-        if old.fingerprint != fingerprint:
-            raise IntegrityError(
-                f"release {echo(release_id)} is bound to this store with fingerprint "
-                f"{old.fingerprint[:16]}..., not {fingerprint[:16]}...: another bundle under "
-                "the same release id"
-            )
-        return old
-
-    def incarnation(self) -> Incarnation:
-        """This store's incarnation: a random token drawn when the store was first opened
-        (rewritten only by an administrator's adoption), the physical identity recorded with
-        it, and the physical identity it has now. ``original`` is False for a byte copy, a
-        clone or a backup restored into a new file or database: that copy is a new
-        incarnation, which serves nothing until an administrator adopts it."""
-        self._check_open()
-        current = self._physical_identity()
-        token = self._db_meta(INCARNATION_KEY)
-        recorded = self._db_meta(PHYSICAL_KEY)
-        if token is None or recorded is None:  # first open since incarnations exist
-            self._db_set_meta(
-                {INCARNATION_KEY: uuid.uuid4().hex, PHYSICAL_KEY: current}, only_if_absent=True
-            )
-            token, recorded = self._db_meta(INCARNATION_KEY), self._db_meta(PHYSICAL_KEY)
-        assert token is not None and recorded is not None
-        return Incarnation(token=token, recorded=recorded, current=current)
-
-    def adopt_incarnation(self) -> Incarnation:
-        """Make this copy a new incarnation: a fresh token and its current physical identity.
-        Only ``qveil admin adopt-store`` calls this, after recording the adoption in the
-        registry (which then refuses every other incarnation of the store)."""
-        self._check_open()
-        self._db_set_meta(
-            {INCARNATION_KEY: uuid.uuid4().hex, PHYSICAL_KEY: self._physical_identity()},
-            only_if_absent=False,
-        )
-        return self.incarnation()
+        got = self._db_meta(key)
+        if got is None:
+            self._db_set_meta({key: make()}, only_if_absent=True)
+            got = self._db_meta(key)
+        assert got is not None
+        return got
 
     def set_release_status(self, release_id: str, status: str) -> ReleaseRecord:
         self._check_open()

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
@@ -49,12 +48,10 @@ from qveil.errors import (
     Unavailable,
     echo,
 )
-from qveil.rng import NormalSource
 from qveil.server.store import migrate
 from qveil.server.store.base import (
     FullRow,
     ImportedRelease,
-    ReleaseBinding,
     ReleaseRecord,
     Retry,
     Row,
@@ -63,7 +60,6 @@ from qveil.server.store.base import (
 from qveil.server.store.integrity import ChainHasher
 from qveil.server.store.models import STORE_ID_KEY
 from qveil.server.store.models import noise_points as NP  # noqa: N812
-from qveil.server.store.models import release_bindings as BIND  # noqa: N812
 from qveil.server.store.models import releases as REL  # noqa: N812
 from qveil.server.store.models import store_meta as META  # noqa: N812
 from qveil.server.store.sql_engines import (
@@ -221,7 +217,6 @@ class SQLStore(SamplePathStore):
         self,
         url: str | URL,
         *,
-        rng: NormalSource | int | None = None,
         key: bytes | None = None,
         create: bool = True,
         new_ok: bool = True,
@@ -251,7 +246,7 @@ class SQLStore(SamplePathStore):
                 f"unsupported store URL scheme {u.drivername!r} (memory://, sqlite:///path, "
                 "postgresql+psycopg://...)"
             )
-        super().__init__(identity=identity, rng=rng, key=key)
+        super().__init__(identity=identity, key=key)
         # read new rows before taking the write lock on every miss on PostgreSQL (points
         # other replicas stored are then found without the advisory lock); on SQLite only
         # on first touch (a write transaction that writes nothing costs no fsync there)
@@ -340,7 +335,6 @@ class SQLStore(SamplePathStore):
         # RETURNING: the row count of INSERT .. ON CONFLICT DO NOTHING is not reliable through
         # every driver (psycopg reports -1 here); a returned key means "inserted"
         self._ins_release = ins(REL).on_conflict_do_nothing().returning(REL.c.release_id)
-        self._ins_binding = ins(BIND).on_conflict_do_nothing().returning(BIND.c.release_id)
         # SQLite hot path: the same Core statement compiled once to positional SQL, executed
         # with tuples (saves SQLAlchemy's per-row parameter processing, ~10 us a row)
         self._ins_points_sql: str | None = None
@@ -650,40 +644,8 @@ class SQLStore(SamplePathStore):
                     else stmt.on_conflict_do_update(index_elements=[META.c.key], set_={"value": v})
                 )
 
-    def _physical_identity(self) -> str:
-        if self.backend == "sqlite":
-            db = self._url.database or ""
-            path = db[len("file:") :] if db.startswith("file:") else db
-            try:
-                return f"sqlite-inode:{os.stat(path).st_ino}"
-            except OSError as exc:
-                raise Unavailable(f"cannot stat the store file {path}: {exc.strerror}") from None
-
-        def read(c: sa.Connection) -> str:
-            sysid = c.execute(sa.text("SELECT system_identifier FROM pg_control_system()"))
-            oid = c.execute(
-                sa.text("SELECT oid FROM pg_database WHERE datname = current_database()")
-            )
-            return f"postgresql:{sysid.scalar_one()}:{oid.scalar_one()}"
-
-        return str(self._read_call("read the database identity", read))
-
-    def _db_get_binding(self, release_id: str) -> ReleaseBinding | None:
-        row = self._read_call(
-            "read a release binding",
-            lambda c: c.execute(select(BIND).where(BIND.c.release_id == release_id)).first(),
-        )
-        if row is None:
-            return None
-        return ReleaseBinding(row.release_id, row.fingerprint, row.bound_at, row.origin_store_id)
-
-    def _db_insert_binding(self, binding: ReleaseBinding) -> bool:
-        with self._write("bind a release") as conn:
-            res = conn.execute(self._ins_binding, binding.to_dict())
-            return res.first() is not None
-
     def _db_import(self, release: ImportedRelease) -> None:
-        rec, rows, binding = release.rec, release.rows, release.binding
+        rec, rows = release.rec, release.rows
         with self._write("import a release") as conn:
             res = conn.execute(self._ins_release, _release_row(rec))
             if res.first() is None:
@@ -709,8 +671,6 @@ class SQLStore(SamplePathStore):
                             for s, x, g, c, h in rs[k : k + 10000]
                         ],
                     )
-            if binding is not None:
-                conn.execute(sa.insert(BIND), binding.to_dict())
 
     def _db_close(self) -> None:
         if self._wconn is not None:

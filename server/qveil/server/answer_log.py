@@ -1,0 +1,181 @@
+"""The answer log: what the server answered, written to the store off the answer path.
+
+An answer is a pure function of the release and the state (:mod:`qveil.keyed`), so nothing
+has to be stored before it is answered. The store keeps what was released, for audit
+(``qveil audit`` recomputes every logged value from the release's key): each answered
+call hands its snapped unit states and the value of every (action, coordinate) path it
+used to :meth:`AnswerLog.submit`, which only appends them to a queue (the same constant work
+for a state asked before and a new one: nothing public depends on it). One thread takes
+everything queued, keeps per (release, path) the states the store does not hold yet, and
+logs them with one group commit (:meth:`qveil.server.store.SamplePathStore.record_paths`).
+
+If the store fails, the thread keeps what it took and tries again (at most
+``MAX_PENDING_POINTS`` points are held; past that the oldest are dropped and counted). Past
+``--max-stored-points`` points of a release the log stops writing that release's new points
+(answers go on), counts them and warns once. A logged value that differs from the one
+answered (a store that is not this release's log) is counted; ``qveil audit`` names it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["AnswerLog", "MAX_PENDING_POINTS"]
+
+log = logging.getLogger("qveil.server")
+
+#: answered points held in memory while the store is unavailable
+MAX_PENDING_POINTS = 2_000_000
+#: seconds between attempts while the store fails
+RETRY_SECONDS = 0.5
+
+_Entry = tuple[str, npt.NDArray[np.float64], list[int], npt.NDArray[np.float64]]
+
+
+class AnswerLog:
+    """The background writer of answered values (see the module docstring)."""
+
+    def __init__(self, store: Any, *, max_points: int, metrics: Any = None) -> None:
+        self.store = store
+        self.max_points = int(max_points)
+        self.metrics = metrics
+        self._queue: deque[_Entry] = deque()
+        self._wake = threading.Event()
+        self._idle = threading.Condition()
+        self._busy = False
+        self._stop = False
+        self._thread: threading.Thread | None = None
+        #: (release, path) -> {state: value} taken from the queue and not logged yet
+        self._pending: dict[tuple[str, int], dict[float, float]] = {}
+        self._warned_full: set[str] = set()
+        self._loaded: set[str] = set()  # releases whose logged points are in the copies
+        #: counts for metrics and tests
+        self.logged = 0
+        self.unlogged = 0
+        self.mismatched = 0
+        self.failures = 0
+
+    # -- the answer path ---------------------------------------------------------------------
+    def submit(
+        self,
+        release_id: str,
+        xs: npt.NDArray[np.float64],
+        actions: list[int],
+        coords: npt.NDArray[np.float64],
+    ) -> None:
+        """Queue one call's answered values: unit states ``xs`` [n, d] (snapped), the
+        ``actions`` answered and ``coords`` [n, len(actions), d], g_{a d + j}(x_j)."""
+        self._queue.append((release_id, xs, actions, coords))
+        self._wake.set()
+
+    @property
+    def queued(self) -> int:
+        """Calls submitted and not taken by the thread yet."""
+        return len(self._queue)
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="qveil-answer-log", daemon=True)
+            self._thread.start()
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Wait until everything submitted so far is logged (True) or ``timeout`` passes."""
+        deadline = time.monotonic() + timeout
+        self._wake.set()
+        with self._idle:
+            while self._queue or self._busy or self._pending:
+                left = deadline - time.monotonic()
+                if left <= 0 or self._thread is None:
+                    return False
+                self._idle.wait(min(left, 0.05))
+                self._wake.set()
+        return True
+
+    def close(self, timeout: float = 10.0) -> bool:
+        """Log what is queued (up to ``timeout``), then stop the thread."""
+        done = self.flush(timeout)
+        self._stop = True
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=1.0)
+        return done
+
+    # -- the thread ----------------------------------------------------------------------------
+    def _run(self) -> None:
+        while not self._stop:
+            self._wake.wait(timeout=RETRY_SECONDS)
+            self._wake.clear()
+            with self._idle:
+                self._busy = True
+            try:
+                self._take()
+                if self._pending:
+                    self._write()
+            except Exception:  # noqa: BLE001 - the log must outlive any one failure
+                self.failures += 1
+                log.warning("answer log: could not write to the store; retrying", exc_info=True)
+                time.sleep(RETRY_SECONDS)
+            finally:
+                with self._idle:
+                    self._busy = False
+                    self._idle.notify_all()
+
+    def _take(self) -> None:
+        """Move the queue into ``_pending`` ((release, path) -> {state: value})."""
+        pending = self._pending
+        while self._queue:
+            rid, xs, acts, coords = self._queue.popleft()
+            d = xs.shape[1]
+            cols = [xs[:, j].tolist() for j in range(d)]
+            for k, a in enumerate(acts):
+                for j in range(d):
+                    got = pending.setdefault((rid, a * d + j), {})
+                    got.update(zip(cols[j], coords[:, k, j].tolist(), strict=True))
+        held = sum(len(v) for v in pending.values())
+        while held > MAX_PENDING_POINTS and pending:
+            key = next(iter(pending))
+            held -= len(pending[key])
+            self.unlogged += len(pending.pop(key))
+
+    def _write(self) -> None:
+        """Log ``_pending`` release by release (one group commit each)."""
+        for rid in sorted({r for r, _p in self._pending}):
+            keys = sorted(k for k in self._pending if k[0] == rid)
+            if rid not in self._loaded:  # what other processes and earlier runs logged
+                self.store.refresh(rid)
+                self._loaded.add(rid)
+            if self.store.known_points(rid) >= self.max_points:
+                n = sum(len(self._pending.pop(k)) for k in keys)
+                self.unlogged += n
+                if rid not in self._warned_full:
+                    self._warned_full.add(rid)
+                    log.warning(
+                        "answer log: release %s holds %d logged points, the cap "
+                        "(--max-stored-points); answers go on, unlogged",
+                        rid,
+                        self.max_points,
+                    )
+                continue
+            paths = [p for _r, p in keys]
+            xs = [np.fromiter(self._pending[k].keys(), np.float64) for k in keys]
+            gs = [np.fromiter(self._pending[k].values(), np.float64) for k in keys]
+            written, mismatched = self.store.record_paths(rid, paths, xs, gs)
+            for k in keys:
+                del self._pending[k]
+            self.logged += written
+            self.mismatched += mismatched
+            if mismatched:
+                log.error(
+                    "answer log: %d logged value(s) of release %s differ from the values "
+                    "answered: the store is not this release's log (run qveil audit)",
+                    mismatched,
+                    rid,
+                )

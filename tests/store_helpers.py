@@ -1,16 +1,24 @@
-"""Shared by the store tests: small releases, stored points, the seen-neighbour check."""
+"""Shared by the store tests: small releases, and the values to log computed from a real key.
+
+The store is the durable log of answered values (``record_paths``); it draws nothing. What a
+test logs is what a server would have answered: each path's value at snapped unit states,
+from :class:`qveil.keyed.KeyedPaths` under a seeded key (:func:`keyed_paths`)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
+import numpy.typing as npt
 
-from qveil.server.store import InsertRecord, SamplePathStore
+from qveil.keyed import KeyedPaths, seeded_key, snap
+from qveil.server.store import ReleaseRecord, SamplePathStore
 
 RID = "rel-1"
 SIGMA = 0.7
 BETA = 3.0
+#: the seed of the key whose values the store tests log
+KEY_SEED = 1
 
 
 def make_release(
@@ -23,10 +31,10 @@ def make_release(
     interval: tuple[float, float] = (-1.0, 2.0),
     betas: Sequence[float] | None = None,
     status: str = "staged",
-) -> None:
+) -> ReleaseRecord:
     """Create release ``rid`` in ``store`` (``betas``: one OU beta per coordinate of a
     d-coordinate release)."""
-    store.create_release(
+    return store.create_release(
         release_id=rid,
         fingerprint="f" * 64,
         sigma=sigma,
@@ -38,35 +46,48 @@ def make_release(
     )
 
 
+def keyed_paths(rec: ReleaseRecord, seed: int = KEY_SEED) -> KeyedPaths:
+    """The noise paths of the release ``rec`` under ``seeded_key(seed)`` (path p = a d + j)."""
+    betas = list(rec.betas) if rec.betas else [rec.beta]
+    return KeyedPaths(key=seeded_key(seed), betas=betas, sigma=rec.sigma, n_actions=rec.n_actions)
+
+
+def path_values(
+    paths: KeyedPaths, path: int, units: npt.ArrayLike
+) -> tuple[np.ndarray, np.ndarray]:
+    """(snapped unit states, g_path at them) of the unit states ``units`` (1-D)."""
+    idx, xs = snap(np.asarray(units, dtype=np.float64).reshape(-1))
+    return xs, paths.path_values(path, idx)
+
+
+def log_values(
+    store: SamplePathStore,
+    paths: KeyedPaths,
+    rid: str,
+    path_ids: Sequence[int],
+    units: Sequence[npt.ArrayLike],
+) -> tuple[list[np.ndarray], list[np.ndarray], int, int]:
+    """Log the keyed values at ``units[k]`` (unit states, snapped here) of path
+    ``path_ids[k]`` with ``record_paths``: (states per path, values per path, written,
+    mismatched)."""
+    xs, gs = [], []
+    for p, u in zip(path_ids, units, strict=True):
+        x, g = path_values(paths, p, u)
+        xs.append(x)
+        gs.append(g)
+    written, mismatched = store.record_paths(rid, list(path_ids), xs, gs)
+    return xs, gs, written, mismatched
+
+
 def stored(store: SamplePathStore, rid: str, action: int) -> tuple[np.ndarray, np.ndarray]:
     """(xs, gs) in insertion order."""
     pts = list(store.iter_points(rid, action))
     return (np.array([p.x for p in pts]), np.array([p.g for p in pts]))
 
 
-def check_seen(rows: Sequence[tuple[int, float]], records: Iterable[InsertRecord]) -> list[str]:
-    """Each insertion must have been conditioned on the nearest points committed before it.
-
-    ``rows``: (seq, x) of every stored point; ``records``: what each insertion saw. Replays
-    the rows in seq order and compares the true nearest left/right point among seqs < s with
-    the recorded ones. Returns the violations (empty when serialisation held)."""
-    from sortedcontainers import SortedList
-
-    by_seq = {r.seq: r for r in records}
-    index: SortedList = SortedList()
-    bad = []
-    for seq, x in sorted(rows):
-        rec = by_seq.get(seq)
-        if rec is not None:
-            i = index.bisect_left(x)
-            left = index[i - 1] if i > 0 else None
-            right = index[i] if i < len(index) else None
-            if rec.x != x:
-                bad.append(f"seq {seq}: recorded x {rec.x} but stored {x}")
-            elif (left, right) != (rec.left, rec.right):
-                bad.append(
-                    f"seq {seq} x={x}: saw {(rec.left, rec.right)}, "
-                    f"committed before it: {(left, right)}"
-                )
-        index.add(x)
-    return bad
+def logged(store: SamplePathStore, rid: str, path: int) -> dict[float, float]:
+    """The logged values of one path, state -> value (asserting one row per state)."""
+    pts = list(store.iter_points(rid, path))
+    out = {p.x: p.g for p in pts}
+    assert len(out) == len(pts), f"path {path}: a state is logged twice"
+    return out

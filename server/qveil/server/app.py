@@ -489,6 +489,7 @@ class _Run:
                 f"charged to population {rc.population}: eps={rc.epsilon:.6g} "
                 f"delta={rc.delta:.3g} (receipt of registry {rc.registry_id})"
             )
+            self.say(releases.spending(rc.population))
 
     async def drain_and_stop(self) -> None:
         """Stop the other processes, drain (health NOT_SERVING for ``drain_delay``), refuse

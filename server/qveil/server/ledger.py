@@ -30,6 +30,7 @@ from qveil.privacy.ledger import (
     check_budget,
     compose_with_rule,
     filter_check,
+    filter_state,
     verify_event,
 )
 from qveil.privacy.record import Record
@@ -103,7 +104,8 @@ class BudgetReport:
             "remaining": None
             if self.remaining is None
             else {"epsilon": self.remaining[0], "delta": self.remaining[1]},
-            "composition": "qveil.privacy.compose over the dataset's recorded events",
+            "composition": "the population's privacy filter (qveil.privacy.filter_state) when "
+            "it has a budget, else qveil.privacy.compose over the recorded events",
             "rule": self.rule,
             "events": [e.to_dict() for e in self.entries],
             "ephemeral": self.ephemeral,
@@ -448,13 +450,15 @@ class Ledger:
         with self.db.read() as conn:
             cap = self._cap(conn, dataset_id)
             entries = self._entries(conn, dataset_id)
-        eps, delta, rule = compose_with_rule([e.event for e in entries])
-        spent = (float(eps), float(delta))
-        remaining = (
-            None
-            if cap is None
-            else (max(0.0, cap.epsilon - spent[0]), max(0.0, cap.delta - spent[1]))
-        )
+        events = [e.event for e in entries]
+        if cap is not None:
+            # a population: its privacy filter's one figure (what ``qveil budget show``,
+            # ``qveil admin budget`` and ``admin ledger`` all print), never a delta above its cap
+            state = filter_state(events, budget_epsilon=cap.epsilon, budget_delta=cap.delta)
+            spent, remaining, rule = state.spent, state.remaining, state.rule
+        else:
+            eps, delta, rule = compose_with_rule(events)
+            spent, remaining = (float(eps), float(delta)), None
         return BudgetReport(
             dataset_id, cap, spent, remaining, entries, self.db.ephemeral, rule if entries else ""
         )

@@ -156,6 +156,21 @@ class ReleaseService(ContextService):
             self._cards.pop(bundle.bundle_id, None)
             return new
 
+    def spending(self, population: str) -> str:
+        """One line: the population's spending and what one more release may have, the same
+        figure ``qveil budget show`` and ``qveil admin budget`` print (its privacy filter)."""
+        rep = self.registry.ledger.budget(population)
+        if rep.cap is None or rep.remaining is None:
+            return (
+                f"population {population}: not declared in registry {self.registry.url} "
+                "(its receipt is trusted; its spending is in the registry that charged it)"
+            )
+        return (
+            f"population {population}: spent eps={rep.spent[0]:.6g} at delta={rep.spent[1]:.3g} "
+            f"of its budget eps={rep.cap.epsilon:g}; one more release may have "
+            f"eps <= {rep.remaining[0]:.6g} ({rep.rule.split(':')[0]})"
+        )
+
     def _find_bundle(self, release_id: str) -> Path:
         if release_id in self.known_bundles:
             return self.known_bundles[release_id]

@@ -155,7 +155,8 @@ def _add_fqi_flags(f: argparse._ArgumentGroup) -> None:
     f.add_argument(
         "--public-dataset",
         metavar="PATH",
-        help="forecast on this public dataset instead of simulated users",
+        help="forecast on this public dataset instead of simulated users: it is fitted as it "
+        "is, and its simulated releases carry the noise of N = --users users",
     )
     f.add_argument(
         "--forecast-releases", type=int, default=8, help="simulated releases (default 8)"

@@ -41,6 +41,27 @@ def test_a_public_dataset_replaces_the_simulation(tmp_path: Path) -> None:
         forecast(load_fqi_config(CONFIG), users=200, epsilon=0.0)
 
 
+def test_a_public_dataset_is_released_with_the_noise_of_users(tmp_path: Path) -> None:
+    """`qveil privacy --forecast --public-dataset P --users N`: the public dataset (200
+    users) is fitted, and its simulated releases carry the noise of the N = 2000 users the
+    plan is for (the sigma printed above the forecast), not of the dataset's 200."""
+    pub = tmp_path / "public.npz"
+    save_dataset(collect("qveil/LineWalk-v0", 200, 9), pub)
+    argv = ("privacy", "--mode", "fqi", "--config", str(CONFIG), "--epsilon", "1", "--delta",
+            "1e-5", "--forecast", "--public-dataset", str(pub), "--forecast-releases", "2",
+            "--forecast-episodes", "6", "--json")  # fmt: skip
+    sigmas = {}
+    for users in ("2000", "200"):
+        r = qveil(*argv, "--users", users)
+        assert r.returncode == 0, r.stderr
+        out = json.loads(r.stdout)
+        assert out["forecast"]["sigma"] == pytest.approx(out["sigma"], rel=1e-12), users
+        assert out["forecast"]["users"] == int(users)
+        assert "200 users" in out["forecast"]["source"]
+        sigmas[users] = out["sigma"]
+    assert sigmas["2000"] < sigmas["200"] / 5
+
+
 def test_cli_forecast_spends_no_privacy(tmp_path: Path) -> None:
     """`qveil privacy --forecast` prints (and --json carries) the forecast; `qveil train
     --forecast` prints it before training; neither records anything for it (the ledger holds

@@ -175,7 +175,19 @@ def forecast(
         )
         source = f"{env_id}, {users} simulated random-policy users (seed {seed})"
     else:
-        source = f"the public dataset of {env_id}"
+        # the public data is fitted as it is, and released with the noise of N = ``users``
+        # users (the private release's), not of the public dataset's own user count
+        plan = est.plan(
+            users=int(users),
+            actions=int(dataset.n_actions),
+            dims=int(dataset.d),
+            reward_range=tuple(getattr(config, "reward_range", None) or dataset.reward_range),
+        )
+        est = create_estimator(config.replace(epsilon=None, sigma=float(plan.sigma)))
+        source = (
+            f"the public dataset of {env_id} ({dataset.users} users), released with the "
+            f"noise of {users} users"
+        )
     with tempfile.TemporaryDirectory(prefix="qveil-forecast-") as tmp:
         out = est.train(dataset, Path(tmp) / "bundle", force=True)
         b = load_bundle(out.path)

@@ -8,7 +8,9 @@ random policy and, given the dataset, non-private FQI with the same public estim
 ``qveil evaluate --private --target HOST:PORT --dataset HELD_OUT --config FILE --population NAME
 --epsilon E [--delta D]``: a differentially private estimate of the served greedy policy's
 value on the held-out users' start states (:mod:`qveil.trainer.private_eval`), with its 95%
-interval, charged to the population's budget and shown on the admin card."""
+interval, charged to the population's budget and shown on the admin card. The value is a
+discounted one (the config's gamma), not an episode return; the interval covers the
+mechanism's noise only, not the bias of the fitted-Q evaluation (the output says both)."""
 
 from __future__ import annotations
 
@@ -49,7 +51,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         "--private",
         action="store_true",
         help="with --target and --dataset HELD_OUT: a differentially private estimate of the "
-        "served policy's value from held-out users' data",
+        "served policy's discounted value (the config's gamma; not an episode return) from "
+        "held-out users' data; its 95%% interval covers the mechanism's noise only, not the "
+        "fitted-Q evaluation's bias",
     )
     pv.add_argument("--config", metavar="FILE", help="the fqi config of the estimator")
     pv.add_argument("--population", metavar="NAME", help="the held-out users' population")
@@ -138,6 +142,8 @@ def run_private(args: argparse.Namespace, records: OpenReleaseRecords) -> int:
         f"private evaluation of release {rep['release_id']} on {rep['users']} held-out users: "
         f"{rep['estimate']:.4g} (95% interval {lo:.4g} to {hi:.4g}; the mechanism's noise, "
         f"sigma {rep['sigma']:.4g}), ({rep['epsilon']:.4g}, {rep['delta']:.3g})-DP, user relation\n"
+        f"scale: {rep['scale']}\n"
+        f"the interval does NOT cover {rep['interval_does_not_cover']}\n"
         f"population {population}: spent eps={b['spent']['epsilon']:.6g} at delta="
         f"{b['spent']['delta']:.3g} of eps={b['budget']['epsilon']:g}; one more release may "
         f"have eps <= {b['remaining']['epsilon']:.6g}"

@@ -16,9 +16,13 @@ users' data, for a team without a simulator of its users:
    before any data is read when the filter would not let it through) and recorded, with its
    interval, in the registry's audit log under the release id, where the admin card shows it.
 
-The interval is the mechanism's: estimate +- z sigma (95%: z = 1.96) covers the non-private
-estimate J exactly; how far J is from the policy's true value (FQE's bias on one random-policy
-episode per user) is measured in docs/results.md, not added to the interval.
+The estimate is on the scale of a **discounted value** (gamma the config's): the expected
+sum of gamma^t r_t from a held-out user's first state under the served greedy policy, the mean
+over users, not an episode's undiscounted return. The interval is the mechanism's: estimate
++- z sigma (95%: z = 1.96) covers the non-private estimate J exactly; it does **not** cover
+how far J is from the policy's true value (FQE's bias on one random-policy episode per user,
+measured in docs/results.md, not bounded); the report says both (:data:`SCALE`,
+:data:`NOT_COVERED`).
 """
 
 from __future__ import annotations
@@ -38,10 +42,23 @@ from qveil.release_records import ReleaseRecords
 from qveil.rng import OSEntropy
 from qveil.trainer.kfqi import state_intervals
 
-__all__ = ["Z95", "estimator_of", "private_evaluation"]
+__all__ = ["NOT_COVERED", "SCALE", "Z95", "estimator_of", "private_evaluation"]
 
 #: The two-sided 95% normal quantile.
 Z95 = 1.959963984540054
+
+#: What the estimate measures (``{gamma}``: the config's discount).
+SCALE = (
+    "discounted value (gamma {gamma}): the expected sum of gamma^t r_t from a held-out "
+    "user's first state under the served greedy policy, mean over users; not the episode "
+    "return"
+)
+#: What the 95% interval does not cover.
+NOT_COVERED = (
+    "the bias of the fitted-Q evaluation against the policy's true value: measured, not "
+    "bounded, and it can be larger than the interval (docs/results.md section 10: 10% low on "
+    "CartPole)"
+)
 
 
 def estimator_of(cfg: Any, dataset: Any) -> tuple[Any, Any, str, tuple[float, float]]:
@@ -102,7 +119,10 @@ def private_evaluation(
         "users": int(dataset.users),
         "estimate": estimate,
         "interval95": [estimate - half, estimate + half],
+        "scale": SCALE.format(gamma=f"{spec.gamma:g}"),
+        "gamma": spec.gamma,
         "interval_covers": "the non-private estimate (the mechanism's noise only)",
+        "interval_does_not_cover": NOT_COVERED,
         "epsilon": result.epsilon,
         "delta": result.delta_total,
         "sigma": result.sigma,
@@ -115,7 +135,10 @@ def private_evaluation(
         population,
         event,
         target=rid,
-        params={k: report[k] for k in ("estimate", "interval95", "epsilon", "delta", "users")},
+        params={
+            k: report[k]
+            for k in ("estimate", "interval95", "epsilon", "delta", "users", "gamma", "scale")
+        },
     )
     report["population_budget"] = records.population_report(population)
     return report

@@ -86,10 +86,11 @@ def test_accountant_calibrates_and_recomputes() -> None:
 
 
 def test_evaluate_private_end_to_end(tmp_path: Path) -> None:
-    """A LineWalk release trained on 300 users, served; a private evaluation on 300 held-out
-    users: an estimate with its 95% interval, charged to the population (the ledger shows it)
-    and recorded in the registry's audit log under the release; a second evaluation past the
-    budget is refused before any data is read."""
+    """A LineWalk release trained on 300 users, served with a batch limit of 64 states; a
+    private evaluation on 300 held-out users (and 101 anchors): an estimate with its 95%
+    interval, its scale and what the interval does not cover, charged to the population (the
+    ledger shows it) and recorded in the registry's audit log under the release; a second
+    evaluation past the budget is refused before any data is read."""
     config = str(REPO / "configs" / "linewalk-private.toml")
 
     def cli(*argv: str) -> subprocess.CompletedProcess[str]:
@@ -104,7 +105,9 @@ def test_evaluate_private_end_to_end(tmp_path: Path) -> None:
     r = cli("train", "--mode", "fqi", "--dataset", str(tmp_path / "train.npz"), "--config",
             config, "--epsilon", "1", "--delta", "1e-5", "--out", str(b), *pop)  # fmt: skip
     assert r.returncode == 0, r.stderr
-    with running(tmp_path, b) as srv:
+    # a server whose batch limit is below both the held-out users and the anchors: the
+    # evaluation asks in batches it accepts
+    with running(tmp_path, b, "--max-batch", "64") as srv:
         r = cli("evaluate", "--private", "--target", srv.target, "--dataset",
                 str(tmp_path / "held.npz"), "--config", config, "--epsilon", "1", *pop,
                 "--json")  # fmt: skip

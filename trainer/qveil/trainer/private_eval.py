@@ -42,7 +42,15 @@ from qveil.release_records import ReleaseRecords
 from qveil.rng import OSEntropy
 from qveil.trainer.kfqi import state_intervals
 
-__all__ = ["NOT_COVERED", "SCALE", "Z95", "estimator_of", "private_evaluation"]
+__all__ = [
+    "CHUNK",
+    "NOT_COVERED",
+    "SCALE",
+    "Z95",
+    "estimator_of",
+    "private_evaluation",
+    "served_best_actions",
+]
 
 #: The two-sided 95% normal quantile.
 Z95 = 1.959963984540054
@@ -154,7 +162,7 @@ def _served_policy_value(
 
     def policy(unit: np.ndarray) -> np.ndarray:
         states = lo + unit.reshape(len(unit), -1) * (hi - lo)  # [n, d], d >= 1
-        return np.asarray(client.best_actions(states), dtype=np.int64).reshape(-1)
+        return served_best_actions(client, states)
 
     j, _per_user = policy_value(
         dataset.s,
@@ -170,3 +178,27 @@ def _served_policy_value(
         spec=spec,
     )
     return float(j)
+
+
+#: States per GetBestActions call of the evaluation (below the server's default --max-batch).
+CHUNK = 1024
+
+
+def served_best_actions(client: Any, states: np.ndarray, *, chunk: int = CHUNK) -> np.ndarray:
+    """The served release's best action at each of ``states`` [n, d], any n: asked in
+    calls of at most ``chunk`` states, halved while the server says a batch is too large
+    (its ``--max-batch``; reason BATCH_TOO_LARGE)."""
+    out = np.empty(len(states), dtype=np.int64)
+    i = 0
+    while i < len(states):
+        part = states[i : i + chunk]
+        try:
+            acts = client.best_actions(part)
+        except Exception as exc:
+            if getattr(exc, "reason", "") != "BATCH_TOO_LARGE" or chunk == 1:
+                raise
+            chunk = max(1, chunk // 2)
+            continue
+        out[i : i + len(part)] = np.asarray(acts, dtype=np.int64).reshape(-1)
+        i += len(part)
+    return out

@@ -222,6 +222,10 @@ def test_a_three_action_config_plans_the_sigma_its_release_gets(tmp_path: Path) 
     bare = mountaincar_config(tmp_path, "bare", env_id="")
     r = qveil(*plan, "--config", str(bare))
     assert r.returncode == 2 and "neither actions nor an env_id" in r.stderr, r.stderr
+    unknown = mountaincar_config(tmp_path, "unknown", env_id='"Nope-v9"')
+    r = qveil(*plan, "--config", str(unknown))
+    assert r.returncode == 2 and "Nope-v9" in r.stderr and "set actions = M" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
 
 
 def test_kernel_reward_relation_needs_the_population_averages_declaration(

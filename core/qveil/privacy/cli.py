@@ -271,7 +271,12 @@ def _actions(cfg: Any, args: argparse.Namespace, env_actions: Callable[[str], in
     if cfg.actions is not None:
         return int(cfg.actions)
     if cfg.env_id:
-        return int(env_actions(cfg.env_id))
+        try:
+            return int(env_actions(cfg.env_id))
+        except InvalidArgument as exc:
+            raise InvalidArgument(
+                f"{exc}; set actions = M in the config (or pass --actions M)"
+            ) from None
     if args.config:
         raise InvalidArgument(
             f"config {str(args.config)[:80]!r} names neither actions nor an env_id: set "

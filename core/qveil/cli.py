@@ -44,7 +44,10 @@ SUBCOMMANDS: dict[str, str] = {
 
 # run function ("module.qualname") -> its keyword argument -> "module:attribute" that provides it
 WIRING: dict[str, dict[str, str]] = {
-    "qveil.privacy.cli.run": {"forecast": "qveil.trainer.forecast:forecast"},
+    "qveil.privacy.cli.run": {
+        "forecast": "qveil.trainer.forecast:forecast",
+        "env_actions": "qveil.trainer.env:action_count",
+    },
     "qveil.dataset_cli.run_collect": {"collect": "qveil.trainer.cli_dataset:collect_command"},
     "qveil.trainer.cli_train.run": {"records": "qveil.server.release_records:open_release_records"},
     "qveil.trainer.cli_evaluate.run": {

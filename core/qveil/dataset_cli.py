@@ -37,7 +37,13 @@ from qveil.dataset_parquet import ParquetSource
 from qveil.errors import FailedPrecondition, InvalidArgument, NotFound
 from qveil.kfqi_config import load_fqi_config
 
-__all__ = ["add_engine_flags", "add_parser", "format_summary", "parse_reward_range"]
+__all__ = [
+    "add_engine_flags",
+    "add_parser",
+    "format_summary",
+    "no_signal_note",
+    "parse_reward_range",
+]
 
 
 def parse_reward_range(text: str | None) -> tuple[float, float] | None:
@@ -202,6 +208,22 @@ def run_collect(args: argparse.Namespace, *, collect: Callable[..., None]) -> in
     return 0
 
 
+def no_signal_note(s: dict[str, Any]) -> str | None:
+    """For a :meth:`Dataset.summary` whose every reward is the same and no episode ends in a
+    terminal state: the plain statement that nothing in the data tells one action from
+    another (random-policy MountainCar never reaching its goal); None otherwise. CartPole's
+    constant reward is not such a case: its terminal states carry the signal."""
+    lo, hi = s["reward_observed"]
+    if int(s["samples"]) == 0 or lo != hi or int(s["terminals"]) > 0:
+        return None
+    return (
+        f"every reward is {lo:.6g} and no episode reaches a terminal state: nothing in the "
+        "data tells one action from another, so no policy fitted on it can be expected to "
+        "beat a random policy (another behaviour policy, or data that reaches the goal, is "
+        "needed)"
+    )
+
+
 def format_summary(s: dict[str, Any], path: str) -> str:
     """The human form of :meth:`Dataset.summary` (``qveil dataset info`` without --json)."""
     total = max(1, int(s["samples"]))
@@ -226,6 +248,9 @@ def format_summary(s: dict[str, Any], path: str) -> str:
         ("population", s.get("population") or "(not declared: qveil train needs --population)"),
         ("fingerprint", s["fingerprint"]),
     ]
+    note = no_signal_note(s)
+    if note is not None:
+        lines.append(("WARNING", note))
     return "\n".join(f"{k:<12} {v}" for k, v in lines)
 
 
@@ -236,7 +261,7 @@ def run_info(args: argparse.Namespace) -> int:
     else:
         s = load_dataset(args.path, reward_range=rr).summary()
     if args.json:
-        print(json.dumps(s, indent=2))
+        print(json.dumps(s | {"reward_signal": no_signal_note(s) is None}, indent=2))
     else:
         print(format_summary(s, os.fspath(args.path)))
     return 0

@@ -64,6 +64,10 @@ class KernelFQIConfig:
     betas: tuple[float, ...] | None = None
     """beta_j per coordinate (noise and release map); default DEFAULT_BETA each."""
     neighbour: str = "user"
+    actions: int | None = None
+    """m, the number of actions (the accountant's Delta grows as sqrt(m)). None: the env's
+    action count where the config names a known env (``qveil privacy``), the dataset's at
+    training; when set, a dataset with another count is refused."""
     default_value: float | None = None
     """The public value of a user whose samples do not reach an anchor, and the KRR
     centre; in the Q range; None: its midpoint."""
@@ -90,6 +94,10 @@ class KernelFQIConfig:
             object.__setattr__(self, "reward_range", (float(rr[0]), float(rr[1])))
         if self.betas is not None:
             object.__setattr__(self, "betas", tuple(float(b) for b in self.betas))
+        if self.actions is not None and (
+            isinstance(self.actions, bool) or not isinstance(self.actions, int) or self.actions < 1
+        ):
+            raise InvalidArgument(f"actions must be an integer >= 1, got {self.actions!r:.80}")
         if self.neighbour not in ("user", "reward"):
             raise InvalidArgument(f"neighbour must be user or reward, got {self.neighbour!r:.80}")
         if self.epsilon is not None and self.sigma is not None:
@@ -190,7 +198,13 @@ def plan_kernel(
     dims: int,
     reward_range: tuple[float, float],
 ) -> Any:
-    """The release's privacy accounting from public quantities only (before training)."""
+    """The release's privacy accounting from public quantities only (before training).
+    ``actions``: the data's (or the env's) m; a config that names another is refused."""
+    if cfg.actions is not None and cfg.actions != actions:
+        raise InvalidArgument(
+            f"the config says actions = {cfg.actions}, but the data has {actions} actions: "
+            "the privacy plan would not be the release's"
+        )
     p = KernelFQIPrivacyParams(
         neighbour=cfg.neighbour,
         users=users,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 import numpy.typing as npt
@@ -36,9 +37,15 @@ NEIGHBOURS = ("user", "reward")
 
 def q_range(reward_range: tuple[float, float], gamma: float) -> tuple[float, float]:
     """[min(lo, 0), max(hi, 0)] / (1 - gamma): where every Q_t of the averager FQI lies (a
-    convex combination of targets r + gamma V_t and public constants)."""
-    lo, hi = (float(v) for v in reward_range)
-    return min(lo, 0.0) / (1.0 - gamma), max(hi, 0.0) / (1.0 - gamma)
+    convex combination of targets r + gamma V_t and public constants).
+
+    The ends are computed exactly from the numbers as written (each float's shortest decimal
+    form, in rational arithmetic) and rounded once: a reward range [-1, 0] with gamma 0.99
+    gives [-100, 0], not the -99.99999999999991 that float arithmetic on 1 - 0.99 gives, so
+    the end a config names is the end it gets (its default value, a clip bound)."""
+    lo, hi, g = (Fraction(repr(float(v))) for v in (*reward_range, gamma))
+    scale = 1 / (1 - g)
+    return float(min(lo, Fraction(0)) * scale), float(max(hi, Fraction(0)) * scale)
 
 
 @dataclass(frozen=True, kw_only=True)

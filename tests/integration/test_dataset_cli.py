@@ -54,8 +54,30 @@ def test_collect_then_info(tmp_path: Path) -> None:
     assert "reward       declared [0, 0.5], observed [" in text
     assert f"fingerprint  {ds.fingerprint()}" in text
     j = json.loads(qveil("info", str(out), "--json").stdout)
-    assert j == json.loads(json.dumps(ds.summary()))
+    assert j == json.loads(json.dumps(ds.summary() | {"reward_signal": True}))
     assert j["actions"] == counts.tolist() and j["reward_range"] == [0.0, 0.5]
+    assert "WARNING" not in text
+
+
+def test_data_without_any_reward_signal_is_said_plainly(tmp_path: Path) -> None:
+    """Random-policy MountainCar never reaches the goal: every reward is -1 and no episode
+    terminates, so no fit can tell the actions apart. collect and info say so (info's JSON:
+    reward_signal false); CartPole's constant reward is not such a case (its terminal states
+    carry the signal)."""
+    mc = tmp_path / "mc.npz"
+    r = qveil("collect", "--env", "MountainCar-v0", "--users", "3", "--seed", "4",
+              "--reward-range=-1,0", "--out", str(mc))  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "WARNING: every reward is -1 and no episode reaches a terminal state" in r.stderr
+    r = qveil("info", str(mc))
+    assert r.returncode == 0, r.stderr
+    assert "WARNING      every reward is -1" in r.stdout and "beat a random policy" in r.stdout
+    assert json.loads(qveil("info", str(mc), "--json").stdout)["reward_signal"] is False
+    cp = tmp_path / "cp.npz"
+    r = qveil("collect", "--env", "CartPole-v1", "--users", "3", "--seed", "4",
+              "--reward-range", "0,1", "--out", str(cp))  # fmt: skip
+    assert r.returncode == 0 and "WARNING" not in r.stderr, r.stderr
+    assert json.loads(qveil("info", str(cp), "--json").stdout)["reward_signal"] is True
 
 
 def test_collect_declares_population_averages_and_info_prints_it(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from config_helpers import CARTPOLE_BETAS, CARTPOLE_CONFIG
+from config_helpers import CARTPOLE_BETAS, CARTPOLE_CONFIG, mountaincar_config
 from server_helpers import ensure_population, make_cartpole_kernel_bundle
 
 from qveil.bundle import (
@@ -185,6 +185,47 @@ def test_privacy_plan_of_a_kernel_config_before_any_data() -> None:
     assert f"{want.sigma:.6g}" in r.stdout and "kernel, d = 4" in r.stdout
     r = qveil(*plan, "--users", "100", "--beta", "3")
     assert r.returncode == 2 and "1 betas for 4 coordinates" in r.stderr, r.stderr
+
+
+def test_a_three_action_config_plans_the_sigma_its_release_gets(tmp_path: Path) -> None:
+    """The number of actions enters Delta (sqrt(m)): `qveil privacy --mode fqi --config C`
+    takes it from the config's env (MountainCar-v0: 3), or its `actions` key, and prints the
+    sigma `qveil train` then writes on the card; a config whose `actions` is not the data's
+    is refused before the fit, and one that names neither actions nor env_id is refused by
+    the plan. The config's default_value is the pessimistic end of its Q range [-100, 0]."""
+    data = tmp_path / "mc.npz"
+    r = qveil("dataset", "collect", "--env", "MountainCar-v0", "--users", "20", "--seed", "1",
+              "--reward-range=-1,0", "--out", str(data), "--no-progress")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    plan = ("privacy", "--mode", "fqi", "--users", "20", "--epsilon", "1", "--delta", "1e-5")
+    env_cfg = mountaincar_config(tmp_path)
+    r = qveil(*plan, "--config", str(env_cfg), "--json")
+    assert r.returncode == 0, r.stderr
+    sigma = json.loads(r.stdout)["sigma"]
+    out = tmp_path / "rel" / "bundle"
+    r = qveil("train", "--mode", "fqi", "--dataset", str(data), "--config", str(env_cfg),
+              "--epsilon", "1", "--delta", "1e-5", "--out", str(out), "--force",
+              *ensure_population())  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    card = load_bundle(out).card
+    assert card["sigma"] == sigma and card["privacy_params"]["actions"] == 3
+    assert card["hyperparameters"]["default_value"] == -100.0
+    keyed = mountaincar_config(tmp_path, "keyed", env_id="", actions="3")  # no env: the key says 3
+    r = qveil(*plan, "--config", str(keyed), "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["sigma"] == sigma, r.stderr
+    two = mountaincar_config(tmp_path, "two", actions="2")
+    r = qveil("train", "--mode", "fqi", "--dataset", str(data), "--config", str(two),
+              "--epsilon", "1", "--out", str(tmp_path / "b2"), "--force",
+              *ensure_population())  # fmt: skip
+    assert r.returncode == 2 and "actions = 2" in r.stderr and "3 actions" in r.stderr, r.stderr
+    assert not (tmp_path / "b2").exists()
+    bare = mountaincar_config(tmp_path, "bare", env_id="")
+    r = qveil(*plan, "--config", str(bare))
+    assert r.returncode == 2 and "neither actions nor an env_id" in r.stderr, r.stderr
+    unknown = mountaincar_config(tmp_path, "unknown", env_id='"Nope-v9"')
+    r = qveil(*plan, "--config", str(unknown))
+    assert r.returncode == 2 and "Nope-v9" in r.stderr and "set actions = M" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
 
 
 def test_kernel_reward_relation_needs_the_population_averages_declaration(

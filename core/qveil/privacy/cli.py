@@ -113,14 +113,21 @@ _E3_FLAGS: tuple[tuple[str, type, str], ...] = (
 )
 
 
+#: E.3 flags whose default depends on the mode: None on the command line, the E.3 setting
+#: in the paper's modes (:func:`params_from_args`), the config's (or its env's) in fqi mode.
+_FQI_OWN = {"actions": "fqi: the config's actions, else its env's action count"}
+
+
 def _add_e3_flags(p: argparse.ArgumentParser, flags: tuple[tuple[str, type, str], ...]) -> None:
     """``--key`` flags defaulting to the E.3 setting, their help naming its source."""
     for key, kind, what in flags:
+        own = _FQI_OWN.get(key)
         p.add_argument(
             "--" + key.replace("_", "-"),
             type=kind,
-            default=E3_SETTINGS[key],
-            help=f"{what} (default %(default)s; {E3_SOURCES[key]})",
+            default=None if own else E3_SETTINGS[key],
+            help=f"{what} (default {E3_SETTINGS[key]}; {E3_SOURCES[key]}"
+            + (f"; {own})" if own else ")"),
         )
 
 
@@ -148,7 +155,8 @@ def _add_fqi_flags(f: argparse._ArgumentGroup) -> None:
     f.add_argument(
         "--public-dataset",
         metavar="PATH",
-        help="forecast on this public dataset instead of simulated users",
+        help="forecast on this public dataset instead of simulated users: it is fitted as it "
+        "is, and its simulated releases carry the noise of N = --users users",
     )
     f.add_argument(
         "--forecast-releases", type=int, default=8, help="simulated releases (default 8)"
@@ -170,7 +178,7 @@ def params_from_args(args: argparse.Namespace) -> PrivacyParams:
         k=E3_SETTINGS["k"] if args.k is None else args.k,
         lipschitz=args.lipschitz,
         resets=args.resets,
-        actions=args.actions,
+        actions=E3_SETTINGS["actions"] if args.actions is None else args.actions,
         gamma=E3_SETTINGS["gamma"] if args.gamma is None else args.gamma,
         reward_bound=args.reward_bound,
         reward_sensitivity=args.reward_sensitivity,
@@ -221,9 +229,11 @@ def _text(r: PrivacyResult) -> str:
     return "\n".join(lines)
 
 
-def _fqi(args: argparse.Namespace) -> Any:
+def _fqi(args: argparse.Namespace, env_actions: Callable[[str], int]) -> Any:
     """The fqi plan from the config (or the 1-D defaults) and the flags: public quantities
-    only. d comes from the config's state intervals or betas (the 1-D defaults: d = 1)."""
+    only. d comes from the config's state intervals or betas (the 1-D defaults: d = 1); m
+    from ``--actions``, else the config's ``actions``, else its env's action count
+    (``env_actions``), else the 1-D defaults' LineWalk (2)."""
 
     cfg = load_fqi_config(args.config) if args.config else default_config()
     if args.users is None:
@@ -241,12 +251,38 @@ def _fqi(args: argparse.Namespace) -> Any:
         changes.update(sigma=args.sigma, epsilon=None)
     else:
         changes.update(epsilon=args.epsilon, sigma=None)
+    if args.actions is not None:
+        changes["actions"] = args.actions
     kcfg = cfg.replace(**changes)
     dims = len(kcfg.state_intervals or kcfg.betas or ((0.0, 1.0),))
     rr = kcfg.reward_range or (0.0, float(args.reward_bound))
     return kcfg, plan_kernel(
-        kcfg, users=args.users, actions=args.actions, dims=dims, reward_range=rr
+        kcfg,
+        users=args.users,
+        actions=_actions(kcfg, args, env_actions),
+        dims=dims,
+        reward_range=rr,
     )
+
+
+def _actions(cfg: Any, args: argparse.Namespace, env_actions: Callable[[str], int]) -> int:
+    """m for the plan: the config's (``--actions`` set it), else its env's, else 2 for the
+    1-D defaults (LineWalk's); a config file that says neither is refused."""
+    if cfg.actions is not None:
+        return int(cfg.actions)
+    if cfg.env_id:
+        try:
+            return int(env_actions(cfg.env_id))
+        except InvalidArgument as exc:
+            raise InvalidArgument(
+                f"{exc}; set actions = M in the config (or pass --actions M)"
+            ) from None
+    if args.config:
+        raise InvalidArgument(
+            f"config {str(args.config)[:80]!r} names neither actions nor an env_id: set "
+            "actions = M in it (or pass --actions M)"
+        )
+    return int(E3_SETTINGS["actions"])
 
 
 def _fqi_text(r: Any) -> str:
@@ -360,11 +396,17 @@ def _needs(params: PrivacyParams) -> str:
     return "\n".join(lines)
 
 
-def run(args: argparse.Namespace, *, forecast: Callable[..., Any]) -> int:
+def run(
+    args: argparse.Namespace,
+    *,
+    forecast: Callable[..., Any],
+    env_actions: Callable[[str], int],
+) -> int:
     """Account, calibrate or plan (``--mode fqi``); ``forecast``: the trainer's utility
-    forecast, for ``--forecast`` (passed by :mod:`qveil.cli`)."""
+    forecast, for ``--forecast``; ``env_actions``: an env's action count, for an fqi config
+    that names its env but not its actions (both passed by :mod:`qveil.cli`)."""
     if args.mode == "fqi":
-        cfg, result = _fqi(args)
+        cfg, result = _fqi(args, env_actions)
         fc = _forecast(args, cfg, forecast) if args.forecast else None
         if args.json:
             d = result.to_dict()

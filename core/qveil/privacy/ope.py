@@ -28,6 +28,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from qveil.errors import InvalidArgument
+from qveil.kfqi_spec import q_range
 from qveil.privacy.fqi import sup_sensitivity
 from qveil.privacy.gaussian import (
     analytic_gaussian_delta,
@@ -88,8 +89,9 @@ class OPEPrivacyParams(Record):
 
     @property
     def q_range(self) -> tuple[float, float]:
-        lo, hi = self.reward_range
-        return min(lo, 0.0) / (1.0 - self.gamma), max(hi, 0.0) / (1.0 - self.gamma)
+        """The clip range of each user's term: :func:`qveil.kfqi_spec.q_range`, the same
+        ends :func:`qveil.ope.policy_value` clips into."""
+        return q_range(self.reward_range, self.gamma)
 
     @classmethod
     def from_dict(cls, d: Any) -> OPEPrivacyParams:

@@ -86,10 +86,11 @@ def test_accountant_calibrates_and_recomputes() -> None:
 
 
 def test_evaluate_private_end_to_end(tmp_path: Path) -> None:
-    """A LineWalk release trained on 300 users, served; a private evaluation on 300 held-out
-    users: an estimate with its 95% interval, charged to the population (the ledger shows it)
-    and recorded in the registry's audit log under the release; a second evaluation past the
-    budget is refused before any data is read."""
+    """A LineWalk release trained on 300 users, served with a batch limit of 64 states; a
+    private evaluation on 300 held-out users (and 101 anchors): an estimate with its 95%
+    interval, its scale and what the interval does not cover, charged to the population (the
+    ledger shows it) and recorded in the registry's audit log under the release; a second
+    evaluation past the budget is refused before any data is read."""
     config = str(REPO / "configs" / "linewalk-private.toml")
 
     def cli(*argv: str) -> subprocess.CompletedProcess[str]:
@@ -104,7 +105,9 @@ def test_evaluate_private_end_to_end(tmp_path: Path) -> None:
     r = cli("train", "--mode", "fqi", "--dataset", str(tmp_path / "train.npz"), "--config",
             config, "--epsilon", "1", "--delta", "1e-5", "--out", str(b), *pop)  # fmt: skip
     assert r.returncode == 0, r.stderr
-    with running(tmp_path, b) as srv:
+    # a server whose batch limit is below both the held-out users and the anchors: the
+    # evaluation asks in batches it accepts
+    with running(tmp_path, b, "--max-batch", "64") as srv:
         r = cli("evaluate", "--private", "--target", srv.target, "--dataset",
                 str(tmp_path / "held.npz"), "--config", config, "--epsilon", "1", *pop,
                 "--json")  # fmt: skip
@@ -115,6 +118,11 @@ def test_evaluate_private_end_to_end(tmp_path: Path) -> None:
         # the discounted value of a good LineWalk policy from a random start: positive and
         # below r0 / (1 - gamma)
         assert 0.0 < rep["estimate"] < 0.5 / (1 - 0.5) + 3 * rep["sigma"]
+        # it names its scale (a discounted value at the config's gamma, not a return) and
+        # what its interval does not cover (the evaluation's bias)
+        assert rep["gamma"] == 0.3 and rep["scale"].startswith("discounted value (gamma 0.3)")
+        assert "not the episode return" in rep["scale"]
+        assert "bias" in rep["interval_does_not_cover"]
         events = rep["population_budget"]["events"]
         assert len(events) == 2 and events[-1]["release_id"] is None
         r = cli("budget", "create", "tiny", "--epsilon", "0.5", "--delta", "1e-5")
@@ -124,13 +132,18 @@ def test_evaluate_private_end_to_end(tmp_path: Path) -> None:
                 "--population", "tiny")  # fmt: skip
         assert r.returncode == 2, r.stderr
         assert "nope.npz" in r.stderr  # the dataset is looked at only after the budget
+        r = cli("evaluate", "--private", "--target", srv.target, "--dataset",
+                str(tmp_path / "held.npz"), "--config", config, "--epsilon", "1", *pop)  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        assert "scale: discounted value (gamma 0.3)" in r.stdout
+        assert "the interval does NOT cover the bias of the fitted-Q evaluation" in r.stdout
     from qveil.server import audit_log
     from qveil.server.registry import open_registry
 
     with open_registry() as reg:
         ev = audit_log.entries(reg.db, action="private-evaluation")
-    assert len(ev) == 1 and ev[0].target == rep["release_id"]
-    assert ev[0].params["estimate"] == rep["estimate"]
+    assert len(ev) == 2 and ev[0].target == rep["release_id"]
+    assert ev[0].params["estimate"] == rep["estimate"] and ev[0].params["gamma"] == 0.3
     # the admin card of the release shows it (AdminService.GetAdminCard's handler)
     from qveil.server.services import Services
     from qveil.server.store import open_store
@@ -139,6 +152,6 @@ def test_evaluate_private_end_to_end(tmp_path: Path) -> None:
         h = Services.create(store=st).releases
         h.start(b)
         _, public, admin = h.admin_card()
-    [shown] = admin["private_evaluations"]
+    shown, _text_run = admin["private_evaluations"]
     assert shown["estimate"] == rep["estimate"] and shown["interval95"] == rep["interval95"]
     assert "private_evaluations" not in public

@@ -15,6 +15,7 @@ import dataclasses
 import sys
 
 from qveil.dataset import _kind, save_dataset
+from qveil.dataset_cli import no_signal_note
 from qveil.dataset_parquet import USERS_PER_GROUP
 from qveil.trainer.collect import collect
 from qveil.trainer.distributed import Engine, collect_parquet
@@ -69,3 +70,6 @@ def collect_command(args: argparse.Namespace, reward_range: tuple[float, float] 
         f"wrote {args.out}: {s['users']} users, {s['samples']} samples, d = {s['d']}, "
         f"{s['fingerprint']}"
     )
+    note = no_signal_note(s)
+    if note is not None:
+        print(f"WARNING: {note}", file=sys.stderr)

@@ -11,7 +11,9 @@ random policy and, given the dataset, non-private FQI with the same public estim
 held-out users' start states (:mod:`qveil.trainer.private_eval`), the policy computed in
 process from the bundle exactly as the server answers it (no held-out state is sent to any
 server), with its 95% interval, charged to the population's budget and shown on the admin
-card."""
+card. The value is a discounted one (the config's gamma), not an episode return; the interval
+covers the mechanism's noise only, not the bias of the fitted-Q evaluation (the output says
+both)."""
 
 from __future__ import annotations
 
@@ -50,8 +52,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         "--private",
         action="store_true",
         help="with a bundle DIR and --dataset HELD_OUT: a differentially private estimate of "
-        "the release's policy value from held-out users' data (computed in process: no "
-        "held-out state reaches a server)",
+        "the release's discounted policy value (the config's gamma; not an episode return) from "
+        "held-out users' data, computed in process (no held-out state reaches a server); its "
+        "95%% interval covers the mechanism's noise only, not the fitted-Q evaluation's bias",
     )
     pv.add_argument("--config", metavar="FILE", help="the fqi config of the estimator")
     pv.add_argument("--population", metavar="NAME", help="the held-out users' population")
@@ -145,6 +148,8 @@ def run_private(args: argparse.Namespace, records: OpenReleaseRecords) -> int:
         f"private evaluation of release {rep['release_id']} on {rep['users']} held-out users: "
         f"{rep['estimate']:.4g} (95% interval {lo:.4g} to {hi:.4g}; the mechanism's noise, "
         f"sigma {rep['sigma']:.4g}), ({rep['epsilon']:.4g}, {rep['delta']:.3g})-DP, user relation\n"
+        f"scale: {rep['scale']}\n"
+        f"the interval does NOT cover {rep['interval_does_not_cover']}\n"
         f"population {population}: spent eps={b['spent']['epsilon']:.6g} at delta="
         f"{b['spent']['delta']:.3g} of eps={b['budget']['epsilon']:g}; one more release may "
         f"have eps <= {b['remaining']['epsilon']:.6g}"

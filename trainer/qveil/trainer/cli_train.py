@@ -7,6 +7,9 @@ guarantee holds by construction (docs/privacy.md). ``--config`` is then an fqi c
 (default: the built-in defaults; configs/linewalk-private.toml is LineWalk's tuned one). The
 privacy plan is computed before the data is read: a warning when the noise is more than half
 the value scale r0/(1-gamma), a refusal above it (expected worse than random) unless
+``--force``. With ``--forecast`` the utility forecast (public simulation) is printed first,
+and a forecast that says the release would be worse than random, or that the non-private fit
+itself is random-level (the data cannot support a better policy), is refused unless
 ``--force``. The kernel estimator's fit runs as map-reduce tasks over shards of whole users:
 in this process by default, on a local Dask cluster with ``--workers N``, or on a running
 Dask scheduler with ``--cluster ADDRESS`` (the same release bits whatever the worker count;
@@ -33,7 +36,7 @@ from qveil.cli_parser import add_no_progress
 from qveil.dataset import Dataset, _kind, declared_population, load_dataset
 from qveil.dataset_cli import add_engine_flags
 from qveil.dataset_parquet import ParquetSource
-from qveil.errors import InvalidArgument, QveilError
+from qveil.errors import FailedPrecondition, InvalidArgument, QveilError
 from qveil.privacy.gaussian import gdp_mu
 from qveil.privacy.ledger import PrivacyEvent
 from qveil.release_records import OpenReleaseRecords, validate_population
@@ -77,7 +80,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument(
         "--force",
         action="store_true",
-        help="fqi: release even when the noise is expected to make it worse than random",
+        help="fqi: release even when the noise is expected to make it worse than random, or "
+        "(with --forecast) the forecast says the release would be worse than random or the "
+        "data cannot support any policy better than random",
     )
     p.add_argument(
         "--reward-sensitivity",
@@ -91,7 +96,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         "--forecast",
         action="store_true",
         help="fqi: first print the utility forecast (qveil privacy --forecast: the same "
-        "estimator on simulated public data of N users), before the private data is read",
+        "estimator on simulated public data of N users), before the private data is read; "
+        "refuse (unless --force) when it says the release would be worse than random or the "
+        "data cannot support any policy better than random",
     )
     p.add_argument(
         "--population",
@@ -184,7 +191,7 @@ def run(args: argparse.Namespace, *, records: OpenReleaseRecords) -> int:
         precheck_population(args, records, mode="fqi", epsilon=cfg.epsilon, delta=cfg.delta)
 
         if args.forecast:
-            _print_forecast(cfg, args.dataset)
+            _print_forecast(cfg, args.dataset, force=args.force)
         if _kind(args.dataset) == "parquet" and est.name == "kernel":
             ds = ParquetSource(args.dataset)  # streamed: one row group per task
         else:
@@ -216,13 +223,19 @@ def run(args: argparse.Namespace, *, records: OpenReleaseRecords) -> int:
     return 0
 
 
-def _print_forecast(cfg: Any, dataset: str) -> None:
+def _print_forecast(cfg: Any, dataset: str, *, force: bool) -> None:
     """The utility forecast (:mod:`qveil.trainer.forecast`) for this config, the dataset's
-    user count (from its user column alone) and the config's epsilon."""
+    user count (from its user column alone) and the config's epsilon. A forecast that says
+    the data cannot support a policy better than random, or that the release would be worse
+    than random, refuses the release unless ``force`` (before the private data is read: the
+    forecast is public)."""
 
     if cfg.epsilon is None:
         raise InvalidArgument("--forecast needs --epsilon E")
-    print(forecast(cfg, users=_user_count(dataset), epsilon=float(cfg.epsilon)).text(), flush=True)
+    fc = forecast(cfg, users=_user_count(dataset), epsilon=float(cfg.epsilon))
+    print(fc.text(), flush=True)
+    if fc.refusal is not None and not force:
+        raise FailedPrecondition(f"refusing: {fc.refusal}; pass --force to release anyway")
 
 
 def _user_count(path: str) -> int:

@@ -14,11 +14,14 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from qveil.errors import InvalidArgument
+
 __all__ = [
     "ENV_ID",
     "REACH_ID",
     "LineWalkEnv",
     "ReachEnv",
+    "action_count",
     "register_envs",
     "towards_middle_policy",
 ]
@@ -117,6 +120,24 @@ class ReachEnv(gym.Env[np.ndarray, int]):
         reward = float(1.0 - 2.0 * np.abs(self._state - 0.5).mean())
         truncated = self._t >= self.episode_length
         return self._state.copy(), reward, False, truncated, {}
+
+
+def action_count(env_id: str) -> int:
+    """m, the number of actions of a registered environment with a Discrete action space
+    (public: the env's specification); an unknown env or another action space is
+    InvalidArgument."""
+    register_envs()
+    try:
+        env = gym.make(env_id)
+    except gym.error.Error as exc:
+        raise InvalidArgument(f"cannot make env {env_id!r:.80}: {exc}") from None
+    try:
+        space = env.action_space
+    finally:
+        env.close()
+    if not isinstance(space, spaces.Discrete):
+        raise InvalidArgument(f"env {env_id!r:.80} has no discrete action space ({space})")
+    return int(space.n)
 
 
 def register_envs() -> None:

@@ -47,7 +47,9 @@ FloatArray = npt.NDArray[np.float64]
 
 @dataclass(frozen=True)
 class Forecast:
-    """The expected fraction of the way from random to non-private, with its 95% interval."""
+    """The expected fraction of the way from random to non-private, with its 95% interval,
+    and whether the non-private fit itself beats random (``gain_lo``: the lower end of the
+    95% interval of its mean return minus random's, paired episodes)."""
 
     env_id: str
     users: int
@@ -62,31 +64,88 @@ class Forecast:
     releases: int
     episodes: int
     source: str
+    gain_lo: float
+
+    @property
+    def random_level(self) -> bool:
+        """The non-private fit is not measurably better than random (its gain's interval
+        reaches 0): the data cannot support a better policy, whatever N and epsilon; the
+        fraction of the way is then meaningless."""
+        return not self.gain_lo > 0.0
+
+    @property
+    def worse_than_random(self) -> bool:
+        """The release is expected to return less than a random policy (fraction < 0)."""
+        return not self.random_level and self.fraction < 0.0
 
     @property
     def near_random(self) -> bool:
         return not self.fraction_hi >= NEAR_RANDOM
 
+    @property
+    def refusal(self) -> str | None:
+        """Why ``qveil train --forecast`` refuses this release unless forced (None: it
+        does not)."""
+        if self.random_level:
+            return (
+                "the forecast says the data cannot support any policy better than random "
+                "(the non-private fit is random-level)"
+            )
+        if self.worse_than_random:
+            return "the forecast says the release would be WORSE THAN A RANDOM POLICY"
+        return None
+
     def to_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__} | {
-            "near_random": self.near_random
+        out = {k: _finite(getattr(self, k)) for k in self.__dataclass_fields__}
+        return out | {
+            "near_random": self.near_random,
+            "random_level": self.random_level,
+            "worse_than_random": self.worse_than_random,
         }
 
     def text(self) -> str:
-        lines = [
+        head = (
             f"forecast ({self.source}; public simulation, no privacy spent): at N = "
-            f"{self.users} users and epsilon {self.epsilon:g} (sigma {self.sigma:.4g}) the release "
+            f"{self.users} users and epsilon {self.epsilon:g} (sigma {self.sigma:.4g})"
+        )
+        runs = f"({self.releases} simulated releases x {self.episodes} episodes)"
+        if self.random_level:
+            return "\n".join(
+                [
+                    f"{head} the non-private fit returns {self.non_private:.4g} against "
+                    f"{self.random:.4g} for a random policy, and the release "
+                    f"{self.private:.4g} {runs}",
+                    "WARNING: the data CANNOT SUPPORT ANY POLICY BETTER THAN RANDOM: the "
+                    "non-private fit of these users is not measurably better than a random "
+                    "policy, so no epsilon can make the release useful; more users help only "
+                    "if they make the non-private fit itself better, otherwise the config "
+                    "(reward range, gamma, default_value, anchors) or the behaviour policy "
+                    "that collects the data must change (docs/results.md)",
+                ]
+            )
+        lines = [
+            f"{head} the release "
             f"is expected to reach {self.fraction:.2f} (95% interval {self.fraction_lo:.2f} to "
             f"{self.fraction_hi:.2f}) of the way from random ({self.random:.4g}) to non-private "
-            f"({self.non_private:.4g}): return {self.private:.4g} "
-            f"({self.releases} simulated releases x {self.episodes} episodes)",
+            f"({self.non_private:.4g}): return {self.private:.4g} {runs}",
         ]
-        if self.near_random:
+        if self.worse_than_random:
+            lines.append(
+                "WARNING: the release is expected to be WORSE THAN A RANDOM POLICY (the noise "
+                "swamps what the non-private fit learns): more users, a larger epsilon, or "
+                "another config (docs/results.md) would be needed"
+            )
+        elif self.near_random:
             lines.append(
                 "WARNING: the release is expected to be NEAR RANDOM: more users, a larger "
                 "epsilon, or another config (docs/results.md) would be needed to make it useful"
             )
         return "\n".join(lines)
+
+
+def _finite(v: Any) -> Any:
+    """A float that JSON can carry: nan and infinities as None."""
+    return None if isinstance(v, float) and not math.isfinite(v) else v
 
 
 def lockstep(
@@ -123,23 +182,25 @@ def lockstep(
 
 def _bootstrap(
     ceiling: FloatArray, floor: FloatArray, private: FloatArray, *, draws: int = 2000
-) -> tuple[float, float, float]:
+) -> tuple[float, float, float, float]:
     """The fraction and its 95% percentile interval, resampling releases and (paired)
-    episodes."""
+    episodes; and the lower end of the 95% interval of the non-private fit's gain over
+    random (ceiling - floor, paired episodes)."""
     rng = np.random.default_rng(0)
     r, e = private.shape
     ri = rng.integers(r, size=(draws, r))
     ei = rng.integers(e, size=(draws, e))
     priv = np.array([private[ri[b]][:, ei[b]].mean() for b in range(draws)])
     top, low = ceiling[ei].mean(axis=1), floor[ei].mean(axis=1)
+    gain_lo = float(np.percentile(top - low, 2.5))
     with np.errstate(divide="ignore", invalid="ignore"):
         frac = (priv - low) / (top - low)
     c, f, p = float(ceiling.mean()), float(floor.mean()), float(private.mean())
     point = (p - f) / (c - f) if c != f else math.nan
     if not np.isfinite(frac).any():
-        return point, math.nan, math.nan
+        return point, math.nan, math.nan, gain_lo
     lo, hi = np.nanpercentile(frac, [2.5, 97.5])
-    return point, float(lo), float(hi)
+    return point, float(lo), float(hi), gain_lo
 
 
 def forecast(
@@ -175,7 +236,19 @@ def forecast(
         )
         source = f"{env_id}, {users} simulated random-policy users (seed {seed})"
     else:
-        source = f"the public dataset of {env_id}"
+        # the public data is fitted as it is, and released with the noise of N = ``users``
+        # users (the private release's), not of the public dataset's own user count
+        plan = est.plan(
+            users=int(users),
+            actions=int(dataset.n_actions),
+            dims=int(dataset.d),
+            reward_range=tuple(getattr(config, "reward_range", None) or dataset.reward_range),
+        )
+        est = create_estimator(config.replace(epsilon=None, sigma=float(plan.sigma)))
+        source = (
+            f"the public dataset of {env_id} ({dataset.users} users), released with the "
+            f"noise of {users} users"
+        )
     with tempfile.TemporaryDirectory(prefix="qveil-forecast-") as tmp:
         out = est.train(dataset, Path(tmp) / "bundle", force=True)
         b = load_bundle(out.path)
@@ -185,7 +258,7 @@ def forecast(
     rng = np.random.default_rng([int(seed), 7])
     floor = lockstep(env_id, lambda o: rng.integers(m, size=len(o)), seeds)
     private = _private_returns(b, env_id, seeds, releases=int(releases), seed=int(seed))
-    frac, lo, hi = _bootstrap(ceiling, floor, private)
+    frac, lo, hi, gain_lo = _bootstrap(ceiling, floor, private)
     return Forecast(
         env_id=str(env_id),
         users=int(users),
@@ -200,6 +273,7 @@ def forecast(
         releases=int(releases),
         episodes=len(seeds),
         source=source,
+        gain_lo=gain_lo,
     )
 
 

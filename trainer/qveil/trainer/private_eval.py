@@ -1,13 +1,13 @@
-"""The private off-policy evaluation of a served release (``qveil evaluate --private``).
+"""The private off-policy evaluation of a release (``qveil evaluate --private DIR``).
 
 What the released greedy policy is worth, estimated with differential privacy from held-out
 users' data, for a team without a simulator of its users:
 
 1. the policy is the release's greedy policy, computed in process from its bundle exactly
    as the server answers it (:func:`qveil.answer.released_values`: the same bits; post-
-   processing of the release, no privacy cost). No held-out state is ever sent to a served
-   release, so no store logs it (a store that kept held-out users' states would tell who
-   they are);
+   processing of the release, no privacy cost), for any number of held-out users. No
+   held-out state is ever sent to a served release, so no store logs it (a store that kept
+   held-out users' states would tell who they are);
 2. the estimate is :func:`qveil.ope.policy_value` (fitted-Q evaluation with the fqi mode's
    per-user averager, clipped per user) on the held-out data, with the config's public
    estimator parameters;
@@ -18,9 +18,13 @@ users' data, for a team without a simulator of its users:
    before any data is read when the filter would not let it through) and recorded, with its
    interval, in the registry's audit log under the release id, where the admin card shows it.
 
-The interval is the mechanism's: estimate +- z sigma (95%: z = 1.96) covers the non-private
-estimate J exactly; how far J is from the policy's true value (FQE's bias on one random-policy
-episode per user) is measured in docs/results.md, not added to the interval.
+The estimate is on the scale of a **discounted value** (gamma the config's): the expected
+sum of gamma^t r_t from a held-out user's first state under the served greedy policy, the mean
+over users, not an episode's undiscounted return. The interval is the mechanism's: estimate
++- z sigma (95%: z = 1.96) covers the non-private estimate J exactly; it does **not** cover
+how far J is from the policy's true value (FQE's bias on one random-policy episode per user,
+measured in docs/results.md, not bounded); the report says both (:data:`SCALE`,
+:data:`NOT_COVERED`).
 """
 
 from __future__ import annotations
@@ -41,10 +45,29 @@ from qveil.release_records import ReleaseRecords
 from qveil.rng import OSEntropy
 from qveil.trainer.kfqi import state_intervals
 
-__all__ = ["Z95", "estimator_of", "private_evaluation"]
+__all__ = [
+    "NOT_COVERED",
+    "SCALE",
+    "Z95",
+    "estimator_of",
+    "private_evaluation",
+]
 
 #: The two-sided 95% normal quantile.
 Z95 = 1.959963984540054
+
+#: What the estimate measures (``{gamma}``: the config's discount).
+SCALE = (
+    "discounted value (gamma {gamma}): the expected sum of gamma^t r_t from a held-out "
+    "user's first state under the served greedy policy, mean over users; not the episode "
+    "return"
+)
+#: What the 95% interval does not cover.
+NOT_COVERED = (
+    "the bias of the fitted-Q evaluation against the policy's true value: measured, not "
+    "bounded, and it can be larger than the interval (docs/results.md section 10: 10% low on "
+    "CartPole)"
+)
 
 
 def estimator_of(cfg: Any, dataset: Any) -> tuple[Any, Any, str, tuple[float, float]]:
@@ -105,7 +128,10 @@ def private_evaluation(
         "users": int(dataset.users),
         "estimate": estimate,
         "interval95": [estimate - half, estimate + half],
+        "scale": SCALE.format(gamma=f"{spec.gamma:g}"),
+        "gamma": spec.gamma,
         "interval_covers": "the non-private estimate (the mechanism's noise only)",
+        "interval_does_not_cover": NOT_COVERED,
         "epsilon": result.epsilon,
         "delta": result.delta_total,
         "sigma": result.sigma,
@@ -118,7 +144,10 @@ def private_evaluation(
         population,
         event,
         target=rid,
-        params={k: report[k] for k in ("estimate", "interval95", "epsilon", "delta", "users")},
+        params={
+            k: report[k]
+            for k in ("estimate", "interval95", "epsilon", "delta", "users", "gamma", "scale")
+        },
     )
     report["population_budget"] = records.population_report(population)
     return report

@@ -250,6 +250,11 @@ class PathCache:
         before = self._drawn
         if wants:
             self._resolve(rel, wants)
+            # states the copy did not hold before but the log did (written by another
+            # process, or not loaded yet): compared once the copy holds them
+            for p, miss in wants.items():
+                values = self._state(release_id, p).values
+                mismatched += sum(1 for xi, gi in miss.items() if values.get(xi, gi) != gi)
         return self._drawn - before, mismatched
 
     def cached_points(self, release_id: str, action: int) -> int:

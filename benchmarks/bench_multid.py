@@ -36,6 +36,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import save_figure, subplots, table, write_section  # noqa: E402
 from bench_server import (  # noqa: E402
+    bench_home,
+    ensure_population,
     make_bundle,
     serve_args,
     spawn,
@@ -86,9 +88,10 @@ async def closed_loop(target: str, draw: Any, seconds: float, concurrency: int) 
 
 def kernel_bundle(tmp: Path, qveil: str, d: int = 4) -> Path:
     """The kernel fqi release of ``CONFIGS[d]``, trained on 200 simulated users by the CLI
-    (its environment and reward range from the config) and bound to its own store."""
-    # the benchmark's own registry, for this process and the servers it starts
-    os.environ["QVEIL_HOME"] = str(tmp / "qveil-home")
+    (its environment and reward range from the config), charged and receipted in the
+    benchmark's own registry (``QVEIL_HOME`` under ``tmp``, :func:`bench_home`)."""
+    bench_home(tmp)  # the benchmark's own registry, for this process and its servers
+    pop = ensure_population()
     env = dict(os.environ)
     cfg = CONFIGS[d]
     env_id = tomllib.loads(cfg.read_text())["env_id"]
@@ -97,11 +100,8 @@ def kernel_bundle(tmp: Path, qveil: str, d: int = 4) -> Path:
         ["dataset", "collect", "--env", env_id, "--users", "200", "--seed", "1",
          "--config", str(cfg), "--clip-rewards", "--out", str(data), "--no-progress"],
         ["train", "--mode", "fqi", "--dataset", str(data), "--config", str(cfg),
-         "--epsilon", "1", "--delta", "1e-5", "--out", str(out), "--force",
-         "--population", "bench-users", "--store", f"sqlite:///{tmp / f's{d}.sqlite'}"],
+         "--epsilon", "1", "--delta", "1e-5", "--out", str(out), "--force", *pop],
     ]  # fmt: skip
-    if not (tmp / "qveil-home").exists():
-        steps.insert(0, ["budget", "create", "bench-users", "--epsilon", "1000", "--delta", "0.5"])
     for argv in steps:
         r = subprocess.run(
             [qveil, *argv], capture_output=True, text=True, cwd=tmp, check=False, env=env

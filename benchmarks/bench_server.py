@@ -5,11 +5,13 @@
 Closed loop: ``concurrency`` grpc.aio calls in flight from this process for ``seconds`` per
 cell, ``rounds`` interleaved rounds over all cells (median throughput). Cells: GetValues
 with batches of 1, 64 and 1024 states (all actions), of *repeated*
-states (a pool stored beforehand, answered from the store's memory) and of *new* states
-(fresh uniform draws: each a durable conditional sample), against one `qveil serve` process
-and two (same SQLite store, calls alternated between them). Ceilings in the same run:
-a bare grpc.aio echo server (same messages, no work), the same echo server plus the numpy
-MLP forward (the "bare gRPC + MLP" ceiling), and the raw store (``get_or_sample`` in
+states (a pool asked beforehand) and of *new* states (fresh uniform draws), against one
+`qveil serve` process and two (same SQLite store, calls alternated between them). An
+answer is a pure function of the release and the state (the model's mean plus the
+release's keyed noise), so both kinds take the same path; a new state also adds points to
+the answer log, written off the answer path. Ceilings in the same run: a bare grpc.aio echo
+server (same messages, no work), the same echo server plus the numpy MLP forward (the "bare
+gRPC + MLP" ceiling), and the answer function alone (``qveil.answer.released_values`` in
 process, one thread). Ratios are against those ceilings (targets: repeated batches
 >= 0.5 x gRPC + MLP; single queries >= 0.5 x echo).
 
@@ -46,12 +48,57 @@ LO, HI, M = 0.0, 1.0, 2
 POOL = 4096
 
 
-def make_bundle(path: Path) -> Path:
-    """A LineWalk-shaped bundle: MLP 1-64-64-2 (the trainer's usual size), output mode."""
+#: the population the benchmarks' releases are charged to (their own registry, no one's data)
+BENCH_POPULATION = "bench-users"
+
+
+def bench_home(tmp: Path) -> Path:
+    """Point ``QVEIL_HOME`` (this process and every server it starts) at a registry of the
+    benchmark's own under ``tmp``: the releases it writes are charged and receipted there,
+    and the servers trust that registry; nothing outside ``tmp`` is touched."""
+    home = tmp / "qveil-home"
+    home.mkdir(parents=True, exist_ok=True)
+    os.environ["QVEIL_HOME"] = str(home)
+    os.environ.pop("QVEIL_REGISTRY", None)
+    return home
+
+
+def ensure_population() -> list[str]:
+    """Declare :data:`BENCH_POPULATION` (epsilon 1e9, delta 0.5: a budget that binds nothing;
+    the benchmarks' releases hold no one's data) in the registry of ``QVEIL_HOME`` unless it
+    is declared; returns the ``qveil train`` flags that name it."""
+    from qveil.server import population
+    from qveil.server.release_records import open_release_records
+
+    if not os.environ.get("QVEIL_HOME"):
+        raise RuntimeError("QVEIL_HOME is not set: call bench_home(tmp) first")
+    with open_release_records(None, actor="benchmarks") as rec:
+        if rec.registry.ledger.cap(BENCH_POPULATION) is None:
+            population.create(rec.registry, BENCH_POPULATION, epsilon=1e9, delta=0.5)
+    return ["--population", BENCH_POPULATION]
+
+
+def charge(bundle: Path) -> str:
+    """Charge ``bundle`` (written through the Python API) to :data:`BENCH_POPULATION` in the
+    registry of ``QVEIL_HOME`` and write the registry's signed receipt into it, as ``qveil
+    train`` does: what ``qveil serve`` requires before it answers. Returns the receipt line."""
+    from qveil.server.release_records import open_release_records
+
+    ensure_population()
+    with open_release_records(None, actor="benchmarks") as rec:
+        rec.record_release(bundle, population=BENCH_POPULATION)
+        return rec.issue_receipt(bundle)
+
+
+def make_bundle(path: Path, *, seed: int = 0) -> Path:
+    """A LineWalk-shaped release: MLP 1-64-64-2 (the trainer's usual size), output mode, its
+    noise key seeded by ``seed`` (the card says ``seeded``), charged and receipted in the
+    registry of ``QVEIL_HOME`` (:func:`bench_home`), so that ``qveil serve`` serves it."""
     from qveil.bundle import build_card, lipschitz_bound, write_bundle
+    from qveil.keyed import seeded_key
     from qveil.privacy import E3_SETTINGS, PrivacyParams, account
 
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(seed)
     w = {
         "W0": rng.normal(size=(64, 1)),
         "b0": rng.normal(size=64) * 0.1,
@@ -68,19 +115,22 @@ def make_bundle(path: Path) -> Path:
         env_id="qveil/LineWalk-v0",
         interval=(LO, HI),
         actions=M,
-        hyperparameters={"benchmark": True},
+        hyperparameters={"benchmark": True, "seed": seed},
         privacy_result=account(params),
         lipschitz=lip,
         seeded=True,
     )
-    return write_bundle(
+    out = write_bundle(
         path,
         card=card,
         weights=w,
         config_toml="",
         learning_curve_png=b"",
         training_log_rows=[{"episode": 0, "return": 0.0}],
+        noise_key=seeded_key(seed),
     )
+    charge(out)
+    return out
 
 
 # ----------------------------------------------------------------------------- echo server
@@ -169,7 +219,7 @@ def serve_args(
 
 
 def wait_ready(target: str) -> None:
-    """Wait until GetValues answers one state (the state is stored)."""
+    """Wait until GetValues answers one state (the release is loaded and served)."""
     last: grpc.RpcError | None = None
     with grpc.insecure_channel(target) as ch:
         stub = pb_grpc.ValueServiceStub(ch)
@@ -186,7 +236,7 @@ def wait_ready(target: str) -> None:
 
 def wait_released(target: str, tries: int = 300) -> None:
     """Wait until GetRelease answers: the release is loaded (and, unlike :func:`wait_ready`,
-    nothing is stored)."""
+    no state is asked, so nothing goes to the answer log)."""
     with grpc.insecure_channel(target) as ch:
         stub = pb_grpc.ValueServiceStub(ch)
         for _ in range(tries):
@@ -240,34 +290,32 @@ async def closed_loop(
     }
 
 
-def store_ceiling(
-    url: str, release_id: str, pool_unit: np.ndarray, seconds: float
+def answer_ceiling(
+    bundle: Path, pool_unit: np.ndarray, seconds: float
 ) -> dict[tuple[str, int], float]:
-    """States/s of store.get_or_sample in this process (one thread, all actions)."""
-    from qveil.server.store import open_store
+    """States/s of the answer function alone (``qveil.answer.released_values``: the mean at
+    the snapped states plus the keyed noise, on the value grid; all actions), in this
+    process, one thread: what a server answers, without gRPC, parsing or the log."""
+    from qveil.answer import released_values
+    from qveil.bundle import load_bundle
 
+    b = load_bundle(bundle, verify=False)
     out = {}
-    store = open_store(url)
-    try:
-        rng = np.random.default_rng(5)
-        for a in range(M):  # warm: load the stored path into memory before timing
-            store.get_or_sample(release_id, a, pool_unit)
-        for kind in ("repeated", "new"):
-            for batch in (1, 64, 1024):
-                n = 0
-                t0 = time.perf_counter()
-                while time.perf_counter() - t0 < seconds / 2:
-                    xs = (
-                        rng.choice(pool_unit, size=batch)
-                        if kind == "repeated"
-                        else rng.uniform(0, 1, size=batch)
-                    )
-                    for a in range(M):
-                        store.get_or_sample(release_id, a, xs)
-                    n += batch
-                out[(kind, batch)] = n / (time.perf_counter() - t0)
-    finally:
-        store.close()
+    rng = np.random.default_rng(5)
+    released_values(b, pool_unit[:8])  # warm
+    for kind in ("repeated", "new"):
+        for batch in (1, 64, 1024):
+            n = 0
+            t0 = time.perf_counter()
+            while time.perf_counter() - t0 < seconds / 2:
+                xs = (
+                    rng.choice(pool_unit, size=batch)
+                    if kind == "repeated"
+                    else rng.uniform(0, 1, size=batch)
+                )
+                released_values(b, xs)
+                n += batch
+            out[(kind, batch)] = n / (time.perf_counter() - t0)
     return out
 
 
@@ -278,6 +326,7 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=1.0, help="per cell and round")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--concurrency", type=int, default=8)
+    ap.add_argument("--no-write", action="store_true", help="print, do not write the doc")
     ap.add_argument("--echo-server", help=argparse.SUPPRESS)
     ap.add_argument("--echo-bundle", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -289,6 +338,7 @@ def main() -> int:
     procs: list[subprocess.Popen] = []
     with tempfile.TemporaryDirectory(prefix="qveil-bench-") as tmpd:
         tmp = Path(tmpd)
+        bench_home(tmp)
         bundle = make_bundle(tmp / "bundle")
         store = f"sqlite:///{tmp / 'store.sqlite'}"
         pool = np.random.default_rng(1).uniform(LO, HI, size=POOL)
@@ -300,7 +350,7 @@ def main() -> int:
                 port_file = tmp / f"s{i}.port"
                 p, port = spawn(
                     # throughput is measured here, not the quota
-                    serve_args([qveil], bundle, store, port_file, "--new-state-rate", "1e12"),
+                    serve_args([qveil], bundle, store, port_file, "--state-rate", "1e12"),
                     port_file,
                 )
                 procs.append(p)
@@ -321,7 +371,7 @@ def main() -> int:
                 tmp / "m.port",
             )
             procs += [echo_p, mlp_p]
-            # store the pool once (repeated points are then answered from memory)
+            # ask the pool once (its points are then in the answer log)
             with grpc.insecure_channel(servers[0]) as ch:
                 stub = pb_grpc.ValueServiceStub(ch)
                 for chunk in np.array_split(pool, 4):
@@ -362,10 +412,7 @@ def main() -> int:
                 }
         finally:
             stop_all(procs)
-        from qveil.bundle import load_bundle
-
-        rid = load_bundle(bundle, verify=False).bundle_id
-        raw = store_ceiling(store, rid, (pool - LO) / (HI - LO), args.seconds)
+        raw = answer_ceiling(bundle, (pool - LO) / (HI - LO), args.seconds)
 
     for (what, batch, kind), r in results.items():
         echo = results[("echo", batch, "-")]["states_s"]
@@ -418,13 +465,17 @@ def main() -> int:
                 ],
                 rows,
             ),
-            "Raw store ceiling (`get_or_sample` in process, one thread, all actions):",
+            "Answer-function ceiling (`qveil.answer.released_values` in process, one "
+            "thread, all actions: the mean and the keyed noise, no gRPC, no log):",
             table(["points", "batch", "states/s"], store_rows),
             f"Targets: single repeated queries / echo = {r1:.2f} (target >= 0.5); "
             f"repeated batches / (gRPC + MLP) = {rb[64]:.2f} at 64, {rb[1024]:.2f} at 1024 "
             "(target >= 0.5).",
         ]
     )
+    if args.no_write:
+        print(body)
+        return 0
     write_section(
         "server",
         "Server: throughput and latency over loopback",

@@ -3,10 +3,11 @@
 :class:`BrokenSQLStore` is :class:`qveil.server.store.sql.SQLStore` without serialisation:
 no process-wide path locks, no group commit (one transaction per action), the driver's
 implicit deferred BEGIN on a pool of writer connections (so a transaction takes the file's
-write lock only at its first write, after its neighbours were read), new rows chained onto
+write lock only at its first write, after the logged states were read), new rows chained onto
 whatever head the database shows at that moment, a plain INSERT whose conflict is retried
-and no confirm. Concurrent writers then draw points conditioned on stale neighbours, or store
-a state twice; tests/integration/test_store_concurrency.py shows that its checks catch both.
+and no confirm. Concurrent writers then decide "not logged yet" on a stale read and log one
+state twice; tests/integration/test_store_concurrency.py shows that loading and ``verify``
+catch it.
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ class _BrokenTxn(_SqlTxn):
 
     def head(self, release_id: str, action: int) -> tuple[int, str | None]:
         # the driver's implicit BEGIN starts here, at the first write, so the seq/head read
-        # next are current but the neighbours were read before (the 25 ms pause only widens
-        # that race window, so a short test shows it)
+        # next are current but the logged states were read before (the 25 ms pause only
+        # widens that race window, so a short test shows it)
         time.sleep(0.025)
         self._conn.execute(
             sa.update(REL).where(REL.c.release_id == release_id).values(status=REL.c.status)
@@ -84,8 +85,8 @@ class BrokenSQLStore(SQLStore):
     def _apply_committed(self, key: tuple[str, int], st: Any, rows: list[Row]) -> None:
         self._apply(st, self._db_fetch_since(key[0], key[1], st.hw))  # seqs came from the head
 
-    def _resolve(self, rel: ReleaseRecord, wants: dict[int, list[float]]) -> None:
+    def _resolve(self, rel: ReleaseRecord, wants: dict[int, dict[float, float]]) -> None:
         rid = rel.release_id
-        for a, xs in wants.items():  # no group commit: one transaction per action
+        for a, xs in wants.items():  # no group commit: one transaction per path
             self._store_batch({(rid, a): xs}, {rid: rel})
             self._state(rid, a).check()

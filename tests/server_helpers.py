@@ -221,6 +221,54 @@ def ensure_population(name: str = TEST_POPULATION, *, home: Path | None = None) 
     return ["--population", name]
 
 
+def registry_key(home: Path | None = None) -> str:
+    """The public key of the registry of ``home`` (default: this test's ``QVEIL_HOME``), as
+    ``qveil budget registry-key`` prints it: what ``qveil serve --trust-registry-key`` takes."""
+    env = None if home is None else {**os.environ, "QVEIL_HOME": str(home)}
+    r = qveil("budget", "registry-key", env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    key = r.stdout.strip()
+    assert re.fullmatch(r"[0-9a-f]{64}", key), key
+    return key
+
+
+def served_values(bundle: Path | Any, states: Any, actions: Any = None) -> np.ndarray:
+    """What a server of ``bundle`` (a directory or a loaded bundle) answers for raw
+    ``states`` (n states, [n] for d = 1 or [n, d]), computed here from the bundle's key:
+    ``qveil.answer.released_values`` at the states clipped into the box, [n, len(actions)]
+    (all actions by default)."""
+    from qveil.answer import released_values
+    from qveil.bundle import load_bundle
+
+    b = load_bundle(bundle) if isinstance(bundle, str | Path) else bundle
+    raw = np.asarray(states, dtype=np.float64).reshape(-1, int(b.dims))
+    return released_values(b, b.box.to_unit(raw, clip=True), actions)
+
+
+def grid_states(bundle: Path | Any, states: Any) -> np.ndarray:
+    """Raw ``states`` of ``bundle`` as the answer log keys them: clipped into the box, mapped
+    onto [0, 1] and snapped to the release's grid (``qveil.keyed.snap``), [n, d]."""
+    from qveil.bundle import load_bundle
+    from qveil.keyed import snap
+
+    b = load_bundle(bundle) if isinstance(bundle, str | Path) else bundle
+    raw = np.asarray(states, dtype=np.float64).reshape(-1, int(b.dims))
+    return snap(b.box.to_unit(raw, clip=True))[1]
+
+
+def logged_points(url: str, release_id: str) -> dict[int, dict[float, float]]:
+    """The answer log of ``release_id`` in the store at ``url``, read from the database:
+    path -> {unit state: logged noise value}."""
+    from qveil.server.store import open_store
+
+    with open_store(url, create=False) as st:
+        rec = st.get_release(release_id)
+        return {
+            p: {float(q.x): float(q.g) for q in st.iter_points(release_id, p)}
+            for p in range(rec.n_paths)
+        }
+
+
 # ----------------------------------------------------------------------------- tokens
 @dataclass
 class Tokens:
@@ -404,9 +452,11 @@ def start_server(
     timeout: float = 30.0,
     health_creds: grpc.ChannelCredentials | None = None,
     name: str = "server",
+    home: Path | None = None,
 ) -> ServerProcess:
     """Start `qveil serve --listen 127.0.0.1:0 --port-file F ...`; wait for the port file and
-    (by default) for health SERVING."""
+    (by default) for health SERVING. ``home``: the server's ``QVEIL_HOME`` (its registry;
+    default: this test's)."""
     port_file = tmp / f"{name}.port"
     port_file.unlink(missing_ok=True)
     log = tmp / f"{name}.log"
@@ -430,7 +480,11 @@ def start_server(
         stderr=subprocess.STDOUT,
         text=True,
         cwd=tmp,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env={
+            **os.environ,
+            "PYTHONUNBUFFERED": "1",
+            **({} if home is None else {"QVEIL_HOME": str(home)}),
+        },
     )
     fh.close()
     deadline = time.monotonic() + timeout

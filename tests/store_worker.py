@@ -5,6 +5,10 @@ The tests start these with the ``fork`` start method (the child has the parent's
 connections: nothing is shared with the parent but the database) and leaves with
 ``os._exit``. ``python tests/store_worker.py concurrent|crash ...`` runs the same code in a
 fresh interpreter.
+
+Every writer logs what a server would have answered: the values of the release's paths
+under the store tests' seeded key (:func:`store_helpers.keyed_paths`), so all writers hand
+over the same value for one state, as replicas of one release do.
 """
 
 from __future__ import annotations
@@ -33,95 +37,105 @@ def concurrent_writer(
     rendezvous: str = "",
     parties: int = 1,
 ) -> None:
-    """Query random small batches of ``grid`` (overlapping with the other writers); log every
-    insertion's seen neighbours (debug hook, written after its commit) and every answer.
+    """Log random small batches of ``grid`` (overlapping with the other writers); record
+    every call's states, values and (written, mismatched) counts in ``log_path``.
 
     ``sweep``: all writers move through the (sorted) grid together, 4 grid points per round
-    with a random offset of 0-3 and 1-3 points per batch, so concurrent new points are
-    immediate neighbours of each other (the hardest case for serialisation).
+    with a random offset of 0-3 and 1-3 points per batch, so the writers race on the same
+    new states round after round.
 
     ``rendezvous``: a folder where each of the ``parties`` writers announces itself once its
     store is open; every writer starts its rounds only when all have (then at ``start_at`` at
     the earliest), so they overlap however slowly the forks and the opens come."""
+    from store_helpers import keyed_paths, path_values
+
     from qveil.errors import IntegrityError
     from qveil.server.store import open_store
 
     if broken:
         from broken_store import BrokenSQLStore
 
-        store = BrokenSQLStore(url, rng=seed)
+        store = BrokenSQLStore(url)
     else:
-        store = open_store(url, rng=seed)
+        store = open_store(url)
+    kp = keyed_paths(store.get_release(rid))
     rng = np.random.default_rng(seed + 1000)
     g_arr = np.asarray(grid)
     with open(log_path, "w", encoding="utf-8") as log:
-
-        def hook(_r: str, _a: int, recs: list) -> None:  # type: ignore[type-arg]
-            for r in recs:
-                log.write(
-                    json.dumps(
-                        {"t": "ins", "seq": r.seq, "x": r.x, "left": r.left, "right": r.right}
-                    )
-                    + "\n"
-                )
-
-        store.set_debug_hook(hook)
         if rendezvous:
             _meet(Path(rendezvous), seed, parties)
         while time.time() < start_at:
             time.sleep(0.001)
-        for _ in range(rounds):  # noqa: B007
+        for r in range(rounds):
             k = int(rng.integers(1, 4))
             if sweep:
-                lo = min(4 * _ + int(rng.integers(0, 4)), len(g_arr) - k)
-                xs = g_arr[lo : lo + k]
+                lo = min(4 * r + int(rng.integers(0, 4)), len(g_arr) - k)
+                units = g_arr[lo : lo + k]
             else:
-                xs = rng.choice(g_arr, size=k)
+                units = rng.choice(g_arr, size=k)
+            xs, gs = path_values(kp, action, units)
             try:
-                gs = store.get_or_sample(rid, action, xs)
+                written, mism = store.record_paths(rid, [action], [xs], [gs])
             except IntegrityError as exc:
                 if not broken:
                     raise
-                # the broken mode stored a state twice (no lock, and the append log has no
+                # the broken mode logged a state twice (no lock, and the append log has no
                 # unique x): the store refuses the path from then on
                 log.write(json.dumps({"t": "refused", "msg": str(exc)}) + "\n")
                 break
-            log.write(json.dumps({"t": "ans", "x": xs.tolist(), "g": gs.tolist()}) + "\n")
+            log.write(
+                json.dumps(
+                    {"t": "log", "x": xs.tolist(), "g": gs.tolist(), "w": written, "m": mism}
+                )
+                + "\n"
+            )
         log.flush()
     store.close()
 
 
-def same_x_writer(
-    url: str, rid: str, action: int, seed: int, xs: list[float], log_path: str, start_at: float
-) -> None:
-    """Ask ``xs`` one state per call, in order, from ``start_at`` on; log every answer. Several
-    of these with the same ``xs`` race on the same new state at every call."""
+def same_x_writer(url: str, rid: str, action: int, xs: list[float], log_path: str,
+                  start_at: float) -> None:  # fmt: skip
+    """Log ``xs`` one state per call, in order, from ``start_at`` on; record every call's
+    value and written count. Several of these with the same ``xs`` race on the same new
+    state at every call."""
+    from store_helpers import keyed_paths, path_values
+
     from qveil.server.store import open_store
 
-    store = open_store(url, rng=seed)
+    store = open_store(url)
+    kp = keyed_paths(store.get_release(rid))
     with open(log_path, "w", encoding="utf-8") as log:
         while time.time() < start_at:
             time.sleep(0.001)
-        for x in xs:
-            g = float(store.get_or_sample(rid, action, [x])[0])
-            log.write(json.dumps({"x": x, "g": g}) + "\n")
+        for u in xs:
+            x, g = path_values(kp, action, [u])
+            written, mism = store.record_paths(rid, [action], [x], [g])
+            log.write(json.dumps({"x": float(x[0]), "g": float(g[0]), "w": written}) + "\n")
         log.flush()
     store.close()
 
 
 def crash_writer(url: str, rid: str, seed: int, fd: int) -> None:
-    """Stream new points forever; after each answer, report it on ``fd`` (one JSON line).
+    """Log new states forever: before each call, report its (path, states, values) on ``fd``
+    as ``{"t": "try", ...}``; after the call returned (the commit is durable), ``{"t": "done"}``
+    (one JSON line each).
 
-    The parent SIGKILLs this process at random moments; whatever it reported must survive."""
+    The parent SIGKILLs this process at random moments: whatever was done must survive, and
+    the call in flight must be in the log whole or not at all."""
+    from store_helpers import keyed_paths, path_values
+
     from qveil.server.store import open_store
 
-    store = open_store(url, rng=seed)
+    store = open_store(url)
+    kp = keyed_paths(store.get_release(rid))
     rng = np.random.default_rng(seed)
     while True:
-        xs = rng.uniform(size=int(rng.integers(1, 12)))
         a = int(rng.integers(0, 2))
-        gs = store.get_or_sample(rid, a, xs)
-        os.write(fd, (json.dumps({"a": a, "x": xs.tolist(), "g": gs.tolist()}) + "\n").encode())
+        xs, gs = path_values(kp, a, rng.uniform(size=int(rng.integers(1, 12))))
+        try_line = {"t": "try", "a": a, "x": xs.tolist(), "g": gs.tolist()}
+        os.write(fd, (json.dumps(try_line) + "\n").encode())
+        store.record_paths(rid, [a], [xs], [gs])
+        os.write(fd, b'{"t": "done"}\n')
 
 
 def _meet(folder: Path, me: int, parties: int, timeout: float = 300.0) -> None:
@@ -159,6 +173,7 @@ def run_forked(target, *args):  # type: ignore[no-untyped-def]
 
 
 if __name__ == "__main__":  # pragma: no cover - manual use
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
     mode, *rest = sys.argv[1:]
     if mode == "crash":
         crash_writer(rest[0], rest[1], int(rest[2]), sys.stdout.fileno())

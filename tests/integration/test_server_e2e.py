@@ -1,7 +1,10 @@
 """End to end against a real `qveil serve` subprocess on 127.0.0.1 (port 0) with a SQLite
-store and a tokens file: answers are network + stored noise, identical across clients and
-restarts; best actions are the argmax; the card is the bundle's public card; every RPC x
-role; the error table; rejected requests store nothing; reflection-only and health clients."""
+store and a tokens file: answers are the release's (network + keyed noise, computed here from
+the bundle's key, bit for bit), identical across clients and restarts; best actions are the
+argmax; the card is the bundle's public card; every RPC x role; the error table; rejected
+requests answer nothing; reflection-only and health clients; the answer log (what a server
+answered is in its store after a graceful stop, once per state; ``--max-stored-points``
+stops the logging, never the answers)."""
 
 from __future__ import annotations
 
@@ -20,10 +23,13 @@ from server_helpers import (
     QVEIL,
     ServerProcess,
     Tokens,
+    grid_states,
     health_status,
+    logged_points,
     make_bundle,
     make_tokens,
     registry_home,
+    served_values,
     start_server,
 )
 
@@ -40,7 +46,6 @@ from qveil.client import (
     UnauthenticatedError,
     ValueClient,
 )
-from qveil.server.query import grid_round
 from qveil.v1 import admin_service_pb2 as admin_pb
 from qveil.v1 import admin_service_pb2_grpc as admin_grpc
 from qveil.v1 import audit_service_pb2 as audit_pb
@@ -54,8 +59,11 @@ MAX_BATCH = 512
 class Env:
     def __init__(self, tmp: Path) -> None:
         self.tmp = tmp
-        self.bundle = make_bundle(tmp / "bundles" / "b1", seed=1)
-        self.bundle2 = make_bundle(tmp / "bundles" / "b2", seed=2)
+        # the module's server keeps one registry across its tests (and restarts): the
+        # bundles are charged and receipted by it
+        with registry_home(tmp / "qveil-home"):
+            self.bundle = make_bundle(tmp / "bundles" / "b1", seed=1)
+            self.bundle2 = make_bundle(tmp / "bundles" / "b2", seed=2)
         self.b = load_bundle(self.bundle)
         self.b2 = load_bundle(self.bundle2)
         self.tokens: Tokens = make_tokens(tmp / "tokens.toml")
@@ -63,20 +71,19 @@ class Env:
         self.server: ServerProcess | None = None
 
     def start(self) -> ServerProcess:
-        # the module's server keeps one registry across its tests (and restarts)
-        with registry_home(self.tmp / "qveil-home"):
-            self.server = start_server(
-                self.tmp,
-                self.bundle,
-                "--tokens-file",
-                str(self.tokens.path),
-                "--reflection",
-                "--max-batch",
-                str(MAX_BATCH),
-                "--metrics-port",
-                "0",
-                store=self.store,
-            )
+        self.server = start_server(
+            self.tmp,
+            self.bundle,
+            "--tokens-file",
+            str(self.tokens.path),
+            "--reflection",
+            "--max-batch",
+            str(MAX_BATCH),
+            "--metrics-port",
+            "0",
+            store=self.store,
+            home=self.tmp / "qveil-home",
+        )
         return self.server
 
     @property
@@ -96,35 +103,26 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
             assert e.server.terminate() == 0, e.server.output()
 
 
-def stored_noise(env: Env, release_id: str = "") -> dict[int, dict[float, float]]:
-    with AuditClient(env.target, token=env.tokens.auditor) as a:
-        return {
-            act: {p.x: p.g for p in a.noise_points(act, release_id=release_id)}
-            for act in range(env.b.n_actions)
-        }
-
-
-def total_points(env: Env) -> int:
+def states_answered(env: Env) -> int:
     with AdminClient(env.target, token=env.tokens.admin) as ad:
-        return sum(ad.stats().stored_points.values())
+        return ad.stats().states_answered
 
 
 STATES = np.array([-1.0, -0.5, 0.0, 0.3, 0.3, 0.75, 1.2, 2.0, 0.3000001])
 
 
-def test_answers_are_network_plus_stored_noise(env: Env) -> None:
+def test_answers_are_the_releases_keyed_values(env: Env) -> None:
+    """Each value is grid_round(Q(snap(x), a) + g_a(snap(x))), computed here from the bundle
+    and its key (qveil.answer.released_values), bit for bit: a repeated state gets the same
+    bits, on the value grid."""
     with ValueClient(env.target, token=env.tokens.query) as c:
         got = c.get_values(STATES)
     assert got.release_id == env.b.bundle_id and got.actions == (0, 1, 2)
-    noise = stored_noise(env)
-    xs = env.b.box.to_unit(STATES)[:, 0]
-    g = np.array([[noise[a][x] for a in range(3)] for x in xs])
-    want = grid_round(env.b.q_values(STATES) + g, got.value_grid)
-    # the server's batched forward may differ from ours in the last bits; the grid hides it
-    assert np.max(np.abs(got.values - want)) <= got.value_grid
+    assert got.values.tobytes() == served_values(env.b, STATES).tobytes()
     assert np.all(np.mod(got.values, got.value_grid) == 0)
     assert got.values[3].tolist() == got.values[4].tolist()  # repeated state, same answer
-    assert all(len(noise[a]) == len(set(xs)) for a in range(3))  # one point per new state
+    # the model alone is not what is served: the noise is there
+    assert np.max(np.abs(got.values - env.b.q_values(STATES))) > 10 * got.value_grid
 
 
 def test_identical_across_clients_and_actions_subset(env: Env) -> None:
@@ -156,9 +154,9 @@ def test_best_actions_are_argmax(env: Env) -> None:
 
 
 def test_concurrent_single_state_calls_answer_as_one_big_call(env: Env) -> None:
-    """16 threads ask one new state per call (GetBestActions and GetValues interleaved: the
-    server answers such calls in batches), then ask all of them again (stored: answered on
-    the event loop): every answer is bit for bit the one a single big GetValues gives."""
+    """16 threads ask one state per call (GetBestActions and GetValues interleaved, each
+    answered on the event loop), then ask all of them again: every answer is bit for bit the
+    one a single big GetValues (answered in the executor) gives."""
     from concurrent.futures import ThreadPoolExecutor
 
     states = np.random.default_rng(11).uniform(-1.0, 2.0, 96)
@@ -200,6 +198,7 @@ def test_card_matches_bundle_and_hides_weights(env: Env) -> None:
     assert (r.sigma, r.beta, r.n_actions, r.q_bound) == (env.b.sigma, env.b.beta, 3, env.b.q_bound)
     assert r.state_interval == tuple(card["state_interval"])
     assert "weights_sha256" not in r.card and "network" not in r.card
+    assert "key_sha256" not in r.card and "noise_key" not in r.card
 
 
 def _fields(desc: Any, seen: set[str]) -> set[str]:
@@ -307,12 +306,12 @@ def test_every_rpc_by_role(env: Env) -> None:
 
 
 # ----------------------------------------------------------------------------- errors
-def test_error_table_and_rejections_store_nothing(env: Env) -> None:
+def test_error_table_and_rejections_answer_nothing(env: Env) -> None:
     with ValueClient(env.target, token=env.tokens.query) as c:
         c.values([0.5])
         # a state outside the interval [-1, 2] is clipped into it: answered as its end
         np.testing.assert_array_equal(c.values([2.0000001, -1.5]), c.values([2.0, -1.0]))
-        before = total_points(env)
+        before = states_answered(env)
         bad_inputs: list[tuple[Any, Any, str]] = [
             ([float("nan")], None, "STATE_NOT_FINITE"),
             ([0.2, float("inf")], None, "STATE_NOT_FINITE"),
@@ -355,7 +354,7 @@ def test_error_table_and_rejections_store_nothing(env: Env) -> None:
         bad.values([0.42])
     with AdminClient(env.target, token=env.tokens.query) as q, pytest.raises(PermissionDeniedError):
         q.stats()
-    assert total_points(env) == before
+    assert states_answered(env) == before
 
 
 def test_cli_query(env: Env, tmp_path: Path) -> None:
@@ -397,19 +396,35 @@ def test_cli_query(env: Env, tmp_path: Path) -> None:
     assert r.returncode == 0 and env.b.bundle_id in r.stdout
 
 
+def _metrics(sp: ServerProcess) -> str:
+    m = re.search(r"metrics on (http://\S+)", sp.output())
+    assert m, sp.output()
+    return str(urllib.request.urlopen(m.group(1), timeout=10).read().decode())
+
+
+def _metric(text: str, name: str) -> float:
+    m = re.search(rf"^{re.escape(name)} (\S+)$", text, re.M)
+    assert m, (name, text)
+    return float(m.group(1))
+
+
 def test_metrics_endpoint(env: Env) -> None:
     assert env.server is not None
     with ValueClient(env.target, token=env.tokens.query) as c:
-        c.values([0.987654321])  # a small call of a new state: answered in a batch
-    m = re.search(r"metrics on (http://\S+)", env.server.output())
-    assert m, env.server.output()
-    text = urllib.request.urlopen(m.group(1), timeout=10).read().decode()
+        c.values([0.987654321])
+    text = _metrics(env.server)
     assert 'qveil_requests_total{code="OK",method="GetValues"}' in text
     assert "qveil_request_seconds_bucket" in text and "qveil_stored_points{" in text
-    batches = re.search(r"^qveil_batches_total (\S+)$", text, re.M)
-    calls = re.search(r"^qveil_batched_calls_total (\S+)$", text, re.M)
-    assert batches and calls, text
-    assert 1 <= float(batches.group(1)) <= float(calls.group(1))
+    assert _metric(text, "qveil_states_answered_total") >= 3
+    assert _metric(text, "qveil_state_rate") == 1000.0
+    assert _metric(text, "qveil_state_burst") == 100000.0
+    assert _metric(text, "qveil_max_stored_points") == 10_000_000
+    for name in ("qveil_logged_points_total", "qveil_log_unlogged_points_total"):
+        assert _metric(text, name) >= 0
+    assert _metric(text, "qveil_log_mismatched_total") == 0
+    assert _metric(text, "qveil_log_queued") >= 0
+    for gone in ("qveil_new_points_total", "qveil_batches_total", "qveil_new_state_rate"):
+        assert gone not in text
 
 
 # ----------------------------------------------------------------------------- foreign clients
@@ -459,3 +474,94 @@ def test_same_answers_after_restart(env: Env) -> None:
     with pytest.raises(RpcError):
         with ValueClient("127.0.0.1:1", timeout=0.5) as dead:
             dead.values([0.1])
+
+
+# ----------------------------------------------------------------------------- the answer log
+def test_a_graceful_stop_leaves_every_answer_in_the_log_once(tmp_path: Path) -> None:
+    """What a server answered is in its store once it has stopped (SIGTERM: the answer log
+    is flushed on close): every answered (action, state) once, a state answered twice (in one
+    call, in two calls, by two clients, for a subset of actions first) logged once, each
+    logged value the key's noise at the state's grid point; `qveil audit --bundle` recomputes
+    every logged value from the key and passes."""
+    bundle = make_bundle(tmp_path / "b", seed=4)
+    b = load_bundle(bundle)
+    url = f"sqlite:///{tmp_path / 'store.sqlite'}"
+    xs = np.linspace(-1.0, 2.0, 64)
+    sp = start_server(tmp_path, bundle, store=url)
+    try:
+        with ValueClient(sp.target) as c1, ValueClient(sp.target) as c2:
+            c1.values(xs[:40], [1])  # action 1 only, first
+            c1.values(np.concatenate([xs[:40], xs[:5]]))  # asked again, with repeats
+            c2.values(xs[::-1])  # another client: all 64, 40 of them answered before
+            for x in xs[10:20]:
+                c2.best_actions([x])
+    finally:
+        assert sp.terminate() == 0, sp.output()
+    logged = logged_points(url, b.bundle_id)
+    unit = grid_states(b, xs)[:, 0]
+    assert {p: sorted(v) for p, v in logged.items()} == {a: sorted(unit) for a in range(3)}
+    from qveil.server.store import open_store
+
+    with open_store(url, create=False) as st:
+        assert st.count_points(b.bundle_id) == 64 * 3  # once each, not once per answer
+    for a in range(3):
+        idx = np.rint(unit * 2.0**32).astype(np.uint64)
+        want = b.noise_paths.path_values(a, idx)
+        assert np.array([logged[a][x] for x in unit]).tobytes() == want.tobytes()
+    r = subprocess.run(
+        [QVEIL, "audit", "--store", url, "--bundle", str(bundle), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr
+    (rel,) = json.loads(r.stdout)["releases"]
+    assert rel["key_checked"] and all(a["key_checked"] for a in rel["actions"])
+
+
+def _wait_metric(sp: ServerProcess, name: str, want: float, timeout: float = 30.0) -> str:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        text = _metrics(sp)
+        if _metric(text, name) == want:
+            return text
+        assert time.monotonic() < deadline, (name, want, text)
+        time.sleep(0.05)
+
+
+def test_max_stored_points_stops_the_log_never_the_answers(tmp_path: Path) -> None:
+    """``--max-stored-points 10``: the log writes while the release holds fewer than 10
+    points (a write may pass the cap: 9 + 6 = 15), then stops logging it, counts what it did
+    not log and says so once; every call is answered all along, with the key's values."""
+    bundle = make_bundle(tmp_path / "b", seed=7)
+    b = load_bundle(bundle)
+    url = f"sqlite:///{tmp_path / 'store.sqlite'}"
+    sp = start_server(
+        tmp_path, bundle, "--max-stored-points", "10", "--metrics-port", "0", store=url
+    )
+    got = []
+    try:
+        with ValueClient(sp.target) as c:
+            asks = [[0.1, 0.2, 0.3], [0.4, 0.5], [0.6, 0.7, 0.8, 0.9], [1.0, 1.1]]
+            got.append(c.values(asks[0]))
+            _wait_metric(sp, "qveil_logged_points_total", 9)  # 9 < 10: logged
+            got.append(c.values(asks[1]))
+            _wait_metric(sp, "qveil_logged_points_total", 15)  # 9 < 10 before: logged
+            got.append(c.values(asks[2]))
+            _wait_metric(sp, "qveil_log_unlogged_points_total", 12)  # 15 >= 10: not logged
+            got.append(c.values(asks[3]))
+            text = _wait_metric(sp, "qveil_log_unlogged_points_total", 18)
+            assert _metric(text, "qveil_logged_points_total") == 15
+            assert _metric(text, "qveil_max_stored_points") == 10
+            assert _metric(text, "qveil_states_answered_total") == 11 * 3
+    finally:
+        assert sp.terminate() == 0, sp.output()
+    for states, vals in zip(asks, got, strict=True):
+        assert vals.tobytes() == served_values(b, states).tobytes()
+    logged = logged_points(url, b.bundle_id)
+    assert {p: sorted(v) for p, v in logged.items()} == {
+        a: sorted(grid_states(b, [0.1, 0.2, 0.3, 0.4, 0.5])[:, 0]) for a in range(3)
+    }
+    assert sp.output().count("the cap") == 1, sp.output()

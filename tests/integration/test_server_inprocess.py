@@ -1,6 +1,7 @@
 """The real grpc.aio server (qveil.server.app.create_server) on a background event loop, over
-loopback, with a real SQLite store: the bad-input property test, health transitions, the
-concurrency bound, deadlines, anonymous mode and atomic activation."""
+loopback, with a real SQLite store as its answer log: the bad-input property test, health
+transitions, the concurrency bound, deadlines, anonymous mode, atomic activation, replicas on
+one PostgreSQL log and the log's count of what it wrote."""
 
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ LO, HI, M, MAX_BATCH = -1.0, 2.0, 3, 64
 
 @pytest.fixture(scope="module")
 def templates(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """Unbound bundles, never served: each store gets its own copies (one release, one store)."""
+    """Template bundles, never served: each test serves copies charged in its own registry."""
     d = tmp_path_factory.mktemp("bundles")
     return make_bundle(d / "b1", seed=11), make_bundle(d / "b2", seed=12)
 
@@ -96,15 +97,20 @@ def invalid_request(draw: st.DrawFn) -> value_pb.GetValuesRequest:
     return value_pb.GetValuesRequest(states=states, actions=actions)
 
 
-def test_bad_requests_are_invalid_argument_and_store_nothing(srv: InProcessServer) -> None:
+def _answered(s: InProcessServer) -> int:
+    """(state, action) values the server has answered."""
+    return int(s.services.ctx.metrics.states_answered)
+
+
+def test_bad_requests_are_invalid_argument_and_answer_nothing(srv: InProcessServer) -> None:
     """~1200 invalid GetValues requests over real gRPC: each INVALID_ARGUMENT naming the
-    field, and the store's row count never moves (validation precedes every store call)."""
-    before = srv.store.count_points()
+    field; nothing is answered and nothing logged (validation precedes every answer)."""
     with grpc.insecure_channel(srv.target) as ch:
         stub = value_grpc.ValueServiceStub(ch)
-        # warm the store with valid points so "nothing stored" is tested on a non-empty store
+        # a log with points, so "nothing logged" is tested on a non-empty store
         stub.GetValues(value_pb.GetValuesRequest(states=[0.0, 0.5, 1.0]), timeout=10)
-        before = srv.store.count_points()
+        assert srv.answers.flush(30)
+        before = srv.store.count_points(), _answered(srv)
         codes: list[str] = []
 
         @settings(
@@ -123,7 +129,8 @@ def test_bad_requests_are_invalid_argument_and_store_nothing(srv: InProcessServe
 
         check()
     assert len(codes) >= 1000
-    assert srv.store.count_points() == before
+    assert srv.answers.flush(30)
+    assert (srv.store.count_points(), _answered(srv)) == before
 
 
 # ----------------------------------------------------------------------------- health, limits
@@ -144,8 +151,12 @@ def test_health_transitions(bundles: tuple[Path, Path], tmp_path: Path) -> None:
             assert health_status(s.target, "qveil.v1.ValueService") == "NOT_SERVING"
 
 
+#: calls of more states than the data plane answers on its event loop go to the executor
+BIG = 100
+
+
 def _block_executor(s: InProcessServer, workers: int = 4) -> threading.Event:
-    """Occupy every store thread until the returned event is set."""
+    """Occupy every executor thread until the returned event is set."""
     gate = threading.Event()
     for _ in range(workers):
         s.executor.submit(gate.wait, 30)
@@ -153,27 +164,35 @@ def _block_executor(s: InProcessServer, workers: int = 4) -> threading.Event:
 
 
 def test_concurrency_bound_and_deadline(bundles: tuple[Path, Path], tmp_path: Path) -> None:
+    """One call in flight (of BIG states: answered in the executor, held there) is the bound:
+    a second is RESOURCE_EXHAUSTED with a retry delay; a call whose deadline passes while it
+    waits for an executor thread is DEADLINE_EXCEEDED and answers (and logs) nothing."""
+    from qveil.server.protocol.dataplane import INLINE_MAX_STATES
+
+    assert BIG > INLINE_MAX_STATES
+    xs = np.linspace(LO, HI, BIG)
     with InProcessServer(bundles[0], f"sqlite:///{tmp_path / 's.sqlite'}", max_in_flight=1) as s:
-        before = s.store.count_points()
         gate = _block_executor(s)
         with ValueClient(s.target, timeout=20) as c, ThreadPoolExecutor(1) as pool:
-            first = pool.submit(c.values, [0.25])
+            first = pool.submit(c.values, xs)
             while s.plane.in_flight < 1:
                 time.sleep(0.005)
             with pytest.raises(ResourceExhaustedError) as ei:
                 c.values([0.75])
             assert ei.value.retry_delay is not None
             gate.set()
-            assert first.result(20).shape == (1, M)
-        assert s.store.count_points() == before + M
-        # a deadline that expires while the call waits for a store thread: nothing stored
+            assert first.result(20).shape == (BIG, M)
+        assert _answered(s) == BIG * M
+        # a deadline that expires while the call waits for an executor thread: nothing
         gate = _block_executor(s)
         with ValueClient(s.target) as c:
             with pytest.raises(DeadlineExceededError):
-                c.values([0.9], timeout=0.2)
+                c.values(xs + 0.001, timeout=0.2)
         gate.set()
         time.sleep(0.3)
-        assert s.store.count_points() == before + M
+        assert _answered(s) == BIG * M
+        assert s.answers.flush(30)
+        assert s.store.count_points() == BIG * M
 
 
 def test_anonymous_loopback_mode(srv: InProcessServer) -> None:
@@ -246,20 +265,30 @@ def test_client_retries_unavailable_until_ready(bundles: tuple[Path, Path], tmp_
 
 @pytest.mark.postgres
 def test_two_replicas_share_a_postgres_store(bundles: tuple[Path, Path], pg_url: str) -> None:
-    """Two servers on one PostgreSQL store answer identically, whichever drew a point."""
+    """Two servers logging into one PostgreSQL store answer identically (the release's key
+    decides, not the store), and the log holds each answered state once whichever replica
+    (or both) answered it."""
+    from server_helpers import served_values
+
     states_a = np.linspace(LO, HI, 40)
     states_b = np.linspace(LO, HI - 0.05, 40) + 0.0125
     with InProcessServer(bundles[0], pg_url) as r1, InProcessServer(bundles[0], pg_url) as r2:
         with ValueClient(r1.target) as c1, ValueClient(r2.target) as c2:
-            a1 = c1.values(states_a)  # drawn by replica 1
-            b2 = c2.values(states_b)  # drawn by replica 2
+            a1 = c1.values(states_a)  # first asked of replica 1
+            b2 = c2.values(states_b)  # first asked of replica 2
             np.testing.assert_array_equal(c2.values(states_a), a1)
             np.testing.assert_array_equal(c1.values(states_b), b2)
+        assert r1.answers.flush(30) and r2.answers.flush(30)
+        rid = r1.services.ctx.holder.current().release_id
+        assert r1.store.count_points(rid) == 80 * M
+        assert r1.answers.mismatched == r2.answers.mismatched == 0
+    assert a1.tobytes() == served_values(bundles[0], states_a).tobytes()
+    assert b2.tobytes() == served_values(bundles[0], states_b).tobytes()
 
 
-def test_oversized_message_is_refused_and_stores_nothing(srv: InProcessServer) -> None:
+def test_oversized_message_is_refused_and_answers_nothing(srv: InProcessServer) -> None:
     """A request over the server's message limit (4 MiB) is refused by gRPC itself."""
-    before = srv.store.count_points()
+    before = _answered(srv)
     with grpc.insecure_channel(
         srv.target, options=[("grpc.max_send_message_length", 64 << 20)]
     ) as ch:
@@ -268,24 +297,31 @@ def test_oversized_message_is_refused_and_stores_nothing(srv: InProcessServer) -
         with pytest.raises(grpc.RpcError) as ei:
             stub.GetValues(huge, timeout=30)
     assert ei.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-    assert srv.store.count_points() == before
+    assert _answered(srv) == before
 
 
-def test_new_points_metric_counts_each_committed_point_once(
+def test_logged_points_count_each_logged_point_once(
     bundles: tuple[Path, Path], tmp_path: Path
 ) -> None:
-    """`new_points` (GetStats, qveil_new_points_total) equals the rows the store committed:
-    repeated states add nothing, and 8 concurrent callers on overlapping states never count a
-    point twice (a per-call before/after difference would over-count here)."""
+    """The answer log's count (``logged``: GetStats new_points, qveil_logged_points_total)
+    equals the rows it committed: repeated states add nothing, and 8 concurrent callers on
+    overlapping states never count a point twice."""
     with InProcessServer(bundles[0], f"sqlite:///{tmp_path / 's.sqlite'}") as s:
         xs = np.linspace(LO, HI, 40)
         with ValueClient(s.target) as c:
             c.values(xs)
-            c.values(xs)  # all stored: no new point
-            assert s.services.ctx.metrics.new_points == 40 * M
+            c.values(xs)  # all logged: no new point
+            assert s.answers.flush(30)
+            assert s.answers.logged == 40 * M
             rng = np.random.default_rng(5)
-            batches = [rng.choice(np.linspace(LO, HI, 97), 30) for _ in range(24)]
+            grid = np.linspace(LO, HI, 97)
+            batches = [rng.choice(grid, 30) for _ in range(24)]
             with ThreadPoolExecutor(8) as pool:
                 list(pool.map(c.values, batches))
+            assert s.answers.flush(30)
+            with AdminClient(s.target) as ad, pytest.raises(PermissionDeniedError):
+                ad.stats()  # anonymous: no admin role (the count is checked in process)
+        distinct = len(set(xs.tolist()) | {float(x) for b in batches for x in b})
         stored = s.store.count_points()
-        assert s.services.ctx.metrics.new_points == stored == s.store.points_drawn
+        assert s.answers.logged == stored == s.store.points_logged == distinct * M
+        assert s.answers.unlogged == s.answers.mismatched == 0

@@ -160,7 +160,7 @@ def check_receipt(
         raise FailedPrecondition(
             f"{where}: its receipt is signed by registry {echo(rec.registry_id)} (key "
             f"{rec.public_key[:16]}...), which this server does not trust: serve it with the "
-            "registry that charged it (QVEIL_REGISTRY / --registry), or pass that registry's "
+            "registry that charged it (QVEIL_REGISTRY or QVEIL_HOME), or pass that registry's "
             "public key with --trust-registry-key (qveil budget registry-key prints it)"
         )
     try:

@@ -27,6 +27,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from qveil.errors import IntegrityError
+
 __all__ = ["AnswerLog", "MAX_PENDING_POINTS"]
 
 log = logging.getLogger("qveil.server")
@@ -55,6 +57,7 @@ class AnswerLog:
         #: (release, path) -> {state: value} taken from the queue and not logged yet
         self._pending: dict[tuple[str, int], dict[float, float]] = {}
         self._warned_full: set[str] = set()
+        self._refused: set[tuple[str, int]] = set()  # paths whose log the store refused
         self._loaded: set[str] = set()  # releases whose logged points are in the copies
         #: counts for metrics and tests
         self.logged = 0
@@ -167,7 +170,13 @@ class AnswerLog:
             paths = [p for _r, p in keys]
             xs = [np.fromiter(self._pending[k].keys(), np.float64) for k in keys]
             gs = [np.fromiter(self._pending[k].values(), np.float64) for k in keys]
-            written, mismatched = self.store.record_paths(rid, paths, xs, gs)
+            try:
+                written, mismatched = self.store.record_paths(rid, paths, xs, gs)
+            except IntegrityError:
+                # a path whose log the store refused (a gap, a state logged twice: qveil
+                # audit names it) never takes a point again: log the others path by path
+                # and drop the refused path's points (counted), instead of retrying forever
+                written, mismatched = self._write_paths(rid, paths, xs, gs)
             for k in keys:
                 del self._pending[k]
             self.logged += written
@@ -179,3 +188,26 @@ class AnswerLog:
                     mismatched,
                     rid,
                 )
+
+    def _write_paths(
+        self,
+        rid: str,
+        paths: list[int],
+        xs: list[npt.NDArray[np.float64]],
+        gs: list[npt.NDArray[np.float64]],
+    ) -> tuple[int, int]:
+        """``record_paths`` one path at a time; a refused path's points are counted as not
+        logged (a store error other than a refusal still propagates: retried later)."""
+        written = mismatched = 0
+        for p, x, g in zip(paths, xs, gs, strict=True):
+            try:
+                w, m = self.store.record_paths(rid, [p], [x], [g])
+            except IntegrityError as exc:
+                self.unlogged += len(x)
+                if (rid, p) not in self._refused:
+                    self._refused.add((rid, p))
+                    log.error("answer log: path %d of release %s is not logged: %s", p, rid, exc)
+                continue
+            written += w
+            mismatched += m
+        return written, mismatched

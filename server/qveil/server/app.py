@@ -424,7 +424,7 @@ class _Run:
         if config.processes > 1 and url.startswith("memory:"):
             raise InvalidArgument(
                 "--processes needs a shared store (SQLite or PostgreSQL): a memory store "
-                "per process would be a second noise draw of the release"
+                "per process would keep a private answer log that nobody can audit"
             )
         self.say(
             f"store {_redact(url)}"

@@ -475,6 +475,12 @@ def audit_store(
         for rid in sorted(external_anchors or {})
         if rid not in known and (release_id is None or rid == release_id)
     ]
+    problems += [
+        f"a bundle of release {rid} was given (--bundle), but this audit has no log of that "
+        "release: nothing was recomputed from its key (another release's bundle?)"
+        for rid in sorted(keys or {})
+        if rid not in known
+    ]
     ledger = Ledger(db).verify().to_dict()
     log = audit_log.verify_audit_log(db).to_dict()
     report = AuditReport(

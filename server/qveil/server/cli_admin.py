@@ -10,8 +10,8 @@
 
 Only ``init-store`` creates a store; every other operation refuses a store that does not exist.
 ``export-release`` / ``import-release`` copy a release's answer log (every logged point) to
-another store: a copy, not a move, since every copy of a release answers with its key's
-values (docs/operations.md, "Copies, backups and replicas").
+another store; both stores keep serving the same values, since every copy of a release
+answers with its key's values (docs/operations.md, "One key per release").
 
 Two ways to reach the releases (docs/operations.md, "Activation"):
 
@@ -21,7 +21,7 @@ Two ways to reach the releases (docs/operations.md, "Activation"):
 * ``--target HOST:PORT --token-file F``: through a running server's AdminService (admin role),
   which loads and validates the bundle and swaps it in atomically while it keeps answering.
   ``releases``, ``activate``, ``retire`` and ``budget`` go to the server (AdminService
-  GetBudget reads the ledger in the server's store); ``retrain``, ``set-cap`` and ``log``
+  GetBudget reads the ledger in the server's registry); ``retrain``, ``set-cap`` and ``log``
   always need ``--store`` (training runs here, not in the server, and writes to the ledger);
   ``retrain --activate`` then activates the new bundle through the server.
 

@@ -1,22 +1,23 @@
 """The query service: what ValueService answers (and the v2 model through it): validation,
-the model's forward, the store's noise, the value grid. Blocking (it calls the store); the
-data plane runs it in a thread pool off the event loop. It raises ``qveil.errors``
-exceptions only; each transport maps them through its table.
+the release's answer, the value grid. Pure computation on the active release (no store, no
+lock): the data plane answers a few states on the event loop and more in its thread pool. It
+raises ``qveil.errors`` exceptions only; each transport maps them through its table.
 
 Answer of a query: for state s of release r and action a,
 
-    value(s, a) = grid_round( Q_r(x, a) + sum_j g_{r,a,j}(x_j) ),
-    x_j = (clip(s_j, lo_j, hi_j) - lo_j) / (hi_j - lo_j)
+    value(s, a) = grid_round( Q_r(x, a) + sum_j g_{r, a d + j}(x_j) ),
+    x_j = snap( (clip(s_j, lo_j, hi_j) - lo_j) / (hi_j - lo_j) )
 
 for every release, of d >= 1 coordinates: each coordinate is clipped into its public
-interval (public post-processing; every card states it), Q_r is the bundle's numpy forward
-(clamped to +-q_bound in output mode, inside the bundle) and g_{r,a,j}(x_j) is
-``store.get_or_sample_paths`` on path a * d + j (stored value, or an exact OU conditional
-draw committed durably before it is returned). Every input is validated BEFORE the store is
-touched, so a rejected request stores nothing.
-
-The value grid and the arithmetic of an answer are :mod:`qveil.answer`'s, shared with the
-in-process evaluations, so what they compute is what the server answers.
+interval (public post-processing; every card states it) and snapped to the dyadic grid
+i 2^-32 (:func:`qveil.keyed.snap`); Q_r is the bundle's numpy forward at the SNAPPED state
+(clamped to +-q_bound in output mode, inside the bundle) and g is the release's keyed noise
+(:class:`qveil.keyed.KeyedPaths`, a pure function of its one key). So an answer is a pure
+function of (weights, key, snapped state): every copy of the release answers the same bits,
+and nothing about earlier queries changes it, its latency included. The arithmetic is
+:mod:`qveil.answer`'s, shared with the in-process evaluations. What was answered is handed
+to the answer log (:mod:`qveil.server.answer_log`), which writes it to the store off the
+answer path, for audit. Every input is validated before anything is answered or logged.
 """
 
 from __future__ import annotations

@@ -78,6 +78,13 @@ class RegistryRecords:
             population, eps, delta = str(b.card.get("env_id")), float("inf"), 1.0
         else:
             population, eps, delta = entry.dataset_id, entry.event.epsilon, entry.event.delta
+            if self.registry.ledger.cap(population) is None:
+                raise FailedPrecondition(
+                    f"release {echo(rid)} is charged to {echo(population)}, which is not a "
+                    f"declared population (no budget): no receipt is signed for it; declare it "
+                    f"(qveil budget create NAME --epsilon E --delta D) and train with "
+                    f"--population NAME"
+                )
         receipt = self.registry.sign_receipt(
             release_id=rid,
             population=population,

@@ -61,8 +61,8 @@ class ReleaseHolder:
 
 class ServerContext:
     """What the server's services share: the store (set once it is open), the active
-    release, the limits, the metrics, the storage quotas and the registry (lineage, witnessed
-    heads, ledger; opened from the default location on first use when not given)."""
+    release, the limits, the metrics, the query quotas and the registry (ledger and receipt
+    key; opened from the default location on first use when not given)."""
 
     def __init__(
         self,

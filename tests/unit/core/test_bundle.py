@@ -1,10 +1,12 @@
-"""Release bundles: files, a complete card, verification on load (weights hash, card checksum,
-Lipschitz bound, privacy recomputed by the accountant), tampering refused, torch-free reads,
-and the ``qveil train`` / ``qveil evaluate`` entry points end to end."""
+"""Release bundles: files (the noise key among them), a complete card, verification on load
+(weights hash, card checksum, the key against the card's key_sha256, Lipschitz bound, privacy
+recomputed by the accountant), tampering refused, a bundle without a key refused, torch-free
+reads, and the ``qveil train`` / ``qveil evaluate`` entry points end to end."""
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import subprocess
 import sys
@@ -17,11 +19,12 @@ from server_helpers import ensure_population, registry_home
 
 from qveil.bundle import (
     ADMIN_CARD_FILE,
-    BINDING_FILE,
     CARD_KEYS,
     CLIPPING,
     FILES,
+    KEY_FILE,
     PUBLIC_CARD_KEYS,
+    RECEIPT_FILE,
     build_card,
     card_digest,
     load_bundle,
@@ -30,7 +33,8 @@ from qveil.bundle import (
     write_bundle,
 )
 from qveil.cli import main
-from qveil.errors import IntegrityError, InvalidArgument, NotFound
+from qveil.errors import FailedPrecondition, IntegrityError, InvalidArgument, NotFound
+from qveil.keyed import KEY_BYTES, seeded_key
 from qveil.privacy import PrivacyParams, account
 from qveil.trainer.config import TrainConfig, to_toml
 from qveil.trainer.train import run_training
@@ -92,8 +96,8 @@ def _rewrite_card(path: Path, edit: Any, *, reseal: bool) -> None:
 
 
 def test_files_and_complete_card(trained: Path) -> None:
-    # the bundle's files, and its binding to the store that holds its noise
-    assert sorted(p.name for p in trained.iterdir()) == sorted([*FILES, BINDING_FILE])
+    # the bundle's files (its noise key among them), and the registry's receipt of its charge
+    assert sorted(p.name for p in trained.iterdir()) == sorted([*FILES, RECEIPT_FILE])
     card = load_bundle(trained).card  # card.json (public) merged with card_admin.json
     assert set(CARD_KEYS) <= set(card)
     cfg = TrainConfig.from_toml(trained / "config.toml")
@@ -137,6 +141,21 @@ def test_public_card_is_a_whitelist(trained: Path) -> None:
     assert "hyperparameters" not in pub and "network" not in pub
     assert "weights_sha256" not in pub and "training_noise" not in pub
     assert "card_sha256" not in pub and pub["epsilon"] is not None
+    # the key's commitment is the admin's; how the noise is evaluated is public
+    assert "key_sha256" not in pub and "key_sha256" in load_bundle(trained).admin_card()
+    assert pub["noise_path"]["grid_levels"] == 32 and "AES-256" in pub["noise_path"]["prf"]
+
+
+def test_seeded_training_writes_the_seeded_key_and_says_so(trained: Path) -> None:
+    """Algorithm 1 with ``qveil train --seed 3``: the card says seeded, and the noise key is
+    the one derived from the seed (owner-only, 32 bytes, the card's key_sha256)."""
+    b = load_bundle(trained)
+    key = (trained / KEY_FILE).read_bytes()
+    assert b.card["seeded"] is True and b.card["mode"] == "gdp"
+    assert key == seeded_key(3) == b.noise_key and len(key) == KEY_BYTES
+    assert b.card["key_sha256"] == hashlib.sha256(key).hexdigest()
+    assert (trained / KEY_FILE).stat().st_mode & 0o777 == 0o600
+    assert "seeded" in b.card["release_noise"]["source"]
 
 
 def test_tampered_card_is_refused(trained: Path, tmp_path: Path) -> None:
@@ -177,6 +196,24 @@ def test_tampered_weights_are_refused(trained: Path, tmp_path: Path) -> None:
     np.savez(p / "weights.npz", **w)
     with pytest.raises(IntegrityError, match="weights.npz sha256"):
         load_bundle(p)
+
+
+def test_a_replaced_or_missing_key_is_refused(trained: Path, tmp_path: Path) -> None:
+    """A release has one key for good: another key (even a well-formed one) does not match
+    the card's key_sha256; a key of the wrong length is refused; a bundle without a key was
+    written before keyed noise and is refused, naming `qveil train`."""
+    p = _copy(trained, tmp_path / "k")
+    (p / KEY_FILE).write_bytes(seeded_key(4))
+    with pytest.raises(IntegrityError, match="key_sha256"):
+        load_bundle(p)
+    (p / KEY_FILE).write_bytes(seeded_key(3)[:16])
+    with pytest.raises(IntegrityError, match="32-byte key"):
+        load_bundle(p)
+    (p / KEY_FILE).unlink()
+    with pytest.raises(FailedPrecondition, match="qveil train"):
+        load_bundle(p)
+    with pytest.raises(FailedPrecondition, match="noise.key"):
+        load_bundle(p, verify=False)  # no key, nothing to answer with, verified or not
 
 
 def test_missing_bundle_and_files(tmp_path: Path) -> None:
@@ -234,8 +271,10 @@ def test_write_bundle_for_tests_output_mode_clamps(tmp_path: Path) -> None:
         weights=_small_weights(),
         config_toml="",
         training_log_rows=[{"episode": 1, "return": 1.0}],
+        noise_key=seeded_key(7),
     )
     b = load_bundle(out)
+    assert b.noise_key == seeded_key(7) and b.noise_paths.n_paths == 2  # d = 1, 2 actions
     assert b.q_bound == pytest.approx(10.0) and b.interval.lo == -2.0
     q = b.q_values([-2.0, 0.0, 2.0])
     assert q[:, 0].max() == pytest.approx(10.0) and q[:, 1].min() == pytest.approx(-10.0)
@@ -255,6 +294,33 @@ def test_write_bundle_refuses_a_non_lipschitz_network_and_writes_nothing(tmp_pat
             training_log_rows=[],
         )
     assert list(tmp_path.iterdir()) == []
+
+
+def test_write_bundle_draws_a_fresh_key_unless_given_one(tmp_path: Path) -> None:
+    """No ``noise_key``: 32 bytes of OS entropy, a different key for each bundle written from
+    the same card and weights (so two releases of the same model answer differently), owner-
+    only and committed to by the card; a key of the wrong size is refused, nothing written."""
+
+    def write(name: str, **kw: Any) -> Path:
+        return write_bundle(
+            tmp_path / name,
+            card=_output_card(),
+            weights=_small_weights(),
+            config_toml="",
+            training_log_rows=[],
+            **kw,
+        )
+
+    a, b = load_bundle(write("a")), load_bundle(write("b"))
+    assert len(a.noise_key) == len(b.noise_key) == KEY_BYTES and a.noise_key != b.noise_key
+    assert a.card["key_sha256"] == hashlib.sha256(a.noise_key).hexdigest()
+    assert a.card["key_sha256"] != b.card["key_sha256"]
+    assert (a.path / KEY_FILE).stat().st_mode & 0o777 == 0o600
+    assert KEY_FILE in FILES and "noise_key" not in repr(a) and a.noise_key.hex() not in repr(a)
+    for bad in (b"short", "x" * KEY_BYTES):
+        with pytest.raises(InvalidArgument, match="32 bytes"):
+            write("bad", noise_key=bad)
+        assert not (tmp_path / "bad").exists()
 
 
 def _quick_config(**changes: Any) -> TrainConfig:
@@ -308,27 +374,20 @@ def test_evaluate_cli_prints_the_table(
     )
     assert png.read_bytes()[:4] == b"\x89PNG"
     out = capsys.readouterr().out
-    for row in ("released (Q + g, fresh path", "bare network", "random", "towards 0.5"):
+    for row in ("released (Q + g, the release's key", "bare network", "random", "towards 0.5"):
         assert row in out
 
 
-def test_a_grid_bundle_of_an_earlier_version_still_loads_and_serves_d_1_states(
-    tmp_path: Path,
-) -> None:
-    """1-D fqi releases are now the kernel estimator with d = 1; a grid-model bundle that an
-    earlier version wrote (tests/data/grid-bundle-v1: K = 11, beta 3, 300 users, its card by
-    the retired grid accountant) still verifies, and serves through the one path: a box of
-    one interval, [n, 1] or flat states, clipped."""
+def test_a_bundle_of_an_earlier_version_without_a_key_is_refused(tmp_path: Path) -> None:
+    """A grid-model bundle that an earlier version wrote (tests/data/grid-bundle-v1: K = 11,
+    beta 3, 300 users) holds no noise key: it cannot be loaded, so it cannot be served; the
+    refusal names the way out (`qveil train` a new release), with or without verification."""
     import shutil
 
-    from qveil.bundle import verify_privacy
-
     src = Path(__file__).resolve().parents[2] / "data" / "grid-bundle-v1"
-    b = load_bundle(shutil.copytree(src, tmp_path / "g"))
-    values = np.linspace(0.0, 1.0, 22).reshape(11, 2)
-    assert verify_privacy(b.card)["holds"] is True
-    assert (b.dims, b.betas, b.kernel) == (1, (3.0,), False)
-    assert b.public_card()["clipping"] == CLIPPING
-    q = b.q_values([[-1.0], [1.0]])
-    np.testing.assert_allclose(q, values[[0, -1]])
-    np.testing.assert_array_equal(b.q_values([-5.0, 0.0, 5.0]), b.q_values([-1.0, 0.0, 1.0]))
+    g = shutil.copytree(src, tmp_path / "g")
+    assert not (g / KEY_FILE).exists()
+    for verify in (True, False):
+        with pytest.raises(FailedPrecondition, match="`qveil train`") as exc:
+            load_bundle(g, verify=verify)
+        assert KEY_FILE in str(exc.value)

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from server_helpers import make_tokens, start_server
+from server_helpers import charge, make_tokens, start_server
 
 from qveil.bundle import (
     ADMIN_CARD_FILE,
@@ -38,8 +38,14 @@ from qveil.trainer.train import run_training
 CONFIGS = Path(__file__).resolve().parents[3] / "configs"
 #: fields that may differ between two releases of one public configuration
 PER_RELEASE = {"bundle_id", "created_at"}
-#: fields that come from the trained weights or the run: never public
-DATA_DEPENDENT = ("lipschitz.measured", "lipschitz.bound_from_weights", "hyperparameters.hidden")
+#: fields that come from the trained weights, the run or the release's secret noise key:
+#: never public
+DATA_DEPENDENT = (
+    "lipschitz.measured",
+    "lipschitz.bound_from_weights",
+    "hyperparameters.hidden",
+    "key_sha256",
+)
 
 
 def _train(tmp: Path, name: str, seed: int, mode: str, **kw: Any) -> Path:
@@ -173,12 +179,14 @@ def test_edits_to_either_file_are_refused(tmp_path: Path) -> None:
 
 
 def test_server_shows_public_card_to_clients_and_admin_card_to_admins(tmp_path: Path) -> None:
-    """A real `qveil serve`: GetRelease carries the public card only; GetAdminCard needs the
-    admin role and returns card_admin.json."""
+    """A real `qveil serve` (of a release charged and receipted in this test's registry):
+    GetRelease carries the public card only; GetAdminCard needs the admin role and returns
+    card_admin.json."""
     from qveil.client.sync import AdminClient, ValueClient
     from qveil.errors import PermissionDenied
 
     bundle = _train(tmp_path, "a", 1, "output", epsilon=8.0, sigma=None)
+    charge(bundle)
     b = load_bundle(bundle)
     tokens = make_tokens(tmp_path / "tokens.toml")
     srv = start_server(tmp_path, bundle, "--tokens-file", str(tokens.path))

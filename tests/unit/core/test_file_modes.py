@@ -1,10 +1,11 @@
 """Files qveil writes are owner-only: 0600 files and 0700 directories whatever the umask.
 
-The CLI sets umask 077 at start; the library writers (bundle, SQLite store, release export)
-set their modes explicitly as well. The CLI runs here as real subprocesses under umask 022
-(collect, train fqi, init-store, export-release, serve), the library writers in-process
-under umask 022; every file and directory under the outputs is checked, not a fixed list.
-`qveil serve` warns about a bundle that group or others can read."""
+The CLI sets umask 077 at start; the library writers (bundle with its noise key, SQLite
+store, release export) set their modes explicitly as well. The CLI runs here as real
+subprocesses under umask 022 (collect, train fqi, serve with its answer log, export-release),
+the library writers in-process under umask 022; every file and directory under the outputs
+is checked, not a fixed list. `qveil serve` warns about a bundle that group or others can
+read."""
 
 from __future__ import annotations
 
@@ -15,9 +16,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from server_helpers import QVEIL, REPO, ensure_population, make_bundle, running
+from server_helpers import (
+    QVEIL,
+    REPO,
+    ServerProcess,
+    ensure_population,
+    make_bundle,
+    running,
+    wait_health,
+)
 
-from qveil.bundle import load_bundle
+from qveil.bundle import KEY_FILE, RECEIPT_FILE, load_bundle
 
 CONFIG = str(REPO / "configs" / "linewalk-private.toml")
 
@@ -76,25 +85,59 @@ def test_cli_writes_owner_only_files_under_umask_022(tmp_path: Path) -> None:
         *ensure_population(),
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
-    # the default store beside the bundle, which train bound the release to
-    db = bundle.parent / "qveil-store.sqlite"
+    assert (bundle / KEY_FILE).is_file() and (bundle / RECEIPT_FILE).is_file()
+    # train creates no store; serving does, and its answer log writes to it
+    db = out / "qveil-store.sqlite"
     store = f"sqlite:///{db}"
+    srv = _serve(tmp_path, bundle, store, port_file=out / "serve.port")
+    try:
+        from qveil.client import ValueClient
+
+        with ValueClient(srv.target, timeout=30) as c:
+            assert c.values([0.1, 0.5]).shape == (2, 2)
+    finally:
+        assert srv.terminate() == 0, srv.output()  # the answer log is flushed on the way out
     rid = load_bundle(bundle).bundle_id
     dump = out / "exports" / "release.jsonl"
     (out / "exports").mkdir(mode=0o700)
     os.chmod(out / "exports", 0o700)
     r = _qveil("admin", "export-release", rid, "--out", str(dump), "--store", store)
     assert r.returncode == 0, r.stderr
-    assert dump.is_file() and db.is_file()
+    assert dump.is_file() and db.is_file() and len(dump.read_text().splitlines()) > 1
     assert (bundle / "card.json").is_file()
     _assert_owner_only(out)
-    _assert_owner_only(Path(os.environ["QVEIL_HOME"]))  # the registry (lineage, ledger)
+    _assert_owner_only(Path(os.environ["QVEIL_HOME"]))  # the registry (ledger, signing key)
+
+
+def _serve(tmp: Path, bundle: Path, store: str, *, port_file: Path) -> ServerProcess:
+    """`qveil serve` of ``bundle`` on ``store`` as a subprocess under umask 022 (its log in
+    ``tmp``, outside the checked tree), once healthy."""
+    import time
+
+    log = tmp / "serve.log"
+    with log.open("w") as fh:
+        proc = subprocess.Popen(
+            [QVEIL, "serve", "--bundle", str(bundle), "--store", store,
+             "--listen", "127.0.0.1:0", "--port-file", str(port_file)],
+            stdout=fh, stderr=subprocess.STDOUT, text=True, cwd=tmp,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            preexec_fn=lambda: os.umask(0o022),
+        )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not port_file.exists() or not port_file.read_text().strip():
+        assert proc.poll() is None, log.read_text()
+        assert time.monotonic() < deadline, log.read_text()
+        time.sleep(0.02)
+    srv = ServerProcess(proc, int(port_file.read_text()), log)
+    wait_health(srv.target, "SERVING", timeout=60, proc=srv)
+    return srv
 
 
 def test_library_writers_set_modes_whatever_the_umask(tmp_path: Path) -> None:
-    """Without the CLI's umask: the bundle writer, a new SQLite store (with its -wal and
-    -shm) and export_release still write owner-only files."""
-    from store_helpers import make_release
+    """Without the CLI's umask: the bundle writer (its noise key too), a new SQLite store
+    (with its -wal and -shm) logging answered values and export_release still write
+    owner-only files."""
+    from store_helpers import keyed_paths, log_values, make_release
 
     from qveil.server.store import open_store
 
@@ -103,9 +146,11 @@ def test_library_writers_set_modes_whatever_the_umask(tmp_path: Path) -> None:
     os.chmod(lib, 0o700)
     with _umask(0o022):
         make_bundle(lib / "bundle", seed=3)
+        assert (lib / "bundle" / KEY_FILE).is_file()
         with open_store(f"sqlite:///{lib / 'store.sqlite'}") as st:
-            make_release(st, "r1")
-            st.get_or_sample("r1", 0, [0.1, 0.5])
+            rec = make_release(st, "r1")
+            _, _, written, _ = log_values(st, keyed_paths(rec), "r1", [0], [[0.1, 0.5]])
+            assert written == 2
             assert (lib / "store.sqlite-wal").exists()  # WAL mode: written while open
             _assert_owner_only(lib)
             assert st.export("r1", str(lib / "release.jsonl")) == 2

@@ -375,14 +375,15 @@ def test_bad_calls() -> None:
         account({"mode": "paper"})  # type: ignore[arg-type]
 
 
-def test_every_basis_says_one_store_per_release() -> None:
-    """The guarantee is for one noise draw; the card's basis says so in every mode, once:
-    every answer comes from the one draw kept in the release's one store incarnation."""
+def test_every_basis_says_one_key_per_release() -> None:
+    """The guarantee is for the release's one noise key; the card's basis says so in every
+    mode, once: every answer is computed from that key, every copy answers the same values,
+    and new noise takes a new, charged release. Nothing of the retired store story is left."""
     from pathlib import Path
 
     from qveil.kfqi_config import default_config, load_fqi_config, plan_kernel
     from qveil.privacy import E3_SETTINGS
-    from qveil.privacy.checks import ONE_STORE
+    from qveil.privacy.checks import ONE_KEY
 
     bases = {}
     for mode in ("paper", "gdp", "output"):
@@ -398,8 +399,9 @@ def test_every_basis_says_one_store_per_release() -> None:
             kernel.replace(neighbour=nb), users=1000, actions=2, dims=4, reward_range=(0.0, 1.0)
         ).basis
     for name, basis in bases.items():
-        assert basis.endswith(ONE_STORE) and basis.count(ONE_STORE) == 1, (name, basis)
-        assert basis.count("one store per release") == 1, (name, basis)
-        assert basis.count("second store") == 1, (name, basis)
-    assert "one noise draw kept in the release's one store incarnation" in ONE_STORE
-    assert "qveil refuses copies" in ONE_STORE
+        assert basis.endswith(ONE_KEY) and basis.count(ONE_KEY) == 1, (name, basis)
+        assert basis.count("one noise key") == 1, (name, basis)
+        assert "store" not in basis and "incarnation" not in basis, (name, basis)
+    assert "the release's one noise key, drawn once from OS entropy" in ONE_KEY
+    assert "Every copy of the release answers the same values" in ONE_KEY
+    assert "new noise needs a new release, charged again" in ONE_KEY

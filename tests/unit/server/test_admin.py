@@ -88,8 +88,9 @@ def test_retrain_activate_rollback_retire(
         rec1 = ctx.store.get_release(rid1)
         _xs, gs1, written, _ = log_values(ctx.store, b1.noise_paths, rid1, [0], [[0.25, 0.5]])
         assert written == 2
-        # a second retrain: a new release id, a new key (new noise), an empty answer log
-        r2 = retrain(ctx, config=tiny_config, dataset_id="users", sigma=1.0, mode="gdp", seed=1)
+        # a second retrain (unseeded, as in production: its key is drawn from OS entropy): a
+        # new release id, a new key (new noise), an empty answer log
+        r2 = retrain(ctx, config=tiny_config, dataset_id="users", sigma=1.0, mode="gdp")
         rid2 = r2.release_id
         assert rid2 != rid1
         b2 = load_bundle(r2.bundle_path)

@@ -1,14 +1,17 @@
 """``qveil audit``: passes on a healthy store; fails on an edited value, a deleted row,
 a reordered sequence, a truncated store (high-water mark against the audit log) and on paths
-filled with noise of the wrong sigma or beta.
+logged with noise of the wrong sigma or beta. With ``--bundle`` every logged value is
+recomputed from the release's key: the audit passes on a log a real server wrote, and fails,
+naming the mismatch, on a value edited with its chain recomputed (which nothing else sees)
+and on the log of one release audited against another release's bundle.
 
-Real SQLite files, stores filled through the store's own API with seeded sources. Wrong-law
-paths are made with the store's own insert path too: a release is filled in a scratch
-in-memory store with the *true* (wrong) parameters, exported, its header's claimed sigma or
-beta rewritten, and imported (``SamplePathStore.import_`` verifies every chain link; the chain
-covers (seq, x, g), not the release's parameters). What a wrong implementation would score is
-in each assertion's comment: at n = 400 per action, sigma x 1.3 gives var ~ 1.69 and
-var_p ~ 1e-25; the variance test alone has power 0.99995 at the audit's pass level.
+Real SQLite files. The store only logs what was answered (``record_paths``); the values a test
+logs are a real release's noise (:class:`qveil.keyed.KeyedPaths` under seeded keys), so the
+audit sees exactly what a server would have logged. Wrong-law paths are logged under a record
+that claims other parameters (sigma or beta) than the key's paths have. What a wrong
+implementation would score is in each assertion's comment: at n = 400 per action, sigma x 1.3
+gives var ~ 1.69 and var_p ~ 1e-25; the variance test alone has power 0.99995 at the audit's
+pass level. The keys are seeded, so every verdict here is fixed (no false-alarm rate).
 """
 
 from __future__ import annotations
@@ -19,12 +22,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from server_helpers import make_bundle
 from store_helpers import make_release
 
+from qveil.bundle import load_bundle
 from qveil.cli import main
+from qveil.client.sync import ValueClient
+from qveil.keyed import KeyedPaths, seeded_key, snap
 from qveil.server.admin import admin_db_for
 from qveil.server.audit import audit_store, variance_test_power
+from qveil.server.local import LocalServer
 from qveil.server.store import open_store
+from qveil.server.store.integrity import ChainHasher
 
 SIGMA, BETA, N = 0.5, 3.0, 400
 
@@ -38,8 +47,11 @@ def fill(
     n: int = N,
     seed: int = 0,
     actions: int = 2,
-) -> None:
-    """Register a release and answer n random states per action, in batches (store API)."""
+    true: dict[str, float] | None = None,
+) -> KeyedPaths:
+    """Register a release (sigma, beta) and log the keyed values of n random states per
+    action (key seeded by ``seed``), in batches, as a server's answer log does. ``true``:
+    the key's paths have these parameters instead of the record's (a wrong law)."""
     store.create_release(
         release_id=rid,
         fingerprint=f"fp-{rid}",
@@ -48,41 +60,27 @@ def fill(
         interval=(-1.0, 1.0),
         n_actions=actions,
     )
+    law = {"sigma": sigma, "beta": beta, **(true or {})}
+    paths = KeyedPaths(
+        key=seeded_key(seed), betas=[law["beta"]], sigma=law["sigma"], n_actions=actions
+    )
     rng = np.random.default_rng(seed)
     for a in range(actions):
-        xs = rng.random(n)
-        for chunk in np.array_split(xs, 8):  # several transactions, like real traffic
-            store.get_or_sample(rid, a, chunk)
+        for chunk in np.array_split(rng.random(n), 8):  # several transactions, like real traffic
+            log(store, paths, rid, a, chunk)
+    return paths
 
 
-def fill_with_wrong_law(
-    url: str,
-    tmp: Path,
-    rid: str,
-    *,
-    claimed: dict[str, float],
-    true: dict[str, float],
-    seed: int = 5,
-) -> None:
-    """A release whose record claims ``claimed`` (sigma, beta) but whose stored values were
-    drawn with ``true``: filled in a scratch store, exported, header rewritten, imported."""
-    scratch = open_store("memory://", rng=seed)
-    fill(scratch, rid, **true)
-    path = tmp / f"{rid}.jsonl"
-    scratch.export(rid, str(path))
-    scratch.close()
-    lines = path.read_text().splitlines()
-    header = json.loads(lines[0])
-    header.update(claimed)
-    path.write_text("\n".join([json.dumps(header), *lines[1:]]) + "\n")
-    with open_store(url) as st:
-        st.import_(str(path))
+def log(store, paths: KeyedPaths, rid: str, path: int, units: np.ndarray) -> None:
+    """Log path ``path``'s keyed values at the unit states ``units`` (snapped to the grid)."""
+    idx, xs = snap(np.asarray(units, dtype=np.float64))
+    store.record_paths(rid, [path], [xs], [paths.path_values(path, idx)])
 
 
 @pytest.fixture
 def healthy(tmp_path: Path) -> str:
     url = f"sqlite:///{tmp_path / 'store.sqlite'}"
-    with open_store(url, rng=123) as st:
+    with open_store(url) as st:
         fill(st, "rel-a", seed=1)
         fill(st, "rel-b", seed=2, sigma=2.0, beta=40.0)
         make_release(st, "rel-empty", n_actions=1, sigma=1.0, beta=1.0, interval=(0.0, 1.0))
@@ -185,8 +183,6 @@ def test_state_stored_twice_with_a_valid_link_fails(healthy: str) -> None:
     written behind the store's back with the next seq and a valid chain link, is reported by
     the audit (the store's verification and the audit's own duplicate check), and the path is
     not tested statistically."""
-    from qveil.server.store.integrity import ChainHasher
-
     with open_store(healthy) as st:
         pts = list(st.iter_points("rel-a", 1))
     last, again = pts[-1], pts[41]
@@ -233,8 +229,9 @@ def test_whole_store_restore_from_an_older_copy_is_caught_only_against_an_outsid
     src.backup(dst)  # the online backup API: a consistent copy
     src.close()
     dst.close()
-    with open_store(healthy, rng=9) as st:  # the live store moves on
-        st.get_or_sample("rel-a", 0, np.random.default_rng(4).random(50))
+    with open_store(healthy) as st:  # the live store moves on
+        paths = KeyedPaths(key=seeded_key(1), betas=[BETA], sigma=SIGMA, n_actions=2)
+        log(st, paths, "rel-a", 0, np.random.default_rng(4).random(50))
     kept_outside = tmp_path / "kept-outside.json"
     assert main(["audit", "--store", healthy, "--export", str(kept_outside)]) == 0
     old_url = f"sqlite:///{old_copy}"
@@ -255,8 +252,6 @@ def test_rewritten_tail_is_caught_by_the_recorded_head_hash(healthy: str) -> Non
     assert code == 0
     with open_store(healthy) as st:
         pts = list(st.iter_points("rel-a", 1))
-    from qveil.server.store.integrity import ChainHasher
-
     prev = bytes.fromhex(pts[-2].hash)
     forged_g = pts[-1].g + 0.25
     forged = ChainHasher().link(prev, pts[-1].seq, pts[-1].x, forged_g).hex()
@@ -285,7 +280,8 @@ def test_rewritten_tail_is_caught_by_the_recorded_head_hash(healthy: str) -> Non
 def test_wrong_law_fails_the_statistical_test(
     healthy: str, tmp_path: Path, claimed: dict, true: dict, reason: str
 ) -> None:
-    fill_with_wrong_law(healthy, tmp_path, "rel-wrong", claimed=claimed, true=true)
+    with open_store(healthy) as st:
+        fill(st, "rel-wrong", seed=5, **claimed, true=true)
     code, rep = run_audit(healthy)
     assert code == 1, reason
     wrong = next(r for r in rep["releases"] if r["release_id"] == "rel-wrong")
@@ -324,7 +320,7 @@ def test_audit_on_postgresql(pg_url: str) -> None:
     """Same audit on the PostgreSQL backend: passes, then fails on an edited value."""
     import psycopg
 
-    with open_store(pg_url, rng=11) as st:
+    with open_store(pg_url) as st:
         fill(st, "rel-pg", n=200, seed=4)
         db = admin_db_for(st, pg_url)
         rep = audit_store(st, db, store_label="pg")
@@ -340,3 +336,115 @@ def test_audit_on_postgresql(pg_url: str) -> None:
         db.close()
     assert not rep.passed
     assert any("hash chain broken at seq 7" in f for f in rep.failures()), rep.failures()
+
+
+# ------------------------------------------------------------------------------ --bundle
+def _served_log(tmp: Path, bundle: Path, n: int = 300) -> str:
+    """A real server (LocalServer: gRPC over loopback) answers ``n`` random states of
+    ``bundle``; its answer log is flushed to the SQLite store it returns."""
+    url = f"sqlite:///{tmp / 'served.sqlite'}"
+    states = np.random.default_rng(8).uniform(-1.0, 2.0, n)  # make_bundle's interval
+    with LocalServer(bundle, url) as srv, ValueClient(srv.target) as c:
+        c.values(states)
+    return url
+
+
+def _rechain_after_edit(url: str, rid: str, path: int, seq: int, dg: float) -> None:
+    """Add ``dg`` to the value at ``seq`` of one path and recompute every later link of its
+    chain, as someone with write access to an unkeyed store can: the chain stays valid."""
+    conn = sqlite3.connect(url.removeprefix("sqlite:///"))
+    try:
+        rows = conn.execute(
+            "SELECT seq, x, g, hash FROM noise_points WHERE release_id = ? AND action = ? "
+            "ORDER BY seq",
+            (rid, path),
+        ).fetchall()
+        hasher = ChainHasher()
+        prev = hasher.genesis(rid, path)
+        for s, x, g, h in rows:
+            if s == seq:
+                g = g + dg
+            if s >= seq:
+                link = hasher.link(prev, s, x, g).hex()
+                conn.execute(
+                    "UPDATE noise_points SET g = ?, hash = ? WHERE release_id = ? AND "
+                    "action = ? AND seq = ?",
+                    (g, link, rid, path, s),
+                )
+                h = link
+            prev = bytes.fromhex(h)
+        conn.commit()
+    finally:
+        conn.close()
+
+
+def test_bundle_recomputes_every_value_a_server_logged(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    b = make_bundle(tmp_path / "b", seed=31)
+    rid = load_bundle(b).bundle_id
+    url = _served_log(tmp_path, b)
+    code, rep = run_audit(url, "--bundle", str(b), "--no-record")
+    assert code == 0, rep["failures"]
+    [r] = rep["releases"]
+    assert r["release_id"] == rid and r["key_checked"] and r["passed"]
+    assert [a["key_checked"] for a in r["actions"]] == [True] * 3
+    assert all(a["count"] == 300 and a["tested"] for a in r["actions"])
+    out = capsys.readouterr().out
+    assert "every logged value recomputed from its key" in out, out
+    # without the bundle the same audit passes, and says the values were not recomputed
+    code, rep = run_audit(url, "--no-record")
+    assert code == 0 and not rep["releases"][0]["key_checked"]
+    assert "values not recomputed (give its --bundle)" in capsys.readouterr().out
+
+
+def test_bundle_catches_an_edited_value_with_its_chain_recomputed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A logged value moved by one value-grid step, every later link recomputed: the store's
+    chain, the sequence and the statistics see nothing; the key does, and names it."""
+    b = make_bundle(tmp_path / "b", seed=32)
+    rid = load_bundle(b).bundle_id
+    url = _served_log(tmp_path, b)
+    _rechain_after_edit(url, rid, 1, 120, 2.0**-20)
+    with open_store(url, create=False) as st:
+        assert st.verify(rid).ok  # the store's own check cannot see it
+    code, rep = run_audit(url, "--no-record")
+    assert code == 0, rep["failures"]  # nor can an audit without the key
+    code, rep = run_audit(url, "--bundle", str(b), "--no-record")
+    assert code == 1 and not rep["passed"]
+    want = (
+        f"release {rid} action 1: 1 logged value(s) differ from the release's noise "
+        "recomputed from its key"
+    )
+    [failure] = rep["failures"]  # only the key's finding
+    assert failure.startswith(want) and "or edited" in failure, failure
+    assert "FAIL: " + want in capsys.readouterr().out
+
+
+def test_bundle_of_another_release_fails_the_audit(tmp_path: Path) -> None:
+    """The log of release A audited against a bundle that claims A's release id but holds
+    another key (and model): every logged value differs, on every path. A bundle of a
+    release the log does not hold at all fails the audit too."""
+    a = make_bundle(tmp_path / "a", seed=33)
+    rid = load_bundle(a).bundle_id
+    url = _served_log(tmp_path, a, n=40)
+    impostor = make_bundle(tmp_path / "imp", seed=34, bundle_id=rid)
+    assert load_bundle(impostor).noise_key != load_bundle(a).noise_key
+    code, rep = run_audit(url, "--bundle", str(impostor), "--no-record")
+    assert code == 1
+    for path in range(3):
+        want = (
+            f"release {rid} action {path}: 40 logged value(s) differ from the release's "
+            "noise recomputed from its key"
+        )
+        assert any(f.startswith(want) for f in rep["failures"]), rep["failures"]
+    code, rep = run_audit(url, "--bundle", str(a), "--no-record")
+    assert code == 0, rep["failures"]
+    # a bundle of a release the log does not hold: nothing can be recomputed, and the audit
+    # says so instead of passing
+    other = make_bundle(tmp_path / "other", seed=35)
+    code, rep = run_audit(url, "--bundle", str(other), "--no-record")
+    assert code == 1 and not rep["releases"][0]["key_checked"]
+    want = f"a bundle of release {load_bundle(other).bundle_id} was given (--bundle), but"
+    assert any(f.startswith(want) for f in rep["failures"]), rep["failures"]

@@ -1,101 +1,98 @@
-"""Privacy ledger on by default, with real `qveil serve` / `qveil train`
-processes and real SQLite stores: every served or trained release is recorded against its
-training data (dataset fingerprint, else environment id), once; `--budget EPS` refuses a
-release that would push its dataset past EPS, leaving the ledger and store untouched; `qveil
-admin ledger` lists spending per dataset and names the composition rule."""
+"""The privacy ledger on by default, with real `qveil train` / `qveil serve` processes and a
+real registry: every trained release is recorded against its population, once (charging a
+copy of it again records nothing more); serving charges nothing (it checks the receipt of
+the recorded charge and says what it was); `qveil admin ledger` lists spending per
+population and names the composition rule."""
 
 from __future__ import annotations
 
 import json
 import math
+import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
-from server_helpers import QVEIL, make_bundle, running
+from server_helpers import QVEIL, REPO, charge, running
 
-from qveil.bundle import load_bundle, read_binding
+from qveil.bundle import RECEIPT_FILE, load_bundle
 from qveil.privacy import E3_SETTINGS, PrivacyParams, account
 from qveil.privacy.ledger import BASIC_RULE, GAUSSIAN_RULE, PrivacyEvent, compose_with_rule
 
+CONFIG = str(REPO / "configs" / "linewalk-private.toml")
+
+
+def _qveil(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([QVEIL, *argv], capture_output=True, text=True, timeout=180)
+
 
 def _ledger(store: str) -> list[dict]:  # type: ignore[type-arg]
-    r = subprocess.run(
-        [QVEIL, "admin", "ledger", "--store", store, "--json"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    r = _qveil("admin", "ledger", "--store", store, "--json")
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)  # type: ignore[no-any-return]
 
 
-def _epsilon(bundle: Path) -> float:
-    return float(load_bundle(bundle).card["epsilon"])
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("data") / "users.npz"
+    r = _qveil("dataset", "collect", "--env", "qveil/LineWalk-v0", "--users", "60",
+               "--seed", "5", "--out", str(out), "--no-progress")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    return out
 
 
-def test_serve_records_each_release_once_with_the_rule(tmp_path: Path) -> None:
-    store = f"sqlite:///{tmp_path / 's.sqlite'}"
-    a = make_bundle(tmp_path / "a", seed=71)
-    b = make_bundle(tmp_path / "b", seed=72, sigma=3.0)
-    with running(tmp_path, a, store=store) as srv:
-        pass
-    assert "ledger of 'LineWalk-v0': recorded" in srv.output()
-    with running(tmp_path, a, store=store) as srv:  # a restart charges nothing more
-        pass
-    assert "already recorded" in srv.output()
+def _train(dataset: Path, out: Path, epsilon: str) -> subprocess.CompletedProcess[str]:
+    r = _qveil("train", "--mode", "fqi", "--dataset", str(dataset), "--config", CONFIG,
+               "--epsilon", epsilon, "--delta", "1e-5", "--force", "--out", str(out),
+               "--population", "clinic")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    return r
+
+
+def test_train_records_each_release_once_and_serve_charges_nothing(
+    dataset: Path, tmp_path: Path
+) -> None:
+    r = _qveil("budget", "create", "clinic", "--epsilon", "100", "--delta", "1e-5")
+    assert r.returncode == 0, r.stderr
+    store = f"sqlite:///{tmp_path / 'admin.sqlite'}"
+    assert _qveil("admin", "init-store", "--store", store).returncode == 0
+    a = tmp_path / "a" / "bundle"
+    out = _train(dataset, a, "4").stdout
+    assert "privacy: population clinic spent eps=4" in out and "receipt: release" in out, out
+    b = tmp_path / "b" / "bundle"
+    _train(dataset, b, "2")
+    ids = [load_bundle(x).bundle_id for x in (a, b)]
     [rep] = _ledger(store)
-    assert rep["dataset_id"] == "LineWalk-v0" and len(rep["events"]) == 1
-    assert rep["spent"]["epsilon"] == pytest.approx(_epsilon(a), rel=1e-12)
-    with running(tmp_path, b, store=store):
-        pass
-    [rep] = _ledger(store)
-    assert len(rep["events"]) == 2
-    # both are Gaussian mechanisms: exact mu-GDP composition, tighter than the sum
-    assert rep["rule"] == GAUSSIAN_RULE
-    assert rep["spent"]["epsilon"] < _epsilon(a) + _epsilon(b)
-    text = subprocess.run(
-        [QVEIL, "admin", "ledger", "--store", store], capture_output=True, text=True, timeout=60
-    ).stdout
-    assert "LineWalk-v0" in text and "mu-GDP" in text
+    assert rep["dataset_id"] == "clinic" and [e["bundle_id"] for e in rep["events"]] == ids
+    eps = [e["epsilon"] for e in rep["events"]]
+    assert eps == [pytest.approx(4.0, rel=1e-9), pytest.approx(2.0, rel=1e-9)]
+    # the population's privacy filter composes the two Gaussian releases exactly (mu-GDP):
+    # tighter than the sum
+    assert "Gaussian privacy filter" in rep["rule"]
+    show = json.loads(_qveil("budget", "show", "clinic", "--json").stdout)
+    assert show["spent"]["epsilon"] < 4.0 + 2.0
+    # serving (twice, and the other release) charges nothing: the ledger is unchanged
+    for bundle in (a, a, b):
+        with running(tmp_path, bundle) as srv:
+            pass
+        assert "charged to population clinic" in srv.output(), srv.output()
+    assert _ledger(store) == [rep]
+    # charging a release again (a copy re-charged in the same registry) records nothing more
+    line = charge(a, population="clinic")
+    assert f"release {ids[0]} charged to clinic" in line
+    c = tmp_path / "c" / "bundle"
+    shutil.copytree(b, c, ignore=shutil.ignore_patterns(RECEIPT_FILE))
+    assert f"release {ids[1]} charged to clinic" in charge(c, population="clinic")
+    assert _ledger(store) == [rep]
+    text = _qveil("admin", "ledger", "--store", store).stdout
+    assert "clinic" in text and "Gaussian privacy filter" in text
 
 
-def _serve_under_budget(
-    bundle: Path, store: str, budget: float
-) -> subprocess.CompletedProcess[str]:
-    """``qveil serve --budget`` of a release the budget must refuse: the process ends."""
-    return subprocess.run(
-        [QVEIL, "serve", "--bundle", str(bundle), "--store", store, "--listen", "127.0.0.1:0"]
-        + ["--budget", f"{budget!r}"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
-def test_budget_refuses_a_release_past_it_and_changes_nothing(tmp_path: Path) -> None:
-    store = f"sqlite:///{tmp_path / 's.sqlite'}"
-    a = make_bundle(tmp_path / "a", seed=73)
-    b = make_bundle(tmp_path / "b", seed=74)
-    budget = _epsilon(a) * 1.2  # room for a, not for a and b (same sigma: ~sqrt(2) eps)
-    with running(tmp_path, a, "--budget", f"{budget!r}", store=store):
-        pass
-    r = _serve_under_budget(b, store, budget)
-    assert r.returncode != 0 and "serving release" not in r.stderr, r.stderr
-    assert "budget" in r.stderr.lower() or "cap" in r.stderr.lower(), r.stderr
-    [rep] = _ledger(store)
-    assert len(rep["events"]) == 1  # nothing recorded for b
-    assert read_binding(b) is None  # and b was not bound: it may still go elsewhere
-    # a, already recorded, still serves under the budget; b serves without one
-    with running(tmp_path, a, "--budget", f"{budget!r}", store=store):
-        pass
-    with running(tmp_path, b, store=store):
-        pass
-    [rep] = _ledger(store)
-    assert len(rep["events"]) == 2 and rep["spent"]["epsilon"] > budget
-    # now the dataset is past the budget: even a recorded release is refused under it
-    r = _serve_under_budget(a, store, budget)
-    assert r.returncode != 0, r.stderr
+def test_serve_has_no_budget_flag(tmp_path: Path) -> None:
+    """Serving charges nothing, so `qveil serve` has no --budget: a budget is the
+    population's (`qveil budget create`), checked when `qveil train` charges."""
+    r = _qveil("serve", "--bundle", str(tmp_path), "--budget", "1")
+    assert r.returncode == 2 and "unrecognized arguments: --budget" in r.stderr, r.stderr
 
 
 def test_composition_rule_names() -> None:

@@ -1,15 +1,16 @@
-"""The query service answers exactly what it answered when these answers were recorded.
+"""The query service answers what the release's key says, and exactly what it answered when
+these answers were recorded.
 
-``tests/data/serving_golden.json`` holds the SHA-256 of the answers (dtype, shape, bytes) of
-a seeded store (``rng=`` seed: the noise is then a fixed sequence) to a fixed sequence of
-requests through every entry of the serving path: ``QueryService.get_values`` (new states,
-stored states, duplicates, batches of 1 to 1024, action subsets), ``get_stored_values`` (the
-event loop's look-up of stored states), ``get_best_actions``, ``get_action_values`` (the v2
-model's one action per state), and the wire bytes (release id blanked) of
-``GetValuesResponse`` (``serde.values_to_proto``) and of the v2 ``ModelInferResponse``
-(typed and raw contents). They were recorded before the serving path was vectorised; a
+``tests/data/serving_golden.json`` holds the SHA-256 of the answers (dtype, shape, bytes) of a
+release with a seeded noise key to a fixed sequence of requests through every entry of the
+serving path: ``QueryService.get_values`` (new states, repeated states, duplicates, batches of
+1 to 1024, action subsets), ``get_best_actions``, ``get_action_values`` (the v2 model's one
+action per state), and the wire bytes (release id blanked) of ``GetValuesResponse``
+(``serde.values_to_proto``) and of the v2 ``ModelInferResponse`` (typed and raw contents). A
 change of the hot path must keep every bit. Regenerate only for an intended change of the
-answers: ``.venv/bin/python tests/unit/server/test_query.py --write``.
+answers: ``.venv/bin/python tests/unit/server/test_query.py --write``. Every value is also
+checked against ``qveil.answer.released_values`` (the answers' definition), whatever was asked
+before it.
 """
 
 from __future__ import annotations
@@ -30,10 +31,13 @@ GOLDEN = Path(__file__).resolve().parents[2] / "data" / "serving_golden.json"
 LO, HI = -1.0, 2.0
 
 
-def answers(tmp: Path) -> dict[str, np.ndarray]:
+def answers(tmp: Path, *, check: bool = False) -> dict[str, np.ndarray]:
+    """The recorded sequence's answers; with ``check``, each values answer is also compared
+    with ``released_values`` at its states (the key's answer, bit for bit)."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from server_helpers import make_bundle
+    from server_helpers import make_bundle, served_values
 
+    from qveil.bundle import load_bundle
     from qveil.common.serde import values_to_proto
     from qveil.server.protocol.grpc.v2_servicer import response_to_proto
     from qveil.server.protocol.v2_model import InferRequest, OIPModel, Tensor
@@ -42,7 +46,8 @@ def answers(tmp: Path) -> dict[str, np.ndarray]:
 
     out: dict[str, np.ndarray] = {}
     bundle = make_bundle(tmp / "bundle", seed=5, actions=3, hidden=16)
-    with open_store(f"sqlite:///{tmp / 'store.sqlite'}", rng=77) as st:
+    b = load_bundle(bundle)
+    with open_store(f"sqlite:///{tmp / 'store.sqlite'}") as st:
         services = Services.create(store=st)
         services.releases.start(bundle)
         h = services.query
@@ -58,17 +63,23 @@ def answers(tmp: Path) -> dict[str, np.ndarray]:
             if k % 5 == 4:
                 xs = np.round(xs, 2)  # repeats within the batch
             acts = [[], [2, 0], [1]][k % 3]
-            stored = h.get_stored_values(xs, acts)
             vals = h.get_values(xs, acts)
+            if check:
+                want = served_values(b, xs, acts or None)
+                assert vals.values.tobytes() == want.tobytes(), k
             out[f"values_{k}"] = vals.values
             msg = values_to_proto(vals)
             msg.release_id = ""  # the bundle's id changes with its creation time
             out[f"proto_{k}"] = np.frombuffer(msg.SerializeToString(), np.uint8)
-            out[f"stored_{k}"] = np.zeros(0) if stored is None else stored.values
             best = h.get_best_actions(xs)
             out[f"best_{k}"] = np.concatenate([best.actions.astype(np.float64), best.values])
             a = rng.integers(0, 3, n)
-            out[f"action_values_{k}"] = h.get_action_values(xs, a)[1]
+            av = h.get_action_values(xs, a)[1]
+            if check:
+                full = served_values(b, xs)
+                assert av.tobytes() == full[np.arange(n), a].tobytes(), k
+                assert best.values.tobytes() == full.max(axis=1).tobytes(), k
+            out[f"action_values_{k}"] = av
             req = InferRequest(inputs=[Tensor("STATE", "FP64", (n, 1), xs)], id=f"r{k}")
             resp = model.infer(req)
             for raw in (False, True):
@@ -80,16 +91,16 @@ def answers(tmp: Path) -> dict[str, np.ndarray]:
     return out
 
 
-def digests(tmp: Path) -> dict[str, str]:
+def digests(tmp: Path, *, check: bool = False) -> dict[str, str]:
     return {
         key: hashlib.sha256(f"{a.dtype.str}{a.shape}".encode() + a.tobytes()).hexdigest()
-        for key, a in answers(tmp).items()
+        for key, a in answers(tmp, check=check).items()
     }
 
 
 def test_answers_are_the_recorded_ones(tmp_path: Path) -> None:
     want = json.loads(GOLDEN.read_text())
-    got = digests(tmp_path)
+    got = digests(tmp_path, check=True)
     assert sorted(got) == sorted(want)
     assert [k for k in got if got[k] != want[k]] == []
 
@@ -97,6 +108,9 @@ def test_answers_are_the_recorded_ones(tmp_path: Path) -> None:
 if __name__ == "__main__":
     if sys.argv[1:] == ["--write"]:
         with tempfile.TemporaryDirectory() as d:
+            import os
+
+            os.environ.setdefault("QVEIL_HOME", str(Path(d) / "home"))
             GOLDEN.write_text(json.dumps(digests(Path(d)), indent=0, sort_keys=True) + "\n")
         print(f"wrote {GOLDEN}")
 
@@ -164,136 +178,147 @@ def test_few_states_map_with_python_floats_to_the_bits_of_numpy() -> None:
         _unit_few(s, [0.0, 0.0], [1.0, 1.0], [1.0, 1.0])
 
 
-def test_a_batch_merges_and_finds_its_states_as_numpy_does() -> None:
-    """The batch's union of each path's states and every state's place in it: np.unique
-    and np.searchsorted, by Python floats for a few (bit for bit the same), numpy beyond."""
-    from qveil.server.query import _positions, _union
-
-    rng = np.random.default_rng(6)
-    for sizes in ([1], [1, 1, 1], [3, 5, 8], [16, 1], [40, 7]):
-        parts = [rng.choice(np.round(rng.uniform(0, 1, 12), 2), n) for n in sizes]
-        parts[0][0] = 0.0
-        got = _union(parts)
-        want = np.unique(np.concatenate(parts))
-        assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
-        for u in parts:
-            assert np.array_equal(np.asarray(_positions(got, u)), np.searchsorted(want, u))
-
-
 @contextmanager
-def _serving(tmp: Path, known: int = 0, **limits: object) -> Iterator[tuple[Any, Any, Any]]:
-    """(query service, store, the ``known`` states it has answered, evenly over [-1, 2]) on a
-    fresh SQLite store serving a 3-action bundle on [-1, 2]; the store is closed after."""
+def _serving(
+    tmp: Path, *, log: bool = True, **limits: object
+) -> Iterator[tuple[Any, Any, Any, Any]]:
+    """(query service, store, answer log or None, loaded bundle) on a fresh SQLite store
+    serving a 3-action bundle on [-1, 2] (seeded key), the answer log wired as ``qveil
+    serve`` wires it; the log and the store are closed after."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     from server_helpers import make_bundle
 
+    from qveil.bundle import load_bundle
+    from qveil.server.answer_log import AnswerLog
     from qveil.server.limits import Limits
     from qveil.server.services import Services
     from qveil.server.store import open_store
 
     bundle = make_bundle(tmp / "bundle", seed=5, actions=3, hidden=16)
     st = open_store(f"sqlite:///{tmp / 'store.sqlite'}")
+    answer_log = None
     try:
-        services = Services.create(store=st, limits=Limits(**limits))  # type: ignore[arg-type]
+        lim = Limits(**limits)  # type: ignore[arg-type]
+        services = Services.create(store=st, limits=lim)
         services.releases.start(bundle)
-        xs = np.linspace(-1.0, 2.0, known)
-        if known:
-            services.query.get_values(xs)
-        yield services.query, st, xs
+        if log:
+            answer_log = AnswerLog(st, max_points=lim.max_stored_points)
+            answer_log.start()
+            services.query.log = answer_log
+        yield services.query, st, answer_log, load_bundle(bundle)
     finally:
+        if answer_log is not None:
+            answer_log.close()
         st.close()
 
 
-def test_a_batch_answers_each_call_as_it_would_be_answered_alone(tmp_path: Path) -> None:
-    """``get_values_many``: every call's answer is bit for bit what ``get_values`` answers
-    for it afterwards (stored states and new ones, a new state shared by two calls, action
-    subsets, duplicates); each new state is stored once, for every action; a call past its
-    deadline gets its own error and stores nothing, without touching the others' answers.
-    Bad requests are refused when they are parsed, before any batch, and store nothing."""
-    import time
+def test_an_answer_does_not_depend_on_what_was_asked_before(tmp_path: Path) -> None:
+    """Every answer is ``released_values`` at its states, bit for bit, whatever was asked
+    before, in whatever batch and order: a state asked first alone or first in a batch of
+    300, repeated, within a batch twice, for a subset of actions, by two services on two
+    stores (one asked in the reverse order), all answer the same bits."""
+    from server_helpers import served_values
 
-    from qveil.errors import FailedPrecondition, InvalidArgument
-    from qveil.server.query import ValuesAsk
+    rng = np.random.default_rng(8)
+    xs = np.concatenate([rng.uniform(LO, HI, 298), [LO, HI]])
+    xs[7] = xs[3]  # a repeat within the batch
+    with (
+        _serving(tmp_path / "a", log=False) as (h1, _s1, _l1, b),
+        _serving(tmp_path / "b", log=False) as (h2, _s2, _l2, b2),
+    ):
+        want = served_values(b, xs)
+        assert served_values(b2, xs).tobytes() == want.tobytes()  # one seed, one key
+        # service 1: the batch first, then each state alone; service 2: alone first,
+        # backwards, then the batch
+        first = h1.get_values(xs).values
+        alone = np.concatenate([h1.get_values(xs[i : i + 1]).values for i in range(xs.size)])
+        backwards = [h2.get_values(xs[i : i + 1]).values for i in reversed(range(xs.size))]
+        batch2 = h2.get_values(xs).values
+        for got in (first, alone, np.concatenate(backwards[::-1]), batch2):
+            assert got.tobytes() == want.tobytes()
+        assert first[3].tobytes() == first[7].tobytes()
+        sub = h1.get_values(xs[::-1], [2, 0]).values
+        assert sub.tobytes() == want[::-1][:, [2, 0]].tobytes()
+        best = h2.get_best_actions(xs)
+        assert best.actions.tolist() == np.argmax(want, axis=1).tolist()
+        assert best.values.tobytes() == want.max(axis=1).tobytes()
 
-    with _serving(tmp_path, known=9) as (h, st, known):
+
+def test_the_answer_log_keeps_each_answered_point_once(tmp_path: Path) -> None:
+    """What was answered is logged off the answer path: after a flush the store holds every
+    answered (path, state) once, repeats and action subsets included, each value the key's
+    noise at the state's grid point; a refused request logs nothing."""
+    from qveil.errors import InvalidArgument
+    from qveil.keyed import snap
+
+    with _serving(tmp_path) as (h, st, log, b):
         rid = h.holder.current().release_id
-        shared = 0.123456789
-        calls: list[tuple[np.ndarray, tuple[int, ...]]] = [
-            (known[:3], ()),  # stored only
-            (np.array([shared, 1.5, 1.5]), (2, 0)),  # new, a duplicate, two actions
-            (np.array([shared]), (1,)),  # the same new state, another action
-            (np.array([-0.5, known[4], -0.3]), ()),  # new and stored
-        ]
-        # a call the event loop looked up already goes to the store without a second
-        # look-up: its stored states are read from the store, not drawn again
-        asks = [
-            ValuesAsk(h.parse(xs, acts), looked_up=k % 2 == 1) for k, (xs, acts) in enumerate(calls)
-        ]
-        asks.append(ValuesAsk(h.parse(np.array([0.76])), deadline=time.monotonic() - 1.0))
-        before = st.count_points(rid)
-        with pytest.raises(InvalidArgument, match="not a finite"):
-            h.parse(np.array([0.51, np.nan]))
-        with pytest.raises(InvalidArgument, match="coordinate"):
-            h.parse(np.array([[0.3, 0.4]]))
-        with pytest.raises(FailedPrecondition, match="not the active release"):
-            h.parse(np.array([0.26]), release_id="another-release")
-        out = h.get_values_many(asks)
-        assert isinstance(out[4], TimeoutError)
-        # new: shared (3 actions), 1.5 (2 actions; action 1 not asked), -0.5, -0.3 (3 each);
-        # known[4] of the looked-up last call is not drawn again
-        assert st.count_points(rid) == before + 3 + 2 + 3 + 3
-        for (xs, acts), got in zip(calls, out, strict=False):
-            assert not isinstance(got, Exception), got
-            alone = h.get_values(xs, acts)
-            assert got.actions == alone.actions and got.release_id == rid
-            assert got.values.tobytes() == alone.values.tobytes()
-        assert st.count_points(rid) == before + 11  # answered alone: nothing new
-        for x in (0.51, 0.26, 0.76):  # the refused calls stored nothing
-            assert h.get_stored_values(np.array([x])) is None
+        xs = np.array([0.1, 0.2, 0.2, -1.0, 5.0])  # a repeat; 5.0 is clipped to 2.0
+        h.get_values(xs)
+        h.get_values(np.array([0.1, 0.3]), [1])  # 0.1 again; 0.3 for action 1 only
+        with pytest.raises(InvalidArgument):
+            h.get_values(np.array([0.7, np.nan]))
+        assert log.flush(30)
+        _idx, unit = snap(b.box.to_unit(np.array([0.1, 0.2, -1.0, 2.0, 0.3]), clip=True))
+        want = {a: set(unit[:4, 0].tolist()) for a in range(3)}
+        want[1].add(float(unit[4, 0]))
+        got = {a: {p.x: p.g for p in st.iter_points(rid, a)} for a in range(3)}
+        assert {a: set(v) for a, v in got.items()} == want
+        assert st.count_points(rid) == 4 * 3 + 1 == log.logged
+        for a in range(3):
+            xa = np.array(sorted(got[a]))
+            ia = np.rint(xa * 2.0**32).astype(np.uint64)
+            noise = b.noise_paths.path_values(a, ia)
+            assert noise.tobytes() == np.array([got[a][x] for x in xa]).tobytes()
+        assert log.mismatched == 0 and log.unlogged == 0
+        h.get_values(xs)  # all logged: nothing more
+        assert log.flush(30)
+        assert st.count_points(rid) == 13 and log.logged == 13
 
 
-def test_a_batch_refuses_a_caller_over_its_budget_and_answers_the_others(
-    tmp_path: Path,
-) -> None:
-    """Each call of a batch is admitted under its own caller's new-state budget: the caller
-    over budget gets ResourceExhausted and stores nothing, the others are answered."""
+def test_every_state_costs_a_token_asked_before_or_not(tmp_path: Path) -> None:
+    """The quota counts every state of a call (asked before or not, repeated in the call or
+    not): a bucket of 5 states admits 3 and then refuses the same 3 again, whole; another
+    caller has its own bucket; a refused call is not answered and logs nothing."""
     from qveil.errors import ResourceExhausted
-    from qveil.server.query import ValuesAsk
 
-    with _serving(tmp_path, new_state_rate=0.001, new_state_burst=2.0) as (h, _st, _known):
-        asks = [
-            ValuesAsk(h.parse(np.array([0.1, 0.2, 0.3])), caller="token:greedy"),
-            ValuesAsk(h.parse(np.array([0.4, 0.5])), caller="token:modest"),
-            ValuesAsk(h.parse(np.array([0.6])), caller="token:greedy"),
-        ]
-        out = h.get_values_many(asks)
-        assert isinstance(out[0], ResourceExhausted) and "new state" in str(out[0])
-        assert not isinstance(out[1], Exception) and not isinstance(out[2], Exception)
-        assert h.get_stored_values(np.array([0.1])) is None
-        assert h.get_stored_values(np.array([0.4, 0.5, 0.6])) is not None
-
-
-def test_a_batch_on_a_full_disk_fails_every_new_call_and_answers_stored_ones(
-    tmp_path: Path,
-) -> None:
-    """The batch's one store call fails (disk full): each call with new states then makes its
-    own store call and gets its own Unavailable, nothing is stored, a call of stored states
-    is still answered, and with space again the same batch is answered."""
-    from qveil.errors import Unavailable
-    from qveil.server.query import ValuesAsk
-
-    with _serving(tmp_path, known=5) as (h, st, known):
+    with _serving(tmp_path, state_rate=0.001, state_burst=5.0) as (h, st, log, _b):
         rid = h.holder.current().release_id
+        xs = np.array([0.1, 0.2, 0.2])
+        first = h.get_values(xs, caller="token:a")
+        with pytest.raises(ResourceExhausted, match="state-rate") as ei:
+            h.get_values(xs, caller="token:a")  # 3 > 2 left: asked before costs the same
+        assert ei.value.retry_after == pytest.approx(1000.0, rel=0.01)
+        with pytest.raises(ResourceExhausted):
+            h.get_best_actions(np.array([0.6, 0.7, 0.8]), caller="token:a")
+        h.get_values(np.array([0.4, 0.5]), caller="token:a")  # 2 left: fits
+        again = h.get_values(xs, caller="token:b")  # its own bucket
+        assert again.values.tobytes() == first.values.tobytes()
+        with pytest.raises(ResourceExhausted, match="split the request"):
+            h.get_values(np.linspace(0, 1, 6), caller="token:c")  # more than the bucket
+        assert log.flush(30)
+        assert st.count_points(rid) == 4 * 3  # 0.1, 0.2, 0.4, 0.5; nothing of the refused
+        assert h.quotas.refused == {"state_rate": 3}
+
+
+def test_a_full_disk_delays_the_log_and_never_an_answer(tmp_path: Path) -> None:
+    """The store's disk is full: every call is still answered (the answers do not wait for
+    the store), the log keeps what it could not write and retries; with space again it
+    writes all of it, once."""
+    with _serving(tmp_path) as (h, st, log, _b):
+        rid = h.holder.current().release_id
+        h.get_values(np.linspace(LO, HI, 5))
+        assert log.flush(30)
+        before = st.count_points(rid)
         pages = st._writer_scalar("PRAGMA page_count")  # type: ignore[attr-defined]
         st._sqlite_pragma_all(f"PRAGMA max_page_count = {pages}")  # type: ignore[attr-defined]
-        fresh = [np.random.default_rng(i).uniform(-1.0, 2.0, 40) for i in range(3)]
-        asks = [ValuesAsk(h.parse(x)) for x in fresh] + [ValuesAsk(h.parse(known))]
-        before = st.count_points(rid)
-        out = h.get_values_many(asks)
-        assert all(isinstance(o, Unavailable) and "disk full" in str(o) for o in out[:3]), out
-        assert not isinstance(out[3], Exception)
-        assert st.count_points(rid) == before
+        fresh = [np.random.default_rng(i).uniform(LO, HI, 400) for i in range(3)]
+        got = [h.get_values(x).values for x in fresh]  # answered, not logged
+        assert not log.flush(2.0)
+        assert log.failures >= 1 and st.count_points(rid) == before
         st._sqlite_pragma_all("PRAGMA max_page_count = 1073741823")  # type: ignore[attr-defined]
-        again = h.get_values_many(asks)
-        assert not any(isinstance(o, Exception) for o in again)
-        assert st.count_points(rid) == before + 3 * 40 * 3
+        assert log.flush(30)
+        assert st.count_points(rid) == before + 3 * 400 * 3
+        for x, v in zip(fresh, got, strict=True):
+            assert h.get_values(x).values.tobytes() == v.tobytes()
+        assert log.flush(30) and st.count_points(rid) == before + 3 * 400 * 3

@@ -1,48 +1,38 @@
-"""The serving fast paths answer bit for bit what the general path answers.
+"""The store logs answered values as the answer log hands them over, bit for bit.
 
-Two stores seeded alike get the same sequence of requests (new states, stored states,
-duplicates, d = 4 coordinate paths): one through the general path (``get_or_sample_paths``
-on each request's unique values, as the handlers always did), the other through the fast
-path (``known_values`` when every state is stored, else ``reserve`` and then the general
-path). Every answer must have the same bytes. A request of stored states must not touch the
-database; a request with new states reads the database once (``reserve``), whatever the
-number of paths.
+A d = 4 release with 3 actions gets a stream of calls (new states, answered ones,
+duplicates, rounded coordinates that repeat, 1..300 states a call). Each call is logged the
+way :mod:`qveil.server.answer_log` logs it: per (action, coordinate) path, the call's snapped
+coordinates and their values from the release's key (``KeyedPaths.coordinate_values``), all
+paths in one ``record_paths``. Checked on memory and SQLite:
+
+* each call writes exactly its (path, state) pairs not logged before, and counts no mismatch;
+* a call whose states are all logged reads nothing from the database and opens no write
+  transaction (the in-process copy answers "logged already");
+* after reopening, every path's log holds exactly the pairs handed over, with the values
+  bit for bit, and the memory and SQLite logs are the same rows (seq, state, value, hash).
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from store_helpers import make_release
+from store_helpers import keyed_paths, make_release
 
-from qveil.server.quotas import QuotaConfig, Quotas
+from qveil.keyed import KeyedPaths, snap
 from qveil.server.store import open_store
 
 D, ACTIONS = 4, 3
+PATHS = [a * D + j for a in range(ACTIONS) for j in range(D)]
 
 
-def _stores(kind: str, tmp: Path) -> Iterator[Any]:
-    for name in ("general", "fast"):
-        url = "memory://" if kind == "memory" else f"sqlite:///{tmp / f'{name}.sqlite'}"
-        st = open_store(url, rng=1234)
-        make_release(
-            st,
-            "r",
-            n_actions=ACTIONS,
-            sigma=1.5,
-            beta=0.7,
-            interval=(0.0, 1.0),
-            betas=[0.7, 2.0, 0.3, 5.0],
-        )
-        yield st
-
-
-def _requests(seed: int) -> Iterator[np.ndarray]:
-    """(n, D) unit states: fresh ones, stored ones, duplicates, mixes, batch sizes 1..300."""
+def _calls(seed: int) -> Iterator[np.ndarray]:
+    """(n, D) unit states: fresh ones, earlier ones, duplicates, mixes, batch sizes 1..300."""
     rng = np.random.default_rng(seed)
     seen = rng.uniform(0, 1, (40, D))
     for k in range(40):
@@ -55,18 +45,25 @@ def _requests(seed: int) -> Iterator[np.ndarray]:
         yield np.round(xs, 3) if k % 4 == 0 else xs  # rounded: coordinate values repeat
 
 
-def _general(st: Any, xs: np.ndarray) -> list[np.ndarray]:
-    cols = [np.unique(xs[:, j], return_inverse=True) for j in range(D)]
-    paths = [a * D + j for a in range(ACTIONS) for j in range(D)]
-    gs = st.get_or_sample_paths("r", paths, [cols[p % D][0] for p in paths])
-    return [g[cols[p % D][1].reshape(-1)] for p, g in zip(paths, gs, strict=True)]
+def _handover(kp: KeyedPaths, units: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """What the answer log hands the store for one call: per path, the snapped coordinates
+    and their values (a state asked twice is handed over once)."""
+    idx, snapped = snap(units)
+    coords = kp.coordinate_values(idx)  # (n, actions, D)
+    xs, gs = [], []
+    for p in PATHS:
+        a, j = divmod(p, D)
+        pairs = dict(zip(snapped[:, j].tolist(), coords[:, a, j].tolist(), strict=True))
+        xs.append(np.fromiter(pairs.keys(), np.float64))
+        gs.append(np.fromiter(pairs.values(), np.float64))
+    return xs, gs
 
 
 class Counted:
-    """Counts the reads of a real store's in-process copies from its database."""
+    """Counts a real store's database reads and write transactions."""
 
     def __init__(self, st: Any) -> None:
-        self.calls = {"_db_fetch_since": 0, "_db_fetch_since_many": 0}
+        self.calls = {"_db_fetch_since": 0, "_db_fetch_since_many": 0, "_db_write_txn": 0}
         for name in self.calls:
             fn = getattr(st, name)
 
@@ -77,97 +74,51 @@ class Counted:
             setattr(st, name, counted)
 
 
+def _url(kind: str, tmp: Path) -> str:
+    return f"memory://{uuid.uuid4().hex}" if kind == "memory" else f"sqlite:///{tmp / 'log.sqlite'}"
+
+
 @pytest.mark.parametrize("kind", ["memory", "sqlite"])
-def test_fast_path_answers_bit_for_bit_and_reads_once(kind: str, tmp_path: Path) -> None:
-    general, fast = _stores(kind, tmp_path)
-    quotas = Quotas(QuotaConfig(new_state_rate=1e9))
-    paths = [a * D + j for a in range(ACTIONS) for j in range(D)]
-    counted = Counted(fast)
-    hits = 0
-    for xs in _requests(5):
-        want = _general(general, xs)
-        before = dict(counted.calls)
-        got = fast.known_values("r", paths, [xs[:, p % D] for p in paths])
-        if got is not None:
-            hits += 1
-            assert counted.calls == before, "a request of stored states read the database"
-        else:
-            cols = [np.unique(xs[:, j], return_inverse=True) for j in range(D)]
-            pairs = [(p, cols[p % D][0]) for p in paths]
-            index = [cols[p % D][1].reshape(-1) for p in paths]
-            ticket = fast.reserve("r", pairs, quotas=quotas, caller="c", rows=(xs, index))
-            assert ticket > 0
-            many = counted.calls["_db_fetch_since_many"] - before["_db_fetch_since_many"]
-            assert many == 1, "reserve reads the database once per request"
-            try:
-                got = _general(fast, xs)
-            finally:
-                quotas.done("r", ticket)
-        for w, g in zip(want, got, strict=True):
-            assert w.tobytes() == g.tobytes()
-    assert 5 < hits < 40, hits
-    for st in (general, fast):
-        st.close()
-
-
-def test_known_values_misses_anything_not_stored() -> None:
-    """NaN, out-of-range or unseen states are not found (the caller takes the general path,
-    which refuses bad input); a path out of range is refused."""
-    from qveil.errors import InvalidArgument
-
-    st = open_store("memory://", rng=3)
-    st.create_release(
-        release_id="r", fingerprint="f", sigma=1.0, beta=1.0, interval=(0, 1), n_actions=2
-    )
-    xs = np.array([0.25, 0.5])
-    g = np.column_stack(st.get_or_sample_paths("r", [0, 1], [xs, xs]))
-    got = st.known_values("r", [0, 1], [xs, xs])
-    assert got is not None
-    assert np.column_stack(got).tobytes() == g.tobytes()
-    for bad in (np.array([np.nan]), np.array([1.5]), np.array([0.75]), np.array([0.25, 0.3])):
-        assert st.known_values("r", [0], [bad]) is None
-    with pytest.raises(InvalidArgument):
-        st.known_values("r", [2], [xs])
-
-
-def test_stored_values_without_blocking_match_get_values(tmp_path: Path) -> None:
-    """``QueryService.get_stored_values`` (the data plane runs it on the event loop) answers a
-    request of stored states with the bytes ``get_values`` answers, and None for any request
-    with a new state (nothing stored by it); its refusals are get_values' refusals."""
-    from server_helpers import make_bundle
-
-    from qveil.errors import InvalidArgument
-    from qveil.server.services import Services
-
-    bundle = make_bundle(tmp_path / "bundle")
-    with open_store(f"sqlite:///{tmp_path / 'store.sqlite'}", rng=9) as st:
-        services = Services.create(store=st)
-        services.releases.start(bundle)
-        h = services.query
-        rng = np.random.default_rng(4)
-        seen = rng.uniform(-1.0, 2.0, 50)
-        stored_hits = 0
-        for k in range(30):
-            n = int(rng.choice([1, 3, 64, 500]))
-            xs = np.where(
-                rng.uniform(size=n) < 0.7, seen[rng.integers(0, 50, n)], rng.uniform(-1, 2, n)
+def test_calls_are_logged_once_and_read_back_bit_for_bit(kind: str, tmp_path: Path) -> None:
+    url = _url(kind, tmp_path)
+    want: dict[int, dict[float, float]] = {p: {} for p in PATHS}
+    with open_store(url) as st:
+        rec = make_release(
+            st, "r", n_actions=ACTIONS, sigma=1.5, beta=0.7, interval=(0.0, 1.0),
+            betas=[0.7, 2.0, 0.3, 5.0],
+        )  # fmt: skip
+        kp = keyed_paths(rec)
+        counted = Counted(st)
+        quiet = 0
+        for units in _calls(5):
+            xs, gs = _handover(kp, units)
+            new = sum(
+                len(set(x.tolist()) - want[p].keys()) for p, x in zip(PATHS, xs, strict=True)
             )
-            acts = [] if k % 2 else [2, 0]
-            before = st.count_points()
-            fast = h.get_stored_values(xs, acts)
-            assert st.count_points() == before
-            full = h.get_values(xs, acts)
-            if fast is None:
-                assert st.count_points() > before or k == 0
-            else:
-                stored_hits += 1
-                assert fast.values.tobytes() == full.values.tobytes()
-                assert (fast.release_id, fast.actions, fast.value_grid) == (
-                    full.release_id,
-                    full.actions,
-                    full.value_grid,
-                )
-            seen = np.concatenate([seen, xs])
-        assert stored_hits >= 5
-        with pytest.raises(InvalidArgument):
-            h.get_stored_values([float("nan")])
+            before = dict(counted.calls)
+            assert st.record_paths("r", PATHS, xs, gs) == (new, 0)
+            if new == 0:
+                quiet += 1
+                assert counted.calls == before, "a call of logged states touched the database"
+            for p, x, g in zip(PATHS, xs, gs, strict=True):
+                want[p].update(zip(x.tolist(), g.tolist(), strict=True))
+        assert 5 < quiet < 40, quiet
+        assert st.count_points("r") == sum(len(v) for v in want.values())
+    with open_store(url) as st:
+        assert st.verify("r").ok
+        rows = {p: [(q.seq, q.x, q.g, q.hash) for q in st.iter_points("r", p)] for p in PATHS}
+    for p in PATHS:
+        assert len(rows[p]) == len(want[p])
+        got = np.array([g for _s, _x, g, _h in rows[p]])
+        assert got.tobytes() == np.array([want[p][x] for _s, x, _g, _h in rows[p]]).tobytes()
+    if kind == "sqlite":  # the same calls on the memory backend: the same rows
+        with open_store("memory://") as mem:
+            make_release(
+                mem, "r", n_actions=ACTIONS, sigma=1.5, beta=0.7, interval=(0.0, 1.0),
+                betas=[0.7, 2.0, 0.3, 5.0],
+            )  # fmt: skip
+            for units in _calls(5):
+                xs, gs = _handover(kp, units)
+                mem.record_paths("r", PATHS, xs, gs)
+            for p in PATHS:
+                assert [(q.seq, q.x, q.g, q.hash) for q in mem.iter_points("r", p)] == rows[p]

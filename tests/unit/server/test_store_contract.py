@@ -1,7 +1,15 @@
-"""Contract suite of qveil.server.store, run on every backend (memory, SQLite file, PostgreSQL).
+"""Contract suite of qveil.server.store, the durable log of answered values, run on every
+backend (memory, SQLite file, PostgreSQL).
 
-PostgreSQL cases use the ``pg_url`` fixture (a fresh database; skipped outside CI when the
-server is absent, failing under CI=true)."""
+What the log guarantees: the values written (``record_paths``) are read back bit for bit after
+reopening; a state logged once is not logged again (also by another store object on the same
+database); a state logged with a different value is counted as mismatched and not written;
+bad input writes nothing; the hash chains verify and report tampering; a second row for a
+state is refused when the path is loaded; export/import is a verified plain copy.
+
+The values logged come from a real key (:func:`store_helpers.keyed_paths`). PostgreSQL cases
+use the ``pg_url`` fixture (a fresh database; skipped outside CI when the server is absent,
+failing under CI=true)."""
 
 from __future__ import annotations
 
@@ -16,15 +24,16 @@ from store_helpers import (
     BETA,
     RID,
     SIGMA,
-    check_seen,
+    keyed_paths,
+    log_values,
+    logged,
     make_release,
-    stored,
+    path_values,
 )
 
 from qveil.errors import IntegrityError, InvalidArgument, NotFound
-from qveil.rng import OSEntropy
 from qveil.server.store import open_store
-from qveil.stats import normality_report, whiten
+from qveil.server.store.integrity import ChainHasher
 
 
 @pytest.fixture(params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -37,7 +46,7 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 def test_releases(url: str) -> None:
-    with open_store(url, rng=1) as s:
+    with open_store(url) as s:
         assert s.list_releases() == []
         rec = s.create_release(
             release_id=RID, fingerprint="fp", sigma=SIGMA, beta=BETA, interval=(-1, 2), n_actions=3
@@ -90,100 +99,135 @@ def test_releases(url: str) -> None:
         with pytest.raises(NotFound):
             s.set_release_status("nope", "active")
         with pytest.raises(NotFound):
-            s.get_or_sample("nope", 0, [0.5])
+            s.record_paths("nope", [0], [[0.5]], [[0.1]])
+        with pytest.raises(NotFound):
+            s.count_points("nope")
     with open_store(url) as s:
-        assert s.get_release(RID).status == "active"
-        assert isinstance(s._rng, OSEntropy)  # production default: OS entropy
-        assert not s.seeded
-    with open_store(url, rng=12) as s:
-        assert s.seeded
+        got = s.get_release(RID)
+        assert (got.status, got.sigma, got.beta, got.interval, got.n_actions) == (
+            "active",
+            SIGMA,
+            BETA,
+            (-1.0, 2.0),
+            3,
+        )
 
 
-def test_same_answers_after_reopen_and_duplicates(url: str) -> None:
-    xs = np.array([0.5, 0.1, 0.5, 0.9, 0.1, 0.0, 1.0])
-    with open_store(url, rng=2) as s:
-        make_release(s)
-        g = s.get_or_sample(RID, 0, xs)
-        assert g[0] == g[2] and g[1] == g[4]
+def test_values_read_back_bit_for_bit_after_reopen(url: str) -> None:
+    units = np.array([0.5, 0.1, 0.5, 0.9, 0.1, 0.0, 1.0])
+    with open_store(url) as s:
+        kp = keyed_paths(make_release(s))
+        x0, g0 = path_values(kp, 0, units)
+        x1, g1 = path_values(kp, 1, units)
+        assert not np.array_equal(g0, g1)  # independent paths per action
+        # a state asked twice in one call is logged once
+        assert s.record_paths(RID, [0], [x0], [g0]) == (5, 0)
         assert s.count_points(RID, 0) == 5 and s.count_points(RID, 1) == 0
-        g1 = s.get_or_sample(RID, 1, xs)
-        assert not np.array_equal(g, g1)  # independent paths per action
-        assert s.count_points() == 10
-    with open_store(url, rng=3) as s:  # a different seed: stored values must not move
-        assert np.array_equal(s.get_or_sample(RID, 0, xs), g)
-        assert np.array_equal(s.get_or_sample(RID, 0, xs[::-1]), g[::-1])  # order-free
-        assert np.array_equal(s.get_or_sample(RID, 1, xs), g1)
-        assert s.count_points() == 10
-        assert [p.seq for p in s.iter_points(RID, 0)] == [1, 2, 3, 4, 5]
-        assert [p.x for p in s.iter_points(RID, 0)] == [0.5, 0.1, 0.9, 0.0, 1.0]
-        assert s.get_or_sample(RID, 0, []).shape == (0,)
-        assert s.get_or_sample(RID, 0, 0.5).tolist() == [g[0]]
+        assert s.record_paths(RID, [1], [x1], [g1]) == (5, 0)
+        assert s.count_points() == 10 and s.points_logged == 10
+        # logged again (any order, with the other path): nothing written
+        assert s.record_paths(RID, [1, 0], [x1[::-1], x0], [g1[::-1], g0]) == (0, 0)
+        assert s.count_points() == 10 and s.known_points(RID) == 10
+    want0 = dict(zip(x0.tolist(), g0.tolist(), strict=True))
+    with open_store(url) as s:
+        pts = list(s.iter_points(RID, 0))
+        assert [p.seq for p in pts] == [1, 2, 3, 4, 5]
+        assert [p.x for p in pts] == x0[[0, 1, 3, 5, 6]].tolist()  # first-occurrence order
+        got = np.array([p.g for p in pts])
+        assert got.tobytes() == np.array([want0[p.x] for p in pts]).tobytes()  # bit for bit
+        assert logged(s, RID, 1) == dict(zip(x1.tolist(), g1.tolist(), strict=True))
+        # reopened: the log is read before anything is written; nothing is logged twice
+        assert s.record_paths(RID, [0, 1], [x0, x1], [g0, g1]) == (0, 0)
+        assert s.record_paths(RID, [0], [[]], [[]]) == (0, 0)
+        assert s.record_paths(RID, [], [], []) == (0, 0)
+        assert s.count_points() == 10 and s.points_logged == 0
+        assert s.verify(RID).ok
 
 
-def test_bad_input_stores_nothing(url: str) -> None:
-    with open_store(url, rng=4) as s:
+def test_a_different_value_is_counted_as_mismatched_not_written(url: str) -> None:
+    """Whether the logged state is in this object's copy already or only in the database
+    (logged by another store object), a different value for it is counted and not written."""
+    units = np.linspace(0, 1, 9)
+    with open_store(url) as s:
+        kp = keyed_paths(make_release(s))
+        xs, gs, written, mism = log_values(s, kp, RID, [0, 1], [units, units])
+        assert (written, mism) == (18, 0)
+        bumped = gs[0].copy()
+        bumped[[2, 5]] += 1e-12
+        assert s.record_paths(RID, [0], [xs[0]], [bumped]) == (0, 2)
+        with open_store(url) as t:  # another object: its copy is empty, the log is not
+            other = keyed_paths(t.get_release(RID), seed=2)  # another key's values
+            _, _, written, mism = log_values(t, other, RID, [1], [units[:4]])
+            assert (written, mism) == (0, 4)
+            fresh = np.array([0.3, 0.7])  # new states are logged with the value given
+            _, gf, written, mism = log_values(t, other, RID, [1], [fresh])
+            assert (written, mism) == (2, 0)
+        assert s.count_points() == 20
+        assert logged(s, RID, 0) == dict(zip(xs[0].tolist(), gs[0].tolist(), strict=True))
+        assert s.verify(RID).ok
+
+
+def test_bad_input_writes_nothing(url: str) -> None:
+    with open_store(url) as s:
         make_release(s)
         for bad in ([0.2, float("nan")], [1.5], [-0.1], [[0.1, 0.2]], ["a"], [0.3, np.inf]):
             with pytest.raises(InvalidArgument):
-                s.get_or_sample(RID, 0, bad)
+                s.record_paths(RID, [0], [bad], [[0.0] * len(bad)])
+        for vals in ([float("nan")], [np.inf], [0.1, 0.2], []):
+            with pytest.raises(InvalidArgument):
+                s.record_paths(RID, [0], [[0.4]], [vals])
         for a in (-1, 2, 1.0, True):
             with pytest.raises(InvalidArgument):
-                s.get_or_sample(RID, a, [0.2])  # type: ignore[arg-type]
-        assert s.count_points() == 0
+                s.record_paths(RID, [a], [[0.2]], [[0.1]])  # type: ignore[list-item]
+        with pytest.raises(InvalidArgument):  # paths must be distinct
+            s.record_paths(RID, [0, 0], [[0.2], [0.3]], [[0.1], [0.1]])
+        with pytest.raises(InvalidArgument):  # one list of states and values per path
+            s.record_paths(RID, [0, 1], [[0.2]], [[0.1]])
+        with pytest.raises(InvalidArgument):  # a bad second path: the first is not written
+            s.record_paths(RID, [0, 1], [[0.2], [0.3]], [[0.1], [float("nan")]])
+        assert s.count_points() == 0 and s.known_points(RID) == 0
 
 
-def test_batches_spanning_neighbours(url: str) -> None:
-    """New points between, left and right of stored ones, in one batch: each is drawn given
-    the nearest stored-or-earlier-in-batch point on each side (recorded by the debug hook)."""
-    records = []
-    with open_store(url, rng=5) as s:
-        make_release(s)
-        s.set_debug_hook(lambda r, a, recs: records.extend(recs))
-        first = s.get_or_sample(RID, 0, [0.2, 0.6])
-        second = s.get_or_sample(RID, 0, [0.05, 0.4, 0.2, 0.5, 0.9, 0.6, 0.45])
-        assert (second[2], second[5]) == (first[0], first[1])
-        rows = [(p.seq, p.x) for p in s.iter_points(RID, 0)]
-    assert check_seen(rows, records) == []
-    seen = {r.x: (r.left, r.right) for r in records}
-    assert seen[0.4] == (0.2, 0.6) and seen[0.5] == (0.4, 0.6) and seen[0.45] == (0.4, 0.5)
-    assert seen[0.05] == (None, 0.2) and seen[0.9] == (0.6, None)
+def test_two_store_objects_on_one_log(url: str) -> None:
+    """A state another store object (another process, another replica) logged is not logged
+    again; ``refresh`` loads what the others logged."""
+    with open_store(url) as a, open_store(url) as b:
+        kp = keyed_paths(make_release(a))
+        first = np.linspace(0, 1, 11)
+        assert log_values(a, kp, RID, [0, 1], [first, first])[2:] == (22, 0)
+        both = np.concatenate([first[::2], [0.33, 0.66]])
+        assert log_values(b, kp, RID, [0, 1], [both, both])[2:] == (4, 0)
+        assert a.known_points(RID) == 22
+        assert a.refresh(RID) == 26 == a.known_points(RID)
+        assert log_values(a, kp, RID, [0], [both])[2:] == (0, 0)
+        assert a.count_points() == b.count_points() == 26
+        assert logged(a, RID, 0) == logged(b, RID, 0)
+        assert a.verify(RID).ok
 
 
-def test_stored_paths_have_the_gp_law(url: str) -> None:
-    """Whitening the stored points in insertion order gives iid N(0, 1) innovations.
-
-    1200 points drawn in random batches (1-60 points, random order, overlapping earlier
-    ones). For power: whitening the same points with beta x 2 or sigma x 1.2 (what a wrong
-    kernel or variance would produce) fails this test (var ~ 1.4 / 0.69; KS p < 1e-6)."""
-    rng = np.random.default_rng(7)
-    beta, sigma = 25.0, 1.3
-    with open_store(url, rng=8) as s:
-        make_release(s, beta=beta, sigma=sigma, n_actions=1)
-        pool = rng.uniform(size=1000)
-        while s.count_points(RID, 0) < 1200:
-            k = int(rng.integers(1, 60))
-            xs = np.concatenate([rng.uniform(size=k), rng.choice(pool, size=k // 3)])
-            s.get_or_sample(RID, 0, rng.permutation(xs))
-        x, g = stored(s, RID, 0)
-    rep = normality_report(whiten(x, g, beta=beta, sigma=sigma))
-    assert rep["passed"], rep
-    assert abs(rep["var"] - 1) < 0.12 and abs(rep["mean"]) < 0.1
-    wrong = normality_report(whiten(x, g, beta=2 * beta, sigma=sigma))
-    assert not wrong["passed"]
-    wrong = normality_report(whiten(x, g, beta=beta, sigma=1.2 * sigma))
-    assert not wrong["passed"]
+def test_meta_value_first_writer_wins(url: str) -> None:
+    with open_store(url) as s:
+        assert s.meta_value("test.key", lambda: "one") == "one"
+        assert s.meta_value("test.key", lambda: "two") == "one"
+        with open_store(url) as t:
+            assert t.meta_value("test.key", lambda: "three") == "one"
+        sid = s.store_id
+    with open_store(url) as s:
+        assert s.meta_value("test.key", lambda: "four") == "one"
+        assert s.store_id == sid
 
 
 def test_integrity_and_export_import(url: str, tmp_path: Path) -> None:
-    with open_store(url, rng=9) as s:
-        make_release(s)
-        s.get_or_sample(RID, 0, np.linspace(0, 1, 25))
-        s.get_or_sample(RID, 1, [0.3, 0.7])
+    with open_store(url) as s:
+        kp = keyed_paths(make_release(s))
+        log_values(s, kp, RID, [0], [np.linspace(0, 1, 25)])
+        log_values(s, kp, RID, [1], [[0.3, 0.7]])
         rep = s.verify(RID)
         assert rep.ok and rep.high_water == {0: 25, 1: 2}
         assert s.verify(RID, 1).high_water == {1: 2}
         out = tmp_path / "r.jsonl"
         assert s.export(RID, str(out)) == 27
+        assert out.stat().st_mode & 0o777 == 0o600
         lines = out.read_text().splitlines()
         assert len(lines) == 29
         # a changed value, a missing line, a truncated file: each is refused, nothing stored
@@ -204,8 +248,16 @@ def test_integrity_and_export_import(url: str, tmp_path: Path) -> None:
             rec = t.import_(str(out))
             assert rec == s.get_release(RID)
             assert t.verify(RID).ok
-            xs = np.linspace(0, 1, 25)
-            assert np.array_equal(t.get_or_sample(RID, 0, xs), s.get_or_sample(RID, 0, xs))
+            for p in (0, 1):  # the rows round-trip bit for bit, hashes and all
+                assert [(q.seq, q.x, q.g, q.hash) for q in t.iter_points(RID, p)] == [
+                    (q.seq, q.x, q.g, q.hash) for q in s.iter_points(RID, p)
+                ]
+            # a plain copy: both logs go on, and the copy does not log its states again
+            assert log_values(t, kp, RID, [0], [np.linspace(0, 1, 25)])[2:] == (0, 0)
+            assert log_values(t, kp, RID, [0], [[0.123]])[2:] == (1, 0)
+            assert log_values(s, kp, RID, [0], [[0.123]])[2:] == (1, 0)
+            assert t.verify(RID).ok and s.verify(RID).ok
+            assert logged(t, RID, 0) == logged(s, RID, 0)
             with pytest.raises(InvalidArgument, match="already exists"):
                 t.import_(str(out))
         with open_store(f"memory://{uuid.uuid4().hex}", key=b"other-key") as t:
@@ -234,9 +286,9 @@ def test_verify_reports_tampering(url: str) -> None:
     def drop(rows: list) -> None:  # type: ignore[type-arg]
         del rows[5:7]
 
-    with open_store(url, rng=10) as s:
-        make_release(s)
-        s.get_or_sample(RID, 0, np.linspace(0, 1, 10))
+    with open_store(url) as s:
+        kp = keyed_paths(make_release(s))
+        log_values(s, kp, RID, [0], [np.linspace(0, 1, 10)])
         _tamper(s, url, "UPDATE noise_points SET g = g + 1e-9 WHERE seq = 4 AND action = 0", bump)
         rep = s.verify(RID, 0)
         assert not rep.ok and rep.first_broken == {0: 4} and rep.gaps == {0: ()}
@@ -244,6 +296,44 @@ def test_verify_reports_tampering(url: str) -> None:
         rep = s.verify(RID, 0)
         assert rep.first_broken == {0: 4} and rep.gaps == {0: ((6, 7),)}
         assert rep.high_water == {0: 10}
-    with open_store(url, rng=11) as s:  # a store with a gap refuses to sample against it
+    with open_store(url) as s:  # a log with a gap is refused when loaded: nothing written
         with pytest.raises(IntegrityError, match="gap"):
-            s.get_or_sample(RID, 0, [0.123])
+            log_values(s, kp, RID, [0], [[0.123]])
+        with pytest.raises(IntegrityError, match="gap"):
+            s.refresh(RID)
+        assert s.count_points(RID, 0) == 8
+
+
+def test_a_second_row_for_a_state_is_refused_on_load(url: str) -> None:
+    """A row for a logged state, appended behind the store's back with a valid chain link:
+    a store loading the path refuses it (IntegrityError naming seqs, never a value) and logs
+    nothing to it; the other path is logged as before; ``verify`` reports the row."""
+    units = np.linspace(0, 1, 6)
+    with open_store(url) as s:
+        kp = keyed_paths(make_release(s))
+        xs, gs, _, _ = log_values(s, kp, RID, [0, 1], [units, units])
+        pts = list(s.iter_points(RID, 0))
+        x, g = pts[2].x, 0.25
+        h = ChainHasher().link(bytes.fromhex(pts[-1].hash), 7, x, g).hex()
+
+        def append(rows: list) -> None:  # type: ignore[type-arg]
+            rows.append((7, x, g, 0.0, h))
+
+        _tamper(
+            s,
+            url,
+            "INSERT INTO noise_points (release_id, action, coordinate, seq, x, g, created_at, "
+            f"hash) VALUES ('{RID}', 0, 0, 7, {x!r}, {g!r}, 0.0, '{h}')",
+            append,
+        )
+    with open_store(url) as t:
+        with pytest.raises(IntegrityError, match="seq 7 repeats a stored state") as exc:
+            log_values(t, kp, RID, [0], [[0.123]])
+        assert "0.25" not in str(exc.value) and repr(float(gs[0][2])) not in str(exc.value)
+        with pytest.raises(IntegrityError, match="stores one state twice"):
+            log_values(t, kp, RID, [0, 1], [units[:2], units[:2]])
+        assert log_values(t, kp, RID, [1], [[0.123]])[2:] == (1, 0)
+        assert (t.count_points(RID, 0), t.count_points(RID, 1)) == (7, 7)
+        rep = t.verify(RID)
+        assert not rep.ok and rep.actions[1].ok
+        assert rep.actions[0].problems == (f"seq 7: state {x!r} stored twice (first at seq 3)",)

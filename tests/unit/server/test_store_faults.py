@@ -1,9 +1,10 @@
 """Faults on the SQLite store: a full disk (SQLite ``max_page_count``) and a read-only database.
 
-New points must fail with a clear qveil.errors.Unavailable, nothing may be half-written (the
-whole batch is rolled back, the in-process copy is unchanged) and known points must still be
-answered, from memory and from the database after reopening. Plus: unsafe settings and bad
-URLs are refused at start-up.
+A write of new points must fail with a clear qveil.errors.Unavailable, nothing may be
+half-written (the whole batch is rolled back, the in-process copy is unchanged), what was
+logged reads back unchanged, from memory and from the database after reopening, and the next
+write succeeds once the fault is gone. Plus: unsafe settings and bad URLs are refused at
+start-up.
 """
 
 from __future__ import annotations
@@ -12,53 +13,58 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from store_helpers import RID, make_release
+from store_helpers import RID, keyed_paths, log_values, logged, make_release, path_values
 from thread_helpers import run_threads
 
 from qveil.errors import FailedPrecondition, InvalidArgument, Unavailable
 from qveil.server.store import open_store
 
 
+def _as_dict(xs: np.ndarray, gs: np.ndarray) -> dict[float, float]:
+    return dict(zip(xs.tolist(), gs.tolist(), strict=True))
+
+
 def test_disk_full_fails_cleanly(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'store.sqlite'}"
-    known = np.linspace(0, 1, 50)
-    with open_store(url, rng=1) as s:
-        make_release(s)
-        g_known = s.get_or_sample(RID, 0, known)
+    with open_store(url) as s:
+        kp = keyed_paths(make_release(s))
+        (known,), (g_known,), _w, _m = log_values(s, kp, RID, [0], [np.linspace(0, 1, 50)])
         pages = s._writer_scalar("PRAGMA page_count")  # type: ignore[attr-defined]
         s._sqlite_pragma_all(f"PRAGMA max_page_count = {pages}")  # type: ignore[attr-defined]
-        new = np.random.default_rng(2).uniform(size=3000)
+        new, g_new = path_values(kp, 0, np.random.default_rng(2).uniform(size=3000))
         with pytest.raises(Unavailable, match="disk full"):
-            s.get_or_sample(RID, 0, np.concatenate([known[:3], new]))
+            s.record_paths(RID, [0], [np.concatenate([known[:3], new])],
+                           [np.concatenate([g_known[:3], g_new])])  # fmt: skip
         assert s.count_points(RID, 0) == 50 and s.cached_points(RID, 0) == 50
         assert s.verify(RID).ok
-        assert np.array_equal(s.get_or_sample(RID, 0, known), g_known)
+        assert logged(s, RID, 0) == _as_dict(known, g_known)
+        assert s.record_paths(RID, [0], [known], [g_known]) == (0, 0)  # logged: no write
         s._sqlite_pragma_all("PRAGMA max_page_count = 1073741823")  # type: ignore[attr-defined]
-        g_new = s.get_or_sample(RID, 0, new[:100])  # space again: works, same object
+        # space again: the same object writes
+        assert s.record_paths(RID, [0], [new[:100]], [g_new[:100]]) == (100, 0)
         assert s.count_points(RID, 0) == 150
     with open_store(url) as s:
-        assert np.array_equal(s.get_or_sample(RID, 0, known), g_known)
-        assert np.array_equal(s.get_or_sample(RID, 0, new[:100]), g_new)
+        assert logged(s, RID, 0) == _as_dict(known, g_known) | _as_dict(new[:100], g_new[:100])
         assert s.verify(RID).ok
 
 
 def test_disk_full_with_group_commit(tmp_path: Path) -> None:
-    """8 threads asking for new states while the disk is full: every one gets Unavailable
-    (a failed leader's queued states are not silently dropped, not answered), nothing is
-    stored; with space again, all of them are stored by the next calls."""
+    """8 threads logging new states while the disk is full: every one gets Unavailable (a
+    failed leader's queued states are not silently dropped, nor reported logged), nothing
+    is written; with space again, all of them are written by the next calls."""
 
     url = f"sqlite:///{tmp_path / 'store.sqlite'}"
-    with open_store(url, rng=5) as s:
-        make_release(s)
-        s.get_or_sample(RID, 0, np.linspace(0, 1, 11))
+    with open_store(url) as s:
+        kp = keyed_paths(make_release(s))
+        log_values(s, kp, RID, [0], [np.linspace(0, 1, 11)])
         pages = s._writer_scalar("PRAGMA page_count")  # type: ignore[attr-defined]
         s._sqlite_pragma_all(f"PRAGMA max_page_count = {pages}")  # type: ignore[attr-defined]
-        xs = [np.random.default_rng(i).uniform(size=400) for i in range(8)]
+        vals = [path_values(kp, 0, np.random.default_rng(i).uniform(size=400)) for i in range(8)]
         outcome: list[object] = [None] * 8
 
         def work(i: int) -> None:
             try:
-                outcome[i] = s.get_or_sample(RID, 0, xs[i])
+                outcome[i] = s.record_paths(RID, [0], [vals[i][0]], [vals[i][1]])
             except Unavailable as exc:
                 outcome[i] = exc
 
@@ -66,24 +72,25 @@ def test_disk_full_with_group_commit(tmp_path: Path) -> None:
         assert all(isinstance(o, Unavailable) for o in outcome), outcome
         assert s.count_points(RID, 0) == 11 and s.cached_points(RID, 0) == 11
         s._sqlite_pragma_all("PRAGMA max_page_count = 1073741823")  # type: ignore[attr-defined]
-        got = [s.get_or_sample(RID, 0, x) for x in xs]
+        assert [s.record_paths(RID, [0], [x], [g]) for x, g in vals] == [(400, 0)] * 8
         assert s.count_points(RID, 0) == 11 + 8 * 400
-        for x, g in zip(xs, got, strict=True):
-            assert np.array_equal(s.get_or_sample(RID, 0, x), g)
+        got = logged(s, RID, 0)
+        for x, g in vals:
+            assert all(got[xi] == gi for xi, gi in zip(x.tolist(), g.tolist(), strict=True))
         assert s.verify(RID).ok
 
 
 def test_read_only_database(tmp_path: Path) -> None:
     path = tmp_path / "store.sqlite"
-    known = np.linspace(0, 1, 20)
-    with open_store(f"sqlite:///{path}", rng=3) as s:
-        make_release(s)
-        g_known = s.get_or_sample(RID, 1, known)
+    with open_store(f"sqlite:///{path}") as s:
+        kp = keyed_paths(make_release(s))
+        (known,), (g_known,), _w, _m = log_values(s, kp, RID, [1], [np.linspace(0, 1, 20)])
     # root ignores file modes, so open it the way a read-only mount looks to SQLite
-    with open_store(f"sqlite:///file:{path}?mode=ro&uri=true", rng=4) as s:
-        assert np.array_equal(s.get_or_sample(RID, 1, known), g_known)
+    with open_store(f"sqlite:///file:{path}?mode=ro&uri=true") as s:
+        assert logged(s, RID, 1) == _as_dict(known, g_known)
+        assert s.record_paths(RID, [1], [known], [g_known]) == (0, 0)  # logged: no write
         with pytest.raises(Unavailable, match="read-only"):
-            s.get_or_sample(RID, 1, [0.3333, 0.6666])
+            log_values(s, kp, RID, [1], [[0.3333, 0.6666]])
         with pytest.raises(Unavailable, match="read-only"):
             s.create_release(
                 release_id="other", fingerprint="f", sigma=1, beta=1, interval=(0, 1), n_actions=1
@@ -92,7 +99,8 @@ def test_read_only_database(tmp_path: Path) -> None:
         assert s.verify(RID).ok
     with open_store(f"sqlite:///{path}") as s:
         assert s.count_points() == 20
-        assert np.array_equal(s.get_or_sample(RID, 1, known), g_known)
+        assert logged(s, RID, 1) == _as_dict(known, g_known)
+        assert log_values(s, kp, RID, [1], [[0.3333, 0.6666]])[2:] == (2, 0)  # writable again
 
 
 def test_refuses_unsafe_or_bad_setup(tmp_path: Path) -> None:
@@ -126,11 +134,11 @@ def test_settings_are_read_back(tmp_path: Path) -> None:
 def test_postgres_settings_and_lost_connections(pg_url: str) -> None:
     import psycopg
 
-    with open_store(pg_url, rng=5) as s:
+    with open_store(pg_url) as s:
         st = s.settings  # type: ignore[attr-defined]
         assert st["transaction_isolation"] == "read committed" and st["fsync"] == "on"
-        make_release(s)
-        g = s.get_or_sample(RID, 0, [0.1, 0.2])
+        kp = keyed_paths(make_release(s))
+        (xs,), (gs,), _w, _m = log_values(s, kp, RID, [0], [[0.1, 0.2]])
         db = pg_url.rsplit("/", 1)[1]
         with psycopg.connect("postgresql://postgres@127.0.0.1:5432/test", autocommit=True) as c:
             c.execute(
@@ -138,9 +146,12 @@ def test_postgres_settings_and_lost_connections(pg_url: str) -> None:
                 "WHERE datname = %s AND pid <> pg_backend_pid()",
                 (db,),
             )
-        # pooled connections are dead: pre-ping replaces them; values unchanged
-        assert np.array_equal(s.get_or_sample(RID, 0, [0.1, 0.2]), g)
-        s.get_or_sample(RID, 0, [0.15])
+        # pooled connections are dead: the logged states are known from the copy, a write
+        # is retried on a new connection, and the log reads back unchanged
+        assert s.record_paths(RID, [0], [xs], [gs]) == (0, 0)
+        (x2,), (g2,), written, _m = log_values(s, kp, RID, [0], [[0.15]])
+        assert written == 1
+        assert logged(s, RID, 0) == _as_dict(xs, gs) | _as_dict(x2, g2)
         assert s.verify(RID).ok
     with pytest.raises(Unavailable):
         open_store("postgresql+psycopg://postgres@127.0.0.1:1/nowhere", busy_timeout=1)

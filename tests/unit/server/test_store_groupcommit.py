@@ -1,34 +1,22 @@
-"""Group commit across concurrent callers and actions.
+"""Group commit of the answer log across concurrent callers and paths.
 
-The contract: new points of concurrent requests that arrive while a commit is in flight are
-drawn and written together in the next transaction; each caller is answered only after the
-commit that holds its points; the points of one action are drawn one after another, each
-conditioned on everything stored or earlier in the batch; two requests for one new state get
-one value; a crash before the commit loses only points nobody was answered with.
+The contract: the answered points of concurrent ``record_paths`` calls that arrive while a
+commit is in flight are written together by the next transaction; a call returns only after
+the commit that holds its points; a state logged once is not logged again, whoever asks; a
+crash before a commit loses only points not logged yet, never the log's consistency.
 
 Checked here:
 
-* in process (SQLite, PostgreSQL): 16 threads ask overlapping single states of two actions
-  through ``get_or_sample_paths``: every answer equals the one stored value, every
-  insertion saw its true nearest committed-or-earlier-in-batch neighbours (``check_seen``: a
-  batch drawn without conditioning on its earlier members fails it), the whitened paths are
-  N(0, 1), and transactions did carry several callers' points of both actions;
+* in process (SQLite, PostgreSQL): 16 threads log overlapping single states of two paths:
+  the log holds exactly the values handed over, one row per state, the chains verify, and
+  transactions carried several callers' points of both paths;
 * a real `qveil serve` SIGKILLed again and again while 16 callers stream single new states:
-  every value any caller was answered is stored, unchanged, after the restarts (a server that
-  answered a follower before the commit holding its point would lose it on SIGKILL, and the
-  restarted server would draw a different value: the re-check reports it as changed), and
-  the chains verify (no gap, no reorder);
-* two `qveil serve` replicas on one PostgreSQL store, 16 callers asking the same single new
-  states of both at once: identical answers, one stored value per state, the GP law holds.
-
-The servers draw from OS entropy and thread interleavings vary, so the law checks are not
-reproducible draws; they use :func:`noise_helpers.assert_unseeded_law` (a level whose
-false-alarm rate over the whole suite is below 1e-4, and a sampler with sigma x 1.3 shown to
-fail it on the same points). They are a sanity check: a sampler that ignored its batch's
-earlier draws, with these random states (batch members are rarely each other's neighbours),
-still scores var ~1.05-1.15 and var_p ~0.01-0.1 (simulated), which no practical level
-rejects. The sharp checks are ``check_seen`` (each insertion's actual neighbours against the
-log, exact) and the equality of answers across callers and replicas.
+  every answer is the same when asked again (answers are a pure function of the release),
+  the log the killed servers left verifies with one row per state, and once the last server
+  has answered every recorded state and stopped gracefully, every one of them is logged with
+  the key's value; one commit held several callers' states;
+* two `qveil serve` replicas on one PostgreSQL log, 16 callers asking the same single new
+  states of both at once: identical answers, and every answered state logged exactly once.
 """
 
 from __future__ import annotations
@@ -40,11 +28,9 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
-from noise_helpers import assert_unseeded_law
 from reliability_helpers import (
     AnswerBook,
     assert_answers_kept,
-    bundle_for_test,
     get_values,
     kill_under_load,
     query_workers,
@@ -52,16 +38,20 @@ from reliability_helpers import (
     release_info,
     replicas,
     scale,
+    shared_bundle,
     sqlite_url,
     start_server,
     value_stubs,
 )
-from store_helpers import RID, check_seen, make_release
+from server_helpers import fresh_bundle
+from store_helpers import RID, keyed_paths, log_values, logged, make_release
 from thread_helpers import run_threads
 
+from qveil.answer import released_values
 from qveil.bundle import load_bundle
 from qveil.errors import InvalidArgument
-from qveil.server.store import InsertRecord, open_store
+from qveil.keyed import snap
+from qveil.server.store import open_store
 
 BETA, SIGMA = 40.0, 1.0
 
@@ -73,93 +63,115 @@ def _url(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
 
 
 @pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def test_16_threads_two_actions_one_commit(
+def test_16_threads_two_paths_one_commit(
     kind: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     url = _url(kind, tmp_path, request)
     grid = np.random.default_rng(7).uniform(size=600)
-    records: dict[int, list[InsertRecord]] = {0: [], 1: []}
-    answers: list[tuple[int, float, float]] = []
-    commits: list[tuple[int, ...]] = []
+    handed: dict[int, dict[float, float]] = {0: {}, 1: {}}
     lock = threading.Lock()
-    with open_store(url, rng=11) as s:
-        make_release(s, n_actions=2, beta=BETA, sigma=SIGMA)
-
-        def hook(_r: str, a: int, recs: list[InsertRecord]) -> None:
-            with lock:
-                records[a].extend(recs)
-
-        s.set_debug_hook(hook)
+    with open_store(url) as s:
+        kp = keyed_paths(make_release(s, n_actions=2, beta=BETA, sigma=SIGMA))
 
         def work(i: int) -> None:
             rng = np.random.default_rng(300 + i)
             for _ in range(25):
-                xs = rng.choice(grid, size=int(rng.integers(1, 3)))
-                g = np.column_stack(s.get_or_sample_paths(RID, [1, 0], [xs, xs]))
+                units = rng.choice(grid, size=int(rng.integers(1, 3)))
+                xs, gs, _written, mism = log_values(s, kp, RID, [1, 0], [units, units])
+                assert mism == 0
                 with lock:
-                    for k, x in enumerate(xs.tolist()):
-                        answers.append((1, x, float(g[k, 0])))
-                        answers.append((0, x, float(g[k, 1])))
+                    for k, p in enumerate((1, 0)):
+                        handed[p].update(zip(xs[k].tolist(), gs[k].tolist(), strict=True))
 
         run_threads(16, work)
         with pytest.raises(InvalidArgument):  # bad input stores nothing
-            s.get_or_sample_paths(RID, [0, 0], [[0.123], [0.123]])
+            s.record_paths(RID, [0, 0], [[0.123], [0.123]], [[0.0], [0.0]])
         with pytest.raises(InvalidArgument):
-            s.get_or_sample_paths(RID, [0, 2], [[0.123], [0.123]])
+            s.record_paths(RID, [0, 2], [[0.123], [0.123]], [[0.0], [0.0]])
         assert all(0.123 not in {p.x for p in s.iter_points(RID, a)} for a in (0, 1))
+        assert s.verify(RID).ok
+        for a in (0, 1):  # exactly what was handed over, one row per state
+            assert logged(s, RID, a) == handed[a]
+        assert s.points_logged == s.count_points(RID) == len(handed[0]) + len(handed[1])
         created: dict[float, set[int]] = {}
         for a in (0, 1):
             for p in s.iter_points(RID, a):
                 created.setdefault(p.created_at, set()).add(a)
         commits = [tuple(sorted(v)) for v in created.values()]
-        assert s.verify(RID).ok
-        for a in (0, 1):
-            pts = list(s.iter_points(RID, a))
-            value = {p.x: p.g for p in pts}
-            assert len(value) == len(pts)  # one row per state
-            mine = [(x, g) for b, x, g in answers if b == a]
-            for x, g in mine:  # every answer is the one stored value
-                assert value[x] == g, (a, x, g, value[x])
-            assert {x for x, _ in mine} == set(value)  # nothing stored that was not asked
-            assert len(records[a]) == len(pts)
-            assert check_seen([(p.seq, p.x) for p in pts], records[a]) == []
-            xs = np.array([p.x for p in pts])
-            gs = np.array([p.g for p in pts])
-            assert_unseeded_law(xs, gs, beta=BETA, sigma=SIGMA)
-    # the two actions' new points went into the same transactions (one created_at each)
+    # the two paths' new points went into the same transactions (one created_at each)
     assert all(c == (0, 1) for c in commits), commits[:5]
     # and transactions carried several callers' points: fewer commits than calls
     assert len(commits) < 16 * 25
 
 
-def test_one_caller_same_values_per_action_or_together(tmp_path: Path) -> None:
-    """With one seeded source the batch API draws exactly what per-action calls would: the
-    actions are drawn in sorted order, each state in first-occurrence order."""
+def test_one_caller_same_log_per_path_or_together(tmp_path: Path) -> None:
+    """Paths logged in one call (in any order) or one call each give the same rows: seqs
+    follow each path's states in the order given, the chain links are the same."""
     out = []
-    for k, how in enumerate(("together", "apart")):
-        with open_store(f"sqlite:///{tmp_path / f'{how}.sqlite'}", rng=5) as s:
-            make_release(s, n_actions=3)
-            xs = np.random.default_rng(1).uniform(size=40)
+    for how in ("together", "apart"):
+        with open_store(f"sqlite:///{tmp_path / f'{how}.sqlite'}") as s:
+            kp = keyed_paths(make_release(s, n_actions=3))
+            units = np.random.default_rng(1).uniform(size=40)
             if how == "together":
-                g = np.column_stack(s.get_or_sample_paths(RID, [2, 0, 1], [xs] * 3))[:, [1, 2, 0]]
+                assert log_values(s, kp, RID, [2, 0, 1], [units] * 3)[2:] == (120, 0)
             else:
-                g = np.stack([s.get_or_sample(RID, a, xs) for a in range(3)], axis=1)
-            assert k == 1 or s.count_points(RID) == 120
-            out.append(g)
-    assert np.array_equal(out[0], out[1])
+                for a in range(3):
+                    assert log_values(s, kp, RID, [a], [units])[2:] == (40, 0)
+            out.append(
+                [[(p.seq, p.x, p.g, p.hash) for p in s.iter_points(RID, a)] for a in range(3)]
+            )
+    assert out[0] == out[1]
 
 
 @pytest.fixture
 def bundle(tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) -> Path:
-    """A fresh unbound copy per test: a bundle binds to the first store that serves it."""
-    return bundle_for_test(tmp_path_factory, tmp_path)
+    """A copy of the session's test bundle, charged in this test's registry."""
+    return fresh_bundle(shared_bundle(tmp_path_factory), tmp_path / "release-bundle")
+
+
+def _check_log(store_url: str, bundle: Path, rid: str) -> dict[int, dict[float, tuple]]:
+    """The release's log: chains verify, one row per state, every value the key's.
+    Returns path -> {state: (value, created_at)}."""
+    b = load_bundle(bundle)
+    store = open_store(store_url, create=False)
+    try:
+        assert store.verify(rid).ok
+        out = {}
+        for a in range(b.n_actions):
+            pts = list(store.iter_points(rid, a))
+            xs = np.array([p.x for p in pts])
+            idx, snapped = snap(xs)
+            assert np.array_equal(snapped, xs), "a logged state is not on the grid"
+            want = b.noise_paths.path_values(a, idx)
+            assert np.array([p.g for p in pts]).tobytes() == want.tobytes()
+            out[a] = {p.x: (p.g, p.created_at) for p in pts}
+            assert len(out[a]) == len(pts), "a state logged twice"
+        return out
+    finally:
+        store.close()
+
+
+def _unit(bundle: Path, states: list[float]) -> dict[float, float]:
+    """Raw state -> its snapped unit state (what the log keys)."""
+    b = load_bundle(bundle)
+    _idx, snapped = snap(b.box.to_unit(np.array(states))[:, 0])
+    return dict(zip(states, snapped.tolist(), strict=True))
+
+
+def _answers_are_released_values(book: AnswerBook, bundle: Path) -> None:
+    b = load_bundle(bundle)
+    states = book.states()
+    want = released_values(b, b.box.to_unit(np.array(states)))
+    for i, s in enumerate(states):
+        for a in range(b.n_actions):
+            if (s, a) in book.values:
+                assert book.values[(s, a)] == want[i, a], (s, a)
 
 
 @pytest.mark.slow
 def test_sigkill_while_16_callers_stream_single_new_states(tmp_path: Path, bundle: Path) -> None:
     kills = int(scale(6, 30))
     store_url = sqlite_url(tmp_path / "store.sqlite")
-    # 16 store threads, so all 16 callers can wait in one group commit at once
     srv = start_server(tmp_path, bundle=bundle, store=store_url, extra=["--workers", "16"])
     rel = release_info(srv.target)
     book = AnswerBook()
@@ -170,29 +182,23 @@ def test_sigkill_while_16_callers_stream_single_new_states(tmp_path: Path, bundl
         low=rel.state_low, high=rel.state_high, n_new=1, n_known=0, unexpected=unexpected,
     )  # fmt: skip
     kill_under_load(srv, workers, stop, kills=kills, rnd=random.Random(99), gap=(0.2, 0.8))
+    rid = rel.release_id
+    killed = _check_log(store_url, bundle, rid)  # what the killed servers left: consistent
     try:
+        # the last server answers every recorded state again, identically
         assert_answers_kept(book, unexpected, srv.target, min_ok=20 * kills)
     finally:
-        srv.terminate()
-    b = load_bundle(bundle)
-    rid = rel.release_id
-    store = open_store(store_url, create=False)
-    try:
-        stored = {
-            a: {float(p.x): (float(p.g), p.created_at) for p in store.iter_points(rid, a)}
-            for a in range(b.n_actions)
-        }
-        assert store.verify(rid).ok
-    finally:
-        store.close()
-    unit = dict(
-        zip(book.states(), b.box.to_unit(np.array(book.states()))[:, 0].tolist(), strict=True)
-    )
-    missing = [(s, a) for (s, a) in book.values if unit[s] not in stored[a]]
-    assert not missing, f"{len(missing)} answered states have no stored noise: {missing[:5]}"
+        assert srv.terminate() == 0  # a graceful stop writes what the answer log holds
+    _answers_are_released_values(book, bundle)
+    final = _check_log(store_url, bundle, rid)
+    for a in killed:  # rows already logged did not change
+        assert all(final[a][x] == v for x, v in killed[a].items())
+    unit = _unit(bundle, book.states())
+    missing = [(s, a) for (s, a) in book.values if unit[s] not in final[a]]
+    assert not missing, f"{len(missing)} answered states are not logged: {missing[:5]}"
     # group commit happened: one commit (one created_at) held several callers' states
     per_commit: dict[float, int] = {}
-    for _g, c in stored[0].values():
+    for _g, c in killed[0].values():
         per_commit[c] = per_commit.get(c, 0) + 1
     assert max(per_commit.values()) >= 4, sorted(per_commit.values())[-5:]
 
@@ -255,17 +261,11 @@ def test_two_replicas_single_new_states_identical(
             checked, mism = recheck(book, s.target)
             assert not mism, f"{s.target} answers differently: {mism[:5]}"
     finally:
-        for s in srvs:
-            s.stop()
-    b = load_bundle(bundle)
-    store = open_store(pg_url, create=False)
-    try:
-        for a in range(b.n_actions):
-            pts = list(store.iter_points(rel.release_id, a))
-            assert len(pts) == 8 * n == len({p.x for p in pts}), "one value per state"
-            xs = np.array([p.x for p in pts])
-            gs = np.array([p.g for p in pts])
-            assert_unseeded_law(xs, gs, beta=b.beta, sigma=b.sigma)
-        assert store.verify(rel.release_id).ok
-    finally:
-        store.close()
+        codes = [s.terminate() for s in srvs if s.alive()]
+    assert codes == [0, 0]  # graceful: each replica wrote what its answer log held
+    _answers_are_released_values(book, bundle)
+    final = _check_log(pg_url, bundle, rel.release_id)
+    unit = _unit(bundle, book.states())
+    for a in final:  # both replicas logged every state; the log holds each once
+        assert set(final[a]) == {unit[s] for (s, b), _v in book.values.items() if b == a}
+        assert len(final[a]) == 8 * n

@@ -1,5 +1,6 @@
 """Alembic: the migrations produce exactly the models' schema (compare_metadata is empty),
-on SQLite and PostgreSQL; a database at an older revision is refused with create=False."""
+on SQLite and PostgreSQL, at head "0007"; every upgrade keeps the logged rows bit for bit;
+a database at an older revision is refused with create=False."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import pytest
 import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from store_helpers import RID, make_release
+from store_helpers import RID, keyed_paths, log_values, make_release
 
 from qveil.errors import FailedPrecondition
 from qveil.server.store import open_store
@@ -43,6 +44,7 @@ def _diff(url: str) -> list[object]:
 
 def test_migrations_match_models(sql_url: str) -> None:
     url = sql_url
+    assert head_revision() == "0007"
     with open_store(url) as s:
         assert s.schema_revision == head_revision()  # type: ignore[attr-defined]
     assert _diff(url) == []
@@ -82,21 +84,23 @@ def _upgrade_to(url: str, rev: str) -> None:
 def test_0004_upgrades_a_one_dimensional_store_bit_for_bit(sql_url: str, tmp_path: Path) -> None:
     """Migration 0004 (the coordinate key) on a store at 0003 holding a 1-D
     release: every row keeps its seq, x, g and chain hash (coordinate 0), the release gets
-    dims 1, the chains verify, stored states are answered as stored and new ones are drawn;
+    dims 1, the chains verify, logged states are not logged again and new ones are;
     compare_metadata is empty afterwards."""
     src_url = f"sqlite:///{tmp_path / 'src.sqlite'}"
     url = sql_url
-    with open_store(src_url, rng=7) as src:  # the rows a 0003 store would hold (same chain)
-        src.create_release(
-            release_id="r1",
-            fingerprint="f" * 64,
-            sigma=1.5,
-            beta=3.0,
-            interval=(-1, 2),
-            n_actions=2,
+    with open_store(src_url) as src:  # the rows a 0003 store would hold (same chain)
+        kp = keyed_paths(
+            src.create_release(
+                release_id="r1",
+                fingerprint="f" * 64,
+                sigma=1.5,
+                beta=3.0,
+                interval=(-1, 2),
+                n_actions=2,
+            )
         )
         for a in range(2):
-            src.get_or_sample("r1", a, np.linspace(0, 1, 17) ** (a + 1))
+            log_values(src, kp, "r1", [a], [np.linspace(0, 1, 17) ** (a + 1)])
         want = {a: [(p.seq, p.x, p.g, p.hash) for p in src.iter_points("r1", a)] for a in range(2)}
         rec = src.get_release("r1")
     _upgrade_to(url, "0003")
@@ -127,9 +131,10 @@ def test_0004_upgrades_a_one_dimensional_store_bit_for_bit(sql_url: str, tmp_pat
         for a in range(2):
             assert [(p.seq, p.x, p.g, p.hash) for p in st.iter_points("r1", a)] == want[a]
             xs = [x for _s, x, _g, _h in want[a]]
-            assert st.get_or_sample("r1", a, xs).tolist() == [g for _s, _x, g, _h in want[a]]
+            gs = [g for _s, _x, g, _h in want[a]]
+            assert st.record_paths("r1", [a], [xs], [gs]) == (0, 0)
         assert st.verify("r1").ok
-        st.get_or_sample("r1", 0, [0.123])
+        assert log_values(st, kp, "r1", [0], [[0.123]])[2:] == (1, 0)
         assert st.count_points("r1") == 35 and st.verify("r1").ok
     assert _diff(url) == []
     eng = sa.create_engine(url)
@@ -184,18 +189,18 @@ def test_0005_append_log_keeps_every_row_bit_for_bit(sql_url: str, tmp_path: Pat
     src_url = f"sqlite:///{tmp_path / 'src.sqlite'}"
     url = sql_url
     xs = np.random.default_rng(1).uniform(size=15)
-    with open_store(src_url, rng=7) as src:
-        src.create_release(
+    with open_store(src_url) as src:
+        k1 = keyed_paths(src.create_release(
             release_id="r1", fingerprint="f" * 64, sigma=1.5, beta=3.0, interval=(-1, 2),
             n_actions=2,
-        )  # fmt: skip
-        src.create_release(
+        ))  # fmt: skip
+        k3 = keyed_paths(src.create_release(
             release_id="r3", fingerprint="e" * 64, sigma=0.5, beta=2.0, interval=(0, 1),
             n_actions=2, betas=[2.0, 5.0, 9.0],
-        )  # fmt: skip
+        ))  # fmt: skip
         for a in range(2):
-            src.get_or_sample("r1", a, xs ** (a + 1))
-        src.get_or_sample_paths("r3", list(range(6)), [xs[: 5 + p] for p in range(6)])
+            log_values(src, k1, "r1", [a], [xs ** (a + 1)])
+        log_values(src, k3, "r3", list(range(6)), [xs[: 5 + p] for p in range(6)])
     rels, pts = _dump(src_url)
     assert len(pts) == 30 + sum(5 + p for p in range(6))
     _upgrade_to(url, "0004")
@@ -206,20 +211,17 @@ def test_0005_append_log_keeps_every_row_bit_for_bit(sql_url: str, tmp_path: Pat
         c.execute(sa.insert(noise_points), [dict(r._mapping) for r in _rows(src_url, noise_points)])
     eng.dispose()
     assert _dump(url) == (rels, pts)
-    with open_store(url) as st:  # migrates 0004 -> 0005
-        assert st.schema_revision == head_revision() == "0006"  # type: ignore[attr-defined]
+    with open_store(url) as st:  # migrates 0004 -> head
+        assert st.schema_revision == head_revision() == "0007"  # type: ignore[attr-defined]
         assert _dump(url) == (rels, pts)
         assert st.verify("r1").ok and st.verify("r3").ok
-        for p in range(2):
-            want = [(q.x, q.g) for q in st.iter_points("r1", p)]
-            got = st.get_or_sample("r1", p, [x for x, _g in want]).tolist()
-            assert got == [g for _x, g in want]
-        for p in range(6):
-            want = [(q.x, q.g) for q in st.iter_points("r3", p)]
-            got = st.get_or_sample_paths("r3", [p], [[x for x, _g in want]])[0].tolist()
-            assert got == [g for _x, g in want]
-        st.get_or_sample("r1", 0, [0.123])
-        st.get_or_sample_paths("r3", [4], [[0.321]])
+        for rid, n in (("r1", 2), ("r3", 6)):  # logged states are not logged again
+            for p in range(n):
+                rows = [(q.x, q.g) for q in st.iter_points(rid, p)]
+                got = st.record_paths(rid, [p], [[x for x, _g in rows]], [[g for _x, g in rows]])
+                assert got == (0, 0)
+        assert log_values(st, k1, "r1", [0], [[0.123]])[2:] == (1, 0)
+        assert log_values(st, k3, "r3", [4], [[0.321]])[2:] == (1, 0)
         assert st.verify("r1").ok and st.verify("r3").ok
         assert st.count_points() == len(pts) + 2
         rels2, pts2 = _dump(url)
@@ -244,7 +246,7 @@ def test_0005_append_log_keeps_every_row_bit_for_bit(sql_url: str, tmp_path: Pat
         _downgrade_to(url, "0004")
     assert _dump(url) == before and _unique_constraints(url) == []
     with open_store(url, create=True) as st:  # back to head (the later steps were undone)
-        assert st.schema_revision == "0006"  # type: ignore[attr-defined]
+        assert st.schema_revision == "0007"  # type: ignore[attr-defined]
 
 
 def _rows(url: str, table: sa.Table) -> list[sa.Row[object]]:
@@ -294,6 +296,93 @@ def test_a_failed_0005_rebuild_leaves_the_store_at_0004(tmp_path: Path) -> None:
     tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     con.close()
     assert "noise_points_old" not in tables
+
+
+_GONE = ("release_bindings", "registry_releases", "registry_heads", "registry_exports")
+
+
+def _tables(url: str) -> set[str]:
+    eng = sa.create_engine(url)
+    try:
+        return set(sa.inspect(eng).get_table_names())
+    finally:
+        eng.dispose()
+
+
+def _meta_keys(url: str) -> set[str]:
+    eng = sa.create_engine(url)
+    try:
+        with eng.connect() as c:
+            return set(c.exec_driver_sql("SELECT key FROM store_meta").scalars())
+    finally:
+        eng.dispose()
+
+
+def test_0007_drops_bindings_and_lineage_and_keeps_the_log(sql_url: str, tmp_path: Path) -> None:
+    """Migration 0007 (keyed releases) on a store at 0006 holding a release, its binding,
+    registry lineage, a witnessed head, an export token and the incarnation keys: those
+    tables and keys are gone, every release and noise row is kept bit for bit, the chains
+    verify, logged states are not logged again, compare_metadata is empty. The downgrade
+    recreates the tables empty over the same rows."""
+    from qveil.server.store.models import noise_points, releases
+
+    src_url = f"sqlite:///{tmp_path / 'src.sqlite'}"
+    url = sql_url
+    with open_store(src_url) as src:
+        kp = keyed_paths(make_release(src, n_actions=2))
+        log_values(src, kp, RID, [0, 1], [np.linspace(0, 1, 13)] * 2)
+    rels, pts = _dump(src_url)
+    _upgrade_to(url, "0006")
+    eng = sa.create_engine(url)
+    with eng.begin() as c:
+        c.execute(sa.insert(releases), [dict(r._mapping) for r in _rows(src_url, releases)])
+        c.execute(sa.insert(noise_points), [dict(r._mapping) for r in _rows(src_url, noise_points)])
+        t = "2026-01-01T00:00:00+00:00"
+        c.execute(
+            sa.text("INSERT INTO release_bindings VALUES (:r, 'f', :t, 'origin')"),
+            {"r": RID, "t": t},
+        )
+        c.execute(
+            sa.text(
+                "INSERT INTO registry_releases VALUES (:r, 'f', 'sid', 'inc', 'active', 'u', :t)"
+            ),
+            {"r": RID, "t": t},
+        )
+        c.execute(
+            sa.text("INSERT INTO registry_heads VALUES (:r, 0, 13, :h)"), {"r": RID, "h": "0" * 64}
+        )
+        c.execute(
+            sa.text("INSERT INTO registry_exports VALUES ('tok', :r, 'sid', :t, NULL, NULL)"),
+            {"r": RID, "t": t},
+        )
+        c.execute(
+            sa.text(
+                "INSERT INTO store_meta VALUES ('incarnation', 'i1'), ('physical_identity', 'p1')"
+            )
+        )
+    eng.dispose()
+    assert set(_GONE) <= _tables(url)
+    with open_store(url) as st:  # migrates 0006 -> 0007
+        assert st.schema_revision == "0007"  # type: ignore[attr-defined]
+        assert _dump(url) == (rels, pts)
+        assert st.verify(RID).ok
+        for p in range(2):
+            rows = [(q.x, q.g) for q in st.iter_points(RID, p)]
+            got = st.record_paths(RID, [p], [[x for x, _g in rows]], [[g for _x, g in rows]])
+            assert got == (0, 0)
+    assert not set(_GONE) & _tables(url)
+    assert not {"incarnation", "physical_identity"} & _meta_keys(url)
+    assert "store_id" in _meta_keys(url)
+    assert _diff(url) == []
+    _downgrade_to(url, "0006")
+    assert set(_GONE) <= _tables(url) and _dump(url) == (rels, pts)
+    eng = sa.create_engine(url)
+    with eng.connect() as c:
+        assert all(c.exec_driver_sql(f"SELECT COUNT(*) FROM {n}").scalar() == 0 for n in _GONE)
+    eng.dispose()
+    with open_store(url) as st:
+        assert st.schema_revision == "0007"  # type: ignore[attr-defined]
+    assert not set(_GONE) & _tables(url) and _diff(url) == []
 
 
 def _first_open(url: str, barrier: Any, out: Any) -> None:
@@ -349,8 +438,9 @@ def test_every_commit_stays_visible_to_other_processes_after_the_store_opened(
     db = tmp_path / "store.sqlite"
     with open_store(f"sqlite:///{db}", create=True) as s:
         make_release(s)
+        kp = keyed_paths(s.get_release(RID))
         for k in range(1, 6):
-            s.get_or_sample(RID, 0, np.random.default_rng(k).uniform(size=10))
+            log_values(s, kp, RID, [0], [np.random.default_rng(k).uniform(size=10)])
             assert _count_elsewhere(db) == 10 * k
     with open_store(f"sqlite:///{db}") as s:
         assert s.count_points(RID, 0) == 50 and s.verify(RID).ok

@@ -1,100 +1,128 @@
-"""The path cache's witness rule and admission under concurrent new states.
+"""The path cache: the in-process copy of each path's log, and what it promises.
 
-* No value is answered above the witnessed head: 16 threads ask single new states of two
-  paths at once (group commit puts several callers in one transaction, and a caller that
-  waited for the witness while another published skips its own publication); when a call
-  returns, the witness has recorded, for every path, a seq at least the seq of the point it
-  answered, with the hash the store holds at that seq.
-* Admission does not wait for a commit in flight (``refresh(wait=False)``) and still
-  counts what other writers stored: a state stored through another store object on the
-  same file is known, not new, after the next reservation.
+* A ``record_paths`` call returns only once its states are committed: 16 threads log single
+  new states of two paths at once (group commit puts several callers in one transaction, and
+  a follower returns when the leader's commit held its states); right after each call,
+  another connection finds every state of the call in the database.
+* ``refresh(wait=False)`` does not wait for a commit in flight (a path whose lock is held is
+  left as it is) and still loads what other writers logged on the other paths; the waiting
+  ``refresh`` loads everything once the commit is over.
+* The copy decides "logged already": a state in it is compared, not written (a different
+  value is counted), without a database read.
 """
 
 from __future__ import annotations
 
+import sqlite3
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from store_helpers import keyed_paths, log_values, make_release
 
-from qveil.server.quotas import QuotaConfig, Quotas
 from qveil.server.store import open_store
+from qveil.server.store.pathcache import _process_lock
 
 CALLERS, CALLS = 16, 12
 
 
-def _store(url: str, seed: int) -> Any:
-    st = open_store(url, rng=seed)
-    st.create_release(
-        release_id="r", fingerprint="f", sigma=1.0, beta=1.0, interval=(0.0, 1.0), n_actions=2
-    )
+def _store(url: str) -> Any:
+    st = open_store(url)
+    make_release(st, "r", n_actions=2, sigma=1.0, beta=1.0, interval=(0.0, 1.0))
     return st
 
 
-def test_every_answer_is_witnessed_before_it_returns(tmp_path: Path) -> None:
-    st = _store(f"sqlite:///{tmp_path / 's.sqlite'}", 5)
-    recorded: dict[int, tuple[int, str]] = {}
-    published = [0]
-    guard = threading.Lock()
-
-    def witness(rid: str, heads: dict[int, tuple[int, str]]) -> None:
-        assert rid == "r"
-        time.sleep(0.002)  # a publication takes a while (a durable write): callers overlap it
-        with guard:
-            published[0] += 1
-            for p, (seq, head) in heads.items():
-                assert seq >= recorded.get(p, (0, ""))[0]
-                recorded[p] = (seq, head)
-
-    st.set_witness(witness)
-    answered: list[tuple[float, dict[int, int]]] = []
+def test_every_call_returns_after_its_commit(tmp_path: Path) -> None:
+    db = tmp_path / "s.sqlite"
+    st = _store(f"sqlite:///{db}")
+    kp = keyed_paths(st.get_release("r"))
     errors: list[BaseException] = []
+    unseen: list[tuple[int, float]] = []
     start = threading.Barrier(CALLERS)
 
     def caller(i: int) -> None:
         rng = np.random.default_rng(100 + i)
+        con = sqlite3.connect(db)  # another connection: only committed rows
         try:
             start.wait()
             for _ in range(CALLS):
-                x = float(rng.uniform())
-                st.get_or_sample_paths("r", [0, 1], [np.array([x])] * 2)
-                with guard:
-                    answered.append((x, {p: recorded[p][0] for p in recorded}))
+                u = [float(rng.uniform())]
+                xs, _gs, _w, _m = log_values(st, kp, "r", [0, 1], [u, u])
+                for p in (0, 1):
+                    row = con.execute(
+                        "SELECT COUNT(*) FROM noise_points WHERE release_id = 'r' "
+                        "AND action = ? AND x = ?",
+                        (p, float(xs[p][0])),
+                    ).fetchone()
+                    if row[0] != 1:
+                        unseen.append((p, float(xs[p][0])))
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
+        finally:
+            con.close()
 
     threads = [threading.Thread(target=caller, args=(i,)) for i in range(CALLERS)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert errors == []
-    for path in (0, 1):
-        points = {p.x: p for p in st.iter_points("r", path)}
-        seq, head = recorded[path]
-        assert [p.hash for p in points.values() if p.seq == seq] == [head]
-        for x, seen in answered:
-            assert seen[path] >= points[x].seq, (path, x)
-    assert 1 <= published[0] <= CALLERS * CALLS
+    assert errors == [] and unseen == []
+    assert st.count_points("r") == st.points_logged == 2 * CALLERS * CALLS
+    # several callers' states went into one commit
+    commits = {p.created_at for p in st.iter_points("r", 0)}
+    assert len(commits) < CALLERS * CALLS
+    assert st.verify("r").ok
     st.close()
 
 
-def test_admission_counts_points_another_store_object_stored(tmp_path: Path) -> None:
+def test_refresh_without_waiting_skips_a_path_in_flight(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 's.sqlite'}"
-    a = _store(url, 1)
-    b = open_store(url, rng=2, create=False)
-    quotas = Quotas(QuotaConfig(max_stored_points=10**6, new_state_rate=1e9))
-    xs = np.array([0.25, 0.5])
-    b.get_or_sample_paths("r", [0, 1], [xs, xs])
-    # a has not seen b's points: its reservation reads them, so nothing is new
-    ticket = a.reserve("r", [(0, xs), (1, xs)], quotas=quotas, caller="c")
-    assert ticket == 0
-    assert a.known_values("r", [0, 1], [xs, xs]) is not None
-    fresh = np.array([0.75])
-    ticket = a.reserve("r", [(0, fresh), (1, fresh)], quotas=quotas, caller="c")
-    assert ticket > 0
-    quotas.done("r", ticket)
+    a = _store(url)
+    b = open_store(url, create=False)
+    kp = keyed_paths(a.get_release("r"))
+    units = np.linspace(0, 1, 7)
+    assert log_values(b, kp, "r", [0, 1], [units, units])[2:] == (14, 0)
+    lock = _process_lock(a._identity, "r", 0)  # a commit of path 0 in flight in `a`
+    lock.acquire()
+    try:
+        assert a.refresh("r", wait=False) == 7  # returns at once, path 1 loaded
+        assert (a.cached_points("r", 0), a.cached_points("r", 1)) == (0, 7)
+        done = threading.Event()
+        got: list[int] = []
+
+        def waiting() -> None:
+            got.append(a.refresh("r"))
+            done.set()
+
+        t = threading.Thread(target=waiting)
+        t.start()
+        assert not done.wait(0.3)  # the waiting refresh waits for the commit
+    finally:
+        lock.release()
+    t.join(timeout=30)
+    assert got == [14] and a.known_points("r") == 14
+    assert (a.cached_points("r", 0), a.cached_points("r", 1)) == (7, 7)
     a.close()
     b.close()
+
+
+def test_the_copy_decides_logged_already(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 's.sqlite'}"
+    st = _store(url)
+    kp = keyed_paths(st.get_release("r"))
+    xs, gs, written, _m = log_values(st, kp, "r", [0], [[0.25, 0.5]])
+    assert written == 2
+    reads = [0]
+    real = st._db_fetch_since
+
+    def counted(*args: Any) -> Any:
+        reads[0] += 1
+        return real(*args)
+
+    st._db_fetch_since = counted
+    assert st.record_paths("r", [0], xs, gs) == (0, 0)
+    assert st.record_paths("r", [0], xs, [gs[0] + 1.0]) == (0, 2)  # counted, not written
+    assert reads[0] == 0
+    assert [p.g for p in st.iter_points("r", 0)] == gs[0].tolist()
+    st.close()

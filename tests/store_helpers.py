@@ -79,12 +79,6 @@ def log_values(
     return xs, gs, written, mismatched
 
 
-def stored(store: SamplePathStore, rid: str, action: int) -> tuple[np.ndarray, np.ndarray]:
-    """(xs, gs) in insertion order."""
-    pts = list(store.iter_points(rid, action))
-    return (np.array([p.x for p in pts]), np.array([p.g for p in pts]))
-
-
 def logged(store: SamplePathStore, rid: str, path: int) -> dict[float, float]:
     """The logged values of one path, state -> value (asserting one row per state)."""
     pts = list(store.iter_points(rid, path))

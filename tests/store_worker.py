@@ -93,8 +93,9 @@ def concurrent_writer(
     store.close()
 
 
-def same_x_writer(url: str, rid: str, action: int, xs: list[float], log_path: str,
-                  start_at: float) -> None:  # fmt: skip
+def same_x_writer(
+    url: str, rid: str, action: int, xs: list[float], log_path: str, start_at: float
+) -> None:
     """Log ``xs`` one state per call, in order, from ``start_at`` on; record every call's
     value and written count. Several of these with the same ``xs`` race on the same new
     state at every call."""

@@ -28,6 +28,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from qveil.additive import validate_unit_points
 from qveil.keyed import snap, sum_coordinates
 
 __all__ = ["DEFAULT_VALUE_GRID", "Answer", "answer_snapped", "grid_round", "released_values"]
@@ -77,7 +78,7 @@ def released_values(
 ) -> FloatArray:
     """The release's answers [n, len(actions)] (all actions by default) at unit states
     [n, d]: what ``qveil serve`` answers for them, bit for bit."""
-    u = np.asarray(unit_states, dtype=np.float64).reshape(-1, int(bundle.dims))
+    u = validate_unit_points(unit_states, int(bundle.dims))  # [n, d]: never re-shaped
     idx, xs = snap(u)
     acts = list(range(int(bundle.n_actions))) if actions is None else list(actions)
     return answer_snapped(bundle, xs, idx, acts, value_grid=value_grid).values

@@ -41,8 +41,13 @@ normal lies beyond that with probability 1.1e-16).
 order whether it is asked for alone or in a batch of 10,000, in plain Python floats (calls
 with at most :data:`FEW_VALUES` values below the table) or numpy arrays (the others), so
 results are bit-identical however the states are split into calls, in whatever order, in any
-process (with the same scipy: the normals go through its ``ndtri``;
-tests/unit/core/test_keyed.py pins golden values).
+process (with the same scipy: the normals go through its ``ndtri``, always on a float64
+array; tests/unit/core/test_keyed.py pins golden values). A call of at most
+:data:`FEW_VALUES` values (states x actions x coordinates, grid indices as snap gives them)
+also builds its counter blocks and reads its table entries in Python (one AES call and one
+``ndtri`` call in all; the normals of levels below a target's own are not drawn, as their
+nodes are not used): on the serving path numpy's fixed cost per call, not the arithmetic,
+is what a single state pays.
 
 **The table.** When a :class:`KeyedPaths` is built, the values at all grid points of the top
 :data:`TABLE_LEVELS` = 12 levels (multiples of 2^-12: 4097 values a path) are computed
@@ -58,6 +63,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import struct
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -356,12 +362,28 @@ class KeyedPaths:
         """Grid indices of shape (n, dims) -> (n, len(actions), dims): g_{a dims + j}(idx[:, j])
         for each action a of ``actions`` (default: all) and coordinate j, unsummed (what the
         answer log keeps, path by path)."""
-        arr = _check_indices(idx, self._dims)
         acts = list(range(self._n_actions)) if actions is None else [int(a) for a in actions]
         for a in acts:
             if not 0 <= a < self._n_actions:
                 raise InvalidArgument(f"action {a!r} is not in [0, {self._n_actions})")
-        n, dims = arr.shape[0], self._dims
+        dims = self._dims
+        if (
+            type(idx) is np.ndarray
+            and idx.dtype == np.uint64
+            and idx.ndim == 2
+            and idx.shape[1] == dims
+            and 0 < idx.size * len(acts) <= FEW_VALUES
+            and self._sigma != 0.0
+        ):  # a few values (what snap gives for a query's few states): in Python
+            rows: list[list[int]] = idx.tolist()
+            for row in rows:
+                for t_ in row:
+                    if t_ > _N:
+                        raise InvalidArgument(f"grid index {t_} is above 2^{_K} = {_N}")
+            vals = self._few_values(rows, acts)
+            return np.array(vals, dtype=np.float64).reshape(len(rows), len(acts), dims)
+        arr = _check_indices(idx, dims)
+        n = arr.shape[0]
         shape = (n, len(acts), dims)
         if self._sigma == 0.0 or n == 0 or not acts:
             return np.zeros(shape, dtype=np.float64)
@@ -429,6 +451,57 @@ class KeyedPaths:
             out[deep] = self._descend_few(p.tolist(), t.tolist(), b.tolist(), z)
         else:
             out[deep] = self._descend_many(p, t, b)
+        return out
+
+    def _few_values(self, rows: list[list[int]], acts: list[int]) -> list[float]:
+        """:meth:`coordinate_values` of a few grid index rows (Python ints, checked) in
+        plain Python, flattened in (state, action, coordinate) order: the table entry of a
+        table point; for any other target the normals of levels T + 1 .. its own level
+        (:meth:`_deep_normals`'s counter blocks, packed here; one AES call and one ``ndtri``
+        call for the whole call, u and the sign as :func:`_normals_pass` computes them),
+        then :meth:`_descend_few`'s descent. The same operations, so the same bits."""
+        dims, tab = self._dims, self._flat
+        out: list[float] = []
+        deep: list[tuple[int, int, int, int, int]] = []  # (out index, path, t, base, stop)
+        words: list[int] = []
+        for row in rows:
+            for a in acts:
+                p = a * dims
+                for t in row:
+                    base = p * _TABLE_SIZE + (t >> _TABLE_SHIFT)
+                    if t & _TABLE_LOW:
+                        stop = _K - ((t & -t).bit_length() - 1)  # the level where t is a midpoint
+                        w0 = DOMAIN_TAG | (p << 16)
+                        for level in range(_T + 1, stop + 1):
+                            words.append(w0 | (level << 8))
+                            words.append(t >> (_K + 1 - level))
+                        deep.append((len(out), p, t, base, stop))
+                        out.append(0.0)
+                    else:
+                        out.append(tab[base])
+                    p += 1
+        if not deep:
+            return out
+        n = len(words)
+        ct = self._encryptor().update(struct.pack(f"<{n}Q", *words))
+        ws = struct.unpack(f"<{n}Q", ct)[0::2]  # each output block's first 8 bytes
+        z: list[float] = ndtri(
+            np.array([((w & _MASK52) + 0.5) * _TWO_M53 for w in ws], dtype=np.float64)
+        ).tolist()
+        c_all, s_all = self._cs, self._ss
+        k = 0
+        for at, p, t, base, stop in deep:
+            cs, ss = c_all[p], s_all[p]
+            g_left, g_right = tab[base], tab[base + 1]
+            for level in range(_T + 1, stop + 1):
+                zk = -z[k] if ws[k] >> 52 & 1 else z[k]
+                k += 1
+                g = cs[level] * (g_left + g_right) + ss[level] * zk
+                if t >> (_K - level) & 1:
+                    g_left = g
+                else:
+                    g_right = g
+            out[at] = g_left
         return out
 
     def _deep_normals(self, w0: UInt64Array, t: UInt64Array, i0: int, i1: int) -> FloatArray:

@@ -1,11 +1,14 @@
 """The fqi mode end to end through the CLI, as real subprocesses: collect a dataset, plan,
-train, inspect, serve on SQLite, query, and the refusals (noise above the value scale,
-a tampered card, flags that do not belong to fqi)."""
+train (the release's noise key and the registry's signed receipt written with it), inspect,
+serve on SQLite, query, and the refusals (noise above the value scale, a tampered card,
+flags that do not belong to fqi)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
+import stat
 import subprocess
 from pathlib import Path
 
@@ -13,9 +16,11 @@ import numpy as np
 import pytest
 from server_helpers import QVEIL, ensure_population, fresh_bundle, start_server
 
-from qveil.bundle import CARD_FILE, load_bundle
+from qveil.answer import DEFAULT_VALUE_GRID, released_values
+from qveil.bundle import ADMIN_CARD_FILE, CARD_FILE, KEY_FILE, RECEIPT_FILE, load_bundle
 from qveil.client import ValueClient
 from qveil.errors import IntegrityError
+from qveil.keyed import KEY_BYTES, snap
 
 CONFIG = str(Path(__file__).resolve().parents[2] / "configs" / "linewalk-private.toml")
 
@@ -130,27 +135,33 @@ def test_inspect_prints_the_unnoised_mean(bundle: Path) -> None:
     assert bad.returncode == 2 and "--grid" in bad.stderr
 
 
-def test_served_fqi_release_is_mean_plus_stored_noise(
+def test_served_fqi_release_answers_the_release_s_own_values(
     bundle: Path, dataset: Path, tmp_path: Path
 ) -> None:
-    """One serving path: the server answers an fqi bundle like any release. Repeated states
-    return the stored noise; a restart answers identically; values minus the un-noised
-    mean have the release's sigma (a loose check: 400 values, OU correlated). `qveil
-    evaluate --target` plays the served policy from the PUBLIC card alone (the non-private
-    reference reads the card's public estimator configuration) and beats random."""
-    copy = fresh_bundle(bundle, tmp_path / "bundle")  # this test's store and registry
-    store = f"sqlite:///{tmp_path / 's.sqlite'}"
+    """One serving path: the server answers an fqi bundle like any release, bit for bit
+    :func:`qveil.answer.released_values` of the bundle (the mean at the snapped state plus
+    the key's noise, on the value grid), repeated states the same. A copy of the release
+    served from another store (an empty answer log) answers identically: the answers are the
+    key's, not the store's. `qveil evaluate --target` plays the served policy from the
+    PUBLIC card alone (the non-private reference reads the card's public estimator
+    configuration) and beats random."""
+    copy = fresh_bundle(bundle, tmp_path / "bundle")  # this test's registry
+    b = load_bundle(copy)
     states = np.linspace(0.0, 1.0, 400)
-    sp = start_server(tmp_path, copy, store=store)
+    units = b.box.to_unit(states[:, None])
+    expected = released_values(b, units)
+    sp = start_server(tmp_path, copy, store=f"sqlite:///{tmp_path / 's.sqlite'}")
     try:
         with ValueClient(sp.target, timeout=30) as c:
             first = c.values(states)
-            assert np.array_equal(first, c.values(states))
+            assert np.array_equal(first, expected)
+            assert np.array_equal(first[::-1], c.values(states[::-1]))
             card = c.release()
             assert card.mode == "fqi" and card.holds
     finally:
         assert sp.terminate() == 0
-    sp = start_server(tmp_path, copy, store=store)
+    other = fresh_bundle(bundle, tmp_path / "copy2" / "bundle")
+    sp = start_server(tmp_path, other, store=f"sqlite:///{tmp_path / 'other.sqlite'}")
     try:
         with ValueClient(sp.target, timeout=30) as c:
             assert np.array_equal(first, c.values(states))
@@ -172,9 +183,59 @@ def test_served_fqi_release_is_mean_plus_stored_noise(
         assert scores["served release"] > scores["random"] + 3
     finally:
         assert sp.terminate() == 0
-    noise = first - load_bundle(copy).q_values(states)
-    sigma = load_bundle(copy).sigma
-    assert 0.3 * sigma < float(noise.std()) < 3.0 * sigma
+    # the values are the snapped mean plus the key's noise, within half a value-grid step;
+    # the noise is there (a path within 1e-3 sigma of 0 on all of [0, 1] has no real chance)
+    idx, xs = snap(units)
+    exact = b.q_values_unit(xs) + b.noise_paths.noise(idx)
+    assert np.abs(first - exact).max() <= DEFAULT_VALUE_GRID / 2
+    assert np.abs(first - b.q_values(states)).max() > 1e-3 * b.sigma
+
+
+def test_train_writes_the_release_key_and_its_receipt(
+    bundle: Path, dataset: Path, tmp_path: Path
+) -> None:
+    """`qveil train` writes the release's one noise key (32 bytes, owner-only) with the
+    bundle, the admin card commits to it (key_sha256; the public card does not show it), and
+    the registry's signed receipt of the charge (receipt.json) names the release, its
+    population, its charge, its key, weights and card, signed by the key `qveil budget
+    registry-key` prints. No store is created. A second training of the same data fits the
+    same weights but draws another key: another release, other answers."""
+    from qveil.bundle.receipt import check_receipt, read_receipt
+
+    key = (bundle / KEY_FILE).read_bytes()
+    assert len(key) == KEY_BYTES
+    assert stat.S_IMODE((bundle / KEY_FILE).stat().st_mode) == 0o600
+    b = load_bundle(bundle)
+    assert b.noise_key == key and b.card["seeded"] is False
+    admin = json.loads((bundle / ADMIN_CARD_FILE).read_text())
+    assert admin["key_sha256"] == hashlib.sha256(key).hexdigest() == b.card["key_sha256"]
+    assert "key_sha256" not in json.loads((bundle / CARD_FILE).read_text())
+    assert key.hex() not in (bundle / CARD_FILE).read_text() + (bundle / ADMIN_CARD_FILE).read_text()
+    assert stat.S_IMODE((bundle / RECEIPT_FILE).stat().st_mode) == 0o600
+    rec = read_receipt(bundle)
+    assert rec is not None and rec.release_id == b.bundle_id and rec.population == "test-users"
+    assert rec.epsilon == pytest.approx(b.card["epsilon"], rel=1e-9)
+    assert (rec.key_sha256, rec.weights_sha256, rec.card_sha256) == (
+        b.card["key_sha256"], b.card["weights_sha256"], b.card["card_sha256"],
+    )  # fmt: skip
+    home = bundle.parent / "qveil-home"
+    r = qveil("budget", "registry-key", home=home)
+    assert r.returncode == 0, r.stderr
+    assert rec.public_key == r.stdout.strip()
+    check_receipt(bundle, release_id=b.bundle_id, key_sha256=rec.key_sha256,
+                  weights_sha256=rec.weights_sha256, card_sha256=rec.card_sha256,
+                  trusted=[r.stdout.strip()])  # fmt: skip
+    assert not [p for p in (*bundle.parent.rglob("*"), *home.rglob("*")) if "store" in p.name]
+    # the same data trained again (this test's registry): same weights, another key
+    again = tmp_path / "again"
+    r = qveil(*_train_argv(dataset, "1", str(again)))
+    assert r.returncode == 0, r.stderr
+    a = load_bundle(again)
+    assert a.card["weights_sha256"] == b.card["weights_sha256"]
+    assert a.noise_key != b.noise_key and a.card["key_sha256"] != b.card["key_sha256"]
+    assert a.bundle_id != b.bundle_id
+    units = np.linspace(0.0, 1.0, 50)[:, None]
+    assert (released_values(a, units) != released_values(b, units)).mean() > 0.9
 
 
 def test_too_much_noise_is_refused_unless_forced(dataset: Path, tmp_path: Path) -> None:
@@ -290,11 +351,10 @@ def test_missing_dataset_is_a_clear_error(tmp_path: Path) -> None:
 
 def test_train_records_the_release_in_its_population_ledger(bundle: Path) -> None:
     """`qveil train` records its release in the registry's ledger under the population it
-    names, as one Gaussian mechanism with mu = sensitivity / sigma, and binds it to the store
-    `qveil serve` uses by default (beside the bundle)."""
-    from qveil.bundle import read_binding
+    names, as one Gaussian mechanism with mu = sensitivity / sigma (the charge its receipt
+    is signed for), and nothing else: no store, no binding."""
+    from qveil.bundle.receipt import read_receipt
     from qveil.server.registry import open_registry
-    from qveil.server.store import open_store
 
     card = load_bundle(bundle).card
     home = bundle.parent / "qveil-home"
@@ -307,9 +367,12 @@ def test_train_records_the_release_in_its_population_ledger(bundle: Path) -> Non
     assert "Gaussian privacy filter" in rep["rule"]
     with open_registry(f"sqlite:///{home / 'registry.sqlite'}") as reg:
         entry = reg.ledger.entry_for_release(card["bundle_id"])
-        lineage = reg.lineage(card["bundle_id"])
+        public_key = reg.public_key
     assert entry is not None and entry.dataset_id == "test-users"
-    binding = read_binding(bundle)
-    with open_store(f"sqlite:///{bundle.parent / 'qveil-store.sqlite'}", create=False) as st:
-        assert binding is not None and binding.store_id == st.store_id
-        assert lineage is not None and lineage.incarnation == st.incarnation().token
+    rec = read_receipt(bundle)
+    assert rec is not None and rec.public_key == public_key
+    assert (rec.epsilon, rec.delta) == (entry.event.epsilon, entry.event.delta)
+    assert sorted(p.name for p in bundle.iterdir()) == sorted(
+        ["weights.npz", KEY_FILE, CARD_FILE, ADMIN_CARD_FILE, "config.toml",
+         "training_log.csv", "learning_curve.png", RECEIPT_FILE]
+    )  # fmt: skip

@@ -170,7 +170,7 @@ def test_concurrency_bound_and_deadline(bundles: tuple[Path, Path], tmp_path: Pa
     from qveil.server.protocol.dataplane import INLINE_MAX_STATES
 
     assert BIG > INLINE_MAX_STATES
-    xs = np.linspace(LO, HI, BIG)
+    xs = np.linspace(LO, HI, BIG).reshape(-1, 1)  # [n, 1]: the client needs no GetRelease
     with InProcessServer(bundles[0], f"sqlite:///{tmp_path / 's.sqlite'}", max_in_flight=1) as s:
         gate = _block_executor(s)
         with ValueClient(s.target, timeout=20) as c, ThreadPoolExecutor(1) as pool:
@@ -178,7 +178,7 @@ def test_concurrency_bound_and_deadline(bundles: tuple[Path, Path], tmp_path: Pa
             while s.plane.in_flight < 1:
                 time.sleep(0.005)
             with pytest.raises(ResourceExhaustedError) as ei:
-                c.values([0.75])
+                c.values([[0.75]])
             assert ei.value.retry_delay is not None
             gate.set()
             assert first.result(20).shape == (BIG, M)

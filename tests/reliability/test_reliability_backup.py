@@ -2,7 +2,8 @@
 
 While clients stream states into a live server, an online backup (SQLite backup API) is
 taken; another is taken once the load has stopped (a same-time backup). Each copy verifies
-(integrity_check, hash chains) and logs only the release's own values. Then each is restored
+(integrity_check, hash chains) and logs only the release's own values; the same-time copy
+holds every state the server answered (it stopped cleanly). Then each is restored
 over the live file and served: the server answers every state any client was ever answered
 (before and after the older backup) exactly as before, because every answer comes from the
 release's key, not from the store; and the restored log, with what the restored server added
@@ -167,6 +168,12 @@ def test_a_restored_backup_answers_every_state_as_before(tmp_path: Path, bundle:
     older_points = _logged_are_the_keys(sqlite_url(older), bundle, rid)
     same_points = _logged_are_the_keys(sqlite_url(same_time), bundle, rid)
     assert 0 < older_points < same_points
+    # the server stopped cleanly, so its answer log holds every state it answered
+    xs = snap(b.box.to_unit(np.array(states))[:, 0])[1]
+    with open_store(sqlite_url(same_time), create=False) as st:
+        logged = [{q.x for q in st.iter_points(rid, a)} for a in range(b.n_actions)]
+    unlogged = [(s, a) for (s, a) in book.values if float(xs[row[s]]) not in logged[a]]
+    assert unlogged == [], f"{len(unlogged)} answers are not in the log, e.g. {unlogged[:5]}"
     # the final live marks: the older copy is behind them (part of the record lost), the
     # live store passes
     final = tmp_path / "final-marks.json"

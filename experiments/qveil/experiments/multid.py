@@ -152,6 +152,7 @@ def served_release_returns(
             env_id, served, episodes=episodes, seed=seed, env_kwargs=env_kwargs or {}
         )
         m = srv.services.ctx.metrics
+        srv.answers.flush()  # the counters below include every answer's log write
         stats = {
             "release_id": info.release_id,
             "served_sigma": float(info.sigma),
@@ -327,7 +328,7 @@ def _private_row(
         "fraction_hi": boot["hi"],
         "states_sent": int(sum(x["states_sent"] for x in cell)),
         "server_values_answered": int(sum(x["server_values_answered"] for x in cell)),
-        "server_new_points": int(sum(x["server_new_points"] for x in cell)),
+        "server_logged_points": int(sum(x["server_logged_points"] for x in cell)),
         "noise": (
             "seeded (tests only)" if any(x["seeded"] for x in cell) else "OS entropy (server store)"
         ),

@@ -6,8 +6,12 @@ has to be stored before it is answered. The store keeps what was released, for a
 call hands its snapped unit states and the value of every (action, coordinate) path it
 used to :meth:`AnswerLog.submit`, which only appends them to a queue (the same constant work
 for a state asked before and a new one: nothing public depends on it). One thread takes
-everything queued, keeps per (release, path) the states the store does not hold yet, and
-logs them with one group commit (:meth:`qveil.server.store.SamplePathStore.record_paths`).
+everything queued at most every ``LINGER_SECONDS`` (so one take and one group commit serve
+many calls, and the thread seldom competes with the answer path for the interpreter), keeps
+per (release, path) each answered state once (numpy: sorted unique states and their values),
+and logs those the store does not hold yet with one group commit
+(:meth:`qveil.server.store.SamplePathStore.record_paths`). :meth:`AnswerLog.flush` and
+:meth:`AnswerLog.close` do not wait for the linger.
 
 If the store fails, the thread keeps what it took and tries again (at most
 ``MAX_PENDING_POINTS`` points are held; past that the oldest are dropped and counted). Past
@@ -37,6 +41,9 @@ log = logging.getLogger("qveil.server")
 MAX_PENDING_POINTS = 2_000_000
 #: seconds between attempts while the store fails
 RETRY_SECONDS = 0.5
+#: seconds the thread lets calls accumulate after the first one it is woken for (unless a
+#: flush or close is waiting): one take and one commit per many calls
+LINGER_SECONDS = 0.05
 
 _Entry = tuple[str, npt.NDArray[np.float64], list[int], npt.NDArray[np.float64]]
 
@@ -50,12 +57,18 @@ class AnswerLog:
         self.metrics = metrics
         self._queue: deque[_Entry] = deque()
         self._wake = threading.Event()
+        #: set while a flush or close waits: the thread does not linger
+        self._hurry = threading.Event()
+        self._flushers = 0
         self._idle = threading.Condition()
         self._busy = False
         self._stop = False
         self._thread: threading.Thread | None = None
-        #: (release, path) -> {state: value} taken from the queue and not logged yet
-        self._pending: dict[tuple[str, int], dict[float, float]] = {}
+        #: (release, path) -> (sorted unique states, their values) taken from the queue and
+        #: not logged yet
+        self._pending: dict[
+            tuple[str, int], tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]
+        ] = {}
         self._warned_full: set[str] = set()
         self._refused: set[tuple[str, int]] = set()  # paths whose log the store refused
         self._loaded: set[str] = set()  # releases whose logged points are in the copies
@@ -92,20 +105,30 @@ class AnswerLog:
     def flush(self, timeout: float = 10.0) -> bool:
         """Wait until everything submitted so far is logged (True) or ``timeout`` passes."""
         deadline = time.monotonic() + timeout
-        self._wake.set()
         with self._idle:
-            while self._queue or self._busy or self._pending:
-                left = deadline - time.monotonic()
-                if left <= 0 or self._thread is None:
-                    return False
-                self._idle.wait(min(left, 0.05))
-                self._wake.set()
-        return True
+            self._flushers += 1
+            self._hurry.set()
+        self._wake.set()
+        try:
+            with self._idle:
+                while self._queue or self._busy or self._pending:
+                    left = deadline - time.monotonic()
+                    if left <= 0 or self._thread is None:
+                        return False
+                    self._idle.wait(min(left, 0.05))
+                    self._wake.set()
+            return True
+        finally:
+            with self._idle:
+                self._flushers -= 1
+                if not self._flushers and not self._stop:
+                    self._hurry.clear()
 
     def close(self, timeout: float = 10.0) -> bool:
         """Log what is queued (up to ``timeout``), then stop the thread."""
         done = self.flush(timeout)
         self._stop = True
+        self._hurry.set()
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=1.0)
@@ -115,6 +138,8 @@ class AnswerLog:
     def _run(self) -> None:
         while not self._stop:
             self._wake.wait(timeout=RETRY_SECONDS)
+            if self._queue and not self._hurry.is_set():
+                self._hurry.wait(LINGER_SECONDS)  # let more calls arrive (not on flush)
             self._wake.clear()
             with self._idle:
                 self._busy = True
@@ -132,21 +157,30 @@ class AnswerLog:
                     self._idle.notify_all()
 
     def _take(self) -> None:
-        """Move the queue into ``_pending`` ((release, path) -> {state: value})."""
+        """Move the queue into ``_pending``: per (release, path), every state answered once
+        (sorted; a state's value is the same in every answer, so any one is kept)."""
         pending = self._pending
+        parts: dict[tuple[str, int], list[tuple[Any, Any]]] = {}
         while self._queue:
             rid, xs, acts, coords = self._queue.popleft()
             d = xs.shape[1]
-            cols = [xs[:, j].tolist() for j in range(d)]
             for k, a in enumerate(acts):
                 for j in range(d):
-                    got = pending.setdefault((rid, a * d + j), {})
-                    got.update(zip(cols[j], coords[:, k, j].tolist(), strict=True))
-        held = sum(len(v) for v in pending.values())
+                    parts.setdefault((rid, a * d + j), []).append((xs[:, j], coords[:, k, j]))
+        for key, got in parts.items():
+            old = pending.get(key)
+            if old is not None:
+                got.insert(0, old)
+            x = np.concatenate([x for x, _g in got])
+            g = np.concatenate([g for _x, g in got])
+            x, first = np.unique(x, return_index=True)
+            pending[key] = (x, g[first])
+        held = sum(x.size for x, _g in pending.values())
         while held > MAX_PENDING_POINTS and pending:
             key = next(iter(pending))
-            held -= len(pending[key])
-            self.unlogged += len(pending.pop(key))
+            n = pending.pop(key)[0].size
+            held -= n
+            self.unlogged += n
 
     def _write(self) -> None:
         """Log ``_pending`` release by release (one group commit each)."""
@@ -156,7 +190,7 @@ class AnswerLog:
                 self.store.refresh(rid)
                 self._loaded.add(rid)
             if self.store.known_points(rid) >= self.max_points:
-                n = sum(len(self._pending.pop(k)) for k in keys)
+                n = sum(self._pending.pop(k)[0].size for k in keys)
                 self.unlogged += n
                 if rid not in self._warned_full:
                     self._warned_full.add(rid)
@@ -168,8 +202,8 @@ class AnswerLog:
                     )
                 continue
             paths = [p for _r, p in keys]
-            xs = [np.fromiter(self._pending[k].keys(), np.float64) for k in keys]
-            gs = [np.fromiter(self._pending[k].values(), np.float64) for k in keys]
+            xs = [self._pending[k][0] for k in keys]
+            gs = [self._pending[k][1] for k in keys]
             try:
                 written, mismatched = self.store.record_paths(rid, paths, xs, gs)
             except IntegrityError:

@@ -120,9 +120,12 @@ def test_a_written_receipt_reads_back_and_verifies(tmp_path: Path) -> None:
     d = json.loads(f.read_text())
     assert d["format"] == RECEIPT_FORMAT and d["signature"] == rc.signature
     # the signature covers the canonical bytes of every other field (sorted, compact JSON)
-    assert signed_bytes(rc) == json.dumps(
-        {k: v for k, v in d.items() if k != "signature"}, sort_keys=True, separators=(",", ":")
-    ).encode()
+    assert (
+        signed_bytes(rc)
+        == json.dumps(
+            {k: v for k, v in d.items() if k != "signature"}, sort_keys=True, separators=(",", ":")
+        ).encode()
+    )
     key.public_key().verify(bytes.fromhex(rc.signature), signed_bytes(rc))
     # trusted keys are matched whatever their case and surrounding space
     assert _check(tmp_path, [f"  {rc.public_key.upper()}\n"]) == rc

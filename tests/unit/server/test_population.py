@@ -14,6 +14,7 @@ import pytest
 import server_helpers
 from server_helpers import REPO
 
+from qveil.bundle.receipt import read_receipt
 from qveil.privacy.gaussian import gdp_epsilon, gdp_mu
 
 CONFIG = str(REPO / "configs" / "linewalk-private.toml")
@@ -92,7 +93,13 @@ def test_the_fourth_release_in_another_directory_is_refused_before_reading_data(
     for i, (data, where) in enumerate([(small, "a"), (small, "b"), (superset, "c")]):
         r = _train(data, tmp_path / where / "bundle")
         assert r.returncode == 0, r.stderr
-        assert len(_show("clinic")["events"]) == i + 1
+        events = _show("clinic")["events"]
+        assert len(events) == i + 1
+        # the bundle carries the registry's receipt of this charge (what qveil serve checks)
+        rc = read_receipt(tmp_path / where / "bundle")
+        assert rc is not None and rc.population == "clinic"
+        assert rc.release_id == events[-1]["release_id"]
+        assert rc.epsilon == pytest.approx(1.0, rel=1e-9)
     rep = _show("clinic")
     assert rep["mu_spent"] == pytest.approx(3**0.5 * mu, rel=1e-6)
     assert "Gaussian privacy filter" in rep["rule"]

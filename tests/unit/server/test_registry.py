@@ -31,8 +31,8 @@ CONFIG = str(REPO / "configs" / "linewalk-private.toml")
 STATES = [0.05, 0.35, 0.65, 0.95]  # LineWalk's states are in [0, 1]
 
 
-def _run(*argv: str, ok: bool = True, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    r = subprocess.run(argv, capture_output=True, text=True, timeout=180, env=env)
+def _run(*argv: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=180)
     if ok:
         assert r.returncode == 0, r.stdout + r.stderr
     return r
@@ -222,7 +222,11 @@ def test_a_copied_bundle_answers_identically_with_any_store(dataset: Path, tmp_p
     other = _train(dataset, tmp_path / "other" / "bundle")
     other_store = _url(tmp_path / "other.sqlite")
     _values(tmp_path, other, other_store)
-    for copy, store in ((before, None), (after, _url(tmp_path / "new.sqlite")), (after, other_store)):
+    for copy, store in (
+        (before, None),
+        (after, _url(tmp_path / "new.sqlite")),
+        (after, other_store),
+    ):
         assert np.array_equal(first, _values(tmp_path, copy, store))
     assert np.array_equal(first, _expected(b))
     default = _url(b.parent / "qveil-store.sqlite")

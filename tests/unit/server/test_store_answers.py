@@ -28,6 +28,7 @@ from qveil.keyed import KeyedPaths, snap
 from qveil.server.store import open_store
 
 D, ACTIONS = 4, 3
+BETAS = [0.7, 2.0, 0.3, 5.0]
 PATHS = [a * D + j for a in range(ACTIONS) for j in range(D)]
 
 
@@ -74,6 +75,12 @@ class Counted:
             setattr(st, name, counted)
 
 
+def _release(st: Any) -> Any:
+    return make_release(
+        st, "r", n_actions=ACTIONS, sigma=1.5, beta=0.7, interval=(0.0, 1.0), betas=BETAS
+    )
+
+
 def _url(kind: str, tmp: Path) -> str:
     return f"memory://{uuid.uuid4().hex}" if kind == "memory" else f"sqlite:///{tmp / 'log.sqlite'}"
 
@@ -83,18 +90,12 @@ def test_calls_are_logged_once_and_read_back_bit_for_bit(kind: str, tmp_path: Pa
     url = _url(kind, tmp_path)
     want: dict[int, dict[float, float]] = {p: {} for p in PATHS}
     with open_store(url) as st:
-        rec = make_release(
-            st, "r", n_actions=ACTIONS, sigma=1.5, beta=0.7, interval=(0.0, 1.0),
-            betas=[0.7, 2.0, 0.3, 5.0],
-        )  # fmt: skip
-        kp = keyed_paths(rec)
+        kp = keyed_paths(_release(st))
         counted = Counted(st)
         quiet = 0
         for units in _calls(5):
             xs, gs = _handover(kp, units)
-            new = sum(
-                len(set(x.tolist()) - want[p].keys()) for p, x in zip(PATHS, xs, strict=True)
-            )
+            new = sum(len(set(x.tolist()) - want[p].keys()) for p, x in zip(PATHS, xs, strict=True))
             before = dict(counted.calls)
             assert st.record_paths("r", PATHS, xs, gs) == (new, 0)
             if new == 0:
@@ -113,10 +114,7 @@ def test_calls_are_logged_once_and_read_back_bit_for_bit(kind: str, tmp_path: Pa
         assert got.tobytes() == np.array([want[p][x] for _s, x, _g, _h in rows[p]]).tobytes()
     if kind == "sqlite":  # the same calls on the memory backend: the same rows
         with open_store("memory://") as mem:
-            make_release(
-                mem, "r", n_actions=ACTIONS, sigma=1.5, beta=0.7, interval=(0.0, 1.0),
-                betas=[0.7, 2.0, 0.3, 5.0],
-            )  # fmt: skip
+            _release(mem)
             for units in _calls(5):
                 xs, gs = _handover(kp, units)
                 mem.record_paths("r", PATHS, xs, gs)

@@ -33,8 +33,9 @@ def test_disk_full_fails_cleanly(tmp_path: Path) -> None:
         s._sqlite_pragma_all(f"PRAGMA max_page_count = {pages}")  # type: ignore[attr-defined]
         new, g_new = path_values(kp, 0, np.random.default_rng(2).uniform(size=3000))
         with pytest.raises(Unavailable, match="disk full"):
-            s.record_paths(RID, [0], [np.concatenate([known[:3], new])],
-                           [np.concatenate([g_known[:3], g_new])])  # fmt: skip
+            s.record_paths(
+                RID, [0], [np.concatenate([known[:3], new])], [np.concatenate([g_known[:3], g_new])]
+            )
         assert s.count_points(RID, 0) == 50 and s.cached_points(RID, 0) == 50
         assert s.verify(RID).ok
         assert logged(s, RID, 0) == _as_dict(known, g_known)

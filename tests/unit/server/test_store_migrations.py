@@ -190,14 +190,14 @@ def test_0005_append_log_keeps_every_row_bit_for_bit(sql_url: str, tmp_path: Pat
     url = sql_url
     xs = np.random.default_rng(1).uniform(size=15)
     with open_store(src_url) as src:
-        k1 = keyed_paths(src.create_release(
-            release_id="r1", fingerprint="f" * 64, sigma=1.5, beta=3.0, interval=(-1, 2),
-            n_actions=2,
-        ))  # fmt: skip
-        k3 = keyed_paths(src.create_release(
-            release_id="r3", fingerprint="e" * 64, sigma=0.5, beta=2.0, interval=(0, 1),
-            n_actions=2, betas=[2.0, 5.0, 9.0],
-        ))  # fmt: skip
+        k1 = keyed_paths(
+            make_release(src, "r1", sigma=1.5, beta=3.0, interval=(-1, 2), n_actions=2)
+        )
+        k3 = keyed_paths(
+            make_release(
+                src, "r3", sigma=0.5, beta=2.0, interval=(0, 1), n_actions=2, betas=[2.0, 5.0, 9.0]
+            )
+        )
         for a in range(2):
             log_values(src, k1, "r1", [a], [xs ** (a + 1)])
         log_values(src, k3, "r3", list(range(6)), [xs[: 5 + p] for p in range(6)])

@@ -121,7 +121,7 @@ class PathCache:
             found = next(r[0] for k, r in enumerate(rows) if r[0] != expect + k)
             st.broken = (
                 f"noise log has a gap or reorder: expected seq {expect}.., found {found}; "
-                "refusing to sample against an incomplete path or answer from it (run "
+                "refusing to log into an incomplete path (run "
                 "qveil audit)"
             )
             raise IntegrityError(st.broken)
@@ -136,7 +136,7 @@ class PathCache:
                     again = f" (also at seq {first[r[1]]})" if r[1] in first else ""
                     st.broken = (
                         f"noise log stores one state twice: the row at seq {r[0]} repeats a "
-                        f"stored state{again}; refusing to sample or answer from this path "
+                        f"stored state{again}; refusing to log into this path "
                         "(run qveil audit)"
                     )
                     raise IntegrityError(st.broken)

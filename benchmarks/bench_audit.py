@@ -2,11 +2,14 @@
 a whole-store audit runs.
 
 1. Rejection rates of the audit's per-path test (qveil.stats.whiten + normality_report at the
-   audit's pass level) on paths drawn with the *true* law and with wrong ones (sigma x 1.3,
-   sigma x 0.7, beta x 2, beta / 2), over path sizes n; R paths each, drawn point by point in
-   random order like a store fills (qveil.noise.OUSamplePath, seeded).
+   audit's pass level) on paths with the *true* law and with wrong ones (sigma x 1.3,
+   sigma x 0.7, beta x 2, beta / 2), over path sizes n; R paths each: the keyed noise of a
+   release (qveil.keyed.KeyedPaths, one seeded key per path) at n snapped uniform states,
+   whitened in a random order (the order in which a log may hold them).
 2. Wall time of ``qveil audit`` (audit_store: integrity + statistics, no plot) on a SQLite store
-   holding n points in one action, against the time to read the rows (iter_points) alone.
+   logging n points in one path (written by ``record_paths``, as the server's answer log
+   does), with and without the release's key (``--bundle``: every logged value recomputed
+   from it), against the time to read the rows (iter_points) alone.
 
 Writes the "audit" section of docs/benchmarks.md and docs/bench_audit.png.
 """
@@ -14,6 +17,7 @@ Writes the "audit" section of docs/benchmarks.md and docs/bench_audit.png.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import time
@@ -22,13 +26,13 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import DOC, table, write_section  # noqa: E402
+from _report import DOC, load_average, table, write_section  # noqa: E402
 
-from qveil.noise import OUSamplePath  # noqa: E402
+from qveil.keyed import KeyedPaths, seeded_key, snap  # noqa: E402
 from qveil.server.audit import POWER_FACTOR, variance_test_power  # noqa: E402
 from qveil.stats import DEFAULT_PASS_LEVEL, normality_report, whiten  # noqa: E402
 
-COMMAND = "python benchmarks/bench_audit.py"
+COMMAND = ".venv/bin/python benchmarks/bench_audit.py"
 SIGMA, BETA = 1.0, 5.0
 ALTERNATIVES = {  # name -> (true sigma, true beta); the claimed law is (SIGMA, BETA)
     "healthy": (SIGMA, BETA),
@@ -49,6 +53,7 @@ def rejection_rates(
 ) -> list[list[object]]:
     rng = np.random.default_rng(seed)
     rows = []
+    k = 0  # one key per path
     for name, (s, b) in ALTERNATIVES.items():
         if only is not None and name not in only:
             continue
@@ -56,9 +61,10 @@ def rejection_rates(
         for n in ns:
             rej = 0
             for _ in range(reps):
-                xs = rng.random(n)
-                path = OUSamplePath(beta=b, sigma=s, rng=rng)
-                gs = path.sample(xs)  # point by point in this (random) order
+                k += 1
+                idx, xs = snap(rng.random(n))
+                path = KeyedPaths(key=seeded_key(seed + k), betas=[b], sigma=s, n_actions=1)
+                gs = path.path_values(0, idx)
                 z = whiten(xs, gs, beta=BETA, sigma=SIGMA)
                 rej += not normality_report(z, level=level)["passed"]
             row.append(rej / reps)
@@ -71,11 +77,13 @@ def audit_speed(ns: list[int]) -> list[list[object]]:
     from qveil.server.audit import audit_store
     from qveil.server.store import open_store
 
+    paths = KeyedPaths(key=seeded_key(1), betas=[BETA], sigma=SIGMA, n_actions=1)
     rows = []
     for n in ns:
         with tempfile.TemporaryDirectory() as d:
+            os.environ["QVEIL_HOME"] = f"{d}/home"  # the audit's admin database: its own
             url = f"sqlite:///{d}/s.sqlite"
-            st = open_store(url, rng=1)
+            st = open_store(url)
             st.create_release(
                 release_id="r",
                 fingerprint="f",
@@ -84,9 +92,9 @@ def audit_speed(ns: list[int]) -> list[list[object]]:
                 interval=(0.0, 1.0),
                 n_actions=1,
             )
-            xs = np.random.default_rng(2).random(n)
-            for chunk in np.array_split(xs, max(1, n // 1000)):
-                st.get_or_sample("r", 0, chunk)
+            idx, xs = snap(np.random.default_rng(2).random(n))
+            for chunk in np.array_split(np.arange(n), max(1, n // 1000)):
+                st.record_paths("r", [0], [xs[chunk]], [paths.path_values(0, idx[chunk])])
             st.close()
             st = open_store(url)
             db = admin_db_for(st, url)
@@ -96,10 +104,14 @@ def audit_speed(ns: list[int]) -> list[list[object]]:
             t0 = time.perf_counter()
             rep = audit_store(st, db, record=False)
             t_audit = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            rep_key = audit_store(st, db, record=False, keys={"r": paths})
+            t_key = time.perf_counter() - t0
             db.close()
             st.close()
             assert k == n and rep.passed, rep.failures()
-            rows.append([n, t_read, t_audit, n / t_audit, t_audit / t_read])
+            assert rep_key.passed, rep_key.failures()
+            rows.append([n, t_read, t_audit, n / t_audit, t_audit / t_read, t_key, n / t_key])
     return rows
 
 
@@ -141,8 +153,10 @@ def main() -> None:
         metavar="R",
         help="healthy paths per size for the false-alarm rate (0: skip)",
     )
+    ap.add_argument("--no-write", action="store_true", help="print, do not write the doc")
     args = ap.parse_args()
     level = DEFAULT_PASS_LEVEL
+    load_before = load_average()
     ns = [30, 100, 300, 1000] if not args.quick else [30, 300]
     reps = 40 if args.quick else args.reps
     t0 = time.perf_counter()
@@ -156,12 +170,14 @@ def main() -> None:
     sizes = [10_000, 100_000] if not args.quick else [10_000]
     speed = audit_speed(sizes)
     png = DOC.parent / "bench_audit.png"
-    plot(ns, rates, png, level)
     body = (
+        f"Load average (1, 5, 15 min) before the run: {load_before}; after: {load_average()} "
+        "(2 cores shared with other work).\n\n"
         f"Rejection rate of the audit's per-path test at pass level {level:g} (one path; a "
         f"store with P paths tests each at {level:g}/P), {reps} paths per cell, claimed law "
-        f"sigma = {SIGMA:g}, beta = {BETA:g}, states uniform on [0, 1], drawn point by point "
-        f"in random order (took {t_rates:.1f} s). The `healthy` row is the false-alarm rate "
+        f"sigma = {SIGMA:g}, beta = {BETA:g}; each path the keyed noise of its own seeded key "
+        "at n snapped states uniform on [0, 1], whitened in random order "
+        f"(took {t_rates:.1f} s). The `healthy` row is the false-alarm rate "
         f"(bound: 4 x {level:g} = {4 * level:g}). Plot: [bench_audit.png](bench_audit.png).\n\n"
         + table(["true law", *[f"n = {n}" for n in ns]], rates)
         + "\n\nExact power of the variance test alone against sigma x 1.3 at the same level "
@@ -176,10 +192,27 @@ def main() -> None:
             if fa_rows
             else ""
         )
-        + "Whole-store audit (integrity + statistics, no plot) of a SQLite store with n "
-        "points in one action, against reading the rows alone:\n\n"
-        + table(["n", "read rows (s)", "audit (s)", "points/s audited", "audit / read"], speed)
+        + "Whole-store audit (integrity + statistics, no plot) of a SQLite store logging n "
+        "points in one path (written by `record_paths`), against reading the rows alone; "
+        "'with the key': the same audit given the release's key (`qveil audit --bundle`), "
+        "every logged value recomputed from it:\n\n"
+        + table(
+            [
+                "n",
+                "read rows (s)",
+                "audit (s)",
+                "points/s audited",
+                "audit / read",
+                "audit with the key (s)",
+                "points/s with the key",
+            ],
+            speed,
+        )
     )
+    if args.no_write:
+        print(body)
+        return
+    plot(ns, rates, png, level)
     write_section("audit", "Audit: detection, false alarms and speed", COMMAND, body)
 
 

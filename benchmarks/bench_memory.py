@@ -1,22 +1,25 @@
-"""Server memory per stored point -> docs/benchmarks.md, section "memory",
+"""Server memory per logged point -> docs/benchmarks.md, section "memory",
 and the figure docs/memory_per_point.png.
 
     .venv/bin/python benchmarks/bench_memory.py [--points 2000000]
 
 One real `qveil serve` over a fresh SQLite store (rate limit and cap lifted for the run) is
-fed batches of new states (4096 states x 2 actions = 8192 points per call) until it holds
-``--points`` points; its resident set size (VmRSS of the server process, from /proc) is read
-at doubling levels. The server keeps every stored point of the active release in memory (a
-sorted map x -> g per action, so stored states answer without a database read), so memory
-grows with the points; the requirement is that it grows no faster than they do: the
-marginal bytes per point must not rise with the store's size. Ceiling of the same run: the
-raw payload, 16 bytes per point (two doubles).
+fed batches of new states (4096 states x 2 actions = 8192 points per call) until its answer
+log holds ``--points`` points (the rows in the store, counted before each reading, so the log
+has caught up); its resident set size (VmRSS of the server process, from /proc) is read at
+doubling levels. Answers need no stored point (they are a pure function of the release and
+the state), but the answer log keeps an in-process copy of every logged point of the release
+(a map x -> g and a sorted index per path: a state logged once is not written again), so
+memory grows with the logged points; the requirement is that it grows no faster than they
+do: the marginal bytes per point must not rise with the log's size. Ceiling of the same run:
+the raw payload, 16 bytes per point (two doubles).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sqlite3
 import sys
 import tempfile
 import time
@@ -29,7 +32,7 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import save_figure, subplots, table, write_section  # noqa: E402
-from bench_server import M, make_bundle, serve_args, spawn, wait_ready  # noqa: E402
+from bench_server import M, bench_home, make_bundle, serve_args, spawn, wait_ready  # noqa: E402
 
 from qveil.v1 import value_service_pb2 as pb  # noqa: E402
 from qveil.v1 import value_service_pb2_grpc as pb_grpc  # noqa: E402
@@ -46,16 +49,34 @@ def rss_mb(pid: int) -> float:
     raise RuntimeError("no VmRSS")
 
 
+def logged_rows(db: Path, want: int, timeout: float = 600.0) -> int:
+    """Wait until the store at ``db`` holds at least ``want`` rows (the answer log has caught
+    up) and return its row count."""
+    t0 = time.monotonic()
+    while True:
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
+        try:
+            n = int(con.execute("SELECT count(*) FROM noise_points").fetchone()[0])
+        finally:
+            con.close()
+        if n >= want or time.monotonic() - t0 > timeout:
+            return n
+        time.sleep(0.2)
+
+
 def fill(tmp: Path, levels: list[int], cap: int) -> list[tuple[int, float, float]]:
-    """Serve a fresh bundle on a fresh SQLite store, feed it new states until it holds each
-    level of points in turn, and read its resident set size at each: (points, RSS MB, seconds
-    since the first level started), the empty server (after one warm-up state) first."""
+    """Serve a fresh bundle on a fresh SQLite store, feed it new states until its log holds
+    each level of points in turn, and read its resident set size at each: (points, RSS MB,
+    seconds since the first level started), the empty server (after one warm-up state)
+    first."""
+    bench_home(tmp)
     bundle = make_bundle(tmp / "bundle")
     port_file = tmp / "port"
+    db = tmp / "store.sqlite"
     proc, port = spawn(
         serve_args(
-            [QVEIL], bundle, f"sqlite:///{tmp / 'store.sqlite'}", port_file,
-            "--new-state-rate", "1e12", "--max-stored-points", str(cap),
+            [QVEIL], bundle, f"sqlite:///{db}", port_file,
+            "--state-rate", "1e12", "--max-stored-points", str(cap),
         ),
         port_file,
     )  # fmt: skip
@@ -67,7 +88,7 @@ def fill(tmp: Path, levels: list[int], cap: int) -> list[tuple[int, float, float
             target, options=[("grpc.max_receive_message_length", 1 << 26)]
         ) as ch:
             stub = pb_grpc.ValueServiceStub(ch)
-            stored = M  # the warm-up state
+            stored = logged_rows(db, M)  # the warm-up state
             rows_raw = [(stored, rss_mb(proc.pid), 0.0)]
             t0 = time.perf_counter()
             for level in levels:
@@ -75,6 +96,7 @@ def fill(tmp: Path, levels: list[int], cap: int) -> list[tuple[int, float, float
                     n = min(BATCH, max(1, (level - stored) // M))
                     stub.GetValues(pb.GetValuesRequest(states=rng.random(n).tolist()), timeout=600)
                     stored += n * M
+                stored = logged_rows(db, stored)
                 time.sleep(0.5)
                 rss = rss_mb(proc.pid)
                 rows_raw.append((stored, rss, time.perf_counter() - t0))
@@ -121,7 +143,7 @@ def section_body(rows: list[tuple[object, ...]], base: float) -> str:
     last = rows[-1]
     body = table(
         [
-            "stored points",
+            "logged points",
             "RSS MB",
             "RSS - empty MB",
             "bytes/point (total)",
@@ -137,16 +159,17 @@ def section_body(rows: list[tuple[object, ...]], base: float) -> str:
         float(str(last[2])) + (10e6 - int(str(last[0]).replace(",", ""))) * marginal_last / 2**20
     ) / 1024
     return body + (
-        f"\n\nEmpty server: {base:.1f} MB. At {last[0]} points the server holds "
-        f"{float(str(last[6])):.0f} MB per million stored points, and each further point costs "
-        f"about {marginal_last:.0f} bytes (the last step). Memory grows linearly and no faster "
-        "than the points: the bytes per point of each step do not rise with the store's size "
-        "(column 'step vs first step' stays at or below 1; the first steps also pay one-time "
-        "costs such as SQLite's page cache). Each point lives in the server's copy of its "
-        "action: a dict x -> g (a dict entry, two Python float objects) and a sorted float64 "
-        "index (16 bytes), far above the 16-byte payload. Size `--max-stored-points` from this: "
-        f"extrapolated at the last step's rate, the default 10 million points need about "
-        f"{at_cap:.1f} GB for one release.\n\n"
+        f"\n\nEmpty server: {base:.1f} MB. At {last[0]} logged points the server holds "
+        f"{float(str(last[6])):.0f} MB per million logged points, and each further point costs "
+        f"about {marginal_last:.0f} bytes (the last step). The bytes per point of each step "
+        "against the first ('step vs first step'; at or below 1: memory grows no faster than "
+        "the points; the first steps also pay one-time costs such as SQLite's page cache). "
+        "Answers do not read these points; the answer log keeps them so that a state logged "
+        "once is not written again: per path a dict x -> g (a dict entry, two Python float "
+        "objects) and a sorted float64 index (16 bytes), far above the 16-byte payload. Size "
+        "`--max-stored-points` (the log's cap per release) from this: extrapolated at the "
+        f"last step's rate, the default 10 million points need about {at_cap:.1f} GB for one "
+        "release.\n\n"
         "![memory per point](memory_per_point.png)"
     )
 
@@ -155,16 +178,16 @@ def plot(rows_raw: list[tuple[int, float, float]]) -> None:
     fig, ax = subplots(figsize=(5, 3.2))
     pts = np.array([r[0] for r in rows_raw]) / 1e6
     ax.plot(pts, [r[1] for r in rows_raw], "o-", label="server RSS")
-    ax.set_xlabel("stored points (millions)")
+    ax.set_xlabel("logged points (millions)")
     ax.set_ylabel("resident memory (MB)")
-    ax.set_title("qveil serve: memory vs stored points", fontsize=9)
+    ax.set_title("qveil serve: memory vs logged points", fontsize=9)
     ax.legend(loc="upper left")
     save_figure(fig, FIG, dpi=100)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--points", type=int, default=2_000_000, help="points stored at the end")
+    ap.add_argument("--points", type=int, default=2_000_000, help="points logged at the end")
     ap.add_argument("--no-write", action="store_true", help="print only")
     args = ap.parse_args()
     levels = []
@@ -182,7 +205,7 @@ def main() -> int:
     plot(rows_raw)
     write_section(
         "memory",
-        "Server memory per stored point",
+        "Server memory per logged point",
         f".venv/bin/python benchmarks/bench_memory.py --points {args.points}",
         body,
     )

@@ -1,5 +1,5 @@
-"""Shared helpers for the noise tests (and the store's contract tests): independent reference
-implementations and deliberately wrong samplers.
+"""Shared helpers for the noise tests (qveil.noise, qveil.keyed) and the tests of served noise:
+independent reference implementations and deliberately wrong samplers.
 
 * :func:`dense_conditional` -- GP conditioning by dense linear algebra in 60-digit arithmetic
   (mpmath), the reference every exact conditional is compared with; it knows nothing of the
@@ -10,9 +10,9 @@ implementations and deliberately wrong samplers.
   chi-square (+ mean, variance) on the dense-whitened values, by the empirical covariance
   against sigma^2 exp(-beta |x - y|) with a bound derived from the number of paths, and by
   insertion-order whitening (:func:`qveil.stats.whiten`).
-* :func:`assert_unseeded_law` -- the one verdict for noise that no seed fixes (OS entropy, or
-  draws ordered by racing threads, processes or replicas), at :data:`UNSEEDED_LAW_LEVEL`, with
-  its power shown on the same points under a wrong law.
+* :func:`assert_unseeded_law` -- the one verdict for noise that no seed fixes (OS entropy:
+  a release key from ``new_key``), at :data:`UNSEEDED_LAW_LEVEL`, with its power shown on the
+  same points under a wrong law.
 * :class:`PaperEq2Path` -- Algorithm 1, line 16 with the paper's Appendix A equation (2) *as
   printed* (swapped weights, variance that goes negative, phantom neighbours g(0) = g(1) = 0,
   variance sigma * d): a wrong sampler the tests must reject. :class:`ScaledPath` makes the
@@ -38,15 +38,13 @@ from qveil.stats import normality_report, whiten
 FloatArray = npt.NDArray[np.float64]
 MP_DPS = 60
 
-#: Pass level per p-value for a statistical verdict on noise that no seed fixes: OS entropy,
-#: or a seeded store whose draw order depends on racing threads, processes or replicas. A
-#: correct sampler fails one verdict (four p-values) with probability <= 4e-6. The suite holds
-#: at most 24 such verdicts per run (test_store_concurrency: 3 per store kind; test_store_
-#: groupcommit: 2 actions x 2 kinds + 2 actions on replicas; test_reliability_replicas: 2
-#: actions; test_rng: 1; room to spare), so its false-alarm rate is <= 24 x 4e-6 < 1e-4.
-#: (The audit's own 1e-3 is a production setting for one look at one store; asserted on
-#: unseeded noise, it failed a correct store about once in 60 full suites.)
-UNSEEDED_LAW_LEVEL = 1e-6
+#: Pass level per p-value for a statistical verdict on noise that no seed fixes (OS entropy:
+#: qveil.rng.OSEntropy, or the values of a release whose key came from qveil.keyed.new_key).
+#: A correct sampler fails one verdict (four p-values) with probability <= 4 x 2e-7 = 8e-7,
+#: under the suite's bound of 1e-6 per test for a test with one verdict. (The audit's own
+#: 1e-3 is a production setting for one look at one store; asserted on unseeded noise, it
+#: would fail a correct release about once in 250 looks.)
+UNSEEDED_LAW_LEVEL = 2e-7
 
 
 class Sampler(Protocol):

@@ -1,12 +1,11 @@
 """Shared by the v2 protocol tests: a real `qveil serve` subprocess with a
-tokens file, a SQLite store whose rows are counted in the file, and --http-port 0; the
-tritonclient driver (its own process); tensors as JSON specs with float.hex data; the list
-of bad inputs with their expected codes."""
+tokens file, a SQLite store (its answer log) and --http-port 0, whose answered values are
+counted (GetStats); the tritonclient driver (its own process); tensors as JSON specs with
+float.hex data; the list of bad inputs with their expected codes."""
 
 from __future__ import annotations
 
 import json
-import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -30,7 +29,6 @@ class Env:
         self.b = load_bundle(self.bundle)
         self.tokens: Tokens = make_tokens(tmp / "tokens.toml")
         self.db = tmp / "store.sqlite"
-        self.seen: set[float] = set()  # states whose noise is stored (all actions)
         self.server: ServerProcess = start_server(
             tmp,
             self.bundle,
@@ -51,9 +49,12 @@ class Env:
     def url(self, protocol: str) -> str:
         return self.server.target if protocol == "grpc" else f"127.0.0.1:{self.http_port}"
 
-    def rows(self) -> int:
-        with sqlite3.connect(self.db) as con:
-            return int(con.execute("SELECT COUNT(*) FROM noise_points").fetchone()[0])
+    def answered(self) -> int:
+        """(state, action) values the server has answered (GetStats, admin token)."""
+        from qveil.client import AdminClient
+
+        with AdminClient(self.server.target, token=self.tokens.admin) as ad:
+            return int(ad.stats().states_answered)
 
     def triton(
         self, protocol: str, ops: list[dict[str, Any]], token: str | None = "query"
@@ -114,8 +115,8 @@ def hexes(a: Any) -> list[str]:
 
 # long-function: a table of bad requests, one entry per case
 def bad_cases(env: Env) -> list[tuple[str, dict[str, Any], str, str]]:
-    """(label, infer op, gRPC code, message fragment); states are fresh, so a request that
-    were wrongly accepted would store rows."""
+    """(label, infer op, gRPC code, message fragment): a request that were wrongly accepted
+    would be answered (and counted)."""
     fresh = [0.123456789, 0.987654321]
     big = np.linspace(-0.9, 1.9, MAX_BATCH + 1)
     return [

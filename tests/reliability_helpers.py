@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from server_helpers import write_output_bundle
+from server_helpers import fresh_bundle, served_values, write_output_bundle
 
 T = TypeVar("T")
 
@@ -83,12 +83,12 @@ def serve_argv(
 ) -> list[str]:
     """The `qveil serve` command line (run with this interpreter, not a PATH lookup).
 
-    The reliability suite floods the server with new states from one host on purpose (crash,
-    drain and fault tests), so the per-caller new-state budget (tested in
+    The reliability suite floods the server with states from one host on purpose (crash,
+    drain and fault tests), so the per-caller state budget (tested in
     tests/unit/server/test_quotas.py and tests/integration/test_quota_backoff.py) is lifted
-    unless ``extra`` sets ``--new-state-rate``."""
-    if "--new-state-rate" not in extra:
-        extra = [*extra, "--new-state-rate", "1e12"]
+    unless ``extra`` sets ``--state-rate`` (or its alias ``--new-state-rate``)."""
+    if "--state-rate" not in extra and "--new-state-rate" not in extra:
+        extra = [*extra, "--state-rate", "1e12"]
     return [
         sys.executable,
         "-m",
@@ -293,8 +293,9 @@ def make_bundle(
     seed: int = 0,
 ) -> Path:
     """A small, valid release bundle (random 1-8-m ReLU network, output-mode card from the real
-    accountant with the given sigma and kernel rate beta; ``seeded: true``). Seconds, not a
-    training run: the suite tests the server and store, not the trainer."""
+    accountant with the given sigma and kernel rate beta; its noise key seeded by ``seed``,
+    ``seeded: true``), not charged: :func:`bundle_for_test` copies and charges it. Seconds,
+    not a training run: the suite tests the server and its log, not the trainer."""
     import numpy as np
 
     from qveil.bundle import lipschitz_bound
@@ -326,6 +327,7 @@ def make_bundle(
         settings=settings,
         env_id="qveil/LineWalk-v0",
         interval=interval,
+        seed=seed,
         hyperparameters={"made_by": "tests/reliability_helpers.make_bundle"},
         config_toml="# reliability tests\n",
         learning_curve_png=_tiny_png(),
@@ -350,9 +352,9 @@ _SHARED_BUNDLE: list[Path] = []
 
 
 def shared_bundle(factory: object) -> Path:
-    """One UNBOUND test bundle (sigma 1, beta 20, 2 actions, states in [-1, 1]) for the whole
-    session, never served itself: every test copies it (:func:`bundle_for_test`) for its own
-    store (one release, one store: a bundle is bound to the first store that serves it)."""
+    """One test bundle (sigma 1, beta 20, 2 actions, states in [-1, 1]) for the whole session,
+    not charged and never served itself: every test serves a copy (:func:`bundle_for_test`)
+    charged in its own registry."""
     if not _SHARED_BUNDLE:
         path = factory.mktemp("bundle") / "bundle"  # type: ignore[attr-defined]
         _SHARED_BUNDLE.append(make_bundle(path))
@@ -360,12 +362,9 @@ def shared_bundle(factory: object) -> Path:
 
 
 def bundle_for_test(factory: object, tmp: Path) -> Path:
-    """A fresh copy of the shared bundle, made before any binding, for one test's store."""
-    import shutil
-
-    dest = tmp / "release-bundle"
-    shutil.copytree(shared_bundle(factory), dest)
-    return dest
+    """A copy of the shared bundle (the same key: the same answers), charged and receipted
+    in this test's registry (``QVEIL_HOME``) so that its servers serve it."""
+    return fresh_bundle(shared_bundle(factory), tmp / "release-bundle")
 
 
 # --- clients that record every answer ------------------------------------------------------
@@ -615,6 +614,110 @@ def run_audit(
     )
 
 
+#: the law test's level in :func:`audit_with_key` (Bonferroni over its 4 p-values: a correct
+#: log fails with probability < 1e-6; the points logged in a run depend on its timing)
+LAW_LEVEL = 2e-7
+
+
+def audit_with_key(store_url: str, bundle: Path) -> dict[str, Any]:
+    """Audit the answer log of ``bundle``'s release in ``store_url``:
+
+    * ``qveil audit --store URL --bundle DIR --json``: every path's integrity (hash chains,
+      sequence, no state twice) and EVERY logged value recomputed from the release's key,
+      bit for bit; the ledger and the audit log chains. These are asserted. Its law test
+      runs at the CLI's pass level (0.001 per audit), too high a false-alarm rate for a run
+      whose logged points depend on timing, so its verdict is returned, not asserted;
+    * the same audit in process at :data:`LAW_LEVEL`, which must pass, with power: every
+      tested path rejects sigma x 1.3.
+
+    Returns numbers for :func:`report`."""
+    from qveil.bundle import load_bundle
+    from qveil.server.admin import admin_db_for
+    from qveil.server.audit import audit_store
+    from qveil.server.store import open_store
+
+    b = load_bundle(bundle)
+    r = run_audit(store_url, "--bundle", str(bundle), "--json", "--no-record")
+    assert r.returncode in (0, 1), f"audit failed to run:\n{r.stdout[-2000:]}\n{r.stderr}"
+    rep = json.loads(r.stdout)
+    assert not rep["problems"] and rep["ledger"]["ok"] and rep["audit_log"]["ok"], rep
+    (rel,) = [x for x in rep["releases"] if x["release_id"] == b.bundle_id]
+    assert rel["integrity_ok"] and rel["key_checked"], r.stdout[-3000:]
+    assert all(a["key_checked"] for a in rel["actions"] if a["count"]), r.stdout[-3000:]
+    store = open_store(store_url, create=False)
+    try:
+        db = admin_db_for(store, store_url)
+        law = audit_store(
+            store,
+            db,
+            release_id=b.bundle_id,
+            level=LAW_LEVEL,
+            record=False,
+            keys={b.bundle_id: b.noise_paths},
+        )
+        db.close()
+    finally:
+        store.close()
+    (ra,) = law.releases
+    assert ra.passed, [a.problems for a in ra.actions]
+    tested = [a for a in ra.actions if a.tested]
+    assert all(a.power and a.power["rescaled_rejected"] for a in tested), [
+        a.power for a in tested
+    ]
+    return {
+        "logged_points": sum(a["count"] for a in rel["actions"]),
+        "cli_passed": bool(rep["passed"]),
+        "law_passed_at": LAW_LEVEL,
+        "paths_tested": len(tested),
+    }
+
+
+def assert_answers_are_the_keys(book: AnswerBook, bundle: Path) -> int:
+    """Every answer any client received is the release's value computed here from the
+    bundle's key (``qveil.answer.released_values``), bit for bit. Returns how many."""
+    states = book.states()
+    if not states:
+        return 0
+    want = served_values(bundle, states)
+    with book._lock:
+        got = dict(book.values)
+    bad = [
+        (s, a, v, float(want[i, a]))
+        for i, s in enumerate(states)
+        for a in range(want.shape[1])
+        if (v := got.get((s, a))) is not None and v != float(want[i, a])
+    ]
+    assert not bad, f"{len(bad)} answers are not the key's, e.g. {bad[:5]}"
+    return sum(1 for k in got if k[1] < want.shape[1])
+
+
+def logged_states(store_url: str, bundle: Path) -> dict[int, set[float]]:
+    """The unit states the answer log holds for each path of ``bundle``'s release."""
+    from qveil.bundle import load_bundle
+    from qveil.server.store import open_store
+
+    b = load_bundle(bundle)
+    store = open_store(store_url, create=False)
+    try:
+        return {
+            a: {float(p.x) for p in store.iter_points(b.bundle_id, a)} for a in range(b.n_actions)
+        }
+    finally:
+        store.close()
+
+
+def unlogged_answers(book: AnswerBook, store_url: str, bundle: Path) -> list[tuple[float, int]]:
+    """(state, action) answered (in ``book``) whose snapped unit state is not in the log."""
+    from server_helpers import grid_states
+
+    states = book.states()
+    logged = logged_states(store_url, bundle)
+    unit = dict(zip(states, grid_states(bundle, states)[:, 0].tolist(), strict=True))
+    with book._lock:
+        keys = list(book.values)
+    return [(s, a) for (s, a) in keys if unit[s] not in logged[a]]
+
+
 # --- docs/reliability.md (scripts/reliability.sh calls `python tests/reliability_helpers.py
 # write-doc ...` after the full run) ---------------------------------------------------------
 
@@ -709,20 +812,21 @@ def write_doc(
         "",
         "| what | result |",
         "|---|---|",
-        f"| SIGKILLs survived (server restarted at once; no answer lost) | "
+        f"| SIGKILLs survived (server restarted at once; every answer reproduced) | "
         f"{total('kills') + (1 if replicas else 0)} |",
         f"| answers re-checked (after kills, across replicas, after faults) | "
         f"{total('answers_rechecked')} |",
         f"| answers changed or missing | {total('answers_changed') + total('answers_missing')} |",
-        f"| errors seen, all expected (UNAVAILABLE while a server was down or its store "
-        f"faulted, RESOURCE_EXHAUSTED above the bound) | {_fmt(codes)} |",
-        f"| unexpected errors (any other code, or a value that was not stored) | "
+        f"| errors seen, all expected (UNAVAILABLE while a server was down, "
+        f"RESOURCE_EXHAUSTED above the bound) | {_fmt(codes)} |",
+        f"| unexpected errors (any other code, or a value that is not the release key's) | "
         f"{_fmt(unexpected)} |",
         f"| replicas on one PostgreSQL store | "
         f"{'3 (one SIGKILLed mid-run)' if replicas else 'not run'} |",
         f"| load held | {held} |",
         f"| in-limit client during overload | {refused} |",
-        f"| faults (disk full, read-only, cut connections) | {'; '.join(faults) or 'not run'} |",
+        f"| store faults under a server (disk full, read-only, cut connections: answers go "
+        f"on, the answer log catches up) | {'; '.join(faults) or 'not run'} |",
         "",
         "Overload: each caller (its token, or its connection when anonymous) may hold at most "
         "3/4 of the server's in-flight bound (`--max-in-flight-per-caller`), so a flooding "

@@ -64,7 +64,9 @@ def answer_snapped(
     """The answer at snapped unit states ``xs`` [n, d] with grid indices ``idx`` [n, d]
     (:func:`qveil.keyed.snap`) for ``actions`` of the loaded release ``bundle``."""
     acts = list(actions)
-    q = bundle.q_values_unit(xs)[:, acts]
+    # xs come from snap (checked, on the grid, no -0.0): the model's forward without
+    # Bundle.q_values_unit's second check of them (the same values)
+    q = bundle.model.q_values_unit(xs)[:, acts]
     coords = bundle.noise_paths.coordinate_values(idx, acts)
     return Answer(grid_round(q + sum_coordinates(coords), value_grid), coords)
 

@@ -168,7 +168,17 @@ def snap(units: npt.ArrayLike) -> tuple[UInt64Array, FloatArray]:
     2^-(K+1), goes to the even index) as uint64, the snapped coordinate index * 2^-K (exact).
     Evaluate the model's mean at the snapped coordinate too (docs/privacy.md section 10).
     NaN, infinities, values outside [0, 1] and non-numbers raise :class:`InvalidArgument`.
+    At most :data:`FEW_VALUES` float64 coordinates are snapped with Python floats (``round``
+    is round-half-even like ``np.rint``, and u 2^K and index 2^-K are exact): the same bits.
     """
+    if type(units) is np.ndarray and units.dtype == np.float64 and units.size <= FEW_VALUES:
+        flat: list[float] = units.reshape(-1).tolist()
+        if all(0.0 <= v <= 1.0 for v in flat):  # else the numpy path names the bad value
+            ints = [round(v * _SCALE) for v in flat]
+            return (
+                np.array(ints, dtype=np.uint64).reshape(units.shape),
+                np.array([i * _UNIT for i in ints], dtype=np.float64).reshape(units.shape),
+            )
     try:
         raw = np.asarray(units)
     except (TypeError, ValueError) as exc:

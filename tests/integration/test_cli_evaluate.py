@@ -1,6 +1,8 @@
 """``qveil evaluate --target`` (qveil.trainer.cli_evaluate) with a token: ``--token-file``
 reads it like ``qveil query``; a missing or non-UTF-8 token file, or both --token and
---token-file, is one line on stderr and exit 2, before anything is played."""
+--token-file, is one line on stderr and exit 2, before anything is played. ``--private``
+never goes to a server: with ``--target`` it is one line and exit 2, before anything is
+read."""
 
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from server_helpers import (
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, Tokens]]:
     tmp = tmp_path_factory.mktemp("evaluate-cli")
-    # a release of a real env, served with the store it was bound to at train
+    # a release of a real env, trained (and receipted) by `qveil train`
     bundle, _ = make_cartpole_kernel_bundle(tmp, seed=1)
     with serving_with_tokens(tmp, bundle) as served:
         yield served
@@ -77,3 +79,19 @@ def test_a_release_of_an_unregistered_env_is_one_line_and_exit_2(tmp_path: Path)
         )
     assert r.returncode == 2, r.stderr
     assert "cannot play the release's environment" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_private_evaluation_refuses_a_server_target(
+    server: tuple[ServerProcess, Tokens], tmp_path: Path
+) -> None:
+    """`qveil evaluate --private DIR --target ...`: refused in one line (exit 2) before the
+    bundle, the dataset or the config is looked at (none of them exists here)."""
+    sp, tokens = server
+    missing = [str(tmp_path / n) for n in ("bundle", "held.npz", "c.toml")]
+    r = subprocess.run(
+        [QVEIL, "evaluate", "--private", missing[0], "--target", sp.target, "--token",
+         tokens.query, "--dataset", missing[1], "--config", missing[2], "--epsilon", "1",
+         "--population", "test-users"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert_one_line_error(r, "evaluate", "--target", "never sends held-out states to a server")

@@ -122,12 +122,18 @@ def test_client_queries_a_real_server(client_venv: Path, tmp_path: Path) -> None
         )
         assert r.returncode == 0, r.stderr
         out = json.loads(r.stdout)
-        # the same answers through the main environment's SDK (stored noise: identical)
+        # the same answers through the main environment's SDK, and they are the release's
+        # own values (a pure function of its weights, key and the snapped state)
         from qveil.client import ValueClient
 
         with ValueClient(server.target) as c:
             want = c.values([0.3, 0.7]).tolist()
             card = c.release()
+    from qveil.answer import released_values
+    from qveil.bundle import load_bundle
+
+    b = load_bundle(bundle)
+    assert want == released_values(b, b.box.to_unit([[0.3], [0.7]])).tolist()
     assert out["shape"] == [2, 3] and out["values"] == want
     assert len(out["best"]) == 2
     assert out["release_id"] == card.release_id and out["epsilon"] == card.epsilon

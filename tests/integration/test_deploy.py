@@ -30,8 +30,8 @@ from pathlib import Path
 import grpc
 import pytest
 import yaml
-from reliability_helpers import ServerProc, bundle_for_test, free_port
-from server_helpers import Certs, make_certs
+from reliability_helpers import ServerProc, free_port, shared_bundle
+from server_helpers import Certs, fresh_bundle, make_certs
 
 from qveil.server.auth import ROLES, add_token, load_tokens
 
@@ -240,8 +240,9 @@ def test_env_and_tokens_examples() -> None:
 
 @pytest.fixture
 def bundle(tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) -> Path:
-    """This test's copy of the shared, unbound bundle (one release, one store)."""
-    return bundle_for_test(tmp_path_factory, tmp_path)
+    """This test's copy of the shared test bundle, charged and receipted in this test's
+    registry (the servers started here trust it: they run with this test's QVEIL_HOME)."""
+    return fresh_bundle(shared_bundle(tmp_path_factory), tmp_path / "release-bundle")
 
 
 def _probe(target: str, *args: str) -> subprocess.CompletedProcess[str]:

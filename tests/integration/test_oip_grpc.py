@@ -3,10 +3,10 @@ spoken by clients nobody here wrote: tritonclient over gRPC and over HTTP (in th
 process, see oip_triton_driver.py) and httpx against the REST binding.
 
 Parity with ValueService: v2 answers equal `ValueClient.values` / `best_actions` bit for bit
-(float.hex compared), in either order of first asking (one store, one noise path); every bad
-input gets the right error and writes 0 rows to the real SQLite store (rows counted in the
-file). A wrong implementation (a second noise path, no grid, validation after the store)
-fails the equality or the row count."""
+(float.hex compared), in either order of first asking, and the release's keyed values
+computed here from the bundle; every bad input gets the right error and is not answered (the
+server's count of answered values does not move). A wrong implementation (another noise, no
+grid, validation after the answer) fails the equality or the count."""
 
 from __future__ import annotations
 
@@ -24,6 +24,8 @@ from oip_helpers import (
     hexes,
     states_input,
 )
+
+from server_helpers import served_values
 
 from qveil.client import ValueClient
 
@@ -77,21 +79,19 @@ def test_infer_equals_value_client_bit_for_bit(env: Env, protocol: str, binary: 
     rng = np.random.default_rng(17 + binary + 2 * (protocol == "http"))
     xs = np.concatenate([rng.uniform(-1.0, 2.0, size=6), [-1.0, 2.0]])
     xs[3] = xs[1]  # a repeated state within the batch
-    before = env.rows()
+    before = env.answered()
     (res,) = env.triton(
         protocol, [{"op": "infer", "inputs": [states_input(xs)], "id": "r1", "binary": binary}]
     )
     assert res["ok"], res
     assert res["model_version"] == env.release and res["id"] == "r1"
-    new = len(set(xs.tolist()) - env.seen)
-    env.seen |= set(xs.tolist())
-    assert env.rows() == before + new * env.b.n_actions  # new points drawn by v2, stored once
+    assert env.answered() == before + 8 * env.b.n_actions  # every state, repeats too
     q, best = decoded(res, "Q"), decoded(res, "BEST_ACTION")
     with ValueClient(env.server.target, token=env.tokens.query) as c:
         want = c.values(xs)
         want_best = c.best_actions(xs)
-    assert env.rows() == before + new * env.b.n_actions  # ValueService found them stored
     assert q.shape == (8, env.b.n_actions) and hexes(q) == hexes(want)
+    assert hexes(q) == hexes(served_values(env.b, xs))
     assert best.tolist() == want_best.tolist()
 
     # ACTION given: Q[i] = value(state i, ACTION[i]); ValueService asked FIRST this time
@@ -120,28 +120,27 @@ def test_infer_equals_value_client_bit_for_bit(env: Env, protocol: str, binary: 
             }
         ],
     )
-    env.seen |= set(ys.tolist())
     with ValueClient(env.server.target, token=env.tokens.query) as c:
         assert decoded(res3, "BEST_ACTION").tolist() == c.best_actions(ys).tolist()
     assert hexes(decoded(res3, "Q")) == hexes(q2)
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-def test_bad_inputs_get_the_right_error_and_store_nothing(env: Env, protocol: str) -> None:
+def test_bad_inputs_get_the_right_error_and_answer_nothing(env: Env, protocol: str) -> None:
     cases = bad_cases(env)
-    before = env.rows()
+    before = env.answered()
     got = env.triton(protocol, [{"op": "infer", **op} for _, op, _, _ in cases])
-    assert env.rows() == before
+    assert env.answered() == before
     for (label, _, code, fragment), res in zip(cases, got, strict=True):
         assert not res["ok"], (label, res)
         want = f"StatusCode.{code}" if protocol == "grpc" else HTTP_STATUS[code]
         assert res["status"] == want, (label, res)
         assert fragment in res["message"], (label, res)
-    # no token: UNAUTHENTICATED, nothing stored
+    # no token: UNAUTHENTICATED, nothing answered
     (anon,) = env.triton(protocol, [{"op": "infer", "inputs": [states_input([0.42])]}], None)
     want = "StatusCode.UNAUTHENTICATED" if protocol == "grpc" else "401"
     assert not anon["ok"] and anon["status"] == want, anon
-    assert env.rows() == before
+    assert env.answered() == before
 
 
 def test_typed_contents_and_raw_errors_over_grpc(env: Env) -> None:
@@ -163,7 +162,7 @@ def test_typed_contents_and_raw_errors_over_grpc(env: Env) -> None:
         q = np.array(resp.outputs[0].contents.fp64_contents).reshape(3, -1)
         with ValueClient(env.server.target, token=env.tokens.query) as c:
             assert hexes(q) == hexes(c.values(xs))
-        before = env.rows()
+        before = env.answered()
         raw = pb.ModelInferRequest.InferInputTensor(name="STATE", datatype="FP64", shape=[2, 1])
         for req, fragment in (
             (
@@ -192,17 +191,17 @@ def test_typed_contents_and_raw_errors_over_grpc(env: Env) -> None:
         with pytest.raises(grpc.RpcError) as ei:
             stub.RepositoryModelLoad(pb.RepositoryModelLoadRequest(model_name="x"), metadata=md)
         assert ei.value.code() == grpc.StatusCode.UNIMPLEMENTED
-        assert env.rows() == before
+        assert env.answered() == before
 
 
 def test_undecodable_model_infer_is_invalid_argument(env: Env) -> None:
     """A ModelInfer body that is not a protobuf message gets INVALID_ARGUMENT (as an
-    undecodable ValueService request does), not UNKNOWN, and stores nothing; a real channel
+    undecodable ValueService request does), not UNKNOWN, and answers nothing; a real channel
     sends the raw bytes."""
     import grpc
 
     md = (("authorization", f"Bearer {env.tokens.query}"),)
-    before = env.rows()
+    before = env.answered()
     garbage = b"\x0a\x05ab"  # field 1, 5 bytes announced, 2 sent
     with grpc.insecure_channel(env.server.target) as ch:
         for method in (
@@ -214,7 +213,7 @@ def test_undecodable_model_infer_is_invalid_argument(env: Env) -> None:
                 call(garbage, metadata=md, timeout=10)
             assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT, (method, ei.value)
             assert "not a valid message" in (ei.value.details() or "")
-    assert env.rows() == before
+    assert env.answered() == before
 
 
 def test_vendored_proto_matches_tritons_wire_format(env: Env) -> None:

@@ -1,7 +1,7 @@
 """The v2 REST/JSON binding (`qveil serve --http-port`) spoken by plain httpx, as
 curl would: JSON tensors (no binary extension), the same answers as ValueService bit for bit
-(a JSON double round-trips exactly: repr is shortest-exact), the same bad inputs with HTTP
-statuses and 0 rows in the SQLite store, auth by `Authorization: Bearer`, a body over
+(a JSON double round-trips exactly: repr is shortest-exact) and the release's keyed values,
+the same bad inputs with HTTP statuses and nothing answered, auth by `Authorization: Bearer`, a body over
 --max-message-bytes refused before it is read whole, TLS with the server's certificates,
 and loopback-only binding without TLS. (tritonclient.http, with its binary extension, is in
 test_oip_grpc.py.)"""
@@ -17,7 +17,7 @@ import httpx
 import numpy as np
 import pytest
 from oip_helpers import MAX_BATCH, Env, bad_cases, hexes, serving_env, states_input
-from server_helpers import make_bundle, make_certs, make_tokens, running
+from server_helpers import make_bundle, make_certs, make_tokens, running, served_values
 
 from qveil.client import ValueClient
 
@@ -95,7 +95,7 @@ def test_health_metadata_and_auth(env: Env) -> None:
 
 def test_infer_json_equals_value_client(env: Env) -> None:
     xs = np.array([-0.3, 1.7, 0.0625, -0.3, 1.99])
-    before = env.rows()
+    before = env.answered()
     r = infer(env, {"id": "a", "inputs": [json_tensor(states_input(xs))]})
     assert r.status_code == 200, r.text
     doc = r.json()
@@ -104,8 +104,8 @@ def test_infer_json_equals_value_client(env: Env) -> None:
     outs = {o["name"]: o for o in doc["outputs"]}
     q = np.array(outs["Q"]["data"], dtype=np.float64).reshape(outs["Q"]["shape"])
     best = outs["BEST_ACTION"]["data"]
-    assert env.rows() == before + 4 * env.b.n_actions
-    env.seen |= set(xs.tolist())
+    assert env.answered() == before + 5 * env.b.n_actions  # a repeated state counts too
+    assert hexes(q) == hexes(served_values(env.b, xs))
     with ValueClient(env.server.target, token=env.tokens.query) as c:
         assert hexes(q) == hexes(c.values(xs))
         assert best == c.best_actions(xs).tolist()
@@ -123,13 +123,12 @@ def test_infer_json_equals_value_client(env: Env) -> None:
         (o,) = r2.json()["outputs"]
         assert o["name"] == "Q" and o["shape"] == [2]
         assert hexes(o["data"]) == hexes([c.values([0.9], [1])[0, 0], c.values([0.1], [2])[0, 0]])
-    env.seen |= {0.9, 0.1}
     pinned = infer(env, {"inputs": [json_tensor(states_input([0.9]))]}, version=env.release)
     assert pinned.status_code == 200
 
 
-def test_bad_inputs_store_nothing(env: Env) -> None:
-    before = env.rows()
+def test_bad_inputs_answer_nothing(env: Env) -> None:
+    before = env.answered()
     for label, op, code, fragment in bad_cases(env):
         body: dict[str, Any] = {"inputs": [json_tensor(t) for t in op["inputs"]]}
         if "outputs" in op:
@@ -187,14 +186,14 @@ def test_bad_inputs_store_nothing(env: Env) -> None:
     huge = b'{"inputs": [' + b" " * (5 * 1024 * 1024) + b"]}"
     r = httpx.post(base(env) + "/v2/models/qveil/infer", content=huge, headers=auth(env))
     assert r.status_code == 413 and r.json()["reason"] == "BODY_TOO_LARGE"
-    assert env.rows() == before
+    assert env.answered() == before
     assert MAX_BATCH == 16
 
 
 def test_deep_and_malformed_bodies_are_400(env: Env) -> None:
     """A body nested deeper than the JSON parser allows (10,000 levels), at the top or inside
     a tensor's data, and every other body that is not a v2 request, is the caller's error:
-    HTTP 400 with a reason, never a 500; nothing is stored, and the server keeps answering."""
+    HTTP 400 with a reason, never a 500; nothing is answered, and the server keeps answering."""
     deep = "[" * 10_000 + "]" * 10_000
     bodies = [
         ("deep document", deep.encode()),
@@ -213,7 +212,7 @@ def test_deep_and_malformed_bodies_are_400(env: Env) -> None:
         ("outputs not a list", b'{"inputs": [], "outputs": 3}'),
         ("truncated", b'{"inputs": [{"name": "STATE", "datat'),
     ]
-    before = env.rows()
+    before = env.answered()
     for label, raw in bodies:
         r = httpx.post(base(env) + "/v2/models/qveil/infer", content=raw, headers=auth(env))
         assert r.status_code == 400, (label, r.status_code, r.text)
@@ -238,10 +237,9 @@ def test_deep_and_malformed_bodies_are_400(env: Env) -> None:
             headers={**auth(env), "Inference-Header-Content-Length": str(length)},
         )
         assert r.status_code == 400, (label, r.status_code, r.text)
-    assert env.rows() == before
+    assert env.answered() == before
     ok = infer(env, {"inputs": [json_tensor(states_input([0.5]))]})
     assert ok.status_code == 200, ok.text
-    env.seen.add(0.5)
 
 
 def test_tls_and_loopback_binding(tmp_path: Any) -> None:
@@ -367,44 +365,48 @@ def test_rest_socket_is_tcp_for_nodelay() -> None:
     asyncio.run(main())
 
 
-def test_new_state_budget_is_shared_with_value_service(tmp_path: Any) -> None:
-    """Quota parity: the v2 bindings spend the same per-caller new-state budget as
-    ValueService (anonymous: one bucket per host, whichever binding or connection). With a
-    bucket of 2 states: ValueService spends 2 new states, then a v2 request with a new state
-    is refused (HTTP 429, RESOURCE_EXHAUSTED, with Retry-After) and stores nothing, while a
-    v2 request for a stored state is answered."""
-    import sqlite3
-
+def test_state_budget_is_shared_with_value_service(tmp_path: Any) -> None:
+    """Quota parity: the v2 bindings spend the same per-caller state budget as ValueService
+    (one bucket per token, whichever binding or connection), every state counted.
+    With a bucket of 3 states: ValueService spends 2, a v2 request of 1 state is answered,
+    then a v2 request is refused (HTTP 429, RESOURCE_EXHAUSTED, with Retry-After) even for a
+    state asked before, and answers nothing."""
     bundle = make_bundle(tmp_path / "b", seed=6)
-    db = tmp_path / "s.sqlite"
+    tokens = make_tokens(tmp_path / "tokens.toml")
     with running(
         tmp_path,
         bundle,
         "--http-port",
         "0",
-        "--new-state-rate",
+        "--state-rate",
         "0.001",
-        "--new-state-burst",
-        "2",
-        store=f"sqlite:///{db}",
+        "--state-burst",
+        "3",
+        "--tokens-file",
+        str(tokens.path),
         name="quota",
     ) as sp:
         url = sp.rest_url() + "/v2/models/qveil/infer"
+        head = {"Authorization": f"Bearer {tokens.query}"}
         states = [0.25, 0.5]
-        with ValueClient(sp.target) as c:
+        with ValueClient(sp.target, token=tokens.query) as c:
             c.values(states)
-
-        def rows() -> int:
-            with sqlite3.connect(db) as con:
-                return int(con.execute("SELECT COUNT(*) FROM noise_points").fetchone()[0])
-
-        before = rows()
-        r = httpx.post(url, json={"inputs": [json_tensor(states_input([0.75]))]}, timeout=30)
-        assert r.status_code == 429, r.text
-        assert int(r.headers["retry-after"]) >= 900  # 1 state at 0.001/s: 1000 s
-        assert rows() == before
-        r = httpx.post(url, json={"inputs": [json_tensor(states_input(states[:1]))]}, timeout=30)
+        r = httpx.post(
+            url, json={"inputs": [json_tensor(states_input([0.75]))]}, headers=head, timeout=30
+        )
         assert r.status_code == 200, r.text
+        from qveil.client import AdminClient
+
+        with AdminClient(sp.target, token=tokens.admin) as ad:
+            answered = ad.stats().states_answered
+        for xs in ([0.25], [0.875]):  # asked before, and new: the same refusal
+            r = httpx.post(
+                url, json={"inputs": [json_tensor(states_input(xs))]}, headers=head, timeout=30
+            )
+            assert r.status_code == 429, r.text
+            assert int(r.headers["retry-after"]) >= 900  # 1 state at 0.001/s: 1000 s
+        with AdminClient(sp.target, token=tokens.admin) as ad:
+            assert ad.stats().states_answered == answered
 
 
 def test_unknown_and_inactive_release_ids_get_the_same_answer(env: Env) -> None:

@@ -99,6 +99,11 @@ def test_wheel_holds_every_part_and_nothing_else(wheel: zipfile.ZipFile) -> None
     assert "qveil/__init__.py" not in names  # a namespace package
     assert {
         "qveil/noise.py",
+        "qveil/keyed.py",
+        "qveil/answer.py",
+        "qveil/bundle/receipt.py",
+        "qveil/server/answer_log.py",
+        "qveil/server/migrations/versions/0007_keyed_releases.py",
         "qveil/version.py",
         "qveil/py.typed",
         "qveil/server/protocol/dataplane.py",
@@ -127,7 +132,10 @@ def test_readme_outputs_are_git_ignored() -> None:
     paths = [
         "users.npz",
         "fqi-bundle/card.json",
+        "fqi-bundle/noise.key",  # the release's secret noise key: never offered to commit
+        "fqi-bundle/receipt.json",
         "bundle/weights.npz",
+        "bundle/noise.key",
         "qveil-store.sqlite",
         "qveil-store.sqlite-wal",
         "qveil-store.sqlite-shm",

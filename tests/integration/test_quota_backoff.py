@@ -1,16 +1,18 @@
 """Clients that wait when told to, and clients that do not, against a real `qveil serve` with a
-small new-state budget (``--new-state-rate 20 --new-state-burst 20``, one bucket per token).
+small state budget (``--state-rate 20 --state-burst 20``, one bucket per token; every state
+counted).
 
 For each transport (qveil.v1 ValueService through the SDK; v2 gRPC through tritonclient.grpc
 with the SDK's service config; v2 REST through httpx and curl, which honour Retry-After):
 
 * a polite client over its budget waits as the server says (gRPC retry pushback, HTTP
   Retry-After) and every request succeeds, taking at least as long as the rate demands;
-* a hostile client (two threads, no back-off, refusals ignored) is held to the rate: the new
+* a hostile client (two threads, no back-off, refusals ignored) is held to the rate: the
   states it gets answered are at most burst + rate x elapsed;
 * a well-behaved client beside it (its own token, well under the rate, no retries) is never
   refused;
-* a refused request stores nothing: the store holds exactly the answered states' points.
+* a refused request answers nothing: the server's count of answered values (GetStats) is
+  exactly the answered states' values.
 
 Counts decide every assertion; the only timing bounds are the rate's own (a lower bound on
 the polite client's time, an upper bound on the hostile client's states), so a slow machine
@@ -20,7 +22,6 @@ cannot fail them. Each test was run 20 times in a loop before committing.
 from __future__ import annotations
 
 import json
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -47,6 +48,7 @@ class World:
     def __init__(self, tmp: Path) -> None:
         self.db = tmp / "store.sqlite"
         tokens = make_tokens(tmp / "tokens.toml")
+        self.admin = tokens.admin
         self.polite = tokens.query
         self.hostile = add_token(tokens.path, "query", "hostile")
         self.calm = add_token(tokens.path, "query", "calm")
@@ -55,9 +57,9 @@ class World:
             make_bundle(tmp / "b"),
             "--tokens-file",
             str(tokens.path),
-            "--new-state-rate",
+            "--state-rate",
             str(RATE),
-            "--new-state-burst",
+            "--state-burst",
             str(BURST),
             "--http-port",
             "0",
@@ -66,8 +68,11 @@ class World:
         self.http = self.srv.rest_url().removeprefix("http://")
 
     def rows(self) -> int:
-        with sqlite3.connect(self.db) as con:
-            return int(con.execute("SELECT COUNT(*) FROM noise_points").fetchone()[0])
+        """(state, action) values the server answered (GetStats)."""
+        from qveil.client import AdminClient
+
+        with AdminClient(self.srv.target, token=self.admin) as ad:
+            return int(ad.stats().states_answered)
 
 
 @pytest.fixture
@@ -104,7 +109,7 @@ def _held_to_rate(hostile: dict[str, Any]) -> None:
 
 
 def _polite_time(states: int) -> float:
-    """The least time the rate allows for ``states`` new states (a small clock margin)."""
+    """The least time the rate allows for ``states`` states (a small clock margin)."""
     return (states - BURST) / RATE - 0.05
 
 
@@ -113,7 +118,7 @@ def test_value_service_sdk_waits_hostile_held_calm_served(world: World) -> None:
     t0 = time.monotonic()
     with ValueClient(world.srv.target, token=world.polite) as c:  # the SDK's default policy
         rng = np.random.default_rng(1)
-        for _ in range(6):  # 60 new states: 40 beyond the bucket, 2 s at the rate
+        for _ in range(6):  # 60 states: 40 beyond the bucket, 2 s at the rate
             assert c.values(rng.uniform(LO, HI, 10)).shape == (10, ACTIONS)
     polite_s = time.monotonic() - t0
     assert polite_s >= _polite_time(60)
@@ -211,7 +216,7 @@ def test_v2_rest_retry_after_honoured_hostile_held_calm_served(world: World) -> 
     waits: list[int] = []
     t0 = time.monotonic()
     with httpx.Client(timeout=30) as http:
-        for _ in range(6):  # 60 new states; a standard HTTP client waits out each 429
+        for _ in range(6):  # 60 states; a standard HTTP client waits out each 429
             body = _infer_body(rng.uniform(LO, HI, 10))
             for _attempt in range(10):
                 r = http.post(url, json=body, headers=auth)

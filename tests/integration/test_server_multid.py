@@ -4,11 +4,13 @@ the real CLI, served by the real gRPC server on 127.0.0.1 port 0 over a real SQL
 PostgreSQL for the store-level checks), queried with [n, 4] states through the SDK and the
 ``qveil query`` CLI.
 
-What is checked: the noise of a state is sum_j g_{a,j}(x_j) from the store (d 1-D paths per
-action, keys (release, action, coordinate, x_j)); a repeated state returns its stored noise
-bit for bit, across a server restart; a state sharing coordinates with a stored one stores
-only its new coordinates' points; a wrong d is INVALID_ARGUMENT with nothing stored; the
-chains verify, the audit passes and export/import round-trips the coordinates."""
+What is checked: the noise of a state is sum_j g_{a,j}(x_j) of d keyed 1-D paths per action
+(computed here from the bundle's key, and the same as the answer log's rows, keyed
+(release, action, coordinate, x_j)); a repeated state gets the same bits, across a server
+restart; a state sharing coordinates with a logged one logs only its new coordinates'
+points; a wrong d is INVALID_ARGUMENT with nothing answered or logged; the chains verify,
+the audit recomputes every logged value from the key and passes, and export/import
+round-trips the coordinates."""
 
 from __future__ import annotations
 
@@ -40,7 +42,8 @@ D, M = 4, 2
 
 @pytest.fixture(scope="module")
 def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An unbound CartPole kernel bundle (each test serves its own copy)."""
+    """A CartPole kernel bundle, never served itself (each test serves a copy charged in its
+    own registry)."""
     return make_cartpole_kernel_bundle(tmp_path_factory.mktemp("kb"), seed=1)[0]
 
 
@@ -52,7 +55,11 @@ def served(template: Path, tmp_path: Path) -> Iterator[tuple[InProcessServer, Pa
         yield s, bundle, url
 
 
-def _rows(url: str) -> list[tuple[int, int, float]]:
+def _rows(url: str, s: InProcessServer | None = None) -> list[tuple[int, int, float]]:
+    """The answer log's rows (action, coordinate, x), once ``s``'s log has written what it
+    answered."""
+    if s is not None:
+        assert s.answers.flush(30)
     eng = sa.create_engine(url)
     try:
         with eng.connect() as c:
@@ -76,12 +83,15 @@ STATES = np.array(
 )
 
 
-def test_values_are_mean_plus_additive_stored_noise(
+def test_values_are_mean_plus_additive_keyed_noise(
     served: tuple[InProcessServer, Path, str],
 ) -> None:
-    """value(s, a) = grid_round(Q(x, a) + sum_j g_{a,j}(x_j)): recomputed here from the
-    bundle's mean and the store's rows; a wrong implementation (1-D noise, one path per
-    action, a different coordinate order) differs by O(sigma)."""
+    """value(s, a) = grid_round(Q(x, a) + sum_j g_{a,j}(x_j)) at the snapped unit state x:
+    bit for bit what the bundle's key gives (qveil.answer.released_values), and the same
+    sum recomputed from the answer log's rows; a wrong implementation (1-D noise, one path
+    per action, a different coordinate order) differs by O(sigma)."""
+    from server_helpers import grid_states, served_values
+
     s, bundle, url = served
     b = load_bundle(bundle)
     with ValueClient(s.target) as c:
@@ -90,8 +100,11 @@ def test_values_are_mean_plus_additive_stored_noise(
         assert rel.state_intervals == tuple(tuple(iv) for iv in b.card["state_intervals"])
         v = c.get_values(STATES)
     assert v.values.shape == (3, M)
-    x = b.box.to_unit(STATES, clip=True)
+    assert v.values.tobytes() == served_values(b, STATES).tobytes()
+    x = grid_states(b, STATES)
+    assert s.answers.flush(30)
     stored = {(a, j, xx): g for a, j, xx, g in _points(s, rel.release_id)}
+    assert len(stored) == M * sum(len(set(x[:, j].tolist())) for j in range(D))
     q = b.q_values_unit(x)
     for i in range(3):
         for a in range(M):
@@ -121,7 +134,7 @@ def test_repeats_are_bit_identical_across_a_restart(template: Path, tmp_path: Pa
         first = c.get_values(STATES).values
         best = c.get_best_actions(STATES)
         again = c.get_values(STATES[::-1]).values[::-1]
-        n = len(_rows(url))
+        n = len(_rows(url, s))
     np.testing.assert_array_equal(first, again)
     with InProcessServer(bundle, url) as s, ValueClient(s.target) as c:  # restart
         after = c.get_values(STATES).values
@@ -129,27 +142,27 @@ def test_repeats_are_bit_identical_across_a_restart(template: Path, tmp_path: Pa
     assert first.tobytes() == after.tobytes()
     np.testing.assert_array_equal(best.actions, best2.actions)
     np.testing.assert_array_equal(best.values, best2.values)
-    assert len(_rows(url)) == n  # nothing new was drawn
+    assert len(_rows(url)) == n  # nothing new was logged
 
 
-def test_shared_coordinates_store_only_the_new_ones(
+def test_shared_coordinates_log_only_the_new_ones(
     served: tuple[InProcessServer, Path, str],
 ) -> None:
     s, _bundle, url = served
     with ValueClient(s.target) as c:
         c.get_values([[0.0, 0.1, 0.0, 0.2]])
-        assert len(_rows(url)) == M * D  # one point per (action, coordinate)
+        assert len(_rows(url, s)) == M * D  # one point per (action, coordinate)
         c.get_values([[0.0, 0.1, 0.0, 0.7]])  # shares 3 coordinates
-        rows = _rows(url)
+        rows = _rows(url, s)
         assert len(rows) == M * (D + 1)
         new = [r for r in rows if r[1] == 3]
         assert sorted({r[2] for r in new}) == pytest.approx([0.55, 0.675])
-        # a batch with repeated coordinate values stores each value once per path
+        # a batch with repeated coordinate values logs each value once per path
         c.get_values([[0.1, 0.1, 0.0, 0.2], [0.1, 0.2, 0.0, 0.2], [0.1, 0.2, 0.0, 0.2]])
-        assert len(_rows(url)) == M * (D + 1) + M * 2
+        assert len(_rows(url, s)) == M * (D + 1) + M * 2
 
 
-def test_wrong_dims_is_invalid_argument_and_stores_nothing(
+def test_wrong_dims_is_invalid_argument_and_logs_nothing(
     served: tuple[InProcessServer, Path, str],
 ) -> None:
     s, _bundle, url = served
@@ -172,29 +185,31 @@ def test_wrong_dims_is_invalid_argument_and_stores_nothing(
         ):
             with pytest.raises(InvalidArgumentError):
                 c._call(raw.GetValues, req, timeout=10)
-    assert _rows(url) == []
+    assert _rows(url, s) == []
+    assert s.services.ctx.metrics.states_answered == 0
 
 
 def test_integrity_audit_and_export_import(template: Path, tmp_path: Path) -> None:
-    """Integrity, export/import and the statistical audit of a d = 4 release's 8 paths.
+    """Integrity, export/import and the audit of a d = 4 release's 8 logged paths: every
+    logged value recomputed from the release's key (the check that decides: a log written
+    by anything else fails it), and the law test of each path.
 
-    The store is seeded here: the audit's per-path law test falsely rejects a correct path
-    at its pass level (about 0.08 % per path, 0.4-0.6 % per 8-path audit), so on OS-entropy
-    noise this test failed about once in 200 runs by design. A seed makes the audit's
-    outcome a fixed fact; a wrong sampler (e.g. sigma doubled, or beta ignored) fails it
-    at any seed (tests/unit/server/test_audit.py: a wrong sigma or beta fails the audit)."""
+    The release's key comes from OS entropy (``qveil train`` in fqi mode takes no seed), so
+    the law test runs at level 2e-7 (Bonferroni over 4 tests: a correct path fails with
+    probability < 1e-6); tests/unit/server/test_audit.py tests the law test's power."""
     bundle = fresh_bundle(template, tmp_path / "bundle")
     url = f"sqlite:///{tmp_path / 's.sqlite'}"
-    with InProcessServer(bundle, open_store(url, rng=20261124)) as s:
-        _audit_and_export(s, tmp_path)
+    with InProcessServer(bundle, url) as s:
+        _audit_and_export(s, tmp_path, load_bundle(bundle))
 
 
-def _audit_and_export(s: InProcessServer, tmp_path: Path) -> None:
+def _audit_and_export(s: InProcessServer, tmp_path: Path, bundle: object) -> None:
     with ValueClient(s.target) as c:
         rid = c.release().release_id
         rng = np.random.default_rng(3)
         box = np.asarray(c.release().state_intervals)
         c.get_values(rng.uniform(box[:, 0], box[:, 1], size=(50, D)))  # 50 new values a path
+    assert s.answers.flush(30)
     rep = s.store.verify(rid)
     assert rep.ok and len(rep.actions) == M * D
     out = tmp_path / "export.jsonl"
@@ -215,9 +230,11 @@ def _audit_and_export(s: InProcessServer, tmp_path: Path) -> None:
     from qveil.server.admin import admin_db_for
     from qveil.server.audit import audit_store
 
-    report = audit_store(s.store, admin_db_for(s.store), release_id=rid)
+    keys = {rid: bundle.noise_paths}  # type: ignore[attr-defined]
+    report = audit_store(s.store, admin_db_for(s.store), release_id=rid, keys=keys, level=2e-7)
     r = report.releases[0]
     assert len(r.actions) == M * D and r.passed, (r.problems, [a.problems for a in r.actions])
+    assert r.key_checked and all(a.key_checked and a.tested for a in r.actions)
 
 
 def test_cli_query_takes_one_state_of_d_coordinates(
@@ -235,7 +252,7 @@ def test_cli_query_takes_one_state_of_d_coordinates(
     assert r.returncode == 0 and "0.1,0.2,0.03,0.4" in r.stdout, r.stdout
     r = qveil("query", "--target", s.target, "--state", "0.1,0.2")
     assert r.returncode != 0 and "4" in r.stderr and "coordinate" in r.stderr, r.stderr
-    assert len(_rows(url)) == M * D
+    assert len(_rows(url, s)) == M * D
 
 
 def test_sdk_reads_a_flat_list_of_d_numbers_as_one_state(
@@ -277,53 +294,12 @@ def test_sdk_reads_a_flat_list_of_d_numbers_as_one_state(
             assert c.best_actions([0.1, 0.2, 0.3, 0.4]).shape == (4,)
 
 
-def test_evaluate_target_plays_a_d4_release_through_the_server(
-    served: tuple[InProcessServer, Path, str],
-    template: Path,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    """`qveil evaluate --target --dataset` on a d = 4 release: the served policy's actions
-    come from GetBestActions with [n, 4] states (the server counts every step's state of
-    every live episode; the store holds their coordinates' noise), beside random and the
-    non-private kernel estimator refitted from the public card (a wrong, 1-D path would send
-    states[:, 0] and be refused as a wrong d)."""
-    from qveil.cli import main
-
-    s, _bundle, url = served
-    episodes = 3
-    before = s.services.ctx.metrics.states_answered
-    assert (
-        main(
-            [
-                "evaluate",
-                "--target",
-                s.target,
-                "--dataset",
-                str(template.parent / "cp.npz"),
-                "--episodes",
-                str(episodes),
-                "--seed",
-                "5",
-                "--json",
-            ]
-        )
-        == 0
-    )
-    scores = {r["policy"].split(" (")[0]: r for r in json.loads(capsys.readouterr().out)}
-    assert set(scores) == {"served release", "random", "non-private FQI"}
-    served_row = scores["served release"]
-    # CartPole pays 1 per step: the episodes' steps are the states the server was asked
-    steps = round(served_row["mean"] * episodes)
-    assert s.services.ctx.metrics.states_answered - before == steps * M
-    assert 0 < len(_rows(url)) <= steps * M * D
-    assert scores["non-private FQI"]["mean"] > 0
-
-
 @pytest.mark.postgres
 def test_postgres_store_keys_paths_by_coordinate(pg_url: str) -> None:
-    """The store level on PostgreSQL: d paths per action, each with its beta; rows keyed by
-    (action, coordinate); repeated coordinate values answered from the store."""
-    with open_store(pg_url, rng=5) as st:
+    """The log level on PostgreSQL: d paths per action, each with its beta; rows keyed by
+    (action, coordinate); a logged coordinate value is logged once, and a value that differs
+    from the logged one is counted, not written."""
+    with open_store(pg_url) as st:
         st.create_release(
             release_id="pg-md",
             fingerprint="f" * 64,
@@ -335,10 +311,18 @@ def test_postgres_store_keys_paths_by_coordinate(pg_url: str) -> None:
         )
         rec = st.get_release("pg-md")
         assert rec.dims == 3 and rec.n_paths == 6 and rec.path_beta(5) == 4.0
-        g = st.get_or_sample_paths("pg-md", [0, 4], [[0.1, 0.2], [0.1]])
-        again = st.get_or_sample_paths("pg-md", [4, 0], [[0.1], [0.2, 0.1]])
-        assert again[0].tolist() == g[1].tolist() and again[1].tolist() == g[0][::-1].tolist()
-        assert st.count_points("pg-md") == 3 and st.count_points("pg-md", 4) == 1
+        assert st.record_paths("pg-md", [0, 4], [[0.1, 0.2], [0.1]], [[1.5, -0.5], [0.25]]) == (
+            3,
+            0,
+        )
+        again = st.record_paths("pg-md", [4, 0], [[0.1], [0.2, 0.1, 0.3]], [[0.25], [-0.5, 9.0, 2.0]])
+        assert again == (1, 1)  # 0.3 is new; 0.1 of path 0 was logged as 1.5, not 9.0
+        assert st.count_points("pg-md") == 4 and st.count_points("pg-md", 4) == 1
+        assert [(p.x, p.g) for p in st.iter_points("pg-md", 0)] == [
+            (0.1, 1.5),
+            (0.2, -0.5),
+            (0.3, 2.0),
+        ]
         assert st.verify("pg-md").ok
     eng = sa.create_engine(pg_url)
     with eng.connect() as c:
@@ -347,14 +331,14 @@ def test_postgres_store_keys_paths_by_coordinate(pg_url: str) -> None:
             "ORDER BY action, coordinate"
         ).all()
     eng.dispose()
-    assert [tuple(r) for r in rows] == [(0, 0), (0, 0), (1, 1)]
+    assert [tuple(r) for r in rows] == [(0, 0), (0, 0), (0, 0), (1, 1)]
 
 
 def test_open_inference_protocol_takes_state_of_d_coordinates(
     served: tuple[InProcessServer, Path, str],
 ) -> None:
     """The v2 binding (same handlers): STATE FP64 [n, 4] answers what GetValues answers, bit
-    for bit; STATE [n, 1] is INVALID_ARGUMENT with nothing stored."""
+    for bit; STATE [n, 1] is INVALID_ARGUMENT with nothing logged."""
     import grpc
 
     from qveil.oip import grpc_predict_v2_pb2 as pb
@@ -371,7 +355,7 @@ def test_open_inference_protocol_takes_state_of_d_coordinates(
         with pytest.raises(grpc.RpcError) as err:
             stub.ModelInfer(pb.ModelInferRequest(model_name="qveil", inputs=[bad]))
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-        assert _rows(url) == []
+        assert _rows(url, s) == []
         t = pb.ModelInferRequest.InferInputTensor(name="STATE", datatype="FP64", shape=[2, D])
         t.contents.fp64_contents.extend(xs.reshape(-1).tolist())
         resp = stub.ModelInfer(pb.ModelInferRequest(model_name="qveil", inputs=[t]))
@@ -394,6 +378,7 @@ def test_audit_service_streams_each_coordinate_path(template: Path, tmp_path: Pa
     with InProcessServer(bundle, url, tokens=tok.path) as s:
         with ValueClient(s.target, token=tok.query) as c:
             c.get_values(STATES[:2])
+        assert s.answers.flush(30)
         with AuditClient(s.target, token=tok.auditor) as au:
             for p in range(M * D):
                 j = p % D

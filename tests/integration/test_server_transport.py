@@ -29,7 +29,7 @@ from qveil.client import RetryPolicy, TLSConfig, UnavailableError, ValueClient
 
 @pytest.fixture(scope="module")
 def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An unbound bundle, never served: each test's store gets its own copy."""
+    """A template bundle, never served: each test serves a copy charged in its registry."""
     return make_bundle(tmp_path_factory.mktemp("b") / "bundle", seed=21)
 
 
@@ -132,9 +132,9 @@ def test_sigterm_drains(bundle: Path, tmp_path: Path) -> None:
         "1.5",
         "--grace",
         "5",
-        # this client floods new states on purpose (calls surely in flight at SIGTERM): lift
-        # the per-host new-state budget, which would answer RESOURCE_EXHAUSTED
-        "--new-state-rate",
+        # this client floods states on purpose (calls surely in flight at SIGTERM): lift the
+        # per-host state budget, which would answer RESOURCE_EXHAUSTED
+        "--state-rate",
         "1e9",
         store=f"sqlite:///{tmp_path / 's.sqlite'}",
     )

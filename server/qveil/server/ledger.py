@@ -451,14 +451,20 @@ class Ledger:
             cap = self._cap(conn, dataset_id)
             entries = self._entries(conn, dataset_id)
         events = [e.event for e in entries]
-        if cap is not None:
+        if cap is not None and self.population:
             # a population: its privacy filter's one figure (what ``qveil budget show``,
             # ``qveil admin budget`` and ``admin ledger`` all print), never a delta above its cap
             state = filter_state(events, budget_epsilon=cap.epsilon, budget_delta=cap.delta)
             spent, remaining, rule = state.spent, state.remaining, state.rule
         else:
+            # a dataset cap (not a population): composed as :meth:`record` checks it
             eps, delta, rule = compose_with_rule(events)
-            spent, remaining = (float(eps), float(delta)), None
+            spent = (float(eps), float(delta))
+            remaining = (
+                None
+                if cap is None
+                else (max(0.0, cap.epsilon - spent[0]), max(0.0, cap.delta - spent[1]))
+            )
         return BudgetReport(
             dataset_id, cap, spent, remaining, entries, self.db.ephemeral, rule if entries else ""
         )

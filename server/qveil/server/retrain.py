@@ -12,7 +12,8 @@ Retraining, in order, so that a refusal leaves nothing behind:
    :class:`~qveil.errors.BudgetExceeded` (spent, requested, cap) is raised, nothing registered;
 4. write the registry's signed receipt of the charge into the bundle and register the release
    in the store (status ``staged``) under its bundle id, a fresh uuid. The bundle's noise key
-   was drawn from OS entropy when the trainer wrote it: a new release always has new noise,
+   was drawn from OS entropy when the trainer wrote it (a ``--seed`` run, for tests only,
+   derives it from its seed and its card says seeded): a new release always has new noise,
    never shared with another (two releases answering with the same noise could be subtracted
    to cancel it). An id the store already knows is refused;
 5. optionally activate it.

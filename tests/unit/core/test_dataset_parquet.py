@@ -179,8 +179,9 @@ def test_foreign_or_damaged_files_are_refused(tmp_path: Path) -> None:
 
 
 def test_info_reads_the_metadata_only(tmp_path: Path) -> None:
-    """``qveil dataset info`` prints the writer's record: it works with every data page of
-    the file destroyed (the footer intact)."""
+    """``qveil dataset info`` prints the writer's record (and whether the data carries a
+    reward signal, read from that record): it works with every data page of the file
+    destroyed (the footer intact)."""
     path = tmp_path / "x.parquet"
     ds = _ds(population="pop-b")
     save_parquet(ds, path)
@@ -194,6 +195,9 @@ def test_info_reads_the_metadata_only(tmp_path: Path) -> None:
         text=True,
         check=True,
     )
-    assert json.loads(out.stdout) == ds.summary()
+    from qveil.dataset_cli import no_signal_note
+
+    want = ds.summary() | {"reward_signal": no_signal_note(ds.summary()) is None}
+    assert json.loads(out.stdout) == json.loads(json.dumps(want))
     with pytest.raises(InvalidArgument):
         load_dataset(path)  # the rows themselves are gone

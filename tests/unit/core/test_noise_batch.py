@@ -1,5 +1,6 @@
-"""The store's batch draw (:func:`qveil.noise.sample_batch`) against dense GP
-conditioning, and its sorted neighbour index (:class:`SortedPoints`) against brute force.
+"""The batch draw of :mod:`qveil.noise` (:func:`qveil.noise.sample_batch`: new states given
+the known points of an OU path; a release's served noise is keyed, :mod:`qveil.keyed`) against
+dense GP conditioning, and its sorted neighbour index (:class:`SortedPoints`) against brute force.
 
 ``sample_batch`` is affine in its normals: g = mu + A z. So its exact law is read off without
 sampling: mu = g(z = 0) and column k of A = g(e_k) - mu, and the batch's law N(mu, A A^T)

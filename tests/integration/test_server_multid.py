@@ -311,11 +311,10 @@ def test_postgres_store_keys_paths_by_coordinate(pg_url: str) -> None:
         )
         rec = st.get_release("pg-md")
         assert rec.dims == 3 and rec.n_paths == 6 and rec.path_beta(5) == 4.0
-        assert st.record_paths("pg-md", [0, 4], [[0.1, 0.2], [0.1]], [[1.5, -0.5], [0.25]]) == (
-            3,
-            0,
-        )
-        again = st.record_paths("pg-md", [4, 0], [[0.1], [0.2, 0.1, 0.3]], [[0.25], [-0.5, 9.0, 2.0]])
+        first = st.record_paths("pg-md", [0, 4], [[0.1, 0.2], [0.1]], [[1.5, -0.5], [0.25]])
+        assert first == (3, 0)
+        xs, gs = [[0.1], [0.2, 0.1, 0.3]], [[0.25], [-0.5, 9.0, 2.0]]
+        again = st.record_paths("pg-md", [4, 0], xs, gs)
         assert again == (1, 1)  # 0.3 is new; 0.1 of path 0 was logged as 1.5, not 9.0
         assert st.count_points("pg-md") == 4 and st.count_points("pg-md", 4) == 1
         assert [(p.x, p.g) for p in st.iter_points("pg-md", 0)] == [

@@ -207,9 +207,7 @@ def test_a_cp_a_copy_of_bundle_store_and_registry_answers_identically(
     copy_url = f"sqlite:///{copy / 'data' / 'store.sqlite'}"
     a = start_server(orig, bundle, store=url, name="orig")
     try:
-        b = start_server(
-            copy, copy / "bundle", store=copy_url, home=copy / "home", name="copy"
-        )
+        b = start_server(copy, copy / "bundle", store=copy_url, home=copy / "home", name="copy")
         try:
             _same_bits(a.target, b.target, bundle)
         finally:

@@ -11,7 +11,8 @@ answer path) only ever holds the release's values. After any number of kills:
 * the answer log holds only answered states, each once, and `qveil audit --store URL --bundle
   DIR` recomputes every logged value from the key (and checks the hash chains, sequences,
   ledger and audit log): all intact. A SIGKILL may lose what was queued for the log and not
-  yet written (an audit trail, not the source of any answer): counted and reported;
+  yet written (an audit trail, not the source of any answer); the re-check asks every state
+  again, so after it and a graceful stop every answered state is logged;
 * a graceful stop (SIGTERM) loses nothing: every answer of the drained calls is in the log.
 
 Quick form (make test): 8 kills; full form (make reliability): 50.
@@ -79,7 +80,10 @@ def test_sigkill_at_random_moments_loses_no_answer(tmp_path: Path, bundle: Path)
     logged = logged_states(store_url, bundle)
     asked = {float(x) for x in _unit(bundle, book.states())}
     assert all(xs <= asked for xs in logged.values()), "the log holds a state nobody asked"
-    lost = unlogged_answers(book, store_url, bundle)  # queued for the log at a SIGKILL
+    # a SIGKILL loses what was queued for the log; the recheck answered every state again
+    # and the graceful stop flushed it: now every answered state is logged
+    missing = unlogged_answers(book, store_url, bundle)
+    assert not missing, f"{len(missing)} answered states are not in the log: {missing[:5]}"
     t2 = time.monotonic()
     audit = audit_with_key(store_url, bundle)
     audit_s = time.monotonic() - t2
@@ -93,7 +97,6 @@ def test_sigkill_at_random_moments_loses_no_answer(tmp_path: Path, bundle: Path)
         answers_checked_against_key=keyed,
         answers_changed=0,
         answers_missing=0,
-        answers_not_logged_lost_at_a_kill=len(lost),
         repeats_checked_live=book.repeats_checked,
         **audit,
         recheck_s=round(recheck_s, 1),
@@ -109,49 +112,54 @@ def _unit(bundle: Path, states: list[float]) -> list[float]:
 
 
 def test_sigterm_drains_in_flight_calls(tmp_path: Path, bundle: Path) -> None:
-    """Calls in flight when SIGTERM arrives all complete with OK (big batches of new states,
-    so the server is busy); the server exits 0 with every answer in the log (the log is
-    flushed on close); the restarted server answers the same."""
+    """Calls in flight when SIGTERM arrives all complete with OK (8 clients stream calls of
+    4000 new states back to back, so calls are surely in flight); the server exits 0 with
+    every answer in the log (the log is flushed on close); the restarted server answers the
+    same."""
     store_url = sqlite_url(tmp_path / "store.sqlite")
     srv = start_server(tmp_path, bundle=bundle, store=store_url)
     rel = release_info(srv.target)
     book = AnswerBook()
     results: list[tuple[float, float, str]] = []  # (start, end, code)
     lock = threading.Lock()
+    stop = threading.Event()
     go = threading.Barrier(9)
 
-    def one(seed: int) -> None:
+    def stream(seed: int) -> None:
         from qveil.v1 import value_service_pb2_grpc as vgrpc
 
         rng = np.random.default_rng(seed)
         with grpc.insecure_channel(srv.target) as ch:
             stub = vgrpc.ValueServiceStub(ch)
-            states = rng.uniform(rel.state_low, rel.state_high, size=3000).tolist()
             go.wait()
-            t_start = time.monotonic()
-            try:
-                reply = get_values(stub, states, timeout=60.0)
-                code = "OK"
-                book.add(reply.release_id, states, list(reply.actions), list(reply.values))
-            except grpc.RpcError as exc:
-                code = exc.code().name
-            with lock:
-                results.append((t_start, time.monotonic(), code))
+            code = "OK"
+            while code == "OK" and not stop.is_set():
+                states = rng.uniform(rel.state_low, rel.state_high, size=4000).tolist()
+                t_start = time.monotonic()
+                try:
+                    reply = get_values(stub, states, timeout=60.0)
+                    book.add(reply.release_id, states, list(reply.actions), list(reply.values))
+                except grpc.RpcError as exc:
+                    code = exc.code().name
+                with lock:
+                    results.append((t_start, time.monotonic(), code))
 
-    threads = [threading.Thread(target=one, args=(s,)) for s in range(8)]
+    threads = [threading.Thread(target=stream, args=(s,)) for s in range(8)]
     for t in threads:
         t.start()
     go.wait()
-    time.sleep(0.15)  # every call is on the wire and admitted
+    time.sleep(0.5)  # every client is streaming
     t_term = time.monotonic()
     code = srv.terminate(timeout=60)
+    stop.set()
     for t in threads:
         t.join(timeout=60)
-    in_flight = [r for r in results if r[0] < t_term - 0.05]
-    assert len(in_flight) == 8
-    failed = [r for r in in_flight if r[2] != "OK"]
-    finished_after = sum(1 for r in in_flight if r[1] > t_term)
-    assert not failed, f"in-flight calls failed during the drain: {failed}"
+    before = [r for r in results if r[0] < t_term - 0.05]
+    in_flight = [r for r in before if r[1] > t_term]
+    failed = [r for r in before if r[2] != "OK"]
+    finished_after = len(in_flight)
+    assert not failed, f"calls made before SIGTERM failed during the drain: {failed}"
+    assert {r[2] for r in results} <= {"OK", "UNAVAILABLE"}, {r[2] for r in results}
     assert finished_after >= 1, "no call was still in flight at SIGTERM: nothing was drained"
     assert code == 0, f"server exit code after SIGTERM: {code}\n{srv.log_tail()}"
     missing = unlogged_answers(book, store_url, bundle)
@@ -165,6 +173,7 @@ def test_sigterm_drains_in_flight_calls(tmp_path: Path, bundle: Path) -> None:
         srv.terminate()
     report(
         "sigterm_drain",
+        calls_before_sigterm=len(before),
         calls_in_flight=len(in_flight),
         finished_after_sigterm=finished_after,
         errors=0,

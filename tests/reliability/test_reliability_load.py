@@ -5,13 +5,14 @@
    steps at rising fractions of it find the highest rate that holds (no error, no skipped
    tick, p99 within 250 ms; quick form: one step at 30 %), and loadgen holds 80 % of that
    rate for 8 s (quick) / 120 s (full). Zero errors, (almost) no call skipped for lack of a
-   free slot, the server's RSS bounded (after warm-up it may grow only by what the stored
-   points explain), the store growing by exactly the distinct states (never by the number of
-   queries), and p50/p99 recorded.
+   free slot, the server's RSS bounded (after warm-up it may grow only by what the logged
+   points explain), the answer log growing by the distinct states (never by the number of
+   queries; counted after the graceful stop, which flushes the log), and p50/p99 recorded.
 2. Overload: with --max-in-flight 4 (per caller: 3), one client flooding with 32 concurrent
    heavy calls over its connection gets RESOURCE_EXHAUSTED for the excess and nothing else;
-   every admitted call is answered correctly (re-checked); an in-limit client (its own
-   connection, one call at a time) is unaffected: not one refusal, during the flood or after.
+   every admitted call is answered correctly (re-checked, and the release's keyed values); an
+   in-limit client (its own connection, one call at a time) is unaffected: not one refusal,
+   during the flood or after.
    A wrong (global-only) bound refuses the in-limit client part of the time: 30 % of its calls
    in the quick form and 84-90 % in the full form were measured before the per-caller bound.
 """
@@ -29,6 +30,7 @@ import numpy as np
 import pytest
 from reliability_helpers import (
     AnswerBook,
+    assert_answers_are_the_keys,
     get_values,
     recheck,
     release_info,
@@ -134,7 +136,7 @@ def test_soak_at_the_measured_sustainable_rate(tmp_path: Path, bundle: Path) -> 
         f"RSS grew {(peak - warm) / 2**20:.1f} MiB during the soak "
         f"(allowance {growth_allowance / 2**20:.1f} MiB for {res.new_states_sent} new states)"
     )
-    # store: one row per distinct state and action, never per query
+    # the log: one row per distinct state and action, never per query
     ramp_new = sum(r.new_states_sent for r in steps)
     upper = m * (cap.new_states_sent + ramp_new + res.new_states_sent + 3 * pool)
     lower = m * res.new_states_sent
@@ -240,6 +242,8 @@ def test_overload_gets_resource_exhausted(tmp_path: Path, bundle: Path) -> None:
         assert not mism
         c2, mism2 = recheck(calm, srv.target)
         assert not mism2
+        assert_answers_are_the_keys(book, bundle)
+        assert_answers_are_the_keys(calm, bundle)
         alive = srv.alive()
     finally:
         srv.terminate()

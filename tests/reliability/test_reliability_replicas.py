@@ -1,21 +1,21 @@
-"""Replicas: three `qveil serve` processes on one PostgreSQL store.
+"""Replicas: three `qveil serve` processes of one release logging into one PostgreSQL store.
 
 Six clients walk the SAME list of batches of new states, each starting on a different replica,
-so at any moment the same new points are being asked of all three replicas at once (maximal
-overlap). Mid-run one replica is SIGKILLed; its clients fail over to the others and retry.
-Afterwards (the killed replica restarted):
+so at any moment the same new states are being asked of all three replicas at once and the
+three answer logs write the same points concurrently (maximal overlap). Mid-run one replica is
+SIGKILLed; its clients fail over to the others and retry. Afterwards (the killed replica
+restarted, every answer re-asked of each replica, all stopped gracefully):
 
-* every answer is identical across all three replicas and equal to what clients received;
-* each stored point was drawn once (the unique (release, action, x) row) and the joint law of
-  each action's path, whitened in insertion order by the exact OU conditionals
-  (qveil.stats.whiten), passes qveil.stats.normality_report at the suite-wide
-  level of noise_helpers.assert_unseeded_law.
+* every answer is identical across all three replicas, equal to what clients received and to
+  the value computed here from the bundle's key, bit for bit;
+* the log holds every answered state once per action (the group commit under the per-path
+  advisory locks: two replicas logging one state write one row), and `qveil audit --bundle`
+  recomputes every logged value from the key: hash chains, sequences and values intact; the
+  law of each path passes (qveil.server.audit at a level with a false-alarm rate < 1e-6, with
+  power against sigma x 1.3).
 
-A store that sampled concurrent new points without the per-action advisory lock would give
-two replicas two values for one state (caught by the cross-replica comparison) or draw
-neighbours without conditioning on each other (whitened variance far from 1: with beta = 20
-and ~1e3 points on [0, 1], neighbours are strongly correlated, so ignoring one inflates the
-innovation variance; the report's var_p then falls far below the 1e-3 level).
+A log that wrote a state twice (no lock, or a lost race not retried) fails the audit ("a state
+appears twice"); an answer that depended on the replica fails the cross-replica comparison.
 """
 
 from __future__ import annotations
@@ -28,20 +28,21 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
-from noise_helpers import assert_unseeded_law
 from reliability_helpers import (
     AnswerBook,
+    assert_answers_are_the_keys,
+    audit_with_key,
     get_values,
+    logged_states,
     recheck,
     release_info,
     replicas,
     report,
     scale,
+    unlogged_answers,
     value_stubs,
 )
-
-from qveil.bundle import load_bundle
-from qveil.server.store import open_store
+from server_helpers import grid_states
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
@@ -128,20 +129,13 @@ def test_three_replicas_one_postgres_store(tmp_path: Path, bundle: Path, pg_url:
     finally:
         for s in srvs:
             s.stop()
-    b = load_bundle(bundle)
-    store = open_store(pg_url, create=False)
-    try:
-        reports = {}
-        for a in range(b.n_actions):
-            pts = list(store.iter_points(rel.release_id, a))
-            xs = np.array([p.x for p in pts])
-            gs = np.array([p.g for p in pts])
-            assert len(pts) == n_batches * batch, "one stored value per distinct state"
-            # OS-entropy noise cannot be seeded: the suite-wide level, with its power shown
-            reports[a] = assert_unseeded_law(xs, gs, beta=b.beta, sigma=b.sigma)
-        assert store.verify(rel.release_id).ok
-    finally:
-        store.close()
+    keyed = assert_answers_are_the_keys(book, bundle)
+    missing = unlogged_answers(book, pg_url, bundle)
+    assert not missing, f"{len(missing)} answered states are not in the log: {missing[:5]}"
+    distinct = len(set(grid_states(bundle, [x for b in batches for x in b])[:, 0].tolist()))
+    logged = logged_states(pg_url, bundle)
+    assert all(len(xs) == distinct for xs in logged.values()), "one logged value per state"
+    audit = audit_with_key(pg_url, bundle)
     report(
         "replicas",
         replicas=3,
@@ -153,11 +147,9 @@ def test_three_replicas_one_postgres_store(tmp_path: Path, bundle: Path, pg_url:
         run_s=round(run_s, 1),
         calls=dict(book.codes),
         answers_rechecked=compared,
+        answers_checked_against_key=keyed,
         answers_changed=0,
         repeats_checked_live=book.repeats_checked,
-        normality={
-            a: {k: r[k] for k in ("n", "var", "ks_p", "chi2_p", "var_p", "passed")}
-            for a, r in reports.items()
-        },
+        **audit,
         unexpected_errors={},
     )

@@ -330,7 +330,9 @@ def _private_row(
         "server_values_answered": int(sum(x["server_values_answered"] for x in cell)),
         "server_logged_points": int(sum(x["server_logged_points"] for x in cell)),
         "noise": (
-            "seeded (tests only)" if any(x["seeded"] for x in cell) else "OS entropy (server store)"
+            "seeded (tests only)"
+            if any(x["seeded"] for x in cell)
+            else "the release key (OS entropy)"
         ),
     }
 

@@ -71,7 +71,9 @@ def kernel(tmp_path_factory: pytest.TempPathFactory) -> Bundle:
 
     data = collect("CartPole-v1", 100, 1, reward_range=(0.0, 1.0))
     out = tmp_path_factory.mktemp("kernel") / "bundle"
-    return load_bundle(train_kernel_fqi(load_fqi_config(CARTPOLE_CONFIG), data, out, force=True).path)
+    return load_bundle(
+        train_kernel_fqi(load_fqi_config(CARTPOLE_CONFIG), data, out, force=True).path
+    )
 
 
 @pytest.fixture(params=["mlp", "kernel"])

@@ -28,7 +28,9 @@ import numpy as np
 import pytest
 from server_helpers import (
     grid_states,
-    logged_points, make_bundle, make_tokens,
+    logged_points,
+    make_bundle,
+    make_tokens,
     served_values,
     start_server,
 )
@@ -272,4 +274,3 @@ def test_caller_host() -> None:
     assert caller_host("ipv6:[::1]:5555") == "ipv6:[::1]"
     assert caller_host("unix:/tmp/s") == "unix:/tmp/s"
     assert caller_host("token:x") == "token:x"
-

@@ -451,6 +451,7 @@ class Ledger:
             cap = self._cap(conn, dataset_id)
             entries = self._entries(conn, dataset_id)
         events = [e.event for e in entries]
+        remaining: tuple[float, float] | None
         if cap is not None and self.population:
             # a population: its privacy filter's one figure (what ``qveil budget show``,
             # ``qveil admin budget`` and ``admin ledger`` all print), never a delta above its cap

@@ -1,7 +1,7 @@
 """The serving hot path against a bare gRPC server of the same method -> docs/benchmarks.md,
 section "hotpath", and docs/img/bench_hotpath.png.
 
-    .venv/bin/python benchmarks/bench_hotpath.py [--seconds 2] [--rounds 3] [--processes 2]
+    .venv/bin/python benchmarks/bench_hotpath.py [--seconds 2] [--rounds 5] [--processes 2]
 
 Every server runs in its own subprocess (a real ``qveil serve`` on port 0, SQLite store, and a
 bare grpc.aio server); the client loop runs in this process, so no server shares the client's
@@ -212,6 +212,17 @@ def tree_pids(root: int) -> list[int]:
     return out
 
 
+def main_thread_seconds(pid: int) -> float | None:
+    """CPU time (user + system) of the main thread of ``pid`` (the event loop of a server
+    process), from /proc/PID/task/PID (Linux); None when it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def cpu_seconds(pids: Sequence[int]) -> float | None:
     """CPU time (user + system) the processes ``pids`` have used so far, from /proc (Linux);
     None when it cannot be read (another system)."""
@@ -224,6 +235,20 @@ def cpu_seconds(pids: Sequence[int]) -> float | None:
             return None
         total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     return total
+
+
+def settle(pids: Sequence[int], *, quiet: float = 0.05, step: float = 0.2) -> None:
+    """Wait (at most 120 s) until the processes ``pids`` use less than ``quiet`` of a core
+    over ``step`` seconds: a server's answer log has written what the last cell handed it
+    (its CPU then counts for that cell, and its backlog does not slow the next one)."""
+    t0 = time.monotonic()
+    last = cpu_seconds(pids)
+    while last is not None and time.monotonic() - t0 < 120:
+        time.sleep(step)
+        now = cpu_seconds(pids)
+        if now is None or now - last < quiet * step:
+            return
+        last = now
 
 
 class Server:
@@ -324,21 +349,34 @@ def measure(args: argparse.Namespace) -> Runs:
                 if n > 1 and 1 in dims:  # 1 -> N processes, all over CONNS connections
                     for sname in ("qveil d=1", f"--processes {n}", f"{n} separate"):
                         cells.append((wname, 1, sname, batch, inflight, kind, CONNS))
+            for _w, d, sname, batch, inflight, kind, conns in cells:  # warm-up, not kept
+                srv = servers[sname]
+                asyncio.run(closed_loop(srv.targets, source(d, batch, kind), 0.3, inflight, conns))
+                settle(srv.pids)
             runs: Runs = {}
             for rnd in range(args.rounds):
                 for wname, d, sname, batch, inflight, kind, conns in cells:
                     srv = servers[sname]
+                    main = srv.roots[0] if len(srv.pids) == 1 else None
                     cpu0 = cpu_seconds(srv.pids)
+                    loop0 = None if main is None else main_thread_seconds(main)
                     out = asyncio.run(
                         closed_loop(
                             srv.targets, source(d, batch, kind), args.seconds, inflight, conns
                         )
                     )
+                    settle(srv.pids)  # the log's writes of this cell count for it
                     cpu1 = cpu_seconds(srv.pids)
+                    loop1 = None if main is None else main_thread_seconds(main)
                     calls = len(out["lat"])
                     out["cpu_call"] = (
                         (cpu1 - cpu0) / calls
                         if cpu0 is not None and cpu1 is not None and calls
+                        else None
+                    )
+                    out["loop_call"] = (
+                        (loop1 - loop0) / calls
+                        if loop0 is not None and loop1 is not None and calls
                         else None
                     )
                     runs.setdefault((wname, d, sname, conns), []).append(out)
@@ -349,9 +387,10 @@ def measure(args: argparse.Namespace) -> Runs:
     return runs
 
 
-def _cpu_us(rs: list[dict[str, Any]]) -> float | str:
-    """The server's median CPU microseconds per call over the rounds ("-": not read)."""
-    got = [r["cpu_call"] for r in rs if r.get("cpu_call") is not None]
+def _cpu_us(rs: list[dict[str, Any]], what: str = "cpu_call") -> float | str:
+    """The server's median CPU microseconds per call over the rounds ("-": not read);
+    ``what``: "cpu_call" (every thread), "loop_call" (the event loop's thread)."""
+    got = [r[what] for r in rs if r.get(what) is not None]
     return float(np.median(got)) * 1e6 if got else "-"
 
 
@@ -385,6 +424,7 @@ def ratio_rows(runs: Runs) -> tuple[list[list[object]], dict[tuple[str, int], fl
                 ratio,
                 f"{min(per_round):.2f} - {max(per_round):.2f}",
                 _cpu_us(rs),
+                _cpu_us(rs, "loop_call"),
                 _cpu_us(bare_rs),
                 _pct(rs, 50),
                 _pct(rs, 99),
@@ -462,7 +502,12 @@ def report(
             f"{args.rounds} interleaved rounds; 'ratio' is the median over rounds of qveil "
             "calls/s over the bare server's calls/s in the same round ('range': the rounds' "
             "lowest and highest); 'CPU us/call' is the server process's CPU time (user + "
-            "system, from /proc) per call answered, median over rounds; latency percentiles "
+            "system, from /proc, from the cell's start until the server is idle again, so "
+            "the answer log's writes of the cell count for it) per call answered, median over "
+            "rounds ('loop': its main "
+            "thread alone, the event loop, where calls of at most 64 states are answered; the "
+            "rest is the executor threads that answer larger calls, the answer log's thread "
+            "and gRPC's own); every cell ran 0.3 s once before the rounds; latency percentiles "
             "pool all calls of the cell. The bare server answers a pre-built reply of the "
             "right size. 'new': fresh uniform states never asked before; 'known': a pool of "
             f"{POOL} states asked before the rounds. d = 1: an MLP 1-64-64-2 release; "
@@ -477,6 +522,7 @@ def report(
                     "ratio",
                     "range",
                     "CPU us/call",
+                    "loop CPU us/call",
                     "bare CPU us/call",
                     "p50 ms",
                     "p99 ms",
@@ -569,7 +615,7 @@ def plot(rows: list[list[object]], scale_rows: list[list[object]], processes: in
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=2.0, help="per cell and round")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--dims", default="1,4", help="release dimensions to run (1, 4)")
     ap.add_argument(
         "--workloads",

@@ -50,16 +50,21 @@ def rss_mb(pid: int) -> float:
 
 
 def logged_rows(db: Path, want: int, timeout: float = 600.0) -> int:
-    """Wait until the store at ``db`` holds at least ``want`` rows (the answer log has caught
-    up) and return its row count."""
-    t0 = time.monotonic()
+    """Wait until the answer log has caught up: the store at ``db`` holds ``want`` rows, or
+    its count has not moved for 2 s (two random states may snap to one grid point, logged
+    once), and return its row count."""
+    t0 = last_change = time.monotonic()
+    last = -1
     while True:
         con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
         try:
             n = int(con.execute("SELECT count(*) FROM noise_points").fetchone()[0])
         finally:
             con.close()
-        if n >= want or time.monotonic() - t0 > timeout:
+        now = time.monotonic()
+        if n != last:
+            last, last_change = n, now
+        if n >= want or now - last_change > 2.0 or now - t0 > timeout:
             return n
         time.sleep(0.2)
 

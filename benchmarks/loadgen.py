@@ -3,8 +3,9 @@
 Open loop: one call is started every 1/rate seconds for `duration` seconds, never more than
 `concurrency` at once (a tick that finds every slot busy is counted as `skipped`: the server
 did not keep up with the offered rate). Each call is a GetValues batch mixing states from a
-fixed pool (repeated points, answered from memory) with a fraction of fresh random states
-(new points, each a durable commit). Stops by itself; loopback targets only.
+fixed pool (states asked again and again) with a fraction of fresh random states (never
+asked: the server answers both the same way, and its answer log writes the new ones to the
+store off the answer path). Stops by itself; loopback targets only.
 
     python benchmarks/loadgen.py --target 127.0.0.1:50051 --rate 200 --duration 10
     python benchmarks/loadgen.py --target 127.0.0.1:50051 --capacity 5   # closed-loop max rate

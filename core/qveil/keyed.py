@@ -498,15 +498,15 @@ class KeyedPaths:
         z: list[float] = ndtri(
             np.array([((w & _MASK52) + 0.5) * _TWO_M53 for w in ws], dtype=np.float64)
         ).tolist()
+        z = [-v if w >> 52 & 1 else v for v, w in zip(z, ws, strict=True)]
         c_all, s_all = self._cs, self._ss
         k = 0
         for at, p, t, base, stop in deep:
             cs, ss = c_all[p], s_all[p]
             g_left, g_right = tab[base], tab[base + 1]
             for level in range(_T + 1, stop + 1):
-                zk = -z[k] if ws[k] >> 52 & 1 else z[k]
+                g = cs[level] * (g_left + g_right) + ss[level] * z[k]
                 k += 1
-                g = cs[level] * (g_left + g_right) + ss[level] * zk
                 if t >> (_K - level) & 1:
                     g_left = g
                 else:

@@ -231,9 +231,14 @@ class QueryService(ContextService):
         """The released values of a parsed request: the caller's quota takes one token per
         state (asked before or not), then mean + keyed noise at the snapped states, on the
         value grid (see the module docstring); what was answered goes to the answer log."""
-        rel, xs, idx, acts = query
         _check_deadline(deadline)
-        self.quotas.admit(caller, int(xs.shape[0]))
+        self.quotas.admit(caller, int(query.xs.shape[0]))
+        return self._answer(query)
+
+    def _answer(self, query: ParsedQuery) -> t.Values:
+        """Mean + keyed noise at the snapped states, on the value grid; counted and handed
+        to the answer log (the quota was taken by the caller)."""
+        rel, xs, idx, acts = query
         vals, coords = answer_snapped(rel.bundle, xs, idx, acts, value_grid=self.limits.value_grid)
         self.metrics.answered(int(xs.shape[0]) * len(acts))
         if self.log is not None:
@@ -274,8 +279,9 @@ class QueryService(ContextService):
         caller: str = "local",
     ) -> tuple[str, npt.NDArray[np.float64]]:
         """(release id, values[i] = value(states[i], actions[i])): GetValues with one action
-        per state (the v2 model's ACTION input). Every action is validated before anything
-        is answered; each action's states go through :meth:`values` (the GetValues path)."""
+        per state (the v2 model's ACTION input). Every action is validated, and the whole
+        request takes its quota (one token per state, refused whole), before anything is
+        answered; each action's states are answered as GetValues answers them."""
         rel = self._release_for_query(release_id)
         idx, xs = snap(self._states(rel, states))
         acts = np.asarray(actions, dtype=np.int64).reshape(-1)
@@ -294,11 +300,12 @@ class QueryService(ContextService):
                 field=f"actions[{j}]",
                 reason="UNKNOWN_ACTION",
             )
+        _check_deadline(deadline)
+        self.quotas.admit(caller, int(xs.shape[0]))
         out = np.empty(xs.shape[0], dtype=np.float64)
         for a in np.unique(acts):
             at = np.flatnonzero(acts == a)
-            query = ParsedQuery(rel, xs[at], idx[at], [int(a)])
-            out[at] = self.values(query, deadline=deadline, caller=caller).values[:, 0]
+            out[at] = self._answer(ParsedQuery(rel, xs[at], idx[at], [int(a)])).values[:, 0]
         return rel.release_id, out
 
     def get_release(self) -> t.Release:

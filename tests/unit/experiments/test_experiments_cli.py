@@ -61,7 +61,7 @@ def test_multid_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     private = [r for r in rows if r["policy"] == "private"]
     assert len(private) == 4 * 2
     assert all("fraction" in r for r in rows)
-    assert all(r["releases"] == "2" and r["noise"].startswith("OS entropy") for r in private)
+    assert all(r["releases"] == "2" and r["noise"].startswith("the release key") for r in private)
     releases = read_rows(tmp_path / "multid_releases.csv")
     assert len(releases) == 4 * 2 * 2
     assert len({r["release_id"] for r in releases}) == len(releases)

@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -171,6 +172,22 @@ def _same_bits(first: str, second: str, bundle: Path) -> None:
         assert got == served_values(bundle, states).tobytes()
 
 
+def _serve_both(
+    bundle: Path, first: Callable[[], ServerProcess], second: Callable[[], ServerProcess]
+) -> None:
+    """Start two servers at once (``first()`` then ``second()``), check :func:`_same_bits`
+    between them, and stop both cleanly."""
+    a = first()
+    try:
+        b = second()
+        try:
+            _same_bits(a.target, b.target, bundle)
+        finally:
+            assert b.terminate() == 0, b.output()
+    finally:
+        assert a.terminate() == 0, a.output()
+
+
 def _audit(url: str, bundle: Path) -> None:
     """``qveil audit --bundle``: every logged value of the release recomputed from its key."""
     import json
@@ -205,15 +222,13 @@ def test_a_cp_a_copy_of_bundle_store_and_registry_answers_identically(
     for src, dst in ((bundle, "bundle"), (store.parent, "data"), (Path(qveil_home), "home")):
         subprocess.run(["cp", "-a", str(src), str(copy / dst)], check=True)
     copy_url = f"sqlite:///{copy / 'data' / 'store.sqlite'}"
-    a = start_server(orig, bundle, store=url, name="orig")
-    try:
-        b = start_server(copy, copy / "bundle", store=copy_url, home=copy / "home", name="copy")
-        try:
-            _same_bits(a.target, b.target, bundle)
-        finally:
-            assert b.terminate() == 0, b.output()
-    finally:
-        assert a.terminate() == 0, a.output()
+    _serve_both(
+        bundle,
+        lambda: start_server(orig, bundle, store=url, name="orig"),
+        lambda: start_server(
+            copy, copy / "bundle", store=copy_url, home=copy / "home", name="copy"
+        ),
+    )
     _audit(url, bundle)
     _audit(copy_url, copy / "bundle")
 
@@ -233,15 +248,11 @@ def test_a_byte_copy_of_the_sqlite_store_serves_beside_the_original(tmp_path: Pa
     for f in tmp_path.glob("store.sqlite*"):
         shutil.copyfile(f, tmp_path / f.name.replace("store", "copy", 1))
     copy_url = f"sqlite:///{tmp_path / 'copy.sqlite'}"
-    a = start_server(tmp_path, bundle, store=url, name="orig")
-    try:
-        b = start_server(tmp_path, bundle, store=copy_url, name="copy")
-        try:
-            _same_bits(a.target, b.target, bundle)
-        finally:
-            assert b.terminate() == 0, b.output()
-    finally:
-        assert a.terminate() == 0, a.output()
+    _serve_both(
+        bundle,
+        lambda: start_server(tmp_path, bundle, store=url, name="orig"),
+        lambda: start_server(tmp_path, bundle, store=copy_url, name="copy"),
+    )
     _audit(url, bundle)
     _audit(copy_url, bundle)
 
@@ -269,9 +280,12 @@ def test_replicas_with_different_registries_answer_identically(tmp_path: Path) -
     )
     assert refused.returncode == 2, refused.stdout + refused.stderr
     assert "trust" in refused.stderr and "Traceback" not in refused.stderr, refused.stderr
-    a = start_server(tmp_path, bundle, store=f"sqlite:///{tmp_path / 'a.sqlite'}", name="a")
-    try:
-        b = start_server(
+    _serve_both(
+        bundle,
+        lambda: start_server(
+            tmp_path, bundle, store=f"sqlite:///{tmp_path / 'a.sqlite'}", name="a"
+        ),
+        lambda: start_server(
             tmp_path,
             bundle,
             "--trust-registry-key",
@@ -279,13 +293,8 @@ def test_replicas_with_different_registries_answer_identically(tmp_path: Path) -
             store=f"sqlite:///{tmp_path / 'b.sqlite'}",
             home=other_home,
             name="b",
-        )
-        try:
-            _same_bits(a.target, b.target, bundle)
-        finally:
-            assert b.terminate() == 0, b.output()
-    finally:
-        assert a.terminate() == 0, a.output()
+        ),
+    )
 
 
 # ----------------------------------------------------------------------------- PostgreSQL
@@ -302,15 +311,11 @@ def test_two_servers_share_one_postgres_store(tmp_path: Path, pg_url: str) -> No
     from qveil.server.store import open_store
 
     bundle = make_bundle(tmp_path / "bundle", seed=34)
-    a = start_server(tmp_path, bundle, store=pg_url, name="a")
-    try:
-        b = start_server(tmp_path, bundle, store=pg_url, name="b")
-        try:
-            _same_bits(a.target, b.target, bundle)
-        finally:
-            assert b.terminate() == 0, b.output()
-    finally:
-        assert a.terminate() == 0, a.output()
+    _serve_both(
+        bundle,
+        lambda: start_server(tmp_path, bundle, store=pg_url, name="a"),
+        lambda: start_server(tmp_path, bundle, store=pg_url, name="b"),
+    )
     rid = load_bundle(bundle).bundle_id
     with open_store(pg_url, create=False) as st:
         assert st.count_points(rid) == 150 * 3
@@ -339,15 +344,11 @@ def test_a_template_clone_of_a_postgres_store_serves_beside_the_original(
         conn.execute(f'CREATE DATABASE "{clone}" TEMPLATE "{_pg_db(pg_url)}"')
     clone_url = pg_url.rsplit("/", 1)[0] + "/" + clone
     try:
-        a = start_server(tmp_path, bundle, store=pg_url, name="orig")
-        try:
-            b = start_server(tmp_path, bundle, store=clone_url, name="clone")
-            try:
-                _same_bits(a.target, b.target, bundle)
-            finally:
-                assert b.terminate() == 0, b.output()
-        finally:
-            assert a.terminate() == 0, a.output()
+        _serve_both(
+            bundle,
+            lambda: start_server(tmp_path, bundle, store=pg_url, name="orig"),
+            lambda: start_server(tmp_path, bundle, store=clone_url, name="clone"),
+        )
         _audit(pg_url, bundle)
         _audit(clone_url, bundle)
     finally:

@@ -115,9 +115,11 @@ def test_sigterm_drains_in_flight_calls(tmp_path: Path, bundle: Path) -> None:
     """Calls in flight when SIGTERM arrives all complete with OK (8 clients stream calls of
     4000 new states back to back, so calls are surely in flight); the server exits 0 with
     every answer in the log (the log is flushed on close); the restarted server answers the
-    same."""
+    same. ``--drain-delay 0.5``: a call a client started before SIGTERM reaches the server
+    while it still answers, however the threads are scheduled, so every such call must
+    end OK, and a call is in flight at SIGTERM unless all 8 clients sit between calls."""
     store_url = sqlite_url(tmp_path / "store.sqlite")
-    srv = start_server(tmp_path, bundle=bundle, store=store_url)
+    srv = start_server(tmp_path, bundle=bundle, store=store_url, extra=["--drain-delay", "0.5"])
     rel = release_info(srv.target)
     book = AnswerBook()
     results: list[tuple[float, float, str]] = []  # (start, end, code)
@@ -154,12 +156,17 @@ def test_sigterm_drains_in_flight_calls(tmp_path: Path, bundle: Path) -> None:
     stop.set()
     for t in threads:
         t.join(timeout=60)
-    before = [r for r in results if r[0] < t_term - 0.05]
+    before = [r for r in results if r[0] < t_term]
     in_flight = [r for r in before if r[1] > t_term]
     failed = [r for r in before if r[2] != "OK"]
     finished_after = len(in_flight)
     assert not failed, f"calls made before SIGTERM failed during the drain: {failed}"
-    assert {r[2] for r in results} <= {"OK", "UNAVAILABLE"}, {r[2] for r in results}
+    # a call that starts after SIGTERM is refused (UNAVAILABLE), or, when it reaches gRPC's
+    # core just as the server stops, cancelled by gRPC before any handler ran (CANCELLED,
+    # grpc/grpc#41785; the SDK retries both): never processed, never an error of a call
+    # that was in flight
+    after = {r[2] for r in results if r[0] >= t_term}
+    assert after <= {"OK", "UNAVAILABLE", "CANCELLED"}, after
     assert finished_after >= 1, "no call was still in flight at SIGTERM: nothing was drained"
     assert code == 0, f"server exit code after SIGTERM: {code}\n{srv.log_tail()}"
     missing = unlogged_answers(book, store_url, bundle)

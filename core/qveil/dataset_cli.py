@@ -178,8 +178,7 @@ def _check_out(out: str, *, force: bool) -> None:
         raise FailedPrecondition(
             f"{_echo(str(directory))} exists; a Minari dataset is never overwritten"
         )
-    if not out.startswith("minari:") and not directory.parent.is_dir():
-        raise NotFound(f"directory {_echo(str(directory.parent))} does not exist")
+    # a Minari dataset is a directory: its parent is created when it is written
 
 
 def run_collect(args: argparse.Namespace, *, collect: Callable[..., None]) -> int:

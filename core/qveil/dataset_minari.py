@@ -260,11 +260,10 @@ def save_minari(ds: Dataset, location: str | os.PathLike[str]) -> None:
         raise FailedPrecondition(
             f"{_echo(str(directory))} already exists; a Minari dataset is never overwritten"
         )
+    # absolute: Minari's storage joins a relative path onto itself
+    directory = Path(os.path.abspath(directory))
     parent = directory.parent
-    if os.fspath(location).startswith("minari:"):
-        parent.mkdir(parents=True, exist_ok=True)
-    elif not parent.is_dir():
-        raise NotFound(f"directory {_echo(str(parent))} does not exist")
+    parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # a Minari dataset is a directory
     tmp = parent / f".{directory.name}.tmp-{uuid.uuid4().hex[:8]}"
     try:
         tmp.mkdir()

@@ -39,6 +39,29 @@ def _collect(out: Path, *extra: str, env: str = LW, users: str = "20") -> None:
     assert r.stdout.startswith(f"wrote {out}: ")
 
 
+def test_the_documented_commands_with_relative_paths(tmp_path: Path) -> None:
+    """docs/datasets.md's first block, run as written (relative paths, a fresh directory):
+    every command succeeds, Minari datasets included (their parent directory is created)."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "datasets.md").read_text()
+    block = doc.split("```bash\n", 1)[1].split("```", 1)[0]
+    commands = [ln.split("#", 1)[0].split() for ln in block.splitlines()]
+    commands = [c for c in commands if c and c[0] == "qveil"]
+    assert any(c[1:3] == ["dataset", "convert"] for c in commands), commands
+    for argv in commands:
+        r = subprocess.run(
+            [sys.executable, "-m", "qveil.cli", *argv[1:]],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=tmp_path,
+        )
+        assert r.returncode == 0, (argv, r.stderr[-2000:])
+        assert "Traceback" not in r.stderr, r.stderr
+    assert load_dataset(tmp_path / "data" / "lw-v0").fingerprint() == load_dataset(
+        tmp_path / "lw.npz"
+    ).fingerprint()
+
+
 def test_collect_then_info(tmp_path: Path) -> None:
     out = tmp_path / "lw.npz"
     _collect(out)

@@ -90,7 +90,10 @@ def add_engine_flags(p: argparse.ArgumentParser, *, what: str) -> None:
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
     p = add_command(
-        sub, "dataset", "collect, inspect and convert offline datasets (npz, Minari)", __doc__
+        sub,
+        "dataset",
+        "collect, inspect and convert offline datasets (npz, Parquet, Minari)",
+        __doc__,
     )
     dsub = p.add_subparsers(dest="dataset_command", metavar="ACTION", required=True)
 
@@ -102,7 +105,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     c.add_argument("--env", required=True, metavar="ENV_ID", help="Gymnasium env id")
     c.add_argument("--users", required=True, type=int, metavar="N", help="number of users")
     c.add_argument("--seed", required=True, type=int, metavar="S", help="seed (same S, same data)")
-    c.add_argument("--out", required=True, metavar="PATH", help="FILE.npz or a Minari location")
+    c.add_argument(
+        "--out", required=True, metavar="PATH", help="FILE.npz, FILE.parquet or a Minari location"
+    )
     c.add_argument(
         "--episodes-per-user", type=int, default=1, metavar="K", help="episodes per user (1)"
     )

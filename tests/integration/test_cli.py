@@ -44,3 +44,44 @@ def test_serve_of_a_missing_bundle_creates_nothing(tmp_path: Path) -> None:
     assert r.returncode == 2, r.stderr
     assert "does not exist" in r.stderr and "Traceback" not in r.stderr, r.stderr
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["work"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--timeout", "-1", "--state", "0.3"], "--timeout must be"),
+        (["--card", "--state", "0.3"], "--card takes no --state"),
+    ],
+)
+def test_query_refuses_flags_it_cannot_honour(argv: list[str], says: str) -> None:
+    """`qveil query` refuses a non-positive --timeout and a --card with states before it
+    dials anything (exit 2, one line), instead of 'Deadline Exceeded' or ignoring a flag."""
+    r = subprocess.run(
+        [sys.executable, "-m", "qveil.cli", "query", "--target", "127.0.0.1:9", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 2 and says in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_help_texts_name_every_format_and_flag() -> None:
+    """`--help` names Parquet for datasets, the REST binding for serve, and describes
+    --max-message-bytes and --metrics-host."""
+
+    def helptext(*argv: str) -> str:
+        r = subprocess.run(
+            [sys.executable, "-m", "qveil.cli", *argv, "--help"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert r.returncode == 0, r.stderr
+        return " ".join(r.stdout.split())
+
+    assert "Parquet" in helptext() and ".parquet" in helptext("train")
+    serve = helptext("serve")
+    assert "REST" in helptext()
+    for flag, words in (("--max-message-bytes", "largest request"), ("--metrics-host", "address")):
+        assert re.search(re.escape(flag) + r"[^-]*" + words, serve), flag

@@ -57,9 +57,10 @@ def test_the_documented_commands_with_relative_paths(tmp_path: Path) -> None:
         )
         assert r.returncode == 0, (argv, r.stderr[-2000:])
         assert "Traceback" not in r.stderr, r.stderr
-    assert load_dataset(tmp_path / "data" / "lw-v0").fingerprint() == load_dataset(
-        tmp_path / "lw.npz"
-    ).fingerprint()
+    assert (
+        load_dataset(tmp_path / "data" / "lw-v0").fingerprint()
+        == load_dataset(tmp_path / "lw.npz").fingerprint()
+    )
 
 
 def test_collect_then_info(tmp_path: Path) -> None:

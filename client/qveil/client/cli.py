@@ -134,6 +134,8 @@ def human(v: Any) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    if not (args.timeout > 0 and args.timeout < float("inf")):
+        raise InvalidArgument(f"--timeout must be a number of seconds > 0, got {args.timeout!r}")
     token = read_token_file(args.token_file) if args.token_file else None
     tls: TLSConfig | bool | None = None
     if args.tls_ca or args.tls_cert or args.tls_key or args.tls_server_name:
@@ -144,6 +146,8 @@ def run(args: argparse.Namespace) -> int:
         tls = True
     with ValueClient(args.target, token=token, tls=tls, timeout=args.timeout) as client:
         if args.card:
+            if args.state or args.action:
+                raise InvalidArgument("--card takes no --state or --action (it prints the card)")
             rel = client.release()
             if args.json:
                 print(json.dumps(_jsonable(rel), indent=2, sort_keys=True, allow_nan=False))

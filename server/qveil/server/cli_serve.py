@@ -26,7 +26,13 @@ def add_parser(sub: Any) -> None:
     from qveil.server.limits import DEFAULT_MAX_STORED_POINTS
     from qveil.server.quotas import DEFAULT_BURST_SECONDS, DEFAULT_STATE_RATE
 
-    p = add_command(sub, "serve", "serve a release bundle over gRPC", __doc__, run)
+    p = add_command(
+        sub,
+        "serve",
+        "serve a release bundle over gRPC (and the Open Inference Protocol over gRPC and REST)",
+        __doc__,
+        run,
+    )
     p.add_argument("--bundle", type=Path, help="release bundle directory (qveil train --out)")
     p.add_argument(
         "--store",
@@ -106,7 +112,12 @@ def add_parser(sub: Any) -> None:
         help="token bucket of --state-rate: states one caller may send at once "
         f"(default {DEFAULT_BURST_SECONDS:g} s of the rate)",
     )
-    o.add_argument("--max-message-bytes", type=int, default=4 * 1024 * 1024)
+    o.add_argument(
+        "--max-message-bytes",
+        type=int,
+        default=4 * 1024 * 1024,
+        help="largest request accepted, bytes (gRPC and REST; default %(default)s)",
+    )
     o.add_argument(
         "--value-grid",
         type=float,
@@ -141,7 +152,11 @@ def add_parser(sub: Any) -> None:
         help="seconds to keep answering after SIGTERM with health NOT_SERVING",
     )
     o.add_argument("--metrics-port", type=int, help="Prometheus endpoint port (0: any free)")
-    o.add_argument("--metrics-host", default="127.0.0.1")
+    o.add_argument(
+        "--metrics-host",
+        default="127.0.0.1",
+        help="address of the Prometheus endpoint (default %(default)s: this machine only)",
+    )
     o.add_argument(
         "--trust-registry-key",
         action="append",

@@ -71,7 +71,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         help="fqi (default with --dataset): private fitted-Q on an offline dataset; "
         "paper/gdp/output: Algorithm 1 online",
     )
-    p.add_argument("--dataset", metavar="PATH", help="offline dataset (.npz or Minari): fqi")
+    p.add_argument(
+        "--dataset", metavar="PATH", help="offline dataset (.npz, .parquet or Minari): fqi"
+    )
     p.add_argument(
         "--neighbour",
         choices=("user", "reward"),

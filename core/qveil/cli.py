@@ -3,9 +3,11 @@ layers above core (the trainer, the server, the client, the experiments).
 
 Each subcommand lives in its own module and registers itself through
 ``add_parser(subparsers)``; its parser stores the function that runs it (``func``). The
-modules are named by string and imported when the parser is built, so that a missing
-optional extra (the light client has neither the trainer nor the server) disables its
-commands instead of breaking every command.
+modules are named by string and only the one of the command being run is imported
+(:func:`build_parser` with the command line): ``qveil --help`` lists the commands from
+:data:`SUBCOMMANDS`' one-line helps and imports none of them, and ``qveil query`` loads the
+client alone. A missing optional extra (the light client has neither the trainer nor the
+server) disables its commands instead of breaking every command.
 
 A command whose module stands below a part it needs (core's ``qveil privacy --forecast`` and
 ``qveil dataset collect`` need the trainer; the trainer's ``qveil train`` and ``qveil
@@ -25,20 +27,44 @@ from typing import Any
 from qveil.errors import FailedPrecondition, QveilError
 from qveil.version import __version__
 
-# subcommand -> module providing ``add_parser(subparsers)``; the parser stores ``func``.
-SUBCOMMANDS: dict[str, str] = {
-    "noise": "qveil.noise_cli",
-    "dataset": "qveil.dataset_cli",
-    "privacy": "qveil.privacy.cli",
-    "train": "qveil.trainer.cli_train",
-    "evaluate": "qveil.trainer.cli_evaluate",
-    "inspect": "qveil.inspect_cli",
-    "serve": "qveil.server.cli_serve",
-    "query": "qveil.client.cli",
-    "admin": "qveil.server.cli_admin",
-    "budget": "qveil.server.cli_budget",
-    "audit": "qveil.server.cli_audit",
-    "experiments": "qveil.experiments.cli",
+# subcommand -> (module providing ``add_parser(subparsers)``, the one-line help that module
+# gives it: what ``qveil --help`` lists without importing it; tests/integration/test_cli.py
+# checks the two agree). The parser stores ``func``.
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "noise": ("qveil.noise_cli", "sample an exact GP (OU) noise path and summarise it"),
+    "dataset": (
+        "qveil.dataset_cli",
+        "collect, inspect and convert offline datasets (npz, Parquet, Minari)",
+    ),
+    "privacy": (
+        "qveil.privacy.cli",
+        "privacy accountant: epsilon for a sigma, or sigma for an epsilon",
+    ),
+    "train": (
+        "qveil.trainer.cli_train",
+        "train a private release and write its bundle: fqi on an offline dataset (the "
+        "default, --dataset), or Algorithm 1 online (--mode paper|gdp|output)",
+    ),
+    "evaluate": ("qveil.trainer.cli_evaluate", "average return of a bundle's greedy policies"),
+    "inspect": (
+        "qveil.inspect_cli",
+        "admin: the un-noised released mean function of a bundle on a grid",
+    ),
+    "serve": (
+        "qveil.server.cli_serve",
+        "serve a release bundle over gRPC (and the Open Inference Protocol over gRPC and REST)",
+    ),
+    "query": ("qveil.client.cli", "query released values from a qveil server"),
+    "admin": (
+        "qveil.server.cli_admin",
+        "retrain under the privacy ledger; list, activate, retire releases; budgets",
+    ),
+    "budget": (
+        "qveil.server.cli_budget",
+        "declare a population's privacy budget, or show its spending",
+    ),
+    "audit": ("qveil.server.cli_audit", "verify stored noise: integrity and statistical tests"),
+    "experiments": ("qveil.experiments.cli", "reproduce the papers' figures and checks"),
 }
 
 
@@ -81,7 +107,18 @@ def run(args: argparse.Namespace) -> int:
     return int(func(args, **{name: provided(spec) for name, spec in wired.items()}) or 0)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _command(argv: Sequence[str]) -> str | None:
+    """The subcommand a command line names (its first word that is not an option)."""
+    for word in argv:
+        if not word.startswith("-"):
+            return word if word in SUBCOMMANDS else None
+    return None
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The ``qveil`` parser. With the command line ``argv``, only the module of the command it
+    names is imported (the others are listed by their help line); with None, every one."""
+    chosen = None if argv is None else _command(argv)
     parser = argparse.ArgumentParser(
         prog="qveil",
         description="Private value-function release with functional noise. The default "
@@ -90,7 +127,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"qveil {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name, module in SUBCOMMANDS.items():
+    for name, (module, help_line) in SUBCOMMANDS.items():
+        if argv is not None and name != chosen:
+            sub.add_parser(name, help=help_line)  # listed; its module is not loaded
+            continue
         try:
             mod = importlib.import_module(module)
         except ImportError as exc:  # an optional extra is not installed, or not built yet
@@ -123,8 +163,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # the server runs many small forwards in a thread pool: single-threaded BLAS (set
         # before numpy loads; an explicit OPENBLAS_NUM_THREADS wins)
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(words)
+    args = parser.parse_args(words)
     try:
         return run(args)
     except QveilError as exc:

@@ -1,7 +1,7 @@
 """How a ``qveil`` command is declared (a subcommand whose ``--help`` shows its module
 docstring as written) and the flags that several commands share. Here, in core, so that the
 commands of core, trainer, server and experiments can all use it; it imports nothing heavy,
-since ``qveil --help`` loads every command."""
+since a command's parser is built before it runs."""
 
 from __future__ import annotations
 

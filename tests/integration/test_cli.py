@@ -3,6 +3,7 @@ in its description and in the train subcommand's one-line help."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import subprocess
@@ -85,3 +86,47 @@ def test_help_texts_name_every_format_and_flag() -> None:
     assert "REST" in helptext()
     for flag, words in (("--max-message-bytes", "largest request"), ("--metrics-host", "address")):
         assert re.search(re.escape(flag) + r"[^-]*" + words, serve), flag
+
+
+def test_the_listed_help_lines_are_the_commands_own() -> None:
+    """`qveil --help` lists every command by the help line in qveil.cli.SUBCOMMANDS without
+    importing its module; each line must be the one the module registers."""
+    from qveil.cli import SUBCOMMANDS, build_parser
+
+    full = build_parser()
+    (sub,) = [a for a in full._actions if isinstance(a, argparse._SubParsersAction)]
+    own = {a.dest: a.help for a in sub._choices_actions}
+    assert own == {name: line for name, (_module, line) in SUBCOMMANDS.items()}
+
+
+@pytest.mark.parametrize(
+    ("argv", "loaded", "not_loaded"),
+    [
+        (["--help"], [], ["qveil.server", "qveil.trainer", "qveil.client", "numpy", "grpc"]),
+        (["query", "--help"], ["qveil.client.cli"], ["qveil.server", "qveil.trainer", "scipy"]),
+        (["budget", "--help"], ["qveil.server.cli_budget"], ["qveil.trainer", "torch"]),
+    ],
+)
+def test_a_command_loads_only_what_it_runs(
+    argv: list[str], loaded: list[str], not_loaded: list[str]
+) -> None:
+    """`qveil --help` imports no command's module (nor numpy or gRPC); `qveil query` imports
+    the client alone, not the server, the trainer or scipy (what a caller's machine runs)."""
+    code = (
+        "import sys\n"
+        "from qveil.cli import main\n"
+        "try:\n"
+        f"    main({argv!r})\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print('MODULES', ' '.join(sorted(sys.modules)))\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd="/"
+    )
+    assert r.returncode == 0, r.stderr
+    mods = set(r.stdout.rsplit("MODULES", 1)[1].split())
+    for m in loaded:
+        assert m in mods, m
+    for m in not_loaded:
+        assert not any(x == m or x.startswith(m + ".") for x in mods), m

@@ -23,7 +23,6 @@ from typing import Any
 from qveil.cli_parser import add_command
 from qveil.errors import InvalidArgument
 from qveil.experiments._util import default_workers
-from qveil.experiments.multid import ENVS, FULL, QUICK
 
 __all__ = ["EXPERIMENTS", "add_parser", "run"]
 
@@ -144,6 +143,9 @@ def _numbers(flag: str, raw: str, kind: Callable[[str], Any]) -> list[Any]:
 
 def _multid_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """The multid-only flags as keyword arguments of qveil.experiments.multid.run."""
+    # here, not at the top: loads the server and the trainer only when multid runs
+    from qveil.experiments.multid import ENVS, FULL, QUICK
+
     given: dict[str, Any] = {
         k: getattr(args, k, None)
         for k in ("env", "users", "epsilons", "releases", "episodes", "dataset")

@@ -1,6 +1,6 @@
 """What the server's commands (``qveil serve``, ``admin``) share on the command line beyond
 how a command is declared (:mod:`qveil.cli_parser`): how a call takes its arguments from the
-flags of the same names. Imports nothing heavy (``qveil --help`` loads every command)."""
+flags of the same names. Imports nothing heavy (a command's parser is built before it runs)."""
 
 from __future__ import annotations
 

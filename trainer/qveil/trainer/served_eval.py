@@ -30,13 +30,13 @@ BatchPolicy = Callable[[npt.NDArray[np.float64]], npt.NDArray[np.int64]]
 
 
 def best_actions_paced(client: Any, states: Any, *, max_waits: int = 1000) -> npt.NDArray[np.int64]:
-    """``client.best_actions(states)``, waiting out the server's new-point quota.
+    """``client.best_actions(states)``, waiting out the server's state quota.
 
-    An evaluation sends every live episode's state each step, nearly all of them new, so it
-    can outrun a caller's new-point budget (``qveil serve --new-point-rate``). The server
-    then refuses the whole call with RESOURCE_EXHAUSTED, stores nothing, and says when to
-    retry (``google.rpc.RetryInfo``); a well-behaved client waits that long and asks again,
-    instead of the operator lifting the quota for it. A refusal without a delay is raised.
+    An evaluation sends every live episode's state each step, so it can outrun a caller's
+    budget of states (``qveil serve --state-rate``). The server then refuses the whole call
+    with RESOURCE_EXHAUSTED and says when to retry (``google.rpc.RetryInfo``); a
+    well-behaved client waits that long and asks again, instead of the operator lifting the
+    quota for it. A refusal without a delay is raised.
     """
     import time
 

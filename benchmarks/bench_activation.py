@@ -46,7 +46,8 @@ def main() -> None:
     b = make_bundle(tmp / "bundles" / "b", seed=1, sigma=3.0)
     tok = make_tokens(tmp / "tokens.toml")
     ida, idb = load_bundle(a).bundle_id, load_bundle(b).bundle_id
-    with running(tmp, a, "--tokens-file", str(tok.path)) as srv:
+    # every state counts against the caller's quota: lifted, the activations are measured
+    with running(tmp, a, "--tokens-file", str(tok.path), "--state-rate", "1e12") as srv:
         seen: list[str] = []
         errors: list[BaseException] = []
         stop = threading.Event()

@@ -52,8 +52,10 @@ from _report import save_figure, subplots, table, write_section  # noqa: E402
 from bench_multid import kernel_bundle  # noqa: E402
 from bench_server import (  # noqa: E402
     bench_home,
+    cpu_seconds,
     make_bundle,
     serve_value_service,
+    settle,
     spawn,
     stop_all,
     wait_released,
@@ -221,34 +223,6 @@ def main_thread_seconds(pid: int) -> float | None:
     except OSError:
         return None
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pids: Sequence[int]) -> float | None:
-    """CPU time (user + system) the processes ``pids`` have used so far, from /proc (Linux);
-    None when it cannot be read (another system)."""
-    total = 0.0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            return None
-        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return total
-
-
-def settle(pids: Sequence[int], *, quiet: float = 0.05, step: float = 0.2) -> None:
-    """Wait (at most 120 s) until the processes ``pids`` use less than ``quiet`` of a core
-    over ``step`` seconds: a server's answer log has written what the last cell handed it
-    (its CPU then counts for that cell, and its backlog does not slow the next one)."""
-    t0 = time.monotonic()
-    last = cpu_seconds(pids)
-    while last is not None and time.monotonic() - t0 < 120:
-        time.sleep(step)
-        now = cpu_seconds(pids)
-        if now is None or now - last < quiet * step:
-            return
-        last = now
 
 
 class Server:
@@ -542,7 +516,7 @@ def report(
                 f"process; `qveil serve --processes {n}` ({n} processes on one port, the "
                 "kernel assigning each connection to one, one shared SQLite store); and "
                 f"{n} separate `qveil serve` processes on {n} ports, each with its own SQLite "
-                "store, the client's connections spread over them. 'x' columns: calls/s over "
+                "store, the client's connections spread over them. '/ x1' columns: calls/s over "
                 "the one process's in the same round (median over rounds); CPU per call "
                 "counts every process of the server. The client and the servers share the "
                 f"{os.cpu_count()} cores:",
@@ -551,9 +525,9 @@ def report(
                         "workload",
                         "x1 calls/s",
                         f"--processes {n} calls/s",
-                        "x",
+                        f"--processes {n} / x1",
                         f"{n} separate calls/s",
-                        "x ",
+                        f"{n} separate / x1",
                         "x1 CPU us/call",
                         f"--processes {n} CPU us/call",
                         f"{n} separate CPU us/call",

@@ -210,7 +210,7 @@ def main() -> int:
     plot(rows_raw)
     write_section(
         "memory",
-        "Server memory per logged point",
+        "Server memory per stored point",
         f".venv/bin/python benchmarks/bench_memory.py --points {args.points}",
         body,
     )

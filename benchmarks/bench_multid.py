@@ -15,7 +15,9 @@ function of the release and the state, so both take the same path: the additive 
 d keyed path values per state and action (each a descent of 20 levels below the key's table),
 and the kernel mean costs O(d * inducing) per state against the MLP's 64 x 64 forward; a new
 state also adds up to d points per action to the answer log, written off the answer path.
-Ratios are d over d = 1 in the same run.
+Ratios are d over d = 1 in the same run. After each cell the run waits until the servers are
+idle (their answer logs have written the cell's new points), so a backlog does not slow the
+next cell.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from bench_server import (  # noqa: E402
     ensure_population,
     make_bundle,
     serve_args,
+    settle,
     spawn,
     stop_all,
     wait_released,
@@ -119,6 +122,8 @@ class Workload:
     def __init__(self, boxes: dict[int, np.ndarray]) -> None:
         self.rng = np.random.default_rng(1)
         self.boxes = boxes
+        #: the servers' processes (to wait for their answer logs between cells)
+        self.pids: list[int] = []
         self.pools = {d: self._uniform(d, POOL) for d in boxes}
 
     def _uniform(self, d: int, n: int) -> np.ndarray:
@@ -157,6 +162,7 @@ def serve(
             pf,
         )
         procs.append(p)
+        work.pids.append(p.pid)
         targets[d] = f"127.0.0.1:{port}"
         wait_released(targets[d])
         with grpc.insecure_channel(targets[d]) as ch:  # ask the known pool once
@@ -179,6 +185,7 @@ def rounds(
                     return work.draw(d, kind)
 
                 out = asyncio.run(closed_loop(targets[d], draw, args.seconds, args.concurrency))
+                settle(work.pids)  # the answer logs have written this cell's new points
                 res.setdefault((d, kind), []).append(out["states_s"])
                 print(f"round {r + 1}/{args.rounds} d={d} {kind}: "
                       f"{out['states_s']:.0f} states/s", flush=True)  # fmt: skip
@@ -202,7 +209,8 @@ def section_body(med: dict[tuple[int, str], float], args: argparse.Namespace) ->
     ]
     return (
         "GetValues, batch 1024 states, all actions, concurrency "
-        f"{args.concurrency}, median of {args.rounds} rounds of {args.seconds:g} s; d = 1: the "
+        f"{args.concurrency}, median of {args.rounds} rounds of {args.seconds:g} s (after each "
+        "cell the run waits until the servers are idle, their answer logs written); d = 1: the "
         "MLP release of the server section (2 actions); d = 4, 8, 16: the kernel fqi releases "
         "of CartPole-v1 (2 actions), LunarLander-v3 (4 actions) and qveil/Reach16-v0 (2 "
         "actions) (additive noise sum_j g_{a,j}(x_j), one 1-D OU path per action and "

@@ -1,8 +1,10 @@
 """Benchmark of the exact GP sample path (qveil.noise.OUSamplePath) against dense Cholesky.
 
-For n = 1e3 ... 1e6 uniformly random states (in random order), with release noise from OS
-entropy: the time to build a path of n points in one ``sample`` call and with one state per
-call (the server's pattern), the marginal cost of a new single-state query once the path
+For n = 1e3 ... 1e6 uniformly random states (in random order), with noise from OS entropy:
+the time to build a path of n points in one ``sample`` call and with one state per call (the
+pattern of the trainer's Algorithm 1, which draws its training noise with this path; a
+release's served noise is the keyed construction of qveil.keyed, measured in the "hotpath"
+section), the marginal cost of a new single-state query once the path
 holds n points, and the time to restore the path from its points. For comparison, dense
 Cholesky sampling of the same GP at n = 1000 and 4000 (O(n^3) time, O(n^2) memory).
 The per-point cost of the path should stay flat in n (O(log n) per point).
@@ -168,8 +170,9 @@ def main(argv: list[str] | None = None) -> int:
     first, last = path_rows[0][1], path_rows[-1][1]
     body += (
         f"\n\nStates uniform on [0, 1] in random order, beta = {BETA:g}, sigma = {SIGMA:g}, "
-        'noise from OS entropy (the release default). "1 state/call" builds the path with one '
-        '`sample(x)` call per state, as a server answering queries does; "new query at size n" '
+        'noise from OS entropy. "1 state/call" builds the path with one `sample(x)` call per '
+        "state, as the trainer's Algorithm 1 draws its training noise (a release's served "
+        'noise is the keyed construction, section "hotpath"); "new query at size n" '
         "is the mean over 2000 new single-state queries to a path already holding n points. "
         "All times are CPU time of the benchmark process (time.process_time). "
         f"Per-point cost from n = {path_rows[0][0]:,} to {path_rows[-1][0]:,}: batch "

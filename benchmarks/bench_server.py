@@ -13,7 +13,9 @@ the answer log, written off the answer path. Ceilings in the same run: a bare gr
 server (same messages, no work), the same echo server plus the numpy MLP forward (the "bare
 gRPC + MLP" ceiling), and the answer function alone (``qveil.answer.released_values`` in
 process, one thread). Ratios are against those ceilings (targets: repeated batches
->= 0.5 x gRPC + MLP; single queries >= 0.5 x echo).
+>= 0.5 x gRPC + MLP; single queries >= 0.5 x echo). After each cell the run waits until the
+qveil servers are idle (their answer logs have written what the cell handed them), so one
+cell's log backlog does not slow the next.
 
 The machine has 2 cores shared by the client, the server(s) and SQLite, so the two-process
 rows are bounded by the CPU, not by the server design; compare within one run only.
@@ -203,6 +205,34 @@ def stop_all(procs: Sequence[subprocess.Popen]) -> None:
             p.wait(30)
         except subprocess.TimeoutExpired:
             p.kill()
+
+
+def cpu_seconds(pids: Sequence[int]) -> float | None:
+    """CPU time (user + system) the processes ``pids`` have used so far, from /proc (Linux);
+    None when it cannot be read (another system)."""
+    total = 0.0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            return None
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def settle(pids: Sequence[int], *, quiet: float = 0.05, step: float = 0.2) -> None:
+    """Wait (at most 120 s) until the processes ``pids`` use less than ``quiet`` of a core
+    over ``step`` seconds: a server's answer log has written what the last cell handed it
+    (its CPU then counts for that cell, and its backlog does not slow the next one)."""
+    t0 = time.monotonic()
+    last = cpu_seconds(pids)
+    while last is not None and time.monotonic() - t0 < 120:
+        time.sleep(step)
+        now = cpu_seconds(pids)
+        if now is None or now - last < quiet * step:
+            return
+        last = now
 
 
 def serve_args(
@@ -397,9 +427,13 @@ def main() -> int:
                     cells.append((("qveil x1", batch, kind), servers[:1], kind))
                     cells.append((("qveil x2", batch, kind), servers, kind))
             runs: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
+            qpids = [p.pid for p in procs[:2]]  # the qveil servers
             for rnd in range(args.rounds):
                 for key, targets, kind in cells:
                     runs.setdefault(key, []).append(run(targets, key[1], kind))
+                    # the answer logs have written what this cell handed them (their backlog
+                    # would otherwise slow the next cell)
+                    settle(qpids)
                 print(f"round {rnd + 1}/{args.rounds} done", file=sys.stderr, flush=True)
             for key, rs in runs.items():
                 lat = np.concatenate([r["lat"] for r in rs]) * 1000
@@ -445,7 +479,8 @@ def main() -> int:
             "work on the machine shows up directly in these numbers).",
             f"Closed loop, {args.concurrency} calls in flight from one grpc.aio client process, "
             f"{args.seconds:g} s per row and round, {args.rounds} interleaved rounds (median "
-            "throughput; latency percentiles over all calls); "
+            "throughput; latency percentiles over all calls; after each cell the run waits "
+            "until the qveil servers are idle, their answer logs written); "
             f"GetValues over all {M} actions of an MLP 1-64-64-{M}; "
             "SQLite store (WAL, synchronous=FULL); 'states/s' counts states (each answered for "
             f"every action). Ratios are states/s over the echo and echo+MLP ceilings of the same "

@@ -64,6 +64,15 @@ def _release(store: Any) -> None:
     )
 
 
+def distinct_states(rng: np.random.Generator, n: int) -> tuple[Any, Any]:
+    """(grid indices, snapped states) of ``n`` distinct uniform unit states, in random order
+    (uniform draws snapped to the 2^-32 grid collide now and then: about n^2 / 2^33)."""
+    idx, xs = snap(rng.uniform(size=n + n // 100 + 10))
+    _, first = np.unique(idx, return_index=True)
+    keep = rng.permutation(first)[:n]
+    return idx[keep], xs[keep]
+
+
 def answered(rng: np.random.Generator, n: int, paths: list[int]) -> tuple[Any, list[Any]]:
     """``n`` fresh snapped unit states and each path's keyed value at them."""
     idx, xs = snap(rng.uniform(size=n))
@@ -252,7 +261,7 @@ def bench_known(tmp: Path, quick: bool) -> list[list[object]]:
 def prefill(path: Path, n: int) -> None:
     """Write n logged points (the keyed values of path 0 at n snapped states, a valid chain)
     with raw sqlite3."""
-    idx, xs = snap(np.random.default_rng(n).uniform(size=n))
+    idx, xs = distinct_states(np.random.default_rng(n), n)
     gs = PATHS.path_values(0, idx)
     hasher = ChainHasher()
     prev = hasher.genesis(RID, 0)

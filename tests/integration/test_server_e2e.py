@@ -413,8 +413,12 @@ def test_metrics_endpoint(env: Env) -> None:
     with ValueClient(env.target, token=env.tokens.query) as c:
         c.values([0.987654321])
     text = _metrics(env.server)
-    assert 'qveil_requests_total{code="OK",method="GetValues"}' in text
-    assert "qveil_request_seconds_bucket" in text and "qveil_stored_points{" in text
+    assert 'qveil_requests_total{code="OK",method="GetValues",protocol="grpc"}' in text
+    assert 'qveil_request_duration_seconds_bucket{le="0.001",method="GetValues",' in text
+    assert "qveil_stored_points{" in text
+    assert re.search(r'^qveil_build_info\{version="[^"]+"\} 1\.0$', text, re.M), text[:2000]
+    assert _metric(text, "process_resident_memory_bytes") > 0  # the process collector
+    assert "python_info{" in text
     assert _metric(text, "qveil_states_answered_total") >= 3
     assert _metric(text, "qveil_state_rate") == 1000.0
     assert _metric(text, "qveil_state_burst") == 100000.0
@@ -423,8 +427,53 @@ def test_metrics_endpoint(env: Env) -> None:
         assert _metric(text, name) >= 0
     assert _metric(text, "qveil_log_mismatched_total") == 0
     assert _metric(text, "qveil_log_queued") >= 0
-    for gone in ("qveil_new_points_total", "qveil_batches_total", "qveil_new_state_rate"):
+    for gone in (
+        "qveil_new_points_total",
+        "qveil_batches_total",
+        "qveil_new_state_rate",
+        "qveil_request_seconds",
+    ):
         assert gone not in text
+
+
+def test_access_log_and_authentication_failures_as_json(tmp_path: Path) -> None:
+    """`--access-log --log-format json`: one JSON line per call (method, protocol, caller,
+    release, code, states, latency; no state or value), and a WARNING line for a refused
+    credential (never the credential itself); without `--access-log` no access line."""
+    from qveil.client import UnauthenticatedError as Unauth
+
+    bundle = make_bundle(tmp_path / "b", seed=5)
+    tokens = make_tokens(tmp_path / "tokens.toml")
+    common = ("--tokens-file", str(tokens.path), "--log-format", "json")
+    for access in (True, False):
+        sp = start_server(
+            tmp_path,
+            bundle,
+            *common,
+            *(["--access-log"] if access else []),
+            store=f"sqlite:///{tmp_path / f'{access}.sqlite'}",
+            name=f"access-{access}",
+        )
+        try:
+            with ValueClient(sp.target, token=tokens.query) as c:
+                c.values([0.25, 0.5, 0.75])
+            with ValueClient(sp.target, token="not-a-token") as bad, pytest.raises(Unauth):
+                bad.values([0.5])
+        finally:
+            assert sp.terminate() == 0, sp.output()
+        lines = [json.loads(x) for x in sp.output().splitlines() if x.startswith("{")]
+        got = [x for x in lines if x["logger"] == "qveil.access"]
+        refused = [x for x in lines if x["logger"] == "qveil.auth"]
+        assert refused and refused[0]["code"] == "UNAUTHENTICATED", lines
+        assert "not-a-token" not in sp.output()
+        if not access:
+            assert not got, got
+            continue
+        (ok,) = [x for x in got if x["method"] == "GetValues" and x["code"] == "OK"]
+        assert ok["protocol"] == "grpc" and ok["states"] == 3 and ok["ms"] >= 0
+        assert ok["release"] == load_bundle(bundle).bundle_id
+        assert ok["caller"].startswith("token:"), ok
+        assert "0.25" not in json.dumps(ok)
 
 
 # ----------------------------------------------------------------------------- foreign clients

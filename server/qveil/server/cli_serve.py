@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -165,7 +164,23 @@ def add_parser(sub: Any) -> None:
         help="also trust receipts signed by this registry public key (qveil budget "
         "registry-key prints it); the registry this server opens is always trusted",
     )
-    o.add_argument("--log-level", default="WARNING")
+    o.add_argument(
+        "--log-level",
+        default="WARNING",
+        help="level of the server's log on stderr (default %(default)s)",
+    )
+    o.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default="text",
+        help="one readable line, or one JSON object per line (for log shippers)",
+    )
+    o.add_argument(
+        "--access-log",
+        action="store_true",
+        help="one line per call: method, protocol, caller, release, code, states, latency "
+        "(never a state or a value); authentication failures are logged always",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -174,10 +189,12 @@ def run(args: argparse.Namespace) -> int:
     from qveil.server.app import ServeConfig, TLSFiles, serve
     from qveil.server.auth import add_token
     from qveil.server.limits import Limits
+    from qveil.server.logs import configure
 
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    try:
+        configure(level=args.log_level, fmt=args.log_format, access=args.access_log)
+    except ValueError as exc:  # an unknown level name
+        raise InvalidArgument(f"--log-level: {exc}") from None
     if args.add_token:
         if not args.tokens_file:
             raise InvalidArgument("--add-token needs --tokens-file")

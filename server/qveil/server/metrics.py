@@ -1,8 +1,10 @@
 """Counters of one server process (always on; GetStats reports them) and an optional
 Prometheus endpoint (``qveil serve --metrics-port N``; prometheus-client, server extra).
 
-Prometheus series: ``qveil_requests_total{method,code}``, ``qveil_request_seconds{method}``
-(histogram), ``qveil_states_answered_total``, ``qveil_stored_points{release,action}`` (read
+Prometheus series (Prometheus' naming rules): ``qveil_requests_total{method,code,protocol}``,
+``qveil_request_duration_seconds{method,protocol}`` (histogram; protocol ``grpc`` or
+``rest``), ``qveil_build_info{version}``, the process collector's ``process_*`` and
+``python_info``, ``qveil_states_answered_total``, ``qveil_stored_points{release,action}`` (read
 from the store at scrape time) and ``qveil_in_flight``; the answer log
 (``qveil.server.answer_log``): ``qveil_logged_points_total``,
 ``qveil_log_unlogged_points_total`` (past ``--max-stored-points``, or dropped while the store
@@ -34,21 +36,21 @@ class Metrics:
         #: the server's answer log (qveil.server.answer_log.AnswerLog), set when it starts
         self.answer_log: Any = None
         self._prom: dict[str, Any] | None = None
-        #: the Prometheus series of each (method, code): labels() looked up once, not per call
-        self._series: dict[tuple[str, str], tuple[Any, Any]] = {}
+        #: the Prometheus series of each (method, code, protocol): labels() looked up once
+        self._series: dict[tuple[str, str, str], tuple[Any, Any]] = {}
 
     # -- recording (called by the data plane) -------------------------------------------
-    def observe(self, method: str, code: str, seconds: float) -> None:
+    def observe(self, method: str, code: str, seconds: float, protocol: str = "grpc") -> None:
         with self._lock:
             self.requests[code] += 1
         if self._prom is not None:
-            series = self._series.get((method, code))
+            series = self._series.get((method, code, protocol))
             if series is None:
                 series = (
-                    self._prom["requests"].labels(method=method, code=code),
-                    self._prom["latency"].labels(method=method),
+                    self._prom["requests"].labels(method=method, code=code, protocol=protocol),
+                    self._prom["latency"].labels(method=method, protocol=protocol),
                 )
-                self._series[method, code] = series
+                self._series[method, code, protocol] = series
             series[0].inc()
             series[1].observe(seconds)
 
@@ -71,18 +73,34 @@ class Metrics:
         stored_points: Callable[[], dict[tuple[str, int], int]] | None = None,
     ) -> int:
         """Start the Prometheus HTTP endpoint on host:port (0 = any free port); return it."""
-        from prometheus_client import CollectorRegistry, Gauge, Histogram, start_http_server
+        from prometheus_client import (
+            CollectorRegistry,
+            Gauge,
+            Histogram,
+            PlatformCollector,
+            ProcessCollector,
+            start_http_server,
+        )
         from prometheus_client import Counter as PCounter
 
+        from qveil.version import __version__
+
         reg = CollectorRegistry()
+        ProcessCollector(registry=reg)  # process_cpu_seconds_total, process_resident_memory...
+        PlatformCollector(registry=reg)  # python_info
+        build = Gauge("qveil_build_info", "the serving qveil's version", ["version"], registry=reg)
+        build.labels(version=__version__).set(1)
         self._prom = {
             "requests": PCounter(
-                "qveil_requests", "RPCs by method and status code", ["method", "code"], registry=reg
+                "qveil_requests",
+                "calls by method, status code and protocol (grpc or rest)",
+                ["method", "code", "protocol"],
+                registry=reg,
             ),
             "latency": Histogram(
-                "qveil_request_seconds",
-                "RPC latency",
-                ["method"],
+                "qveil_request_duration_seconds",
+                "call latency by method and protocol",
+                ["method", "protocol"],
                 buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5),
                 registry=reg,
             ),

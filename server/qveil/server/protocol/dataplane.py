@@ -35,6 +35,7 @@ from qveil.common import typing as t
 from qveil.errors import ResourceExhausted, Unavailable, error_status
 from qveil.server.auth import Authorizer
 from qveil.server.limits import per_caller_bound
+from qveil.server.logs import ACCESS, AUTH, access_line
 from qveil.server.protocol.v2_model import SERVER_NAME, InferRequest, InferResponse, OIPModel
 from qveil.server.quotas import caller_host
 from qveil.server.services import Services
@@ -75,8 +76,10 @@ class CallContext(NamedTuple):
     authorization: str | None = None
     #: ``time.monotonic()`` at which the caller stops waiting; None: no deadline
     deadline: float | None = None
-    #: whether the caller has gone away (padding is skipped for it)
+    #: whether the caller has gone away
     cancelled: Callable[[], bool] = _never
+    #: the transport ("grpc" or "rest"): a label of the metrics and the access log
+    protocol: str = "grpc"
 
 
 class Call(NamedTuple):
@@ -224,15 +227,16 @@ class DataPlane:
         start = time.perf_counter()
         code = "OK"
         key: str | None = None
+        result: R | None = None
         try:
             key, role = self._admit(service, ctx)
             self._enter(key)
             call = Call(caller=budget_key(key), role=role, deadline=ctx.deadline)
-            got = None if inline is None else inline(call)
-            if got is not None:
-                return got
-            loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(self.executor, fn, call)
+            result = None if inline is None else inline(call)
+            if result is None:
+                loop = asyncio.get_running_loop()
+                result = await loop.run_in_executor(self.executor, fn, call)
+            return result
         except asyncio.CancelledError:
             code = "CANCELLED"
             raise
@@ -240,11 +244,40 @@ class DataPlane:
             code = error_status(exc).code
             if code == "INTERNAL":
                 log.exception("internal error in %s", method)
+            elif code in ("UNAUTHENTICATED", "PERMISSION_DENIED"):
+                AUTH.warning(
+                    "%s refused: %s from %s (%s)",
+                    method,
+                    code,
+                    caller_host(ctx.peer),
+                    ctx.protocol,
+                    extra={"fields": {"method": method, "code": code, "peer": ctx.peer}},
+                )
             raise
         finally:
             if key is not None:
                 self._leave(key)
-            self.metrics.observe(method, code, time.perf_counter() - start)
+            seconds = time.perf_counter() - start
+            self.metrics.observe(method, code, seconds, ctx.protocol)
+            self._access(method, ctx, key, code, result, seconds)
+
+    def _access(
+        self, method: str, ctx: CallContext, key: str | None, code: str, result: Any, secs: float
+    ) -> None:
+        """The call's access-log line (when ``--access-log`` is on): no state or value."""
+        if ACCESS.disabled:
+            return
+        rel = self.query.holder.peek()
+        values = getattr(result, "values", None)
+        access_line(
+            method=method,
+            protocol=ctx.protocol,
+            caller=budget_key(key) if key is not None else "peer:" + caller_host(ctx.peer),
+            release=rel.release_id if rel is not None else "-",
+            code=code,
+            states=len(values) if values is not None else "-",
+            ms=round(secs * 1000.0, 3),
+        )
 
     def observe_error(self, method: str, exc: BaseException, start: float) -> None:
         """Observe a call that failed after :meth:`call` returned (a stream's later message)."""

@@ -43,7 +43,9 @@ def call_context(request: Any) -> CallContext:
         peer = f"ipv6:[{client.host}]:{client.port}"
     else:
         peer = f"ipv4:{client.host}:{client.port}"
-    return CallContext(peer=peer, authorization=request.headers.get("authorization"))
+    return CallContext(
+        peer=peer, authorization=request.headers.get("authorization"), protocol="rest"
+    )
 
 
 async def read_body(request: Any, limit: int) -> bytes | None:

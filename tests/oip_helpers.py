@@ -122,7 +122,7 @@ def bad_cases(env: Env) -> list[tuple[str, dict[str, Any], str, str]]:
     return [
         (
             "wrong dtype",
-            {"inputs": [{**states_input(fresh), "datatype": "FP32", "np": "FP32"}]},
+            {"inputs": [{**states_input(fresh), "datatype": "INT32", "np": "INT32"}]},
             "INVALID_ARGUMENT",
             "expected FP64",
         ),

@@ -259,3 +259,18 @@ def test_vendored_proto_matches_tritons_wire_format(env: Env) -> None:
     for m in ours.service[0].method:
         if m.name in served:
             assert rpcs[m.name] == (m.input_type, m.output_type)
+
+
+@pytest.mark.parametrize(("protocol", "binary"), [("grpc", True), ("http", True), ("http", False)])
+def test_fp32_states_are_answered_as_their_exact_fp64(
+    env: Env, protocol: str, binary: bool
+) -> None:
+    """Most clients send FP32 tensors: an FP32 STATE is widened exactly to FP64 and answered
+    bit for bit as those FP64 states (ValueService's values of the same numbers)."""
+    xs32 = np.asarray([0.1, 0.5, 1.25, -0.75], dtype=np.float32)
+    spec = {**states_input(xs32.astype(np.float64)), "datatype": "FP32", "np": "FP32"}
+    (res,) = env.triton(protocol, [{"op": "infer", "inputs": [spec], "binary": binary}])
+    assert res["ok"], res
+    with ValueClient(env.server.target, token=env.tokens.query) as c:
+        want = c.values(xs32.astype(np.float64))
+    assert hexes(decoded(res, "Q")) == hexes(want)

@@ -463,3 +463,31 @@ def test_unknown_and_inactive_release_ids_get_the_same_answer(env: Env) -> None:
         a, b = ask(inactive), ask(unknown)
         assert a == b, (ask.__name__, a, b)
         assert a[0] != 200 and a[0] != grpc.StatusCode.OK
+
+
+def test_rest_follows_the_protocol_to_the_letter(env: Env) -> None:
+    """GET /v2/ answers as /v2 (no redirect); the server metadata lists the binary tensor
+    data extension it implements; a request id is echoed whole, and a non-string id is
+    INVALID_ARGUMENT; an unknown path or method gets the JSON error object (404, 405); a
+    missing credential's message speaks of the HTTP header."""
+    meta = [httpx.get(base(env) + p, headers=auth(env)) for p in ("/v2", "/v2/")]
+    assert [m.status_code for m in meta] == [200, 200] and meta[0].json() == meta[1].json()
+    assert meta[0].json()["extensions"] == ["binary_tensor_data"]
+    long_id = "x" * 1000
+    body = {"id": long_id, "inputs": [json_tensor(states_input([0.3]))]}
+    r = infer(env, body)
+    assert r.status_code == 200 and r.json()["id"] == long_id
+    for bad in (None, 7, {"a": 1}, ["x"]):
+        r = infer(env, {"id": bad, "inputs": [json_tensor(states_input([0.3]))]})
+        assert r.status_code == 400 and "id must be a string" in r.json()["error"], r.text
+    for method, path, status in (
+        ("GET", "/v2/nowhere", 404),
+        ("DELETE", "/v2/models/qveil/infer", 405),
+        ("GET", "/v2/models/qveil/infer", 405),
+    ):
+        r = httpx.request(method, base(env) + path, headers=auth(env))
+        assert r.status_code == status, (method, path, r.text)
+        assert r.headers["content-type"].startswith("application/json")
+        assert "error" in r.json()
+    anon = httpx.get(base(env) + "/v2/models/qveil")
+    assert anon.status_code == 401 and "header" in anon.json()["error"]

@@ -141,10 +141,12 @@ class Authorizer:
         if self._entries is None:
             return ANONYMOUS
         if not authorization:
-            raise Unauthenticated("missing bearer token (metadata 'authorization: Bearer ...')")
+            raise Unauthenticated(
+                "missing bearer token (the 'authorization: Bearer <token>' header or gRPC metadata)"
+            )
         scheme, _, token = authorization.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
-            raise Unauthenticated("malformed authorization metadata; expected 'Bearer <token>'")
+            raise Unauthenticated("malformed authorization; expected 'Bearer <token>'")
         digest = hashlib.sha256(token.strip().encode()).digest()
         found: TokenEntry | None = None
         for entry in self._entries:  # every entry, no early exit

@@ -58,6 +58,8 @@ R = TypeVar("R")
 VALUE = "qveil.v1.ValueService"
 ADMIN = "qveil.v1.AdminService"
 AUDIT = "qveil.v1.AuditService"
+#: the Open Inference Protocol extensions this server implements
+EXTENSIONS = ["binary_tensor_data"]
 #: values calls of up to this many states are answered on the event loop (no hand-off to the
 #: executor); larger ones run in an executor thread and keep the loop free for other calls
 INLINE_MAX_STATES = 64
@@ -201,7 +203,8 @@ class DataPlane:
 
     async def server_metadata(self, ctx: CallContext) -> dict[str, Any]:
         def meta(_c: Call) -> dict[str, Any]:
-            return {"name": SERVER_NAME, "version": __version__, "extensions": []}
+            # Triton's binary tensor data (REST: Inference-Header-Content-Length)
+            return {"name": SERVER_NAME, "version": __version__, "extensions": EXTENSIONS}
 
         return await self.call(VALUE, "v2.ServerMetadata", ctx, meta)
 
@@ -265,10 +268,10 @@ class DataPlane:
         self, method: str, ctx: CallContext, key: str | None, code: str, result: Any, secs: float
     ) -> None:
         """The call's access-log line (when ``--access-log`` is on): no state or value."""
-        if ACCESS.disabled:
+        if ACCESS.disabled or not ACCESS.isEnabledFor(logging.INFO):
             return
         rel = self.query.holder.peek()
-        values = getattr(result, "values", None)
+        values = result.values if isinstance(result, t.Values | t.BestActions) else None
         access_line(
             method=method,
             protocol=ctx.protocol,

@@ -51,8 +51,13 @@ PLATFORM = "qveil_value_release"
 SERVER_NAME = "qveil"
 STATE, ACTION, Q, BEST_ACTION = "STATE", "ACTION", "Q", "BEST_ACTION"
 OUTPUTS = (Q, BEST_ACTION)
-#: v2 datatype -> little-endian numpy dtype (the two this model uses)
-DTYPES = {"FP64": np.dtype("<f8"), "INT64": np.dtype("<i8")}
+#: v2 datatype -> little-endian numpy dtype (what this model reads; FP32 states, which most
+#: clients send, are widened to FP64 exactly)
+DTYPES: dict[str, np.dtype[Any]] = {
+    "FP64": np.dtype("<f8"),
+    "FP32": np.dtype("<f4"),
+    "INT64": np.dtype("<i8"),
+}
 _ECHO = 80  # characters of user input echoed in an error message
 
 
@@ -112,6 +117,13 @@ def _expected_dtype(name: str) -> str:
     return {STATE: "FP64", ACTION: "INT64"}.get(name, "FP64 (STATE) or INT64 (ACTION)")
 
 
+def _widened(t: Tensor) -> Tensor:
+    """An FP32 STATE as FP64 (exact: every float32 is a float64); other tensors as given."""
+    if t.name == STATE and t.datatype == "FP32":
+        return Tensor(t.name, "FP64", t.shape, t.data.astype(np.float64))
+    return t
+
+
 def _n_elements(shape: Sequence[int]) -> int:
     return math.prod(shape) if shape else 1
 
@@ -159,7 +171,7 @@ class OIPModel:
             "versions": [rel.release_id],
             "platform": PLATFORM,
             "inputs": [
-                {"name": STATE, "datatype": "FP64", "shape": [-1, d]},
+                {"name": STATE, "datatype": "FP64", "shape": [-1, d]},  # FP32 accepted
                 {"name": ACTION, "datatype": "INT64", "shape": [-1]},
             ],
             "outputs": [
@@ -185,11 +197,13 @@ class OIPModel:
                     f"input {t.name} is given twice", field=f"inputs[{t.name}]", reason="DUPLICATE"
                 )
             by_name[t.name] = t
+        by_name = {k: _widened(t) for k, t in by_name.items()}
         for t in by_name.values():
             want = _expected_dtype(t.name)
             if t.datatype != want:
                 raise bad_argument(
-                    f"input {t.name} has datatype {_echo(t.datatype)}; expected {want}",
+                    f"input {t.name} has datatype {_echo(t.datatype)}; expected {want}"
+                    + (" or FP32" if t.name == STATE else ""),
                     field=f"inputs[{t.name}].datatype",
                     reason="WRONG_DATATYPE",
                 )

@@ -47,7 +47,7 @@ __all__ = [
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name
 NO_REPOSITORY = "this server serves one model, 'qveil', from its bundle: there is no repository"
 
-_TYPED = {"FP64": "fp64_contents", "INT64": "int64_contents"}
+_TYPED = {"FP64": "fp64_contents", "FP32": "fp32_contents", "INT64": "int64_contents"}
 _FP64_FIELD = pb.InferTensorContents.DESCRIPTOR.fields_by_name["fp64_contents"].number
 _INT64_FIELD = pb.InferTensorContents.DESCRIPTOR.fields_by_name["int64_contents"].number
 

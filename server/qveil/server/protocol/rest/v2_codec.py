@@ -88,10 +88,19 @@ def parse_body(
         inputs=tensors,
         model_name=model_name,
         model_version=version,
-        id=str(doc.get("id", ""))[:256],
+        id=_request_id(doc.get("id", "")),
         outputs=[str(o.get("name", "")) for o in outputs if isinstance(o, dict)],
     )
     return V2Body(request, by_name, bool(params.get("binary_data_output")))
+
+
+def _request_id(value: Any) -> str:
+    """The request's ``id``: a string (the protocol's type), echoed whole in the answer."""
+    if not isinstance(value, str):
+        raise bad_argument(
+            f"id must be a string, got {type(value).__name__}", field="id", reason="WRONG_TYPE"
+        )
+    return value
 
 
 def _tensor(i: int, t: Any, binary: memoryview) -> tuple[Tensor, memoryview]:

@@ -142,6 +142,7 @@ def build_app(plane: DataPlane, serving: Callable[[], bool], *, max_body_bytes: 
         Route("/v2/health/live", live, methods=["GET"]),
         Route("/v2/health/ready", health_ready, methods=["GET"]),
         Route("/v2", mapped(server_metadata), methods=["GET"]),
+        Route("/v2/", mapped(server_metadata), methods=["GET"]),  # the same, no redirect
         Route(m, mapped(model_metadata), methods=["GET"]),
         Route(v, mapped(model_metadata), methods=["GET"]),
         Route(m + "/ready", model_ready, methods=["GET"]),
@@ -149,4 +150,13 @@ def build_app(plane: DataPlane, serving: Callable[[], bool], *, max_body_bytes: 
         Route(m + "/infer", mapped(infer), methods=["POST"]),
         Route(v + "/infer", mapped(infer), methods=["POST"]),
     ]
-    return Starlette(routes=routes)
+
+    async def not_routed(request: Request, exc: Exception) -> Response:
+        """404 and 405 as the protocol's JSON error object, like every other error."""
+        status = int(getattr(exc, "status_code", 404))
+        what = "no such endpoint" if status == 404 else "method not allowed on this endpoint"
+        return JSONResponse(
+            {"error": f"{what}: {request.method} {request.url.path[:80]}"}, status_code=status
+        )
+
+    return Starlette(routes=routes, exception_handlers={404: not_routed, 405: not_routed})

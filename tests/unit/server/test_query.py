@@ -322,3 +322,40 @@ def test_a_full_disk_delays_the_log_and_never_an_answer(tmp_path: Path) -> None:
         for x, v in zip(fresh, got, strict=True):
             assert h.get_values(x).values.tobytes() == v.tobytes()
         assert log.flush(30) and st.count_points(rid) == before + 3 * 400 * 3
+
+
+def test_a_subnormal_state_is_the_grid_point_beside_it(tmp_path: Path) -> None:
+    """On a release of the interval [0, 1], the raw state 5e-324 (the smallest double) snaps
+    to the grid point 0: it gets 0's answer, the log holds one state for both, and the audit
+    with the key passes (no second state a hair from 0 for the whitening to divide by)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from server_helpers import make_bundle
+
+    from qveil.bundle import load_bundle
+    from qveil.server.admin import admin_db_for
+    from qveil.server.answer_log import AnswerLog
+    from qveil.server.audit import audit_store
+    from qveil.server.services import Services
+    from qveil.server.store import open_store
+
+    b = load_bundle(make_bundle(tmp_path / "bundle", seed=6, interval=(0.0, 1.0)))
+    with open_store(f"sqlite:///{tmp_path / 'store.sqlite'}") as st:
+        services = Services.create(store=st)
+        services.releases.start(b.path)
+        log = AnswerLog(st, max_points=1000)
+        log.start()
+        h = services.query
+        h.log = log
+        zero = h.get_values(np.array([0.0])).values.tobytes()
+        assert h.get_values(np.array([5e-324])).values.tobytes() == zero
+        assert h.get_values(np.array([5e-324, 0.0])).values.tobytes() == zero * 2
+        assert log.close(30)
+        assert {p.x for p in st.iter_points(b.bundle_id, 0)} == {0.0}
+        report = audit_store(
+            st,
+            admin_db_for(st),
+            release_id=b.bundle_id,
+            record=False,
+            keys={b.bundle_id: b.noise_paths},
+        )
+        assert report.passed and report.releases[0].key_checked, report.to_json()

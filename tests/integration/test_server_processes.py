@@ -257,6 +257,41 @@ def test_a_byte_copy_of_the_sqlite_store_serves_beside_the_original(tmp_path: Pa
     _audit(copy_url, bundle)
 
 
+def test_export_while_serving_then_import_and_serve_beside_it(tmp_path: Path) -> None:
+    """`qveil admin export-release` of the log while its server keeps serving, then
+    `init-store` and `import-release` into a second store, served by a second server beside
+    the first (which went on answering all along): the same bits for every state, and both
+    logs pass the audit with the key."""
+    from server_helpers import qveil
+
+    from qveil.bundle import load_bundle
+
+    bundle = make_bundle(tmp_path / "bundle", seed=36)
+    rid = load_bundle(bundle).bundle_id
+    url = f"sqlite:///{tmp_path / 'store.sqlite'}"
+    other = f"sqlite:///{tmp_path / 'other.sqlite'}"
+    a = start_server(tmp_path, bundle, store=url, name="orig")
+    try:
+        first = _values(a.target, ASK_FIRST[:10])
+        for argv in (
+            ("admin", "export-release", rid, "--out", str(tmp_path / "log.jsonl"), "--store", url),
+            ("admin", "init-store", "--store", other),
+            ("admin", "import-release", str(tmp_path / "log.jsonl"), "--store", other),
+        ):
+            r = qveil(*argv, cwd=tmp_path)
+            assert r.returncode == 0, (argv, r.stderr)
+        assert _values(a.target, ASK_FIRST[:10]) == first  # the original serves on
+        b = start_server(tmp_path, bundle, store=other, name="imported")
+        try:
+            _same_bits(a.target, b.target, bundle)
+        finally:
+            assert b.terminate() == 0, b.output()
+    finally:
+        assert a.terminate() == 0, a.output()
+    _audit(url, bundle)
+    _audit(other, bundle)
+
+
 def test_replicas_with_different_registries_answer_identically(tmp_path: Path) -> None:
     """A replica whose registry is another (its own QVEIL_HOME, a new signing key) refuses
     the release's receipt until told to trust the first registry's key (``qveil budget

@@ -469,7 +469,7 @@ class KeyedPaths:
         table point; for any other target the normals of levels T + 1 .. its own level
         (:meth:`_deep_normals`'s counter blocks, packed here; one AES call and one ``ndtri``
         call for the whole call, u and the sign as :func:`_normals_pass` computes them),
-        then :meth:`_descend_few`'s descent. The same operations, so the same bits."""
+        then :meth:`_descend_few`. The same operations, so the same bits."""
         dims, tab = self._dims, self._flat
         out: list[float] = []
         deep: list[tuple[int, int, int, int, int]] = []  # (out index, path, t, base, stop)
@@ -499,19 +499,16 @@ class KeyedPaths:
             np.array([((w & _MASK52) + 0.5) * _TWO_M53 for w in ws], dtype=np.float64)
         ).tolist()
         z = [-v if w >> 52 & 1 else v for v, w in zip(z, ws, strict=True)]
-        c_all, s_all = self._cs, self._ss
+        zs: list[list[float]] = []  # each target's normals, levels T + 1 .. its own
         k = 0
-        for at, p, t, base, stop in deep:
-            cs, ss = c_all[p], s_all[p]
-            g_left, g_right = tab[base], tab[base + 1]
-            for level in range(_T + 1, stop + 1):
-                g = cs[level] * (g_left + g_right) + ss[level] * z[k]
-                k += 1
-                if t >> (_K - level) & 1:
-                    g_left = g
-                else:
-                    g_right = g
-            out[at] = g_left
+        for _at, _p, _t, _base, stop in deep:
+            zs.append(z[k : k + stop - _T])
+            k += stop - _T
+        got = self._descend_few(
+            [d[1] for d in deep], [d[2] for d in deep], [d[3] for d in deep], zs
+        )
+        for (at, *_rest), g in zip(deep, got, strict=True):
+            out[at] = g
         return out
 
     def _deep_normals(self, w0: UInt64Array, t: UInt64Array, i0: int, i1: int) -> FloatArray:
@@ -526,7 +523,8 @@ class KeyedPaths:
         self, paths: list[int], ts: list[int], bases: list[int], zs: list[list[float]]
     ) -> list[float]:
         """:meth:`_descend_many` in plain Python floats (the same operations in the same
-        order), stopping at the level where the target is the midpoint."""
+        order), stopping at the level where the target is the midpoint; ``zs[k]`` holds the
+        normals of target k from level T + 1 on (at least up to that level)."""
         tab, c_all, s_all = self._flat, self._cs, self._ss
         res: list[float] = []
         for p, t, base, z in zip(paths, ts, bases, zs, strict=True):

@@ -41,6 +41,7 @@ __all__ = [
     "filter_check",
     "filter_state",
     "GAUSSIAN_RULE",
+    "spending_line",
     "PrivacyEvent",
     "check_budget",
     "compose",
@@ -311,6 +312,18 @@ class FilterState:
             "budget": {"epsilon": self.budget[0], "delta": self.budget[1]},
             "remaining": {"epsilon": self.remaining[0], "delta": self.remaining[1]},
         }
+
+
+def spending_line(population: str, state: Mapping[str, Any]) -> str:
+    """One line of a population's spending under its filter (``state``: :meth:`FilterState.
+    to_dict`, or a population report holding it): what is spent, the budget, what one more
+    release may have, and the filter. Every command that reports a population prints it."""
+    spent, budget, left = state["spent"], state["budget"], state["remaining"]
+    return (
+        f"population {population} spent eps={spent['epsilon']:.6g} at "
+        f"delta={spent['delta']:.3g} of its budget eps={budget['epsilon']:g}; one more release "
+        f"may have eps <= {left['epsilon']:.6g} ({str(state['rule']).split(':')[0]})"
+    )
 
 
 def _gaussian(e: PrivacyEvent) -> bool:

@@ -15,7 +15,7 @@ from typing import Any
 from qveil.bundle import load_bundle
 from qveil.bundle.receipt import write_receipt
 from qveil.errors import FailedPrecondition, echo
-from qveil.privacy.ledger import PrivacyEvent
+from qveil.privacy.ledger import PrivacyEvent, spending_line
 from qveil.release_records import validate_population
 from qveil.server import audit_log
 from qveil.server import population as pop
@@ -54,10 +54,7 @@ class RegistryRecords:
             return f"privacy {out.describe()} [{where}]"
         rep = pop.report(self.registry, population)
         return (
-            f"privacy: population {population} spent eps={rep['spent']['epsilon']:.6g} at "
-            f"delta={rep['spent']['delta']:.3g} of its budget eps={rep['budget']['epsilon']:g}; "
-            f"one more release may have eps <= {rep['remaining']['epsilon']:.6g} "
-            f"({len(rep['events'])} release(s); {rep['rule'].split(':')[0]}) [{where}]"
+            f"privacy: {spending_line(population, rep)}, {len(rep['events'])} release(s) [{where}]"
         )
 
     def issue_receipt(self, bundle: Path) -> str:

@@ -22,7 +22,9 @@ from qveil.errors import (
     bad_argument,
     echo,
 )
+from qveil.privacy.ledger import spending_line
 from qveil.server import views
+from qveil.server.population import report as population_report
 from qveil.server.state import ActiveRelease, ContextService, ServerContext
 
 __all__ = ["ReleaseService", "store_betas", "store_params"]
@@ -113,15 +115,30 @@ class ReleaseService(ContextService):
             )
         return rec
 
-    def start(self, bundle_path: str | Path, *, verify_store: bool = True) -> ActiveRelease:
-        """Server start: load and verify the bundle and its receipt, register its release in
-        the store if absent, verify the store's log of it, mark it active and make it the
-        served release."""
-        return self._activate(Path(bundle_path), expected_id="", verify_store=verify_store)
+    def start(
+        self,
+        bundle_path: str | Path,
+        *,
+        verify_store: bool = True,
+        loaded: tuple[Any, Receipt] | None = None,
+    ) -> ActiveRelease:
+        """Server start: load and verify the bundle and its receipt (``loaded``: what
+        :meth:`load` returned for it already), register its release in the store if absent,
+        verify the store's log of it, mark it active and make it the served release."""
+        return self._activate(
+            Path(bundle_path), expected_id="", verify_store=verify_store, loaded=loaded
+        )
 
-    def _activate(self, path: Path, *, expected_id: str, verify_store: bool) -> ActiveRelease:
+    def _activate(
+        self,
+        path: Path,
+        *,
+        expected_id: str,
+        verify_store: bool,
+        loaded: tuple[Any, Receipt] | None = None,
+    ) -> ActiveRelease:
         with self.holder.activation_lock:
-            bundle, receipt = self.load(path)
+            bundle, receipt = self.load(path) if loaded is None else loaded
             if expected_id and bundle.bundle_id != expected_id:
                 raise InvalidArgument(
                     f"bundle {echo(str(path))} holds release {bundle.bundle_id!r}, not "
@@ -159,17 +176,12 @@ class ReleaseService(ContextService):
     def spending(self, population: str) -> str:
         """One line: the population's spending and what one more release may have, the same
         figure ``qveil budget show`` and ``qveil admin budget`` print (its privacy filter)."""
-        rep = self.registry.ledger.budget(population)
-        if rep.cap is None or rep.remaining is None:
+        if self.registry.ledger.cap(population) is None:
             return (
                 f"population {population}: not declared in registry {self.registry.url} "
                 "(its receipt is trusted; its spending is in the registry that charged it)"
             )
-        return (
-            f"population {population}: spent eps={rep.spent[0]:.6g} at delta={rep.spent[1]:.3g} "
-            f"of its budget eps={rep.cap.epsilon:g}; one more release may have "
-            f"eps <= {rep.remaining[0]:.6g} ({rep.rule.split(':')[0]})"
-        )
+        return spending_line(population, population_report(self.registry, population))
 
     def _find_bundle(self, release_id: str) -> Path:
         if release_id in self.known_bundles:

@@ -26,6 +26,7 @@ from qveil.client.channel import read_token_file
 from qveil.dataset import declared_population, load_dataset
 from qveil.errors import InvalidArgument
 from qveil.kfqi_config import load_fqi_config
+from qveil.privacy.ledger import spending_line
 from qveil.release_records import OpenReleaseRecords
 from qveil.trainer.evaluate import evaluate_bundle, format_table, plot_scores
 from qveil.trainer.private_eval import private_evaluation
@@ -150,9 +151,7 @@ def run_private(args: argparse.Namespace, records: OpenReleaseRecords) -> int:
         f"sigma {rep['sigma']:.4g}), ({rep['epsilon']:.4g}, {rep['delta']:.3g})-DP, user relation\n"
         f"scale: {rep['scale']}\n"
         f"the interval does NOT cover {rep['interval_does_not_cover']}\n"
-        f"population {population}: spent eps={b['spent']['epsilon']:.6g} at delta="
-        f"{b['spent']['delta']:.3g} of eps={b['budget']['epsilon']:g}; one more release may "
-        f"have eps <= {b['remaining']['epsilon']:.6g}"
+        f"{spending_line(population, b)}"
     )
     return 0
 

@@ -37,6 +37,7 @@ __all__ = [
     "check_receipt",
     "parse_public_key",
     "read_receipt",
+    "receipt_summary",
     "signed_bytes",
     "write_receipt",
 ]

@@ -51,10 +51,9 @@ _Entry = tuple[str, npt.NDArray[np.float64], list[int], npt.NDArray[np.float64]]
 class AnswerLog:
     """The background writer of answered values (see the module docstring)."""
 
-    def __init__(self, store: Any, *, max_points: int, metrics: Any = None) -> None:
+    def __init__(self, store: Any, *, max_points: int) -> None:
         self.store = store
         self.max_points = int(max_points)
-        self.metrics = metrics
         self._queue: deque[_Entry] = deque()
         self._wake = threading.Event()
         #: set while a flush or close waits: the thread does not linger

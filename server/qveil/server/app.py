@@ -446,17 +446,11 @@ class _Run:
         new: it is a log, not the noise), start the answer log, then start the bundle's
         release (in the executor). A bundle that is refused opens nothing."""
         releases = self.services.releases
-        releases.load(self.config.bundle)  # refused here before any file is created
+        loaded = releases.load(self.config.bundle)  # refused here before any file is created
         st = open_store(url, new_ok=True)
         self.services.ctx.store = st
-        answers = AnswerLog(
-            st, max_points=self.config.limits.max_stored_points, metrics=self.metrics
-        )
-        answers.start()
-        self.answers = answers
-        self.metrics.answer_log = answers
-        self.services.query.log = answers
-        return releases.start(self.config.bundle)
+        self.answers = self.services.start_answer_log(st)
+        return releases.start(self.config.bundle, loaded=loaded)
 
     async def start_release(self, url: str, waiter: asyncio.Future[Any]) -> Any:
         """The started release, or None when ``waiter`` (the stop signal) came first."""

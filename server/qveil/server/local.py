@@ -21,7 +21,6 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from qveil.server.answer_log import AnswerLog
 from qveil.server.app import create_server
 from qveil.server.auth import Authorizer, load_tokens
 from qveil.server.closing import Closing
@@ -81,10 +80,7 @@ class LocalServer(Closing):
             holder=ReleaseHolder(),
             limits=Limits(max_batch=max_batch, max_in_flight=max_in_flight),
         )
-        self.answers = AnswerLog(self.store, max_points=self.services.ctx.limits.max_stored_points)
-        self.answers.start()
-        self.services.query.log = self.answers
-        self.services.ctx.metrics.answer_log = self.answers
+        self.answers = self.services.start_answer_log(self.store)
         self.plane = DataPlane(
             self.services, Authorizer(load_tokens(tokens) if tokens else None), self.executor
         )

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from qveil.server.answer_log import AnswerLog
 from qveil.server.audit_service import AuditService
 from qveil.server.limits import Limits
 from qveil.server.metrics import Metrics
@@ -53,3 +54,12 @@ class Services:
             releases=ReleaseService(ctx, bundle_dirs=bundle_dirs, trusted_keys=trusted_keys),
             audit=AuditService(ctx),
         )
+
+    def start_answer_log(self, store: Any) -> AnswerLog:
+        """Start the answer log of ``store`` (capped by the limits' ``max_stored_points``) and
+        wire it where it is used: the query service submits to it, the metrics read it."""
+        answers = AnswerLog(store, max_points=self.ctx.limits.max_stored_points)
+        answers.start()
+        self.query.log = answers
+        self.ctx.metrics.answer_log = answers
+        return answers

@@ -109,7 +109,11 @@ def add_parser(sub: Any) -> None:
         help="processes (default: CPUs, or QVEIL_EXPERIMENT_WORKERS)",
     )
     multid = p.add_argument_group("multid only")
-    multid.add_argument("--env", help="multid: one environment (CartPole-v1 or Acrobot-v1)")
+    multid.add_argument(
+        "--env",
+        help="multid: one environment with a public config (CartPole-v1, Acrobot-v1, "
+        "LunarLander-v3, qveil/Reach16-v0)",
+    )
     multid.add_argument("--users", help="multid: comma-separated numbers of users N")
     multid.add_argument("--epsilons", help="multid: comma-separated epsilons (default 0.5,1,2,4)")
     multid.add_argument("--releases", type=int, help="multid: served releases per cell")
@@ -175,7 +179,13 @@ def _multid_kwargs(args: argparse.Namespace) -> dict[str, Any]:
             raise InvalidArgument(f"--env must be one of {', '.join(ENVS)}, got {env[:80]!r}")
         base = (QUICK if args.quick else FULL)[0]
         users = _numbers("--users", given["users"], _count) if "users" in given else None
-        kw["plan"] = [(e, users if users is not None else ns) for e, ns in base if env in (None, e)]
+        if env is None:
+            kw["plan"] = [(e, users if users is not None else ns) for e, ns in base]
+        else:
+            planned = dict(base).get(env)
+            if users is None and planned is None:
+                raise InvalidArgument(f"--env {env} is not in the default plan: give --users")
+            kw["plan"] = [(env, users if users is not None else planned)]
     return kw
 
 

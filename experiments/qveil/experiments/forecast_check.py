@@ -1,10 +1,11 @@
 """The utility forecast (qveil.trainer.forecast) against measured served releases.
 
-For LineWalk (configs/linewalk-private.toml) and CartPole (configs/cartpole-private.toml) at
-epsilon 1 and several N, the forecast's fraction of the way from random to non-private and
-its 95% interval, beside the fraction measured through the server on other datasets
-(docs/results.md: LineWalk section 7, CartPole section 8). The forecast simulates its own
-users (collection seed 1, the tuning seed; the served measurements used report seeds).
+For every environment with a public fqi config in configs/ (LineWalk, CartPole, Acrobot,
+LunarLander, Reach16) at epsilon 1 and several N, the forecast's fraction of the way from
+random to non-private and its 95% interval, beside the fraction measured through the server
+on other datasets (docs/results.md: LineWalk section 7, CartPole, Acrobot and Reach16
+section 8, LunarLander section 10). The forecast simulates its own users (collection seed 1,
+the tuning seed; the served measurements used report seeds).
 
 Writes forecast.csv and forecast.png under ``out``.
 """
@@ -29,17 +30,27 @@ MEASURED: dict[tuple[str, int], float] = {
     ("CartPole-v1", 100_000): 0.95,
     ("qveil/LineWalk-v0", 300): (20.3 - 11.3) / (20.7 - 11.3),
     ("qveil/LineWalk-v0", 1000): (20.7 - 11.3) / (20.71 - 11.3),
+    ("Acrobot-v1", 1000): 0.12,
 }
 PLAN: list[tuple[str, str, list[int]]] = [
     ("qveil/LineWalk-v0", "linewalk-private.toml", [30, 100, 300, 1000]),
     ("CartPole-v1", "cartpole-private.toml", [1000, 3000, 10_000, 30_000, 100_000]),
+    ("Acrobot-v1", "acrobot-private.toml", [1000]),
+    ("LunarLander-v3", "lunarlander-private.toml", [2000, 10_000]),
+    ("qveil/Reach16-v0", "reach16-private.toml", [1000, 10_000]),
 ]
 QUICK: list[tuple[str, str, list[int]]] = [
     ("qveil/LineWalk-v0", "linewalk-private.toml", [100, 300]),
 ]
 
 
-def run(*, out: Path, quick: bool = False, **_: Any) -> dict[str, Path]:
+def run(
+    *,
+    out: Path,
+    quick: bool = False,
+    plan: list[tuple[str, str, list[int]]] | None = None,
+    **_: Any,
+) -> dict[str, Path]:
     from qveil.experiments._util import write_table_and_plot
     from qveil.kfqi_config import load_fqi_config
     from qveil.trainer.forecast import forecast
@@ -47,7 +58,7 @@ def run(*, out: Path, quick: bool = False, **_: Any) -> dict[str, Path]:
     out.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
     t0 = time.perf_counter()
-    for env, config, sizes in QUICK if quick else PLAN:
+    for env, config, sizes in plan or (QUICK if quick else PLAN):
         cfg = load_fqi_config(REPO / "configs" / config)
         for n in sizes:
             fc = forecast(cfg, users=n, epsilon=1.0, releases=8, episodes=20)

@@ -62,6 +62,8 @@ ROOT = Path(__file__).resolve().parents[3]
 ENVS = {
     "CartPole-v1": ROOT / "configs" / "cartpole-private.toml",
     "Acrobot-v1": ROOT / "configs" / "acrobot-private.toml",
+    "LunarLander-v3": ROOT / "configs" / "lunarlander-private.toml",
+    "qveil/Reach16-v0": ROOT / "configs" / "reach16-private.toml",
 }
 EPSILONS = (0.5, 1.0, 2.0, 4.0)
 DELTA = 1e-5
@@ -249,7 +251,9 @@ def _data(env_id: str, users: int, seed: int, cfg: Any, dataset: Path | None) ->
 
     if dataset is None:
         t0 = time.perf_counter()
-        data = collect(env_id, users, seed, reward_range=cfg.reward_range)
+        # rewards clipped into the config's public range (LunarLander's are unbounded;
+        # CartPole's, Acrobot's and Reach16's already lie in it)
+        data = collect(env_id, users, seed, reward_range=cfg.reward_range, clip_rewards=True)
         return data, time.perf_counter() - t0
     src = ParquetSource(dataset)
     if src.env_id != env_id or src.users != users:
@@ -469,7 +473,7 @@ def run(
             raise ValueError(f"{dataset}: env {src.env_id!r} has no public config here")
         plan = [(str(src.env_id), [int(src.users)])]
         seeds = 1
-    plan = plan or default_plan
+    plan = default_plan if plan is None else plan
     episodes = episodes or default_episodes
     releases = releases or default_releases
     rows: list[dict[str, Any]] = []

@@ -22,36 +22,53 @@ import numpy as np
 __all__ = ["run"]
 
 REPO = Path(__file__).resolve().parents[3]
+#: (env, its public config, held-out users N, seeds): every environment with an fqi config
+#: in configs/; fewer seeds where one seed costs minutes (Acrobot's 500-step episodes,
+#: LunarLander's collection)
 PLAN = [
-    ("qveil/LineWalk-v0", "linewalk-private.toml", 300),
-    ("CartPole-v1", "cartpole-private.toml", 10_000),
+    ("qveil/LineWalk-v0", "linewalk-private.toml", 300, 10),
+    ("CartPole-v1", "cartpole-private.toml", 10_000, 10),
+    ("Acrobot-v1", "acrobot-private.toml", 1000, 3),
+    ("LunarLander-v3", "lunarlander-private.toml", 2000, 3),
+    ("qveil/Reach16-v0", "reach16-private.toml", 1000, 5),
 ]
 
 
-def _true_value(env_id: str, act: Any, gamma: float, episodes: int, seed: int) -> float:
-    """Monte Carlo discounted value of ``act`` from the env's start distribution."""
+def _true_value(
+    env_id: str, act: Any, gamma: float, episodes: int, seed: int
+) -> tuple[float, float]:
+    """Monte Carlo from the env's start distribution: the discounted value of ``act`` (what
+    the private evaluation estimates) and its mean episode return (what serving it scores),
+    over the same whole episodes."""
     import gymnasium as gym
 
     from qveil.trainer import register_envs
 
     register_envs()
     env = gym.make(env_id)
-    total = 0.0
+    value = ret = 0.0
     for e in range(episodes):
         obs, _ = env.reset(seed=seed * 100_000 + e)
-        g, disc, done = 0.0, 1.0, False
-        while not done and disc > 1e-6:
+        disc, done = 1.0, False
+        while not done:
             a = int(act(np.asarray(obs, dtype=np.float64).reshape(1, -1))[0])
             obs, r, term, trunc, _ = env.step(a)
-            g += disc * float(r)
+            value += disc * float(r)
+            ret += float(r)
             disc *= gamma
             done = term or trunc
-        total += g
     env.close()
-    return total / episodes
+    return value / episodes, ret / episodes
 
 
-def run(*, out: Path, quick: bool = False, seeds: int | None = None, **_: Any) -> dict[str, Path]:
+def run(
+    *,
+    out: Path,
+    quick: bool = False,
+    seeds: int | None = None,
+    plan: list[tuple[str, str, int, int]] | None = None,
+    **_: Any,
+) -> dict[str, Path]:
     import tempfile
 
     from qveil.additive import AdditiveSamplePath
@@ -65,17 +82,19 @@ def run(*, out: Path, quick: bool = False, seeds: int | None = None, **_: Any) -
     from qveil.trainer.private_eval import Z95, estimator_of
 
     out.mkdir(parents=True, exist_ok=True)
-    plan = [(e, c, 100) for e, c, _ in PLAN[:1]] if quick else PLAN
-    n_seeds = seeds or (2 if quick else 10)
+    if plan is None:
+        plan = [(e, c, 100, 2) for e, c, _, _ in PLAN[:1]] if quick else PLAN
     rows: list[dict[str, Any]] = []
     t0 = time.perf_counter()
-    for env_id, config, users in plan:
+    for env_id, config, users, env_seeds in plan:
+        n_seeds = seeds or env_seeds
         cfg = load_fqi_config(REPO / "configs" / config)
         rr = getattr(cfg, "reward_range", None)
         rr = None if rr is None else (float(rr[0]), float(rr[1]))
         for seed in range(n_seeds):
-            train = collect(env_id, users, 1000 + seed, reward_range=rr)
-            held = collect(env_id, users, 2000 + seed, reward_range=rr)
+            clip = rr is not None  # into the config's public range (LunarLander)
+            train = collect(env_id, users, 1000 + seed, reward_range=rr, clip_rewards=clip)
+            held = collect(env_id, users, 2000 + seed, reward_range=rr, clip_rewards=clip)
             with tempfile.TemporaryDirectory() as tmp:
                 b = load_bundle(
                     create_estimator(cfg).train(train, Path(tmp) / "b", force=True).path
@@ -109,18 +128,22 @@ def run(*, out: Path, quick: bool = False, seeds: int | None = None, **_: Any) -
                 epsilon=1.0,
             )  # fmt: skip
             est = j + res.sigma * float(np.random.default_rng([seed, 9]).standard_normal())
-            truth = _true_value(env_id, act, spec.gamma, 200 if not quick else 40, seed)
+            truth, served_return = _true_value(
+                env_id, act, spec.gamma, 100 if not quick else 20, seed
+            )
             half = Z95 * res.sigma
             rows.append(
                 {
                     "env": env_id, "users": users, "seed": seed, "estimate": est,
                     "non_private_estimate": j, "sigma": res.sigma, "true_value": truth,
+                    "served_return": served_return,
                     "covered": abs(est - truth) <= half, "bias": j - truth,
                 }
             )  # fmt: skip
             print(
                 f"private-eval [{time.perf_counter() - t0:.0f} s] {env_id} seed {seed}: "
-                f"estimate {est:.4g} +- {half:.3g}, true {truth:.4g}", flush=True
+                f"estimate {est:.4g} +- {half:.3g}, true {truth:.4g} (episode return "
+                f"{served_return:.4g})", flush=True
             )  # fmt: skip
     return write_table_and_plot(out, "private_eval", rows, _plot)
 

@@ -102,6 +102,24 @@ def test_multid_on_a_parquet_dataset(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert "fit shards: shard 2/2 done" in err
 
 
+def test_multid_plan_is_the_env_asked_for() -> None:
+    """--env with --users runs that env alone, also an env outside the default plan (an empty
+    plan must never fall back to the default one)."""
+    import argparse
+
+    from qveil.experiments.cli import _multid_kwargs, add_parser
+
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers())
+
+    def plan(*argv: str) -> object:
+        return _multid_kwargs(parser.parse_args(["experiments", "multid", *argv]))["plan"]
+
+    assert plan("--env", "qveil/Reach16-v0", "--users", "30") == [("qveil/Reach16-v0", [30])]
+    assert plan("--env", "Acrobot-v1") == [("Acrobot-v1", [300, 1000])]
+    assert plan("--users", "50", "--quick") == [("CartPole-v1", [50]), ("Acrobot-v1", [50])]
+
+
 def test_fraction_bootstrap_pairs_episodes() -> None:
     """The fraction's bootstrap over releases and episodes: with every release equal to the
     floor plus half the (ceiling - floor) gap of the same episode, the fraction is 0.5 in
@@ -167,6 +185,7 @@ def test_bad_arguments_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     for argv, message in (
         (["bgp16", "--users", "3"], "apply to multid only"),
         (["multid", "--env", "Pong-v5"], "--env must be one of"),
+        (["multid", "--env", "qveil/Reach16-v0"], "give --users"),
         (["multid", "--users", "1e5,x"], "--users must be comma-separated numbers"),
         (["multid", "--epsilons", "1,-2"], "--epsilons must be positive"),
         (["multid", "--releases", "0"], "--releases must be >= 1"),

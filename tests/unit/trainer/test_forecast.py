@@ -4,6 +4,7 @@ spent (nothing recorded, no key drawn for it, nothing stored)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from qveil.dataset import save_dataset
 from qveil.errors import InvalidArgument
 from qveil.kfqi_config import load_fqi_config
 from qveil.trainer.collect import collect
-from qveil.trainer.forecast import NEAR_RANDOM, Forecast, forecast
+from qveil.trainer.forecast import MEASURED_ERROR, NEAR_RANDOM, Forecast, forecast
 
 CONFIG = REPO / "configs" / "linewalk-private.toml"
 
@@ -33,6 +34,20 @@ def test_linewalk_forecast_is_useful_at_300_users_and_worse_than_random_at_10() 
     assert bad.fraction_hi < NEAR_RANDOM and bad.near_random and bad.fraction < 0
     assert not bad.random_level and bad.worse_than_random and bad.refusal is not None
     assert "WORSE THAN A RANDOM POLICY" in bad.text()
+
+
+def test_the_forecast_states_its_own_error() -> None:
+    """Every forecast says what its interval covers and how far it was from served
+    releases of its env (or that this was not measured); the JSON carries the number."""
+    cfg = load_fqi_config(CONFIG)
+    fc = forecast(cfg, users=300, epsilon=1.0, releases=2, episodes=6)
+    err = MEASURED_ERROR["qveil/LineWalk-v0"]
+    assert f"off by at most {err[0]:.2f} of the way" in fc.text()
+    assert "covers the simulated noise and episodes only" in fc.text()
+    assert fc.to_dict()["measured_error"] == {"max_abs": err[0], "sizes": err[1]}
+    other = dataclasses.replace(fc, env_id="MountainCar-v0")
+    assert "not measured for MountainCar-v0" in other.text()
+    assert other.to_dict()["measured_error"] is None
 
 
 def test_a_public_dataset_replaces_the_simulation(tmp_path: Path) -> None:

@@ -37,10 +37,19 @@ from qveil.trainer import register_envs
 from qveil.trainer.collect import collect
 from qveil.trainer.estimators import create_estimator
 
-__all__ = ["NEAR_RANDOM", "Forecast", "forecast", "lockstep"]
+__all__ = ["MEASURED_ERROR", "NEAR_RANDOM", "Forecast", "forecast", "lockstep"]
 
 #: A forecast whose interval's upper end is below this fraction warns: near random.
 NEAR_RANDOM = 0.2
+
+#: The forecast's own error, measured: per environment, the largest |forecast - served|
+#: fraction over the sizes N where both were measured at epsilon 1, and how many sizes
+#: (docs/results.md section 10, ``qveil experiments forecast``). The forecast's interval
+#: covers its simulated noise and episodes only; this is the gap to real served releases.
+MEASURED_ERROR: dict[str, tuple[float, int]] = {
+    "qveil/LineWalk-v0": (0.01, 2),
+    "CartPole-v1": (0.11, 5),
+}
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -95,12 +104,40 @@ class Forecast:
             return "the forecast says the release would be WORSE THAN A RANDOM POLICY"
         return None
 
+    @property
+    def measured_error(self) -> tuple[float, int] | None:
+        """(largest |forecast - served| measured for this env, over how many sizes N), or
+        None where no served release of the env was measured."""
+        return MEASURED_ERROR.get(self.env_id)
+
+    def error_text(self) -> str:
+        """The forecast's own error in words: what its interval covers and what was
+        measured against served releases."""
+        covers = (
+            "its 95% interval covers the simulated noise and episodes only, not the gap "
+            "between the public simulator's random-policy users and your users"
+        )
+        err = self.measured_error
+        if err is None:
+            measured = ", ".join(sorted(MEASURED_ERROR))
+            return (
+                f"the forecast's own error: not measured for {self.env_id} (measured for "
+                f"{measured}: docs/results.md section 10); {covers}"
+            )
+        return (
+            f"the forecast's own error: against releases of {self.env_id} served at "
+            f"{err[1]} sizes N, it was off by at most {err[0]:.2f} of the way (docs/results.md "
+            f"section 10); {covers}"
+        )
+
     def to_dict(self) -> dict[str, Any]:
         out = {k: _finite(getattr(self, k)) for k in self.__dataclass_fields__}
+        err = self.measured_error
         return out | {
             "near_random": self.near_random,
             "random_level": self.random_level,
             "worse_than_random": self.worse_than_random,
+            "measured_error": None if err is None else {"max_abs": err[0], "sizes": err[1]},
         }
 
     def text(self) -> str:
@@ -121,6 +158,7 @@ class Forecast:
                     "if they make the non-private fit itself better, otherwise the config "
                     "(reward range, gamma, default_value, anchors) or the behaviour policy "
                     "that collects the data must change (docs/results.md)",
+                    self.error_text(),
                 ]
             )
         lines = [
@@ -128,6 +166,7 @@ class Forecast:
             f"is expected to reach {self.fraction:.2f} (95% interval {self.fraction_lo:.2f} to "
             f"{self.fraction_hi:.2f}) of the way from random ({self.random:.4g}) to non-private "
             f"({self.non_private:.4g}): return {self.private:.4g} {runs}",
+            self.error_text(),
         ]
         if self.worse_than_random:
             lines.append(
@@ -233,6 +272,9 @@ def forecast(
             int(users),
             int(seed),
             reward_range=None if rr is None else (float(rr[0]), float(rr[1])),
+            # the config's range is the release's public reward definition: what a
+            # collection for it records (`qveil dataset collect --clip-rewards`)
+            clip_rewards=rr is not None,
         )
         source = f"{env_id}, {users} simulated random-policy users (seed {seed})"
     else:

@@ -31,6 +31,10 @@ MEASURED: dict[tuple[str, int], float] = {
     ("qveil/LineWalk-v0", 300): (20.3 - 11.3) / (20.7 - 11.3),
     ("qveil/LineWalk-v0", 1000): (20.7 - 11.3) / (20.71 - 11.3),
     ("Acrobot-v1", 1000): 0.12,
+    ("LunarLander-v3", 2000): -1.65,
+    ("LunarLander-v3", 10_000): -3.29,
+    ("qveil/Reach16-v0", 1000): -0.50,
+    ("qveil/Reach16-v0", 10_000): -0.54,
 }
 PLAN: list[tuple[str, str, list[int]]] = [
     ("qveil/LineWalk-v0", "linewalk-private.toml", [30, 100, 300, 1000]),

@@ -1,4 +1,4 @@
-"""The Open Inference Protocol (KServe v2, issue 17) against a real `qveil serve` subprocess,
+"""The Open Inference Protocol (KServe v2) against a real `qveil serve` subprocess,
 spoken by clients nobody here wrote: tritonclient over gRPC and over HTTP (in their own
 process, see oip_triton_driver.py) and httpx against the REST binding.
 
@@ -10,6 +10,9 @@ grid, validation after the answer) fails the equality or the count."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,6 +24,7 @@ from oip_helpers import (
     action_input,
     bad_cases,
     decoded,
+    doc_block,
     hexes,
     states_input,
 )
@@ -336,3 +340,35 @@ def test_double_and_uint64_parameters_on_inputs_and_outputs(env: Env) -> None:
     assert set(props) <= {"release_id", "value_grid", "noise_path", *card}
     text = " ".join(props)
     assert "weights" not in text and "key" not in text
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_the_documented_tritonclient_example_works(env: Env, protocol: str) -> None:
+    """docs/api.md's tritonclient block, run as written in its own process (`token` a query
+    token, the address the test server's); over HTTP with the two changes the doc names (the
+    module, the REST address). Its values are ValueService's, bit for bit."""
+    code = doc_block("**tritonclient** over gRPC", "python")
+    code = code.replace("127.0.0.1:50051", env.url("grpc"))
+    if protocol == "http":
+        code = code.replace("tritonclient.grpc as", "tritonclient.http as")
+        code = code.replace(env.url("grpc"), env.url("http"))
+    probe = (
+        "import json\n"
+        "print(json.dumps({'q': [float(v).hex() for v in q.reshape(-1)], 'shape': q.shape,\n"
+        "    'best': best.tolist(), 'q_at': [float(v).hex() for v in q_at]}))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", f"token = {env.tokens.query!r}\n{code}\n{probe}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert "qveil" in proc.stdout.splitlines()[0]  # the metadata it prints
+    with ValueClient(env.server.target, token=env.tokens.query) as c:
+        assert got["shape"] == [2, env.b.n_actions]
+        assert got["q"] == hexes(c.values([0.3, 0.7]))
+        assert got["best"] == c.best_actions([0.3, 0.7]).tolist()
+        want = [c.values([0.3], [1])[0, 0], c.values([0.7], [0])[0, 0]]
+    assert got["q_at"] == hexes(want)

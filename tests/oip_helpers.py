@@ -221,3 +221,13 @@ HTTP_STATUS = {
     "UNAUTHENTICATED": "401",
     "FAILED_PRECONDITION": "400",
 }
+
+
+API_DOC = Path(__file__).resolve().parents[1] / "docs" / "api.md"
+
+
+def doc_block(marker: str, lang: str) -> str:
+    """The first ```lang block after ``marker`` in docs/api.md, as written."""
+    text = API_DOC.read_text()
+    after = text[text.index(marker) :]
+    return after.split(f"```{lang}\n", 1)[1].split("```", 1)[0]

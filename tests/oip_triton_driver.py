@@ -11,7 +11,9 @@ unaffected, and the client under test is still exactly tritonclient.
 
 Operations: live, ready, model_ready, server_metadata, model_metadata, descriptor, and
 infer with "inputs": [{"name", "datatype", "shape", "data": [float.hex or int]}],
-optional "outputs": [names], "model_version". Floats travel as float.hex (bit-exact, NaN
+optional "outputs": [names], "model_version", "priority" (sent by tritonclient.grpc as
+InferParameter.uint64_param) and "parameters" (custom request parameters: a float is a
+double_param over gRPC). Floats travel as float.hex (bit-exact, NaN
 included). Each result is {"ok": true, ...} or {"ok": false, "status": ..., "message": ...}.
 """
 
@@ -92,6 +94,8 @@ def _one(client: Any, tc: Any, cfg: dict[str, Any], op: dict[str, Any]) -> dict[
             model_version=op.get("model_version", ""),
             outputs=outputs or None,
             request_id=op.get("id", ""),
+            priority=op.get("priority", 0),
+            parameters=op.get("parameters"),
             headers=headers,
         )
         resp = _plain(res.get_response(**_as_json(cfg)))

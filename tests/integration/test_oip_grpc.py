@@ -1,4 +1,4 @@
-"""The Open Inference Protocol (KServe v2, issue 17) against a real `qveil serve` subprocess,
+"""The Open Inference Protocol (KServe v2) against a real `qveil serve` subprocess,
 spoken by clients nobody here wrote: tritonclient over gRPC and over HTTP (in their own
 process, see oip_triton_driver.py) and httpx against the REST binding.
 
@@ -10,6 +10,9 @@ grid, validation after the answer) fails the equality or the count."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,6 +24,7 @@ from oip_helpers import (
     action_input,
     bad_cases,
     decoded,
+    doc_block,
     hexes,
     states_input,
 )
@@ -64,6 +68,8 @@ def test_probes_and_metadata(env: Env, protocol: str) -> None:
     assert shapes == {"STATE": ("FP64", [-1, 1]), "ACTION": ("INT64", [-1])}
     outs = {t["name"]: (t["datatype"], [int(s) for s in t["shape"]]) for t in md["outputs"]}
     assert outs == {"Q": ("FP64", [-1, env.b.n_actions]), "BEST_ACTION": ("INT64", [-1])}
+    if protocol == "http":  # (tritonclient.grpc's own message has no `properties` field)
+        assert md["properties"]["release_id"] == env.release
     assert "unknown model" in got[8]["message"]
     # probes need no token; metadata needs a role that may call ValueService
     anon = env.triton(protocol, [{"op": "live"}, {"op": "ready"}, {"op": "model_metadata"}], None)
@@ -187,9 +193,14 @@ def test_typed_contents_and_raw_errors_over_grpc(env: Env) -> None:
                 stub.ModelInfer(req, metadata=md)
             assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT
             assert fragment in (ei.value.details() or ""), ei.value.details()
-        with pytest.raises(grpc.RpcError) as ei:
-            stub.RepositoryModelLoad(pb.RepositoryModelLoadRequest(model_name="x"), metadata=md)
-        assert ei.value.code() == grpc.StatusCode.UNIMPLEMENTED
+        for call, req in (
+            (stub.RepositoryModelLoad, pb.RepositoryModelLoadRequest),
+            (stub.RepositoryModelUnload, pb.RepositoryModelUnloadRequest),
+        ):
+            with pytest.raises(grpc.RpcError) as ei:
+                call(req(repository_name="", model_name="qveil"), metadata=md)
+            assert ei.value.code() == grpc.StatusCode.UNIMPLEMENTED
+            assert "no repository" in (ei.value.details() or "")
         assert env.answered() == before
 
 
@@ -217,8 +228,11 @@ def test_undecodable_model_infer_is_invalid_argument(env: Env) -> None:
 
 def test_vendored_proto_matches_tritons_wire_format(env: Env) -> None:
     """Every message of the vendored grpc_predict_v2.proto exists in Triton's
-    grpc_service.proto (as compiled into tritonclient) with the same fields: names, numbers,
-    types, labels; and every RPC qveil serves has the same request/response types."""
+    grpc_service.proto as compiled into tritonclient with the same fields (names, numbers,
+    types, labels), the repository requests included, but for the one documented
+    difference: ModelMetadataResponse.properties (the protocol's, not in Triton's file); every
+    RPC has the same request/response types. (tests/unit/common/test_oip_proto.py checks it
+    against the upstream texts.)"""
     from google.protobuf import descriptor_pb2
 
     from qveil.oip import grpc_predict_v2_pb2 as pb
@@ -244,21 +258,16 @@ def test_vendored_proto_matches_tritons_wire_format(env: Env) -> None:
         return out
 
     mine, triton = fields(ours), fields(theirs)
-    served = {
-        "ServerLive",
-        "ServerReady",
-        "ModelReady",
-        "ServerMetadata",
-        "ModelMetadata",
-        "ModelInfer",
-    }
-    msgs = {n for n in mine if not n.startswith("Repository")}
-    for name in msgs:
-        assert set(mine[name]) <= set(triton[name]), name
+    properties = ("properties", 6, 11, 3, ".inference.ModelMetadataResponse.PropertiesEntry")
+    only_ours = {"ModelMetadataResponse.PropertiesEntry"}
+    assert set(mine) - set(triton) == only_ours
+    for name in set(mine) - only_ours:
+        extra = [properties] if name == "ModelMetadataResponse" else []
+        assert sorted(triton[name] + extra) == mine[name], name
     rpcs = {m.name: (m.input_type, m.output_type) for m in theirs.service[0].method}
+    assert len(ours.service[0].method) == 8
     for m in ours.service[0].method:
-        if m.name in served:
-            assert rpcs[m.name] == (m.input_type, m.output_type)
+        assert rpcs[m.name] == (m.input_type, m.output_type), m.name
 
 
 @pytest.mark.parametrize(("protocol", "binary"), [("grpc", True), ("http", True), ("http", False)])
@@ -274,3 +283,92 @@ def test_fp32_states_are_answered_as_their_exact_fp64(
     with ValueClient(env.server.target, token=env.tokens.query) as c:
         want = c.values(xs32.astype(np.float64))
     assert hexes(decoded(res, "Q")) == hexes(want)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_parameters_of_every_kind_are_accepted_and_change_nothing(env: Env, protocol: str) -> None:
+    """tritonclient sends `priority` as an InferParameter.uint64_param and a float custom
+    parameter as a double_param (gRPC; numbers in the JSON over REST): accepted with bool,
+    int64 and string ones, and the answer is the same bits as without parameters."""
+    xs = [0.3125, -0.5, 1.75]
+    params = {"temperature": 0.25, "n": 2, "flag": True, "note": "x"}
+    (res,) = env.triton(
+        protocol,
+        [{"op": "infer", "inputs": [states_input(xs)], "priority": 3, "parameters": params}],
+    )
+    assert res["ok"], res
+    with ValueClient(env.server.target, token=env.tokens.query) as c:
+        assert hexes(decoded(res, "Q")) == hexes(c.values(xs))
+
+
+def test_double_and_uint64_parameters_on_inputs_and_outputs(env: Env) -> None:
+    """Every InferParameter kind (bool, int64, string, double, uint64) on the request, an
+    input and a requested output: the same answer; ModelMetadata's `properties` name the
+    release, the value grid and the noise construction, all from the public card."""
+    import grpc
+
+    from qveil.oip import grpc_predict_v2_pb2 as pb
+    from qveil.oip import grpc_predict_v2_pb2_grpc as pb_grpc
+
+    md = (("authorization", f"Bearer {env.tokens.query}"),)
+    every = {
+        "b": pb.InferParameter(bool_param=True),
+        "i": pb.InferParameter(int64_param=-3),
+        "s": pb.InferParameter(string_param="x"),
+        "d": pb.InferParameter(double_param=0.5),
+        "u": pb.InferParameter(uint64_param=2**64 - 1),
+    }
+    xs = [0.125, 0.875]
+    with grpc.insecure_channel(env.server.target) as ch:
+        stub = pb_grpc.GRPCInferenceServiceStub(ch)
+        req = pb.ModelInferRequest(model_name="qveil", parameters=every)
+        t = req.inputs.add(name="STATE", datatype="FP64", shape=[2, 1], parameters=every)
+        t.contents.fp64_contents.extend(xs)
+        req.outputs.add(name="Q", parameters=every)
+        resp = stub.ModelInfer(req, metadata=md, timeout=30)
+        (q,) = resp.outputs
+        meta = stub.ModelMetadata(pb.ModelMetadataRequest(name="qveil"), metadata=md, timeout=30)
+    with ValueClient(env.server.target, token=env.tokens.query) as c:
+        assert hexes(np.array(q.contents.fp64_contents)) == hexes(c.values(xs))
+        release = c.release()
+    props = dict(meta.properties)
+    assert props["release_id"] == env.release
+    assert float(props["value_grid"]) == release.value_grid
+    card = env.b.public_card()
+    assert props["noise_path"] == card["noise_path"]["construction"]
+    assert props["env_id"] == card["env_id"] and float(props["epsilon"]) == card["epsilon"]
+    assert set(props) <= {"release_id", "value_grid", "noise_path", *card}
+    text = " ".join(props)
+    assert "weights" not in text and "key" not in text
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_the_documented_tritonclient_example_works(env: Env, protocol: str) -> None:
+    """docs/api.md's tritonclient block, run as written in its own process (`token` a query
+    token, the address the test server's); over HTTP with the two changes the doc names (the
+    module, the REST address). Its values are ValueService's, bit for bit."""
+    code = doc_block("**tritonclient** over gRPC", "python")
+    code = code.replace("127.0.0.1:50051", env.url("grpc"))
+    if protocol == "http":
+        code = code.replace("tritonclient.grpc as", "tritonclient.http as")
+        code = code.replace(env.url("grpc"), env.url("http"))
+    probe = (
+        "import json\n"
+        "print(json.dumps({'q': [float(v).hex() for v in q.reshape(-1)], 'shape': q.shape,\n"
+        "    'best': best.tolist(), 'q_at': [float(v).hex() for v in q_at]}))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", f"token = {env.tokens.query!r}\n{code}\n{probe}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert "qveil" in proc.stdout.splitlines()[0]  # the metadata it prints
+    with ValueClient(env.server.target, token=env.tokens.query) as c:
+        assert got["shape"] == [2, env.b.n_actions]
+        assert got["q"] == hexes(c.values([0.3, 0.7]))
+        assert got["best"] == c.best_actions([0.3, 0.7]).tolist()
+        want = [c.values([0.3], [1])[0, 0], c.values([0.7], [0])[0, 0]]
+    assert got["q_at"] == hexes(want)

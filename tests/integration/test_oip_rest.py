@@ -9,14 +9,24 @@ binary extension, is in test_oip_grpc.py.)"""
 from __future__ import annotations
 
 import json
+import os
 import ssl
+import subprocess
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import numpy as np
 import pytest
-from oip_helpers import MAX_BATCH, Env, bad_cases, hexes, serving_env, states_input
+from oip_helpers import (
+    MAX_BATCH,
+    Env,
+    bad_cases,
+    doc_block,
+    hexes,
+    serving_env,
+    states_input,
+)
 from server_helpers import make_bundle, make_certs, make_tokens, running, served_values
 
 from qveil.client import ValueClient
@@ -491,3 +501,37 @@ def test_rest_follows_the_protocol_to_the_letter(env: Env) -> None:
         assert "error" in r.json()
     anon = httpx.get(base(env) + "/v2/models/qveil")
     assert anon.status_code == 401 and "header" in anon.json()["error"]
+
+
+def test_the_documented_curl_commands_work(env: Env) -> None:
+    """docs/api.md's curl block, each command run by bash as written (TOKEN a query token;
+    the address the test server's): the outputs its comments state."""
+    block = doc_block("**curl** (`qveil serve", "bash")
+    block = block.replace("127.0.0.1:8000", f"127.0.0.1:{env.http_port}")
+    commands = ["curl" + c for c in block.split("\ncurl")]
+    commands[0] = commands[0].removeprefix("curl")
+    assert len(commands) == 4 and all(c.startswith("curl -s ") for c in commands), commands
+    outs = []
+    for cmd in commands:
+        r = subprocess.run(
+            ["bash", "-c", cmd],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "TOKEN": str(env.tokens.query)},
+        )
+        assert r.returncode == 0 and r.stderr == "", (cmd, r.stderr)
+        outs.append(r.stdout)
+    assert outs[0] == '{"ready":true}'
+    meta = json.loads(outs[1])
+    assert meta["name"] == "qveil" and meta["versions"] == [env.release]
+    full, at = json.loads(outs[2]), json.loads(outs[3])
+    assert [o["name"] for o in full["outputs"]] == ["Q", "BEST_ACTION"]
+    q = full["outputs"][0]
+    assert full["model_version"] == env.release and q["shape"] == [2, env.b.n_actions]
+    assert [o["shape"] for o in at["outputs"]] == [[2]]
+    with ValueClient(env.server.target, token=env.tokens.query) as c:
+        assert hexes(q["data"]) == hexes(c.values([0.3, 0.7]))
+        assert full["outputs"][1]["data"] == c.best_actions([0.3, 0.7]).tolist()
+        want = [c.values([0.3], [1])[0, 0], c.values([0.7], [0])[0, 0]]
+    assert hexes(at["outputs"][0]["data"]) == hexes(want)

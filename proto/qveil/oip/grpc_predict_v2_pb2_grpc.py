@@ -26,7 +26,8 @@ if _version_not_supported:
 
 
 class GRPCInferenceServiceStub:
-    """Missing associated documentation comment in .proto file."""
+    """Inference Server GRPC endpoints.
+    """
 
     def __init__(self, channel):
         """Constructor.
@@ -77,52 +78,78 @@ class GRPCInferenceServiceStub:
 
 
 class GRPCInferenceServiceServicer:
-    """Missing associated documentation comment in .proto file."""
+    """Inference Server GRPC endpoints.
+    """
 
     def ServerLive(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """The ServerLive API indicates if the inference server is able to receive 
+        and respond to metadata and inference requests.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ServerReady(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """The ServerReady API indicates if the server is ready for inferencing.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ModelReady(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """The ModelReady API indicates if a specific model is ready for inferencing.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ServerMetadata(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """The ServerMetadata API provides information about the server. Errors are 
+        indicated by the google.rpc.Status returned for the request. The OK code 
+        indicates success and other codes indicate failure.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ModelMetadata(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """The per-model metadata API provides information about a model. Errors are 
+        indicated by the google.rpc.Status returned for the request. The OK code 
+        indicates success and other codes indicate failure.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ModelInfer(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """The ModelInfer API performs inference using the specified model. Errors are
+        indicated by the google.rpc.Status returned for the request. The OK code 
+        indicates success and other codes indicate failure.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def RepositoryModelLoad(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Model repository (Triton's grpc_service.proto).
+
+        @@  .. cpp:var:: rpc RepositoryModelLoad(RepositoryModelLoadRequest) returns
+        @@       (RepositoryModelLoadResponse)
+        @@
+        @@     Load or reload a model from a repository.
+        @@
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def RepositoryModelUnload(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """@@  .. cpp:var:: rpc RepositoryModelUnload(RepositoryModelUnloadRequest)
+        @@       returns (RepositoryModelUnloadResponse)
+        @@
+        @@     Unload a model.
+        @@
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -179,7 +206,8 @@ def add_GRPCInferenceServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class GRPCInferenceService:
-    """Missing associated documentation comment in .proto file."""
+    """Inference Server GRPC endpoints.
+    """
 
     @staticmethod
     def ServerLive(request,

@@ -25,6 +25,7 @@ request stores nothing.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -51,6 +52,8 @@ PLATFORM = "qveil_value_release"
 SERVER_NAME = "qveil"
 STATE, ACTION, Q, BEST_ACTION = "STATE", "ACTION", "Q", "BEST_ACTION"
 OUTPUTS = (Q, BEST_ACTION)
+#: public card fields copied into ModelMetadata's ``properties`` (when the card has them)
+CARD_PROPERTIES = ("env_id", "created_at", "mode", "epsilon", "delta")
 #: v2 datatype -> little-endian numpy dtype (what this model reads; FP32 states, which most
 #: clients send, are widened to FP64 exactly)
 DTYPES: dict[str, np.dtype[Any]] = {
@@ -160,8 +163,25 @@ class OIPModel:
                 # the same answer as a GetValues pinned to this release id
                 self.h._release_for_query(version)
 
+    def properties(self, rel: Any) -> dict[str, str]:
+        """ModelMetadata's ``properties`` (strings): the release id, the value grid, how the
+        noise is evaluated and a few fields of the release's PUBLIC card (its allow-list: no
+        weights, hash, key or noise; the privacy numbers are the accountant's, as the card
+        states them). The whole public card is ReleaseService.GetRelease's ``card_json``."""
+        card = rel.bundle.public_card()
+        props = {"release_id": rel.release_id, "value_grid": repr(self.h.limits.value_grid)}
+        noise = card.get("noise_path")
+        if isinstance(noise, dict) and isinstance(noise.get("construction"), str):
+            props["noise_path"] = noise["construction"]
+        for key in CARD_PROPERTIES:
+            value = card.get(key)
+            if value is not None and not isinstance(value, (dict, list)):
+                props[key] = value if isinstance(value, str) else json.dumps(value)
+        return props
+
     def metadata(self, name: str = MODEL_NAME, version: str = "") -> dict[str, Any]:
-        """ModelMetadata: name, versions (the active release), platform, inputs, outputs."""
+        """ModelMetadata: name, versions (the active release), platform, inputs, outputs and
+        :meth:`properties`."""
         self.check_model(name, version)
         rel = self.h.holder.current()
         m = int(rel.bundle.n_actions)
@@ -178,6 +198,7 @@ class OIPModel:
                 {"name": Q, "datatype": "FP64", "shape": [-1, m]},
                 {"name": BEST_ACTION, "datatype": "INT64", "shape": [-1]},
             ],
+            "properties": self.properties(rel),
         }
 
     # ------------------------------------------------------------------ inference

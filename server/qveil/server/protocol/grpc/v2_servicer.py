@@ -150,6 +150,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             platform=md["platform"],
             inputs=[T(**t) for t in md["inputs"]],
             outputs=[T(**t) for t in md["outputs"]],
+            properties=md["properties"],
         )
 
     async def RepositoryModelLoad(  # noqa: N802

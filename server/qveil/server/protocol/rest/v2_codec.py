@@ -74,24 +74,36 @@ def parse_body(
     outputs = doc.get("outputs") or []
     if not isinstance(outputs, list):
         raise _bad_json('"outputs" must be a list', field="outputs")
-    params = doc.get("parameters") or {}
-    if not isinstance(params, dict):
-        params = {}
+    params = _parameters(doc.get("parameters"), "parameters")
+    names: list[str] = []
     by_name: dict[str, bool] = {}
-    for o in outputs:
-        if isinstance(o, dict):
-            p = o.get("parameters") or {}
-            by_name.setdefault(
-                str(o.get("name", "")), bool(isinstance(p, dict) and p.get("binary_data"))
+    for j, o in enumerate(outputs):
+        if not isinstance(o, dict) or not isinstance(o.get("name"), str):
+            raise _bad_json(
+                f'outputs[{j}] must be an object with a string "name"', field=f"outputs[{j}]"
             )
+        p = _parameters(o.get("parameters"), f"outputs[{j}].parameters")
+        names.append(o["name"])
+        by_name.setdefault(o["name"], bool(p.get("binary_data")))
     request = InferRequest(
         inputs=tensors,
         model_name=model_name,
         model_version=version,
         id=_request_id(doc.get("id", "")),
-        outputs=[str(o.get("name", "")) for o in outputs if isinstance(o, dict)],
+        outputs=names,
     )
     return V2Body(request, by_name, bool(params.get("binary_data_output")))
+
+
+def _parameters(value: Any, field: str) -> dict[str, Any]:
+    """A ``parameters`` member: a JSON object (absent or null: none). Its values may be any
+    JSON value (a double, an integer of any size, ...); only the binary-data extension's
+    are read."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _bad_json(f"{field} must be a JSON object", field=field)
+    return value
 
 
 def _request_id(value: Any) -> str:
@@ -107,7 +119,10 @@ def _tensor(i: int, t: Any, binary: memoryview) -> tuple[Tensor, memoryview]:
     """Input ``i`` of the request, and the binary data left after it."""
     if not isinstance(t, dict):
         raise _bad_json(f"inputs[{i}] is not an object", field="inputs")
-    name, dtype = str(t.get("name", "")), str(t.get("datatype", ""))
+    for key in ("name", "datatype"):
+        if not isinstance(t.get(key), str):
+            raise _bad_json(f'inputs[{i}] needs a string "{key}"', field=f"inputs[{i}].{key}")
+    name, dtype = t["name"], t["datatype"]
     shape_raw = t.get("shape", [])
     if not isinstance(shape_raw, list) or not all(
         isinstance(s, int) and not isinstance(s, bool) for s in shape_raw
@@ -118,8 +133,8 @@ def _tensor(i: int, t: Any, binary: memoryview) -> tuple[Tensor, memoryview]:
             reason="WRONG_SHAPE",
         )
     shape = tuple(shape_raw)
-    params = t.get("parameters") or {}
-    size = params.get("binary_data_size") if isinstance(params, dict) else None
+    params = _parameters(t.get("parameters"), f"inputs[{i}].parameters")
+    size = params.get("binary_data_size")
     if size is not None:
         if not isinstance(size, int) or size < 0 or size > len(binary):
             raise bad_argument(
@@ -131,7 +146,13 @@ def _tensor(i: int, t: Any, binary: memoryview) -> tuple[Tensor, memoryview]:
     dt = DTYPES.get(dtype)
     if dt is None:
         return decode_raw(name, dtype, shape, b""), binary  # words the dtype error
-    return Tensor(name, dtype, shape, _typed(i, dtype, dt, t.get("data", []))), binary
+    data = t.get("data")
+    if not isinstance(data, list):
+        raise _bad_json(
+            f'inputs[{i}] needs "data": [...] (or the binary-data extension\'s "binary_data_size")',
+            field=f"inputs[{i}].data",
+        )
+    return Tensor(name, dtype, shape, _typed(i, dtype, dt, data)), binary
 
 
 def _typed(i: int, dtype: str, dt: np.dtype[Any], data: Any) -> np.ndarray[Any, Any]:

@@ -34,6 +34,7 @@ from server_helpers import (
 from qveil.bundle import load_bundle
 from qveil.client import AsyncValueClient, InvalidArgumentError, ValueClient
 from qveil.server.store import open_store
+from qveil.server.store.export import export_release, import_release
 from qveil.v1 import value_service_pb2 as value_pb
 
 CONFIG, BETAS = CARTPOLE_CONFIG, CARTPOLE_BETAS
@@ -213,7 +214,7 @@ def _audit_and_export(s: InProcessServer, tmp_path: Path, bundle: object) -> Non
     rep = s.store.verify(rid)
     assert rep.ok and len(rep.actions) == M * D
     out = tmp_path / "export.jsonl"
-    n = s.store.export(rid, str(out))
+    n = export_release(s.store, rid, out)
     assert n == M * D * 50
     lines = [json.loads(x) for x in out.read_text().splitlines()]
     assert lines[0]["dims"] == D and lines[0]["betas"] == BETAS
@@ -221,7 +222,7 @@ def _audit_and_export(s: InProcessServer, tmp_path: Path, bundle: object) -> Non
         (a, j) for a in range(M) for j in range(D)
     }
     with open_store(f"sqlite:///{tmp_path / 'other.sqlite'}") as other:
-        rec = other.import_(str(out))
+        rec = import_release(other, out)
         assert rec.dims == D and rec.betas == tuple(BETAS)
         for p in range(rec.n_paths):
             assert [(q.x, q.g) for q in other.iter_points(rid, p)] == [

@@ -13,11 +13,20 @@ Writes private_eval.csv and private_eval.png under ``out``.
 
 from __future__ import annotations
 
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from qveil.additive import AdditiveSamplePath
+from qveil.bundle import load_bundle
+from qveil.experiments._util import write_table_and_plot
+from qveil.experiments.plotting import env_panels, save
+from qveil.kfqi_config import load_fqi_config
+from qveil.ope import policy_value
+from qveil.privacy.ope import OPEPrivacyParams, calibrate_ope
 
 __all__ = ["run"]
 
@@ -30,6 +39,7 @@ PLAN = [
 
 def _true_value(env_id: str, act: Any, gamma: float, episodes: int, seed: int) -> float:
     """Monte Carlo discounted value of ``act`` from the env's start distribution."""
+    # gymnasium loads only when episodes are run (importing qveil.trainer registers its envs)
     import gymnasium as gym
 
     from qveil.trainer import register_envs
@@ -52,14 +62,8 @@ def _true_value(env_id: str, act: Any, gamma: float, episodes: int, seed: int) -
 
 
 def run(*, out: Path, quick: bool = False, seeds: int | None = None, **_: Any) -> dict[str, Path]:
-    import tempfile
 
-    from qveil.additive import AdditiveSamplePath
-    from qveil.bundle import load_bundle
-    from qveil.experiments._util import write_table_and_plot
-    from qveil.kfqi_config import load_fqi_config
-    from qveil.ope import policy_value
-    from qveil.privacy.ope import OPEPrivacyParams, calibrate_ope
+    # the trainer's modules load gymnasium: only when this runs
     from qveil.trainer.collect import collect
     from qveil.trainer.estimators import create_estimator
     from qveil.trainer.private_eval import Z95, estimator_of
@@ -126,7 +130,6 @@ def run(*, out: Path, quick: bool = False, seeds: int | None = None, **_: Any) -
 
 
 def _plot(rows: list[dict[str, Any]], path: Path) -> None:
-    from qveil.experiments.plotting import env_panels, save
 
     fig, panels = env_panels(rows)
     for ax, env, rs in panels:

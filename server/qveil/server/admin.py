@@ -38,9 +38,11 @@ from qveil.server.admin_db import AdminDB, open_admin_db
 from qveil.server.closing import Closing
 from qveil.server.ledger import BudgetReport, Cap, Ledger
 from qveil.server.registry import open_registry
-from qveil.server.releases import store_betas, store_params
 from qveil.server.store import open_store
+from qveil.server.store.export import export_release as export_points
+from qveil.server.store.export import import_release as import_points
 from qveil.server.store.export import read_export_header
+from qveil.server.store.releases import store_betas, store_params
 
 __all__ = [
     "log_number",
@@ -369,7 +371,7 @@ def export_release(ctx: AdminContext, release_id: str, out: str | Path) -> dict[
     any store that imports it holds the same values (the release's key's)."""
     params: dict[str, Any] = {"release_id": release_id, "out": str(out)}
     with _audited(ctx, "export-release", release_id, params):
-        n = ctx.store.export(release_id, str(out))
+        n = export_points(ctx.store, release_id, out)
         params["points"] = n
     return {"release_id": release_id, "points": n, "out": str(out), "store_id": ctx.store.store_id}
 
@@ -381,7 +383,7 @@ def import_release(ctx: AdminContext, path: str | Path) -> dict[str, Any]:
     with _audited(ctx, "import-release", str(path), params) as op:
         head = read_export_header(path)
         params["release_id"] = str(head.get("release_id", ""))
-        rec = ctx.store.import_(str(path))
+        rec = import_points(ctx.store, path)
         rec = ctx.store.set_release_status(rec.release_id, "staged")
         op.target = rec.release_id
     return {

@@ -634,9 +634,11 @@ def plot_paths(
 ) -> Path:
     """PNG of stored noise against state, one panel per (release, action), with the claimed
     +-2 sigma band and the audit verdict in each title. Shows noise values: auditor only."""
+    # matplotlib loads only when a plot is drawn (a heavy import)
     import matplotlib
 
     matplotlib.use("Agg")
+    # pyplot after matplotlib.use('Agg') above: no display is needed
     import matplotlib.pyplot as plt
 
     rels: Sequence[ReleaseAudit] = report.releases[:max_releases]

@@ -75,7 +75,7 @@ class AuditService(ContextService):
         """The audit of one release (qveil.server.audit.service_report: the same report as
         ``qveil audit --release ID``): integrity, high-water marks, whitened innovations tested
         against N(0, 1) with power against sigma x 1.3, ledger and audit-log chains."""
-        # qveil.server.audit reaches the services via qveil.server.admin: imported on use (cycle)
+        # the audit (scipy.stats) loads only when an audit is asked, not with the server
         from qveil.server.audit import service_report
 
         rec = self._audit_release(release_id, action)

@@ -23,24 +23,13 @@ from qveil.errors import (
     echo,
 )
 from qveil.privacy.ledger import spending_line
-from qveil.server import views
+from qveil.server import audit_log, views
+from qveil.server.admin import AdminContext, admin_db_for, budget, server_action
 from qveil.server.population import report as population_report
 from qveil.server.state import ActiveRelease, ContextService, ServerContext
+from qveil.server.store.releases import store_betas, store_params
 
-__all__ = ["ReleaseService", "store_betas", "store_params"]
-
-
-def store_params(bundle: Any) -> dict[str, Any]:
-    """The store's noise parameters of a bundle (``create_release`` keywords): its betas (one
-    per coordinate; d = 1: one), with beta and interval its first coordinate's."""
-    betas = [float(b) for b in bundle.betas]
-    iv = bundle.box.intervals[0]
-    return {"beta": betas[0], "interval": (iv.lo, iv.hi), "betas": betas}
-
-
-def store_betas(betas: Sequence[float] | None) -> tuple[float, ...]:
-    """How the store records ``betas``: () for a 1-D release (its beta is ``beta``)."""
-    return () if betas is None or len(betas) == 1 else tuple(float(b) for b in betas)
+__all__ = ["ReleaseService"]
 
 
 class ReleaseService(ContextService):
@@ -201,9 +190,6 @@ class ReleaseService(ContextService):
         )
 
     def activate(self, release_id: str = "", bundle_path: str = "") -> tuple[t.Release, str]:
-        # qveil.server.admin builds the Services that hold this service: imported on use (cycle)
-        from qveil.server.admin import server_action
-
         with server_action(
             self.store,
             "activate",
@@ -229,9 +215,6 @@ class ReleaseService(ContextService):
         )
 
     def retire(self, release_id: str) -> t.Release:
-        # qveil.server.admin builds the Services that hold this service: imported on use (cycle)
-        from qveil.server.admin import server_action
-
         with server_action(self.store, "retire", release_id, release_id=release_id):
             return self._retire_request(release_id)
 
@@ -299,9 +282,6 @@ class ReleaseService(ContextService):
 
     def budget(self, dataset_id: str = "") -> list[dict[str, object]]:
         """Budgets of one population (or all) in the registry's ledger."""
-        # qveil.server.admin builds the Services that hold this service: imported on use (cycle)
-        from qveil.server.admin import AdminContext, admin_db_for, budget
-
         ctx = AdminContext(
             store=self.store,
             db=admin_db_for(self.store),
@@ -325,8 +305,6 @@ class ReleaseService(ContextService):
         admin = bundle.admin_card()
         # the private evaluations of this release (qveil evaluate --private), from the
         # registry's audit log: what the released policy is worth, with its interval
-        from qveil.server import audit_log
-
         evaluations = [
             {"at": e.at, "actor": e.actor, **e.params}
             for e in audit_log.entries(

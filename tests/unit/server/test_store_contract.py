@@ -33,6 +33,7 @@ from store_helpers import (
 
 from qveil.errors import IntegrityError, InvalidArgument, NotFound
 from qveil.server.store import open_store
+from qveil.server.store.export import export_release, import_release
 from qveil.server.store.integrity import ChainHasher
 
 
@@ -226,7 +227,7 @@ def test_integrity_and_export_import(url: str, tmp_path: Path) -> None:
         assert rep.ok and rep.high_water == {0: 25, 1: 2}
         assert s.verify(RID, 1).high_water == {1: 2}
         out = tmp_path / "r.jsonl"
-        assert s.export(RID, str(out)) == 27
+        assert export_release(s, RID, out) == 27
         assert out.stat().st_mode & 0o777 == 0o600
         lines = out.read_text().splitlines()
         assert len(lines) == 29
@@ -237,15 +238,15 @@ def test_integrity_and_export_import(url: str, tmp_path: Path) -> None:
             d["g"] += 1e-12
             bad.write_text("\n".join(lines[:5] + [json.dumps(d)] + lines[6:]) + "\n")
             with pytest.raises(IntegrityError, match="broken at seq 5"):
-                t.import_(str(bad))
+                import_release(t, bad)
             bad.write_text("\n".join(lines[:7] + lines[8:]) + "\n")
             with pytest.raises(IntegrityError):
-                t.import_(str(bad))
+                import_release(t, bad)
             bad.write_text("\n".join(lines[:-1]) + "\n")
             with pytest.raises(IntegrityError, match="truncated"):
-                t.import_(str(bad))
+                import_release(t, bad)
             assert t.list_releases() == [] and t.count_points() == 0
-            rec = t.import_(str(out))
+            rec = import_release(t, out)
             assert rec == s.get_release(RID)
             assert t.verify(RID).ok
             for p in (0, 1):  # the rows round-trip bit for bit, hashes and all
@@ -259,10 +260,10 @@ def test_integrity_and_export_import(url: str, tmp_path: Path) -> None:
             assert t.verify(RID).ok and s.verify(RID).ok
             assert logged(t, RID, 0) == logged(s, RID, 0)
             with pytest.raises(InvalidArgument, match="already exists"):
-                t.import_(str(out))
+                import_release(t, out)
         with open_store(f"memory://{uuid.uuid4().hex}", key=b"other-key") as t:
             with pytest.raises(IntegrityError, match="server key"):
-                t.import_(str(out))
+                import_release(t, out)
 
 
 def _tamper(s: object, url: str, sql: str, edit: object) -> None:

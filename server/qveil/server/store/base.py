@@ -184,7 +184,7 @@ class SamplePathStore(ReleaseRegistry, PathCache, GroupCommitter, ABC):
             self._release(release_id)
         return self._db_count(release_id, action)
 
-    # -- integrity, export ------------------------------------------------------------------
+    # -- integrity ------------------------------------------------------------------
 
     def verify(self, release_id: str, action: int | None = None) -> IntegrityReport:
         """Recompute every chain of the release (or one action) from the database."""
@@ -201,22 +201,6 @@ class SamplePathStore(ReleaseRegistry, PathCache, GroupCommitter, ABC):
             keyed=self._hasher.keyed,
             actions=tuple(results),
         )
-
-    def export(self, release_id: str, path: str) -> int:
-        """Write the release and all its points as JSONL (see :mod:`.export`); returns rows."""
-        # qveil.server.store.export reads and writes through this class: imported on use (cycle)
-        from qveil.server.store.export import export_release
-
-        self._check_open()
-        return export_release(self, release_id, path)
-
-    def import_(self, path: str) -> ReleaseRecord:
-        """Load a JSONL export, verifying counts, seqs and every chain link first."""
-        # qveil.server.store.export reads and writes through this class: imported on use (cycle)
-        from qveil.server.store.export import import_release
-
-        self._check_open()
-        return import_release(self, path)
 
     # -- lifecycle ----------------------------------------------------------------------------
 

@@ -28,6 +28,8 @@ __all__ = [
     "check_action",
     "check_status",
     "new_identity",
+    "store_betas",
+    "store_params",
     "validate_betas",
     "validate_release_fields",
 ]
@@ -148,6 +150,19 @@ def check_action(action: int, n_actions: int) -> int:
     if not 0 <= a < n_actions:
         raise InvalidArgument(f"action {a} is out of range [0, {n_actions})")
     return a
+
+
+def store_params(bundle: Any) -> dict[str, Any]:
+    """The store's noise parameters of a bundle (``create_release`` keywords): its betas (one
+    per coordinate; d = 1: one), with beta and interval its first coordinate's."""
+    betas = [float(b) for b in bundle.betas]
+    iv = bundle.box.intervals[0]
+    return {"beta": betas[0], "interval": (iv.lo, iv.hi), "betas": betas}
+
+
+def store_betas(betas: Sequence[float] | None) -> tuple[float, ...]:
+    """How the store records ``betas``: () for a 1-D release (its beta is ``beta``)."""
+    return () if betas is None or len(betas) == 1 else tuple(float(b) for b in betas)
 
 
 def new_identity(prefix: str) -> str:

@@ -36,6 +36,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import bindparam, func, select
+from sqlalchemy.dialects import sqlite as _sqlite_dialect
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import URL, make_url
@@ -341,8 +342,6 @@ class SQLStore(SamplePathStore):
         self._rows_sql: dict[int, str] = {}  # k -> the insert of k rows in one statement
         self._since_sql: str | None = None
         if self.backend == "sqlite":
-            from sqlalchemy.dialects import sqlite as _sqlite_dialect
-
             comp = self._ins_points.compile(
                 dialect=_sqlite_dialect.dialect(paramstyle="qmark"),
                 column_keys=[c.name for c in NP.c],

@@ -120,7 +120,7 @@ def test_values_are_mean_plus_additive_keyed_noise(
 
 
 def _points(s: InProcessServer, rid: str) -> list[tuple[int, int, float, float]]:
-    rec = s.store.get_release(rid)
+    rec = s.store.releases.get_release(rid)
     out = []
     for p in range(rec.n_paths):
         a, j = rec.split(p)
@@ -301,7 +301,7 @@ def test_postgres_store_keys_paths_by_coordinate(pg_url: str) -> None:
     (action, coordinate); a logged coordinate value is logged once, and a value that differs
     from the logged one is counted, not written."""
     with open_store(pg_url) as st:
-        st.create_release(
+        st.releases.create_release(
             release_id="pg-md",
             fingerprint="f" * 64,
             sigma=1.0,
@@ -310,7 +310,7 @@ def test_postgres_store_keys_paths_by_coordinate(pg_url: str) -> None:
             n_actions=2,
             betas=[2.0, 3.0, 4.0],
         )
-        rec = st.get_release("pg-md")
+        rec = st.releases.get_release("pg-md")
         assert rec.dims == 3 and rec.n_paths == 6 and rec.path_beta(5) == 4.0
         first = st.record_paths("pg-md", [0, 4], [[0.1, 0.2], [0.1]], [[1.5, -0.5], [0.25]])
         assert first == (3, 0)

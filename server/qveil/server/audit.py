@@ -228,8 +228,8 @@ def _finite_or_none(v: Any) -> Any:
 # ------------------------------------------------------------------------------- store access
 def _records(store: Any, release_id: str | None) -> list[Any]:
     if release_id is not None:
-        return [store.get_release(release_id)]
-    return sorted(store.list_releases(), key=lambda r: (str(r.created_at), r.release_id))
+        return [store.releases.get_release(release_id)]
+    return sorted(store.releases.list_releases(), key=lambda r: (str(r.created_at), r.release_id))
 
 
 def _load_points(

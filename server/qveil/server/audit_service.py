@@ -21,7 +21,7 @@ class AuditService(ContextService):
     def _audit_release(self, release_id: str, action: int | None) -> Any:
         if not release_id:
             release_id = self.holder.current().release_id
-        rec = self.store.get_release(release_id)  # NotFound
+        rec = self.releases.get_release(release_id)  # NotFound
         # a release of d > 1 coordinates: "action" names the store path
         # action * d + coordinate (the 1-D OU path g_{action, coordinate})
         n = int(getattr(rec, "n_paths", rec.n_actions))

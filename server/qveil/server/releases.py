@@ -75,9 +75,9 @@ class ReleaseService(ContextService):
         sp = store_params(bundle)
         fingerprint = str(bundle.card.get("card_sha256") or bundle.card.get("weights_sha256"))
         try:
-            rec = self.store.get_release(rid)
+            rec = self.releases.get_release(rid)
         except NotFound:
-            return self.store.create_release(
+            return self.releases.create_release(
                 release_id=rid,
                 fingerprint=fingerprint,
                 sigma=bundle.sigma,
@@ -148,16 +148,16 @@ class ReleaseService(ContextService):
             self.last_receipt = receipt
             previous = self.holder.peek()
             if previous is None or previous.release_id != bundle.bundle_id:
-                self.store.set_release_status(bundle.bundle_id, "active")
-            rec = self.store.get_release(bundle.bundle_id)
+                self.releases.set_release_status(bundle.bundle_id, "active")
+            rec = self.releases.get_release(bundle.bundle_id)
             new = ActiveRelease(bundle=bundle, record=rec)
             self.holder.swap(new)
             if previous is not None and previous.release_id != new.release_id:
-                self.store.set_release_status(previous.release_id, "staged")
+                self.releases.set_release_status(previous.release_id, "staged")
             # other releases still marked active (an earlier process) become staged
-            for other in self.store.list_releases():
+            for other in self.releases.list_releases():
                 if other.release_id != new.release_id and other.status == "active":
-                    self.store.set_release_status(other.release_id, "staged")
+                    self.releases.set_release_status(other.release_id, "staged")
             self.known_bundles[bundle.bundle_id] = path.resolve()
             self._cards.pop(bundle.bundle_id, None)
             return new
@@ -230,10 +230,10 @@ class ReleaseService(ContextService):
                     f"release {echo(release_id)} is active; activate another release before "
                     "retiring it"
                 )
-            self.store.get_release(release_id)  # NotFound
-            self.store.set_release_status(release_id, "retired")
+            self.releases.get_release(release_id)  # NotFound
+            self.releases.set_release_status(release_id, "retired")
             self._cards.pop(release_id, None)
-            return self._describe(self.store.get_release(release_id))
+            return self._describe(self.releases.get_release(release_id))
 
     def _describe(self, record: Any) -> t.Release:
         rid = str(record.release_id)
@@ -260,7 +260,7 @@ class ReleaseService(ContextService):
     def list_releases(self) -> tuple[list[t.Release], str]:
         current = self.holder.peek()
         return (
-            [self._describe(r) for r in self.store.list_releases()],
+            [self._describe(r) for r in self.releases.list_releases()],
             current.release_id if current is not None else "",
         )
 
@@ -300,7 +300,7 @@ class ReleaseService(ContextService):
             rel = self.holder.current()
             bundle = rel.bundle
         else:
-            self.store.get_release(release_id)  # NotFound for an unknown release
+            self.releases.get_release(release_id)  # NotFound for an unknown release
             bundle = load_bundle(self._find_bundle(release_id), verify=True)
         admin = bundle.admin_card()
         # the private evaluations of this release (qveil evaluate --private), from the

@@ -235,7 +235,7 @@ def _train_bundle(
     moved.append(bundle_dir)
     bundle = load_bundle(bundle_dir, verify=True)
     try:  # a release id names one noise path: never reuse one
-        ctx.store.get_release(release_id)
+        ctx.store.releases.get_release(release_id)
     except NotFound:
         return bundle
     raise IntegrityError(

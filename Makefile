@@ -31,6 +31,8 @@ check: setup proto-check
 	# contracts over `qveil` as the editable install's .pth puts it on the path
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
+	# no import cycle between qveil modules, and a reason beside every import inside a function
+	$(PY) -m pytest -q -p no:cacheprovider tests/unit/test_import_graph.py
 
 # Regenerate the committed gRPC/protobuf stubs (never edit them by hand).
 proto: setup

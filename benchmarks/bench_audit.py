@@ -84,7 +84,7 @@ def audit_speed(ns: list[int]) -> list[list[object]]:
             os.environ["QVEIL_HOME"] = f"{d}/home"  # the audit's admin database: its own
             url = f"sqlite:///{d}/s.sqlite"
             st = open_store(url)
-            st.create_release(
+            st.releases.create_release(
                 release_id="r",
                 fingerprint="f",
                 sigma=SIGMA,

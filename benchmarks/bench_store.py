@@ -54,7 +54,7 @@ PNG = Path(__file__).resolve().parent.parent / "docs" / "img" / "bench_store.png
 
 
 def _release(store: Any) -> None:
-    store.create_release(
+    store.releases.create_release(
         release_id=RID,
         fingerprint="f" * 64,
         sigma=SIGMA,
@@ -286,7 +286,7 @@ def bench_scaling(tmp: Path, sizes: list[int], quick: bool) -> list[list[object]
         prefill(path, n)
         with open_store(f"sqlite:///{path}") as s:
             t0 = time.perf_counter()
-            s.refresh(RID)  # first touch: loads the logged points into memory
+            s.paths.refresh(RID)  # first touch: loads the logged points into memory
             load = time.perf_counter() - t0
             rng = np.random.default_rng(5)
             rates = []

@@ -20,6 +20,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from qveil.server.store.base import FullRow, ReleaseRecord, Retry, Row, WriteTxn
+from qveil.server.store.groupcommit import GroupCommitter
 from qveil.server.store.models import noise_points as NP  # noqa: N812
 from qveil.server.store.models import releases as REL  # noqa: N812
 from qveil.server.store.sql import SQLStore, _SqlTxn
@@ -75,6 +76,15 @@ class BrokenSQLStore(SQLStore):
     def _new_txn(self, conn: sa.Connection) -> _SqlTxn:
         return _BrokenTxn(self, conn, None)
 
+    def _new_committer(self) -> GroupCommitter:
+        return _BrokenCommitter(
+            hasher=self._hasher, paths=self.paths, db=self, pre_read_always=True
+        )
+
+
+class _BrokenCommitter(GroupCommitter):
+    """The group committer without its locks and group commit (see the module docstring)."""
+
     def _path_locks(self, keys: Sequence[tuple[str, int]]) -> list[Any]:
         return []
 
@@ -83,10 +93,11 @@ class BrokenSQLStore(SQLStore):
         return seq, bytes.fromhex(head) if head else self._hasher.genesis(release_id, path)
 
     def _apply_committed(self, key: tuple[str, int], st: Any, rows: list[Row]) -> None:
-        self._apply(st, self._db_fetch_since(key[0], key[1], st.hw))  # seqs came from the head
+        # seqs came from the head
+        self._paths.apply(st, self._db._db_fetch_since(key[0], key[1], st.hw))
 
-    def _resolve(self, rel: ReleaseRecord, wants: dict[int, dict[float, float]]) -> None:
+    def commit(self, rel: ReleaseRecord, wants: dict[int, dict[float, float]]) -> None:
         rid = rel.release_id
         for a, xs in wants.items():  # no group commit: one transaction per path
             self._store_batch({(rid, a): xs}, {rid: rel})
-            self._state(rid, a).check()
+            self._paths.state(rid, a).check()

@@ -262,7 +262,7 @@ def logged_points(url: str, release_id: str) -> dict[int, dict[float, float]]:
     from qveil.server.store import open_store
 
     with open_store(url, create=False) as st:
-        rec = st.get_release(release_id)
+        rec = st.releases.get_release(release_id)
         return {
             p: {float(q.x): float(q.g) for q in st.iter_points(release_id, p)}
             for p in range(rec.n_paths)

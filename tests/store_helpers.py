@@ -34,7 +34,7 @@ def make_release(
 ) -> ReleaseRecord:
     """Create release ``rid`` in ``store`` (``betas``: one OU beta per coordinate of a
     d-coordinate release)."""
-    return store.create_release(
+    return store.releases.create_release(
         release_id=rid,
         fingerprint="f" * 64,
         sigma=sigma,

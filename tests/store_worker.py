@@ -58,7 +58,7 @@ def concurrent_writer(
         store = BrokenSQLStore(url)
     else:
         store = open_store(url)
-    kp = keyed_paths(store.get_release(rid))
+    kp = keyed_paths(store.releases.get_release(rid))
     rng = np.random.default_rng(seed + 1000)
     g_arr = np.asarray(grid)
     with open(log_path, "w", encoding="utf-8") as log:
@@ -104,7 +104,7 @@ def same_x_writer(
     from qveil.server.store import open_store
 
     store = open_store(url)
-    kp = keyed_paths(store.get_release(rid))
+    kp = keyed_paths(store.releases.get_release(rid))
     with open(log_path, "w", encoding="utf-8") as log:
         while time.time() < start_at:
             time.sleep(0.001)
@@ -128,7 +128,7 @@ def crash_writer(url: str, rid: str, seed: int, fd: int) -> None:
     from qveil.server.store import open_store
 
     store = open_store(url)
-    kp = keyed_paths(store.get_release(rid))
+    kp = keyed_paths(store.releases.get_release(rid))
     rng = np.random.default_rng(seed)
     while True:
         a = int(rng.integers(0, 2))

@@ -19,6 +19,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from qveil.bundle import load_bundle
 from qveil.cli_parser import add_command
 from qveil.errors import InvalidArgument
@@ -40,7 +42,6 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import numpy as np
 
     if args.grid < 2 or args.grid > 1_000_000:
         raise InvalidArgument(f"--grid must be in [2, 1000000], got {args.grid}")

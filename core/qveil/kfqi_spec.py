@@ -170,6 +170,7 @@ class Anchors:
             half = int(math.floor(spec.kernel_radius * spec.bandwidth * (self.g - 1) + 0.5))
             self.per_sample = (2 * half + 1) ** self.dims
         else:
+            # scipy's spatial and qmc load only for a sampled anchor set
             from scipy.spatial import cKDTree
             from scipy.stats import qmc
 

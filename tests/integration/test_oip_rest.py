@@ -430,12 +430,12 @@ def test_unknown_and_inactive_release_ids_get_the_same_answer(env: Env) -> None:
     from qveil.server.store import open_store
 
     with open_store(f"sqlite:///{env.db}", create=False) as st:
-        rec = st.get_release(env.release)
+        rec = st.releases.get_release(env.release)
         inactive = "a" * 32
         try:
-            st.get_release(inactive)
+            st.releases.get_release(inactive)
         except Exception:  # noqa: BLE001 - NotFound: register it, staged (never served)
-            st.create_release(
+            st.releases.create_release(
                 release_id=inactive, fingerprint="f" * 64, sigma=rec.sigma, beta=rec.beta,
                 interval=tuple(rec.interval), n_actions=rec.n_actions, status="staged",
             )  # fmt: skip

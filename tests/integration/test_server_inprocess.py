@@ -323,5 +323,5 @@ def test_logged_points_count_each_logged_point_once(
                 ad.stats()  # anonymous: no admin role (the count is checked in process)
         distinct = len(set(xs.tolist()) | {float(x) for b in batches for x in b})
         stored = s.store.count_points()
-        assert s.answers.logged == stored == s.store.points_logged == distinct * M
+        assert s.answers.logged == stored == s.store.committer.points_logged == distinct * M
         assert s.answers.unlogged == s.answers.mismatched == 0

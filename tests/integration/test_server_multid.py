@@ -34,6 +34,7 @@ from server_helpers import (
 from qveil.bundle import load_bundle
 from qveil.client import AsyncValueClient, InvalidArgumentError, ValueClient
 from qveil.server.store import open_store
+from qveil.server.store.export import export_release, import_release
 from qveil.v1 import value_service_pb2 as value_pb
 
 CONFIG, BETAS = CARTPOLE_CONFIG, CARTPOLE_BETAS
@@ -119,7 +120,7 @@ def test_values_are_mean_plus_additive_keyed_noise(
 
 
 def _points(s: InProcessServer, rid: str) -> list[tuple[int, int, float, float]]:
-    rec = s.store.get_release(rid)
+    rec = s.store.releases.get_release(rid)
     out = []
     for p in range(rec.n_paths):
         a, j = rec.split(p)
@@ -213,7 +214,7 @@ def _audit_and_export(s: InProcessServer, tmp_path: Path, bundle: object) -> Non
     rep = s.store.verify(rid)
     assert rep.ok and len(rep.actions) == M * D
     out = tmp_path / "export.jsonl"
-    n = s.store.export(rid, str(out))
+    n = export_release(s.store, rid, out)
     assert n == M * D * 50
     lines = [json.loads(x) for x in out.read_text().splitlines()]
     assert lines[0]["dims"] == D and lines[0]["betas"] == BETAS
@@ -221,7 +222,7 @@ def _audit_and_export(s: InProcessServer, tmp_path: Path, bundle: object) -> Non
         (a, j) for a in range(M) for j in range(D)
     }
     with open_store(f"sqlite:///{tmp_path / 'other.sqlite'}") as other:
-        rec = other.import_(str(out))
+        rec = import_release(other, out)
         assert rec.dims == D and rec.betas == tuple(BETAS)
         for p in range(rec.n_paths):
             assert [(q.x, q.g) for q in other.iter_points(rid, p)] == [
@@ -300,7 +301,7 @@ def test_postgres_store_keys_paths_by_coordinate(pg_url: str) -> None:
     (action, coordinate); a logged coordinate value is logged once, and a value that differs
     from the logged one is counted, not written."""
     with open_store(pg_url) as st:
-        st.create_release(
+        st.releases.create_release(
             release_id="pg-md",
             fingerprint="f" * 64,
             sigma=1.0,
@@ -309,7 +310,7 @@ def test_postgres_store_keys_paths_by_coordinate(pg_url: str) -> None:
             n_actions=2,
             betas=[2.0, 3.0, 4.0],
         )
-        rec = st.get_release("pg-md")
+        rec = st.releases.get_release("pg-md")
         assert rec.dims == 3 and rec.n_paths == 6 and rec.path_beta(5) == 4.0
         first = st.record_paths("pg-md", [0, 4], [[0.1, 0.2], [0.1]], [[1.5, -0.5], [0.25]])
         assert first == (3, 0)

@@ -62,7 +62,7 @@ def test_16_threads(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -
                     handed.update(zip(xs.tolist(), gs.tolist(), strict=True))
 
         run_threads(16, work)
-        written = s.points_logged
+        written = s.committer.points_logged
         commits: dict[float, int] = {}
         for p in s.iter_points(RID, 0):
             commits[p.created_at] = commits.get(p.created_at, 0) + 1

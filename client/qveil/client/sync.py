@@ -5,6 +5,7 @@ RESOURCE_EXHAUSTED and UNAVAILABLE as the server's pushback says (:class:`RetryP
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator, Sequence
 from functools import cached_property
@@ -208,7 +209,6 @@ class AdminClient(_Base):
     def admin_card(self, release_id: str = "") -> dict[str, Any]:
         """The admin card of a release (empty id: the active one): ``card_admin.json``, what
         the public card leaves out (weights hash, measured Lipschitz constants, layout, ...)."""
-        import json
 
         resp = self._call(
             self._stub.GetAdminCard, admin_pb.GetAdminCardRequest(release_id=release_id)

@@ -96,9 +96,11 @@ def _write_log(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
 
 
 def plot_curve(path: Path, rows: Sequence[Mapping[str, Any]], title: str) -> None:
+    # matplotlib loads only when a plot is drawn (a heavy import)
     import matplotlib
 
     matplotlib.use("Agg")
+    # pyplot after matplotlib.use('Agg') above: no display is needed
     import matplotlib.pyplot as plt
 
     ep = np.array([float(r.get("episode", i)) for i, r in enumerate(rows)])

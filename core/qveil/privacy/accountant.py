@@ -26,6 +26,7 @@ T' = (SGD updates) + 1 release, where updates = ``steps`` if given, else ceil(T 
 from __future__ import annotations
 
 import math
+from dataclasses import replace as dc_replace
 from typing import Any
 
 from qveil.errors import InvalidArgument
@@ -412,7 +413,6 @@ def calibrate(
 
 
 def _with_target(r: PrivacyResult, eps: float, delta: float) -> PrivacyResult:
-    from dataclasses import replace as dc_replace
 
     t: dict[str, Any] = {"epsilon": eps, "delta": delta, "met": _target_met(r, eps, delta)}
     return dc_replace(r, target=t)

@@ -1,9 +1,8 @@
-"""The accountant of the rigorous `fqi` mode (docs/privacy.md section 2.5): D_T, the
-analytic Gaussian mechanism and :func:`account_params`, the one entry point that re-accounts
-any recorded parameter set (a card's or a ledger event's). :mod:`qveil.privacy.kfqi` is the
-accountant of new releases; :func:`account_fqi` remains only to re-account the cards and
-ledger events of 1-D releases of the retired grid fit (the ledger replays events from their
-parameters).
+"""The accountant of the rigorous `fqi` mode (docs/privacy.md section 2.5): D_T and the
+analytic Gaussian mechanism. :mod:`qveil.privacy.kfqi` is the accountant of new releases;
+:func:`account_fqi` remains only to re-account the cards and ledger events of 1-D releases of
+the retired grid fit (:func:`qveil.privacy.replay.account_params`, the one entry point that
+re-accounts any recorded parameter set, picks it for their records).
 
 A grid release is f_a = L(Q_T(., a)) + g_a for each of m actions, with Q_T an averager FQI
 on a public grid, L the fixed public map of :mod:`qveil.release_map` and g_a independent
@@ -34,7 +33,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields, replace
-from typing import TYPE_CHECKING, Any, Self
+from typing import Any, Self
 
 from qveil.errors import InvalidArgument
 from qveil.privacy.checks import ONE_KEY
@@ -46,9 +45,6 @@ from qveil.privacy.gaussian import (
 )
 from qveil.release_map import certified_kappa
 
-if TYPE_CHECKING:
-    from qveil.privacy.kfqi import KernelFQIPrivacyParams
-
 __all__ = [
     "check_noise",
     "check_relation",
@@ -59,7 +55,6 @@ __all__ = [
     "FQIPrivacyResult",
     "RelationParams",
     "account_fqi",
-    "account_params",
     "sup_sensitivity",
 ]
 
@@ -233,7 +228,9 @@ class FQIPrivacyResult:
     noise_to_value: float
     basis: str
     reason: str | None
-    params: FQIPrivacyParams | KernelFQIPrivacyParams
+    #: the parameters accounted: a grid release's (:class:`FQIPrivacyParams`) or the kernel
+    #: estimator's (:class:`qveil.privacy.kfqi.KernelFQIPrivacyParams`)
+    params: RelationParams
     target: dict[str, Any] | None = None
 
     @property
@@ -320,29 +317,3 @@ def calibrated(
     r = account(p.replace(sigma=sigma))
     met = analytic_gaussian_delta(epsilon=eps, sensitivity=sensitivity, sigma=sigma) <= p.delta
     return replace(r, target={"epsilon": eps, "delta": p.delta, "met": bool(met)})
-
-
-def account_params(pp: Mapping[str, Any]) -> Any:
-    """The accountant for any recorded parameter set (a card's or a ledger event's
-    ``privacy_params``): the fqi accountant for mode fqi, else Algorithm 1's."""
-    if not isinstance(pp, Mapping):
-        raise InvalidArgument(f"privacy params must be a mapping, got {type(pp).__name__}")
-    if pp.get("mode") == "fqi":
-        if pp.get("estimator") == "ope":  # a private off-policy evaluation (qveil.ope)
-            # here, not at the top: importing qveil.privacy.ope imports this module (a cycle)
-            from qveil.privacy.ope import OPEPrivacyParams, account_ope
-
-            return account_ope(OPEPrivacyParams.from_dict(pp))
-        if pp.get("estimator") == "kernel":  # the d-coordinate variant
-            # here, not at the top: importing qveil.privacy.kfqi imports this module (a cycle)
-            from qveil.privacy.kfqi import KernelFQIPrivacyParams, account_kernel_fqi
-
-            return account_kernel_fqi(KernelFQIPrivacyParams.from_dict(pp))
-        return account_fqi(FQIPrivacyParams.from_dict(pp))
-    # here, not at the top: importing qveil.privacy.accountant imports this module (a cycle)
-    from qveil.privacy.accountant import account
-
-    # here, not at the top: importing qveil.privacy.params imports this module (a cycle)
-    from qveil.privacy.params import PrivacyParams
-
-    return account(PrivacyParams.from_dict(pp))

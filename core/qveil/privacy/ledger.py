@@ -29,6 +29,7 @@ from qveil.errors import BudgetExceeded, InvalidArgument
 from qveil.privacy.gaussian import gdp_epsilon, gdp_mu
 from qveil.privacy.params import MODES
 from qveil.privacy.record import construct, reject_unknown
+from qveil.privacy.replay import account_params
 
 #: Modes a ledger event may have: Algorithm 1's and the fqi mode (one Gaussian mechanism).
 EVENT_MODES = (*MODES, "fqi")
@@ -237,9 +238,6 @@ def verify_event(event: PrivacyEvent, *, rel_tol: float = 1e-9) -> Any:
     """Recompute an event from its recorded parameters (an auditor's check). Raises
     InvalidArgument naming the mismatch when the recorded numbers are not what the
     accountant gives."""
-    # here, not at the top: importing qveil.privacy.fqi imports this module (a cycle)
-    from qveil.privacy.fqi import account_params
-
     result = account_params(event.params)
     if not result.holds or result.epsilon is None or result.delta_total is None:
         raise InvalidArgument(f"event {event.bundle_id!r}: no guarantee holds: {result.reason}")

@@ -240,6 +240,7 @@ class DPSGDResult:
 def _effective(v: Any, c: float, last: bool) -> Any:
     """LipschitzMLP's layer rescaling (qveil.trainer.network): W = V c / max(c, ||V||), the
     spectral norm for hidden layers and the row norms for the output layer."""
+    # torch loads only for the runs that train a network (a heavy import)
     import torch
 
     if last:
@@ -254,6 +255,7 @@ def _rescale_vjp(v: Any, g: Any, c: float, last: bool) -> Any:
     first axis of g). Where the norm is <= c the map is the identity. Hidden layers (spectral
     norm s1 with top singular vectors u, w): vjp(G) = c G / s1 - c <G, V> / s1^2 u w^T.
     Output rows (norm n): vjp(g) = c g / n - c <g, v> / n^3 v."""
+    # torch loads only for the runs that train a network (a heavy import)
     import torch
 
     if last:
@@ -280,6 +282,7 @@ def per_sample_grads(net: Any, xs: Any, acts: Any, ys: Any) -> Any:
     for a linear layer the per-sample gradient is outer(delta_i, h_i)), then through the
     rescaling V -> W in closed form (:func:`_rescale_vjp`). Checked against autograd in the
     tests."""
+    # torch loads only for the runs that train a network (a heavy import)
     import torch
 
     c = net.layer_bound
@@ -314,6 +317,7 @@ def train_dpsgd(cfg: Any, *, clip: float, noise_std: float, seed: int) -> DPSGDR
     """DP-SGD Q-learning on cfg's environment, mirroring ``train_q``'s loop without functional
     noise: per-sample gradients clipped to ``clip`` in L2, summed, plus N(0, noise_std^2 I),
     divided by B, one plain SGD step at rate cfg.lr on the network's raw parameters."""
+    # torch loads only for the runs that train a network (a heavy import)
     import torch
 
     # here, not at the top: loads torch only when this runs

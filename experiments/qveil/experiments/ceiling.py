@@ -39,6 +39,11 @@ from typing import Any
 
 import numpy as np
 
+from qveil.dataset import load_npz, save_npz
+from qveil.experiments._util import write_csv
+from qveil.experiments.multid_levers import Sweep, score
+from qveil.kfqi_config import KernelFQIConfig, plan_kernel
+
 __all__ = [
     "COLUMNS",
     "ENVS",
@@ -102,6 +107,7 @@ class OfflineQ:
     losses: list[float] = field(default_factory=list)
 
     def values(self, obs: np.ndarray) -> np.ndarray:
+        # torch loads only for the runs that train a network (a heavy import)
         import torch
 
         x = (np.asarray(obs, dtype=np.float64) - self.mean) / self.std
@@ -115,6 +121,7 @@ class OfflineQ:
 
 
 def _mlp(d: int, m: int, hidden: Sequence[int]) -> Any:
+    # torch loads only for the runs that train a network (a heavy import)
     from torch import nn
 
     layers: list[Any] = []
@@ -137,6 +144,7 @@ def fit_offline_q(
     target r + gamma (1 - terminal) Q_target(s', argmax_b Q(s', b)), Huber loss, plus the
     CQL term when ``cql_alpha`` > 0. A time-limit truncation is not terminal (as the
     estimator's collection records it)."""
+    # torch loads only for the runs that train a network (a heavy import)
     import torch
     import torch.nn.functional as F
 
@@ -194,7 +202,7 @@ def load_config(env_id: str) -> dict[str, Any]:
 def dataset(env_id: str, users: int, seed: int, *, cache: Path | None = None) -> Any:
     """N random-policy users of ``env_id`` (one episode each; rewards clipped into the
     config's public range), cached as npz."""
-    from qveil.dataset import load_npz, save_npz
+    # the trainer's modules load gymnasium: only when this runs
     from qveil.trainer.collect import collect
 
     root = cache if cache is not None else cache_dir()
@@ -233,8 +241,6 @@ def run_env(
 ) -> list[dict[str, Any]]:
     """The rows of one (env, N, seed): random, the estimator non-private and private at
     epsilon 1, and each offline learner, on the same ``episodes`` episode seeds."""
-    from qveil.experiments.multid_levers import Sweep, score
-    from qveil.kfqi_config import KernelFQIConfig, plan_kernel
 
     cfg = config if config is not None else load_config(env_id)
     ds = dataset(env_id, users, seed, cache=cache)
@@ -278,6 +284,7 @@ def run_env(
     add("random", sc.floor)
     add("kernel fqi, non-private", sc.ceiling, train_s=fit_s)
     add(f"kernel fqi, eps {EPSILON:g}", sc.private, n_rel=releases, sigma=float(plan.sigma))
+    # the trainer's modules load gymnasium: only when this runs
     from qveil.trainer.forecast import lockstep
 
     seeds = [eval_seed + e for e in range(episodes)]
@@ -307,7 +314,6 @@ def run(
     """Every environment of ``FULL`` on report seed 0 (``--seeds 2``: also seed 2), DQN and
     CQL 20000 steps each. ``--quick``: CartPole with 200 users, 2 releases x 3 episodes, 300
     learner steps (seconds)."""
-    from qveil.experiments._util import write_csv
 
     out.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []

@@ -18,7 +18,17 @@ import numpy as np
 import numpy.typing as npt
 
 from qveil.experiments._util import mean_se
+from qveil.experiments.bgp16 import lambda_schedule, lsl_fit, lsl_sigma, lsw_fit, lsw_sigma
 from qveil.experiments.chain_mdp import Batch, ChainMDP, tabular_features
+from qveil.noise import OUSamplePath
+from qveil.privacy.gaussian import analytic_gaussian_sigma
+from qveil.release_map import (
+    certified_kappa,
+    kappa_certificate,
+    release_quadratic_form,
+    smoother,
+    unit_grid,
+)
 
 __all__ = [
     "CHAIN_FIELDS",
@@ -136,9 +146,8 @@ def best_beta_cached(points: int, smoother_bandwidth: float) -> float:
     """The beta that minimises the row-sum kappa of the chain's release map (a public
     function of K and the smoother; bounded search on log beta over [0.1, 1000], rounded to 4
     significant digits), computed once per map."""
+    # scipy.optimize loads only when a map's certificate is computed
     from scipy.optimize import minimize_scalar
-
-    from qveil.release_map import kappa_certificate, release_quadratic_form
 
     def row_sum(lb: float) -> float:
         a = release_quadratic_form(points, smoother_bandwidth, float(np.exp(lb)))
@@ -166,9 +175,6 @@ def chain_fqe_release(
     the grid of the N - 1 non-absorbing states (the absorbing state's value is 0 by
     definition, public, and not released), Delta = D_T sqrt(kappa) (one action), sigma from
     the analytic Gaussian mechanism, and the noise an exact OU path queried at the states."""
-    from qveil.noise import OUSamplePath
-    from qveil.privacy.gaussian import analytic_gaussian_sigma
-    from qveil.release_map import certified_kappa, smoother, unit_grid
 
     k = len(stats.visits)
     q = chain_fqe(stats, gamma=gamma, iterations=iterations, f_max=f_max)
@@ -187,7 +193,6 @@ def chain_job(sizes: tuple[int, ...], run_id: int) -> list[dict[str, Any]]:
     """One run: for each start distribution and m, the same trajectories scored by
     non-private FQE, private FQE, LSW/LSL and DP-LSW/DP-LSL (tabular features, F_max = 1
     and as written) at each (eps, delta) of :data:`CHAIN_PRIVACY`."""
-    from qveil.experiments.bgp16 import lambda_schedule, lsl_fit, lsw_fit
 
     rows: list[dict[str, Any]] = []
     for si, start in enumerate(("uniform", "first")):
@@ -256,7 +261,6 @@ def _private_rows(
     rng: np.random.Generator,
 ) -> list[dict[str, Any]]:
     """Private FQE, then DP-LSW and DP-LSL with F_max = 1 and as written, at (eps, delta)."""
-    from qveil.experiments.bgp16 import lsl_sigma, lsw_sigma
 
     mdp, phi, ones = fit.mdp, fit.phi, fit.ones
     priv = {"epsilon": eps, "delta": delta}

@@ -21,6 +21,7 @@ range (0.1 .. 100) per method, and against the reward sensitivity Delta_r (the s
 
 from __future__ import annotations
 
+import csv
 import math
 from collections import defaultdict
 from pathlib import Path
@@ -348,6 +349,7 @@ def plot_sweep(
 ) -> Path:
     """Released return against eps (or Delta_r) per method, mean +- sd; points where the
     accountant gives no guarantee (holds = false) are drawn as crosses."""
+    # matplotlib loads only when a plot is drawn (a heavy import)
     import matplotlib.pyplot as plt
 
     # here, not at the top: loads matplotlib only when this runs
@@ -396,7 +398,6 @@ def plot_sweep(
 def replot(out: Path, *, config: str | Path | None = None, delta: float = 1e-4) -> dict[str, Path]:
     """Redraw fig2.png and the two sweep PNGs from the CSVs in ``out`` (no training; the
     learning-curve PNG needs the runs and is not redrawn)."""
-    import csv
 
     cfg = load_cfg(config)
     ref = reference_returns(cfg)
@@ -426,6 +427,7 @@ def replot(out: Path, *, config: str | Path | None = None, delta: float = 1e-4) 
 def _plot_targets(
     summ: list[dict[str, Any]], path: Path, *, ref: dict[str, float], n_seeds: int, cfg: Any
 ) -> Path:
+    # matplotlib loads only when a plot is drawn (a heavy import)
     import matplotlib.pyplot as plt
 
     # here, not at the top: loads matplotlib only when this runs

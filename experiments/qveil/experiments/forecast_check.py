@@ -16,6 +16,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from qveil.experiments._util import write_table_and_plot
+from qveil.experiments.plotting import env_panels, save
+from qveil.kfqi_config import load_fqi_config
+
 __all__ = ["MEASURED", "run"]
 
 REPO = Path(__file__).resolve().parents[3]
@@ -55,8 +59,7 @@ def run(
     plan: list[tuple[str, str, list[int]]] | None = None,
     **_: Any,
 ) -> dict[str, Path]:
-    from qveil.experiments._util import write_table_and_plot
-    from qveil.kfqi_config import load_fqi_config
+    # the trainer's modules load gymnasium: only when this runs
     from qveil.trainer.forecast import forecast
 
     out.mkdir(parents=True, exist_ok=True)
@@ -88,7 +91,6 @@ def run(
 
 
 def _plot(rows: list[dict[str, Any]], path: Path) -> None:
-    from qveil.experiments.plotting import env_panels, save
 
     fig, panels = env_panels(rows)
     for ax, env, rs in panels:

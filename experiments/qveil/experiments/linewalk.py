@@ -129,6 +129,7 @@ def run_spec(spec: dict[str, Any]) -> dict[str, Any]:
     config_changes (dict), seed, eval_episodes; alg1: train_sigma, train_beta, release_sigma,
     release_beta, q_bound; dpsgd: clip, noise_std; input: noise_std. Returns the spec plus
     ``curve`` (training-episode returns), ``release_return`` (mean), ``seconds``."""
+    # torch loads only for the runs that train a network (a heavy import)
     import torch
 
     torch.set_num_threads(1)

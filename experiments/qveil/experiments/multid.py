@@ -353,9 +353,11 @@ def _fraction(rows: list[dict[str, Any]]) -> None:
 
 
 def _plot(rows: list[dict[str, Any]], path: Path) -> Path:
+    # matplotlib loads only when a plot is drawn (a heavy import)
     import matplotlib
 
     matplotlib.use("Agg")
+    # pyplot after matplotlib.use('Agg') above: no display is needed
     import matplotlib.pyplot as plt
 
     # here, not at the top: loads matplotlib only when this runs
@@ -396,9 +398,11 @@ def _plot_releases(
 ) -> Path:
     """One panel per (env, N): each served release's mean return against epsilon (dots),
     their mean (line), the ceiling and the floor on the same episode seeds."""
+    # matplotlib loads only when a plot is drawn (a heavy import)
     import matplotlib
 
     matplotlib.use("Agg")
+    # pyplot after matplotlib.use('Agg') above: no display is needed
     import matplotlib.pyplot as plt
 
     # here, not at the top: loads matplotlib only when this runs

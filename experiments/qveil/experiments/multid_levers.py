@@ -455,9 +455,11 @@ _PANELS = {
 
 
 def _plot(rows: list[dict[str, Any]], path: Path) -> Path:
+    # matplotlib loads only when a plot is drawn (a heavy import)
     import matplotlib
 
     matplotlib.use("Agg")
+    # pyplot after matplotlib.use('Agg') above: no display is needed
     import matplotlib.pyplot as plt
 
     # here, not at the top: loads matplotlib only when this runs

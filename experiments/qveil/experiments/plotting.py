@@ -3,6 +3,7 @@ function takes rows already computed and a path, and draws nothing else."""
 
 from __future__ import annotations
 
+import io
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -31,8 +32,8 @@ DPI = 90
 
 def save(fig: Any, path: Path) -> Path:
     """Write ``fig`` as a small PNG (adaptive 256-colour palette, optimised)."""
-    import io
 
+    # Pillow (matplotlib's dependency) loads only when a PNG is written
     from PIL import Image
 
     path.parent.mkdir(parents=True, exist_ok=True)

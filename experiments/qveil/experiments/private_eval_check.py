@@ -13,11 +13,20 @@ Writes private_eval.csv and private_eval.png under ``out``.
 
 from __future__ import annotations
 
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from qveil.additive import AdditiveSamplePath
+from qveil.bundle import load_bundle
+from qveil.experiments._util import write_table_and_plot
+from qveil.experiments.plotting import env_panels, save
+from qveil.kfqi_config import load_fqi_config
+from qveil.ope import policy_value
+from qveil.privacy.ope import OPEPrivacyParams, calibrate_ope
 
 __all__ = ["run"]
 
@@ -40,6 +49,7 @@ def _true_value(
     """Monte Carlo from the env's start distribution: the discounted value of ``act`` (what
     the private evaluation estimates) and its mean episode return (what serving it scores),
     over the same whole episodes."""
+    # gymnasium loads only when episodes are run (importing qveil.trainer registers its envs)
     import gymnasium as gym
 
     from qveil.trainer import register_envs
@@ -69,14 +79,8 @@ def run(
     plan: list[tuple[str, str, int, int]] | None = None,
     **_: Any,
 ) -> dict[str, Path]:
-    import tempfile
 
-    from qveil.additive import AdditiveSamplePath
-    from qveil.bundle import load_bundle
-    from qveil.experiments._util import write_table_and_plot
-    from qveil.kfqi_config import load_fqi_config
-    from qveil.ope import policy_value
-    from qveil.privacy.ope import OPEPrivacyParams, calibrate_ope
+    # the trainer's modules load gymnasium: only when this runs
     from qveil.trainer.collect import collect
     from qveil.trainer.estimators import create_estimator
     from qveil.trainer.private_eval import Z95, estimator_of
@@ -149,7 +153,6 @@ def run(
 
 
 def _plot(rows: list[dict[str, Any]], path: Path) -> None:
-    from qveil.experiments.plotting import env_panels, save
 
     fig, panels = env_panels(rows)
     for ax, env, rs in panels:

@@ -40,6 +40,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from qveil.additive import StateBox
+from qveil.experiments import plotting
 from qveil.experiments._util import mean_se, progress_map, write_csv
 from qveil.experiments.chain_fqe import (
     CHAIN_FIELDS,
@@ -48,6 +50,10 @@ from qveil.experiments.chain_fqe import (
     chain_job,
     summarise_chain,
 )
+from qveil.fqi_config import REFUSE_RATIO
+from qveil.kfqi import additive_mean, fitted_q_nd, krr_result
+from qveil.kfqi_config import load_fqi_config, plan_kernel
+from qveil.noise import OUSamplePath
 
 __all__ = ["KERNEL_VARIANT", "Variant", "linewalk_job", "run"]
 
@@ -107,8 +113,7 @@ def _served_returns(
 ) -> list[float]:
     """Returns of argmax_a [served additive mean + g_a] on LineWalk, g_a drawn lazily at the
     visited states as the store does (no noise when ``noise_seed`` is None)."""
-    from qveil.kfqi import additive_mean
-    from qveil.noise import OUSamplePath
+    # the trainer's modules load gymnasium: only when this runs
     from qveil.trainer.served_eval import lockstep_returns
 
     paths = (
@@ -137,6 +142,7 @@ def _served_returns(
 def _random_returns(
     n_actions: int, *, seed: Sequence[int], episodes: int, env_seed: int
 ) -> list[float]:
+    # the trainer's modules load gymnasium: only when this runs
     from qveil.trainer.served_eval import lockstep_returns
 
     rng = np.random.default_rng(list(seed))
@@ -158,10 +164,7 @@ def linewalk_job(
 ) -> list[dict[str, Any]]:
     """Every fqi variant at every eps, non-private FQI per gamma and random, for one
     (seed, N): one dataset, one set of evaluation episodes."""
-    from qveil.additive import StateBox
-    from qveil.fqi_config import REFUSE_RATIO
-    from qveil.kfqi import fitted_q_nd, krr_result
-    from qveil.kfqi_config import load_fqi_config, plan_kernel
+    # the trainer's modules load gymnasium: only when this runs
     from qveil.trainer.collect import collect
 
     base = load_fqi_config(PRIVATE_CONFIG).replace(delta=DELTA)
@@ -232,6 +235,7 @@ def linewalk_job(
 
 def alg1_job(mode: str, eps: float, seed: int, quick: bool, episodes: int) -> dict[str, Any]:
     """One Algorithm 1 run (fig2's machinery) at eps, delta 1e-5, its own accountant."""
+    # fig2 and linewalk load torch: only for Algorithm 1's runs
     from qveil.experiments.fig2 import QUICK_CHANGES, method_spec
     from qveil.experiments.linewalk import load_cfg, run_spec
 
@@ -385,7 +389,6 @@ def run(
     """The LineWalk table and plot, Algorithm 1's modes, and the chain variant (see the
     module docstring). Writes utility_runs.csv, utility.csv, utility.md, utility.png,
     utility_chain.csv, utility_chain_runs.csv and utility_chain.png into ``out``."""
-    from qveil.experiments import plotting
 
     out.mkdir(parents=True, exist_ok=True)
     n_seeds = seeds if seeds is not None else (2 if quick else 10)

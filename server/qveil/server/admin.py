@@ -38,9 +38,11 @@ from qveil.server.admin_db import AdminDB, open_admin_db
 from qveil.server.closing import Closing
 from qveil.server.ledger import BudgetReport, Cap, Ledger
 from qveil.server.registry import open_registry
-from qveil.server.releases import store_betas, store_params
 from qveil.server.store import open_store
+from qveil.server.store.export import export_release as export_points
+from qveil.server.store.export import import_release as import_points
 from qveil.server.store.export import read_export_header
+from qveil.server.store.releases import store_betas, store_params
 
 __all__ = [
     "log_number",
@@ -188,7 +190,9 @@ def releases(ctx: AdminContext) -> list[ReleaseInfo]:
     bundles = _bundle_rows(ctx.db)
     spent = _ledger_by_release(ctx.registry.db)  # the population ledger
     out = []
-    for r in sorted(ctx.store.list_releases(), key=lambda r: (str(r.created_at), r.release_id)):
+    for r in sorted(
+        ctx.store.releases.list_releases(), key=lambda r: (str(r.created_at), r.release_id)
+    ):
         b = bundles.get(r.release_id)
         e = spent.get(r.release_id)
         out.append(
@@ -310,7 +314,7 @@ def activate(ctx: AdminContext, release_id: str) -> ReleaseInfo:
     be activated again: that is the rollback)."""
     params: dict[str, Any] = {"release_id": release_id, "path": "store"}
     with _audited(ctx, "activate", release_id, params):
-        rec = ctx.store.get_release(release_id)
+        rec = ctx.store.releases.get_release(release_id)
         if str(rec.status) == "retired":
             raise FailedPrecondition(
                 f"release {echo(release_id)} is retired; retired releases are never answered again"
@@ -338,12 +342,12 @@ def activate(ctx: AdminContext, release_id: str) -> ReleaseInfo:
             )
         previous = [
             r.release_id
-            for r in ctx.store.list_releases()
+            for r in ctx.store.releases.list_releases()
             if str(r.status) == "active" and r.release_id != release_id
         ]
-        ctx.store.set_release_status(release_id, "active")
+        ctx.store.releases.set_release_status(release_id, "active")
         for p in previous:
-            ctx.store.set_release_status(p, "staged")
+            ctx.store.releases.set_release_status(p, "staged")
         params["previous"] = previous
     return next(r for r in releases(ctx) if r.release_id == release_id)
 
@@ -353,12 +357,12 @@ def retire(ctx: AdminContext, release_id: str) -> ReleaseInfo:
     cannot be retired: activate another one first."""
     params = {"release_id": release_id, "path": "store"}
     with _audited(ctx, "retire", release_id, params):
-        rec = ctx.store.get_release(release_id)
+        rec = ctx.store.releases.get_release(release_id)
         if str(rec.status) == "active":
             raise FailedPrecondition(
                 f"release {echo(release_id)} is active; activate another release before retiring it"
             )
-        ctx.store.set_release_status(release_id, "retired")
+        ctx.store.releases.set_release_status(release_id, "retired")
     return next(r for r in releases(ctx) if r.release_id == release_id)
 
 
@@ -369,9 +373,14 @@ def export_release(ctx: AdminContext, release_id: str, out: str | Path) -> dict[
     any store that imports it holds the same values (the release's key's)."""
     params: dict[str, Any] = {"release_id": release_id, "out": str(out)}
     with _audited(ctx, "export-release", release_id, params):
-        n = ctx.store.export(release_id, str(out))
+        n = export_points(ctx.store, release_id, out)
         params["points"] = n
-    return {"release_id": release_id, "points": n, "out": str(out), "store_id": ctx.store.store_id}
+    return {
+        "release_id": release_id,
+        "points": n,
+        "out": str(out),
+        "store_id": ctx.store.releases.store_id,
+    }
 
 
 def import_release(ctx: AdminContext, path: str | Path) -> dict[str, Any]:
@@ -381,13 +390,13 @@ def import_release(ctx: AdminContext, path: str | Path) -> dict[str, Any]:
     with _audited(ctx, "import-release", str(path), params) as op:
         head = read_export_header(path)
         params["release_id"] = str(head.get("release_id", ""))
-        rec = ctx.store.import_(str(path))
-        rec = ctx.store.set_release_status(rec.release_id, "staged")
+        rec = import_points(ctx.store, path)
+        rec = ctx.store.releases.set_release_status(rec.release_id, "staged")
         op.target = rec.release_id
     return {
         "release_id": rec.release_id,
         "points": int(ctx.store.count_points(rec.release_id)),
-        "store_id": ctx.store.store_id,
+        "store_id": ctx.store.releases.store_id,
     }
 
 

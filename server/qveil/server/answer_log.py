@@ -186,9 +186,9 @@ class AnswerLog:
         for rid in sorted({r for r, _p in self._pending}):
             keys = sorted(k for k in self._pending if k[0] == rid)
             if rid not in self._loaded:  # what other processes and earlier runs logged
-                self.store.refresh(rid)
+                self.store.paths.refresh(rid)
                 self._loaded.add(rid)
-            if self.store.known_points(rid) >= self.max_points:
+            if self.store.paths.known_points(rid) >= self.max_points:
                 n = sum(self._pending.pop(k)[0].size for k in keys)
                 self.unlogged += n
                 if rid not in self._warned_full:

@@ -15,6 +15,7 @@ import asyncio
 import errno
 import ipaddress
 import logging
+import multiprocessing
 import os
 import signal
 import socket
@@ -26,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection as refl
 
 from qveil.errors import FailedPrecondition, InvalidArgument, PortInUse
 from qveil.server.answer_log import AnswerLog
@@ -184,7 +187,6 @@ def create_server(
     ``reuse_port``: bind with SO_REUSEPORT (``--processes``: the kernel spreads new
     connections over the processes bound to the port); ``join``: the port is the first
     process's, not a port to check for being free."""
-    from grpc_health.v1 import health_pb2, health_pb2_grpc
 
     server = grpc.aio.server(
         options=[
@@ -202,8 +204,6 @@ def create_server(
     health_pb2_grpc.add_HealthServicer_to_server(health.servicer, server)
     add_inference_service(plane, health, server)  # the v2 protocol, same port
     if reflection:
-        from grpc_reflection.v1alpha import reflection as refl
-
         names = (
             *SERVICE_NAMES,
             OIP_SERVICE_NAME,
@@ -535,7 +535,6 @@ async def _start_processes(
     is forked), each serving the same bundle and store on ``port`` (a joiner binds only once
     its release is ready: a connection never reaches a process that is still starting).
     Raises FailedPrecondition, with every started one stopped, when one does not start."""
-    import multiprocessing
 
     ctx = multiprocessing.get_context("spawn")
     child = replace(

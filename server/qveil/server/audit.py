@@ -228,8 +228,8 @@ def _finite_or_none(v: Any) -> Any:
 # ------------------------------------------------------------------------------- store access
 def _records(store: Any, release_id: str | None) -> list[Any]:
     if release_id is not None:
-        return [store.get_release(release_id)]
-    return sorted(store.list_releases(), key=lambda r: (str(r.created_at), r.release_id))
+        return [store.releases.get_release(release_id)]
+    return sorted(store.releases.list_releases(), key=lambda r: (str(r.created_at), r.release_id))
 
 
 def _load_points(
@@ -634,9 +634,11 @@ def plot_paths(
 ) -> Path:
     """PNG of stored noise against state, one panel per (release, action), with the claimed
     +-2 sigma band and the audit verdict in each title. Shows noise values: auditor only."""
+    # matplotlib loads only when a plot is drawn (a heavy import)
     import matplotlib
 
     matplotlib.use("Agg")
+    # pyplot after matplotlib.use('Agg') above: no display is needed
     import matplotlib.pyplot as plt
 
     rels: Sequence[ReleaseAudit] = report.releases[:max_releases]

@@ -21,7 +21,7 @@ class AuditService(ContextService):
     def _audit_release(self, release_id: str, action: int | None) -> Any:
         if not release_id:
             release_id = self.holder.current().release_id
-        rec = self.store.get_release(release_id)  # NotFound
+        rec = self.releases.get_release(release_id)  # NotFound
         # a release of d > 1 coordinates: "action" names the store path
         # action * d + coordinate (the 1-D OU path g_{action, coordinate})
         n = int(getattr(rec, "n_paths", rec.n_actions))
@@ -75,7 +75,7 @@ class AuditService(ContextService):
         """The audit of one release (qveil.server.audit.service_report: the same report as
         ``qveil audit --release ID``): integrity, high-water marks, whitened innovations tested
         against N(0, 1) with power against sigma x 1.3, ledger and audit-log chains."""
-        # qveil.server.audit reaches the services via qveil.server.admin: imported on use (cycle)
+        # the audit (scipy.stats) loads only when an audit is asked, not with the server
         from qveil.server.audit import service_report
 
         rec = self._audit_release(release_id, action)

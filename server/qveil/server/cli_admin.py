@@ -269,8 +269,8 @@ def run(args: argparse.Namespace) -> int:
 # The operations run directly on the store, one per command: (context, flags, store URL).
 # The server modules are imported when an operation runs (``qveil --help`` stays light).
 def _init_store(ctx: Any, args: argparse.Namespace, url: str) -> None:
-    d: dict[str, Any] = {"store": url, "store_id": ctx.store.store_id}
-    _print(args, d, f"store {ctx.store.store_id} ready")
+    d: dict[str, Any] = {"store": url, "store_id": ctx.store.releases.store_id}
+    _print(args, d, f"store {ctx.store.releases.store_id} ready")
 
 
 def _export_release(ctx: Any, args: argparse.Namespace, url: str) -> None:

@@ -126,6 +126,7 @@ def run(args: argparse.Namespace) -> int:
 
     # here, not at the top: loads sqlalchemy only when this runs
     from qveil.server.store import open_store
+    from qveil.server.store.export import export_release
 
     url = args.store or os.environ.get("QVEIL_STORE_URL")
     if not url:
@@ -157,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
                 out = Path(args.export_points)
                 out.mkdir(parents=True, exist_ok=True)
                 for r in report.releases:
-                    store.export(r.release_id, str(out / f"{r.release_id}.jsonl"))
+                    export_release(store, r.release_id, out / f"{r.release_id}.jsonl")
         finally:
             db.close()
     finally:

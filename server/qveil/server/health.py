@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 __all__ = ["SERVICES", "Health"]
@@ -41,7 +42,6 @@ class _Servicer(health_pb2_grpc.HealthServicer):  # type: ignore[misc]  # grpc_h
     async def Check(  # noqa: N802 - gRPC method name
         self, request: health_pb2.HealthCheckRequest, context: Any
     ) -> health_pb2.HealthCheckResponse:
-        import grpc
 
         status = self.status.get(request.service)
         if status is None:

@@ -22,6 +22,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from qveil.version import __version__
+
 __all__ = ["Metrics"]
 
 
@@ -73,6 +75,7 @@ class Metrics:
         stored_points: Callable[[], dict[tuple[str, int], int]] | None = None,
     ) -> int:
         """Start the Prometheus HTTP endpoint on host:port (0 = any free port); return it."""
+        # prometheus_client loads with the metrics endpoint (--metrics-port), not with this module
         from prometheus_client import (
             CollectorRegistry,
             Gauge,
@@ -82,8 +85,6 @@ class Metrics:
             start_http_server,
         )
         from prometheus_client import Counter as PCounter
-
-        from qveil.version import __version__
 
         reg = CollectorRegistry()
         ProcessCollector(registry=reg)  # process_cpu_seconds_total, process_resident_memory...
@@ -123,6 +124,7 @@ class _StoredPoints:
         self.stored_points = stored_points
 
     def collect(self) -> Any:
+        # prometheus_client loads with the metrics endpoint (--metrics-port), not with this module
         from prometheus_client.core import GaugeMetricFamily
 
         fam = GaugeMetricFamily(
@@ -144,6 +146,7 @@ class _Limits:
         self.metrics = metrics
 
     def collect(self) -> Any:
+        # prometheus_client loads with the metrics endpoint (--metrics-port), not with this module
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         q = self.metrics.quotas
@@ -171,6 +174,7 @@ class _Log:
         self.metrics = metrics
 
     def collect(self) -> Any:
+        # prometheus_client loads with the metrics endpoint (--metrics-port), not with this module
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         a = self.metrics.answer_log

@@ -13,6 +13,7 @@ a resample, a second export) name the same population and so share its budget.
 from __future__ import annotations
 
 import math
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -101,11 +102,12 @@ def precheck(registry: Any, name: str, event: PrivacyEvent) -> dict[str, Any]:
 def plot_spending(rep: dict[str, Any], png: str | Path) -> None:
     """Spending over time: the filter's spent epsilon (at the budget's delta) after each
     release, against the budget line."""
+    # matplotlib loads only when a plot is drawn (a heavy import)
     import matplotlib
 
     matplotlib.use("Agg")
-    from datetime import datetime
 
+    # pyplot after matplotlib.use('Agg') above: no display is needed
     import matplotlib.pyplot as plt
 
     budget_eps, budget_delta = rep["budget"]["epsilon"], rep["budget"]["delta"]

@@ -131,8 +131,8 @@ def open_registry(url: str | None = None, *, actor: str | None = None) -> Regist
     url = url or default_registry_url()
     store = open_store(url, create=True)  # runs the migrations; a registry logs no noise
     try:
-        registry_id = store.store_id
-        signing = bytes.fromhex(store.meta_value(SIGNING_KEY, _new_signing_key))
+        registry_id = store.releases.store_id
+        signing = bytes.fromhex(store.releases.meta_value(SIGNING_KEY, _new_signing_key))
     finally:
         store.close()
     return Registry(

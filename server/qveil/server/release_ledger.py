@@ -4,7 +4,7 @@
 The ledger key is the training data's identity: the card's ``dataset_fingerprint`` (a release
 trained from a fixed data set, e.g. mode ``fqi``), else its ``env_id`` (online training: the
 environment's users are the data). The event is the accountant's, recomputed from the card's
-own ``privacy_params`` (``qveil.privacy.fqi.account_params``; non-negotiable 6), never the
+own ``privacy_params`` (``qveil.privacy.replay.account_params``; non-negotiable 6), never the
 card's printed numbers. A release is recorded once per ledger (by release id): a retrain
 already recorded under an admin-chosen dataset id is not charged again when it is served.
 
@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from qveil.errors import BudgetExceeded, FailedPrecondition, InvalidArgument, echo
-from qveil.privacy.fqi import account_params
 from qveil.privacy.ledger import PrivacyEvent
+from qveil.privacy.replay import account_params
 
 __all__ = ["LedgerOutcome", "dataset_key", "event_for_card", "record_release"]
 

@@ -23,24 +23,13 @@ from qveil.errors import (
     echo,
 )
 from qveil.privacy.ledger import spending_line
-from qveil.server import views
+from qveil.server import audit_log, views
+from qveil.server.admin import AdminContext, admin_db_for, budget, server_action
 from qveil.server.population import report as population_report
 from qveil.server.state import ActiveRelease, ContextService, ServerContext
+from qveil.server.store.releases import store_betas, store_params
 
-__all__ = ["ReleaseService", "store_betas", "store_params"]
-
-
-def store_params(bundle: Any) -> dict[str, Any]:
-    """The store's noise parameters of a bundle (``create_release`` keywords): its betas (one
-    per coordinate; d = 1: one), with beta and interval its first coordinate's."""
-    betas = [float(b) for b in bundle.betas]
-    iv = bundle.box.intervals[0]
-    return {"beta": betas[0], "interval": (iv.lo, iv.hi), "betas": betas}
-
-
-def store_betas(betas: Sequence[float] | None) -> tuple[float, ...]:
-    """How the store records ``betas``: () for a 1-D release (its beta is ``beta``)."""
-    return () if betas is None or len(betas) == 1 else tuple(float(b) for b in betas)
+__all__ = ["ReleaseService"]
 
 
 class ReleaseService(ContextService):
@@ -86,9 +75,9 @@ class ReleaseService(ContextService):
         sp = store_params(bundle)
         fingerprint = str(bundle.card.get("card_sha256") or bundle.card.get("weights_sha256"))
         try:
-            rec = self.store.get_release(rid)
+            rec = self.releases.get_release(rid)
         except NotFound:
-            return self.store.create_release(
+            return self.releases.create_release(
                 release_id=rid,
                 fingerprint=fingerprint,
                 sigma=bundle.sigma,
@@ -159,16 +148,16 @@ class ReleaseService(ContextService):
             self.last_receipt = receipt
             previous = self.holder.peek()
             if previous is None or previous.release_id != bundle.bundle_id:
-                self.store.set_release_status(bundle.bundle_id, "active")
-            rec = self.store.get_release(bundle.bundle_id)
+                self.releases.set_release_status(bundle.bundle_id, "active")
+            rec = self.releases.get_release(bundle.bundle_id)
             new = ActiveRelease(bundle=bundle, record=rec)
             self.holder.swap(new)
             if previous is not None and previous.release_id != new.release_id:
-                self.store.set_release_status(previous.release_id, "staged")
+                self.releases.set_release_status(previous.release_id, "staged")
             # other releases still marked active (an earlier process) become staged
-            for other in self.store.list_releases():
+            for other in self.releases.list_releases():
                 if other.release_id != new.release_id and other.status == "active":
-                    self.store.set_release_status(other.release_id, "staged")
+                    self.releases.set_release_status(other.release_id, "staged")
             self.known_bundles[bundle.bundle_id] = path.resolve()
             self._cards.pop(bundle.bundle_id, None)
             return new
@@ -201,9 +190,6 @@ class ReleaseService(ContextService):
         )
 
     def activate(self, release_id: str = "", bundle_path: str = "") -> tuple[t.Release, str]:
-        # qveil.server.admin builds the Services that hold this service: imported on use (cycle)
-        from qveil.server.admin import server_action
-
         with server_action(
             self.store,
             "activate",
@@ -229,9 +215,6 @@ class ReleaseService(ContextService):
         )
 
     def retire(self, release_id: str) -> t.Release:
-        # qveil.server.admin builds the Services that hold this service: imported on use (cycle)
-        from qveil.server.admin import server_action
-
         with server_action(self.store, "retire", release_id, release_id=release_id):
             return self._retire_request(release_id)
 
@@ -247,10 +230,10 @@ class ReleaseService(ContextService):
                     f"release {echo(release_id)} is active; activate another release before "
                     "retiring it"
                 )
-            self.store.get_release(release_id)  # NotFound
-            self.store.set_release_status(release_id, "retired")
+            self.releases.get_release(release_id)  # NotFound
+            self.releases.set_release_status(release_id, "retired")
             self._cards.pop(release_id, None)
-            return self._describe(self.store.get_release(release_id))
+            return self._describe(self.releases.get_release(release_id))
 
     def _describe(self, record: Any) -> t.Release:
         rid = str(record.release_id)
@@ -277,7 +260,7 @@ class ReleaseService(ContextService):
     def list_releases(self) -> tuple[list[t.Release], str]:
         current = self.holder.peek()
         return (
-            [self._describe(r) for r in self.store.list_releases()],
+            [self._describe(r) for r in self.releases.list_releases()],
             current.release_id if current is not None else "",
         )
 
@@ -299,9 +282,6 @@ class ReleaseService(ContextService):
 
     def budget(self, dataset_id: str = "") -> list[dict[str, object]]:
         """Budgets of one population (or all) in the registry's ledger."""
-        # qveil.server.admin builds the Services that hold this service: imported on use (cycle)
-        from qveil.server.admin import AdminContext, admin_db_for, budget
-
         ctx = AdminContext(
             store=self.store,
             db=admin_db_for(self.store),
@@ -320,13 +300,11 @@ class ReleaseService(ContextService):
             rel = self.holder.current()
             bundle = rel.bundle
         else:
-            self.store.get_release(release_id)  # NotFound for an unknown release
+            self.releases.get_release(release_id)  # NotFound for an unknown release
             bundle = load_bundle(self._find_bundle(release_id), verify=True)
         admin = bundle.admin_card()
         # the private evaluations of this release (qveil evaluate --private), from the
         # registry's audit log: what the released policy is worth, with its interval
-        from qveil.server import audit_log
-
         evaluations = [
             {"at": e.at, "actor": e.actor, **e.params}
             for e in audit_log.entries(

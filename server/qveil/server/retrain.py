@@ -38,15 +38,15 @@ import sqlalchemy as sa
 
 from qveil.bundle import Bundle, load_bundle
 from qveil.errors import FailedPrecondition, IntegrityError, InvalidArgument, NotFound, echo
-from qveil.privacy.fqi import account_params
 from qveil.privacy.ledger import PrivacyEvent
+from qveil.privacy.replay import account_params
 from qveil.server import admin_tables as T
 from qveil.server.admin import AdminContext, activate, log_number, log_outcome
 from qveil.server.audit_log import utc_now
 from qveil.server.ledger import BudgetReport, LedgerEntry
 from qveil.server.release_records import RegistryRecords
-from qveil.server.releases import store_params
 from qveil.server.services import Services
+from qveil.server.store.releases import store_params
 
 __all__ = ["RetrainResult", "default_releases_dir", "retrain"]
 
@@ -235,7 +235,7 @@ def _train_bundle(
     moved.append(bundle_dir)
     bundle = load_bundle(bundle_dir, verify=True)
     try:  # a release id names one noise path: never reuse one
-        ctx.store.get_release(release_id)
+        ctx.store.releases.get_release(release_id)
     except NotFound:
         return bundle
     raise IntegrityError(

@@ -18,6 +18,7 @@ from qveil.server.limits import Limits
 from qveil.server.metrics import Metrics
 from qveil.server.quotas import Quotas
 from qveil.server.registry import open_registry
+from qveil.server.store.releases import ReleaseRegistry
 
 __all__ = ["ActiveRelease", "ContextService", "ReleaseHolder", "ServerContext"]
 
@@ -97,6 +98,12 @@ class ContextService:
     @property
     def store(self) -> Any:
         return self.ctx.store
+
+    @property
+    def releases(self) -> ReleaseRegistry:
+        """The store's release registry (``store.releases``)."""
+        registry: ReleaseRegistry = self.ctx.store.releases
+        return registry
 
     @property
     def holder(self) -> ReleaseHolder:

@@ -27,6 +27,7 @@ from server_helpers import (
 )
 
 from qveil.bundle import KEY_FILE, RECEIPT_FILE, load_bundle
+from qveil.server.store.export import export_release
 
 CONFIG = str(REPO / "configs" / "linewalk-private.toml")
 
@@ -153,7 +154,7 @@ def test_library_writers_set_modes_whatever_the_umask(tmp_path: Path) -> None:
             assert written == 2
             assert (lib / "store.sqlite-wal").exists()  # WAL mode: written while open
             _assert_owner_only(lib)
-            assert st.export("r1", str(lib / "release.jsonl")) == 2
+            assert export_release(st, "r1", lib / "release.jsonl") == 2
     _assert_owner_only(lib)
 
 

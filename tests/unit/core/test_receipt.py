@@ -282,7 +282,7 @@ def _start(store_url: str, bundle: Path, *, trusted: tuple[str, ...] = ()) -> No
 
 def _assert_nothing_stored(store_url: str) -> None:
     with open_store(store_url, create=False) as st:
-        assert st.list_releases() == [] and st.count_points() == 0
+        assert st.releases.list_releases() == [] and st.count_points() == 0
 
 
 def _serve_refused(tmp: Path, bundle: Path, *extra: str) -> str:
@@ -360,7 +360,7 @@ def test_a_second_registrys_receipt_is_served_only_when_trusted(tmp_path: Path) 
     # trusted: the same start passes (the server's own registry is trusted as well)
     _start(store, b, trusted=(other_key,))
     with open_store(store, create=False) as st:
-        assert [r.release_id for r in st.list_releases()] == [load_bundle(b).bundle_id]
+        assert [r.release_id for r in st.releases.list_releases()] == [load_bundle(b).bundle_id]
     # and a real server with the key trusted answers the release's own values
     with LocalServer(b, _url(tmp_path / "served.sqlite"), start=False) as srv:
         srv.services.releases.trusted_keys = (other_key,)

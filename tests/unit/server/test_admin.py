@@ -85,7 +85,7 @@ def test_retrain_activate_rollback_retire(
         assert entry.event.epsilon == res.epsilon and entry.event.delta == res.delta_total
         # the release answered two states: its answer log holds their values (the key's)
         b1 = load_bundle(bundle1)
-        rec1 = ctx.store.get_release(rid1)
+        rec1 = ctx.store.releases.get_release(rid1)
         _xs, gs1, written, _ = log_values(ctx.store, b1.noise_paths, rid1, [0], [[0.25, 0.5]])
         assert written == 2
         # a second retrain (unseeded, as in production: its key is drawn from OS entropy): a
@@ -122,15 +122,15 @@ def test_retrain_activate_rollback_retire(
             rid2: "active",
         }
         admin.activate(ctx, rid1)  # rollback: the old release, its logged noise unchanged
-        assert ctx.store.get_release(rid1).status == "active"
-        assert rec1.fingerprint == ctx.store.get_release(rid1).fingerprint
+        assert ctx.store.releases.get_release(rid1).status == "active"
+        assert rec1.fingerprint == ctx.store.releases.get_release(rid1).fingerprint
         assert [p.g for p in ctx.store.iter_points(rid1, 0)] == list(gs1[0])
         with pytest.raises(FailedPrecondition, match="is active"):
             admin.retire(ctx, rid1)
         admin.retire(ctx, rid2)
         with pytest.raises(FailedPrecondition, match="retired"):
             admin.activate(ctx, rid2)
-        assert ctx.store.get_release(rid2).status == "retired"
+        assert ctx.store.releases.get_release(rid2).status == "retired"
 
         log = audit_log.entries(ctx.db)  # the store's operations
         assert [(e.action, e.outcome) for e in log] == [
@@ -173,7 +173,7 @@ def test_retrain_over_budget_is_refused_before_training(
     srv = Path(store_url.removeprefix("sqlite:///")).parent
     assert sorted(p.name for p in srv.iterdir() if p.is_dir()) == []  # no bundle written
     with admin.open_admin(store_url, actor="t") as ctx:
-        assert ctx.store.list_releases() == [] and ctx.ledger.entries("d") == []
+        assert ctx.store.releases.list_releases() == [] and ctx.ledger.entries("d") == []
         last = audit_log.entries(ctx.db)[-1]
         assert (last.action, last.outcome) == ("retrain", "refused")
         assert "exceeded" in last.detail
@@ -193,7 +193,7 @@ def test_refusal_at_record_time_leaves_nothing(
         with pytest.raises(BudgetExceeded) as info:
             retrain(ctx, config=tiny_config, dataset_id="d", sigma=1.0, mode="gdp", seed=1)
         assert info.value.cap == (1.0, 1e-3) and info.value.spent == (0.0, 0.0)
-        assert ctx.store.list_releases() == [] and ctx.ledger.entries("d") == []
+        assert ctx.store.releases.list_releases() == [] and ctx.ledger.entries("d") == []
         assert admin.releases(ctx) == []
     srv = Path(store_url.removeprefix("sqlite:///")).parent
     assert [p for p in srv.iterdir() if p.is_dir()] == []

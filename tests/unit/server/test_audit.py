@@ -52,7 +52,7 @@ def fill(
     """Register a release (sigma, beta) and log the keyed values of n random states per
     action (key seeded by ``seed``), in batches, as a server's answer log does. ``true``:
     the key's paths have these parameters instead of the record's (a wrong law)."""
-    store.create_release(
+    store.releases.create_release(
         release_id=rid,
         fingerprint=f"fp-{rid}",
         sigma=sigma,

@@ -76,7 +76,7 @@ def test_wrong_store_key_has_its_own_message(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 's.sqlite'}"
     open_store(url, key=b"right").close()
     with open_store(url, key=b"right") as s:
-        assert s.list_releases() == []
+        assert s.releases.list_releases() == []
     for key in (b"wrong", None):
         with pytest.raises(FailedPrecondition, match="integrity key does not match this store"):
             open_store(url, key=key)

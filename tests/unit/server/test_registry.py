@@ -106,7 +106,7 @@ def test_the_signing_key_is_created_once_and_kept(sql_url: str, tmp_path: Path) 
         parse_public_key(key).verify(bytes.fromhex(rc.signature), signed_bytes(rc))
     # the key is kept once, in the registry's metadata (its private half: never printed)
     with open_store(sql_url, create=False) as st:
-        stored = st.meta_value(SIGNING_KEY, lambda: pytest.fail("the key was not stored"))
+        stored = st.releases.meta_value(SIGNING_KEY, lambda: pytest.fail("the key was not stored"))
     assert len(bytes.fromhex(stored)) == 32 and stored not in (key, first.signature)
     with open_registry(_url(tmp_path / "other.sqlite")) as other:
         assert other.public_key != key and other.registry_id != rid

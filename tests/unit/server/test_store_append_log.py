@@ -115,12 +115,12 @@ def test_a_writer_that_missed_a_row_collides_on_seq_and_retries(tmp_path: Path) 
         log_values(a, kp, RID, [0], [units])
         (x_new,), _g, written, _m = log_values(b, kp, RID, [0], [[0.512]])  # seq 21
         assert written == 1
-        st = a._states[(RID, 0)]
+        st = a.paths._states[(RID, 0)]
         assert st.hw == 20 and float(x_new[0]) not in st.values
         st.version = (a._wepoch, a._writer_scalar("PRAGMA data_version"))  # the forged token
         xs, gs, written, mism = log_values(a, kp, RID, [0], [[0.512, 0.513]])
         assert (written, mism) == (1, 0)
-        assert a.points_logged == 20 + 1
+        assert a.committer.points_logged == 20 + 1
         pts = list(a.iter_points(RID, 0))
         assert [(p.seq, p.x) for p in pts[-2:]] == [(21, xs[0][0]), (22, xs[0][1])]
         assert logged(a, RID, 0) == logged(b, RID, 0)  # one row per state
@@ -195,7 +195,11 @@ def test_two_store_objects_on_one_postgres_share_only_the_advisory_lock(pg_url: 
             t.join()
         assert not errors, errors
         assert logged(a, RID, 0) == handed
-        assert a.points_logged + b.points_logged == a.count_points(RID, 0) == len(handed)
+        assert (
+            a.committer.points_logged + b.committer.points_logged
+            == a.count_points(RID, 0)
+            == len(handed)
+        )
         assert a.verify(RID).ok
 
 

@@ -33,6 +33,7 @@ from store_helpers import (
 
 from qveil.errors import IntegrityError, InvalidArgument, NotFound
 from qveil.server.store import open_store
+from qveil.server.store.export import export_release, import_release
 from qveil.server.store.integrity import ChainHasher
 
 
@@ -47,8 +48,8 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 def test_releases(url: str) -> None:
     with open_store(url) as s:
-        assert s.list_releases() == []
-        rec = s.create_release(
+        assert s.releases.list_releases() == []
+        rec = s.releases.create_release(
             release_id=RID, fingerprint="fp", sigma=SIGMA, beta=BETA, interval=(-1, 2), n_actions=3
         )
         assert (rec.sigma, rec.beta, rec.interval, rec.n_actions, rec.status) == (
@@ -58,11 +59,11 @@ def test_releases(url: str) -> None:
             3,
             "staged",
         )
-        assert s.create_release(
+        assert s.releases.create_release(
             release_id=RID, fingerprint="fp", sigma=SIGMA, beta=BETA, interval=(-1, 2), n_actions=3
-        ) == s.get_release(RID)
+        ) == s.releases.get_release(RID)
         with pytest.raises(InvalidArgument, match="different parameters"):
-            s.create_release(
+            s.releases.create_release(
                 release_id=RID,
                 fingerprint="fp",
                 sigma=2 * SIGMA,
@@ -89,21 +90,21 @@ def test_releases(url: str) -> None:
                 **bad,
             }
             with pytest.raises(InvalidArgument):
-                s.create_release(**kw)
-        assert [r.release_id for r in s.list_releases()] == [RID]
-        assert s.set_release_status(RID, "active").status == "active"
+                s.releases.create_release(**kw)
+        assert [r.release_id for r in s.releases.list_releases()] == [RID]
+        assert s.releases.set_release_status(RID, "active").status == "active"
         with pytest.raises(InvalidArgument):
-            s.set_release_status(RID, "paused")
+            s.releases.set_release_status(RID, "paused")
         with pytest.raises(NotFound):
-            s.get_release("nope")
+            s.releases.get_release("nope")
         with pytest.raises(NotFound):
-            s.set_release_status("nope", "active")
+            s.releases.set_release_status("nope", "active")
         with pytest.raises(NotFound):
             s.record_paths("nope", [0], [[0.5]], [[0.1]])
         with pytest.raises(NotFound):
             s.count_points("nope")
     with open_store(url) as s:
-        got = s.get_release(RID)
+        got = s.releases.get_release(RID)
         assert (got.status, got.sigma, got.beta, got.interval, got.n_actions) == (
             "active",
             SIGMA,
@@ -124,10 +125,10 @@ def test_values_read_back_bit_for_bit_after_reopen(url: str) -> None:
         assert s.record_paths(RID, [0], [x0], [g0]) == (5, 0)
         assert s.count_points(RID, 0) == 5 and s.count_points(RID, 1) == 0
         assert s.record_paths(RID, [1], [x1], [g1]) == (5, 0)
-        assert s.count_points() == 10 and s.points_logged == 10
+        assert s.count_points() == 10 and s.committer.points_logged == 10
         # logged again (any order, with the other path): nothing written
         assert s.record_paths(RID, [1, 0], [x1[::-1], x0], [g1[::-1], g0]) == (0, 0)
-        assert s.count_points() == 10 and s.known_points(RID) == 10
+        assert s.count_points() == 10 and s.paths.known_points(RID) == 10
     want0 = dict(zip(x0.tolist(), g0.tolist(), strict=True))
     with open_store(url) as s:
         pts = list(s.iter_points(RID, 0))
@@ -140,7 +141,7 @@ def test_values_read_back_bit_for_bit_after_reopen(url: str) -> None:
         assert s.record_paths(RID, [0, 1], [x0, x1], [g0, g1]) == (0, 0)
         assert s.record_paths(RID, [0], [[]], [[]]) == (0, 0)
         assert s.record_paths(RID, [], [], []) == (0, 0)
-        assert s.count_points() == 10 and s.points_logged == 0
+        assert s.count_points() == 10 and s.committer.points_logged == 0
         assert s.verify(RID).ok
 
 
@@ -156,7 +157,7 @@ def test_a_different_value_is_counted_as_mismatched_not_written(url: str) -> Non
         bumped[[2, 5]] += 1e-12
         assert s.record_paths(RID, [0], [xs[0]], [bumped]) == (0, 2)
         with open_store(url) as t:  # another object: its copy is empty, the log is not
-            other = keyed_paths(t.get_release(RID), seed=2)  # another key's values
+            other = keyed_paths(t.releases.get_release(RID), seed=2)  # another key's values
             _, _, written, mism = log_values(t, other, RID, [1], [units[:4]])
             assert (written, mism) == (0, 4)
             fresh = np.array([0.3, 0.7])  # new states are logged with the value given
@@ -185,7 +186,7 @@ def test_bad_input_writes_nothing(url: str) -> None:
             s.record_paths(RID, [0, 1], [[0.2]], [[0.1]])
         with pytest.raises(InvalidArgument):  # a bad second path: the first is not written
             s.record_paths(RID, [0, 1], [[0.2], [0.3]], [[0.1], [float("nan")]])
-        assert s.count_points() == 0 and s.known_points(RID) == 0
+        assert s.count_points() == 0 and s.paths.known_points(RID) == 0
 
 
 def test_two_store_objects_on_one_log(url: str) -> None:
@@ -197,8 +198,8 @@ def test_two_store_objects_on_one_log(url: str) -> None:
         assert log_values(a, kp, RID, [0, 1], [first, first])[2:] == (22, 0)
         both = np.concatenate([first[::2], [0.33, 0.66]])
         assert log_values(b, kp, RID, [0, 1], [both, both])[2:] == (4, 0)
-        assert a.known_points(RID) == 22
-        assert a.refresh(RID) == 26 == a.known_points(RID)
+        assert a.paths.known_points(RID) == 22
+        assert a.paths.refresh(RID) == 26 == a.paths.known_points(RID)
         assert log_values(a, kp, RID, [0], [both])[2:] == (0, 0)
         assert a.count_points() == b.count_points() == 26
         assert logged(a, RID, 0) == logged(b, RID, 0)
@@ -207,14 +208,14 @@ def test_two_store_objects_on_one_log(url: str) -> None:
 
 def test_meta_value_first_writer_wins(url: str) -> None:
     with open_store(url) as s:
-        assert s.meta_value("test.key", lambda: "one") == "one"
-        assert s.meta_value("test.key", lambda: "two") == "one"
+        assert s.releases.meta_value("test.key", lambda: "one") == "one"
+        assert s.releases.meta_value("test.key", lambda: "two") == "one"
         with open_store(url) as t:
-            assert t.meta_value("test.key", lambda: "three") == "one"
-        sid = s.store_id
+            assert t.releases.meta_value("test.key", lambda: "three") == "one"
+        sid = s.releases.store_id
     with open_store(url) as s:
-        assert s.meta_value("test.key", lambda: "four") == "one"
-        assert s.store_id == sid
+        assert s.releases.meta_value("test.key", lambda: "four") == "one"
+        assert s.releases.store_id == sid
 
 
 def test_integrity_and_export_import(url: str, tmp_path: Path) -> None:
@@ -226,7 +227,7 @@ def test_integrity_and_export_import(url: str, tmp_path: Path) -> None:
         assert rep.ok and rep.high_water == {0: 25, 1: 2}
         assert s.verify(RID, 1).high_water == {1: 2}
         out = tmp_path / "r.jsonl"
-        assert s.export(RID, str(out)) == 27
+        assert export_release(s, RID, out) == 27
         assert out.stat().st_mode & 0o777 == 0o600
         lines = out.read_text().splitlines()
         assert len(lines) == 29
@@ -237,16 +238,16 @@ def test_integrity_and_export_import(url: str, tmp_path: Path) -> None:
             d["g"] += 1e-12
             bad.write_text("\n".join(lines[:5] + [json.dumps(d)] + lines[6:]) + "\n")
             with pytest.raises(IntegrityError, match="broken at seq 5"):
-                t.import_(str(bad))
+                import_release(t, bad)
             bad.write_text("\n".join(lines[:7] + lines[8:]) + "\n")
             with pytest.raises(IntegrityError):
-                t.import_(str(bad))
+                import_release(t, bad)
             bad.write_text("\n".join(lines[:-1]) + "\n")
             with pytest.raises(IntegrityError, match="truncated"):
-                t.import_(str(bad))
-            assert t.list_releases() == [] and t.count_points() == 0
-            rec = t.import_(str(out))
-            assert rec == s.get_release(RID)
+                import_release(t, bad)
+            assert t.releases.list_releases() == [] and t.count_points() == 0
+            rec = import_release(t, out)
+            assert rec == s.releases.get_release(RID)
             assert t.verify(RID).ok
             for p in (0, 1):  # the rows round-trip bit for bit, hashes and all
                 assert [(q.seq, q.x, q.g, q.hash) for q in t.iter_points(RID, p)] == [
@@ -259,10 +260,10 @@ def test_integrity_and_export_import(url: str, tmp_path: Path) -> None:
             assert t.verify(RID).ok and s.verify(RID).ok
             assert logged(t, RID, 0) == logged(s, RID, 0)
             with pytest.raises(InvalidArgument, match="already exists"):
-                t.import_(str(out))
+                import_release(t, out)
         with open_store(f"memory://{uuid.uuid4().hex}", key=b"other-key") as t:
             with pytest.raises(IntegrityError, match="server key"):
-                t.import_(str(out))
+                import_release(t, out)
 
 
 def _tamper(s: object, url: str, sql: str, edit: object) -> None:
@@ -300,7 +301,7 @@ def test_verify_reports_tampering(url: str) -> None:
         with pytest.raises(IntegrityError, match="gap"):
             log_values(s, kp, RID, [0], [[0.123]])
         with pytest.raises(IntegrityError, match="gap"):
-            s.refresh(RID)
+            s.paths.refresh(RID)
         assert s.count_points(RID, 0) == 8
 
 

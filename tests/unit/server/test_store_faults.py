@@ -36,7 +36,7 @@ def test_disk_full_fails_cleanly(tmp_path: Path) -> None:
             s.record_paths(
                 RID, [0], [np.concatenate([known[:3], new])], [np.concatenate([g_known[:3], g_new])]
             )
-        assert s.count_points(RID, 0) == 50 and s.cached_points(RID, 0) == 50
+        assert s.count_points(RID, 0) == 50 and s.paths.cached_points(RID, 0) == 50
         assert s.verify(RID).ok
         assert logged(s, RID, 0) == _as_dict(known, g_known)
         assert s.record_paths(RID, [0], [known], [g_known]) == (0, 0)  # logged: no write
@@ -71,7 +71,7 @@ def test_disk_full_with_group_commit(tmp_path: Path) -> None:
 
         run_threads(8, work)
         assert all(isinstance(o, Unavailable) for o in outcome), outcome
-        assert s.count_points(RID, 0) == 11 and s.cached_points(RID, 0) == 11
+        assert s.count_points(RID, 0) == 11 and s.paths.cached_points(RID, 0) == 11
         s._sqlite_pragma_all("PRAGMA max_page_count = 1073741823")  # type: ignore[attr-defined]
         assert [s.record_paths(RID, [0], [x], [g]) for x, g in vals] == [(400, 0)] * 8
         assert s.count_points(RID, 0) == 11 + 8 * 400
@@ -93,10 +93,10 @@ def test_read_only_database(tmp_path: Path) -> None:
         with pytest.raises(Unavailable, match="read-only"):
             log_values(s, kp, RID, [1], [[0.3333, 0.6666]])
         with pytest.raises(Unavailable, match="read-only"):
-            s.create_release(
+            s.releases.create_release(
                 release_id="other", fingerprint="f", sigma=1, beta=1, interval=(0, 1), n_actions=1
             )
-        assert s.count_points(RID, 1) == 20 and s.cached_points(RID, 1) == 20
+        assert s.count_points(RID, 1) == 20 and s.paths.cached_points(RID, 1) == 20
         assert s.verify(RID).ok
     with open_store(f"sqlite:///{path}") as s:
         assert s.count_points() == 20

@@ -92,7 +92,7 @@ def test_16_threads_two_paths_one_commit(
         assert s.verify(RID).ok
         for a in (0, 1):  # exactly what was handed over, one row per state
             assert logged(s, RID, a) == handed[a]
-        assert s.points_logged == s.count_points(RID) == len(handed[0]) + len(handed[1])
+        assert s.committer.points_logged == s.count_points(RID) == len(handed[0]) + len(handed[1])
         created: dict[float, set[int]] = {}
         for a in (0, 1):
             for p in s.iter_points(RID, a):

@@ -49,7 +49,7 @@ def test_migrations_match_models(sql_url: str) -> None:
         assert s.schema_revision == head_revision()  # type: ignore[attr-defined]
     assert _diff(url) == []
     with open_store(url, create=False) as s:  # already at head: opens without migrating
-        assert s.list_releases() == []
+        assert s.releases.list_releases() == []
 
 
 def test_old_revision_refused_without_create(tmp_path: Path) -> None:
@@ -90,7 +90,7 @@ def test_0004_upgrades_a_one_dimensional_store_bit_for_bit(sql_url: str, tmp_pat
     url = sql_url
     with open_store(src_url) as src:  # the rows a 0003 store would hold (same chain)
         kp = keyed_paths(
-            src.create_release(
+            src.releases.create_release(
                 release_id="r1",
                 fingerprint="f" * 64,
                 sigma=1.5,
@@ -102,7 +102,7 @@ def test_0004_upgrades_a_one_dimensional_store_bit_for_bit(sql_url: str, tmp_pat
         for a in range(2):
             log_values(src, kp, "r1", [a], [np.linspace(0, 1, 17) ** (a + 1)])
         want = {a: [(p.seq, p.x, p.g, p.hash) for p in src.iter_points("r1", a)] for a in range(2)}
-        rec = src.get_release("r1")
+        rec = src.releases.get_release("r1")
     _upgrade_to(url, "0003")
     eng = sa.create_engine(url)
     with eng.begin() as c:
@@ -126,7 +126,7 @@ def test_0004_upgrades_a_one_dimensional_store_bit_for_bit(sql_url: str, tmp_pat
     eng.dispose()
     with open_store(url) as st:  # migrates 0003 -> head
         assert st.schema_revision == head_revision()  # type: ignore[attr-defined]
-        r = st.get_release("r1")
+        r = st.releases.get_release("r1")
         assert (r.dims, r.betas, r.n_paths, r.beta) == (1, (), 2, 3.0)
         for a in range(2):
             assert [(p.seq, p.x, p.g, p.hash) for p in st.iter_points("r1", a)] == want[a]
@@ -438,7 +438,7 @@ def test_every_commit_stays_visible_to_other_processes_after_the_store_opened(
     db = tmp_path / "store.sqlite"
     with open_store(f"sqlite:///{db}", create=True) as s:
         make_release(s)
-        kp = keyed_paths(s.get_release(RID))
+        kp = keyed_paths(s.releases.get_release(RID))
         for k in range(1, 6):
             log_values(s, kp, RID, [0], [np.random.default_rng(k).uniform(size=10)])
             assert _count_elsewhere(db) == 10 * k

@@ -47,7 +47,7 @@ def test_concurrent_threads_share_coordinate_points(tmp_path: Path) -> None:
 
         run_threads(6, worker, together=False, timeout=60)
         stored = {(p, q.x): q.g for p in range(6) for q in st.iter_points("c", p)}
-        assert len(stored) == st.count_points("c") == st.points_logged
+        assert len(stored) == st.count_points("c") == st.committer.points_logged
         assert stored == handed
         assert st.verify("c").ok
     eng = sa.create_engine(url)

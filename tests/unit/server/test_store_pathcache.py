@@ -36,7 +36,7 @@ def _store(url: str) -> Any:
 def test_every_call_returns_after_its_commit(tmp_path: Path) -> None:
     db = tmp_path / "s.sqlite"
     st = _store(f"sqlite:///{db}")
-    kp = keyed_paths(st.get_release("r"))
+    kp = keyed_paths(st.releases.get_release("r"))
     errors: list[BaseException] = []
     unseen: list[tuple[int, float]] = []
     start = threading.Barrier(CALLERS)
@@ -68,7 +68,7 @@ def test_every_call_returns_after_its_commit(tmp_path: Path) -> None:
     for t in threads:
         t.join()
     assert errors == [] and unseen == []
-    assert st.count_points("r") == st.points_logged == 2 * CALLERS * CALLS
+    assert st.count_points("r") == st.committer.points_logged == 2 * CALLERS * CALLS
     # several callers' states went into one commit
     commits = {p.created_at for p in st.iter_points("r", 0)}
     assert len(commits) < CALLERS * CALLS
@@ -80,19 +80,19 @@ def test_refresh_without_waiting_skips_a_path_in_flight(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 's.sqlite'}"
     a = _store(url)
     b = open_store(url, create=False)
-    kp = keyed_paths(a.get_release("r"))
+    kp = keyed_paths(a.releases.get_release("r"))
     units = np.linspace(0, 1, 7)
     assert log_values(b, kp, "r", [0, 1], [units, units])[2:] == (14, 0)
     lock = _process_lock(a._identity, "r", 0)  # a commit of path 0 in flight in `a`
     lock.acquire()
     try:
-        assert a.refresh("r", wait=False) == 7  # returns at once, path 1 loaded
-        assert (a.cached_points("r", 0), a.cached_points("r", 1)) == (0, 7)
+        assert a.paths.refresh("r", wait=False) == 7  # returns at once, path 1 loaded
+        assert (a.paths.cached_points("r", 0), a.paths.cached_points("r", 1)) == (0, 7)
         done = threading.Event()
         got: list[int] = []
 
         def waiting() -> None:
-            got.append(a.refresh("r"))
+            got.append(a.paths.refresh("r"))
             done.set()
 
         t = threading.Thread(target=waiting)
@@ -101,8 +101,8 @@ def test_refresh_without_waiting_skips_a_path_in_flight(tmp_path: Path) -> None:
     finally:
         lock.release()
     t.join(timeout=30)
-    assert got == [14] and a.known_points("r") == 14
-    assert (a.cached_points("r", 0), a.cached_points("r", 1)) == (7, 7)
+    assert got == [14] and a.paths.known_points("r") == 14
+    assert (a.paths.cached_points("r", 0), a.paths.cached_points("r", 1)) == (7, 7)
     a.close()
     b.close()
 
@@ -110,7 +110,7 @@ def test_refresh_without_waiting_skips_a_path_in_flight(tmp_path: Path) -> None:
 def test_the_copy_decides_logged_already(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 's.sqlite'}"
     st = _store(url)
-    kp = keyed_paths(st.get_release("r"))
+    kp = keyed_paths(st.releases.get_release("r"))
     xs, gs, written, _m = log_values(st, kp, "r", [0], [[0.25, 0.5]])
     assert written == 2
     reads = [0]

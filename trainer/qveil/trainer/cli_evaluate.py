@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import asdict
 from typing import Any
 
 from qveil.bundle import load_bundle
@@ -78,7 +79,6 @@ def _token(args: argparse.Namespace) -> str | None:
 
 
 def run_served(args: argparse.Namespace) -> int:
-    from dataclasses import asdict
 
     dataset = None
     if args.dataset:
@@ -159,7 +159,6 @@ def run_private(args: argparse.Namespace, records: OpenReleaseRecords) -> int:
 def run(args: argparse.Namespace, *, records: OpenReleaseRecords) -> int:
     """Evaluate a bundle, a served release, or (``--private``) a served release privately,
     charged to its population in ``records`` (the registry, passed by :mod:`qveil.cli`)."""
-    from dataclasses import asdict
 
     if args.private:
         return run_private(args, records)

@@ -32,6 +32,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from qveil.cli_parser import add_no_progress
 from qveil.dataset import Dataset, _kind, declared_population, load_dataset
 from qveil.dataset_cli import add_engine_flags
@@ -243,7 +245,6 @@ def _print_forecast(cfg: Any, dataset: str, *, force: bool) -> None:
 def _user_count(path: str) -> int:
     """N, read from the dataset's user column alone (the count is the accountant's public
     input; no other rows are used)."""
-    import numpy as np
 
     if _kind(path) == "npz":
         with np.load(path, allow_pickle=False) as z:

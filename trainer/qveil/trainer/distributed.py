@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -112,6 +113,7 @@ def open_client(engine: Engine) -> Iterator[Any]:
         yield None
         return
     try:
+        # Dask (the trainer's optional distributed engine) loads only when a fit runs on it
         from distributed import Client, LocalCluster
     except ImportError:
         raise FailedPrecondition(
@@ -129,6 +131,7 @@ def open_client(engine: Engine) -> Iterator[Any]:
         finally:
             client.close()
         return
+    # Dask (the trainer's optional distributed engine) loads only when a fit runs on it
     import dask
 
     # Dask's nanny starts workers with MALLOC_TRIM_THRESHOLD_=65536, which also fixes glibc's
@@ -260,6 +263,7 @@ def _map_reduce(
                     yield out
 
             return fold_tree(run_local(), _add)
+        # Dask (the trainer's optional distributed engine) loads only when a fit runs on it
         from distributed import as_completed
 
         mapped: list[Any] = []
@@ -354,7 +358,6 @@ def _in_order(
     flight: a result is released once yielded, so the cluster holds a bounded number of
     shards however many there are (collected shards are large: all of them held at once
     would be the whole dataset in the workers' memory)."""
-    from collections import deque
 
     threads = sum(w.get("nthreads", 1) for w in client.scheduler_info()["workers"].values())
     window = max(2, 2 * threads)

@@ -127,9 +127,11 @@ def format_table(scores: list[PolicyScore]) -> str:
 
 def plot_scores(scores: list[PolicyScore], path: str, *, title: str = "") -> None:
     """A bar chart of the mean returns with +-1 standard error (PNG)."""
+    # matplotlib loads only when a plot is drawn (a heavy import)
     import matplotlib
 
     matplotlib.use("Agg")
+    # pyplot after matplotlib.use('Agg') above: no display is needed
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 3.2), dpi=100)

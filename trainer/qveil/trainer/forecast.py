@@ -191,6 +191,7 @@ def lockstep(
     env_id: str, policy: Callable[[FloatArray], npt.NDArray[np.int64]], seeds: Sequence[int]
 ) -> FloatArray:
     """Returns of one episode per seed, run side by side (one batched policy call a step)."""
+    # gymnasium loads only when episodes are run
     import gymnasium as gym
 
     register_envs()

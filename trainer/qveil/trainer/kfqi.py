@@ -22,6 +22,7 @@ The release noise is drawn by the server's store from OS entropy, under the stor
 from __future__ import annotations
 
 import math
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,6 +64,7 @@ class FQIOutcome:
 
 def observation_bounds(env_id: str) -> tuple[np.ndarray, np.ndarray]:
     """The flattened (low, high) of an environment's Box observation space (public)."""
+    # gymnasium loads only when episodes are run (importing qveil.trainer registers its envs)
     import gymnasium as gym
 
     import qveil.trainer  # noqa: F401 - registers qveil's environments
@@ -145,8 +147,6 @@ class KernelFit:
         """The bundle's record plot of this fit, drawn once per title (several releases of
         one fit share it; drawing costs about half a second)."""
         if title not in self._curves:
-            import tempfile
-
             with tempfile.TemporaryDirectory() as d:
                 p = Path(d) / "curve.png"
                 plot_curve(p, self.log_rows(), title)

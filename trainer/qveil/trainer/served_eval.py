@@ -10,6 +10,7 @@ release's own fqi estimator from the public card's configuration, without noise.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -38,7 +39,6 @@ def best_actions_paced(client: Any, states: Any, *, max_waits: int = 1000) -> np
     well-behaved client waits that long and asks again, instead of the operator lifting the
     quota for it. A refusal without a delay is raised.
     """
-    import time
 
     for _ in range(max_waits):
         try:

@@ -56,7 +56,7 @@ def export_release(
 ) -> int:
     """Write ``release_id`` to ``path`` (atomically: temp file + rename); returns point count.
     The file is 0600 whatever the umask: it holds the release's logged noise."""
-    rec = store.get_release(release_id)
+    rec = store.releases.get_release(release_id)
     dest = Path(path)
     tmp = dest.with_name(dest.name + ".tmp")
     counts: dict[str, int] = {}
@@ -214,4 +214,4 @@ def import_release(store: SamplePathStore, path: str | os.PathLike[str]) -> Rele
         raise IntegrityError(f"{path}: no end record: the export is truncated")
     _verify_rows(store, path, rec, rows, end)
     store._db_import(ImportedRelease(rec, rows))
-    return store.get_release(rec.release_id)
+    return store.releases.get_release(rec.release_id)

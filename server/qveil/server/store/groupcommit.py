@@ -3,25 +3,25 @@ while a commit is in flight are logged together by the next write transaction.
 
 See :mod:`qveil.server.store.base` for the transaction's steps (read what other writers
 committed, keep the states not logged yet, insert with their chain hashes, confirm, commit
-durably, then apply to the copies). :class:`GroupCommitter` is that part of
-:class:`~qveil.server.store.base.SamplePathStore`; the backends give it their write
-transaction (:class:`WriteTxn`).
+durably, then apply to the copies). A store builds one :class:`GroupCommitter` over its path
+cache (:mod:`.pathcache`) and hands it out as ``store.committer``; the backend gives it its
+write transaction (:class:`RowWriter`, :class:`WriteTxn`).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from abc import abstractmethod
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Protocol
 
 from qveil.errors import Unavailable, echo
-from qveil.server.store.pathcache import FullRow, Row, _ActionState, _process_lock
+from qveil.server.store.integrity import ChainHasher
+from qveil.server.store.pathcache import FullRow, PathCache, Row, _ActionState
 from qveil.server.store.releases import ReleaseRecord
 
-__all__ = ["GroupCommitter", "MAX_ATTEMPTS", "Retry", "WriteTxn"]
+__all__ = ["GroupCommitter", "MAX_ATTEMPTS", "Retry", "RowWriter", "WriteTxn"]
 
 MAX_ATTEMPTS = 8
 
@@ -60,32 +60,43 @@ class Retry(Exception):  # noqa: N818 - control flow, not an error
     """Raised inside a write attempt: roll back and run the whole transaction again."""
 
 
-class GroupCommitter:
-    """Group commit of new points (see the module docstring)."""
+class RowWriter(Protocol):
+    """The backend's write transaction and row reads (:mod:`.memory`, :mod:`.sql`)."""
 
-    _identity: str
-    _hasher: Any
-    _gc: _GroupCommit
-    _drawn: int
-    _drawn_guard: threading.Lock
-    _pre_read_always: bool
-    coalesce: bool
+    def _db_fetch_since(self, release_id: str, action: int, hw: int) -> Sequence[Row]: ...
 
-    if TYPE_CHECKING:
-
-        def _state(self, release_id: str, action: int) -> _ActionState: ...
-        def _apply(self, st: _ActionState, rows: Sequence[Row]) -> None: ...
-        def _catch_up(self, st: _ActionState, fetch: Callable[[], Sequence[Row]]) -> None: ...
-        def _db_fetch_since(self, release_id: str, action: int, hw: int) -> Sequence[Row]: ...
-
-    @abstractmethod
     def _db_write_txn(self, keys: Sequence[tuple[str, int]]) -> AbstractContextManager[WriteTxn]:
         """A write transaction holding the cross-process locks of the (release, action)
         ``keys`` (sorted; taken in that order); commits on clean exit (durably, before
         returning), rolls back on an exception. Backend errors come out as Unavailable /
         IntegrityError / :class:`Retry`."""
+        ...
 
-    def _resolve(self, rel: ReleaseRecord, wants: dict[int, dict[float, float]]) -> None:
+
+class GroupCommitter:
+    """Group commit of new points (see the module docstring)."""
+
+    def __init__(
+        self, *, hasher: ChainHasher, paths: PathCache, db: RowWriter, pre_read_always: bool
+    ) -> None:
+        self._hasher = hasher
+        self._paths = paths
+        self._db = db
+        #: read new rows before taking the write lock on every commit (PostgreSQL: rows other
+        #: replicas stored are then found without the lock), else on first touch of a path
+        self.pre_read_always = pre_read_always
+        #: group commit: a writer also stores the new states other threads queued meanwhile
+        self.coalesce = True
+        self._gc = _GroupCommit()
+        self._logged = 0
+        self._logged_guard = threading.Lock()
+
+    @property
+    def points_logged(self) -> int:
+        """Points this committer has written and committed since its store was opened."""
+        return self._logged
+
+    def commit(self, rel: ReleaseRecord, wants: dict[int, dict[float, float]]) -> None:
         """Log the states of ``wants`` (path -> {state: value}) not logged yet, in one write
         transaction, before returning (see the module docstring).
 
@@ -101,7 +112,7 @@ class GroupCommitter:
         queued is silently dropped, nothing is answered).
         """
         rid = rel.release_id
-        sts = {a: self._state(rid, a) for a in wants}
+        sts = {a: self._paths.state(rid, a) for a in wants}
         if not self.coalesce:
             self._store_batch({(rid, a): xs for a, xs in wants.items()}, {rid: rel})
             for st in sts.values():
@@ -165,13 +176,13 @@ class GroupCommitter:
         batch: dict[tuple[str, int], dict[float, float]],
         rels: dict[str, ReleaseRecord],
     ) -> None:
-        sts = {k: self._state(*k) for k in keys}
+        sts = {k: self._paths.state(*k) for k in keys}
         for k in keys:
             st = sts[k]
-            if st.broken is None and (st.hw == 0 or self._pre_read_always):
+            if st.broken is None and (st.hw == 0 or self.pre_read_always):
                 # committed rows this process has not seen yet, read without the write lock
                 # (on first touch this loads the whole action; later, other writers' rows)
-                self._catch_up(st, _since(self._db_fetch_since, k, st))
+                self._paths.catch_up(st, _since(self._db._db_fetch_since, k, st))
         # a path whose log was refused is left out; its callers get the IntegrityError, the
         # other paths of the batch are stored
         keys = [k for k in keys if sts[k].broken is None]
@@ -184,12 +195,12 @@ class GroupCommitter:
             try:
                 drawn: dict[tuple[str, int], list[Row]] = {}
                 now = time.time()  # one created_at per transaction
-                with self._db_write_txn(sorted(todo)) as tx:
+                with self._db._db_write_txn(sorted(todo)) as tx:
                     tok = tx.version()
                     for k in sorted(todo):
                         st = sts[k]
                         if tok is None or st.version != tok:
-                            self._catch_up(st, _since(tx.fetch_since, k, st))
+                            self._paths.catch_up(st, _since(tx.fetch_since, k, st))
                             if st.broken is not None:
                                 continue  # refused: nothing drawn for it
                         new = [v for v in todo[k] if v not in st.values]
@@ -202,8 +213,8 @@ class GroupCommitter:
                     if not tx.confirm(rows):
                         raise Retry("another writer stored rows concurrently")
                 # committed durably: only now may the values be used
-                with self._drawn_guard:
-                    self._drawn += len(rows)
+                with self._logged_guard:
+                    self._logged += len(rows)
                 for k in todo:
                     st = sts[k]
                     if k in drawn:
@@ -228,7 +239,7 @@ class GroupCommitter:
     def _path_locks(self, keys: Sequence[tuple[str, int]]) -> list[threading.Lock]:
         """The process-wide locks of the (release, path) ``keys`` (sorted), taken in order
         around a write transaction (the backend's cross-process locks are taken inside)."""
-        return [_process_lock(self._identity, r, a) for r, a in keys]
+        return [self._paths.lock(r, a) for r, a in keys]
 
     def _chain_tail(
         self, release_id: str, st: _ActionState, path: int, tx: WriteTxn
@@ -238,7 +249,7 @@ class GroupCommitter:
 
     def _apply_committed(self, key: tuple[str, int], st: _ActionState, rows: list[Row]) -> None:
         """Add a committed transaction's own rows of one path to its copy."""
-        self._apply(st, rows)
+        self._paths.apply(st, rows)
 
     def _rows(
         self,
@@ -263,7 +274,7 @@ class GroupCommitter:
 
 
 def _since(
-    fetch: Callable[[str, int, int], Sequence[Row]], key: tuple[str, int], st: Any
+    fetch: Callable[[str, int, int], Sequence[Row]], key: tuple[str, int], st: _ActionState
 ) -> Callable[[], Sequence[Row]]:
     """``fetch(release, action, hw)`` with the path's high-water mark read when it is
     called (under the catch-up's lock), not when it is built."""

@@ -1,6 +1,8 @@
 """SQLAlchemy table metadata of the sample-path store (the schema Alembic migrates to).
 
-Four tables (plus the admin records of :mod:`qveil.server.admin_tables`):
+Four tables. The admin records of :mod:`qveil.server.admin_tables` are declared on this
+``metadata`` too (that module imports this one, never the other way round); the migrations'
+environment imports both, so Alembic sees every table:
 
 * ``releases``: one row per released Q-function: the bundle fingerprint, the noise
   parameters (sigma, beta on [0, 1]), the raw state interval, the action count and a status.
@@ -104,8 +106,3 @@ store_meta = sa.Table(
     sa.Column("key", sa.String(64), primary_key=True),
     sa.Column("value", sa.Text(), nullable=False),
 )
-
-# The admin records (privacy ledger, caps, admin audit log, release bundles) share this
-# MetaData and this Alembic history (migration 0002); importing them here keeps `metadata`
-# complete whatever is imported first, so compare_metadata sees every table.
-from qveil.server import admin_tables as _admin_tables  # noqa: E402,F401

@@ -1,9 +1,10 @@
 """The store's release registry: the releases a store logs (their noise parameters and
 status), the store's identity and its key-value metadata.
 
-:class:`ReleaseRegistry` is the part of :class:`~qveil.server.store.base.SamplePathStore`
-that answers "which release, with which parameters"; the backends implement its ``_db_*``
-hooks. Nothing here touches noise points.
+:class:`ReleaseRegistry` is the object a store hands out as ``store.releases`` (the release
+service, admin and the audit ask it "which release, with which parameters"); it reads and
+writes through the backend's release hooks (:class:`ReleaseTable`). Nothing here touches
+noise points.
 """
 
 from __future__ import annotations
@@ -11,11 +12,10 @@ from __future__ import annotations
 import math
 import re
 import uuid
-from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -25,9 +25,12 @@ from qveil.server.store.models import RELEASE_STATUSES
 __all__ = [
     "ReleaseRecord",
     "ReleaseRegistry",
+    "ReleaseTable",
     "check_action",
     "check_status",
     "new_identity",
+    "store_betas",
+    "store_params",
     "validate_betas",
     "validate_release_fields",
 ]
@@ -150,42 +153,57 @@ def check_action(action: int, n_actions: int) -> int:
     return a
 
 
+def store_params(bundle: Any) -> dict[str, Any]:
+    """The store's noise parameters of a bundle (``create_release`` keywords): its betas (one
+    per coordinate; d = 1: one), with beta and interval its first coordinate's."""
+    betas = [float(b) for b in bundle.betas]
+    iv = bundle.box.intervals[0]
+    return {"beta": betas[0], "interval": (iv.lo, iv.hi), "betas": betas}
+
+
+def store_betas(betas: Sequence[float] | None) -> tuple[float, ...]:
+    """How the store records ``betas``: () for a 1-D release (its beta is ``beta``)."""
+    return () if betas is None or len(betas) == 1 else tuple(float(b) for b in betas)
+
+
 def new_identity(prefix: str) -> str:
     return f"{prefix}:{uuid.uuid4().hex}"
 
 
-class ReleaseRegistry(ABC):
-    """Releases, identity and metadata of a store (see the module docstring)."""
+class ReleaseTable(Protocol):
+    """The backend's release rows and metadata (:mod:`.memory`, :mod:`.sql`)."""
 
-    _rel_cache: dict[str, ReleaseRecord]
-
-    @abstractmethod
     def _check_open(self) -> None: ...
 
-    @abstractmethod
     def _db_insert_release(self, rec: ReleaseRecord) -> bool:
         """Insert; False when the id exists (nothing changed)."""
+        ...
 
-    @abstractmethod
     def _db_get_release(self, release_id: str) -> ReleaseRecord | None: ...
-
-    @abstractmethod
     def _db_list_releases(self) -> list[ReleaseRecord]: ...
-
-    @abstractmethod
     def _db_set_status(self, release_id: str, status: str) -> bool: ...
 
-    @abstractmethod
     def _db_store_id(self) -> str:
         """The store's random persistent identity (``store_meta.store_id``)."""
+        ...
 
-    @abstractmethod
     def _db_meta(self, key: str) -> str | None:
         """A value of the store's key-value metadata (``store_meta``), None when absent."""
+        ...
 
-    @abstractmethod
     def _db_set_meta(self, values: dict[str, str], *, only_if_absent: bool) -> None:
         """Write metadata values in one transaction (insert, or also overwrite)."""
+        ...
+
+
+class ReleaseRegistry:
+    """Releases, identity and metadata of one store (see the module docstring)."""
+
+    def __init__(self, db: ReleaseTable) -> None:
+        self._db = db
+        #: the last record read of each release (its parameters never change; ``release``)
+        self._cache: dict[str, ReleaseRecord] = {}
+        self._store_id: str | None = None
 
     def create_release(
         self,
@@ -202,7 +220,7 @@ class ReleaseRegistry(ABC):
         """Register a release. Idempotent for identical parameters; a different release under
         an existing id is refused (InvalidArgument). ``betas`` (one per coordinate)
         makes a release of d = len(betas) coordinates; None (or one beta) is a 1-D release."""
-        self._check_open()
+        self._db._check_open()
         rid, fp, s, b, iv, m, st = validate_release_fields(
             release_id=release_id,
             fingerprint=fingerprint,
@@ -214,8 +232,8 @@ class ReleaseRegistry(ABC):
         )
         bs = validate_betas(betas, b)
         rec = ReleaseRecord(rid, fp, s, b, iv, m, st, datetime.now(UTC), len(bs) or 1, bs)
-        if self._db_insert_release(rec):
-            self._rel_cache[rid] = rec
+        if self._db._db_insert_release(rec):
+            self._cache[rid] = rec
             return rec
         old = self.get_release(rid)
         if (old.fingerprint, old.sigma, old.beta, old.interval, old.n_actions, old.betas) != (
@@ -236,60 +254,59 @@ class ReleaseRegistry(ABC):
 
     def get_release(self, release_id: str) -> ReleaseRecord:
         """The release's current record (status read from the database), or NotFound."""
-        self._check_open()
+        self._db._check_open()
         if not isinstance(release_id, str):
             raise InvalidArgument(f"release_id must be a string, got {echo(release_id)}")
-        rec = self._db_get_release(release_id)
+        rec = self._db._db_get_release(release_id)
         if rec is None:
             raise NotFound(f"no release {echo(release_id)} in this store")
-        self._rel_cache[release_id] = rec
+        self._cache[release_id] = rec
         return rec
 
     def list_releases(self) -> list[ReleaseRecord]:
-        self._check_open()
-        return self._db_list_releases()
+        self._db._check_open()
+        return self._db._db_list_releases()
 
     @property
     def store_id(self) -> str:
         """This store's random, persistent identity: drawn when the store was created, the same
         for every process and replica that opens it, different for any other (or re-created)
         database."""
-        self._check_open()
-        sid = getattr(self, "_store_id_cache", None)
-        if sid is None:
-            sid = self._db_store_id()
-            self._store_id_cache = sid
-        return sid
+        self._db._check_open()
+        if self._store_id is None:
+            self._store_id = self._db._db_store_id()
+        return self._store_id
 
     def meta_value(self, key: str, make: Callable[[], str]) -> str:
         """The store's metadata value under ``key``; when absent, ``make()`` is stored first
         (the first writer wins a race: every process reads the one value stored)."""
-        self._check_open()
-        got = self._db_meta(key)
+        self._db._check_open()
+        got = self._db._db_meta(key)
         if got is None:
-            self._db_set_meta({key: make()}, only_if_absent=True)
-            got = self._db_meta(key)
+            self._db._db_set_meta({key: make()}, only_if_absent=True)
+            got = self._db._db_meta(key)
         assert got is not None
         return got
 
     def set_release_status(self, release_id: str, status: str) -> ReleaseRecord:
-        self._check_open()
+        self._db._check_open()
         check_status(status)
-        if not self._db_set_status(release_id, status):
+        if not self._db._db_set_status(release_id, status):
             raise NotFound(f"no release {echo(release_id)} in this store")
         return self.get_release(release_id)
 
-    def _dims(self, release_id: str) -> int:
+    def release(self, release_id: str) -> ReleaseRecord:
+        """The release's record, read once (its noise parameters never change), or NotFound."""
+        rec = self._cache.get(release_id)
+        return rec if rec is not None else self.get_release(release_id)
+
+    def dims(self, release_id: str) -> int:
         """The release's coordinate count (1 when it is unknown here)."""
-        rec = self._rel_cache.get(release_id)
+        rec = self._cache.get(release_id)
         if rec is None:
-            rec = self._db_get_release(release_id)
+            rec = self._db._db_get_release(release_id)
         return 1 if rec is None else rec.dims
 
-    def _split(self, release_id: str, path: int) -> tuple[int, int]:
+    def split(self, release_id: str, path: int) -> tuple[int, int]:
         """(action, coordinate) of a path index of the release (the backends' row key)."""
-        return divmod(int(path), self._dims(release_id))
-
-    def _release(self, release_id: str) -> ReleaseRecord:
-        rec = self._rel_cache.get(release_id)
-        return rec if rec is not None else self.get_release(release_id)
+        return divmod(int(path), self.dims(release_id))

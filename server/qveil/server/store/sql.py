@@ -36,6 +36,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import bindparam, func, select
+from sqlalchemy.dialects import sqlite as _sqlite_dialect
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import URL, make_url
@@ -137,7 +138,7 @@ class _SqlTxn:
 
     def fetch_since(self, release_id: str, action: int, hw: int) -> Sequence[Row]:
         st = self._store
-        a, j = st._split(release_id, action)
+        a, j = st.releases.split(release_id, action)
         if st._since_sql is not None:  # SQLite: the compiled Core select on the raw cursor
             cur = self._conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
             try:
@@ -149,7 +150,7 @@ class _SqlTxn:
         return [tuple(r) for r in res]
 
     def head(self, release_id: str, action: int) -> tuple[int, str | None]:
-        a, j = self._store._split(release_id, action)
+        a, j = self._store.releases.split(release_id, action)
         params = {"r": release_id, "a": a, "j": j}
         row = self._conn.execute(self._store._q_head, params).first()
         return (0, None) if row is None else (int(row[0]), row[1])
@@ -157,7 +158,7 @@ class _SqlTxn:
     def insert(self, rows: Sequence[FullRow]) -> None:
         st = self._store
         # (action, coordinate) of each path, once per path, not once per row
-        sp = {k: st._split(*k) for k in {(r[0], r[1]) for r in rows}}
+        sp = {k: st.releases.split(*k) for k in {(r[0], r[1]) for r in rows}}
         if st._ins_points_sql is not None:  # SQLite: the compiled Core insert, positional
             # one statement of many rows (VALUES (..), (..), ..) per chunk, not executemany:
             # sqlite3 releases the interpreter lock for every statement it steps, and a
@@ -200,7 +201,7 @@ class _SqlTxn:
         for r in rows:
             by_key.setdefault((r[0], r[1]), []).append(tuple(r[2:]))
         for (rid, p), mine in by_key.items():
-            a, j = self._store._split(rid, p)
+            a, j = self._store.releases.split(rid, p)
             got = self._conn.execute(
                 self._store._q_range,
                 {"r": rid, "a": a, "j": j, "lo": mine[0][0], "hi": mine[-1][0]},
@@ -250,7 +251,7 @@ class SQLStore(SamplePathStore):
         # read new rows before taking the write lock on every miss on PostgreSQL (points
         # other replicas stored are then found without the advisory lock); on SQLite only
         # on first touch (a write transaction that writes nothing costs no fsync there)
-        self._pre_read_always = self.backend == "postgresql"
+        self.committer.pre_read_always = self.backend == "postgresql"
         self._url = u
         self._build_statements()
         try:
@@ -341,8 +342,6 @@ class SQLStore(SamplePathStore):
         self._rows_sql: dict[int, str] = {}  # k -> the insert of k rows in one statement
         self._since_sql: str | None = None
         if self.backend == "sqlite":
-            from sqlalchemy.dialects import sqlite as _sqlite_dialect
-
             comp = self._ins_points.compile(
                 dialect=_sqlite_dialect.dialect(paramstyle="qmark"),
                 column_keys=[c.name for c in NP.c],
@@ -515,7 +514,7 @@ class SQLStore(SamplePathStore):
             return bool(res.rowcount == 1)
 
     def _db_fetch_since(self, release_id: str, action: int, hw: int) -> Sequence[Row]:
-        a, j = self._split(release_id, action)
+        a, j = self.releases.split(release_id, action)
         params = {"r": release_id, "a": a, "j": j, "hw": hw}
         rows: Sequence[Row] = self._read_call(
             "read noise points", lambda c: [tuple(r) for r in c.execute(self._q_since, params)]
@@ -530,7 +529,7 @@ class SQLStore(SamplePathStore):
         if self._since_sql is None or len(hws) < 2:
             return super()._db_fetch_since_many(release_id, hws)
         sql = self._since_sql
-        keys = {p: self._split(release_id, p) for p in hws}
+        keys = {p: self.releases.split(release_id, p) for p in hws}
 
         def run(c: sa.Connection) -> dict[int, Sequence[Row]]:
             cur = c.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
@@ -568,8 +567,8 @@ class SQLStore(SamplePathStore):
         q = self._q_all if action is None else self._q_action
         params: dict[str, Any] = {"r": release_id}
         if action is not None:
-            params["a"], params["j"] = self._split(release_id, action)
-        d = self._dims(release_id)
+            params["a"], params["j"] = self.releases.split(release_id, action)
+        d = self.releases.dims(release_id)
         # PostgreSQL streams through a server-side cursor, which needs a transaction (the
         # READ COMMITTED engine; one statement = one snapshot); SQLite reads from the pool
         eng = self._writer if self.backend == "postgresql" else self._reader
@@ -590,7 +589,7 @@ class SQLStore(SamplePathStore):
             q = q.where(NP.c.release_id == release_id)
         if action is not None:
             assert release_id is not None
-            a, j = self._split(release_id, action)
+            a, j = self.releases.split(release_id, action)
             q = q.where(NP.c.action == a, NP.c.coordinate == j)
         return int(self._read_call("read a count", lambda c: c.execute(q).scalar_one()))
 
@@ -607,7 +606,7 @@ class SQLStore(SamplePathStore):
         """The first opener records the integrity key's check value; a later opener with
         another key (or none where there was one) is refused before anything is read, with
         its own message: it is a configuration error, not tampering."""
-        want = self._hasher.key_check(self.store_id)
+        want = self._hasher.key_check(self.releases.store_id)
         q = select(META.c.value).where(META.c.key == "key_check")
         got = self._read_call("read the integrity key check", lambda c: c.execute(q).scalar())
         if got is None:  # the first opener since migration 0003 (written once, then only read)
@@ -622,7 +621,8 @@ class SQLStore(SamplePathStore):
                 f"the integrity key does not match this store ({self._identity}): "
                 + (
                     "QVEIL_STORE_KEY is set, but the store was created without a key"
-                    if self._hasher.keyed and got == ChainHasher(None).key_check(self.store_id)
+                    if self._hasher.keyed
+                    and got == ChainHasher(None).key_check(self.releases.store_id)
                     else "check QVEIL_STORE_KEY (it must be the key the store was created with)"
                 )
                 + "; nothing was read or written"

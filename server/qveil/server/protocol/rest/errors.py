@@ -45,6 +45,7 @@ def http_error(exc: BaseException) -> tuple[int, dict[str, str], dict[str, str]]
 
 def error_response(exc: BaseException) -> Any:
     """The Starlette response of :func:`http_error`."""
+    # starlette loads only when the REST endpoint is served (--rest-port)
     from starlette.responses import JSONResponse
 
     status, body, headers = http_error(exc)

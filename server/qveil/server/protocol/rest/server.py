@@ -46,6 +46,7 @@ async def start_rest(
 ) -> RestServer:
     """Bind ``host:port`` (0: any free port) and serve the v2 REST app on it (TLS from the
     server's ``TLSFiles``; mutual TLS when it has a client CA)."""
+    # uvicorn loads only when the REST endpoint is served (--rest-port)
     import uvicorn
 
     family = socket.AF_INET6 if ":" in host else socket.AF_INET

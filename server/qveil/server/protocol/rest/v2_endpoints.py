@@ -64,6 +64,7 @@ async def read_body(request: Any, limit: int) -> bytes | None:
 
 
 def _too_large(limit: int) -> Any:
+    # starlette loads only when the REST endpoint is served (--rest-port)
     from starlette.responses import JSONResponse
 
     return JSONResponse(
@@ -78,6 +79,7 @@ def _too_large(limit: int) -> Any:
 
 def build_app(plane: DataPlane, serving: Callable[[], bool], *, max_body_bytes: int) -> Any:
     """The Starlette app (routes above) over ``plane``."""
+    # starlette loads only when the REST endpoint is served (--rest-port)
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import JSONResponse, Response

@@ -331,6 +331,21 @@ def test_collect_takes_the_reward_range_from_the_config_and_clips_on_request(
     assert ds.r.min() >= -100.0 and ds.r.max() <= 100.0
 
 
+def test_collect_shows_progress_off_a_terminal(tmp_path: Path) -> None:
+    """stderr is a pipe here (as in a log file or CI): a line per tenth of the users and at
+    the end, not silence; --no-progress turns them off."""
+    r = qveil("collect", "--env", LW, "--users", "2000", "--seed", "1", "--out",
+              str(tmp_path / "a.npz"))  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("collect: user ")]
+    assert len(lines) >= 10, r.stderr
+    assert lines[0].startswith("collect: user 200/2000 done (")
+    assert lines[-1].startswith("collect: user 2000/2000 done (")
+    r = qveil("collect", "--env", LW, "--users", "2000", "--seed", "1", "--out",
+              str(tmp_path / "b.npz"), "--no-progress")  # fmt: skip
+    assert r.returncode == 0 and "collect: " not in r.stderr, r.stderr
+
+
 def test_the_documented_table_recipes(tmp_path: Path) -> None:
     """docs/datasets.md, "Tables": its Python block (pandas, pyarrow, Polars, CSV) run as
     written on CartPole users, then its commands as written (info, train, convert)."""

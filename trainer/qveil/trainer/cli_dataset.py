@@ -56,7 +56,7 @@ def collect_command(args: argparse.Namespace, reward_range: tuple[float, float] 
             args.users,
             args.seed,
             episodes_per_user=args.episodes_per_user,
-            progress=not args.no_progress and sys.stderr.isatty(),
+            progress=not args.no_progress,  # a bar on a terminal, else log lines
             reward_range=reward_range,
             clip_rewards=args.clip_rewards,
         )

@@ -35,7 +35,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from qveil.dataset_minari import declared_minari, load_minari, save_minari
-from qveil.dataset_npz import declared_npz, load_npz, read_npz, save_npz
+from qveil.dataset_npz import declared_npz, load_npz, npz_users, read_npz, save_npz
 from qveil.dataset_parquet import ParquetSource, is_qveil_parquet, save_parquet
 from qveil.dataset_table import declared_table, read_table, table_users
 from qveil.dataset_types import (
@@ -210,8 +210,7 @@ def count_users(path: str | os.PathLike[str]) -> int:
     file: its recorded count), for public uses such as the utility forecast."""
     kind = dataset_kind(path)
     if kind == "npz":
-        with np.load(path, allow_pickle=False) as z:
-            return int(len(np.unique(z["user"])))
+        return npz_users(path)
     if _streamed(path):
         return ParquetSource(path).users
     if kind in ("parquet", "csv"):

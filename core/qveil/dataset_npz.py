@@ -25,7 +25,7 @@ from qveil.dataset_types import (
 )
 from qveil.errors import InvalidArgument, NotFound
 
-__all__ = ["declared_npz", "load_npz", "read_npz", "save_npz"]
+__all__ = ["declared_npz", "load_npz", "npz_users", "read_npz", "save_npz"]
 
 #: The first bytes of a zip archive (an ``.npz``): a local file header, or an empty archive.
 _ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
@@ -192,3 +192,17 @@ def declared_npz(
     population = None if name is None else check_population_name(_scalar("population", name, "U"))
     n = meta.get("n_actions")
     return population, _reward_range(meta), None if n is None else _scalar("n_actions", n, "iu")
+
+
+def npz_users(path: str | os.PathLike[str]) -> int:
+    """The number of distinct users of an ``.npz``, from its ``user`` array alone."""
+    p = Path(os.fspath(path))
+    with _open(p) as z:
+        if "user" not in z.files:
+            raise InvalidArgument(f"{_echo(str(p))} lacks the array user")
+        try:
+            return int(np.unique(z["user"]).size)
+        except (OSError, ValueError, EOFError) as exc:
+            raise InvalidArgument(
+                f"{_echo(str(p))} is not a readable .npz dataset: {str(exc)[:ECHO]}"
+            ) from None

@@ -83,7 +83,7 @@ def observation_bounds(env_id: str) -> tuple[np.ndarray, np.ndarray]:
 
 def action_count(cfg: KernelFQIConfig) -> int | None:
     """The public action count of a config: its ``actions``, else its env's Discrete action
-    count (None when it names neither)."""
+    count (None when it names neither, or an env this installation cannot make)."""
     if cfg.actions is not None:
         return int(cfg.actions)
     if not cfg.env_id:
@@ -92,7 +92,10 @@ def action_count(cfg: KernelFQIConfig) -> int | None:
 
     import qveil.trainer  # noqa: F401 - registers qveil's environments
 
-    env = gym.make(cfg.env_id)
+    try:
+        env = gym.make(cfg.env_id)
+    except (gym.error.Error, ImportError):  # unknown here: the dataset must declare it
+        return None
     try:
         space = env.action_space
         return int(space.n) if isinstance(space, gym.spaces.Discrete) else None

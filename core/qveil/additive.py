@@ -100,6 +100,18 @@ class StateBox:
     def hi(self) -> FloatArray:
         return np.array([iv.hi for iv in self.intervals])
 
+    def rows_outside(self, *states: npt.ArrayLike) -> int:
+        """How many rows have a coordinate outside its interval in any of ``states`` (arrays
+        of the same n rows of d coordinates, e.g. the state and the next state): the rows
+        whose states :meth:`to_unit` clips."""
+        out: npt.NDArray[np.bool_] | None = None
+        for arr in states:
+            x = np.asarray(arr, dtype=np.float64)
+            x = x.reshape(x.shape[0], -1)
+            bad = np.asarray(((x < self.lo) | (x > self.hi)).any(axis=1), dtype=np.bool_)
+            out = bad if out is None else out | bad
+        return 0 if out is None else int(out.sum())
+
     def to_list(self) -> list[list[float]]:
         return [[iv.lo, iv.hi] for iv in self.intervals]
 

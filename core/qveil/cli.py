@@ -34,7 +34,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "noise": ("qveil.noise_cli", "sample an exact GP (OU) noise path and summarise it"),
     "dataset": (
         "qveil.dataset_cli",
-        "collect, inspect and convert offline datasets (npz, Parquet, Minari)",
+        "collect, inspect and convert offline datasets (npz, Parquet, CSV, Minari)",
     ),
     "privacy": (
         "qveil.privacy.cli",

@@ -37,9 +37,10 @@ def add_command(
 
 def add_no_progress(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     """``--no-progress`` of a command that shows a long job's progress (a bar on a terminal,
-    else a log line per Dask shard)."""
+    else log lines: :mod:`qveil.trainer.progress`)."""
     p.add_argument(
         "--no-progress",
         action="store_true",
-        help="no progress (a bar on a terminal; else, with Dask shards, a log line per shard)",
+        help="no progress (a bar on a terminal; else a log line per tenth of the work done, "
+        "and at least every 5 s)",
     )

@@ -1,538 +1,227 @@
-"""Offline datasets for the ``fqi`` mode: transitions (s, a, r, s', terminal), each owned by a user.
+"""Offline datasets for the ``fqi`` mode, wherever they live: one interface over every file
+format (the data itself, :class:`Dataset`, is :mod:`qveil.dataset_types`).
 
-A dataset is a set of episodes, each belonging to a user; the user-level neighbour relation of
-the fqi mode (docs/privacy.md section 2.5) replaces *one user's whole data* (all rows with that
-``user`` id). In memory it is a frozen :class:`Dataset` of six parallel arrays plus public metadata:
+=====================  ===================================================================
+location               read and written by
+=====================  ===================================================================
+``PATH.npz``           :mod:`qveil.dataset_npz`: the plain format (numpy only)
+``PATH.parquet``       :mod:`qveil.dataset_parquet` when the file has qveil's metadata (row
+                       groups of whole users, streamed by the fit); otherwise a plain table
+                       written by pandas, pyarrow, Polars or Spark, :mod:`qveil.dataset_table`
+                       (read whole; a directory of part files too)
+``PATH.csv``           :mod:`qveil.dataset_table` (read only: a CSV file cannot carry the
+                       declared metadata)
+``DIR/NAME-vN``,       :mod:`qveil.dataset_minari`: Minari datasets
+``minari:ID``
+=====================  ===================================================================
 
-=========  =================  ===================================================================
-array      dtype, shape       meaning
-=========  =================  ===================================================================
-user       int64 [n]          the owner of the row (any integer id)
-s          float64 [n, d]     the state (a file may hold [n] for d = 1)
-a          int64 [n]          the action, in [0, n_actions)
-r          float64 [n]        the reward, inside the declared (public) ``reward_range``
-s2         float64 [n, d]     the next state
-terminal   bool [n]           True only when the episode *terminated* at s2 (never for a time
-                              limit); fitted-Q then bootstraps nothing from s2
-=========  =================  ===================================================================
+The format modules import the types from :mod:`qveil.dataset_types` and nothing from this
+module, so there is no import cycle. pyarrow and Minari are imported only when a file of
+theirs is used: importing this module needs only numpy.
 
-Every construction validates (NaN or inf, rewards outside the declared range, actions outside
-[0, n_actions), mismatched lengths, wrong dtypes or shapes) and raises
-:class:`~qveil.errors.InvalidArgument` naming the array and the first offending row, so bad data
-never reaches a trainer and :func:`save_dataset` never writes it.
-
-Files: ``PATH.npz`` is the plain format (:func:`save_npz` documents its arrays);
-``PATH.parquet`` (row groups of whole users, read one group at a time) is
-:mod:`qveil.dataset_parquet`, which imports pyarrow lazily; Minari datasets (the offline-RL
-standard) are read and written by :mod:`qveil.dataset_minari`, which imports Minari lazily.
-This module needs only numpy.
+What a file does not declare, the caller gives: ``reward_range`` (``--reward-range``, the
+config's ``reward_range``) and ``n_actions`` (the config's ``actions``); a value the file
+declares too must agree.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import math
 import os
-import uuid
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
 
-from qveil.errors import InvalidArgument, NotFound
+from qveil.dataset_minari import declared_minari, load_minari, save_minari
+from qveil.dataset_npz import declared_npz, load_npz, npz_users, read_npz, save_npz
+from qveil.dataset_parquet import ParquetSource, is_qveil_parquet, save_parquet
+from qveil.dataset_table import declared_table, read_table, table_users
+from qveil.dataset_types import (
+    FORMAT,
+    Dataset,
+    DatasetRows,
+    Transitions,
+    _echo,
+    check_population_name,
+    validate_arrays,
+)
+from qveil.errors import InvalidArgument
 
 __all__ = [
     "Dataset",
+    "DatasetRows",
+    "Declared",
     "FORMAT",
     "Transitions",
     "check_population_name",
-    "declared_population",
+    "count_users",
+    "dataset_kind",
+    "declared_metadata",
+    "describe_dataset",
+    "iter_states",
     "load_dataset",
     "load_npz",
+    "open_dataset",
     "save_dataset",
     "save_npz",
     "validate_arrays",
 ]
 
-#: The ``format`` tag of the plain ``.npz`` layout (bumped on any incompatible change).
-FORMAT = "qveil-dataset/1"
 
-#: User text (paths, ids) is echoed at most this many characters.
-ECHO = 80
-
-_FLOAT_ARRAYS = ("s", "r", "s2")
-_ARRAYS = ("user", "s", "a", "r", "s2", "terminal")
-
-
-def _echo(value: object) -> str:
-    """``repr`` of user input, cut to :data:`ECHO` characters."""
-    text = repr(value)
-    return text if len(text) <= ECHO else text[: ECHO - 3] + "..."
-
-
-def _num(x: float) -> str:
-    """A float as people read it: 0.5, 1, nan, 0.73."""
-    return f"{float(x):.6g}"
-
-
-class Transitions(NamedTuple):
-    """The six row-aligned arrays of a dataset, in this order: the user of each row, the
-    state ``s`` ([n, d]), the action ``a``, the reward ``r``, the next state ``s2`` ([n, d])
-    and whether ``s2`` is terminal."""
-
-    user: NDArray[np.int64]
-    s: NDArray[np.float64]
-    a: NDArray[np.int64]
-    r: NDArray[np.float64]
-    s2: NDArray[np.float64]
-    terminal: NDArray[np.bool_]
-
-    @classmethod
-    def of(cls, arrays: Mapping[str, Any]) -> Transitions:
-        """The six arrays of ``arrays`` by their names (as an ``.npz`` file holds them)."""
-        return cls(*(arrays[name] for name in cls._fields))
-
-    @classmethod
-    def concat(cls, parts: list[Transitions]) -> Transitions:
-        """The rows of ``parts`` one after the other."""
-        return cls(*(np.concatenate([p[i] for p in parts]) for i in range(len(cls._fields))))
-
-    def rows(self, start: int | None, stop: int | None) -> Transitions:
-        """The rows ``start:stop`` of every array (views)."""
-        rows = slice(start, stop)
-        u, s, a, r, s2, terminal = self
-        return Transitions(u[rows], s[rows], a[rows], r[rows], s2[rows], terminal[rows])
-
-
-@dataclass(frozen=True, eq=False)
-class Dataset:
-    """Validated transitions with their public metadata (see the module docstring).
-
-    Arrays are normalised on construction (``s`` and ``s2`` always 2-D, canonical dtypes) and
-    made read-only, so a dataset's :meth:`fingerprint` cannot drift after it was computed.
-    Equality is equality of fingerprints.
-    """
-
-    user: NDArray[np.int64]
-    s: NDArray[np.float64]
-    a: NDArray[np.int64]
-    r: NDArray[np.float64]
-    s2: NDArray[np.float64]
-    terminal: NDArray[np.bool_]
-    n_actions: int
-    reward_range: tuple[float, float]
-    env_id: str | None = None
-    #: Declared by whoever made the data: every reward ``r[i]`` is already the mean of the N
-    #: users' private reward functions at that transition (simulated data of the ``reward``
-    #: neighbour relation), not one user's own reward. fqi training accepts the ``reward``
-    #: relation only for a dataset that declares it (docs/privacy.md, "The fqi mode").
-    rewards_are_population_averages: bool = False
-    #: Declared by whoever made the data: the population (the people behind these rows) whose
-    #: one privacy budget every release trained on them is charged to (``qveil budget``).
-    #: Files that share people (a superset, a resample) declare the same name.
-    population: str | None = None
-    # derived values (fingerprint, user count), computed once: the arrays are read-only
-    _cache: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        arrays, n_actions, reward_range = validate_arrays(
-            *self.transitions, n_actions=self.n_actions, reward_range=self.reward_range
-        )
-        for name, arr in zip(_ARRAYS, arrays, strict=True):
-            arr.setflags(write=False)
-            object.__setattr__(self, name, arr)
-        object.__setattr__(self, "n_actions", n_actions)
-        object.__setattr__(self, "reward_range", reward_range)
-        object.__setattr__(
-            self,
-            "rewards_are_population_averages",
-            _declared_flag("rewards_are_population_averages", self.rewards_are_population_averages),
-        )
-        if self.population is not None:
-            object.__setattr__(self, "population", check_population_name(self.population))
-        if self.env_id is not None:
-            if not isinstance(self.env_id, str):
-                raise InvalidArgument(f"env_id must be a string or None, got {_echo(self.env_id)}")
-            if not self.env_id or len(self.env_id) > 256 or not self.env_id.isprintable():
-                raise InvalidArgument(
-                    f"env_id must be 1 to 256 printable characters, got {_echo(self.env_id)}"
-                )
-
-    # -- shape -----------------------------------------------------------------------------
-    @property
-    def transitions(self) -> Transitions:
-        """The six arrays (read-only)."""
-        return Transitions(self.user, self.s, self.a, self.r, self.s2, self.terminal)
-
-    @property
-    def n(self) -> int:
-        """Number of samples (transitions)."""
-        return int(self.a.shape[0])
-
-    @property
-    def d(self) -> int:
-        """Number of state coordinates."""
-        return int(self.s.shape[1])
-
-    @property
-    def users(self) -> int:
-        """Number of distinct users (the m of the user-level relation)."""
-        if "users" not in self._cache:
-            self._cache["users"] = int(np.unique(self.user).size)
-        return int(self._cache["users"])
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Dataset):
-            return NotImplemented
-        return self.fingerprint() == other.fingerprint()
-
-    def __hash__(self) -> int:
-        return hash(self.fingerprint())
-
-    # -- identity --------------------------------------------------------------------------
-    def fingerprint(self) -> str:
-        """``"sha256:<hex>"`` of a canonical encoding of every array and all metadata.
-
-        The encoding is a JSON header (format tag, n_actions, the exact reward range as
-        ``float.hex``, env_id, and each array's name, dtype and shape) followed by each array's
-        bytes, little-endian and C-ordered, in a fixed order. It depends on the content only,
-        not on the file it came from: a ``[n]`` state file and its ``[n, 1]`` twin, or an
-        ``.npz`` and its Minari copy, have the same fingerprint. The privacy ledger keys fqi
-        releases on it. ``rewards_are_population_averages`` and ``population`` are
-        declarations about the data, not data: they are left out.
-        """
-        if "fingerprint" not in self._cache:
-            header = {
-                "format": FORMAT,
-                "n_actions": self.n_actions,
-                "reward_range": [
-                    float(self.reward_range[0]).hex(),
-                    float(self.reward_range[1]).hex(),
-                ],
-                "env_id": self.env_id,
-                "arrays": [
-                    [name, getattr(self, name).dtype.str, list(getattr(self, name).shape)]
-                    for name in _ARRAYS
-                ],
-            }
-            h = hashlib.sha256()
-            blob = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
-            h.update(len(blob).to_bytes(8, "little"))
-            h.update(blob)
-            for name in _ARRAYS:
-                arr = getattr(self, name)
-                h.update(np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("<")).tobytes())
-            self._cache["fingerprint"] = "sha256:" + h.hexdigest()
-        return str(self._cache["fingerprint"])
-
-    def summary(self) -> dict[str, Any]:
-        """What ``qveil dataset info`` prints: counts, the action histogram, reward ranges.
-
-        Keys: ``users``, ``samples``, ``d``, ``n_actions``, ``actions`` (count per action),
-        ``reward_range`` (declared [lo, hi]), ``reward_observed`` ([min, max] of r),
-        ``terminals`` (rows with terminal), ``samples_per_user`` ({min, max}), ``env_id``,
-        ``rewards_are_population_averages``, ``population``, ``fingerprint``.
-        """
-        _, per_user = np.unique(self.user, return_counts=True)
-        return {
-            "users": self.users,
-            "samples": self.n,
-            "d": self.d,
-            "n_actions": self.n_actions,
-            "actions": np.bincount(self.a, minlength=self.n_actions).tolist(),
-            "reward_range": [float(self.reward_range[0]), float(self.reward_range[1])],
-            "reward_observed": [float(self.r.min()), float(self.r.max())],
-            "terminals": int(self.terminal.sum()),
-            "samples_per_user": {"min": int(per_user.min()), "max": int(per_user.max())},
-            "env_id": self.env_id,
-            "rewards_are_population_averages": self.rewards_are_population_averages,
-            "population": self.population,
-            "fingerprint": self.fingerprint(),
-        }
-
-
-# -- validation ----------------------------------------------------------------------------
-
-
-def check_population_name(name: object) -> str:
-    """A population name: 1 to 200 printable characters without surrounding spaces."""
-    if (
-        not isinstance(name, str)
-        or not name
-        or name != name.strip()
-        or len(name) > 200
-        or not name.isprintable()
-    ):
-        raise InvalidArgument(
-            "a population name is 1 to 200 printable characters without surrounding spaces, "
-            f"got {_echo(name)}"
-        )
-    return name
-
-
-def declared_population(path: str | os.PathLike[str]) -> str | None:
-    """The population a dataset file declares, read from its metadata alone (no private
-    rows are read: an ``.npz`` member, the Parquet file's metadata or the Minari metadata);
-    None when it declares none."""
-    if _kind(path) == "parquet":
-        # here, not at the top: importing qveil.dataset_parquet imports this module (a cycle)
-        from qveil.dataset_parquet import ParquetSource
-
-        return ParquetSource(path).population
-    if _kind(path) == "npz":
-        p = Path(os.fspath(path))
-        if not p.is_file():
-            raise NotFound(f"dataset file {_echo(str(p))} does not exist")
-        try:
-            with np.load(p, allow_pickle=False) as z:
-                if "population" not in z.files:
-                    return None
-                return check_population_name(_scalar("population", z["population"], "U"))
-        except (OSError, ValueError, EOFError) as exc:
-            raise InvalidArgument(
-                f"{_echo(str(p))} is not a readable .npz dataset: {str(exc)[:ECHO]}"
-            ) from None
-    # here, not at the top: importing qveil.dataset_minari imports this module (a cycle)
-    from qveil.dataset_minari import declared_minari_population
-
-    return declared_minari_population(path)
-
-
-def _declared_flag(name: str, value: object) -> bool:
-    """A declared boolean: ``True``/``False`` or a 0-d bool array (as an ``.npz`` holds it);
-    anything else (1, "yes", an int array) is refused rather than read as truthy."""
-    if isinstance(value, bool | np.bool_):
-        return bool(value)
-    if isinstance(value, np.ndarray) and value.shape == () and value.dtype == np.bool_:
-        return bool(value.item())
-    raise InvalidArgument(
-        f"{name} must be a bool (or a 0-d bool array), got {_echo(value)} ({type(value).__name__})"
-    )
-
-
-def _check_metadata(n_actions: object, reward_range: object) -> tuple[int, tuple[float, float]]:
-    if isinstance(n_actions, bool) or not isinstance(n_actions, int | np.integer):
-        raise InvalidArgument(f"n_actions must be an integer, got {_echo(n_actions)}")
-    if int(n_actions) < 1:
-        raise InvalidArgument(f"n_actions must be >= 1, got {int(n_actions)}")
-    try:
-        lo, hi = (float(v) for v in reward_range)  # type: ignore[attr-defined]
-    except (TypeError, ValueError):
-        raise InvalidArgument(
-            f"reward_range must be two numbers (low, high), got {_echo(reward_range)}"
-        ) from None
-    if not (math.isfinite(lo) and math.isfinite(hi)) or not lo < hi:
-        raise InvalidArgument(
-            f"reward_range must be finite with low < high, got [{_num(lo)}, {_num(hi)}]"
-        )
-    return int(n_actions), (lo, hi)
-
-
-def _as_array(name: str, value: object) -> np.ndarray:
-    if not isinstance(value, np.ndarray):
-        try:
-            value = np.asarray(value)
-        except (TypeError, ValueError) as exc:
-            raise InvalidArgument(f"{name} is not an array: {exc}"[:200]) from None
-    return value
-
-
-def _first_bad(mask: np.ndarray) -> tuple[int, ...]:
-    """Index of the first True of ``mask`` (row-major), as a tuple."""
-    flat = int(np.flatnonzero(mask.ravel())[0])
-    return tuple(int(i) for i in np.unravel_index(flat, mask.shape))
-
-
-def _where(name: str, index: tuple[int, ...]) -> str:
-    return f"{name}[{', '.join(str(i) for i in index)}]"
-
-
-def validate_arrays(
-    user: object,
-    s: object,
-    a: object,
-    r: object,
-    s2: object,
-    terminal: object,
-    *,
-    n_actions: object,
-    reward_range: object,
-) -> tuple[Transitions, int, tuple[float, float]]:
-    """Check and normalise the six arrays; return them with the checked metadata.
-
-    Refused, each with :class:`InvalidArgument` naming the array and the first offending row:
-    wrong dtypes (``user``/``a`` must be integers, ``terminal`` bool, the rest real numbers),
-    wrong shapes (``s``/``s2`` are ``[n]`` or ``[n, d]``, the rest ``[n]``), mismatched
-    lengths, ``s`` and ``s2`` of different d, an empty dataset, NaN or inf in any float array,
-    actions outside ``[0, n_actions)``, and rewards outside the declared ``reward_range``.
-    Returns fresh arrays (the caller's are never modified or aliased): int64, float64 (states
-    ``[n, d]``) and bool.
-    """
-    n_act, (lo, hi) = _check_metadata(n_actions, reward_range)
-    raw = {
-        name: _as_array(name, v)
-        for name, v in zip(_ARRAYS, (user, s, a, r, s2, terminal), strict=True)
-    }
-    _check_dtypes(raw)
-    n = _check_shapes(raw)
-    states = _states(raw, n)
-    rew = raw["r"].astype(np.float64, copy=True)
-    act, usr = raw["a"], raw["user"]
-    _check_values(states, rew, act, usr, n_act=n_act, reward_range=(lo, hi))
-    arrays = Transitions(
-        usr.astype(np.int64, copy=True),
-        states["s"],
-        act.astype(np.int64, copy=True),
-        rew,
-        states["s2"],
-        raw["terminal"].astype(np.bool_, copy=True),
-    )
-    return arrays, n_act, (lo, hi)
-
-
-def _check_dtypes(raw: dict[str, np.ndarray]) -> None:
-    """Integers must be integers (a float action 1.5 is refused, not truncated), terminal
-    bool, the rest real numbers."""
-    for name in ("user", "a"):
-        if raw[name].dtype.kind not in "iu":
-            raise InvalidArgument(f"{name} must hold integers (int64), got dtype {raw[name].dtype}")
-    if raw["terminal"].dtype.kind != "b":
-        raise InvalidArgument(f"terminal must hold booleans, got dtype {raw['terminal'].dtype}")
-    for name in _FLOAT_ARRAYS:
-        if raw[name].dtype.kind not in "fiu":
-            raise InvalidArgument(
-                f"{name} must hold real numbers (float64), got dtype {raw[name].dtype}"
-            )
-
-
-def _check_shapes(raw: dict[str, np.ndarray]) -> int:
-    """Shapes and lengths; returns the row count n (refuses an empty dataset)."""
-    for name in ("user", "a", "r", "terminal"):
-        if raw[name].ndim != 1:
-            raise InvalidArgument(f"{name} must be 1-D [n], got shape {tuple(raw[name].shape)}")
-    for name in ("s", "s2"):
-        if raw[name].ndim not in (1, 2):
-            raise InvalidArgument(
-                f"{name} must be [n] or [n, d], got shape {tuple(raw[name].shape)}"
-            )
-    n = raw["a"].shape[0]
-    for name in _ARRAYS:
-        if raw[name].shape[0] != n:
-            raise InvalidArgument(
-                f"mismatched lengths: {name} has {raw[name].shape[0]} rows but a has {n}"
-                f" (row {min(n, raw[name].shape[0])} is missing from the shorter one)"
-            )
-    if n == 0:
-        raise InvalidArgument("the dataset is empty (0 rows)")
-    return int(n)
-
-
-def _states(raw: dict[str, np.ndarray], n: int) -> dict[str, NDArray[np.float64]]:
-    """``s`` and ``s2`` as fresh float64 [n, d] arrays of the same d >= 1."""
-    states = {}
-    for name in ("s", "s2"):
-        arr = raw[name].astype(np.float64, copy=True)
-        states[name] = arr.reshape(n, 1) if arr.ndim == 1 else arr
-    if states["s"].shape[1] != states["s2"].shape[1]:
-        raise InvalidArgument(
-            f"s and s2 must have the same number of coordinates d, got s with "
-            f"{states['s'].shape[1]} and s2 with {states['s2'].shape[1]}"
-        )
-    if states["s"].shape[1] == 0:
-        raise InvalidArgument("states must have at least one coordinate (d >= 1), got d = 0")
-    return states
-
-
-def _check_values(
-    states: dict[str, NDArray[np.float64]],
-    rew: NDArray[np.float64],
-    act: np.ndarray,
-    usr: np.ndarray,
-    *,
-    n_act: int,
-    reward_range: tuple[float, float],
-) -> None:
-    """Non-finite floats first (a NaN reward is "not finite", not "out of range"), then
-    actions outside [0, n_act), rewards outside the declared range, users beyond int64."""
-    lo, hi = reward_range
-    for name, arr in (("s", states["s"]), ("r", rew), ("s2", states["s2"])):
-        bad = ~np.isfinite(arr)
-        if bad.any():
-            idx = _first_bad(bad)
-            raise InvalidArgument(f"{_where(name, idx)} = {_num(arr[idx])} is not finite")
-    bad = (act < 0) | (act >= n_act)
-    if bad.any():
-        i = _first_bad(bad)[0]
-        raise InvalidArgument(f"a[{i}] = {int(act[i])} is outside the env's actions [0, {n_act})")
-    bad = (rew < lo) | (rew > hi)
-    if bad.any():
-        i = _first_bad(bad)[0]
-        raise InvalidArgument(
-            f"r[{i}] = {_num(rew[i])} is outside the declared reward range [{_num(lo)}, {_num(hi)}]"
-        )
-    if usr.dtype.kind == "u" and usr.size and int(usr.max()) > np.iinfo(np.int64).max:
-        i = _first_bad(usr > np.iinfo(np.int64).max)[0]
-        raise InvalidArgument(f"user[{i}] = {int(usr[i])} does not fit in int64")
-
-
-# -- files ---------------------------------------------------------------------------------
-
-
-def _kind(path: str | os.PathLike[str]) -> str:
-    """``"npz"``, ``"parquet"`` or ``"minari"`` for a dataset location (see
-    :func:`load_dataset`)."""
+def dataset_kind(path: str | os.PathLike[str]) -> str:
+    """``"npz"``, ``"parquet"``, ``"csv"`` or ``"minari"`` for a dataset location (module
+    docstring)."""
     text = os.fspath(path)
     if text.startswith("minari:"):
         return "minari"
-    if text.endswith(".npz"):
-        return "npz"
-    if text.endswith(".parquet"):
-        return "parquet"
+    for kind in ("npz", "parquet", "csv"):
+        if text.endswith(f".{kind}"):
+            return kind
     p = Path(text)
     if p.is_dir() or not p.suffix:
         return "minari"
     raise InvalidArgument(
-        f"unknown dataset location {_echo(text)}: give PATH.npz, PATH.parquet, a Minari "
-        "dataset directory "
-        "(.../NAME-vN) or minari:DATASET_ID"
+        f"unknown dataset location {_echo(text)}: give PATH.npz, PATH.parquet, PATH.csv, a "
+        "Minari dataset directory (.../NAME-vN) or minari:DATASET_ID"
     )
 
 
+def _streamed(path: str | os.PathLike[str]) -> bool:
+    """True for a Parquet file in qveil's streamed layout (qveil metadata)."""
+    return dataset_kind(path) == "parquet" and is_qveil_parquet(path)
+
+
+class Declared(NamedTuple):
+    """What a dataset file declares about itself in its metadata (None: not declared; a
+    Minari dataset's action count is its action space, read with its episodes)."""
+
+    population: str | None
+    reward_range: tuple[float, float] | None
+    n_actions: int | None = None
+
+
+def declared_metadata(path: str | os.PathLike[str]) -> Declared:
+    """The population, reward range and action count a dataset file declares, read from its
+    metadata alone (no private rows are read: an ``.npz``'s metadata members, a Parquet
+    file's footer, the Minari metadata; a CSV file declares nothing)."""
+    kind = dataset_kind(path)
+    if kind == "npz":
+        return Declared(*declared_npz(path))
+    if _streamed(path):
+        src = ParquetSource(path)
+        return Declared(src.population, src.reward_range, src.n_actions)
+    if kind in ("parquet", "csv"):
+        return Declared(*declared_table(path))
+    return Declared(*declared_minari(path))
+
+
+def _rows(path: str | os.PathLike[str]) -> DatasetRows | None:
+    """The rows of a file read whole before its metadata is settled (npz, plain tables);
+    None for the formats that always declare it (qveil Parquet, Minari)."""
+    kind = dataset_kind(path)
+    if kind == "npz":
+        return read_npz(path)
+    if kind in ("parquet", "csv") and not _streamed(path):
+        return read_table(path)
+    return None
+
+
 def load_dataset(
-    path: str | os.PathLike[str], *, reward_range: tuple[float, float] | None = None
+    path: str | os.PathLike[str],
+    *,
+    reward_range: tuple[float, float] | None = None,
+    n_actions: int | None = None,
 ) -> Dataset:
-    """Read a dataset from ``PATH.npz`` (the plain format), ``PATH.parquet``
-    (:mod:`qveil.dataset_parquet`, read whole; the fit streams it instead) or a Minari dataset.
+    """Read a whole dataset from any location (module docstring) and validate it.
 
     Minari locations: a dataset directory (``ROOT/NAME-vN``, the folder holding ``data/``) or
     ``minari:DATASET_ID``, resolved under Minari's root (``$MINARI_DATASETS_PATH``, default
-    ``~/.minari/datasets``). Nothing is ever downloaded. ``reward_range`` supplies the declared
-    range where the file does not (a foreign Minari dataset); it must agree with a range the
-    file declares.
+    ``~/.minari/datasets``). Nothing is ever downloaded. ``reward_range`` and ``n_actions``
+    supply what the file does not declare; each must agree with a value the file declares.
     """
-    if _kind(path) == "npz":
-        return load_npz(path, reward_range=reward_range)
-    if _kind(path) == "parquet":
-        # here, not at the top: importing qveil.dataset_parquet imports this module (a cycle)
-        from qveil.dataset_parquet import load_parquet
+    rows = _rows(path)
+    if rows is not None:
+        return rows.dataset(reward_range=reward_range, n_actions=n_actions)
+    if dataset_kind(path) == "parquet":
+        return ParquetSource(path, reward_range=reward_range, n_actions=n_actions).load()
+    return load_minari(path, reward_range=reward_range, n_actions=n_actions)
 
-        return load_parquet(path, reward_range=reward_range)
-    # here, not at the top: importing qveil.dataset_minari imports this module (a cycle)
-    from qveil.dataset_minari import load_minari
 
-    return load_minari(path, reward_range=reward_range)
+def open_dataset(
+    path: str | os.PathLike[str],
+    *,
+    reward_range: tuple[float, float] | None = None,
+    n_actions: int | None = None,
+    stream: bool = True,
+) -> Dataset | ParquetSource:
+    """The dataset at ``path`` for a fit: a Parquet file in qveil's layout as a
+    :class:`~qveil.dataset_parquet.ParquetSource` (its row groups read one per task) when
+    ``stream``, anything else read whole (:func:`load_dataset`)."""
+    if stream and _streamed(path):
+        return ParquetSource(path, reward_range=reward_range, n_actions=n_actions)
+    return load_dataset(path, reward_range=reward_range, n_actions=n_actions)
+
+
+def describe_dataset(
+    path: str | os.PathLike[str],
+    *,
+    reward_range: tuple[float, float] | None = None,
+    n_actions: int | None = None,
+) -> dict[str, Any]:
+    """:meth:`Dataset.summary` of the file (``qveil dataset info``): a qveil Parquet file's
+    from its metadata alone; an ``.npz`` or a table that declares no reward range (none given)
+    is described all the same, with ``reward_range`` and ``fingerprint`` None
+    (:meth:`~qveil.dataset_types.DatasetRows.summary`)."""
+    rows = _rows(path)
+    if rows is not None:
+        return rows.summary(reward_range=reward_range, n_actions=n_actions)
+    if dataset_kind(path) == "parquet":
+        return ParquetSource(path, reward_range=reward_range, n_actions=n_actions).summary()
+    return load_dataset(path, reward_range=reward_range, n_actions=n_actions).summary()
+
+
+def iter_states(
+    path: str | os.PathLike[str],
+    *,
+    reward_range: tuple[float, float] | None = None,
+) -> Iterator[tuple[NDArray[np.float64], NDArray[np.float64]]]:
+    """The states and next states of the file's rows as float64 [n, d] blocks: a qveil
+    Parquet file one validated row group at a time, an ``.npz`` or a table as read (whatever
+    its reward range and action count), a Minari dataset whole."""
+    rows = _rows(path)
+    if rows is not None:
+        n = len(np.asarray(rows.arrays.a))
+        yield (
+            np.asarray(rows.arrays.s, dtype=np.float64).reshape(n, -1),
+            np.asarray(rows.arrays.s2, dtype=np.float64).reshape(n, -1),
+        )
+    elif dataset_kind(path) == "parquet":
+        for group in ParquetSource(path, reward_range=reward_range).iter_groups():
+            yield group.s, group.s2
+    else:
+        ds = load_dataset(path, reward_range=reward_range)
+        yield ds.s, ds.s2
+
+
+def count_users(path: str | os.PathLike[str]) -> int:
+    """N, the number of users, read from the file's user column alone (a qveil Parquet
+    file: its recorded count), for public uses such as the utility forecast."""
+    kind = dataset_kind(path)
+    if kind == "npz":
+        return npz_users(path)
+    if _streamed(path):
+        return ParquetSource(path).users
+    if kind in ("parquet", "csv"):
+        return table_users(path)
+    return load_dataset(path).users
 
 
 def save_dataset(ds: Dataset, path: str | os.PathLike[str]) -> None:
-    """Write ``ds`` to ``PATH.npz``, ``PATH.parquet`` or a Minari location (see
-    :func:`load_dataset`; Parquet needs the user column non-decreasing).
+    """Write ``ds`` to ``PATH.npz``, ``PATH.parquet`` (qveil's streamed layout; needs the
+    user column non-decreasing) or a Minari location. A CSV file is never written: it cannot
+    carry the declared metadata.
 
     The dataset is validated again first and the file appears atomically (written to a
     temporary name beside it, then ``os.replace``), so bad data writes nothing and a crash
@@ -542,142 +231,15 @@ def save_dataset(ds: Dataset, path: str | os.PathLike[str]) -> None:
         raise InvalidArgument(f"save_dataset needs a Dataset, got {type(ds).__name__}")
     # re-check: a Dataset is validated on construction, but object.__setattr__ can bypass it
     validate_arrays(*ds.transitions, n_actions=ds.n_actions, reward_range=ds.reward_range)
-    if _kind(path) == "npz":
+    kind = dataset_kind(path)
+    if kind == "npz":
         save_npz(ds, path)
-        return
-    if _kind(path) == "parquet":
-        # here, not at the top: importing qveil.dataset_parquet imports this module (a cycle)
-        from qveil.dataset_parquet import save_parquet
-
+    elif kind == "parquet":
         save_parquet(ds, path, force=True)
-        return
-    # here, not at the top: importing qveil.dataset_minari imports this module (a cycle)
-    from qveil.dataset_minari import save_minari
-
-    save_minari(ds, path)
-
-
-def save_npz(ds: Dataset, path: str | os.PathLike[str]) -> None:
-    """Write the plain format: one uncompressed ``.npz`` with these arrays.
-
-    ``user`` int64 [n], ``s`` float64 [n, d], ``a`` int64 [n], ``r`` float64 [n], ``s2`` float64
-    [n, d], ``terminal`` bool [n], and the metadata as 0-d arrays: ``format`` (str,
-    ``"qveil-dataset/1"``), ``n_actions`` (int64), ``reward_low`` and ``reward_high`` (float64,
-    the declared range), ``env_id`` (str; absent when unknown) and
-    ``rewards_are_population_averages`` (bool; written only when True, absent means False)
-    and ``population`` (str; the declared population, absent when none).
-    Readers accept ``s``/``s2`` of shape [n] for d = 1 and no ``format`` key (files written by
-    other tools).
-    """
-    out = Path(os.fspath(path))
-    if out.suffix != ".npz":
-        raise InvalidArgument(f"an npz dataset path must end in .npz, got {_echo(str(out))}")
-    if not out.parent.is_dir():
-        raise NotFound(f"directory {_echo(str(out.parent))} does not exist")
-    meta: dict[str, Any] = {
-        "format": np.array(FORMAT),
-        "n_actions": np.array(ds.n_actions, dtype=np.int64),
-        "reward_low": np.array(ds.reward_range[0], dtype=np.float64),
-        "reward_high": np.array(ds.reward_range[1], dtype=np.float64),
-    }
-    if ds.env_id is not None:
-        meta["env_id"] = np.array(ds.env_id)
-    if ds.rewards_are_population_averages:
-        meta["rewards_are_population_averages"] = np.array(True)
-    if ds.population is not None:
-        meta["population"] = np.array(ds.population)
-    tmp = out.parent / f".{out.name}.tmp-{uuid.uuid4().hex[:8]}"
-    try:
-        with open(tmp, "wb") as fh:
-            arrays: dict[str, Any] = {name: getattr(ds, name) for name in _ARRAYS}
-            np.savez(fh, **arrays, **meta)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def _scalar(name: str, value: np.ndarray, kind: str) -> Any:
-    if value.shape != () or value.dtype.kind not in kind:
+    elif kind == "csv":
         raise InvalidArgument(
-            f"metadata {name} must be a scalar of kind {kind!r}, got dtype {value.dtype} "
-            f"shape {tuple(value.shape)}"
+            f"{_echo(os.fspath(path))}: qveil reads CSV but does not write it (a CSV file "
+            "cannot carry the declared metadata); write PATH.parquet or PATH.npz"
         )
-    return value.item()
-
-
-def load_npz(
-    path: str | os.PathLike[str], *, reward_range: tuple[float, float] | None = None
-) -> Dataset:
-    """Read the plain format written by :func:`save_npz` and validate it.
-
-    ``reward_range`` is needed only when the file has no ``reward_low``/``reward_high``; when
-    both are present they must agree (a mismatch is an error, not a silent override).
-    """
-    p = Path(os.fspath(path))
-    try:
-        found = p.is_file()
-    except OSError:  # e.g. a name too long for the file system
-        found = False
-    if not found:
-        raise NotFound(f"dataset file {_echo(str(p))} does not exist")
-    try:
-        with np.load(p, allow_pickle=False) as z:
-            data = {k: z[k] for k in z.files}
-    except (OSError, ValueError, EOFError) as exc:
-        raise InvalidArgument(
-            f"{_echo(str(p))} is not a readable .npz dataset: "
-            f"{str(exc).replace(str(p), '<path>')[:ECHO]}"
-        ) from None
-    missing = [k for k in _ARRAYS if k not in data]
-    if missing:
-        raise InvalidArgument(
-            f"{_echo(str(p))} lacks the array(s) {', '.join(missing)} (needs {', '.join(_ARRAYS)})"
-        )
-    if "format" in data and _scalar("format", data["format"], "U") != FORMAT:
-        raise InvalidArgument(
-            f"unsupported dataset format {_echo(str(data['format']))} (this qveil reads {FORMAT})"
-        )
-    if "n_actions" not in data:
-        raise InvalidArgument(f"{_echo(str(p))} lacks the metadata array n_actions")
-    n_actions = _scalar("n_actions", data["n_actions"], "iu")
-    declared: tuple[float, float] | None = None
-    if "reward_low" in data or "reward_high" in data:
-        if "reward_low" not in data or "reward_high" not in data:
-            raise InvalidArgument("give both reward_low and reward_high, or neither")
-        declared = (
-            float(_scalar("reward_low", data["reward_low"], "fiu")),
-            float(_scalar("reward_high", data["reward_high"], "fiu")),
-        )
-    rr = _resolve_range(declared, reward_range, where=str(p))
-    env_id = _scalar("env_id", data["env_id"], "U") if "env_id" in data else None
-    averages = data.get("rewards_are_population_averages", np.array(False))
-    population = _scalar("population", data["population"], "U") if "population" in data else None
-    return Dataset(
-        *Transitions.of(data),
-        n_actions=n_actions,
-        reward_range=rr,
-        env_id=env_id,
-        rewards_are_population_averages=averages,
-        population=population,
-    )
-
-
-def _resolve_range(
-    declared: tuple[float, float] | None, given: tuple[float, float] | None, *, where: str
-) -> tuple[float, float]:
-    """The file's declared reward range, or the caller's; both present must agree."""
-    if declared is not None and given is not None:
-        if (float(given[0]), float(given[1])) != declared:
-            raise InvalidArgument(
-                f"{_echo(where)} declares the reward range [{_num(declared[0])}, "
-                f"{_num(declared[1])}], not [{_num(given[0])}, {_num(given[1])}]"
-            )
-    rr = declared if declared is not None else given
-    if rr is None:
-        raise InvalidArgument(
-            f"{_echo(where)} declares no reward range; give it (--reward-range LO,HI): "
-            "the privacy guarantee rests on a public bound, never on the data"
-        )
-    return rr
+    else:
+        save_minari(ds, path)

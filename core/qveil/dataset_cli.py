@@ -5,12 +5,18 @@
                         [--rewards-are-population-averages] [--population NAME]
                         [--config FILE] [--clip-rewards]
                         [--workers N | --cluster ADDRESS] [--shard-users S]
-  qveil dataset info PATH [--reward-range LO,HI] [--json]
-  qveil dataset convert SRC DST [--reward-range LO,HI] [--population NAME]
+  qveil dataset info PATH [--reward-range LO,HI] [--config FILE] [--json]
+  qveil dataset convert SRC DST [--reward-range LO,HI] [--config FILE] [--population NAME]
 
-PATH is ``FILE.npz`` (the plain format), ``FILE.parquet`` (row groups of whole users,
-streamed by the fit; ``info`` reads its metadata only), a Minari dataset directory
-``.../NAME-vN``, or ``minari:DATASET_ID`` under ``$MINARI_DATASETS_PATH`` (docs/datasets.md).
+PATH is ``FILE.npz`` (the plain format), ``FILE.parquet``, ``FILE.csv``, a Minari dataset
+directory ``.../NAME-vN``, or ``minari:DATASET_ID`` under ``$MINARI_DATASETS_PATH``
+(docs/datasets.md). A ``.parquet`` file written by qveil (collect, convert) holds row groups
+of whole users, streamed by the fit (``info`` reads its metadata only); one written by
+pandas, pyarrow, Polars or Spark, and a CSV file, is a plain table with the columns user, a,
+r, terminal and the state as list columns s, s2 or one column per coordinate s_0 .., s2_0 ..
+(read whole). What a file does not declare comes from --reward-range and the --config's
+reward_range and actions. ``info --config`` also counts the rows outside the config's
+state_intervals (``qveil train`` warns above 1 %, refuses above 25 %).
 ``collect`` runs K episodes per user with a uniformly random policy (Gymnasium env, Box
 observations, Discrete actions); the seed makes it reproducible. Collecting into a
 ``.parquet`` file runs one task per shard of users (``--workers N`` on a local Dask cluster,
@@ -30,12 +36,21 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from qveil.additive import StateBox
 from qveil.cli_parser import add_command, add_no_progress
-from qveil.dataset import _echo, _kind, load_dataset, save_dataset
+from qveil.dataset import (
+    dataset_kind,
+    declared_metadata,
+    describe_dataset,
+    iter_states,
+    load_dataset,
+    save_dataset,
+)
 from qveil.dataset_minari import resolve_location
-from qveil.dataset_parquet import ParquetSource
+from qveil.dataset_types import _echo
 from qveil.errors import FailedPrecondition, InvalidArgument, NotFound
-from qveil.kfqi_config import load_fqi_config
+from qveil.fqi_config import CLIP_REFUSE, CLIP_WARN, clipping_message
+from qveil.kfqi_config import KernelFQIConfig, load_fqi_config
 
 __all__ = [
     "add_engine_flags",
@@ -92,7 +107,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p = add_command(
         sub,
         "dataset",
-        "collect, inspect and convert offline datasets (npz, Parquet, Minari)",
+        "collect, inspect and convert offline datasets (npz, Parquet, CSV, Minari)",
         __doc__,
     )
     dsub = p.add_subparsers(dest="dataset_command", metavar="ACTION", required=True)
@@ -148,18 +163,34 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     add_engine_flags(c, what="collection (--out FILE.parquet)")
     c.set_defaults(func=run_collect)
 
-    i = dsub.add_parser("info", help="users, samples, action histogram, reward range")
+    i = dsub.add_parser(
+        "info",
+        help="users, samples, action histogram, reward range (npz, Parquet, CSV, Minari)",
+    )
     i.add_argument("path", metavar="PATH")
     i.add_argument("--reward-range", metavar="LO,HI", help="for files that declare none")
+    i.add_argument(
+        "--config",
+        metavar="FILE",
+        help="an fqi config: its reward_range and actions for a file that declares none, and "
+        "the rows outside its state_intervals (clipped at train) counted",
+    )
     i.add_argument("--json", action="store_true", help="print the summary as JSON")
     i.set_defaults(func=run_info)
 
     v = dsub.add_parser(
-        "convert", help="convert between .npz, .parquet and Minari (fingerprint kept)"
+        "convert",
+        help="convert between .npz, .parquet and Minari, or from a CSV file or a Parquet "
+        "table written by another tool (fingerprint kept)",
     )
     v.add_argument("src", metavar="SRC")
     v.add_argument("dst", metavar="DST")
     v.add_argument("--reward-range", metavar="LO,HI", help="for sources that declare none")
+    v.add_argument(
+        "--config",
+        metavar="FILE",
+        help="an fqi config: its reward_range and actions for a source that declares none",
+    )
     v.add_argument(
         "--population", metavar="NAME", help="declare (or keep) the population of the users"
     )
@@ -169,7 +200,12 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 
 def _check_out(out: str, *, force: bool) -> None:
     """Refuse an unusable destination before any work (a 1e5-user run must not fail last)."""
-    kind = _kind(out)  # raises for an unknown form
+    kind = dataset_kind(out)  # raises for an unknown form
+    if kind == "csv":
+        raise InvalidArgument(
+            f"{_echo(out)}: qveil reads CSV but does not write it (a CSV file cannot carry the "
+            "declared metadata); write FILE.parquet or FILE.npz"
+        )
     if kind in ("npz", "parquet"):
         path = Path(out)
         if not path.parent.is_dir():
@@ -203,7 +239,7 @@ def run_collect(args: argparse.Namespace, *, collect: Callable[..., None]) -> in
     if args.seed < 0:
         raise InvalidArgument(f"--seed must be >= 0, got {args.seed}")
     _check_out(args.out, force=args.force)
-    parquet = _kind(args.out) == "parquet"
+    parquet = dataset_kind(args.out) == "parquet"
     if not parquet and (args.workers != 1 or args.cluster is not None):
         raise InvalidArgument(
             "--workers and --cluster write one Parquet row group per shard: give --out FILE.parquet"
@@ -232,16 +268,28 @@ def format_summary(s: dict[str, Any], path: str) -> str:
     """The human form of :meth:`Dataset.summary` (``qveil dataset info`` without --json)."""
     total = max(1, int(s["samples"]))
     hist = ", ".join(f"{a}: {c} ({100.0 * c / total:.1f}%)" for a, c in enumerate(s["actions"]))
-    lo, hi = s["reward_range"]
     olo, ohi = s["reward_observed"]
+    if s["reward_range"] is None:
+        reward = (
+            f"none declared (qveil train needs --reward-range LO,HI or the config's "
+            f"reward_range), observed [{olo:.6g}, {ohi:.6g}]"
+        )
+    else:
+        lo, hi = s["reward_range"]
+        reward = f"declared [{lo:.6g}, {hi:.6g}], observed [{olo:.6g}, {ohi:.6g}]"
+    actions = (
+        f"{s['n_actions']}: {hist}"
+        if s["n_actions"] is not None
+        else f"none declared (the config's actions = N, or n_actions in the file), seen: {hist}"
+    )
     spu = s["samples_per_user"]
     lines = [
         ("dataset", path),
         ("env", s["env_id"] or "(unknown)"),
         ("users", str(s["users"])),
         ("samples", f"{s['samples']} ({spu['min']} to {spu['max']} per user), d = {s['d']}"),
-        ("actions", f"{s['n_actions']}: {hist}"),
-        ("reward", f"declared [{lo:.6g}, {hi:.6g}], observed [{olo:.6g}, {ohi:.6g}]"),
+        ("actions", actions),
+        ("reward", reward),
         ("terminal", f"{s['terminals']} rows"),
         (
             "rewards",
@@ -250,20 +298,67 @@ def format_summary(s: dict[str, Any], path: str) -> str:
             else "not declared population averages (fqi refuses the reward relation)",
         ),
         ("population", s.get("population") or "(not declared: qveil train needs --population)"),
-        ("fingerprint", s["fingerprint"]),
+        ("fingerprint", s["fingerprint"] or "(none until the reward range is declared)"),
     ]
+    if s.get("clipped") is not None:
+        lines.append(("clipped", s["clipped"]["report"]))
     note = no_signal_note(s)
     if note is not None:
         lines.append(("WARNING", note))
     return "\n".join(f"{k:<12} {v}" for k, v in lines)
 
 
+def _given(
+    path: str, flag: str | None, config: str | None
+) -> tuple[tuple[float, float] | None, int | None, KernelFQIConfig | None]:
+    """The reward range and action count the command gives for ``path``: --reward-range
+    (which a declared range must agree with), else the --config's reward_range where the
+    file declares none; the config's actions; and the config itself."""
+    rr = parse_reward_range(flag)
+    cfg = None if config is None else load_fqi_config(config)
+    if rr is None and cfg is not None and cfg.reward_range is not None:
+        if declared_metadata(path).reward_range is None:
+            rr = (float(cfg.reward_range[0]), float(cfg.reward_range[1]))
+    return rr, (None if cfg is None else cfg.actions), cfg
+
+
+def clipped_rows(
+    path: str,
+    intervals: list[list[float]] | tuple[tuple[float, float], ...],
+    *,
+    reward_range: tuple[float, float] | None,
+) -> tuple[int, int]:
+    """(rows whose state or next state lies outside ``intervals``, all rows) of the file
+    (a qveil Parquet file one row group at a time)."""
+    box = StateBox.of([list(p) for p in intervals])
+    clipped = rows = 0
+    for s, s2 in iter_states(path, reward_range=reward_range):
+        if s.shape[1] != box.dims:
+            raise InvalidArgument(
+                f"the dataset {_echo(path)} has {s.shape[1]} state coordinates, but the "
+                f"config gives state_intervals for {box.dims}"
+            )
+        clipped += box.rows_outside(s, s2)
+        rows += len(s)
+    return clipped, rows
+
+
 def run_info(args: argparse.Namespace) -> int:
-    rr = parse_reward_range(args.reward_range)
-    if _kind(args.path) == "parquet":  # the writer's record in the metadata; no row is read
-        s = ParquetSource(args.path, reward_range=rr).summary()
-    else:
-        s = load_dataset(args.path, reward_range=rr).summary()
+    rr, n_actions, cfg = _given(args.path, args.reward_range, args.config)
+    s = describe_dataset(args.path, reward_range=rr, n_actions=n_actions)
+    if cfg is not None and cfg.state_intervals is not None:
+        clipped, rows = clipped_rows(args.path, cfg.state_intervals, reward_range=rr)
+        share = clipped / max(1, rows)
+        s["clipped"] = {
+            "rows": clipped,
+            "share": share,
+            "report": clipping_message(clipped, rows, cfg.state_intervals)
+            + (
+                f" (qveil train refuses above {100 * CLIP_REFUSE:g} % unless --allow-clipping)"
+                if share > CLIP_REFUSE
+                else f" (qveil train warns above {100 * CLIP_WARN:g} %)"
+            ),
+        }
     if args.json:
         print(json.dumps(s | {"reward_signal": no_signal_note(s) is None}, indent=2))
     else:
@@ -273,7 +368,8 @@ def run_info(args: argparse.Namespace) -> int:
 
 def run_convert(args: argparse.Namespace) -> int:
     _check_out(args.dst, force=False)
-    ds = load_dataset(args.src, reward_range=parse_reward_range(args.reward_range))
+    rr, n_actions, _ = _given(args.src, args.reward_range, args.config)
+    ds = load_dataset(args.src, reward_range=rr, n_actions=n_actions)
     if args.population is not None:
         if ds.population is not None and ds.population != args.population:
             raise InvalidArgument(

@@ -1,6 +1,6 @@
 """Minari datasets (the offline-RL standard) as qveil datasets, both ways, offline only.
 
-Locations (see :func:`qveil.dataset.load_dataset`):
+Locations (see :func:`qveil.dataset.load_dataset`, which dispatches here):
 
 - a dataset directory ``ROOT/NAME-vN`` (the folder that holds ``data/metadata.json``); written
   with dataset id ``NAME-vN``, loadable by ``minari.load_dataset`` under
@@ -36,10 +36,17 @@ from typing import Any
 
 import numpy as np
 
-from qveil.dataset import FORMAT, Dataset, _echo, _resolve_range, check_population_name
+from qveil.dataset_types import (
+    FORMAT,
+    Dataset,
+    _echo,
+    _resolve_actions,
+    _resolve_range,
+    check_population_name,
+)
 from qveil.errors import FailedPrecondition, IntegrityError, InvalidArgument, NotFound
 
-__all__ = ["load_minari", "resolve_location", "save_minari"]
+__all__ = ["declared_minari", "load_minari", "resolve_location", "save_minari"]
 
 # components start with a letter or digit: no "..", no absolute paths, no hidden folders
 _ID = re.compile(r"^(?:[A-Za-z0-9][A-Za-z0-9_.-]*/){0,2}[A-Za-z0-9][A-Za-z0-9_.-]*-v\d+$")
@@ -48,6 +55,7 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*-v\d+$")
 
 def _minari() -> Any:
     try:
+        # here, not at the top: Minari is an optional dependency (the trainer extra)
         import minari
         from minari.dataset.minari_storage import MinariStorage  # noqa: F401
     except ImportError as exc:
@@ -95,7 +103,7 @@ def _open(location: str | os.PathLike[str], *, episodes: bool) -> tuple[str, Any
     ``minari:`` id or a directory): ``storage`` is its ``MinariStorage`` when ``episodes``,
     else None (the metadata alone is read). An unreadable dataset is InvalidArgument."""
     _minari()
-    from minari.dataset.minari_storage import MinariStorage
+    from minari.dataset.minari_storage import MinariStorage  # optional dependency (_minari)
 
     text = os.fspath(location)
     directory = resolve_location(text)[0] if text.startswith("minari:") else Path(text)
@@ -117,20 +125,38 @@ def _qveil_meta(meta: dict[str, Any]) -> dict[str, Any]:
     return q if isinstance(q, dict) else {}
 
 
-def declared_minari_population(location: str | os.PathLike[str]) -> str | None:
-    """The population a Minari dataset declares (its qveil metadata alone; no episodes are
-    read), or None."""
-    _, _, meta = _open(location, episodes=False)
-    name = _qveil_meta(meta).get("population")
-    return None if name is None else check_population_name(name)
+def _declared_range(qmeta: dict[str, Any], where: str) -> tuple[float, float] | None:
+    if "reward_range" not in qmeta:
+        return None
+    try:
+        lo, hi = qmeta["reward_range"]
+        return (float(lo), float(hi))
+    except (TypeError, ValueError):
+        raise InvalidArgument(f"{_echo(where)}: unreadable qveil reward_range") from None
+
+
+def declared_minari(
+    location: str | os.PathLike[str],
+) -> tuple[str | None, tuple[float, float] | None]:
+    """The population and reward range a Minari dataset declares (its qveil metadata alone;
+    no episodes are read); None for each it does not declare."""
+    where, _, meta = _open(location, episodes=False)
+    qmeta = _qveil_meta(meta)
+    name = qmeta.get("population")
+    population = None if name is None else check_population_name(name)
+    return population, _declared_range(qmeta, where)
 
 
 def load_minari(
-    location: str | os.PathLike[str], *, reward_range: tuple[float, float] | None = None
+    location: str | os.PathLike[str],
+    *,
+    reward_range: tuple[float, float] | None = None,
+    n_actions: int | None = None,
 ) -> Dataset:
-    """Read a local Minari dataset as a :class:`Dataset` (users per the module docstring)."""
+    """Read a local Minari dataset as a :class:`Dataset` (users per the module docstring;
+    ``reward_range`` where it declares none, ``n_actions`` must be its action space's)."""
     where, storage, meta = _open(location, episodes=True)
-    from gymnasium import spaces
+    from gymnasium import spaces  # optional dependency, installed with Minari (_minari)
 
     act_space, obs_space = storage.action_space, storage.observation_space
     if not isinstance(act_space, spaces.Discrete):
@@ -141,14 +167,11 @@ def load_minari(
         raise InvalidArgument(
             f"{_echo(where)}: observation space {type(obs_space).__name__} is not a Box"
         )
-    n_actions, start = int(act_space.n), int(act_space.start)
+    start = int(act_space.start)
+    n_act = _resolve_actions(int(act_space.n), n_actions, where=where)
     d = max(1, int(np.prod(obs_space.shape)))
     qmeta = _qveil_meta(meta)
-    declared = None
-    if "reward_range" in qmeta:
-        lo, hi = qmeta["reward_range"]
-        declared = (float(lo), float(hi))
-    rr = _resolve_range(declared, reward_range, where=where)
+    rr = _resolve_range(_declared_range(qmeta, where), reward_range, where=where)
     env_id = qmeta.get("env_id") if "qveil" in meta else _env_id_of(meta)
 
     cols: dict[str, list[np.ndarray]] = {k: [] for k in ("user", "s", "a", "r", "s2", "t")}
@@ -167,7 +190,7 @@ def load_minari(
         r=np.concatenate(cols["r"]),
         s2=np.concatenate(cols["s2"]),
         terminal=np.concatenate(cols["t"]),
-        n_actions=n_actions,
+        n_actions=n_act,
         reward_range=rr,
         env_id=env_id if isinstance(env_id, str) and env_id else None,
         rewards_are_population_averages=qmeta.get("rewards_are_population_averages", False),
@@ -251,6 +274,7 @@ def save_minari(ds: Dataset, location: str | os.PathLike[str]) -> None:
     leaves nothing behind and a reader never sees half a dataset.
     """
     minari = _minari()
+    # here, not at the top: optional dependencies, checked by _minari
     from gymnasium import spaces
     from minari.data_collector import EpisodeBuffer
     from minari.dataset.minari_storage import MinariStorage

@@ -60,13 +60,14 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from qveil.dataset import (
+from qveil.dataset_types import (
     _ARRAYS,
     ECHO,
     FORMAT,
     Dataset,
     Transitions,
     _echo,
+    _resolve_actions,
     _resolve_range,
     check_population_name,
     validate_arrays,
@@ -78,6 +79,7 @@ __all__ = [
     "USERS_PER_GROUP",
     "ParquetDatasetWriter",
     "ParquetSource",
+    "is_qveil_parquet",
     "load_parquet",
     "save_parquet",
 ]
@@ -92,6 +94,7 @@ _META_KEY = b"qveil"
 
 def _pyarrow() -> Any:
     try:
+        # here, not at the top: pyarrow is an optional dependency (the trainer extra)
         import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError:
@@ -99,6 +102,20 @@ def _pyarrow() -> Any:
             "Parquet datasets need pyarrow: pip install 'qveil[trainer]'"
         ) from None
     return pa, pq
+
+
+def is_qveil_parquet(path: str | os.PathLike[str]) -> bool:
+    """True when ``path`` is a Parquet file with qveil's metadata (the layout of this
+    module); False for any other file or directory (a plain table, :mod:`qveil.dataset_table`,
+    or not Parquet at all: its reader says why)."""
+    _, pq = _pyarrow()
+    p = Path(os.fspath(path))
+    try:
+        if not p.is_file():
+            return False
+        return _META_KEY in (pq.read_metadata(p).metadata or {})
+    except Exception:  # noqa: BLE001 - not readable as Parquet: the table reader reports it
+        return False
 
 
 def _schema(d: int, metadata: dict[str, Any] | None = None) -> Any:
@@ -439,6 +456,7 @@ class ParquetSource:
         path: str | os.PathLike[str],
         *,
         reward_range: tuple[float, float] | None = None,
+        n_actions: int | None = None,
     ) -> None:
         _, pq = _pyarrow()
         self.path = Path(os.fspath(path))
@@ -457,8 +475,9 @@ class ParquetSource:
         raw = (self._file.metadata.metadata or {}).get(_META_KEY)
         if raw is None:
             raise InvalidArgument(
-                f"{_echo(str(self.path))} has no qveil metadata (write it with qveil dataset "
-                "convert or collect)"
+                f"{_echo(str(self.path))} has no qveil metadata: it is a plain table, read "
+                "whole by qveil.dataset.load_dataset (qveil dataset convert writes the "
+                "streamed layout)"
             )
         try:
             meta = json.loads(raw)
@@ -483,6 +502,7 @@ class ParquetSource:
         self.reward_range = _resolve_range(
             (declared[0], declared[1]), reward_range, where=str(self.path)
         )
+        _resolve_actions(self.n_actions, n_actions, where=str(self.path))
         self.env_id: str | None = meta.get("env_id")
         pop = meta.get("population")
         self.population: str | None = None if pop is None else check_population_name(pop)
@@ -536,11 +556,23 @@ class ParquetSource:
             where += f", row {row} (row {int(self._starts[group]) + row} of the file)"
         return where
 
+    def _last_user(self, group: int) -> int:
+        """The last user of row group ``group``, read from its user column (never from the
+        file's statistics: a file may have none, or false ones)."""
+        try:
+            col = self._file.read_row_group(group, columns=["user"]).column(0)
+        except Exception as exc:  # noqa: BLE001 - corrupt pages raise several kinds
+            raise InvalidArgument(f"{self._where(group)}: unreadable: {str(exc)[:ECHO]}") from None
+        if len(col) == 0 or col.null_count:
+            raise InvalidArgument(f"{self._where(group)}: empty, or a null user")
+        return int(col[len(col) - 1].as_py())
+
     def read_group(self, group: int, *, previous_last_user: int | None = None) -> Transitions:
         """The validated arrays of row group ``group`` (nulls, the checks of
-        :func:`qveil.dataset.validate_arrays`, users non-decreasing and each user within
-        this one group: ``previous_last_user`` is the last user of group ``group - 1``, read
-        from the group statistics when not given)."""
+        :func:`qveil.dataset_types.validate_arrays`, users non-decreasing and each user within
+        this one group: ``previous_last_user`` is the last user of group ``group - 1``; when
+        not given, it is read from that group's user column, so a group read alone (one task
+        of the distributed fit) is checked against its predecessor all the same)."""
         if not 0 <= group < self.groups:
             raise InvalidArgument(f"{_echo(str(self.path))} has no row group {group}")
         try:
@@ -582,11 +614,8 @@ class ParquetSource:
                 "the user column must be non-decreasing (each user's rows in one block)"
             )
         if group > 0:
-            prev = previous_last_user
-            if prev is None:
-                stats = self._file.metadata.row_group(group - 1).column(0).statistics
-                prev = None if stats is None or not stats.has_min_max else int(stats.max)
-            if prev is not None and int(user[0]) <= prev:
+            prev = self._last_user(group - 1) if previous_last_user is None else previous_last_user
+            if int(user[0]) <= prev:
                 raise InvalidArgument(
                     f"{self._where(group, 0)}: user {int(user[0])} also has rows in row group "
                     f"{group - 1}: a user's rows never span two row groups"

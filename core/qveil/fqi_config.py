@@ -17,8 +17,11 @@ from qveil.errors import InvalidArgument
 C = TypeVar("C")
 
 __all__ = [
+    "CLIP_REFUSE",
+    "CLIP_WARN",
     "REFUSE_RATIO",
     "WARN_RATIO",
+    "clipping_message",
     "config_toml",
     "ratio_message",
     "read_toml",
@@ -29,6 +32,14 @@ __all__ = [
 WARN_RATIO = 0.5
 #: ... above this: refused unless forced (expected worse than a random policy).
 REFUSE_RATIO = 1.0
+#: Rows whose state or next state lies outside the config's state intervals (clipped into
+#: them), as a fraction of all rows: above CLIP_WARN a warning...
+CLIP_WARN = 0.01
+#: ... above CLIP_REFUSE a refusal unless --allow-clipping (the intervals do not describe
+#: the data: wrong units, another env, a stale config). The shipped CartPole and LunarLander
+#: configs clip 6 to 8 % of random-policy rows by design (each coordinate's interval is its
+#: 1 % / 99 % quantiles, over d coordinates of s and s2), well below it.
+CLIP_REFUSE = 0.25
 
 
 def read_toml(path: str | Path) -> dict[str, Any]:
@@ -92,3 +103,19 @@ def ratio_message(result: Any) -> str | None:
         )
         + " (more users, a larger epsilon, or a smaller gamma would help)"
     )
+
+
+def clipping_message(clipped: int, samples: int, intervals: Any) -> str:
+    """The report of the rows clipped into the state intervals ``intervals`` (one line)."""
+    share = clipped / max(1, samples)
+    line = (
+        f"{clipped} of {samples} rows ({100 * share:.2f} %) have a state or next state "
+        f"outside the config's state_intervals {[list(p) for p in intervals]} and are "
+        "clipped into them"
+    )
+    if share > CLIP_REFUSE:
+        return line + (
+            f"; above {100 * CLIP_REFUSE:g} % the intervals do not describe the data (wrong "
+            "units, another env, a stale config?)"
+        )
+    return line

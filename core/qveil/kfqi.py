@@ -348,7 +348,8 @@ class ShardSums:
     """The data part of every action's operator over one shard of whole users: sums over
     the shard's users, so two shards' sums add (:func:`add_shard_sums`) and the operators
     of the whole dataset follow from the total (:func:`operators_from_sums`). Also the
-    shard's user, sample and clipped-state counts."""
+    shard's user and sample counts, and ``clipped``: its rows whose state or next state lies
+    outside the box (clipped into it)."""
 
     users: int
     samples: int
@@ -408,12 +409,13 @@ def _prepare(
     box: StateBox,
 ) -> tuple[FloatArray, IntArray, FloatArray, FloatArray, npt.NDArray[np.bool_], IntArray, int, int]:
     """Unit states, actions, clipped rewards, unit next states, terminals, dense user index,
-    user count and the count of states outside the box."""
+    user count and the count of rows whose state or next state is outside the box."""
     a = np.asarray(actions, dtype=np.int64).reshape(-1)
     raw = np.asarray(states, dtype=np.float64).reshape(len(a), -1)
-    clipped = int((np.clip(raw, box.lo, box.hi) != raw).any(axis=1).sum()) if len(a) else 0
+    raw2 = np.asarray(next_states, dtype=np.float64).reshape(len(a), -1)
+    clipped = box.rows_outside(raw, raw2)
     x = box.to_unit(raw)
-    x2 = box.to_unit(np.asarray(next_states, dtype=np.float64).reshape(len(a), -1))
+    x2 = box.to_unit(raw2)
     lo, hi = (float(v) for v in reward_range)
     r = np.clip(np.asarray(rewards, dtype=np.float64).reshape(-1), lo, hi)
     term = np.asarray(terminal, dtype=bool).reshape(-1)

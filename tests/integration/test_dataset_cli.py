@@ -168,7 +168,8 @@ BAD_FLAGS = [
     (["--env", "Pendulum-v1", "--reward-range", "-17,0"], "need Discrete actions"),
     (["--env", "FrozenLake-v1", "--reward-range", "0,1"], "need a Box"),
     (["--out", "{tmp}/missing/x.npz"], "does not exist"),
-    (["--out", "{tmp}/x.csv"], "unknown dataset location"),
+    (["--out", "{tmp}/x.txt"], "unknown dataset location"),
+    (["--out", "{tmp}/x.csv"], "qveil reads CSV but does not write it"),
     (["--out", "{tmp}/noversion"], "a Minari dataset directory is named NAME-vN"),
     (["--out", "minari:../x-v0"], "bad Minari dataset id"),
 ]
@@ -328,3 +329,54 @@ def test_collect_takes_the_reward_range_from_the_config_and_clips_on_request(
     ds = load_dataset(lunar)
     assert ds.d == 8 and ds.n_actions == 4 and ds.reward_range == (-100.0, 100.0)
     assert ds.r.min() >= -100.0 and ds.r.max() <= 100.0
+
+
+def test_collect_shows_progress_off_a_terminal(tmp_path: Path) -> None:
+    """stderr is a pipe here (as in a log file or CI): a line per tenth of the users and at
+    the end, not silence; --no-progress turns them off."""
+    r = qveil("collect", "--env", LW, "--users", "2000", "--seed", "1", "--out",
+              str(tmp_path / "a.npz"))  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("collect: user ")]
+    done = [int(ln.split()[2].split("/")[0]) for ln in lines]
+    assert len(lines) >= 10 and done[-1] == 2000, r.stderr
+    steps = np.diff([0, *done])
+    assert (steps > 0).all() and (steps <= 200).all(), r.stderr  # no tenth is silent
+    assert lines[-1].startswith("collect: user 2000/2000 done (")
+    r = qveil("collect", "--env", LW, "--users", "2000", "--seed", "1", "--out",
+              str(tmp_path / "b.npz"), "--no-progress")  # fmt: skip
+    assert r.returncode == 0 and "collect: " not in r.stderr, r.stderr
+
+
+def test_the_documented_table_recipes(tmp_path: Path) -> None:
+    """docs/datasets.md, "Tables": its Python block (pandas, pyarrow, Polars, CSV) run as
+    written on CartPole users, then its commands as written (info, train, convert)."""
+    pytest.importorskip("polars")
+    from server_helpers import ensure_population
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "datasets.md").read_text()
+    section = doc.split("\n## Tables", 1)[1].split("\n## ", 1)[0]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    prelude = (
+        "from qveil.trainer.collect import collect\n"
+        "ds = collect('CartPole-v1', 40, 1, reward_range=(0.0, 1.0))\n"
+        "user, a, r, terminal, s, s2, d = ds.user, ds.a, ds.r, ds.terminal, ds.s, ds.s2, ds.d\n"
+    )
+    r = subprocess.run([sys.executable, "-c", prelude + code], capture_output=True, text=True,
+                       timeout=120, cwd=tmp_path)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    ensure_population("cartpole")
+    block = section.split("```bash\n", 1)[1].split("```", 1)[0].replace("\\\n", " ")
+    repo = Path(__file__).resolve().parents[2]
+    for line in block.splitlines():
+        argv = line.split("#", 1)[0].split()
+        if not argv:
+            continue
+        argv = [str(repo / w) if w.startswith("configs/") else w for w in argv]
+        r = subprocess.run([sys.executable, "-m", "qveil.cli", *argv[1:]], capture_output=True,
+                           text=True, timeout=300, cwd=tmp_path)  # fmt: skip
+        assert r.returncode == 0, (argv, r.stderr[-2000:])
+    twin = load_dataset(tmp_path / "cp.csv", reward_range=(0.0, 1.0), n_actions=2)
+    assert load_dataset(tmp_path / "cp-qveil.parquet") == load_dataset(tmp_path / "cp.parquet")
+    assert load_dataset(tmp_path / "cp.parquet").fingerprint() == twin.fingerprint()
+    assert (tmp_path / "bundle" / "card.json").is_file()

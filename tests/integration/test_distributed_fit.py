@@ -21,6 +21,7 @@ import pytest
 from qveil.additive import StateBox
 from qveil.dataset import Dataset, load_dataset
 from qveil.dataset_parquet import ParquetSource, save_parquet
+from qveil.errors import InvalidArgument
 from qveil.kfqi import build_operators_nd, fold_tree
 from qveil.kfqi_config import load_fqi_config
 from qveil.trainer.distributed import Engine, collect_parquet, fit_operators, user_shards
@@ -303,3 +304,53 @@ def test_a_worker_killed_mid_fit_changes_nothing(
         assert killed_at and killed_at[0] < finished, "the kill did not land mid-fit"
         assert victim.wait(timeout=10) == -signal.SIGKILL
     _same_operators(reference.operators, again.operators)  # type: ignore[attr-defined]
+
+
+# --------------------------------------------------------------------------- split users
+def _split_user_without_statistics(src: Path, dst: Path) -> int:
+    """A crafted copy of ``src``: written without row-group statistics, the last row of
+    row group 0 given the first user of row group 1 (the user order stays non-decreasing, so
+    only the row-group boundary tells); returns that user."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    f = pq.ParquetFile(src)
+    shared = int(f.read_row_group(1, columns=["user"]).column(0)[0].as_py())
+    with pq.ParquetWriter(dst, f.schema_arrow, write_statistics=False) as w:
+        for g in range(f.num_row_groups):
+            t = f.read_row_group(g)
+            if g == 0:
+                user = t.column("user").to_pylist()
+                user[-1] = shared
+                t = t.set_column(0, t.schema.field("user"), pa.array(user, pa.int64()))
+            w.write_table(t, row_group_size=t.num_rows)
+        w.add_key_value_metadata({b"qveil": f.metadata.metadata[b"qveil"]})
+    meta = pq.ParquetFile(dst).metadata
+    assert all(
+        meta.row_group(g).column(0).statistics is None
+        or not meta.row_group(g).column(0).statistics.has_min_max
+        for g in range(meta.num_row_groups)
+    )
+    return shared
+
+
+def test_a_user_in_two_row_groups_is_refused_by_every_reader(
+    cartpole: Path, tmp_path: Path
+) -> None:
+    """Without statistics a reader cannot learn the previous row group's last user from the
+    footer: every path that reads a row group alone reads it from that group's user column
+    instead, so the user counted in two shards (N one too large, the release moved by more
+    than the card's sensitivity) is refused by the whole-file load, by a row group read
+    alone, and by the streamed fit (its tasks read one row group each)."""
+    bad = tmp_path / "split.parquet"
+    shared = _split_user_without_statistics(cartpole, bad)
+    spans = rf"row group 1, row 0 .*user {shared} also has rows in row group 0"
+    with pytest.raises(InvalidArgument, match=spans):
+        ParquetSource(bad).load()
+    with pytest.raises(InvalidArgument, match=spans):
+        ParquetSource(bad).read_group(1)  # alone, as one task of the fit reads it
+    with pytest.raises(InvalidArgument, match=spans):
+        _fit(ParquetSource(bad), Engine())
+    with pytest.raises(InvalidArgument, match=spans):
+        fit_kernel(load_fqi_config(CONFIG), ParquetSource(bad))
+    ParquetSource(bad).read_group(2)  # the groups that do not follow the split still read

@@ -167,7 +167,8 @@ def test_wrong_number_of_intervals_is_a_clear_error(tmp_path: Path) -> None:
         str(tmp_path / "b"),
         "--force",
     )
-    assert r.returncode == 2 and "state intervals" in r.stderr, r.stderr
+    assert r.returncode == 2 and "has 4 state coordinates" in r.stderr, r.stderr
+    assert "gives state_intervals for 3" in r.stderr and "c.toml" in r.stderr, r.stderr
     assert not (tmp_path / "b").exists()
 
 

@@ -28,19 +28,6 @@ ROOT = Path(__file__).resolve().parents[2]
 #: stubs under proto/ are left out of the reason check, not out of the graph)
 PARTS = ("core", "server", "trainer", "client", "common", "experiments")
 
-#: Cycles tolerated while another change removes them: each entry the set of modules of one
-#: known cycle. A cycle among a subset of an entry's modules is tolerated; any other fails.
-KNOWN_CYCLES: tuple[frozenset[str], ...] = (
-    # qveil.dataset picks its file format's reader (parquet, Minari), which build datasets
-    # with qveil.dataset: being split into a lower module on another branch; remove this
-    # entry when that lands
-    frozenset({"qveil.dataset", "qveil.dataset_minari", "qveil.dataset_parquet"}),
-)
-
-
-#: Files whose imports inside functions may lack their reason while another change rewrites
-#: them (the dataset readers, with the cycle above): remove with that entry
-KNOWN_UNEXPLAINED = frozenset({"core/qveil/dataset_minari.py", "core/qveil/dataset_parquet.py"})
 
 
 @pytest.fixture(scope="module")
@@ -114,10 +101,6 @@ def _cycle_path(graph: grimp.ImportGraph, modules: list[str]) -> str:
     return " <-> ".join(modules)
 
 
-def _known(cycle: list[str]) -> bool:
-    return any(set(cycle) <= known for known in KNOWN_CYCLES)
-
-
 def test_the_graph_holds_every_part(graph: grimp.ImportGraph) -> None:
     """The graph is the whole namespace: a module of each part, and imports inside functions
     and under ``if TYPE_CHECKING:`` (the composition root's command modules are imported by
@@ -141,7 +124,7 @@ def test_the_graph_holds_every_part(graph: grimp.ImportGraph) -> None:
 
 
 def test_no_import_cycle_between_qveil_modules(graph: grimp.ImportGraph) -> None:
-    bad = [c for c in _cycles(graph) if not _known(c)]
+    bad = _cycles(graph)
     assert not bad, "import cycles (an import inside a function counts):\n" + "\n".join(
         _cycle_path(graph, c) for c in bad
     )
@@ -155,7 +138,6 @@ def test_the_cycle_finder_reports_a_cycle_with_its_path() -> None:
     cycles = _cycles(g)
     assert cycles == [["p.a", "p.b", "p.c"]]
     assert _cycle_path(g, cycles[0]) == "p.a -> p.b -> p.c -> p.a"
-    assert not _known(cycles[0])
 
 
 def _sources() -> Iterator[Path]:
@@ -210,7 +192,6 @@ def test_every_import_inside_a_function_has_its_reason() -> None:
     missing = [
         f"{path.relative_to(ROOT)}:{line}"
         for path in _sources()
-        if str(path.relative_to(ROOT)) not in KNOWN_UNEXPLAINED
         for line in unexplained_imports(path.read_text(encoding="utf-8"))
     ]
     assert not missing, (

@@ -101,7 +101,9 @@ def run(
             held = collect(env_id, users, 2000 + seed, reward_range=rr, clip_rewards=clip)
             with tempfile.TemporaryDirectory() as tmp:
                 b = load_bundle(
-                    create_estimator(cfg).train(train, Path(tmp) / "b", force=True).path
+                    create_estimator(cfg)
+                    .train(train, Path(tmp) / "b", force=True, allow_clipping=True)
+                    .path
                 )
             m = b.n_actions
             rng = np.random.default_rng([seed, 5])

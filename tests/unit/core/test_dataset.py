@@ -277,7 +277,7 @@ def test_npz_from_another_tool_with_flat_states(tmp_path: Path) -> None:
     with pytest.raises(InvalidArgument, match="lacks the array.*terminal"):
         load_dataset(tmp_path / "missing.npz", reward_range=(0.0, 0.5))
     (tmp_path / "junk.npz").write_bytes(b"not a zip")
-    with pytest.raises(InvalidArgument, match="not a readable .npz dataset"):
+    with pytest.raises(InvalidArgument, match="is not an .npz file .* starts with 'not a zip'"):
         load_dataset(tmp_path / "junk.npz")
     with pytest.raises(NotFound):
         load_dataset(tmp_path / "absent.npz")
@@ -295,6 +295,8 @@ def test_npz_overwrite_is_atomic(tmp_path: Path) -> None:
     with pytest.raises(NotFound):
         save_dataset(a, tmp_path / "nope" / "d.npz")
     with pytest.raises(InvalidArgument, match="unknown dataset location"):
+        save_dataset(a, tmp_path / "d.txt")
+    with pytest.raises(InvalidArgument, match="reads CSV but does not write it"):
         save_dataset(a, tmp_path / "d.csv")
 
 
@@ -360,16 +362,16 @@ def test_declared_population_round_trips_and_is_read_from_metadata_alone(
 ) -> None:
     """npz and Minari keep the declaration; ``declared_population`` reads it without the rows;
     it is not in the fingerprint (a declaration, not data)."""
-    from qveil.dataset import declared_population
+    from qveil.dataset import declared_metadata
 
     ds = _ds(env_id=LW, population=name)
     assert ds.fingerprint() == _ds(env_id=LW).fingerprint()
     assert ds.summary()["population"] == name
     save_dataset(ds, tmp_path / "d.npz")
-    assert declared_population(tmp_path / "d.npz") == name
+    assert declared_metadata(tmp_path / "d.npz").population == name
     assert load_dataset(tmp_path / "d.npz").population == name
     save_dataset(ds, tmp_path / "d-v0")
-    assert declared_population(tmp_path / "d-v0") == name
+    assert declared_metadata(tmp_path / "d-v0").population == name
     assert load_dataset(tmp_path / "d-v0").population == name
 
 

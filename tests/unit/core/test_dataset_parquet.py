@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from qveil.dataset import Dataset, declared_population, load_dataset, save_dataset
+from qveil.dataset import Dataset, declared_metadata, load_dataset, save_dataset
 from qveil.dataset_parquet import ParquetDatasetWriter, ParquetSource, save_parquet
 from qveil.errors import FailedPrecondition, InvalidArgument
 
@@ -48,7 +48,7 @@ def test_round_trip_keeps_fingerprint_and_metadata(tmp_path: Path) -> None:
     src = ParquetSource(parquet)
     assert src.fingerprint() == ds.fingerprint()  # streamed, column by column
     assert src.summary() == ds.summary()
-    assert declared_population(parquet) == "pop-a"
+    assert declared_metadata(parquet).population == "pop-a"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["x.npz", "x.parquet"]  # no spool left
 
 

@@ -14,7 +14,7 @@ import argparse
 import dataclasses
 import sys
 
-from qveil.dataset import _kind, save_dataset
+from qveil.dataset import dataset_kind, save_dataset
 from qveil.dataset_cli import no_signal_note
 from qveil.dataset_parquet import USERS_PER_GROUP
 from qveil.trainer.collect import collect
@@ -36,7 +36,7 @@ def engine_from(args: argparse.Namespace) -> Engine:
 def collect_command(args: argparse.Namespace, reward_range: tuple[float, float] | None) -> None:
     """``qveil dataset collect`` once its flags and destination are checked: the episodes of
     ``args.users`` users into ``args.out`` (a ``.parquet`` file as one task per shard)."""
-    if _kind(args.out) == "parquet":
+    if dataset_kind(args.out) == "parquet":
         s = collect_parquet(
             args.env,
             args.users,
@@ -56,7 +56,7 @@ def collect_command(args: argparse.Namespace, reward_range: tuple[float, float] 
             args.users,
             args.seed,
             episodes_per_user=args.episodes_per_user,
-            progress=not args.no_progress and sys.stderr.isatty(),
+            progress=not args.no_progress,  # a bar on a terminal, else log lines
             reward_range=reward_range,
             clip_rewards=args.clip_rewards,
         )

@@ -24,7 +24,7 @@ from typing import Any
 
 from qveil.bundle import load_bundle
 from qveil.client.channel import read_token_file
-from qveil.dataset import declared_population, load_dataset
+from qveil.dataset import declared_metadata, load_dataset
 from qveil.errors import InvalidArgument
 from qveil.kfqi_config import load_fqi_config
 from qveil.privacy.ledger import spending_line
@@ -119,7 +119,7 @@ def run_private(args: argparse.Namespace, records: OpenReleaseRecords) -> int:
     if missing:
         raise InvalidArgument(f"--private needs {', '.join(missing)}")
     bundle = load_bundle(args.bundle, verify=True)
-    population = args.population or declared_population(args.dataset)
+    population = args.population or declared_metadata(args.dataset).population
     if not population:
         raise InvalidArgument("--private needs --population NAME (or a dataset that declares it)")
     cfg = load_fqi_config(args.config)

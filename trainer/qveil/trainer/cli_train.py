@@ -13,7 +13,13 @@ itself is random-level (the data cannot support a better policy), is refused unl
 ``--force``. The kernel estimator's fit runs as map-reduce tasks over shards of whole users:
 in this process by default, on a local Dask cluster with ``--workers N``, or on a running
 Dask scheduler with ``--cluster ADDRESS`` (the same release bits whatever the worker count;
-:mod:`qveil.trainer.distributed`). A ``.parquet`` dataset is streamed one row group per task.
+:mod:`qveil.trainer.distributed`). The dataset is ``.npz``, ``.parquet`` (qveil's layout,
+streamed one row group per task; or a table written by pandas, pyarrow, Polars or Spark, read
+whole), ``.csv`` or Minari (docs/datasets.md names a table's columns). What the file does not
+declare comes from ``--reward-range LO,HI`` (which must agree with a declared range) or the
+config's ``reward_range``, and from the config's ``actions`` (or its env's). Rows whose state
+or next state lies outside the config's state_intervals are counted: a warning above 1 %, a
+refusal above 25 % unless ``--allow-clipping`` (nothing written, nothing charged).
 
 Without ``--dataset``: Algorithm 1 of Wang & Hegde (paper, gdp, output modes), trained online
 per the TOML config (command-line privacy flags override its values); writes a release
@@ -32,11 +38,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from qveil.cli_parser import add_no_progress
-from qveil.dataset import Dataset, _kind, declared_population, load_dataset
-from qveil.dataset_cli import add_engine_flags
+from qveil.dataset import Dataset, count_users, declared_metadata, open_dataset
+from qveil.dataset_cli import add_engine_flags, parse_reward_range
 from qveil.dataset_parquet import ParquetSource
 from qveil.errors import FailedPrecondition, InvalidArgument, QveilError
 from qveil.privacy.gaussian import gdp_mu
@@ -45,6 +49,7 @@ from qveil.release_records import OpenReleaseRecords, validate_population
 from qveil.trainer.cli_dataset import engine_from
 from qveil.trainer.estimators import create_estimator, estimator_name, load_config
 from qveil.trainer.forecast import forecast
+from qveil.trainer.kfqi import action_count
 
 __all__ = ["add_parser", "run"]
 
@@ -74,7 +79,24 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         "paper/gdp/output: Algorithm 1 online",
     )
     p.add_argument(
-        "--dataset", metavar="PATH", help="offline dataset (.npz, .parquet or Minari): fqi"
+        "--dataset",
+        metavar="PATH",
+        help="offline dataset: fqi. PATH.npz, PATH.parquet (qveil's layout, streamed; or a "
+        "table written by pandas, pyarrow, Polars or Spark), PATH.csv, or a Minari dataset "
+        "(docs/datasets.md names the columns)",
+    )
+    p.add_argument(
+        "--reward-range",
+        metavar="LO,HI",
+        help="fqi: the declared reward range of a dataset that declares none (default: the "
+        "config's reward_range); a dataset that declares one must agree",
+    )
+    p.add_argument(
+        "--allow-clipping",
+        action="store_true",
+        help="fqi: train even when more than 25%% of the rows have a state or next state "
+        "outside the config's state_intervals (they are clipped into them; above 1%% a "
+        "warning)",
     )
     p.add_argument(
         "--neighbour",
@@ -151,9 +173,10 @@ def _config(args: argparse.Namespace) -> Any:
     if estimator_name(cfg) == "algorithm1":
         if fqi:
             raise InvalidArgument(f"config {str(args.config)[:80]!r} is not an fqi config")
-        for flag in ("neighbour", "force"):
+        for flag in ("neighbour", "force", "reward_range", "allow_clipping"):
             if getattr(args, flag):
-                raise InvalidArgument(f"--{flag} is for the fqi mode (--dataset)")
+                name = flag.replace("_", "-")
+                raise InvalidArgument(f"--{name} is for the fqi mode (--dataset)")
         changes = {
             k: v
             for k, v in (("mode", args.mode), ("reward_sensitivity", args.reward_sensitivity))
@@ -190,16 +213,23 @@ def run(args: argparse.Namespace, *, records: OpenReleaseRecords) -> int:
     est = create_estimator(cfg)
     ds: Dataset | ParquetSource | None = None
     if est.needs_dataset:
-        if not args.population:  # the population the dataset declares (its metadata alone)
-            args.population = declared_population(args.dataset)
+        declared = declared_metadata(args.dataset)  # the file's metadata alone
+        if not args.population:
+            args.population = declared.population
         precheck_population(args, records, mode="fqi", epsilon=cfg.epsilon, delta=cfg.delta)
 
         if args.forecast:
             _print_forecast(cfg, args.dataset, force=args.force)
-        if _kind(args.dataset) == "parquet" and est.name == "kernel":
-            ds = ParquetSource(args.dataset)  # streamed: one row group per task
-        else:
-            ds = load_dataset(args.dataset)
+        flag = parse_reward_range(args.reward_range)
+        cfg_rr = None if cfg.reward_range is None else tuple(cfg.reward_range)
+        ds = open_dataset(
+            args.dataset,
+            # the flag must agree with a declared range; the config's fills in for none
+            reward_range=flag or (cfg_rr if declared.reward_range is None else None),
+            n_actions=_action_count(cfg, declared),
+            stream=est.name == "kernel",  # a qveil Parquet file: one row group per task
+        )
+        _check_dims(cfg, ds.d, args.dataset, args.config)
         if ds.population is not None and ds.population != args.population:
             raise InvalidArgument(
                 f"the dataset declares population {ds.population!r:.80}, not "
@@ -214,6 +244,7 @@ def run(args: argparse.Namespace, *, records: OpenReleaseRecords) -> int:
         seed=args.seed,
         progress=not args.no_progress and sys.stderr.isatty(),
         engine=engine_from(args),
+        allow_clipping=bool(getattr(args, "allow_clipping", False)),
     )
     print(est.summary(outcome))
     for w in outcome.warnings:
@@ -236,22 +267,34 @@ def _print_forecast(cfg: Any, dataset: str, *, force: bool) -> None:
 
     if cfg.epsilon is None:
         raise InvalidArgument("--forecast needs --epsilon E")
-    fc = forecast(cfg, users=_user_count(dataset), epsilon=float(cfg.epsilon))
+    # N from the dataset's user column alone: the accountant's public input
+    fc = forecast(cfg, users=count_users(dataset), epsilon=float(cfg.epsilon))
     print(fc.text(), flush=True)
     if fc.refusal is not None and not force:
         raise FailedPrecondition(f"refusing: {fc.refusal}; pass --force to release anyway")
 
 
-def _user_count(path: str) -> int:
-    """N, read from the dataset's user column alone (the count is the accountant's public
-    input; no other rows are used)."""
+def _action_count(cfg: Any, declared: Any) -> int | None:
+    """The action count the command gives a dataset that may declare none (an npz or a
+    table): the config's ``actions``, else its env's. None for a file that declares one (the
+    plan then refuses a config whose ``actions`` differ)."""
+    if declared.n_actions is not None:
+        return None
+    return int(cfg.actions) if cfg.actions is not None else action_count(cfg)
 
-    if _kind(path) == "npz":
-        with np.load(path, allow_pickle=False) as z:
-            return int(len(np.unique(z["user"])))
-    if _kind(path) == "parquet":
-        return ParquetSource(path).users
-    return int(load_dataset(path).users)
+
+def _check_dims(cfg: Any, dims: int, dataset: str, config: str | None) -> None:
+    """The config's per-coordinate lists (state_intervals, betas) must be the dataset's d
+    long; the error names both files."""
+    where = f"config {config!r:.80}" if config else "the built-in default config"
+    for name in ("state_intervals", "betas"):
+        given = getattr(cfg, name, None)
+        if given is not None and len(given) != dims:
+            raise InvalidArgument(
+                f"the dataset {dataset!r:.80} has {dims} state coordinates, but the {where} "
+                f"gives {name} for {len(given)}: give one per coordinate (state_intervals = "
+                "[[lo, hi], ...], betas = [...])"
+            )
 
 
 def precheck_population(

@@ -17,16 +17,15 @@ False (the state s2 still has a future, so fitted-Q bootstraps from it).
 from __future__ import annotations
 
 import math
-import sys
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
-from tqdm import tqdm
 
 from qveil.dataset import Dataset
 from qveil.errors import InvalidArgument, NotFound
+from qveil.trainer.progress import progress as show_progress
 
 __all__ = ["collect", "env_reward_range"]
 
@@ -153,9 +152,7 @@ def collect(
         steps_guess = (env.spec.max_episode_steps if env.spec else None) or 64
         rows = _Rows(d, max(16, min(users * episodes_per_user * steps_guess, 1 << 16)))
         root = int(seed)
-        with tqdm(
-            total=int(users), disable=not progress, unit="user", file=sys.stderr, desc="collect"
-        ) as bar:
+        with show_progress(int(users), desc="collect", unit="user", enabled=progress) as bar:
             for u in range(int(first_user), int(first_user) + int(users)):
                 for k in range(int(episodes_per_user)):
                     env_ss, act_ss = np.random.SeedSequence(root, spawn_key=(u, k)).spawn(2)

@@ -33,8 +33,6 @@ count.
 
 from __future__ import annotations
 
-import sys
-import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -43,7 +41,6 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
-from tqdm import tqdm
 
 from qveil.dataset import Transitions
 from qveil.dataset_parquet import USERS_PER_GROUP, ParquetDatasetWriter, ParquetSource
@@ -57,6 +54,7 @@ from qveil.kfqi import (
     shard_sums,
 )
 from qveil.trainer.collect import collect
+from qveil.trainer.progress import progress
 
 __all__ = [
     "Engine",
@@ -181,35 +179,11 @@ class FitSums:
     shards: int
 
 
-class _LogLines:
-    """Progress as one log line per shard done (stderr is not a terminal: a log file)."""
-
-    def __init__(self, total: int, desc: str) -> None:
-        self.total, self.desc, self.done = total, desc, 0
-        self.t0 = time.perf_counter()
-
-    def update(self, n: int = 1) -> None:
-        self.done += n
-        elapsed = time.perf_counter() - self.t0
-        print(
-            f"{self.desc}: shard {self.done}/{self.total} done ({elapsed:.0f} s)",
-            file=sys.stderr,
-            flush=True,
-        )
-
-    def __enter__(self) -> _LogLines:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
 def shard_progress(total: int, *, desc: str, enabled: bool) -> Any:
-    """Progress per shard: a tqdm bar on a terminal, else one stderr line per shard done;
-    nothing when not ``enabled``."""
-    if enabled and not sys.stderr.isatty():
-        return _LogLines(total, desc)
-    return tqdm(total=total, disable=not enabled, unit="shard", file=sys.stderr, desc=desc)
+    """Progress per shard (:func:`qveil.trainer.progress.progress`): a tqdm bar on a
+    terminal, else a stderr line per tenth of the shards done or every few seconds; nothing
+    when not ``enabled``."""
+    return progress(total, desc=desc, unit="shard", enabled=enabled)
 
 
 # --------------------------------------------------------------------------- the tasks

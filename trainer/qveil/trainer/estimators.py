@@ -96,10 +96,13 @@ class Estimator(ABC):
         seed: int | None = None,
         progress: bool = False,
         engine: Any = None,
+        allow_clipping: bool = False,
     ) -> Outcome:
         """Fit on ``dataset`` (None for online estimators), account and write the bundle.
         ``engine`` (:class:`qveil.trainer.distributed.Engine`) is where a fit that runs as
-        map-reduce tasks runs (None: in this process)."""
+        map-reduce tasks runs (None: in this process). ``allow_clipping``: train even when
+        most rows lie outside the config's state intervals (an estimator on a dataset
+        refuses that otherwise; :func:`qveil.trainer.kfqi.check_clipping`)."""
 
     @abstractmethod
     def summary(self, outcome: Outcome) -> str:
@@ -181,9 +184,13 @@ class KernelFQI(Estimator):
         seed: int | None = None,
         progress: bool = False,
         engine: Any = None,
+        allow_clipping: bool = False,
     ) -> Outcome:
-        o = train_kernel_fqi(self.config, dataset, out, force=force, engine=engine)
-        return Outcome(path=o.path, card=o.card, warnings=_warned(o.warning), detail=o)
+        o = train_kernel_fqi(
+            self.config, dataset, out, force=force, engine=engine, allow_clipping=allow_clipping
+        )
+        warnings = _warned(o.warning) + _warned(o.clipping)
+        return Outcome(path=o.path, card=o.card, warnings=warnings, detail=o)
 
     def summary(self, outcome: Outcome) -> str:
         return summary(outcome.detail)
@@ -220,6 +227,7 @@ class Algorithm1(Estimator):
         seed: int | None = None,
         progress: bool = False,
         engine: Any = None,
+        allow_clipping: bool = False,
     ) -> Outcome:
         if dataset is not None:
             raise InvalidArgument("Algorithm 1 trains online in its environment: no --dataset")

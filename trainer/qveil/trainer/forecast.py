@@ -293,7 +293,7 @@ def forecast(
             f"noise of {users} users"
         )
     with tempfile.TemporaryDirectory(prefix="qveil-forecast-") as tmp:
-        out = est.train(dataset, Path(tmp) / "bundle", force=True)
+        out = est.train(dataset, Path(tmp) / "bundle", force=True, allow_clipping=True)
         b = load_bundle(out.path)
     sigma, m = float(b.sigma), int(b.n_actions)
     seeds = [10_000 + 1000 * int(seed) + e for e in range(int(episodes))]

@@ -21,6 +21,7 @@ The release noise is drawn by the server's store from OS entropy, under the stor
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import tempfile
 import time
@@ -35,7 +36,7 @@ from qveil.bundle import build_kernel_fqi_card, load_bundle, write_kernel_bundle
 from qveil.bundle.io import plot_curve
 from qveil.dataset_parquet import ParquetSource
 from qveil.errors import FailedPrecondition, InvalidArgument
-from qveil.fqi_config import REFUSE_RATIO, ratio_message
+from qveil.fqi_config import CLIP_REFUSE, CLIP_WARN, REFUSE_RATIO, clipping_message, ratio_message
 from qveil.kfqi import additive_mean, iterate_q_nd, krr_result
 from qveil.kfqi_config import KernelFQIConfig, plan_kernel
 from qveil.trainer.distributed import Engine, fit_operators
@@ -44,6 +45,8 @@ from qveil.trainer.train import code_version
 __all__ = [
     "FQIOutcome",
     "KernelFit",
+    "action_count",
+    "check_clipping",
     "check_reward_relation",
     "fit_kernel",
     "observation_bounds",
@@ -60,12 +63,13 @@ class FQIOutcome:
     card: dict[str, Any]
     seconds: float
     warning: str | None
+    #: the clipped-rows report when above CLIP_WARN (qveil.fqi_config)
+    clipping: str | None = None
 
 
 def observation_bounds(env_id: str) -> tuple[np.ndarray, np.ndarray]:
     """The flattened (low, high) of an environment's Box observation space (public)."""
-    # gymnasium loads only when episodes are run (importing qveil.trainer registers its envs)
-    import gymnasium as gym
+    import gymnasium as gym  # here, not at the top: only a config without intervals needs it
 
     import qveil.trainer  # noqa: F401 - registers qveil's environments
 
@@ -76,6 +80,28 @@ def observation_bounds(env_id: str) -> tuple[np.ndarray, np.ndarray]:
     finally:
         env.close()
     return lo, hi
+
+
+def action_count(cfg: KernelFQIConfig) -> int | None:
+    """The public action count of a config: its ``actions``, else its env's Discrete action
+    count (None when it names neither, or an env this installation cannot make)."""
+    if cfg.actions is not None:
+        return int(cfg.actions)
+    if not cfg.env_id:
+        return None
+    import gymnasium as gym  # here, not at the top: only a config naming an env needs it
+
+    import qveil.trainer  # noqa: F401 - registers qveil's environments
+
+    try:
+        env = gym.make(cfg.env_id)
+    except (gym.error.Error, ImportError):  # unknown here: the dataset must declare it
+        return None
+    try:
+        space = env.action_space
+        return int(space.n) if isinstance(space, gym.spaces.Discrete) else None
+    finally:
+        env.close()
 
 
 def check_reward_relation(neighbour: str, dataset: Any) -> None:
@@ -326,6 +352,23 @@ def write_kernel_release(
     return FQIOutcome(path=path, card=written.card, seconds=fit.seconds, warning=warning)
 
 
+def check_clipping(fit: KernelFit, *, allow_clipping: bool = False) -> str | None:
+    """The clipped-rows report of ``fit`` (rows whose state or next state lies outside the
+    config's state intervals): None up to :data:`~qveil.fqi_config.CLIP_WARN` of the rows, a
+    warning above it, and above :data:`~qveil.fqi_config.CLIP_REFUSE` a refusal
+    (FailedPrecondition) unless ``allow_clipping``."""
+    share = fit.states_clipped / max(1, fit.samples)
+    if share <= CLIP_WARN:
+        return None
+    note = clipping_message(fit.states_clipped, fit.samples, fit.intervals)
+    if share > CLIP_REFUSE and not allow_clipping:
+        raise FailedPrecondition(
+            f"refusing: {note}; fix state_intervals in the config, or pass --allow-clipping "
+            "to train anyway"
+        )
+    return note
+
+
 def train_kernel_fqi(
     cfg: KernelFQIConfig,
     dataset: Any,
@@ -333,10 +376,12 @@ def train_kernel_fqi(
     *,
     force: bool = False,
     engine: Any = None,
+    allow_clipping: bool = False,
 ) -> Any:
     """Fit, account and write a d-coordinate fqi bundle at ``out`` (must not exist).
     Returns a :class:`FQIOutcome`. Nothing is written on any error; a
-    release the accountant refuses is refused before the data is touched."""
+    release the accountant refuses is refused before the data is touched, and a fit whose
+    rows are mostly outside the state intervals after it (:func:`check_clipping`)."""
     check_reward_relation(cfg.neighbour, dataset)
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
@@ -346,7 +391,10 @@ def train_kernel_fqi(
         raise FailedPrecondition(
             f"refusing: {ratio_message(result)}; pass --force to release anyway"
         )
-    return write_kernel_release(fit_kernel(cfg, dataset, engine=engine), out, force=force)
+    fit = fit_kernel(cfg, dataset, engine=engine)
+    clipping = check_clipping(fit, allow_clipping=allow_clipping)
+    outcome = write_kernel_release(fit, out, force=force)
+    return dataclasses.replace(outcome, clipping=clipping)
 
 
 def summary(outcome: FQIOutcome) -> str:
@@ -361,11 +409,20 @@ def summary(outcome: FQIOutcome) -> str:
             f"  D_T={c['sup_sensitivity']:.4g} kappa={c['kappa']:.4g} "
             f"betas={c['betas']} Delta={c['sensitivity']:.4g} sigma={c['sigma']:.4g} "
             f"(noise/value {c['noise_to_value']:.3f}); states clipped into "
-            f"{c['state_intervals']}",
+            f"{c['state_intervals']}: {_clipped(c)}",
             f"  epsilon={_g(c['epsilon'])} delta={c['delta_total']:.3g} holds={c['holds']}",
             f"  fitted in {outcome.seconds:.2f} s",
         ]
     )
+
+
+def _clipped(card: dict[str, Any]) -> str:
+    """The clipped-rows count of a card (its admin view), as a share of the rows."""
+    t = card.get("training") or {}
+    n, k = t.get("samples"), t.get("states_clipped")
+    if not n or k is None:
+        return "rows clipped not recorded"
+    return f"{k} of {n} rows clipped ({100 * k / n:.2f} %)"
 
 
 def _g(v: float) -> str:

@@ -26,8 +26,10 @@ from qveil.bundle import (
     merge_card,
     split_card,
 )
+from qveil.dataset import load_dataset
 from qveil.errors import IntegrityError, InvalidArgument
 from qveil.kfqi_config import load_fqi_config, plan_kernel
+from qveil.trainer.served_eval import nonprivate_policy
 
 QVEIL = str(Path(sys.executable).with_name("qveil"))
 CONFIG, BETAS = CARTPOLE_CONFIG, CARTPOLE_BETAS
@@ -260,8 +262,9 @@ def test_a_public_prior_built_by_the_cli_and_trained_with(tmp_path: Path) -> Non
     population) and writes the prior; a config whose ``prior`` key names it (relative to the
     config file) trains a release whose card (public part included) records the prior's
     sha256 and origin and whose basis says the uncovered votes come from it, at the sigma
-    of the same config without it. A prior of another config, and release flags with
-    --write-prior, are refused (exit 2, nothing written)."""
+    of the same config without it; evaluate's non-private reference, which refits from the
+    card, refuses it. A prior of another config, and release flags with --write-prior, are
+    refused (exit 2, nothing written)."""
     public, private = tmp_path / "public.npz", tmp_path / "private.npz"
     for seed, path in ((7, public), (1, private)):
         r = qveil("dataset", "collect", "--env", "MountainCar-v0", "--users", "10",
@@ -291,6 +294,9 @@ def test_a_public_prior_built_by_the_cli_and_trained_with(tmp_path: Path) -> Non
     pub = b.public_card()
     assert pub["estimator"]["prior"]["sha256"] == sha and sha in pub["basis"]
     assert "public prior" in b.card["basis"] and b.card["privacy_params"]["prior_sha256"] == sha
+    # evaluate's non-private reference refits from the card, which holds the prior's hash only
+    with pytest.raises(InvalidArgument, match="public prior"):
+        nonprivate_policy(pub, load_dataset(private))
     plain = plan_kernel(load_fqi_config(cfg).replace(epsilon=1.0, delta=1e-5), users=10,
                         actions=3, dims=2, reward_range=(-1.0, 0.0))  # fmt: skip
     assert plain.sigma == b.card["sigma"]

@@ -300,6 +300,12 @@ def test_a_public_prior_built_by_the_cli_and_trained_with(tmp_path: Path) -> Non
     plain = plan_kernel(load_fqi_config(cfg).replace(epsilon=1.0, delta=1e-5), users=10,
                         actions=3, dims=2, reward_range=(-1.0, 0.0))  # fmt: skip
     assert plain.sigma == b.card["sigma"]
+    # the plan before any data names the prior as the card does
+    r = qveil("privacy", "--mode", "fqi", "--config", str(with_prior), "--users", "10",
+              "--epsilon", "1", "--delta", "1e-5", "--json")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    planned = json.loads(r.stdout)
+    assert planned["sigma"] == b.card["sigma"] and planned["basis"] == b.card["basis"]
     # a prior of another anchor layout; release flags with --write-prior; no output at all
     other = mountaincar_config(tmp_path / "cfg", "other", prior='"../priors/mc.npz"',
                                anchor_points="4")  # fmt: skip

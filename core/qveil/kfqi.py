@@ -66,6 +66,7 @@ from qveil.kfqi_spec import (
     Anchors,
     KernelFQISpec,
     anchor_grid,
+    check_in_q_range,
     multilinear_weights,
 )
 
@@ -123,8 +124,10 @@ class AveragingOperator:
     per_user: bool
     p: sparse.csr_matrix
 
-    def constant(self, default: float) -> FloatArray:
-        """c of equation (1) for the public ``default`` (bit-identical to a build with it)."""
+    def constant(self, default: float | FloatArray) -> FloatArray:
+        """c of equation (1) for the public ``default``: a constant, or one value per
+        anchor (a public prior's column, :mod:`qveil.kfqi_prior`); bit-identical to a build
+        with it."""
         if self.per_user:
             out: FloatArray = (self.c_sum + (self.users - self.covered) * default) / self.users
             return out
@@ -569,17 +572,24 @@ def iterate_q_nd(
     ops: KernelFQIOperators,
     *,
     spec: KernelFQISpec,
+    prior: FloatArray | None = None,
     on_iteration: Callable[[float], object] | None = None,
 ) -> FloatArray:
     """Q_T at the anchors, shape (K, m): ``spec.iterations`` steps of equation (1) from
-    Q_0 = 0 with ``spec.gamma`` and ``spec.default`` (checked against the Q range). The
-    operators must have been built with the same anchors, bandwidth, radius and relation."""
+    Q_0 = 0 with ``spec.gamma`` and the vote of an uncovering user: ``prior[k, a]`` (a
+    public (K, m) table in the Q range, checked by :func:`qveil.kfqi_prior.check_prior`),
+    else ``spec.default`` (checked against the Q range). The operators must have been
+    built with the same anchors, bandwidth, radius and relation."""
     if ops.key != _build_key(spec):
         raise InvalidArgument(
             f"operators built for {ops.key!r:.80} do not match the spec {_build_key(spec)!r:.80}"
         )
     default = spec.default_value(ops.reward_range)
-    consts = [op.constant(default) for op in ops.actions]
+    if prior is None:
+        consts = [op.constant(default) for op in ops.actions]
+    else:
+        votes = _prior_votes(prior, spec=spec, actions=len(ops.actions), rr=ops.reward_range)
+        consts = [op.constant(votes[:, a]) for a, op in enumerate(ops.actions)]
     q = np.zeros((spec.anchor_total, len(ops.actions)))
     for _ in range(int(spec.iterations)):
         v = q.max(axis=1)
@@ -591,6 +601,21 @@ def iterate_q_nd(
             on_iteration(float(np.abs(nxt - q).max()))
         q = nxt
     return q
+
+
+def _prior_votes(
+    prior: FloatArray, *, spec: KernelFQISpec, actions: int, rr: tuple[float, float]
+) -> FloatArray:
+    """``prior`` as (K, m) float64 after the checks D_T's proof needs: one value per anchor
+    and action, each finite and in the Q range (InvalidArgument otherwise; never clipped)."""
+    v = np.asarray(prior, dtype=np.float64)
+    if v.shape != (spec.anchor_total, int(actions)):
+        raise InvalidArgument(
+            f"the prior must be ({spec.anchor_total}, {int(actions)}): one value per anchor "
+            f"and action, got shape {v.shape}"
+        )
+    check_in_q_range(v, reward_range=rr, gamma=spec.gamma)
+    return v
 
 
 def fitted_q_nd(
@@ -605,14 +630,18 @@ def fitted_q_nd(
     reward_range: tuple[float, float],
     box: StateBox,
     spec: KernelFQISpec,
+    prior: FloatArray | None = None,
     on_iteration: Callable[[float], object] | None = None,
     on_build: Callable[[int], object] | None = None,
 ) -> FloatArray:
     """Q_T at the anchors, shape (K, m): T iterations of equation (1) from Q_0 = 0
-    (:func:`build_operators_nd` then :func:`iterate_q_nd`). ``on_iteration`` receives
-    sup |Q_{t+1} - Q_t|; ``on_build`` each action built."""
+    (:func:`build_operators_nd` then :func:`iterate_q_nd`, with the public ``prior``
+    if given). ``on_iteration`` receives sup |Q_{t+1} - Q_t|; ``on_build`` each action
+    built."""
     lo, hi = (float(v) for v in reward_range)
     spec.default_value((lo, hi))  # refuse a bad default before the expensive build
+    if prior is not None:
+        _prior_votes(prior, spec=spec, actions=int(n_actions), rr=(lo, hi))
     ops = build_operators_nd(
         states,
         actions,
@@ -626,7 +655,7 @@ def fitted_q_nd(
         spec=spec,
         on_build=on_build,
     )
-    return iterate_q_nd(ops, spec=spec, on_iteration=on_iteration)
+    return iterate_q_nd(ops, spec=spec, prior=prior, on_iteration=on_iteration)
 
 
 # ----------------------------------------------------------------------------- step 2: KRR
@@ -707,9 +736,11 @@ def kernel_fqi(
     reward_range: tuple[float, float],
     box: StateBox,
     spec: KernelFQISpec,
+    prior: FloatArray | None = None,
     on_iteration: Callable[[float], object] | None = None,
 ) -> KernelFQIResult:
-    """Equations (1) then (2): the released mean function's coefficients (no noise)."""
+    """Equations (1) then (2): the released mean function's coefficients (no noise). The
+    KRR centre stays ``spec``'s default whether or not a ``prior`` gives the votes."""
     q = fitted_q_nd(
         states,
         actions,
@@ -721,6 +752,7 @@ def kernel_fqi(
         reward_range=reward_range,
         box=box,
         spec=spec,
+        prior=prior,
         on_iteration=on_iteration,
     )
     return krr_result(q, spec=spec, reward_range=reward_range)

@@ -69,8 +69,14 @@ class KernelFQIConfig:
     action count where the config names a known env (``qveil privacy``), the dataset's at
     training; when set, a dataset with another count is refused."""
     default_value: float | None = None
-    """The public value of a user whose samples do not reach an anchor, and the KRR
-    centre; in the Q range; None: its midpoint."""
+    """The public value of a user whose samples do not reach an anchor (unless ``prior``
+    gives one), and the KRR centre; in the Q range; None: its midpoint."""
+    prior: str | None = None
+    """A public prior file (:mod:`qveil.kfqi_prior`, written by ``qveil train --mode fqi
+    --write-prior``): a user whose samples do not reach anchor z with action a votes the
+    prior's value p(z, a) instead of ``default_value`` (which stays the KRR centre). In a
+    config file a relative path is relative to the file. D_T does not change
+    (docs/privacy.md 2.6); the card records the prior's sha256 and origin."""
     epsilon: float | None = 1.0
     delta: float = 1e-5
     sigma: float | None = None
@@ -102,6 +108,8 @@ class KernelFQIConfig:
             raise InvalidArgument(f"neighbour must be user or reward, got {self.neighbour!r:.80}")
         if self.epsilon is not None and self.sigma is not None:
             raise InvalidArgument("give epsilon or sigma, not both")
+        if self.prior is not None and (not isinstance(self.prior, str) or not self.prior):
+            raise InvalidArgument(f"prior must be a file path, got {self.prior!r:.80}")
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> KernelFQIConfig:
@@ -180,8 +188,12 @@ def default_config() -> KernelFQIConfig:
 
 def load_fqi_config(path: str | Path) -> KernelFQIConfig:
     """An fqi config file: ``estimator = "kernel"``, or a 1-D ``grid`` one (no estimator
-    key, or ``estimator = "grid"``) read by :func:`grid_config`."""
+    key, or ``estimator = "grid"``) read by :func:`grid_config`. A relative ``prior`` path
+    is taken relative to the file's directory."""
     d = read_toml(path)
+    prior = d.get("prior")
+    if isinstance(prior, str) and prior and not Path(prior).is_absolute():
+        d["prior"] = str(Path(path).resolve().parent / prior)
     name = d.get("estimator", "grid")
     if name == "kernel":
         return KernelFQIConfig.from_dict(d)
@@ -197,9 +209,11 @@ def plan_kernel(
     actions: int,
     dims: int,
     reward_range: tuple[float, float],
+    prior_sha256: str | None = None,
 ) -> Any:
     """The release's privacy accounting from public quantities only (before training).
-    ``actions``: the data's (or the env's) m; a config that names another is refused."""
+    ``actions``: the data's (or the env's) m; a config that names another is refused.
+    ``prior_sha256``: the public prior's hash, recorded in the params and the basis."""
     if cfg.actions is not None and cfg.actions != actions:
         raise InvalidArgument(
             f"the config says actions = {cfg.actions}, but the data has {actions} actions: "
@@ -219,6 +233,7 @@ def plan_kernel(
         inducing_points=cfg.inducing_points,
         delta=cfg.delta,
         sigma=cfg.sigma,
+        prior_sha256=prior_sha256,
     )
     if cfg.sigma is not None:
         return account_kernel_fqi(p)

@@ -25,6 +25,7 @@ __all__ = [
     "KernelFQISpec",
     "NEIGHBOURS",
     "anchor_grid",
+    "check_in_q_range",
     "multilinear_weights",
     "nw_pairs",
     "q_range",
@@ -46,6 +47,23 @@ def q_range(reward_range: tuple[float, float], gamma: float) -> tuple[float, flo
     lo, hi, g = (Fraction(repr(float(v))) for v in (*reward_range, gamma))
     scale = 1 / (1 - g)
     return float(min(lo, Fraction(0)) * scale), float(max(hi, Fraction(0)) * scale)
+
+
+def check_in_q_range(
+    values: npt.ArrayLike, *, reward_range: tuple[float, float], gamma: float
+) -> None:
+    """Every value of a (K, m) table of public votes (a prior) finite and in the Q range of
+    (reward_range, gamma), else InvalidArgument naming the first offending (anchor, action)
+    and its value. D_T's proof needs the votes there; nothing is clipped."""
+    v = np.asarray(values, dtype=np.float64)
+    qlo, qhi = q_range(reward_range, gamma)
+    bad = ~np.isfinite(v) | (v < qlo) | (v > qhi)
+    if bad.any():
+        k, a = (int(i) for i in np.argwhere(bad)[0])
+        raise InvalidArgument(
+            f"the prior's values must lie in the Q range [{qlo:g}, {qhi:g}]; "
+            f"{int(bad.sum())} do not, e.g. anchor {k} action {a}: {float(v[k, a])!r}"
+        )
 
 
 @dataclass(frozen=True, kw_only=True)

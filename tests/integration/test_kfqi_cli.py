@@ -26,7 +26,10 @@ from qveil.bundle import (
     merge_card,
     split_card,
 )
+from qveil.dataset import load_dataset
 from qveil.errors import IntegrityError, InvalidArgument
+from qveil.kfqi_config import load_fqi_config, plan_kernel
+from qveil.trainer.served_eval import nonprivate_policy
 
 QVEIL = str(Path(sys.executable).with_name("qveil"))
 CONFIG, BETAS = CARTPOLE_CONFIG, CARTPOLE_BETAS
@@ -253,3 +256,66 @@ def test_kernel_reward_relation_needs_the_population_averages_declaration(
     assert not out.exists()
     declared = dataclasses.replace(data, rewards_are_population_averages=True)
     assert fit_kernel(cfg, declared).cfg.neighbour == "reward"
+
+
+def test_a_public_prior_built_by_the_cli_and_trained_with(tmp_path: Path) -> None:
+    """``qveil train --write-prior`` fits the config on a public dataset (no noise, no
+    population) and writes the prior; a config whose ``prior`` key names it (relative to the
+    config file) trains a release whose card (public part included) records the prior's
+    sha256 and origin and whose basis says the uncovered votes come from it, at the sigma
+    of the same config without it; evaluate's non-private reference, which refits from the
+    card, refuses it. A prior of another config, and release flags with --write-prior, are
+    refused (exit 2, nothing written)."""
+    public, private = tmp_path / "public.npz", tmp_path / "private.npz"
+    for seed, path in ((7, public), (1, private)):
+        r = qveil("dataset", "collect", "--env", "MountainCar-v0", "--users", "10",
+                  "--seed", str(seed), "--reward-range=-1,0", "--out", str(path),
+                  "--no-progress")  # fmt: skip
+        assert r.returncode == 0, r.stderr
+    cfg = mountaincar_config(tmp_path)
+    (tmp_path / "priors").mkdir()
+    prior = tmp_path / "priors" / "mc.npz"
+    r = qveil("train", "--mode", "fqi", "--config", str(cfg), "--dataset", str(public),
+              "--write-prior", str(prior))  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "25 anchors x 3 actions" in r.stdout, r.stdout
+    sha = r.stdout.split("sha256 ")[-1].strip()
+    assert len(sha) == 64 and prior.is_file()
+    (tmp_path / "cfg").mkdir()
+    with_prior = mountaincar_config(tmp_path / "cfg", prior='"../priors/mc.npz"')
+    out = tmp_path / "rel" / "bundle"
+    train = ("train", "--mode", "fqi", "--dataset", str(private), "--epsilon", "1",
+             "--delta", "1e-5", "--force", *ensure_population())  # fmt: skip
+    r = qveil(*train, "--config", str(with_prior), "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    b = load_bundle(out)
+    rec = b.card["hyperparameters"]["prior"]
+    assert rec["sha256"] == sha and rec["anchors"] == 25 and rec["actions"] == 3
+    assert "public.npz" in rec["origin"] and "10 users of MountainCar-v0" in rec["origin"]
+    pub = b.public_card()
+    assert pub["estimator"]["prior"]["sha256"] == sha and sha in pub["basis"]
+    assert "public prior" in b.card["basis"] and b.card["privacy_params"]["prior_sha256"] == sha
+    # evaluate's non-private reference refits from the card, which holds the prior's hash only
+    with pytest.raises(InvalidArgument, match="public prior"):
+        nonprivate_policy(pub, load_dataset(private))
+    plain = plan_kernel(load_fqi_config(cfg).replace(epsilon=1.0, delta=1e-5), users=10,
+                        actions=3, dims=2, reward_range=(-1.0, 0.0))  # fmt: skip
+    assert plain.sigma == b.card["sigma"]
+    # the plan before any data names the prior as the card does
+    r = qveil("privacy", "--mode", "fqi", "--config", str(with_prior), "--users", "10",
+              "--epsilon", "1", "--delta", "1e-5", "--json")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    planned = json.loads(r.stdout)
+    assert planned["sigma"] == b.card["sigma"] and planned["basis"] == b.card["basis"]
+    # a prior of another anchor layout; release flags with --write-prior; no output at all
+    other = mountaincar_config(tmp_path / "cfg", "other", prior='"../priors/mc.npz"',
+                               anchor_points="4")  # fmt: skip
+    r = qveil(*train, "--config", str(other), "--out", str(tmp_path / "b2"))
+    assert r.returncode == 2 and "25 anchors" in r.stderr, r.stderr
+    assert not (tmp_path / "b2").exists()
+    r = qveil("train", "--mode", "fqi", "--config", str(cfg), "--dataset", str(public),
+              "--write-prior", str(tmp_path / "p2.npz"), "--epsilon", "1")  # fmt: skip
+    assert r.returncode == 2 and "--epsilon has no use with --write-prior" in r.stderr
+    assert not (tmp_path / "p2.npz").exists()
+    r = qveil("train", "--mode", "fqi", "--config", str(cfg), "--dataset", str(public))
+    assert r.returncode == 2 and "--write-prior" in r.stderr, r.stderr

@@ -26,6 +26,7 @@ from typing import Any
 from qveil.dataset import load_dataset
 from qveil.errors import InvalidArgument
 from qveil.kfqi_config import default_config, load_fqi_config, plan_kernel
+from qveil.kfqi_prior import read_prior
 from qveil.privacy.accountant import account, calibrate
 from qveil.privacy.params import E3_SETTINGS, E3_SOURCES, MODES, PrivacyParams, PrivacyResult
 
@@ -262,6 +263,8 @@ def _fqi(args: argparse.Namespace, env_actions: Callable[[str], int]) -> Any:
         actions=_actions(kcfg, args, env_actions),
         dims=dims,
         reward_range=rr,
+        # the basis names the config's public prior, as the release's card will
+        prior_sha256=None if kcfg.prior is None else read_prior(kcfg.prior).sha256,
     )
 
 

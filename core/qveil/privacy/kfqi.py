@@ -40,6 +40,7 @@ from qveil.privacy.fqi import (
 
 __all__ = [
     "KERNEL_BASIS",
+    "PRIOR_BASIS",
     "KernelFQIPrivacyParams",
     "account_kernel_fqi",
     "calibrate_kernel_fqi",
@@ -71,6 +72,14 @@ KERNEL_BASIS = {
 }
 
 
+#: Appended to the basis of a release whose uncovered users vote a public prior.
+PRIOR_BASIS = (
+    " Where a user's (or a pooled) average does not reach an anchor, the vote is the public "
+    "prior's value there (sha256 {sha256}: a data-independent table in the Q range), not a "
+    "constant; D_T is unchanged (docs/privacy.md 2.6)."
+)
+
+
 @dataclass(frozen=True, kw_only=True)
 class KernelFQIPrivacyParams(RelationParams):
     """Everything the kernel accountant needs (public; validated; JSON round-trippable)."""
@@ -81,6 +90,10 @@ class KernelFQIPrivacyParams(RelationParams):
     lam: float
     anchor_points: int
     inducing_points: int
+    prior_sha256: str | None = None
+    """The sha256 of the public prior the uncovered users vote (:mod:`qveil.kfqi_prior`),
+    or None for the constant default. It does not enter any number (D_T is the same); the
+    basis names it."""
 
     def __post_init__(self) -> None:
         if self.mode != "fqi" or self.estimator != "kernel":
@@ -95,11 +108,22 @@ class KernelFQIPrivacyParams(RelationParams):
             self, "betas", tuple(_num(f"betas[{j}]", v, lo=0.0) for j, v in enumerate(b))
         )
         object.__setattr__(self, "lam", _num("lam", self.lam, lo=0.0))
+        h = self.prior_sha256
+        if h is not None and not (
+            isinstance(h, str) and len(h) == 64 and all(c in "0123456789abcdef" for c in h)
+        ):
+            raise InvalidArgument(f"prior_sha256 must be 64 hex digits, got {h!r:.80}")
         check_noise(self)
 
     @property
     def kappa(self) -> float:
         return 1.0 / (4.0 * self.lam)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = super().to_dict()
+        if self.prior_sha256 is None:  # a release without a prior records what it always did
+            d.pop("prior_sha256")
+        return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> KernelFQIPrivacyParams:
@@ -121,7 +145,8 @@ def account_kernel_fqi(p: KernelFQIPrivacyParams) -> FQIPrivacyResult:
         kappa=p.kappa,
         beta=max(p.betas),
         noise_sd=(p.sigma if p.sigma is not None else 0.0) * math.sqrt(p.dims),
-        basis=KERNEL_BASIS[p.neighbour].format(users=p.users, dims=p.dims),
+        basis=KERNEL_BASIS[p.neighbour].format(users=p.users, dims=p.dims)
+        + ("" if p.prior_sha256 is None else PRIOR_BASIS.format(sha256=p.prior_sha256)),
     )
 
 

@@ -55,6 +55,11 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
         "CartPole kernel fqi at N = 1e5, eps 1: each public lever (lam, beta_j, gamma, T, "
         "default, bandwidth, anchors) with bootstrap CIs on common episodes",
     ),
+    "prior-lever": (
+        "qveil.experiments.prior_lever",
+        "CartPole kernel fqi at N = 1e4, eps 1: a public prior from a shifted-pole simulator "
+        "(and the same dynamics, a reference) against the constant default; each prior alone",
+    ),
     "ceiling": (
         "qveil.experiments.ceiling",
         "the kernel fqi estimator (non-private and eps 1) beside offline DQN and discrete CQL "

@@ -220,7 +220,9 @@ class Sweep:
         self._krr: dict[tuple[Any, ...], np.ndarray] = {}
         self._progress = progress
 
-    def fit(self, cfg: dict[str, Any]) -> Fitted:
+    def fit(self, cfg: dict[str, Any], *, prior: np.ndarray | None = None) -> Fitted:
+        """``cfg``'s released mean on the sweep's dataset (uncovered users vote the public
+        ``prior`` (K, m) when given, else the config's default)."""
         spec = _spec(cfg)
         box = StateBox.of(cfg["state_intervals"])
         rr = (float(cfg["reward_range"][0]), float(cfg["reward_range"][1]))
@@ -249,7 +251,7 @@ class Sweep:
                 f"  operators G={spec.anchor_points} h={spec.bandwidth:g} built in "
                 f"{time.perf_counter() - t0:.0f} s"
             )
-        q = iterate_q_nd(self._ops[key], spec=spec)
+        q = iterate_q_nd(self._ops[key], spec=spec, prior=prior)
         kk = (key[2:5], spec.betas, spec.inducing_points, spec.lam)
         if kk not in self._krr:
             self._krr[kk] = krr_operator(

@@ -144,14 +144,36 @@ def test_operators_are_averagers(layout: str) -> None:
     assert np.allclose(w.sum(axis=1), 1.0) and (w >= 0).all() and w_idx.max() < 64
 
 
+def _prior(kind: str, spec: KernelFQISpec, seed: int) -> np.ndarray | None:
+    """The uncovered users' votes: None (the spec's constant default), or a public (K, 2)
+    table in the Q range [0, 1 / (1 - gamma)] of rewards in [0, 1]: half of it at the ends
+    of the range (the farthest a covered vote can be from it), half uniform."""
+    if kind == "constant":
+        return None
+    rng = np.random.default_rng(seed)
+    qhi = 1.0 / (1.0 - spec.gamma)
+    shape = (spec.anchor_total, 2)
+    ends = rng.integers(0, 2, shape) * qhi
+    return np.where(rng.uniform(size=shape) < 0.5, ends, rng.uniform(0.0, qhi, shape))
+
+
+#: The vote of a user who does not reach an anchor: the constant default, or a public prior.
+PRIORS = ("constant", "table")
+
+
+@pytest.mark.parametrize("prior", PRIORS)
 @pytest.mark.parametrize("d", [1, 2])
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
 @pytest.mark.parametrize("neighbour", ["user", "reward"])
-def test_one_user_replaced_moves_q_by_at_most_d_t(neighbour: str, layout: str, d: int) -> None:
+def test_one_user_replaced_moves_q_by_at_most_d_t(
+    neighbour: str, layout: str, d: int, prior: str
+) -> None:
     """Adversarial replacements of user 0 (all rewards hi or lo, states piled on one anchor,
     every sample terminal or none): sup |Q_T - Q_T'| <= D_T of the accountant, for d = 1 (the
-    1-D releases) and d = 2. Reward relation: one user's reward function replaced moves
-    every reward by <= (hi - lo) / N (a constant shift, which makes the bound tight)."""
+    1-D releases) and d = 2, with the constant default or a public prior table as the vote
+    of users who do not reach an anchor (docs/privacy.md 2.6: D_T is the same). Reward
+    relation: one user's reward function replaced moves every reward by <= (hi - lo) / N (a
+    constant shift, which makes the bound tight)."""
     n_users, gamma, t = 30, 0.7, 8
     u, s, a, r, s2, term = _toy(n_users, d, 2)
     box = StateBox.of([[0.0, 1.0]] * d)
@@ -163,7 +185,9 @@ def test_one_user_replaced_moves_q_by_at_most_d_t(neighbour: str, layout: str, d
         neighbour=neighbour,
         **LAYOUTS[layout],  # type: ignore[arg-type]
     )
-    kw = dict(n_actions=2, reward_range=(0.0, 1.0), box=box, spec=spec)
+    kw = dict(
+        n_actions=2, reward_range=(0.0, 1.0), box=box, spec=spec, prior=_prior(prior, spec, d)
+    )
     q = fitted_q_nd(s, a, r, s2, term, u, **kw)
     dt = sup_sensitivity(
         neighbour=neighbour, users=n_users, reward_range=(0.0, 1.0), gamma=gamma, iterations=t
@@ -364,14 +388,18 @@ def test_inducing_grid_holding_the_anchor_coordinates_gives_the_full_rkhs_fit() 
     assert not np.allclose(values(8), ref, atol=1e-4)
 
 
+@pytest.mark.parametrize("prior", PRIORS)
 @pytest.mark.parametrize("d", [1, 2])
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
-def test_brute_force_every_replacement_of_one_user_on_a_tiny_case(layout: str, d: int) -> None:
+def test_brute_force_every_replacement_of_one_user_on_a_tiny_case(
+    layout: str, d: int, prior: str
+) -> None:
     """Exhaustive on a tiny case: 6 users of 2 samples, d = 1 (the 1-D releases) and d = 2;
     user 0's data replaced by every combination of states on a lattice of 3 points per
     coordinate, both actions, rewards 0 or 1 and terminal or not for its samples (with the
     next state at the far corner): the largest sup |Q_T - Q_T'| found stays under D_T, and
-    reaches a fair part of it."""
+    reaches a fair part of it; with the constant default 0 or a public prior table as the
+    uncovered users' vote."""
     import itertools
 
     rng = np.random.default_rng(8)
@@ -387,7 +415,9 @@ def test_brute_force_every_replacement_of_one_user_on_a_tiny_case(layout: str, d
         gamma=gamma, iterations=t, betas=(2.0,) * d, bandwidth=0.3, default=0.0,
         **LAYOUTS[layout],  # type: ignore[arg-type]
     )  # fmt: skip
-    kw = dict(n_actions=2, reward_range=(0.0, 1.0), box=box, spec=spec)
+    kw = dict(
+        n_actions=2, reward_range=(0.0, 1.0), box=box, spec=spec, prior=_prior(prior, spec, 9)
+    )
     q = fitted_q_nd(s, a, r, s2, term, u, **kw)
     dt = sup_sensitivity(
         neighbour="user", users=n_users, reward_range=(0.0, 1.0), gamma=gamma, iterations=t

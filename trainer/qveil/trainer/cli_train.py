@@ -65,7 +65,15 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--config", metavar="FILE", help="training config (TOML); optional in fqi mode")
-    p.add_argument("--out", required=True, metavar="DIR", help="bundle directory (must not exist)")
+    p.add_argument("--out", metavar="DIR", help="bundle directory (must not exist)")
+    p.add_argument(
+        "--write-prior",
+        metavar="OUT.npz",
+        dest="write_prior",
+        help="fqi: fit the config's estimator on a PUBLIC --dataset (no noise, nothing "
+        "charged) and write its values at the config's anchors as a prior file, for a "
+        "config's prior key (docs/privacy.md 2.6), instead of a bundle",
+    )
     g = p.add_mutually_exclusive_group()
     g.add_argument("--sigma", type=float, help="noise scale sigma (>= 0; 0 = non-private)")
     g.add_argument(
@@ -209,6 +217,10 @@ def run(args: argparse.Namespace, *, records: OpenReleaseRecords) -> int:
     the config's estimator (:mod:`qveil.trainer.estimators`), then record and bind in
     ``records`` (the registry, passed by the composition root :mod:`qveil.cli`)."""
 
+    if args.write_prior is not None:
+        return _write_prior(args)
+    if args.out is None:
+        raise InvalidArgument("give --out DIR (the bundle), or --write-prior OUT.npz")
     cfg = _config(args)
     est = create_estimator(cfg)
     ds: Dataset | ParquetSource | None = None
@@ -255,6 +267,49 @@ def run(args: argparse.Namespace, *, records: OpenReleaseRecords) -> int:
         else:
             print("\n" + "!" * 78 + f"\n{w}\n" + "!" * 78, file=sys.stderr)
     finish_release(Path(args.out), args, records)
+    return 0
+
+
+#: Flags of a release that a prior (public data, no noise, no population) has no use for.
+_RELEASE_FLAGS = (
+    *("out", "sigma", "epsilon", "delta", "force", "reward_sensitivity", "seed", "forecast"),
+    *("population", "registry", "ledger"),
+)
+
+
+def _write_prior(args: argparse.Namespace) -> int:
+    """``--write-prior``: the config's fit on a public dataset, written as a prior file."""
+    # here, not at the top: the prior writer is the kernel estimator's
+    from qveil.trainer.kfqi import write_kernel_prior
+
+    given = [f for f in _RELEASE_FLAGS if getattr(args, f) not in (None, False)]
+    if given:
+        raise InvalidArgument(
+            f"--{given[0].replace('_', '-')} has no use with --write-prior: a prior is fitted "
+            "on public data, without noise, and is no release"
+        )
+    if args.dataset is None:
+        raise InvalidArgument("--write-prior needs --dataset PATH (a public dataset)")
+    cfg = _config(args)
+    if estimator_name(cfg) != "kernel":
+        raise InvalidArgument(f"config {str(args.config)[:80]!r} is not an fqi config")
+    declared = declared_metadata(args.dataset)
+    flag = parse_reward_range(args.reward_range)
+    cfg_rr = None if cfg.reward_range is None else tuple(cfg.reward_range)
+    ds = open_dataset(
+        args.dataset,
+        reward_range=flag or (cfg_rr if declared.reward_range is None else None),
+        n_actions=_action_count(cfg, declared),
+    )
+    _check_dims(cfg, ds.d, args.dataset, args.config)
+    prior = write_kernel_prior(
+        cfg, ds, args.write_prior, source=Path(args.dataset).name, engine=engine_from(args)
+    )
+    k, m = prior.values.shape
+    print(
+        f"prior written to {args.write_prior}: {k} anchors x {m} actions, values in "
+        f"[{prior.values.min():.4g}, {prior.values.max():.4g}], sha256 {prior.sha256}"
+    )
     return 0
 
 

@@ -17,6 +17,7 @@ False (the state s2 still has a future, so fitted-Q bootstraps from it).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import gymnasium as gym
@@ -61,15 +62,25 @@ def env_reward_range(env: gym.Env[Any, Any]) -> tuple[float, float] | None:
     return None
 
 
-def _make(env_id: str) -> gym.Env[Any, Any]:
+def _make(
+    env_id: str,
+    env_kwargs: Mapping[str, Any] | None = None,
+    env_attrs: Mapping[str, float] | None = None,
+) -> gym.Env[Any, Any]:
     if not isinstance(env_id, str) or not env_id:
         raise InvalidArgument(f"env id must be a non-empty string, got {env_id!r}"[:120])
     try:
-        return gym.make(env_id)
+        env = gym.make(env_id, **dict(env_kwargs or {}))
     except gym.error.Error as exc:  # unknown id, missing dependency, deprecated version
         # Gymnasium's message repeats the id: echo it once, clipped, not again in full
         reason = str(exc).replace(env_id, "<id>")[:160]
         raise NotFound(f"cannot make env {_echo(env_id)}: {reason}") from None
+    for name, value in (env_attrs or {}).items():
+        if not hasattr(env.unwrapped, name):
+            env.close()
+            raise InvalidArgument(f"env {_echo(env_id)} has no attribute {_echo(name)}")
+        setattr(env.unwrapped, name, value)
+    return env
 
 
 def _flat(obs: Any, d: int) -> np.ndarray:
@@ -122,6 +133,8 @@ def collect(
     reward_range: tuple[float, float] | None = None,
     clip_rewards: bool = False,
     first_user: int = 0,
+    env_kwargs: Mapping[str, Any] | None = None,
+    env_attrs: Mapping[str, float] | None = None,
 ) -> Dataset:
     """Collect ``episodes_per_user`` random-policy episodes for each of ``users`` users.
 
@@ -135,9 +148,13 @@ def collect(
     ``first_user``: collect users ``first_user .. first_user + users - 1`` (ids and seeds as
     in the full collection: a shard of users of a larger collection, for
     :mod:`qveil.trainer.distributed`).
+
+    ``env_kwargs`` go to ``gym.make`` (LunarLander's ``gravity``); ``env_attrs`` are set on
+    the unwrapped env after it is made (CartPole's ``length`` and ``polemass_length``): a
+    simulator of other, public dynamics, e.g. for a public prior (:mod:`qveil.kfqi_prior`).
     """
     _check_counts(users, episodes_per_user, seed, first_user)
-    env = _make(env_id)
+    env = _make(env_id, env_kwargs, env_attrs)
     try:
         act_space, obs_space = _check_spaces(env, env_id)
         n_actions = int(act_space.n)

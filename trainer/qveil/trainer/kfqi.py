@@ -37,8 +37,9 @@ from qveil.bundle.io import plot_curve
 from qveil.dataset_parquet import ParquetSource
 from qveil.errors import FailedPrecondition, InvalidArgument
 from qveil.fqi_config import CLIP_REFUSE, CLIP_WARN, REFUSE_RATIO, clipping_message, ratio_message
-from qveil.kfqi import additive_mean, iterate_q_nd, krr_result
+from qveil.kfqi import Anchors, additive_mean, iterate_q_nd, krr_result
 from qveil.kfqi_config import KernelFQIConfig, plan_kernel
+from qveil.kfqi_prior import Prior, check_prior, read_prior, write_prior
 from qveil.trainer.distributed import Engine, fit_operators
 from qveil.trainer.train import code_version
 
@@ -53,6 +54,7 @@ __all__ = [
     "summary",
     "state_intervals",
     "train_kernel_fqi",
+    "write_kernel_prior",
     "write_kernel_release",
 ]
 
@@ -163,6 +165,8 @@ class KernelFit:
     seconds: float
     sup_changes: tuple[float, ...]
     dataset_fingerprint: str
+    prior: Prior | None = None
+    """The public prior the uncovered users voted (``cfg.prior``), or None."""
     _curves: dict[str, bytes] = field(default_factory=dict, repr=False, compare=False)
 
     def log_rows(self) -> list[dict[str, float]]:
@@ -239,6 +243,12 @@ def fit_kernel(cfg: KernelFQIConfig, dataset: Any, *, engine: Any = None) -> Ker
     box = StateBox.of(intervals)
     spec = cfg.spec(dims)
     spec.default_value(rr)  # refuse a bad default before the expensive build
+    prior = None if cfg.prior is None else read_prior(cfg.prior)
+    votes = None
+    if prior is not None:  # refuse a prior of other anchors, actions or range before the build
+        votes = check_prior(
+            prior, spec=spec, state_intervals=intervals, actions=actions, reward_range=rr
+        )
     t0 = time.perf_counter()
     deltas: list[float] = []
     built = fit_operators(
@@ -254,7 +264,7 @@ def fit_kernel(cfg: KernelFQIConfig, dataset: Any, *, engine: Any = None) -> Ker
             f"the dataset records {users} users but holds {built.users}: the accountant's N "
             "must be the data's (rewrite the file with qveil dataset convert)"
         )
-    q = iterate_q_nd(built.operators, spec=spec, on_iteration=deltas.append)
+    q = iterate_q_nd(built.operators, spec=spec, prior=votes, on_iteration=deltas.append)
     result = krr_result(q, spec=spec, reward_range=(float(rr[0]), float(rr[1])))
     seconds = time.perf_counter() - t0
     fingerprint = dataset.fingerprint() if callable(getattr(dataset, "fingerprint", None)) else ""
@@ -272,6 +282,7 @@ def fit_kernel(cfg: KernelFQIConfig, dataset: Any, *, engine: Any = None) -> Ker
         seconds=seconds,
         sup_changes=tuple(deltas),
         dataset_fingerprint=fingerprint,
+        prior=prior,
     )
 
 
@@ -294,7 +305,12 @@ def write_kernel_release(
     if epsilon is not None or sigma is not None:
         cfg = cfg.replace(epsilon=epsilon, sigma=sigma)
     result = plan_kernel(
-        cfg, users=fit.users, actions=fit.actions, dims=fit.dims, reward_range=fit.reward_range
+        cfg,
+        users=fit.users,
+        actions=fit.actions,
+        dims=fit.dims,
+        reward_range=fit.reward_range,
+        prior_sha256=None if fit.prior is None else fit.prior.sha256,
     )
     warning = ratio_message(result)
     if result.noise_to_value > REFUSE_RATIO and not force:
@@ -320,6 +336,8 @@ def write_kernel_release(
             "betas": list(spec.betas),
             "neighbour": cfg.neighbour,
             "default_value": spec.default_value(fit.reward_range),
+            # public: the prior is public data (its hash and where it came from)
+            **({} if fit.prior is None else {"prior": fit.prior.record()}),
         },
         seeded=False,
         code_version=code_version(),
@@ -367,6 +385,33 @@ def check_clipping(fit: KernelFit, *, allow_clipping: bool = False) -> str | Non
             "to train anyway"
         )
     return note
+
+
+def write_kernel_prior(
+    cfg: KernelFQIConfig, dataset: Any, out: str | Path, *, source: str = "", engine: Any = None
+) -> Prior:
+    """Fit ``cfg``'s estimator on a PUBLIC ``dataset`` (no noise, no accounting: nothing of
+    it is private) and write its Q_T at the config's anchors as a prior file at ``out``
+    (:mod:`qveil.kfqi_prior`; must not exist). ``source`` names the dataset in the prior's
+    origin. Returns the prior as written."""
+    out = Path(out)
+    if out.exists():
+        raise InvalidArgument(f"prior file {str(out)[:80]!r} already exists")
+    fit = fit_kernel(cfg, dataset, engine=engine)
+    spec = cfg.spec(fit.dims)
+    origin = (
+        f"the non-private kernel fqi of the config on the public dataset {source[:80]} "
+        f"{fit.dataset_fingerprint} ({fit.users} users of {fit.env_id or 'an unnamed env'})"
+    )
+    return write_prior(
+        out,
+        values=fit.result.q_anchors,
+        anchors=Anchors(spec).points,
+        state_intervals=fit.intervals,
+        reward_range=fit.reward_range,
+        gamma=cfg.gamma,
+        origin=" ".join(origin.split()),
+    )
 
 
 def train_kernel_fqi(

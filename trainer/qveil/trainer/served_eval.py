@@ -107,6 +107,12 @@ def _kernel_nonprivate_policy(card: dict[str, Any], dataset: Any) -> BatchPolicy
     """The kernel estimator of the card (its public ``estimator`` configuration, intervals
     and reward range) refitted on ``dataset``; greedy on the fitted mean (no noise)."""
     hp = card.get("estimator") or card["hyperparameters"]
+    if hp.get("prior"):
+        raise InvalidArgument(
+            "this release's uncovered users vote a public prior (sha256 "
+            f"{str(hp['prior'].get('sha256'))[:16]}...); the card holds its hash, not its "
+            "values, so the non-private reference cannot be refitted from the card"
+        )
     cfg = KernelFQIConfig(
         env_id=card.get("env_id") or None,
         state_intervals=tuple(tuple(iv) for iv in card["state_intervals"]),

@@ -1,9 +1,9 @@
-"""The accountant of the rigorous `fqi` mode (docs/privacy.md section 2.5): D_T, the
-analytic Gaussian mechanism and :func:`account_params`, the one entry point that re-accounts
-any recorded parameter set (a card's or a ledger event's). :mod:`qveil.privacy.kfqi` is the
-accountant of new releases; :func:`account_fqi` remains only to re-account the cards and
-ledger events of 1-D releases of the retired grid fit (the ledger replays events from their
-parameters).
+"""The accountant of the rigorous `fqi` mode (docs/privacy.md section 2.5): D_T and the
+analytic Gaussian mechanism (:func:`qveil.privacy.events.account_params` is the one entry
+point that re-accounts any recorded parameter set, a card's or a ledger event's).
+:mod:`qveil.privacy.kfqi` is the accountant of new releases; :func:`account_fqi` remains only
+to re-account the cards and ledger events of 1-D releases of the retired grid fit (the ledger
+replays events from their parameters).
 
 A grid release is f_a = L(Q_T(., a)) + g_a for each of m actions, with Q_T an averager FQI
 on a public grid, L the fixed public map of :mod:`qveil.release_map` and g_a independent
@@ -59,7 +59,6 @@ __all__ = [
     "FQIPrivacyResult",
     "RelationParams",
     "account_fqi",
-    "account_params",
     "sup_sensitivity",
 ]
 
@@ -320,29 +319,3 @@ def calibrated(
     r = account(p.replace(sigma=sigma))
     met = analytic_gaussian_delta(epsilon=eps, sensitivity=sensitivity, sigma=sigma) <= p.delta
     return replace(r, target={"epsilon": eps, "delta": p.delta, "met": bool(met)})
-
-
-def account_params(pp: Mapping[str, Any]) -> Any:
-    """The accountant for any recorded parameter set (a card's or a ledger event's
-    ``privacy_params``): the fqi accountant for mode fqi, else Algorithm 1's."""
-    if not isinstance(pp, Mapping):
-        raise InvalidArgument(f"privacy params must be a mapping, got {type(pp).__name__}")
-    if pp.get("mode") == "fqi":
-        if pp.get("estimator") == "ope":  # a private off-policy evaluation (qveil.ope)
-            # here, not at the top: importing qveil.privacy.ope imports this module (a cycle)
-            from qveil.privacy.ope import OPEPrivacyParams, account_ope
-
-            return account_ope(OPEPrivacyParams.from_dict(pp))
-        if pp.get("estimator") == "kernel":  # the d-coordinate variant
-            # here, not at the top: importing qveil.privacy.kfqi imports this module (a cycle)
-            from qveil.privacy.kfqi import KernelFQIPrivacyParams, account_kernel_fqi
-
-            return account_kernel_fqi(KernelFQIPrivacyParams.from_dict(pp))
-        return account_fqi(FQIPrivacyParams.from_dict(pp))
-    # here, not at the top: importing qveil.privacy.accountant imports this module (a cycle)
-    from qveil.privacy.accountant import account
-
-    # here, not at the top: importing qveil.privacy.params imports this module (a cycle)
-    from qveil.privacy.params import PrivacyParams
-
-    return account(PrivacyParams.from_dict(pp))

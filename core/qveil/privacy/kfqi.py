@@ -14,7 +14,7 @@ argument does not depend on the dimension) and sigma from the analytic Gaussian 
 
 The parameters are recorded with ``estimator = "kernel"`` so that any reader can tell this
 variant from the 1-D grid one (bundles an earlier version wrote);
-:func:`qveil.privacy.fqi.account_params`, the one entry point for any recorded parameter
+:func:`qveil.privacy.events.account_params`, the one entry point for any recorded parameter
 set, dispatches on it. Pure functions of public parameters.
 """
 

@@ -10,9 +10,15 @@ from typing import Any, ClassVar, Self, TypeVar
 
 from qveil.errors import InvalidArgument
 
-__all__ = ["GaussianResult", "Record", "construct", "reject_unknown"]
+__all__ = ["GaussianResult", "JSONMapping", "JSONObject", "Record", "construct", "reject_unknown"]
 
 T = TypeVar("T")
+
+#: A JSON object as the standard library reads and writes it (``json.loads`` returns Any, so
+#: its values have no static type): each reader checks the fields it uses.
+JSONObject = dict[str, Any]
+#: A read-only JSON object.
+JSONMapping = Mapping[str, Any]
 
 
 class Record:

@@ -38,7 +38,7 @@ import sqlalchemy as sa
 
 from qveil.bundle import Bundle, load_bundle
 from qveil.errors import FailedPrecondition, IntegrityError, InvalidArgument, NotFound, echo
-from qveil.privacy.fqi import account_params
+from qveil.privacy.events import account_params
 from qveil.privacy.ledger import PrivacyEvent
 from qveil.server import admin_tables as T
 from qveil.server.admin import AdminContext, activate, log_number, log_outcome
@@ -137,7 +137,7 @@ def _planned_event(estimator: Any, dataset_id: str) -> PrivacyEvent:
     return PrivacyEvent.from_result(result, dataset_id=dataset_id, bundle_id="planned")
 
 
-def _bundle_event(bundle: Any, dataset_id: str) -> Any:
+def _bundle_event(bundle: Any, dataset_id: str) -> PrivacyEvent:
     """The release's event, recomputed by the accountant from the card's own parameters."""
 
     result = account_params(bundle.card["privacy_params"])

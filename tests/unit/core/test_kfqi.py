@@ -39,7 +39,8 @@ from qveil.kfqi import (
     krr_result,
     multilinear_weights,
 )
-from qveil.privacy.fqi import account_params, sup_sensitivity
+from qveil.privacy.events import account_params
+from qveil.privacy.fqi import sup_sensitivity
 from qveil.privacy.kfqi import KernelFQIPrivacyParams, calibrate_kernel_fqi
 from qveil.release_map import brute_force_kappa
 

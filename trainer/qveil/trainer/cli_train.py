@@ -38,7 +38,7 @@ from qveil.dataset_cli import add_engine_flags
 from qveil.dataset_parquet import ParquetSource
 from qveil.errors import FailedPrecondition, InvalidArgument, QveilError
 from qveil.privacy.gaussian import gdp_mu
-from qveil.privacy.ledger import PrivacyEvent
+from qveil.privacy.ledger import PlannedEvent, PrivacyEvent
 from qveil.release_records import OpenReleaseRecords, validate_population
 from qveil.trainer.cli_dataset import engine_from
 from qveil.trainer.estimators import create_estimator, estimator_name, load_config
@@ -278,8 +278,7 @@ def precheck_population(
             return
         gauss = mode != "paper"
         planned = PrivacyEvent(
-            mode=mode,
-            params={},
+            mechanism=PlannedEvent(mode),
             epsilon=float(epsilon),
             delta=float(delta),
             dataset_id=args.population,

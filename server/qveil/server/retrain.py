@@ -32,7 +32,7 @@ import shutil
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
@@ -47,6 +47,9 @@ from qveil.server.ledger import BudgetReport, LedgerEntry
 from qveil.server.release_records import RegistryRecords
 from qveil.server.releases import store_params
 from qveil.server.services import Services
+
+if TYPE_CHECKING:  # the trainer is an optional extra: imported where retrain runs
+    from qveil.trainer.estimators import AnyEstimator, TrainConfig
 
 __all__ = ["RetrainResult", "default_releases_dir", "retrain"]
 
@@ -92,17 +95,21 @@ def _training_config(
     epsilon: float | None,
     delta: float | None,
     mode: str | None,
-) -> Any:
-    from qveil.trainer.estimators import estimator_name, load_config  # optional extra
+) -> TrainConfig:
+    from qveil.trainer.estimators import (  # optional extra
+        TrainConfig,
+        estimator_name,
+        load_config,
+    )
 
     if sigma is not None and epsilon is not None:
         raise InvalidArgument("give --epsilon or --sigma, not both")
     cfg = load_config(config, estimator="algorithm1")
-    name = estimator_name(cfg)
-    if name != "algorithm1":
+    if not isinstance(cfg, TrainConfig):
         raise InvalidArgument(
             "retrain trains Algorithm 1 online (a config whose mode is paper, gdp or output), "
-            f"not the {name} estimator: train fqi releases with qveil train --dataset"
+            f"not the {estimator_name(cfg)} estimator: train fqi releases with qveil train "
+            "--dataset"
         )
     over: dict[str, Any] = {}
     if mode is not None:
@@ -125,19 +132,18 @@ def _training_config(
     return cfg
 
 
-def _planned_event(estimator: Any, dataset_id: str) -> PrivacyEvent:
+def _planned_event(estimator: AnyEstimator, dataset_id: str) -> PrivacyEvent:
     """The privacy event the run will cost, computed by the accountant before training."""
     result = estimator.public_plan()
-    if isinstance(result, dict) or not result.holds:
-        reason = result.get("reason") if isinstance(result, dict) else result.reason
+    if not result.holds:
         raise FailedPrecondition(
-            f"this configuration has no privacy guarantee ({reason}); "
+            f"this configuration has no privacy guarantee ({result.reason}); "
             "it cannot be released under the ledger"
         )
     return PrivacyEvent.from_result(result, dataset_id=dataset_id, bundle_id="planned")
 
 
-def _bundle_event(bundle: Any, dataset_id: str) -> PrivacyEvent:
+def _bundle_event(bundle: Bundle, dataset_id: str) -> PrivacyEvent:
     """The release's event, recomputed by the accountant from the card's own parameters."""
 
     result = account_params(bundle.card["privacy_params"])
@@ -207,7 +213,7 @@ def retrain(
 
 def _train_bundle(
     ctx: AdminContext,
-    estimator: Any,
+    estimator: AnyEstimator,
     out_dir: str | Path | None,
     *,
     seed: int | None,

@@ -41,7 +41,7 @@ from qveil.privacy.gaussian import gdp_mu
 from qveil.privacy.ledger import PlannedEvent, PrivacyEvent
 from qveil.release_records import OpenReleaseRecords, validate_population
 from qveil.trainer.cli_dataset import engine_from
-from qveil.trainer.estimators import create_estimator, estimator_name, load_config
+from qveil.trainer.estimators import TrainConfig, create_estimator, load_config
 from qveil.trainer.forecast import forecast
 
 __all__ = ["add_parser", "run"]
@@ -146,7 +146,7 @@ def _config(args: argparse.Namespace) -> Any:
         privacy.update(epsilon=args.epsilon, sigma=None)
     if args.delta is not None:
         privacy["delta"] = args.delta
-    if estimator_name(cfg) == "algorithm1":
+    if isinstance(cfg, TrainConfig):
         if fqi:
             raise InvalidArgument(f"config {str(args.config)[:80]!r} is not an fqi config")
         for flag in ("neighbour", "force"):

@@ -21,9 +21,7 @@ set, dispatches on it. Pure functions of public parameters.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from qveil.errors import InvalidArgument
 from qveil.privacy.checks import number as _num
@@ -37,6 +35,7 @@ from qveil.privacy.fqi import (
     joint_sensitivity,
     params_from_dict,
 )
+from qveil.privacy.record import JSONMapping
 
 __all__ = [
     "KERNEL_BASIS",
@@ -102,7 +101,7 @@ class KernelFQIPrivacyParams(RelationParams):
         return 1.0 / (4.0 * self.lam)
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> KernelFQIPrivacyParams:
+    def from_dict(cls, d: JSONMapping) -> KernelFQIPrivacyParams:
         out: KernelFQIPrivacyParams = params_from_dict(cls, d, "kernel fqi")
         return out
 

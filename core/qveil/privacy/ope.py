@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields, replace
-from typing import Any
 
 from qveil.errors import InvalidArgument
 from qveil.kfqi_spec import q_range
@@ -35,7 +34,7 @@ from qveil.privacy.gaussian import (
     analytic_gaussian_sigma,
 )
 from qveil.privacy.params import one_gaussian
-from qveil.privacy.record import GaussianResult, Record
+from qveil.privacy.record import GaussianResult, JSONMapping, JSONObject, Record
 
 __all__ = [
     "OPEPrivacyParams",
@@ -94,7 +93,7 @@ class OPEPrivacyParams(Record):
         return q_range(self.reward_range, self.gamma)
 
     @classmethod
-    def from_dict(cls, d: Any) -> OPEPrivacyParams:
+    def from_dict(cls, d: JSONMapping) -> OPEPrivacyParams:
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in dict(d).items() if k in names})
 
@@ -126,7 +125,7 @@ class OPEPrivacyResult(GaussianResult):
     basis: str
     reason: str | None
     params: OPEPrivacyParams
-    target: dict[str, Any] | None = None
+    target: JSONObject | None = None
 
 
 def account_ope(p: OPEPrivacyParams) -> OPEPrivacyResult:

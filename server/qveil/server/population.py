@@ -20,11 +20,12 @@ from qveil.errors import BudgetExceeded, FailedPrecondition, InvalidArgument, ec
 from qveil.privacy.gaussian import gdp_epsilon
 from qveil.privacy.ledger import PrivacyEvent, filter_check, filter_state
 from qveil.release_records import validate_population
+from qveil.server.registry import Registry
 
 __all__ = ["create", "precheck", "report", "plot_spending"]
 
 
-def create(registry: Any, name: str, *, epsilon: float, delta: float) -> dict[str, Any]:
+def create(registry: Registry, name: str, *, epsilon: float, delta: float) -> dict[str, Any]:
     """Declare a population with its budget, once (a second declaration is refused: a budget
     that could be raised later would not bound anything)."""
     validate_population(name)
@@ -44,7 +45,7 @@ def create(registry: Any, name: str, *, epsilon: float, delta: float) -> dict[st
     return report(registry, name)
 
 
-def report(registry: Any, name: str) -> dict[str, Any]:
+def report(registry: Registry, name: str) -> dict[str, Any]:
     """Budget, spending under the filter, what one more release may still have, and every
     event with its time (NotFound-like FailedPrecondition for an undeclared population)."""
     validate_population(name)
@@ -78,7 +79,7 @@ def report(registry: Any, name: str) -> dict[str, Any]:
     }
 
 
-def precheck(registry: Any, name: str, event: PrivacyEvent) -> dict[str, Any]:
+def precheck(registry: Registry, name: str, event: PrivacyEvent) -> dict[str, Any]:
     """Refuse (BudgetExceeded / FailedPrecondition, nothing written) a planned release the
     population's filter would not let through; run before any private data is read. Returns
     the filter's state with the release added."""

@@ -23,6 +23,7 @@ from typing import Any
 from qveil.errors import BudgetExceeded, FailedPrecondition, InvalidArgument, echo
 from qveil.privacy.events import account_params
 from qveil.privacy.ledger import PrivacyEvent
+from qveil.server.ledger import Ledger
 
 __all__ = ["LedgerOutcome", "dataset_key", "event_for_card", "record_release"]
 
@@ -72,7 +73,7 @@ class LedgerOutcome:
 
 
 def record_release(
-    ledger: Any,
+    ledger: Ledger,
     card: Mapping[str, Any],
     *,
     actor: str,

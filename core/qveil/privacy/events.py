@@ -41,12 +41,12 @@ from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
 from qveil.errors import InvalidArgument
+from qveil.json_types import JSONMapping, JSONObject
 from qveil.privacy.accountant import account
 from qveil.privacy.fqi import FQIPrivacyParams, account_fqi
 from qveil.privacy.kfqi import KernelFQIPrivacyParams, account_kernel_fqi
 from qveil.privacy.ope import OPEPrivacyParams, account_ope
 from qveil.privacy.params import MODES, PrivacyParams
-from qveil.privacy.record import JSONMapping, JSONObject
 
 __all__ = [
     "EVENT_MODES",

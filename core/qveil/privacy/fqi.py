@@ -37,6 +37,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from qveil.errors import InvalidArgument
+from qveil.json_types import JSONMapping, JSONObject
 from qveil.privacy.checks import ONE_KEY
 from qveil.privacy.checks import number as _num
 from qveil.privacy.gaussian import (
@@ -44,7 +45,6 @@ from qveil.privacy.gaussian import (
     analytic_gaussian_epsilon,
     analytic_gaussian_sigma,
 )
-from qveil.privacy.record import JSONMapping, JSONObject
 from qveil.release_map import certified_kappa
 
 if TYPE_CHECKING:

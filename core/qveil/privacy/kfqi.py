@@ -24,6 +24,7 @@ import math
 from dataclasses import dataclass
 
 from qveil.errors import InvalidArgument
+from qveil.json_types import JSONMapping
 from qveil.privacy.checks import number as _num
 from qveil.privacy.fqi import (
     FQIPrivacyResult,
@@ -35,7 +36,6 @@ from qveil.privacy.fqi import (
     joint_sensitivity,
     params_from_dict,
 )
-from qveil.privacy.record import JSONMapping
 
 __all__ = [
     "KERNEL_BASIS",

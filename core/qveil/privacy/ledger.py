@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from qveil.errors import BudgetExceeded, InvalidArgument
+from qveil.json_types import JSONMapping, JSONObject
 from qveil.privacy.events import (
     EVENT_MODES,
     Accounting,
@@ -35,7 +36,6 @@ from qveil.privacy.events import (
     event_from_record,
 )
 from qveil.privacy.gaussian import gdp_epsilon, gdp_mu
-from qveil.privacy.record import JSONMapping, JSONObject
 
 __all__ = [
     "BASIC_FILTER",

@@ -27,6 +27,7 @@ import math
 from dataclasses import dataclass, fields, replace
 
 from qveil.errors import InvalidArgument
+from qveil.json_types import JSONMapping, JSONObject
 from qveil.kfqi_spec import q_range
 from qveil.privacy.fqi import sup_sensitivity
 from qveil.privacy.gaussian import (
@@ -34,7 +35,7 @@ from qveil.privacy.gaussian import (
     analytic_gaussian_sigma,
 )
 from qveil.privacy.params import one_gaussian
-from qveil.privacy.record import GaussianResult, JSONMapping, JSONObject, Record
+from qveil.privacy.record import GaussianResult, Record
 
 __all__ = [
     "OPEPrivacyParams",

@@ -16,10 +16,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from qveil.errors import InvalidArgument
+from qveil.json_types import JSONMapping, JSONObject
 from qveil.privacy.checks import ONE_KEY as ONE_KEY
 from qveil.privacy.checks import number as _num
 from qveil.privacy.gaussian import analytic_gaussian_epsilon
-from qveil.privacy.record import JSONMapping, JSONObject, Record, construct, reject_unknown
+from qveil.privacy.record import Record, construct, reject_unknown
 
 __all__ = [
     "E3_SETTINGS",

@@ -5,23 +5,18 @@ recorded one back with unknown or missing fields refused as :class:`InvalidArgum
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
 
 from qveil.errors import InvalidArgument
+from qveil.json_types import JSONMapping, JSONObject
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
-__all__ = ["GaussianResult", "JSONMapping", "JSONObject", "Record", "construct", "reject_unknown"]
+__all__ = ["GaussianResult", "Record", "construct", "reject_unknown"]
 
 T = TypeVar("T")
-
-#: A JSON object as the standard library reads and writes it (``json.loads`` returns Any, so
-#: its values have no static type): each reader checks the fields it uses.
-JSONObject = dict[str, Any]
-#: A read-only JSON object.
-JSONMapping = Mapping[str, Any]
 
 
 class Record:

@@ -18,9 +18,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from qveil.errors import BudgetExceeded, FailedPrecondition, InvalidArgument, echo
+from qveil.json_types import JSONMapping
 from qveil.privacy.events import account_params
 from qveil.privacy.ledger import PrivacyEvent
 from qveil.server.ledger import Ledger
@@ -30,7 +30,7 @@ __all__ = ["LedgerOutcome", "dataset_key", "event_for_card", "record_release"]
 log = logging.getLogger("qveil.server")
 
 
-def dataset_key(card: Mapping[str, Any]) -> str:
+def dataset_key(card: JSONMapping) -> str:
     """The ledger key of a release: its dataset fingerprint, else its environment id."""
     fp = card.get("dataset_fingerprint")
     if isinstance(fp, str) and fp:
@@ -38,7 +38,7 @@ def dataset_key(card: Mapping[str, Any]) -> str:
     return str(card["env_id"])
 
 
-def event_for_card(card: Mapping[str, Any], *, dataset_id: str) -> PrivacyEvent | None:
+def event_for_card(card: JSONMapping, *, dataset_id: str) -> PrivacyEvent | None:
     """The release's privacy event, recomputed by the accountant from the card's parameters
     (None when it has no guarantee: sigma = 0 or conditions that fail)."""
     pp = card.get("privacy_params")
@@ -74,7 +74,7 @@ class LedgerOutcome:
 
 def record_release(
     ledger: Ledger,
-    card: Mapping[str, Any],
+    card: JSONMapping,
     *,
     actor: str,
     budget: float | None = None,

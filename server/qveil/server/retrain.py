@@ -38,6 +38,7 @@ import sqlalchemy as sa
 
 from qveil.bundle import Bundle, load_bundle
 from qveil.errors import FailedPrecondition, IntegrityError, InvalidArgument, NotFound, echo
+from qveil.json_types import JSONObject
 from qveil.privacy.events import account_params
 from qveil.privacy.ledger import PrivacyEvent
 from qveil.server import admin_tables as T
@@ -65,7 +66,7 @@ class RetrainResult:
     budget: BudgetReport
     activated: bool
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {
             "release_id": self.release_id,
             "bundle_path": str(self.bundle_path),
@@ -111,7 +112,7 @@ def _training_config(
             f"not the {estimator_name(cfg)} estimator: train fqi releases with qveil train "
             "--dataset"
         )
-    over: dict[str, Any] = {}
+    over: dict[str, Any] = {}  # TrainConfig fields of several types (dataclasses.replace)
     if mode is not None:
         over["mode"] = mode
     if delta is not None:
@@ -171,7 +172,7 @@ def retrain(
     beside a SQLite store file. ``seed``: tests and experiments only (the card says seeded).
     Raises BudgetExceeded / FailedPrecondition / InvalidArgument with nothing registered.
     """
-    params: dict[str, Any] = {
+    params: JSONObject = {
         "dataset_id": dataset_id,
         "config": str(config),
         "requested_epsilon": epsilon,
@@ -254,7 +255,7 @@ def _record_and_register(
     ctx: AdminContext,
     bundle: Bundle,
     dataset_id: str,
-    params: dict[str, Any],
+    params: JSONObject,
     *,
     budget: float | None,
 ) -> LedgerEntry:
@@ -287,7 +288,7 @@ def _record_and_register(
     return entry
 
 
-def _clean(params: dict[str, Any]) -> dict[str, Any]:
+def _clean(params: JSONObject) -> JSONObject:
     return {k: (log_number(v) if isinstance(v, float) else v) for k, v in params.items()}
 
 

@@ -34,11 +34,12 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Generic, Protocol, TypeVar, overload
+from typing import ClassVar, Generic, Protocol, TypeVar, overload
 
 from qveil.bundle import value_scale_warning
 from qveil.errors import InvalidArgument
 from qveil.fqi_config import read_toml
+from qveil.json_types import JSONObject
 from qveil.kfqi_config import KernelFQIConfig, default_config, load_fqi_config, plan_kernel
 from qveil.privacy.events import Accounting
 from qveil.privacy.fqi import FQIPrivacyResult
@@ -100,7 +101,7 @@ class Outcome:
     few lines the CLI prints about it."""
 
     path: Path
-    card: dict[str, Any]  # the card's JSON object (qveil.bundle.card)
+    card: JSONObject  # the card (qveil.bundle.card)
     warnings: tuple[str, ...]
     summary: str
 

@@ -25,7 +25,6 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -35,6 +34,7 @@ from qveil.bundle import build_kernel_fqi_card, load_bundle, write_kernel_bundle
 from qveil.bundle.io import plot_curve
 from qveil.errors import FailedPrecondition, InvalidArgument
 from qveil.fqi_config import REFUSE_RATIO, ratio_message
+from qveil.json_types import JSONObject
 from qveil.kfqi import KernelFQIResult, additive_mean, iterate_q_nd, krr_result
 from qveil.kfqi_config import KernelFQIConfig, plan_kernel
 from qveil.privacy.fqi import FQIPrivacyResult
@@ -58,7 +58,7 @@ __all__ = [
 @dataclass(frozen=True)
 class FQIOutcome:
     path: Path
-    card: dict[str, Any]  # the card's JSON object (qveil.bundle.card)
+    card: JSONObject  # the card (qveil.bundle.card)
     seconds: float
     warning: str | None
 

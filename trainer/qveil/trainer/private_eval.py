@@ -30,7 +30,7 @@ measured in docs/results.md, not bounded); the report says both (:data:`SCALE`,
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
@@ -39,6 +39,7 @@ from qveil.answer import released_values
 from qveil.bundle import Bundle
 from qveil.dataset import Dataset
 from qveil.errors import InvalidArgument
+from qveil.json_types import JSONObject
 from qveil.kfqi_config import KernelFQIConfig
 from qveil.kfqi_spec import KernelFQISpec
 from qveil.ope import policy_value
@@ -106,7 +107,7 @@ def private_evaluation(
     population: str,
     records: ReleaseRecords,
     noise: NormalSource | None = None,
-) -> dict[str, Any]:
+) -> JSONObject:
     """Run steps 1-4 of the module docstring; returns the report (estimate, interval,
     privacy, population spending). ``bundle``: the loaded release (its model and key: the
     policy is computed here, never asked of a server). ``records``: the registry's

@@ -1,6 +1,6 @@
 """The certified kappa of the release map of bundles written by the retired 1-D grid fit:
 kept only so that the privacy ledger can re-account the events such releases recorded
-(:func:`qveil.privacy.replay.account_params` replays them from their parameters). New releases
+(:func:`qveil.privacy.events.account_params` replays them from their parameters). New releases
 use the kernel estimator's subspace KRR, kappa = 1 / (4 lambda) (:mod:`qveil.kfqi`).
 
 The map L: v in R^K (one action's fitted Q on the public grid x_k = k / (K - 1) of the unit

@@ -29,7 +29,6 @@ ROOT = Path(__file__).resolve().parents[2]
 PARTS = ("core", "server", "trainer", "client", "common", "experiments")
 
 
-
 @pytest.fixture(scope="module")
 def graph() -> grimp.ImportGraph:
     return grimp.build_graph("qveil", exclude_type_checking_imports=False, cache_dir=None)

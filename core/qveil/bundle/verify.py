@@ -23,7 +23,7 @@ from qveil.bundle.layout import ADMIN_CARD_FILE, CARD_FILE, WEIGHTS_FILE
 from qveil.bundle.models import kernel_arrays, lipschitz_bound
 from qveil.errors import IntegrityError
 from qveil.privacy import PrivacyParams, account
-from qveil.privacy.replay import account_params
+from qveil.privacy.events import account_params
 
 __all__ = ["check_digests", "check_model", "verify_privacy"]
 

@@ -1,8 +1,9 @@
 """The accountant of the rigorous `fqi` mode (docs/privacy.md section 2.5): D_T and the
-analytic Gaussian mechanism. :mod:`qveil.privacy.kfqi` is the accountant of new releases;
-:func:`account_fqi` remains only to re-account the cards and ledger events of 1-D releases of
-the retired grid fit (:func:`qveil.privacy.replay.account_params`, the one entry point that
-re-accounts any recorded parameter set, picks it for their records).
+analytic Gaussian mechanism (:func:`qveil.privacy.events.account_params` is the one entry
+point that re-accounts any recorded parameter set, a card's or a ledger event's).
+:mod:`qveil.privacy.kfqi` is the accountant of new releases; :func:`account_fqi` remains only
+to re-account the cards and ledger events of 1-D releases of the retired grid fit (the ledger
+replays events from their parameters).
 
 A grid release is f_a = L(Q_T(., a)) + g_a for each of m actions, with Q_T an averager FQI
 on a public grid, L the fixed public map of :mod:`qveil.release_map` and g_a independent
@@ -33,9 +34,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields, replace
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 from qveil.errors import InvalidArgument
+from qveil.json_types import JSONMapping, JSONObject
 from qveil.privacy.checks import ONE_KEY
 from qveil.privacy.checks import number as _num
 from qveil.privacy.gaussian import (
@@ -59,6 +61,8 @@ __all__ = [
 ]
 
 NEIGHBOURS = ("user", "reward")
+#: A parameter set of either fqi estimator (the grid or the kernel one).
+P = TypeVar("P", bound="RelationParams")
 #: Relative slack on Delta for floating point (docs/privacy.md section 2.5).
 DELTA_SLACK = 1e-9
 
@@ -98,7 +102,7 @@ def sup_sensitivity(
     raise InvalidArgument(f"neighbour must be user or reward, got {neighbour!r:.80}")
 
 
-def check_relation(p: Any, integers: Sequence[str]) -> None:
+def check_relation(p: RelationParams, integers: Sequence[str]) -> None:
     """Validate and normalise, on the frozen params ``p`` of either fqi estimator, the fields
     they share: the neighbour relation, the counts ``integers`` (each >= 1), reward_range and
     gamma."""
@@ -121,7 +125,7 @@ def check_relation(p: Any, integers: Sequence[str]) -> None:
     object.__setattr__(p, "gamma", _num("gamma", p.gamma, lo=0.0, lo_open=False, hi=1.0))
 
 
-def check_noise(p: Any) -> None:
+def check_noise(p: RelationParams) -> None:
     """Validate delta in [0, 1] and sigma >= 0 (when set) on the frozen params ``p``."""
     object.__setattr__(p, "delta", _num("delta", p.delta, lo=0.0, hi=1.0))
     if p.sigma is not None:
@@ -156,10 +160,10 @@ class RelationParams:
         """r0 / (1 - gamma): the width of the range every Q_t lies in."""
         return value_scale(self.reward_range, self.gamma)
 
-    def replace(self, **changes: Any) -> Self:
+    def replace(self, **changes: Any) -> Self:  # any field's value (dataclasses.replace)
         return replace(self, **changes)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
 
 
@@ -189,12 +193,12 @@ class FQIPrivacyParams(RelationParams):
         check_noise(self)
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> FQIPrivacyParams:
+    def from_dict(cls, d: JSONMapping) -> FQIPrivacyParams:
         out: FQIPrivacyParams = params_from_dict(cls, d, "fqi")
         return out
 
 
-def params_from_dict(cls: Any, d: Mapping[str, Any], what: str) -> Any:
+def params_from_dict(cls: type[P], d: JSONMapping, what: str) -> P:
     """``cls(**d)`` for a recorded parameter set; unknown or missing keys are
     InvalidArgument (a card from a newer version must not be silently mis-read)."""
     if not isinstance(d, Mapping):
@@ -231,14 +235,14 @@ class FQIPrivacyResult:
     #: the parameters accounted: a grid release's (:class:`FQIPrivacyParams`) or the kernel
     #: estimator's (:class:`qveil.privacy.kfqi.KernelFQIPrivacyParams`)
     params: RelationParams
-    target: dict[str, Any] | None = None
+    target: JSONObject | None = None
 
     @property
     def mu(self) -> float:
         """GDP parameter Delta / sigma (exact composition in the ledger)."""
         return self.sensitivity / self.sigma
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "params"}
         d["params"] = self.params.to_dict()
         d["mu"] = self.mu
@@ -252,7 +256,7 @@ def _kappa(p: FQIPrivacyParams) -> float:
     return certified_kappa(p.grid_points, p.smoother_bandwidth, p.beta)
 
 
-def joint_sensitivity(p: Any, kappa: float) -> tuple[float, float, float]:
+def joint_sensitivity(p: RelationParams, kappa: float) -> tuple[float, float, float]:
     """(D_T, kappa, Delta) of equation (1) for either estimator's params (grid or kernel:
     the same relation fields), given the map's certified ``kappa``."""
     dt = sup_sensitivity(
@@ -266,7 +270,13 @@ def joint_sensitivity(p: Any, kappa: float) -> tuple[float, float, float]:
 
 
 def accounted(
-    p: Any, *, who: str, kappa: float, beta: float, noise_sd: float, basis: str
+    p: RelationParams,
+    *,
+    who: str,
+    kappa: float,
+    beta: float,
+    noise_sd: float,
+    basis: str,
 ) -> FQIPrivacyResult:
     """The result of either estimator's params ``p`` (grid or kernel) with noise ``p.sigma``:
     epsilon at ``p.delta`` from Delta = D_T sqrt(m kappa) (equations 1-3). ``beta`` and
@@ -308,7 +318,7 @@ def account_fqi(p: FQIPrivacyParams) -> FQIPrivacyResult:
 
 
 def calibrated(
-    p: Any, epsilon: float, sensitivity: float, account: Callable[[Any], FQIPrivacyResult]
+    p: P, epsilon: float, sensitivity: float, account: Callable[[P], FQIPrivacyResult]
 ) -> FQIPrivacyResult:
     """The smallest sigma giving (epsilon, p.delta)-DP at this L2 ``sensitivity``, accounted
     by ``account`` (the grid or the kernel estimator's), with the target recorded."""

@@ -14,18 +14,17 @@ argument does not depend on the dimension) and sigma from the analytic Gaussian 
 
 The parameters are recorded with ``estimator = "kernel"`` so that any reader can tell this
 variant from the 1-D grid one (bundles an earlier version wrote);
-:func:`qveil.privacy.replay.account_params`, the one entry point for any recorded parameter
+:func:`qveil.privacy.events.account_params`, the one entry point for any recorded parameter
 set, dispatches on it. Pure functions of public parameters.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from qveil.errors import InvalidArgument
+from qveil.json_types import JSONMapping, JSONObject
 from qveil.privacy.checks import number as _num
 from qveil.privacy.fqi import (
     FQIPrivacyResult,
@@ -119,14 +118,14 @@ class KernelFQIPrivacyParams(RelationParams):
     def kappa(self) -> float:
         return 1.0 / (4.0 * self.lam)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         d = super().to_dict()
         if self.prior_sha256 is None:  # a release without a prior records what it always did
             d.pop("prior_sha256")
         return d
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> KernelFQIPrivacyParams:
+    def from_dict(cls, d: JSONMapping) -> KernelFQIPrivacyParams:
         out: KernelFQIPrivacyParams = params_from_dict(cls, d, "kernel fqi")
         return out
 

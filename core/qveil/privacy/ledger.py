@@ -1,10 +1,11 @@
 """Ledger primitives: immutable privacy events, their composition, and the budget check.
 
-An event records one release against one dataset (the reward data): its mode, every
-accountant parameter, and the guarantee (epsilon, delta). Like dp_accounting's DpEvent it is
-frozen and serialisable, so an auditor replays it (:func:`verify_event` recomputes the numbers
-from the recorded parameters) instead of trusting a log line. Storage belongs to the server;
-this module is pure.
+An event records one release against one dataset (the reward data): its mechanism, a typed
+frozen event of :mod:`qveil.privacy.events` in the shape of dp_accounting's DpEvent holding
+every accountant parameter, and the guarantee (epsilon, delta, and mu for a Gaussian
+mechanism). An auditor replays it (:func:`verify_event` recomputes the numbers from the
+mechanism's parameters) instead of trusting a log line. Storage belongs to the server; this
+module is pure.
 
 Composition of k events on one dataset (:func:`compose`):
 
@@ -20,29 +21,33 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 from qveil.errors import BudgetExceeded, InvalidArgument
+from qveil.json_types import JSONMapping, JSONObject
+from qveil.privacy.events import (
+    EVENT_MODES,
+    Accounting,
+    MechanismEvent,
+    PlannedEvent,
+    event_for,
+    event_from_record,
+)
 from qveil.privacy.gaussian import gdp_epsilon, gdp_mu
-from qveil.privacy.params import MODES
-from qveil.privacy.record import construct, reject_unknown
-from qveil.privacy.replay import account_params
-
-#: Modes a ledger event may have: Algorithm 1's and the fqi mode (one Gaussian mechanism).
-EVENT_MODES = (*MODES, "fqi")
 
 __all__ = [
     "BASIC_FILTER",
     "BASIC_RULE",
+    "EVENT_MODES",
     "GAUSSIAN_FILTER",
     "FilterState",
     "filter_check",
     "filter_state",
     "GAUSSIAN_RULE",
     "spending_line",
+    "PlannedEvent",
     "PrivacyEvent",
     "check_budget",
     "compose",
@@ -55,7 +60,7 @@ GAUSSIAN_RULE = "exact Gaussian (mu-GDP) composition, mu = sqrt(sum mu_i^2) (Don
 BASIC_RULE = "basic composition, (sum eps_i, sum delta_i) (Dwork & Roth 2014, Thm 3.16)"
 
 
-def _nonneg(name: str, value: Any, *, below_one: bool = False) -> float:
+def _nonneg(name: str, value: object, *, below_one: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidArgument(f"{name} must be a number, got {value!r}")
     v = float(value)
@@ -65,7 +70,7 @@ def _nonneg(name: str, value: Any, *, below_one: bool = False) -> float:
     return v
 
 
-def _ident(name: str, value: Any) -> str:
+def _ident(name: str, value: object) -> str:
     if not isinstance(value, str) or not value.strip():
         raise InvalidArgument(f"{name} must be a non-empty string, got {value!r}")
     return value
@@ -73,11 +78,12 @@ def _ident(name: str, value: Any) -> str:
 
 @dataclass(frozen=True, kw_only=True)
 class PrivacyEvent:
-    """One release's privacy cost against one dataset. Immutable; JSON round-trips exactly."""
+    """One release's privacy cost against one dataset: the typed mechanism that accounts for
+    it and the guarantee recorded when it was charged. Immutable; JSON round-trips exactly,
+    in the form every ledger has stored (``mode`` and ``params`` are the mechanism's)."""
 
-    mode: str
-    params: Mapping[str, Any]
-    """PrivacyParams.to_dict() of the release (everything needed to recompute it)."""
+    mechanism: MechanismEvent
+    """The mechanism and its parameters (everything needed to recompute the cost)."""
     epsilon: float
     delta: float
     """The event's total delta (PrivacyResult.delta_total)."""
@@ -91,13 +97,10 @@ class PrivacyEvent:
     """The mechanism's delta (PrivacyResult.delta); delta - delta_mechanism is Lemma 8's term."""
 
     def __post_init__(self) -> None:
-        if self.mode not in EVENT_MODES:
+        if not isinstance(self.mechanism, MechanismEvent):
             raise InvalidArgument(
-                f"mode must be one of {', '.join(EVENT_MODES)}; got {self.mode!r:.80}"
+                f"mechanism must be a MechanismEvent, got {type(self.mechanism).__name__}"
             )
-        if not isinstance(self.params, Mapping):
-            raise InvalidArgument(f"params must be a mapping, got {self.params!r}")
-        object.__setattr__(self, "params", dict(self.params))
         object.__setattr__(self, "epsilon", _nonneg("epsilon", self.epsilon))
         object.__setattr__(self, "delta", _nonneg("delta", self.delta, below_one=True))
         _ident("dataset_id", self.dataset_id)
@@ -120,13 +123,31 @@ class PrivacyEvent:
                 )
             object.__setattr__(self, "delta_mechanism", dm)
 
-    def __hash__(self) -> int:  # params is a dict: hash the canonical JSON instead
+    def __hash__(self) -> int:
         return hash(self.to_json())
+
+    @property
+    def mode(self) -> str:
+        """The mechanism's accounting mode (paper, gdp, output or fqi)."""
+        return self.mechanism.mode
+
+    @property
+    def params(self) -> JSONObject:
+        """The mechanism's recorded parameter set, as JSON values."""
+        return self.mechanism.to_params()
+
+    @property
+    def gaussian(self) -> tuple[float, float] | None:
+        """(mu, delta_mechanism) when the recorded guarantee is a Gaussian mechanism's (exact
+        GDP composition applies), else None."""
+        if self.mu is None or self.delta_mechanism is None:
+            return None
+        return self.mu, self.delta_mechanism
 
     @classmethod
     def from_result(
         cls,
-        result: Any,
+        result: Accounting,
         *,
         dataset_id: str,
         bundle_id: str,
@@ -139,8 +160,7 @@ class PrivacyEvent:
                 f"cannot record a release without a guarantee in the ledger: {result.reason}"
             )
         return cls(
-            mode=result.mode,
-            params=result.params.to_dict(),
+            mechanism=event_for(result.params),
             epsilon=result.epsilon,
             delta=result.delta_total,
             dataset_id=dataset_id,
@@ -150,15 +170,35 @@ class PrivacyEvent:
             delta_mechanism=result.delta,
         )
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
+        """The recorded form (JSON values): mode, params and the guarantee's fields."""
         return {
-            f.name: (dict(self.params) if f.name == "params" else getattr(self, f.name))
-            for f in fields(self)
+            "mode": self.mode,
+            "params": self.params,
+            "epsilon": self.epsilon,
+            "delta": self.delta,
+            "dataset_id": self.dataset_id,
+            "bundle_id": self.bundle_id,
+            "created_at": self.created_at,
+            "mu": self.mu,
+            "delta_mechanism": self.delta_mechanism,
         }
 
     def to_json(self) -> str:
         """Canonical JSON (sorted keys, no NaN)."""
         return json.dumps(self.to_dict(), sort_keys=True, allow_nan=False)
+
+    @classmethod
+    def from_dict(cls, d: JSONMapping) -> PrivacyEvent:
+        """Inverse of :meth:`to_dict`; unknown or missing keys are InvalidArgument."""
+        unknown = sorted(set(d) - set(_RECORDED))
+        if unknown:
+            raise InvalidArgument(f"unknown privacy event field(s): {', '.join(unknown)}")
+        missing = [k for k in _RECORDED[:_REQUIRED] if k not in d]
+        if missing:
+            raise InvalidArgument(f"privacy event: missing field(s) {', '.join(missing)}")
+        kw = {k: v for k, v in d.items() if k not in ("mode", "params")}
+        return cls(mechanism=event_from_record(d["mode"], d["params"]), **kw)
 
     @classmethod
     def from_json(cls, text: str | bytes) -> PrivacyEvent:
@@ -168,8 +208,22 @@ class PrivacyEvent:
             raise InvalidArgument(f"privacy event is not valid JSON: {exc}") from None
         if not isinstance(d, dict):
             raise InvalidArgument(f"privacy event JSON must be an object, got {d!r}")
-        reject_unknown(cls, d, "privacy event field(s)")
-        return construct(cls, d, "privacy event")
+        return cls.from_dict(d)
+
+
+#: The keys of an event's recorded form, the required ones first.
+_RECORDED = (
+    "mode",
+    "params",
+    "epsilon",
+    "delta",
+    "dataset_id",
+    "bundle_id",
+    "created_at",
+    "mu",
+    "delta_mechanism",
+)
+_REQUIRED = 7
 
 
 def compose(events: Iterable[PrivacyEvent]) -> tuple[float, float]:
@@ -193,9 +247,10 @@ def compose_with_rule(events: Iterable[PrivacyEvent]) -> tuple[float, float, str
     eps = math.fsum(e.epsilon for e in evs)
     rule = BASIC_RULE
     delta = math.fsum(e.delta for e in evs)
-    if all(e.mu is not None and e.delta_mechanism is not None for e in evs):
-        mu = math.sqrt(math.fsum(e.mu * e.mu for e in evs))  # type: ignore[operator]
-        d_mech = math.fsum(e.delta_mechanism for e in evs)  # type: ignore[misc]
+    gauss = [g for g in (e.gaussian for e in evs) if g is not None]
+    if len(gauss) == len(evs):
+        mu = math.sqrt(math.fsum(m * m for m, _ in gauss))
+        d_mech = math.fsum(d for _, d in gauss)
         if 0.0 < d_mech < 1.0:
             eps_gdp = gdp_epsilon(delta=d_mech, mu=mu)
             if eps_gdp <= eps:
@@ -234,11 +289,11 @@ def check_budget(
     return total
 
 
-def verify_event(event: PrivacyEvent, *, rel_tol: float = 1e-9) -> Any:
-    """Recompute an event from its recorded parameters (an auditor's check). Raises
+def verify_event(event: PrivacyEvent, *, rel_tol: float = 1e-9) -> Accounting:
+    """Recompute an event from its mechanism's parameters (an auditor's check). Raises
     InvalidArgument naming the mismatch when the recorded numbers are not what the
     accountant gives."""
-    result = account_params(event.params)
+    result = event.mechanism.account()
     if not result.holds or result.epsilon is None or result.delta_total is None:
         raise InvalidArgument(f"event {event.bundle_id!r}: no guarantee holds: {result.reason}")
     if result.mode != event.mode:
@@ -300,7 +355,7 @@ class FilterState:
             max(0.0, self.budget[1] - self.spent[1]),
         )
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {
             "rule": self.rule,
             "mu_spent": self.mu_spent,
@@ -312,7 +367,7 @@ class FilterState:
         }
 
 
-def spending_line(population: str, state: Mapping[str, Any]) -> str:
+def spending_line(population: str, state: JSONMapping) -> str:
     """One line of a population's spending under its filter (``state``: :meth:`FilterState.
     to_dict`, or a population report holding it): what is spent, the budget, what one more
     release may have, and the filter. Every command that reports a population prints it."""
@@ -324,9 +379,10 @@ def spending_line(population: str, state: Mapping[str, Any]) -> str:
     )
 
 
-def _gaussian(e: PrivacyEvent) -> bool:
-    """A pure Gaussian mechanism: a mu and no extra delta term (Lemma 8's)."""
-    return e.mu is not None and e.delta_mechanism is not None and e.delta <= e.delta_mechanism
+def _pure_mu(e: PrivacyEvent) -> float | None:
+    """mu of a pure Gaussian mechanism (a mu and no extra delta term, Lemma 8's), else None."""
+    g = e.gaussian
+    return g[0] if g is not None and e.delta <= g[1] else None
 
 
 def filter_state(
@@ -337,8 +393,9 @@ def filter_state(
     eps_b = _nonneg("budget epsilon", budget_epsilon)
     d_b = _nonneg("budget delta", budget_delta, below_one=True)
     evs = list(events)
-    if all(_gaussian(e) for e in evs) and eps_b > 0 and d_b > 0:
-        mu = math.sqrt(math.fsum(e.mu * e.mu for e in evs))  # type: ignore[operator]
+    mus = [m for m in (_pure_mu(e) for e in evs) if m is not None]
+    if len(mus) == len(evs) and eps_b > 0 and d_b > 0:
+        mu = math.sqrt(math.fsum(m * m for m in mus))
         spent = (0.0, 0.0) if mu == 0 else (gdp_epsilon(delta=d_b, mu=mu), d_b)
         return FilterState(
             GAUSSIAN_FILTER, mu, gdp_mu(epsilon=eps_b, delta=d_b), spent, (eps_b, d_b)

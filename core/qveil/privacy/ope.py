@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields, replace
-from typing import Any
 
 from qveil.errors import InvalidArgument
+from qveil.json_types import JSONMapping, JSONObject
 from qveil.kfqi_spec import q_range
 from qveil.privacy.fqi import sup_sensitivity
 from qveil.privacy.gaussian import (
@@ -94,7 +94,7 @@ class OPEPrivacyParams(Record):
         return q_range(self.reward_range, self.gamma)
 
     @classmethod
-    def from_dict(cls, d: Any) -> OPEPrivacyParams:
+    def from_dict(cls, d: JSONMapping) -> OPEPrivacyParams:
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in dict(d).items() if k in names})
 
@@ -126,7 +126,7 @@ class OPEPrivacyResult(GaussianResult):
     basis: str
     reason: str | None
     params: OPEPrivacyParams
-    target: dict[str, Any] | None = None
+    target: JSONObject | None = None
 
 
 def account_ope(p: OPEPrivacyParams) -> OPEPrivacyResult:

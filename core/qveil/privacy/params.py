@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from qveil.errors import InvalidArgument
+from qveil.json_types import JSONMapping, JSONObject
 from qveil.privacy.checks import ONE_KEY as ONE_KEY
 from qveil.privacy.checks import number as _num
 from qveil.privacy.gaussian import analytic_gaussian_epsilon
@@ -33,7 +34,7 @@ __all__ = [
 MODES: tuple[str, ...] = ("paper", "gdp", "output")
 
 # The paper's Appendix E.3 settings (Wang & Hegde 2019), and where each value comes from.
-E3_SETTINGS: dict[str, Any] = {
+E3_SETTINGS: dict[str, Any] = {  # int and float fields, passed as PrivacyParams(**E3_SETTINGS)
     "delta": 1e-4,
     "samples": 5000,
     "batch_size": 64,
@@ -61,7 +62,7 @@ E3_SOURCES: dict[str, str] = {
 }
 
 
-def _int(name: str, value: Any, *, lo: int) -> int:
+def _int(name: str, value: object, *, lo: int) -> int:
     if isinstance(value, bool):
         raise InvalidArgument(f"{name} must be an integer, got {value!r}")
     if isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral):
@@ -181,7 +182,7 @@ class PrivacyParams(Record):
         return self.reward_bound / (1.0 - self.gamma)
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> PrivacyParams:
+    def from_dict(cls, d: JSONMapping) -> PrivacyParams:
         """Inverse of :meth:`to_dict`; unknown keys are an error (a card from a newer
         version must not be silently mis-read)."""
         if not isinstance(d, Mapping):
@@ -232,12 +233,12 @@ class PrivacyResult:
     epsilon_if_conditions_held: float | None = None
     bound: float | None = None
     """output mode: the clamp M = r0 / (1 - gamma) the server must enforce on |Q|."""
-    target: dict[str, Any] | None = None
+    target: JSONObject | None = None
     """calibrate() only: {"epsilon", "delta", "met"}."""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         """JSON-ready (no NaN, no inf): the contract keys plus diagnostics."""
-        d: dict[str, Any] = {
+        d: JSONObject = {
             "mode": self.mode,
             "epsilon": self.epsilon,
             "delta": self.delta,
@@ -265,6 +266,8 @@ class PrivacyResult:
         return d
 
 
+# Any: p is the result's own params (PrivacyParams or OPEPrivacyParams, kept as given), and the
+# dict is keyword arguments of either result dataclass (fields of several types)
 def one_gaussian(p: Any, *, sensitivity: float, sigma: float) -> dict[str, Any]:
     """The result fields that every accountant of one Gaussian mechanism fills alike: noise
     ``sigma`` on a statistic of L2 (or RKHS) sensitivity ``sensitivity``, accounted for the

@@ -5,10 +5,14 @@ recorded one back with unknown or missing fields refused as :class:`InvalidArgum
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
-from typing import Any, ClassVar, Self, TypeVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
 
 from qveil.errors import InvalidArgument
+from qveil.json_types import JSONMapping, JSONObject
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 __all__ = ["GaussianResult", "Record", "construct", "reject_unknown"]
 
@@ -21,14 +25,14 @@ class Record:
     #: tuple fields that :meth:`to_dict` writes as lists (JSON has no tuples)
     _AS_LISTS: ClassVar[tuple[str, ...]] = ()
 
-    def replace(self, **changes: Any) -> Self:
+    def replace(self, **changes: Any) -> Self:  # any field's value (dataclasses.replace)
         """A copy with some fields changed (validated again)."""
         out: Self = dataclasses.replace(self, **changes)  # type: ignore[type-var]
         return out
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         """JSON-ready dict of every field."""
-        d: dict[str, Any] = dataclasses.asdict(self)  # type: ignore[call-overload]
+        d: JSONObject = dataclasses.asdict(self)  # type: ignore[call-overload]
         for name in self._AS_LISTS:
             d[name] = list(getattr(self, name))
         return d
@@ -47,7 +51,7 @@ class GaussianResult:
         """GDP parameter Delta / sigma (exact composition in the ledger)."""
         return self.sensitivity / self.sigma
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         """JSON-ready dict of every field (params as their dict) and ``mu``."""
         d = {
             f.name: getattr(self, f.name)
@@ -59,7 +63,7 @@ class GaussianResult:
         return d
 
 
-def reject_unknown(cls: Any, d: Mapping[str, Any], what: str) -> None:
+def reject_unknown(cls: type[DataclassInstance], d: JSONMapping, what: str) -> None:
     """InvalidArgument ``unknown <what>: a, b`` for the keys of ``d`` that are no field of the
     dataclass ``cls`` (a record from a newer version must not be silently mis-read)."""
     names = {f.name for f in dataclasses.fields(cls)}
@@ -68,7 +72,7 @@ def reject_unknown(cls: Any, d: Mapping[str, Any], what: str) -> None:
         raise InvalidArgument(f"unknown {what}: {', '.join(unknown)}")
 
 
-def construct(cls: Callable[..., T], kw: Mapping[str, Any], what: str) -> T:
+def construct(cls: Callable[..., T], kw: JSONMapping, what: str) -> T:
     """``cls(**kw)``; a missing or surplus field is InvalidArgument ``<what>: <reason>``."""
     try:
         return cls(**kw)

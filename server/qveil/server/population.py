@@ -15,17 +15,18 @@ from __future__ import annotations
 import math
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from qveil.errors import BudgetExceeded, FailedPrecondition, InvalidArgument, echo
+from qveil.json_types import JSONObject
 from qveil.privacy.gaussian import gdp_epsilon
 from qveil.privacy.ledger import PrivacyEvent, filter_check, filter_state
 from qveil.release_records import validate_population
+from qveil.server.registry import Registry
 
 __all__ = ["create", "precheck", "report", "plot_spending"]
 
 
-def create(registry: Any, name: str, *, epsilon: float, delta: float) -> dict[str, Any]:
+def create(registry: Registry, name: str, *, epsilon: float, delta: float) -> JSONObject:
     """Declare a population with its budget, once (a second declaration is refused: a budget
     that could be raised later would not bound anything)."""
     validate_population(name)
@@ -45,7 +46,7 @@ def create(registry: Any, name: str, *, epsilon: float, delta: float) -> dict[st
     return report(registry, name)
 
 
-def report(registry: Any, name: str) -> dict[str, Any]:
+def report(registry: Registry, name: str) -> JSONObject:
     """Budget, spending under the filter, what one more release may still have, and every
     event with its time (NotFound-like FailedPrecondition for an undeclared population)."""
     validate_population(name)
@@ -79,7 +80,7 @@ def report(registry: Any, name: str) -> dict[str, Any]:
     }
 
 
-def precheck(registry: Any, name: str, event: PrivacyEvent) -> dict[str, Any]:
+def precheck(registry: Registry, name: str, event: PrivacyEvent) -> JSONObject:
     """Refuse (BudgetExceeded / FailedPrecondition, nothing written) a planned release the
     population's filter would not let through; run before any private data is read. Returns
     the filter's state with the release added."""
@@ -99,7 +100,7 @@ def precheck(registry: Any, name: str, event: PrivacyEvent) -> dict[str, Any]:
         raise
 
 
-def plot_spending(rep: dict[str, Any], png: str | Path) -> None:
+def plot_spending(rep: JSONObject, png: str | Path) -> None:
     """Spending over time: the filter's spent epsilon (at the budget's delta) after each
     release, against the budget line."""
     # matplotlib loads only when a plot is drawn (a heavy import)

@@ -4,7 +4,7 @@
 The ledger key is the training data's identity: the card's ``dataset_fingerprint`` (a release
 trained from a fixed data set, e.g. mode ``fqi``), else its ``env_id`` (online training: the
 environment's users are the data). The event is the accountant's, recomputed from the card's
-own ``privacy_params`` (``qveil.privacy.replay.account_params``; non-negotiable 6), never the
+own ``privacy_params`` (``qveil.privacy.events.account_params``; non-negotiable 6), never the
 card's printed numbers. A release is recorded once per ledger (by release id): a retrain
 already recorded under an admin-chosen dataset id is not charged again when it is served.
 
@@ -18,18 +18,19 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from qveil.errors import BudgetExceeded, FailedPrecondition, InvalidArgument, echo
+from qveil.json_types import JSONMapping
+from qveil.privacy.events import account_params
 from qveil.privacy.ledger import PrivacyEvent
-from qveil.privacy.replay import account_params
+from qveil.server.ledger import Ledger
 
 __all__ = ["LedgerOutcome", "dataset_key", "event_for_card", "record_release"]
 
 log = logging.getLogger("qveil.server")
 
 
-def dataset_key(card: Mapping[str, Any]) -> str:
+def dataset_key(card: JSONMapping) -> str:
     """The ledger key of a release: its dataset fingerprint, else its environment id."""
     fp = card.get("dataset_fingerprint")
     if isinstance(fp, str) and fp:
@@ -37,7 +38,7 @@ def dataset_key(card: Mapping[str, Any]) -> str:
     return str(card["env_id"])
 
 
-def event_for_card(card: Mapping[str, Any], *, dataset_id: str) -> Any:
+def event_for_card(card: JSONMapping, *, dataset_id: str) -> PrivacyEvent | None:
     """The release's privacy event, recomputed by the accountant from the card's parameters
     (None when it has no guarantee: sigma = 0 or conditions that fail)."""
     pp = card.get("privacy_params")
@@ -72,8 +73,8 @@ class LedgerOutcome:
 
 
 def record_release(
-    ledger: Any,
-    card: Mapping[str, Any],
+    ledger: Ledger,
+    card: JSONMapping,
     *,
     actor: str,
     budget: float | None = None,

@@ -32,14 +32,15 @@ import shutil
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
 from qveil.bundle import Bundle, load_bundle
 from qveil.errors import FailedPrecondition, IntegrityError, InvalidArgument, NotFound, echo
+from qveil.json_types import JSONObject
+from qveil.privacy.events import account_params
 from qveil.privacy.ledger import PrivacyEvent
-from qveil.privacy.replay import account_params
 from qveil.server import admin_tables as T
 from qveil.server.admin import AdminContext, activate, log_number, log_outcome
 from qveil.server.audit_log import utc_now
@@ -47,6 +48,9 @@ from qveil.server.ledger import BudgetReport, LedgerEntry
 from qveil.server.release_records import RegistryRecords
 from qveil.server.services import Services
 from qveil.server.store.releases import store_params
+
+if TYPE_CHECKING:  # the trainer is an optional extra: imported where retrain runs
+    from qveil.trainer.estimators import AnyEstimator, TrainConfig
 
 __all__ = ["RetrainResult", "default_releases_dir", "retrain"]
 
@@ -62,7 +66,7 @@ class RetrainResult:
     budget: BudgetReport
     activated: bool
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {
             "release_id": self.release_id,
             "bundle_path": str(self.bundle_path),
@@ -92,19 +96,23 @@ def _training_config(
     epsilon: float | None,
     delta: float | None,
     mode: str | None,
-) -> Any:
-    from qveil.trainer.estimators import estimator_name, load_config  # optional extra
+) -> TrainConfig:
+    from qveil.trainer.estimators import (  # optional extra
+        TrainConfig,
+        estimator_name,
+        load_config,
+    )
 
     if sigma is not None and epsilon is not None:
         raise InvalidArgument("give --epsilon or --sigma, not both")
     cfg = load_config(config, estimator="algorithm1")
-    name = estimator_name(cfg)
-    if name != "algorithm1":
+    if not isinstance(cfg, TrainConfig):
         raise InvalidArgument(
             "retrain trains Algorithm 1 online (a config whose mode is paper, gdp or output), "
-            f"not the {name} estimator: train fqi releases with qveil train --dataset"
+            f"not the {estimator_name(cfg)} estimator: train fqi releases with qveil train "
+            "--dataset"
         )
-    over: dict[str, Any] = {}
+    over: dict[str, Any] = {}  # TrainConfig fields of several types (dataclasses.replace)
     if mode is not None:
         over["mode"] = mode
     if delta is not None:
@@ -125,19 +133,18 @@ def _training_config(
     return cfg
 
 
-def _planned_event(estimator: Any, dataset_id: str) -> PrivacyEvent:
+def _planned_event(estimator: AnyEstimator, dataset_id: str) -> PrivacyEvent:
     """The privacy event the run will cost, computed by the accountant before training."""
     result = estimator.public_plan()
-    if isinstance(result, dict) or not result.holds:
-        reason = result.get("reason") if isinstance(result, dict) else result.reason
+    if not result.holds:
         raise FailedPrecondition(
-            f"this configuration has no privacy guarantee ({reason}); "
+            f"this configuration has no privacy guarantee ({result.reason}); "
             "it cannot be released under the ledger"
         )
     return PrivacyEvent.from_result(result, dataset_id=dataset_id, bundle_id="planned")
 
 
-def _bundle_event(bundle: Any, dataset_id: str) -> Any:
+def _bundle_event(bundle: Bundle, dataset_id: str) -> PrivacyEvent:
     """The release's event, recomputed by the accountant from the card's own parameters."""
 
     result = account_params(bundle.card["privacy_params"])
@@ -165,7 +172,7 @@ def retrain(
     beside a SQLite store file. ``seed``: tests and experiments only (the card says seeded).
     Raises BudgetExceeded / FailedPrecondition / InvalidArgument with nothing registered.
     """
-    params: dict[str, Any] = {
+    params: JSONObject = {
         "dataset_id": dataset_id,
         "config": str(config),
         "requested_epsilon": epsilon,
@@ -207,7 +214,7 @@ def retrain(
 
 def _train_bundle(
     ctx: AdminContext,
-    estimator: Any,
+    estimator: AnyEstimator,
     out_dir: str | Path | None,
     *,
     seed: int | None,
@@ -248,7 +255,7 @@ def _record_and_register(
     ctx: AdminContext,
     bundle: Bundle,
     dataset_id: str,
-    params: dict[str, Any],
+    params: JSONObject,
     *,
     budget: float | None,
 ) -> LedgerEntry:
@@ -281,7 +288,7 @@ def _record_and_register(
     return entry
 
 
-def _clean(params: dict[str, Any]) -> dict[str, Any]:
+def _clean(params: JSONObject) -> JSONObject:
     return {k: (log_number(v) if isinstance(v, float) else v) for k, v in params.items()}
 
 

@@ -39,9 +39,9 @@ from qveil.kfqi import (
     krr_result,
     multilinear_weights,
 )
+from qveil.privacy.events import account_params
 from qveil.privacy.fqi import sup_sensitivity
 from qveil.privacy.kfqi import KernelFQIPrivacyParams, calibrate_kernel_fqi
-from qveil.privacy.replay import account_params
 from qveil.release_map import brute_force_kappa
 
 

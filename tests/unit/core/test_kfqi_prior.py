@@ -17,8 +17,8 @@ from qveil.additive import StateBox
 from qveil.errors import InvalidArgument
 from qveil.kfqi import Anchors, KernelFQISpec, build_operators_nd, fitted_q_nd, iterate_q_nd
 from qveil.kfqi_prior import check_prior, read_prior, values_sha256, write_prior
+from qveil.privacy.events import account_params
 from qveil.privacy.kfqi import KernelFQIPrivacyParams, calibrate_kernel_fqi
-from qveil.privacy.replay import account_params
 
 SPEC = KernelFQISpec(gamma=0.5, iterations=4, betas=(2.0, 2.0), anchor_points=4, bandwidth=0.3)
 INTERVALS = [[-1.0, 1.0], [0.0, 2.0]]

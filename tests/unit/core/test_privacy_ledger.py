@@ -20,7 +20,13 @@ from qveil.privacy import (
     verify_event,
 )
 from qveil.privacy.gaussian import gdp_delta, gdp_mu
-from qveil.privacy.ledger import BASIC_FILTER, GAUSSIAN_FILTER, filter_check, filter_state
+from qveil.privacy.ledger import (
+    BASIC_FILTER,
+    GAUSSIAN_FILTER,
+    PlannedEvent,
+    filter_check,
+    filter_state,
+)
 
 TS = "2026-11-22T06:00:00+00:00"
 
@@ -108,7 +114,7 @@ def test_event_validation() -> None:
         ("epsilon", float("inf"), "inf"),
     ]:
         with pytest.raises(InvalidArgument, match=None) as exc:
-            PrivacyEvent(**{**good, key: val})
+            PrivacyEvent.from_dict({**good, key: val})
         assert frag in str(exc.value)
     with pytest.raises(InvalidArgument, match="unknown"):
         PrivacyEvent.from_json('{"x": 1}')
@@ -123,8 +129,7 @@ def _gauss(mu: float, *, dataset: str = "pop", bundle: str = "b") -> PrivacyEven
     """A pure Gaussian mechanism of GDP parameter mu (its (eps, delta) on the GDP curve)."""
     delta = 1e-5
     return PrivacyEvent(
-        mode="fqi",
-        params={},
+        mechanism=PlannedEvent("fqi"),
         epsilon=gdp_epsilon(delta=delta, mu=mu),
         delta=delta,
         dataset_id=dataset,

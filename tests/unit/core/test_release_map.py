@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from qveil.privacy.events import account_params
 from qveil.privacy.fqi import FQIPrivacyParams, account_fqi
-from qveil.privacy.replay import account_params
 from qveil.privacy.rkhs import gram_norm_sq
 from qveil.release_map import brute_force_kappa, kappa_certificate, pl_gram, release_quadratic_form
 

@@ -11,6 +11,8 @@ import pytest
 from qveil.bundle import load_bundle
 from qveil.errors import InvalidArgument
 from qveil.kfqi_config import KernelFQIConfig
+from qveil.privacy.events import KernelFQIEvent, OutputGaussianEvent
+from qveil.privacy.ledger import PrivacyEvent
 from qveil.trainer.collect import collect
 from qveil.trainer.config import TrainConfig
 from qveil.trainer.estimators import (
@@ -125,3 +127,27 @@ def test_train_through_the_interface_writes_a_release(tmp_path: Path) -> None:
     assert out.card["users"] == 50 and "written to" in est.summary(out)
     with pytest.raises(InvalidArgument, match="no --dataset"):
         create_estimator(load_config(CONFIGS / "linewalk-quick.toml")).train(ds, tmp_path / "c")
+
+
+def test_a_plan_is_what_the_ledger_records() -> None:
+    """Each kind's plan is a ReleasePlan whose parameters become its typed ledger event (the
+    kernel plan a KernelFQIEvent, Algorithm 1's output mode an OutputGaussianEvent); a
+    sigma = 0 baseline has no plan, and the kernel estimator refuses to train without a
+    dataset."""
+    kern = create_estimator(load_config(CONFIGS / "cartpole-private.toml"))
+    plan = kern.plan(users=1000, actions=2, dims=4, reward_range=(0.0, 1.0))
+    ev = PrivacyEvent.from_result(plan, dataset_id="pop", bundle_id="planned")
+    assert isinstance(ev.mechanism, KernelFQIEvent) and ev.mu == plan.mu
+    assert ev.mechanism.account().epsilon == plan.epsilon
+    quick = load_config(CONFIGS / "linewalk-quick.toml")
+    assert isinstance(quick, TrainConfig)
+    alg = create_estimator(quick.replace(epsilon=8.0, sigma=None, mode="output"))
+    p = alg.plan(users=0, actions=2, dims=1, reward_range=(0.0, 0.5))
+    ev = PrivacyEvent.from_result(p, dataset_id="pop", bundle_id="planned")
+    assert type(ev.mechanism) is OutputGaussianEvent and ev.epsilon == p.epsilon
+    with pytest.raises(InvalidArgument, match="non-private baseline"):
+        create_estimator(quick.replace(epsilon=None, sigma=0.0)).plan(
+            users=0, actions=2, dims=1, reward_range=(0.0, 0.5)
+        )
+    with pytest.raises(InvalidArgument, match="fits a dataset"):
+        kern.train(None, "unused")

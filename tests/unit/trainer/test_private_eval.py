@@ -83,7 +83,7 @@ def test_accountant_calibrates_and_recomputes() -> None:
     assert r.sensitivity == pytest.approx(0.5 * (1 - 0.5**10) / (1000 * 0.25) + 1.0 / 1000)
     again = account_ope(p.replace(sigma=r.sigma))
     assert again.epsilon == pytest.approx(r.epsilon, rel=1e-12)
-    from qveil.privacy.replay import account_params
+    from qveil.privacy.events import account_params
 
     assert account_params(r.params.to_dict()).epsilon == pytest.approx(r.epsilon, rel=1e-12)
 

@@ -44,10 +44,10 @@ from qveil.dataset_cli import add_engine_flags, parse_reward_range
 from qveil.dataset_parquet import ParquetSource
 from qveil.errors import FailedPrecondition, InvalidArgument, QveilError
 from qveil.privacy.gaussian import gdp_mu
-from qveil.privacy.ledger import PrivacyEvent
+from qveil.privacy.ledger import PlannedEvent, PrivacyEvent
 from qveil.release_records import OpenReleaseRecords, validate_population
 from qveil.trainer.cli_dataset import engine_from
-from qveil.trainer.estimators import create_estimator, estimator_name, load_config
+from qveil.trainer.estimators import TrainConfig, create_estimator, load_config
 from qveil.trainer.forecast import forecast
 from qveil.trainer.kfqi import action_count
 
@@ -178,7 +178,7 @@ def _config(args: argparse.Namespace) -> Any:
         privacy.update(epsilon=args.epsilon, sigma=None)
     if args.delta is not None:
         privacy["delta"] = args.delta
-    if estimator_name(cfg) == "algorithm1":
+    if isinstance(cfg, TrainConfig):
         if fqi:
             raise InvalidArgument(f"config {str(args.config)[:80]!r} is not an fqi config")
         for flag in ("neighbour", "force", "reward_range", "allow_clipping"):
@@ -291,7 +291,7 @@ def _write_prior(args: argparse.Namespace) -> int:
     if args.dataset is None:
         raise InvalidArgument("--write-prior needs --dataset PATH (a public dataset)")
     cfg = _config(args)
-    if estimator_name(cfg) != "kernel":
+    if isinstance(cfg, TrainConfig):  # Algorithm 1's config: not an fqi one
         raise InvalidArgument(f"config {str(args.config)[:80]!r} is not an fqi config")
     declared = declared_metadata(args.dataset)
     flag = parse_reward_range(args.reward_range)
@@ -377,8 +377,7 @@ def precheck_population(
             return
         gauss = mode != "paper"
         planned = PrivacyEvent(
-            mode=mode,
-            params={},
+            mechanism=PlannedEvent(mode),
             epsilon=float(epsilon),
             delta=float(delta),
             dataset_id=args.population,

@@ -10,7 +10,15 @@ release bundle. Every kind has the same edge (in the shape of Opacus's accountan
   whose environment fixes those quantities (``qveil admin retrain`` plans with it);
 * :meth:`Estimator.train` -- fit, account and write the bundle (model, card, log)
   atomically; nothing is written on any error;
-* :meth:`Estimator.summary` -- what the CLI prints about the written release.
+* :meth:`Estimator.summary` -- what the CLI prints about the written release (written with
+  it, into its :class:`Outcome`).
+
+The edge is typed: ``Estimator[ConfigT, PlanT]`` takes a config of type ``ConfigT`` (an
+:class:`EstimatorConfig`: a privacy target of sigma, or epsilon at delta), plans a
+``PlanT`` (a :class:`ReleasePlan`: the accountant's result, sigma, epsilon, mu, ...), and
+trains on :class:`qveil.training_data.TrainingData` (a :class:`qveil.dataset.Dataset` or a
+streamed :class:`qveil.dataset_parquet.ParquetSource`) on an optional
+:class:`qveil.trainer.distributed.Engine`.
 
 The kinds register under the config's ``estimator`` key: ``kernel`` (fqi with states of
 d >= 1 coordinates, :mod:`qveil.kfqi`; a 1-D ``grid`` config is this estimator with d = 1,
@@ -26,58 +34,101 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar, Generic, Protocol, TypeVar, overload
 
 from qveil.bundle import value_scale_warning
 from qveil.errors import InvalidArgument
 from qveil.fqi_config import read_toml
+from qveil.json_types import JSONObject
 from qveil.kfqi_config import KernelFQIConfig, default_config, load_fqi_config, plan_kernel
+from qveil.privacy.events import Accounting
+from qveil.privacy.fqi import FQIPrivacyResult
+from qveil.privacy.params import PrivacyResult
 from qveil.trainer.config import TrainConfig
+from qveil.trainer.distributed import Engine
 from qveil.trainer.kfqi import summary, train_kernel_fqi
 from qveil.trainer.train import main_summary, make_env, privacy_for, run_training
+from qveil.training_data import TrainingData
 
 __all__ = [
     "ALIASES",
     "ESTIMATORS",
+    "AnyEstimator",
     "Estimator",
+    "EstimatorConfig",
+    "KernelFQIConfig",
     "Outcome",
+    "ReleasePlan",
+    "TrainConfig",
     "create_estimator",
     "estimator_name",
     "load_config",
     "register",
 ]
 
-#: estimator name -> class; filled by :func:`register`.
-ESTIMATORS: dict[str, type[Estimator]] = {}
+
+class EstimatorConfig(Protocol):
+    """What every estimator's config has (:class:`qveil.kfqi_config.KernelFQIConfig`,
+    :class:`qveil.trainer.config.TrainConfig`): its privacy target, a noise scale ``sigma``
+    or an ``epsilon``, at ``delta``."""
+
+    @property
+    def sigma(self) -> float | None: ...
+    @property
+    def epsilon(self) -> float | None: ...
+    @property
+    def delta(self) -> float: ...
+
+
+class ReleasePlan(Accounting, Protocol):
+    """The accountant's plan of a release from public quantities
+    (:class:`qveil.privacy.fqi.FQIPrivacyResult`, :class:`qveil.privacy.PrivacyResult`):
+    the noise scale ``sigma``, the guarantee (epsilon, delta_total, mu) when it ``holds``,
+    and the sensitivity it is calibrated to. Its ``params`` are what the ledger records
+    (:meth:`qveil.privacy.ledger.PrivacyEvent.from_result`)."""
+
+    @property
+    def sensitivity(self) -> float | None: ...
+
+
+ConfigT = TypeVar("ConfigT", bound=EstimatorConfig, covariant=True)
+PlanT = TypeVar("PlanT", bound=ReleasePlan, covariant=True)
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """A written release: its bundle directory and card, and warnings for the operator."""
+    """A written release: its bundle directory and card, warnings for the operator, and the
+    few lines the CLI prints about it."""
 
     path: Path
-    card: dict[str, Any]
+    card: JSONObject  # the card (qveil.bundle.card)
     warnings: tuple[str, ...]
-    detail: Any = None
+    summary: str
 
 
-class Estimator(ABC):
-    """A private estimator of one config (see the module docstring)."""
+class Estimator(ABC, Generic[ConfigT, PlanT]):
+    """A private estimator of a config of type ``ConfigT`` whose plan is a ``PlanT`` (see
+    the module docstring)."""
 
     name: ClassVar[str]
     #: True when :meth:`train` needs an offline dataset; False for online training
     needs_dataset: ClassVar[bool] = True
 
-    def __init__(self, config: Any) -> None:
-        self.config = config
+    def __init__(self, config: ConfigT) -> None:
+        self._config = config
+
+    @property
+    def config(self) -> ConfigT:
+        """The estimator's config."""
+        return self._config
 
     @abstractmethod
     def plan(
         self, *, users: int, actions: int, dims: int, reward_range: tuple[float, float]
-    ) -> Any:
+    ) -> PlanT:
         """The accountant's result for this config from public quantities only."""
 
-    def public_plan(self) -> Any:
+    def public_plan(self) -> PlanT:
         """The accountant's result when the config alone fixes every public quantity (an
         online estimator: its environment's users and actions); an estimator that needs a
         dataset's counts refuses (use :meth:`plan`)."""
@@ -89,30 +140,38 @@ class Estimator(ABC):
     @abstractmethod
     def train(
         self,
-        dataset: Any,
+        dataset: TrainingData | None,
         out: str | Path,
         *,
         force: bool = False,
         seed: int | None = None,
         progress: bool = False,
-        engine: Any = None,
+        engine: Engine | None = None,
         allow_clipping: bool = False,
     ) -> Outcome:
         """Fit on ``dataset`` (None for online estimators), account and write the bundle.
-        ``engine`` (:class:`qveil.trainer.distributed.Engine`) is where a fit that runs as
-        map-reduce tasks runs (None: in this process). ``allow_clipping``: train even when
-        most rows lie outside the config's state intervals (an estimator on a dataset
-        refuses that otherwise; :func:`qveil.trainer.kfqi.check_clipping`)."""
+        ``engine`` is where a fit that runs as map-reduce tasks runs (None: in this
+        process). ``allow_clipping``: train even when most rows lie outside the config's
+        state intervals (an estimator on a dataset refuses that otherwise;
+        :func:`qveil.trainer.kfqi.check_clipping`)."""
 
-    @abstractmethod
     def summary(self, outcome: Outcome) -> str:
         """A few lines about the written release."""
+        return outcome.summary
 
 
-def register(name: str) -> Callable[[type[Estimator]], type[Estimator]]:
+#: An estimator of any registered kind: its config and plan have the common types.
+AnyEstimator = Estimator[EstimatorConfig, ReleasePlan]
+#: estimator name -> class; filled by :func:`register`.
+ESTIMATORS: dict[str, type[AnyEstimator]] = {}
+
+E = TypeVar("E", bound=AnyEstimator)
+
+
+def register(name: str) -> Callable[[type[E]], type[E]]:
     """Class decorator: register an estimator under ``name`` (the config's ``estimator``)."""
 
-    def deco(cls: type[Estimator]) -> type[Estimator]:
+    def deco(cls: type[E]) -> type[E]:
         if name in ESTIMATORS:
             raise InvalidArgument(f"estimator {name!r} is registered already")
         cls.name = name
@@ -122,7 +181,7 @@ def register(name: str) -> Callable[[type[Estimator]], type[Estimator]]:
     return deco
 
 
-def estimator_name(config: Any) -> str:
+def estimator_name(config: EstimatorConfig) -> str:
     """The registered name of a config's estimator."""
     if isinstance(config, KernelFQIConfig):
         return "kernel"
@@ -131,7 +190,13 @@ def estimator_name(config: Any) -> str:
     raise InvalidArgument(f"no estimator takes a {type(config).__name__} config")
 
 
-def create_estimator(config: Any) -> Estimator:
+@overload
+def create_estimator(config: KernelFQIConfig) -> KernelFQI: ...
+@overload
+def create_estimator(config: TrainConfig) -> Algorithm1: ...
+@overload
+def create_estimator(config: EstimatorConfig) -> AnyEstimator: ...
+def create_estimator(config: EstimatorConfig) -> AnyEstimator:
     """The estimator of ``config`` (any of the registered kinds)."""
     return ESTIMATORS[estimator_name(config)](config)
 
@@ -141,7 +206,9 @@ def create_estimator(config: Any) -> Estimator:
 ALIASES = {"grid": "kernel"}
 
 
-def load_config(path: str | Path | None, *, estimator: str = "grid") -> Any:
+def load_config(
+    path: str | Path | None, *, estimator: str = "grid"
+) -> KernelFQIConfig | TrainConfig:
     """The one config loader: the TOML file's ``estimator`` (``kernel``, ``grid`` (the kernel
     estimator with d = 1) or ``algorithm1``; a file whose ``mode`` is paper, gdp or output is
     ``algorithm1``), or, with no file, the 1-D defaults of ``estimator`` ``grid``."""
@@ -163,41 +230,41 @@ def load_config(path: str | Path | None, *, estimator: str = "grid") -> Any:
 
 # ----------------------------------------------------------------------------- the kinds
 @register("kernel")
-class KernelFQI(Estimator):
+class KernelFQI(Estimator[KernelFQIConfig, FQIPrivacyResult]):
     """fqi on states of d >= 1 coordinates: the per-user averager over public anchors,
     subspace KRR onto the additive RKHS of the noise (:mod:`qveil.kfqi`); with d = 1 the
     additive kernel is the OU kernel exp(-beta |x - y|)."""
 
     def plan(
         self, *, users: int, actions: int, dims: int, reward_range: tuple[float, float]
-    ) -> Any:
-        return plan_kernel(
+    ) -> FQIPrivacyResult:
+        plan: FQIPrivacyResult = plan_kernel(
             self.config, users=users, actions=actions, dims=dims, reward_range=reward_range
         )
+        return plan
 
     def train(
         self,
-        dataset: Any,
+        dataset: TrainingData | None,
         out: str | Path,
         *,
         force: bool = False,
         seed: int | None = None,
         progress: bool = False,
-        engine: Any = None,
+        engine: Engine | None = None,
         allow_clipping: bool = False,
     ) -> Outcome:
+        if dataset is None:
+            raise InvalidArgument("the kernel estimator fits a dataset: give --dataset PATH")
         o = train_kernel_fqi(
             self.config, dataset, out, force=force, engine=engine, allow_clipping=allow_clipping
         )
         warnings = _warned(o.warning) + _warned(o.clipping)
-        return Outcome(path=o.path, card=o.card, warnings=warnings, detail=o)
-
-    def summary(self, outcome: Outcome) -> str:
-        return summary(outcome.detail)
+        return Outcome(path=o.path, card=o.card, warnings=warnings, summary=summary(o))
 
 
 @register("algorithm1")
-class Algorithm1(Estimator):
+class Algorithm1(Estimator[TrainConfig, PrivacyResult]):
     """Wang & Hegde (2019), Algorithm 1: DQN with functional noise, trained online in the
     config's environment (its simulated users are the data); ``paper``, ``gdp`` or ``output``
     accounting (:mod:`qveil.trainer.train`)."""
@@ -206,27 +273,33 @@ class Algorithm1(Estimator):
 
     def plan(
         self, *, users: int, actions: int, dims: int, reward_range: tuple[float, float]
-    ) -> Any:
-        result, _ = privacy_for(self.config, n_actions=actions)
-        return result
+    ) -> PrivacyResult:
+        return self._plan(n_actions=actions)
 
-    def public_plan(self) -> Any:
+    def public_plan(self) -> PrivacyResult:
         info = make_env(self.config)
         try:
-            result, _ = privacy_for(self.config, n_actions=info.n_actions)
+            return self._plan(n_actions=info.n_actions)
         finally:
             info.env.close()
+
+    def _plan(self, *, n_actions: int) -> PrivacyResult:
+        result, _ = privacy_for(self.config, n_actions=n_actions)
+        if not isinstance(result, PrivacyResult):  # the sigma = 0 baseline's card entry
+            raise InvalidArgument(
+                "sigma = 0 is the non-private baseline: it has no privacy guarantee to plan"
+            )
         return result
 
     def train(
         self,
-        dataset: Any,
+        dataset: TrainingData | None,
         out: str | Path,
         *,
         force: bool = False,
         seed: int | None = None,
         progress: bool = False,
-        engine: Any = None,
+        engine: Engine | None = None,
         allow_clipping: bool = False,
     ) -> Outcome:
         if dataset is not None:
@@ -237,10 +310,7 @@ class Algorithm1(Estimator):
         warnings = [w for w in (value_scale_warning(o.card),) if w]
         if not o.card["holds"]:
             warnings.append(f"the guarantee does not hold: {o.card['reason']}")
-        return Outcome(path=o.path, card=o.card, warnings=tuple(warnings), detail=o)
-
-    def summary(self, outcome: Outcome) -> str:
-        return main_summary(outcome.detail)
+        return Outcome(path=o.path, card=o.card, warnings=tuple(warnings), summary=main_summary(o))
 
 
 def _warned(warning: str | None) -> tuple[str, ...]:

@@ -33,9 +33,11 @@ import numpy.typing as npt
 from qveil.additive import AdditiveSamplePath
 from qveil.bundle import load_bundle
 from qveil.errors import InvalidArgument
+from qveil.kfqi_config import KernelFQIConfig
 from qveil.trainer import register_envs
 from qveil.trainer.collect import collect
 from qveil.trainer.estimators import create_estimator
+from qveil.training_data import TrainingData
 
 __all__ = ["MEASURED_ERROR", "NEAR_RANDOM", "Forecast", "forecast", "lockstep"]
 
@@ -246,11 +248,11 @@ def _bootstrap(
 
 
 def forecast(
-    config: Any,
+    config: KernelFQIConfig,
     *,
     users: int,
     epsilon: float,
-    dataset: Any = None,
+    dataset: TrainingData | None = None,
     releases: int = 8,
     episodes: int = 20,
     seed: int = 1,

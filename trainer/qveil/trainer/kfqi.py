@@ -27,21 +27,23 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from qveil.additive import StateBox
 from qveil.bundle import build_kernel_fqi_card, load_bundle, write_kernel_bundle
 from qveil.bundle.io import plot_curve
-from qveil.dataset_parquet import ParquetSource
 from qveil.errors import FailedPrecondition, InvalidArgument
 from qveil.fqi_config import CLIP_REFUSE, CLIP_WARN, REFUSE_RATIO, clipping_message, ratio_message
-from qveil.kfqi import Anchors, additive_mean, iterate_q_nd, krr_result
+from qveil.json_types import JSONMapping, JSONObject
+from qveil.kfqi import Anchors, KernelFQIResult, additive_mean, iterate_q_nd, krr_result
 from qveil.kfqi_config import KernelFQIConfig, plan_kernel
 from qveil.kfqi_prior import Prior, check_prior, read_prior, write_prior
+from qveil.privacy.fqi import FQIPrivacyResult
 from qveil.trainer.distributed import Engine, fit_operators
 from qveil.trainer.train import code_version
+from qveil.training_data import TrainingData
 
 __all__ = [
     "FQIOutcome",
@@ -62,7 +64,7 @@ __all__ = [
 @dataclass(frozen=True)
 class FQIOutcome:
     path: Path
-    card: dict[str, Any]
+    card: JSONObject  # the card (qveil.bundle.card)
     seconds: float
     warning: str | None
     #: the clipped-rows report when above CLIP_WARN (qveil.fqi_config)
@@ -106,14 +108,14 @@ def action_count(cfg: KernelFQIConfig) -> int | None:
         env.close()
 
 
-def check_reward_relation(neighbour: str, dataset: Any) -> None:
+def check_reward_relation(neighbour: str, dataset: TrainingData) -> None:
     """Refuse (InvalidArgument) the ``reward`` neighbour relation on a dataset that does not
     declare ``rewards_are_population_averages``. The relation's bound, D_T = (hi - lo)
     (1 - gamma^T) / (N (1 - gamma)), assumes each sample's reward is already the mean of the
     N users' private reward functions, so that one user moves every reward by at most
     (hi - lo)/N; on rows that each carry one user's own reward, one user moves their rewards
     by up to hi - lo and the bound does not hold."""
-    if neighbour != "reward" or getattr(dataset, "rewards_are_population_averages", False):
+    if neighbour != "reward" or dataset.rewards_are_population_averages:
         return
     raise InvalidArgument(
         "the reward neighbour relation assumes each sample's reward is already the mean of "
@@ -153,7 +155,7 @@ class KernelFit:
     was fitted with; :func:`write_kernel_release` takes the privacy settings from it."""
 
     cfg: KernelFQIConfig
-    result: Any  # qveil.kfqi.KernelFQIResult
+    result: KernelFQIResult
     env_id: str
     intervals: list[list[float]]
     reward_range: tuple[float, float]
@@ -183,7 +185,7 @@ class KernelFit:
                 self._curves[title] = p.read_bytes()
         return self._curves[title]
 
-    def mean(self, states: Any) -> np.ndarray:
+    def mean(self, states: npt.ArrayLike) -> np.ndarray:
         """The fitted mean f_a at raw states (n, d), clipped into the public box: (n, m).
         Not a release (no noise); for non-private references only."""
         box = StateBox.of(self.intervals)
@@ -195,34 +197,26 @@ class KernelFit:
         return out
 
 
-def _shape(dataset: Any) -> tuple[int, str, tuple[float, float], int, int]:
-    """dims, env id, reward range, users and actions: a streamed Parquet dataset's from its
-    metadata (the fit checks the user count it reads against it), others' from the arrays."""
-    if isinstance(dataset, ParquetSource):
-        users = dataset.users
-        dims = dataset.d
-    else:
-        s = np.asarray(dataset.s)
-        dims = 1 if s.ndim == 1 else int(s.shape[1])
-        users = int(len(np.unique(dataset.user)))
-    return (
-        dims,
-        str(getattr(dataset, "env_id", None) or ""),
-        tuple(dataset.reward_range),
-        users,
-        int(dataset.n_actions),
-    )
+def _shape(dataset: TrainingData) -> tuple[int, str, tuple[float, float], int, int]:
+    """dims, env id, reward range, users and actions, from the dataset's public metadata (a
+    streamed Parquet dataset's user count is its writer's record: the fit checks the count
+    it reads against it)."""
+    lo, hi = dataset.reward_range
+    return (dataset.d, dataset.env_id or "", (lo, hi), dataset.users, int(dataset.n_actions))
 
 
-def _plan(cfg: KernelFQIConfig, dataset: Any) -> Any:
+def _plan(cfg: KernelFQIConfig, dataset: TrainingData) -> FQIPrivacyResult:
     """The accountant's result from public quantities (N, m, d, the config) only."""
     dims, _, rr, users, actions = _shape(dataset)
-    return plan_kernel(
+    plan: FQIPrivacyResult = plan_kernel(
         cfg, users=users, actions=actions, dims=dims, reward_range=cfg.reward_range or rr
     )
+    return plan
 
 
-def fit_kernel(cfg: KernelFQIConfig, dataset: Any, *, engine: Any = None) -> KernelFit:
+def fit_kernel(
+    cfg: KernelFQIConfig, dataset: TrainingData, *, engine: Engine | None = None
+) -> KernelFit:
     """Kernel FQI + subspace KRR of ``dataset`` with ``cfg``'s public estimator (no noise,
     no privacy accounting: that is :func:`write_kernel_release`'s). The ``reward`` relation
     is refused on a dataset that does not declare its rewards population averages
@@ -267,7 +261,7 @@ def fit_kernel(cfg: KernelFQIConfig, dataset: Any, *, engine: Any = None) -> Ker
     q = iterate_q_nd(built.operators, spec=spec, prior=votes, on_iteration=deltas.append)
     result = krr_result(q, spec=spec, reward_range=(float(rr[0]), float(rr[1])))
     seconds = time.perf_counter() - t0
-    fingerprint = dataset.fingerprint() if callable(getattr(dataset, "fingerprint", None)) else ""
+    fingerprint = dataset.fingerprint()
     return KernelFit(
         cfg=cfg,
         result=result,
@@ -293,7 +287,7 @@ def write_kernel_release(
     epsilon: float | None = None,
     sigma: float | None = None,
     force: bool = False,
-) -> Any:
+) -> FQIOutcome:
     """Account and write one release bundle of ``fit`` at ``out`` (must not exist): sigma
     from the kernel accountant for ``epsilon`` (or the given ``sigma``; neither: the fit's
     config), a fresh release id. Every call is a new, distinct release of the same mean.
@@ -388,7 +382,12 @@ def check_clipping(fit: KernelFit, *, allow_clipping: bool = False) -> str | Non
 
 
 def write_kernel_prior(
-    cfg: KernelFQIConfig, dataset: Any, out: str | Path, *, source: str = "", engine: Any = None
+    cfg: KernelFQIConfig,
+    dataset: TrainingData,
+    out: str | Path,
+    *,
+    source: str = "",
+    engine: Engine | None = None,
 ) -> Prior:
     """Fit ``cfg``'s estimator on a PUBLIC ``dataset`` (no noise, no accounting: nothing of
     it is private) and write its Q_T at the config's anchors as a prior file at ``out``
@@ -416,13 +415,13 @@ def write_kernel_prior(
 
 def train_kernel_fqi(
     cfg: KernelFQIConfig,
-    dataset: Any,
+    dataset: TrainingData,
     out: str | Path,
     *,
     force: bool = False,
-    engine: Any = None,
+    engine: Engine | None = None,
     allow_clipping: bool = False,
-) -> Any:
+) -> FQIOutcome:
     """Fit, account and write a d-coordinate fqi bundle at ``out`` (must not exist).
     Returns a :class:`FQIOutcome`. Nothing is written on any error; a
     release the accountant refuses is refused before the data is touched, and a fit whose
@@ -461,7 +460,7 @@ def summary(outcome: FQIOutcome) -> str:
     )
 
 
-def _clipped(card: dict[str, Any]) -> str:
+def _clipped(card: JSONMapping) -> str:
     """The clipped-rows count of a card (its admin view), as a share of the rows."""
     t = card.get("training") or {}
     n, k = t.get("samples"), t.get("states_clipped")

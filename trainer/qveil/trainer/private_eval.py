@@ -30,20 +30,25 @@ measured in docs/results.md, not bounded); the report says both (:data:`SCALE`,
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Protocol
 
 import numpy as np
 
 from qveil.additive import StateBox
 from qveil.answer import released_values
+from qveil.bundle import Bundle
+from qveil.dataset import Dataset
 from qveil.errors import InvalidArgument
+from qveil.json_types import JSONObject
 from qveil.kfqi_config import KernelFQIConfig
+from qveil.kfqi_spec import KernelFQISpec
 from qveil.ope import policy_value
 from qveil.privacy.ledger import PrivacyEvent
 from qveil.privacy.ope import OPEPrivacyParams, calibrate_ope
 from qveil.release_records import ReleaseRecords
 from qveil.rng import OSEntropy
 from qveil.trainer.kfqi import state_intervals
+from qveil.training_data import TrainingData
 
 __all__ = [
     "NOT_COVERED",
@@ -70,31 +75,39 @@ NOT_COVERED = (
 )
 
 
-def estimator_of(cfg: Any, dataset: Any) -> tuple[Any, Any, str, tuple[float, float]]:
+class NormalSource(Protocol):
+    """A source of standard normal draws (:class:`qveil.rng.OSEntropy` by default)."""
+
+    def standard_normal(self) -> float: ...
+
+
+def estimator_of(
+    cfg: object, dataset: TrainingData
+) -> tuple[KernelFQISpec, StateBox, str, tuple[float, float]]:
     """(spec, box, env_id, reward range) of the evaluation for an fqi config (any d; a 1-D
     ``grid`` config is the kernel config with d = 1): its averager, user relation."""
 
     if not isinstance(cfg, KernelFQIConfig):
         raise InvalidArgument("the private evaluation takes an fqi config")
     env_id = str(getattr(cfg, "env_id", None) or getattr(dataset, "env_id", None) or "")
-    rr_cfg = getattr(cfg, "reward_range", None)
-    rr = tuple(float(v) for v in (rr_cfg or dataset.reward_range))
+    lo, hi = getattr(cfg, "reward_range", None) or dataset.reward_range
+    rr = (float(lo), float(hi))
     dims = int(dataset.d)
-    spec = cfg.replace(neighbour="user").spec(dims)
-    return spec, StateBox.of(state_intervals(cfg, env_id or None, dims)), env_id, rr  # type: ignore[return-value]
+    spec: KernelFQISpec = cfg.replace(neighbour="user").spec(dims)
+    return spec, StateBox.of(state_intervals(cfg, env_id or None, dims)), env_id, rr
 
 
 def private_evaluation(
     *,
-    bundle: Any,
-    dataset: Any,
-    config: Any,
+    bundle: Bundle,
+    dataset: Dataset,
+    config: object,
     epsilon: float,
     delta: float,
     population: str,
     records: ReleaseRecords,
-    noise: Any = None,
-) -> dict[str, Any]:
+    noise: NormalSource | None = None,
+) -> JSONObject:
     """Run steps 1-4 of the module docstring; returns the report (estimate, interval,
     privacy, population spending). ``bundle``: the loaded release (its model and key: the
     policy is computed here, never asked of a server). ``records``: the registry's
@@ -154,7 +167,12 @@ def private_evaluation(
 
 
 def _policy_value(
-    bundle: Any, dataset: Any, *, box: Any, reward_range: tuple[float, float], spec: Any
+    bundle: Bundle,
+    dataset: Dataset,
+    *,
+    box: StateBox,
+    reward_range: tuple[float, float],
+    spec: KernelFQISpec,
 ) -> float:
     """The non-private estimate J of the release's greedy policy (its released values,
     computed in process) on ``dataset`` (step 2 of the module docstring)."""

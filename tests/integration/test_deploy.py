@@ -42,6 +42,8 @@ from qveil.server.auth import ROLES, add_token, load_tokens
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 PROBE = DEPLOY / "healthcheck.py"
+#: the Prometheus port of the images, compose, the manifests and the unit
+METRICS_PORT = 9464
 
 
 # ------------------------------------------------------------------ parsing helpers -------
@@ -161,6 +163,35 @@ def test_compose_file() -> None:
             assert str(port).startswith("127.0.0.1:"), f"{name} publishes {port} beyond loopback"
         assert "--tls-cert" in cmd and "--tokens-file" in cmd, "non-loopback needs TLS + tokens"
         assert svc["stop_signal"] == "SIGTERM"
+    # monitoring (profile): Prometheus scrapes every replica's --metrics-port, Grafana loads
+    # the dashboard; both on loopback
+    for name in replicas:
+        cmd = [str(c) for c in services[name]["command"]]
+        assert cmd[cmd.index("--metrics-port") + 1] == str(METRICS_PORT)
+        assert not any(str(METRICS_PORT) in str(p) for p in services[name]["ports"])
+        assert services[name]["labels"]["prometheus.io/port"] == str(METRICS_PORT)
+    prom, graf = services["prometheus"], services["grafana"]
+    assert prom["profiles"] == graf["profiles"] == ["monitoring"]
+    for svc in (prom, graf):
+        assert all(str(p).startswith("127.0.0.1:") for p in svc["ports"])
+        for vol in svc["volumes"]:
+            src = vol.split(":")[0]
+            if src.startswith("./"):
+                assert (DEPLOY / src).exists(), f"compose mounts missing {src}"
+    conf = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
+    (job,) = conf["scrape_configs"]
+    assert job["metrics_path"] == "/metrics"
+    assert job["static_configs"][0]["targets"] == [f"{n}:{METRICS_PORT}" for n in replicas]
+    provisioning = DEPLOY / "grafana" / "provisioning"
+    (source,) = yaml.safe_load((provisioning / "datasources" / "prometheus.yml").read_text())[
+        "datasources"
+    ]
+    assert source["type"] == "prometheus" and source["url"] == "http://prometheus:9090"
+    (provider,) = yaml.safe_load((provisioning / "dashboards" / "qveil.yml").read_text())[
+        "providers"
+    ]
+    dashboards = provider["options"]["path"]
+    assert f"./grafana/qveil-dashboard.json:{dashboards}/qveil-dashboard.json:ro" in graf["volumes"]
     stores = {
         [str(c) for c in services[n]["command"]][
             [str(c) for c in services[n]["command"]].index("--store") + 1
@@ -429,6 +460,29 @@ def _query(
     return len(reply.values)
 
 
+def _scrape_metrics(argv: list[str]) -> None:
+    """The server started with ``argv`` serves its Prometheus series on --metrics-port."""
+    import urllib.request
+
+    port = argv[argv.index("--metrics-port") + 1]
+    url = f"http://127.0.0.1:{port}/metrics"
+    text = urllib.request.urlopen(url, timeout=10).read().decode()
+    assert re.search(r'^qveil_build_info\{version="[^"]+"\} 1\.0$', text, re.M), text[:500]
+    assert re.search(r'^qveil_requests_total\{code="OK",', text, re.M), text[:2000]
+
+
+def _metrics_values(argv: list[str], *, container: bool) -> dict[str, str]:
+    """The replacement values for the metrics flags: a free port on 127.0.0.1. In a container
+    or pod the endpoint must listen on all interfaces (Prometheus scrapes it from outside)."""
+    assert "--metrics-port" in argv, f"metrics off in {argv}"
+    if not container:
+        assert "--metrics-host" not in argv, "the unit keeps metrics on loopback"
+        return {"--metrics-port": str(free_port())}
+    assert argv[argv.index("--metrics-host") + 1] == "0.0.0.0"
+    assert argv[argv.index("--metrics-port") + 1] == str(METRICS_PORT)
+    return {"--metrics-port": str(free_port()), "--metrics-host": "127.0.0.1"}
+
+
 def _run(tmp_path: Path, argv: list[str], name: str, *, tls: Certs | None, token: str) -> None:
     """Start `qveil <argv>` (argv starts with "serve"), query, probe, SIGTERM."""
     assert argv[0] == "serve", argv
@@ -469,6 +523,7 @@ def _run(tmp_path: Path, argv: list[str], name: str, *, tls: Certs | None, token
         )
         assert probe.stdout.strip() == "SERVING"
         assert _query(srv.target, token, creds=creds) == 6  # 3 states x 2 actions
+        _scrape_metrics(argv)
     finally:
         code = srv.terminate()
     assert code == 0, f"exit code {code} after SIGTERM\n{srv.log_tail()}"
@@ -495,6 +550,7 @@ def test_server_starts_with_the_systemd_unit_arguments(tmp_path: Path, bundle: P
             "--store": f"sqlite:///{tmp_path / 'store.sqlite'}",
             "--listen": f"127.0.0.1:{free_port()}",  # the example is loopback already
             "--tokens-file": str(tokens),
+            **_metrics_values(argv, container=False),
         },
     )
     _run(tmp_path, argv, "unit", tls=None, token=token)
@@ -514,6 +570,7 @@ def _compose_like(tmp_path: Path, bundle: Path, argv: list[str], name: str) -> N
             "--tls-cert": str(certs.server_cert),
             "--tls-key": str(certs.server_key),
             "--tokens-file": str(tokens),
+            **_metrics_values(argv, container=True),
         },
     )
     _run(tmp_path, ["serve", *argv], name, tls=certs, token=token)
@@ -640,6 +697,10 @@ def kserve_predictor(name: str) -> dict[str, object]:
         assert set(re.findall(r"\$\((\w+)\)", store)) <= env and store.startswith("$(")
     port = int(args[args.index("--http-port") + 1])
     assert [p["containerPort"] for p in box["ports"]] == [port]
+    # Prometheus finds the pods by their annotations (KServe copies the InferenceService's)
+    ann = isvc["metadata"]["annotations"]
+    assert ann["prometheus.io/scrape"] == "true" and ann["prometheus.io/path"] == "/metrics"
+    assert ann["prometheus.io/port"] == args[args.index("--metrics-port") + 1] == str(METRICS_PORT)
     for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
         get = box[probe]["httpGet"]
         assert get["port"] == port and get["scheme"] == "HTTPS"
@@ -674,6 +735,7 @@ def test_server_starts_with_the_kserve_arguments(
             "--tls-cert": str(certs.server_cert),
             "--tls-key": str(certs.server_key),
             "--tokens-file": str(tokens),
+            **_metrics_values(argv, container=True),
         },
     )
     srv = ServerProc(
@@ -712,6 +774,7 @@ def test_server_starts_with_the_kserve_arguments(
             assert r.status_code == 200, r.text
             assert {o["name"] for o in r.json()["outputs"]} == {"Q", "BEST_ACTION"}
             assert c.post(url + "/v2/models/qveil/infer", json={}).status_code == 401
+        _scrape_metrics(argv)
     finally:
         code = srv.terminate()
     assert code == 0, f"exit code {code} after SIGTERM\n{srv.log_tail()}"

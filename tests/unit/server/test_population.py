@@ -56,6 +56,8 @@ def test_declared_once_shown_and_plotted(tmp_path: Path) -> None:
     assert rep["budget"] == {"epsilon": 2.0, "delta": 1e-5} and rep["events"] == []
     assert rep["mu_budget"] == pytest.approx(gdp_mu(epsilon=2.0, delta=1e-5))
     assert rep["remaining"]["epsilon"] == pytest.approx(2.0, rel=1e-6)
+    text = qveil("budget", "show", "clinic").stdout
+    assert "  spent:     nothing yet (no release charged)" in text.splitlines(), text
     png = tmp_path / "spent.png"
     assert qveil("budget", "show", "clinic", "--plot", str(png)).returncode == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -103,6 +105,10 @@ def test_the_fourth_release_in_another_directory_is_refused_before_reading_data(
     rep = _show("clinic")
     assert rep["mu_spent"] == pytest.approx(3**0.5 * mu, rel=1e-6)
     assert "Gaussian privacy filter" in rep["rule"]
+    text = qveil("budget", "show", "clinic").stdout
+    assert (
+        f"(Gaussian-DP mu {rep['mu_spent']:.6g} of the budget's {rep['mu_budget']:.6g})" in text
+    ), text
     assert rep["remaining"]["epsilon"] < 1.0
     out = tmp_path / "d" / "bundle"
     r = _train(tmp_path / "no-such-dataset.npz", out)

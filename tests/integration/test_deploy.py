@@ -613,8 +613,9 @@ sys.exit(main(sys.argv[1:]))
 
 def test_the_server_runs_without_torch_and_gymnasium(tmp_path: Path, bundle: Path) -> None:
     """The server image has neither torch nor gymnasium: `qveil serve` starts on a bundle,
-    answers over gRPC, REST and /metrics and stops, `qveil audit` and `qveil budget show`
-    run, without trying to import either; `qveil train` says what it needs (exit 2)."""
+    answers over gRPC, REST and /metrics and stops, `qveil audit`, `qveil budget show` and
+    `qveil admin releases` run, without trying to import either; `qveil train` and `qveil
+    admin retrain` say what they need (exit 2)."""
     import httpx
 
     blocked = tmp_path / "blocked.txt"
@@ -657,13 +658,22 @@ def test_the_server_runs_without_torch_and_gymnasium(tmp_path: Path, bundle: Pat
         )  # fmt: skip
 
     for argv in (["audit", "--store", store, "--bundle", str(bundle)],
-                 ["budget", "show", "--json"]):  # fmt: skip
+                 ["budget", "show", "--json"],
+                 ["admin", "--store", store, "releases"]):  # fmt: skip
         r = qveil(*argv)
         assert r.returncode == 0, r.stdout + r.stderr
         assert blocked.read_text() == "", f"{argv[0]} tried to import {blocked.read_text()}"
-    r = qveil("train", "--mode", "fqi", "--dataset", "users.npz", "--out", str(tmp_path / "b"))
-    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
-    assert "needs 'gymnasium'" in r.stderr or "needs 'torch'" in r.stderr, r.stderr
+    # what needs the trainer says so: one line, exit 2
+    config = str(ROOT / "configs" / "linewalk-private.toml")
+    for argv, says in (
+        (["train", "--mode", "fqi", "--dataset", "users.npz", "--out", str(tmp_path / "b")],
+         "qveil train: needs 'gymnasium'"),
+        (["admin", "--store", store, "retrain", "--config", config, "--dataset-id", "d",
+          "--epsilon", "1"], "retrain needs the trainer: 'gymnasium' is not installed"),
+    ):  # fmt: skip
+        r = qveil(*argv)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+        assert says in r.stderr, r.stderr
 
 
 # ------------------------------------------------------------------ KServe ------

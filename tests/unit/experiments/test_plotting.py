@@ -139,11 +139,8 @@ def figure(request: pytest.FixtureRequest) -> Iterator[Any]:
     plt.close(fig)
 
 
-def test_titles_and_labels_fit(figure: Any) -> None:
+def test_titles_fit_and_one_legend_lies_below_the_panels(figure: Any) -> None:
     assert_texts_inside(figure)
-
-
-def test_one_legend_below_the_panels(figure: Any) -> None:
     assert not [ax for ax in figure.axes if ax.get_legend() is not None]
     (legend,) = figure.legends
     assert len({t.get_text() for t in legend.get_texts()}) == len(legend.get_texts())

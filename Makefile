@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.qveil-installed
 
-.PHONY: setup demo test test-fast check proto proto-check bench reliability clean
+.PHONY: setup demo test test-fast check proto proto-check bench reliability wheels clean
 
 setup: $(STAMP)
 
@@ -49,5 +49,15 @@ bench: setup
 reliability: setup
 	bash scripts/reliability.sh
 
+# Every wheel the two images of deploy/Dockerfile install (qveil's own, torch==2.13.0 as pip
+# resolves it here: the CPU wheel, and the server's and trainer's dependencies), resolved in
+# one go so that they fit together; `docker build` then installs from it with --no-index.
+WHEELHOUSE := dist/wheelhouse
+wheels: setup
+	rm -rf $(WHEELHOUSE)
+	mkdir -p $(WHEELHOUSE)
+	$(PIP) wheel -q --wheel-dir $(WHEELHOUSE) torch==2.13.0 '.[server,trainer]'
+	ls $(WHEELHOUSE) | wc -l | xargs echo "wheels in $(WHEELHOUSE):"
+
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info client/build client/*.egg-info demo-out
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist *.egg-info client/build client/*.egg-info demo-out

@@ -7,7 +7,7 @@
 #     are identical (the noise is a pure function of the release's one key);
 #  5. print the public card (holds: True, mode: fqi);
 #  6. measure the served policy's return (actions from the server) beside random and
-#     non-private FQI.
+#     non-private FQI, and end on one line of those returns.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 QVEIL=.venv/bin/qveil
@@ -44,7 +44,9 @@ echo
 echo "== 2. the population's budget (declared once), the privacy plan (public quantities only,"
 echo "      before the data is read), then train fqi: its noise key drawn once, its charge receipted"
 "$QVEIL" budget create linewalk-users --epsilon 2 --delta 1e-5
-"$QVEIL" privacy --mode fqi --config configs/linewalk-private.toml --users 1000 --epsilon 1 --delta 1e-5
+# the plan's basis (the paragraph of what the guarantee rests on) is on the card: step 5
+"$QVEIL" privacy --mode fqi --config configs/linewalk-private.toml --users 1000 --epsilon 1 --delta 1e-5 \
+  | grep -v '^basis '
 "$QVEIL" train --mode fqi --dataset "$OUT/users.npz" --config configs/linewalk-private.toml \
   --epsilon 1 --delta 1e-5 --population linewalk-users --out "$OUT/bundle"
 
@@ -77,8 +79,11 @@ echo "== 5. the public privacy card (no weights, no noise, no dataset hash)"
 
 echo
 echo "== 6. the served policy's return (actions from the server's GetBestActions), same episodes for each"
-"$QVEIL" evaluate --target "$TARGET" --dataset "$OUT/users.npz" --episodes 100 --seed 7
+"$QVEIL" evaluate --target "$TARGET" --dataset "$OUT/users.npz" --episodes 100 --seed 7 \
+  >"$OUT/evaluate.txt"
+head -n -1 "$OUT/evaluate.txt"  # the table; its last line, the returns in one line, ends the demo
 stop_server
 
 echo
 echo "demo done in $((SECONDS - START)) s: dataset, bundle, store and logs in $OUT/"
+tail -n 1 "$OUT/evaluate.txt"

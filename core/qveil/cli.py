@@ -137,7 +137,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
             if exc.name == module:
                 continue
             p = sub.add_parser(name, help=f"(unavailable: {exc.name} is not installed)")
-            p.set_defaults(func=_missing(name, exc))
+            p.set_defaults(func=_missing(name, exc), unavailable=True)
             continue
         mod.add_parser(sub)
     return parser
@@ -165,7 +165,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     words = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(words)
-    args = parser.parse_args(words)
+    # an unavailable command takes any arguments: it says which package it needs
+    args, unknown = parser.parse_known_args(words)
+    if unknown and not getattr(args, "unavailable", False):
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         return run(args)
     except QveilError as exc:

@@ -7,6 +7,7 @@ read."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -47,6 +48,12 @@ def test_token_file_is_read(server: tuple[ServerProcess, Tokens], tmp_path: Path
     r = evaluate(sp.target, "--token-file", str(tf), "--json")
     assert r.returncode == 0, r.stderr
     assert {row["policy"].split(" (")[0] for row in json.loads(r.stdout)} >= {"served release"}
+    r = evaluate(sp.target, "--token-file", str(tf))  # the table, then its one-line summary
+    assert r.returncode == 0, r.stderr
+    assert re.fullmatch(
+        r"served release -?[\d.]+, random -?[\d.]+ \(mean return over 2 episodes\)",
+        r.stdout.splitlines()[-1],
+    ), r.stdout
     r = evaluate(sp.target, "--json")  # the server wants a token
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
 

@@ -1,17 +1,22 @@
 """deploy/ checked as far as this machine can.
 
 No Docker daemon or systemd PID 1 here, so: the compose file is parsed as YAML and checked for
-its services, health checks and durability flags; the Dockerfile is parsed instruction by
-instruction (torch==2.13.0 first, non-root USER, HEALTHCHECK through the probe, COPY sources
-exist and include every folder the wheel is built from); the unit passes `systemd-analyze
-verify`; the tokens example loads with the server's own parser. Above all, the **real server
-is started with exactly the arguments that the unit, the compose file and the Dockerfile's CMD
-give it**: only the values of --bundle, --store, --listen, --tls-cert/--tls-key and
---tokens-file are replaced by temporary ones on 127.0.0.1 (the test fails if any of those
-flags is absent, so a renamed flag is caught), and the server must reach SERVING, answer a
-query with a token, pass deploy/healthcheck.py, and exit 0 on SIGTERM. The KServe manifests
-parse as YAML, their volumes, ports and probes agree with the args, and the server starts
-with their args the same way, answering the manifest's HTTPS probes and a v2 inference.
+its services, health checks and durability flags; the Dockerfile is parsed stage by stage (the
+server and trainer targets on one base image given by ARG BASE, every pip line installing with
+--no-index from the wheelhouse that `make wheels` writes, torch==2.13.0 first in the trainer
+and nowhere in the server, non-root USER, HEALTHCHECK through the probe, every COPY source
+present and let through .dockerignore); what `qveil[server]` installs holds no torch or
+gymnasium, and the CLI serves, audits and shows budgets with both imports blocked; `docker
+build` of both targets runs where a daemon answers (`docker info`); the unit passes
+`systemd-analyze verify`; the tokens example loads with the server's own parser. Above all, the
+**real server is started with exactly the arguments that the unit, the compose file and the
+Dockerfile's CMD give it**: only the values of --bundle, --store, --listen,
+--tls-cert/--tls-key and --tokens-file are replaced by temporary ones on 127.0.0.1 (the test
+fails if any of those flags is absent, so a renamed flag is caught), and the server must reach
+SERVING, answer a query with a token, pass deploy/healthcheck.py, and exit 0 on SIGTERM. The
+KServe manifests parse as YAML, their volumes, ports and probes agree with the args, and the
+server starts with their args the same way, answering the manifest's HTTPS probes and a v2
+inference.
 """
 
 from __future__ import annotations
@@ -23,7 +28,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -38,6 +42,8 @@ from qveil.server.auth import ROLES, add_token, load_tokens
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 PROBE = DEPLOY / "healthcheck.py"
+#: the Prometheus port of the images, compose, the manifests and the unit
+METRICS_PORT = 9464
 
 
 # ------------------------------------------------------------------ parsing helpers -------
@@ -137,6 +143,10 @@ def test_compose_file() -> None:
     assert "postgres" in services
     replicas = [n for n, s in services.items() if s.get("image", "").startswith("qveil")]
     assert len(replicas) == 2, f"expected two qveil replicas, got {replicas}"
+    for name in replicas:  # the server image of deploy/Dockerfile, from the repository root
+        assert services[name]["build"] == {
+            "context": "..", "dockerfile": "deploy/Dockerfile", "target": "server"
+        }  # fmt: skip
     pg = services["postgres"]
     flags = " ".join(pg["command"])
     for setting in ("fsync=on", "synchronous_commit=on", "full_page_writes=on"):
@@ -153,6 +163,35 @@ def test_compose_file() -> None:
             assert str(port).startswith("127.0.0.1:"), f"{name} publishes {port} beyond loopback"
         assert "--tls-cert" in cmd and "--tokens-file" in cmd, "non-loopback needs TLS + tokens"
         assert svc["stop_signal"] == "SIGTERM"
+    # monitoring (profile): Prometheus scrapes every replica's --metrics-port, Grafana loads
+    # the dashboard; both on loopback
+    for name in replicas:
+        cmd = [str(c) for c in services[name]["command"]]
+        assert cmd[cmd.index("--metrics-port") + 1] == str(METRICS_PORT)
+        assert not any(str(METRICS_PORT) in str(p) for p in services[name]["ports"])
+        assert services[name]["labels"]["prometheus.io/port"] == str(METRICS_PORT)
+    prom, graf = services["prometheus"], services["grafana"]
+    assert prom["profiles"] == graf["profiles"] == ["monitoring"]
+    for svc in (prom, graf):
+        assert all(str(p).startswith("127.0.0.1:") for p in svc["ports"])
+        for vol in svc["volumes"]:
+            src = vol.split(":")[0]
+            if src.startswith("./"):
+                assert (DEPLOY / src).exists(), f"compose mounts missing {src}"
+    conf = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
+    (job,) = conf["scrape_configs"]
+    assert job["metrics_path"] == "/metrics"
+    assert job["static_configs"][0]["targets"] == [f"{n}:{METRICS_PORT}" for n in replicas]
+    provisioning = DEPLOY / "grafana" / "provisioning"
+    (source,) = yaml.safe_load((provisioning / "datasources" / "prometheus.yml").read_text())[
+        "datasources"
+    ]
+    assert source["type"] == "prometheus" and source["url"] == "http://prometheus:9090"
+    (provider,) = yaml.safe_load((provisioning / "dashboards" / "qveil.yml").read_text())[
+        "providers"
+    ]
+    dashboards = provider["options"]["path"]
+    assert f"./grafana/qveil-dashboard.json:{dashboards}/qveil-dashboard.json:ro" in graf["volumes"]
     stores = {
         [str(c) for c in services[n]["command"]][
             [str(c) for c in services[n]["command"]].index("--store") + 1
@@ -162,37 +201,178 @@ def test_compose_file() -> None:
     assert len(stores) == 1, "replicas must share one store"
 
 
+def dockerfile_stages(text: str) -> dict[str, list[tuple[str, str]]]:
+    """The Dockerfile's stages by name (``FROM image AS name``), each its instructions after
+    FROM; the global ARGs before the first FROM under ""."""
+    stages: dict[str, list[tuple[str, str]]] = {"": []}
+    current = ""
+    for kind, args in dockerfile_instructions(text):
+        if kind == "FROM":
+            m = re.fullmatch(r"(\S+)\s+AS\s+(\S+)", args, re.I)
+            assert m, f"unnamed stage: FROM {args}"
+            current = m.group(2)
+            assert current not in stages, f"stage {current} twice"
+            stages[current] = [("FROM", m.group(1))]
+        else:
+            stages[current].append((kind, args))
+    return stages
+
+
+def makefile_var(name: str) -> str:
+    m = re.search(rf"^{name}\s*:?=\s*(\S+)\s*$", (ROOT / "Makefile").read_text(), re.M)
+    assert m, f"Makefile sets no {name}"
+    return m.group(1)
+
+
+def dockerignore_admits(path: str) -> bool:
+    """Whether .dockerignore lets ``path`` (or everything under it) into the build context:
+    the last pattern matching the path or one of its parents wins (Docker's rule)."""
+    import fnmatch
+
+    admitted = True
+    for raw in (ROOT / ".dockerignore").read_text().splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        negate = line.startswith("!")
+        pattern = line.removeprefix("!").strip("/")
+        parts = path.split("/")
+        prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+        if any(fnmatch.fnmatchcase(p, pattern) for p in prefixes):
+            admitted = negate
+    return admitted
+
+
+def requirement_closure(name: str, extras: set[str]) -> set[str]:
+    """Every distribution that ``name[extras]`` installs, from the installed metadata."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    seen: set[tuple[str, frozenset[str]]] = set()
+    todo = [(canonicalize_name(name), frozenset(extras))]
+    while todo:
+        dist_name, wanted = todo.pop()
+        if (dist_name, wanted) in seen:
+            continue
+        seen.add((dist_name, wanted))
+        try:
+            requires = distribution(dist_name).requires or []
+        except PackageNotFoundError:
+            continue
+        for line in requires:
+            req = Requirement(line)
+            if req.marker is None or any(
+                req.marker.evaluate({"extra": e}) for e in (wanted or {""})
+            ):
+                todo.append((canonicalize_name(req.name), frozenset(req.extras)))
+    return {n for n, _ in seen}
+
+
 def test_dockerfile() -> None:
-    ins = dockerfile_instructions((DEPLOY / "Dockerfile").read_text())
-    kinds = [k for k, _ in ins]
-    assert kinds[0] == "FROM"
-    runs = [a for k, a in ins if k == "RUN"]
-    pip_runs = [a for a in runs if "pip install" in a]
-    first = pip_runs[0]
-    assert re.search(r"pip install torch==2\.13\.0(\s|$)", first), f"first pip install: {first}"
-    assert first.index("torch==2.13.0") < min(
-        (m.start() for m in re.finditer(r"pip install (?!torch|--upgrade)", first)),
-        default=len(first),
-    ), "torch must be installed before anything else"
-    for a in runs:
-        for spec in re.findall(r"torch[=<>~!]*[\w.]*", a):
-            assert spec in ("torch==2.13.0", "torch"), f"other torch spec {spec!r}: CUDA wheels"
-    users = [a for k, a in ins if k == "USER"]
-    assert users and users[-1].split(":")[0] not in ("root", "0"), "must run as non-root"
-    assert kinds.index("USER") < kinds.index("ENTRYPOINT")
-    health = [a for k, a in ins if k == "HEALTHCHECK"]
+    """Two targets on one base, both installed from the wheelhouse only: the server (the
+    default) without torch, the trainer with torch==2.13.0 first."""
+    text = (DEPLOY / "Dockerfile").read_text()
+    stages = dockerfile_stages(text)
+    assert list(stages) == ["", "base", "build-server", "build-trainer", "trainer", "server"]
+    assert ("ARG", "BASE=python:3.11-slim-bookworm") in stages[""]
+    assert stages["base"][0] == ("FROM", "${BASE}")
+    for name in ("build-server", "build-trainer", "trainer", "server"):
+        assert stages[name][0] == ("FROM", "base"), name
+    wheelhouse = makefile_var("WHEELHOUSE")
+    pip_lines = 0
+    for ins in stages.values():
+        for kind, args in ins:
+            if kind == "RUN":
+                for cmd in re.split(r"&&|;", args):
+                    if "pip " in cmd:
+                        pip_lines += 1
+                        assert "pip install --no-index --find-links /wheelhouse " in cmd, cmd
+                        assert "index-url" not in cmd, cmd
+            if kind == "COPY":
+                words = args.split()
+                if words[0].startswith("--from="):
+                    assert words[0].removeprefix("--from=") in stages, args
+                    continue
+                for src in words[:-1]:
+                    # the wheelhouse is what `make wheels` writes; every other source is in git
+                    assert src == wheelhouse or (ROOT / src).exists(), f"COPY source {src}"
+                    assert dockerignore_admits(src), f".dockerignore keeps {src} out"
+                    if src == wheelhouse:
+                        assert words[-1] == "/wheelhouse", args
+    assert pip_lines == 3
+    assert not dockerignore_admits(".venv") and not dockerignore_admits("results/x")
+
+    def installs(stage: str) -> list[str]:
+        return [
+            cmd.split("/wheelhouse", 1)[1].strip()
+            for kind, args in stages[stage]
+            if kind == "RUN"
+            for cmd in re.split(r"&&|;", args)
+            if "pip install" in cmd
+        ]
+
+    assert installs("build-server") == ['"qveil[server]"']
+    assert installs("build-trainer") == ["torch==2.13.0", '"qveil[server,trainer]"']
+    for stage in ("base", "build-server", "server"):
+        assert "torch" not in str(stages[stage]), stage
+    for stage, image in (("server", "build-server"), ("trainer", "build-trainer")):
+        ins = stages[stage]
+        assert ("COPY", f"--from={image} /opt/qveil/venv /opt/qveil/venv") in ins
+        users = [a for k, a in ins if k == "USER"]
+        assert users and users[-1].split(":")[0] not in ("root", "0"), "must run as non-root"
+        assert [k for k, _ in ins].index("USER") < [k for k, _ in ins].index("ENTRYPOINT")
+    server = stages["server"]
+    health = [a for k, a in server if k == "HEALTHCHECK"]
     assert len(health) == 1 and "healthcheck.py" in health[0]
-    assert "COPY deploy/healthcheck.py /opt/qveil/healthcheck.py" in [f"{k} {a}" for k, a in ins]
-    for k, a in ins:
-        if k == "COPY" and not a.startswith("--"):
-            for src in a.split()[:-1]:
-                assert (ROOT / src).exists(), f"COPY source {src} missing"
-    # the image builds the wheel: every folder it takes a part of the namespace from is copied
-    copied = {src for k, a in ins if k == "COPY" for src in a.split()[:-1]}
-    wheel = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["hatch"]["build"]
-    assert set(wheel["targets"]["wheel"]["sources"]) | {"pyproject.toml", "README.md"} <= copied
-    assert json.loads(dict(ins)["ENTRYPOINT"]) == ["qveil", "serve"]
-    assert "50051" in dict(ins)["EXPOSE"]
+    assert ("COPY", "deploy/healthcheck.py /opt/qveil/healthcheck.py") in server
+    assert json.loads(dict(server)["ENTRYPOINT"]) == ["qveil", "serve"]
+    assert "50051" in dict(server)["EXPOSE"].split()
+    assert json.loads(dict(stages["trainer"])["ENTRYPOINT"]) == ["qveil"]
+
+
+def test_server_image_requirements_hold_no_torch() -> None:
+    """What ``pip install qveil[server]`` pulls in (the installed metadata, transitively) has
+    no torch, gymnasium or CUDA wheel; the trainer's has torch and gymnasium."""
+    server = requirement_closure("qveil", {"server"})
+    assert {"numpy", "grpcio", "sqlalchemy", "alembic", "cryptography"} <= server
+    heavy = {n for n in server if n in ("torch", "gymnasium") or n.startswith("nvidia")}
+    assert not heavy, f"the server image would install {sorted(heavy)}"
+    trainer = requirement_closure("qveil", {"server", "trainer"})
+    assert {"torch", "gymnasium"} <= trainer
+
+
+def _docker_daemon() -> str | None:
+    """Why images cannot be built here, or None when a Docker daemon answers."""
+    if shutil.which("docker") is None:
+        return "no docker CLI"
+    r = subprocess.run(["docker", "info"], capture_output=True, text=True, check=False, timeout=60)
+    if r.returncode != 0:
+        return f"`docker info` fails (no daemon): {(r.stderr or r.stdout).strip()[-200:]}"
+    return None
+
+
+def test_docker_build_both_targets() -> None:
+    """`make wheels`, then `docker build` of the server and the trainer image (the base
+    image must be present or pullable); the server image has no torch."""
+    why = _docker_daemon()
+    if why is not None:
+        pytest.skip(why)
+    r = subprocess.run(["make", "wheels"], cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    assert r.returncode == 0, r.stdout + r.stderr
+    for target, tag in (("trainer", "qveil-trainer:test"), ("server", "qveil:test")):
+        r = subprocess.run(
+            ["docker", "build", "-f", "deploy/Dockerfile", "--target", target, "-t", tag, "."],
+            cwd=ROOT, capture_output=True, text=True, timeout=3600,
+        )  # fmt: skip
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    r = subprocess.run(
+        ["docker", "run", "--rm", "--entrypoint", "python", "qveil:test", "-c",
+         "import importlib.util as u; print(u.find_spec('torch'), u.find_spec('gymnasium'))"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert r.stdout.strip() == "None None", r.stdout + r.stderr
 
 
 def test_systemd_unit() -> None:
@@ -280,6 +460,29 @@ def _query(
     return len(reply.values)
 
 
+def _scrape_metrics(argv: list[str]) -> None:
+    """The server started with ``argv`` serves its Prometheus series on --metrics-port."""
+    import urllib.request
+
+    port = argv[argv.index("--metrics-port") + 1]
+    url = f"http://127.0.0.1:{port}/metrics"
+    text = urllib.request.urlopen(url, timeout=10).read().decode()
+    assert re.search(r'^qveil_build_info\{version="[^"]+"\} 1\.0$', text, re.M), text[:500]
+    assert re.search(r'^qveil_requests_total\{code="OK",', text, re.M), text[:2000]
+
+
+def _metrics_values(argv: list[str], *, container: bool) -> dict[str, str]:
+    """The replacement values for the metrics flags: a free port on 127.0.0.1. In a container
+    or pod the endpoint must listen on all interfaces (Prometheus scrapes it from outside)."""
+    assert "--metrics-port" in argv, f"metrics off in {argv}"
+    if not container:
+        assert "--metrics-host" not in argv, "the unit keeps metrics on loopback"
+        return {"--metrics-port": str(free_port())}
+    assert argv[argv.index("--metrics-host") + 1] == "0.0.0.0"
+    assert argv[argv.index("--metrics-port") + 1] == str(METRICS_PORT)
+    return {"--metrics-port": str(free_port()), "--metrics-host": "127.0.0.1"}
+
+
 def _run(tmp_path: Path, argv: list[str], name: str, *, tls: Certs | None, token: str) -> None:
     """Start `qveil <argv>` (argv starts with "serve"), query, probe, SIGTERM."""
     assert argv[0] == "serve", argv
@@ -320,6 +523,7 @@ def _run(tmp_path: Path, argv: list[str], name: str, *, tls: Certs | None, token
         )
         assert probe.stdout.strip() == "SERVING"
         assert _query(srv.target, token, creds=creds) == 6  # 3 states x 2 actions
+        _scrape_metrics(argv)
     finally:
         code = srv.terminate()
     assert code == 0, f"exit code {code} after SIGTERM\n{srv.log_tail()}"
@@ -346,6 +550,7 @@ def test_server_starts_with_the_systemd_unit_arguments(tmp_path: Path, bundle: P
             "--store": f"sqlite:///{tmp_path / 'store.sqlite'}",
             "--listen": f"127.0.0.1:{free_port()}",  # the example is loopback already
             "--tokens-file": str(tokens),
+            **_metrics_values(argv, container=False),
         },
     )
     _run(tmp_path, argv, "unit", tls=None, token=token)
@@ -365,6 +570,7 @@ def _compose_like(tmp_path: Path, bundle: Path, argv: list[str], name: str) -> N
             "--tls-cert": str(certs.server_cert),
             "--tls-key": str(certs.server_key),
             "--tokens-file": str(tokens),
+            **_metrics_values(argv, container=True),
         },
     )
     _run(tmp_path, ["serve", *argv], name, tls=certs, token=token)
@@ -380,9 +586,94 @@ def test_server_starts_with_the_compose_arguments(tmp_path: Path, bundle: Path) 
 
 
 def test_server_starts_with_the_dockerfile_cmd(tmp_path: Path, bundle: Path) -> None:
-    ins = dockerfile_instructions((DEPLOY / "Dockerfile").read_text())
-    cmd = json.loads(dict(ins)["CMD"])
+    server = dockerfile_stages((DEPLOY / "Dockerfile").read_text())["server"]
+    cmd = json.loads(dict(server)["CMD"])
     _compose_like(tmp_path, bundle, cmd, "dockerfile")
+
+
+# `python -c BLOCK_TRAINER qveil-args...`: qveil's CLI with torch and gymnasium unimportable
+# (what the server image lacks); every import of them that was tried is written to the file
+# $QVEIL_TEST_BLOCKED at exit, so an import that failed quietly is seen too.
+BLOCK_TRAINER = """
+import atexit, os, sys
+from importlib.abc import MetaPathFinder
+tried = []
+class Block(MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("torch", "gymnasium"):
+            tried.append(name)
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+sys.meta_path.insert(0, Block())
+atexit.register(lambda: open(os.environ["QVEIL_TEST_BLOCKED"], "w").write("\\n".join(tried)))
+from qveil.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_the_server_runs_without_torch_and_gymnasium(tmp_path: Path, bundle: Path) -> None:
+    """The server image has neither torch nor gymnasium: `qveil serve` starts on a bundle,
+    answers over gRPC, REST and /metrics and stops, `qveil audit`, `qveil budget show` and
+    `qveil admin releases` run, without trying to import either; `qveil train` and `qveil
+    admin retrain` say what they need (exit 2)."""
+    import httpx
+
+    blocked = tmp_path / "blocked.txt"
+    env = {**os.environ, "QVEIL_TEST_BLOCKED": str(blocked)}
+    port, http_port, metrics_port = free_port(), free_port(), free_port()
+    store = f"sqlite:///{tmp_path / 'store.sqlite'}"
+    srv = ServerProc(
+        argv=[sys.executable, "-c", BLOCK_TRAINER, "serve", "--bundle", str(bundle),
+              "--store", store, "--listen", f"127.0.0.1:{port}",
+              "--http-port", str(http_port), "--metrics-port", str(metrics_port)],
+        port=port, log_path=tmp_path / "serve.log", env=env,
+    )  # fmt: skip
+    srv.start()
+    try:
+        from qveil.v1 import value_service_pb2 as vpb
+        from qveil.v1 import value_service_pb2_grpc as vgrpc
+
+        with grpc.insecure_channel(srv.target) as ch:
+            reply = vgrpc.ValueServiceStub(ch).GetValues(
+                vpb.GetValuesRequest(states=[0.0, 0.5]), timeout=20
+            )
+        assert len(reply.values) == 4
+        with httpx.Client(timeout=10) as c:
+            r = c.post(
+                f"http://127.0.0.1:{http_port}/v2/models/qveil/infer",
+                json={"inputs": [{"name": "STATE", "datatype": "FP64", "shape": [1, 1],
+                                  "data": [0.25]}]},
+            )  # fmt: skip
+            assert r.status_code == 200, r.text
+            assert "qveil_requests_total" in c.get(f"http://127.0.0.1:{metrics_port}/metrics").text
+    finally:
+        code = srv.terminate()
+    assert code == 0, srv.log_tail()
+    assert blocked.read_text() == "", f"serve tried to import {blocked.read_text()}"
+
+    def qveil(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c", BLOCK_TRAINER, *argv],
+            capture_output=True, text=True, check=False, timeout=120, env=env,
+        )  # fmt: skip
+
+    for argv in (["audit", "--store", store, "--bundle", str(bundle)],
+                 ["budget", "show", "--json"],
+                 ["admin", "--store", store, "releases"]):  # fmt: skip
+        r = qveil(*argv)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert blocked.read_text() == "", f"{argv[0]} tried to import {blocked.read_text()}"
+    # what needs the trainer says so: one line, exit 2
+    config = str(ROOT / "configs" / "linewalk-private.toml")
+    for argv, says in (
+        (["train", "--mode", "fqi", "--dataset", "users.npz", "--out", str(tmp_path / "b")],
+         "qveil train: needs 'gymnasium'"),
+        (["admin", "--store", store, "retrain", "--config", config, "--dataset-id", "d",
+          "--epsilon", "1"], "retrain needs the trainer: 'gymnasium' is not installed"),
+    ):  # fmt: skip
+        r = qveil(*argv)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+        assert says in r.stderr, r.stderr
 
 
 # ------------------------------------------------------------------ KServe ------
@@ -416,6 +707,10 @@ def kserve_predictor(name: str) -> dict[str, object]:
         assert set(re.findall(r"\$\((\w+)\)", store)) <= env and store.startswith("$(")
     port = int(args[args.index("--http-port") + 1])
     assert [p["containerPort"] for p in box["ports"]] == [port]
+    # Prometheus finds the pods by their annotations (KServe copies the InferenceService's)
+    ann = isvc["metadata"]["annotations"]
+    assert ann["prometheus.io/scrape"] == "true" and ann["prometheus.io/path"] == "/metrics"
+    assert ann["prometheus.io/port"] == args[args.index("--metrics-port") + 1] == str(METRICS_PORT)
     for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
         get = box[probe]["httpGet"]
         assert get["port"] == port and get["scheme"] == "HTTPS"
@@ -450,6 +745,7 @@ def test_server_starts_with_the_kserve_arguments(
             "--tls-cert": str(certs.server_cert),
             "--tls-key": str(certs.server_key),
             "--tokens-file": str(tokens),
+            **_metrics_values(argv, container=True),
         },
     )
     srv = ServerProc(
@@ -488,6 +784,7 @@ def test_server_starts_with_the_kserve_arguments(
             assert r.status_code == 200, r.text
             assert {o["name"] for o in r.json()["outputs"]} == {"Q", "BEST_ACTION"}
             assert c.post(url + "/v2/models/qveil/infer", json={}).status_code == 401
+        _scrape_metrics(argv)
     finally:
         code = srv.terminate()
     assert code == 0, f"exit code {code} after SIGTERM\n{srv.log_tail()}"

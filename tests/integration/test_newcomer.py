@@ -108,6 +108,9 @@ def test_serve_resolves_a_relative_sqlite_store_against_the_bundle(tmp_path: Pat
         for line in r.stdout.splitlines():
             value = line.split(":", 1)[-1]
             assert "99999999" not in value and "00000000" not in value, line
+        # the less obvious fields say what they are
+        (grid,) = [ln for ln in r.stdout.splitlines() if ln.strip().startswith("value_grid:")]
+        assert grid.endswith("(answers are rounded to multiples of it)"), grid
     finally:
         assert srv.terminate() == 0
 

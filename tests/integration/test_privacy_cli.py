@@ -147,9 +147,12 @@ def test_fqi_text_prints_every_beta_of_a_d_coordinate_config(
     betas = tomllib.loads(cartpole.read_text())["betas"]
     flags = ["--mode", "fqi", "--users", "1000", "--epsilon", "1", "--delta", "1e-5"]
     assert main(["privacy", *flags, "--config", str(cartpole)]) == 0
-    lines = capsys.readouterr().out.splitlines()
+    # each line: the symbol, its value, and what it is in words (in parentheses)
+    lines = [ln.split(" (")[0].rstrip() for ln in capsys.readouterr().out.splitlines()]
     assert f"betas       {', '.join(f'{float(b):g}' for b in betas)}" in lines
     assert not [ln for ln in lines if ln.startswith("beta ")]
     assert main(["privacy", *flags, "--config", str(configs / "linewalk-private.toml")]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    assert [ln for ln in lines if ln.startswith("beta")] == ["betas       2"]
+    out = capsys.readouterr().out.splitlines()
+    assert [ln.split(" (")[0].rstrip() for ln in out if ln.startswith("beta")] == ["betas       2"]
+    (ratio,) = [ln for ln in out if ln.startswith("noise/value")]
+    assert ratio.endswith("(sigma against the largest value: 0.84 %)"), ratio

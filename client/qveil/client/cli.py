@@ -31,6 +31,18 @@ from qveil.errors import InvalidArgument
 NEGATIVE_VALUE = re.compile(r"^-\.?\d")
 
 
+#: what the card's less obvious fields mean, printed beside them by ``qveil query --card``
+CARD_WORDS = {
+    "delta_total": "the delta of the whole guarantee",
+    "sigma": "standard deviation of the noise on every value",
+    "beta": "rate of the noise: nearby states get correlated noise",
+    "betas": "the noise's rate per state coordinate",
+    "seeded": "whether the noise key came from a seed (tests only), not from OS entropy",
+    "value_grid": "answers are rounded to multiples of it",
+    "dims": "state coordinates",
+}
+
+
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "query",
@@ -154,7 +166,8 @@ def run(args: argparse.Namespace) -> int:
             else:
                 for k, v in _jsonable(rel).items():
                     if k != "card":
-                        print(f"{k:>15}: {'n/a' if v is None else human(v)}")
+                        words = f"  ({CARD_WORDS[k]})" if k in CARD_WORDS else ""
+                        print(f"{k:>15}: {'n/a' if v is None else human(v)}{words}")
             return 0
         if not args.state:
             raise InvalidArgument("give at least one --state (or --card)")

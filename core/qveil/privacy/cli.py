@@ -295,18 +295,23 @@ def _fqi_text(r: Any) -> str:
         f"guarantee   ({_fmt(r.epsilon)}, {_fmt(r.delta_total)})-DP, neighbour: {r.neighbour}",
     ]
     betas = getattr(r.params, "betas", None)  # a release of d coordinates: one beta_j each
-    for key, label in (
-        ("sigma", "sigma"),
-        ("sup_sensitivity", "D_T"),
-        ("kappa", "kappa"),
-        ("beta", "beta"),
-        ("sensitivity", "Delta"),
-        ("noise_to_value", "noise/value"),
+    for key, label, words in (
+        ("sigma", "sigma", "standard deviation of the noise on every released value"),
+        ("sup_sensitivity", "D_T", "the most one user's data moves a fitted value"),
+        ("kappa", "kappa", "norm bound of the projection, 1 / (4 lambda)"),
+        ("beta", "beta", "rate of the noise: nearby states get correlated noise"),
+        ("sensitivity", "Delta", "sensitivity of the released function, D_T sqrt(m kappa)"),
+        (
+            "noise_to_value",
+            "noise/value",
+            f"sigma against the largest value: {100 * r.noise_to_value:.2g} %",
+        ),
     ):
         if key == "beta" and betas:
-            lines.append(f"{'betas':<11} {', '.join(_fmt(float(b)) for b in betas)}")
+            value = ", ".join(_fmt(float(b)) for b in betas)
+            lines.append(f"{'betas':<11} {value:<11} ({words})")
             continue
-        lines.append(f"{label:<11} {_fmt(getattr(r, key))}")
+        lines.append(f"{label:<11} {_fmt(getattr(r, key)):<11} ({words})")
     if r.noise_to_value > 1.0:
         lines.append("warning     noise/value > 1: expected WORSE THAN A RANDOM POLICY")
     elif r.noise_to_value > 0.5:

@@ -1,9 +1,15 @@
 """Plots for the experiments (matplotlib, Agg backend; small PNGs). Pure presentation: every
-function takes rows already computed and a path, and draws nothing else."""
+function takes rows already computed and a path, and draws nothing else.
+
+Each ``plot_X(rows, path, ...)`` saves ``X_figure(rows, ...)``, the figure itself (what the
+tests inspect). Their layout: the figure's one legend below every panel, off the data
+(:func:`legend_below`), titles wrapped to the figure's width (:func:`fit_title`), on
+matplotlib's constrained layout so that nothing is cut off."""
 
 from __future__ import annotations
 
 import io
+import textwrap
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -18,13 +24,21 @@ import numpy as np  # noqa: E402
 from qveil.experiments._util import mean_se  # noqa: E402
 
 __all__ = [
+    "bgp16_figure",
+    "curves_figure",
     "env_panels",
+    "fit_title",
+    "legend_below",
+    "lines_figure",
+    "panels",
     "plot_bgp16",
     "plot_curves",
     "plot_lines",
     "plot_utility",
     "plot_utility_chain",
     "save",
+    "utility_chain_figure",
+    "utility_figure",
 ]
 
 DPI = 90
@@ -37,7 +51,8 @@ def save(fig: Any, path: Path) -> Path:
     from PIL import Image
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
+    if fig.get_layout_engine() is None:
+        fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, dpi=DPI, format="png")
     plt.close(fig)
@@ -45,6 +60,42 @@ def save(fig: Any, path: Path) -> Path:
     with Image.open(buf) as im:
         im.convert("RGB").quantize(colors=256).save(path, format="PNG", optimize=True)
     return path
+
+
+def panels(nrows: int, ncols: int, *, width: float, height: float) -> tuple[Any, Any]:
+    """A figure of nrows x ncols panels of width x height inches each, on the constrained
+    layout (titles, labels and :func:`legend_below` fit in the figure): (figure, axes[i][j])."""
+    return plt.subplots(
+        nrows, ncols, figsize=(width * ncols, height * nrows), squeeze=False, layout="constrained"
+    )
+
+
+def fit_title(fig: Any, text: str, *, fontsize: float, share: float = 1.0) -> str:
+    """``text`` wrapped to lines that fit ``share`` of the figure's width at ``fontsize``."""
+    chars = int(share * fig.get_figwidth() * 72 / (0.6 * fontsize))
+    return textwrap.fill(text, width=max(20, chars), break_on_hyphens=False)
+
+
+def legend_below(fig: Any, axes: Iterable[Any], *, fontsize: float = 7) -> Any:
+    """One legend for the whole figure, below its panels, where it covers no curve: every
+    label the panels drew, once, in the order they first drew it, in as many columns as the
+    figure's width holds. None when nothing is labelled."""
+    entries: dict[str, Any] = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            entries.setdefault(label, handle)
+    if not entries:
+        return None
+    widest = max(len(label) for label in entries) * 0.6 * fontsize + 40  # points
+    ncols = max(1, min(len(entries), int(fig.get_figwidth() * 72 // widest)))
+    return fig.legend(
+        list(entries.values()),
+        list(entries),
+        loc="outside lower center",
+        ncols=ncols,
+        fontsize=fontsize,
+        frameon=False,
+    )
 
 
 def env_panels(
@@ -62,14 +113,17 @@ def env_panels(
 
 
 def plot_bgp16(rows: Iterable[Mapping[str, Any]], path: Path, *, title: str) -> Path:
+    """Save :func:`bgp16_figure` as ``path``."""
+    return save(bgp16_figure(rows, title=title), path)
+
+
+def bgp16_figure(rows: Iterable[Mapping[str, Any]], *, title: str) -> Any:
     """RMSE vs batch size: columns = features, rows = start distribution; mean +- s.e.
     Non-private LSW/LSL solid, DP with F_max = 1 dashed, DP with F_max as written dotted."""
     rows = list(rows)
     feats = sorted({str(r["features"]) for r in rows}, reverse=True)
     starts = sorted({str(r["start"]) for r in rows}, reverse=True)
-    fig, axes = plt.subplots(
-        len(starts), len(feats), figsize=(5.4 * len(feats), 3.9 * len(starts)), squeeze=False
-    )
+    fig, axes = panels(len(starts), len(feats), width=5.4, height=3.9)
     lines = [
         ("LSW", "", "C0", "-"),
         ("LSL", "", "C1", "-"),
@@ -107,14 +161,20 @@ def plot_bgp16(rows: Iterable[Mapping[str, Any]], path: Path, *, title: str) -> 
             ax.set_ylabel("RMSE over states")
             ax.set_title(f"{feat} features; start = {start}", fontsize=9)
             ax.grid(True, which="major", alpha=0.3)
-            ax.legend(fontsize=6)
-    fig.suptitle(title, fontsize=9)
-    return save(fig, path)
+    legend_below(fig, axes.flat)
+    fig.suptitle(fit_title(fig, title, fontsize=9), fontsize=9)
+    return fig
 
 
 def plot_lines(
+    series: Mapping[str, tuple[Sequence[float], Sequence[float]]], path: Path, **kw: Any
+) -> Path:
+    """Save :func:`lines_figure` as ``path``."""
+    return save(lines_figure(series, **kw), path)
+
+
+def lines_figure(
     series: Mapping[str, tuple[Sequence[float], Sequence[float]]],
-    path: Path,
     *,
     title: str,
     xlabel: str,
@@ -123,9 +183,10 @@ def plot_lines(
     logy: bool = False,
     bands: Mapping[str, Sequence[float]] | None = None,
     styles: Mapping[str, str] | None = None,
-) -> Path:
+) -> Any:
     """One panel of labelled (x, y) lines, optional +- bands per label."""
-    fig, ax = plt.subplots(figsize=(6.0, 4.0))
+    fig, axes = panels(1, 1, width=6.0, height=4.0)
+    ax = axes[0][0]
     for label, (x, y) in series.items():
         fmt = (styles or {}).get(label, "-o")
         ax.plot(x, y, fmt, label=label, ms=3)
@@ -139,29 +200,37 @@ def plot_lines(
         ax.set_yscale("log")
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
-    ax.set_title(title, fontsize=9)
+    ax.set_title(fit_title(fig, title, fontsize=9, share=0.85), fontsize=9)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7)
-    return save(fig, path)
+    legend_below(fig, [ax])
+    return fig
 
 
 def plot_curves(
-    panels: Mapping[str, Mapping[str, tuple[Sequence[float], Sequence[float], Sequence[float]]]],
+    curves: Mapping[str, Mapping[str, tuple[Sequence[float], Sequence[float], Sequence[float]]]],
     path: Path,
+    **kw: Any,
+) -> Path:
+    """Save :func:`curves_figure` as ``path``."""
+    return save(curves_figure(curves, **kw), path)
+
+
+def curves_figure(
+    curves: Mapping[str, Mapping[str, tuple[Sequence[float], Sequence[float], Sequence[float]]]],
     *,
     title: str,
     xlabel: str,
     ylabel: str,
     ncols: int = 2,
-) -> Path:
-    """Several panels of mean +- std curves: panels[name][label] = (x, mean, std)."""
-    n = len(panels)
+) -> Any:
+    """Several panels of mean +- std curves: curves[panel][label] = (x, mean, std)."""
+    n = len(curves)
     ncols = min(ncols, n)
     nrows = (n + ncols - 1) // ncols
-    fig, axes = plt.subplots(nrows, ncols, figsize=(5.4 * ncols, 3.6 * nrows), squeeze=False)
-    for idx, (pname, curves) in enumerate(panels.items()):
+    fig, axes = panels(nrows, ncols, width=5.4, height=3.6)
+    for idx, (pname, panel) in enumerate(curves.items()):
         ax = axes[idx // ncols][idx % ncols]
-        for label, (x, mu, sd) in curves.items():
+        for label, (x, mu, sd) in panel.items():
             xx = np.asarray(x, dtype=np.float64)
             m = np.asarray(mu, dtype=np.float64)
             s = np.asarray(sd, dtype=np.float64)
@@ -171,11 +240,11 @@ def plot_curves(
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7)
     for idx in range(n, nrows * ncols):
         axes[idx // ncols][idx % ncols].axis("off")
-    fig.suptitle(title, fontsize=9)
-    return save(fig, path)
+    legend_below(fig, axes.flat)
+    fig.suptitle(fit_title(fig, title, fontsize=9), fontsize=9)
+    return fig
 
 
 def _f(v: Any) -> float:
@@ -187,6 +256,11 @@ def _f(v: Any) -> float:
 
 # long-function: one four-panel figure; each panel's drawing is a few lines of the same data
 def plot_utility(summary: Sequence[Mapping[str, Any]], path: Path, *, title: str) -> Path:
+    """Save :func:`utility_figure` as ``path``."""
+    return save(utility_figure(summary, title=title), path)
+
+
+def utility_figure(summary: Sequence[Mapping[str, Any]], *, title: str) -> Any:
     """The fqi utility figure: top row, return against users N at eps = 1 (user relation,
     reward relation); bottom row, return against eps at N = 300 (user) and N = 100 (reward),
     with Algorithm 1's modes. Non-private FQI dashed, random grey, the 18.6 target dotted.
@@ -200,7 +274,7 @@ def plot_utility(summary: Sequence[Mapping[str, Any]], path: Path, *, title: str
     def nearest(n: int) -> int:
         return min(all_n, key=lambda v: abs(np.log(v / n)))
 
-    fig, axes = plt.subplots(2, 2, figsize=(11.0, 7.6), squeeze=False)
+    fig, axes = panels(2, 2, width=5.5, height=3.8)
     for j, rel in enumerate(("user", "reward")):
         n_ref = nearest(300 if rel == "user" else 100)
         mine = [r for r in fqi if r["relation"] == rel]
@@ -266,22 +340,24 @@ def plot_utility(summary: Sequence[Mapping[str, Any]], path: Path, *, title: str
         axes[0][j].set_xlabel("users N")
         axes[1][j].set_title(f"{rel} relation, N = {n_ref}", fontsize=9)
         axes[1][j].set_xlabel("epsilon")
-        for i in range(2):
-            axes[i][j].legend(fontsize=6)
-    fig.suptitle(title, fontsize=9)
-    return save(fig, path)
+    legend_below(fig, axes.flat)
+    fig.suptitle(fit_title(fig, title, fontsize=9), fontsize=9)
+    return fig
 
 
 def plot_utility_chain(chain: Sequence[Mapping[str, Any]], path: Path, *, title: str) -> Path:
+    """Save :func:`utility_chain_figure` as ``path``."""
+    return save(utility_chain_figure(chain, title=title), path)
+
+
+def utility_chain_figure(chain: Sequence[Mapping[str, Any]], *, title: str) -> Any:
     """RMSE of the value estimate against m on BGP16's chain: rows = start distribution,
     columns = (eps, delta); private FQE red, DP-LSW/DP-LSL blue/orange (F_max = 1 dashed,
     as written dotted), non-private references thin."""
     rows = list(chain)
     starts = sorted({str(r["start"]) for r in rows}, reverse=True)
     privs = sorted({(_f(r["epsilon"]), _f(r["delta"])) for r in rows if str(r["epsilon"])})
-    fig, axes = plt.subplots(
-        len(starts), len(privs), figsize=(5.6 * len(privs), 3.9 * len(starts)), squeeze=False
-    )
+    fig, axes = panels(len(starts), len(privs), width=5.6, height=3.9)
     lines = [
         ("FQE pooled (non-private)", "", "k", "-", 1.0),
         ("FQE per-user (non-private)", "", "C3", "-", 1.0),
@@ -315,6 +391,6 @@ def plot_utility_chain(chain: Sequence[Mapping[str, Any]], path: Path, *, title:
             ax.set_xlabel("users m (one trajectory each)")
             ax.set_ylabel("RMSE of V estimate")
             ax.grid(True, which="both", alpha=0.3)
-            ax.legend(fontsize=6)
-    fig.suptitle(title, fontsize=9)
-    return save(fig, path)
+    legend_below(fig, axes.flat)
+    fig.suptitle(fit_title(fig, title, fontsize=9), fontsize=9)
+    return fig

@@ -48,12 +48,23 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     return p
 
 
+def _spent(rep: dict[str, Any]) -> str:
+    """What the population has spent, in words: nothing yet, or its (eps, delta) and, under
+    the Gaussian filter, the share of the budget in its own unit (mu adds up as a root sum
+    of squares, which epsilons do not)."""
+    if not rep["events"]:
+        return "nothing yet (no release charged)"
+    text = f"eps={rep['spent']['epsilon']:.6g} at delta={rep['spent']['delta']:.3g}"
+    if rep["mu_budget"]:
+        text += f" (Gaussian-DP mu {rep['mu_spent']:.6g} of the budget's {rep['mu_budget']:.6g})"
+    return text
+
+
 def _text(rep: dict[str, Any]) -> str:
     lines = [
         f"population {rep['population']} (declared {rep['declared_at']} by {rep['declared_by']})",
         f"  budget:    eps={rep['budget']['epsilon']:g} delta={rep['budget']['delta']:g}",
-        f"  spent:     eps={rep['spent']['epsilon']:.6g} at delta={rep['spent']['delta']:.3g}"
-        + (f" (mu={rep['mu_spent']:.6g} of {rep['mu_budget']:.6g})" if rep["mu_budget"] else ""),
+        f"  spent:     {_spent(rep)}",
         f"  remaining: one more release may have eps <= {rep['remaining']['epsilon']:.6g} "
         f"at delta={rep['remaining']['delta']:.3g}",
         f"  rule:      {rep['rule']}",

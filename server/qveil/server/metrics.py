@@ -1,5 +1,7 @@
 """Counters of one server process (always on; GetStats reports them) and an optional
 Prometheus endpoint (``qveil serve --metrics-port N``; prometheus-client, server extra).
+docs/operations.md, "Metrics", lists every series with its labels (a test scrapes a real
+server and compares), and deploy/grafana/qveil-dashboard.json queries them.
 
 Prometheus series (Prometheus' naming rules): ``qveil_requests_total{method,code,protocol}``,
 ``qveil_request_duration_seconds{method,protocol}`` (histogram; protocol ``grpc`` or
@@ -82,10 +84,14 @@ class Metrics:
             Histogram,
             PlatformCollector,
             ProcessCollector,
+            disable_created_metrics,
             start_http_server,
         )
         from prometheus_client import Counter as PCounter
 
+        # no *_created series beside each counter and histogram (their start times): the
+        # series are the ones docs/operations.md lists
+        disable_created_metrics()  # type: ignore[no-untyped-call]
         reg = CollectorRegistry()
         ProcessCollector(registry=reg)  # process_cpu_seconds_total, process_resident_memory...
         PlatformCollector(registry=reg)  # python_info

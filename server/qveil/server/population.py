@@ -13,8 +13,9 @@ a resample, a second export) name the same population and so share its budget.
 from __future__ import annotations
 
 import math
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from qveil.errors import BudgetExceeded, FailedPrecondition, InvalidArgument, echo
 from qveil.json_types import JSONObject
@@ -23,7 +24,7 @@ from qveil.privacy.ledger import PrivacyEvent, filter_check, filter_state
 from qveil.release_records import validate_population
 from qveil.server.registry import Registry
 
-__all__ = ["create", "precheck", "report", "plot_spending"]
+__all__ = ["create", "precheck", "report", "plot_spending", "spending_figure"]
 
 
 def create(registry: Registry, name: str, *, epsilon: float, delta: float) -> JSONObject:
@@ -101,14 +102,26 @@ def precheck(registry: Registry, name: str, event: PrivacyEvent) -> JSONObject:
 
 
 def plot_spending(rep: JSONObject, png: str | Path) -> None:
+    """Write :func:`spending_figure` as the PNG ``png``."""
+    # matplotlib loads only when a plot is drawn (a heavy import)
+    import matplotlib.pyplot as plt
+
+    fig = spending_figure(rep)
+    fig.savefig(png, dpi=100)
+    plt.close(fig)
+
+
+def spending_figure(rep: JSONObject) -> Any:  # a matplotlib Figure (untyped)
     """Spending over time: the filter's spent epsilon (at the budget's delta) after each
-    release, against the budget line."""
+    release, against the budget line. The time axis spans the releases with a margin (a day
+    either side of a single release), in UTC; the legend stands below the axes, off the
+    data."""
     # matplotlib loads only when a plot is drawn (a heavy import)
     import matplotlib
 
     matplotlib.use("Agg")
-
-    # pyplot after matplotlib.use('Agg') above: no display is needed
+    # pyplot and dates after matplotlib.use('Agg') above: no display is needed
+    import matplotlib.dates as mdates
     import matplotlib.pyplot as plt
 
     budget_eps, budget_delta = rep["budget"]["epsilon"], rep["budget"]["delta"]
@@ -123,16 +136,20 @@ def plot_spending(rep: JSONObject, png: str | Path) -> None:
         else:
             eps_sum += float(e["epsilon"])
             spent.append(eps_sum)
-    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    fig, ax = plt.subplots(figsize=(6.4, 3.8), layout="constrained")
     if times:
         # matplotlib plots datetimes through its date converter; its stubs accept numbers only
         ax.step(times, spent, where="post", marker="o", label="spent (filter)")  # type: ignore[arg-type]
+        span = max(times) - min(times)
+        pad = span * 0.08 if span > timedelta(0) else timedelta(days=1)
+        ax.set_xlim(min(times) - pad, max(times) + pad)  # type: ignore[arg-type]
+    locator = mdates.AutoDateLocator(minticks=3, maxticks=7)  # type: ignore[no-untyped-call]
+    ax.xaxis.set_major_locator(locator)
+    ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))  # type: ignore[no-untyped-call]
     ax.axhline(budget_eps, color="tab:red", linestyle="--", label=f"budget eps={budget_eps:g}")
     ax.set_title(f"population {rep['population']}: privacy spent (delta={budget_delta:g})")
+    ax.set_xlabel("time of the release (UTC)")
     ax.set_ylabel("epsilon")
     ax.set_ylim(0, budget_eps * 1.15)
-    ax.legend(loc="lower right")
-    fig.autofmt_xdate()
-    fig.tight_layout()
-    fig.savefig(png, dpi=100)
-    plt.close(fig)
+    fig.legend(loc="outside lower center", ncols=2, frameon=False)
+    return fig

@@ -97,11 +97,13 @@ def _training_config(
     delta: float | None,
     mode: str | None,
 ) -> TrainConfig:
-    from qveil.trainer.estimators import (  # optional extra
-        TrainConfig,
-        estimator_name,
-        load_config,
-    )
+    try:  # optional extra
+        from qveil.trainer.estimators import TrainConfig, estimator_name, load_config
+    except ImportError as exc:  # the server without the trainer (the server image)
+        raise FailedPrecondition(
+            f"retrain needs the trainer: {exc.name!r} is not installed "
+            "(pip install 'qveil[server,trainer]', or the trainer image)"
+        ) from None
 
     if sigma is not None and epsilon is not None:
         raise InvalidArgument("give --epsilon or --sigma, not both")

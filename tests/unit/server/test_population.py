@@ -56,6 +56,8 @@ def test_declared_once_shown_and_plotted(tmp_path: Path) -> None:
     assert rep["budget"] == {"epsilon": 2.0, "delta": 1e-5} and rep["events"] == []
     assert rep["mu_budget"] == pytest.approx(gdp_mu(epsilon=2.0, delta=1e-5))
     assert rep["remaining"]["epsilon"] == pytest.approx(2.0, rel=1e-6)
+    text = qveil("budget", "show", "clinic").stdout
+    assert "  spent:     nothing yet (no release charged)" in text.splitlines(), text
     png = tmp_path / "spent.png"
     assert qveil("budget", "show", "clinic", "--plot", str(png)).returncode == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -103,6 +105,10 @@ def test_the_fourth_release_in_another_directory_is_refused_before_reading_data(
     rep = _show("clinic")
     assert rep["mu_spent"] == pytest.approx(3**0.5 * mu, rel=1e-6)
     assert "Gaussian privacy filter" in rep["rule"]
+    text = qveil("budget", "show", "clinic").stdout
+    assert (
+        f"(Gaussian-DP mu {rep['mu_spent']:.6g} of the budget's {rep['mu_budget']:.6g})" in text
+    ), text
     assert rep["remaining"]["epsilon"] < 1.0
     out = tmp_path / "d" / "bundle"
     r = _train(tmp_path / "no-such-dataset.npz", out)
@@ -130,3 +136,40 @@ def test_a_dataset_declares_its_population(tmp_path: Path) -> None:
     r = _train(data, tmp_path / "b", "other")
     assert r.returncode == 2 and "declares population 'clinic'" in r.stderr, r.stderr
     assert not (tmp_path / "b").exists() and _show("other")["events"] == []
+
+
+@pytest.mark.parametrize("releases", [1, 8])
+def test_spending_plot_is_readable(tmp_path: Path, releases: int) -> None:
+    """`qveil budget show --plot`'s figure after 1 and 8 real releases: the time axis spans
+    the releases (a day either side of one), it is labelled, and the legend covers no point."""
+    from datetime import datetime
+
+    import matplotlib.dates as mdates
+    import matplotlib.pyplot as plt
+    from plot_helpers import assert_legends_off_the_data, assert_texts_inside
+
+    from qveil.server import population
+    from qveil.server.registry import open_registry
+
+    for i in range(releases):
+        server_helpers.make_bundle(tmp_path / f"b{i}", seed=i)
+    with open_registry() as reg:
+        rep = population.report(reg, server_helpers.TEST_POPULATION)
+    assert len(rep["events"]) == releases
+    fig = population.spending_figure(rep)
+    try:
+        (ax,) = fig.axes
+        assert ax.get_xlabel() == "time of the release (UTC)"
+        lo, hi = (mdates.num2date(v) for v in ax.get_xlim())
+        times = [datetime.fromisoformat(e["at"]) for e in rep["events"]]
+        assert lo < min(times) and max(times) < hi
+        assert (hi - lo).total_seconds() <= 2 * 86400 + (
+            max(times) - min(times)
+        ).total_seconds() * 1.2
+        assert_texts_inside(fig)
+        assert_legends_off_the_data(fig)
+    finally:
+        plt.close(fig)
+    png = tmp_path / "spent.png"
+    population.plot_spending(rep, png)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

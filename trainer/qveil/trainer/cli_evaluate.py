@@ -29,7 +29,7 @@ from qveil.errors import InvalidArgument
 from qveil.kfqi_config import load_fqi_config
 from qveil.privacy.ledger import spending_line
 from qveil.release_records import OpenReleaseRecords
-from qveil.trainer.evaluate import evaluate_bundle, format_table, plot_scores
+from qveil.trainer.evaluate import evaluate_bundle, format_table, plot_scores, summary_line
 from qveil.trainer.private_eval import private_evaluation
 from qveil.trainer.served_eval import evaluate_served
 
@@ -99,6 +99,7 @@ def run_served(args: argparse.Namespace) -> int:
             f"{args.episodes} episodes"
         )
         print(format_table(scores))
+        print(summary_line(scores))
     if args.plot:
         plot_scores(scores, args.plot, title=f"served release {card.get('bundle_id', '')[:8]}")
     return 0
@@ -187,6 +188,7 @@ def run(args: argparse.Namespace, *, records: OpenReleaseRecords) -> int:
             f"release sigma {bundle.sigma:.4g}, beta {bundle.beta:.4g})"
         )
         print(format_table(scores))
+        print(summary_line(scores))
     if args.plot:
         plot_scores(
             scores,

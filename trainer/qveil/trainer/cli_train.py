@@ -225,10 +225,11 @@ def run(args: argparse.Namespace, *, records: OpenReleaseRecords) -> int:
     est = create_estimator(cfg)
     ds: Dataset | ParquetSource | None = None
     if est.needs_dataset:
-        declared = declared_metadata(args.dataset)  # the file's metadata alone
-        if not args.population:
-            args.population = declared.population
+        if not args.population:  # the population the dataset declares (its metadata alone)
+            args.population = declared_metadata(args.dataset).population
+        # the budget first: a population that cannot pay is refused before the data is read
         precheck_population(args, records, mode="fqi", epsilon=cfg.epsilon, delta=cfg.delta)
+        declared = declared_metadata(args.dataset)  # the file's metadata alone
 
         if args.forecast:
             _print_forecast(cfg, args.dataset, force=args.force)

@@ -23,7 +23,14 @@ from qveil.errors import InvalidArgument
 from qveil.trainer import register_envs
 from qveil.trainer.env import ENV_ID, towards_middle_policy
 
-__all__ = ["PolicyScore", "evaluate_bundle", "format_table", "plot_scores", "run_policy"]
+__all__ = [
+    "PolicyScore",
+    "evaluate_bundle",
+    "format_table",
+    "plot_scores",
+    "run_policy",
+    "summary_line",
+]
 
 
 @dataclass(frozen=True)
@@ -123,6 +130,16 @@ def format_table(scores: list[PolicyScore]) -> str:
         for s in scores
     ]
     return "\n".join(lines)
+
+
+def summary_line(scores: list[PolicyScore]) -> str:
+    """One line of the mean returns, each policy by its name without the parenthesis:
+    ``served release 20.7, random 11.3, non-private FQI 20.7 (mean return over 100
+    episodes)``."""
+    parts = ", ".join(f"{s.policy.split(' (')[0]} {s.mean:.1f}" for s in scores)
+    counts = sorted({s.episodes for s in scores})
+    episodes = " or ".join(str(n) for n in counts)
+    return f"{parts} (mean return over {episodes} episodes)"
 
 
 def plot_scores(scores: list[PolicyScore], path: str, *, title: str = "") -> None:

@@ -452,8 +452,8 @@ def summary(outcome: FQIOutcome) -> str:
             f"anchors={c['model']['anchor_points']}^{c['dims']} lam={c['model']['lam']:g}",
             f"  D_T={c['sup_sensitivity']:.4g} kappa={c['kappa']:.4g} "
             f"betas={c['betas']} Delta={c['sensitivity']:.4g} sigma={c['sigma']:.4g} "
-            f"(noise/value {c['noise_to_value']:.3f}); states clipped into "
-            f"{c['state_intervals']}: {_clipped(c)}",
+            f"(the noise is {100 * c['noise_to_value']:.2g} % of the largest value); "
+            f"states clipped into {c['state_intervals']}: {_clipped(c)}",
             f"  epsilon={_g(c['epsilon'])} delta={c['delta_total']:.3g} holds={c['holds']}",
             f"  fitted in {outcome.seconds:.2f} s",
         ]

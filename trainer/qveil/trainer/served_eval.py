@@ -113,6 +113,12 @@ def _kernel_nonprivate_policy(card: dict[str, Any], dataset: Any) -> BatchPolicy
             f"{str(hp['prior'].get('sha256'))[:16]}...); the card holds its hash, not its "
             "values, so the non-private reference cannot be refitted from the card"
         )
+    if hp.get("anchor_file"):
+        raise InvalidArgument(
+            "this release's anchors are a public anchor file (sha256 "
+            f"{str(hp['anchor_file'].get('sha256'))[:16]}...); the card holds its hash, not "
+            "its points, so the non-private reference cannot be refitted from the card"
+        )
     cfg = KernelFQIConfig(
         env_id=card.get("env_id") or None,
         state_intervals=tuple(tuple(iv) for iv in card["state_intervals"]),

@@ -12,7 +12,8 @@ The file (``.npz``, :func:`write_anchors`) holds ``points`` (K, d) float64 in [0
 sentence: which public data, which procedure) and ``format`` (``"qveil-anchors/1"``). A file
 is used only if its intervals are the config's (:func:`check_anchor_intervals`). ``sha256``
 (:func:`qveil.kfqi_spec.points_sha256`) is the hash of the points themselves, not of the
-file's bytes; the card records it. Pure numpy/scipy and file I/O.
+file's bytes; the card records it with the points (:meth:`AnchorSet.record`). Pure
+numpy/scipy and file I/O.
 """
 
 from __future__ import annotations
@@ -64,8 +65,15 @@ class AnchorSet:
         return points_sha256(self.points)
 
     def record(self) -> dict[str, Any]:
-        """What a card records about the anchors (public: the anchors are public)."""
-        return {"sha256": self.sha256, "origin": self.origin, "anchors": len(self.points)}
+        """What a card records about the anchors (public: the anchors are public): their
+        hash, origin, count and the points themselves (K x d numbers, so that the release's
+        estimator can be refitted from the card alone, as ``qveil evaluate`` does)."""
+        return {
+            "sha256": self.sha256,
+            "origin": self.origin,
+            "anchors": len(self.points),
+            "points": self.points.tolist(),
+        }
 
 
 def visitation_points(

@@ -326,10 +326,11 @@ def test_public_visitation_anchors_written_by_the_cli_and_trained_with(tmp_path:
     public dataset's states go (owner-only file, the same bits when written again); a config
     with ``anchors = "file"`` and ``anchor_file`` (relative to the config file) trains a
     release on two different private datasets with those same anchors: the card (public
-    part included) records the points' sha256 and origin, sigma is the grid config's (the
-    accountant does not depend on the anchors), and evaluate's non-private reference, which
-    refits from the card, refuses it. Anchors of another box, a missing file and release
-    flags with --write-anchors are refused (exit 2, nothing written)."""
+    part included) records the points, their sha256 and origin, sigma is the grid config's
+    (the accountant does not depend on the anchors), and evaluate's non-private reference
+    refits from the card's points (and refuses points that are not the hash's). Anchors of
+    another box, a missing file and release flags with --write-anchors are refused (exit 2,
+    nothing written)."""
     public, private, other = (tmp_path / f"{n}.npz" for n in ("public", "private", "other"))
     for seed, path in ((7, public), (1, private), (2, other)):
         r = qveil("dataset", "collect", "--env", "MountainCar-v0", "--users", "10",
@@ -368,8 +369,14 @@ def test_public_visitation_anchors_written_by_the_cli_and_trained_with(tmp_path:
     plain = load_fqi_config(mountaincar_config(tmp_path)).replace(epsilon=1.0, delta=1e-5)
     grid = plan_kernel(plain, users=10, actions=3, dims=2, reward_range=(-1.0, 0.0))
     assert cards[0].card["sigma"] == cards[1].card["sigma"] == grid.sigma
-    with pytest.raises(InvalidArgument, match="anchor file"):
-        nonprivate_policy(cards[0].public_card(), load_dataset(private))
+    # evaluate's non-private reference refits from the public card, which holds the points
+    pub = cards[0].public_card()
+    assert len(pub["estimator"]["anchor_file"]["points"]) == 12
+    act = nonprivate_policy(pub, load_dataset(private))
+    assert act(np.array([[-0.5, 0.0], [0.1, 0.01]])).shape == (2,)
+    pub["estimator"]["anchor_file"]["points"][0][0] += 0.01  # not the points the hash names
+    with pytest.raises(InvalidArgument, match="do not match"):
+        nonprivate_policy(pub, load_dataset(private))
     # anchors of another box; a missing file; release flags with --write-anchors
     moved = mountaincar_config(tmp_path / "cfg", "moved", **layout,
                                state_intervals="[[-1.2, 0.5], [-0.07, 0.07]]")  # fmt: skip

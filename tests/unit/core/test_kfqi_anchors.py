@@ -91,7 +91,8 @@ def test_written_anchors_read_back_bit_for_bit(tmp_path: Path) -> None:
     pts = visitation_points(_public_states(), 24)
     a = write_anchors(tmp_path / "a.npz", points=pts, state_intervals=BOX, origin="public draw")
     assert a.points.tobytes() == pts.tobytes() and a.sha256 == points_sha256(pts)
-    assert a.record() == {"sha256": a.sha256, "origin": "public draw", "anchors": 24}
+    assert a.record() == {"sha256": a.sha256, "origin": "public draw", "anchors": 24,
+                          "points": pts.tolist()}  # fmt: skip
     b = read_anchors(tmp_path / "a.npz")
     assert b.points.tobytes() == pts.tobytes() and b.record() == a.record()
     assert b.state_intervals == ((-1.0, 1.0), (0.0, 2.0))

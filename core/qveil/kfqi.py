@@ -331,6 +331,8 @@ def _build_key(spec: KernelFQISpec) -> tuple[object, ...]:
     layout: tuple[object, ...] = (
         ("grid", spec.anchor_points)
         if spec.anchors == "grid"
+        else ("file", spec.anchor_sha256, spec.neighbours)
+        if spec.anchors == "file"
         else ("sobol", spec.anchor_count, spec.neighbours)
     )
     return (*layout, spec.bandwidth, spec.kernel_radius, spec.neighbour, spec.dims)

@@ -22,6 +22,7 @@ from typing import Any
 from qveil.errors import InvalidArgument
 from qveil.fqi_config import config_from_dict, config_toml, read_toml
 from qveil.kfqi import KernelFQISpec
+from qveil.kfqi_anchors import AnchorSet, read_anchors
 from qveil.privacy.kfqi import KernelFQIPrivacyParams, account_kernel_fqi, calibrate_kernel_fqi
 
 __all__ = [
@@ -53,10 +54,15 @@ class KernelFQIConfig:
     iterations: int = 20
     anchor_points: int = 6
     anchors: str = "grid"
-    """``grid`` (anchor_points^d) or ``sobol`` (anchor_count points, k = neighbours):
+    """``grid`` (anchor_points^d), ``sobol`` (anchor_count points, k = neighbours) or
+    ``file`` (the public points of ``anchor_file``, k = neighbours):
     :class:`qveil.kfqi.KernelFQISpec`."""
     anchor_count: int = 4096
     neighbours: int = 16
+    anchor_file: str | None = None
+    """The public anchor file of ``anchors = "file"`` (:mod:`qveil.kfqi_anchors`, e.g. where
+    simulated public episodes go); in a config file a relative path is relative to the file.
+    The card records its sha256 and origin."""
     bandwidth: float = 0.2
     kernel_radius: float = 2.0
     inducing_points: int = 11
@@ -110,6 +116,12 @@ class KernelFQIConfig:
             raise InvalidArgument("give epsilon or sigma, not both")
         if self.prior is not None and (not isinstance(self.prior, str) or not self.prior):
             raise InvalidArgument(f"prior must be a file path, got {self.prior!r:.80}")
+        if self.anchor_file is not None and (
+            not isinstance(self.anchor_file, str) or not self.anchor_file
+        ):
+            raise InvalidArgument(f"anchor_file must be a file path, got {self.anchor_file!r:.80}")
+        if (self.anchors == "file") != (self.anchor_file is not None):
+            raise InvalidArgument('give anchor_file with anchors = "file", and only then')
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> KernelFQIConfig:
@@ -124,9 +136,17 @@ class KernelFQIConfig:
             raise InvalidArgument(f"the config gives {len(b)} betas for {dims} coordinates")
         return b
 
-    def spec(self, dims: int) -> Any:
-        """The estimator's :class:`qveil.kfqi.KernelFQISpec`."""
+    def anchor_set(self) -> AnchorSet | None:
+        """The ``anchor_file``'s public anchors (read now), or None for the other layouts."""
+        return None if self.anchor_file is None else read_anchors(self.anchor_file)
+
+    def spec(self, dims: int, *, anchors: AnchorSet | None = None) -> Any:
+        """The estimator's :class:`qveil.kfqi.KernelFQISpec` (``anchors``: the
+        ``anchor_file`` already read; else it is read here)."""
+        if anchors is None:
+            anchors = self.anchor_set()
         return KernelFQISpec(
+            anchor_set=None if anchors is None else anchors.points,
             gamma=self.gamma,
             iterations=self.iterations,
             betas=self.betas_for(dims),
@@ -188,12 +208,13 @@ def default_config() -> KernelFQIConfig:
 
 def load_fqi_config(path: str | Path) -> KernelFQIConfig:
     """An fqi config file: ``estimator = "kernel"``, or a 1-D ``grid`` one (no estimator
-    key, or ``estimator = "grid"``) read by :func:`grid_config`. A relative ``prior`` path
-    is taken relative to the file's directory."""
+    key, or ``estimator = "grid"``) read by :func:`grid_config`. A relative ``prior`` or
+    ``anchor_file`` path is taken relative to the file's directory."""
     d = read_toml(path)
-    prior = d.get("prior")
-    if isinstance(prior, str) and prior and not Path(prior).is_absolute():
-        d["prior"] = str(Path(path).resolve().parent / prior)
+    for key in ("prior", "anchor_file"):
+        v = d.get(key)
+        if isinstance(v, str) and v and not Path(v).is_absolute():
+            d[key] = str(Path(path).resolve().parent / v)
     name = d.get("estimator", "grid")
     if name == "kernel":
         return KernelFQIConfig.from_dict(d)

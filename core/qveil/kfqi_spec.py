@@ -3,14 +3,16 @@
 (:class:`Anchors`: equation 1's anchors and the KRR's fit points, see :mod:`qveil.kfqi`), with
 the two ways samples reach it (the truncated NW kernel's pairs, and a convex interpolation).
 
-Pure numpy/scipy: no I/O; the Sobol anchors use a fixed public seed.
+Pure numpy/scipy: no I/O; the Sobol anchors use a fixed public seed, and the ``file``
+layout's points are given (read by :mod:`qveil.kfqi_anchors`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 
 import numpy as np
@@ -26,6 +28,7 @@ __all__ = [
     "NEIGHBOURS",
     "anchor_grid",
     "check_in_q_range",
+    "points_sha256",
     "multilinear_weights",
     "nw_pairs",
     "q_range",
@@ -78,13 +81,19 @@ class KernelFQISpec:
     """G: anchors per coordinate of the ``grid`` layout (K = G^d)."""
     anchors: str = "grid"
     """The public anchor layout (equation 1's anchors, the KRR's fit points): ``grid`` (the
-    G^d product grid; next states multilinearly interpolated), or ``sobol`` (``anchor_count``
-    scrambled Sobol points of a fixed public seed; samples and next states reach their
-    ``neighbours`` nearest anchors). Only ``sobol`` has a size independent of d."""
+    G^d product grid; next states multilinearly interpolated), ``sobol`` (``anchor_count``
+    scrambled Sobol points of a fixed public seed), or ``file`` (the K given public points
+    ``anchor_set``, e.g. where simulated public episodes go: :mod:`qveil.kfqi_anchors`). In
+    ``sobol`` and ``file``, samples and next states reach their ``neighbours`` nearest
+    anchors, whatever d."""
     anchor_count: int = 4096
     """K of the ``sobol`` layout."""
     neighbours: int = 16
-    """k of the ``sobol`` layout: anchors each sample and each next state reaches."""
+    """k of the ``sobol`` and ``file`` layouts: anchors each sample and each next state
+    reaches."""
+    anchor_set: FloatArray | None = field(default=None, compare=False, repr=False)
+    """The (K, d) points in [0, 1]^d of the ``file`` layout (public, fixed before any data is
+    read; its identity is :attr:`anchor_sha256`); None for the other layouts."""
     bandwidth: float = 0.12
     """h: NW bandwidth in unit coordinates (every coordinate)."""
     kernel_radius: float = 2.0
@@ -131,6 +140,23 @@ class KernelFQISpec:
             raise InvalidArgument(
                 f"anchor_count must lie in [neighbours, 2e6], got {self.anchor_count}"
             )
+        if (self.anchors == "file") != (self.anchor_set is not None):
+            raise InvalidArgument('anchor_set is given with anchors = "file", and only then')
+        if self.anchor_set is not None:
+            pts = np.array(self.anchor_set, dtype=np.float64)  # a copy: the spec owns it
+            if pts.ndim != 2 or pts.shape[1] != len(b):
+                raise InvalidArgument(
+                    f"the anchor set must be (K, {len(b)}) points, got shape {pts.shape}"
+                )
+            if not (np.isfinite(pts).all() and (pts >= 0.0).all() and (pts <= 1.0).all()):
+                raise InvalidArgument("the anchor set's points must lie in [0, 1]^d")
+            if not self.neighbours <= len(pts) <= 2_000_000:
+                raise InvalidArgument(
+                    f"the anchor set must hold between neighbours ({self.neighbours}) and 2e6 "
+                    f"points, got {len(pts)}"
+                )
+            pts.setflags(write=False)
+            object.__setattr__(self, "anchor_set", pts)
         if self.anchors == "grid" and self.anchor_points ** len(b) > 2_000_000:
             raise InvalidArgument(
                 f"anchor_points^d = {self.anchor_points}^{len(b)} anchors is too many "
@@ -162,11 +188,28 @@ class KernelFQISpec:
     @property
     def anchor_total(self) -> int:
         """K, the number of anchors."""
+        if self.anchor_set is not None:
+            return int(len(self.anchor_set))
         return int(self.anchor_points**self.dims if self.anchors == "grid" else self.anchor_count)
+
+    @property
+    def anchor_sha256(self) -> str | None:
+        """:func:`points_sha256` of the ``file`` layout's points; None for the others (their
+        anchors are a function of the spec's numbers)."""
+        return None if self.anchor_set is None else points_sha256(self.anchor_set)
+
+
+def points_sha256(points: npt.ArrayLike) -> str:
+    """sha256 of (K, d) points as little-endian float64 in C order (prefixed by the shape):
+    the identity of a public anchor set, whatever file holds it."""
+    v = np.ascontiguousarray(np.asarray(points, dtype="<f8"))
+    h = hashlib.sha256(f"{v.shape[0]}x{v.shape[1]}:".encode())
+    h.update(v.tobytes())
+    return h.hexdigest()
 
 
 #: The public anchor layouts of :class:`KernelFQISpec`.
-ANCHOR_LAYOUTS = ("grid", "sobol")
+ANCHOR_LAYOUTS = ("grid", "sobol", "file")
 #: The seed of the Sobol scrambling: public and fixed, so the anchors are a public constant.
 SOBOL_SEED = 20261125
 
@@ -175,9 +218,10 @@ class Anchors:
     """A public anchor set in [0, 1]^d and the two ways samples reach it (equation 1):
     :meth:`pairs`, the NW kernel's (sample, anchor, weight) triples, and :meth:`interp`, a
     convex combination of anchors at each next state. ``grid``: the G^d product grid (every
-    anchor within the kernel's radius; multilinear interpolation). ``sobol``: K scrambled
-    Sobol points; a sample reaches its k nearest anchors within the radius, a next state is
-    the Gaussian-weighted average of its k nearest anchors: O(samples x k) pairs whatever d."""
+    anchor within the kernel's radius; multilinear interpolation). ``sobol`` (K scrambled
+    Sobol points) and ``file`` (the spec's K given points): a sample reaches its k nearest
+    anchors within the radius, a next state is the Gaussian-weighted average of its k
+    nearest anchors: O(samples x k) pairs whatever d."""
 
     def __init__(self, spec: KernelFQISpec) -> None:
         self.layout = spec.anchors
@@ -188,16 +232,19 @@ class Anchors:
             half = int(math.floor(spec.kernel_radius * spec.bandwidth * (self.g - 1) + 0.5))
             self.per_sample = (2 * half + 1) ** self.dims
         else:
-            # scipy's spatial and qmc load only for a sampled anchor set
+            # scipy's spatial and qmc load only for a scattered anchor set
             from scipy.spatial import cKDTree
-            from scipy.stats import qmc
 
-            sob = qmc.Sobol(self.dims, scramble=True, seed=SOBOL_SEED)
-            m = int(math.log2(spec.anchor_count))
-            pts = (
-                sob.random_base2(m) if 2**m == spec.anchor_count else sob.random(spec.anchor_count)
-            )
-            self.points = np.asarray(pts, dtype=np.float64)
+            if spec.anchor_set is not None:
+                self.points = np.asarray(spec.anchor_set, dtype=np.float64)
+            else:
+                from scipy.stats import qmc  # loads only for the Sobol points
+
+                sob = qmc.Sobol(self.dims, scramble=True, seed=SOBOL_SEED)
+                m = int(math.log2(spec.anchor_count))
+                n = spec.anchor_count
+                pts = sob.random_base2(m) if 2**m == n else sob.random(n)
+                self.points = np.asarray(pts, dtype=np.float64)
             self.tree = cKDTree(self.points)
             self.k = int(spec.neighbours)
             self.per_sample = self.k

@@ -319,3 +319,76 @@ def test_a_public_prior_built_by_the_cli_and_trained_with(tmp_path: Path) -> Non
     assert not (tmp_path / "p2.npz").exists()
     r = qveil("train", "--mode", "fqi", "--config", str(cfg), "--dataset", str(public))
     assert r.returncode == 2 and "--write-prior" in r.stderr, r.stderr
+
+
+def test_public_visitation_anchors_written_by_the_cli_and_trained_with(tmp_path: Path) -> None:
+    """``qveil train --write-anchors`` places the config's anchor_count anchors where a
+    public dataset's states go (owner-only file, the same bits when written again); a config
+    with ``anchors = "file"`` and ``anchor_file`` (relative to the config file) trains a
+    release on two different private datasets with those same anchors: the card (public
+    part included) records the points, their sha256 and origin, sigma is the grid config's
+    (the accountant does not depend on the anchors), and evaluate's non-private reference
+    refits from the card's points (and refuses points that are not the hash's). Anchors of
+    another box, a missing file and release flags with --write-anchors are refused (exit 2,
+    nothing written)."""
+    public, private, other = (tmp_path / f"{n}.npz" for n in ("public", "private", "other"))
+    for seed, path in ((7, public), (1, private), (2, other)):
+        r = qveil("dataset", "collect", "--env", "MountainCar-v0", "--users", "10",
+                  "--seed", str(seed), "--reward-range=-1,0", "--out", str(path),
+                  "--no-progress")  # fmt: skip
+        assert r.returncode == 0, r.stderr
+    (tmp_path / "cfg").mkdir()
+    (tmp_path / "anchors").mkdir()
+    layout = {"anchors": '"file"', "anchor_file": '"../anchors/mc.npz"', "anchor_count": "12",
+              "neighbours": "4"}  # fmt: skip
+    cfg = mountaincar_config(tmp_path / "cfg", **layout)
+    written = []
+    for name in ("mc.npz", "again.npz"):
+        r = qveil("train", "--mode", "fqi", "--config", str(cfg), "--dataset", str(public),
+                  "--write-anchors", str(tmp_path / "anchors" / name))  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        assert "12 points in 2 coordinates" in r.stdout, r.stdout
+        written.append(r.stdout.split("sha256 ")[-1].strip())
+    sha = written[0]
+    assert len(sha) == 64 and written[1] == sha  # the same bits every build
+    assert (tmp_path / "anchors" / "mc.npz").stat().st_mode & 0o777 == 0o600
+    train = ("train", "--mode", "fqi", "--epsilon", "1", "--delta", "1e-5", "--force",
+             *ensure_population())  # fmt: skip
+    cards = []
+    for i, data in enumerate((private, other)):
+        out = tmp_path / "rel" / f"b{i}"
+        r = qveil(*train, "--dataset", str(data), "--config", str(cfg), "--out", str(out))
+        assert r.returncode == 0, r.stderr
+        cards.append(load_bundle(out))
+    for b in cards:
+        rec = b.card["hyperparameters"]["anchor_file"]
+        assert rec["sha256"] == sha and rec["anchors"] == 12
+        assert "public.npz" in rec["origin"] and "10 users of MountainCar-v0" in rec["origin"]
+        assert b.card["hyperparameters"]["anchors"] == "file"
+        assert b.public_card()["estimator"]["anchor_file"]["sha256"] == sha
+    plain = load_fqi_config(mountaincar_config(tmp_path)).replace(epsilon=1.0, delta=1e-5)
+    grid = plan_kernel(plain, users=10, actions=3, dims=2, reward_range=(-1.0, 0.0))
+    assert cards[0].card["sigma"] == cards[1].card["sigma"] == grid.sigma
+    # evaluate's non-private reference refits from the public card, which holds the points
+    pub = cards[0].public_card()
+    assert len(pub["estimator"]["anchor_file"]["points"]) == 12
+    act = nonprivate_policy(pub, load_dataset(private))
+    assert act(np.array([[-0.5, 0.0], [0.1, 0.01]])).shape == (2,)
+    pub["estimator"]["anchor_file"]["points"][0][0] += 0.01  # not the points the hash names
+    with pytest.raises(InvalidArgument, match="do not match"):
+        nonprivate_policy(pub, load_dataset(private))
+    # anchors of another box; a missing file; release flags with --write-anchors
+    moved = mountaincar_config(tmp_path / "cfg", "moved", **layout,
+                               state_intervals="[[-1.2, 0.5], [-0.07, 0.07]]")  # fmt: skip
+    r = qveil(*train, "--dataset", str(private), "--config", str(moved), "--out",
+              str(tmp_path / "b2"))  # fmt: skip
+    assert r.returncode == 2 and "state intervals" in r.stderr, r.stderr
+    gone = mountaincar_config(tmp_path / "cfg", "gone", **{**layout, "anchor_file": '"no.npz"'})
+    r = qveil(*train, "--dataset", str(private), "--config", str(gone), "--out",
+              str(tmp_path / "b3"))  # fmt: skip
+    assert r.returncode == 2 and "does not exist" in r.stderr, r.stderr
+    r = qveil("train", "--mode", "fqi", "--config", str(cfg), "--dataset", str(public),
+              "--write-anchors", str(tmp_path / "a2.npz"), "--epsilon", "1")  # fmt: skip
+    assert r.returncode == 2 and "--epsilon has no use with --write-anchors" in r.stderr
+    assert not any((tmp_path / p).exists() for p in ("b2", "b3", "a2.npz"))
+    assert "Traceback" not in r.stderr

@@ -60,6 +60,11 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
         "CartPole kernel fqi at N = 1e4, eps 1: a public prior from a shifted-pole simulator "
         "(and the same dynamics, a reference) against the constant default; each prior alone",
     ),
+    "anchors-lever": (
+        "qveil.experiments.anchors_lever",
+        "CartPole kernel fqi at N = 1e4, eps 1: anchors where public simulated users go "
+        "(k-means of their states, K in 256..4096) against the 6^4 grid",
+    ),
     "ceiling": (
         "qveil.experiments.ceiling",
         "the kernel fqi estimator (non-private and eps 1) beside offline DQN and discrete CQL "

@@ -232,6 +232,7 @@ class Sweep:
             spec.anchor_points,
             spec.anchors,
             spec.anchor_count,
+            spec.anchor_sha256,
             spec.neighbours,
             spec.bandwidth,
             spec.kernel_radius,
@@ -248,11 +249,11 @@ class Sweep:
                 spec=spec,
             )
             self._progress(
-                f"  operators G={spec.anchor_points} h={spec.bandwidth:g} built in "
+                f"  operators {spec.anchors} K={spec.anchor_total} h={spec.bandwidth:g} built in "
                 f"{time.perf_counter() - t0:.0f} s"
             )
         q = iterate_q_nd(self._ops[key], spec=spec, prior=prior)
-        kk = (key[2:5], spec.betas, spec.inducing_points, spec.lam)
+        kk = (key[2:6], spec.betas, spec.inducing_points, spec.lam)
         if kk not in self._krr:
             self._krr[kk] = krr_operator(
                 Anchors(spec).points,

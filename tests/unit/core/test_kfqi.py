@@ -39,6 +39,7 @@ from qveil.kfqi import (
     krr_result,
     multilinear_weights,
 )
+from qveil.kfqi_anchors import visitation_points
 from qveil.privacy.events import account_params
 from qveil.privacy.fqi import sup_sensitivity
 from qveil.privacy.kfqi import KernelFQIPrivacyParams, calibrate_kernel_fqi
@@ -110,11 +111,29 @@ def _toy(n_users: int, d: int, seed: int) -> tuple[np.ndarray, ...]:
     return u, s, a, r, s2, term
 
 
-#: The two anchor layouts: the G^d grid, and K Sobol points reached by k nearest anchors.
+#: The anchor layouts: the G^d grid, K Sobol points reached by k nearest anchors, and K
+#: given public points (``file``: where simulated public states go, :func:`_layout`).
 LAYOUTS = {
     "grid": {"anchor_points": 5},
     "sobol": {"anchors": "sobol", "anchor_count": 64, "neighbours": 6},
+    "file": {"anchors": "file", "neighbours": 6},
 }
+
+
+def _public_anchors(d: int) -> np.ndarray:
+    """48 visitation anchors in d coordinates: k-means of 3000 states of a public draw
+    (seed 2026, concentrated like random-policy visitation), fixed before and independent
+    of every dataset a test builds."""
+    states = np.random.default_rng(2026).beta(2.0, 3.0, (3000, d))
+    return visitation_points(states, 48, seed=3)
+
+
+def _layout(name: str, d: int) -> dict[str, object]:
+    """The spec keywords of layout ``name`` in d coordinates."""
+    kw: dict[str, object] = dict(LAYOUTS[name])
+    if name == "file":
+        kw["anchor_set"] = _public_anchors(d)
+    return kw
 
 
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
@@ -127,7 +146,7 @@ def test_operators_are_averagers(layout: str) -> None:
             betas=(2.0, 2.0),
             bandwidth=0.15,
             neighbour=neighbour,
-            **LAYOUTS[layout],  # type: ignore[arg-type]
+            **_layout(layout, 2),  # type: ignore[arg-type]
         )
         m = a == 0
         ones = np.ones(m.sum())
@@ -183,7 +202,7 @@ def test_one_user_replaced_moves_q_by_at_most_d_t(
         betas=(2.0,) * d,
         bandwidth=0.2,
         neighbour=neighbour,
-        **LAYOUTS[layout],  # type: ignore[arg-type]
+        **_layout(layout, d),  # type: ignore[arg-type]
     )
     kw = dict(
         n_actions=2, reward_range=(0.0, 1.0), box=box, spec=spec, prior=_prior(prior, spec, d)
@@ -413,7 +432,7 @@ def test_brute_force_every_replacement_of_one_user_on_a_tiny_case(
     box = StateBox.of([[0.0, 1.0]] * d)
     spec = KernelFQISpec(
         gamma=gamma, iterations=t, betas=(2.0,) * d, bandwidth=0.3, default=0.0,
-        **LAYOUTS[layout],  # type: ignore[arg-type]
+        **_layout(layout, d),  # type: ignore[arg-type]
     )  # fmt: skip
     kw = dict(
         n_actions=2, reward_range=(0.0, 1.0), box=box, spec=spec, prior=_prior(prior, spec, 9)
@@ -519,7 +538,7 @@ def test_several_episodes_per_user_estimate_what_one_episode_users_do(layout: st
     user, episode, s, a, r, s2, term = _episodes(12, 3, 2, 5)
     spec = KernelFQISpec(
         gamma=0.7, iterations=6, betas=(2.0, 2.0), bandwidth=0.2, default=0.0,
-        **LAYOUTS[layout],  # type: ignore[arg-type]
+        **_layout(layout, 2),  # type: ignore[arg-type]
     )  # fmt: skip
     kw = dict(n_actions=2, reward_range=(0.0, 1.0), box=StateBox.of([[0.0, 1.0]] * 2), spec=spec)
     per_user = fitted_q_nd(s, a, r, s2, term, user, **kw)
@@ -550,7 +569,7 @@ def test_one_user_of_several_episodes_replaced_moves_q_by_at_most_d_t(layout: st
     user, _, s, a, r, s2, term = _episodes(n_users, 3, 2, 6)
     spec = KernelFQISpec(
         gamma=gamma, iterations=t, betas=(2.0, 2.0), bandwidth=0.2, default=0.0,
-        **LAYOUTS[layout],  # type: ignore[arg-type]
+        **_layout(layout, 2),  # type: ignore[arg-type]
     )  # fmt: skip
     kw = dict(n_actions=2, reward_range=(0.0, 1.0), box=StateBox.of([[0.0, 1.0]] * 2), spec=spec)
     q = fitted_q_nd(s, a, r, s2, term, user, **kw)

@@ -74,6 +74,15 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         "charged) and write its values at the config's anchors as a prior file, for a "
         "config's prior key (docs/privacy.md 2.6), instead of a bundle",
     )
+    p.add_argument(
+        "--write-anchors",
+        metavar="OUT.npz",
+        dest="write_anchors",
+        help="fqi: place the config's anchor_count anchors where the states of a PUBLIC "
+        "--dataset go (k-means in the config's state box) and write them as an anchor file, "
+        'for a config\'s anchors = "file" and anchor_file (docs/privacy.md 2.6), instead of '
+        "a bundle",
+    )
     g = p.add_mutually_exclusive_group()
     g.add_argument("--sigma", type=float, help="noise scale sigma (>= 0; 0 = non-private)")
     g.add_argument(
@@ -217,10 +226,12 @@ def run(args: argparse.Namespace, *, records: OpenReleaseRecords) -> int:
     the config's estimator (:mod:`qveil.trainer.estimators`), then record and bind in
     ``records`` (the registry, passed by the composition root :mod:`qveil.cli`)."""
 
-    if args.write_prior is not None:
-        return _write_prior(args)
+    if args.write_prior is not None or args.write_anchors is not None:
+        return _write_public(args)
     if args.out is None:
-        raise InvalidArgument("give --out DIR (the bundle), or --write-prior OUT.npz")
+        raise InvalidArgument(
+            "give --out DIR (the bundle), or --write-prior OUT.npz or --write-anchors OUT.npz"
+        )
     cfg = _config(args)
     est = create_estimator(cfg)
     ds: Dataset | ParquetSource | None = None
@@ -271,26 +282,35 @@ def run(args: argparse.Namespace, *, records: OpenReleaseRecords) -> int:
     return 0
 
 
-#: Flags of a release that a prior (public data, no noise, no population) has no use for.
+#: Flags of a release that a prior or anchor file (public data, no noise, no population)
+#: has no use for.
 _RELEASE_FLAGS = (
     *("out", "sigma", "epsilon", "delta", "force", "reward_sensitivity", "seed", "forecast"),
     *("population", "registry", "ledger"),
 )
 
 
-def _write_prior(args: argparse.Namespace) -> int:
-    """``--write-prior``: the config's fit on a public dataset, written as a prior file."""
-    # here, not at the top: the prior writer is the kernel estimator's
-    from qveil.trainer.kfqi import write_kernel_prior
+def _write_public(args: argparse.Namespace) -> int:
+    """``--write-prior`` (the config's fit on a public dataset, written as a prior file) or
+    ``--write-anchors`` (anchors where a public dataset's states go, as an anchor file)."""
+    # here, not at the top: the prior and anchor writers are the kernel estimator's
+    from qveil.trainer.kfqi import write_kernel_anchors, write_kernel_prior
 
+    if args.write_prior is not None and args.write_anchors is not None:
+        raise InvalidArgument("give --write-prior or --write-anchors, not both")
+    option, what = (
+        ("--write-prior", "a prior is fitted")
+        if args.write_prior is not None
+        else ("--write-anchors", "anchors are placed")
+    )
     given = [f for f in _RELEASE_FLAGS if getattr(args, f) not in (None, False)]
     if given:
         raise InvalidArgument(
-            f"--{given[0].replace('_', '-')} has no use with --write-prior: a prior is fitted "
+            f"--{given[0].replace('_', '-')} has no use with {option}: {what} "
             "on public data, without noise, and is no release"
         )
     if args.dataset is None:
-        raise InvalidArgument("--write-prior needs --dataset PATH (a public dataset)")
+        raise InvalidArgument(f"{option} needs --dataset PATH (a public dataset)")
     cfg = _config(args)
     if isinstance(cfg, TrainConfig):  # Algorithm 1's config: not an fqi one
         raise InvalidArgument(f"config {str(args.config)[:80]!r} is not an fqi config")
@@ -301,8 +321,16 @@ def _write_prior(args: argparse.Namespace) -> int:
         args.dataset,
         reward_range=flag or (cfg_rr if declared.reward_range is None else None),
         n_actions=_action_count(cfg, declared),
+        stream=args.write_anchors is None,  # anchors are placed from the states in memory
     )
     _check_dims(cfg, ds.d, args.dataset, args.config)
+    if args.write_anchors is not None:
+        anchors = write_kernel_anchors(cfg, ds, args.write_anchors, source=Path(args.dataset).name)
+        print(
+            f"anchors written to {args.write_anchors}: {len(anchors.points)} points in "
+            f"{anchors.points.shape[1]} coordinates, sha256 {anchors.sha256}"
+        )
+        return 0
     prior = write_kernel_prior(
         cfg, ds, args.write_prior, source=Path(args.dataset).name, engine=engine_from(args)
     )

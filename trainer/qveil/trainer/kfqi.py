@@ -34,10 +34,19 @@ import numpy.typing as npt
 from qveil.additive import StateBox
 from qveil.bundle import build_kernel_fqi_card, load_bundle, write_kernel_bundle
 from qveil.bundle.io import plot_curve
+from qveil.dataset import Dataset
 from qveil.errors import FailedPrecondition, InvalidArgument
 from qveil.fqi_config import CLIP_REFUSE, CLIP_WARN, REFUSE_RATIO, clipping_message, ratio_message
 from qveil.json_types import JSONMapping, JSONObject
 from qveil.kfqi import Anchors, KernelFQIResult, additive_mean, iterate_q_nd, krr_result
+from qveil.kfqi_anchors import (
+    VISITATION_SEED,
+    VISITATION_STATES,
+    AnchorSet,
+    check_anchor_intervals,
+    visitation_points,
+    write_anchors,
+)
 from qveil.kfqi_config import KernelFQIConfig, plan_kernel
 from qveil.kfqi_prior import Prior, check_prior, read_prior, write_prior
 from qveil.privacy.fqi import FQIPrivacyResult
@@ -56,6 +65,7 @@ __all__ = [
     "summary",
     "state_intervals",
     "train_kernel_fqi",
+    "write_kernel_anchors",
     "write_kernel_prior",
     "write_kernel_release",
 ]
@@ -169,6 +179,8 @@ class KernelFit:
     dataset_fingerprint: str
     prior: Prior | None = None
     """The public prior the uncovered users voted (``cfg.prior``), or None."""
+    anchors: AnchorSet | None = None
+    """The public anchors of ``cfg.anchor_file`` (layout ``file``), or None."""
     _curves: dict[str, bytes] = field(default_factory=dict, repr=False, compare=False)
 
     def log_rows(self) -> list[dict[str, float]]:
@@ -235,7 +247,10 @@ def fit_kernel(
     rr = cfg.reward_range or ds_rr
     intervals = state_intervals(cfg, env_id or None, dims)
     box = StateBox.of(intervals)
-    spec = cfg.spec(dims)
+    anchor_set = cfg.anchor_set()
+    if anchor_set is not None:  # refuse anchors of another box before the build
+        check_anchor_intervals(anchor_set, intervals)
+    spec = cfg.spec(dims, anchors=anchor_set)
     spec.default_value(rr)  # refuse a bad default before the expensive build
     prior = None if cfg.prior is None else read_prior(cfg.prior)
     votes = None
@@ -277,6 +292,7 @@ def fit_kernel(
         sup_changes=tuple(deltas),
         dataset_fingerprint=fingerprint,
         prior=prior,
+        anchors=anchor_set,
     )
 
 
@@ -309,7 +325,7 @@ def write_kernel_release(
     warning = ratio_message(result)
     if result.noise_to_value > REFUSE_RATIO and not force:
         raise FailedPrecondition(f"refusing: {warning}; pass --force to release anyway")
-    spec = cfg.spec(fit.dims)
+    spec = cfg.spec(fit.dims, anchors=fit.anchors)
     r = fit.result
     card = build_kernel_fqi_card(
         env_id=fit.env_id,
@@ -332,6 +348,8 @@ def write_kernel_release(
             "default_value": spec.default_value(fit.reward_range),
             # public: the prior is public data (its hash and where it came from)
             **({} if fit.prior is None else {"prior": fit.prior.record()}),
+            # public: the anchors are public points (their hash and where they came from)
+            **({} if fit.anchors is None else {"anchor_file": fit.anchors.record()}),
         },
         seeded=False,
         code_version=code_version(),
@@ -379,6 +397,31 @@ def check_clipping(fit: KernelFit, *, allow_clipping: bool = False) -> str | Non
             "to train anyway"
         )
     return note
+
+
+def write_kernel_anchors(
+    cfg: KernelFQIConfig, dataset: TrainingData, out: str | Path, *, source: str = ""
+) -> AnchorSet:
+    """Place ``cfg.anchor_count`` anchors where the states of a PUBLIC ``dataset`` go
+    (:func:`qveil.kfqi_anchors.visitation_points` in the unit box of the config's state
+    intervals; nothing of it is private) and write them as an anchor file at ``out``
+    (must not exist), for a config's ``anchors = "file"``. ``source`` names the dataset in
+    the file's origin. Returns the anchors as written."""
+    out = Path(out)
+    if out.exists():
+        raise InvalidArgument(f"anchor file {str(out)[:80]!r} already exists")
+    if not isinstance(dataset, Dataset):
+        raise InvalidArgument("anchors are placed from an in-memory dataset (npz, csv or parquet)")
+    dims = int(dataset.s.shape[1])
+    intervals = state_intervals(cfg, cfg.env_id or dataset.env_id or None, dims)
+    x = StateBox.of(intervals).to_unit(dataset.s)
+    points = visitation_points(x, cfg.anchor_count)
+    origin = (
+        f"visitation_points (k-means, seed {VISITATION_SEED}, at most {VISITATION_STATES} "
+        f"states) of the {len(x)} states of the public dataset {source[:80]} "
+        f"{dataset.fingerprint()} ({dataset.users} users of {dataset.env_id or 'an unnamed env'})"
+    )
+    return write_anchors(out, points=points, state_intervals=intervals, origin=origin)
 
 
 def write_kernel_prior(

@@ -10,8 +10,10 @@ release's own fqi estimator from the public card's configuration, without noise.
 
 from __future__ import annotations
 
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -21,6 +23,7 @@ import numpy.typing as npt
 from qveil.bundle import is_kernel_card
 from qveil.client import ResourceExhaustedError, ValueClient
 from qveil.errors import InvalidArgument
+from qveil.kfqi_anchors import write_anchors
 from qveil.kfqi_config import KernelFQIConfig
 from qveil.trainer.evaluate import PolicyScore, _score
 from qveil.trainer.kfqi import fit_kernel
@@ -113,7 +116,41 @@ def _kernel_nonprivate_policy(card: dict[str, Any], dataset: Any) -> BatchPolicy
             f"{str(hp['prior'].get('sha256'))[:16]}...); the card holds its hash, not its "
             "values, so the non-private reference cannot be refitted from the card"
         )
-    cfg = KernelFQIConfig(
+    with tempfile.TemporaryDirectory(prefix="qveil-anchors-") as tmp:
+        anchor_file = _card_anchors(card, hp, Path(tmp))
+        fit = fit_kernel(_card_config(card, hp, anchor_file), dataset)
+
+    def act(states: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
+        best: npt.NDArray[np.int64] = np.argmax(fit.mean(states), axis=1).astype(np.int64)
+        return best
+
+    return act
+
+
+def _card_anchors(card: dict[str, Any], hp: dict[str, Any], tmp: Path) -> str | None:
+    """The card's public anchor points (layout ``file``) written as an anchor file in
+    ``tmp``, checked against the card's sha256; None for the other layouts."""
+    rec = hp.get("anchor_file")
+    if not rec:
+        return None
+    points = rec.get("points") if isinstance(rec, dict) else None
+    if points is None:
+        raise InvalidArgument(
+            "this release's anchors are a public anchor file whose points the card does not "
+            "hold, so the non-private reference cannot be refitted from the card"
+        )
+    out = tmp / "anchors.npz"
+    written = write_anchors(out, points=np.asarray(points, dtype=np.float64),
+                            state_intervals=card["state_intervals"],
+                            origin=str(rec.get("origin", "")))  # fmt: skip
+    if written.sha256 != rec.get("sha256"):
+        raise InvalidArgument("the card's anchor points do not match its anchor sha256")
+    return str(out)
+
+
+def _card_config(card: dict[str, Any], hp: dict[str, Any], anchor_file: str | None) -> Any:
+    """The kernel config of the card's public ``estimator`` configuration."""
+    return KernelFQIConfig(
         env_id=card.get("env_id") or None,
         state_intervals=tuple(tuple(iv) for iv in card["state_intervals"]),
         reward_range=tuple(card["reward_range"]),
@@ -130,14 +167,8 @@ def _kernel_nonprivate_policy(card: dict[str, Any], dataset: Any) -> BatchPolicy
         betas=tuple(float(b) for b in hp["betas"]),
         neighbour=str(hp["neighbour"]),
         default_value=float(hp["default_value"]),
+        anchor_file=anchor_file,
     )
-    fit = fit_kernel(cfg, dataset)
-
-    def act(states: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
-        best: npt.NDArray[np.int64] = np.argmax(fit.mean(states), axis=1).astype(np.int64)
-        return best
-
-    return act
 
 
 def evaluate_served(

@@ -63,7 +63,7 @@ def store_marks(store_url: str) -> dict[str, Any]:
     store = open_store(store_url, create=False)
     try:
         ok = True
-        for rec in store.list_releases():
+        for rec in store.releases.list_releases():
             rep = store.verify(rec.release_id)
             ok = ok and rep.ok
             out["releases"][rec.release_id] = {

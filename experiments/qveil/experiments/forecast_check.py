@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from qveil.experiments._util import write_table_and_plot
-from qveil.experiments.plotting import env_panels, save
+from qveil.experiments.plotting import env_panels, legend_below, save
 from qveil.kfqi_config import load_fqi_config
 
 __all__ = ["MEASURED", "run"]
@@ -106,5 +106,5 @@ def _plot(rows: list[dict[str, Any]], path: Path) -> None:
         ax.set_title(f"{env}: eps 1")
         ax.set_xlabel("users N")
         ax.set_ylabel("fraction of the way from random to non-private")
-        ax.legend(loc="lower right")
+    legend_below(fig, [ax for ax, _, _ in panels])
     save(fig, path)

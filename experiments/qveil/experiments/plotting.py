@@ -99,15 +99,31 @@ def legend_below(fig: Any, axes: Iterable[Any], *, fontsize: float = 7) -> Any:
 
 
 def env_panels(
-    rows: Sequence[Mapping[str, Any]], *, width: float = 5.5, height: float = 3.8
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    width: float = 5.0,
+    height: float = 3.6,
+    columns: int = 3,
 ) -> tuple[Any, list[tuple[Any, str, list[Mapping[str, Any]]]]]:
-    """One panel per environment side by side: the figure and (axes, env, that env's rows)
-    in env order (draw, then :func:`save`)."""
+    """One panel per environment, at most ``columns`` to a row (a figure people can read
+    whatever the number of environments), with the constrained layout that
+    :func:`legend_below` places its legend in: the figure and (axes, env, that env's rows) in
+    env order (draw, then :func:`legend_below` and :func:`save`). Unused panels are hidden."""
     envs = sorted({str(r["env"]) for r in rows})
-    fig, axes = plt.subplots(1, len(envs), figsize=(width * len(envs), height), squeeze=False)
+    ncols = max(1, min(columns, len(envs)))
+    nrows = -(-len(envs) // ncols)
+    fig, axes = plt.subplots(
+        nrows,
+        ncols,
+        figsize=(width * ncols, height * nrows + 0.6),
+        squeeze=False,
+        layout="constrained",
+    )
+    flat = list(axes.flat)
+    for ax in flat[len(envs) :]:
+        ax.set_visible(False)
     panels = [
-        (ax, env, [r for r in rows if r["env"] == env])
-        for ax, env in zip(axes[0], envs, strict=True)
+        (ax, env, [r for r in rows if r["env"] == env]) for ax, env in zip(flat, envs, strict=False)
     ]
     return fig, panels
 

@@ -23,7 +23,7 @@ import numpy as np
 from qveil.additive import AdditiveSamplePath
 from qveil.bundle import load_bundle
 from qveil.experiments._util import write_table_and_plot
-from qveil.experiments.plotting import env_panels, save
+from qveil.experiments.plotting import env_panels, legend_below, save
 from qveil.kfqi_config import load_fqi_config
 from qveil.ope import policy_value
 from qveil.privacy.ope import OPEPrivacyParams, calibrate_ope
@@ -163,7 +163,8 @@ def _plot(rows: list[dict[str, Any]], path: Path) -> None:
                     fmt="o", capsize=3, label="private estimate (95%)")  # fmt: skip
         ax.plot(x, [r["true_value"] for r in rs], "kx", label="true value (simulator)")
         ax.set_title(f"{env}: N = {rs[0]['users']}, eps 1")
+        ax.set_xticks(x, [str(r["seed"]) for r in rs])
         ax.set_xlabel("seed")
         ax.set_ylabel("discounted value from the start distribution")
-        ax.legend(loc="best")
+    legend_below(fig, [ax for ax, _, _ in panels])
     save(fig, path)

@@ -7,7 +7,6 @@ Needs only numpy.
 from __future__ import annotations
 
 import os
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ from qveil.dataset_types import (
     check_population_name,
 )
 from qveil.errors import InvalidArgument, NotFound
+from qveil.npz_file import write_npz_atomic
 
 __all__ = ["declared_npz", "load_npz", "npz_users", "read_npz", "save_npz"]
 
@@ -60,16 +60,8 @@ def save_npz(ds: Dataset, path: str | os.PathLike[str]) -> None:
         meta["rewards_are_population_averages"] = np.array(True)
     if ds.population is not None:
         meta["population"] = np.array(ds.population)
-    tmp = out.parent / f".{out.name}.tmp-{uuid.uuid4().hex[:8]}"
-    try:
-        with open(tmp, "wb") as fh:
-            arrays: dict[str, Any] = {name: getattr(ds, name) for name in _ARRAYS}
-            np.savez(fh, **arrays, **meta)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
+    arrays: dict[str, Any] = {name: getattr(ds, name) for name in _ARRAYS}
+    write_npz_atomic(out, {**arrays, **meta})
 
 
 def _scalar(name: str, value: np.ndarray, kind: str) -> Any:

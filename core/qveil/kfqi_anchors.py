@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 import os
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +30,7 @@ import numpy.typing as npt
 
 from qveil.errors import InvalidArgument, NotFound
 from qveil.kfqi_spec import points_sha256
+from qveil.npz_file import write_npz_atomic
 
 __all__ = [
     "FORMAT",
@@ -136,21 +136,15 @@ def write_anchors(
         origin=str(origin),
     )
     _check(a)
-    tmp = out.parent / f".{out.name}.tmp-{uuid.uuid4().hex[:8]}"
-    try:
-        with open(tmp, "wb") as fh:
-            np.savez(
-                fh,
-                format=np.array(FORMAT),
-                points=a.points,
-                state_intervals=np.asarray(a.state_intervals, dtype=np.float64),
-                origin=np.array(a.origin),
-            )
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_npz_atomic(
+        out,
+        {
+            "format": np.array(FORMAT),
+            "points": a.points,
+            "state_intervals": np.asarray(a.state_intervals, dtype=np.float64),
+            "origin": np.array(a.origin),
+        },
+    )
     return read_anchors(out)
 
 

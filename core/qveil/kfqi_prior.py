@@ -27,7 +27,6 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +37,7 @@ import numpy.typing as npt
 
 from qveil.errors import InvalidArgument, NotFound
 from qveil.kfqi_spec import Anchors, KernelFQISpec, check_in_q_range
+from qveil.npz_file import write_npz_atomic
 
 __all__ = [
     "FORMAT",
@@ -118,24 +118,18 @@ def write_prior(
     )
     _check_shape(prior)
     check_in_q_range(prior.values, reward_range=prior.reward_range, gamma=prior.gamma)
-    tmp = out.parent / f".{out.name}.tmp-{uuid.uuid4().hex[:8]}"
-    try:
-        with open(tmp, "wb") as fh:
-            np.savez(
-                fh,
-                format=np.array(FORMAT),
-                values=prior.values,
-                anchors=prior.anchors,
-                state_intervals=np.asarray(prior.state_intervals, dtype=np.float64),
-                reward_range=np.asarray(prior.reward_range, dtype=np.float64),
-                gamma=np.array(prior.gamma),
-                origin=np.array(prior.origin),
-            )
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_npz_atomic(
+        out,
+        {
+            "format": np.array(FORMAT),
+            "values": prior.values,
+            "anchors": prior.anchors,
+            "state_intervals": np.asarray(prior.state_intervals, dtype=np.float64),
+            "reward_range": np.asarray(prior.reward_range, dtype=np.float64),
+            "gamma": np.array(prior.gamma),
+            "origin": np.array(prior.origin),
+        },
+    )
     return read_prior(out)
 
 

@@ -1,0 +1,33 @@
+"""An ``.npz`` file written atomically: into a temporary file beside it, flushed to disk, then
+renamed over the target, so a reader sees the whole file or none (a crash leaves no half
+file, and no temporary file on any error). The datasets, prior files and anchor files qveil
+writes go through :func:`write_npz_atomic`."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["write_npz_atomic"]
+
+
+def write_npz_atomic(out: Path, arrays: Mapping[str, npt.ArrayLike]) -> None:
+    """Write ``arrays`` (name -> array) as the ``.npz`` file ``out``; its directory must
+    exist. Replaces ``out`` if it exists (callers that must not overwrite check first)."""
+    # Any: numpy's stub gives savez's **kwds the type of its allow_pickle flag
+    named: dict[str, Any] = {name: np.asarray(a) for name, a in arrays.items()}
+    tmp = out.parent / f".{out.name}.tmp-{uuid.uuid4().hex[:8]}"
+    try:
+        with open(tmp, "wb") as fh:
+            np.savez(fh, **named)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)

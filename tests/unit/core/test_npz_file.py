@@ -1,0 +1,34 @@
+"""qveil.npz_file: an .npz written whole or not at all, no temporary file left behind."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from qveil.npz_file import write_npz_atomic
+
+
+def test_the_file_holds_every_array(tmp_path: Path) -> None:
+    out = tmp_path / "x.npz"
+    write_npz_atomic(out, {"a": np.arange(3.0), "name": np.array("public")})
+    with np.load(out, allow_pickle=False) as z:
+        assert z["a"].tolist() == [0.0, 1.0, 2.0] and str(z["name"]) == "public"
+    assert [p.name for p in tmp_path.iterdir()] == ["x.npz"]
+
+
+def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path: Path) -> None:
+    out = tmp_path / "x.npz"
+    write_npz_atomic(out, {"a": np.zeros(2)})
+    before = out.read_bytes()
+
+    class Broken:
+        def __array__(self, *args: Any, **kwargs: Any) -> np.ndarray:
+            raise RuntimeError("cannot become an array")
+
+    with pytest.raises(RuntimeError):
+        write_npz_atomic(out, {"a": np.ones(2), "b": Broken()})  # type: ignore[dict-item]
+    assert out.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["x.npz"]

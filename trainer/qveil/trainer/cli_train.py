@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from qveil.cli_parser import add_no_progress
-from qveil.dataset import Dataset, count_users, declared_metadata, open_dataset
+from qveil.dataset import Dataset, Declared, count_users, declared_metadata, open_dataset
 from qveil.dataset_cli import add_engine_flags, parse_reward_range
 from qveil.dataset_parquet import ParquetSource
 from qveil.errors import FailedPrecondition, InvalidArgument, QveilError
@@ -236,24 +236,16 @@ def run(args: argparse.Namespace, *, records: OpenReleaseRecords) -> int:
     est = create_estimator(cfg)
     ds: Dataset | ParquetSource | None = None
     if est.needs_dataset:
+        declared: Declared | None = None
         if not args.population:  # the population the dataset declares (its metadata alone)
-            args.population = declared_metadata(args.dataset).population
+            declared = declared_metadata(args.dataset)
+            args.population = declared.population
         # the budget first: a population that cannot pay is refused before the data is read
         precheck_population(args, records, mode="fqi", epsilon=cfg.epsilon, delta=cfg.delta)
-        declared = declared_metadata(args.dataset)  # the file's metadata alone
-
         if args.forecast:
             _print_forecast(cfg, args.dataset, force=args.force)
-        flag = parse_reward_range(args.reward_range)
-        cfg_rr = None if cfg.reward_range is None else tuple(cfg.reward_range)
-        ds = open_dataset(
-            args.dataset,
-            # the flag must agree with a declared range; the config's fills in for none
-            reward_range=flag or (cfg_rr if declared.reward_range is None else None),
-            n_actions=_action_count(cfg, declared),
-            stream=est.name == "kernel",  # a qveil Parquet file: one row group per task
-        )
-        _check_dims(cfg, ds.d, args.dataset, args.config)
+        # a qveil Parquet file streamed for the kernel fit: one row group per task
+        ds = _open(args, cfg, declared=declared, stream=est.name == "kernel")
         if ds.population is not None and ds.population != args.population:
             raise InvalidArgument(
                 f"the dataset declares population {ds.population!r:.80}, not "
@@ -314,16 +306,8 @@ def _write_public(args: argparse.Namespace) -> int:
     cfg = _config(args)
     if isinstance(cfg, TrainConfig):  # Algorithm 1's config: not an fqi one
         raise InvalidArgument(f"config {str(args.config)[:80]!r} is not an fqi config")
-    declared = declared_metadata(args.dataset)
-    flag = parse_reward_range(args.reward_range)
-    cfg_rr = None if cfg.reward_range is None else tuple(cfg.reward_range)
-    ds = open_dataset(
-        args.dataset,
-        reward_range=flag or (cfg_rr if declared.reward_range is None else None),
-        n_actions=_action_count(cfg, declared),
-        stream=args.write_anchors is None,  # anchors are placed from the states in memory
-    )
-    _check_dims(cfg, ds.d, args.dataset, args.config)
+    # anchors are placed from the states in memory
+    ds = _open(args, cfg, declared=None, stream=args.write_anchors is None)
     if args.write_anchors is not None:
         anchors = write_kernel_anchors(cfg, ds, args.write_anchors, source=Path(args.dataset).name)
         print(
@@ -358,7 +342,28 @@ def _print_forecast(cfg: Any, dataset: str, *, force: bool) -> None:
         raise FailedPrecondition(f"refusing: {fc.refusal}; pass --force to release anyway")
 
 
-def _action_count(cfg: Any, declared: Any) -> int | None:
+def _open(
+    args: argparse.Namespace, cfg: Any, *, declared: Declared | None, stream: bool
+) -> Dataset | ParquetSource:
+    """``--dataset`` for a fit of ``cfg``: its reward range from the file, ``--reward-range``
+    (which must agree with a declared one) or the config's (for a file that declares none),
+    its action count from the file or the config; refused when its coordinates are not the
+    config's. ``declared``: the file's metadata when already read (None: read here)."""
+    if declared is None:
+        declared = declared_metadata(args.dataset)  # the file's metadata alone
+    flag = parse_reward_range(args.reward_range)
+    cfg_rr = None if cfg.reward_range is None else tuple(cfg.reward_range)
+    ds = open_dataset(
+        args.dataset,
+        reward_range=flag or (cfg_rr if declared.reward_range is None else None),
+        n_actions=_action_count(cfg, declared),
+        stream=stream,
+    )
+    _check_dims(cfg, ds.d, args.dataset, args.config)
+    return ds
+
+
+def _action_count(cfg: Any, declared: Declared) -> int | None:
     """The action count the command gives a dataset that may declare none (an npz or a
     table): the config's ``actions``, else its env's. None for a file that declares one (the
     plan then refuses a config whose ``actions`` differ)."""

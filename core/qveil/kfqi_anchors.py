@@ -30,7 +30,7 @@ import numpy.typing as npt
 
 from qveil.errors import InvalidArgument, NotFound
 from qveil.kfqi_spec import points_sha256
-from qveil.npz_file import write_npz_atomic
+from qveil.npz_file import new_npz_path, write_npz_atomic
 
 __all__ = [
     "FORMAT",
@@ -123,13 +123,7 @@ def write_anchors(
     """Write an anchor file (atomically; the file must not exist) and return it as read
     back. Points outside [0, 1]^d, not finite or of another d are refused; nothing is
     written then."""
-    out = Path(os.fspath(path))
-    if out.suffix != ".npz":
-        raise InvalidArgument(f"an anchor file must end in .npz, got {str(out)[:80]!r}")
-    if out.exists():
-        raise InvalidArgument(f"anchor file {str(out)[:80]!r} already exists")
-    if not out.parent.is_dir():
-        raise NotFound(f"directory {str(out.parent)[:80]!r} does not exist")
+    out = new_npz_path(path, "anchor file")
     a = AnchorSet(
         points=np.asarray(points, dtype=np.float64),
         state_intervals=tuple((float(lo), float(hi)) for lo, hi in state_intervals),

@@ -37,7 +37,7 @@ import numpy.typing as npt
 
 from qveil.errors import InvalidArgument, NotFound
 from qveil.kfqi_spec import Anchors, KernelFQISpec, check_in_q_range
-from qveil.npz_file import write_npz_atomic
+from qveil.npz_file import new_npz_path, write_npz_atomic
 
 __all__ = [
     "FORMAT",
@@ -101,13 +101,7 @@ def write_prior(
     """Write a prior file (atomically; the file must not exist) and return it as read
     back. The values are checked to be finite and within the Q range of (reward_range,
     gamma); the file is refused otherwise and nothing is written."""
-    out = Path(os.fspath(path))
-    if out.suffix != ".npz":
-        raise InvalidArgument(f"a prior file must end in .npz, got {str(out)[:80]!r}")
-    if out.exists():
-        raise InvalidArgument(f"prior file {str(out)[:80]!r} already exists")
-    if not out.parent.is_dir():
-        raise NotFound(f"directory {str(out.parent)[:80]!r} does not exist")
+    out = new_npz_path(path, "prior file")
     prior = Prior(
         values=np.asarray(values, dtype=np.float64),
         anchors=np.asarray(anchors, dtype=np.float64),

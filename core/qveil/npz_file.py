@@ -14,7 +14,23 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["write_npz_atomic"]
+from qveil.errors import InvalidArgument, NotFound
+
+__all__ = ["new_npz_path", "write_npz_atomic"]
+
+
+def new_npz_path(path: str | os.PathLike[str], what: str) -> Path:
+    """``path`` as the name of a new ``.npz`` file (``what`` names it in errors): it must end
+    in .npz, must not exist, and its directory must (InvalidArgument / NotFound otherwise)."""
+    out = Path(os.fspath(path))
+    if out.suffix != ".npz":
+        article = "an" if what[:1] in "aeiou" else "a"
+        raise InvalidArgument(f"{article} {what} must end in .npz, got {str(out)[:80]!r}")
+    if out.exists():
+        raise InvalidArgument(f"{what} {str(out)[:80]!r} already exists")
+    if not out.parent.is_dir():
+        raise NotFound(f"directory {str(out.parent)[:80]!r} does not exist")
+    return out
 
 
 def write_npz_atomic(out: Path, arrays: Mapping[str, npt.ArrayLike]) -> None:

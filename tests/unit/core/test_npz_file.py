@@ -32,3 +32,17 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path: Path) -> 
         write_npz_atomic(out, {"a": np.ones(2), "b": Broken()})  # type: ignore[dict-item]
     assert out.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["x.npz"]
+
+
+def test_a_new_npz_path_is_refused_with_the_reason(tmp_path: Path) -> None:
+    from qveil.errors import InvalidArgument, NotFound
+    from qveil.npz_file import new_npz_path
+
+    assert new_npz_path(tmp_path / "p.npz", "prior file") == tmp_path / "p.npz"
+    with pytest.raises(InvalidArgument, match="an anchor file must end in .npz"):
+        new_npz_path(tmp_path / "a.txt", "anchor file")
+    (tmp_path / "p.npz").write_bytes(b"")
+    with pytest.raises(InvalidArgument, match="prior file .* already exists"):
+        new_npz_path(tmp_path / "p.npz", "prior file")
+    with pytest.raises(NotFound, match="does not exist"):
+        new_npz_path(tmp_path / "no" / "p.npz", "prior file")

@@ -33,6 +33,7 @@ __all__ = [
     "grid_config",
     "load_fqi_config",
     "plan_kernel",
+    "read_fqi_toml",
 ]
 
 #: beta_j when a config gives none: a public default on unit coordinates (the noise's
@@ -206,15 +207,22 @@ def default_config() -> KernelFQIConfig:
     return grid_config({})
 
 
-def load_fqi_config(path: str | Path) -> KernelFQIConfig:
-    """An fqi config file: ``estimator = "kernel"``, or a 1-D ``grid`` one (no estimator
-    key, or ``estimator = "grid"``) read by :func:`grid_config`. A relative ``prior`` or
-    ``anchor_file`` path is taken relative to the file's directory."""
+def read_fqi_toml(path: str | Path) -> dict[str, Any]:
+    """An fqi config file's keys as a dict, with a relative ``prior`` or ``anchor_file``
+    path taken relative to the file's directory (what every reader of a config needs)."""
     d = read_toml(path)
     for key in ("prior", "anchor_file"):
         v = d.get(key)
         if isinstance(v, str) and v and not Path(v).is_absolute():
             d[key] = str(Path(path).resolve().parent / v)
+    return d
+
+
+def load_fqi_config(path: str | Path) -> KernelFQIConfig:
+    """An fqi config file: ``estimator = "kernel"``, or a 1-D ``grid`` one (no estimator
+    key, or ``estimator = "grid"``) read by :func:`grid_config`. A relative ``prior`` or
+    ``anchor_file`` path is taken relative to the file's directory (:func:`read_fqi_toml`)."""
+    d = read_fqi_toml(path)
     name = d.get("estimator", "grid")
     if name == "kernel":
         return KernelFQIConfig.from_dict(d)

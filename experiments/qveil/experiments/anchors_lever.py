@@ -37,6 +37,7 @@ from qveil.additive import StateBox
 from qveil.experiments._util import write_csv
 from qveil.experiments.multid_levers import (
     EPSILON,
+    GRID,
     Sweep,
     cache_dir,
     dataset,
@@ -88,21 +89,28 @@ COLUMNS = (
 )
 
 
-def anchor_file(count: int, cfg: Mapping[str, Any], *, public_users: int = PUBLIC_USERS) -> Path:
+def anchor_file(
+    count: int,
+    cfg: Mapping[str, Any],
+    *,
+    public_users: int = PUBLIC_USERS,
+    max_states: int = VISITATION_STATES,
+) -> Path:
     """The visitation anchor file of K = ``count`` for ``cfg``'s box (cached; built from
-    the public collection only)."""
+    the public collection only: k-means of at most ``max_states`` of its states)."""
+    more = "" if max_states == VISITATION_STATES else f"-n{max_states}"
     path = (
         cache_dir()
-        / f"anchors-CartPole-v1-{public_users}-s{PUBLIC_SEED}-K{count}-a{VISITATION_SEED}.npz"
+        / f"anchors-CartPole-v1-{public_users}-s{PUBLIC_SEED}-K{count}-a{VISITATION_SEED}{more}.npz"
     )
     if path.exists():
         return path
     ds = public_dataset("same", users=public_users)
     box = StateBox.of(cfg["state_intervals"])
     x = box.to_unit(np.asarray(ds.s, dtype=np.float64))
-    pts = visitation_points(x, count)
+    pts = visitation_points(x, count, max_states=max_states)
     origin = (
-        f"visitation_points (k-means, seed {VISITATION_SEED}, at most {VISITATION_STATES} "
+        f"visitation_points (k-means, seed {VISITATION_SEED}, at most {max_states} "
         f"states) of the {len(x)} states of {public_users} simulated random-policy "
         f"CartPole-v1 users, collection seed {PUBLIC_SEED}"
     )
@@ -112,10 +120,10 @@ def anchor_file(count: int, cfg: Mapping[str, Any], *, public_users: int = PUBLI
 
 
 def visitation_config(path: Path, neighbours: int, bandwidth: float) -> dict[str, Any]:
-    """configs/cartpole-private.toml with the anchors of ``path``."""
-    return load_config(
-        anchors="file", anchor_file=str(path), neighbours=neighbours, bandwidth=bandwidth
-    )
+    """The 6^4-grid config (:data:`qveil.experiments.multid_levers.GRID`) with the anchors of
+    ``path``."""
+    file = {"anchors": "file", "anchor_file": str(path), "neighbours": neighbours}
+    return load_config(**{**GRID, **file, "bandwidth": bandwidth})
 
 
 def _row(seed: int, label: str, cfg: dict[str, Any], sweep: Sweep, **kw: Any) -> dict[str, Any]:
@@ -162,7 +170,7 @@ def run(*, out: Path, quick: bool = False, **_: Any) -> dict[str, Path]:
     def say(text: str) -> None:
         print(f"anchors-lever [{time.perf_counter() - t0:.0f} s] {text}", flush=True)
 
-    base = load_config()
+    base = load_config(**GRID)
     counts: tuple[int, ...]
     tuning: tuple[tuple[int, float], ...]
     if quick:

@@ -31,7 +31,6 @@ from __future__ import annotations
 import math
 import os
 import time
-import tomllib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,7 +41,7 @@ import numpy as np
 from qveil.dataset import load_npz, save_npz
 from qveil.experiments._util import write_csv
 from qveil.experiments.multid_levers import Sweep, score
-from qveil.kfqi_config import KernelFQIConfig, plan_kernel
+from qveil.kfqi_config import KernelFQIConfig, plan_kernel, read_fqi_toml
 
 __all__ = [
     "COLUMNS",
@@ -195,8 +194,8 @@ def cache_dir() -> Path:
 
 
 def load_config(env_id: str) -> dict[str, Any]:
-    with ENVS[env_id].open("rb") as fh:
-        return tomllib.load(fh)
+    """``env_id``'s config as a dict (a relative ``anchor_file`` resolved against configs/)."""
+    return read_fqi_toml(ENVS[env_id])
 
 
 def dataset(env_id: str, users: int, seed: int, *, cache: Path | None = None) -> Any:

@@ -65,6 +65,11 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
         "CartPole kernel fqi at N = 1e4, eps 1: anchors where public simulated users go "
         "(k-means of their states, K in 256..4096) against the 6^4 grid",
     ),
+    "anchors-sweep": (
+        "qveil.experiments.anchors_sweep",
+        "CartPole kernel fqi at N = 1e4, eps 1: visitation anchors combined with K, k, h, "
+        "gamma, T, lambda, beta_j and the k-means source (tuned on seed 1, reported on seed 0)",
+    ),
     "ceiling": (
         "qveil.experiments.ceiling",
         "the kernel fqi estimator (non-private and eps 1) beside offline DQN and discrete CQL "

@@ -32,7 +32,6 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
-import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,7 +43,7 @@ import numpy.typing as npt
 from qveil.client import ValueClient
 from qveil.dataset_parquet import ParquetSource
 from qveil.experiments._util import write_csv
-from qveil.kfqi_config import KernelFQIConfig
+from qveil.kfqi_config import KernelFQIConfig, read_fqi_toml
 from qveil.server.local import LocalServer
 from qveil.server.release_records import charge_simulated
 
@@ -74,8 +73,7 @@ EVAL_SEED = 10_000
 
 def load_config(env_id: str, **changes: Any) -> Any:
     """The public :class:`qveil.kfqi_config.KernelFQIConfig` of ``env_id`` (delta 1e-5)."""
-    with ENVS[env_id].open("rb") as fh:
-        d = tomllib.load(fh)
+    d = read_fqi_toml(ENVS[env_id])
     d.update({"delta": DELTA, **changes})
     return KernelFQIConfig.from_dict(d)
 

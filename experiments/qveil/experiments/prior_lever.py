@@ -44,6 +44,7 @@ from qveil.experiments._util import columns, write_csv
 from qveil.experiments.multid_levers import (
     ENV_ID,
     EPSILON,
+    GRID,
     Fitted,
     Scores,
     Sweep,
@@ -216,7 +217,7 @@ def seed_rows(
 ) -> list[dict[str, Any]]:
     """The rows of one private collection seed: the config, the config with each prior
     (R releases each, the same noise seeds), and each prior's own greedy policy."""
-    cfg = load_config()
+    cfg = load_config(**GRID)
     ds = dataset(users, seed)
     sweep = Sweep(ds, progress=say)
     res = sigma_for(cfg, users=int(ds.users), actions=int(ds.n_actions), epsilon=EPSILON)
@@ -281,7 +282,7 @@ def run(*, out: Path, quick: bool = False, **_: Any) -> dict[str, Path]:
         users, public, plan = 200, 300, [(REPORT_SEED, 2, 2)]
     else:
         users, public, plan = USERS, PUBLIC_USERS, [(TUNE_SEED, 10, 20), (REPORT_SEED, 20, 30)]
-    cfg = load_config()
+    cfg = load_config(**GRID)
     priors = {}
     for name in PRIORS:
         priors[name] = public_prior(name, cfg, users=public)

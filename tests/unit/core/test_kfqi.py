@@ -25,6 +25,7 @@ from scipy.stats import norm
 from qveil.additive import StateBox
 from qveil.errors import InvalidArgument
 from qveil.kfqi import (
+    Anchors,
     KernelFQISpec,
     additive_mean,
     anchor_grid,
@@ -726,3 +727,102 @@ def test_empirical_privacy_audit_of_a_d_1_release() -> None:
     print(f"empirical epsilon lower bounds (card epsilon 1): {scores}")
     assert scores[1.0] < card.epsilon
     assert scores[0.1] > card.epsilon
+
+
+def _reached(spec: KernelFQISpec, s: np.ndarray, a: np.ndarray, m: int) -> set[tuple[int, int]]:
+    """The (anchor, action) pairs the samples (unit states ``s``, actions ``a``) reach."""
+    anchors = Anchors(spec)
+    out: set[tuple[int, int]] = set()
+    for act in range(m):
+        if not (a == act).any():
+            continue
+        _, kk, _ = anchors.pairs(s[a == act])
+        out |= {(int(k), act) for k in kk}
+    return out
+
+
+def _spreading_users(reward0: float, terminal0: bool, d: int, n_b: int) -> tuple[np.ndarray, ...]:
+    """User 0: one sample at the corner 0 of the unit box (next state the corner, action 0);
+    users 1..n_b: one sample at the centre, reward 1, next state the corner (action 0)."""
+    n = 1 + n_b
+    s = np.array([np.zeros(d)] + [np.full(d, 0.5)] * n_b)
+    s2 = np.zeros((n, d))
+    r = np.array([reward0] + [1.0] * n_b)
+    term = np.array([terminal0] + [False] * n_b)
+    return np.arange(n), s, np.zeros(n, dtype=np.int64), r, s2, term
+
+
+def test_one_user_change_spreads_through_p_so_the_naive_sum_of_squares_bound_fails() -> None:
+    """docs/privacy.md 2.6, "The sum of squares": user 0 reaches 32 of the 1024 anchors (the
+    grid 4^5 around the corner), yet replacing it (reward 1 -> 0, then terminal) moves Q_T at
+    every anchor, because the other users' next states all interpolate at the corner (P's
+    corner column sums to about K): ||Q_T - Q_T'||_2 exceeds sqrt(r) D_T, the bound that
+    would hold if the change stayed where the user reaches. The accountant's sup bound D_T
+    holds, and so does the sound l2 bound sqrt(m K) gamma D_{T-1} + sqrt(r) (q_hi - q_lo) / N
+    (only the last step's injection is local)."""
+    d, g, gamma, t, n_b = 5, 4, 0.9, 30, 40
+    spec = KernelFQISpec(gamma=gamma, iterations=t, betas=(2.0,) * d, anchor_points=g,
+                         bandwidth=0.26, default=0.0)  # fmt: skip
+    kw = dict(n_actions=2, reward_range=(0.0, 1.0), box=StateBox.of([[0.0, 1.0]] * d), spec=spec)
+    before = _spreading_users(1.0, False, d, n_b)
+    after = _spreading_users(0.0, True, d, n_b)
+    dq = fitted_q_nd(*_cols(before), **kw) - fitted_q_nd(*_cols(after), **kw)
+    n, k_all = 1 + n_b, g**d
+    r = len(
+        _reached(spec, before[1][:1], before[2][:1], 2)
+        | _reached(spec, after[1][:1], after[2][:1], 2)
+    )
+    assert r == 32
+    dt, dt1 = (
+        sup_sensitivity(
+            neighbour="user", users=n, reward_range=(0.0, 1.0), gamma=gamma, iterations=it
+        )  # fmt: skip
+        for it in (t, t - 1)
+    )
+    l2 = float(np.sqrt((dq**2).sum()))
+    assert np.count_nonzero(np.abs(dq[:, 0]) > 1e-12) == k_all  # every anchor moved
+    assert float(np.abs(dq).max()) <= dt * (1 + 1e-9)  # the accountant's D_T holds
+    assert l2 > 3.0 * math.sqrt(r) * dt  # the naive bound fails by a factor above 3
+    sound = math.sqrt(2 * k_all) * gamma * dt1 + math.sqrt(r) / ((1 - gamma) * n)
+    assert l2 <= sound
+    # the spreading: the corner's column of P (action 0) sums to about K n_b / N
+    ops = build_operators_nd(*_cols(before), **{k: v for k, v in kw.items()})
+    col = np.asarray(ops.actions[0].p.sum(axis=0)).ravel()
+    assert col.max() > 0.9 * k_all * n_b / n
+
+
+def _cols(u: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+    """(states, actions, rewards, next states, terminal, users) of :func:`_spreading_users`."""
+    users, s, a, r, s2, term = u
+    return s, a, r, s2, term, users
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_last_step_l2_bound_holds_for_adversarial_replacements(layout: str) -> None:
+    """The sound sum-of-squares bound (docs/privacy.md 2.6): for one user replaced,
+    ||Q_T - Q_T'||_2 <= sqrt(m K) gamma D_{T-1} + sqrt(r_u) (q_hi - q_lo) / N, with r_u the
+    (anchor, action) pairs the user's samples reach in either dataset."""
+    n_users, gamma, t, d = 30, 0.7, 8, 2
+    u, s, a, r, s2, term = _toy(n_users, d, 2)
+    spec = KernelFQISpec(gamma=gamma, iterations=t, betas=(2.0,) * d, bandwidth=0.1,
+                         **_layout(layout, d))  # type: ignore[arg-type]  # fmt: skip
+    kw = dict(n_actions=2, reward_range=(0.0, 1.0), box=StateBox.of([[0.0, 1.0]] * d), spec=spec)
+    q = fitted_q_nd(s, a, r, s2, term, u, **kw)
+    dt1 = sup_sensitivity(neighbour="user", users=n_users, reward_range=(0.0, 1.0),
+                          gamma=gamma, iterations=t - 1)  # fmt: skip
+    k_all = spec.anchor_total
+    mine = u == 0
+    tight = 0.0
+    for k in range(6):
+        s_, a_, r_, s2_, term_ = s.copy(), a.copy(), r.copy(), s2.copy(), term.copy()
+        r_[mine] = float(k % 2)
+        s_[mine] = 0.5 if k < 3 else 0.0
+        s2_[mine] = 1.0 if k % 3 else 0.5
+        a_[mine] = k % 2
+        term_[mine] = k >= 3
+        l2 = float(np.sqrt(((q - fitted_q_nd(s_, a_, r_, s2_, term_, u, **kw)) ** 2).sum()))
+        reach = _reached(spec, s[mine], a[mine], 2) | _reached(spec, s_[mine], a_[mine], 2)
+        bound = math.sqrt(2 * k_all) * gamma * dt1 + math.sqrt(len(reach)) / ((1 - gamma) * n_users)
+        assert l2 <= bound * (1 + 1e-9), (k, l2, bound)
+        tight = max(tight, l2 / bound)
+    assert tight > 0.01  # not vacuous

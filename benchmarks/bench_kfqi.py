@@ -21,7 +21,6 @@ import argparse
 import os
 import sys
 import time
-import tomllib
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +32,8 @@ from _report import load_line, table, write_section  # noqa: E402
 from qveil.additive import StateBox  # noqa: E402
 from qveil.experiments._util import columns  # noqa: E402
 from qveil.kfqi import kernel_fqi  # noqa: E402
-from qveil.kfqi_spec import nw_pairs  # noqa: E402
+from qveil.kfqi_config import read_fqi_toml  # noqa: E402
+from qveil.kfqi_spec import Anchors  # noqa: E402
 from qveil.trainer.collect import collect  # noqa: E402
 
 COMMAND = "python benchmarks/bench_kfqi.py [--max-users 100000]"
@@ -49,6 +49,13 @@ SCALE = {
     16: ("qveil/Reach16-v0", "reach16-private.toml", {}),
 }
 CONFIG = HERE.parent / "configs" / "cartpole-private.toml"
+
+
+def _layout(cfg: dict) -> str:
+    """The config's anchors in words."""
+    if cfg.get("anchors", "grid") == "grid":
+        return f"{cfg['anchor_points']}^4 anchors"
+    return f"{cfg['anchors']} anchors, K = {cfg['anchor_count']}, k = {cfg['neighbours']}"
 
 
 def _row(users: int, cfg: dict, box: StateBox) -> list[object]:
@@ -89,12 +96,9 @@ def _row(users: int, cfg: dict, box: StateBox) -> list[object]:
     x = box.to_unit(ds.s)
     t0 = time.perf_counter()
     pairs = 0
+    anchors = Anchors(spec)
     for lo in range(0, len(x), 1 << 16):
-        pairs += len(
-            nw_pairs(
-                x[lo : lo + (1 << 16)], spec.anchor_points, spec.bandwidth, spec.kernel_radius
-            )[0]
-        )
+        pairs += len(anchors.pairs(x[lo : lo + (1 << 16)])[0])
     t_pairs = time.perf_counter() - t0
     total = t_build + t_iter + t_krr
     print(f"N={users}: {ds.n} samples, build {t_build:.1f} s, total {total:.1f} s", flush=True)
@@ -186,8 +190,7 @@ def main() -> None:
         plan = [tuple(int(v) for v in item.split(":")) for item in args.scale.split(",")]
         _scale([(d, n) for d, n in plan if n <= args.max_users])  # type: ignore[misc]
         return
-    with CONFIG.open("rb") as fh:
-        cfg = tomllib.load(fh)
+    cfg = read_fqi_toml(CONFIG)
     box = StateBox.of(cfg["state_intervals"])
     sizes = [u for u in (1000, 10_000, 30_000, 100_000) if u <= args.max_users]
     rows = [_row(u, cfg, box) for u in sizes]
@@ -197,7 +200,7 @@ def main() -> None:
     body = (
         load_line()
         + f"CartPole-v1, one random-policy episode per user, config `configs/cartpole-private.toml`"
-        f" ({cfg['anchor_points']}^4 anchors, bandwidth {cfg['bandwidth']}, T = "
+        f" ({_layout(cfg)}, bandwidth {cfg['bandwidth']}, T = "
         f"{cfg['iterations']}, M = {cfg['inducing_points']}). 'build' = the per-user sparse "
         "operators of both actions (built once); 'iterate' = the T fixed-point steps; 'krr' = "
         "the subspace KRR of both actions. Ceiling: 'pairs' = one bare enumeration of the "

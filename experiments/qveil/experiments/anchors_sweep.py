@@ -30,19 +30,30 @@ __all__ = ["COLUMNS", "PLAN", "last_step_factor", "plan_config", "run"]
 #: Each combination tried on the tuning seed: (K, k-means states, changes from the config with
 #: ``anchors = "file"``). ``neighbours`` and ``bandwidth`` are always given.
 PLAN: list[tuple[int, int, dict[str, Any]]] = [
-    # K and k at the config's bandwidth, gamma and lambda (9.4's two winners among them)
-    *[
-        (k, 200_000, {"neighbours": nb, "bandwidth": 0.2})
-        for k, nb in (
-            (128, 32),
-            (128, 64),
-            (128, 128),
-            (256, 64),
-            (256, 128),
-            (512, 128),
-            (512, 256),
-        )
-    ],
+    # K and k at the grid config's bandwidth 0.2, with gamma 0.7 / 0.5 / 0.3 (T 15 / 10 / 6)
+    (256, 200_000, {"neighbours": 128, "bandwidth": 0.2}),
+    (256, 200_000, {"neighbours": 128, "bandwidth": 0.2, "gamma": 0.5, "iterations": 10}),
+    (256, 200_000, {"neighbours": 128, "bandwidth": 0.2, "gamma": 0.3, "iterations": 6}),
+    (256, 200_000, {"neighbours": 64, "bandwidth": 0.2}),
+    (256, 200_000, {"neighbours": 64, "bandwidth": 0.2, "gamma": 0.5, "iterations": 10}),
+    (128, 200_000, {"neighbours": 64, "bandwidth": 0.2}),
+    (128, 200_000, {"neighbours": 64, "bandwidth": 0.2, "gamma": 0.5, "iterations": 10}),
+    (128, 200_000, {"neighbours": 32, "bandwidth": 0.2}),
+    (512, 200_000, {"neighbours": 256, "bandwidth": 0.2}),
+    (512, 200_000, {"neighbours": 256, "bandwidth": 0.2, "gamma": 0.5, "iterations": 10}),
+    # around K 256, k 128 at gamma 0.3: gamma 0.2 and 0.4, lambda, K 128, h, the k-means
+    # source (all 2225790 public states instead of 200000) and k = K
+    (256, 200_000, {"neighbours": 128, "bandwidth": 0.2, "gamma": 0.2, "iterations": 5}),
+    (256, 200_000, {"neighbours": 128, "bandwidth": 0.2, "gamma": 0.4, "iterations": 8}),
+    (
+        256,
+        200_000,
+        {"neighbours": 128, "bandwidth": 0.2, "gamma": 0.3, "iterations": 6, "lam": 0.5},
+    ),
+    (128, 200_000, {"neighbours": 64, "bandwidth": 0.2, "gamma": 0.3, "iterations": 6}),
+    (256, 200_000, {"neighbours": 128, "bandwidth": 0.3, "gamma": 0.3, "iterations": 6}),
+    (256, 2_225_790, {"neighbours": 128, "bandwidth": 0.2, "gamma": 0.3, "iterations": 6}),
+    (256, 200_000, {"neighbours": 256, "bandwidth": 0.2, "gamma": 0.3, "iterations": 6}),
 ]
 COLUMNS = (
     "seed",

@@ -53,7 +53,7 @@ from qveil.kfqi_anchors import (
     write_anchors,
 )
 
-__all__ = ["COLUMNS", "COUNTS", "TUNING", "anchor_file", "run", "visitation_config"]
+__all__ = ["COLUMNS", "COUNTS", "TUNING", "anchor_file", "line", "run", "visitation_config"]
 
 USERS = 10_000
 PUBLIC_USERS = 100_000
@@ -142,9 +142,10 @@ def _row(seed: int, label: str, cfg: dict[str, Any], sweep: Sweep, **kw: Any) ->
     }
 
 
-def _line(r: Mapping[str, Any]) -> str:
+def line(r: Mapping[str, Any], width: int = 28) -> str:
+    """One row in words (the progress line of a run)."""
     return (
-        f"seed {r['seed']} {r['label']:<28} sigma {r['sigma']:.3g} private {r['private']:.0f} "
+        f"seed {r['seed']} {r['label']:<{width}} sigma {r['sigma']:.3g} private {r['private']:.0f} "
         f"[{r['private_lo']:.0f}, {r['private_hi']:.0f}] non-private {r['non_private']:.0f} "
         f"random {r['random']:.0f} fraction {r['fraction']:.2f} "
         f"[{r['fraction_lo']:.2f}, {r['fraction_hi']:.2f}]"
@@ -190,7 +191,7 @@ def run(*, out: Path, quick: bool = False, **_: Any) -> dict[str, Path]:
         rows.append(_row(seed, "config (6^4 grid)", base, sweep, **kw))
         ref = rows[-1]
         ref["fraction_vs_config"] = ref["fraction"]
-        say(_line(rows[-1]))
+        say(line(rows[-1]))
         tuned = seed == TUNE_SEED or quick
         for k in counts:
             # k nearest of K anchors: k > K reaches them all, as k = K does
@@ -203,7 +204,7 @@ def run(*, out: Path, quick: bool = False, **_: Any) -> dict[str, Path]:
                                  sweep, **kw))  # fmt: skip
                 rows[-1]["fraction_vs_config"] = _vs(rows[-1], ref)
                 got.append((rows[-1]["private"], (nb, h)))
-                say(_line(rows[-1]))
+                say(line(rows[-1]))
             if tuned:
                 best[k] = max(got)[1]
     paths = {"csv": write_csv(out / "anchors_lever.csv", rows, COLUMNS)}

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from qveil.experiments._util import write_csv
-from qveil.experiments.anchors_lever import REPORT_SEED, TUNE_SEED, USERS, anchor_file
+from qveil.experiments.anchors_lever import COLUMNS as AL_COLUMNS
+from qveil.experiments.anchors_lever import REPORT_SEED, TUNE_SEED, USERS, anchor_file, line
 from qveil.experiments.multid_levers import EPSILON, GRID, Sweep, dataset, load_config, row
 from qveil.kfqi_anchors import read_anchors
 
@@ -41,8 +42,7 @@ PLAN: list[tuple[int, int, dict[str, Any]]] = [
     (128, 200_000, {"neighbours": 32, "bandwidth": 0.2}),
     (512, 200_000, {"neighbours": 256, "bandwidth": 0.2}),
     (512, 200_000, {"neighbours": 256, "bandwidth": 0.2, "gamma": 0.5, "iterations": 10}),
-    # around K 256, k 128 at gamma 0.3: gamma 0.2 and 0.4, lambda, K 128, h, the k-means
-    # source (all 2225790 public states instead of 200000) and k = K
+    # around K 256, k 128 at gamma 0.3: gamma 0.2 and 0.4, lambda 0.5
     (256, 200_000, {"neighbours": 128, "bandwidth": 0.2, "gamma": 0.2, "iterations": 5}),
     (256, 200_000, {"neighbours": 128, "bandwidth": 0.2, "gamma": 0.4, "iterations": 8}),
     (
@@ -50,10 +50,6 @@ PLAN: list[tuple[int, int, dict[str, Any]]] = [
         200_000,
         {"neighbours": 128, "bandwidth": 0.2, "gamma": 0.3, "iterations": 6, "lam": 0.5},
     ),
-    (128, 200_000, {"neighbours": 64, "bandwidth": 0.2, "gamma": 0.3, "iterations": 6}),
-    (256, 200_000, {"neighbours": 128, "bandwidth": 0.3, "gamma": 0.3, "iterations": 6}),
-    (256, 2_225_790, {"neighbours": 128, "bandwidth": 0.2, "gamma": 0.3, "iterations": 6}),
-    (256, 200_000, {"neighbours": 256, "bandwidth": 0.2, "gamma": 0.3, "iterations": 6}),
 ]
 COLUMNS = (
     "seed",
@@ -67,19 +63,8 @@ COLUMNS = (
     "lam",
     "beta",
     "anchor_sha256",
-    "sigma",
-    "releases",
-    "episodes",
-    "private",
-    "private_lo",
-    "private_hi",
-    "non_private",
-    "random",
-    "fraction",
-    "fraction_lo",
-    "fraction_hi",
-    "release_min",
-    "release_max",
+    # the scores, as anchors-lever writes them (without its comparison to the config)
+    *(c for c in AL_COLUMNS[AL_COLUMNS.index("sigma") :] if c != "fraction_vs_config"),
 )
 
 
@@ -125,15 +110,6 @@ def _sha(cfg: Mapping[str, Any]) -> str:
     return read_anchors(cfg["anchor_file"]).sha256
 
 
-def _line(r: Mapping[str, Any]) -> str:
-    return (
-        f"seed {r['seed']} {r['label']:<60} sigma {r['sigma']:.3g} private {r['private']:.0f} "
-        f"[{r['private_lo']:.0f}, {r['private_hi']:.0f}] non-private {r['non_private']:.0f} "
-        f"random {r['random']:.0f} fraction {r['fraction']:.2f} "
-        f"[{r['fraction_lo']:.2f}, {r['fraction_hi']:.2f}]"
-    )
-
-
 def run(*, out: Path, quick: bool = False, **_: Any) -> dict[str, Path]:
     """Every combination of :data:`PLAN` on the tuning seed (10 x 20), then the best and the
     config on the report seed (20 x 30). ``--quick``: 200 private and 300 public users, K 16,
@@ -159,26 +135,26 @@ def run(*, out: Path, quick: bool = False, **_: Any) -> dict[str, Path]:
     sweep = Sweep(dataset(users, seed), progress=say)
     kw = {"releases": rel, "episodes": eps}
     rows.append(_row(seed, "config (6^4 grid)", load_config(**GRID), sweep, 1296, 0, **kw))
-    say(_line(rows[-1]))
+    say(line(rows[-1], 60))
     for count, states, ch in plan:
         cfg = plan_config(count, states, ch, public_users=public)
         rows.append(_row(seed, label(count, states, ch), cfg, sweep, count, states, **kw))
-        say(_line(rows[-1]))
+        say(line(rows[-1], 60))
     best = max(range(len(plan)), key=lambda i: rows[i + 1]["private"])
     seed, rel, eps = report
     sweep = Sweep(dataset(users, seed), progress=say)
     kw = {"releases": rel, "episodes": eps}
     rows.append(_row(seed, "config (6^4 grid)", load_config(**GRID), sweep, 1296, 0, **kw))
-    say(_line(rows[-1]))
+    say(line(rows[-1], 60))
     count, states, ch = plan[best]
     cfg = plan_config(count, states, ch, public_users=public)
     rows.append(_row(seed, label(count, states, ch), cfg, sweep, count, states, **kw))
-    say(_line(rows[-1]))
+    say(line(rows[-1], 60))
     # the sum-of-squares lever's best case (docs/privacy.md 2.6): not a release
     for name, c, k in (("config (6^4 grid)", load_config(**GRID), 1296),
                        (label(count, states, ch), cfg, count)):  # fmt: skip
         f = last_step_factor(float(c["gamma"]), int(c["iterations"]))
         rows.append(_row(seed, f"{name}, sigma x {f:.2f} (upper bound, not a release)", c,
                          sweep, k, states if c is cfg else 0, sigma_factor=f, **kw))  # fmt: skip
-        say(_line(rows[-1]))
+        say(line(rows[-1], 60))
     return {"csv": write_csv(out / "anchors_sweep.csv", rows, COLUMNS)}

@@ -20,13 +20,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from qveil.experiments._util import write_csv
 from qveil.experiments.anchors_lever import COLUMNS as AL_COLUMNS
 from qveil.experiments.anchors_lever import REPORT_SEED, TUNE_SEED, USERS, anchor_file, line
 from qveil.experiments.multid_levers import EPSILON, GRID, Sweep, dataset, load_config, row
 from qveil.kfqi_anchors import read_anchors
 
-__all__ = ["COLUMNS", "PLAN", "last_step_factor", "plan_config", "run"]
+__all__ = ["COLUMNS", "PLAN", "last_step_factor", "plan_config", "plot", "run"]
 
 #: Each combination tried on the tuning seed: (K, k-means states, changes from the config with
 #: ``anchors = "file"``). ``neighbours`` and ``bandwidth`` are always given.
@@ -157,4 +159,56 @@ def run(*, out: Path, quick: bool = False, **_: Any) -> dict[str, Path]:
         rows.append(_row(seed, f"{name}, sigma x {f:.2f} (upper bound, not a release)", c,
                          sweep, k, states if c is cfg else 0, sigma_factor=f, **kw))  # fmt: skip
         say(line(rows[-1], 60))
-    return {"csv": write_csv(out / "anchors_sweep.csv", rows, COLUMNS)}
+    paths = {"csv": write_csv(out / "anchors_sweep.csv", rows, COLUMNS)}
+    paths["png"] = plot(rows, out / "anchors_sweep.png")
+    return paths
+
+
+def _short(label: str) -> str:
+    """A row's label for a plot axis."""
+    for a, b in (
+        (" states=200000", ""),
+        (" bandwidth=0.2", ""),
+        ("neighbours=", "k="),
+        ("iterations=", "T="),
+        ("(upper bound, not a release)", "(bound, no release)"),
+    ):
+        label = label.replace(a, b)
+    return label
+
+
+def plot(rows: list[dict[str, Any]], path: Path) -> Path:
+    """Private return (95% CI) and the non-private fit of every row, one panel per
+    collection seed (tuning, then report), one row per combination."""
+    # matplotlib loads only when a plot is drawn (a heavy import)
+    import matplotlib.pyplot as plt
+
+    # here, not at the top: loads matplotlib only when this runs
+    from qveil.experiments.plotting import legend_below, save
+
+    seeds = sorted({int(r["seed"]) for r in rows}, key=lambda s: s != TUNE_SEED)
+    sizes = [sum(int(r["seed"]) == s for r in rows) for s in seeds]
+    fig, axes = plt.subplots(
+        len(seeds), 1, figsize=(8.5, 0.32 * sum(sizes) + 2.2), squeeze=False,
+        gridspec_kw={"height_ratios": sizes}, layout="constrained",
+    )  # fmt: skip
+    for ax, seed in zip(axes[:, 0], seeds, strict=True):
+        rs = [r for r in rows if int(r["seed"]) == seed]
+        y = np.arange(len(rs))[::-1]
+        p = np.array([float(r["private"]) for r in rs])
+        lo = p - np.array([float(r["private_lo"]) for r in rs])
+        hi = np.array([float(r["private_hi"]) for r in rs]) - p
+        ax.errorbar(p, y, xerr=np.stack([lo, hi]), fmt="o", capsize=3,
+                    label="private, epsilon 1 (95% CI)")  # fmt: skip
+        ax.plot([float(r["non_private"]) for r in rs], y, "k|", ms=10, label="non-private")
+        ax.plot([float(r["random"]) for r in rs], y, "kx", ms=5, label="random")
+        ax.set_yticks(y, [_short(str(r["label"])) for r in rs], fontsize=7)
+        ax.set_xlim(0, 520)
+        ax.grid(axis="x", alpha=0.3)
+        ax.set_title(f"collection seed {seed} ({'tuning' if seed == TUNE_SEED else 'report'})",
+                     fontsize=9)  # fmt: skip
+    axes[-1, 0].set_xlabel("return (CartPole-v1, max 500), 1e4 users")
+    fig.suptitle("Visitation anchors with gamma, T, lambda, K and k: CartPole-v1, epsilon 1",
+                 fontsize=10)  # fmt: skip
+    legend_below(fig, axes[:, 0])
+    return save(fig, path)

@@ -28,6 +28,7 @@ def test_quick_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("QVEIL_LEVERS_CACHE", str(tmp_path / "cache"))
     run_quick("anchors-sweep", tmp_path)
     rows = read_rows(tmp_path / "anchors_sweep.csv", sw.COLUMNS)
+    assert (tmp_path / "anchors_sweep.png").stat().st_size > 10_000
     labels = [r["label"] for r in rows]
     assert labels[0] == labels[3] == "config (6^4 grid)"
     assert labels[1:3] == [

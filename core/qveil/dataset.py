@@ -192,11 +192,7 @@ def iter_states(
     its reward range and action count), a Minari dataset whole."""
     rows = _rows(path)
     if rows is not None:
-        n = len(np.asarray(rows.arrays.a))
-        yield (
-            np.asarray(rows.arrays.s, dtype=np.float64).reshape(n, -1),
-            np.asarray(rows.arrays.s2, dtype=np.float64).reshape(n, -1),
-        )
+        yield rows.arrays.s, rows.arrays.s2
     elif dataset_kind(path) == "parquet":
         for group in ParquetSource(path, reward_range=reward_range).iter_groups():
             yield group.s, group.s2
@@ -230,7 +226,7 @@ def save_dataset(ds: Dataset, path: str | os.PathLike[str]) -> None:
     if not isinstance(ds, Dataset):
         raise InvalidArgument(f"save_dataset needs a Dataset, got {type(ds).__name__}")
     # re-check: a Dataset is validated on construction, but object.__setattr__ can bypass it
-    validate_arrays(*ds.transitions, n_actions=ds.n_actions, reward_range=ds.reward_range)
+    validate_arrays(ds.transitions, n_actions=ds.n_actions, reward_range=ds.reward_range)
     kind = dataset_kind(path)
     if kind == "npz":
         save_npz(ds, path)

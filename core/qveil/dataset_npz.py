@@ -13,17 +13,16 @@ from typing import Any
 import numpy as np
 
 from qveil.dataset_types import (
-    _ARRAYS,
     ECHO,
     FORMAT,
     Dataset,
     DatasetRows,
-    Transitions,
     _echo,
     check_population_name,
 )
 from qveil.errors import InvalidArgument, NotFound
 from qveil.npz_file import write_npz_atomic
+from qveil.transitions import ARRAYS, Transitions
 
 __all__ = ["declared_npz", "load_npz", "npz_users", "read_npz", "save_npz"]
 
@@ -60,7 +59,7 @@ def save_npz(ds: Dataset, path: str | os.PathLike[str]) -> None:
         meta["rewards_are_population_averages"] = np.array(True)
     if ds.population is not None:
         meta["population"] = np.array(ds.population)
-    arrays: dict[str, Any] = {name: getattr(ds, name) for name in _ARRAYS}
+    arrays: dict[str, Any] = {name: getattr(ds, name) for name in ARRAYS}
     write_npz_atomic(out, {**arrays, **meta})
 
 
@@ -128,10 +127,10 @@ def read_npz(path: str | os.PathLike[str]) -> DatasetRows:
                 f"{_echo(str(p))} is not a readable .npz dataset: "
                 f"{str(exc).replace(str(p), '<path>')[:ECHO]}"
             ) from None
-    missing = [k for k in _ARRAYS if k not in data]
+    missing = [k for k in ARRAYS if k not in data]
     if missing:
         raise InvalidArgument(
-            f"{_echo(str(p))} lacks the array(s) {', '.join(missing)} (needs {', '.join(_ARRAYS)})"
+            f"{_echo(str(p))} lacks the array(s) {', '.join(missing)} (needs {', '.join(ARRAYS)})"
         )
     if "format" in data and _scalar("format", data["format"], "U") != FORMAT:
         raise InvalidArgument(
@@ -175,7 +174,7 @@ def declared_npz(
     p = Path(os.fspath(path))
     with _open(p) as z:
         try:
-            meta = {k: z[k] for k in z.files if k not in _ARRAYS}
+            meta = {k: z[k] for k in z.files if k not in ARRAYS}
         except (OSError, ValueError, EOFError) as exc:
             raise InvalidArgument(
                 f"{_echo(str(p))} is not a readable .npz dataset: {str(exc)[:ECHO]}"

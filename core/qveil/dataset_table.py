@@ -320,12 +320,12 @@ def read_table(path: str | os.PathLike[str]) -> DatasetRows:
             f"has {s2.shape[1]} (the same d for both)"
         )
     arrays = Transitions(
-        _typed(table, "user", where, "i"),
-        s,
-        _typed(table, "a", where, "i"),
-        _typed(table, "r", where, "if"),
-        s2,
-        _terminal(table, where),
+        user=_typed(table, "user", where, "i"),
+        s=s,
+        a=_typed(table, "a", where, "i"),
+        r=_typed(table, "r", where, "if"),
+        s2=s2,
+        terminal=_terminal(table, where),
     )
     n_actions = _number(p, "n_actions", meta["n_actions"], int) if "n_actions" in meta else None
     return DatasetRows(

@@ -1,6 +1,5 @@
 """Small helpers shared by the experiments: a progress-bar map over processes, CSV writing, the
-best OU beta of a release map computed once per map, a dataset's columns in the estimators'
-order."""
+best OU beta of a release map computed once per map."""
 
 from __future__ import annotations
 
@@ -10,17 +9,12 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 from tqdm.auto import tqdm
 
-if TYPE_CHECKING:
-    from qveil.dataset import Dataset
-
 __all__ = [
-    "columns",
     "default_workers",
     "mean_se",
     "progress_map",
@@ -92,13 +86,3 @@ def mean_se(values: Sequence[float]) -> tuple[float, float]:
     a = np.asarray(values, dtype=np.float64)
     se = float(a.std(ddof=1) / np.sqrt(a.size)) if a.size > 1 else 0.0
     return float(a.mean()), se
-
-
-#: one column of a dataset
-Column = npt.NDArray[Any]
-
-
-def columns(ds: Dataset) -> tuple[Column, Column, Column, Column, Column, Column]:
-    """(states, actions, rewards, next states, terminal, users): the positional arguments the
-    fitted Q estimators take, from ``ds``."""
-    return ds.s, ds.a, ds.r, ds.s2, ds.terminal, ds.user

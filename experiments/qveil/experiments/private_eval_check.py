@@ -123,7 +123,7 @@ def run(
                 return act(lo + u * (hi - lo))
 
             j, _per_user = policy_value(
-                held.s, held.a, held.r, held.s2, held.terminal, held.user,
+                held.transitions,
                 policy=policy,
                 n_actions=m, reward_range=rr_eval,
                 box=box, spec=spec,

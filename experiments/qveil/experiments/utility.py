@@ -179,7 +179,7 @@ def linewalk_job(
         if (relation, gamma) not in fits:
             spec = base.replace(neighbour=relation, gamma=gamma).spec(1)
             q = fitted_q_nd(
-                ds.s, ds.a, ds.r, ds.s2, ds.terminal, ds.user,
+                ds.transitions,
                 n_actions=2, reward_range=rr, box=box, spec=spec,
             )  # fmt: skip
             fits[relation, gamma] = krr_result(q, spec=spec, reward_range=rr)

@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
@@ -48,6 +48,7 @@ from qveil.dataset_types import (
     validate_arrays,
 )
 from qveil.errors import InvalidArgument
+from qveil.json_types import JSONObject
 
 __all__ = [
     "Dataset",
@@ -169,7 +170,7 @@ def describe_dataset(
     *,
     reward_range: tuple[float, float] | None = None,
     n_actions: int | None = None,
-) -> dict[str, Any]:
+) -> JSONObject:
     """:meth:`Dataset.summary` of the file (``qveil dataset info``): a qveil Parquet file's
     from its metadata alone; an ``.npz`` or a table that declares no reward range (none given)
     is described all the same, with ``reward_range`` and ``fingerprint`` None

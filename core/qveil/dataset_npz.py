@@ -7,6 +7,7 @@ Needs only numpy.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +48,7 @@ def save_npz(ds: Dataset, path: str | os.PathLike[str]) -> None:
         raise InvalidArgument(f"an npz dataset path must end in .npz, got {_echo(str(out))}")
     if not out.parent.is_dir():
         raise NotFound(f"directory {_echo(str(out.parent))} does not exist")
-    meta: dict[str, Any] = {
+    meta: dict[str, np.ndarray] = {
         "format": np.array(FORMAT),
         "n_actions": np.array(ds.n_actions, dtype=np.int64),
         "reward_low": np.array(ds.reward_range[0], dtype=np.float64),
@@ -59,10 +60,11 @@ def save_npz(ds: Dataset, path: str | os.PathLike[str]) -> None:
         meta["rewards_are_population_averages"] = np.array(True)
     if ds.population is not None:
         meta["population"] = np.array(ds.population)
-    arrays: dict[str, Any] = {name: getattr(ds, name) for name in ARRAYS}
+    arrays: dict[str, np.ndarray] = ds.transitions.columns()
     write_npz_atomic(out, {**arrays, **meta})
 
 
+# Any: numpy's .item() of a checked scalar (an int, a float or a str by ``kind``)
 def _scalar(name: str, value: np.ndarray, kind: str) -> Any:
     if value.shape != () or value.dtype.kind not in kind:
         raise InvalidArgument(
@@ -72,7 +74,7 @@ def _scalar(name: str, value: np.ndarray, kind: str) -> Any:
     return value.item()
 
 
-def _open(p: Path) -> Any:
+def _open(p: Path) -> Any:  # np.load: numpy types it Any (an NpzFile here)
     """``np.load`` of an existing zip archive; anything else (a CSV or a pickle named
     ``.npz``) is refused with what the file looks like, not numpy's pickle message."""
     try:
@@ -104,7 +106,7 @@ def _open(p: Path) -> Any:
         ) from None
 
 
-def _reward_range(data: Any) -> tuple[float, float] | None:
+def _reward_range(data: Mapping[str, np.ndarray]) -> tuple[float, float] | None:
     if "reward_low" not in data and "reward_high" not in data:
         return None
     if "reward_low" not in data or "reward_high" not in data:

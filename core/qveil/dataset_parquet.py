@@ -71,6 +71,7 @@ from qveil.dataset_types import (
     validate_arrays,
 )
 from qveil.errors import FailedPrecondition, InvalidArgument, NotFound
+from qveil.json_types import JSONObject
 from qveil.transitions import ARRAYS, Transitions
 
 __all__ = [
@@ -91,6 +92,7 @@ USERS_PER_GROUP = 10_000
 _META_KEY = b"qveil"
 
 
+# Any below: pyarrow's modules, tables, arrays and schemas (pyarrow ships no type information)
 def _pyarrow() -> Any:
     try:
         # here, not at the top: pyarrow is an optional dependency (the trainer extra)
@@ -117,7 +119,7 @@ def is_qveil_parquet(path: str | os.PathLike[str]) -> bool:
         return False
 
 
-def _schema(d: int, metadata: dict[str, Any] | None = None) -> Any:
+def _schema(d: int, metadata: JSONObject | None = None) -> Any:
     pa, _ = _pyarrow()
     state = pa.list_(pa.float64(), d)
     fields = [
@@ -306,7 +308,7 @@ class ParquetDatasetWriter:
         self._pending = [rest] if rest.n else []
         self._pending_users -= users
 
-    def close(self) -> dict[str, Any]:
+    def close(self) -> JSONObject:
         """Finish the file (metadata, fingerprint, atomic move); returns its summary."""
         try:
             if self._pending_users:
@@ -373,7 +375,7 @@ class ParquetDatasetWriter:
                     h.update(block)
         return "sha256:" + str(h.hexdigest())
 
-    def _summary(self, fingerprint: str) -> dict[str, Any]:
+    def _summary(self, fingerprint: str) -> JSONObject:
         st = self._stats
         return {
             "users": st.users,
@@ -397,8 +399,8 @@ def _fingerprint_header(
     n_actions: int,
     reward_range: tuple[float, float],
     env_id: str | None,
-    arrays: list[list[Any]],
-) -> Any:
+    arrays: list[list[object]],
+) -> hashlib._Hash:
     """A sha256 primed with :meth:`Dataset.fingerprint`'s header (same encoding)."""
     header = {
         "format": FORMAT,
@@ -420,7 +422,7 @@ def save_parquet(
     *,
     users_per_group: int = USERS_PER_GROUP,
     force: bool = False,
-) -> dict[str, Any]:
+) -> JSONObject:
     """Write ``ds`` as a Parquet dataset (its user column must be non-decreasing)."""
     with ParquetDatasetWriter(
         path,
@@ -537,7 +539,7 @@ class ParquetSource:
         """The number of row groups (shards of whole users)."""
         return int(self._file.metadata.num_row_groups)
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> JSONObject:
         """The writer's record (:meth:`qveil.dataset.Dataset.summary`'s keys), from the
         metadata alone."""
         out = dict(self._meta["summary"])

@@ -43,6 +43,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from qveil.errors import InvalidArgument
+from qveil.json_types import JSONObject
 from qveil.transitions import ARRAYS as _ARRAYS
 from qveil.transitions import Transitions
 
@@ -101,7 +102,9 @@ class Dataset:
     #: Files that share people (a superset, a resample) declare the same name.
     population: str | None = None
     # derived values (fingerprint, user count), computed once: the arrays are read-only
-    _cache: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _cache: dict[str, int | str] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         arrays, n_actions, reward_range = validate_arrays(
@@ -225,7 +228,7 @@ class Dataset:
             self._cache["fingerprint"] = "sha256:" + h.hexdigest()
         return str(self._cache["fingerprint"])
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> JSONObject:
         """What ``qveil dataset info`` prints: counts, the action histogram, reward ranges.
 
         Keys: ``users``, ``samples``, ``d``, ``n_actions``, ``actions`` (count per action),
@@ -403,6 +406,8 @@ class DatasetRows:
 
     where: str
     arrays: Transitions
+    # Any: the values as the file holds them (checked by Dataset: a numpy scalar, a bool
+    # array, or whatever a file wrote), never trusted before the check
     n_actions: Any = None
     reward_range: tuple[float, float] | None = None
     env_id: str | None = None
@@ -425,7 +430,7 @@ class DatasetRows:
 
     def summary(
         self, *, reward_range: tuple[float, float] | None = None, n_actions: int | None = None
-    ) -> dict[str, Any]:
+    ) -> JSONObject:
         """:meth:`Dataset.summary` of :meth:`dataset`; a file that declares no reward range
         (none given either) gets ``reward_range`` None and no fingerprint (the fingerprint
         covers the range), one that declares no action count ``n_actions`` None and the

@@ -38,11 +38,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from qveil.cli_parser import add_no_progress
+from qveil.cli_parser import Subcommands, add_no_progress
 from qveil.dataset import Dataset, Declared, count_users, declared_metadata, open_dataset
 from qveil.dataset_cli import add_engine_flags, parse_reward_range
 from qveil.dataset_parquet import ParquetSource
 from qveil.errors import FailedPrecondition, InvalidArgument, QveilError
+from qveil.json_types import JSONObject
 from qveil.privacy.gaussian import gdp_mu
 from qveil.privacy.ledger import PlannedEvent, PrivacyEvent
 from qveil.release_records import OpenReleaseRecords, validate_population
@@ -56,7 +57,7 @@ __all__ = ["add_parser", "run"]
 
 # long-function: a flat list of qveil train's flag declarations, one per option: splitting it
 #   would only scatter its one --help
-def add_parser(sub: Any) -> argparse.ArgumentParser:
+def add_parser(sub: Subcommands) -> argparse.ArgumentParser:
     p: argparse.ArgumentParser = sub.add_parser(
         "train",
         help="train a private release and write its bundle: fqi on an offline dataset "
@@ -180,7 +181,7 @@ def _config(args: argparse.Namespace) -> Any:
     if not fqi and args.config is None:
         raise InvalidArgument("give --config FILE (Algorithm 1), or --dataset PATH (fqi)")
     cfg = load_config(args.config, estimator="grid" if fqi else "algorithm1")
-    privacy: dict[str, Any] = {}
+    privacy: JSONObject = {}
     if args.sigma is not None:
         privacy.update(sigma=args.sigma, epsilon=None)
     elif args.epsilon is not None:

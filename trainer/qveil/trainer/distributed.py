@@ -37,11 +37,21 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+
+# Any below: Dask distributed's client, futures and task results (read as untyped: the mypy
+# config skips its partial annotations), and a task's keyword arguments
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+
+from qveil.additive import StateBox
+from qveil.dataset import Dataset
 from qveil.dataset_parquet import USERS_PER_GROUP, ParquetDatasetWriter, ParquetSource
 from qveil.errors import FailedPrecondition, InvalidArgument
 from qveil.kfqi import (
+    KernelFQIOperators,
+    KernelFQISpec,
     ShardSums,
     add_shard_sums,
     fold_tree,
@@ -51,7 +61,10 @@ from qveil.kfqi import (
 )
 from qveil.trainer.collect import collect
 from qveil.trainer.progress import progress
+from qveil.training_data import TrainingData
 from qveil.transitions import Transitions
+
+FloatArray = npt.NDArray[np.float64]
 
 __all__ = [
     "Engine",
@@ -155,7 +168,7 @@ def open_client(engine: Engine) -> Iterator[Any]:
 class FitSums:
     """The reduced operators and what the fit counted while building them."""
 
-    operators: Any  # qveil.kfqi.KernelFQIOperators
+    operators: KernelFQIOperators
     users: int
     samples: int
     clipped: int
@@ -170,11 +183,11 @@ def shard_progress(total: int, *, desc: str, enabled: bool) -> Any:
 
 
 # --------------------------------------------------------------------------- the tasks
-def _memory_sums(shard: Transitions, kw: dict[str, Any]) -> Any:
+def _memory_sums(shard: Transitions, kw: dict[str, Any]) -> ShardSums:
     return shard_sums(shard, **kw)
 
 
-def _memory_denominators(shard: Transitions, kw: dict[str, Any]) -> Any:
+def _memory_denominators(shard: Transitions, kw: dict[str, Any]) -> FloatArray:
     return shard_denominators(shard, **kw)
 
 
@@ -182,11 +195,11 @@ def _parquet_group(path: str, group: int) -> Transitions:
     return ParquetSource(path).read_group(group)
 
 
-def _parquet_sums(path: str, group: int, kw: dict[str, Any]) -> Any:
+def _parquet_sums(path: str, group: int, kw: dict[str, Any]) -> ShardSums:
     return shard_sums(_parquet_group(path, group), **kw)
 
 
-def _parquet_denominators(path: str, group: int, kw: dict[str, Any]) -> Any:
+def _parquet_denominators(path: str, group: int, kw: dict[str, Any]) -> FloatArray:
     return shard_denominators(_parquet_group(path, group), **kw)
 
 
@@ -244,12 +257,12 @@ def _map_reduce(
 
 
 def fit_operators(
-    data: Any,
+    data: TrainingData,
     *,
     n_actions: int,
     reward_range: tuple[float, float],
-    box: Any,
-    spec: Any,
+    box: StateBox,
+    spec: KernelFQISpec,
     engine: Engine,
 ) -> FitSums:
     """The operators of equation (1) of ``data`` (a :class:`qveil.dataset.Dataset` or a
@@ -265,7 +278,7 @@ def fit_operators(
 
             def den_task(g: Any) -> tuple[Callable[..., Any], tuple[Any, ...]]:
                 return _parquet_denominators, (path, g, kw)
-        else:
+        elif isinstance(data, Dataset):
             # each task carries its shard (held by the scheduler, so a task lost with its
             # worker is recomputed elsewhere); large datasets belong in Parquet files, read
             # by the tasks themselves
@@ -276,6 +289,10 @@ def fit_operators(
 
             def den_task(g: Any) -> tuple[Callable[..., Any], tuple[Any, ...]]:
                 return _memory_denominators, (g, kw)
+        else:
+            raise InvalidArgument(
+                f"a fit reads a Dataset or a ParquetSource, not {type(data).__name__}"
+            )
 
         den_pool = None
         if spec.neighbour != "user":

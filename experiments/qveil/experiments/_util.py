@@ -9,10 +9,14 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from tqdm.auto import tqdm
+
+from qveil.json_types import JSONObject
+
+R = TypeVar("R")
 
 __all__ = [
     "default_workers",
@@ -31,27 +35,26 @@ def default_workers() -> int:
     return max(1, min(os.cpu_count() or 1, 4))
 
 
-def _star(args: tuple[Callable[..., Any], tuple[Any, ...]]) -> Any:
+# Any: a job's arguments, each job its function's own (the function checks them)
+def _star(args: tuple[Callable[..., R], tuple[Any, ...]]) -> R:
     fn, a = args
     return fn(*a)
 
 
 def progress_map(
-    fn: Callable[..., Any], jobs: Sequence[tuple[Any, ...]], *, workers: int = 1, desc: str = ""
-) -> list[Any]:
+    fn: Callable[..., R], jobs: Sequence[tuple[Any, ...]], *, workers: int = 1, desc: str = ""
+) -> list[R]:
     """``[fn(*job) for job in jobs]`` with a tqdm bar, in ``workers`` processes (spawned, so
     torch's threads are never forked). Results keep the order of ``jobs``."""
     if workers <= 1 or len(jobs) <= 1:
         return [fn(*j) for j in tqdm(jobs, desc=desc, leave=False)]
     ctx = mp.get_context("spawn")
     with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=ctx) as pool:
-        it: Iterable[Any] = pool.map(_star, [(fn, j) for j in jobs])
+        it: Iterable[R] = pool.map(_star, [(fn, j) for j in jobs])
         return list(tqdm(it, total=len(jobs), desc=desc, leave=False))
 
 
-def write_csv(
-    path: Path, rows: Sequence[dict[str, Any]], fields: Sequence[str] | None = None
-) -> Path:
+def write_csv(path: Path, rows: Sequence[JSONObject], fields: Sequence[str] | None = None) -> Path:
     """Write dict rows to ``path`` (columns: ``fields`` or the union of keys in order)."""
     if fields is None:
         seen: dict[str, None] = {}
@@ -70,7 +73,7 @@ def write_csv(
 def write_table_and_plot(
     out: Path,
     name: str,
-    rows: Sequence[dict[str, Any]],
+    rows: Sequence[JSONObject],
     plot: Callable[..., object],
 ) -> dict[str, Path]:
     """Write ``rows`` as ``out/name.csv`` and ``plot(rows, out/name.png)``; returns both

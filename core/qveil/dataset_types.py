@@ -167,12 +167,12 @@ class Dataset:
     @property
     def n(self) -> int:
         """Number of samples (transitions)."""
-        return int(self.a.shape[0])
+        return self.transitions.n
 
     @property
     def d(self) -> int:
         """Number of state coordinates."""
-        return int(self.s.shape[1])
+        return self.transitions.d
 
     @property
     def users(self) -> int:

@@ -30,7 +30,6 @@ sys.path.insert(0, str(HERE))
 from _report import load_line, table, write_section  # noqa: E402
 
 from qveil.additive import StateBox  # noqa: E402
-from qveil.experiments._util import columns  # noqa: E402
 from qveil.kfqi import kernel_fqi  # noqa: E402
 from qveil.kfqi_config import read_fqi_toml  # noqa: E402
 from qveil.kfqi_spec import Anchors  # noqa: E402
@@ -79,7 +78,7 @@ def _row(users: int, cfg: dict, box: StateBox) -> list[object]:
     kfqi.fitted_q_nd = timed  # type: ignore[assignment]
     try:
         kernel_fqi(
-            *columns(ds),
+            ds.transitions,
             n_actions=int(ds.n_actions),
             reward_range=(0.0, 1.0),
             box=box,

@@ -23,12 +23,13 @@ spacing of any served magnitude (|v| < 2^32) removes them. A mitigation, not a p
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
 from qveil.additive import validate_unit_points
+from qveil.bundle.io import Bundle
 from qveil.errors import InvalidArgument
 from qveil.keyed import snap, sum_coordinates
 
@@ -55,7 +56,7 @@ class Answer(NamedTuple):
 
 
 def answer_snapped(
-    bundle: Any,
+    bundle: Bundle,
     xs: FloatArray,
     idx: npt.NDArray[np.uint64],
     actions: Sequence[int],
@@ -73,7 +74,7 @@ def answer_snapped(
 
 
 def released_values(
-    bundle: Any,
+    bundle: Bundle,
     unit_states: npt.ArrayLike,
     actions: Sequence[int] | None = None,
     *,

@@ -82,6 +82,8 @@ WIRING: dict[str, dict[str, str]] = {
 }
 
 
+# Any: the callable is found by name at run time (importlib), so its type is not known here;
+# the run function that receives it names the type it expects
 def provided(spec: str) -> Callable[..., Any]:
     """The callable ``module:attribute``, imported when it is first called; a missing optional
     extra is a FailedPrecondition naming it (one line and exit 2, not a traceback)."""

@@ -7,18 +7,21 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeAlias
 
-__all__ = ["add_command", "add_no_progress"]
+__all__ = ["Subcommands", "add_command", "add_no_progress"]
+
+#: What ``add_subparsers()`` returns: each command module's ``add_parser`` adds to it.
+Subcommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
 def add_command(
-    sub: Any,
+    sub: Subcommands,
     name: str,
     help: str,  # noqa: A002 - argparse's own name for it
     doc: str | None,
     run: Callable[[argparse.Namespace], int] | None = None,
-    **kw: Any,
+    **kw: Any,  # add_parser's own keywords (argparse types each; passed through)
 ) -> argparse.ArgumentParser:
     """The command ``name`` of ``sub`` (``add_subparsers()``), whose ``--help`` shows ``doc``
     (its module docstring) as written and which ``run`` runs (none: its subcommands set

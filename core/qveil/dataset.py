@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
@@ -48,6 +48,7 @@ from qveil.dataset_types import (
     validate_arrays,
 )
 from qveil.errors import InvalidArgument
+from qveil.json_types import JSONObject
 
 __all__ = [
     "Dataset",
@@ -169,7 +170,7 @@ def describe_dataset(
     *,
     reward_range: tuple[float, float] | None = None,
     n_actions: int | None = None,
-) -> dict[str, Any]:
+) -> JSONObject:
     """:meth:`Dataset.summary` of the file (``qveil dataset info``): a qveil Parquet file's
     from its metadata alone; an ``.npz`` or a table that declares no reward range (none given)
     is described all the same, with ``reward_range`` and ``fingerprint`` None
@@ -192,11 +193,7 @@ def iter_states(
     its reward range and action count), a Minari dataset whole."""
     rows = _rows(path)
     if rows is not None:
-        n = len(np.asarray(rows.arrays.a))
-        yield (
-            np.asarray(rows.arrays.s, dtype=np.float64).reshape(n, -1),
-            np.asarray(rows.arrays.s2, dtype=np.float64).reshape(n, -1),
-        )
+        yield rows.arrays.s, rows.arrays.s2
     elif dataset_kind(path) == "parquet":
         for group in ParquetSource(path, reward_range=reward_range).iter_groups():
             yield group.s, group.s2
@@ -230,7 +227,7 @@ def save_dataset(ds: Dataset, path: str | os.PathLike[str]) -> None:
     if not isinstance(ds, Dataset):
         raise InvalidArgument(f"save_dataset needs a Dataset, got {type(ds).__name__}")
     # re-check: a Dataset is validated on construction, but object.__setattr__ can bypass it
-    validate_arrays(*ds.transitions, n_actions=ds.n_actions, reward_range=ds.reward_range)
+    validate_arrays(ds.transitions, n_actions=ds.n_actions, reward_range=ds.reward_range)
     kind = dataset_kind(path)
     if kind == "npz":
         save_npz(ds, path)

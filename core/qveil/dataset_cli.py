@@ -34,10 +34,9 @@ import math
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from qveil.additive import StateBox
-from qveil.cli_parser import add_command, add_no_progress
+from qveil.cli_parser import Subcommands, add_command, add_no_progress
 from qveil.dataset import (
     dataset_kind,
     declared_metadata,
@@ -50,6 +49,7 @@ from qveil.dataset_minari import resolve_location
 from qveil.dataset_types import _echo
 from qveil.errors import FailedPrecondition, InvalidArgument, NotFound
 from qveil.fqi_config import CLIP_REFUSE, CLIP_WARN, clipping_message
+from qveil.json_types import JSONObject
 from qveil.kfqi_config import KernelFQIConfig, load_fqi_config
 
 __all__ = [
@@ -103,7 +103,7 @@ def add_engine_flags(p: argparse.ArgumentParser, *, what: str) -> None:
     )
 
 
-def add_parser(sub: Any) -> argparse.ArgumentParser:
+def add_parser(sub: Subcommands) -> argparse.ArgumentParser:
     p = add_command(
         sub,
         "dataset",
@@ -248,7 +248,7 @@ def run_collect(args: argparse.Namespace, *, collect: Callable[..., None]) -> in
     return 0
 
 
-def no_signal_note(s: dict[str, Any]) -> str | None:
+def no_signal_note(s: JSONObject) -> str | None:
     """For a :meth:`Dataset.summary` whose every reward is the same and no episode ends in a
     terminal state: the plain statement that nothing in the data tells one action from
     another (random-policy MountainCar never reaching its goal); None otherwise. CartPole's
@@ -264,7 +264,7 @@ def no_signal_note(s: dict[str, Any]) -> str | None:
     )
 
 
-def format_summary(s: dict[str, Any], path: str) -> str:
+def format_summary(s: JSONObject, path: str) -> str:
     """The human form of :meth:`Dataset.summary` (``qveil dataset info`` without --json)."""
     total = max(1, int(s["samples"]))
     hist = ", ".join(f"{a}: {c} ({100.0 * c / total:.1f}%)" for a, c in enumerate(s["actions"]))

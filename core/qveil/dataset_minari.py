@@ -45,6 +45,7 @@ from qveil.dataset_types import (
     check_population_name,
 )
 from qveil.errors import FailedPrecondition, IntegrityError, InvalidArgument, NotFound
+from qveil.json_types import JSONObject
 
 __all__ = ["declared_minari", "load_minari", "resolve_location", "save_minari"]
 
@@ -53,6 +54,7 @@ _ID = re.compile(r"^(?:[A-Za-z0-9][A-Za-z0-9_.-]*/){0,2}[A-Za-z0-9][A-Za-z0-9_.-
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*-v\d+$")
 
 
+# Any below: Minari ships no type information (its module, storage and episode objects)
 def _minari() -> Any:
     try:
         # here, not at the top: Minari is an optional dependency (the trainer extra)
@@ -98,7 +100,7 @@ def _data_dir(directory: Path) -> Path:
     )
 
 
-def _open(location: str | os.PathLike[str], *, episodes: bool) -> tuple[str, Any, dict[str, Any]]:
+def _open(location: str | os.PathLike[str], *, episodes: bool) -> tuple[str, Any, JSONObject]:
     """``(where, storage, raw metadata)`` of the local Minari dataset at ``location`` (a
     ``minari:`` id or a directory): ``storage`` is its ``MinariStorage`` when ``episodes``,
     else None (the metadata alone is read). An unreadable dataset is InvalidArgument."""
@@ -110,7 +112,7 @@ def _open(location: str | os.PathLike[str], *, episodes: bool) -> tuple[str, Any
     data = _data_dir(directory)
     try:
         storage = MinariStorage.read(data) if episodes else None
-        meta: dict[str, Any] = MinariStorage.read_raw_metadata(data)
+        meta: JSONObject = MinariStorage.read_raw_metadata(data)
     except Exception as exc:  # Minari raises ValueError/AssertionError/KeyError on bad files
         reason = str(exc).replace(str(data), "<path>")[:160]  # echo the path once, clipped
         raise InvalidArgument(
@@ -119,13 +121,13 @@ def _open(location: str | os.PathLike[str], *, episodes: bool) -> tuple[str, Any
     return str(directory), storage, meta
 
 
-def _qveil_meta(meta: dict[str, Any]) -> dict[str, Any]:
+def _qveil_meta(meta: JSONObject) -> JSONObject:
     """The ``qveil`` object of a dataset's metadata (empty when absent or not an object)."""
     q = meta.get("qveil")
     return q if isinstance(q, dict) else {}
 
 
-def _declared_range(qmeta: dict[str, Any], where: str) -> tuple[float, float] | None:
+def _declared_range(qmeta: JSONObject, where: str) -> tuple[float, float] | None:
     if "reward_range" not in qmeta:
         return None
     try:
@@ -243,7 +245,7 @@ def _episode_columns(
     )
 
 
-def _env_id_of(meta: dict[str, Any]) -> str | None:
+def _env_id_of(meta: JSONObject) -> str | None:
     spec = meta.get("env_spec")
     if not isinstance(spec, str):
         return None

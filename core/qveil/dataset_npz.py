@@ -7,23 +7,23 @@ Needs only numpy.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from qveil.dataset_types import (
-    _ARRAYS,
     ECHO,
     FORMAT,
     Dataset,
     DatasetRows,
-    Transitions,
     _echo,
     check_population_name,
 )
 from qveil.errors import InvalidArgument, NotFound
 from qveil.npz_file import write_npz_atomic
+from qveil.transitions import ARRAYS, Transitions
 
 __all__ = ["declared_npz", "load_npz", "npz_users", "read_npz", "save_npz"]
 
@@ -48,7 +48,7 @@ def save_npz(ds: Dataset, path: str | os.PathLike[str]) -> None:
         raise InvalidArgument(f"an npz dataset path must end in .npz, got {_echo(str(out))}")
     if not out.parent.is_dir():
         raise NotFound(f"directory {_echo(str(out.parent))} does not exist")
-    meta: dict[str, Any] = {
+    meta: dict[str, np.ndarray] = {
         "format": np.array(FORMAT),
         "n_actions": np.array(ds.n_actions, dtype=np.int64),
         "reward_low": np.array(ds.reward_range[0], dtype=np.float64),
@@ -60,10 +60,11 @@ def save_npz(ds: Dataset, path: str | os.PathLike[str]) -> None:
         meta["rewards_are_population_averages"] = np.array(True)
     if ds.population is not None:
         meta["population"] = np.array(ds.population)
-    arrays: dict[str, Any] = {name: getattr(ds, name) for name in _ARRAYS}
+    arrays: dict[str, np.ndarray] = ds.transitions.columns()
     write_npz_atomic(out, {**arrays, **meta})
 
 
+# Any: numpy's .item() of a checked scalar (an int, a float or a str by ``kind``)
 def _scalar(name: str, value: np.ndarray, kind: str) -> Any:
     if value.shape != () or value.dtype.kind not in kind:
         raise InvalidArgument(
@@ -73,7 +74,7 @@ def _scalar(name: str, value: np.ndarray, kind: str) -> Any:
     return value.item()
 
 
-def _open(p: Path) -> Any:
+def _open(p: Path) -> Any:  # np.load: numpy types it Any (an NpzFile here)
     """``np.load`` of an existing zip archive; anything else (a CSV or a pickle named
     ``.npz``) is refused with what the file looks like, not numpy's pickle message."""
     try:
@@ -105,7 +106,7 @@ def _open(p: Path) -> Any:
         ) from None
 
 
-def _reward_range(data: Any) -> tuple[float, float] | None:
+def _reward_range(data: Mapping[str, np.ndarray]) -> tuple[float, float] | None:
     if "reward_low" not in data and "reward_high" not in data:
         return None
     if "reward_low" not in data or "reward_high" not in data:
@@ -128,10 +129,10 @@ def read_npz(path: str | os.PathLike[str]) -> DatasetRows:
                 f"{_echo(str(p))} is not a readable .npz dataset: "
                 f"{str(exc).replace(str(p), '<path>')[:ECHO]}"
             ) from None
-    missing = [k for k in _ARRAYS if k not in data]
+    missing = [k for k in ARRAYS if k not in data]
     if missing:
         raise InvalidArgument(
-            f"{_echo(str(p))} lacks the array(s) {', '.join(missing)} (needs {', '.join(_ARRAYS)})"
+            f"{_echo(str(p))} lacks the array(s) {', '.join(missing)} (needs {', '.join(ARRAYS)})"
         )
     if "format" in data and _scalar("format", data["format"], "U") != FORMAT:
         raise InvalidArgument(
@@ -175,7 +176,7 @@ def declared_npz(
     p = Path(os.fspath(path))
     with _open(p) as z:
         try:
-            meta = {k: z[k] for k in z.files if k not in _ARRAYS}
+            meta = {k: z[k] for k in z.files if k not in ARRAYS}
         except (OSError, ValueError, EOFError) as exc:
             raise InvalidArgument(
                 f"{_echo(str(p))} is not a readable .npz dataset: {str(exc)[:ECHO]}"

@@ -61,11 +61,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from qveil.dataset_types import (
-    _ARRAYS,
     ECHO,
     FORMAT,
     Dataset,
-    Transitions,
     _echo,
     _resolve_actions,
     _resolve_range,
@@ -73,6 +71,8 @@ from qveil.dataset_types import (
     validate_arrays,
 )
 from qveil.errors import FailedPrecondition, InvalidArgument, NotFound
+from qveil.json_types import JSONObject
+from qveil.transitions import ARRAYS, Transitions
 
 __all__ = [
     "PARQUET_FORMAT",
@@ -92,6 +92,7 @@ USERS_PER_GROUP = 10_000
 _META_KEY = b"qveil"
 
 
+# Any below: pyarrow's modules, tables, arrays and schemas (pyarrow ships no type information)
 def _pyarrow() -> Any:
     try:
         # here, not at the top: pyarrow is an optional dependency (the trainer extra)
@@ -118,7 +119,7 @@ def is_qveil_parquet(path: str | os.PathLike[str]) -> bool:
         return False
 
 
-def _schema(d: int, metadata: dict[str, Any] | None = None) -> Any:
+def _schema(d: int, metadata: JSONObject | None = None) -> Any:
     pa, _ = _pyarrow()
     state = pa.list_(pa.float64(), d)
     fields = [
@@ -135,14 +136,20 @@ def _schema(d: int, metadata: dict[str, Any] | None = None) -> Any:
 
 def _table(arrays: Transitions) -> Any:
     pa, _ = _pyarrow()
-    user, s, a, r, s2, terminal = arrays
-    d = int(s.shape[1])
+    d = arrays.d
 
     def states(x: NDArray[np.float64]) -> Any:
         return pa.FixedSizeListArray.from_arrays(pa.array(np.ascontiguousarray(x).ravel()), d)
 
     return pa.Table.from_arrays(
-        [pa.array(user), states(s), pa.array(a), pa.array(r), states(s2), pa.array(terminal)],
+        [
+            pa.array(arrays.user),
+            states(arrays.s),
+            pa.array(arrays.a),
+            pa.array(arrays.r),
+            states(arrays.s2),
+            pa.array(arrays.terminal),
+        ],
         schema=_schema(d),
     )
 
@@ -179,14 +186,13 @@ class _Stats:
         self.spu_max = 0
 
     def add(self, arrays: Transitions, n_actions: int) -> None:
-        user, _, a, r, _, terminal = arrays
-        per_user = np.diff(_user_blocks(user))
+        per_user = np.diff(_user_blocks(arrays.user))
         self.users += len(per_user)
-        self.samples += len(user)
-        self.actions += np.bincount(a, minlength=n_actions)
-        self.r_min = min(self.r_min, float(r.min()))
-        self.r_max = max(self.r_max, float(r.max()))
-        self.terminals += int(terminal.sum())
+        self.samples += arrays.n
+        self.actions += np.bincount(arrays.a, minlength=n_actions)
+        self.r_min = min(self.r_min, float(arrays.r.min()))
+        self.r_max = max(self.r_max, float(arrays.r.max()))
+        self.terminals += int(arrays.terminal.sum())
         self.spu_min = min(self.spu_min, int(per_user.min()))
         self.spu_max = max(self.spu_max, int(per_user.max()))
 
@@ -194,13 +200,13 @@ class _Stats:
 class ParquetDatasetWriter:
     """Write a Parquet dataset from chunks of whole users, in user order (a context manager).
 
-    ``write`` takes the six arrays of one or more whole users (validated like a
-    :class:`~qveil.dataset.Dataset`; users must continue the file's non-decreasing order, and a
-    user of an earlier chunk may not reappear); rows are cut into row groups of exactly
-    ``users_per_group`` users whatever the chunk sizes. :meth:`close` writes the metadata,
-    computes the fingerprint (the arrays are spooled beside the file in their fingerprint
-    order, then hashed) and moves the file into place; leaving the ``with`` block on an
-    exception, or :meth:`abort`, leaves nothing behind.
+    ``write`` takes the :class:`~qveil.transitions.Transitions` of one or more whole users
+    (validated like a :class:`~qveil.dataset.Dataset`; users must continue the file's
+    non-decreasing order, and a user of an earlier chunk may not reappear); rows are cut into
+    row groups of exactly ``users_per_group`` users whatever the chunk sizes. :meth:`close`
+    writes the metadata, computes the fingerprint (the arrays are spooled beside the file in
+    their fingerprint order, then hashed) and moves the file into place; leaving the ``with``
+    block on an exception, or :meth:`abort`, leaves nothing behind.
     """
 
     def __init__(
@@ -242,7 +248,7 @@ class ParquetDatasetWriter:
         self._spool = Path(
             tempfile.mkdtemp(prefix=f".{self.path.name}.spool-", dir=self.path.parent)
         )
-        self._spools = {name: open(self._spool / name, "wb") for name in _ARRAYS}  # noqa: SIM115
+        self._spools = {name: open(self._spool / name, "wb") for name in ARRAYS}  # noqa: SIM115
         self._writer = pq.ParquetWriter(self._tmp, _schema(self.d), compression="snappy")
         self._pending: list[Transitions] = []
         self._pending_users = 0
@@ -264,18 +270,10 @@ class ParquetDatasetWriter:
         elif not self._closed:
             self.close()
 
-    def write(
-        self,
-        user: Any,
-        s: Any,
-        a: Any,
-        r: Any,
-        s2: Any,
-        terminal: Any,
-    ) -> None:
+    def write(self, rows: Transitions) -> None:
         """Append the rows of whole users (see the class docstring)."""
         arrays, _, _ = validate_arrays(
-            user, s, a, r, s2, terminal, n_actions=self.n_actions, reward_range=self.reward_range
+            rows, n_actions=self.n_actions, reward_range=self.reward_range
         )
         if arrays.s.shape[1] != self.d:
             raise InvalidArgument(f"states have {arrays.s.shape[1]} coordinates, not {self.d}")
@@ -302,15 +300,15 @@ class ParquetDatasetWriter:
         merged = Transitions.concat(self._pending)
         blocks = _user_blocks(merged.user)
         cut = int(blocks[min(users, len(blocks) - 1)])
-        head, rest = merged.rows(None, cut), merged.rows(cut, None)
+        head, rest = merged.take(slice(None, cut)), merged.take(slice(cut, None))
         self._writer.write_table(_table(head), row_group_size=cut)
-        for name, arr in zip(_ARRAYS, head, strict=True):
+        for name, arr in head.columns().items():
             self._spools[name].write(np.ascontiguousarray(arr).tobytes())
         self._stats.add(head, self.n_actions)
-        self._pending = [rest] if len(rest[0]) else []
+        self._pending = [rest] if rest.n else []
         self._pending_users -= users
 
-    def close(self) -> dict[str, Any]:
+    def close(self) -> JSONObject:
         """Finish the file (metadata, fingerprint, atomic move); returns its summary."""
         try:
             if self._pending_users:
@@ -369,15 +367,15 @@ class ParquetDatasetWriter:
             n_actions=self.n_actions,
             reward_range=self.reward_range,
             env_id=self.env_id,
-            arrays=[[name, dtypes[name], shapes.get(name, [n])] for name in _ARRAYS],
+            arrays=[[name, dtypes[name], shapes.get(name, [n])] for name in ARRAYS],
         )
-        for name in _ARRAYS:
+        for name in ARRAYS:
             with open(self._spool / name, "rb") as fh:
                 while block := fh.read(1 << 24):
                     h.update(block)
         return "sha256:" + str(h.hexdigest())
 
-    def _summary(self, fingerprint: str) -> dict[str, Any]:
+    def _summary(self, fingerprint: str) -> JSONObject:
         st = self._stats
         return {
             "users": st.users,
@@ -401,8 +399,8 @@ def _fingerprint_header(
     n_actions: int,
     reward_range: tuple[float, float],
     env_id: str | None,
-    arrays: list[list[Any]],
-) -> Any:
+    arrays: list[list[object]],
+) -> hashlib._Hash:
     """A sha256 primed with :meth:`Dataset.fingerprint`'s header (same encoding)."""
     header = {
         "format": FORMAT,
@@ -424,7 +422,7 @@ def save_parquet(
     *,
     users_per_group: int = USERS_PER_GROUP,
     force: bool = False,
-) -> dict[str, Any]:
+) -> JSONObject:
     """Write ``ds`` as a Parquet dataset (its user column must be non-decreasing)."""
     with ParquetDatasetWriter(
         path,
@@ -437,7 +435,7 @@ def save_parquet(
         users_per_group=users_per_group,
         force=force,
     ) as w:
-        w.write(*ds.transitions)
+        w.write(ds.transitions)
         return w.close()
 
 
@@ -541,7 +539,7 @@ class ParquetSource:
         """The number of row groups (shards of whole users)."""
         return int(self._file.metadata.num_row_groups)
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> JSONObject:
         """The writer's record (:meth:`qveil.dataset.Dataset.summary`'s keys), from the
         metadata alone."""
         out = dict(self._meta["summary"])
@@ -579,7 +577,7 @@ class ParquetSource:
             table = self._file.read_row_group(group)
         except Exception as exc:  # noqa: BLE001 - corrupt pages raise several kinds
             raise InvalidArgument(f"{self._where(group)}: unreadable: {str(exc)[:ECHO]}") from None
-        for name in _ARRAYS:
+        for name in ARRAYS:
             col = table.column(name)
             if col.null_count:
                 mask = col.is_null().to_numpy(zero_copy_only=False)
@@ -594,12 +592,14 @@ class ParquetSource:
 
         try:
             arrays, _, _ = validate_arrays(
-                table.column("user").to_numpy(),
-                states("s"),
-                table.column("a").to_numpy(),
-                table.column("r").to_numpy(),
-                states("s2"),
-                table.column("terminal").to_numpy(zero_copy_only=False),
+                Transitions(
+                    user=table.column("user").to_numpy(),
+                    s=states("s"),
+                    a=table.column("a").to_numpy(),
+                    r=table.column("r").to_numpy(),
+                    s2=states("s2"),
+                    terminal=table.column("terminal").to_numpy(zero_copy_only=False),
+                ),
                 n_actions=self.n_actions,
                 reward_range=self.reward_range,
             )
@@ -640,10 +640,10 @@ class ParquetSource:
             reward_range=self.reward_range,
             env_id=self.env_id,
             arrays=[
-                [name, dtypes[name], [n, d] if name in ("s", "s2") else [n]] for name in _ARRAYS
+                [name, dtypes[name], [n, d] if name in ("s", "s2") else [n]] for name in ARRAYS
             ],
         )
-        for name in _ARRAYS:
+        for name in ARRAYS:
             for g in range(self.groups):
                 col = self._file.read_row_group(g, columns=[name]).column(0).combine_chunks()
                 if name in ("s", "s2"):
@@ -654,8 +654,8 @@ class ParquetSource:
 
     def load(self) -> Dataset:
         """The whole file as a :class:`~qveil.dataset.Dataset` (every row group validated)."""
-        return Dataset(
-            *Transitions.concat(list(self.iter_groups())),
+        return Dataset.of(
+            Transitions.concat(list(self.iter_groups())),
             n_actions=self.n_actions,
             reward_range=self.reward_range,
             env_id=self.env_id,

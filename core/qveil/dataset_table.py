@@ -34,8 +34,9 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -47,6 +48,8 @@ from qveil.dataset_types import (
     check_population_name,
 )
 from qveil.errors import FailedPrecondition, InvalidArgument, NotFound
+
+N = TypeVar("N", int, float)
 
 __all__ = ["TABLE_METADATA", "declared_table", "load_table", "read_table", "table_users"]
 
@@ -63,6 +66,7 @@ TABLE_METADATA = (
 _PANDAS_ATTRS = b"PANDAS_ATTRS"
 
 
+# Any below: pyarrow's modules, tables and columns (pyarrow ships no type information)
 def _pyarrow() -> Any:
     try:
         # here, not at the top: pyarrow is an optional dependency (the trainer extra)
@@ -128,7 +132,7 @@ def _declared(p: Path, raw: dict[bytes, bytes]) -> dict[str, str]:
     return out
 
 
-def _number(p: Path, key: str, text: str, kind: type) -> Any:
+def _number(p: Path, key: str, text: str, kind: Callable[[str], N]) -> N:
     try:
         return kind(text)
     except ValueError:
@@ -320,12 +324,12 @@ def read_table(path: str | os.PathLike[str]) -> DatasetRows:
             f"has {s2.shape[1]} (the same d for both)"
         )
     arrays = Transitions(
-        _typed(table, "user", where, "i"),
-        s,
-        _typed(table, "a", where, "i"),
-        _typed(table, "r", where, "if"),
-        s2,
-        _terminal(table, where),
+        user=_typed(table, "user", where, "i"),
+        s=s,
+        a=_typed(table, "a", where, "i"),
+        r=_typed(table, "r", where, "if"),
+        s2=s2,
+        terminal=_terminal(table, where),
     )
     n_actions = _number(p, "n_actions", meta["n_actions"], int) if "n_actions" in meta else None
     return DatasetRows(

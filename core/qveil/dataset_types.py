@@ -2,7 +2,8 @@
 
 A dataset is a set of episodes, each belonging to a user; the user-level neighbour relation of
 the fqi mode (docs/privacy.md section 2.5) replaces *one user's whole data* (all rows with that
-``user`` id). In memory it is a frozen :class:`Dataset` of six parallel arrays plus public metadata:
+``user`` id). In memory it is a frozen :class:`Dataset`: the six row-aligned arrays of a
+:class:`~qveil.transitions.Transitions` (:attr:`Dataset.transitions`) plus public metadata:
 
 =========  =================  ===================================================================
 array      dtype, shape       meaning
@@ -16,15 +17,17 @@ terminal   bool [n]           True only when the episode *terminated* at s2 (nev
                               limit); fitted-Q then bootstraps nothing from s2
 =========  =================  ===================================================================
 
-Every construction validates (NaN or inf, rewards outside the declared range, actions outside
-[0, n_actions), mismatched lengths, wrong dtypes or shapes) and raises
+Every construction validates (wrong dtypes or shapes and mismatched lengths, through
+:class:`~qveil.transitions.Transitions`; NaN or inf, rewards outside the declared range, actions
+outside [0, n_actions)) and raises
 :class:`~qveil.errors.InvalidArgument` naming the array and the first offending row, so bad data
 never reaches a trainer and :func:`save_dataset` never writes it.
 
 The files are elsewhere: :mod:`qveil.dataset` reads and writes every location (it
 dispatches to :mod:`qveil.dataset_npz`, :mod:`qveil.dataset_parquet`,
 :mod:`qveil.dataset_table` and :mod:`qveil.dataset_minari`, which all import the types from
-this module and never each other's dispatcher). This module needs only numpy.
+this module and never each other's dispatcher). This module needs only numpy and
+:mod:`qveil.transitions`.
 """
 
 from __future__ import annotations
@@ -33,14 +36,16 @@ import hashlib
 import json
 import math
 import sys
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from qveil.errors import InvalidArgument
+from qveil.json_types import JSONObject
+from qveil.transitions import ARRAYS as _ARRAYS
+from qveil.transitions import Transitions
 
 __all__ = [
     "Dataset",
@@ -57,9 +62,6 @@ FORMAT = "qveil-dataset/1"
 #: User text (paths, ids) is echoed at most this many characters.
 ECHO = 80
 
-_FLOAT_ARRAYS = ("s", "r", "s2")
-_ARRAYS = ("user", "s", "a", "r", "s2", "terminal")
-
 
 def _echo(value: object) -> str:
     """``repr`` of user input, cut to :data:`ECHO` characters."""
@@ -70,35 +72,6 @@ def _echo(value: object) -> str:
 def _num(x: float) -> str:
     """A float as people read it: 0.5, 1, nan, 0.73."""
     return f"{float(x):.6g}"
-
-
-class Transitions(NamedTuple):
-    """The six row-aligned arrays of a dataset, in this order: the user of each row, the
-    state ``s`` ([n, d]), the action ``a``, the reward ``r``, the next state ``s2`` ([n, d])
-    and whether ``s2`` is terminal."""
-
-    user: NDArray[np.int64]
-    s: NDArray[np.float64]
-    a: NDArray[np.int64]
-    r: NDArray[np.float64]
-    s2: NDArray[np.float64]
-    terminal: NDArray[np.bool_]
-
-    @classmethod
-    def of(cls, arrays: Mapping[str, Any]) -> Transitions:
-        """The six arrays of ``arrays`` by their names (as an ``.npz`` file holds them)."""
-        return cls(*(arrays[name] for name in cls._fields))
-
-    @classmethod
-    def concat(cls, parts: list[Transitions]) -> Transitions:
-        """The rows of ``parts`` one after the other."""
-        return cls(*(np.concatenate([p[i] for p in parts]) for i in range(len(cls._fields))))
-
-    def rows(self, start: int | None, stop: int | None) -> Transitions:
-        """The rows ``start:stop`` of every array (views)."""
-        rows = slice(start, stop)
-        u, s, a, r, s2, terminal = self
-        return Transitions(u[rows], s[rows], a[rows], r[rows], s2[rows], terminal[rows])
 
 
 @dataclass(frozen=True, eq=False)
@@ -129,13 +102,15 @@ class Dataset:
     #: Files that share people (a superset, a resample) declare the same name.
     population: str | None = None
     # derived values (fingerprint, user count), computed once: the arrays are read-only
-    _cache: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _cache: dict[str, int | str] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         arrays, n_actions, reward_range = validate_arrays(
-            *self.transitions, n_actions=self.n_actions, reward_range=self.reward_range
+            self.transitions, n_actions=self.n_actions, reward_range=self.reward_range
         )
-        for name, arr in zip(_ARRAYS, arrays, strict=True):
+        for name, arr in arrays.columns().items():
             arr.setflags(write=False)
             object.__setattr__(self, name, arr)
         object.__setattr__(self, "n_actions", n_actions)
@@ -155,21 +130,49 @@ class Dataset:
                     f"env_id must be 1 to 256 printable characters, got {_echo(self.env_id)}"
                 )
 
+    @classmethod
+    def of(
+        cls,
+        rows: Transitions,
+        *,
+        n_actions: int,
+        reward_range: tuple[float, float],
+        env_id: str | None = None,
+        rewards_are_population_averages: bool = False,
+        population: str | None = None,
+    ) -> Dataset:
+        """The dataset of ``rows`` and this metadata (validated as every construction)."""
+        return cls(
+            user=rows.user,
+            s=rows.s,
+            a=rows.a,
+            r=rows.r,
+            s2=rows.s2,
+            terminal=rows.terminal,
+            n_actions=n_actions,
+            reward_range=reward_range,
+            env_id=env_id,
+            rewards_are_population_averages=rewards_are_population_averages,
+            population=population,
+        )
+
     # -- shape -----------------------------------------------------------------------------
     @property
     def transitions(self) -> Transitions:
-        """The six arrays (read-only)."""
-        return Transitions(self.user, self.s, self.a, self.r, self.s2, self.terminal)
+        """The six arrays (read-only) as one value."""
+        return Transitions(
+            user=self.user, s=self.s, a=self.a, r=self.r, s2=self.s2, terminal=self.terminal
+        )
 
     @property
     def n(self) -> int:
         """Number of samples (transitions)."""
-        return int(self.a.shape[0])
+        return self.transitions.n
 
     @property
     def d(self) -> int:
         """Number of state coordinates."""
-        return int(self.s.shape[1])
+        return self.transitions.d
 
     @property
     def users(self) -> int:
@@ -225,7 +228,7 @@ class Dataset:
             self._cache["fingerprint"] = "sha256:" + h.hexdigest()
         return str(self._cache["fingerprint"])
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> JSONObject:
         """What ``qveil dataset info`` prints: counts, the action histogram, reward ranges.
 
         Keys: ``users``, ``samples``, ``d``, ``n_actions``, ``actions`` (count per action),
@@ -300,15 +303,6 @@ def _check_metadata(n_actions: object, reward_range: object) -> tuple[int, tuple
     return int(n_actions), (lo, hi)
 
 
-def _as_array(name: str, value: object) -> np.ndarray:
-    if not isinstance(value, np.ndarray):
-        try:
-            value = np.asarray(value)
-        except (TypeError, ValueError) as exc:
-            raise InvalidArgument(f"{name} is not an array: {exc}"[:200]) from None
-    return value
-
-
 def _first_bad(mask: np.ndarray) -> tuple[int, ...]:
     """Index of the first True of ``mask`` (row-major), as a tuple."""
     flat = int(np.flatnonzero(mask.ravel())[0])
@@ -320,118 +314,34 @@ def _where(name: str, index: tuple[int, ...]) -> str:
 
 
 def validate_arrays(
-    user: object,
-    s: object,
-    a: object,
-    r: object,
-    s2: object,
-    terminal: object,
-    *,
-    n_actions: object,
-    reward_range: object,
+    arrays: Transitions, *, n_actions: object, reward_range: object
 ) -> tuple[Transitions, int, tuple[float, float]]:
-    """Check and normalise the six arrays; return them with the checked metadata.
+    """Check a dataset's rows and metadata; return fresh copies of the rows with the checked
+    metadata.
 
-    Refused, each with :class:`InvalidArgument` naming the array and the first offending row:
-    wrong dtypes (``user``/``a`` must be integers, ``terminal`` bool, the rest real numbers),
-    wrong shapes (``s``/``s2`` are ``[n]`` or ``[n, d]``, the rest ``[n]``), mismatched
-    lengths, ``s`` and ``s2`` of different d, an empty dataset, NaN or inf in any float array,
-    actions outside ``[0, n_actions)``, and rewards outside the declared ``reward_range``.
-    Returns fresh arrays (the caller's are never modified or aliased): int64, float64 (states
-    ``[n, d]``) and bool.
+    :class:`Transitions` has checked the structure (dtypes, shapes, lengths). Refused here,
+    each with :class:`InvalidArgument` naming the array and the first offending row: an
+    empty dataset, NaN or inf in any float array, actions outside ``[0, n_actions)``, and
+    rewards outside the declared ``reward_range``. The returned arrays are copies (the
+    caller's are never modified or aliased).
     """
     n_act, (lo, hi) = _check_metadata(n_actions, reward_range)
-    raw = {
-        name: _as_array(name, v)
-        for name, v in zip(_ARRAYS, (user, s, a, r, s2, terminal), strict=True)
-    }
-    _check_dtypes(raw)
-    n = _check_shapes(raw)
-    states = _states(raw, n)
-    rew = raw["r"].astype(np.float64, copy=True)
-    act, usr = raw["a"], raw["user"]
-    _check_values(states, rew, act, usr, n_act=n_act, reward_range=(lo, hi))
-    arrays = Transitions(
-        usr.astype(np.int64, copy=True),
-        states["s"],
-        act.astype(np.int64, copy=True),
-        rew,
-        states["s2"],
-        raw["terminal"].astype(np.bool_, copy=True),
-    )
-    return arrays, n_act, (lo, hi)
-
-
-def _check_dtypes(raw: dict[str, np.ndarray]) -> None:
-    """Integers must be integers (a float action 1.5 is refused, not truncated), terminal
-    bool, the rest real numbers."""
-    for name in ("user", "a"):
-        if raw[name].dtype.kind not in "iu":
-            raise InvalidArgument(f"{name} must hold integers (int64), got dtype {raw[name].dtype}")
-    if raw["terminal"].dtype.kind != "b":
-        raise InvalidArgument(f"terminal must hold booleans, got dtype {raw['terminal'].dtype}")
-    for name in _FLOAT_ARRAYS:
-        if raw[name].dtype.kind not in "fiu":
-            raise InvalidArgument(
-                f"{name} must hold real numbers (float64), got dtype {raw[name].dtype}"
-            )
-
-
-def _check_shapes(raw: dict[str, np.ndarray]) -> int:
-    """Shapes and lengths; returns the row count n (refuses an empty dataset)."""
-    for name in ("user", "a", "r", "terminal"):
-        if raw[name].ndim != 1:
-            raise InvalidArgument(f"{name} must be 1-D [n], got shape {tuple(raw[name].shape)}")
-    for name in ("s", "s2"):
-        if raw[name].ndim not in (1, 2):
-            raise InvalidArgument(
-                f"{name} must be [n] or [n, d], got shape {tuple(raw[name].shape)}"
-            )
-    n = raw["a"].shape[0]
-    for name in _ARRAYS:
-        if raw[name].shape[0] != n:
-            raise InvalidArgument(
-                f"mismatched lengths: {name} has {raw[name].shape[0]} rows but a has {n}"
-                f" (row {min(n, raw[name].shape[0])} is missing from the shorter one)"
-            )
-    if n == 0:
+    if arrays.n == 0:
         raise InvalidArgument("the dataset is empty (0 rows)")
-    return int(n)
+    _check_values(arrays, n_act=n_act, reward_range=(lo, hi))
+    return arrays.copy(), n_act, (lo, hi)
 
 
-def _states(raw: dict[str, np.ndarray], n: int) -> dict[str, NDArray[np.float64]]:
-    """``s`` and ``s2`` as fresh float64 [n, d] arrays of the same d >= 1."""
-    states = {}
-    for name in ("s", "s2"):
-        arr = raw[name].astype(np.float64, copy=True)
-        states[name] = arr.reshape(n, 1) if arr.ndim == 1 else arr
-    if states["s"].shape[1] != states["s2"].shape[1]:
-        raise InvalidArgument(
-            f"s and s2 must have the same number of coordinates d, got s with "
-            f"{states['s'].shape[1]} and s2 with {states['s2'].shape[1]}"
-        )
-    if states["s"].shape[1] == 0:
-        raise InvalidArgument("states must have at least one coordinate (d >= 1), got d = 0")
-    return states
-
-
-def _check_values(
-    states: dict[str, NDArray[np.float64]],
-    rew: NDArray[np.float64],
-    act: np.ndarray,
-    usr: np.ndarray,
-    *,
-    n_act: int,
-    reward_range: tuple[float, float],
-) -> None:
+def _check_values(arrays: Transitions, *, n_act: int, reward_range: tuple[float, float]) -> None:
     """Non-finite floats first (a NaN reward is "not finite", not "out of range"), then
-    actions outside [0, n_act), rewards outside the declared range, users beyond int64."""
+    actions outside [0, n_act) and rewards outside the declared range."""
     lo, hi = reward_range
-    for name, arr in (("s", states["s"]), ("r", rew), ("s2", states["s2"])):
+    for name, arr in (("s", arrays.s), ("r", arrays.r), ("s2", arrays.s2)):
         bad = ~np.isfinite(arr)
         if bad.any():
             idx = _first_bad(bad)
             raise InvalidArgument(f"{_where(name, idx)} = {_num(arr[idx])} is not finite")
+    act, rew = arrays.a, arrays.r
     bad = (act < 0) | (act >= n_act)
     if bad.any():
         i = _first_bad(bad)[0]
@@ -442,9 +352,6 @@ def _check_values(
         raise InvalidArgument(
             f"r[{i}] = {_num(rew[i])} is outside the declared reward range [{_num(lo)}, {_num(hi)}]"
         )
-    if usr.dtype.kind == "u" and usr.size and int(usr.max()) > np.iinfo(np.int64).max:
-        i = _first_bad(usr > np.iinfo(np.int64).max)[0]
-        raise InvalidArgument(f"user[{i}] = {int(usr[i])} does not fit in int64")
 
 
 def _resolve_range(
@@ -499,6 +406,8 @@ class DatasetRows:
 
     where: str
     arrays: Transitions
+    # Any: the values as the file holds them (checked by Dataset: a numpy scalar, a bool
+    # array, or whatever a file wrote), never trusted before the check
     n_actions: Any = None
     reward_range: tuple[float, float] | None = None
     env_id: str | None = None
@@ -510,8 +419,8 @@ class DatasetRows:
     ) -> Dataset:
         """The validated :class:`Dataset` (the range and count: the file's, else the
         caller's; both given must agree; neither is an error naming how to give one)."""
-        return Dataset(
-            *self.arrays,
+        return Dataset.of(
+            self.arrays,
             n_actions=_resolve_actions(self.n_actions, n_actions, where=self.where),
             reward_range=_resolve_range(self.reward_range, reward_range, where=self.where),
             env_id=self.env_id,
@@ -521,7 +430,7 @@ class DatasetRows:
 
     def summary(
         self, *, reward_range: tuple[float, float] | None = None, n_actions: int | None = None
-    ) -> dict[str, Any]:
+    ) -> JSONObject:
         """:meth:`Dataset.summary` of :meth:`dataset`; a file that declares no reward range
         (none given either) gets ``reward_range`` None and no fingerprint (the fingerprint
         covers the range), one that declares no action count ``n_actions`` None and the
@@ -532,8 +441,8 @@ class DatasetRows:
             return self.dataset(reward_range=reward_range, n_actions=n_actions).summary()
         a = np.asarray(self.arrays.a)
         seen = int(a.max()) + 1 if a.size and a.dtype.kind in "iu" else 1
-        out = Dataset(
-            *self.arrays,
+        out = Dataset.of(
+            self.arrays,
             n_actions=n if n is not None else max(1, seen),
             reward_range=rr if rr is not None else _ANY_RANGE,
             env_id=self.env_id,

@@ -8,13 +8,19 @@ from __future__ import annotations
 
 import dataclasses
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from qveil.errors import InvalidArgument
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
 C = TypeVar("C")
+#: A TOML table as :mod:`tomllib` types it: its values are any TOML value (string, number,
+#: bool, date, array, table), read by the config dataclass that takes them.
+TOMLTable = dict[str, Any]
 
 __all__ = [
     "CLIP_REFUSE",
@@ -26,6 +32,7 @@ __all__ = [
     "ratio_message",
     "read_toml",
     "toml_value",
+    "TOMLTable",
 ]
 
 #: sigma / (r0 / (1 - gamma)) above this: a warning (the noise is a large part of the values).
@@ -42,7 +49,7 @@ CLIP_WARN = 0.01
 CLIP_REFUSE = 0.25
 
 
-def read_toml(path: str | Path) -> dict[str, Any]:
+def read_toml(path: str | Path) -> TOMLTable:
     """A config file's table; a missing or malformed file is InvalidArgument."""
     try:
         with Path(path).open("rb") as fh:
@@ -53,7 +60,7 @@ def read_toml(path: str | Path) -> dict[str, Any]:
         raise InvalidArgument(f"config {str(path)[:80]!r} is not valid TOML: {exc}") from None
 
 
-def config_from_dict(cls: type[C], d: Mapping[str, Any], what: str) -> C:
+def config_from_dict(cls: type[C], d: Mapping[str, object], what: str) -> C:
     """A config dataclass from a mapping of its fields (and ``mode = "fqi"``): an unknown key
     or another mode is InvalidArgument. ``what`` names the config kind in the message."""
     names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
@@ -65,7 +72,7 @@ def config_from_dict(cls: type[C], d: Mapping[str, Any], what: str) -> C:
     return cls(**{k: v for k, v in d.items() if k != "mode"})
 
 
-def toml_value(v: Any) -> str:
+def toml_value(v: object) -> str:
     """A config value as TOML: strings quoted, tuples and lists (nested) as arrays."""
     if isinstance(v, tuple | list):
         return "[" + ", ".join(toml_value(x) for x in v) + "]"
@@ -75,10 +82,11 @@ def toml_value(v: Any) -> str:
         return "true" if v else "false"
     if isinstance(v, int):
         return str(v)
-    return repr(float(v))  # numpy floats too (their repr is not TOML)
+    # a number: numpy floats too (their repr is not TOML)
+    return repr(float(v))  # type: ignore[arg-type]
 
 
-def config_toml(cfg: Any, header: str) -> str:
+def config_toml(cfg: DataclassInstance, header: str) -> str:
     """Every set field of a config dataclass as TOML (round-trips through its from_toml)."""
     lines = [f"# {header}", 'mode = "fqi"']
     for f in dataclasses.fields(cfg):
@@ -88,7 +96,17 @@ def config_toml(cfg: Any, header: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def ratio_message(result: Any) -> str | None:
+class _NoiseRatio(Protocol):
+    """What :func:`ratio_message` reads of an accountant's result."""
+
+    @property
+    def sigma(self) -> float: ...
+
+    @property
+    def noise_to_value(self) -> float: ...
+
+
+def ratio_message(result: _NoiseRatio) -> str | None:
     """The warning for a noise-to-value ratio above :data:`WARN_RATIO` (None below it)."""
     r = float(result.noise_to_value)
     if r <= WARN_RATIO:
@@ -105,7 +123,7 @@ def ratio_message(result: Any) -> str | None:
     )
 
 
-def clipping_message(clipped: int, samples: int, intervals: Any) -> str:
+def clipping_message(clipped: int, samples: int, intervals: Sequence[Sequence[float]]) -> str:
     """The report of the rows clipped into the state intervals ``intervals`` (one line)."""
     share = clipped / max(1, samples)
     line = (

@@ -17,18 +17,17 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from qveil.bundle import load_bundle
-from qveil.cli_parser import add_command
+from qveil.cli_parser import Subcommands, add_command
 from qveil.errors import InvalidArgument
 
 __all__ = ["add_parser", "run"]
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: Subcommands) -> None:
     p = add_command(
         sub,
         "inspect",

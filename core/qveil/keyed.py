@@ -66,7 +66,7 @@ import os
 import struct
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import cast
 
 import numpy as np
 import numpy.typing as npt
@@ -320,7 +320,8 @@ class KeyedPaths:
         self._s = np.array(self._ss, dtype=np.float64).reshape(n_paths, _K + 1)
         self._table = self._build_table()
         self._table.flags.writeable = False
-        self._flat: Any = self._table.reshape(-1).data  # a memoryview: fast float reads
+        # a memoryview of float64 (fast float reads; numpy types .data as of bytes)
+        self._flat = cast("memoryview[float]", self._table.reshape(-1).data)
 
     # -- properties ------------------------------------------------------------------------
 
@@ -350,7 +351,7 @@ class KeyedPaths:
             f"sigma={self._sigma!r}, betas={self._betas!r})"
         )
 
-    def __reduce__(self) -> Any:
+    def __reduce__(self) -> tuple[object, ...]:
         raise TypeError("KeyedPaths holds a release key and is not pickled; pass the key")
 
     # -- public API ------------------------------------------------------------------------

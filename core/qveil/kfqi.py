@@ -69,6 +69,7 @@ from qveil.kfqi_spec import (
     check_in_q_range,
     multilinear_weights,
 )
+from qveil.transitions import Transitions
 
 __all__ = [
     "ANCHOR_LAYOUTS",
@@ -147,12 +148,7 @@ def _sorted_by_vote(
     return x[order], r[order], x2[order], terminal[order], vote[order], weight[order]
 
 
-def episode_votes(
-    user: npt.ArrayLike,
-    states: npt.ArrayLike,
-    next_states: npt.ArrayLike,
-    terminal: npt.ArrayLike,
-) -> tuple[IntArray, FloatArray, int]:
+def episode_votes(transitions: Transitions) -> tuple[IntArray, FloatArray, int]:
     """The voters of the per-user averager: each user's episodes, and the weight 1 / k_u of
     each row (k_u: user u's episode count), so that a user's weights sum to one vote.
 
@@ -161,13 +157,9 @@ def episode_votes(
     not the previous row's next state. Returns (vote index per row, dense in [0, votes) and
     increasing with the dense user index, so sorting by vote keeps each user's rows in
     order; weight per row; the vote count). It depends on each user's own rows only."""
-    u = np.asarray(user).reshape(-1)
-    n = len(u)
-    _, uid = np.unique(u, return_inverse=True)
-    uid = uid.reshape(-1).astype(np.int64)
-    s = np.asarray(states, dtype=np.float64).reshape(n, -1)
-    s2 = np.asarray(next_states, dtype=np.float64).reshape(n, -1)
-    term = np.asarray(terminal, dtype=bool).reshape(-1)
+    n = transitions.n
+    uid, _ = transitions.user_index()
+    s, s2, term = transitions.s, transitions.s2, transitions.terminal
     order = np.argsort(uid, kind="stable")
     su = uid[order]
     new = np.ones(n, dtype=bool)
@@ -300,11 +292,7 @@ def _build_action(
 
 
 def averaging_operators_nd(
-    x: FloatArray,
-    r: FloatArray,
-    x2: FloatArray,
-    terminal: npt.NDArray[np.bool_],
-    user: IntArray,
+    unit: Transitions,
     *,
     users: int,
     spec: KernelFQISpec,
@@ -313,16 +301,18 @@ def averaging_operators_nd(
     weight: FloatArray | None = None,
 ) -> tuple[FloatArray, sparse.csr_matrix]:
     """(c, P) of one action: Q_{t+1}(., a) = c + gamma P V_t on the anchors (equation 1),
-    from that action's samples (unit x (n, d), rewards, unit next states, terminal flags,
-    user index in [0, users)). The voters are the users (one episode each) unless ``vote``
+    from that action's rows ``unit``: states and next states on the unit box, user index
+    in [0, users). The voters are the users (one episode each) unless ``vote``
     and ``weight`` (:func:`episode_votes` of the whole dataset, restricted to these rows)
     are given. Rows of [P | reward weights] are convex (tested)."""
     if vote is None or weight is None:
-        vote, weight = np.asarray(user, dtype=np.int64), np.ones(len(user))
+        vote, weight = unit.user, np.ones(unit.n)
         votes = int(users)
     else:
         votes = int(vote.max()) + 1 if len(vote) else 0
-    op = _build_action(x, r, x2, terminal, vote, weight, votes=votes, users=users, spec=spec)
+    op = _build_action(
+        unit.s, unit.r, unit.s2, unit.terminal, vote, weight, votes=votes, users=users, spec=spec
+    )
     return op.constant(default), op.p
 
 
@@ -403,65 +393,43 @@ def fold_tree(items: Iterable[T], add: Callable[[T, T], T]) -> T:
 
 
 def _prepare(
-    states: npt.ArrayLike,
-    actions: npt.ArrayLike,
-    rewards: npt.ArrayLike,
-    next_states: npt.ArrayLike,
-    terminal: npt.ArrayLike,
-    users: npt.ArrayLike,
-    *,
-    reward_range: tuple[float, float],
-    box: StateBox,
-) -> tuple[FloatArray, IntArray, FloatArray, FloatArray, npt.NDArray[np.bool_], IntArray, int, int]:
-    """Unit states, actions, clipped rewards, unit next states, terminals, dense user index,
-    user count and the count of rows whose state or next state is outside the box."""
-    a = np.asarray(actions, dtype=np.int64).reshape(-1)
-    raw = np.asarray(states, dtype=np.float64).reshape(len(a), -1)
-    raw2 = np.asarray(next_states, dtype=np.float64).reshape(len(a), -1)
-    clipped = box.rows_outside(raw, raw2)
-    x = box.to_unit(raw)
-    x2 = box.to_unit(raw2)
+    transitions: Transitions, *, reward_range: tuple[float, float], box: StateBox
+) -> tuple[Transitions, int, int]:
+    """The rows on the unit box (states and next states mapped, rewards clipped into the
+    range, users as the dense index), the user count and the count of rows whose state or
+    next state is outside the box."""
+    if transitions.n == 0:
+        raise InvalidArgument("fitted_q_nd: no transitions (0 rows)")
+    raw, raw2 = transitions.s, transitions.s2
     lo, hi = (float(v) for v in reward_range)
-    r = np.clip(np.asarray(rewards, dtype=np.float64).reshape(-1), lo, hi)
-    term = np.asarray(terminal, dtype=bool).reshape(-1)
-    _, uid = np.unique(np.asarray(users).reshape(-1), return_inverse=True)
-    uid = uid.reshape(-1).astype(np.int64)
-    n_users = int(uid.max()) + 1 if len(uid) else 0
-    if not (len(x) == len(x2) == len(a) == len(r) == len(term) == len(uid)) or n_users == 0:
-        raise InvalidArgument("fitted_q_nd: empty or mismatched sample arrays")
-    return x, a, r, x2, term, uid, n_users, clipped
+    uid, n_users = transitions.user_index()
+    unit = Transitions(
+        user=uid,
+        s=box.to_unit(raw),
+        a=transitions.a,
+        r=np.clip(transitions.r, lo, hi),
+        s2=box.to_unit(raw2),
+        terminal=transitions.terminal,
+    )
+    return unit, n_users, box.rows_outside(raw, raw2)
 
 
 def shard_denominators(
-    states: npt.ArrayLike,
-    actions: npt.ArrayLike,
-    users: npt.ArrayLike,
-    *,
-    n_actions: int,
-    box: StateBox,
-    spec: KernelFQISpec,
+    transitions: Transitions, *, n_actions: int, box: StateBox, spec: KernelFQISpec
 ) -> FloatArray:
     """(m, K): each action's pooled NW denominators over one shard (the ``reward``
     relation's first pass; the shards' denominators add)."""
-    a = np.asarray(actions, dtype=np.int64).reshape(-1)
-    x = box.to_unit(np.asarray(states, dtype=np.float64).reshape(len(a), -1))
-    u = np.asarray(users).reshape(-1)
     anchors = Anchors(spec)
     out = np.zeros((int(n_actions), anchors.count))
     for act in range(int(n_actions)):
-        m = a == act
-        order = np.argsort(u[m], kind="stable")
-        out[act] = _pooled_denominators(x[m][order], anchors)
+        rows = transitions.of_action(act)
+        order = np.argsort(rows.user, kind="stable")
+        out[act] = _pooled_denominators(box.to_unit(rows.s)[order], anchors)
     return out
 
 
 def shard_sums(
-    states: npt.ArrayLike,
-    actions: npt.ArrayLike,
-    rewards: npt.ArrayLike,
-    next_states: npt.ArrayLike,
-    terminal: npt.ArrayLike,
-    users: npt.ArrayLike,
+    transitions: Transitions,
     *,
     n_actions: int,
     reward_range: tuple[float, float],
@@ -481,18 +449,19 @@ def shard_sums(
     per_user = spec.neighbour == "user"
     if not per_user and den_pool is None:
         raise InvalidArgument("the reward relation's shard sums need the pooled denominators")
-    x, a, r, x2, term, uid, n_users, clipped = _prepare(
-        states, actions, rewards, next_states, terminal, users, reward_range=reward_range, box=box
-    )
+    unit, n_users, clipped = _prepare(transitions, reward_range=reward_range, box=box)
     if per_user:
-        vote, weight, votes = episode_votes(users, states, next_states, terminal)
+        vote, weight, votes = episode_votes(transitions)
     else:
-        vote, weight, votes = uid, np.ones(len(uid)), n_users
+        vote, weight, votes = unit.user, np.ones(unit.n), n_users
     anchors = Anchors(spec)
     cs, covs, ps = [], [], []
     for act in range(int(n_actions)):
-        m = a == act
-        xa, ra, x2a, ta, va, wa = _sorted_by_vote(x[m], r[m], x2[m], term[m], vote[m], weight[m])
+        m = unit.a == act
+        ua = unit.take(m)
+        xa, ra, x2a, ta, va, wa = _sorted_by_vote(
+            ua.s, ua.r, ua.s2, ua.terminal, vote[m], weight[m]
+        )
         c, cov, p = _action_sums(
             xa, ra, x2a, ta, va, wa, votes=votes, anchors=anchors, per_user=per_user,
             den_pool=None if den_pool is None else den_pool[act],
@@ -504,7 +473,7 @@ def shard_sums(
             on_build(act)
     return ShardSums(
         users=n_users,
-        samples=int(len(a)),
+        samples=unit.n,
         clipped=clipped,
         c_sum=tuple(cs),
         covered=tuple(covs),
@@ -538,12 +507,7 @@ def operators_from_sums(
 
 
 def build_operators_nd(
-    states: npt.ArrayLike,
-    actions: npt.ArrayLike,
-    rewards: npt.ArrayLike,
-    next_states: npt.ArrayLike,
-    terminal: npt.ArrayLike,
-    users: npt.ArrayLike,
+    transitions: Transitions,
     *,
     n_actions: int,
     reward_range: tuple[float, float],
@@ -559,11 +523,9 @@ def build_operators_nd(
         raise InvalidArgument(f"the state box has {box.dims} coordinates, betas {spec.dims}")
     den_pool = None
     if spec.neighbour != "user":
-        den_pool = shard_denominators(
-            states, actions, users, n_actions=n_actions, box=box, spec=spec
-        )
+        den_pool = shard_denominators(transitions, n_actions=n_actions, box=box, spec=spec)
     sums = shard_sums(
-        states, actions, rewards, next_states, terminal, users,
+        transitions,
         n_actions=n_actions, reward_range=reward_range, box=box, spec=spec, den_pool=den_pool,
         on_build=on_build,
     )  # fmt: skip
@@ -621,12 +583,7 @@ def _prior_votes(
 
 
 def fitted_q_nd(
-    states: npt.ArrayLike,
-    actions: npt.ArrayLike,
-    rewards: npt.ArrayLike,
-    next_states: npt.ArrayLike,
-    terminal: npt.ArrayLike,
-    users: npt.ArrayLike,
+    transitions: Transitions,
     *,
     n_actions: int,
     reward_range: tuple[float, float],
@@ -645,12 +602,7 @@ def fitted_q_nd(
     if prior is not None:
         _prior_votes(prior, spec=spec, actions=int(n_actions), rr=(lo, hi))
     ops = build_operators_nd(
-        states,
-        actions,
-        rewards,
-        next_states,
-        terminal,
-        users,
+        transitions,
         n_actions=n_actions,
         reward_range=(lo, hi),
         box=box,
@@ -727,12 +679,7 @@ class KernelFQIResult:
 
 
 def kernel_fqi(
-    states: npt.ArrayLike,
-    actions: npt.ArrayLike,
-    rewards: npt.ArrayLike,
-    next_states: npt.ArrayLike,
-    terminal: npt.ArrayLike,
-    users: npt.ArrayLike,
+    transitions: Transitions,
     *,
     n_actions: int,
     reward_range: tuple[float, float],
@@ -744,12 +691,7 @@ def kernel_fqi(
     """Equations (1) then (2): the released mean function's coefficients (no noise). The
     KRR centre stays ``spec``'s default whether or not a ``prior`` gives the votes."""
     q = fitted_q_nd(
-        states,
-        actions,
-        rewards,
-        next_states,
-        terminal,
-        users,
+        transitions,
         n_actions=n_actions,
         reward_range=reward_range,
         box=box,

@@ -23,12 +23,12 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from qveil.errors import InvalidArgument, NotFound
+from qveil.json_types import JSONObject
 from qveil.kfqi_spec import points_sha256
 from qveil.npz_file import new_npz_path, write_npz_atomic
 
@@ -64,7 +64,7 @@ class AnchorSet:
     def sha256(self) -> str:
         return points_sha256(self.points)
 
-    def record(self) -> dict[str, Any]:
+    def record(self) -> JSONObject:
         """What a card records about the anchors (public: the anchors are public): their
         hash, origin, count and the points themselves (K x d numbers, so that the release's
         estimator can be refitted from the card alone, as ``qveil evaluate`` does)."""

@@ -23,6 +23,7 @@ from qveil.errors import InvalidArgument
 from qveil.fqi_config import config_from_dict, config_toml, read_toml
 from qveil.kfqi import KernelFQISpec
 from qveil.kfqi_anchors import AnchorSet, read_anchors
+from qveil.privacy.fqi import FQIPrivacyResult
 from qveil.privacy.kfqi import KernelFQIPrivacyParams, account_kernel_fqi, calibrate_kernel_fqi
 
 __all__ = [
@@ -125,10 +126,10 @@ class KernelFQIConfig:
             raise InvalidArgument('give anchor_file with anchors = "file", and only then')
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> KernelFQIConfig:
+    def from_dict(cls, d: Mapping[str, object]) -> KernelFQIConfig:
         return config_from_dict(cls, d, "kernel fqi")
 
-    def replace(self, **changes: Any) -> KernelFQIConfig:
+    def replace(self, **changes: Any) -> KernelFQIConfig:  # any field's value (replace checks)
         return dataclasses.replace(self, **changes)
 
     def betas_for(self, dims: int) -> tuple[float, ...]:
@@ -141,7 +142,7 @@ class KernelFQIConfig:
         """The ``anchor_file``'s public anchors (read now), or None for the other layouts."""
         return None if self.anchor_file is None else read_anchors(self.anchor_file)
 
-    def spec(self, dims: int, *, anchors: AnchorSet | None = None) -> Any:
+    def spec(self, dims: int, *, anchors: AnchorSet | None = None) -> KernelFQISpec:
         """The estimator's :class:`qveil.kfqi.KernelFQISpec` (``anchors``: the
         ``anchor_file`` already read; else it is read here)."""
         if anchors is None:
@@ -169,7 +170,7 @@ class KernelFQIConfig:
 
 #: The defaults of a 1-D (``grid``) config, chosen on simulated LineWalk users (public):
 #: 101 anchors, a narrow NW kernel, gamma 0.3 and T = 10 (docs/results.md section 7).
-GRID_DEFAULTS: dict[str, Any] = {
+GRID_DEFAULTS: dict[str, float] = {
     "gamma": 0.3,
     "iterations": 10,
     "anchor_points": 101,
@@ -185,11 +186,11 @@ _GRID_RENAMES = {"grid_points": "anchor_points"}
 _GRID_RETIRED = ("smoother_bandwidth",)
 
 
-def grid_config(d: Mapping[str, Any]) -> KernelFQIConfig:
+def grid_config(d: Mapping[str, object]) -> KernelFQIConfig:
     """The kernel config (d = 1) of a 1-D ``grid`` config table: ``state_interval`` [lo, hi]
     is the one interval, ``beta`` the one beta, ``grid_points`` the anchors; an unset key
     takes :data:`GRID_DEFAULTS` (then the kernel defaults); an unknown key is refused."""
-    t: dict[str, Any] = {**GRID_DEFAULTS}
+    t: dict[str, object] = {**GRID_DEFAULTS}
     for k, v in d.items():
         if k in ("estimator", *_GRID_RETIRED):
             continue
@@ -239,7 +240,7 @@ def plan_kernel(
     dims: int,
     reward_range: tuple[float, float],
     prior_sha256: str | None = None,
-) -> Any:
+) -> FQIPrivacyResult:
     """The release's privacy accounting from public quantities only (before training).
     ``actions``: the data's (or the env's) m; a config that names another is refused.
     ``prior_sha256``: the public prior's hash, recorded in the params and the basis."""

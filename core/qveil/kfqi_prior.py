@@ -30,12 +30,12 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from qveil.errors import InvalidArgument, NotFound
+from qveil.json_types import JSONObject
 from qveil.kfqi_spec import Anchors, KernelFQISpec, check_in_q_range
 from qveil.npz_file import new_npz_path, write_npz_atomic
 
@@ -78,7 +78,7 @@ class Prior:
     def sha256(self) -> str:
         return values_sha256(self.values)
 
-    def record(self) -> dict[str, Any]:
+    def record(self) -> JSONObject:
         """What a card records about the prior (public: the prior is public)."""
         return {
             "sha256": self.sha256,

@@ -80,6 +80,8 @@ def ou_covariance(
     return cov
 
 
+# Any: floats with math's exp/expm1, or float64 arrays with numpy's (one formula, elementwise;
+# math's functions and numpy's ufuncs share no static type)
 def ou_bridge(
     beta: float, s2: float, d1: Any, g1: Any, d2: Any, g2: Any, exp: Any, expm1: Any
 ) -> tuple[Any, Any]:

@@ -8,11 +8,12 @@ import time
 
 import numpy as np
 
+from qveil.cli_parser import Subcommands
 from qveil.noise import OUSamplePath
 from qveil.rng import OSEntropy, resolve_rng
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(sub: Subcommands) -> None:
     p = sub.add_parser("noise", help="sample an exact GP (OU) noise path and summarise it")
     p.add_argument("--beta", type=float, required=True, help="kernel rate on [0, 1]")
     p.add_argument("--sigma", type=float, required=True, help="noise scale")

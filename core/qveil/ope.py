@@ -24,29 +24,16 @@ from qveil.additive import StateBox
 from qveil.errors import InvalidArgument
 from qveil.kfqi import Anchors, KernelFQISpec, build_operators_nd
 from qveil.kfqi_spec import q_range
+from qveil.transitions import Transitions
 
-__all__ = ["first_states", "policy_value"]
+__all__ = ["policy_value"]
 
 FloatArray = npt.NDArray[np.float64]
 Policy = Callable[[FloatArray], npt.NDArray[np.int64]]
 
 
-def first_states(states: npt.ArrayLike, users: npt.ArrayLike) -> FloatArray:
-    """Each user's first state, in order of first appearance: (N, d)."""
-    s = np.asarray(states, dtype=np.float64)
-    s = s.reshape(len(s), -1)
-    _, first = np.unique(np.asarray(users).reshape(-1), return_index=True)
-    out: FloatArray = s[np.sort(first)]
-    return out
-
-
 def policy_value(
-    states: npt.ArrayLike,
-    actions: npt.ArrayLike,
-    rewards: npt.ArrayLike,
-    next_states: npt.ArrayLike,
-    terminal: npt.ArrayLike,
-    users: npt.ArrayLike,
+    transitions: Transitions,
     *,
     policy: Policy,
     n_actions: int,
@@ -54,18 +41,14 @@ def policy_value(
     box: StateBox,
     spec: KernelFQISpec,
 ) -> tuple[float, FloatArray]:
-    """(J, per-user values): the clipped mean over users of Q^pi_T at their first states
-    (the module docstring). ``policy`` maps unit states (n, d) to actions (n,)."""
+    """(J, per-user values): the clipped mean over the users of the held-out ``transitions``
+    of Q^pi_T at their first states (:meth:`~qveil.transitions.Transitions.first_rows`; the
+    module docstring). ``policy`` maps unit states (n, d) to actions (n,)."""
     if spec.neighbour != "user":
         raise InvalidArgument("the private evaluation uses the user relation")
     rr = (float(reward_range[0]), float(reward_range[1]))
     ops = build_operators_nd(
-        states,
-        actions,
-        rewards,
-        next_states,
-        terminal,
-        users,
+        transitions,
         n_actions=n_actions,
         reward_range=rr,
         box=box,
@@ -83,7 +66,7 @@ def policy_value(
             [c + spec.gamma * (op.p @ v) for c, op in zip(consts, ops.actions, strict=True)],
             axis=1,
         )
-    x0 = box.to_unit(first_states(states, users), clip=True)
+    x0 = box.to_unit(transitions.first_rows().s, clip=True)
     a0 = _actions(policy(x0), len(x0), n_actions)
     idx, w = anchors.interp(x0)
     per_user = (w * q[idx, a0[:, None]]).sum(axis=1)

@@ -15,12 +15,12 @@ nothing.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from qveil.errors import InvalidArgument, echo
+from qveil.json_types import JSONMapping, JSONObject
 from qveil.privacy.ledger import PrivacyEvent
 
 __all__ = ["MAX_POPULATION_NAME", "OpenReleaseRecords", "ReleaseRecords", "validate_population"]
@@ -28,7 +28,7 @@ __all__ = ["MAX_POPULATION_NAME", "OpenReleaseRecords", "ReleaseRecords", "valid
 MAX_POPULATION_NAME = 200
 
 
-def validate_population(name: Any) -> str:
+def validate_population(name: object) -> str:
     """A population name: 1-200 printable characters, no leading or trailing space."""
     if (
         not isinstance(name, str)
@@ -53,12 +53,12 @@ class ReleaseRecords(Protocol):
         """Where the records are (for messages; no credentials)."""
         ...
 
-    def population_report(self, population: str) -> dict[str, Any]:
+    def population_report(self, population: str) -> JSONObject:
         """The population's budget, what its releases spent under its privacy filter and what
         one more release may still have (FailedPrecondition when it is not declared)."""
         ...
 
-    def precheck(self, population: str, event: PrivacyEvent) -> dict[str, Any]:
+    def precheck(self, population: str, event: PrivacyEvent) -> JSONObject:
         """Refuse a planned event the population's filter would not let through; run before
         any private data is read. Returns the filter's state with the event added."""
         ...
@@ -76,7 +76,7 @@ class ReleaseRecords(Protocol):
         ...
 
     def record_evaluation(
-        self, population: str, event: PrivacyEvent, *, target: str, params: Mapping[str, Any]
+        self, population: str, event: PrivacyEvent, *, target: str, params: JSONMapping
     ) -> None:
         """Charge a private evaluation of release ``target`` to ``population`` (filtered and
         appended atomically) and append it to the audit log with ``params``."""

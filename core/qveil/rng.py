@@ -29,6 +29,8 @@ _TWO_POW_52 = float(2**52)
 class NormalSource(Protocol):
     """Anything that draws independent standard normals."""
 
+    # Any: numpy's Generator.standard_normal is overloaded on ``size`` (a float for None, an
+    # array for a shape); Any is the one signature both it and OSEntropy satisfy
     def standard_normal(self, size: Any = None) -> Any: ...
 
 

@@ -19,13 +19,13 @@ Pure: numpy, scipy.stats and :func:`qveil.noise.conditional_moments`; no I/O, no
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 from scipy import stats as sps
 
 from qveil.errors import InvalidArgument
+from qveil.json_types import JSONObject
 from qveil.noise import conditional_moments, validate_points
 from qveil.pathindex import SortedPoints
 
@@ -76,7 +76,7 @@ def chi2_bins(n: int) -> int:
     return int(max(4, min(100, round(2.0 * n**0.4), n // 5)))
 
 
-def normality_report(z: npt.ArrayLike, *, level: float = DEFAULT_PASS_LEVEL) -> dict[str, Any]:
+def normality_report(z: npt.ArrayLike, *, level: float = DEFAULT_PASS_LEVEL) -> JSONObject:
     """How well ``z`` fits iid N(0, 1): four p-values and a verdict.
 
     * ``ks_p``: Kolmogorov-Smirnov against N(0, 1) (shape and location);

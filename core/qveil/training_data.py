@@ -3,7 +3,7 @@
 Both kinds of dataset satisfy it: :class:`qveil.dataset.Dataset` (validated arrays in
 memory) and :class:`qveil.dataset_parquet.ParquetSource` (a Parquet file opened by its
 metadata, its rows streamed one row group of whole users at a time, each a
-:class:`qveil.dataset.Transitions`). What the protocol names is public metadata, read
+:class:`qveil.transitions.Transitions`). What the protocol names is public metadata, read
 before any row: the accountant plans from it (N users, m actions, d coordinates, the reward
 range), and the fit then reads the rows its own way.
 """

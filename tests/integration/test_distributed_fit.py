@@ -24,8 +24,9 @@ from qveil.dataset_parquet import ParquetSource, save_parquet
 from qveil.errors import InvalidArgument
 from qveil.kfqi import build_operators_nd, fold_tree
 from qveil.kfqi_config import load_fqi_config
-from qveil.trainer.distributed import Engine, collect_parquet, fit_operators, user_shards
+from qveil.trainer.distributed import Engine, collect_parquet, fit_operators
 from qveil.trainer.kfqi import fit_kernel
+from qveil.transitions import Transitions
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "cartpole-private.toml"
@@ -70,17 +71,25 @@ def _fit(data: object, engine: Engine, neighbour: str = "user") -> object:
 # --------------------------------------------------------------------------- pure parts
 def test_shards_never_split_a_user() -> None:
     rng = np.random.default_rng(3)
-    user = rng.integers(0, 97, 2000) * 13  # unsorted, sparse ids
+    n = 2000
+    user = rng.integers(0, 97, n) * 13  # unsorted, sparse ids
+    # the row number as the state: which rows each shard took, in its order
+    rows = Transitions(
+        user=user, s=np.arange(n), a=np.zeros(n, np.int64), r=np.zeros(n), s2=np.arange(n),
+        terminal=np.zeros(n, bool),
+    )  # fmt: skip
     for size in (1, 7, 50, 97, 1000):
-        shards = user_shards(user, size)
-        rows = np.concatenate(shards)
-        assert np.array_equal(np.sort(rows), np.arange(len(user)))  # every row once
+        shards = rows.shards(size)
+        taken = np.concatenate([sh.s[:, 0] for sh in shards]).astype(np.int64)
+        assert np.array_equal(np.sort(taken), np.arange(n))  # every row once
         owners: dict[int, int] = {}
-        for k, idx in enumerate(shards):
-            for u in np.unique(user[idx]).tolist():
+        for k, sh in enumerate(shards):
+            idx = sh.s[:, 0].astype(np.int64)
+            assert np.array_equal(sh.user, user[idx])
+            for u in np.unique(sh.user).tolist():
                 assert owners.setdefault(u, k) == k, f"user {u} in shards {owners[u]} and {k}"
-            assert len(np.unique(user[idx])) == min(size, 97 - k * size)
-            assert np.all(np.diff(idx[user[idx] == user[idx][0]]) > 0)  # a user's row order kept
+            assert len(np.unique(sh.user)) == min(size, 97 - k * size)
+            assert np.all(np.diff(idx[sh.user == sh.user[0]]) > 0)  # a user's row order kept
 
 
 def test_fold_tree_is_a_fixed_tree() -> None:
@@ -98,7 +107,7 @@ def test_one_shard_is_exactly_the_single_process_build(cartpole: Path) -> None:
     for neighbour in ("user", "reward"):
         spec = cfg.replace(neighbour=neighbour).spec(4)
         whole = build_operators_nd(
-            ds.s, ds.a, ds.r, ds.s2, ds.terminal, ds.user,
+            ds.transitions,
             n_actions=2, reward_range=(0.0, 1.0), box=box, spec=spec,
         )  # fmt: skip
         one = _fit(ds, Engine(shard_users=USERS), neighbour)

@@ -11,7 +11,7 @@ import numpy as np
 import numpy.typing as npt
 
 from qveil.client import calls
-from qveil.client.calls import is_flat, state_fields
+from qveil.client.calls import StateFields, is_flat, state_fields
 from qveil.client.channel import Connection, RetryPolicy, TLSConfig
 from qveil.common import typing as t
 from qveil.common.errors import from_grpc_error
@@ -30,7 +30,7 @@ class AsyncValueClient:
 
     _dims: int | None = None
 
-    async def _state_fields(self, states: npt.ArrayLike) -> dict[str, Any]:
+    async def _state_fields(self, states: npt.ArrayLike) -> StateFields:
         if self._dims is None and is_flat(states):
             self._dims = (await self.release()).dims
         return state_fields(states, self._dims or 1)
@@ -49,6 +49,7 @@ class AsyncValueClient:
         self._channel = self._conn.aio_channel()
         self._stub = value_grpc.ValueServiceStub(self._channel)
 
+    # Any: grpc.aio's stub methods and their responses (grpcio ships no type information)
     async def _call(self, method: Any, request: Any, timeout: float | None) -> Any:
         """One call, retried as :meth:`qveil.client.ValueClient._call` does."""
         attempts = self._conn.attempts()

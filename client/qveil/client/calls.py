@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypedDict, TypeVar
 
 import numpy as np
 import numpy.typing as npt
+from google.protobuf.message import Message
 
 from qveil.common import serde as convert
 from qveil.common import typing as t
@@ -41,7 +42,14 @@ def is_flat(states: npt.ArrayLike) -> bool:
     return bool(np.ndim(states) == 1 and np.size(states) > 1)
 
 
-def state_fields(states: npt.ArrayLike, dims: int = 1) -> dict[str, Any]:
+class StateFields(TypedDict, total=False):
+    """The state fields of a GetValues / GetBestActions request: one of the two."""
+
+    states: list[float]
+    state_matrix: value_pb.StateMatrix
+
+
+def state_fields(states: npt.ArrayLike, dims: int = 1) -> StateFields:
     """The request fields of ``states`` for a release of ``dims`` coordinates: an array of
     shape [n, d] with d > 1 goes as a ``state_matrix`` (n states of d coordinates,
     row-major), and so does a flat list of exactly ``dims`` > 1 numbers (one state);
@@ -64,12 +72,13 @@ class Call(Generic[T]):
     (the response message to the SDK's type)."""
 
     method: str
-    request: Any
+    request: Message
+    # Any: the response message of ``method``; each call's ``decode`` takes its own type
     decode: Callable[[Any], T]
 
 
 def get_values(
-    fields: dict[str, Any], actions: Sequence[int] | None, release_id: str
+    fields: StateFields, actions: Sequence[int] | None, release_id: str
 ) -> Call[t.Values]:
     """GetValues of the states in ``fields`` (:func:`state_fields`), all actions when
     ``actions`` is None or empty."""
@@ -79,7 +88,7 @@ def get_values(
     return Call("GetValues", request, convert.values_from_proto)
 
 
-def get_best_actions(fields: dict[str, Any], release_id: str) -> Call[t.BestActions]:
+def get_best_actions(fields: StateFields, release_id: str) -> Call[t.BestActions]:
     request = value_pb.GetBestActionsRequest(**fields, release_id=release_id)
     return Call("GetBestActions", request, convert.best_actions_from_proto)
 

@@ -9,12 +9,12 @@ import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import grpc
 
 from qveil.common.errors import is_server_reset
 from qveil.errors import InvalidArgument, echo
+from qveil.json_types import JSONObject
 
 __all__ = [
     "RETRY_EXEMPT",
@@ -116,7 +116,7 @@ class RetryPolicy:
         """The SDK's own wait before retrying a call reset by the server (full jitter)."""
         return random.uniform(0, min(self.max_backoff, self.initial_backoff * 2**attempt))
 
-    def service_config(self) -> dict[str, Any]:
+    def service_config(self) -> JSONObject:
         """The gRPC service config of this policy (``grpc.service_config`` channel option);
         any gRPC client can use it, e.g. tritonclient.grpc through ``channel_args``."""
         retry = {
@@ -126,13 +126,13 @@ class RetryPolicy:
             "backoffMultiplier": self.backoff_multiplier,
             "retryableStatusCodes": list(self.codes),
         }
-        configs: list[dict[str, Any]] = [
+        configs: list[JSONObject] = [
             {"name": [{"service": s} for s in RETRIED_SERVICES], "retryPolicy": retry},
             {"name": [{"service": s, "method": m} for s, m in RETRY_EXEMPT]},
         ]
         return {"methodConfig": configs}
 
-    def channel_args(self) -> list[tuple[str, Any]]:
+    def channel_args(self) -> list[tuple[str, int | str]]:
         """The channel options that install this policy (retries off for ``attempts`` 1)."""
         if self.attempts < 2:
             return [("grpc.enable_retries", 0)]

@@ -19,11 +19,12 @@ import json
 import math
 import re
 import sys
-from typing import Any
 
+from qveil.cli_parser import Subcommands
 from qveil.client import TLSConfig, ValueClient
 from qveil.client.channel import read_token_file
 from qveil.errors import InvalidArgument
+from qveil.json_types import JSONValue
 
 #: Arguments argparse must read as values, not options: anything starting with "-" and a
 #: digit (or "-." and a digit), so that ``--state -0.01,0.1`` is a state. (argparse's own
@@ -43,7 +44,7 @@ CARD_WORDS = {
 }
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: Subcommands) -> None:
     p = sub.add_parser(
         "query",
         help="query released values from a qveil server",
@@ -117,7 +118,7 @@ def _label(s: list[float]) -> str:
     return f"{s[0]:.6g}" if len(s) == 1 else ",".join(f"{v:.4g}" for v in s)
 
 
-def _jsonable(obj: Any) -> Any:
+def _jsonable(obj: object) -> JSONValue:
     """Plain JSON values; a number that is not finite (a field the release does not have, an
     untested statistic) becomes null, never NaN."""
     if isinstance(obj, float) and not math.isfinite(obj):
@@ -135,7 +136,7 @@ def _jsonable(obj: Any) -> Any:
     return obj
 
 
-def human(v: Any) -> str:
+def human(v: object) -> str:
     """A value as people read it: floats to 6 significant digits (7.999999999999996 -> 8,
     0.7999999999999998 -> 0.8), lists element-wise; ``--json`` keeps full precision."""
     if isinstance(v, float):

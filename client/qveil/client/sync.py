@@ -9,18 +9,20 @@ import json
 import time
 from collections.abc import Callable, Iterator, Sequence
 from functools import cached_property
-from typing import Any, Self, TypeVar
+from typing import Self, TypeVar
 
 import grpc
 import numpy as np
 import numpy.typing as npt
+from google.protobuf.message import Message
 
 from qveil.client import calls
-from qveil.client.calls import is_flat, state_fields
+from qveil.client.calls import StateFields, is_flat, state_fields
 from qveil.client.channel import Connection, RetryPolicy, TLSConfig
 from qveil.common import serde as convert
 from qveil.common import typing as t
 from qveil.common.errors import from_grpc_error
+from qveil.json_types import JSONObject
 from qveil.v1 import admin_service_pb2 as admin_pb
 from qveil.v1 import admin_service_pb2_grpc as admin_grpc
 from qveil.v1 import audit_service_pb2 as audit_pb
@@ -67,7 +69,7 @@ class _Base:
     def _call(
         self,
         method: Callable[..., R],
-        request: Any,
+        request: Message,
         *,
         idempotent: bool = True,
         timeout: float | None = None,
@@ -114,7 +116,7 @@ class ValueClient(_Base):
 
     _dims: int | None = None
 
-    def _state_fields(self, states: npt.ArrayLike) -> dict[str, Any]:
+    def _state_fields(self, states: npt.ArrayLike) -> StateFields:
         if self._dims is None and is_flat(states):
             self._dims = self.release().dims
         return state_fields(states, self._dims or 1)
@@ -200,20 +202,20 @@ class AdminClient(_Base):
     def stats(self) -> t.ServerStats:
         return convert.stats_from_proto(self._call(self._stub.GetStats, admin_pb.GetStatsRequest()))
 
-    def budget(self, dataset_id: str = "") -> list[dict[str, Any]]:
+    def budget(self, dataset_id: str = "") -> list[JSONObject]:
         """Privacy budgets of one dataset (empty: all) from the server's ledger, as
         ``qveil admin budget --json`` prints them (spent, cap, remaining, every event)."""
         resp = self._call(self._stub.GetBudget, admin_pb.GetBudgetRequest(dataset_id=dataset_id))
         return convert.budget_from_proto(resp)
 
-    def admin_card(self, release_id: str = "") -> dict[str, Any]:
+    def admin_card(self, release_id: str = "") -> JSONObject:
         """The admin card of a release (empty id: the active one): ``card_admin.json``, what
         the public card leaves out (weights hash, measured Lipschitz constants, layout, ...)."""
 
         resp = self._call(
             self._stub.GetAdminCard, admin_pb.GetAdminCardRequest(release_id=release_id)
         )
-        card: dict[str, Any] = json.loads(resp.admin_card_json)
+        card: JSONObject = json.loads(resp.admin_card_json)
         return card
 
 

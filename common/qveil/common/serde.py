@@ -7,12 +7,13 @@ from __future__ import annotations
 import json
 import math
 from datetime import UTC, datetime
-from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 from google.protobuf import timestamp_pb2
 
 from qveil.common import typing as t
+from qveil.json_types import JSONObject
 from qveil.v1 import admin_service_pb2 as admin_pb
 from qveil.v1 import audit_service_pb2 as audit_pb
 from qveil.v1 import release_pb2
@@ -109,7 +110,7 @@ def _varint(n: int) -> bytes:
     return bytes(out)
 
 
-def packed_doubles(field_number: int, values: Any) -> bytes:
+def packed_doubles(field_number: int, values: npt.ArrayLike) -> bytes:
     """The wire bytes of a packed ``repeated double`` field holding ``values`` (row-major,
     little-endian IEEE 754, every bit kept: -0.0 stays -0.0), to merge into a message with
     ``MergeFromString``; empty for no values, as protobuf writes an empty packed field. One
@@ -120,7 +121,7 @@ def packed_doubles(field_number: int, values: Any) -> bytes:
     return _varint(field_number << 3 | 2) + _varint(len(data)) + data
 
 
-def packed_varints(field_number: int, values: Any) -> bytes:
+def packed_varints(field_number: int, values: npt.ArrayLike) -> bytes:
     """The wire bytes of a packed ``repeated int64`` / ``int32`` field holding ``values``
     (varints; a negative value sign-extended to 10 bytes, as protobuf writes it), to merge
     into a message with ``MergeFromString``; empty for no values. Built with numpy, one
@@ -306,7 +307,7 @@ def stats_to_proto(s: t.ServerStats) -> admin_pb.GetStatsResponse:
     )
 
 
-def budget_to_proto(reports: list[dict[str, Any]]) -> admin_pb.GetBudgetResponse:
+def budget_to_proto(reports: list[JSONObject]) -> admin_pb.GetBudgetResponse:
     """Ledger budget reports (``BudgetReport.to_dict()``) as GetBudgetResponse."""
     out = []
     for d in reports:
@@ -327,9 +328,9 @@ def budget_to_proto(reports: list[dict[str, Any]]) -> admin_pb.GetBudgetResponse
     )
 
 
-def budget_from_proto(msg: admin_pb.GetBudgetResponse) -> list[dict[str, Any]]:
+def budget_from_proto(msg: admin_pb.GetBudgetResponse) -> list[JSONObject]:
     """The full reports (every event) as ``qveil admin budget --json`` prints them."""
-    reports: list[dict[str, Any]] = json.loads(msg.report_json or "[]")
+    reports: list[JSONObject] = json.loads(msg.report_json or "[]")
     return reports
 
 

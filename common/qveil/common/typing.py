@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+
+from qveil.json_types import JSONObject
 
 __all__ = [
     "ActionIntegrity",
@@ -46,7 +47,7 @@ class Release:
     env_id: str
     q_bound: float | None
     value_grid: float
-    card: dict[str, Any] = field(default_factory=dict)
+    card: JSONObject = field(default_factory=dict)
     #: state coordinates: 1 for a 1-D release; for d > 1, ``state_intervals`` and
     #: ``betas`` hold one entry per coordinate (``state_interval``, ``beta``: the first one's)
     dims: int = 1
@@ -102,7 +103,7 @@ class IntegrityResult:
     release_id: str
     ok: bool
     actions: tuple[ActionIntegrity, ...]
-    report: dict[str, Any]
+    report: JSONObject
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +122,7 @@ class StatisticalReport:
     release_id: str
     passed: bool
     actions: tuple[ActionNormality, ...]
-    report: dict[str, Any]
+    report: JSONObject
 
 
 @dataclass(frozen=True, slots=True)

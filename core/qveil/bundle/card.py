@@ -6,12 +6,13 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Protocol
 
 import numpy as np
 
 from qveil.additive import StateBox
 from qveil.errors import InvalidArgument
+from qveil.json_types import JSONMapping, JSONObject, JSONValue
 from qveil.noise import StateInterval
 from qveil.privacy.accountant import theorem5_beta
 from qveil.privacy.rkhs import optimal_beta
@@ -159,13 +160,13 @@ def _split_allow(keys: Sequence[str]) -> dict[str, set[str] | None]:
     return out
 
 
-def split_card(card: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+def split_card(card: JSONMapping) -> tuple[JSONObject, JSONObject]:
     """(public, admin): the allow-listed part of ``card`` and everything else. A key public
     only in some sub-fields is split (e.g. lipschitz.bound public, lipschitz.measured admin).
     :func:`merge_card` (admin over public) gives the card back."""
     allow = _split_allow(PUBLIC_CARD_KEYS)
-    pub: dict[str, Any] = {}
-    adm: dict[str, Any] = {}
+    pub: JSONObject = {}
+    adm: JSONObject = {}
     for k, v in card.items():
         if k not in allow:
             adm[k] = v
@@ -184,7 +185,7 @@ def split_card(card: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]
     return json.loads(json.dumps(pub)), json.loads(json.dumps(adm))
 
 
-def non_public_paths(card: Mapping[str, Any]) -> list[str]:
+def non_public_paths(card: JSONMapping) -> list[str]:
     """Fields of ``card`` the allow-list does not make public (``key`` or ``key.sub``)."""
     pub, adm = split_card(card)
     out = []
@@ -196,12 +197,12 @@ def non_public_paths(card: Mapping[str, Any]) -> list[str]:
     return sorted(out)
 
 
-def public_card_of(card: Mapping[str, Any]) -> dict[str, Any]:
+def public_card_of(card: JSONMapping) -> JSONObject:
     """The public projection of a (full) card: :func:`split_card`'s first half."""
     return split_card(card)[0]
 
 
-def merge_card(public: Mapping[str, Any], admin: Mapping[str, Any]) -> dict[str, Any]:
+def merge_card(public: JSONMapping, admin: JSONMapping) -> JSONObject:
     """The full card from its two files (mappings present in both are merged one level)."""
     out = dict(public)
     for k, v in admin.items():
@@ -212,22 +213,30 @@ def merge_card(public: Mapping[str, Any], admin: Mapping[str, Any]) -> dict[str,
     return out
 
 
+class _ToDict(Protocol):
+    def to_dict(self) -> JSONObject: ...
+
+
+#: What a card builder copies the privacy numbers from: an accountant's result (its
+#: ``to_dict``), or that dict as recorded.
+PrivacyResult = _ToDict | JSONMapping
+
 #: Top-level card fields that must equal the accountant's result (card key -> result key).
 RESULT_FIELDS = {k: k for k in ("mode", *_GUARANTEE_KEYS, "sigma", "beta", "k")}
 
 
-def _canonical(obj: Any) -> bytes:
+def _canonical(obj: object) -> bytes:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=True).encode()
 
 
-def card_digest(card: Mapping[str, Any]) -> str:
+def card_digest(card: JSONMapping) -> str:
     """sha256 of the card's canonical JSON without its own ``card_sha256`` field."""
     return hashlib.sha256(
         _canonical({k: v for k, v in card.items() if k != "card_sha256"})
     ).hexdigest()
 
 
-def jsonable(obj: Any) -> Any:
+def jsonable(obj: object) -> JSONValue:
     """Tuples -> lists, numpy scalars -> Python, recursively (what json.loads gives back)."""
     if isinstance(obj, Mapping):
         return {str(k): jsonable(v) for k, v in obj.items()}
@@ -243,16 +252,16 @@ def build_card(
     env_id: str,
     interval: tuple[float, float] | StateInterval,
     actions: int,
-    hyperparameters: Mapping[str, Any],
-    privacy_result: Any,
+    hyperparameters: JSONMapping,
+    privacy_result: PrivacyResult,
     lipschitz: float,
     seeded: bool,
     env_fingerprint: str = "",
     code_version: str = "",
-    network: Mapping[str, Any] | None = None,
+    network: JSONMapping | None = None,
     assumptions: Mapping[str, Sequence[str]] | None = None,
-    extra: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
+    extra: JSONMapping | None = None,
+) -> JSONObject:
     """A card from the accountant's result (``qveil.privacy.PrivacyResult``); the privacy
     numbers are copied from it, never typed. ``write_bundle`` adds bundle_id, created_at,
     weights_sha256, the measured Lipschitz constant and card_sha256."""
@@ -264,7 +273,7 @@ def build_card(
         q_bound = pr.get("bound")
         if q_bound is None:
             q_bound = float(pp["reward_bound"]) / (1.0 - float(pp["gamma"]))
-    card: dict[str, Any] = {
+    card: JSONObject = {
         "env_id": env_id,
         "state_interval": [iv.lo, iv.hi],
         "clipping": CLIPPING,
@@ -297,7 +306,7 @@ def build_card(
     return card
 
 
-def value_scale_warning(card: Mapping[str, Any]) -> str | None:
+def value_scale_warning(card: JSONMapping) -> str | None:
     """A loud warning when the release noise sigma exceeds the value scale r0 / (1 - gamma)
     (the largest |Q| a reward bound r0 allows): every answer is then mostly noise and a
     greedy policy read from the release is no better than a random one. None otherwise (or
@@ -321,7 +330,7 @@ def value_scale_warning(card: Mapping[str, Any]) -> str | None:
     )
 
 
-def nonprivate_privacy(params: Mapping[str, Any]) -> dict[str, Any]:
+def nonprivate_privacy(params: JSONMapping) -> JSONObject:
     """The privacy entry of a sigma = 0 bundle (the non-private baseline): no noise, so no
     guarantee; no epsilon is shown. The accountant's ``PrivacyParams`` refuses sigma = 0, so
     ``params`` is the same field set as a plain dict. beta (needed only by a server that
@@ -337,7 +346,7 @@ def nonprivate_privacy(params: Mapping[str, Any]) -> dict[str, Any]:
     else:
         bound = None
         beta = theorem5_beta(lr=float(pp["lr"]), k=float(pp["k"]), batch_size=int(pp["batch_size"]))
-    d: dict[str, Any] = {
+    d: JSONObject = {
         "mode": pp["mode"],
         "epsilon": None,
         "delta": pp["delta"],
@@ -355,19 +364,19 @@ def nonprivate_privacy(params: Mapping[str, Any]) -> dict[str, Any]:
     return d
 
 
-def privacy_dict(result: Any) -> dict[str, Any]:
-    d: dict[str, Any] = jsonable(result if isinstance(result, Mapping) else result.to_dict())
+def privacy_dict(result: PrivacyResult) -> JSONObject:
+    d: JSONObject = jsonable(result if isinstance(result, Mapping) else result.to_dict())
     return d
 
 
 def _fqi_card_common(
-    pr: dict[str, Any],
-    hyperparameters: Mapping[str, Any],
+    pr: JSONObject,
+    hyperparameters: JSONMapping,
     dataset_fingerprint: str,
     *,
     code_version: str,
     seeded: bool,
-) -> dict[str, Any]:
+) -> JSONObject:
     """The card fields every fqi estimator (grid or kernel) shares, copied from the
     accountant's result ``pr`` and its params."""
     pp = pr["params"]
@@ -395,13 +404,13 @@ def build_kernel_fqi_card(
     *,
     env_id: str,
     state_intervals: Sequence[Sequence[float]],
-    privacy_result: Any,
+    privacy_result: PrivacyResult,
     dataset_fingerprint: str,
-    hyperparameters: Mapping[str, Any],
+    hyperparameters: JSONMapping,
     seeded: bool,
     code_version: str = "",
-    extra: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
+    extra: JSONMapping | None = None,
+) -> JSONObject:
     """The card of a d-coordinate fqi release (kernel estimator), its privacy numbers
     copied from the kernel accountant's result (``qveil.privacy.kfqi``), never typed."""
     pr = privacy_dict(privacy_result)
@@ -409,7 +418,7 @@ def build_kernel_fqi_card(
     box = StateBox.of([list(iv) for iv in state_intervals])
     if box.dims != int(pp["dims"]):
         raise InvalidArgument(f"{box.dims} state intervals for a d = {pp['dims']} release")
-    card: dict[str, Any] = {
+    card: JSONObject = {
         "env_id": env_id,
         "state_interval": None,
         "state_intervals": box.to_list(),
@@ -433,14 +442,14 @@ def build_kernel_fqi_card(
     return card
 
 
-def reward_bound(pp: Mapping[str, Any]) -> float:
+def reward_bound(pp: JSONMapping) -> float:
     """r0 of the card: the reward scale D_T is linear in (user: max(hi,0) - min(lo,0);
     reward: hi - lo)."""
     lo, hi = (float(v) for v in pp["reward_range"])
     return max(hi, 0.0) - min(lo, 0.0) if pp["neighbour"] == "user" else hi - lo
 
 
-def card_box(card: Mapping[str, Any]) -> StateBox:
+def card_box(card: JSONMapping) -> StateBox:
     """The public per-coordinate intervals of a card: its ``state_intervals``, or the one
     ``state_interval`` of a card that names a single interval (a box of d = 1)."""
     ivs = card.get("state_intervals")
@@ -449,14 +458,14 @@ def card_box(card: Mapping[str, Any]) -> StateBox:
     return StateBox.of(ivs)
 
 
-def card_betas(card: Mapping[str, Any]) -> tuple[float, ...]:
+def card_betas(card: JSONMapping) -> tuple[float, ...]:
     """beta_j of the release noise, one per coordinate: the card's ``betas``, or its one
     ``beta`` for a card that names a single interval."""
     bs = card.get("betas")
     return tuple(float(b) for b in (bs if bs is not None else (card["beta"],)))
 
 
-def is_kernel_card(card: Mapping[str, Any]) -> bool:
+def is_kernel_card(card: JSONMapping) -> bool:
     """True for a d-coordinate (kernel estimator) fqi card."""
     pp = card.get("privacy_params")
     return card.get("mode") == "fqi" and isinstance(pp, Mapping) and pp.get("estimator") == "kernel"

@@ -13,7 +13,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -59,6 +58,7 @@ from qveil.bundle.models import (
 )
 from qveil.bundle.verify import check_digests, check_model
 from qveil.errors import FailedPrecondition, IntegrityError, InvalidArgument, NotFound
+from qveil.json_types import JSONMapping, JSONObject
 from qveil.keyed import GRID_LEVELS, KEY_BYTES, KeyedPaths, new_key
 from qveil.noise import StateInterval
 
@@ -73,7 +73,7 @@ __all__ = [
 
 
 #: the public card's description of how the noise is evaluated (docs/privacy.md section 10)
-NOISE_PATH_CARD: dict[str, Any] = {
+NOISE_PATH_CARD: JSONObject = {
     "construction": "keyed midpoint (Levy) construction of each Ornstein-Uhlenbeck path",
     "grid_levels": GRID_LEVELS,
     "grid": f"each unit coordinate snapped to the nearest i 2^-{GRID_LEVELS}; the mean is "
@@ -84,7 +84,7 @@ NOISE_PATH_CARD: dict[str, Any] = {
 }
 
 
-def _write_log(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
+def _write_log(path: Path, rows: Sequence[JSONMapping]) -> None:
     fields: list[str] = []
     for row in rows:
         fields += [k for k in row if k not in fields]
@@ -95,7 +95,7 @@ def _write_log(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
             w.writerow(dict(row))
 
 
-def plot_curve(path: Path, rows: Sequence[Mapping[str, Any]], title: str) -> None:
+def plot_curve(path: Path, rows: Sequence[JSONMapping], title: str) -> None:
     # matplotlib loads only when a plot is drawn (a heavy import)
     import matplotlib
 
@@ -127,10 +127,10 @@ def plot_curve(path: Path, rows: Sequence[Mapping[str, Any]], title: str) -> Non
 def write_bundle(
     path: str | Path,
     *,
-    card: Mapping[str, Any],
+    card: JSONMapping,
     weights: Mapping[str, np.ndarray],
     config_toml: str,
-    training_log_rows: Sequence[Mapping[str, Any]],
+    training_log_rows: Sequence[JSONMapping],
     learning_curve_png: bytes | None = None,
     curve_title: str | None = None,
     lipschitz_grid: int = 20001,
@@ -208,11 +208,11 @@ def _check_empty(out: Path) -> None:
 def _write_dir(
     out: Path,
     arrays: Mapping[str, np.ndarray],
-    c: dict[str, Any],
+    c: JSONObject,
     *,
     required: Sequence[str],
     config_toml: str,
-    training_log_rows: Sequence[Mapping[str, Any]],
+    training_log_rows: Sequence[JSONMapping],
     learning_curve_png: bytes | None,
     curve_title: str | None,
     noise_key: bytes | None,
@@ -275,12 +275,12 @@ def _write_dir(
 def write_kernel_bundle(
     path: str | Path,
     *,
-    card: Mapping[str, Any],
+    card: JSONMapping,
     alpha: npt.ArrayLike,
     centre: float,
     inducing: npt.ArrayLike,
     config_toml: str,
-    training_log_rows: Sequence[Mapping[str, Any]],
+    training_log_rows: Sequence[JSONMapping],
     learning_curve_png: bytes | None = None,
     noise_key: bytes | None = None,
 ) -> Path:
@@ -320,7 +320,7 @@ class Bundle:
     server adds the noise sum_j g_{a,j}(x_j) with ``sigma`` and ``betas`` on the unit state."""
 
     path: Path
-    card: dict[str, Any]
+    card: JSONObject
     weights: dict[str, np.ndarray] = field(repr=False)
     #: the release's noise key (secret, like the weights)
     noise_key: bytes = field(repr=False, default=b"")
@@ -420,17 +420,17 @@ class Bundle:
         interval (the one out-of-interval rule of every release)."""
         return self.q_values_unit(self.box.to_unit(states, clip=True))
 
-    def public_card(self) -> dict[str, Any]:
+    def public_card(self) -> JSONObject:
         """What a query client may see: the allow-list :data:`PUBLIC_CARD_KEYS` applied to
         the card (no weights, their hash, measured constants, layout or noise)."""
         return public_card_of(self.card)
 
-    def admin_card(self) -> dict[str, Any]:
+    def admin_card(self) -> JSONObject:
         """Everything the public card leaves out (the admin role's view)."""
         return split_card(self.card)[1]
 
 
-def _read_card(p: Path, name: str) -> dict[str, Any]:
+def _read_card(p: Path, name: str) -> JSONObject:
     try:
         card = json.loads((p / name).read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

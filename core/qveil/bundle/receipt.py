@@ -20,16 +20,16 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from qveil.bundle.layout import RECEIPT_FILE
 from qveil.errors import FailedPrecondition, IntegrityError, InvalidArgument, echo
+from qveil.json_types import JSONMapping, JSONObject
 
 __all__ = [
     "RECEIPT_FORMAT",
@@ -68,12 +68,12 @@ class Receipt:
     issued_at: str
     signature: str = ""
 
-    def unsigned(self) -> dict[str, Any]:
+    def unsigned(self) -> JSONObject:
         d = asdict(self)
         d.pop("signature")
         return {"format": RECEIPT_FORMAT, **d}
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {**self.unsigned(), "signature": self.signature}
 
 
@@ -190,6 +190,6 @@ def check_receipt(
     return rec
 
 
-def receipt_summary(rec: Receipt) -> Mapping[str, Any]:
+def receipt_summary(rec: Receipt) -> JSONMapping:
     """The receipt's fields an operator reads (no signature)."""
     return {k: v for k, v in rec.unsigned().items() if k != "format"}

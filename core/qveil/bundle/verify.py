@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
 
 import numpy as np
 
@@ -22,13 +21,14 @@ from qveil.bundle.card import (
 from qveil.bundle.layout import ADMIN_CARD_FILE, CARD_FILE, WEIGHTS_FILE
 from qveil.bundle.models import kernel_arrays, lipschitz_bound
 from qveil.errors import IntegrityError
+from qveil.json_types import JSONMapping, JSONObject, JSONValue
 from qveil.privacy import PrivacyParams, account
 from qveil.privacy.events import account_params
 
 __all__ = ["check_digests", "check_model", "verify_privacy"]
 
 
-def check_digests(card: Mapping[str, Any], weights_sha256: str, *, where: str) -> None:
+def check_digests(card: JSONMapping, weights_sha256: str, *, where: str) -> None:
     """The card's ``card_sha256`` against its content and ``weights_sha256`` against the
     weights file's digest (checksums against accidental or careless edits, not signatures)."""
     digest = card_digest(card)
@@ -44,7 +44,7 @@ def check_digests(card: Mapping[str, Any], weights_sha256: str, *, where: str) -
         )
 
 
-def check_model(card: Mapping[str, Any], weights: Mapping[str, np.ndarray], *, where: str) -> None:
+def check_model(card: JSONMapping, weights: Mapping[str, np.ndarray], *, where: str) -> None:
     """The model against the card, then the privacy numbers against the accountant: a kernel
     model's betas are the noise's, a network is within the Lipschitz bound L its privacy
     rests on (fqi grid models need no bound)."""
@@ -66,7 +66,7 @@ def check_model(card: Mapping[str, Any], weights: Mapping[str, np.ndarray], *, w
     verify_privacy(card)
 
 
-def _same(a: Any, b: Any) -> bool:
+def _same(a: JSONValue, b: JSONValue) -> bool:
     if isinstance(a, bool) or isinstance(b, bool) or a is None or b is None:
         return bool(a == b)
     if isinstance(a, int | float) and isinstance(b, int | float):
@@ -81,7 +81,7 @@ def _same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-def _diff(a: Any, b: Any, prefix: str = "") -> list[str]:
+def _diff(a: JSONValue, b: JSONValue, prefix: str = "") -> list[str]:
     """Paths where a and b differ (for error messages)."""
     if isinstance(a, Mapping) and isinstance(b, Mapping):
         out = []
@@ -94,7 +94,7 @@ def _diff(a: Any, b: Any, prefix: str = "") -> list[str]:
     return [] if _same(a, b) else [prefix.rstrip(".") + f" (card {a!r}, recomputed {b!r})"]
 
 
-def verify_privacy(card: Mapping[str, Any]) -> dict[str, Any]:
+def verify_privacy(card: JSONMapping) -> JSONObject:
     """Recompute the card's privacy numbers with the accountant; raise IntegrityError on any
     difference. Returns the recomputed ``PrivacyResult.to_dict()`` (for a sigma = 0 bundle:
     :func:`nonprivate_privacy`)."""
@@ -135,12 +135,12 @@ def verify_privacy(card: Mapping[str, Any]) -> dict[str, Any]:
     return fresh
 
 
-def _verify_fqi_privacy(card: Mapping[str, Any], pp: Mapping[str, Any]) -> dict[str, Any]:
+def _verify_fqi_privacy(card: JSONMapping, pp: JSONMapping) -> JSONObject:
     """verify_privacy for an fqi card: every number recomputed by the fqi accountant (kappa
     from the map's parameters, D_T from the relation, epsilon from sigma)."""
     kernel = pp.get("estimator") == "kernel"
     try:
-        fresh: dict[str, Any] = jsonable(account_params(pp).to_dict())
+        fresh: JSONObject = jsonable(account_params(pp).to_dict())
     except (TypeError, ValueError, KeyError) as exc:
         raise IntegrityError(f"card: privacy_params cannot be accounted: {exc}") from None
     recorded = card.get("privacy")

@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace as dc_replace
-from typing import Any
 
 from qveil.errors import InvalidArgument
+from qveil.json_types import JSONObject
 from qveil.privacy.checks import positive as _pos
 from qveil.privacy.gaussian import analytic_gaussian_sigma, gdp_epsilon, gdp_mu
 from qveil.privacy.params import ONE_KEY, PrivacyParams, PrivacyResult, one_gaussian
@@ -414,5 +414,5 @@ def calibrate(
 
 def _with_target(r: PrivacyResult, eps: float, delta: float) -> PrivacyResult:
 
-    t: dict[str, Any] = {"epsilon": eps, "delta": delta, "met": _target_met(r, eps, delta)}
+    t: JSONObject = {"epsilon": eps, "delta": delta, "met": _target_met(r, eps, delta)}
     return dc_replace(r, target=t)

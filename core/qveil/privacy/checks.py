@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any
 
 from qveil.errors import InvalidArgument
 
@@ -13,7 +12,7 @@ __all__ = ["number", "positive"]
 
 def number(
     name: str,
-    value: Any,
+    value: object,
     *,
     lo: float | None = None,
     lo_open: bool = True,
@@ -33,7 +32,7 @@ def number(
     return v
 
 
-def positive(name: str, value: Any) -> float:
+def positive(name: str, value: object) -> float:
     """``value`` as a finite float > 0."""
     return number(name, value, lo=0.0)
 

@@ -21,19 +21,23 @@ import dataclasses
 import json
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Protocol
 
+from qveil.cli_parser import Subcommands
 from qveil.dataset import load_dataset
 from qveil.errors import InvalidArgument
-from qveil.kfqi_config import default_config, load_fqi_config, plan_kernel
+from qveil.json_types import JSONObject
+from qveil.kfqi_config import KernelFQIConfig, default_config, load_fqi_config, plan_kernel
 from qveil.kfqi_prior import read_prior
 from qveil.privacy.accountant import account, calibrate
+from qveil.privacy.fqi import FQIPrivacyResult
 from qveil.privacy.params import E3_SETTINGS, E3_SOURCES, MODES, PrivacyParams, PrivacyResult
+from qveil.training_data import TrainingData
 
 __all__ = ["add_parser", "params_from_args", "run"]
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(sub: Subcommands) -> None:
     e3, src = E3_SETTINGS, E3_SOURCES
     p = sub.add_parser(
         "privacy",
@@ -187,7 +191,30 @@ def params_from_args(args: argparse.Namespace) -> PrivacyParams:
     )
 
 
-def _fmt(v: Any) -> str:
+class ForecastReport(Protocol):
+    """What ``--forecast`` prints of the trainer's :class:`qveil.trainer.forecast.Forecast`."""
+
+    def to_dict(self) -> JSONObject: ...
+
+    def text(self) -> str: ...
+
+
+class ForecastFn(Protocol):
+    """The trainer's :func:`qveil.trainer.forecast.forecast` (core does not import it)."""
+
+    def __call__(
+        self,
+        config: KernelFQIConfig,
+        *,
+        users: int,
+        epsilon: float,
+        dataset: TrainingData | None,
+        releases: int,
+        episodes: int,
+    ) -> ForecastReport: ...
+
+
+def _fmt(v: object) -> str:
     if v is None:
         return "-"
     if isinstance(v, float):
@@ -230,7 +257,9 @@ def _text(r: PrivacyResult) -> str:
     return "\n".join(lines)
 
 
-def _fqi(args: argparse.Namespace, env_actions: Callable[[str], int]) -> Any:
+def _fqi(
+    args: argparse.Namespace, env_actions: Callable[[str], int]
+) -> tuple[KernelFQIConfig, FQIPrivacyResult]:
     """The fqi plan from the config (or the 1-D defaults) and the flags: public quantities
     only. d comes from the config's state intervals or betas (the 1-D defaults: d = 1); m
     from ``--actions``, else the config's ``actions``, else its env's action count
@@ -239,7 +268,7 @@ def _fqi(args: argparse.Namespace, env_actions: Callable[[str], int]) -> Any:
     cfg = load_fqi_config(args.config) if args.config else default_config()
     if args.users is None:
         raise InvalidArgument("fqi mode needs --users N (the number of users in the dataset)")
-    changes: dict[str, Any] = {
+    changes: dict[str, object] = {
         k: getattr(args, k)
         for k in ("gamma", "delta", "neighbour", "iterations")
         if getattr(args, k) is not None
@@ -268,7 +297,9 @@ def _fqi(args: argparse.Namespace, env_actions: Callable[[str], int]) -> Any:
     )
 
 
-def _actions(cfg: Any, args: argparse.Namespace, env_actions: Callable[[str], int]) -> int:
+def _actions(
+    cfg: KernelFQIConfig, args: argparse.Namespace, env_actions: Callable[[str], int]
+) -> int:
     """m for the plan: the config's (``--actions`` set it), else its env's, else 2 for the
     1-D defaults (LineWalk's); a config file that says neither is refused."""
     if cfg.actions is not None:
@@ -288,7 +319,7 @@ def _actions(cfg: Any, args: argparse.Namespace, env_actions: Callable[[str], in
     return int(E3_SETTINGS["actions"])
 
 
-def _fqi_text(r: Any) -> str:
+def _fqi_text(r: FQIPrivacyResult) -> str:
     lines = [
         "mode        fqi",
         "holds       yes",
@@ -320,7 +351,9 @@ def _fqi_text(r: Any) -> str:
     return "\n".join(lines)
 
 
-def _forecast(args: argparse.Namespace, cfg: Any, forecast: Callable[..., Any]) -> Any:
+def _forecast(
+    args: argparse.Namespace, cfg: KernelFQIConfig, forecast: ForecastFn
+) -> ForecastReport:
     """The utility forecast (the trainer's estimators and simulators: ``forecast`` is
     :func:`qveil.trainer.forecast.forecast`, passed by the composition root :mod:`qveil.cli`,
     which loads the trainer only when it is called)."""
@@ -407,7 +440,7 @@ def _needs(params: PrivacyParams) -> str:
 def run(
     args: argparse.Namespace,
     *,
-    forecast: Callable[..., Any],
+    forecast: ForecastFn,
     env_actions: Callable[[str], int],
 ) -> int:
     """Account, calibrate or plan (``--mode fqi``); ``forecast``: the trainer's utility
@@ -430,13 +463,13 @@ def run(
         raise InvalidArgument("--forecast is for --mode fqi (a config, --users N, --epsilon E)")
     params = params_from_args(args)
     if args.epsilon is not None:
-        result = calibrate(params, target_epsilon=args.epsilon, tune=args.k is None)
+        res = calibrate(params, target_epsilon=args.epsilon, tune=args.k is None)
     else:
-        result = account(params)
+        res = account(params)
     if args.json:
-        print(json.dumps(result.to_dict(), indent=2, allow_nan=False))
+        print(json.dumps(res.to_dict(), indent=2, allow_nan=False))
     else:
-        print(_text(result))
-        if not result.holds and args.epsilon is None:
+        print(_text(res))
+        if not res.holds and args.epsilon is None:
             print(_needs(params))
     return 0

@@ -268,7 +268,7 @@ class PrivacyResult:
 
 # Any: p is the result's own params (PrivacyParams or OPEPrivacyParams, kept as given), and the
 # dict is keyword arguments of either result dataclass (fields of several types)
-def one_gaussian(p: Any, *, sensitivity: float, sigma: float) -> dict[str, Any]:
+def one_gaussian(p: Any, *, sensitivity: float, sigma: float) -> JSONObject:
     """The result fields that every accountant of one Gaussian mechanism fills alike: noise
     ``sigma`` on a statistic of L2 (or RKHS) sensitivity ``sensitivity``, accounted for the
     params ``p`` at ``p.delta``. epsilon is the analytic Gaussian mechanism's (the mu-GDP

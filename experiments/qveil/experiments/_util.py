@@ -1,6 +1,5 @@
 """Small helpers shared by the experiments: a progress-bar map over processes, CSV writing, the
-best OU beta of a release map computed once per map, a dataset's columns in the estimators'
-order."""
+best OU beta of a release map computed once per map."""
 
 from __future__ import annotations
 
@@ -10,17 +9,16 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeVar
 
 import numpy as np
-import numpy.typing as npt
 from tqdm.auto import tqdm
 
-if TYPE_CHECKING:
-    from qveil.dataset import Dataset
+from qveil.json_types import JSONObject
+
+R = TypeVar("R")
 
 __all__ = [
-    "columns",
     "default_workers",
     "mean_se",
     "progress_map",
@@ -37,27 +35,26 @@ def default_workers() -> int:
     return max(1, min(os.cpu_count() or 1, 4))
 
 
-def _star(args: tuple[Callable[..., Any], tuple[Any, ...]]) -> Any:
+# Any: a job's arguments, each job its function's own (the function checks them)
+def _star(args: tuple[Callable[..., R], tuple[Any, ...]]) -> R:
     fn, a = args
     return fn(*a)
 
 
 def progress_map(
-    fn: Callable[..., Any], jobs: Sequence[tuple[Any, ...]], *, workers: int = 1, desc: str = ""
-) -> list[Any]:
+    fn: Callable[..., R], jobs: Sequence[tuple[Any, ...]], *, workers: int = 1, desc: str = ""
+) -> list[R]:
     """``[fn(*job) for job in jobs]`` with a tqdm bar, in ``workers`` processes (spawned, so
     torch's threads are never forked). Results keep the order of ``jobs``."""
     if workers <= 1 or len(jobs) <= 1:
         return [fn(*j) for j in tqdm(jobs, desc=desc, leave=False)]
     ctx = mp.get_context("spawn")
     with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=ctx) as pool:
-        it: Iterable[Any] = pool.map(_star, [(fn, j) for j in jobs])
+        it: Iterable[R] = pool.map(_star, [(fn, j) for j in jobs])
         return list(tqdm(it, total=len(jobs), desc=desc, leave=False))
 
 
-def write_csv(
-    path: Path, rows: Sequence[dict[str, Any]], fields: Sequence[str] | None = None
-) -> Path:
+def write_csv(path: Path, rows: Sequence[JSONObject], fields: Sequence[str] | None = None) -> Path:
     """Write dict rows to ``path`` (columns: ``fields`` or the union of keys in order)."""
     if fields is None:
         seen: dict[str, None] = {}
@@ -76,7 +73,7 @@ def write_csv(
 def write_table_and_plot(
     out: Path,
     name: str,
-    rows: Sequence[dict[str, Any]],
+    rows: Sequence[JSONObject],
     plot: Callable[..., object],
 ) -> dict[str, Path]:
     """Write ``rows`` as ``out/name.csv`` and ``plot(rows, out/name.png)``; returns both
@@ -92,13 +89,3 @@ def mean_se(values: Sequence[float]) -> tuple[float, float]:
     a = np.asarray(values, dtype=np.float64)
     se = float(a.std(ddof=1) / np.sqrt(a.size)) if a.size > 1 else 0.0
     return float(a.mean()), se
-
-
-#: one column of a dataset
-Column = npt.NDArray[Any]
-
-
-def columns(ds: Dataset) -> tuple[Column, Column, Column, Column, Column, Column]:
-    """(states, actions, rewards, next states, terminal, users): the positional arguments the
-    fitted Q estimators take, from ``ds``."""
-    return ds.s, ds.a, ds.r, ds.s2, ds.terminal, ds.user

@@ -32,14 +32,22 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+
+# Any below: torch modules and tensors (the network, per-sample gradients) and gymnasium's env
+# wrapper API, whose types those libraries leave open
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
 
 from qveil.errors import InvalidArgument
+from qveil.json_types import JSONObject
 from qveil.privacy import gdp_epsilon, gdp_mu
+from qveil.trainer.config import TrainConfig
 from qveil.trainer.train import make_env
+
+if TYPE_CHECKING:  # the module loads torch: imported where a network trains
+    from qveil.trainer.algorithm import TrainResult
 
 __all__ = [
     "BaselinePrivacy",
@@ -70,7 +78,7 @@ class BaselinePrivacy:
     delta: float
     basis: str
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return dict(self.__dict__)
 
 
@@ -203,14 +211,14 @@ class NoisyRewards(gym.Wrapper):
         return obs, noisy, term, trunc, info
 
 
-def _log_rows_with(returns: list[float], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _log_rows_with(returns: list[float], rows: list[JSONObject]) -> list[JSONObject]:
     out = []
     for row, ret in zip(rows, returns, strict=False):
         out.append({**row, "return": ret})
     return out
 
 
-def train_input_perturbation(cfg: Any, *, noise_std: float, seed: int) -> Any:
+def train_input_perturbation(cfg: TrainConfig, *, noise_std: float, seed: int) -> TrainResult:
     """``train_q`` (sigma = 0) on an env whose rewards carry N(0, noise_std^2). The trainer's
     reward clipping is widened so the noisy rewards stay unbiased. The result's log rows hold
     the TRUE episode returns. Returns qveil.trainer.algorithm.TrainResult."""
@@ -232,7 +240,7 @@ def train_input_perturbation(cfg: Any, *, noise_std: float, seed: int) -> Any:
 @dataclass
 class DPSGDResult:
     network: Any
-    log_rows: list[dict[str, Any]]
+    log_rows: list[JSONObject]
     updates: int
     samples_used: int
 
@@ -313,7 +321,7 @@ def per_sample_grads(net: Any, xs: Any, acts: Any, ys: Any) -> Any:
 
 
 # long-function: the DP-SGD baseline's training loop in one piece, as the baseline paper states it
-def train_dpsgd(cfg: Any, *, clip: float, noise_std: float, seed: int) -> DPSGDResult:
+def train_dpsgd(cfg: TrainConfig, *, clip: float, noise_std: float, seed: int) -> DPSGDResult:
     """DP-SGD Q-learning on cfg's environment, mirroring ``train_q``'s loop without functional
     noise: per-sample gradients clipped to ``clip`` in L2, summed, plus N(0, noise_std^2 I),
     divided by B, one plain SGD step at rate cfg.lr on the network's raw parameters."""
@@ -372,7 +380,7 @@ def train_dpsgd(cfg: Any, *, clip: float, noise_std: float, seed: int) -> DPSGDR
                 off += k
         updates += 1
 
-    log_rows: list[dict[str, Any]] = []
+    log_rows: list[JSONObject] = []
     obs, _ = env.reset(seed=int(env_ss.generate_state(1)[0]))
     x = float(interval.to_unit(np.asarray(obs, dtype=np.float64).reshape(-1))[0])
     ep_ret, step_no = 0.0, 0

@@ -314,7 +314,7 @@ def _cell_rows(
     ]
     for f_max in f_maxes:
         f_label = "R_max/(1-gamma)" if f_max is None else f"{f_max:g}"
-        kw: dict[str, Any] = {
+        kw: dict[str, Any] = {  # keyword arguments (Any: each checked by its parameter)
             "epsilon": epsilon,
             "delta": delta,
             "r_max": mdp.r_max,

@@ -34,13 +34,16 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+# Any below: torch modules (the network and its layers), which torch leaves untyped here
 from typing import Any
 
 import numpy as np
 
-from qveil.dataset import load_npz, save_npz
+from qveil.dataset import Dataset, load_npz, save_npz
 from qveil.experiments._util import write_csv
 from qveil.experiments.multid_levers import Sweep, score
+from qveil.json_types import JSONObject
 from qveil.kfqi_config import KernelFQIConfig, plan_kernel, read_fqi_toml
 
 __all__ = [
@@ -193,12 +196,12 @@ def cache_dir() -> Path:
     return Path(os.environ.get("QVEIL_LEVERS_CACHE", "/tmp/levers-data"))
 
 
-def load_config(env_id: str) -> dict[str, Any]:
+def load_config(env_id: str) -> JSONObject:
     """``env_id``'s config as a dict (a relative ``anchor_file`` resolved against configs/)."""
     return read_fqi_toml(ENVS[env_id])
 
 
-def dataset(env_id: str, users: int, seed: int, *, cache: Path | None = None) -> Any:
+def dataset(env_id: str, users: int, seed: int, *, cache: Path | None = None) -> Dataset:
     """N random-policy users of ``env_id`` (one episode each; rewards clipped into the
     config's public range), cached as npz."""
     # the trainer's modules load gymnasium: only when this runs
@@ -234,10 +237,10 @@ def run_env(
     episodes: int,
     releases: int,
     learners: dict[str, LearnerConfig],
-    config: dict[str, Any] | None = None,
+    config: JSONObject | None = None,
     cache: Path | None = None,
     say: Callable[[str], object] = print,
-) -> list[dict[str, Any]]:
+) -> list[JSONObject]:
     """The rows of one (env, N, seed): random, the estimator non-private and private at
     epsilon 1, and each offline learner, on the same ``episodes`` episode seeds."""
 
@@ -266,7 +269,7 @@ def run_env(
     )
     base = {"env": env_id, "seed": seed, "users": int(ds.users), "samples": int(ds.n)}
     low = float(sc.floor.mean())
-    rows: list[dict[str, Any]] = []
+    rows: list[JSONObject] = []
 
     def add(policy: str, ret: np.ndarray, *, n_rel: int = 1, sigma: float = math.nan,
             train_s: float = math.nan) -> None:  # fmt: skip
@@ -308,14 +311,14 @@ def run(
     out: Path,
     quick: bool = False,
     seeds: int | None = None,
-    **_: Any,
+    **_: object,
 ) -> dict[str, Path]:
     """Every environment of ``FULL`` on report seed 0 (``--seeds 2``: also seed 2), DQN and
     CQL 20000 steps each. ``--quick``: CartPole with 200 users, 2 releases x 3 episodes, 300
     learner steps (seconds)."""
 
     out.mkdir(parents=True, exist_ok=True)
-    rows: list[dict[str, Any]] = []
+    rows: list[JSONObject] = []
     t0 = time.perf_counter()
 
     def say(text: str) -> None:

@@ -20,6 +20,7 @@ import numpy.typing as npt
 from qveil.experiments._util import mean_se
 from qveil.experiments.bgp16 import lambda_schedule, lsl_fit, lsl_sigma, lsw_fit, lsw_sigma
 from qveil.experiments.chain_mdp import Batch, ChainMDP, tabular_features
+from qveil.json_types import JSONObject
 from qveil.noise import OUSamplePath
 from qveil.privacy.gaussian import analytic_gaussian_sigma
 from qveil.release_map import (
@@ -189,12 +190,12 @@ def chain_fqe_release(
     return est, mean, {"sigma": sigma, "beta": beta, "kappa": kappa, "sup_sensitivity": d_t}
 
 
-def chain_job(sizes: tuple[int, ...], run_id: int) -> list[dict[str, Any]]:
+def chain_job(sizes: tuple[int, ...], run_id: int) -> list[JSONObject]:
     """One run: for each start distribution and m, the same trajectories scored by
     non-private FQE, private FQE, LSW/LSL and DP-LSW/DP-LSL (tabular features, F_max = 1
     and as written) at each (eps, delta) of :data:`CHAIN_PRIVACY`."""
 
-    rows: list[dict[str, Any]] = []
+    rows: list[JSONObject] = []
     for si, start in enumerate(("uniform", "first")):
         mdp = ChainMDP(start=start)
         phi = tabular_features(mdp.n_states)
@@ -215,7 +216,7 @@ def chain_job(sizes: tuple[int, ...], run_id: int) -> list[dict[str, Any]]:
             )
             th_w = lsw_fit(batch, phi, ones)
             th_l = lsl_fit(batch, phi, ones, lam=fit.lam)
-            kw_q: dict[str, Any] = {
+            kw_q: dict[str, Any] = {  # keyword arguments (Any: each checked by its parameter)
                 "gamma": mdp.gamma,
                 "iterations": CHAIN_ITERATIONS,
                 "f_max": CHAIN_F_MAX,
@@ -245,9 +246,9 @@ class _ChainFit:
     ones: FloatArray
     lam: float
     v_true: FloatArray
-    base: dict[str, Any]
+    base: JSONObject
 
-    def row(self, method: str, est: FloatArray, **cols: Any) -> dict[str, Any]:
+    def row(self, method: str, est: FloatArray, **cols: Any) -> JSONObject:
         rmse = float(np.sqrt(np.mean((est - self.v_true) ** 2)))
         return {**self.base, "method": method, **cols, "rmse": rmse}
 
@@ -259,7 +260,7 @@ def _private_rows(
     eps: float,
     delta: float,
     rng: np.random.Generator,
-) -> list[dict[str, Any]]:
+) -> list[JSONObject]:
     """Private FQE, then DP-LSW and DP-LSL with F_max = 1 and as written, at (eps, delta)."""
 
     mdp, phi, ones = fit.mdp, fit.phi, fit.ones
@@ -272,7 +273,12 @@ def _private_rows(
     ]
     for f_max in (CHAIN_F_MAX, None):
         label = "R_max/(1-gamma)" if f_max is None else f"{f_max:g}"
-        kw: dict[str, Any] = {**priv, "r_max": mdp.r_max, "gamma": mdp.gamma, "f_max": f_max}
+        kw: dict[str, Any] = {
+            **priv,
+            "r_max": mdp.r_max,
+            "gamma": mdp.gamma,
+            "f_max": f_max,
+        }  # keyword arguments (Any: each checked by its parameter)
         s_w = lsw_sigma(fit.batch.counts, phi, ones, **kw)
         s_l = lsl_sigma(fit.batch.counts, phi, ones, m=fit.batch.m, lam=fit.lam, **kw)
         eta = rng.standard_normal((2, mdp.n_states))
@@ -286,8 +292,8 @@ CHAIN_KEYS = ("start", "method", "f_max", "epsilon", "delta", "m")
 CHAIN_FIELDS = [*CHAIN_KEYS, "runs", "rmse_mean", "rmse_se", "sigma"]
 
 
-def summarise_chain(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = defaultdict(list)
+def summarise_chain(rows: Sequence[JSONObject]) -> list[JSONObject]:
+    groups: dict[tuple[Any, ...], list[JSONObject]] = defaultdict(list)
     for r in rows:
         groups[tuple(r[k] for k in CHAIN_KEYS)].append(r)
     out = []

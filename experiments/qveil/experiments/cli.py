@@ -18,11 +18,13 @@ import importlib
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from qveil.cli_parser import add_command
+from qveil.cli_parser import Subcommands, add_command
 from qveil.errors import InvalidArgument
 from qveil.experiments._util import default_workers
+
+N = TypeVar("N", int, float)
 
 __all__ = ["EXPERIMENTS", "add_parser", "run"]
 
@@ -92,7 +94,7 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
 }
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: Subcommands) -> None:
     p = add_command(sub, "experiments", "reproduce the papers' figures and checks", __doc__, run)
     p.add_argument(
         "name",
@@ -150,7 +152,7 @@ def _count(v: str) -> int:
     return int(f)
 
 
-def _numbers(flag: str, raw: str, kind: Callable[[str], Any]) -> list[Any]:
+def _numbers(flag: str, raw: str, kind: Callable[[str], N]) -> list[N]:
     try:
         out = [kind(v) for v in raw.split(",")]
     except ValueError:
@@ -160,12 +162,14 @@ def _numbers(flag: str, raw: str, kind: Callable[[str], Any]) -> list[Any]:
     return out
 
 
-def _multid_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+def _multid_kwargs(
+    args: argparse.Namespace,
+) -> dict[str, Any]:  # keyword arguments (Any: each checked by its parameter)
     """The multid-only flags as keyword arguments of qveil.experiments.multid.run."""
     # here, not at the top: loads the server and the trainer only when multid runs
     from qveil.experiments.multid import ENVS, FULL, QUICK
 
-    given: dict[str, Any] = {
+    given: dict[str, Any] = {  # keyword arguments (Any: each checked by its parameter)
         k: getattr(args, k, None)
         for k in ("env", "users", "epsilons", "releases", "episodes", "dataset")
     }
@@ -174,7 +178,7 @@ def _multid_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         return {}
     if args.name != "multid":
         raise InvalidArgument(f"--{', --'.join(given)} apply to multid only")
-    kw: dict[str, Any] = {}
+    kw: dict[str, Any] = {}  # keyword arguments (Any: each checked by its parameter)
     for k in ("releases", "episodes"):
         if k in given:
             if given[k] < 1:
@@ -212,7 +216,7 @@ def run(args: argparse.Namespace) -> int:
     out = args.out if args.out is not None else Path("results") / args.name
     module = importlib.import_module(EXPERIMENTS[args.name][0])
     t0 = time.perf_counter()
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, Any] = {}  # keyword arguments (Any: each checked by its parameter)
     if args.config is not None:
         if args.name not in ("fig1", "fig2"):
             raise InvalidArgument("--config applies to fig1 and fig2 only")

@@ -17,6 +17,7 @@ import numpy as np
 
 from qveil.experiments._util import progress_map, write_csv
 from qveil.experiments.linewalk import load_cfg, privacy_row, reference_returns, run_spec
+from qveil.json_types import JSONObject
 from qveil.privacy.accountant import theorem5_beta
 
 __all__ = ["SIGMAS", "aggregate_curves", "run"]
@@ -25,7 +26,7 @@ SIGMAS = (0.0, 0.1, 0.2, 0.4, 0.8)
 QUICK_CHANGES = {"samples": 320, "resets": 5}  # 5 iterations of B = 64
 
 
-def aggregate_curves(runs: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def aggregate_curves(runs: list[JSONObject]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Align training-episode returns by episode: (samples, mean, std) over runs."""
     n = min(len(r["curve"]) for r in runs)
     steps = np.array([c[0] for c in runs[0]["curve"][:n]], dtype=np.float64)
@@ -70,7 +71,7 @@ def run(
                     }
                 )
     results = progress_map(run_spec, [(sp,) for sp in specs], workers=workers, desc="fig1 runs")
-    groups: dict[tuple[float, int], list[dict[str, Any]]] = defaultdict(list)
+    groups: dict[tuple[float, int], list[JSONObject]] = defaultdict(list)
     for r in results:
         groups[(r["sigma"], r["J"])].append(r)
 
@@ -99,7 +100,7 @@ def run(
             panels[f"J = {jj}"][f"sigma = {sigma:g}"] = (x, mu, sd)
         fin = [r["final_train_return"] for r in runs]
         rel = [r["release_return"] for r in runs]
-        row: dict[str, Any] = {
+        row: JSONObject = {
             "sigma": sigma,
             "J": j if sigma > 0 else "any",
             "beta": beta,

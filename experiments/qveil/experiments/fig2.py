@@ -32,6 +32,7 @@ import numpy as np
 from qveil.experiments._util import progress_map, write_csv
 from qveil.experiments.fig1 import aggregate_curves
 from qveil.experiments.linewalk import load_cfg, privacy_row, reference_returns, run_spec
+from qveil.json_types import JSONObject
 from qveil.privacy.accountant import theorem5_beta
 
 __all__ = ["METHODS", "PAPER_SIGMA", "method_spec", "run"]
@@ -54,7 +55,7 @@ QUICK_CHANGES = {"samples": 320, "resets": 5}  # 5 iterations of B = 64
 DPSGD_CLIP = 1.0
 
 
-def _baseline_row(p: Any) -> dict[str, Any]:
+def _baseline_row(p: Any) -> JSONObject:
     """The privacy columns of a baseline calibrated by its own accountant (always holds)."""
     return {
         "epsilon": p.epsilon,
@@ -75,14 +76,14 @@ def method_spec(
     delta: float,
     cfg: Any,
     config: str | None,
-    changes: dict[str, Any],
+    changes: JSONObject,
     reward_sensitivity: float = 1.0,
-) -> tuple[dict[str, Any], dict[str, Any]]:
+) -> tuple[JSONObject, JSONObject]:
     """(spec for run_spec without the seed, privacy summary) for one method at a target."""
     # here, not at the top: loads gymnasium only when this runs
     from qveil.experiments.baselines import dpsgd_calibrate, input_perturbation_calibrate
 
-    base: dict[str, Any] = {
+    base: JSONObject = {
         "config": config,
         "config_changes": dict(changes),
         "label": LABELS[method],
@@ -173,8 +174,8 @@ def method_spec(
     raise ValueError(f"unknown method {method!r}")
 
 
-def _summarise(results: list[dict[str, Any]], keys: tuple[str, ...]) -> list[dict[str, Any]]:
-    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = defaultdict(list)
+def _summarise(results: list[JSONObject], keys: tuple[str, ...]) -> list[JSONObject]:
+    groups: dict[tuple[Any, ...], list[JSONObject]] = defaultdict(list)
     for r in results:
         groups[tuple(r[k] for k in keys)].append(r)
     rows = []
@@ -212,14 +213,14 @@ def run(
     from qveil.experiments import plotting
 
     out.mkdir(parents=True, exist_ok=True)
-    changes: dict[str, Any] = dict(QUICK_CHANGES) if quick else {}
+    changes: JSONObject = dict(QUICK_CHANGES) if quick else {}
     cfg = load_cfg(config, **changes)
     cfg_path = str(config) if config else None
     n_seeds = seeds if seeds is not None else (1 if quick else 10)
     n_sweep = 1 if quick else max(1, min(5, n_seeds))
     eval_eps = 3 if quick else 20
 
-    jobs: list[dict[str, Any]] = []
+    jobs: list[JSONObject] = []
     # (A) the two target points
     for eps in (0.9, 0.45):
         for method in METHODS:
@@ -333,12 +334,12 @@ SWEEPS = (
 )
 
 
-def _truthy(v: Any) -> bool:
+def _truthy(v: object) -> bool:
     return v is True or str(v) == "True"
 
 
 def plot_sweep(
-    rows: list[dict[str, Any]],
+    rows: list[JSONObject],
     path: Path,
     *,
     part: str,
@@ -425,7 +426,7 @@ def replot(out: Path, *, config: str | Path | None = None, delta: float = 1e-4) 
 
 
 def _plot_targets(
-    summ: list[dict[str, Any]], path: Path, *, ref: dict[str, float], n_seeds: int, cfg: Any
+    summ: list[JSONObject], path: Path, *, ref: dict[str, float], n_seeds: int, cfg: Any
 ) -> Path:
     # matplotlib loads only when a plot is drawn (a heavy import)
     import matplotlib.pyplot as plt

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
 
 from qveil.experiments._util import write_table_and_plot
 from qveil.experiments.plotting import env_panels, legend_below, save
+from qveil.json_types import JSONObject
 from qveil.kfqi_config import load_fqi_config
 
 __all__ = ["MEASURED", "run"]
@@ -54,13 +54,13 @@ def run(
     out: Path,
     quick: bool = False,
     plan: list[tuple[str, str, list[int]]] | None = None,
-    **_: Any,
+    **_: object,
 ) -> dict[str, Path]:
     # the trainer's modules load gymnasium: only when this runs
     from qveil.trainer.forecast import forecast
 
     out.mkdir(parents=True, exist_ok=True)
-    rows: list[dict[str, Any]] = []
+    rows: list[JSONObject] = []
     t0 = time.perf_counter()
     for env, config, sizes in plan or (QUICK if quick else PLAN):
         cfg = load_fqi_config(REPO / "configs" / config)
@@ -87,7 +87,7 @@ def run(
     return write_table_and_plot(out, "forecast", rows, _plot)
 
 
-def _plot(rows: list[dict[str, Any]], path: Path) -> None:
+def _plot(rows: list[JSONObject], path: Path) -> None:
 
     fig, panels = env_panels(rows)
     for ax, env, rs in panels:

@@ -22,31 +22,30 @@ from typing import Any
 
 import numpy as np
 
+from qveil.json_types import JSONObject
 from qveil.noise import OUSamplePath
+from qveil.trainer.config import TrainConfig
 
 __all__ = ["load_cfg", "privacy_row", "reference_returns", "run_spec"]
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[3] / "configs" / "linewalk.toml"
 
 
-def load_cfg(path: str | Path | None = None, **changes: Any) -> Any:
-    """The training config (default: configs/linewalk.toml, the paper's settings)."""
-    # here, not at the top: loads gymnasium only when this runs
-    from qveil.trainer.config import TrainConfig
-
+def load_cfg(path: str | Path | None = None, **changes: Any) -> TrainConfig:
+    """The training config (default: configs/linewalk.toml, the paper's settings);
+    ``changes``: any of its fields' values."""
     cfg = TrainConfig.from_toml(path or DEFAULT_CONFIG)
     return cfg.replace(**changes) if changes else cfg
 
 
-def privacy_row(cfg: Any, *, n_actions: int = 2) -> tuple[dict[str, Any], Any]:
+def privacy_row(cfg: TrainConfig, *, n_actions: int = 2) -> tuple[JSONObject, TrainConfig]:
     """qveil.privacy's result for cfg (its sigma or its target epsilon) as a dict, and the
     effective config (calibration may choose k)."""
     # here, not at the top: loads gymnasium only when this runs
     from qveil.trainer.train import privacy_for
 
-    out = privacy_for(cfg, n_actions=n_actions)
-    res, eff = out if isinstance(out, tuple) else (out, cfg)
-    return res.to_dict(), eff
+    res, eff = privacy_for(cfg, n_actions=n_actions)
+    return (res if isinstance(res, dict) else res.to_dict()), eff
 
 
 def _forward(weights: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
@@ -60,7 +59,7 @@ def _forward(weights: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
 
 
 def evaluate_release(
-    cfg: Any,
+    cfg: TrainConfig,
     weights: dict[str, np.ndarray],
     *,
     sigma: float,
@@ -101,7 +100,7 @@ def evaluate_release(
         info.env.close()
 
 
-def reference_returns(cfg: Any, *, episodes: int = 200, seed: int = 0) -> dict[str, float]:
+def reference_returns(cfg: TrainConfig, *, episodes: int = 200, seed: int = 0) -> dict[str, float]:
     """Mean returns of the random policy and the hand-written 'towards 0.5' policy."""
     # here, not at the top: loads gymnasium only when this runs
     from qveil.trainer.env import towards_middle_policy
@@ -124,7 +123,7 @@ def reference_returns(cfg: Any, *, episodes: int = 200, seed: int = 0) -> dict[s
     return {"random": float(np.mean(rnd)), "towards 0.5": float(np.mean(mid))}
 
 
-def run_spec(spec: dict[str, Any]) -> dict[str, Any]:
+def run_spec(spec: JSONObject) -> JSONObject:
     """Train and evaluate one spec. Keys: method (alg1|dpsgd|input), config (path),
     config_changes (dict), seed, eval_episodes; alg1: train_sigma, train_beta, release_sigma,
     release_beta, q_bound; dpsgd: clip, noise_std; input: noise_std. Returns the spec plus
@@ -161,8 +160,8 @@ def run_spec(spec: dict[str, Any]) -> dict[str, Any]:
         finally:
             info.env.close()
         net, rows = res.network, res.log_rows
-        release_sigma = float(spec.get("release_sigma", spec["train_sigma"]))
-        release_beta = float(spec.get("release_beta", spec["train_beta"]))
+        release_sigma = float(spec["release_sigma" if "release_sigma" in spec else "train_sigma"])
+        release_beta = float(spec["release_beta" if "release_beta" in spec else "train_beta"])
         q_bound = spec.get("q_bound")
     elif method == "dpsgd":
         baseline = train_dpsgd(
@@ -170,8 +169,8 @@ def run_spec(spec: dict[str, Any]) -> dict[str, Any]:
         )
         net, rows = baseline.network, baseline.log_rows
     elif method == "input":
-        baseline = train_input_perturbation(cfg, noise_std=float(spec["noise_std"]), seed=seed)
-        net, rows = baseline.network, baseline.log_rows
+        perturbed = train_input_perturbation(cfg, noise_std=float(spec["noise_std"]), seed=seed)
+        net, rows = perturbed.network, perturbed.log_rows
     else:
         raise ValueError(f"unknown method {method!r}")
     weights = net.export()

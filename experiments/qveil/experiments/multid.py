@@ -41,8 +41,10 @@ import numpy as np
 import numpy.typing as npt
 
 from qveil.client import ValueClient
+from qveil.dataset import Dataset
 from qveil.dataset_parquet import ParquetSource
 from qveil.experiments._util import write_csv
+from qveil.json_types import JSONObject
 from qveil.kfqi_config import KernelFQIConfig, read_fqi_toml
 from qveil.server.local import LocalServer
 from qveil.server.release_records import charge_simulated
@@ -71,7 +73,7 @@ DELTA = 1e-5
 EVAL_SEED = 10_000
 
 
-def load_config(env_id: str, **changes: Any) -> Any:
+def load_config(env_id: str, **changes: object) -> KernelFQIConfig:
     """The public :class:`qveil.kfqi_config.KernelFQIConfig` of ``env_id`` (delta 1e-5)."""
     d = read_fqi_toml(ENVS[env_id])
     d.update({"delta": DELTA, **changes})
@@ -127,8 +129,8 @@ def served_release_returns(
     *,
     episodes: int,
     seed: int,
-    env_kwargs: dict[str, Any] | None = None,
-) -> tuple[list[float], dict[str, Any]]:
+    env_kwargs: JSONObject | None = None,
+) -> tuple[list[float], JSONObject]:
     """Serve ``bundle`` with the real server over ``store_url`` and play ``episodes``
     lockstep episodes (seeds ``seed + i``) with actions from GetBestActions on [n, d] states.
     Returns (returns, a record: the release id and sigma of the served card, the calls and
@@ -184,7 +186,7 @@ def run_point(
     dataset: Path | None = None,
     workers: int = 1,
     **changes: Any,
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+) -> tuple[list[JSONObject], list[JSONObject]]:
     """One (env, N, seed): collect (or stream ``dataset``, a Parquet file of N users of
     ``env_id`` collected with ``seed``), fit once (on ``workers`` local Dask workers; 1: in
     process), then the ceiling, the floor and ``releases`` served releases per epsilon on
@@ -226,7 +228,7 @@ def run_point(
          "episode_max": float(floor.max())},
     ]  # fmt: skip
     say(f"  ceiling {ceiling.mean():.1f}, random {floor.mean():.1f} ({episodes} episodes)")
-    per_release: list[dict[str, Any]] = []
+    per_release: list[JSONObject] = []
     boot_rng = np.random.default_rng([seed, 11])  # resampling only
     with tempfile.TemporaryDirectory(prefix="qveil-multid-") as tmp:
         for eps in epsilons:
@@ -242,7 +244,9 @@ def run_point(
     return rows, per_release
 
 
-def _data(env_id: str, users: int, seed: int, cfg: Any, dataset: Path | None) -> tuple[Any, float]:
+def _data(
+    env_id: str, users: int, seed: int, cfg: KernelFQIConfig, dataset: Path | None
+) -> tuple[Dataset | ParquetSource, float]:
     """The fit's data and the seconds its collection took: ``users`` collected with ``seed``
     now, or the Parquet ``dataset`` collected beforehand (NaN seconds)."""
     from qveil.trainer.collect import collect  # here: loads gymnasium only when this runs
@@ -268,16 +272,16 @@ class _Play:
     seed: int
     max_steps: int | None
 
-    def env_kwargs(self) -> dict[str, Any]:
+    def env_kwargs(self) -> JSONObject:
         return {} if self.max_steps is None else {"max_episode_steps": int(self.max_steps)}
 
-    def kwargs(self) -> dict[str, Any]:
+    def kwargs(self) -> dict[str, Any]:  # keyword arguments (Any: each checked by its parameter)
         return {"episodes": self.episodes, "seed": self.seed, "env_kwargs": self.env_kwargs()}
 
 
 def _served_release(
     fit: Any, d: Path, eps: float, play: _Play, say: Callable[[str], object], label: str
-) -> tuple[Any, dict[str, Any]]:
+) -> tuple[Any, JSONObject]:
     """Write one release of ``fit`` at ``eps`` into ``d``, serve it on its own store and play
     the episodes against it; (returns, its row's numbers). ``d`` is removed afterwards."""
     from qveil.trainer.kfqi import write_kernel_release  # here: loads gymnasium on use
@@ -310,8 +314,8 @@ def _served_release(
 
 
 def _private_row(
-    eps: float, r: np.ndarray, cell: list[dict[str, Any]], boot: dict[str, float], releases: int
-) -> dict[str, Any]:
+    eps: float, r: np.ndarray, cell: list[JSONObject], boot: dict[str, float], releases: int
+) -> JSONObject:
     """The private row of one epsilon: its releases' returns ``r`` (release x episode), their
     per-release rows ``cell`` and the bootstrap of the fraction."""
     means = r.mean(axis=1)
@@ -339,7 +343,7 @@ def _private_row(
     }
 
 
-def _fraction(rows: list[dict[str, Any]]) -> None:
+def _fraction(rows: list[JSONObject]) -> None:
     by: dict[tuple[Any, ...], dict[str, float]] = {}
     for r in rows:
         if r["policy"] != "private":
@@ -350,7 +354,7 @@ def _fraction(rows: list[dict[str, Any]]) -> None:
         r["fraction"] = (r["return"] - low) / (top - low) if top != low else float("nan")
 
 
-def _plot(rows: list[dict[str, Any]], path: Path) -> Path:
+def _plot(rows: list[JSONObject], path: Path) -> Path:
     # matplotlib loads only when a plot is drawn (a heavy import)
     import matplotlib
 
@@ -367,7 +371,7 @@ def _plot(rows: list[dict[str, Any]], path: Path) -> Path:
         er = [r for r in rows if r["env"] == env]
         ns = sorted({r["users"] for r in er})
 
-        def line(pred: Any, er: list[dict[str, Any]] = er, ns: list[int] = ns) -> list[float]:
+        def line(pred: Any, er: list[JSONObject] = er, ns: list[int] = ns) -> list[float]:
             return [
                 float(np.mean([r["return"] for r in er if r["users"] == n and pred(r)] or [np.nan]))
                 for n in ns
@@ -391,9 +395,7 @@ def _plot(rows: list[dict[str, Any]], path: Path) -> Path:
     return save(fig, path)
 
 
-def _plot_releases(
-    rows: list[dict[str, Any]], per_release: list[dict[str, Any]], path: Path
-) -> Path:
+def _plot_releases(rows: list[JSONObject], per_release: list[JSONObject], path: Path) -> Path:
     """One panel per (env, N): each served release's mean return against epsilon (dots),
     their mean (line), the ceiling and the floor on the same episode seeds."""
     # matplotlib loads only when a plot is drawn (a heavy import)
@@ -461,7 +463,7 @@ def run(
     epsilons: tuple[float, ...] = EPSILONS,
     dataset: Path | None = None,
     workers: int = 1,
-    **_: Any,
+    **_: object,
 ) -> dict[str, Path]:
     """Every (env, N, seed) of the plan; writes multid.csv (one row per cell),
     multid_releases.csv (one row per served release) and multid.png. ``dataset``: one
@@ -478,8 +480,8 @@ def run(
     plan = default_plan if plan is None else plan
     episodes = episodes or default_episodes
     releases = releases or default_releases
-    rows: list[dict[str, Any]] = []
-    per_release: list[dict[str, Any]] = []
+    rows: list[JSONObject] = []
+    per_release: list[JSONObject] = []
     for env_id, ns in plan:
         for n in ns:
             for s in range(seeds or 1):

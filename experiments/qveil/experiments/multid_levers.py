@@ -39,7 +39,7 @@ import numpy as np
 
 from qveil.additive import AdditiveSamplePath, StateBox
 from qveil.dataset import load_npz, save_npz
-from qveil.experiments._util import columns, write_csv
+from qveil.experiments._util import write_csv
 from qveil.kfqi import (
     Anchors,
     additive_mean,
@@ -252,7 +252,7 @@ class Sweep:
             t0 = time.perf_counter()
             ds = self.ds
             self._ops[key] = build_operators_nd(
-                *columns(ds),
+                ds.transitions,
                 n_actions=int(ds.n_actions),
                 reward_range=rr,
                 box=box,

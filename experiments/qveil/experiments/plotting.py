@@ -20,8 +20,13 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.artist import Artist  # noqa: E402
+from matplotlib.axes import Axes  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.legend import Legend  # noqa: E402
 
 from qveil.experiments._util import mean_se  # noqa: E402
+from qveil.json_types import JSONMapping
 
 __all__ = [
     "bgp16_figure",
@@ -44,7 +49,7 @@ __all__ = [
 DPI = 90
 
 
-def save(fig: Any, path: Path) -> Path:
+def save(fig: Figure, path: Path) -> Path:
     """Write ``fig`` as a small PNG (adaptive 256-colour palette, optimised)."""
 
     # Pillow (matplotlib's dependency) loads only when a PNG is written
@@ -62,7 +67,8 @@ def save(fig: Any, path: Path) -> Path:
     return path
 
 
-def panels(nrows: int, ncols: int, *, width: float, height: float) -> tuple[Any, Any]:
+# Any: matplotlib types the axes array of subplots as Any (a numpy array of Axes)
+def panels(nrows: int, ncols: int, *, width: float, height: float) -> tuple[Figure, Any]:
     """A figure of nrows x ncols panels of width x height inches each, on the constrained
     layout (titles, labels and :func:`legend_below` fit in the figure): (figure, axes[i][j])."""
     return plt.subplots(
@@ -70,17 +76,17 @@ def panels(nrows: int, ncols: int, *, width: float, height: float) -> tuple[Any,
     )
 
 
-def fit_title(fig: Any, text: str, *, fontsize: float, share: float = 1.0) -> str:
+def fit_title(fig: Figure, text: str, *, fontsize: float, share: float = 1.0) -> str:
     """``text`` wrapped to lines that fit ``share`` of the figure's width at ``fontsize``."""
     chars = int(share * fig.get_figwidth() * 72 / (0.6 * fontsize))
     return textwrap.fill(text, width=max(20, chars), break_on_hyphens=False)
 
 
-def legend_below(fig: Any, axes: Iterable[Any], *, fontsize: float = 7) -> Any:
+def legend_below(fig: Figure, axes: Iterable[Axes], *, fontsize: float = 7) -> Legend | None:
     """One legend for the whole figure, below its panels, where it covers no curve: every
     label the panels drew, once, in the order they first drew it, in as many columns as the
     figure's width holds. None when nothing is labelled."""
-    entries: dict[str, Any] = {}
+    entries: dict[str, Artist] = {}
     for ax in axes:
         for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
             entries.setdefault(label, handle)
@@ -99,12 +105,12 @@ def legend_below(fig: Any, axes: Iterable[Any], *, fontsize: float = 7) -> Any:
 
 
 def env_panels(
-    rows: Sequence[Mapping[str, Any]],
+    rows: Sequence[JSONMapping],
     *,
     width: float = 5.0,
     height: float = 3.6,
     columns: int = 3,
-) -> tuple[Any, list[tuple[Any, str, list[Mapping[str, Any]]]]]:
+) -> tuple[Figure, list[tuple[Axes, str, list[JSONMapping]]]]:
     """One panel per environment, at most ``columns`` to a row (a figure people can read
     whatever the number of environments), with the constrained layout that
     :func:`legend_below` places its legend in: the figure and (axes, env, that env's rows) in
@@ -128,12 +134,12 @@ def env_panels(
     return fig, panels
 
 
-def plot_bgp16(rows: Iterable[Mapping[str, Any]], path: Path, *, title: str) -> Path:
+def plot_bgp16(rows: Iterable[JSONMapping], path: Path, *, title: str) -> Path:
     """Save :func:`bgp16_figure` as ``path``."""
     return save(bgp16_figure(rows, title=title), path)
 
 
-def bgp16_figure(rows: Iterable[Mapping[str, Any]], *, title: str) -> Any:
+def bgp16_figure(rows: Iterable[JSONMapping], *, title: str) -> Figure:
     """RMSE vs batch size: columns = features, rows = start distribution; mean +- s.e.
     Non-private LSW/LSL solid, DP with F_max = 1 dashed, DP with F_max as written dotted."""
     rows = list(rows)
@@ -199,7 +205,7 @@ def lines_figure(
     logy: bool = False,
     bands: Mapping[str, Sequence[float]] | None = None,
     styles: Mapping[str, str] | None = None,
-) -> Any:
+) -> Figure:
     """One panel of labelled (x, y) lines, optional +- bands per label."""
     fig, axes = panels(1, 1, width=6.0, height=4.0)
     ax = axes[0][0]
@@ -238,7 +244,7 @@ def curves_figure(
     xlabel: str,
     ylabel: str,
     ncols: int = 2,
-) -> Any:
+) -> Figure:
     """Several panels of mean +- std curves: curves[panel][label] = (x, mean, std)."""
     n = len(curves)
     ncols = min(ncols, n)
@@ -263,20 +269,20 @@ def curves_figure(
     return fig
 
 
-def _f(v: Any) -> float:
+def _f(v: object) -> float:
     try:
-        return float(v)
+        return float(v)  # type: ignore[arg-type]  # a number, or NaN for anything else
     except (TypeError, ValueError):
         return float("nan")
 
 
 # long-function: one four-panel figure; each panel's drawing is a few lines of the same data
-def plot_utility(summary: Sequence[Mapping[str, Any]], path: Path, *, title: str) -> Path:
+def plot_utility(summary: Sequence[JSONMapping], path: Path, *, title: str) -> Path:
     """Save :func:`utility_figure` as ``path``."""
     return save(utility_figure(summary, title=title), path)
 
 
-def utility_figure(summary: Sequence[Mapping[str, Any]], *, title: str) -> Any:
+def utility_figure(summary: Sequence[JSONMapping], *, title: str) -> Figure:
     """The fqi utility figure: top row, return against users N at eps = 1 (user relation,
     reward relation); bottom row, return against eps at N = 300 (user) and N = 100 (reward),
     with Algorithm 1's modes. Non-private FQI dashed, random grey, the 18.6 target dotted.
@@ -361,12 +367,12 @@ def utility_figure(summary: Sequence[Mapping[str, Any]], *, title: str) -> Any:
     return fig
 
 
-def plot_utility_chain(chain: Sequence[Mapping[str, Any]], path: Path, *, title: str) -> Path:
+def plot_utility_chain(chain: Sequence[JSONMapping], path: Path, *, title: str) -> Path:
     """Save :func:`utility_chain_figure` as ``path``."""
     return save(utility_chain_figure(chain, title=title), path)
 
 
-def utility_chain_figure(chain: Sequence[Mapping[str, Any]], *, title: str) -> Any:
+def utility_chain_figure(chain: Sequence[JSONMapping], *, title: str) -> Figure:
     """RMSE of the value estimate against m on BGP16's chain: rows = start distribution,
     columns = (eps, delta); private FQE red, DP-LSW/DP-LSL blue/orange (F_max = 1 dashed,
     as written dotted), non-private references thin."""

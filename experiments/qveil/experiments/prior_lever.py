@@ -40,7 +40,7 @@ import numpy as np
 
 from qveil.additive import StateBox
 from qveil.dataset import load_npz, save_npz
-from qveil.experiments._util import columns, write_csv
+from qveil.experiments._util import write_csv
 from qveil.experiments.multid_levers import (
     ENV_ID,
     EPSILON,
@@ -131,7 +131,7 @@ def public_prior(name: str, cfg: Mapping[str, Any], *, users: int = PUBLIC_USERS
         return read_prior(path).values
     ds = public_dataset(name, users=users)
     ops = build_operators_nd(
-        *columns(ds),
+        ds.transitions,
         n_actions=int(ds.n_actions),
         reward_range=rr,
         box=StateBox.of(cfg["state_intervals"]),

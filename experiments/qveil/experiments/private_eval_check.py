@@ -15,15 +15,16 @@ from __future__ import annotations
 
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from qveil.additive import AdditiveSamplePath
-from qveil.bundle import load_bundle
+from qveil.bundle import Bundle, load_bundle
 from qveil.experiments._util import write_table_and_plot
 from qveil.experiments.plotting import env_panels, legend_below, save
+from qveil.json_types import JSONObject
 from qveil.kfqi_config import load_fqi_config
 from qveil.ope import policy_value
 from qveil.privacy.ope import OPEPrivacyParams, calibrate_ope
@@ -44,7 +45,11 @@ PLAN = [
 
 
 def _true_value(
-    env_id: str, act: Any, gamma: float, episodes: int, seed: int
+    env_id: str,
+    act: Callable[[np.ndarray], np.ndarray],
+    gamma: float,
+    episodes: int,
+    seed: int,
 ) -> tuple[float, float]:
     """Monte Carlo from the env's start distribution: the discounted value of ``act`` (what
     the private evaluation estimates) and its mean episode return (what serving it scores),
@@ -77,7 +82,7 @@ def run(
     quick: bool = False,
     seeds: int | None = None,
     plan: list[tuple[str, str, int, int]] | None = None,
-    **_: Any,
+    **_: object,
 ) -> dict[str, Path]:
 
     # the trainer's modules load gymnasium: only when this runs
@@ -88,7 +93,7 @@ def run(
     out.mkdir(parents=True, exist_ok=True)
     if plan is None:
         plan = [(e, c, 100, 2) for e, c, _, _ in PLAN[:1]] if quick else PLAN
-    rows: list[dict[str, Any]] = []
+    rows: list[JSONObject] = []
     t0 = time.perf_counter()
     for env_id, config, users, env_seeds in plan:
         n_seeds = seeds or env_seeds
@@ -109,7 +114,9 @@ def run(
             rng = np.random.default_rng([seed, 5])
             paths = [AdditiveSamplePath(betas=b.betas, sigma=b.sigma, rng=rng) for _ in range(m)]
 
-            def act(x: np.ndarray, b: Any = b, paths: list[Any] = paths) -> np.ndarray:
+            def act(
+                x: np.ndarray, b: Bundle = b, paths: list[AdditiveSamplePath] = paths
+            ) -> np.ndarray:
                 raw = x.reshape(len(x), b.dims)
                 unit = b.box.to_unit(raw, clip=True)
                 g = np.stack([p.sample(unit) for p in paths], axis=1)
@@ -123,7 +130,7 @@ def run(
                 return act(lo + u * (hi - lo))
 
             j, _per_user = policy_value(
-                held.s, held.a, held.r, held.s2, held.terminal, held.user,
+                held.transitions,
                 policy=policy,
                 n_actions=m, reward_range=rr_eval,
                 box=box, spec=spec,
@@ -154,7 +161,7 @@ def run(
     return write_table_and_plot(out, "private_eval", rows, _plot)
 
 
-def _plot(rows: list[dict[str, Any]], path: Path) -> None:
+def _plot(rows: list[JSONObject], path: Path) -> None:
 
     fig, panels = env_panels(rows)
     for ax, env, rs in panels:

@@ -21,13 +21,13 @@ from __future__ import annotations
 import math
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 from scipy.signal import lfilter
 
 from qveil.experiments._util import progress_map, write_csv
+from qveil.json_types import JSONObject
 from qveil.noise import OUSamplePath
 
 __all__ = [
@@ -159,7 +159,7 @@ def time_noise_path(
 
 
 # ----------------------------------------------------------------------------- experiment
-def _lemma8_job(beta: float, n_paths: int, seed: int) -> dict[str, Any]:
+def _lemma8_job(beta: float, n_paths: int, seed: int) -> JSONObject:
     rng = np.random.default_rng([8, seed, int(beta * 1000)])
     mx = ou_path_maxima(beta=beta, sigma=1.0, n_paths=n_paths, rng=rng)
     se = float(mx["max"].std(ddof=1) / math.sqrt(n_paths))
@@ -181,7 +181,7 @@ def _lemma8_job(beta: float, n_paths: int, seed: int) -> dict[str, Any]:
 
 def _prop10_job(
     n: int, n_mdps: int, n_noise: int, sigma: float, gamma: float, seed: int
-) -> dict[str, Any]:
+) -> JSONObject:
     rng = np.random.default_rng([10, seed, n])
     losses = []
     for _ in range(n_mdps):

@@ -51,7 +51,8 @@ from qveil.experiments.chain_fqe import (
     summarise_chain,
 )
 from qveil.fqi_config import REFUSE_RATIO
-from qveil.kfqi import additive_mean, fitted_q_nd, krr_result
+from qveil.json_types import JSONObject
+from qveil.kfqi import KernelFQIResult, additive_mean, fitted_q_nd, krr_result
 from qveil.kfqi_config import load_fqi_config, plan_kernel
 from qveil.noise import OUSamplePath
 
@@ -103,8 +104,8 @@ def _variants(quick: bool) -> tuple[Variant, ...]:
 
 # ----------------------------------------------------------------------------- evaluation
 def _served_returns(
-    fit: Any,
-    box: Any,
+    fit: KernelFQIResult,
+    box: StateBox,
     *,
     sigma: float,
     noise_seed: Sequence[int] | None,
@@ -161,7 +162,7 @@ def linewalk_job(
     variants: tuple[Variant, ...],
     epsilons: tuple[float, ...],
     episodes: int,
-) -> list[dict[str, Any]]:
+) -> list[JSONObject]:
     """Every fqi variant at every eps, non-private FQI per gamma and random, for one
     (seed, N): one dataset, one set of evaluation episodes."""
     # the trainer's modules load gymnasium: only when this runs
@@ -173,20 +174,20 @@ def linewalk_job(
     t0 = time.perf_counter()
     ds = collect(ENV_ID, users, seed, progress=False)
     env_seed = EVAL_SEED0 + 1000 * seed
-    fits: dict[tuple[str, float], Any] = {}
+    fits: dict[tuple[str, float], KernelFQIResult] = {}
 
-    def fit(relation: str, gamma: float) -> Any:
+    def fit(relation: str, gamma: float) -> KernelFQIResult:
         if (relation, gamma) not in fits:
             spec = base.replace(neighbour=relation, gamma=gamma).spec(1)
             q = fitted_q_nd(
-                ds.s, ds.a, ds.r, ds.s2, ds.terminal, ds.user,
+                ds.transitions,
                 n_actions=2, reward_range=rr, box=box, spec=spec,
             )  # fmt: skip
             fits[relation, gamma] = krr_result(q, spec=spec, reward_range=rr)
         return fits[relation, gamma]
 
     common = {"users": users, "seed": seed, "delta": DELTA, "episodes": episodes}
-    rows: list[dict[str, Any]] = []
+    rows: list[JSONObject] = []
     rnd = _random_returns(2, seed=[seed, users, 5], episodes=episodes, env_seed=env_seed)
     rows.append({**common, "method": "random", "return": float(np.mean(rnd)), "holds": ""})
     for g in sorted({v.gamma for v in variants}):
@@ -233,14 +234,14 @@ def linewalk_job(
     return rows
 
 
-def alg1_job(mode: str, eps: float, seed: int, quick: bool, episodes: int) -> dict[str, Any]:
+def alg1_job(mode: str, eps: float, seed: int, quick: bool, episodes: int) -> JSONObject:
     """One Algorithm 1 run (fig2's machinery) at eps, delta 1e-5, its own accountant."""
     # fig2 and linewalk load torch: only for Algorithm 1's runs
     from qveil.experiments.fig2 import QUICK_CHANGES, method_spec
     from qveil.experiments.linewalk import load_cfg, run_spec
 
     config = None if quick else str(ALG1_CONFIG)
-    changes: dict[str, Any] = dict(QUICK_CHANGES) if quick else {}
+    changes: JSONObject = dict(QUICK_CHANGES) if quick else {}
     cfg = load_cfg(config, **changes)
     spec, priv = method_spec(
         mode, epsilon=eps, delta=DELTA, cfg=cfg, config=config, changes=changes
@@ -281,9 +282,9 @@ SUMMARY_FIELDS = [
 ]
 
 
-def summarise(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def summarise(rows: Sequence[JSONObject]) -> list[JSONObject]:
     """Mean and standard error of the return over seeds, per (method, variant, N, eps)."""
-    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = defaultdict(list)
+    groups: dict[tuple[Any, ...], list[JSONObject]] = defaultdict(list)
     for r in rows:
         groups[tuple(r.get(k, "") for k in SUMMARY_KEYS)].append(r)
     out = []
@@ -307,7 +308,7 @@ def summarise(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _pm(row: dict[str, Any] | None) -> str:
+def _pm(row: JSONObject | None) -> str:
     if row is None:
         return "-"
     s = f"{row['return_mean']:.1f} +- {row['return_se']:.1f}"
@@ -322,7 +323,7 @@ def _truthy(v: Any) -> bool:
     return v is True or str(v).lower() == "true"
 
 
-def markdown_tables(summary: Sequence[dict[str, Any]], chain: Sequence[dict[str, Any]]) -> str:
+def markdown_tables(summary: Sequence[JSONObject], chain: Sequence[JSONObject]) -> str:
     """The tables docs/results.md shows: fqi return (mean +- s.e.) by variant and N at each
     eps, the references, Algorithm 1's modes, and the chain RMSE at each m."""
     lines: list[str] = []

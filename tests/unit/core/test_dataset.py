@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import qveil.trainer  # noqa: F401  (registers qveil/LineWalk-v0)
-from qveil.dataset import Dataset, load_dataset, save_dataset, validate_arrays
+from qveil.dataset import Dataset, Transitions, load_dataset, save_dataset, validate_arrays
 from qveil.errors import FailedPrecondition, IntegrityError, InvalidArgument, NotFound
 from qveil.trainer.collect import collect
 
@@ -195,7 +195,7 @@ def test_bad_data_names_array_and_row(case: str) -> None:
     with pytest.raises(InvalidArgument, match=pattern):
         Dataset(**raw, n_actions=2, reward_range=(0.0, 0.5))
     with pytest.raises(InvalidArgument, match=pattern):
-        validate_arrays(*raw.values(), n_actions=2, reward_range=(0.0, 0.5))
+        validate_arrays(Transitions.of(raw), n_actions=2, reward_range=(0.0, 0.5))
 
 
 @pytest.mark.parametrize("case", BAD)

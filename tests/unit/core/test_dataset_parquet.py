@@ -62,11 +62,11 @@ def test_row_groups_hold_whole_users(tmp_path: Path, per_group: int) -> None:
     seen: set[int] = set()
     counts = []
     for g, arrays in enumerate(src.iter_groups()):
-        users = set(np.unique(arrays[0]).tolist())
+        users = set(np.unique(arrays.user).tolist())
         assert not users & seen, f"row group {g} repeats a user"
         seen |= users
         counts.append(len(users))
-        assert meta.row_group(g).num_rows == len(arrays[0])
+        assert meta.row_group(g).num_rows == arrays.n
     assert seen == set(np.unique(ds.user).tolist())
     # exactly per_group users per group, the last one holds the rest
     assert all(c == per_group for c in counts[:-1]) and 1 <= counts[-1] <= per_group
@@ -83,8 +83,7 @@ def test_chunking_of_the_writer_does_not_change_the_file(tmp_path: Path) -> None
         parts, d=3, n_actions=2, reward_range=(0.0, 1.0), env_id="CartPole-v1", users_per_group=10
     ) as w:
         for lo, hi in zip(np.r_[0, blocks[2::3]], np.r_[blocks[2::3], len(ds.user)], strict=True):
-            w.write(ds.user[lo:hi], ds.s[lo:hi], ds.a[lo:hi], ds.r[lo:hi], ds.s2[lo:hi],
-                    ds.terminal[lo:hi])  # fmt: skip
+            w.write(ds.transitions.take(slice(lo, hi)))
     assert whole.read_bytes() == parts.read_bytes()
 
 
@@ -151,7 +150,7 @@ def test_bad_rows_name_file_row_group_and_row(
 def test_a_user_split_across_row_groups_is_refused(tmp_path: Path) -> None:
     good, bad = tmp_path / "good.parquet", tmp_path / "bad.parquet"
     save_parquet(_ds(), good, users_per_group=10)
-    first_of_group_1 = ParquetSource(good).read_group(1)[0][0]
+    first_of_group_1 = ParquetSource(good).read_group(1).user[0]
 
     def edit(t: Any, g: int) -> Any:
         if g != 0:

@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -45,6 +46,7 @@ from qveil.privacy.events import account_params
 from qveil.privacy.fqi import sup_sensitivity
 from qveil.privacy.kfqi import KernelFQIPrivacyParams, calibrate_kernel_fqi
 from qveil.release_map import brute_force_kappa
+from qveil.transitions import Transitions
 
 
 @pytest.mark.parametrize(
@@ -151,9 +153,10 @@ def test_operators_are_averagers(layout: str) -> None:
         )
         m = a == 0
         ones = np.ones(m.sum())
-        c1, p = averaging_operators_nd(
-            s[m], ones, s2[m], np.zeros(m.sum(), bool), u[m], users=40, spec=spec, default=1.0
+        rows = Transitions(
+            user=u[m], s=s[m], a=a[m], r=ones, s2=s2[m], terminal=np.zeros(m.sum(), bool)
         )
+        c1, p = averaging_operators_nd(rows, users=40, spec=spec, default=1.0)
         # with every reward 1, default 1 and no terminal: c = 1, and P rows sum to 1 or 0
         # plus the default share; c + P 1 - (P 1) must equal 1 for convex rows
         assert np.allclose(c1, 1.0)
@@ -208,7 +211,7 @@ def test_one_user_replaced_moves_q_by_at_most_d_t(
     kw = dict(
         n_actions=2, reward_range=(0.0, 1.0), box=box, spec=spec, prior=_prior(prior, spec, d)
     )
-    q = fitted_q_nd(s, a, r, s2, term, u, **kw)
+    q = fitted_q_nd(Transitions(s=s, a=a, r=r, s2=s2, terminal=term, user=u), **kw)
     dt = sup_sensitivity(
         neighbour=neighbour, users=n_users, reward_range=(0.0, 1.0), gamma=gamma, iterations=t
     )
@@ -225,7 +228,7 @@ def test_one_user_replaced_moves_q_by_at_most_d_t(
             s2_[mine] = 1.0 if k % 3 else 0.5
             a_[mine] = k % 2
             term_[mine] = k >= 3
-        q2 = fitted_q_nd(s_, a_, r_, s2_, term_, u, **kw)
+        q2 = fitted_q_nd(Transitions(s=s_, a=a_, r=r_, s2=s2_, terminal=term_, user=u), **kw)
         worst = max(worst, float(np.abs(q - q2).max()))
     assert worst <= dt * (1 + 1e-9), (worst, dt)
     assert worst > 0.05 * dt, (worst, dt)  # the bound is not vacuous here
@@ -253,8 +256,8 @@ def test_pooled_averager_breaks_the_user_bound() -> None:
             anchor_points=41,
         )  # fmt: skip
         kw = dict(n_actions=2, reward_range=(0.0, 1.0), box=box, spec=spec)
-        q = fitted_q_nd(s, a, r, s2, term, u, **kw)
-        q2 = fitted_q_nd(s_, a, r_, s2_, term, u, **kw)
+        q = fitted_q_nd(Transitions(s=s, a=a, r=r, s2=s2, terminal=term, user=u), **kw)
+        q2 = fitted_q_nd(Transitions(s=s_, a=a, r=r_, s2=s2_, terminal=term, user=u), **kw)
         moved[neighbour] = float(np.abs(q - q2).max())
     assert moved["reward"] > 5 * bound, (moved, bound)
     assert moved["user"] <= bound * (1 + 1e-9), (moved, bound)
@@ -264,7 +267,13 @@ def test_kernel_fqi_fits_and_stays_in_range() -> None:
     u, s, a, r, s2, term = _toy(60, 3, 4)
     box = StateBox.of([[0.0, 1.0]] * 3)
     spec = KernelFQISpec(gamma=0.5, iterations=6, betas=(2.0, 2.0, 2.0), anchor_points=4)
-    res = kernel_fqi(s, a, r, s2, term, u, n_actions=2, reward_range=(0, 1), box=box, spec=spec)
+    res = kernel_fqi(
+        Transitions(s=s, a=a, r=r, s2=s2, terminal=term, user=u),
+        n_actions=2,
+        reward_range=(0, 1),
+        box=box,
+        spec=spec,
+    )
     assert res.q_anchors.shape == (64, 2) and res.alpha.shape == (2, 3, spec.inducing_points)
     assert res.q_anchors.min() >= 0.0 and res.q_anchors.max() <= 2.0
     f = additive_mean(
@@ -351,10 +360,10 @@ def test_pessimistic_default_keeps_d_t() -> None:
         gamma=gamma, iterations=t, betas=(2.0,) * d, anchor_points=5, bandwidth=0.2, default=0.0
     )
     kw = dict(n_actions=2, reward_range=(0.0, 1.0), box=box, spec=spec)
-    q = fitted_q_nd(s, a, r, s2, term, u, **kw)
+    q = fitted_q_nd(Transitions(s=s, a=a, r=r, s2=s2, terminal=term, user=u), **kw)
     s_, a_, r_ = s.copy(), a.copy(), r.copy()
     s_[u == 0], a_[u == 0], r_[u == 0] = 0.5, 0, 1.0
-    q2 = fitted_q_nd(s_, a_, r_, s2, term, u, **kw)
+    q2 = fitted_q_nd(Transitions(s=s_, a=a_, r=r_, s2=s2, terminal=term, user=u), **kw)
     dt = sup_sensitivity(
         neighbour="user", users=n_users, reward_range=(0.0, 1.0), gamma=gamma, iterations=t
     )
@@ -366,8 +375,6 @@ def test_operators_built_once_iterate_any_gamma_and_default_bit_for_bit() -> Non
     then any gamma, T and default) equals a fresh fitted_q_nd bit for bit, for both
     relations; a spec whose anchors, bandwidth, radius or relation differ from the build is
     refused (its operators would be the wrong ones)."""
-    import dataclasses
-
     u, s, a, r, s2, term = _toy(30, 2, 5)
     box = StateBox.of([[0.0, 1.0], [0.0, 1.0]])
     for neighbour in ("user", "reward"):
@@ -376,10 +383,14 @@ def test_operators_built_once_iterate_any_gamma_and_default_bit_for_bit() -> Non
             neighbour=neighbour,
         )  # fmt: skip
         kw = {"n_actions": 2, "reward_range": (0.0, 1.0), "box": box}
-        ops = build_operators_nd(s, a, r, s2, term, u, spec=base, **kw)
+        ops = build_operators_nd(
+            Transitions(s=s, a=a, r=r, s2=s2, terminal=term, user=u), spec=base, **kw
+        )
         for gamma, t, default in ((0.7, 6, None), (0.5, 3, 0.0), (0.9, 9, 1.5)):
             spec = dataclasses.replace(base, gamma=gamma, iterations=t, default=default)
-            fresh = fitted_q_nd(s, a, r, s2, term, u, spec=spec, **kw)
+            fresh = fitted_q_nd(
+                Transitions(s=s, a=a, r=r, s2=s2, terminal=term, user=u), spec=spec, **kw
+            )
             assert np.array_equal(iterate_q_nd(ops, spec=spec), fresh)
         for change in ({"bandwidth": 0.2}, {"anchor_points": 4}, {"kernel_radius": 1.5}):
             with pytest.raises(InvalidArgument, match="do not match"):
@@ -438,7 +449,7 @@ def test_brute_force_every_replacement_of_one_user_on_a_tiny_case(
     kw = dict(
         n_actions=2, reward_range=(0.0, 1.0), box=box, spec=spec, prior=_prior(prior, spec, 9)
     )
-    q = fitted_q_nd(s, a, r, s2, term, u, **kw)
+    q = fitted_q_nd(Transitions(s=s, a=a, r=r, s2=s2, terminal=term, user=u), **kw)
     dt = sup_sensitivity(
         neighbour="user", users=n_users, reward_range=(0.0, 1.0), gamma=gamma, iterations=t
     )
@@ -451,7 +462,7 @@ def test_brute_force_every_replacement_of_one_user_on_a_tiny_case(
             s_[mine] = [lattice[i] for i in pos]
             s2_[mine] = 1.0
             a_[mine], r_[mine], t_[mine] = act, rew, end
-            q2 = fitted_q_nd(s_, a_, r_, s2_, t_, u, **kw)
+            q2 = fitted_q_nd(Transitions(s=s_, a=a_, r=r_, s2=s2_, terminal=t_, user=u), **kw)
             worst = max(worst, float(np.abs(q - q2).max()))
     assert worst <= dt * (1 + 1e-9), (worst, dt)
     assert worst > (0.2 if d > 1 else 0.15) * dt, (worst, dt)  # d = 1 sobol: 0.199
@@ -506,7 +517,8 @@ def _episodes(n_users: int, k: int, d: int, seed: int) -> tuple[np.ndarray, ...]
 
 def test_episode_votes_split_users_at_terminals_and_breaks() -> None:
     user, episode, s, a, r, s2, term = _episodes(7, 3, 2, 4)
-    vote, weight, votes = episode_votes(user, s, s2, term)
+    rows = Transitions(user=user, s=s, a=a, r=r, s2=s2, terminal=term)
+    vote, weight, votes = episode_votes(rows)
     assert votes == 21
     # the same episodes as the generator, numbered in user order
     assert (
@@ -519,13 +531,13 @@ def test_episode_votes_split_users_at_terminals_and_breaks() -> None:
     for u in np.unique(user):
         keys[user == u] = np.sort(keys[user == u])
     perm = np.argsort(keys)
-    v2, w2, n2 = episode_votes(user[perm], s[perm], s2[perm], term[perm])
+    v2, w2, n2 = episode_votes(rows.take(perm))
     assert n2 == 21 and np.allclose(w2, 1.0 / 3.0)
     assert (
         np.unique(v2, return_inverse=True)[1] == np.unique(vote[perm], return_inverse=True)[1]
     ).all()
     one = np.zeros(len(user), dtype=np.int64)
-    _, w1, n1 = episode_votes(one, s, s2, term)  # one user with every episode
+    _, w1, n1 = episode_votes(dataclasses.replace(rows, user=one))  # one user, every episode
     assert n1 == 21 and np.allclose(w1, 1.0 / 21)
 
 
@@ -542,21 +554,19 @@ def test_several_episodes_per_user_estimate_what_one_episode_users_do(layout: st
         **_layout(layout, 2),  # type: ignore[arg-type]
     )  # fmt: skip
     kw = dict(n_actions=2, reward_range=(0.0, 1.0), box=StateBox.of([[0.0, 1.0]] * 2), spec=spec)
-    per_user = fitted_q_nd(s, a, r, s2, term, user, **kw)
-    per_episode = fitted_q_nd(s, a, r, s2, term, episode, **kw)
+    rows = Transitions(s=s, a=a, r=r, s2=s2, terminal=term, user=user)
+    per_user = fitted_q_nd(rows, **kw)
+    per_episode = fitted_q_nd(dataclasses.replace(rows, user=episode), **kw)
     assert np.allclose(per_user, per_episode, rtol=0, atol=1e-12)
     # and a user of 3 episodes is not the same as a user whose one NW average pools them
     pooled_votes = np.zeros(len(user))
     for act in range(2):
         m = a == act
+        vote, weight, _ = episode_votes(rows)
         c_ep, _ = averaging_operators_nd(
-            s[m], r[m], s2[m], term[m], user[m], users=12, spec=spec, default=0.0,
-            vote=episode_votes(user, s, s2, term)[0][m],
-            weight=episode_votes(user, s, s2, term)[1][m],
-        )  # fmt: skip
-        c_user, _ = averaging_operators_nd(
-            s[m], r[m], s2[m], term[m], user[m], users=12, spec=spec, default=0.0
+            rows.take(m), users=12, spec=spec, default=0.0, vote=vote[m], weight=weight[m]
         )
+        c_user, _ = averaging_operators_nd(rows.take(m), users=12, spec=spec, default=0.0)
         pooled_votes[act] = np.abs(c_ep - c_user).max()
     assert pooled_votes.max() > 1e-3
 
@@ -573,7 +583,7 @@ def test_one_user_of_several_episodes_replaced_moves_q_by_at_most_d_t(layout: st
         **_layout(layout, 2),  # type: ignore[arg-type]
     )  # fmt: skip
     kw = dict(n_actions=2, reward_range=(0.0, 1.0), box=StateBox.of([[0.0, 1.0]] * 2), spec=spec)
-    q = fitted_q_nd(s, a, r, s2, term, user, **kw)
+    q = fitted_q_nd(Transitions(s=s, a=a, r=r, s2=s2, terminal=term, user=user), **kw)
     dt = sup_sensitivity(
         neighbour="user", users=n_users, reward_range=(0.0, 1.0), gamma=gamma, iterations=t
     )
@@ -589,11 +599,12 @@ def test_one_user_of_several_episodes_replaced_moves_q_by_at_most_d_t(layout: st
         a0 = np.full(rows, case % 2)
         r0 = np.full(rows, float(case % 2))
         t0 = np.full(rows, case >= 4)
-        q2 = fitted_q_nd(
-            np.vstack([s[rest], s0]), np.r_[a[rest], a0], np.r_[r[rest], r0],
-            np.vstack([s2[rest], s20]), np.r_[term[rest], t0], np.r_[user[rest], np.zeros(rows)],
-            **kw,
+        replaced = Transitions(
+            s=np.vstack([s[rest], s0]), a=np.r_[a[rest], a0], r=np.r_[r[rest], r0],
+            s2=np.vstack([s2[rest], s20]), terminal=np.r_[term[rest], t0],
+            user=np.r_[user[rest], np.zeros(rows, np.int64)],
         )  # fmt: skip
+        q2 = fitted_q_nd(replaced, **kw)
         worst = max(worst, float(np.abs(q - q2).max()))
     assert worst <= dt * (1 + 1e-9), (worst, dt)
     assert worst > 0.05 * dt, (worst, dt)
@@ -705,7 +716,7 @@ def test_empirical_privacy_audit_of_a_d_1_release() -> None:
     fit = {}
     for name, rew in (("D", r), ("D'", r + 0.5 / users)):
         q = fitted_q_nd(
-            s[:, None], a, rew, s2[:, None], np.zeros(n, bool), u,
+            Transitions(s=s, a=a, r=rew, s2=s2, terminal=np.zeros(n, bool), user=u),
             n_actions=2, reward_range=(0.0, 0.5), box=box, spec=spec,
         )  # fmt: skip
         k = krr_result(q, spec=spec, reward_range=(0.0, 0.5))
@@ -766,7 +777,7 @@ def test_one_user_change_spreads_through_p_so_the_naive_sum_of_squares_bound_fai
     kw = dict(n_actions=2, reward_range=(0.0, 1.0), box=StateBox.of([[0.0, 1.0]] * d), spec=spec)
     before = _spreading_users(1.0, False, d, n_b)
     after = _spreading_users(0.0, True, d, n_b)
-    dq = fitted_q_nd(*_cols(before), **kw) - fitted_q_nd(*_cols(after), **kw)
+    dq = fitted_q_nd(_cols(before), **kw) - fitted_q_nd(_cols(after), **kw)
     n, k_all = 1 + n_b, g**d
     r = len(
         _reached(spec, before[1][:1], before[2][:1], 2)
@@ -786,15 +797,15 @@ def test_one_user_change_spreads_through_p_so_the_naive_sum_of_squares_bound_fai
     sound = math.sqrt(2 * k_all) * gamma * dt1 + math.sqrt(r) / ((1 - gamma) * n)
     assert l2 <= sound
     # the spreading: the corner's column of P (action 0) sums to about K n_b / N
-    ops = build_operators_nd(*_cols(before), **{k: v for k, v in kw.items()})
+    ops = build_operators_nd(_cols(before), **kw)
     col = np.asarray(ops.actions[0].p.sum(axis=0)).ravel()
     assert col.max() > 0.9 * k_all * n_b / n
 
 
-def _cols(u: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
-    """(states, actions, rewards, next states, terminal, users) of :func:`_spreading_users`."""
+def _cols(u: tuple[np.ndarray, ...]) -> Transitions:
+    """The rows of :func:`_spreading_users`."""
     users, s, a, r, s2, term = u
-    return s, a, r, s2, term, users
+    return Transitions(s=s, a=a, r=r, s2=s2, terminal=term, user=users)
 
 
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
@@ -807,7 +818,7 @@ def test_last_step_l2_bound_holds_for_adversarial_replacements(layout: str) -> N
     spec = KernelFQISpec(gamma=gamma, iterations=t, betas=(2.0,) * d, bandwidth=0.1,
                          **_layout(layout, d))  # type: ignore[arg-type]  # fmt: skip
     kw = dict(n_actions=2, reward_range=(0.0, 1.0), box=StateBox.of([[0.0, 1.0]] * d), spec=spec)
-    q = fitted_q_nd(s, a, r, s2, term, u, **kw)
+    q = fitted_q_nd(Transitions(s=s, a=a, r=r, s2=s2, terminal=term, user=u), **kw)
     dt1 = sup_sensitivity(neighbour="user", users=n_users, reward_range=(0.0, 1.0),
                           gamma=gamma, iterations=t - 1)  # fmt: skip
     k_all = spec.anchor_total
@@ -820,7 +831,8 @@ def test_last_step_l2_bound_holds_for_adversarial_replacements(layout: str) -> N
         s2_[mine] = 1.0 if k % 3 else 0.5
         a_[mine] = k % 2
         term_[mine] = k >= 3
-        l2 = float(np.sqrt(((q - fitted_q_nd(s_, a_, r_, s2_, term_, u, **kw)) ** 2).sum()))
+        q2 = fitted_q_nd(Transitions(s=s_, a=a_, r=r_, s2=s2_, terminal=term_, user=u), **kw)
+        l2 = float(np.sqrt(((q - q2) ** 2).sum()))
         reach = _reached(spec, s[mine], a[mine], 2) | _reached(spec, s_[mine], a_[mine], 2)
         bound = math.sqrt(2 * k_all) * gamma * dt1 + math.sqrt(len(reach)) / ((1 - gamma) * n_users)
         assert l2 <= bound * (1 + 1e-9), (k, l2, bound)

@@ -22,6 +22,7 @@ from qveil.kfqi_anchors import (
 )
 from qveil.kfqi_config import KernelFQIConfig, load_fqi_config
 from qveil.kfqi_spec import points_sha256
+from qveil.transitions import Transitions
 
 BOX = [[-1.0, 1.0], [0.0, 2.0]]
 
@@ -73,9 +74,11 @@ def test_the_anchors_do_not_depend_on_the_training_data() -> None:
         rng = np.random.default_rng(seed)
         n = 200
         s, s2 = rng.uniform(0, 1, (n, 2)), rng.uniform(0, 1, (n, 2))
-        ops = build_operators_nd(s, rng.integers(0, 2, n), rng.uniform(0, 1, n), s2,
-                                 np.zeros(n, bool), np.repeat(np.arange(50), 4), n_actions=2,
-                                 reward_range=(0.0, 1.0), box=box, spec=spec)  # fmt: skip
+        rows = Transitions(
+            s=s, a=rng.integers(0, 2, n), r=rng.uniform(0, 1, n), s2=s2,
+            terminal=np.zeros(n, bool), user=np.repeat(np.arange(50), 4),
+        )  # fmt: skip
+        ops = build_operators_nd(rows, n_actions=2, reward_range=(0.0, 1.0), box=box, spec=spec)
         keys.append(ops.key)
         qs.append(iterate_q_nd(ops, spec=spec))
     assert keys[0] == keys[1] and spec.anchor_sha256 in keys[0]

@@ -19,6 +19,7 @@ from qveil.kfqi import Anchors, KernelFQISpec, build_operators_nd, fitted_q_nd, 
 from qveil.kfqi_prior import check_prior, read_prior, values_sha256, write_prior
 from qveil.privacy.events import account_params
 from qveil.privacy.kfqi import KernelFQIPrivacyParams, calibrate_kernel_fqi
+from qveil.transitions import Transitions
 
 SPEC = KernelFQISpec(gamma=0.5, iterations=4, betas=(2.0, 2.0), anchor_points=4, bandwidth=0.3)
 INTERVALS = [[-1.0, 1.0], [0.0, 2.0]]
@@ -74,7 +75,7 @@ def test_a_value_outside_the_q_range_is_refused_not_clipped(tmp_path: Path, bad:
             check_prior(wide, spec=SPEC, state_intervals=INTERVALS, actions=2, reward_range=RR)
     u, s, a, r, s2, term = _data()
     with pytest.raises(InvalidArgument, match="anchor 5 action 1"):
-        fitted_q_nd(s, a, r, s2, term, u, **_kw(), prior=v)
+        fitted_q_nd(Transitions(s=s, a=a, r=r, s2=s2, terminal=term, user=u), **_kw(), prior=v)
 
 
 def test_a_prior_of_another_config_is_refused(tmp_path: Path) -> None:
@@ -91,7 +92,9 @@ def test_a_prior_of_another_config_is_refused(tmp_path: Path) -> None:
         check_prior(p, spec=SPEC, **{**kw, "actions": 3})  # type: ignore[arg-type]
     u, s, a, r, s2, term = _data()
     with pytest.raises(InvalidArgument, match=r"must be \(16, 2\)"):
-        fitted_q_nd(s, a, r, s2, term, u, **_kw(), prior=_values()[:8])
+        fitted_q_nd(
+            Transitions(s=s, a=a, r=r, s2=s2, terminal=term, user=u), **_kw(), prior=_values()[:8]
+        )
     (tmp_path / "x.npz").write_bytes(b"not a zip")
     with pytest.raises(InvalidArgument, match="cannot read prior"):
         read_prior(tmp_path / "x.npz")
@@ -118,8 +121,10 @@ def test_the_estimator_with_a_prior(neighbour: str) -> None:
     spec = dataclasses.replace(SPEC, neighbour=neighbour, default=0.0)
     u, s, a, r, s2, term = _data()
     prior = _values(4)
-    fresh = fitted_q_nd(s, a, r, s2, term, u, **_kw(spec), prior=prior)
-    ops = build_operators_nd(s, a, r, s2, term, u, **_kw(spec))  # type: ignore[arg-type]
+    fresh = fitted_q_nd(
+        Transitions(s=s, a=a, r=r, s2=s2, terminal=term, user=u), **_kw(spec), prior=prior
+    )
+    ops = build_operators_nd(Transitions(s=s, a=a, r=r, s2=s2, terminal=term, user=u), **_kw(spec))  # type: ignore[arg-type]
     assert np.array_equal(iterate_q_nd(ops, spec=spec, prior=prior), fresh)
     flat = np.zeros_like(prior)
     assert np.array_equal(iterate_q_nd(ops, spec=spec, prior=flat), iterate_q_nd(ops, spec=spec))

@@ -19,6 +19,7 @@ from qveil.additive import StateBox
 from qveil.kfqi import KernelFQISpec
 from qveil.ope import policy_value
 from qveil.privacy.ope import OPEPrivacyParams, account_ope, calibrate_ope, ope_sensitivity
+from qveil.transitions import Transitions
 
 
 def _toy(n_users: int, seed: int) -> tuple[np.ndarray, ...]:
@@ -55,7 +56,7 @@ def test_one_user_replaced_moves_the_estimate_by_at_most_delta_j(anchors: dict) 
     spec = KernelFQISpec(gamma=gamma, iterations=t, betas=(1.0, 1.0), bandwidth=0.3, **anchors)
     kw = dict(policy=_policy, n_actions=2, reward_range=(0.0, 1.0),
               box=StateBox.of([[0.0, 1.0]] * 2), spec=spec)  # fmt: skip
-    j, _ = policy_value(s, a, r, s2, term, u, **kw)
+    j, _ = policy_value(Transitions(s=s, a=a, r=r, s2=s2, terminal=term, user=u), **kw)
     bound = ope_sensitivity(
         OPEPrivacyParams(
             users=n_users, reward_range=(0.0, 1.0), gamma=gamma, iterations=t, delta=1e-5
@@ -69,7 +70,7 @@ def test_one_user_replaced_moves_the_estimate_by_at_most_delta_j(anchors: dict) 
         s_[mine] = corner
         s2_[mine] = 1.0 - np.asarray(corner)
         r_[mine], t_[mine], a_[mine] = rew, end, act
-        j2, _ = policy_value(s_, a_, r_, s2_, t_, u, **kw)
+        j2, _ = policy_value(Transitions(s=s_, a=a_, r=r_, s2=s2_, terminal=t_, user=u), **kw)
         worst = max(worst, abs(j - j2))
     assert worst <= bound * (1 + 1e-9), (worst, bound)
     assert worst > (0.1 if anchors is not SOBOL else 0.01) * bound, (worst, bound)
@@ -229,7 +230,7 @@ def test_the_evaluated_policy_is_the_served_policy(linewalk: Path, tmp_path: Pat
                 asked.append(len(states))
                 return np.asarray(client.best_actions(states), dtype=np.int64).reshape(-1)
 
-            j, _ = policy_value(data.s, data.a, data.r, data.s2, data.terminal, data.user,
+            j, _ = policy_value(data.transitions,
                                 policy=served, n_actions=int(data.n_actions),
                                 reward_range=rr, box=box, spec=spec)  # fmt: skip
     assert sum(asked) > 300  # the held-out first states and the anchors were asked

@@ -41,6 +41,9 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+# Any: gymnasium's Env is generic in its observation and action types, which gymnasium.make
+# does not know (observations and step values are read through numpy)
 from typing import Any
 
 import gymnasium as gym
@@ -50,6 +53,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from qveil.errors import InvalidArgument
+from qveil.json_types import JSONObject
 from qveil.noise import OUSamplePath, StateInterval
 from qveil.rng import NormalSource
 from qveil.trainer.config import TrainConfig
@@ -139,7 +143,7 @@ class NoisePaths:
                 self.max_abs = max(self.max_abs, float(np.abs(gs).max()))
         self._paths = None
 
-    def finish(self) -> dict[str, Any]:
+    def finish(self) -> JSONObject:
         """Close the last epoch and return the counters (for the card)."""
         self._close_epoch()
         return {
@@ -161,13 +165,13 @@ class TrainResult:
     """What a run produced: the network, per-episode log rows and counters."""
 
     network: LipschitzMLP
-    log_rows: list[dict[str, Any]]
+    log_rows: list[JSONObject]
     updates: int
     samples_used: int
-    noise: dict[str, Any]
+    noise: JSONObject
     seconds: float
     reward_clipped: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: JSONObject = field(default_factory=dict)
 
 
 class _Rngs:
@@ -292,7 +296,7 @@ def train_q(
     beta: float,
     seed: int | None = None,
     progress: bool = False,
-    on_episode: Callable[[dict[str, Any]], None] | None = None,
+    on_episode: Callable[[JSONObject], None] | None = None,
 ) -> TrainResult:
     """Run Algorithm 1 (or the replay recipe) on ``env`` with training noise (sigma, beta).
 
@@ -327,7 +331,7 @@ def _train_q(
     beta: float,
     seed: int | None,
     progress: bool,
-    on_episode: Callable[[dict[str, Any]], None] | None,
+    on_episode: Callable[[JSONObject], None] | None,
 ) -> TrainResult:
     t_start = time.perf_counter()
     m = int(env.action_space.n)  # type: ignore[attr-defined]
@@ -356,7 +360,7 @@ def _train_q(
     mem_pos = 0
 
     state = {"updates": 0, "clipped": 0}
-    log_rows: list[dict[str, Any]] = []
+    log_rows: list[JSONObject] = []
     obs, _ = env.reset(seed=rngs.env_seed)
     lo, hi, width = interval.lo, interval.hi, interval.width
 

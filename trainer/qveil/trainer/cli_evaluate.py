@@ -20,9 +20,9 @@ from __future__ import annotations
 import argparse
 import json
 from dataclasses import asdict
-from typing import Any
 
 from qveil.bundle import load_bundle
+from qveil.cli_parser import Subcommands
 from qveil.client.channel import read_token_file
 from qveil.dataset import declared_metadata, load_dataset
 from qveil.errors import InvalidArgument
@@ -36,7 +36,7 @@ from qveil.trainer.served_eval import evaluate_served
 __all__ = ["add_parser", "run"]
 
 
-def add_parser(sub: Any) -> argparse.ArgumentParser:
+def add_parser(sub: Subcommands) -> argparse.ArgumentParser:
     p: argparse.ArgumentParser = sub.add_parser(
         "evaluate", help="average return of a bundle's greedy policies", description=__doc__
     )

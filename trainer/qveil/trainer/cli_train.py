@@ -36,13 +36,14 @@ import shutil
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
-from qveil.cli_parser import add_no_progress
+from qveil.cli_parser import Subcommands, add_no_progress
 from qveil.dataset import Dataset, Declared, count_users, declared_metadata, open_dataset
 from qveil.dataset_cli import add_engine_flags, parse_reward_range
 from qveil.dataset_parquet import ParquetSource
 from qveil.errors import FailedPrecondition, InvalidArgument, QveilError
+from qveil.json_types import JSONObject
+from qveil.kfqi_config import KernelFQIConfig
 from qveil.privacy.gaussian import gdp_mu
 from qveil.privacy.ledger import PlannedEvent, PrivacyEvent
 from qveil.release_records import OpenReleaseRecords, validate_population
@@ -56,7 +57,7 @@ __all__ = ["add_parser", "run"]
 
 # long-function: a flat list of qveil train's flag declarations, one per option: splitting it
 #   would only scatter its one --help
-def add_parser(sub: Any) -> argparse.ArgumentParser:
+def add_parser(sub: Subcommands) -> argparse.ArgumentParser:
     p: argparse.ArgumentParser = sub.add_parser(
         "train",
         help="train a private release and write its bundle: fqi on an offline dataset "
@@ -168,7 +169,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     return p
 
 
-def _config(args: argparse.Namespace) -> Any:
+def _config(args: argparse.Namespace) -> KernelFQIConfig | TrainConfig:
     """The run's config (:func:`qveil.trainer.estimators.load_config`) with the command-line
     privacy flags applied; flags that do not belong to its estimator are refused."""
 
@@ -180,7 +181,7 @@ def _config(args: argparse.Namespace) -> Any:
     if not fqi and args.config is None:
         raise InvalidArgument("give --config FILE (Algorithm 1), or --dataset PATH (fqi)")
     cfg = load_config(args.config, estimator="grid" if fqi else "algorithm1")
-    privacy: dict[str, Any] = {}
+    privacy: JSONObject = {}
     if args.sigma is not None:
         privacy.update(sigma=args.sigma, epsilon=None)
     elif args.epsilon is not None:
@@ -236,6 +237,8 @@ def run(args: argparse.Namespace, *, records: OpenReleaseRecords) -> int:
     est = create_estimator(cfg)
     ds: Dataset | ParquetSource | None = None
     if est.needs_dataset:
+        # the estimators that read a dataset are the fqi ones, configured by a KernelFQIConfig
+        assert isinstance(cfg, KernelFQIConfig)
         declared: Declared | None = None
         if not args.population:  # the population the dataset declares (its metadata alone)
             declared = declared_metadata(args.dataset)
@@ -252,6 +255,7 @@ def run(args: argparse.Namespace, *, records: OpenReleaseRecords) -> int:
                 f"{args.population!r:.80}: a release is charged to the population of its users"
             )
     else:
+        assert isinstance(cfg, TrainConfig)  # the online estimator (Algorithm 1)
         precheck_population(args, records, mode=cfg.mode, epsilon=cfg.epsilon, delta=cfg.delta)
     outcome = est.train(
         ds,
@@ -326,7 +330,7 @@ def _write_public(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_forecast(cfg: Any, dataset: str, *, force: bool) -> None:
+def _print_forecast(cfg: KernelFQIConfig, dataset: str, *, force: bool) -> None:
     """The utility forecast (:mod:`qveil.trainer.forecast`) for this config, the dataset's
     user count (from its user column alone) and the config's epsilon. A forecast that says
     the data cannot support a policy better than random, or that the release would be worse
@@ -343,7 +347,7 @@ def _print_forecast(cfg: Any, dataset: str, *, force: bool) -> None:
 
 
 def _open(
-    args: argparse.Namespace, cfg: Any, *, declared: Declared | None, stream: bool
+    args: argparse.Namespace, cfg: KernelFQIConfig, *, declared: Declared | None, stream: bool
 ) -> Dataset | ParquetSource:
     """``--dataset`` for a fit of ``cfg``: its reward range from the file, ``--reward-range``
     (which must agree with a declared one) or the config's (for a file that declares none),
@@ -352,7 +356,8 @@ def _open(
     if declared is None:
         declared = declared_metadata(args.dataset)  # the file's metadata alone
     flag = parse_reward_range(args.reward_range)
-    cfg_rr = None if cfg.reward_range is None else tuple(cfg.reward_range)
+    rr = cfg.reward_range
+    cfg_rr = None if rr is None else (float(rr[0]), float(rr[1]))
     ds = open_dataset(
         args.dataset,
         reward_range=flag or (cfg_rr if declared.reward_range is None else None),
@@ -363,7 +368,7 @@ def _open(
     return ds
 
 
-def _action_count(cfg: Any, declared: Declared) -> int | None:
+def _action_count(cfg: KernelFQIConfig, declared: Declared) -> int | None:
     """The action count the command gives a dataset that may declare none (an npz or a
     table): the config's ``actions``, else its env's. None for a file that declares one (the
     plan then refuses a config whose ``actions`` differ)."""
@@ -372,7 +377,7 @@ def _action_count(cfg: Any, declared: Declared) -> int | None:
     return int(cfg.actions) if cfg.actions is not None else action_count(cfg)
 
 
-def _check_dims(cfg: Any, dims: int, dataset: str, config: str | None) -> None:
+def _check_dims(cfg: KernelFQIConfig, dims: int, dataset: str, config: str | None) -> None:
     """The config's per-coordinate lists (state_intervals, betas) must be the dataset's d
     long; the error names both files."""
     where = f"config {config!r:.80}" if config else "the built-in default config"

@@ -18,6 +18,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+
+# Any: gymnasium's Env is generic in its observation and action types, which gymnasium.make
+# does not know (observations and step values are read through numpy)
 from typing import Any
 
 import gymnasium as gym
@@ -194,7 +197,9 @@ def collect(
     )
 
 
-def _check_counts(users: Any, episodes_per_user: Any, seed: Any, first_user: Any) -> None:
+def _check_counts(
+    users: object, episodes_per_user: object, seed: object, first_user: object
+) -> None:
     """The collection's counts are whole numbers in range (InvalidArgument naming the first
     bad one)."""
     for name, value, low in (("users", users, 1), ("episodes_per_user", episodes_per_user, 1)):

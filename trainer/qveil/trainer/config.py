@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from qveil.errors import InvalidArgument
+from qveil.json_types import JSONObject
 
 __all__ = ["MODES", "OPTIMIZERS", "TrainConfig", "load_config", "to_toml"]
 
@@ -48,7 +49,7 @@ class TrainConfig:
     """Gymnasium id of the environment; it must have a bounded 1-D Box observation and
     Discrete actions (the state interval is read from the observation space)."""
 
-    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    env_kwargs: dict[str, Any] = field(default_factory=dict)  # gymnasium.make's **kwargs
     """Keyword arguments for ``gymnasium.make`` (e.g. ``episode_length`` for LineWalk)."""
 
     samples: int = 5000
@@ -194,7 +195,7 @@ class TrainConfig:
 
     # ------------------------------------------------------------------ construction
     @classmethod
-    def from_mapping(cls, data: Mapping[str, Any], *, source: str = "config") -> TrainConfig:
+    def from_mapping(cls, data: Mapping[str, object], *, source: str = "config") -> TrainConfig:
         """Build from a plain mapping (a parsed TOML file); unknown keys are refused."""
         names = {f.name: f for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - set(names))
@@ -202,7 +203,7 @@ class TrainConfig:
             raise InvalidArgument(
                 f"{source}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}"
             )
-        kwargs: dict[str, Any] = {}
+        kwargs: dict[str, Any] = {}  # each field's value, checked by validate()
         for key, value in data.items():
             if key in ("hidden", "reward_range"):
                 if not isinstance(value, list | tuple):
@@ -230,13 +231,13 @@ class TrainConfig:
         cfg.validate()
         return cfg
 
-    def replace(self, **changes: Any) -> TrainConfig:
+    def replace(self, **changes: Any) -> TrainConfig:  # any field's value (replace checks)
         """A copy with ``changes`` applied (None values are ignored), validated."""
         cfg = dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
         cfg.validate()
         return cfg
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         """JSON/TOML-ready dict of every field (None fields omitted)."""
         d = dataclasses.asdict(self)
         d["hidden"] = list(self.hidden)
@@ -348,7 +349,7 @@ def load_config(path: str | Path) -> TrainConfig:
     return TrainConfig.from_toml(path)
 
 
-def _toml_value(v: Any) -> str:
+def _toml_value(v: object) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, int):
@@ -372,18 +373,18 @@ def to_toml(cfg: TrainConfig) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _bad(cfg: Any, name: str, msg: str) -> InvalidArgument:
+def _bad(cfg: TrainConfig, name: str, msg: str) -> InvalidArgument:
     return InvalidArgument(f"config: {name}={getattr(cfg, name)!r}: {msg}")
 
 
-def _integer(cfg: Any, name: str, lo: int) -> None:
+def _integer(cfg: TrainConfig, name: str, lo: int) -> None:
     v = getattr(cfg, name)
     if isinstance(v, bool) or not isinstance(v, int) or v < lo:
         raise _bad(cfg, name, f"must be an integer >= {lo}")
 
 
 def _number(
-    cfg: Any,
+    cfg: TrainConfig,
     name: str,
     *,
     lo: float | None = None,

@@ -1,12 +1,12 @@
 """The kernel fit and the collection as map-reduce tasks on Dask distributed.
 
 **Shards.** A shard is a run of whole users: shard k holds the users k * S .. (k + 1) * S - 1
-in increasing user order (S = ``shard_users``; :func:`user_shards`). For a Parquet dataset the
-shards are its row groups, which the writer cuts the same way (:mod:`qveil.dataset_parquet`),
-and each task reads its own row group (the file must be readable at the same path by every
-worker: one machine, or a shared file system). A user's rows are never in two shards: the
-per-user averages of equation (1) (:mod:`qveil.kfqi`) are complete within a shard, and the
-privacy unit (one user's whole data) stays inside one task.
+in increasing user order (S = ``shard_users``; :meth:`qveil.transitions.Transitions.shards`).
+For a Parquet dataset the shards are its row groups, which the writer cuts the same way
+(:mod:`qveil.dataset_parquet`), and each task reads its own row group (the file must be
+readable at the same path by every worker: one machine, or a shared file system). A user's rows
+are never in two shards: the per-user averages of equation (1) (:mod:`qveil.kfqi`) are complete
+within a shard, and the privacy unit (one user's whole data) stays inside one task.
 
 **Map.** :func:`qveil.kfqi.shard_sums` on each shard (pure: arrays in, arrays out): every
 action's reward sums, covered counts and sparse P before the division by N. **Reduce.** The
@@ -37,15 +37,21 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+
+# Any below: Dask distributed's client, futures and task results (read as untyped: the mypy
+# config skips its partial annotations), and a task's keyword arguments
 from typing import Any
 
 import numpy as np
-from numpy.typing import NDArray
+import numpy.typing as npt
 
-from qveil.dataset import Transitions
+from qveil.additive import StateBox
+from qveil.dataset import Dataset
 from qveil.dataset_parquet import USERS_PER_GROUP, ParquetDatasetWriter, ParquetSource
 from qveil.errors import FailedPrecondition, InvalidArgument
 from qveil.kfqi import (
+    KernelFQIOperators,
+    KernelFQISpec,
     ShardSums,
     add_shard_sums,
     fold_tree,
@@ -55,6 +61,10 @@ from qveil.kfqi import (
 )
 from qveil.trainer.collect import collect
 from qveil.trainer.progress import progress
+from qveil.training_data import TrainingData
+from qveil.transitions import Transitions
+
+FloatArray = npt.NDArray[np.float64]
 
 __all__ = [
     "Engine",
@@ -63,7 +73,6 @@ __all__ = [
     "fit_operators",
     "open_client",
     "shard_progress",
-    "user_shards",
 ]
 
 #: Retries of a task that raised (a lost worker's tasks are recomputed regardless).
@@ -155,24 +164,11 @@ def open_client(engine: Engine) -> Iterator[Any]:
         cluster.close()
 
 
-def user_shards(user: NDArray[np.int64], shard_users: int) -> list[NDArray[np.int64]]:
-    """Row indices of each shard: shard k holds every row of the users k * S .. (k + 1) * S - 1
-    in increasing user order (rows of one user keep their order). No user is in two shards."""
-    if shard_users < 1:
-        raise InvalidArgument(f"shard_users must be >= 1, got {shard_users}")
-    u = np.asarray(user).reshape(-1)
-    order = np.argsort(u, kind="stable")
-    su = u[order]
-    starts = np.flatnonzero(np.concatenate(([True], su[1:] != su[:-1]))) if len(su) else su[:0]
-    cuts = [int(v) for v in starts[::shard_users]] + [len(su)]
-    return [order[cuts[i] : cuts[i + 1]] for i in range(len(cuts) - 1)]
-
-
 @dataclass(frozen=True)
 class FitSums:
     """The reduced operators and what the fit counted while building them."""
 
-    operators: Any  # qveil.kfqi.KernelFQIOperators
+    operators: KernelFQIOperators
     users: int
     samples: int
     clipped: int
@@ -187,27 +183,24 @@ def shard_progress(total: int, *, desc: str, enabled: bool) -> Any:
 
 
 # --------------------------------------------------------------------------- the tasks
-def _memory_sums(shard: tuple[Any, ...], kw: dict[str, Any]) -> Any:
-    return shard_sums(*shard, **kw)
+def _memory_sums(shard: Transitions, kw: dict[str, Any]) -> ShardSums:
+    return shard_sums(shard, **kw)
 
 
-def _memory_denominators(shard: tuple[Any, ...], kw: dict[str, Any]) -> Any:
-    states, actions, _, _, _, users = shard
-    return shard_denominators(states, actions, users, **kw)
+def _memory_denominators(shard: Transitions, kw: dict[str, Any]) -> FloatArray:
+    return shard_denominators(shard, **kw)
 
 
 def _parquet_group(path: str, group: int) -> Transitions:
     return ParquetSource(path).read_group(group)
 
 
-def _parquet_sums(path: str, group: int, kw: dict[str, Any]) -> Any:
-    user, s, a, r, s2, terminal = _parquet_group(path, group)
-    return shard_sums(s, a, r, s2, terminal, user, **kw)
+def _parquet_sums(path: str, group: int, kw: dict[str, Any]) -> ShardSums:
+    return shard_sums(_parquet_group(path, group), **kw)
 
 
-def _parquet_denominators(path: str, group: int, kw: dict[str, Any]) -> Any:
-    user, s, a, _, _, _ = _parquet_group(path, group)
-    return shard_denominators(s, a, user, **kw)
+def _parquet_denominators(path: str, group: int, kw: dict[str, Any]) -> FloatArray:
+    return shard_denominators(_parquet_group(path, group), **kw)
 
 
 def _add(left: Any, right: Any) -> Any:
@@ -264,12 +257,12 @@ def _map_reduce(
 
 
 def fit_operators(
-    data: Any,
+    data: TrainingData,
     *,
     n_actions: int,
     reward_range: tuple[float, float],
-    box: Any,
-    spec: Any,
+    box: StateBox,
+    spec: KernelFQISpec,
     engine: Engine,
 ) -> FitSums:
     """The operators of equation (1) of ``data`` (a :class:`qveil.dataset.Dataset` or a
@@ -285,19 +278,21 @@ def fit_operators(
 
             def den_task(g: Any) -> tuple[Callable[..., Any], tuple[Any, ...]]:
                 return _parquet_denominators, (path, g, kw)
-        else:
-            arrays = (data.s, data.a, data.r, data.s2, data.terminal, data.user)
-            rows = user_shards(data.user, engine.shard_users)
+        elif isinstance(data, Dataset):
             # each task carries its shard (held by the scheduler, so a task lost with its
             # worker is recomputed elsewhere); large datasets belong in Parquet files, read
             # by the tasks themselves
-            shards = [tuple(np.ascontiguousarray(x[idx]) for x in arrays) for idx in rows]
+            shards = data.transitions.shards(engine.shard_users)
 
             def sums_task(g: Any, den: Any) -> tuple[Callable[..., Any], tuple[Any, ...]]:
                 return _memory_sums, (g, {**kw, "reward_range": reward_range, **den})
 
             def den_task(g: Any) -> tuple[Callable[..., Any], tuple[Any, ...]]:
                 return _memory_denominators, (g, kw)
+        else:
+            raise InvalidArgument(
+                f"a fit reads a Dataset or a ParquetSource, not {type(data).__name__}"
+            )
 
         den_pool = None
         if spec.neighbour != "user":
@@ -415,7 +410,7 @@ def collect_parquet(
                         users_per_group=engine.shard_users,
                         force=force,
                     )
-                writer.write(*arrays)
+                writer.write(arrays)
                 bar.update(1)
         assert writer is not None
         return writer.close()

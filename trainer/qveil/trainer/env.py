@@ -8,6 +8,7 @@ its 50th step. Registered as ``qveil/LineWalk-v0`` when :mod:`qveil.trainer` is 
 
 from __future__ import annotations
 
+# Any: gymnasium's own types of an env's metadata, reset options and step info
 from typing import Any
 
 import gymnasium as gym

@@ -12,6 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+
+# Any: gymnasium's Env is generic in its observation and action types, which gymnasium.make
+# does not know (observations and step values are read through numpy)
 from typing import Any
 
 import gymnasium as gym

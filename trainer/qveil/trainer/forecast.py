@@ -25,14 +25,14 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from qveil.additive import AdditiveSamplePath
-from qveil.bundle import load_bundle
+from qveil.bundle import Bundle, load_bundle
 from qveil.errors import InvalidArgument
+from qveil.json_types import JSONObject
 from qveil.kfqi_config import KernelFQIConfig
 from qveil.trainer import register_envs
 from qveil.trainer.collect import collect
@@ -134,7 +134,7 @@ class Forecast:
             f"{err[0]:.2f} of the way (docs/results.md section 10); {covers}"
         )
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         out = {k: _finite(getattr(self, k)) for k in self.__dataclass_fields__}
         err = self.measured_error
         return out | {
@@ -186,7 +186,7 @@ class Forecast:
         return "\n".join(lines)
 
 
-def _finite(v: Any) -> Any:
+def _finite(v: object) -> object:
     """A float that JSON can carry: nan and infinities as None."""
     return None if isinstance(v, float) and not math.isfinite(v) else v
 
@@ -325,7 +325,7 @@ def forecast(
 
 
 def _private_returns(
-    b: Any, env_id: str, seeds: list[int], *, releases: int, seed: int
+    b: Bundle, env_id: str, seeds: list[int], *, releases: int, seed: int
 ) -> FloatArray:
     """(releases, episodes): the returns of the greedy policy of ``releases`` simulated
     releases of bundle ``b``, each with fresh seeded noise paths (a forecast spends no
@@ -338,7 +338,7 @@ def _private_returns(
             for a in range(m)
         ]
 
-        def noisy(o: FloatArray, paths: list[Any] = paths) -> npt.NDArray[np.int64]:
+        def noisy(o: FloatArray, paths: list[AdditiveSamplePath] = paths) -> npt.NDArray[np.int64]:
             x = _raw(o, b)
             unit = b.box.to_unit(x, clip=True)
             g = np.stack([p.sample(unit) for p in paths], axis=1)
@@ -349,6 +349,6 @@ def _private_returns(
     return private
 
 
-def _raw(obs: FloatArray, bundle: Any) -> FloatArray:
+def _raw(obs: FloatArray, bundle: Bundle) -> FloatArray:
     """Observations as the bundle's states (n, d), d >= 1."""
     return obs.reshape(len(obs), bundle.dims)

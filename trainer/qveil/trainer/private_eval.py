@@ -187,12 +187,7 @@ def _policy_value(
         return best
 
     j, _per_user = policy_value(
-        dataset.s,
-        dataset.a,
-        dataset.r,
-        dataset.s2,
-        dataset.terminal,
-        dataset.user,
+        dataset.transitions,
         policy=policy,
         n_actions=int(dataset.n_actions),
         reward_range=reward_range,

@@ -48,6 +48,8 @@ class _LogLines:
         return None
 
 
+# Any: a tqdm bar (tqdm ships no type information) or _LogLines, used as a context manager
+# with update(n)
 def progress(total: int, *, desc: str, unit: str, enabled: bool) -> Any:
     """A context manager with ``update(n=1)``: a tqdm bar when stderr is a terminal, log
     lines otherwise (module docstring), nothing when not ``enabled``."""

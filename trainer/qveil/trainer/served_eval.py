@@ -14,7 +14,6 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -23,17 +22,21 @@ import numpy.typing as npt
 from qveil.bundle import is_kernel_card
 from qveil.client import ResourceExhaustedError, ValueClient
 from qveil.errors import InvalidArgument
+from qveil.json_types import JSONObject
 from qveil.kfqi_anchors import write_anchors
 from qveil.kfqi_config import KernelFQIConfig
 from qveil.trainer.evaluate import PolicyScore, _score
 from qveil.trainer.kfqi import fit_kernel
+from qveil.training_data import TrainingData
 
 __all__ = ["evaluate_served", "lockstep_returns", "nonprivate_name", "nonprivate_policy"]
 
 BatchPolicy = Callable[[npt.NDArray[np.float64]], npt.NDArray[np.int64]]
 
 
-def best_actions_paced(client: Any, states: Any, *, max_waits: int = 1000) -> npt.NDArray[np.int64]:
+def best_actions_paced(
+    client: ValueClient, states: npt.NDArray[np.float64], *, max_waits: int = 1000
+) -> npt.NDArray[np.int64]:
     """``client.best_actions(states)``, waiting out the server's state quota.
 
     An evaluation sends every live episode's state each step, so it can outrun a caller's
@@ -54,7 +57,7 @@ def best_actions_paced(client: Any, states: Any, *, max_waits: int = 1000) -> np
 
 
 def lockstep_returns(
-    env_id: str, policy: BatchPolicy, *, episodes: int, seed: int, env_kwargs: dict[str, Any]
+    env_id: str, policy: BatchPolicy, *, episodes: int, seed: int, env_kwargs: JSONObject
 ) -> list[float]:
     """Undiscounted returns of ``policy`` (states (n, d) -> actions (n,)) over ``episodes``
     episodes, episode i seeded ``seed + i``."""
@@ -89,12 +92,12 @@ def lockstep_returns(
             e.close()
 
 
-def nonprivate_name(card: dict[str, Any]) -> str:
+def nonprivate_name(card: JSONObject) -> str:
     """The table label of :func:`nonprivate_policy`'s policy."""
     return "non-private FQI (the release's estimator, no noise)"
 
 
-def nonprivate_policy(card: dict[str, Any], dataset: Any) -> BatchPolicy:
+def nonprivate_policy(card: JSONObject, dataset: TrainingData) -> BatchPolicy:
     """Greedy policy of the release's fqi estimator (its public configuration, intervals
     and reward range on the card) refitted on ``dataset`` without noise. A release of
     another estimator has no such reference (InvalidArgument)."""
@@ -106,7 +109,7 @@ def nonprivate_policy(card: dict[str, Any], dataset: Any) -> BatchPolicy:
     return _kernel_nonprivate_policy(card, dataset)
 
 
-def _kernel_nonprivate_policy(card: dict[str, Any], dataset: Any) -> BatchPolicy:
+def _kernel_nonprivate_policy(card: JSONObject, dataset: TrainingData) -> BatchPolicy:
     """The kernel estimator of the card (its public ``estimator`` configuration, intervals
     and reward range) refitted on ``dataset``; greedy on the fitted mean (no noise)."""
     hp = card.get("estimator") or card["hyperparameters"]
@@ -127,7 +130,7 @@ def _kernel_nonprivate_policy(card: dict[str, Any], dataset: Any) -> BatchPolicy
     return act
 
 
-def _card_anchors(card: dict[str, Any], hp: dict[str, Any], tmp: Path) -> str | None:
+def _card_anchors(card: JSONObject, hp: JSONObject, tmp: Path) -> str | None:
     """The card's public anchor points (layout ``file``) written as an anchor file in
     ``tmp``, checked against the card's sha256; None for the other layouts."""
     rec = hp.get("anchor_file")
@@ -148,7 +151,7 @@ def _card_anchors(card: dict[str, Any], hp: dict[str, Any], tmp: Path) -> str | 
     return str(out)
 
 
-def _card_config(card: dict[str, Any], hp: dict[str, Any], anchor_file: str | None) -> Any:
+def _card_config(card: JSONObject, hp: JSONObject, anchor_file: str | None) -> KernelFQIConfig:
     """The kernel config of the card's public ``estimator`` configuration."""
     return KernelFQIConfig(
         env_id=card.get("env_id") or None,
@@ -177,9 +180,9 @@ def evaluate_served(
     episodes: int = 100,
     seed: int = 0,
     token: str | None = None,
-    dataset: Any = None,
-    env_kwargs: dict[str, Any] | None = None,
-) -> tuple[dict[str, Any], list[PolicyScore]]:
+    dataset: TrainingData | None = None,
+    env_kwargs: JSONObject | None = None,
+) -> tuple[JSONObject, list[PolicyScore]]:
     """(public card, scores): the served policy, random and (with ``dataset``) non-private
     FQI, on the same ``episodes`` environment seeds."""
     if episodes < 1:

@@ -21,19 +21,23 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
 
 from qveil.bundle import build_card, load_bundle, nonprivate_privacy, write_bundle
 from qveil.errors import InvalidArgument
+from qveil.json_types import JSONObject
 from qveil.keyed import seeded_key
 from qveil.noise import StateInterval
-from qveil.privacy import PrivacyParams, account, calibrate
+from qveil.privacy import PrivacyParams, PrivacyResult, account, calibrate
 from qveil.trainer import register_envs
 from qveil.trainer.config import TrainConfig, to_toml
 from qveil.version import __version__
+
+if TYPE_CHECKING:  # the module itself loads torch: imported where training runs
+    from qveil.trainer.algorithm import TrainResult
 
 __all__ = [
     "EnvInfo",
@@ -50,7 +54,7 @@ __all__ = [
 class EnvInfo:
     """The facts about an environment that the trainer and the card need."""
 
-    env: gym.Env[Any, Any]
+    env: gym.Env[Any, Any]  # gymnasium's Env: its observation and action types are the env's
     interval: StateInterval
     n_actions: int
     fingerprint: str
@@ -160,7 +164,9 @@ def _notes(cfg: TrainConfig) -> list[str]:
     return notes
 
 
-def privacy_for(cfg: TrainConfig, *, n_actions: int) -> tuple[Any, TrainConfig]:
+def privacy_for(
+    cfg: TrainConfig, *, n_actions: int
+) -> tuple[PrivacyResult | JSONObject, TrainConfig]:
     """The accountant's result for this run and the effective config.
 
     With a given sigma: ``account``. With a target epsilon: ``calibrate`` (which, when
@@ -176,7 +182,7 @@ def privacy_for(cfg: TrainConfig, *, n_actions: int) -> tuple[Any, TrainConfig]:
     # every PrivacyParams field but beta (the accountant's) is the config's of the same name,
     # except these three; in PrivacyParams' order, which the card keeps
     derived = {"actions": n_actions, "steps": cfg.planned_updates, "notes": tuple(_notes(cfg))}
-    fields: dict[str, Any] = {
+    fields: dict[str, Any] = {  # keyword arguments (Any: each checked by its parameter)
         f.name: derived[f.name] if f.name in derived else getattr(cfg, f.name)
         for f in dataclasses.fields(PrivacyParams)
         if f.name != "beta"
@@ -194,7 +200,7 @@ def privacy_for(cfg: TrainConfig, *, n_actions: int) -> tuple[Any, TrainConfig]:
 
 
 def assumptions_for(
-    cfg: TrainConfig, *, interval: StateInterval, noise: dict[str, Any], measured_note: str = ""
+    cfg: TrainConfig, *, interval: StateInterval, noise: JSONObject, measured_note: str = ""
 ) -> dict[str, list[str]]:
     """Which assumptions of the guarantee the code enforces and which it only assumes."""
     enforced = [
@@ -244,8 +250,8 @@ class TrainOutcome:
     """What ``run_training`` produced."""
 
     path: Path
-    card: dict[str, Any]
-    log_rows: list[dict[str, Any]]
+    card: JSONObject
+    log_rows: list[JSONObject]
     seconds: float
     noise_seconds: float
 
@@ -313,8 +319,14 @@ def run_training(
 
 
 def _algorithm1_card(
-    cfg: TrainConfig, info: Any, tr: Any, result: Any, pr: dict[str, Any], *, seed: int | None
-) -> dict[str, Any]:
+    cfg: TrainConfig,
+    info: EnvInfo,
+    tr: TrainResult,
+    result: PrivacyResult | JSONObject,
+    pr: JSONObject,
+    *,
+    seed: int | None,
+) -> JSONObject:
     """The card of an Algorithm 1 release: its privacy numbers copied from the accountant's
     ``result``, the training noise and record from the training result ``tr``."""
     noise = {k: v for k, v in tr.noise.items() if k not in ("seconds", "reset_iterations")}

@@ -73,7 +73,7 @@ def rejection_rates(
 
 
 def audit_speed(ns: list[int]) -> list[list[object]]:
-    from qveil.server.admin import admin_db_for
+    from qveil.server.admin_db import admin_db_for
     from qveil.server.audit import audit_store
     from qveil.server.store import open_store
 

@@ -632,7 +632,7 @@ def audit_with_key(store_url: str, bundle: Path) -> dict[str, Any]:
 
     Returns numbers for :func:`report`."""
     from qveil.bundle import load_bundle
-    from qveil.server.admin import admin_db_for
+    from qveil.server.admin_db import admin_db_for
     from qveil.server.audit import audit_store
     from qveil.server.store import open_store
 

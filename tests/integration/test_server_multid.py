@@ -228,7 +228,7 @@ def _audit_and_export(s: InProcessServer, tmp_path: Path, bundle: object) -> Non
             assert [(q.x, q.g) for q in other.iter_points(rid, p)] == [
                 (q.x, q.g) for q in s.store.iter_points(rid, p)
             ]
-    from qveil.server.admin import admin_db_for
+    from qveil.server.admin_db import admin_db_for
     from qveil.server.audit import audit_store
 
     keys = {rid: bundle.noise_paths}  # type: ignore[attr-defined]

@@ -44,7 +44,7 @@ from server_helpers import charge
 from qveil.answer import released_values
 from qveil.bundle import load_bundle
 from qveil.keyed import snap
-from qveil.server.admin import admin_db_for
+from qveil.server.admin_db import admin_db_for
 from qveil.server.audit import audit_store
 from qveil.server.store import open_store
 

@@ -12,7 +12,6 @@ must be told through AdminService (``qveil admin --target``) so that it swaps at
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -22,19 +21,16 @@ from typing import Any
 import sqlalchemy as sa
 
 from qveil.bundle import load_bundle
+from qveil.common.typing import ReleaseHeader
 from qveil.errors import (
-    BudgetExceeded,
     FailedPrecondition,
     IntegrityError,
-    InvalidArgument,
-    NotFound,
     QveilError,
     echo,
 )
-from qveil.privacy.record import Record
 from qveil.server import admin_tables as T
 from qveil.server import audit_log
-from qveil.server.admin_db import AdminDB, open_admin_db
+from qveil.server.admin_db import AdminDB, admin_db_for
 from qveil.server.closing import Closing
 from qveil.server.ledger import BudgetReport, Cap, Ledger
 from qveil.server.registry import open_registry
@@ -45,8 +41,6 @@ from qveil.server.store.export import read_export_header
 from qveil.server.store.releases import store_betas, store_params
 
 __all__ = [
-    "log_number",
-    "log_outcome",
     "AdminContext",
     "ReleaseInfo",
     "activate",
@@ -54,11 +48,9 @@ __all__ = [
     "export_release",
     "import_release",
     "open_admin",
-    "record_server_action",
     "release_bundle_path",
     "releases",
     "retire",
-    "server_action",
     "set_cap",
 ]
 
@@ -127,36 +119,13 @@ def open_admin(
     )
 
 
-def admin_db_for(store: Any, store_url: str | None = None) -> AdminDB:
-    """The admin records beside ``store`` (same database), opened once per store object."""
-    db: AdminDB | None = getattr(store, "_qveil_admin_db", None)
-    if db is not None:
-        return db
-    url = store_url or getattr(store, "url", None) or getattr(store, "_url", None)
-    if url is not None and not isinstance(url, str):  # a SQLAlchemy URL object
-        url = url.render_as_string(hide_password=False)
-    if url is None or str(url).startswith("memory:"):
-        db = open_admin_db("memory://")  # a private in-memory admin database per memory store
-    else:
-        db = open_admin_db(str(url))
-    try:
-        store._qveil_admin_db = db
-    except AttributeError:
-        pass
-    return db
-
-
 # ------------------------------------------------------------------------------- listing
 @dataclass(frozen=True)
-class ReleaseInfo(Record):
-    """A release as ``qveil admin releases`` shows it."""
+class ReleaseInfo:
+    """A release as ``qveil admin releases`` shows it: its header, when it was registered, its
+    dataset and bundle, the ledger's numbers and its logged points."""
 
-    release_id: str
-    status: str
-    sigma: float
-    beta: float
-    interval: tuple[float, float]
-    n_actions: int
+    header: ReleaseHeader
     created_at: str
     dataset_id: str | None
     bundle_path: str | None
@@ -164,7 +133,16 @@ class ReleaseInfo(Record):
     delta: float | None
     points: int
 
-    _AS_LISTS = ("interval",)
+    def to_dict(self) -> dict[str, Any]:
+        """The header's fields, then the listing's (one flat JSON object)."""
+        return self.header.to_dict() | {
+            "created_at": self.created_at,
+            "dataset_id": self.dataset_id,
+            "bundle_path": self.bundle_path,
+            "epsilon": self.epsilon,
+            "delta": self.delta,
+            "points": self.points,
+        }
 
 
 def _bundle_rows(db: AdminDB) -> dict[str, Any]:
@@ -197,12 +175,7 @@ def releases(ctx: AdminContext) -> list[ReleaseInfo]:
         e = spent.get(r.release_id)
         out.append(
             ReleaseInfo(
-                release_id=r.release_id,
-                status=str(r.status),
-                sigma=float(r.sigma),
-                beta=float(r.beta),
-                interval=(float(r.interval[0]), float(r.interval[1])),
-                n_actions=int(r.n_actions),
+                header=r.header(),
                 created_at=str(r.created_at),
                 dataset_id=None if b is None else b.dataset_id,
                 bundle_path=None if b is None else b.bundle_path,
@@ -231,55 +204,23 @@ def set_cap(ctx: AdminContext, dataset_id: str, *, epsilon: float, delta: float)
     try:
         return ctx.ledger.set_cap(dataset_id, cap_epsilon=epsilon, cap_delta=delta, actor=ctx.actor)
     except QveilError as exc:
-        log_outcome(
-            ctx,
+        audit_log.log_outcome(
+            ctx.db,
+            ctx.actor,
             "ledger.set_cap",
             dataset_id,
             exc,
-            {"cap_epsilon": log_number(epsilon), "cap_delta": log_number(delta)},
+            {
+                "cap_epsilon": audit_log.log_number(epsilon),
+                "cap_delta": audit_log.log_number(delta),
+            },
         )
         raise
 
 
 def budget(ctx: AdminContext, dataset_id: str | None = None) -> list[BudgetReport]:
     """Spent, remaining and events of one dataset (or of every dataset)."""
-    led = ctx.ledger
-    ids = [dataset_id] if dataset_id is not None else led.datasets()
-    return [led.budget(d) for d in ids]
-
-
-def log_number(v: Any) -> Any:
-    """A float for the audit log's JSON: finite as is, NaN or infinity as text."""
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return str(v)
-    return f if math.isfinite(f) else str(f)
-
-
-def log_outcome(
-    ctx: AdminContext, action: str, target: str, exc: BaseException | None, params: dict[str, Any]
-) -> None:
-    """Audit-log the outcome of an operation (refused for domain refusals, failed otherwise)."""
-    if exc is None:
-        outcome, detail = "ok", ""
-    elif isinstance(exc, BudgetExceeded | FailedPrecondition | InvalidArgument | NotFound):
-        outcome, detail = "refused", str(exc)
-    else:
-        outcome, detail = "failed", f"{type(exc).__name__}: {exc}"
-    try:
-        audit_log.append(
-            ctx.db,
-            actor=ctx.actor,
-            action=action,
-            target=target,
-            outcome=outcome,
-            params=params,
-            detail=detail[:2000],
-        )
-    except QveilError:
-        if exc is None:
-            raise
+    return ctx.ledger.budgets(dataset_id)
 
 
 @dataclass
@@ -301,9 +242,9 @@ def _audited(
     try:
         yield op
     except QveilError as exc:
-        log_outcome(ctx, action, op.target, exc, params)
+        audit_log.log_outcome(ctx.db, ctx.actor, action, op.target, exc, params)
         raise
-    log_outcome(ctx, action, op.target, None, params)
+    audit_log.log_outcome(ctx.db, ctx.actor, action, op.target, None, params)
 
 
 def activate(ctx: AdminContext, release_id: str) -> ReleaseInfo:
@@ -349,7 +290,7 @@ def activate(ctx: AdminContext, release_id: str) -> ReleaseInfo:
         for p in previous:
             ctx.store.releases.set_release_status(p, "staged")
         params["previous"] = previous
-    return next(r for r in releases(ctx) if r.release_id == release_id)
+    return next(r for r in releases(ctx) if r.header.release_id == release_id)
 
 
 def retire(ctx: AdminContext, release_id: str) -> ReleaseInfo:
@@ -363,7 +304,7 @@ def retire(ctx: AdminContext, release_id: str) -> ReleaseInfo:
                 f"release {echo(release_id)} is active; activate another release before retiring it"
             )
         ctx.store.releases.set_release_status(release_id, "retired")
-    return next(r for r in releases(ctx) if r.release_id == release_id)
+    return next(r for r in releases(ctx) if r.header.release_id == release_id)
 
 
 # ------------------------------------------------------------------------ copying logs
@@ -398,34 +339,3 @@ def import_release(ctx: AdminContext, path: str | Path) -> dict[str, Any]:
         "points": int(ctx.store.count_points(rec.release_id)),
         "store_id": ctx.store.releases.store_id,
     }
-
-
-def record_server_action(
-    db: AdminDB,
-    *,
-    actor: str,
-    action: str,
-    target: str,
-    error: BaseException | None = None,
-    params: dict[str, Any] | None = None,
-) -> None:
-    """Audit-log an operation the server performed (AdminService handlers call this)."""
-    ctx = AdminContext(store=None, db=db, actor=actor, store_url="", owns_store=False)
-    log_outcome(ctx, action, target, error, dict(params or {}, path="server"))
-
-
-@contextmanager
-def server_action(
-    store: Any, action: str, target: str, *, actor: str = "server (admin role)", **params: Any
-) -> Iterator[None]:
-    """Wrap one AdminService operation of a running server: its outcome (ok, refused with the
-    reason, failed) is appended to the admin audit log of the server's store."""
-    db = admin_db_for(store)
-    try:
-        yield
-    except Exception as exc:
-        record_server_action(
-            db, actor=actor, action=action, target=target, error=exc, params=params
-        )
-        raise
-    record_server_action(db, actor=actor, action=action, target=target, params=params)

@@ -32,7 +32,7 @@ from qveil.errors import FailedPrecondition, InvalidArgument, Unavailable
 from qveil.server import admin_tables as T
 from qveil.server.closing import Closing
 
-__all__ = ["AdminDB", "open_admin_db"]
+__all__ = ["AdminDB", "admin_db_for", "open_admin_db"]
 
 _TABLES = (T.ledger_events, T.ledger_caps, T.audit_log, T.release_bundles)
 BUSY_TIMEOUT_MS = 30_000
@@ -162,4 +162,23 @@ def open_admin_db(url: str | None, *, create: bool = False) -> AdminDB:
                 f"the store at {url!r} has no admin tables ({', '.join(missing)}); open it with "
                 "the current qveil (its migrations create them: revision 0002_ledger_audit)"
             )
+    return db
+
+
+def admin_db_for(store: Any, store_url: str | None = None) -> AdminDB:
+    """The admin records beside ``store`` (same database), opened once per store object."""
+    db: AdminDB | None = getattr(store, "_qveil_admin_db", None)
+    if db is not None:
+        return db
+    url = store_url or getattr(store, "url", None) or getattr(store, "_url", None)
+    if url is not None and not isinstance(url, str):  # a SQLAlchemy URL object
+        url = url.render_as_string(hide_password=False)
+    if url is None or str(url).startswith("memory:"):
+        db = open_admin_db("memory://")  # a private in-memory admin database per memory store
+    else:
+        db = open_admin_db(str(url))
+    try:
+        store._qveil_admin_db = db
+    except AttributeError:
+        pass
     return db

@@ -51,8 +51,7 @@ from qveil.common import typing as t
 from qveil.errors import InvalidArgument, QveilError
 from qveil.keyed import GRID_LEVELS
 from qveil.server import audit_log
-from qveil.server.admin import admin_db_for
-from qveil.server.admin_db import AdminDB
+from qveil.server.admin_db import AdminDB, admin_db_for
 from qveil.server.audit_log import utc_now
 from qveil.server.ledger import Ledger
 from qveil.stats import DEFAULT_PASS_LEVEL, normality_report, whiten
@@ -115,14 +114,9 @@ class ActionAudit:
 
 @dataclass
 class ReleaseAudit:
-    """Audit of one release: its record and every action's path."""
+    """Audit of one release: its header and every action's path."""
 
-    release_id: str
-    status: str
-    sigma: float
-    beta: float
-    interval: tuple[float, float]
-    n_actions: int
+    header: t.ReleaseHeader
     actions: list[ActionAudit] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     #: the release's bundle was given: its logged values were checked against its key
@@ -141,12 +135,13 @@ class ReleaseAudit:
         return self.integrity_ok and self.stats_ok
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self) | {
-            "interval": list(self.interval),
+        return self.header.to_dict() | {
+            "actions": [a.to_dict() for a in self.actions],
+            "problems": list(self.problems),
+            "key_checked": self.key_checked,
             "integrity_ok": self.integrity_ok,
             "stats_ok": self.stats_ok,
             "passed": self.passed,
-            "actions": [a.to_dict() for a in self.actions],
         }
 
 
@@ -180,9 +175,9 @@ class AuditReport:
         out += [f"ledger: {p}" for p in self.ledger.get("problems", [])]
         out += list(self.audit_log.get("problems", []))
         for r in self.releases:
-            out += [f"release {r.release_id}: {p}" for p in r.problems]
+            out += [f"release {r.header.release_id}: {p}" for p in r.problems]
             for a in r.actions:
-                out += [f"release {r.release_id} action {a.action}: {p}" for p in a.problems]
+                out += [f"release {r.header.release_id} action {a.action}: {p}" for p in a.problems]
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -515,14 +510,7 @@ def _audit_release(
     """One release's integrity checks against its anchors (the audit log's, and the external
     ones when given) and, with ``paths``, its key; the statistical test runs later at the
     shared level."""
-    ra = ReleaseAudit(
-        release_id=rec.release_id,
-        status=str(rec.status),
-        sigma=float(rec.sigma),
-        beta=float(rec.beta),
-        interval=(float(rec.interval[0]), float(rec.interval[1])),
-        n_actions=int(rec.n_actions),
-    )
+    ra = ReleaseAudit(header=rec.header())
     try:
         anchors = _anchors(db, rec.release_id)
     except QveilError as exc:
@@ -558,7 +546,7 @@ def _record(db: AdminDB, report: AuditReport, actor: str) -> None:
             db,
             actor=actor,
             action="audit",
-            target=r.release_id,
+            target=r.header.release_id,
             outcome="ok" if ok else "failed",
             params={"passed": ok, "actions": marks, "per_path_level": report.path_level},
             detail=""
@@ -614,7 +602,7 @@ def service_report(
             )
         )
     return t.StatisticalReport(
-        release_id=ra.release_id, passed=rep.passed, actions=tuple(out), report=rep.to_dict()
+        release_id=ra.header.release_id, passed=rep.passed, actions=tuple(out), report=rep.to_dict()
     )
 
 
@@ -644,23 +632,23 @@ def plot_paths(
     rels: Sequence[ReleaseAudit] = report.releases[:max_releases]
     if not rels:
         raise InvalidArgument("nothing to plot: the store has no releases")
-    ncols = max(r.n_actions for r in rels)
+    ncols = max(r.header.n_actions for r in rels)
     fig, axes = plt.subplots(
         len(rels), ncols, figsize=(4.2 * ncols, 3.0 * len(rels)), squeeze=False
     )
     for i, r in enumerate(rels):
-        lo, hi = r.interval
+        lo, hi = r.header.interval
         for j in range(ncols):
             ax = axes[i][j]
-            if j >= r.n_actions:
+            if j >= r.header.n_actions:
                 ax.axis("off")
                 continue
-            _, xs, gs, _ = _load_points(store, r.release_id, j)
+            _, xs, gs, _ = _load_points(store, r.header.release_id, j)
             order = np.argsort(xs)
             states = lo + xs[order] * (hi - lo)
             ax.plot(states, gs[order], lw=0.8, marker=".", ms=2, color="tab:blue")
             for s in (-2.0, 2.0):
-                ax.axhline(s * r.sigma, color="grey", ls="--", lw=0.7)
+                ax.axhline(s * r.header.sigma, color="grey", ls="--", lw=0.7)
             ax.axhline(0.0, color="grey", lw=0.5)
             aa = r.actions[j] if j < len(r.actions) else None
             verdict = "?" if aa is None else ("pass" if aa.passed else "FAIL")
@@ -669,7 +657,7 @@ def plot_paths(
                 if aa is None or not aa.tested or aa.stats is None
                 else (f", ks_p={aa.stats['ks_p']:.2g}")
             )
-            ax.set_title(f"{r.release_id[:12]} a={j} n={xs.size} {verdict}{p}", fontsize=8)
+            ax.set_title(f"{r.header.release_id[:12]} a={j} n={xs.size} {verdict}{p}", fontsize=8)
             ax.set_xlabel("state")
             ax.set_ylabel("stored noise g")
             ax.set_xlim(lo, hi)

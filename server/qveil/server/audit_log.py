@@ -16,19 +16,27 @@ from __future__ import annotations
 
 import getpass
 import json
+import math
 import re
 import socket
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
 
-from qveil.errors import InvalidArgument
+from qveil.errors import (
+    BudgetExceeded,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    QveilError,
+)
 from qveil.privacy.record import Record
 from qveil.server import admin_tables as T
-from qveil.server.admin_db import AdminDB
+from qveil.server.admin_db import AdminDB, admin_db_for
 from qveil.server.hashchain import GENESIS, canonical_json, link_hash
 
 __all__ = [
@@ -38,6 +46,10 @@ __all__ = [
     "append",
     "default_actor",
     "entries",
+    "log_number",
+    "log_outcome",
+    "record_server_action",
+    "server_action",
     "utc_now",
     "verify_audit_log",
 ]
@@ -251,3 +263,72 @@ def verify_audit_log(db: AdminDB) -> ChainReport:
             prev = r.hash
             expected = seq + 1
     return ChainReport(ok=not problems, count=n, head_hash=prev, problems=problems)
+
+
+def log_number(v: Any) -> Any:
+    """A float for the audit log's JSON: finite as is, NaN or infinity as text."""
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return str(v)
+    return f if math.isfinite(f) else str(f)
+
+
+def log_outcome(
+    db: AdminDB,
+    actor: str,
+    action: str,
+    target: str,
+    exc: BaseException | None,
+    params: dict[str, Any],
+) -> None:
+    """Audit-log the outcome of an operation (refused for domain refusals, failed otherwise)."""
+    if exc is None:
+        outcome, detail = "ok", ""
+    elif isinstance(exc, BudgetExceeded | FailedPrecondition | InvalidArgument | NotFound):
+        outcome, detail = "refused", str(exc)
+    else:
+        outcome, detail = "failed", f"{type(exc).__name__}: {exc}"
+    try:
+        append(
+            db,
+            actor=actor,
+            action=action,
+            target=target,
+            outcome=outcome,
+            params=params,
+            detail=detail[:2000],
+        )
+    except QveilError:
+        if exc is None:
+            raise
+
+
+def record_server_action(
+    db: AdminDB,
+    *,
+    actor: str,
+    action: str,
+    target: str,
+    error: BaseException | None = None,
+    params: dict[str, Any] | None = None,
+) -> None:
+    """Audit-log an operation the server performed (AdminService handlers call this)."""
+    log_outcome(db, actor, action, target, error, dict(params or {}, path="server"))
+
+
+@contextmanager
+def server_action(
+    store: Any, action: str, target: str, *, actor: str = "server (admin role)", **params: Any
+) -> Iterator[None]:
+    """Wrap one AdminService operation of a running server: its outcome (ok, refused with the
+    reason, failed) is appended to the admin audit log of the server's store."""
+    db = admin_db_for(store)
+    try:
+        yield
+    except Exception as exc:
+        record_server_action(
+            db, actor=actor, action=action, target=target, error=exc, params=params
+        )
+        raise
+    record_server_action(db, actor=actor, action=action, target=target, params=params)

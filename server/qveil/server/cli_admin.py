@@ -347,7 +347,7 @@ def _activate(ctx: Any, args: argparse.Namespace, url: str) -> None:
     _print(
         args,
         info.to_dict(),
-        f"release {info.release_id} is active (store only: "
+        f"release {info.header.release_id} is active (store only: "
         "a running server must be told with --target)",
     )
 
@@ -357,7 +357,7 @@ def _retire(ctx: Any, args: argparse.Namespace, url: str) -> None:
     from qveil.server import admin
 
     info = admin.retire(ctx, args.release_id)
-    _print(args, info.to_dict(), f"release {info.release_id} retired")
+    _print(args, info.to_dict(), f"release {info.header.release_id} retired")
 
 
 def _budget(ctx: Any, args: argparse.Namespace, url: str) -> None:

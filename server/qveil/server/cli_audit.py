@@ -71,8 +71,8 @@ def _summary(report: Any) -> str:
     ]
     for r in report.releases:
         lines.append(
-            f"release {r.release_id} [{r.status}] sigma={r.sigma:.4g} "
-            f"beta={r.beta:.4g}: {'pass' if r.passed else 'FAIL'}"
+            f"release {r.header.release_id} [{r.header.status}] sigma={r.header.sigma:.4g} "
+            f"beta={r.header.beta:.4g}: {'pass' if r.passed else 'FAIL'}"
             + (
                 "; every logged value recomputed from its key"
                 if r.key_checked
@@ -111,7 +111,7 @@ def _summary(report: Any) -> str:
 def run(args: argparse.Namespace) -> int:
     # here, not at the top: loads sqlalchemy only when this runs
     from qveil.bundle import load_bundle
-    from qveil.server.admin import admin_db_for
+    from qveil.server.admin_db import admin_db_for
 
     # here, not at the top: loads sqlalchemy only when this runs
     from qveil.server.audit import (
@@ -158,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
                 out = Path(args.export_points)
                 out.mkdir(parents=True, exist_ok=True)
                 for r in report.releases:
-                    export_release(store, r.release_id, out / f"{r.release_id}.jsonl")
+                    export_release(store, r.header.release_id, out / f"{r.header.release_id}.jsonl")
         finally:
             db.close()
     finally:

@@ -444,6 +444,11 @@ class Ledger:
         """(epsilon, delta) composed by the accountant over the dataset's events."""
         return self.budget(dataset_id).spent
 
+    def budgets(self, dataset_id: str | None = None) -> list[BudgetReport]:
+        """The budget of one dataset, or of every dataset (``None``)."""
+        ids = [dataset_id] if dataset_id is not None else self.datasets()
+        return [self.budget(d) for d in ids]
+
     def budget(self, dataset_id: str) -> BudgetReport:
         """Cap, spent, remaining and the events of one dataset."""
         _check_dataset(dataset_id)

@@ -24,7 +24,6 @@ from qveil.errors import (
 )
 from qveil.privacy.ledger import spending_line
 from qveil.server import audit_log, views
-from qveil.server.admin import AdminContext, admin_db_for, budget, server_action
 from qveil.server.population import report as population_report
 from qveil.server.state import ActiveRelease, ContextService, ServerContext
 from qveil.server.store.releases import store_betas, store_params
@@ -190,7 +189,7 @@ class ReleaseService(ContextService):
         )
 
     def activate(self, release_id: str = "", bundle_path: str = "") -> tuple[t.Release, str]:
-        with server_action(
+        with audit_log.server_action(
             self.store,
             "activate",
             release_id or bundle_path,
@@ -215,7 +214,7 @@ class ReleaseService(ContextService):
         )
 
     def retire(self, release_id: str) -> t.Release:
-        with server_action(self.store, "retire", release_id, release_id=release_id):
+        with audit_log.server_action(self.store, "retire", release_id, release_id=release_id):
             return self._retire_request(release_id)
 
     def _retire_request(self, release_id: str) -> t.Release:
@@ -282,15 +281,7 @@ class ReleaseService(ContextService):
 
     def budget(self, dataset_id: str = "") -> list[dict[str, object]]:
         """Budgets of one population (or all) in the registry's ledger."""
-        ctx = AdminContext(
-            store=self.store,
-            db=admin_db_for(self.store),
-            actor="server (admin role)",
-            store_url="",
-            owns_store=False,
-            _registry=self.registry,
-        )
-        return [b.to_dict() for b in budget(ctx, dataset_id or None)]
+        return [b.to_dict() for b in self.registry.ledger.budgets(dataset_id or None)]
 
     def admin_card(self, release_id: str = "") -> tuple[str, dict[str, Any], dict[str, Any]]:
         """(release id, public card, admin card) of the active release or of ``release_id``

@@ -42,7 +42,8 @@ from qveil.json_types import JSONObject
 from qveil.privacy.events import account_params
 from qveil.privacy.ledger import PrivacyEvent
 from qveil.server import admin_tables as T
-from qveil.server.admin import AdminContext, activate, log_number, log_outcome
+from qveil.server import audit_log
+from qveil.server.admin import AdminContext, activate
 from qveil.server.audit_log import utc_now
 from qveil.server.ledger import BudgetReport, LedgerEntry
 from qveil.server.release_records import RegistryRecords
@@ -199,9 +200,9 @@ def retrain(
             if path.exists() and (path.name.startswith(".") or "ledger_seq" not in params):
                 shutil.rmtree(path, ignore_errors=True)  # refused: leave nothing behind
         if isinstance(exc, Exception):
-            log_outcome(ctx, "retrain", dataset_id, exc, _clean(params))
+            audit_log.log_outcome(ctx.db, ctx.actor, "retrain", dataset_id, exc, _clean(params))
         raise
-    log_outcome(ctx, "retrain", dataset_id, None, _clean(params))
+    audit_log.log_outcome(ctx.db, ctx.actor, "retrain", dataset_id, None, _clean(params))
     if activate_after:
         activate(ctx, bundle.bundle_id)
     return RetrainResult(
@@ -291,7 +292,7 @@ def _record_and_register(
 
 
 def _clean(params: JSONObject) -> JSONObject:
-    return {k: (log_number(v) if isinstance(v, float) else v) for k, v in params.items()}
+    return {k: (audit_log.log_number(v) if isinstance(v, float) else v) for k, v in params.items()}
 
 
 # ------------------------------------------------------------------------------- lifecycle

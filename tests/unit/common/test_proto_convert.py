@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import subprocess
 import sys
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import grpc
@@ -34,7 +35,7 @@ def test_release_round_trip() -> None:
         reason=None,
         sigma=2.0,
         beta=0.8,
-        state_interval=(-1.0, 2.0),
+        interval=(-1.0, 2.0),
         n_actions=3,
         created_at=datetime(2026, 11, 22, 5, 0, tzinfo=UTC),
         status="active",
@@ -45,15 +46,7 @@ def test_release_round_trip() -> None:
         card={"bundle_id": "abc", "k": [1, 2]},
     )
     assert convert.release_from_proto(convert.release_to_proto(r)) == r
-    r2 = t.Release(
-        **{
-            **{f: getattr(r, f) for f in r.__slots__},  # type: ignore[attr-defined]
-            "q_bound": None,
-            "created_at": None,
-            "reason": "no",
-            "status": "retired",
-        }
-    )
+    r2 = replace(r, q_bound=None, created_at=None, reason="no", status="retired")
     assert convert.release_from_proto(convert.release_to_proto(r2)) == r2
 
 

@@ -113,11 +113,11 @@ def test_retrain_activate_rollback_retire(
                 want.event.epsilon,
                 want.event.delta,
             )
-        status = {r.release_id: r.status for r in admin.releases(ctx)}
+        status = {r.header.release_id: r.header.status for r in admin.releases(ctx)}
         assert status == {rid1: "active", rid2: "staged"}
 
         admin.activate(ctx, rid2)
-        assert {r.release_id: r.status for r in admin.releases(ctx)} == {
+        assert {r.header.release_id: r.header.status for r in admin.releases(ctx)} == {
             rid1: "staged",
             rid2: "active",
         }

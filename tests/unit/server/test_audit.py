@@ -29,7 +29,7 @@ from qveil.bundle import load_bundle
 from qveil.cli import main
 from qveil.client.sync import ValueClient
 from qveil.keyed import KeyedPaths, seeded_key, snap
-from qveil.server.admin import admin_db_for
+from qveil.server.admin_db import admin_db_for
 from qveil.server.audit import audit_store, variance_test_power
 from qveil.server.local import LocalServer
 from qveil.server.store import open_store

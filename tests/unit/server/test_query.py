@@ -332,7 +332,7 @@ def test_a_subnormal_state_is_the_grid_point_beside_it(tmp_path: Path) -> None:
     from server_helpers import make_bundle
 
     from qveil.bundle import load_bundle
-    from qveil.server.admin import admin_db_for
+    from qveil.server.admin_db import admin_db_for
     from qveil.server.answer_log import AnswerLog
     from qveil.server.audit import audit_store
     from qveil.server.services import Services

@@ -132,7 +132,18 @@ def _release_header(d: dict[str, Any], i: int) -> ReleaseRecord:
         created = datetime.fromisoformat(d["created_at"])
     except (KeyError, TypeError, ValueError) as exc:
         raise InvalidArgument(f"line {i}: bad release header: {exc}") from None
-    return ReleaseRecord(rid, fp, s, b, iv, m, st, created, len(bs) or 1, bs)
+    return ReleaseRecord(
+        release_id=rid,
+        status=st,
+        sigma=s,
+        beta=b,
+        interval=iv,
+        n_actions=m,
+        fingerprint=fp,
+        created_at=created,
+        dims=len(bs) or 1,
+        betas=bs,
+    )
 
 
 def _point_row(d: dict[str, Any], i: int, rec: ReleaseRecord) -> tuple[int, Row]:

@@ -13,12 +13,13 @@ import math
 import re
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import numpy as np
 
+from qveil.common.typing import ReleaseHeader
 from qveil.errors import InvalidArgument, NotFound, echo
 from qveil.server.store.models import RELEASE_STATUSES
 
@@ -38,25 +39,21 @@ __all__ = [
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,127}$")
 
 
-@dataclass(frozen=True)
-class ReleaseRecord:
-    """One release's noise parameters (beta on the unit interval) and status.
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReleaseRecord(ReleaseHeader):
+    """What the store keeps of a release: its header (noise parameters, beta on the unit
+    interval, status), the fingerprint of its bundle, when it was registered, and its
+    coordinates.
 
     A release with ``dims`` = d > 1 coordinates (the additive noise kernel
     sum_j exp(-beta_j |x_j - y_j|)) has, per action, d independent 1-D OU paths g_{a,j}, each
     with the full sigma and its own ``betas[j]``. The store keeps them as ``n_paths`` =
     n_actions * d paths, path index p = a * d + j (:meth:`path`); a 1-D release has d = 1, so
-    path p is action p, exactly as before. ``beta`` is then ``betas[0]`` (kept for the 1-D
-    readers) and ``interval`` the first coordinate's raw interval.
+    path p is action p. ``beta`` is then ``betas[0]`` (kept for the 1-D readers) and
+    ``interval`` the first coordinate's raw interval.
     """
 
-    release_id: str
     fingerprint: str
-    sigma: float
-    beta: float
-    interval: tuple[float, float]
-    n_actions: int
-    status: str
     created_at: datetime
     dims: int = 1
     betas: tuple[float, ...] = ()
@@ -79,11 +76,20 @@ class ReleaseRecord:
         return self.betas[int(path) % self.dims] if self.betas else self.beta
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["interval"] = list(self.interval)
-        d["created_at"] = self.created_at.isoformat()
-        d["betas"] = list(self.betas)  # [] for a 1-D release (its rate is beta)
-        return d
+        """The record as an export file's release line names it (``betas`` [] for a 1-D
+        release: its rate is ``beta``)."""
+        return {
+            "release_id": self.release_id,
+            "fingerprint": self.fingerprint,
+            "sigma": self.sigma,
+            "beta": self.beta,
+            "interval": list(self.interval),
+            "n_actions": self.n_actions,
+            "status": self.status,
+            "created_at": self.created_at.isoformat(),
+            "dims": self.dims,
+            "betas": list(self.betas),
+        }
 
 
 def validate_release_fields(
@@ -231,7 +237,18 @@ class ReleaseRegistry:
             status=status,
         )
         bs = validate_betas(betas, b)
-        rec = ReleaseRecord(rid, fp, s, b, iv, m, st, datetime.now(UTC), len(bs) or 1, bs)
+        rec = ReleaseRecord(
+            release_id=rid,
+            status=st,
+            sigma=s,
+            beta=b,
+            interval=iv,
+            n_actions=m,
+            fingerprint=fp,
+            created_at=datetime.now(UTC),
+            dims=len(bs) or 1,
+            betas=bs,
+        )
         if self._db._db_insert_release(rec):
             self._cache[rid] = rec
             return rec

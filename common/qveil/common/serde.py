@@ -1,5 +1,5 @@
 """Protobuf <-> the API's dataclasses (``qveil.common.typing``), in pairs ``*_to_proto`` /
-``*_from_proto`` (round-trip tested in tests/unit/common/test_proto_convert.py). The server
+``*_from_proto`` (round-trip tested in tests/unit/common/test_common_serde.py). The server
 builds its messages and the SDK reads them through these, so both sides agree on one mapping."""
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from qveil.server.commands.flags import call_with_flags
 # long-function: a flat list of qveil serve's flag declarations, one per option: splitting it would
 #   only scatter its one --help
 def add_parser(sub: Any) -> None:
-    # here, not at the top: importing this CLI module loads no server module but cli_common
+    # here, not at the top: importing this CLI module loads no server module but commands.flags
     from qveil.server.serving.limits import DEFAULT_MAX_STORED_POINTS
     from qveil.server.serving.quotas import DEFAULT_BURST_SECONDS, DEFAULT_STATE_RATE
 

@@ -133,7 +133,7 @@ class ReleaseInfo:
     delta: float | None
     points: int
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """The header's fields, then the listing's (one flat JSON object)."""
         return self.header.to_dict() | {
             "created_at": self.created_at,

@@ -30,6 +30,7 @@ __all__ = [
     "check_action",
     "check_status",
     "new_identity",
+    "new_record",
     "store_betas",
     "store_params",
     "validate_betas",
@@ -124,6 +125,48 @@ def validate_release_fields(
         raise InvalidArgument(f"n_actions must be an integer >= 1, got {n_actions!r}")
     check_status(status)
     return release_id, fingerprint, s, b, (lo, hi), int(n_actions), status
+
+
+def _params(r: ReleaseRecord) -> tuple[object, ...]:
+    """What two records of one release must agree on."""
+    return (r.fingerprint, r.sigma, r.beta, r.interval, r.n_actions, r.betas)
+
+
+def new_record(
+    *,
+    release_id: str,
+    fingerprint: str,
+    sigma: float,
+    beta: float,
+    interval: tuple[float, float],
+    n_actions: int,
+    status: str,
+    betas: Sequence[float] | None,
+    created_at: datetime,
+) -> ReleaseRecord:
+    """The checked record of a release (InvalidArgument on any bad field)."""
+    rid, fp, s, b, iv, m, st = validate_release_fields(
+        release_id=release_id,
+        fingerprint=fingerprint,
+        sigma=sigma,
+        beta=beta,
+        interval=interval,
+        n_actions=n_actions,
+        status=status,
+    )
+    bs = validate_betas(betas, b)
+    return ReleaseRecord(
+        release_id=rid,
+        status=st,
+        sigma=s,
+        beta=b,
+        interval=iv,
+        n_actions=m,
+        fingerprint=fp,
+        created_at=created_at,
+        dims=len(bs) or 1,
+        betas=bs,
+    )
 
 
 def validate_betas(betas: Sequence[float] | None, beta: float) -> tuple[float, ...]:
@@ -227,7 +270,7 @@ class ReleaseRegistry:
         an existing id is refused (InvalidArgument). ``betas`` (one per coordinate)
         makes a release of d = len(betas) coordinates; None (or one beta) is a 1-D release."""
         self._db._check_open()
-        rid, fp, s, b, iv, m, st = validate_release_fields(
+        rec = new_record(
             release_id=release_id,
             fingerprint=fingerprint,
             sigma=sigma,
@@ -235,34 +278,16 @@ class ReleaseRegistry:
             interval=interval,
             n_actions=n_actions,
             status=status,
-        )
-        bs = validate_betas(betas, b)
-        rec = ReleaseRecord(
-            release_id=rid,
-            status=st,
-            sigma=s,
-            beta=b,
-            interval=iv,
-            n_actions=m,
-            fingerprint=fp,
+            betas=betas,
             created_at=datetime.now(UTC),
-            dims=len(bs) or 1,
-            betas=bs,
         )
         if self._db._db_insert_release(rec):
-            self._cache[rid] = rec
+            self._cache[rec.release_id] = rec
             return rec
-        old = self.get_release(rid)
-        if (old.fingerprint, old.sigma, old.beta, old.interval, old.n_actions, old.betas) != (
-            fp,
-            s,
-            b,
-            iv,
-            m,
-            bs,
-        ):
+        old = self.get_release(rec.release_id)
+        if _params(old) != _params(rec):
             raise InvalidArgument(
-                f"release {echo(rid)} already exists with different parameters "
+                f"release {echo(rec.release_id)} already exists with different parameters "
                 f"(fingerprint {old.fingerprint!r}, sigma {old.sigma!r}, beta {old.beta!r}, "
                 f"interval {old.interval!r}, n_actions {old.n_actions}, "
                 f"betas {list(old.betas)!r})"

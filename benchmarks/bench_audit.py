@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import DOC, load_average, table, write_section  # noqa: E402
 
 from qveil.keyed import KeyedPaths, seeded_key, snap  # noqa: E402
-from qveil.server.audit import POWER_FACTOR, variance_test_power  # noqa: E402
+from qveil.server.governance.audit import POWER_FACTOR, variance_test_power  # noqa: E402
 from qveil.stats import DEFAULT_PASS_LEVEL, normality_report, whiten  # noqa: E402
 
 COMMAND = ".venv/bin/python benchmarks/bench_audit.py"
@@ -73,8 +73,8 @@ def rejection_rates(
 
 
 def audit_speed(ns: list[int]) -> list[list[object]]:
-    from qveil.server.admin import admin_db_for
-    from qveil.server.audit import audit_store
+    from qveil.server.governance.admin_db import admin_db_for
+    from qveil.server.governance.audit import audit_store
     from qveil.server.store import open_store
 
     paths = KeyedPaths(key=seeded_key(1), betas=[BETA], sigma=SIGMA, n_actions=1)

@@ -69,8 +69,8 @@ def ensure_population() -> list[str]:
     """Declare :data:`BENCH_POPULATION` (epsilon 1e9, delta 0.5: a budget that binds nothing;
     the benchmarks' releases hold no one's data) in the registry of ``QVEIL_HOME`` unless it
     is declared; returns the ``qveil train`` flags that name it."""
-    from qveil.server import population
-    from qveil.server.release_records import open_release_records
+    from qveil.server.governance import population
+    from qveil.server.governance.release_records import open_release_records
 
     if not os.environ.get("QVEIL_HOME"):
         raise RuntimeError("QVEIL_HOME is not set: call bench_home(tmp) first")
@@ -84,7 +84,7 @@ def charge(bundle: Path) -> str:
     """Charge ``bundle`` (written through the Python API) to :data:`BENCH_POPULATION` in the
     registry of ``QVEIL_HOME`` and write the registry's signed receipt into it, as ``qveil
     train`` does: what ``qveil serve`` requires before it answers. Returns the receipt line."""
-    from qveil.server.release_records import open_release_records
+    from qveil.server.governance.release_records import open_release_records
 
     ensure_population()
     with open_release_records(None, actor="benchmarks") as rec:

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/bench_store.py [--quick] [--max-n 1000000] [--no-pg]
 
 The store is the durable log of answered noise values: the server's answer-log thread
-(:mod:`qveil.server.answer_log`) hands it what was answered, off the answer path, through
+(:mod:`qveil.server.serving.answer_log`) hands it what was answered, off the answer path, through
 ``SamplePathStore.record_paths(release, paths, xs, gs)``: the states the log does not hold yet
 of every path, in one durable transaction (chained hashes, insert, check, commit). Measures,
 in one run (so ratios are comparable):

@@ -85,7 +85,8 @@ def serve_argv(
 
     The reliability suite floods the server with states from one host on purpose (crash,
     drain and fault tests), so the per-caller state budget (tested in
-    tests/unit/server/test_quotas.py and tests/integration/test_quota_backoff.py) is lifted
+    tests/unit/server/test_server_serving_quotas.py and tests/integration/test_quota_backoff.py) is
+    lifted
     unless ``extra`` sets ``--state-rate`` (or its alias ``--new-state-rate``)."""
     if "--state-rate" not in extra and "--new-state-rate" not in extra:
         extra = [*extra, "--state-rate", "1e12"]
@@ -632,8 +633,8 @@ def audit_with_key(store_url: str, bundle: Path) -> dict[str, Any]:
 
     Returns numbers for :func:`report`."""
     from qveil.bundle import load_bundle
-    from qveil.server.admin import admin_db_for
-    from qveil.server.audit import audit_store
+    from qveil.server.governance.admin_db import admin_db_for
+    from qveil.server.governance.audit import audit_store
     from qveil.server.store import open_store
 
     b = load_bundle(bundle)

@@ -1,6 +1,6 @@
 """Helpers for the server/client tests: small real bundles, real `qveil serve` subprocesses
 on 127.0.0.1 port 0 (the server writes its bound port to --port-file), an in-process grpc.aio
-server on a background event loop (qveil.server.local: still real gRPC over loopback), token
+server on a background event loop (qveil.server.serving.local: still real gRPC over loopback), token
 files and test certificates (made with `cryptography`)."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 import grpc
 import numpy as np
 
-from qveil.server.local import LocalServer
+from qveil.server.serving.local import LocalServer
 
 REPO = Path(__file__).resolve().parent.parent
 QVEIL = str(Path(sys.executable).parent / "qveil")
@@ -89,7 +89,7 @@ def charge(bundle: Path, *, population: str | None = None, home: Path | None = N
     population, declared on demand) in the registry of ``home`` (default: this test's
     ``QVEIL_HOME``) and write that registry's signed receipt into it, as ``qveil train`` does:
     what ``qveil serve`` requires. Returns the receipt line."""
-    from qveil.server.release_records import open_release_records
+    from qveil.server.governance.release_records import open_release_records
 
     name = population or TEST_POPULATION
     ensure_population(name, home=home)
@@ -208,7 +208,7 @@ def ensure_population(name: str = TEST_POPULATION, *, home: Path | None = None) 
     test's ``QVEIL_HOME``) unless it is declared; returns the flags that name it."""
     import os
 
-    from qveil.server.registry import open_registry
+    from qveil.server.governance.registry import open_registry
 
     url = None if home is None else f"sqlite:///{home / 'registry.sqlite'}"
     if home is not None:
@@ -282,7 +282,7 @@ class Tokens:
 
 
 def make_tokens(path: Path) -> Tokens:
-    from qveil.server.auth import add_token
+    from qveil.server.serving.auth import add_token
 
     return Tokens(
         path, add_token(path, "query"), add_token(path, "admin"), add_token(path, "auditor")
@@ -554,7 +554,8 @@ def wait_health(
 
 
 # ----------------------------------------------------------------------------- in-process
-#: the real grpc.aio server on a background event loop over a real store (qveil.server.local)
+#: the real grpc.aio server on a background event loop over a real store
+#: (qveil.server.serving.local)
 InProcessServer = LocalServer
 
 

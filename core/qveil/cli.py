@@ -31,53 +31,63 @@ from qveil.version import __version__
 # gives it: what ``qveil --help`` lists without importing it; tests/integration/test_cli.py
 # checks the two agree). The parser stores ``func``.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "noise": ("qveil.noise_cli", "sample an exact GP (OU) noise path and summarise it"),
+    "noise": ("qveil.commands.noise", "sample an exact GP (OU) noise path and summarise it"),
     "dataset": (
-        "qveil.dataset_cli",
+        "qveil.commands.dataset",
         "collect, inspect and convert offline datasets (npz, Parquet, CSV, Minari)",
     ),
     "privacy": (
-        "qveil.privacy.cli",
+        "qveil.commands.privacy",
         "privacy accountant: epsilon for a sigma, or sigma for an epsilon",
     ),
     "train": (
-        "qveil.trainer.cli_train",
+        "qveil.trainer.commands.train",
         "train a private release and write its bundle: fqi on an offline dataset (the "
         "default, --dataset), or Algorithm 1 online (--mode paper|gdp|output)",
     ),
-    "evaluate": ("qveil.trainer.cli_evaluate", "average return of a bundle's greedy policies"),
+    "evaluate": ("qveil.trainer.commands.evaluate", "average return of a bundle's greedy policies"),
     "inspect": (
-        "qveil.inspect_cli",
+        "qveil.commands.inspect",
         "admin: the un-noised released mean function of a bundle on a grid",
     ),
     "serve": (
-        "qveil.server.cli_serve",
+        "qveil.server.commands.serve",
         "serve a release bundle over gRPC (and the Open Inference Protocol over gRPC and REST)",
     ),
-    "query": ("qveil.client.cli", "query released values from a qveil server"),
+    "query": ("qveil.client.commands.query", "query released values from a qveil server"),
     "admin": (
-        "qveil.server.cli_admin",
+        "qveil.server.commands.admin",
         "retrain under the privacy ledger; list, activate, retire releases; budgets",
     ),
     "budget": (
-        "qveil.server.cli_budget",
+        "qveil.server.commands.budget",
         "declare a population's privacy budget, or show its spending",
     ),
-    "audit": ("qveil.server.cli_audit", "verify stored noise: integrity and statistical tests"),
-    "experiments": ("qveil.experiments.cli", "reproduce the papers' figures and checks"),
+    "audit": (
+        "qveil.server.commands.audit",
+        "verify stored noise: integrity and statistical tests",
+    ),
+    "experiments": (
+        "qveil.experiments.commands.experiments",
+        "reproduce the papers' figures and checks",
+    ),
 }
 
 
 # run function ("module.qualname") -> its keyword argument -> "module:attribute" that provides it
 WIRING: dict[str, dict[str, str]] = {
-    "qveil.privacy.cli.run": {
+    "qveil.commands.privacy.run": {
         "forecast": "qveil.trainer.forecast:forecast",
         "env_actions": "qveil.trainer.env:action_count",
     },
-    "qveil.dataset_cli.run_collect": {"collect": "qveil.trainer.cli_dataset:collect_command"},
-    "qveil.trainer.cli_train.run": {"records": "qveil.server.release_records:open_release_records"},
-    "qveil.trainer.cli_evaluate.run": {
-        "records": "qveil.server.release_records:open_release_records"
+    "qveil.commands.dataset.run_collect": {
+        "collect": "qveil.trainer.commands.collect:collect_command"
+    },
+    "qveil.trainer.commands.train.run": {
+        "records": "qveil.server.governance.release_records:open_release_records"
+    },
+    "qveil.trainer.commands.evaluate.run": {
+        "records": "qveil.server.governance.release_records:open_release_records"
     },
 }
 

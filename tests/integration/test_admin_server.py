@@ -18,8 +18,8 @@ from qveil.bundle import load_bundle
 from qveil.cli import main
 from qveil.client import PermissionDeniedError
 from qveil.client.sync import AdminClient, AuditClient, ValueClient
-from qveil.server import audit_log
-from qveil.server.admin import open_admin
+from qveil.server.governance import audit_log
+from qveil.server.governance.admin import open_admin
 from qveil.server.store import open_store
 
 

@@ -103,8 +103,12 @@ def test_the_listed_help_lines_are_the_commands_own() -> None:
     ("argv", "loaded", "not_loaded"),
     [
         (["--help"], [], ["qveil.server", "qveil.trainer", "qveil.client", "numpy", "grpc"]),
-        (["query", "--help"], ["qveil.client.cli"], ["qveil.server", "qveil.trainer", "scipy"]),
-        (["budget", "--help"], ["qveil.server.cli_budget"], ["qveil.trainer", "torch"]),
+        (
+            ["query", "--help"],
+            ["qveil.client.commands.query"],
+            ["qveil.server", "qveil.trainer", "scipy"],
+        ),
+        (["budget", "--help"], ["qveil.server.commands.budget"], ["qveil.trainer", "torch"]),
     ],
 )
 def test_a_command_loads_only_what_it_runs(

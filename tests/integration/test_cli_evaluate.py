@@ -1,4 +1,4 @@
-"""``qveil evaluate --target`` (qveil.trainer.cli_evaluate) with a token: ``--token-file``
+"""``qveil evaluate --target`` (qveil.trainer.commands.evaluate) with a token: ``--token-file``
 reads it like ``qveil query``; a missing or non-UTF-8 token file, or both --token and
 --token-file, is one line on stderr and exit 2, before anything is played. ``--private``
 never goes to a server: with ``--target`` it is one line and exit 2, before anything is

@@ -37,7 +37,7 @@ import yaml
 from reliability_helpers import ServerProc, free_port, shared_bundle
 from server_helpers import Certs, fresh_bundle, make_certs
 
-from qveil.server.auth import ROLES, add_token, load_tokens
+from qveil.server.serving.auth import ROLES, add_token, load_tokens
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"

@@ -356,7 +356,7 @@ def test_train_records_the_release_in_its_population_ledger(bundle: Path) -> Non
     names, as one Gaussian mechanism with mu = sensitivity / sigma (the charge its receipt
     is signed for), and nothing else: no store, no binding."""
     from qveil.bundle.receipt import read_receipt
-    from qveil.server.registry import open_registry
+    from qveil.server.governance.registry import open_registry
 
     card = load_bundle(bundle).card
     home = bundle.parent / "qveil-home"

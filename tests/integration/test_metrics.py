@@ -1,4 +1,4 @@
-"""The Prometheus series of a real `qveil serve` (qveil.server.metrics) against what names
+"""The Prometheus series of a real `qveil serve` (qveil.server.serving.metrics) against what names
 them: docs/operations.md's "Metrics" section (every series with its type and labels, both
 ways) and the Grafana dashboard deploy/grafana/qveil-dashboard.json (every series its queries
 use is exported, with the labels they group by). The server is driven first so that every

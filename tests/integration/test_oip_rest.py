@@ -347,11 +347,11 @@ def test_rest_socket_is_tcp_for_nodelay() -> None:
     import asyncio
     import socket
 
-    from qveil.server.auth import Authorizer
     from qveil.server.protocol.dataplane import DataPlane, new_executor
     from qveil.server.protocol.rest.server import start_rest
-    from qveil.server.services import Services
-    from qveil.server.state import ReleaseHolder
+    from qveil.server.serving.auth import Authorizer
+    from qveil.server.serving.services import Services
+    from qveil.server.serving.state import ReleaseHolder
 
     async def main() -> None:
         executor = new_executor(1)

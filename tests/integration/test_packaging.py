@@ -102,7 +102,7 @@ def test_wheel_holds_every_part_and_nothing_else(wheel: zipfile.ZipFile) -> None
         "qveil/keyed.py",
         "qveil/answer.py",
         "qveil/bundle/receipt.py",
-        "qveil/server/answer_log.py",
+        "qveil/server/serving/answer_log.py",
         "qveil/server/migrations/versions/0007_keyed_releases.py",
         "qveil/version.py",
         "qveil/py.typed",
@@ -117,7 +117,7 @@ def test_wheel_holds_every_part_and_nothing_else(wheel: zipfile.ZipFile) -> None
         "qveil/trainer/train.py",
         "qveil/client/sync.py",
         "qveil/common/serde.py",
-        "qveil/experiments/cli.py",
+        "qveil/experiments/commands/experiments.py",
     } <= names
     meta = wheel.read("qveil-0.1.0.dist-info/METADATA").decode()
     assert "License-Expression: Apache-2.0" in meta.splitlines()
@@ -155,7 +155,7 @@ def test_readme_outputs_are_git_ignored() -> None:
             "check-ignore",
             "--no-index",
             "configs/linewalk-private.toml",
-            "client/qveil/client/cli.py",
+            "client/qveil/client/commands/query.py",
         ],
         cwd=REPO,
         capture_output=True,

@@ -35,7 +35,7 @@ import pytest
 from server_helpers import ServerProcess, make_bundle, make_tokens, start_server
 
 from qveil.client import ResourceExhaustedError, RetryPolicy, ValueClient
-from qveil.server.auth import add_token
+from qveil.server.serving.auth import add_token
 
 RATE, BURST = 20.0, 20.0
 ACTIONS = 3  # make_bundle's default

@@ -196,7 +196,7 @@ def test_card_matches_bundle_and_hides_weights(env: Env) -> None:
         card["basis"],
     )
     assert (r.sigma, r.beta, r.n_actions, r.q_bound) == (env.b.sigma, env.b.beta, 3, env.b.q_bound)
-    assert r.state_interval == tuple(card["state_interval"])
+    assert r.interval == tuple(card["state_interval"])
     assert "weights_sha256" not in r.card and "network" not in r.card
     assert "key_sha256" not in r.card and "noise_key" not in r.card
 

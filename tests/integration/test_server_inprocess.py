@@ -1,4 +1,5 @@
-"""The real grpc.aio server (qveil.server.app.create_server) on a background event loop, over
+"""The real grpc.aio server (qveil.server.serving.app.create_server) on a background event loop,
+over
 loopback, with a real SQLite store as its answer log: the bad-input property test, health
 transitions, the concurrency bound, deadlines, anonymous mode, atomic activation, replicas on
 one PostgreSQL log and the log's count of what it wrote."""
@@ -210,7 +211,7 @@ def test_activation_is_atomic_under_load(bundles: tuple[Path, Path], tmp_path: P
     release: its release id names it and its values are that release's values."""
     b1, b2 = (load_bundle(b) for b in bundles)
     states = np.linspace(LO, HI, 16)
-    from qveil.server.auth import add_token
+    from qveil.server.serving.auth import add_token
 
     tokens = tmp_path / "t.toml"
     admin = add_token(tokens, "admin")

@@ -197,7 +197,8 @@ def test_integrity_audit_and_export_import(template: Path, tmp_path: Path) -> No
 
     The release's key comes from OS entropy (``qveil train`` in fqi mode takes no seed), so
     the law test runs at level 2e-7 (Bonferroni over 4 tests: a correct path fails with
-    probability < 1e-6); tests/unit/server/test_audit.py tests the law test's power."""
+    probability < 1e-6); tests/unit/server/test_server_governance_audit.py tests the law test's
+    power."""
     bundle = fresh_bundle(template, tmp_path / "bundle")
     url = f"sqlite:///{tmp_path / 's.sqlite'}"
     with InProcessServer(bundle, url) as s:
@@ -228,8 +229,8 @@ def _audit_and_export(s: InProcessServer, tmp_path: Path, bundle: object) -> Non
             assert [(q.x, q.g) for q in other.iter_points(rid, p)] == [
                 (q.x, q.g) for q in s.store.iter_points(rid, p)
             ]
-    from qveil.server.admin import admin_db_for
-    from qveil.server.audit import audit_store
+    from qveil.server.governance.admin_db import admin_db_for
+    from qveil.server.governance.audit import audit_store
 
     keys = {rid: bundle.noise_paths}  # type: ignore[attr-defined]
     report = audit_store(s.store, admin_db_for(s.store), release_id=rid, keys=keys, level=2e-7)

@@ -44,8 +44,8 @@ from server_helpers import charge
 from qveil.answer import released_values
 from qveil.bundle import load_bundle
 from qveil.keyed import snap
-from qveil.server.admin import admin_db_for
-from qveil.server.audit import audit_store
+from qveil.server.governance.admin_db import admin_db_for
+from qveil.server.governance.audit import audit_store
 from qveil.server.store import open_store
 
 TOOL = Path(__file__).resolve().parents[2] / "deploy" / "backup_sqlite.py"

@@ -49,7 +49,7 @@ from qveil.server.store import open_store
 
 pytestmark = pytest.mark.slow
 
-#: what the server logs when the answer log cannot write (qveil.server.answer_log)
+#: what the server logs when the answer log cannot write (qveil.server.serving.answer_log)
 LOG_RETRY = "answer log: could not write to the store; retrying"
 
 

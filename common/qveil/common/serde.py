@@ -1,5 +1,5 @@
 """Protobuf <-> the API's dataclasses (``qveil.common.typing``), in pairs ``*_to_proto`` /
-``*_from_proto`` (round-trip tested in tests/unit/common/test_proto_convert.py). The server
+``*_from_proto`` (round-trip tested in tests/unit/common/test_common_serde.py). The server
 builds its messages and the SDK reads them through these, so both sides agree on one mapping."""
 
 from __future__ import annotations
@@ -52,8 +52,8 @@ def release_to_proto(r: t.Release) -> release_pb2.Release:
         reason=r.reason or "",
         sigma=r.sigma,
         beta=r.beta,
-        state_low=r.state_interval[0],
-        state_high=r.state_interval[1],
+        state_low=r.interval[0],
+        state_high=r.interval[1],
         action_count=r.n_actions,
         status=STATUS_TO_PROTO[r.status],
         seeded=r.seeded,
@@ -86,7 +86,7 @@ def release_from_proto(msg: release_pb2.Release) -> t.Release:
         reason=msg.reason or None,
         sigma=msg.sigma,
         beta=msg.beta,
-        state_interval=(msg.state_low, msg.state_high),
+        interval=(msg.state_low, msg.state_high),
         n_actions=msg.action_count,
         created_at=timestamp_from_proto(msg.create_time, msg.HasField("create_time")),
         status=STATUS_FROM_PROTO.get(msg.status, ""),

@@ -19,6 +19,7 @@ __all__ = [
     "IntegrityResult",
     "NoisePoint",
     "Release",
+    "ReleaseHeader",
     "ServerStats",
     "StatisticalReport",
     "Values",
@@ -26,10 +27,41 @@ __all__ = [
 
 
 @dataclass(frozen=True, slots=True)
-class Release:
-    """The public card of a release (what ``GetRelease`` answers); no weights, no noise."""
+class ReleaseHeader:
+    """What every view of a release starts with: its id, its status, its noise parameters
+    (``sigma``; ``beta``, the first coordinate's OU rate), the first coordinate's public
+    ``interval`` and its action count. The store's record, the public card, the admin listing
+    and the audit each build on this one type."""
 
     release_id: str
+    status: str  # "staged" | "active" | "retired" ("" when no store knows the release)
+    sigma: float
+    beta: float
+    interval: tuple[float, float]
+    n_actions: int
+
+    def header(self) -> ReleaseHeader:
+        """The header alone (of a record or card that extends it)."""
+        return ReleaseHeader(
+            self.release_id, self.status, self.sigma, self.beta, self.interval, self.n_actions
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The header as JSON values, in field order (``interval`` a list)."""
+        return {
+            "release_id": self.release_id,
+            "status": self.status,
+            "sigma": self.sigma,
+            "beta": self.beta,
+            "interval": list(self.interval),
+            "n_actions": self.n_actions,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Release(ReleaseHeader):
+    """The public card of a release (what ``GetRelease`` answers); no weights, no noise."""
+
     mode: str
     epsilon: float
     delta: float
@@ -37,19 +69,14 @@ class Release:
     holds: bool
     basis: str
     reason: str | None
-    sigma: float
-    beta: float
-    state_interval: tuple[float, float]
-    n_actions: int
     created_at: datetime | None
-    status: str  # "staged" | "active" | "retired" | ""
     seeded: bool
     env_id: str
     q_bound: float | None
     value_grid: float
     card: JSONObject = field(default_factory=dict)
     #: state coordinates: 1 for a 1-D release; for d > 1, ``state_intervals`` and
-    #: ``betas`` hold one entry per coordinate (``state_interval``, ``beta``: the first one's)
+    #: ``betas`` hold one entry per coordinate (``interval``, ``beta``: the first one's)
     dims: int = 1
     state_intervals: tuple[tuple[float, float], ...] = ()
     betas: tuple[float, ...] = ()

@@ -78,7 +78,7 @@ KERNEL_CARD_KEYS = ("state_intervals", "betas", "dims", "clipping")
 #: what is public. A bare key is public with its whole value; ``key.sub`` makes only that
 #: sub-field of a mapping public. Every entry must be a purely public parameter: a function of
 #: the training configuration, the environment, the accountant, the release's random id and
-#: time, and NEVER of the trained weights (tests/unit/core/test_card_split.py trains twice
+#: time, and NEVER of the trained weights (tests/unit/core/test_bundle_card.py trains twice
 #: and perturbs weights to check). Absent keys are skipped, so a mode whose card carries more public
 #: parameters (the fqi mode: users, reward_bound, gamma, iterations, sup_sensitivity, kappa,
 #: sensitivity, ...) only has to be listed here.

@@ -12,7 +12,8 @@ skipped the ledger (the Python API, a hand-made bundle) has no receipt and is re
 receipt from a registry the server does not trust, or one that names another key or other
 weights, is refused too.
 
-Pure format and signature checks; signing is the registry's (:mod:`qveil.server.registry`).
+Pure format and signature checks; signing is the registry's
+(:mod:`qveil.server.governance.registry`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """qveil.experiments: reproductions of the seed papers' figures and checks.
 
-``qveil experiments fig1|fig2|bgp16|theory`` (:mod:`qveil.experiments.cli`). Modules:
+``qveil experiments fig1|fig2|bgp16|theory`` (:mod:`qveil.experiments.commands.experiments`).
+Modules:
 :mod:`~qveil.experiments.bgp16` and :mod:`~qveil.experiments.chain_mdp` (Balle, Gomrokchi &
 Precup 2016), :mod:`~qveil.experiments.theory` (Wang & Hegde 2019, Lemma 8, Props. 9 and 10),
 :mod:`~qveil.experiments.baselines` (DP-SGD, input perturbation, with their accountants),

@@ -194,7 +194,7 @@ def test_info_reads_the_metadata_only(tmp_path: Path) -> None:
         text=True,
         check=True,
     )
-    from qveil.dataset_cli import no_signal_note
+    from qveil.commands.dataset import no_signal_note
 
     want = ds.summary() | {"reward_signal": no_signal_note(ds.summary()) is None}
     assert json.loads(out.stdout) == json.loads(json.dumps(want))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import context
 
-from qveil.server import admin_tables
+from qveil.server.governance import admin_tables
 from qveil.server.store.models import metadata
 
 # the admin records are declared on the store's MetaData (one Alembic history): importing

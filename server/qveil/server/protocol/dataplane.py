@@ -33,12 +33,12 @@ import numpy.typing as npt
 
 from qveil.common import typing as t
 from qveil.errors import ResourceExhausted, Unavailable, error_status
-from qveil.server.auth import Authorizer
-from qveil.server.limits import per_caller_bound
-from qveil.server.logs import ACCESS, AUTH, access_line
 from qveil.server.protocol.v2_model import SERVER_NAME, InferRequest, InferResponse, OIPModel
-from qveil.server.quotas import caller_host
-from qveil.server.services import Services
+from qveil.server.serving.auth import Authorizer
+from qveil.server.serving.limits import per_caller_bound
+from qveil.server.serving.logs import ACCESS, AUTH, access_line
+from qveil.server.serving.quotas import caller_host
+from qveil.server.serving.services import Services
 from qveil.version import __version__
 
 __all__ = [

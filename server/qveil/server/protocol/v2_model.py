@@ -35,7 +35,7 @@ import numpy as np
 import numpy.typing as npt
 
 from qveil.errors import NotFound, Unavailable, bad_argument
-from qveil.server.query import QueryService
+from qveil.server.serving.query import QueryService
 
 __all__ = [
     "MODEL_NAME",

@@ -10,7 +10,7 @@
 g_{paths[k]}(xs[k][i])`` (a release of d coordinates: path a * d + j is action a's
 coordinate j; d = 1: path a), the states not logged yet of all paths in one durable
 transaction. The values themselves come from the release's key (:mod:`qveil.keyed`); the
-server logs them off the answer path (:mod:`qveil.server.answer_log`).
+server logs them off the answer path (:mod:`qveil.server.serving.answer_log`).
 """
 
 from __future__ import annotations

@@ -15,7 +15,8 @@ The store itself logs (:meth:`SamplePathStore.record_paths`) and reads the log b
 
 An answer never waits for the store: it is a pure function of the release and the state
 (:mod:`qveil.keyed`); the server hands what it answered to its answer log
-(:mod:`qveil.server.answer_log`), whose thread calls :meth:`SamplePathStore.record_paths` off
+(:mod:`qveil.server.serving.answer_log`), whose thread calls :meth:`SamplePathStore.record_paths`
+off
 the answer path. Per (release, path), the path cache holds the logged points: a
 map x -> g plus the high-water mark (largest seq seen) and the head hash. States not in the
 copy are logged by group commit (:meth:`GroupCommitter.commit`): the points of every release

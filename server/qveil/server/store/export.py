@@ -27,7 +27,8 @@ from __future__ import annotations
 import json
 import math
 import os
-from datetime import datetime
+from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,10 +37,9 @@ from qveil.server.store.base import (
     ImportedRelease,
     ReleaseRecord,
     Row,
-    validate_betas,
-    validate_release_fields,
 )
 from qveil.server.store.integrity import verify_chain
+from qveil.server.store.releases import new_record
 
 if TYPE_CHECKING:
     from qveil.server.store.base import SamplePathStore
@@ -119,7 +119,7 @@ def _num(d: dict[str, Any], k: str, line: int) -> float:
 def _release_header(d: dict[str, Any], i: int) -> ReleaseRecord:
     """The release record of an export's header line ``i``."""
     try:
-        rid, fp, s, b, iv, m, st = validate_release_fields(
+        rec = new_record(
             release_id=d["release_id"],
             fingerprint=d["fingerprint"],
             sigma=d["sigma"],
@@ -127,12 +127,13 @@ def _release_header(d: dict[str, Any], i: int) -> ReleaseRecord:
             interval=tuple(d["interval"]),
             n_actions=d["n_actions"],
             status=d["status"],
+            betas=d.get("betas"),
+            created_at=datetime.now(UTC),
         )
-        bs = validate_betas(d.get("betas"), b)
         created = datetime.fromisoformat(d["created_at"])
     except (KeyError, TypeError, ValueError) as exc:
         raise InvalidArgument(f"line {i}: bad release header: {exc}") from None
-    return ReleaseRecord(rid, fp, s, b, iv, m, st, created, len(bs) or 1, bs)
+    return replace(rec, created_at=created)
 
 
 def _point_row(d: dict[str, Any], i: int, rec: ReleaseRecord) -> tuple[int, Row]:

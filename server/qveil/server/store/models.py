@@ -1,6 +1,6 @@
 """SQLAlchemy table metadata of the sample-path store (the schema Alembic migrates to).
 
-Four tables. The admin records of :mod:`qveil.server.admin_tables` are declared on this
+Four tables. The admin records of :mod:`qveil.server.governance.admin_tables` are declared on this
 ``metadata`` too (that module imports this one, never the other way round); the migrations'
 environment imports both, so Alembic sees every table:
 

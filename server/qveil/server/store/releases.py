@@ -13,12 +13,13 @@ import math
 import re
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import numpy as np
 
+from qveil.common.typing import ReleaseHeader
 from qveil.errors import InvalidArgument, NotFound, echo
 from qveil.server.store.models import RELEASE_STATUSES
 
@@ -29,6 +30,7 @@ __all__ = [
     "check_action",
     "check_status",
     "new_identity",
+    "new_record",
     "store_betas",
     "store_params",
     "validate_betas",
@@ -38,25 +40,21 @@ __all__ = [
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,127}$")
 
 
-@dataclass(frozen=True)
-class ReleaseRecord:
-    """One release's noise parameters (beta on the unit interval) and status.
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReleaseRecord(ReleaseHeader):
+    """What the store keeps of a release: its header (noise parameters, beta on the unit
+    interval, status), the fingerprint of its bundle, when it was registered, and its
+    coordinates.
 
     A release with ``dims`` = d > 1 coordinates (the additive noise kernel
     sum_j exp(-beta_j |x_j - y_j|)) has, per action, d independent 1-D OU paths g_{a,j}, each
     with the full sigma and its own ``betas[j]``. The store keeps them as ``n_paths`` =
     n_actions * d paths, path index p = a * d + j (:meth:`path`); a 1-D release has d = 1, so
-    path p is action p, exactly as before. ``beta`` is then ``betas[0]`` (kept for the 1-D
-    readers) and ``interval`` the first coordinate's raw interval.
+    path p is action p. ``beta`` is then ``betas[0]`` (kept for the 1-D readers) and
+    ``interval`` the first coordinate's raw interval.
     """
 
-    release_id: str
     fingerprint: str
-    sigma: float
-    beta: float
-    interval: tuple[float, float]
-    n_actions: int
-    status: str
     created_at: datetime
     dims: int = 1
     betas: tuple[float, ...] = ()
@@ -79,11 +77,20 @@ class ReleaseRecord:
         return self.betas[int(path) % self.dims] if self.betas else self.beta
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["interval"] = list(self.interval)
-        d["created_at"] = self.created_at.isoformat()
-        d["betas"] = list(self.betas)  # [] for a 1-D release (its rate is beta)
-        return d
+        """The record as an export file's release line names it (``betas`` [] for a 1-D
+        release: its rate is ``beta``)."""
+        return {
+            "release_id": self.release_id,
+            "fingerprint": self.fingerprint,
+            "sigma": self.sigma,
+            "beta": self.beta,
+            "interval": list(self.interval),
+            "n_actions": self.n_actions,
+            "status": self.status,
+            "created_at": self.created_at.isoformat(),
+            "dims": self.dims,
+            "betas": list(self.betas),
+        }
 
 
 def validate_release_fields(
@@ -118,6 +125,48 @@ def validate_release_fields(
         raise InvalidArgument(f"n_actions must be an integer >= 1, got {n_actions!r}")
     check_status(status)
     return release_id, fingerprint, s, b, (lo, hi), int(n_actions), status
+
+
+def _params(r: ReleaseRecord) -> tuple[object, ...]:
+    """What two records of one release must agree on."""
+    return (r.fingerprint, r.sigma, r.beta, r.interval, r.n_actions, r.betas)
+
+
+def new_record(
+    *,
+    release_id: str,
+    fingerprint: str,
+    sigma: float,
+    beta: float,
+    interval: tuple[float, float],
+    n_actions: int,
+    status: str,
+    betas: Sequence[float] | None,
+    created_at: datetime,
+) -> ReleaseRecord:
+    """The checked record of a release (InvalidArgument on any bad field)."""
+    rid, fp, s, b, iv, m, st = validate_release_fields(
+        release_id=release_id,
+        fingerprint=fingerprint,
+        sigma=sigma,
+        beta=beta,
+        interval=interval,
+        n_actions=n_actions,
+        status=status,
+    )
+    bs = validate_betas(betas, b)
+    return ReleaseRecord(
+        release_id=rid,
+        status=st,
+        sigma=s,
+        beta=b,
+        interval=iv,
+        n_actions=m,
+        fingerprint=fp,
+        created_at=created_at,
+        dims=len(bs) or 1,
+        betas=bs,
+    )
 
 
 def validate_betas(betas: Sequence[float] | None, beta: float) -> tuple[float, ...]:
@@ -221,7 +270,7 @@ class ReleaseRegistry:
         an existing id is refused (InvalidArgument). ``betas`` (one per coordinate)
         makes a release of d = len(betas) coordinates; None (or one beta) is a 1-D release."""
         self._db._check_open()
-        rid, fp, s, b, iv, m, st = validate_release_fields(
+        rec = new_record(
             release_id=release_id,
             fingerprint=fingerprint,
             sigma=sigma,
@@ -229,23 +278,16 @@ class ReleaseRegistry:
             interval=interval,
             n_actions=n_actions,
             status=status,
+            betas=betas,
+            created_at=datetime.now(UTC),
         )
-        bs = validate_betas(betas, b)
-        rec = ReleaseRecord(rid, fp, s, b, iv, m, st, datetime.now(UTC), len(bs) or 1, bs)
         if self._db._db_insert_release(rec):
-            self._cache[rid] = rec
+            self._cache[rec.release_id] = rec
             return rec
-        old = self.get_release(rid)
-        if (old.fingerprint, old.sigma, old.beta, old.interval, old.n_actions, old.betas) != (
-            fp,
-            s,
-            b,
-            iv,
-            m,
-            bs,
-        ):
+        old = self.get_release(rec.release_id)
+        if _params(old) != _params(rec):
             raise InvalidArgument(
-                f"release {echo(rid)} already exists with different parameters "
+                f"release {echo(rec.release_id)} already exists with different parameters "
                 f"(fingerprint {old.fingerprint!r}, sigma {old.sigma!r}, beta {old.beta!r}, "
                 f"interval {old.interval!r}, n_actions {old.n_actions}, "
                 f"betas {list(old.betas)!r})"

@@ -92,16 +92,16 @@ def _to_record(row: Any) -> ReleaseRecord:
         created = created.replace(tzinfo=UTC)
     betas = tuple(float.fromhex(v) for v in json.loads(row.betas)) if row.betas else ()
     return ReleaseRecord(
-        row.release_id,
-        row.fingerprint,
-        float(row.sigma),
-        float(row.beta),
-        (float(row.interval_lo), float(row.interval_hi)),
-        int(row.n_actions),
-        row.status,
-        created,
-        int(row.dims),
-        betas,
+        release_id=row.release_id,
+        status=row.status,
+        sigma=float(row.sigma),
+        beta=float(row.beta),
+        interval=(float(row.interval_lo), float(row.interval_hi)),
+        n_actions=int(row.n_actions),
+        fingerprint=row.fingerprint,
+        created_at=created,
+        dims=int(row.dims),
+        betas=betas,
     )
 
 

@@ -1,6 +1,6 @@
 """Admin records: privacy ledger, ledger caps, admin audit log, release bundles.
 
-The tables are declared in :mod:`qveil.server.admin_tables` on the store's MetaData; this
+The tables are declared in :mod:`qveil.server.governance.admin_tables` on the store's MetaData; this
 migration creates exactly that schema (Alembic ``compare_metadata`` stays empty). All four
 tables are append-only by contract and hash-chained (see the module docstrings).
 """

@@ -1,7 +1,7 @@
 """The registry's tables: where each release's noise lives, its witnessed chain heads, and the
 single-use tokens of exports.
 
-A registry is a qveil database of its own (``qveil.server.registry``; by default
+A registry is a qveil database of its own (``qveil.server.governance.registry``; by default
 ``$QVEIL_HOME/registry.sqlite``) that holds no noise: it is kept apart from the stores so that
 a copy, clone or restored backup of a store does not carry it. Stores get the (empty) tables
 too; only the registry writes them.

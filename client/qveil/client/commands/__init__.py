@@ -1,0 +1,1 @@
+"""The client's command-line module, named after its `qveil` subcommand (query)."""

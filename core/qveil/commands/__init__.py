@@ -1,0 +1,2 @@
+"""The command-line modules of core, one per `qveil` subcommand, named after it (noise, dataset,
+inspect, privacy)."""

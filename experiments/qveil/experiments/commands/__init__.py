@@ -1,0 +1,1 @@
+"""The command-line module of `qveil experiments`."""

@@ -1,0 +1,155 @@
+"""Every product module has a unit-test file named after it, or is listed here with a reason.
+
+The rule (docs/architecture.md, "Tests"): the tests of module ``qveil.a.b`` of part P (core,
+server, trainer, client, common, experiments) are ``tests/unit/P/test_a_b.py``: the module's
+dotted name below ``qveil``, dots as underscores (unique across parts, so pytest's default
+import mode takes every file); an aspect tested apart adds ``_<aspect>``
+(``test_noise_batch.py``). Packages' ``__init__`` modules, the Alembic revisions under
+``migrations/versions/`` and the generated stubs (``proto/``) are not product modules here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PARTS = ("core", "server", "trainer", "client", "common", "experiments")
+
+_CLI = "a command-line module: run as `qveil` subprocesses by "
+_WIRE = "the transports, exercised end to end over real servers by "
+_BACKEND = "a store backend: the contract suite test_server_store_base.py runs on every backend"
+
+#: module -> why it has no unit-test file named after it (where it is tested instead)
+WITHOUT_OWN_FILE: dict[str, str] = {
+    "qveil.bundle.layout": "file names only; read and written by test_bundle_io.py",
+    "qveil.bundle.models": "the model kinds; loaded and evaluated by test_bundle_io.py",
+    "qveil.bundle.verify": "verification on load: test_bundle_io.py (tampering refused)",
+    "qveil.cli": "the composition root: tests/integration/test_cli.py",
+    "qveil.cli_parser": "how commands declare flags: tests/integration/test_cli.py",
+    "qveil.commands.dataset": _CLI + "tests/integration/test_dataset_cli.py",
+    "qveil.commands.inspect": _CLI + "tests/integration/test_kfqi_cli.py",
+    "qveil.commands.noise": _CLI + "tests/integration/test_fqi_cli.py",
+    "qveil.commands.privacy": _CLI + "tests/integration/test_privacy_cli.py",
+    "qveil.dataset_minari": "a format of the dataset interface: test_dataset.py",
+    "qveil.dataset_npz": "a format of the dataset interface: test_dataset.py",
+    "qveil.dataset_types": "types only; used by every dataset test",
+    "qveil.errors": "the error table: tests/unit/common/test_common_serde.py",
+    "qveil.fqi_config": "TOML helpers of the configs: tests/unit/trainer/test_trainer_config.py",
+    "qveil.json_types": "type aliases only",
+    "qveil.kfqi_config": "the kernel config: test_kfqi.py, test_trainer_estimators.py",
+    "qveil.kfqi_spec": "the public spec and anchors: test_kfqi.py, test_kfqi_anchors.py",
+    "qveil.ope": "the off-policy estimate: tests/unit/trainer/test_trainer_private_eval.py",
+    "qveil.pathindex": "the path index of the sampler: test_noise_batch.py",
+    "qveil.privacy.checks": "argument checks of the accountant: test_privacy_accountant.py",
+    "qveil.privacy.fqi": "the fqi accountant: test_kfqi.py, test_release_map.py",
+    "qveil.privacy.kfqi": "the kernel accountant: test_kfqi.py, test_kfqi_prior.py",
+    "qveil.privacy.ope": "the OPE accountant: test_kfqi.py, test_trainer_private_eval.py",
+    "qveil.privacy.params": "parameter sets: test_privacy_events.py",
+    "qveil.privacy.record": "the JSON round trip of records: test_privacy_events.py",
+    "qveil.release_records": "a protocol; its implementation: test_trainer_private_eval.py",
+    "qveil.training_data": "a protocol; both kinds a fit reads: test_dataset_parquet.py",
+    "qveil.version": "the version string: tests/unit/core/test_namespace.py",
+    "qveil.server.commands.admin": _CLI + "tests/integration/test_admin_server.py",
+    "qveil.server.commands.audit": _CLI + "tests/integration/test_server_e2e.py",
+    "qveil.server.commands.budget": _CLI + "tests/integration/test_cli.py",
+    "qveil.server.commands.flags": "flags to arguments: every `qveil serve` and `qveil admin` run",
+    "qveil.server.commands.serve": _CLI + "tests/integration/test_server_e2e.py",
+    "qveil.server.governance.admin_db": "the admin records' database: test_server_governance_*",
+    "qveil.server.governance.admin_tables": "tables: test_server_governance_ledger.py",
+    "qveil.server.governance.audit_log": "the admin audit log: test_server_governance_admin.py",
+    "qveil.server.governance.closing": "the `with obj:` base of resources",
+    "qveil.server.governance.hashchain": "hash chains: test_server_governance_ledger.py",
+    "qveil.server.governance.release_ledger": "a release's charge: every `qveil train` run",
+    "qveil.server.governance.release_records": "the registry's records: tests/integration/",
+    "qveil.server.governance.retrain": "qveil admin retrain: test_server_governance_admin.py",
+    "qveil.server.migrations.env": "Alembic's environment: test_server_store_migrate.py",
+    "qveil.server.migrations.noise_points": "a migration's helper: test_server_store_migrate.py",
+    "qveil.server.protocol.dataplane": _WIRE + "tests/integration/test_oip_*.py",
+    "qveil.server.protocol.grpc.bad_body": _WIRE + "tests/integration/test_server_transport.py",
+    "qveil.server.protocol.grpc.servicer": _WIRE + "tests/integration/test_server_e2e.py",
+    "qveil.server.protocol.grpc.v2_servicer": _WIRE + "tests/integration/test_oip_grpc.py",
+    "qveil.server.protocol.rest.errors": _WIRE + "tests/integration/test_oip_rest.py",
+    "qveil.server.protocol.rest.server": _WIRE + "tests/integration/test_oip_rest.py",
+    "qveil.server.protocol.rest.v2_codec": _WIRE + "tests/integration/test_oip_rest.py",
+    "qveil.server.protocol.rest.v2_endpoints": _WIRE + "tests/integration/test_oip_rest.py",
+    "qveil.server.protocol.v2_model": "the v2 model: test_server_serving_query.py",
+    "qveil.server.serving.answer_log": "the answer log: test_server_store_base_answers.py",
+    "qveil.server.serving.app": "the server factory: tests/integration/test_server_inprocess.py",
+    "qveil.server.serving.audit_service": "the audit service: test_server_governance_audit.py",
+    "qveil.server.serving.auth": "tokens and roles: tests/integration/test_oip_rest.py",
+    "qveil.server.serving.health": "health: tests/integration/test_server_inprocess.py",
+    "qveil.server.serving.limits": "limits: test_server_serving_query.py",
+    "qveil.server.serving.local": "an in-process server: test_server_governance_audit.py",
+    "qveil.server.serving.logs": "log lines: tests/integration/test_server_e2e.py",
+    "qveil.server.serving.metrics": "metrics: tests/integration/test_metrics.py",
+    "qveil.server.serving.releases": "the release service: tests/integration/test_admin_server.py",
+    "qveil.server.serving.services": "the services of one server: test_server_serving_query.py",
+    "qveil.server.serving.state": "the shared state: test_server_serving_query.py",
+    "qveil.server.serving.views": "the API's views: test_server_serving_query.py",
+    "qveil.server.store.export": "export and import: test_server_store_base.py",
+    "qveil.server.store.integrity": "hash chains of paths: test_server_store_base.py",
+    "qveil.server.store.memory": _BACKEND,
+    "qveil.server.store.models": "the store's tables: test_server_store_migrate.py",
+    "qveil.server.store.sql": _BACKEND,
+    "qveil.server.store.sql_engines": _BACKEND,
+    "qveil.trainer.collect": "simulated collection: tests/integration/test_dataset_cli.py",
+    "qveil.trainer.commands.collect": _CLI + "tests/integration/test_dataset_cli.py",
+    "qveil.trainer.commands.evaluate": _CLI + "tests/integration/test_cli_evaluate.py",
+    "qveil.trainer.commands.train": _CLI + "tests/integration/test_cli_train.py",
+    "qveil.trainer.distributed": "the fit on Dask: tests/integration/test_distributed_fit.py",
+    "qveil.trainer.network": "the MLP: test_trainer_algorithm.py",
+    "qveil.trainer.progress": "progress lines: tests/integration/test_cli_train.py",
+    "qveil.trainer.served_eval": "evaluation of a served release: test_kfqi_cli.py",
+    "qveil.trainer.train": "the bundle writer: tests/unit/core/test_bundle_io.py",
+    "qveil.client.aio": "the asyncio SDK: tests/integration/test_server_e2e.py",
+    "qveil.client.calls": "the SDK's calls: through sync and aio",
+    "qveil.client.channel": "channel and retries: tests/integration/test_quota_backoff.py",
+    "qveil.client.sync": "the SDK: tests/integration/test_admin_server.py",
+    "qveil.common.errors": "errors on the wire: test_common_serde.py",
+    "qveil.common.typing": "the API's types: test_common_serde.py",
+    "qveil.experiments._util": "helpers of the experiments: test_experiments_*.py",
+    "qveil.experiments.chain_mdp": "the chain MDP: test_experiments_chain_fqe.py",
+    "qveil.experiments.fig1": "a figure: test_experiments_commands_experiments.py",
+    "qveil.experiments.fig2": "a figure: test_experiments_commands_experiments.py",
+    "qveil.experiments.linewalk": "LineWalk runs: test_experiments_commands_experiments.py",
+    "qveil.experiments.multid": "the d > 1 runs: test_experiments_commands_experiments.py",
+    "qveil.experiments.utility": "utility measurements: test_experiments_*.py",
+}
+
+
+def product_modules() -> dict[str, str]:
+    """Dotted name -> part of every product module (no ``__init__``, no Alembic revision)."""
+    out = {}
+    for part in PARTS:
+        base = ROOT / part
+        for f in sorted((base / "qveil").rglob("*.py")):
+            rel = f.relative_to(base).with_suffix("")
+            name = ".".join(rel.parts)
+            if rel.name == "__init__" or ".migrations.versions." in name:
+                continue
+            out[name] = part
+    return out
+
+
+def named_test_file(name: str, part: str) -> Path:
+    """The unit-test file named after module ``name`` of ``part``."""
+    return (
+        ROOT / "tests" / "unit" / part / f"test_{name.removeprefix('qveil.').replace('.', '_')}.py"
+    )
+
+
+def test_every_module_has_its_test_file_or_a_reason() -> None:
+    mods = product_modules()
+    missing = [m for m, part in mods.items() if not named_test_file(m, part).exists()]
+    unlisted = sorted(set(missing) - set(WITHOUT_OWN_FILE))
+    assert not unlisted, f"no tests/unit/<part>/test_<module>.py and no reason: {unlisted}"
+    stale = sorted(m for m in WITHOUT_OWN_FILE if m not in mods or m not in missing)
+    assert not stale, f"listed without a test file, but it is gone or has one: {stale}"
+
+
+def test_the_rule_names_one_file() -> None:
+    assert (
+        named_test_file("qveil.server.serving.query", "server").name
+        == "test_server_serving_query.py"
+    )
+    assert named_test_file("qveil.privacy.fqi", "core").name == "test_privacy_fqi.py"

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from cli_helpers import qveil_main
 from config_helpers import CARTPOLE_BETAS, CARTPOLE_CONFIG, mountaincar_config
-from server_helpers import ensure_population, make_cartpole_kernel_bundle
+from server_helpers import ensure_population, fresh_bundle
 
 from qveil.bundle import (
     ADMIN_CARD_FILE,
@@ -56,10 +56,10 @@ def _write(copy: Path, card: dict) -> None:  # type: ignore[type-arg]
 
 
 @pytest.fixture(scope="module")
-def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    bundle, out = make_cartpole_kernel_bundle(tmp_path_factory.mktemp("kb"), seed=2)
+def bundle(cartpole_release: tuple[Path, str], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    template, out = cartpole_release
     assert "estimator=kernel d=4" in out and "holds=True" in out, out
-    return bundle
+    return fresh_bundle(template, tmp_path_factory.mktemp("kb") / "bundle")
 
 
 def test_card_is_recomputed_and_says_states_are_clipped(bundle: Path) -> None:

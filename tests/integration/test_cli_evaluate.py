@@ -74,7 +74,8 @@ def test_token_file_problems_are_one_line(
     good.write_text(server[1].query)
     for argv, words in [
         *((["--token-file", str(path)], words) for path, words in bad_token_files(tmp_path)),
-        (["--token-file", str(good), "--token", server[1].query], ("not both",)),
+        # "--token=T": a token (secrets.token_urlsafe) may start with "-"
+        (["--token-file", str(good), f"--token={server[1].query}"], ("not both",)),
     ]:
         assert_one_line_error(evaluate_in_process(target, *argv), "evaluate", *words)
 
@@ -99,7 +100,7 @@ def test_private_evaluation_refuses_a_server_target(
     sp, tokens = server
     missing = [str(tmp_path / n) for n in ("bundle", "held.npz", "c.toml")]
     r = qveil_main(
-        "evaluate", "--private", missing[0], "--target", sp.target, "--token", tokens.query,
+        "evaluate", "--private", missing[0], "--target", sp.target, f"--token={tokens.query}",
         "--dataset", missing[1], "--config", missing[2], "--epsilon", "1",
         "--population", "test-users",
     )  # fmt: skip

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_helpers import qveil_main
 
 from qveil.cli import main
 
@@ -57,12 +58,7 @@ def test_serve_of_a_missing_bundle_creates_nothing(tmp_path: Path) -> None:
 def test_query_refuses_flags_it_cannot_honour(argv: list[str], says: str) -> None:
     """`qveil query` refuses a non-positive --timeout and a --card with states before it
     dials anything (exit 2, one line), instead of 'Deadline Exceeded' or ignoring a flag."""
-    r = subprocess.run(
-        [sys.executable, "-m", "qveil.cli", "query", "--target", "127.0.0.1:9", *argv],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    r = qveil_main("query", "--target", "127.0.0.1:9", *argv)
     assert r.returncode == 2 and says in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
 
@@ -72,18 +68,15 @@ def test_help_texts_name_every_format_and_flag() -> None:
     --max-message-bytes and --metrics-host."""
 
     def helptext(*argv: str) -> str:
-        r = subprocess.run(
-            [sys.executable, "-m", "qveil.cli", *argv, "--help"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        # in this process, 80 columns wide as in a pipe
+        r = qveil_main(*argv, "--help", env={"COLUMNS": "80"})
         assert r.returncode == 0, r.stderr
         return " ".join(r.stdout.split())
 
-    assert "Parquet" in helptext() and ".parquet" in helptext("train")
+    top = helptext()
+    assert "Parquet" in top and ".parquet" in helptext("train")
     serve = helptext("serve")
-    assert "REST" in helptext()
+    assert "REST" in top
     for flag, words in (("--max-message-bytes", "largest request"), ("--metrics-host", "address")):
         assert re.search(re.escape(flag) + r"[^-]*" + words, serve), flag
 

@@ -2,7 +2,8 @@
 reads it like ``qveil query``; a missing or non-UTF-8 token file, or both --token and
 --token-file, is one line on stderr and exit 2, before anything is played. ``--private``
 never goes to a server: with ``--target`` it is one line and exit 2, before anything is
-read."""
+read. A token file is read by a real subprocess; the refusals run the same entry point in this
+process (cli_helpers.qveil_main)."""
 
 from __future__ import annotations
 
@@ -13,21 +14,23 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cli_helpers import assert_one_line_error, bad_token_files
+from cli_helpers import assert_one_line_error, bad_token_files, qveil_main
 from server_helpers import (
     QVEIL,
     ServerProcess,
     Tokens,
-    make_cartpole_kernel_bundle,
+    fresh_bundle,
     serving_with_tokens,
 )
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, Tokens]]:
+def server(
+    cartpole_release: tuple[Path, str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[ServerProcess, Tokens]]:
     tmp = tmp_path_factory.mktemp("evaluate-cli")
-    # a release of a real env, trained (and receipted) by `qveil train`
-    bundle, _ = make_cartpole_kernel_bundle(tmp, seed=1)
+    # a release of a real env, trained by `qveil train` (a copy receipted here)
+    bundle = fresh_bundle(cartpole_release[0], tmp / "bundle")
     with serving_with_tokens(tmp, bundle) as served:
         yield served
 
@@ -39,6 +42,11 @@ def evaluate(target: str, *argv: str) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=120,
     )
+
+
+def evaluate_in_process(target: str, *argv: str) -> subprocess.CompletedProcess[str]:
+    """:func:`evaluate` through the CLI's entry point in this process (the refusals)."""
+    return qveil_main("evaluate", "--target", target, "--episodes", "2", "--seed", "1", *argv)
 
 
 def test_token_file_is_read(server: tuple[ServerProcess, Tokens], tmp_path: Path) -> None:
@@ -66,24 +74,20 @@ def test_token_file_problems_are_one_line(
     good.write_text(server[1].query)
     for argv, words in [
         *((["--token-file", str(path)], words) for path, words in bad_token_files(tmp_path)),
-        (["--token-file", str(good), "--token", server[1].query], ("not both",)),
+        # "--token=T": a token (secrets.token_urlsafe) may start with "-"
+        (["--token-file", str(good), f"--token={server[1].query}"], ("not both",)),
     ]:
-        assert_one_line_error(evaluate(target, *argv), "evaluate", *words)
+        assert_one_line_error(evaluate_in_process(target, *argv), "evaluate", *words)
 
 
 def test_a_release_of_an_unregistered_env_is_one_line_and_exit_2(tmp_path: Path) -> None:
     """The test bundle names "LineWalk-v0", which no Gymnasium registry holds: `qveil evaluate
     --target` says so in one line (exit 2), no traceback."""
-    from server_helpers import make_bundle, running
+    from server_helpers import InProcessServer, make_bundle
 
     bundle = make_bundle(tmp_path / "b", seed=5)
-    with running(tmp_path, bundle) as srv:
-        r = subprocess.run(
-            [QVEIL, "evaluate", "--target", srv.target, "--episodes", "2"],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+    with InProcessServer(bundle, f"sqlite:///{tmp_path / 's.sqlite'}") as srv:
+        r = qveil_main("evaluate", "--target", srv.target, "--episodes", "2")
     assert r.returncode == 2, r.stderr
     assert "cannot play the release's environment" in r.stderr and "Traceback" not in r.stderr
 
@@ -95,10 +99,9 @@ def test_private_evaluation_refuses_a_server_target(
     bundle, the dataset or the config is looked at (none of them exists here)."""
     sp, tokens = server
     missing = [str(tmp_path / n) for n in ("bundle", "held.npz", "c.toml")]
-    r = subprocess.run(
-        [QVEIL, "evaluate", "--private", missing[0], "--target", sp.target, "--token",
-         tokens.query, "--dataset", missing[1], "--config", missing[2], "--epsilon", "1",
-         "--population", "test-users"],
-        capture_output=True, text=True, timeout=120,
+    r = qveil_main(
+        "evaluate", "--private", missing[0], "--target", sp.target, f"--token={tokens.query}",
+        "--dataset", missing[1], "--config", missing[2], "--epsilon", "1",
+        "--population", "test-users",
     )  # fmt: skip
     assert_one_line_error(r, "evaluate", "--target", "never sends held-out states to a server")

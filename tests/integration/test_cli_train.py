@@ -1,9 +1,11 @@
-"""`qveil train --dataset` on the files people bring, as the real CLI in a subprocess: a
+"""`qveil train --dataset` on the files people bring, through the real CLI: a
 Parquet table written by pandas (the reward range from the config, or --reward-range, which
 must agree with the file's), an npz without a reward range, rows outside the config's state
 intervals (warned, refused above the threshold unless --allow-clipping: nothing written,
 nothing charged), a coordinate-count mismatch and a CSV saved as .npz (exit 2, one line),
-and a crafted Parquet file whose row groups split a user."""
+and a crafted Parquet file whose row groups split a user. Each command path runs once as a
+real subprocess; the refusals and other variations run the same entry point in this process
+(cli_helpers.qveil_main)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from cli_helpers import assert_one_line_error
+from cli_helpers import assert_one_line_error, qveil_main
 from config_helpers import CARTPOLE_CONFIG
 from server_helpers import ensure_population
 
@@ -74,7 +76,7 @@ def test_a_pandas_parquet_file_trains(cartpole: Dataset, tmp_path: Path) -> None
     assert f"users={USERS}" in r.stdout and (tmp_path / "b1").is_dir()
     df.attrs = {"n_actions": 2, "reward_low": 0.0, "reward_high": 1.0}
     df.to_parquet(path)
-    r = qveil(*_train(path, tmp_path / "b2", "--reward-range", "0,2"))
+    r = qveil_main(*_train(path, tmp_path / "b2", "--reward-range", "0,2"))
     assert_one_line_error(r, "train", "declares the reward range [0, 1], not [0, 2]")
     assert not (tmp_path / "b2").exists()
 
@@ -87,7 +89,7 @@ def test_an_npz_without_a_reward_range(cartpole: Dataset, tmp_path: Path) -> Non
     r = qveil(*_train(path, tmp_path / "b", "--reward-range", "0,1"))
     assert r.returncode == 0, r.stderr
     assert _charges() == before + 1
-    r = qveil("dataset", "info", str(path))
+    r = qveil_main("dataset", "info", str(path))
     assert r.returncode == 0, r.stderr
     assert "reward       none declared (qveil train needs --reward-range" in r.stdout
     assert "fingerprint  (none until the reward range is declared)" in r.stdout
@@ -100,7 +102,7 @@ def test_rows_outside_the_state_intervals(cartpole: Dataset, tmp_path: Path) -> 
     path = tmp_path / "wide.parquet"
     df.to_parquet(path)
     before = _charges()
-    r = qveil(*_train(path, tmp_path / "b"))
+    r = qveil_main(*_train(path, tmp_path / "b"))
     assert_one_line_error(r, "train", "refusing: ", "outside the config's state_intervals",
                           "--allow-clipping")  # fmt: skip
     assert not (tmp_path / "b").exists() and _charges() == before
@@ -123,7 +125,7 @@ def test_a_coordinate_count_mismatch_names_both_files(cartpole: Dataset, tmp_pat
         .replace("[[-0.3, 0.3], ", "[")
         .replace("betas = [1024.0, ", "betas = [")
     )
-    r = qveil(*_train(path, tmp_path / "b", config=str(config)))
+    r = qveil_main(*_train(path, tmp_path / "b", config=str(config)))
     assert_one_line_error(r, "train", "d4.npz", "has 4 state coordinates", "three.toml",
                           "state_intervals for 3")  # fmt: skip
 
@@ -131,14 +133,14 @@ def test_a_coordinate_count_mismatch_names_both_files(cartpole: Dataset, tmp_pat
 def test_a_csv_file_named_npz(cartpole: Dataset, tmp_path: Path) -> None:
     path = tmp_path / "table.npz"
     _frame(cartpole).to_csv(path, index=False)
-    r = qveil(*_train(path, tmp_path / "b"))
+    r = qveil_main(*_train(path, tmp_path / "b"))
     assert_one_line_error(r, "train", "table.npz", "is not an .npz file", "looks like CSV",
                           "PATH.csv")  # fmt: skip
-    r = qveil("dataset", "info", str(path))
+    r = qveil_main("dataset", "info", str(path))
     assert_one_line_error(r, "dataset", "looks like CSV")
     csv = tmp_path / "table.csv"
     path.rename(csv)
-    r = qveil("dataset", "info", str(csv), "--config", CARTPOLE_CONFIG)
+    r = qveil_main("dataset", "info", str(csv), "--config", CARTPOLE_CONFIG)
     assert r.returncode == 0, r.stderr
     assert f"users        {USERS}" in r.stdout
 
@@ -163,7 +165,7 @@ def test_a_parquet_file_whose_row_groups_split_a_user(cartpole: Dataset, tmp_pat
             w.write_table(t, row_group_size=t.num_rows)
         w.add_key_value_metadata({b"qveil": f.metadata.metadata[b"qveil"]})
     before = _charges()
-    r = qveil(*_train(bad, tmp_path / "b"))
+    r = qveil_main(*_train(bad, tmp_path / "b"))
     assert_one_line_error(r, "train", "row group 1, row 0",
                           f"user {shared} also has rows in row group 0")  # fmt: skip
     assert not (tmp_path / "b").exists() and _charges() == before

@@ -1,7 +1,8 @@
-"""The fqi mode end to end through the CLI, as real subprocesses: collect a dataset, plan,
+"""The fqi mode end to end through the CLI: collect a dataset, plan,
 train (the release's noise key and the registry's signed receipt written with it), inspect,
 serve on SQLite, query, and the refusals (noise above the value scale, a tampered card,
-flags that do not belong to fqi)."""
+flags that do not belong to fqi). The fixtures' collect and train, inspect and evaluate run
+as real subprocesses; the variations run the same entry point in this process."""
 
 from __future__ import annotations
 
@@ -14,7 +15,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from server_helpers import QVEIL, ensure_population, fresh_bundle, start_server
+from cli_helpers import qveil_main
+from server_helpers import (
+    QVEIL,
+    InProcessServer,
+    ensure_population,
+    fresh_bundle,
+    start_server,
+)
 
 from qveil.answer import DEFAULT_VALUE_GRID, released_values
 from qveil.bundle import ADMIN_CARD_FILE, CARD_FILE, KEY_FILE, RECEIPT_FILE, load_bundle
@@ -35,6 +43,12 @@ def qveil(
     return subprocess.run(
         [QVEIL, *argv], capture_output=True, text=True, timeout=180, cwd=cwd, env=env
     )
+
+
+def cli(*argv: str, home: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """The same command through the CLI's entry point in this process (the variations of the
+    commands the fixtures and first tests run as real subprocesses)."""
+    return qveil_main(*argv, env=None if home is None else {"QVEIL_HOME": str(home)})
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +114,7 @@ def test_card_holds_and_matches_the_plan(bundle: Path, dataset: Path) -> None:
         "delta_total",
     ):
         assert key in card, key
-    r = qveil(
+    r = cli(
         "privacy",
         "--mode",
         "fqi",
@@ -131,7 +145,7 @@ def test_inspect_prints_the_unnoised_mean(bundle: Path) -> None:
     assert np.allclose(mean, load_bundle(bundle).q_values(np.linspace(0, 1, 11)))
     # LineWalk: right is better on the left half, left on the right half
     assert mean[1, 1] > mean[1, 0] and mean[9, 0] > mean[9, 1]
-    bad = qveil("inspect", "--bundle", str(bundle), "--grid", "1")
+    bad = cli("inspect", "--bundle", str(bundle), "--grid", "1")
     assert bad.returncode == 2 and "--grid" in bad.stderr
 
 
@@ -161,7 +175,7 @@ def test_served_fqi_release_answers_the_release_s_own_values(
     finally:
         assert sp.terminate() == 0
     other = fresh_bundle(bundle, tmp_path / "copy2" / "bundle")
-    sp = start_server(tmp_path, other, store=f"sqlite:///{tmp_path / 'other.sqlite'}")
+    sp = InProcessServer(other, f"sqlite:///{tmp_path / 'other.sqlite'}")  # the same server code
     try:
         with ValueClient(sp.target, timeout=30) as c:
             assert np.array_equal(first, c.values(states))
@@ -182,7 +196,7 @@ def test_served_fqi_release_answers_the_release_s_own_values(
         assert set(scores) == {"served release", "random", "non-private FQI"}
         assert scores["served release"] > scores["random"] + 3
     finally:
-        assert sp.terminate() == 0
+        sp.close()
     # the values are the snapped mean plus the key's noise, within half a value-grid step;
     # the noise is there (a path within 1e-3 sigma of 0 on all of [0, 1] has no real chance)
     idx, xs = snap(units)
@@ -221,7 +235,7 @@ def test_train_writes_the_release_key_and_its_receipt(
         b.card["key_sha256"], b.card["weights_sha256"], b.card["card_sha256"],
     )  # fmt: skip
     home = bundle.parent / "qveil-home"
-    r = qveil("budget", "registry-key", home=home)
+    r = cli("budget", "registry-key", home=home)
     assert r.returncode == 0, r.stderr
     assert rec.public_key == r.stdout.strip()
     check_receipt(bundle, release_id=b.bundle_id, key_sha256=rec.key_sha256,
@@ -230,7 +244,7 @@ def test_train_writes_the_release_key_and_its_receipt(
     assert not [p for p in (*bundle.parent.rglob("*"), *home.rglob("*")) if "store" in p.name]
     # the same data trained again (this test's registry): same weights, another key
     again = tmp_path / "again"
-    r = qveil(*_train_argv(dataset, "1", str(again)))
+    r = cli(*_train_argv(dataset, "1", str(again)))
     assert r.returncode == 0, r.stderr
     a = load_bundle(again)
     assert a.card["weights_sha256"] == b.card["weights_sha256"]
@@ -246,17 +260,17 @@ def test_too_much_noise_is_refused_unless_forced(dataset: Path, tmp_path: Path) 
     warning."""
     out = tmp_path / "b"
     args = _train_argv(dataset, "0.01", str(out))
-    r = qveil(*args)
+    r = cli(*args)
     assert r.returncode == 2 and "WORSE THAN A RANDOM POLICY" in r.stderr
     assert "--force" in r.stderr and not out.exists()
-    r = qveil(*args, "--force")
+    r = cli(*args, "--force")
     assert r.returncode == 0, r.stderr
     assert "WARNING" in r.stderr and "WORSE THAN A RANDOM POLICY" in r.stderr
     assert load_bundle(out).card["noise_to_value"] > 1.0
 
 
 def test_a_warning_between_half_and_one(dataset: Path, tmp_path: Path) -> None:
-    r = qveil(
+    r = cli(
         *_train_argv(dataset, "0.03", str(tmp_path / "b")),
     )
     card = load_bundle(tmp_path / "b").card
@@ -299,7 +313,7 @@ def test_bad_fqi_flags(dataset: Path, tmp_path: Path, extra: list[str], needle: 
     base = ["train", "--dataset", str(dataset), "--out", str(out), *ensure_population()]
     if "--epsilon" not in extra:
         base += ["--epsilon", "1"]
-    r = qveil(*base, *extra)
+    r = cli(*base, *extra)
     assert r.returncode == 2 and needle in r.stderr, r.stderr
     assert not out.exists()
 
@@ -313,7 +327,7 @@ def test_reward_relation_needs_a_dataset_that_declares_population_averages(
     out = tmp_path / "refused" / "bundle"
     argv = ["train", "--mode", "fqi", "--config", CONFIG, "--epsilon", "1", "--delta", "1e-5"]
     argv += ensure_population()
-    r = qveil(*argv, "--dataset", str(dataset), "--neighbour", "reward", "--out", str(out))
+    r = cli(*argv, "--dataset", str(dataset), "--neighbour", "reward", "--out", str(out))
     assert r.returncode == 2, r.stdout + r.stderr
     assert "the reward neighbour relation assumes each sample's reward is already the mean" in (
         r.stderr
@@ -322,13 +336,13 @@ def test_reward_relation_needs_a_dataset_that_declares_population_averages(
     assert "--rewards-are-population-averages" in r.stderr and "Traceback" not in r.stderr
     assert not out.parent.exists()  # no bundle, no store, no ledger
     declared = tmp_path / "declared.npz"
-    r = qveil(
+    r = cli(
         "dataset", "collect", "--env", "qveil/LineWalk-v0", "--users", "300", "--seed", "3",
         "--out", str(declared), "--no-progress", "--rewards-are-population-averages",
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     out = tmp_path / "accepted" / "bundle"
-    r = qveil(*argv, "--dataset", str(declared), "--neighbour", "reward", "--out", str(out))
+    r = cli(*argv, "--dataset", str(declared), "--neighbour", "reward", "--out", str(out))
     assert r.returncode == 0, r.stderr
     card = load_bundle(out).card
     assert card["neighbour"] == "reward" and card["holds"] is True
@@ -336,9 +350,9 @@ def test_reward_relation_needs_a_dataset_that_declares_population_averages(
 
 
 def test_missing_dataset_is_a_clear_error(tmp_path: Path) -> None:
-    r = qveil("train", "--mode", "fqi", "--epsilon", "1", "--out", str(tmp_path / "b"))
+    r = cli("train", "--mode", "fqi", "--epsilon", "1", "--out", str(tmp_path / "b"))
     assert r.returncode == 2 and "--dataset" in r.stderr
-    r = qveil(
+    r = cli(
         "train",
         *ensure_population(),
         "--dataset",
@@ -360,7 +374,7 @@ def test_train_records_the_release_in_its_population_ledger(bundle: Path) -> Non
 
     card = load_bundle(bundle).card
     home = bundle.parent / "qveil-home"
-    r = qveil("budget", "show", "test-users", "--json", home=home)
+    r = cli("budget", "show", "test-users", "--json", home=home)
     assert r.returncode == 0, r.stderr
     rep = json.loads(r.stdout)
     [ev] = rep["events"]

@@ -2,7 +2,8 @@
 subprocesses: collect CartPole-v1 users, train with configs/cartpole-private.toml, load and
 verify the additive bundle, inspect it; tampering (betas, lam, the model's betas) is
 refused on load; a 1-D server path (``Bundle.interval``/``beta``) refuses it loudly rather
-than serving 1-D noise."""
+than serving 1-D noise. The variations of a command (refusals, repeats, the data each test
+collects) run its same entry point in this process (cli_helpers.qveil_main)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_helpers import qveil_main
 from config_helpers import CARTPOLE_BETAS, CARTPOLE_CONFIG, mountaincar_config
-from server_helpers import ensure_population, make_cartpole_kernel_bundle
+from server_helpers import ensure_population, fresh_bundle
 
 from qveil.bundle import (
     ADMIN_CARD_FILE,
@@ -54,10 +56,10 @@ def _write(copy: Path, card: dict) -> None:  # type: ignore[type-arg]
 
 
 @pytest.fixture(scope="module")
-def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    bundle, out = make_cartpole_kernel_bundle(tmp_path_factory.mktemp("kb"), seed=2)
+def bundle(cartpole_release: tuple[Path, str], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    template, out = cartpole_release
     assert "estimator=kernel d=4" in out and "holds=True" in out, out
-    return bundle
+    return fresh_bundle(template, tmp_path_factory.mktemp("kb") / "bundle")
 
 
 def test_card_is_recomputed_and_says_states_are_clipped(bundle: Path) -> None:
@@ -139,7 +141,7 @@ def test_wrong_number_of_intervals_is_a_clear_error(tmp_path: Path) -> None:
     cfg.write_text(
         Path(CONFIG).read_text().replace("state_intervals = [[-0.3, 0.3], ", "state_intervals = [")
     )
-    r = qveil(
+    r = qveil_main(
         "dataset",
         "collect",
         "--env",
@@ -155,7 +157,7 @@ def test_wrong_number_of_intervals_is_a_clear_error(tmp_path: Path) -> None:
         "--no-progress",
     )
     assert r.returncode == 0, r.stderr
-    r = qveil(
+    r = qveil_main(
         "train",
         *ensure_population(),
         "--mode",
@@ -187,7 +189,7 @@ def test_privacy_plan_of_a_kernel_config_before_any_data() -> None:
         load_fqi_config(CONFIG), users=100_000, actions=2, dims=4, reward_range=(0.0, 1.0)
     )
     assert f"{want.sigma:.6g}" in r.stdout and "kernel, d = 4" in r.stdout
-    r = qveil(*plan, "--users", "100", "--beta", "3")
+    r = qveil_main(*plan, "--users", "100", "--beta", "3")
     assert r.returncode == 2 and "1 betas for 4 coordinates" in r.stderr, r.stderr
 
 
@@ -198,12 +200,12 @@ def test_a_three_action_config_plans_the_sigma_its_release_gets(tmp_path: Path) 
     is refused before the fit, and one that names neither actions nor env_id is refused by
     the plan. The config's default_value is the pessimistic end of its Q range [-100, 0]."""
     data = tmp_path / "mc.npz"
-    r = qveil("dataset", "collect", "--env", "MountainCar-v0", "--users", "20", "--seed", "1",
-              "--reward-range=-1,0", "--out", str(data), "--no-progress")  # fmt: skip
+    r = qveil_main("dataset", "collect", "--env", "MountainCar-v0", "--users", "20", "--seed",
+                   "1", "--reward-range=-1,0", "--out", str(data), "--no-progress")  # fmt: skip
     assert r.returncode == 0, r.stderr
     plan = ("privacy", "--mode", "fqi", "--users", "20", "--epsilon", "1", "--delta", "1e-5")
     env_cfg = mountaincar_config(tmp_path)
-    r = qveil(*plan, "--config", str(env_cfg), "--json")
+    r = qveil_main(*plan, "--config", str(env_cfg), "--json")
     assert r.returncode == 0, r.stderr
     sigma = json.loads(r.stdout)["sigma"]
     out = tmp_path / "rel" / "bundle"
@@ -215,19 +217,19 @@ def test_a_three_action_config_plans_the_sigma_its_release_gets(tmp_path: Path) 
     assert card["sigma"] == sigma and card["privacy_params"]["actions"] == 3
     assert card["hyperparameters"]["default_value"] == -100.0
     keyed = mountaincar_config(tmp_path, "keyed", env_id="", actions="3")  # no env: the key says 3
-    r = qveil(*plan, "--config", str(keyed), "--json")
+    r = qveil_main(*plan, "--config", str(keyed), "--json")
     assert r.returncode == 0 and json.loads(r.stdout)["sigma"] == sigma, r.stderr
     two = mountaincar_config(tmp_path, "two", actions="2")
-    r = qveil("train", "--mode", "fqi", "--dataset", str(data), "--config", str(two),
-              "--epsilon", "1", "--out", str(tmp_path / "b2"), "--force",
-              *ensure_population())  # fmt: skip
+    r = qveil_main("train", "--mode", "fqi", "--dataset", str(data), "--config", str(two),
+                   "--epsilon", "1", "--out", str(tmp_path / "b2"), "--force",
+                   *ensure_population())  # fmt: skip
     assert r.returncode == 2 and "actions = 2" in r.stderr and "3 actions" in r.stderr, r.stderr
     assert not (tmp_path / "b2").exists()
     bare = mountaincar_config(tmp_path, "bare", env_id="")
-    r = qveil(*plan, "--config", str(bare))
+    r = qveil_main(*plan, "--config", str(bare))
     assert r.returncode == 2 and "neither actions nor an env_id" in r.stderr, r.stderr
     unknown = mountaincar_config(tmp_path, "unknown", env_id='"Nope-v9"')
-    r = qveil(*plan, "--config", str(unknown))
+    r = qveil_main(*plan, "--config", str(unknown))
     assert r.returncode == 2 and "Nope-v9" in r.stderr and "set actions = M" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
 
@@ -268,9 +270,9 @@ def test_a_public_prior_built_by_the_cli_and_trained_with(tmp_path: Path) -> Non
     refused (exit 2, nothing written)."""
     public, private = tmp_path / "public.npz", tmp_path / "private.npz"
     for seed, path in ((7, public), (1, private)):
-        r = qveil("dataset", "collect", "--env", "MountainCar-v0", "--users", "10",
-                  "--seed", str(seed), "--reward-range=-1,0", "--out", str(path),
-                  "--no-progress")  # fmt: skip
+        r = qveil_main("dataset", "collect", "--env", "MountainCar-v0", "--users", "10",
+                       "--seed", str(seed), "--reward-range=-1,0", "--out", str(path),
+                       "--no-progress")  # fmt: skip
         assert r.returncode == 0, r.stderr
     cfg = mountaincar_config(tmp_path)
     (tmp_path / "priors").mkdir()
@@ -302,22 +304,22 @@ def test_a_public_prior_built_by_the_cli_and_trained_with(tmp_path: Path) -> Non
                         actions=3, dims=2, reward_range=(-1.0, 0.0))  # fmt: skip
     assert plain.sigma == b.card["sigma"]
     # the plan before any data names the prior as the card does
-    r = qveil("privacy", "--mode", "fqi", "--config", str(with_prior), "--users", "10",
-              "--epsilon", "1", "--delta", "1e-5", "--json")  # fmt: skip
+    r = qveil_main("privacy", "--mode", "fqi", "--config", str(with_prior), "--users", "10",
+                   "--epsilon", "1", "--delta", "1e-5", "--json")  # fmt: skip
     assert r.returncode == 0, r.stderr
     planned = json.loads(r.stdout)
     assert planned["sigma"] == b.card["sigma"] and planned["basis"] == b.card["basis"]
     # a prior of another anchor layout; release flags with --write-prior; no output at all
     other = mountaincar_config(tmp_path / "cfg", "other", prior='"../priors/mc.npz"',
                                anchor_points="4")  # fmt: skip
-    r = qveil(*train, "--config", str(other), "--out", str(tmp_path / "b2"))
+    r = qveil_main(*train, "--config", str(other), "--out", str(tmp_path / "b2"))
     assert r.returncode == 2 and "25 anchors" in r.stderr, r.stderr
     assert not (tmp_path / "b2").exists()
-    r = qveil("train", "--mode", "fqi", "--config", str(cfg), "--dataset", str(public),
-              "--write-prior", str(tmp_path / "p2.npz"), "--epsilon", "1")  # fmt: skip
+    r = qveil_main("train", "--mode", "fqi", "--config", str(cfg), "--dataset", str(public),
+                   "--write-prior", str(tmp_path / "p2.npz"), "--epsilon", "1")  # fmt: skip
     assert r.returncode == 2 and "--epsilon has no use with --write-prior" in r.stderr
     assert not (tmp_path / "p2.npz").exists()
-    r = qveil("train", "--mode", "fqi", "--config", str(cfg), "--dataset", str(public))
+    r = qveil_main("train", "--mode", "fqi", "--config", str(cfg), "--dataset", str(public))
     assert r.returncode == 2 and "--write-prior" in r.stderr, r.stderr
 
 
@@ -333,9 +335,9 @@ def test_public_visitation_anchors_written_by_the_cli_and_trained_with(tmp_path:
     nothing written)."""
     public, private, other = (tmp_path / f"{n}.npz" for n in ("public", "private", "other"))
     for seed, path in ((7, public), (1, private), (2, other)):
-        r = qveil("dataset", "collect", "--env", "MountainCar-v0", "--users", "10",
-                  "--seed", str(seed), "--reward-range=-1,0", "--out", str(path),
-                  "--no-progress")  # fmt: skip
+        r = qveil_main("dataset", "collect", "--env", "MountainCar-v0", "--users", "10",
+                       "--seed", str(seed), "--reward-range=-1,0", "--out", str(path),
+                       "--no-progress")  # fmt: skip
         assert r.returncode == 0, r.stderr
     (tmp_path / "cfg").mkdir()
     (tmp_path / "anchors").mkdir()
@@ -343,9 +345,9 @@ def test_public_visitation_anchors_written_by_the_cli_and_trained_with(tmp_path:
               "neighbours": "4"}  # fmt: skip
     cfg = mountaincar_config(tmp_path / "cfg", **layout)
     written = []
-    for name in ("mc.npz", "again.npz"):
-        r = qveil("train", "--mode", "fqi", "--config", str(cfg), "--dataset", str(public),
-                  "--write-anchors", str(tmp_path / "anchors" / name))  # fmt: skip
+    for run, name in ((qveil, "mc.npz"), (qveil_main, "again.npz")):
+        r = run("train", "--mode", "fqi", "--config", str(cfg), "--dataset", str(public),
+                "--write-anchors", str(tmp_path / "anchors" / name))  # fmt: skip
         assert r.returncode == 0, r.stderr
         assert "12 points in 2 coordinates" in r.stdout, r.stdout
         written.append(r.stdout.split("sha256 ")[-1].strip())
@@ -355,9 +357,9 @@ def test_public_visitation_anchors_written_by_the_cli_and_trained_with(tmp_path:
     train = ("train", "--mode", "fqi", "--epsilon", "1", "--delta", "1e-5", "--force",
              *ensure_population())  # fmt: skip
     cards = []
-    for i, data in enumerate((private, other)):
+    for i, (run, data) in enumerate(((qveil, private), (qveil_main, other))):
         out = tmp_path / "rel" / f"b{i}"
-        r = qveil(*train, "--dataset", str(data), "--config", str(cfg), "--out", str(out))
+        r = run(*train, "--dataset", str(data), "--config", str(cfg), "--out", str(out))
         assert r.returncode == 0, r.stderr
         cards.append(load_bundle(out))
     for b in cards:
@@ -380,15 +382,15 @@ def test_public_visitation_anchors_written_by_the_cli_and_trained_with(tmp_path:
     # anchors of another box; a missing file; release flags with --write-anchors
     moved = mountaincar_config(tmp_path / "cfg", "moved", **layout,
                                state_intervals="[[-1.2, 0.5], [-0.07, 0.07]]")  # fmt: skip
-    r = qveil(*train, "--dataset", str(private), "--config", str(moved), "--out",
-              str(tmp_path / "b2"))  # fmt: skip
+    r = qveil_main(*train, "--dataset", str(private), "--config", str(moved), "--out",
+                   str(tmp_path / "b2"))  # fmt: skip
     assert r.returncode == 2 and "state intervals" in r.stderr, r.stderr
     gone = mountaincar_config(tmp_path / "cfg", "gone", **{**layout, "anchor_file": '"no.npz"'})
-    r = qveil(*train, "--dataset", str(private), "--config", str(gone), "--out",
-              str(tmp_path / "b3"))  # fmt: skip
+    r = qveil_main(*train, "--dataset", str(private), "--config", str(gone), "--out",
+                   str(tmp_path / "b3"))  # fmt: skip
     assert r.returncode == 2 and "does not exist" in r.stderr, r.stderr
-    r = qveil("train", "--mode", "fqi", "--config", str(cfg), "--dataset", str(public),
-              "--write-anchors", str(tmp_path / "a2.npz"), "--epsilon", "1")  # fmt: skip
+    r = qveil_main("train", "--mode", "fqi", "--config", str(cfg), "--dataset", str(public),
+                   "--write-anchors", str(tmp_path / "a2.npz"), "--epsilon", "1")  # fmt: skip
     assert r.returncode == 2 and "--epsilon has no use with --write-anchors" in r.stderr
     assert not any((tmp_path / p).exists() for p in ("b2", "b3", "a2.npz"))
     assert "Traceback" not in r.stderr

@@ -19,6 +19,7 @@ from typing import Any
 import grpc
 import numpy as np
 import pytest
+from cli_helpers import qveil_main
 from server_helpers import (
     QVEIL,
     ServerProcess,
@@ -380,12 +381,7 @@ def test_cli_query(env: Env, tmp_path: Path) -> None:
     out = json.loads(r.stdout)
     with ValueClient(env.target, token=env.tokens.query) as c:
         np.testing.assert_array_equal(np.array(out["values"]), c.values([0.3, 1.5]))
-    r = subprocess.run(
-        [QVEIL, "query", "--target", env.target, "--state", "9,x", "--token-file", str(tf)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    r = qveil_main("query", "--target", env.target, "--state", "9,x", "--token-file", str(tf))
     assert r.returncode == 2 and "is not a number" in r.stderr
     r = subprocess.run(
         [QVEIL, "query", "--target", env.target, "--card", "--token-file", str(tf)],

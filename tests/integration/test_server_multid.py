@@ -27,7 +27,6 @@ from server_helpers import (
     InProcessServer,
     fresh_bundle,
     make_bundle,
-    make_cartpole_kernel_bundle,
     qveil,
 )
 
@@ -42,10 +41,10 @@ D, M = 4, 2
 
 
 @pytest.fixture(scope="module")
-def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def template(cartpole_release: tuple[Path, str]) -> Path:
     """A CartPole kernel bundle, never served itself (each test serves a copy charged in its
     own registry)."""
-    return make_cartpole_kernel_bundle(tmp_path_factory.mktemp("kb"), seed=1)[0]
+    return cartpole_release[0]
 
 
 @pytest.fixture

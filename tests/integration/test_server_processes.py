@@ -27,7 +27,8 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
-from server_helpers import QVEIL, ServerProcess, make_bundle, start_server
+from cli_helpers import qveil_main
+from server_helpers import QVEIL, InProcessServer, ServerProcess, make_bundle, start_server
 
 from qveil.v1 import value_service_pb2 as pb
 from qveil.v1 import value_service_pb2_grpc as pb_grpc
@@ -189,12 +190,11 @@ def _serve_both(
 
 
 def _audit(url: str, bundle: Path) -> None:
-    """``qveil audit --bundle``: every logged value of the release recomputed from its key."""
+    """``qveil audit --bundle`` (its entry point in this process): every logged value of the
+    release recomputed from its key."""
     import json
 
-    from server_helpers import qveil
-
-    r = qveil("audit", "--store", url, "--bundle", str(bundle), "--json", "--no-record")
+    r = qveil_main("audit", "--store", url, "--bundle", str(bundle), "--json", "--no-record")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr
     (rel,) = json.loads(r.stdout)["releases"]
     assert rel["key_checked"] and rel["integrity_ok"], rel
@@ -212,11 +212,8 @@ def test_a_cp_a_copy_of_bundle_store_and_registry_answers_identically(
     store = orig / "data" / "store.sqlite"
     store.parent.mkdir()
     url = f"sqlite:///{store}"
-    sp = start_server(orig, bundle, store=url)
-    try:
-        _values(sp.target, ASK_FIRST[:10])  # the original's log is not empty when copied
-    finally:
-        assert sp.terminate() == 0, sp.output()
+    with InProcessServer(bundle, url) as srv:
+        _values(srv.target, ASK_FIRST[:10])  # the original's log is not empty when copied
     copy = tmp_path / "copy"
     copy.mkdir()
     for src, dst in ((bundle, "bundle"), (store.parent, "data"), (Path(qveil_home), "home")):
@@ -240,11 +237,8 @@ def test_a_byte_copy_of_the_sqlite_store_serves_beside_the_original(tmp_path: Pa
 
     bundle = make_bundle(tmp_path / "bundle", seed=32)
     url = f"sqlite:///{tmp_path / 'store.sqlite'}"
-    sp = start_server(tmp_path, bundle, store=url)
-    try:
-        _values(sp.target, ASK_FIRST[:10])
-    finally:
-        assert sp.terminate() == 0, sp.output()
+    with InProcessServer(bundle, url) as srv:  # the original logs answers before the copy
+        _values(srv.target, ASK_FIRST[:10])
     for f in tmp_path.glob("store.sqlite*"):
         shutil.copyfile(f, tmp_path / f.name.replace("store", "copy", 1))
     copy_url = f"sqlite:///{tmp_path / 'copy.sqlite'}"
@@ -262,8 +256,6 @@ def test_export_while_serving_then_import_and_serve_beside_it(tmp_path: Path) ->
     `init-store` and `import-release` into a second store, served by a second server beside
     the first (which went on answering all along): the same bits for every state, and both
     logs pass the audit with the key."""
-    from server_helpers import qveil
-
     from qveil.bundle import load_bundle
 
     bundle = make_bundle(tmp_path / "bundle", seed=36)
@@ -278,7 +270,7 @@ def test_export_while_serving_then_import_and_serve_beside_it(tmp_path: Path) ->
             ("admin", "init-store", "--store", other),
             ("admin", "import-release", str(tmp_path / "log.jsonl"), "--store", other),
         ):
-            r = qveil(*argv, cwd=tmp_path)
+            r = qveil_main(*argv, cwd=tmp_path)
             assert r.returncode == 0, (argv, r.stderr)
         assert _values(a.target, ASK_FIRST[:10]) == first  # the original serves on
         b = start_server(tmp_path, bundle, store=other, name="imported")
@@ -369,11 +361,8 @@ def test_a_template_clone_of_a_postgres_store_serves_beside_the_original(
     import psycopg
 
     bundle = make_bundle(tmp_path / "bundle", seed=35)
-    sp = start_server(tmp_path, bundle, store=pg_url)
-    try:
-        _values(sp.target, ASK_FIRST[:10])
-    finally:
-        assert sp.terminate() == 0, sp.output()
+    with InProcessServer(bundle, pg_url) as srv:  # the original logs answers before the clone
+        _values(srv.target, ASK_FIRST[:10])
     clone = f"qveil_clone_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(pg_available, autocommit=True, connect_timeout=5) as conn:
         conn.execute(f'CREATE DATABASE "{clone}" TEMPLATE "{_pg_db(pg_url)}"')

@@ -2,7 +2,8 @@
 a
 state written with a leading minus is a state, a malformed state list, an unreadable or
 non-UTF-8 token file and an action outside the release are one line on stderr and exit 2
-(no traceback, nothing sent)."""
+(no traceback, nothing sent). The accepted forms run ``qveil query`` as a real process; the
+refusals run its entry point in this process (cli_helpers.qveil_main)."""
 
 from __future__ import annotations
 
@@ -41,6 +42,11 @@ def query(target: str, *argv: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def query_in_process(target: str, *argv: str) -> subprocess.CompletedProcess[str]:
+    """:func:`query` through the CLI's entry point in this process (the refusals)."""
+    return cli_helpers.qveil_main("query", "--target", target, *argv)
+
+
 def assert_one_line_error(r: subprocess.CompletedProcess[str], *words: str) -> None:
     """One line on stderr, exit 2, and nothing on stdout."""
     cli_helpers.assert_one_line_error(r, "query", *words)
@@ -71,7 +77,7 @@ def test_a_state_may_start_with_a_minus(
 def test_an_empty_value_in_a_state_list_is_an_error(
     server: tuple[ServerProcess, Tokens], token_file: Path, state: str
 ) -> None:
-    r = query(server[0].target, "--state", state, "--token-file", str(token_file))
+    r = query_in_process(server[0].target, "--state", state, "--token-file", str(token_file))
     assert_one_line_error(r, "--state", "empty value")
 
 
@@ -81,7 +87,7 @@ def test_token_file_problems_are_one_line(
     target = server[0].target
     for path, words in bad_token_files(tmp_path):
         for mode in (["--state", "0.5"], ["--card"]):
-            r = query(target, *mode, "--token-file", str(path))
+            r = query_in_process(target, *mode, "--token-file", str(path))
             assert_one_line_error(r, "token file", *words)
 
 
@@ -89,7 +95,7 @@ def test_token_file_problems_are_one_line(
 def test_an_action_outside_the_release_is_one_line(
     server: tuple[ServerProcess, Tokens], token_file: Path, action: str
 ) -> None:
-    r = query(
+    r = query_in_process(
         server[0].target, "--state", "0.5", "--action", action, "--token-file", str(token_file)
     )
     assert_one_line_error(r, f"--action {action}", "actions 0..2")

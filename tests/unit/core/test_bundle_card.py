@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +61,21 @@ def _train(tmp: Path, name: str, seed: int, mode: str, **kw: Any) -> Path:
     return run_training(cfg, tmp / name, seed=seed, progress=False).path
 
 
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
+    """:func:`_train`'s bundle of (seed, mode, settings), trained once per module: tests read
+    it, and one that serves or edits it works on a copy."""
+    made: dict[tuple[Any, ...], Path] = {}
+
+    def get(seed: int, mode: str, **kw: Any) -> Path:
+        key = (seed, mode, tuple(sorted(kw.items())))
+        if key not in made:
+            made[key] = _train(tmp_path_factory.mktemp("trained"), "bundle", seed, mode, **kw)
+        return made[key]
+
+    return get
+
+
 def _without(card: dict[str, Any], keys: set[str]) -> dict[str, Any]:
     return {k: v for k, v in card.items() if k not in keys}
 
@@ -72,13 +89,13 @@ def _has_path(card: dict[str, Any], dotted: str) -> bool:
     ("mode", "kw"), [("output", {"epsilon": 8.0, "sigma": None}), ("gdp", {"sigma": 0.5})]
 )
 def test_public_card_is_not_a_function_of_the_trained_parameters(
-    tmp_path: Path, mode: str, kw: dict[str, Any]
+    trained: Callable[..., Path], mode: str, kw: dict[str, Any]
 ) -> None:
     """A wrong split (any of DATA_DEPENDENT public, or a run statistic such as the number of
     clipped rewards) makes the two public cards differ: the measured Lipschitz constants of
     the two runs differ in their third digit."""
-    a = load_bundle(_train(tmp_path, "a", 1, mode, **kw))
-    b = load_bundle(_train(tmp_path, "b", 2, mode, **kw))
+    a = load_bundle(trained(1, mode, **kw))
+    b = load_bundle(trained(2, mode, **kw))
     assert a.card["weights_sha256"] != b.card["weights_sha256"]
     assert a.card["lipschitz"]["measured"] != b.card["lipschitz"]["measured"]
     pa, pb = a.public_card(), b.public_card()
@@ -100,10 +117,12 @@ def test_public_card_is_not_a_function_of_the_trained_parameters(
     assert "weights_sha256" in admin and "network" in admin and "hyperparameters" in admin
 
 
-def test_perturbed_weights_leave_the_public_card_unchanged(tmp_path: Path) -> None:
+def test_perturbed_weights_leave_the_public_card_unchanged(
+    tmp_path: Path, trained: Callable[..., Path]
+) -> None:
     """Rewriting a bundle with other weights under the same card: the public card must not
     move; the admin card must (its weights hash and measured constants)."""
-    src = load_bundle(_train(tmp_path, "a", 1, "output", epsilon=8.0, sigma=None))
+    src = load_bundle(trained(1, "output", epsilon=8.0, sigma=None))
     rng = np.random.default_rng(0)
     w2 = {k: v * (0.5 + 0.1 * rng.random(v.shape)) for k, v in src.weights.items()}
     card = {
@@ -149,8 +168,8 @@ def test_allow_list_and_split() -> None:
     assert "card_sha256" not in PUBLIC_CARD_KEYS and "weights_sha256" not in PUBLIC_CARD_KEYS
 
 
-def test_edits_to_either_file_are_refused(tmp_path: Path) -> None:
-    src = _train(tmp_path, "a", 1, "gdp", sigma=0.5)
+def test_edits_to_either_file_are_refused(tmp_path: Path, trained: Callable[..., Path]) -> None:
+    src = trained(1, "gdp", sigma=0.5)  # read only: each edit is made to a copy
     for name, edit in (
         (ADMIN_CARD_FILE, lambda c: c["lipschitz"].update(measured=0.0)),
         (CARD_FILE, lambda c: c.update(sigma=c["sigma"] * 2)),
@@ -178,14 +197,17 @@ def test_edits_to_either_file_are_refused(tmp_path: Path) -> None:
         load_bundle(d)
 
 
-def test_server_shows_public_card_to_clients_and_admin_card_to_admins(tmp_path: Path) -> None:
+def test_server_shows_public_card_to_clients_and_admin_card_to_admins(
+    tmp_path: Path, trained: Callable[..., Path]
+) -> None:
     """A real `qveil serve` (of a release charged and receipted in this test's registry):
     GetRelease carries the public card only; GetAdminCard needs the admin role and returns
     card_admin.json."""
     from qveil.client.sync import AdminClient, ValueClient
     from qveil.errors import PermissionDenied
 
-    bundle = _train(tmp_path, "a", 1, "output", epsilon=8.0, sigma=None)
+    bundle = tmp_path / "a"  # a copy of the module's release, charged in this test's registry
+    shutil.copytree(trained(1, "output", epsilon=8.0, sigma=None), bundle)
     charge(bundle)
     b = load_bundle(bundle)
     tokens = make_tokens(tmp_path / "tokens.toml")

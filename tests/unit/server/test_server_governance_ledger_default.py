@@ -2,7 +2,8 @@
 real registry: every trained release is recorded against its population, once (charging a
 copy of it again records nothing more); serving charges nothing (it checks the receipt of
 the recorded charge and says what it was); `qveil admin ledger` lists spending per
-population and names the composition rule."""
+population and names the composition rule. Each command path runs once as a real process;
+the variations run the same entry point in this process (cli_helpers.qveil_main)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,12 @@ import json
 import math
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+from cli_helpers import qveil_main
 from server_helpers import QVEIL, REPO, charge, running
 
 from qveil.bundle import RECEIPT_FILE, load_bundle
@@ -27,7 +31,7 @@ def _qveil(*argv: str) -> subprocess.CompletedProcess[str]:
 
 
 def _ledger(store: str) -> list[dict]:  # type: ignore[type-arg]
-    r = _qveil("admin", "ledger", "--store", store, "--json")
+    r = qveil_main("admin", "ledger", "--store", store, "--json")
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)  # type: ignore[no-any-return]
 
@@ -35,16 +39,21 @@ def _ledger(store: str) -> list[dict]:  # type: ignore[type-arg]
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("data") / "users.npz"
-    r = _qveil("dataset", "collect", "--env", "qveil/LineWalk-v0", "--users", "60",
-               "--seed", "5", "--out", str(out), "--no-progress")  # fmt: skip
+    r = qveil_main("dataset", "collect", "--env", "qveil/LineWalk-v0", "--users", "60",
+                   "--seed", "5", "--out", str(out), "--no-progress")  # fmt: skip
     assert r.returncode == 0, r.stderr
     return out
 
 
-def _train(dataset: Path, out: Path, epsilon: str) -> subprocess.CompletedProcess[str]:
-    r = _qveil("train", "--mode", "fqi", "--dataset", str(dataset), "--config", CONFIG,
-               "--epsilon", epsilon, "--delta", "1e-5", "--force", "--out", str(out),
-               "--population", "clinic")  # fmt: skip
+def _train(
+    dataset: Path, out: Path, epsilon: str, *, run: Callable[..., Any] = qveil_main
+) -> subprocess.CompletedProcess[str]:
+    """``qveil train`` charged to clinic (``run``: in this process, or :func:`_qveil`)."""
+    r: subprocess.CompletedProcess[str] = run(
+        "train", "--mode", "fqi", "--dataset", str(dataset), "--config", CONFIG,
+        "--epsilon", epsilon, "--delta", "1e-5", "--force", "--out", str(out),
+        "--population", "clinic",
+    )  # fmt: skip
     assert r.returncode == 0, r.stderr
     return r
 
@@ -52,12 +61,12 @@ def _train(dataset: Path, out: Path, epsilon: str) -> subprocess.CompletedProces
 def test_train_records_each_release_once_and_serve_charges_nothing(
     dataset: Path, tmp_path: Path
 ) -> None:
-    r = _qveil("budget", "create", "clinic", "--epsilon", "100", "--delta", "1e-5")
+    r = qveil_main("budget", "create", "clinic", "--epsilon", "100", "--delta", "1e-5")
     assert r.returncode == 0, r.stderr
     store = f"sqlite:///{tmp_path / 'admin.sqlite'}"
-    assert _qveil("admin", "init-store", "--store", store).returncode == 0
+    assert qveil_main("admin", "init-store", "--store", store).returncode == 0
     a = tmp_path / "a" / "bundle"
-    out = _train(dataset, a, "4").stdout
+    out = _train(dataset, a, "4", run=_qveil).stdout
     assert "privacy: population clinic spent eps=4" in out and "receipt: release" in out, out
     b = tmp_path / "b" / "bundle"
     _train(dataset, b, "2")
@@ -69,7 +78,7 @@ def test_train_records_each_release_once_and_serve_charges_nothing(
     # the population's privacy filter composes the two Gaussian releases exactly (mu-GDP):
     # tighter than the sum
     assert "Gaussian privacy filter" in rep["rule"]
-    show = json.loads(_qveil("budget", "show", "clinic", "--json").stdout)
+    show = json.loads(qveil_main("budget", "show", "clinic", "--json").stdout)
     assert show["spent"]["epsilon"] < 4.0 + 2.0
     # serving (twice, and the other release) charges nothing: the ledger is unchanged
     for bundle in (a, a, b):
@@ -91,7 +100,7 @@ def test_train_records_each_release_once_and_serve_charges_nothing(
 def test_serve_has_no_budget_flag(tmp_path: Path) -> None:
     """Serving charges nothing, so `qveil serve` has no --budget: a budget is the
     population's (`qveil budget create`), checked when `qveil train` charges."""
-    r = _qveil("serve", "--bundle", str(tmp_path), "--budget", "1")
+    r = qveil_main("serve", "--bundle", str(tmp_path), "--budget", "1")  # argparse refuses it
     assert r.returncode == 2 and "unrecognized arguments: --budget" in r.stderr, r.stderr
 
 

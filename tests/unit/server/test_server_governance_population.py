@@ -2,16 +2,19 @@
 processes and a real registry: a population is declared once; every `qveil train` names it
 and is recorded in the one registry ledger whatever its output directory; a release its
 privacy filter does not let through is refused before any data is read; datasets that share
-people (a superset) count against the same budget."""
+people (a superset) count against the same budget. Each command path runs once as a real
+process; the variations run the same entry point in this process (cli_helpers.qveil_main)."""
 
 from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import server_helpers
+from cli_helpers import qveil_main
 from server_helpers import REPO
 
 from qveil.bundle.receipt import read_receipt
@@ -29,20 +32,29 @@ def datasets(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """60 users, and a superset of 100 (the same seed: the first 60 users are the same)."""
     d = tmp_path_factory.mktemp("data")
     for users in ("60", "100"):
-        r = qveil("dataset", "collect", "--env", "qveil/LineWalk-v0", "--users", users,
-                  "--seed", "5", "--out", str(d / f"u{users}.npz"), "--no-progress")  # fmt: skip
+        r = qveil_main("dataset", "collect", "--env", "qveil/LineWalk-v0", "--users", users,
+                       "--seed", "5", "--out", str(d / f"u{users}.npz"),
+                       "--no-progress")  # fmt: skip
         assert r.returncode == 0, r.stderr
     return d / "u60.npz", d / "u100.npz"
 
 
-def _train(data: Path, out: Path, population: str = "clinic") -> subprocess.CompletedProcess[str]:
-    return qveil("train", "--mode", "fqi", "--dataset", str(data), "--config", CONFIG,
-                 "--epsilon", "1", "--delta", "1e-5", "--force", "--out", str(out),
-                 "--population", population)  # fmt: skip
+def _train(
+    data: Path,
+    out: Path,
+    population: str = "clinic",
+    *,
+    run: Callable[..., subprocess.CompletedProcess[str]] = qveil_main,
+) -> subprocess.CompletedProcess[str]:
+    """``qveil train`` of CONFIG on ``data`` charged to ``population`` (``run``: in this
+    process, or :func:`qveil` for a real process)."""
+    return run("train", "--mode", "fqi", "--dataset", str(data), "--config", CONFIG,
+               "--epsilon", "1", "--delta", "1e-5", "--force", "--out", str(out),
+               "--population", population)  # fmt: skip
 
 
 def _show(name: str) -> dict:  # type: ignore[type-arg]
-    r = qveil("budget", "show", name, "--json")
+    r = qveil_main("budget", "show", name, "--json")
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)  # type: ignore[no-any-return]
 
@@ -50,7 +62,7 @@ def _show(name: str) -> dict:  # type: ignore[type-arg]
 def test_declared_once_shown_and_plotted(tmp_path: Path) -> None:
     r = qveil("budget", "create", "clinic", "--epsilon", "2", "--delta", "1e-5")
     assert r.returncode == 0, r.stderr
-    r = qveil("budget", "create", "clinic", "--epsilon", "20", "--delta", "1e-5")
+    r = qveil_main("budget", "create", "clinic", "--epsilon", "20", "--delta", "1e-5")
     assert r.returncode == 2 and "declared already" in r.stderr, r.stderr
     rep = _show("clinic")
     assert rep["budget"] == {"epsilon": 2.0, "delta": 1e-5} and rep["events"] == []
@@ -64,15 +76,15 @@ def test_declared_once_shown_and_plotted(tmp_path: Path) -> None:
     for bad in (["--epsilon", "0"], ["--epsilon", "nan"], ["--delta", "1"]):
         args = {"--epsilon": "1", "--delta": "1e-5"}
         args[bad[0]] = bad[1]
-        r = qveil("budget", "create", "x", *[a for kv in args.items() for a in kv])
+        r = qveil_main("budget", "create", "x", *[a for kv in args.items() for a in kv])
         assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
-    r = qveil("budget", "show", "nobody")
+    r = qveil_main("budget", "show", "nobody")
     assert r.returncode == 2 and "qveil budget create nobody" in r.stderr
 
 
 def test_train_needs_a_declared_population(datasets: tuple[Path, Path], tmp_path: Path) -> None:
-    r = qveil("train", "--mode", "fqi", "--dataset", str(datasets[0]), "--config", CONFIG,
-              "--epsilon", "1", "--delta", "1e-5", "--out", str(tmp_path / "b"))  # fmt: skip
+    r = qveil_main("train", "--mode", "fqi", "--dataset", str(datasets[0]), "--config", CONFIG,
+                   "--epsilon", "1", "--delta", "1e-5", "--out", str(tmp_path / "b"))  # fmt: skip
     assert r.returncode == 2 and "--population NAME" in r.stderr, r.stderr
     r = _train(datasets[0], tmp_path / "b", "undeclared")
     assert r.returncode == 2 and "qveil budget create undeclared" in r.stderr, r.stderr
@@ -89,11 +101,11 @@ def test_the_fourth_release_in_another_directory_is_refused_before_reading_data(
     data is read (the message is the budget's, not the missing file's)."""
     mu = gdp_mu(epsilon=1.0, delta=1e-5)
     eps_b = gdp_epsilon(delta=1e-5, mu=1.9 * mu)
-    r = qveil("budget", "create", "clinic", "--epsilon", repr(eps_b), "--delta", "1e-5")
+    r = qveil_main("budget", "create", "clinic", "--epsilon", repr(eps_b), "--delta", "1e-5")
     assert r.returncode == 0, r.stderr
     small, superset = datasets
     for i, (data, where) in enumerate([(small, "a"), (small, "b"), (superset, "c")]):
-        r = _train(data, tmp_path / where / "bundle")
+        r = _train(data, tmp_path / where / "bundle", run=qveil if i == 0 else qveil_main)
         assert r.returncode == 0, r.stderr
         events = _show("clinic")["events"]
         assert len(events) == i + 1
@@ -105,7 +117,7 @@ def test_the_fourth_release_in_another_directory_is_refused_before_reading_data(
     rep = _show("clinic")
     assert rep["mu_spent"] == pytest.approx(3**0.5 * mu, rel=1e-6)
     assert "Gaussian privacy filter" in rep["rule"]
-    text = qveil("budget", "show", "clinic").stdout
+    text = qveil_main("budget", "show", "clinic").stdout
     assert (
         f"(Gaussian-DP mu {rep['mu_spent']:.6g} of the budget's {rep['mu_budget']:.6g})" in text
     ), text
@@ -125,14 +137,19 @@ def test_a_dataset_declares_its_population(tmp_path: Path) -> None:
     r = qveil("dataset", "collect", "--env", "qveil/LineWalk-v0", "--users", "60", "--seed",
               "6", "--out", str(data), "--no-progress", "--population", "clinic")  # fmt: skip
     assert r.returncode == 0, r.stderr
-    assert "clinic" in qveil("dataset", "info", str(data)).stdout
-    assert qveil("budget", "create", "clinic", "--epsilon", "5", "--delta", "1e-5").returncode == 0
+    assert "clinic" in qveil_main("dataset", "info", str(data)).stdout
+    assert (
+        qveil_main("budget", "create", "clinic", "--epsilon", "5", "--delta", "1e-5").returncode
+        == 0
+    )
     r = qveil("train", "--mode", "fqi", "--dataset", str(data), "--config", CONFIG,
               "--epsilon", "1", "--delta", "1e-5", "--force",
               "--out", str(tmp_path / "a"))  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert len(_show("clinic")["events"]) == 1
-    assert qveil("budget", "create", "other", "--epsilon", "5", "--delta", "1e-5").returncode == 0
+    assert (
+        qveil_main("budget", "create", "other", "--epsilon", "5", "--delta", "1e-5").returncode == 0
+    )
     r = _train(data, tmp_path / "b", "other")
     assert r.returncode == 2 and "declares population 'clinic'" in r.stderr, r.stderr
     assert not (tmp_path / "b").exists() and _show("other")["events"] == []

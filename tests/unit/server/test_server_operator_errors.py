@@ -12,7 +12,8 @@ from pathlib import Path
 
 import grpc
 import pytest
-from server_helpers import QVEIL, make_bundle, make_certs, running
+from cli_helpers import qveil_main
+from server_helpers import QVEIL, InProcessServer, make_bundle, make_certs, running
 
 from qveil.client import TLSConfig, ValueClient
 from qveil.errors import FailedPrecondition
@@ -31,29 +32,24 @@ from qveil.server.store import open_store
     ],
 )
 def test_admin_refuses_a_missing_store_and_creates_nothing(tmp_path: Path, op: list[str]) -> None:
+    """Through a real process for the first operation, the same entry point in this process
+    for the others."""
     missing = tmp_path / "missing.db"
-    r = subprocess.run(
-        [QVEIL, "admin", *op, "--store", f"sqlite:///{missing}"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=tmp_path,
-    )
+    argv = ["admin", *op, "--store", f"sqlite:///{missing}"]
+    if op == ["releases"]:
+        r = subprocess.run([QVEIL, *argv], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    else:
+        r = qveil_main(*argv, cwd=tmp_path)
     assert r.returncode != 0, r.stdout
     assert "does not exist" in r.stderr and "init-store" in r.stderr, r.stderr
     assert not missing.exists()
-    r = subprocess.run(
-        [QVEIL, "admin", "init-store", "--store", f"sqlite:///{missing}"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    r = qveil_main("admin", "init-store", "--store", f"sqlite:///{missing}")
     assert r.returncode == 0 and missing.exists(), r.stderr
 
 
 def test_long_release_id_is_echoed_at_most_80_characters(tmp_path: Path) -> None:
     b = make_bundle(tmp_path / "b", seed=61)
-    with running(tmp_path, b, store=f"sqlite:///{tmp_path / 's.sqlite'}") as srv:
+    with InProcessServer(b, f"sqlite:///{tmp_path / 's.sqlite'}") as srv:
         with ValueClient(srv.target) as c:
             with pytest.raises(Exception) as ei:
                 c.get_values([0.0], release_id="x" * 5000)
@@ -192,14 +188,9 @@ def test_unexercised_numbers_are_never_printed_as_nan(tmp_path: Path) -> None:
     assert json.dumps(_finite([row]), allow_nan=False)
     assert _jsonable({"epsilon": float("nan"), "k": float("inf")}) == {"epsilon": None, "k": None}
     b = make_bundle(tmp_path / "b", seed=66)
-    with running(tmp_path, b, store=f"sqlite:///{tmp_path / 's.sqlite'}") as srv:
+    with InProcessServer(b, f"sqlite:///{tmp_path / 's.sqlite'}") as srv:
         for extra in ([], ["--json"]):
-            r = subprocess.run(
-                [QVEIL, "query", "--target", srv.target, "--card", *extra],
-                capture_output=True,
-                text=True,
-                timeout=60,
-            )
+            r = qveil_main("query", "--target", srv.target, "--card", *extra)
             assert r.returncode == 0, r.stderr
             assert "nan" not in r.stdout.lower(), r.stdout
             if extra:

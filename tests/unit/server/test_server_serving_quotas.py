@@ -115,14 +115,15 @@ def test_a_state_costs_one_whatever_the_actions(tmp_path: Path) -> None:
         assert srv.terminate() == 0
 
 
-def test_a_state_of_d_coordinates_costs_one(tmp_path: Path) -> None:
+def test_a_state_of_d_coordinates_costs_one(
+    tmp_path: Path, cartpole_release: tuple[Path, str]
+) -> None:
     """A d = 4, 2-action release (CartPole): a state of 4 coordinates costs one state of the
     bucket, whatever it shares with the states asked before (a recombination of asked
     states' coordinates costs one like any other)."""
-    from server_helpers import make_cartpole_kernel_bundle
+    from server_helpers import fresh_bundle
 
-    (tmp_path / "kb").mkdir()
-    bundle, _ = make_cartpole_kernel_bundle(tmp_path / "kb", seed=2)
+    bundle = fresh_bundle(cartpole_release[0], tmp_path / "kb" / "bundle")
     srv = start_server(tmp_path, bundle, "--state-rate", "0.001", "--state-burst", "4")
     try:
         with ValueClient(srv.target) as c:

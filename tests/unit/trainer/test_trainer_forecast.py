@@ -1,6 +1,7 @@
 """qveil.trainer.forecast (`qveil privacy --forecast`, `qveil train --forecast`): the same
 estimator on simulated public data of N users, before any private data is read; no privacy
-spent (nothing recorded, no key drawn for it, nothing stored)."""
+spent (nothing recorded, no key drawn for it, nothing stored). Each command path runs once as
+a real process; the variations run the same entry point in this process."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
+from cli_helpers import qveil_main
 from config_helpers import mountaincar_config
 from server_helpers import REPO, ensure_population, qveil
 
@@ -69,8 +71,8 @@ def test_a_public_dataset_is_released_with_the_noise_of_users(tmp_path: Path) ->
             "1e-5", "--forecast", "--public-dataset", str(pub), "--forecast-releases", "2",
             "--forecast-episodes", "6", "--json")  # fmt: skip
     sigmas = {}
-    for users in ("2000", "200"):
-        r = qveil(*argv, "--users", users)
+    for run, users in ((qveil, "2000"), (qveil_main, "200")):
+        r = run(*argv, "--users", users)
         assert r.returncode == 0, r.stderr
         out = json.loads(r.stdout)
         assert out["forecast"]["sigma"] == pytest.approx(out["sigma"], rel=1e-12), users
@@ -91,8 +93,8 @@ def test_cli_forecast_spends_no_privacy(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     fc = json.loads(r.stdout)["forecast"]
     assert fc["users"] == 300 and 0.0 < fc["fraction"] and "near_random" in fc
-    r = qveil("privacy", "--mode", "fqi", "--config", str(CONFIG), "--users", "300",
-              "--sigma", "0.1", "--forecast")  # fmt: skip
+    r = qveil_main("privacy", "--mode", "fqi", "--config", str(CONFIG), "--users", "300",
+                   "--sigma", "0.1", "--forecast")  # fmt: skip
     assert r.returncode == 2 and "--forecast needs --epsilon" in r.stderr
     data = tmp_path / "users.npz"
     save_dataset(collect("qveil/LineWalk-v0", 300, 4), data)
@@ -102,7 +104,7 @@ def test_cli_forecast_spends_no_privacy(tmp_path: Path) -> None:
               *ensure_population())  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert r.stdout.index("forecast (") < r.stdout.index("bundle ")
-    r = qveil("budget", "show", "test-users", "--json")
+    r = qveil_main("budget", "show", "test-users", "--json")
     assert len(json.loads(r.stdout)["events"]) == 1  # the release only
     assert sorted(p.name for p in out.parent.iterdir()) == ["bundle"]
     assert {"noise.key", "receipt.json"} <= {p.name for p in out.iterdir()}
@@ -117,12 +119,12 @@ def test_random_level_data_is_said_plainly_and_train_refuses_it(tmp_path: Path) 
     cfg = mountaincar_config(tmp_path)
     plan = ("privacy", "--mode", "fqi", "--config", str(cfg), "--users", "20", "--epsilon", "1",
             "--forecast", "--forecast-releases", "2", "--forecast-episodes", "6")  # fmt: skip
-    r = qveil(*plan, "--json")
+    r = qveil_main(*plan, "--json")
     assert r.returncode == 0, r.stderr
     fc = json.loads(r.stdout)["forecast"]
     assert fc["random_level"] is True and fc["fraction"] is None
     assert fc["non_private"] == fc["random"] and fc["worse_than_random"] is False
-    r = qveil(*plan)
+    r = qveil_main(*plan)
     assert r.returncode == 0, r.stderr
     assert "CANNOT SUPPORT ANY POLICY BETTER THAN RANDOM" in r.stdout
     assert "nan" not in r.stdout and "NEAR RANDOM" not in r.stdout
@@ -131,11 +133,11 @@ def test_random_level_data_is_said_plainly_and_train_refuses_it(tmp_path: Path) 
     out = tmp_path / "rel" / "bundle"
     train = ("train", "--mode", "fqi", "--dataset", str(data), "--config", str(cfg),
              "--epsilon", "1", "--out", str(out), "--forecast", *ensure_population())  # fmt: skip
-    r = qveil(*train)
+    r = qveil_main(*train)
     assert r.returncode == 2, r.stderr
     assert "refusing: the forecast says the data cannot support any policy better" in r.stderr
     assert "--force" in r.stderr and not out.exists()
-    r = qveil(*train, "--force")
+    r = qveil_main(*train, "--force")
     assert r.returncode == 0, r.stderr
     assert "CANNOT SUPPORT" in r.stdout and out.exists()
 

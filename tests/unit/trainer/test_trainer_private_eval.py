@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_helpers import qveil_main
 from server_helpers import QVEIL, REPO, ensure_population, fresh_bundle, registry_home
 
 from qveil.additive import StateBox
@@ -103,13 +104,13 @@ def linewalk(tmp_path_factory: pytest.TempPathFactory) -> Path:
     module's own: each test charges a :func:`fresh_bundle` copy in its own)."""
     d = tmp_path_factory.mktemp("linewalk")
     for name, seed in (("train.npz", "1"), ("held.npz", "2")):
-        r = _cli("dataset", "collect", "--env", "qveil/LineWalk-v0", "--users", "300", "--seed",
-                 seed, "--out", str(d / name), "--no-progress")  # fmt: skip
+        r = qveil_main("dataset", "collect", "--env", "qveil/LineWalk-v0", "--users", "300",
+                       "--seed", seed, "--out", str(d / name), "--no-progress")  # fmt: skip
         assert r.returncode == 0, r.stderr
     with registry_home(d / "home"):
-        r = _cli("train", "--mode", "fqi", "--dataset", str(d / "train.npz"), "--config",
-                 CONFIG, "--epsilon", "1", "--delta", "1e-5", "--out", str(d / "rel" / "bundle"),
-                 *ensure_population())  # fmt: skip
+        r = qveil_main("train", "--mode", "fqi", "--dataset", str(d / "train.npz"), "--config",
+                       CONFIG, "--epsilon", "1", "--delta", "1e-5", "--out",
+                       str(d / "rel" / "bundle"), *ensure_population())  # fmt: skip
     assert r.returncode == 0, r.stderr
     return d
 
@@ -156,21 +157,21 @@ def test_evaluate_private_end_to_end(linewalk: Path, tmp_path: Path) -> None:
     events = rep["population_budget"]["events"]
     assert len(events) == 2 and events[-1]["release_id"] is None
     # a server target is refused, whatever else is right, and so is a missing bundle
-    r = _cli("evaluate", "--private", str(b), "--target", "127.0.0.1:1", "--dataset", held,
-             "--config", CONFIG, "--epsilon", "1", *pop)  # fmt: skip
+    r = qveil_main("evaluate", "--private", str(b), "--target", "127.0.0.1:1", "--dataset",
+                   held, "--config", CONFIG, "--epsilon", "1", *pop)  # fmt: skip
     assert r.returncode == 2 and "never sends held-out states to a server" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
-    r = _cli("evaluate", "--private", "--dataset", held, "--config", CONFIG, "--epsilon", "1",
-             *pop)  # fmt: skip
+    r = qveil_main("evaluate", "--private", "--dataset", held, "--config", CONFIG,
+                   "--epsilon", "1", *pop)  # fmt: skip
     assert r.returncode == 2 and "--private needs a bundle DIR" in r.stderr, r.stderr
-    r = _cli("budget", "create", "tiny", "--epsilon", "0.5", "--delta", "1e-5")
+    r = qveil_main("budget", "create", "tiny", "--epsilon", "0.5", "--delta", "1e-5")
     assert r.returncode == 0, r.stderr
-    r = _cli("evaluate", "--private", str(b), "--dataset", str(tmp_path / "nope.npz"),
-             "--config", CONFIG, "--epsilon", "1", "--population", "tiny")  # fmt: skip
+    r = qveil_main("evaluate", "--private", str(b), "--dataset", str(tmp_path / "nope.npz"),
+                   "--config", CONFIG, "--epsilon", "1", "--population", "tiny")  # fmt: skip
     assert r.returncode == 2, r.stderr
     assert "nope.npz" in r.stderr  # the dataset is looked at only after the budget
-    r = _cli("evaluate", "--private", str(b), "--dataset", held, "--config", CONFIG,
-             "--epsilon", "1", *pop)  # fmt: skip
+    r = qveil_main("evaluate", "--private", str(b), "--dataset", held, "--config", CONFIG,
+                   "--epsilon", "1", *pop)  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert "scale: discounted value (gamma 0.3)" in r.stdout
     assert "the interval does NOT cover the bias of the fitted-Q evaluation" in r.stdout

@@ -16,6 +16,9 @@ $(STAMP): pyproject.toml
 	$(PIP) install -q --upgrade "pip>=24"
 	$(PIP) install -q torch==2.13.0
 	$(PIP) install -q -e '.[server,trainer,dev]'
+	# the editable sources' bytecode, once: a process started with PYTHONDONTWRITEBYTECODE set
+	# (as here and in CI) then reads it instead of compiling every qveil module it imports
+	$(PY) -m compileall -q core server trainer client common experiments proto >/dev/null
 	touch $(STAMP)
 
 demo: setup

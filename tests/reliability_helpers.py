@@ -86,8 +86,7 @@ def serve_argv(
     The reliability suite floods the server with states from one host on purpose (crash,
     drain and fault tests), so the per-caller state budget (tested in
     tests/unit/server/test_server_serving_quotas.py and tests/integration/test_quota_backoff.py) is
-    lifted
-    unless ``extra`` sets ``--state-rate`` (or its alias ``--new-state-rate``)."""
+    lifted unless ``extra`` sets ``--state-rate`` (or its alias ``--new-state-rate``)."""
     if "--state-rate" not in extra and "--new-state-rate" not in extra:
         extra = [*extra, "--state-rate", "1e12"]
     return [

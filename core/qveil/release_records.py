@@ -6,8 +6,7 @@ population whose data it used, and have each bundle it writes carry the registry
 that charge before anyone can serve it. Those records live in the server's registry, but the
 trainer stands below the server and never imports it: it talks to this protocol, the server
 implements it (:mod:`qveil.server.governance.release_records`), and the composition root
-(:mod:`qveil.cli`)
-passes the implementation to the trainer's commands when they run.
+(:mod:`qveil.cli`) passes the implementation to the trainer's commands when they run.
 
 Every method refuses with a :class:`qveil.errors.QveilError` (``FailedPrecondition`` for a
 population that is not declared, ``BudgetExceeded`` past its budget), and a refusal writes

@@ -12,8 +12,7 @@ restarted, every answer re-asked of each replica, all stopped gracefully):
   advisory locks: two replicas logging one state write one row), and `qveil audit --bundle`
   recomputes every logged value from the key: hash chains, sequences and values intact; the
   law of each path passes (qveil.server.governance.audit at a level with a false-alarm rate < 1e-6,
-  with
-  power against sigma x 1.3).
+  with power against sigma x 1.3).
 
 A log that wrote a state twice (no lock, or a lost race not retried) fails the audit ("a state
 appears twice"); an answer that depended on the replica fails the cross-replica comparison.

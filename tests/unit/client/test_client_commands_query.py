@@ -1,9 +1,8 @@
 """``qveil query`` (qveil.client.commands.query) against a real ``qveil serve`` with a tokens file:
-a
-state written with a leading minus is a state, a malformed state list, an unreadable or
-non-UTF-8 token file and an action outside the release are one line on stderr and exit 2
-(no traceback, nothing sent). The accepted forms run ``qveil query`` as a real process; the
-refusals run its entry point in this process (cli_helpers.qveil_main)."""
+a state written with a leading minus is a state, a malformed state list, an unreadable or non-UTF-8
+token file and an action outside the release are one line on stderr and exit 2 (no traceback,
+nothing sent). The accepted forms run ``qveil query`` as a real process; the refusals run its entry
+point in this process (cli_helpers.qveil_main)."""
 
 from __future__ import annotations
 

@@ -269,8 +269,7 @@ def test_ledger_on_memory_store_is_marked_ephemeral() -> None:
 
 def test_migrations_create_exactly_the_admin_tables(store_url: str) -> None:
     """Migration 0002 yields the tables declared in qveil.server.governance.admin_tables (on the
-    store's
-    MetaData): Alembic's compare_metadata finds no difference."""
+    store's MetaData): Alembic's compare_metadata finds no difference."""
     import sqlalchemy as sa
     from alembic.autogenerate import compare_metadata
     from alembic.migration import MigrationContext

@@ -1,8 +1,7 @@
-"""The registry (qveil.server.governance.registry): budgets, and an Ed25519 signing key created
-once and
-kept for good, whose receipts ``qveil serve`` trusts. Tried as an operator would: real
-`qveil train`, `qveil serve` and `qveil budget` processes, real SQLite files and the real
-PostgreSQL server.
+"""The registry (qveil.server.governance.registry): budgets, and an Ed25519 signing key created once
+and kept for good, whose receipts ``qveil serve`` trusts. Tried as an operator would: real `qveil
+train`, `qveil serve` and `qveil budget` processes, real SQLite files and the real PostgreSQL
+server.
 
 A release's answers are a pure function of its weights and its one noise key, so the
 registry keeps no record of where the noise lives: a copied bundle, a byte copy of its

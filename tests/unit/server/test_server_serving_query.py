@@ -8,9 +8,8 @@ serving path: ``QueryService.get_values`` (new states, repeated states, duplicat
 action per state), and the wire bytes (release id blanked) of ``GetValuesResponse``
 (``serde.values_to_proto``) and of the v2 ``ModelInferResponse`` (typed and raw contents). A
 change of the hot path must keep every bit. Regenerate only for an intended change of the
-answers: ``.venv/bin/python tests/unit/server/test_server_serving_query.py --write``. Every value
-is also
-checked against ``qveil.answer.released_values`` (the answers' definition), whatever was asked
+answers: ``.venv/bin/python tests/unit/server/test_server_serving_query.py --write``. Every value is
+also checked against ``qveil.answer.released_values`` (the answers' definition), whatever was asked
 before it.
 """
 

@@ -3,8 +3,7 @@
 A d = 4 release with 3 actions gets a stream of calls (new states, answered ones,
 duplicates, rounded coordinates that repeat, 1..300 states a call). Each call is logged the
 way :mod:`qveil.server.serving.answer_log` logs it: per (action, coordinate) path, the call's
-snapped
-coordinates and their values from the release's key (``KeyedPaths.coordinate_values``), all
+snapped coordinates and their values from the release's key (``KeyedPaths.coordinate_values``), all
 paths in one ``record_paths``. Checked on memory and SQLite:
 
 * each call writes exactly its (path, state) pairs not logged before, and counts no mismatch;

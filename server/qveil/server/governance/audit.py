@@ -8,8 +8,7 @@ and action of the sample-path store it checks
    ``count_points``, and the **high-water mark against the audit log**: every passing audit
    appends the sequence number and hash of each path's newest row to the admin audit log
    (:mod:`qveil.server.governance.audit_log`); a later audit fails if a path now ends *before* a
-   recorded
-   mark (logged rows deleted, or the log restored from an old copy) or if the row at a
+   recorded mark (logged rows deleted, or the log restored from an old copy) or if the row at a
    recorded mark has a different hash (a chain recomputed after an edit);
 1b. **the key**: given the release's bundle, every logged value is recomputed from its key
    (:mod:`qveil.keyed`) at its grid index and must match to the bit; a log written by

@@ -4,8 +4,7 @@ outcome.
 Every admin operation (retrain, activate, retire, cap change, audit) appends one entry, also
 when it is refused or fails. Entries are never updated or deleted; each one's ``hash`` links it
 to the previous entry (``qveil.server.governance.hashchain``), so :func:`verify_audit_log` finds an
-edited,
-deleted or reordered entry. Deleting the newest entries is caught where they are referenced
+edited, deleted or reordered entry. Deleting the newest entries is caught where they are referenced
 (ledger entries point back to the audit log and audits check high-water marks).
 
 Never written to this log: tokens, secrets, and noise values (non-negotiable 4). :func:`append`

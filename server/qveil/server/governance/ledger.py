@@ -2,8 +2,7 @@
 
 One row per :class:`qveil.privacy.PrivacyEvent` (its canonical JSON, exactly as the accountant
 serialises it) per dataset, hash-chained per dataset (``qveil.server.governance.hashchain``), plus
-an
-append-only history of each dataset's cap. Recording an event is one serialized transaction
+an append-only history of each dataset's cap. Recording an event is one serialized transaction
 (``AdminDB.write``: BEGIN IMMEDIATE on SQLite, an advisory lock per dataset on PostgreSQL):
 
     read the dataset's events and cap -> qveil.privacy.check_budget -> append -> audit-log entry

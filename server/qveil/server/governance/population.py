@@ -1,14 +1,13 @@
 """Populations: the people whose data releases use, each declared once with one budget.
 
 A population is a name in the registry's ledger (:mod:`qveil.server.governance.registry`) with a
-budget
-(epsilon_B, delta_B), kept as the ledger's cap history (append-only, hash-chained). Every
+budget (epsilon_B, delta_B), kept as the ledger's cap history (append-only, hash-chained). Every
 release trained on the population's data (``qveil train --population NAME``, retrains, private
-evaluations) is one event in that ledger, whatever directory its bundle goes to, and a
-release the population's privacy filter does not let through is refused before any data is
-read (``qveil.privacy.filter_check``: the Gaussian filter for Gaussian mechanisms, valid when
-each release is chosen after seeing the earlier ones). Datasets that share people (a superset,
-a resample, a second export) name the same population and so share its budget.
+evaluations) is one event in that ledger, whatever directory its bundle goes to, and a release the
+population's privacy filter does not let through is refused before any data is read
+(``qveil.privacy.filter_check``: the Gaussian filter for Gaussian mechanisms, valid when each
+release is chosen after seeing the earlier ones). Datasets that share people (a superset, a
+resample, a second export) name the same population and so share its budget.
 """
 
 from __future__ import annotations

@@ -73,8 +73,7 @@ class AuditService(ContextService):
 
     def report(self, release_id: str = "", action: int | None = None) -> t.StatisticalReport:
         """The audit of one release (qveil.server.governance.audit.service_report: the same report
-        as
-        ``qveil audit --release ID``): integrity, high-water marks, whitened innovations tested
+        as ``qveil audit --release ID``): integrity, high-water marks, whitened innovations tested
         against N(0, 1) with power against sigma x 1.3, ledger and audit-log chains."""
         # the audit (scipy.stats) loads only when an audit is asked, not with the server
         from qveil.server.governance.audit import service_report

@@ -16,14 +16,13 @@ The store itself logs (:meth:`SamplePathStore.record_paths`) and reads the log b
 An answer never waits for the store: it is a pure function of the release and the state
 (:mod:`qveil.keyed`); the server hands what it answered to its answer log
 (:mod:`qveil.server.serving.answer_log`), whose thread calls :meth:`SamplePathStore.record_paths`
-off
-the answer path. Per (release, path), the path cache holds the logged points: a
-map x -> g plus the high-water mark (largest seq seen) and the head hash. States not in the
-copy are logged by group commit (:meth:`GroupCommitter.commit`): the points of every release
-and path that arrive while a commit is in flight are stored together by the next transaction. That
-transaction holds the lock of each of its (release, path) pairs (process-wide thread locks
-taken in sorted order, plus the backend's cross-process lock: SQLite ``BEGIN IMMEDIATE``,
-PostgreSQL ``pg_advisory_xact_lock`` per pair, in sorted order), and *inside* it, per pair:
+off the answer path. Per (release, path), the path cache holds the logged points: a map x -> g plus
+the high-water mark (largest seq seen) and the head hash. States not in the copy are logged by group
+commit (:meth:`GroupCommitter.commit`): the points of every release and path that arrive while a
+commit is in flight are stored together by the next transaction. That transaction holds the lock of
+each of its (release, path) pairs (process-wide thread locks taken in sorted order, plus the
+backend's cross-process lock: SQLite ``BEGIN IMMEDIATE``, PostgreSQL ``pg_advisory_xact_lock`` per
+pair, in sorted order), and *inside* it, per pair:
 
 1. read from the database every row committed since the copy's high-water mark (seq order),
    so a point another thread, process or replica logged is not logged twice (skipped when

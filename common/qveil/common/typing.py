@@ -46,7 +46,7 @@ class ReleaseHeader:
             self.release_id, self.status, self.sigma, self.beta, self.interval, self.n_actions
         )
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         """The header as JSON values, in field order (``interval`` a list)."""
         return {
             "release_id": self.release_id,

@@ -37,14 +37,18 @@ import math
 import os
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from qveil.bundle import load_bundle, value_scale_warning
-from qveil.cli_parser import add_command, add_no_progress
+from qveil.cli_parser import Subcommands, add_command, add_no_progress
 from qveil.client.channel import TLSConfig, read_token_file
 from qveil.client.sync import AdminClient
 from qveil.errors import InvalidArgument
+from qveil.json_types import JSONObject, JSONValue
 from qveil.server.commands.flags import call_with_flags
+
+if TYPE_CHECKING:  # for annotations only: the server modules load when an operation runs
+    from qveil.server.governance.admin import AdminContext
 
 __all__ = ["add_parser", "run"]
 
@@ -80,7 +84,7 @@ def _common() -> argparse.ArgumentParser:
     return c
 
 
-def add_parser(sub: Any) -> argparse.ArgumentParser:
+def add_parser(sub: Subcommands) -> argparse.ArgumentParser:
     common = _common()
     p = add_command(
         sub,
@@ -155,7 +159,7 @@ def _store_url(args: argparse.Namespace, *, required: bool) -> str | None:
     return url
 
 
-def _admin_client(args: argparse.Namespace) -> Any:
+def _admin_client(args: argparse.Namespace) -> AdminClient:
     tf = getattr(args, "token_file", None)
     ca = getattr(args, "tls_ca", None)
     cert, key = getattr(args, "tls_cert", None), getattr(args, "tls_key", None)
@@ -165,7 +169,7 @@ def _admin_client(args: argparse.Namespace) -> Any:
     return AdminClient(args.target, token=read_token_file(tf) if tf else None, tls=tls)
 
 
-def _finite(obj: Any) -> Any:
+def _finite(obj: JSONValue) -> JSONValue:
     """``obj`` with every non-finite number as None (JSON null; "-" in tables): a path that
     was never exercised is not reported as NaN."""
     if isinstance(obj, float) and not math.isfinite(obj):
@@ -177,14 +181,14 @@ def _finite(obj: Any) -> Any:
     return obj
 
 
-def _print(args: argparse.Namespace, obj: Any, text: str) -> None:
+def _print(args: argparse.Namespace, obj: JSONValue, text: str) -> None:
     if getattr(args, "json", False):
         print(json.dumps(_finite(obj), indent=2, sort_keys=True, default=str, allow_nan=False))
     else:
         print(text)
 
 
-def _releases_table(rows: list[dict[str, Any]]) -> str:
+def _releases_table(rows: list[JSONObject]) -> str:
     if not rows:
         return "(no releases)"
     head = (
@@ -202,7 +206,7 @@ def _releases_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def _budget_text(reports: list[dict[str, Any]]) -> str:
+def _budget_text(reports: list[JSONObject]) -> str:
     """Budget reports (``BudgetReport.to_dict()``, local or from GetBudget) as text."""
     if not reports:
         return "(no datasets in the ledger)"
@@ -228,7 +232,7 @@ def _budget_text(reports: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
-def _ledger_text(reports: list[dict[str, Any]]) -> str:
+def _ledger_text(reports: list[JSONObject]) -> str:
     """``qveil admin ledger``: one line per dataset (releases, spent, cap) and the rule the
     accountant composed its releases with."""
     if not reports:
@@ -268,12 +272,12 @@ def run(args: argparse.Namespace) -> int:
 
 # The operations run directly on the store, one per command: (context, flags, store URL).
 # The server modules are imported when an operation runs (``qveil --help`` stays light).
-def _init_store(ctx: Any, args: argparse.Namespace, url: str) -> None:
-    d: dict[str, Any] = {"store": url, "store_id": ctx.store.releases.store_id}
+def _init_store(ctx: AdminContext, args: argparse.Namespace, url: str) -> None:
+    d: JSONObject = {"store": url, "store_id": ctx.store.releases.store_id}
     _print(args, d, f"store {ctx.store.releases.store_id} ready")
 
 
-def _export_release(ctx: Any, args: argparse.Namespace, url: str) -> None:
+def _export_release(ctx: AdminContext, args: argparse.Namespace, url: str) -> None:
     # here, not at the top: loads sqlalchemy only when this runs
     from qveil.server.governance import admin
 
@@ -286,7 +290,7 @@ def _export_release(ctx: Any, args: argparse.Namespace, url: str) -> None:
     )
 
 
-def _import_release(ctx: Any, args: argparse.Namespace, url: str) -> None:
+def _import_release(ctx: AdminContext, args: argparse.Namespace, url: str) -> None:
     # here, not at the top: loads sqlalchemy only when this runs
     from qveil.server.governance import admin
 
@@ -299,7 +303,7 @@ def _import_release(ctx: Any, args: argparse.Namespace, url: str) -> None:
     )
 
 
-def _retrain(ctx: Any, args: argparse.Namespace, url: str) -> None:
+def _retrain(ctx: AdminContext, args: argparse.Namespace, url: str) -> None:
     # here, not at the top: loads sqlalchemy only when this runs
     from qveil.server.governance.retrain import retrain
 
@@ -331,7 +335,7 @@ def _retrain(ctx: Any, args: argparse.Namespace, url: str) -> None:
         print("\n" + "!" * 78 + f"\n{warn}\n" + "!" * 78, file=sys.stderr)
 
 
-def _releases(ctx: Any, args: argparse.Namespace, url: str) -> None:
+def _releases(ctx: AdminContext, args: argparse.Namespace, url: str) -> None:
     # here, not at the top: loads sqlalchemy only when this runs
     from qveil.server.governance import admin
 
@@ -339,7 +343,7 @@ def _releases(ctx: Any, args: argparse.Namespace, url: str) -> None:
     _print(args, rows, _releases_table(rows))
 
 
-def _activate(ctx: Any, args: argparse.Namespace, url: str) -> None:
+def _activate(ctx: AdminContext, args: argparse.Namespace, url: str) -> None:
     # here, not at the top: loads sqlalchemy only when this runs
     from qveil.server.governance import admin
 
@@ -352,7 +356,7 @@ def _activate(ctx: Any, args: argparse.Namespace, url: str) -> None:
     )
 
 
-def _retire(ctx: Any, args: argparse.Namespace, url: str) -> None:
+def _retire(ctx: AdminContext, args: argparse.Namespace, url: str) -> None:
     # here, not at the top: loads sqlalchemy only when this runs
     from qveil.server.governance import admin
 
@@ -360,7 +364,7 @@ def _retire(ctx: Any, args: argparse.Namespace, url: str) -> None:
     _print(args, info.to_dict(), f"release {info.header.release_id} retired")
 
 
-def _budget(ctx: Any, args: argparse.Namespace, url: str) -> None:
+def _budget(ctx: AdminContext, args: argparse.Namespace, url: str) -> None:
     # here, not at the top: loads sqlalchemy only when this runs
     from qveil.server.governance import admin
 
@@ -368,7 +372,7 @@ def _budget(ctx: Any, args: argparse.Namespace, url: str) -> None:
     _print(args, reps, _budget_text(reps))
 
 
-def _ledger(ctx: Any, args: argparse.Namespace, url: str) -> None:
+def _ledger(ctx: AdminContext, args: argparse.Namespace, url: str) -> None:
     # here, not at the top: loads sqlalchemy only when this runs
     from qveil.server.governance import admin
 
@@ -376,7 +380,7 @@ def _ledger(ctx: Any, args: argparse.Namespace, url: str) -> None:
     _print(args, reps, _ledger_text(reps))
 
 
-def _set_cap(ctx: Any, args: argparse.Namespace, url: str) -> None:
+def _set_cap(ctx: AdminContext, args: argparse.Namespace, url: str) -> None:
     # here, not at the top: loads sqlalchemy only when this runs
     from qveil.server.governance import admin
 
@@ -386,7 +390,7 @@ def _set_cap(ctx: Any, args: argparse.Namespace, url: str) -> None:
     )
 
 
-def _log(ctx: Any, args: argparse.Namespace, url: str) -> None:
+def _log(ctx: AdminContext, args: argparse.Namespace, url: str) -> None:
     # here, not at the top: loads sqlalchemy only when this runs
     from qveil.server.governance import audit_log
 
@@ -403,7 +407,7 @@ def _log(ctx: Any, args: argparse.Namespace, url: str) -> None:
     )
 
 
-_LOCAL: dict[str, Callable[[Any, argparse.Namespace, str], None]] = {
+_LOCAL: dict[str, Callable[[AdminContext, argparse.Namespace, str], None]] = {
     "init-store": _init_store,
     "export-release": _export_release,
     "import-release": _import_release,

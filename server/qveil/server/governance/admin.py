@@ -28,13 +28,15 @@ from qveil.errors import (
     QveilError,
     echo,
 )
+from qveil.json_types import JSONObject
 from qveil.server.governance import admin_tables as T
 from qveil.server.governance import audit_log
 from qveil.server.governance.admin_db import AdminDB, admin_db_for
 from qveil.server.governance.closing import Closing
 from qveil.server.governance.ledger import BudgetReport, Cap, Ledger
-from qveil.server.governance.registry import open_registry
+from qveil.server.governance.registry import Registry, open_registry
 from qveil.server.store import open_store
+from qveil.server.store.base import SamplePathStore
 from qveil.server.store.export import export_release as export_points
 from qveil.server.store.export import import_release as import_points
 from qveil.server.store.export import read_export_header
@@ -59,22 +61,22 @@ __all__ = [
 class AdminContext(Closing):
     """What the admin operations act on: a store, its admin records and who is acting."""
 
-    store: Any
+    store: SamplePathStore
     db: AdminDB
     actor: str
     store_url: str
     owns_store: bool = True
     #: the registry's URL (None: ``QVEIL_REGISTRY`` or ``$QVEIL_HOME/registry.sqlite``)
     registry_url: str | None = None
-    _registry: Any = None
+    _registry: Registry | None = None
 
     @property
     def ledger(self) -> Ledger:
         """The registry's population ledger: one ledger whatever store or directory."""
-        return self.registry.ledger  # type: ignore[no-any-return]
+        return self.registry.ledger
 
     @property
-    def registry(self) -> Any:
+    def registry(self) -> Registry:
         """The registry (population ledger, receipts), opened on first use."""
         if self._registry is None:
             self._registry = open_registry(self.registry_url, actor=self.actor)
@@ -145,12 +147,14 @@ class ReleaseInfo:
         }
 
 
-def _bundle_rows(db: AdminDB) -> dict[str, Any]:
+# rows of untyped SQLAlchemy selects: Row[Any]
+def _bundle_rows(db: AdminDB) -> dict[str, sa.Row[Any]]:
     with db.read() as conn:
         return {r.release_id: r for r in conn.execute(sa.select(T.release_bundles))}
 
 
-def _ledger_by_release(db: AdminDB) -> dict[str, Any]:
+# (a select of four untyped columns)
+def _ledger_by_release(db: AdminDB) -> dict[str, sa.Row[Any, Any, Any, Any]]:
     t = T.ledger_events
     with db.read() as conn:
         return {
@@ -233,7 +237,7 @@ class _Operation:
 
 @contextmanager
 def _audited(
-    ctx: AdminContext, action: str, target: str, params: dict[str, Any]
+    ctx: AdminContext, action: str, target: str, params: JSONObject
 ) -> Iterator[_Operation]:
     """Run one operation's block and audit-log its outcome with ``params`` as the block left
     them: refused or failed with the reason when the block raises a QveilError (re-raised),
@@ -253,7 +257,7 @@ def activate(ctx: AdminContext, release_id: str) -> ReleaseInfo:
     whose bundle fails verification or disagrees with the store's record, and a release whose
     stored noise fails verification. The previously active release becomes ``staged`` (it can
     be activated again: that is the rollback)."""
-    params: dict[str, Any] = {"release_id": release_id, "path": "store"}
+    params: JSONObject = {"release_id": release_id, "path": "store"}
     with _audited(ctx, "activate", release_id, params):
         rec = ctx.store.releases.get_release(release_id)
         if str(rec.status) == "retired":
@@ -308,11 +312,11 @@ def retire(ctx: AdminContext, release_id: str) -> ReleaseInfo:
 
 
 # ------------------------------------------------------------------------ copying logs
-def export_release(ctx: AdminContext, release_id: str, out: str | Path) -> dict[str, Any]:
+def export_release(ctx: AdminContext, release_id: str, out: str | Path) -> JSONObject:
     """Write a release's answer log (every logged point) to ``out`` (JSON Lines,
     :mod:`qveil.server.store.export`). A copy, not a move: the store keeps serving it, and
     any store that imports it holds the same values (the release's key's)."""
-    params: dict[str, Any] = {"release_id": release_id, "out": str(out)}
+    params: JSONObject = {"release_id": release_id, "out": str(out)}
     with _audited(ctx, "export-release", release_id, params):
         n = export_points(ctx.store, release_id, out)
         params["points"] = n
@@ -324,10 +328,10 @@ def export_release(ctx: AdminContext, release_id: str, out: str | Path) -> dict[
     }
 
 
-def import_release(ctx: AdminContext, path: str | Path) -> dict[str, Any]:
+def import_release(ctx: AdminContext, path: str | Path) -> JSONObject:
     """Load an export into this store (every count, seq and chain link verified first; one
     transaction). The release arrives ``staged``."""
-    params: dict[str, Any] = {"path": str(path)}
+    params: JSONObject = {"path": str(path)}
     with _audited(ctx, "import-release", str(path), params) as op:
         head = read_export_header(path)
         params["release_id"] = str(head.get("release_id", ""))

@@ -42,18 +42,22 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 from scipy import stats as sps
+from sqlalchemy.engine import URL
 
 from qveil.common import typing as t
 from qveil.errors import InvalidArgument, QveilError
-from qveil.keyed import GRID_LEVELS
+from qveil.json_types import JSONObject, JSONValue
+from qveil.keyed import GRID_LEVELS, KeyedPaths
 from qveil.server.governance import audit_log
 from qveil.server.governance.admin_db import AdminDB, admin_db_for
 from qveil.server.governance.audit_log import utc_now
 from qveil.server.governance.ledger import Ledger
+from qveil.server.store.base import SamplePathStore
+from qveil.server.store.releases import ReleaseRecord
 from qveil.stats import DEFAULT_PASS_LEVEL, normality_report, whiten
 
 __all__ = [
@@ -68,6 +72,8 @@ __all__ = [
     "service_report",
     "variance_test_power",
 ]
+
+FloatArray = npt.NDArray[np.float64]
 
 #: normality_report needs this many innovations.
 MIN_POINTS = 20
@@ -95,9 +101,9 @@ class ActionAudit:
     high_water_mark: int | None = None
     integrity_ok: bool = True
     problems: list[str] = field(default_factory=list)
-    anchor: dict[str, Any] | None = None
-    stats: dict[str, Any] | None = None
-    power: dict[str, Any] | None = None
+    anchor: JSONObject | None = None
+    stats: JSONObject | None = None
+    power: JSONObject | None = None
     tested: bool = False
     stats_ok: bool = True
     head_hash: str | None = None
@@ -108,7 +114,7 @@ class ActionAudit:
     def passed(self) -> bool:
         return self.integrity_ok and self.stats_ok
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return asdict(self) | {"passed": self.passed}
 
 
@@ -134,7 +140,7 @@ class ReleaseAudit:
     def passed(self) -> bool:
         return self.integrity_ok and self.stats_ok
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return self.header.to_dict() | {
             "actions": [a.to_dict() for a in self.actions],
             "problems": list(self.problems),
@@ -154,8 +160,8 @@ class AuditReport:
     level: float
     path_level: float
     releases: list[ReleaseAudit]
-    ledger: dict[str, Any]
-    audit_log: dict[str, Any]
+    ledger: JSONObject
+    audit_log: JSONObject
     problems: list[str] = field(default_factory=list)
     #: Why recording this audit in the audit log failed (None: recorded, or not asked to).
     record_error: str | None = None
@@ -180,7 +186,7 @@ class AuditReport:
                 out += [f"release {r.header.release_id} action {a.action}: {p}" for p in a.problems]
         return out
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {
             "kind": "qveil.audit/v1",
             "generated_at": self.generated_at,
@@ -208,28 +214,28 @@ class AuditReport:
         )
 
 
-def _json_default(o: Any) -> Any:
+def _json_default(o: object) -> JSONValue:
     if isinstance(o, np.generic):
         return o.item()
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
-def _finite_or_none(v: Any) -> Any:
+def _finite_or_none(v: JSONValue) -> JSONValue:
     if isinstance(v, float) and not math.isfinite(v):
         return None
     return v
 
 
 # ------------------------------------------------------------------------------- store access
-def _records(store: Any, release_id: str | None) -> list[Any]:
+def _records(store: SamplePathStore, release_id: str | None) -> list[ReleaseRecord]:
     if release_id is not None:
         return [store.releases.get_release(release_id)]
     return sorted(store.releases.list_releases(), key=lambda r: (str(r.created_at), r.release_id))
 
 
 def _load_points(
-    store: Any, rid: str, action: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
+    store: SamplePathStore, rid: str, action: int
+) -> tuple[npt.NDArray[np.int64], FloatArray, FloatArray, list[str]]:
     seqs, xs, gs, hashes = [], [], [], []
     for p in store.iter_points(rid, action):
         seqs.append(int(p.seq))
@@ -244,7 +250,7 @@ def _load_points(
     )
 
 
-def _store_integrity(store: Any, rid: str, action: int) -> list[str]:
+def _store_integrity(store: SamplePathStore, rid: str, action: int) -> list[str]:
     """The store's own verification (hash chain, gaps, duplicates) as problem lines."""
     rep = store.verify(rid, action)
     if bool(getattr(rep, "ok", False)):
@@ -256,9 +262,9 @@ def _store_integrity(store: Any, rid: str, action: int) -> list[str]:
     return out or [f"store verification failed: {rep!r}"]
 
 
-def _anchors(db: AdminDB, rid: str) -> dict[int, dict[str, Any]]:
+def _anchors(db: AdminDB, rid: str) -> dict[int, JSONObject]:
     """The highest high-water mark per action recorded by passing audits of ``rid``."""
-    best: dict[int, dict[str, Any]] = {}
+    best: dict[int, JSONObject] = {}
     for e in audit_log.entries(db, action="audit", target=rid):
         if e.outcome != "ok":
             continue
@@ -272,7 +278,7 @@ def _anchors(db: AdminDB, rid: str) -> dict[int, dict[str, Any]]:
     return best
 
 
-def anchors_from_report(path: str | Path) -> dict[str, dict[int, dict[str, Any]]]:
+def anchors_from_report(path: str | Path) -> dict[str, dict[int, JSONObject]]:
     """High-water marks per release and action from an exported audit report (``--export``).
 
     Marks recorded in the store's own audit log roll back with a whole-database restore; a
@@ -287,7 +293,7 @@ def anchors_from_report(path: str | Path) -> dict[str, dict[int, dict[str, Any]]
         raise InvalidArgument(f"{str(path)!r} is not a qveil audit report (kind qveil.audit/v1)")
     if not d.get("passed"):
         raise InvalidArgument(f"audit report {str(path)!r} did not pass; it cannot anchor")
-    out: dict[str, dict[int, dict[str, Any]]] = {}
+    out: dict[str, dict[int, JSONObject]] = {}
     for r in d.get("releases", []):
         for a in r.get("actions", []):
             if a.get("high_water_mark") is None:
@@ -302,8 +308,8 @@ def anchors_from_report(path: str | Path) -> dict[str, dict[int, dict[str, Any]]
 
 
 def _merge_anchors(
-    mine: dict[int, dict[str, Any]], other: dict[int, dict[str, Any]] | None
-) -> dict[int, dict[str, Any]]:
+    mine: dict[int, JSONObject], other: dict[int, JSONObject] | None
+) -> dict[int, JSONObject]:
     """Per action, the anchor with the higher high-water mark."""
     merged = dict(mine)
     for a, anchor in (other or {}).items():
@@ -313,7 +319,9 @@ def _merge_anchors(
 
 
 # ------------------------------------------------------------------------------- the audit
-def _check_key(a: ActionAudit, paths: Any, path: int, xs: np.ndarray, gs: np.ndarray) -> None:
+def _check_key(
+    a: ActionAudit, paths: KeyedPaths, path: int, xs: FloatArray, gs: FloatArray
+) -> None:
     """Every logged value against the release's key: recomputed exactly at its grid index
     (:class:`qveil.keyed.KeyedPaths`), so a value that is not the release's noise (a store
     written by anything else, an edited row) is named."""
@@ -332,8 +340,12 @@ def _check_key(a: ActionAudit, paths: Any, path: int, xs: np.ndarray, gs: np.nda
 
 
 def _audit_action(
-    store: Any, rec: Any, action: int, anchor: dict[str, Any] | None, paths: Any = None
-) -> tuple[ActionAudit, np.ndarray | None]:
+    store: SamplePathStore,
+    rec: ReleaseRecord,
+    action: int,
+    anchor: JSONObject | None,
+    paths: KeyedPaths | None = None,
+) -> tuple[ActionAudit, FloatArray | None]:
     a = ActionAudit(action=action)
     seqs, xs, gs, hashes = _load_points(store, rec.release_id, action)
     a.count = int(seqs.size)
@@ -387,7 +399,7 @@ def _audit_action(
     return a, z
 
 
-def _test_action(a: ActionAudit, z: np.ndarray | None, path_level: float) -> None:
+def _test_action(a: ActionAudit, z: FloatArray | None, path_level: float) -> None:
     if z is None:
         if a.count < MIN_POINTS:
             a.stats = {"n": a.count, "skipped": f"fewer than {MIN_POINTS} points: not tested"}
@@ -419,7 +431,7 @@ def _test_action(a: ActionAudit, z: np.ndarray | None, path_level: float) -> Non
 
 
 def audit_store(
-    store: Any,
+    store: SamplePathStore,
     db: AdminDB,
     *,
     release_id: str | None = None,
@@ -427,8 +439,8 @@ def audit_store(
     record: bool = True,
     actor: str | None = None,
     store_label: str = "",
-    external_anchors: dict[str, dict[int, dict[str, Any]]] | None = None,
-    keys: dict[str, Any] | None = None,
+    external_anchors: dict[str, dict[int, JSONObject]] | None = None,
+    keys: dict[str, KeyedPaths] | None = None,
 ) -> AuditReport:
     """Audit every release of ``store`` (or only ``release_id``); see the module docstring.
 
@@ -444,7 +456,7 @@ def audit_store(
         raise InvalidArgument(f"level must be in (0, 1), got {level!r}")
     actor = actor or audit_log.default_actor()
     recs = _records(store, release_id)
-    pending: list[tuple[ReleaseAudit, list[tuple[ActionAudit, np.ndarray | None]]]] = []
+    pending: list[tuple[ReleaseAudit, list[tuple[ActionAudit, FloatArray | None]]]] = []
     for rec in recs:
         pending.append(
             _audit_release(
@@ -500,13 +512,13 @@ def audit_store(
 
 
 def _audit_release(
-    store: Any,
+    store: SamplePathStore,
     db: AdminDB,
-    rec: Any,
+    rec: ReleaseRecord,
     *,
-    external: dict[int, dict[str, Any]] | None,
-    paths: Any = None,
-) -> tuple[ReleaseAudit, list[tuple[ActionAudit, np.ndarray | None]]]:
+    external: dict[int, JSONObject] | None,
+    paths: KeyedPaths | None = None,
+) -> tuple[ReleaseAudit, list[tuple[ActionAudit, FloatArray | None]]]:
     """One release's integrity checks against its anchors (the audit log's, and the external
     ones when given) and, with ``paths``, its key; the statistical test runs later at the
     shared level."""
@@ -556,24 +568,20 @@ def _record(db: AdminDB, report: AuditReport, actor: str) -> None:
 
 
 def service_report(
-    store: Any,
+    store: SamplePathStore,
     release_id: str,
     *,
     action: int | None = None,
     actor: str = "server (auditor role)",
     record: bool = True,
-    paths: Any = None,
-) -> Any:
+    paths: KeyedPaths | None = None,
+) -> t.StatisticalReport:
     """The AuditService's GetStatisticalReport: :func:`audit_store` of one release (the same
     report as ``qveil audit --release ID``, in ``report``), with the per-action normality
     summary the proto carries (NaN p-values for untested paths)."""
     db = admin_db_for(store)
-    url: Any = getattr(store, "_url", None)
-    label = (
-        url.render_as_string(hide_password=True)
-        if hasattr(url, "render_as_string")
-        else str(url or "")
-    )
+    url = getattr(store, "_url", None)  # a SQLAlchemy URL on an SQLStore, else absent
+    label = url.render_as_string(hide_password=True) if isinstance(url, URL) else str(url or "")
     rep = audit_store(
         store,
         db,
@@ -618,7 +626,7 @@ def export_report(report: AuditReport, path: str | Path) -> Path:
 
 
 def plot_paths(
-    store: Any, report: AuditReport, path: str | Path, *, max_releases: int = 12
+    store: SamplePathStore, report: AuditReport, path: str | Path, *, max_releases: int = 12
 ) -> Path:
     """PNG of stored noise against state, one panel per (release, action), with the claimed
     +-2 sigma band and the audit verdict in each title. Shows noise values: auditor only."""

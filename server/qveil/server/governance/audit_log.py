@@ -34,10 +34,12 @@ from qveil.errors import (
     NotFound,
     QveilError,
 )
+from qveil.json_types import JSONMapping, JSONObject, JSONValue
 from qveil.privacy.record import Record
 from qveil.server.governance import admin_tables as T
 from qveil.server.governance.admin_db import AdminDB, admin_db_for
 from qveil.server.governance.hashchain import GENESIS, canonical_json, link_hash
+from qveil.server.store.base import SamplePathStore
 
 __all__ = [
     "OUTCOMES",
@@ -85,7 +87,7 @@ class AuditEntry(Record):
     actor: str
     action: str
     target: str
-    params: dict[str, Any]
+    params: JSONObject
     outcome: str
     detail: str
     prev_hash: str
@@ -102,7 +104,7 @@ class ChainReport(Record):
     problems: list[str] = field(default_factory=list)
 
 
-def _check_params(params: Mapping[str, Any], path: str = "params") -> None:
+def _check_params(params: JSONMapping, path: str = "params") -> None:
     for k, v in params.items():
         if _FORBIDDEN.search(str(k)):
             raise InvalidArgument(
@@ -122,7 +124,7 @@ def _fields(
     params_json: str,
     outcome: str,
     detail: str,
-) -> dict[str, Any]:
+) -> JSONObject:
     return {
         "seq": seq,
         "at": at,
@@ -142,7 +144,7 @@ def append(
     action: str,
     target: str = "",
     outcome: str,
-    params: Mapping[str, Any] | None = None,
+    params: JSONMapping | None = None,
     detail: str = "",
     conn: sa.Connection | None = None,
 ) -> AuditEntry:
@@ -201,7 +203,7 @@ def _append(
     )
 
 
-def _row_entry(r: Any) -> AuditEntry:
+def _row_entry(r: Any) -> AuditEntry:  # a SQLAlchemy row (untyped select of audit_log)
     try:
         params = json.loads(r.params_json)
     except ValueError:
@@ -265,7 +267,7 @@ def verify_audit_log(db: AdminDB) -> ChainReport:
     return ChainReport(ok=not problems, count=n, head_hash=prev, problems=problems)
 
 
-def log_number(v: Any) -> Any:
+def log_number(v: JSONValue) -> float | str:
     """A float for the audit log's JSON: finite as is, NaN or infinity as text."""
     try:
         f = float(v)
@@ -280,7 +282,7 @@ def log_outcome(
     action: str,
     target: str,
     exc: BaseException | None,
-    params: dict[str, Any],
+    params: JSONObject,
 ) -> None:
     """Audit-log the outcome of an operation (refused for domain refusals, failed otherwise)."""
     if exc is None:
@@ -311,7 +313,7 @@ def record_server_action(
     action: str,
     target: str,
     error: BaseException | None = None,
-    params: dict[str, Any] | None = None,
+    params: JSONObject | None = None,
 ) -> None:
     """Audit-log an operation the server performed (AdminService handlers call this)."""
     log_outcome(db, actor, action, target, error, dict(params or {}, path="server"))
@@ -319,7 +321,12 @@ def record_server_action(
 
 @contextmanager
 def server_action(
-    store: Any, action: str, target: str, *, actor: str = "server (admin role)", **params: Any
+    store: SamplePathStore,
+    action: str,
+    target: str,
+    *,
+    actor: str = "server (admin role)",
+    **params: JSONValue,
 ) -> Iterator[None]:
     """Wrap one AdminService operation of a running server: its outcome (ok, refused with the
     reason, failed) is appended to the admin audit log of the server's store."""

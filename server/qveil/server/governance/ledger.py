@@ -25,6 +25,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from qveil.errors import FailedPrecondition, IntegrityError, InvalidArgument, echo
+from qveil.json_types import JSONObject
 from qveil.privacy.ledger import (
     PrivacyEvent,
     check_budget,
@@ -69,7 +70,7 @@ class LedgerEntry:
     created_at: str
     hash: str
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {
             "dataset_id": self.dataset_id,
             "seq": self.seq,
@@ -96,7 +97,7 @@ class BudgetReport:
     ephemeral: bool = False
     rule: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {
             "dataset_id": self.dataset_id,
             "cap": None if self.cap is None else self.cap.to_dict(),
@@ -161,6 +162,7 @@ class _Chain:
     #: what a row that does not link to the one before it is said not to link to
     before: str
     #: findings about a stored row's own content (where, dataset id, row), beyond its link
+    # (the row: a SQLAlchemy row of an untyped select, Any)
     row_findings: Callable[[str, str, Any], list[str]] | None = None
 
     @property
@@ -197,14 +199,14 @@ _CAPS = _Chain(
 )
 
 
-def _hashed(dataset_id: str, seq: int, created_at: str, values: dict[str, Any]) -> dict[str, Any]:
+def _hashed(dataset_id: str, seq: int, created_at: str, values: JSONObject) -> JSONObject:
     """What the hash of a chain row covers: its dataset, seq and time, and its own columns
     (the event's JSON under the name ``event``)."""
     own = {("event" if k == "event_json" else k): v for k, v in values.items()}
     return {"dataset_id": dataset_id, "seq": seq, **own, "created_at": created_at}
 
 
-def _stored(chain: _Chain, r: Any) -> dict[str, Any]:
+def _stored(chain: _Chain, r: Any) -> JSONObject:  # r: an untyped SQLAlchemy row
     """The own columns of a stored row of ``chain``, each number as the float it was hashed as."""
     t = chain.table
     return {
@@ -218,10 +220,10 @@ def _append_link(
     conn: sa.Connection,
     chain: _Chain,
     dataset_id: str,
-    values: dict[str, Any],
+    values: JSONObject,
     *,
     actor: str,
-    params: dict[str, Any],
+    params: JSONObject,
 ) -> tuple[int, str, str]:
     """Append the next row of ``dataset_id``'s hash chain ``chain`` (``values`` its own
     columns) and the audit-log entry by ``actor`` that announces it (``params`` plus the
@@ -554,7 +556,7 @@ class Ledger:
         return rep
 
 
-def _event_findings(where: str, ds: str, r: Any) -> list[str]:
+def _event_findings(where: str, ds: str, r: Any) -> list[str]:  # r: an untyped SQLAlchemy row
     """What is wrong with a stored event row's own content: unreadable JSON, another
     dataset, columns that differ from the event, numbers the accountant does not reproduce."""
     try:

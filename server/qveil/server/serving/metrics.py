@@ -21,10 +21,19 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from qveil.version import __version__
+
+if TYPE_CHECKING:  # for annotations only: prometheus_client loads with the metrics endpoint
+    from prometheus_client import Counter as PCounter
+    from prometheus_client import Histogram
+    from prometheus_client.metrics_core import Metric
+
+    from qveil.server.serving.answer_log import AnswerLog
+    from qveil.server.serving.quotas import Quotas
 
 __all__ = ["Metrics"]
 
@@ -36,12 +45,13 @@ class Metrics:
         self.requests: Counter[str] = Counter()
         self.states_answered = 0
         self.in_flight = 0
-        self.quotas: Any = None  # qveil.server.serving.quotas.Quotas, set by the handlers
-        #: the server's answer log (qveil.server.serving.answer_log.AnswerLog), set when it starts
-        self.answer_log: Any = None
-        self._prom: dict[str, Any] | None = None
+        #: the callers' quotas, set by the handlers
+        self.quotas: Quotas | None = None
+        #: the server's answer log, set when it starts
+        self.answer_log: AnswerLog | None = None
+        self._prom: _Prom | None = None
         #: the Prometheus series of each (method, code, protocol): labels() looked up once
-        self._series: dict[tuple[str, str, str], tuple[Any, Any]] = {}
+        self._series: dict[tuple[str, str, str], tuple[PCounter, Histogram]] = {}
 
     # -- recording (called by the data plane) -------------------------------------------
     def observe(self, method: str, code: str, seconds: float, protocol: str = "grpc") -> None:
@@ -51,8 +61,8 @@ class Metrics:
             series = self._series.get((method, code, protocol))
             if series is None:
                 series = (
-                    self._prom["requests"].labels(method=method, code=code, protocol=protocol),
-                    self._prom["latency"].labels(method=method, protocol=protocol),
+                    self._prom.requests.labels(method=method, code=code, protocol=protocol),
+                    self._prom.latency.labels(method=method, protocol=protocol),
                 )
                 self._series[method, code, protocol] = series
             series[0].inc()
@@ -63,7 +73,7 @@ class Metrics:
         with self._lock:
             self.states_answered += states
         if self._prom is not None:
-            self._prom["states"].inc(states)
+            self._prom.states.inc(states)
 
     def uptime(self) -> float:
         return time.monotonic() - self.started
@@ -97,22 +107,22 @@ class Metrics:
         PlatformCollector(registry=reg)  # python_info
         build = Gauge("qveil_build_info", "the serving qveil's version", ["version"], registry=reg)
         build.labels(version=__version__).set(1)
-        self._prom = {
-            "requests": PCounter(
+        self._prom = _Prom(
+            requests=PCounter(
                 "qveil_requests",
                 "calls by method, status code and protocol (grpc or rest)",
                 ["method", "code", "protocol"],
                 registry=reg,
             ),
-            "latency": Histogram(
+            latency=Histogram(
                 "qveil_request_duration_seconds",
                 "call latency by method and protocol",
                 ["method", "protocol"],
                 buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5),
                 registry=reg,
             ),
-            "states": PCounter("qveil_states_answered", "states answered", registry=reg),
-        }
+            states=PCounter("qveil_states_answered", "states answered", registry=reg),
+        )
         g = Gauge("qveil_in_flight", "RPCs in flight", registry=reg)
         g.set_function(lambda: self.in_flight)
 
@@ -123,13 +133,22 @@ class Metrics:
         return int(server.server_port)
 
 
+@dataclass(frozen=True)
+class _Prom:
+    """The Prometheus series the data plane updates."""
+
+    requests: PCounter
+    latency: Histogram
+    states: PCounter
+
+
 class _StoredPoints:
     """Collects qveil_stored_points from ``stored_points()`` at each scrape."""
 
     def __init__(self, stored_points: Callable[[], dict[tuple[str, int], int]] | None) -> None:
         self.stored_points = stored_points
 
-    def collect(self) -> Any:
+    def collect(self) -> Iterator[Metric]:
         # prometheus_client loads with the metrics endpoint (--metrics-port), not with this module
         from prometheus_client.core import GaugeMetricFamily
 
@@ -148,10 +167,10 @@ class _StoredPoints:
 class _Limits:
     """Collects the limits and the quota refusals of ``metrics.quotas`` at each scrape."""
 
-    def __init__(self, metrics: Any) -> None:
+    def __init__(self, metrics: Metrics) -> None:
         self.metrics = metrics
 
-    def collect(self) -> Any:
+    def collect(self) -> Iterator[Metric]:
         # prometheus_client loads with the metrics endpoint (--metrics-port), not with this module
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
@@ -176,10 +195,10 @@ class _Limits:
 class _Log:
     """Collects the answer log's counters (``metrics.answer_log``) at each scrape."""
 
-    def __init__(self, metrics: Any) -> None:
+    def __init__(self, metrics: Metrics) -> None:
         self.metrics = metrics
 
-    def collect(self) -> Any:
+    def collect(self) -> Iterator[Metric]:
         # prometheus_client loads with the metrics endpoint (--metrics-port), not with this module
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 

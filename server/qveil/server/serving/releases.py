@@ -9,9 +9,8 @@ import json
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
-from qveil.bundle import load_bundle
+from qveil.bundle import Bundle, load_bundle
 from qveil.bundle.receipt import Receipt, check_receipt
 from qveil.common import typing as t
 from qveil.errors import (
@@ -22,12 +21,13 @@ from qveil.errors import (
     bad_argument,
     echo,
 )
+from qveil.json_types import JSONObject
 from qveil.privacy.ledger import spending_line
 from qveil.server.governance import audit_log
 from qveil.server.governance.population import report as population_report
 from qveil.server.serving import views
 from qveil.server.serving.state import ActiveRelease, ContextService, ServerContext
-from qveil.server.store.releases import store_betas, store_params
+from qveil.server.store.releases import ReleaseRecord, store_betas, store_params
 
 __all__ = ["ReleaseService"]
 
@@ -52,7 +52,7 @@ class ReleaseService(ContextService):
         self.bundle_dirs = [Path(d) for d in bundle_dirs]
         self._cards: dict[str, t.Release] = {}
 
-    def load(self, path: Path) -> tuple[Any, Receipt]:
+    def load(self, path: Path) -> tuple[Bundle, Receipt]:
         """The bundle at ``path``, verified, with its receipt verified against the registry
         keys this server trusts (its registry's and ``--trust-registry-key``): a release is
         served only if its charge is recorded. Raises before anything is stored."""
@@ -68,7 +68,7 @@ class ReleaseService(ContextService):
         )
         return bundle, receipt
 
-    def register(self, bundle: Any) -> Any:
+    def register(self, bundle: Bundle) -> ReleaseRecord:
         """The store's record of the bundle's release, created (staged) when absent; a
         record with different parameters is refused (a release id names one noise path)."""
         rid = bundle.bundle_id
@@ -109,7 +109,7 @@ class ReleaseService(ContextService):
         bundle_path: str | Path,
         *,
         verify_store: bool = True,
-        loaded: tuple[Any, Receipt] | None = None,
+        loaded: tuple[Bundle, Receipt] | None = None,
     ) -> ActiveRelease:
         """Server start: load and verify the bundle and its receipt (``loaded``: what
         :meth:`load` returned for it already), register its release in the store if absent,
@@ -124,7 +124,7 @@ class ReleaseService(ContextService):
         *,
         expected_id: str,
         verify_store: bool,
-        loaded: tuple[Any, Receipt] | None = None,
+        loaded: tuple[Bundle, Receipt] | None = None,
     ) -> ActiveRelease:
         with self.holder.activation_lock:
             bundle, receipt = self.load(path) if loaded is None else loaded
@@ -235,7 +235,7 @@ class ReleaseService(ContextService):
             self._cards.pop(release_id, None)
             return self._describe(self.releases.get_release(release_id))
 
-    def _describe(self, record: Any) -> t.Release:
+    def _describe(self, record: ReleaseRecord) -> t.Release:
         rid = str(record.release_id)
         path = self.known_bundles.get(rid)
         if path is None:
@@ -284,7 +284,7 @@ class ReleaseService(ContextService):
         """Budgets of one population (or all) in the registry's ledger."""
         return [b.to_dict() for b in self.registry.ledger.budgets(dataset_id or None)]
 
-    def admin_card(self, release_id: str = "") -> tuple[str, dict[str, Any], dict[str, Any]]:
+    def admin_card(self, release_id: str = "") -> tuple[str, JSONObject, JSONObject]:
         """(release id, public card, admin card) of the active release or of ``release_id``
         (a bundle this server knows): the admin role's view."""
         current = self.holder.peek()

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from qveil.server.governance.registry import Registry
 from qveil.server.serving.answer_log import AnswerLog
 from qveil.server.serving.audit_service import AuditService
 from qveil.server.serving.limits import Limits
@@ -16,6 +16,7 @@ from qveil.server.serving.metrics import Metrics
 from qveil.server.serving.query import QueryService
 from qveil.server.serving.releases import ReleaseService
 from qveil.server.serving.state import ReleaseHolder, ServerContext
+from qveil.server.store.base import SamplePathStore
 
 __all__ = ["Services"]
 
@@ -31,13 +32,13 @@ class Services:
     def create(
         cls,
         *,
-        store: Any,
+        store: SamplePathStore | None,
         holder: ReleaseHolder | None = None,
         limits: Limits | None = None,
         metrics: Metrics | None = None,
         bundle_dirs: Sequence[str | Path] = (),
         trusted_keys: Sequence[str] = (),
-        registry: Any = None,
+        registry: Registry | None = None,
     ) -> Services:
         """The three services on one context (``store`` may be None until it is open: set
         ``ctx.store`` then)."""
@@ -55,7 +56,7 @@ class Services:
             audit=AuditService(ctx),
         )
 
-    def start_answer_log(self, store: Any) -> AnswerLog:
+    def start_answer_log(self, store: SamplePathStore) -> AnswerLog:
         """Start the answer log of ``store`` (capped by the limits' ``max_stored_points``) and
         wire it where it is used: the query service submits to it, the metrics read it."""
         answers = AnswerLog(store, max_points=self.ctx.limits.max_stored_points)

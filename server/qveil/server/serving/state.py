@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from qveil.errors import Unavailable
-from qveil.server.governance.registry import open_registry
+from qveil.server.governance.registry import Registry, open_registry
 from qveil.server.serving.limits import Limits
 from qveil.server.serving.metrics import Metrics
 from qveil.server.serving.quotas import Quotas
-from qveil.server.store.releases import ReleaseRegistry
+from qveil.server.store.releases import ReleaseRecord, ReleaseRegistry
+
+if TYPE_CHECKING:  # for annotations only
+    from qveil.bundle import Bundle
 
 __all__ = ["ActiveRelease", "ContextService", "ReleaseHolder", "ServerContext"]
 
@@ -27,8 +30,8 @@ __all__ = ["ActiveRelease", "ContextService", "ReleaseHolder", "ServerContext"]
 class ActiveRelease:
     """A loaded, verified bundle together with its registration in the store."""
 
-    bundle: Any  # qveil.bundle.Bundle
-    record: Any  # qveil.server.store ReleaseRecord
+    bundle: Bundle
+    record: ReleaseRecord
 
     @property
     def release_id(self) -> str:
@@ -68,11 +71,11 @@ class ServerContext:
     def __init__(
         self,
         *,
-        store: Any,
+        store: Any,  # a SamplePathStore, or None until it is open (set .store then)
         holder: ReleaseHolder,
         limits: Limits,
         metrics: Metrics | None = None,
-        registry: Any = None,
+        registry: Registry | None = None,
     ) -> None:
         self.store = store
         self.holder = holder
@@ -83,7 +86,7 @@ class ServerContext:
         self._registry = registry
 
     @property
-    def registry(self) -> Any:
+    def registry(self) -> Registry:
         if self._registry is None:
             self._registry = open_registry(actor="qveil serve")
         return self._registry
@@ -96,7 +99,7 @@ class ContextService:
         self.ctx = ctx
 
     @property
-    def store(self) -> Any:
+    def store(self) -> Any:  # the context's store (see ServerContext)
         return self.ctx.store
 
     @property
@@ -122,5 +125,5 @@ class ContextService:
         return self.ctx.quotas
 
     @property
-    def registry(self) -> Any:
+    def registry(self) -> Registry:
         return self.ctx.registry

@@ -12,21 +12,28 @@ import dataclasses
 import itertools
 import math
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING
 
 from qveil.common import typing as t
+from qveil.json_types import JSONValue
+
+if TYPE_CHECKING:  # for annotations only: the views import no bundle or store code
+    from qveil.bundle import Bundle
+    from qveil.server.store.base import StoredPoint
+    from qveil.server.store.integrity import IntegrityReport
+    from qveil.server.store.releases import ReleaseRecord
 
 __all__ = ["integrity_from_report", "noise_point", "release_from_bundle", "release_from_record"]
 
 
-def _f(v: Any, default: float = math.nan) -> float:
+def _f(v: JSONValue, default: float = math.nan) -> float:
     try:
         return float(v) if v is not None else default
     except (TypeError, ValueError):
         return default
 
 
-def _when(v: Any) -> datetime | None:
+def _when(v: object) -> datetime | None:
     if v is None or v == "":
         return None
     if isinstance(v, datetime):
@@ -40,11 +47,13 @@ def _when(v: Any) -> datetime | None:
     return d if d.tzinfo else d.replace(tzinfo=UTC)
 
 
-def _status(record: Any) -> str:
+def _status(record: object) -> str:
     return str(getattr(record, "status", "") or "") if record is not None else ""
 
 
-def release_from_bundle(bundle: Any, *, record: Any = None, value_grid: float) -> t.Release:
+def release_from_bundle(
+    bundle: Bundle, *, record: ReleaseRecord | None = None, value_grid: float
+) -> t.Release:
     """The public view of a loaded bundle: ``bundle.public_card()`` only (a whitelist: no
     weights, no weight hash, no noise)."""
     card = bundle.public_card()
@@ -79,7 +88,7 @@ def release_from_bundle(bundle: Any, *, record: Any = None, value_grid: float) -
     )
 
 
-def release_from_record(record: Any, *, value_grid: float) -> t.Release:
+def release_from_record(record: ReleaseRecord, *, value_grid: float) -> t.Release:
     """A release known only from the store (its bundle is not on this server): the store's
     parameters, privacy fields unknown (NaN / empty)."""
     lo, hi = record.interval
@@ -109,7 +118,7 @@ def release_from_record(record: Any, *, value_grid: float) -> t.Release:
     )
 
 
-def noise_point(p: Any, *, lo: float, hi: float) -> t.NoisePoint:
+def noise_point(p: StoredPoint, *, lo: float, hi: float) -> t.NoisePoint:
     x = float(p.x)
     return t.NoisePoint(
         seq=int(p.seq),
@@ -121,7 +130,7 @@ def noise_point(p: Any, *, lo: float, hi: float) -> t.NoisePoint:
     )
 
 
-def _jsonable(obj: Any) -> Any:
+def _jsonable(obj: object) -> JSONValue:
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return {f.name: _jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if isinstance(obj, dict):
@@ -137,7 +146,7 @@ def _jsonable(obj: Any) -> Any:
     return str(obj)
 
 
-def integrity_from_report(release_id: str, report: Any) -> t.IntegrityResult:
+def integrity_from_report(release_id: str, report: IntegrityReport) -> t.IntegrityResult:
     """The store's IntegrityReport (qveil.server.store.integrity) as the API type; gap
     ranges are expanded to at most the first 100 missing sequence numbers; the whole report
     also goes out as JSON."""

@@ -30,9 +30,10 @@ import os
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from qveil.errors import IntegrityError, InvalidArgument
+from qveil.json_types import JSONObject
 from qveil.server.store.base import (
     ImportedRelease,
     ReleaseRecord,
@@ -94,7 +95,7 @@ def export_release(
     return n
 
 
-def read_export_header(path: str | os.PathLike[str]) -> dict[str, Any]:
+def read_export_header(path: str | os.PathLike[str]) -> JSONObject:
     """The first line of an export (its release header), checked for the format tag."""
     try:
         with open(path, encoding="utf-8") as f:
@@ -109,14 +110,14 @@ def read_export_header(path: str | os.PathLike[str]) -> dict[str, Any]:
     return d
 
 
-def _num(d: dict[str, Any], k: str, line: int) -> float:
+def _num(d: JSONObject, k: str, line: int) -> float:
     v = d.get(k)
     if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
         raise InvalidArgument(f"line {line}: field {k!r} must be a finite number, got {v!r}")
     return float(v)
 
 
-def _release_header(d: dict[str, Any], i: int) -> ReleaseRecord:
+def _release_header(d: JSONObject, i: int) -> ReleaseRecord:
     """The release record of an export's header line ``i``."""
     try:
         rec = new_record(
@@ -136,7 +137,7 @@ def _release_header(d: dict[str, Any], i: int) -> ReleaseRecord:
     return replace(rec, created_at=created)
 
 
-def _point_row(d: dict[str, Any], i: int, rec: ReleaseRecord) -> tuple[int, Row]:
+def _point_row(d: JSONObject, i: int, rec: ReleaseRecord) -> tuple[int, Row]:
     """The path index and stored row of an export's point line ``i``."""
     a = d.get("action")
     j = d.get("coordinate", 0)
@@ -158,7 +159,7 @@ def _verify_rows(
     path: str | os.PathLike[str],
     rec: ReleaseRecord,
     rows: dict[int, list[Row]],
-    end: dict[str, Any],
+    end: JSONObject,
 ) -> None:
     """IntegrityError unless the rows match the end record's counts and heads and every
     path's hash chain verifies under this store's key."""
@@ -182,7 +183,7 @@ def import_release(store: SamplePathStore, path: str | os.PathLike[str]) -> Rele
     """Verify ``path`` completely, then store its release and points in one transaction."""
     rec: ReleaseRecord | None = None
     rows: dict[int, list[Row]] = {}
-    end: dict[str, Any] | None = None
+    end: JSONObject | None = None
     try:
         f = open(path, encoding="utf-8")  # noqa: SIM115
     except OSError as exc:

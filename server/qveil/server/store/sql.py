@@ -29,10 +29,10 @@ import hashlib
 import json
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy import bindparam, func, select
@@ -72,6 +72,8 @@ from qveil.server.store.sql_engines import (
 
 __all__ = ["SQLStore", "advisory_key"]
 
+_T = TypeVar("_T")
+
 _RETRY_SQLSTATES = {"40001", "40P01"}  # serialization_failure, deadlock_detected
 #: rows per SQLite insert statement (8 parameters a row: 4000 parameters, far below
 #: SQLite's limit of 32766)
@@ -84,7 +86,7 @@ def advisory_key(release_id: str, action: int) -> int:
     return int.from_bytes(d[:8], "big", signed=True)
 
 
-def _to_record(row: Any) -> ReleaseRecord:
+def _to_record(row: Any) -> ReleaseRecord:  # a row of an untyped SQLAlchemy select
     created = row.created_at
     if isinstance(created, str):
         created = datetime.fromisoformat(created)
@@ -310,6 +312,7 @@ class SQLStore(SamplePathStore):
         )
 
     def _build_statements(self) -> None:
+        # bindparam() is typed BindParameter[Any] by SQLAlchemy (its value type is not known)
         r: Any = bindparam("r")
         a: Any = bindparam("a")
         cols = (NP.c.seq, NP.c.x, NP.c.g, NP.c.created_at, NP.c.hash)
@@ -329,6 +332,7 @@ class SQLStore(SamplePathStore):
         )
         self._q_action = select(NP.c.action, NP.c.coordinate, *cols).where(*mine).order_by(NP.c.seq)
         self._q_lock = select(func.pg_advisory_xact_lock(bindparam("k", type_=sa.BigInteger)))
+        # the dialect's insert (SQLite or PostgreSQL): the two have no common typed base
         ins: Any = sqlite_insert if self.backend == "sqlite" else pg_insert
         self._ins_points: Any = self._points_insert()
         if self.backend == "postgresql":  # one multi-row INSERT ... RETURNING per batch
@@ -372,7 +376,7 @@ class SQLStore(SamplePathStore):
             self._rows_sql[k] = got
         return got
 
-    def _points_insert(self) -> Any:
+    def _points_insert(self) -> Any:  # either dialect's Insert (no common typed base)
         """The insert of new rows: a row already there is skipped (ON CONFLICT DO NOTHING),
         which :meth:`_SqlTxn.confirm` then finds (a lost race, retried)."""
         ins: Any = sqlite_insert if self.backend == "sqlite" else pg_insert
@@ -470,7 +474,7 @@ class SQLStore(SamplePathStore):
         with self._translated(what), self._reader.connect() as conn:
             yield conn
 
-    def _read_call(self, what: str, fn: Any) -> Any:
+    def _read_call(self, what: str, fn: Callable[[sa.Connection], _T]) -> _T:
         """``fn(conn)`` on a reader connection; once more on a fresh one if the pooled
         connection turned out to be dead."""
         for attempt in (0, 1):
@@ -565,7 +569,7 @@ class SQLStore(SamplePathStore):
 
     def _db_iter_rows(self, release_id: str, action: int | None) -> Iterator[tuple[int, Row]]:
         q = self._q_all if action is None else self._q_action
-        params: dict[str, Any] = {"r": release_id}
+        params: dict[str, str | int] = {"r": release_id}
         if action is not None:
             params["a"], params["j"] = self.releases.split(release_id, action)
         d = self.releases.dims(release_id)
@@ -610,7 +614,7 @@ class SQLStore(SamplePathStore):
         q = select(META.c.value).where(META.c.key == "key_check")
         got = self._read_call("read the integrity key check", lambda c: c.execute(q).scalar())
         if got is None:  # the first opener since migration 0003 (written once, then only read)
-            ins: Any = sqlite_insert if self.backend == "sqlite" else pg_insert
+            ins: Any = sqlite_insert if self.backend == "sqlite" else pg_insert  # either dialect
             with self._write("record the integrity key check") as conn:
                 conn.execute(
                     ins(META).on_conflict_do_nothing(), {"key": "key_check", "value": want}
@@ -634,7 +638,7 @@ class SQLStore(SamplePathStore):
         return None if got is None else str(got)
 
     def _db_set_meta(self, values: dict[str, str], *, only_if_absent: bool) -> None:
-        ins: Any = sqlite_insert if self.backend == "sqlite" else pg_insert
+        ins: Any = sqlite_insert if self.backend == "sqlite" else pg_insert  # either dialect
         with self._write("write the store metadata") as conn:
             for k, v in values.items():
                 stmt = ins(META).values(key=k, value=v)
@@ -686,7 +690,7 @@ class SQLStore(SamplePathStore):
 
     # -- test aids --------------------------------------------------------------------------
 
-    def _writer_scalar(self, sql: str) -> Any:
+    def _writer_scalar(self, sql: str) -> Any:  # an untyped SQL statement's scalar
         """Test aid: one statement on the writer connection (rolled back), its scalar."""
         with self._writer_lock:
             if self._wconn is None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import grpc
@@ -24,6 +24,9 @@ import grpc
 __all__ = ["checked", "checked_server"]
 
 log = logging.getLogger("qveil.server")
+
+# grpcio ships no type information: its servers, method handlers and generated registration
+# functions are Any below; a request is any service's message (object).
 
 
 class _Corrupt:
@@ -33,8 +36,8 @@ class _Corrupt:
         self.error = error
 
 
-def _safe(deserialize: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
-    def parse(data: bytes) -> Any:
+def _safe(deserialize: Callable[[bytes], object]) -> Callable[[bytes], object]:
+    def parse(data: bytes) -> object:
         try:
             return deserialize(data)
         except Exception as exc:  # noqa: BLE001 - any parse failure is a bad body
@@ -43,7 +46,7 @@ def _safe(deserialize: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
     return parse
 
 
-def checked(handler: Any, method: str) -> Any:
+def checked(handler: Any, method: str) -> Any:  # a grpc.RpcMethodHandler (untyped)
     """``handler`` (a grpc.RpcMethodHandler of ``method``, ``/package.Service/Method``) with
     an undecodable body answered INVALID_ARGUMENT; a request-streaming handler, or one
     without a deserializer, is returned as it is."""
@@ -60,7 +63,7 @@ def checked(handler: Any, method: str) -> Any:
     if handler.unary_unary is not None:
         inner_uu = handler.unary_unary
 
-        async def unary_unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        async def unary_unary(request: object, context: grpc.aio.ServicerContext) -> object:
             if request.__class__ is _Corrupt:
                 await refuse(request, context)
             return await inner_uu(request, context)
@@ -71,7 +74,9 @@ def checked(handler: Any, method: str) -> Any:
     if handler.unary_stream is not None and inspect.isasyncgenfunction(handler.unary_stream):
         inner_us = handler.unary_stream
 
-        async def unary_stream(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        async def unary_stream(
+            request: object, context: grpc.aio.ServicerContext
+        ) -> AsyncIterator[object]:
             if request.__class__ is _Corrupt:
                 await refuse(request, context)
                 return
@@ -89,11 +94,11 @@ class _CheckedServer:
     it registers the service's method handlers (generic and registered, as the generated
     code does) each wrapped once by :func:`checked`."""
 
-    def __init__(self, server: Any) -> None:
+    def __init__(self, server: Any) -> None:  # a grpc.aio.Server (untyped)
         self._server = server
         self._generic = 0
 
-    def add_generic_rpc_handlers(self, handlers: Any) -> None:
+    def add_generic_rpc_handlers(self, handlers: Any) -> None:  # grpc's, untyped
         # the generated code passes the same methods to add_registered_method_handlers next;
         # they are registered, wrapped, there
         self._generic += len(handlers)

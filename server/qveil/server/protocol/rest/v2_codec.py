@@ -12,12 +12,14 @@ never the server's.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from qveil.errors import InvalidArgument, bad_argument
+from qveil.json_types import JSONObject, JSONValue
 from qveil.server.protocol.v2_model import (
     DTYPES,
     MODEL_NAME,
@@ -48,7 +50,7 @@ def _bad_json(message: str, field: str = "body") -> InvalidArgument:
     return bad_argument(message, field=field, reason="BAD_JSON")
 
 
-def _document(body: bytes, header_length: str | None) -> tuple[dict[str, Any], memoryview]:
+def _document(body: bytes, header_length: str | None) -> tuple[JSONObject, memoryview]:
     """The JSON head of the body and the binary data after it."""
     try:
         n = int(header_length) if header_length is not None else len(body)
@@ -95,7 +97,7 @@ def parse_body(
     return V2Body(request, by_name, bool(params.get("binary_data_output")))
 
 
-def _parameters(value: Any, field: str) -> dict[str, Any]:
+def _parameters(value: JSONValue, field: str) -> JSONObject:
     """A ``parameters`` member: a JSON object (absent or null: none). Its values may be any
     JSON value (a double, an integer of any size, ...); only the binary-data extension's
     are read."""
@@ -106,7 +108,7 @@ def _parameters(value: Any, field: str) -> dict[str, Any]:
     return value
 
 
-def _request_id(value: Any) -> str:
+def _request_id(value: JSONValue) -> str:
     """The request's ``id``: a string (the protocol's type), echoed whole in the answer."""
     if not isinstance(value, str):
         raise bad_argument(
@@ -115,7 +117,7 @@ def _request_id(value: Any) -> str:
     return value
 
 
-def _tensor(i: int, t: Any, binary: memoryview) -> tuple[Tensor, memoryview]:
+def _tensor(i: int, t: JSONValue, binary: memoryview) -> tuple[Tensor, memoryview]:
     """Input ``i`` of the request, and the binary data left after it."""
     if not isinstance(t, dict):
         raise _bad_json(f"inputs[{i}] is not an object", field="inputs")
@@ -155,7 +157,8 @@ def _tensor(i: int, t: Any, binary: memoryview) -> tuple[Tensor, memoryview]:
     return Tensor(name, dtype, shape, _typed(i, dtype, dt, data)), binary
 
 
-def _typed(i: int, dtype: str, dt: np.dtype[Any], data: Any) -> np.ndarray[Any, Any]:
+# np.dtype[Any]: numpy's type of a dtype chosen at run time (DTYPES[datatype])
+def _typed(i: int, dtype: str, dt: np.dtype[Any], data: JSONValue) -> np.ndarray[Any, Any]:
     """JSON ``data`` (nested lists of numbers) as a flat array of ``dt``."""
     flat = _flatten(data)
     try:
@@ -174,10 +177,10 @@ def _typed(i: int, dtype: str, dt: np.dtype[Any], data: Any) -> np.ndarray[Any, 
         ) from None
 
 
-def _flatten(data: Any) -> list[Any]:
+def _flatten(data: JSONValue) -> list[JSONValue]:
     """Nested lists in row-major order, without recursion (any depth the parser accepted)."""
-    out: list[Any] = []
-    stack: list[Any] = [iter([data])]
+    out: list[JSONValue] = []
+    stack: list[Iterator[JSONValue]] = [iter([data])]
     while stack:
         v = next(stack[-1], _END)
         if v is _END:
@@ -197,7 +200,7 @@ def render(resp: InferResponse, fmt: V2Body) -> tuple[bytes, dict[str, str]]:
     outs, blobs = [], []
     for t in resp.outputs:
         flat = np.ascontiguousarray(t.data, dtype=DTYPES[t.datatype]).reshape(-1)
-        o: dict[str, Any] = {"name": t.name, "datatype": t.datatype, "shape": list(t.shape)}
+        o: JSONObject = {"name": t.name, "datatype": t.datatype, "shape": list(t.shape)}
         if fmt.binary(t.name):
             raw = flat.tobytes()
             o["parameters"] = {"binary_data_size": len(raw)}
@@ -205,7 +208,7 @@ def render(resp: InferResponse, fmt: V2Body) -> tuple[bytes, dict[str, str]]:
         else:
             o["data"] = [float(v) for v in flat] if t.datatype == "FP64" else flat.tolist()
         outs.append(o)
-    head: dict[str, Any] = {
+    head: JSONObject = {
         "model_name": resp.model_name,
         "model_version": resp.model_version,
         "outputs": outs,

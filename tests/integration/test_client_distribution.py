@@ -138,8 +138,9 @@ def test_client_queries_a_real_server(client_venv: Path, tmp_path: Path) -> None
     assert len(out["best"]) == 2
     assert out["release_id"] == card.release_id and out["epsilon"] == card.epsilon
     assert out["dims"] == 1
-    # the client imported qveil.client, the wire layer qveil.common, qveil.errors and
-    # qveil.v1 only: no torch, SQLAlchemy or scipy, nothing of the server or the trainer
+    # the client imported qveil.client, the wire layer qveil.common, qveil.errors,
+    # qveil.json_types and qveil.v1 only: no torch, SQLAlchemy or scipy, nothing of the
+    # server or the trainer
     parts = {m.split(".")[1] for m in out["modules"] if "." in m}
-    assert parts == {"client", "common", "errors", "v1"}
+    assert parts == {"client", "common", "errors", "json_types", "v1"}
     assert all(m.startswith("qveil") for m in out["modules"])

@@ -91,7 +91,6 @@ from qveil.server.store.releases import (
     check_status,
     new_identity,
     validate_betas,
-    validate_release_fields,
 )
 
 __all__ = [
@@ -110,7 +109,6 @@ __all__ = [
     "check_status",
     "new_identity",
     "validate_betas",
-    "validate_release_fields",
 ]
 
 _PRIVATE = (_ActionState, _GroupCommit, _process_lock)  # used by the backends and tests

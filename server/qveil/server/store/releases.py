@@ -34,7 +34,6 @@ __all__ = [
     "store_betas",
     "store_params",
     "validate_betas",
-    "validate_release_fields",
 ]
 
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,127}$")
@@ -93,7 +92,12 @@ class ReleaseRecord(ReleaseHeader):
         }
 
 
-def validate_release_fields(
+def _params(r: ReleaseRecord) -> tuple[object, ...]:
+    """What two records of one release must agree on."""
+    return (r.fingerprint, r.sigma, r.beta, r.interval, r.n_actions, r.betas)
+
+
+def new_record(
     *,
     release_id: str,
     fingerprint: str,
@@ -102,8 +106,10 @@ def validate_release_fields(
     interval: tuple[float, float],
     n_actions: int,
     status: str,
-) -> tuple[str, str, float, float, tuple[float, float], int, str]:
-    """Check and normalise the fields of a new release (InvalidArgument on any bad one)."""
+    betas: Sequence[float] | None,
+    created_at: datetime,
+) -> ReleaseRecord:
+    """The checked record of a release (InvalidArgument on any bad field)."""
     if not isinstance(release_id, str) or not _ID_RE.match(release_id):
         raise InvalidArgument(
             f"release_id must be 1-128 characters of [A-Za-z0-9._:@+-], got {echo(release_id)}"
@@ -124,45 +130,15 @@ def validate_release_fields(
     if isinstance(n_actions, bool) or not isinstance(n_actions, int | np.integer) or n_actions < 1:
         raise InvalidArgument(f"n_actions must be an integer >= 1, got {n_actions!r}")
     check_status(status)
-    return release_id, fingerprint, s, b, (lo, hi), int(n_actions), status
-
-
-def _params(r: ReleaseRecord) -> tuple[object, ...]:
-    """What two records of one release must agree on."""
-    return (r.fingerprint, r.sigma, r.beta, r.interval, r.n_actions, r.betas)
-
-
-def new_record(
-    *,
-    release_id: str,
-    fingerprint: str,
-    sigma: float,
-    beta: float,
-    interval: tuple[float, float],
-    n_actions: int,
-    status: str,
-    betas: Sequence[float] | None,
-    created_at: datetime,
-) -> ReleaseRecord:
-    """The checked record of a release (InvalidArgument on any bad field)."""
-    rid, fp, s, b, iv, m, st = validate_release_fields(
-        release_id=release_id,
-        fingerprint=fingerprint,
-        sigma=sigma,
-        beta=beta,
-        interval=interval,
-        n_actions=n_actions,
-        status=status,
-    )
     bs = validate_betas(betas, b)
     return ReleaseRecord(
-        release_id=rid,
-        status=st,
+        release_id=release_id,
+        status=status,
         sigma=s,
         beta=b,
-        interval=iv,
-        n_actions=m,
-        fingerprint=fp,
+        interval=(lo, hi),
+        n_actions=int(n_actions),
+        fingerprint=fingerprint,
         created_at=created_at,
         dims=len(bs) or 1,
         betas=bs,

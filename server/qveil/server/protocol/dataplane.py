@@ -26,14 +26,21 @@ import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, NamedTuple, TypeVar
+from typing import NamedTuple, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
 from qveil.common import typing as t
 from qveil.errors import ResourceExhausted, Unavailable, error_status
-from qveil.server.protocol.v2_model import SERVER_NAME, InferRequest, InferResponse, OIPModel
+from qveil.server.protocol.v2_model import (
+    SERVER_NAME,
+    InferRequest,
+    InferResponse,
+    ModelMetadata,
+    OIPModel,
+    ServerMetadata,
+)
 from qveil.server.serving.auth import Authorizer
 from qveil.server.serving.limits import per_caller_bound
 from qveil.server.serving.logs import ACCESS, AUTH, access_line
@@ -196,13 +203,13 @@ class DataPlane:
 
         return await self.call(VALUE, "v2.ModelInfer", ctx, run)
 
-    async def model_metadata(self, ctx: CallContext, name: str, version: str) -> dict[str, Any]:
+    async def model_metadata(self, ctx: CallContext, name: str, version: str) -> ModelMetadata:
         return await self.call(
             VALUE, "v2.ModelMetadata", ctx, lambda _c: self.model.metadata(name, version)
         )
 
-    async def server_metadata(self, ctx: CallContext) -> dict[str, Any]:
-        def meta(_c: Call) -> dict[str, Any]:
+    async def server_metadata(self, ctx: CallContext) -> ServerMetadata:
+        def meta(_c: Call) -> ServerMetadata:
             # Triton's binary tensor data (REST: Inference-Header-Content-Length)
             return {"name": SERVER_NAME, "version": __version__, "extensions": EXTENSIONS}
 
@@ -265,7 +272,7 @@ class DataPlane:
             self._access(method, ctx, key, code, result, seconds)
 
     def _access(
-        self, method: str, ctx: CallContext, key: str | None, code: str, result: Any, secs: float
+        self, method: str, ctx: CallContext, key: str | None, code: str, result: object, secs: float
     ) -> None:
         """The call's access-log line (when ``--access-log`` is on): no state or value."""
         if ACCESS.disabled or not ACCESS.isEnabledFor(logging.INFO):

@@ -29,20 +29,23 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 import numpy.typing as npt
 
 from qveil.errors import NotFound, Unavailable, bad_argument
 from qveil.server.serving.query import QueryService
+from qveil.server.serving.state import ActiveRelease
 
 __all__ = [
     "MODEL_NAME",
     "PLATFORM",
     "InferRequest",
     "InferResponse",
+    "ModelMetadata",
     "OIPModel",
+    "ServerMetadata",
     "Tensor",
     "decode_raw",
 ]
@@ -56,7 +59,9 @@ OUTPUTS = (Q, BEST_ACTION)
 CARD_PROPERTIES = ("env_id", "created_at", "mode", "epsilon", "delta")
 #: v2 datatype -> little-endian numpy dtype (what this model reads; FP32 states, which most
 #: clients send, are widened to FP64 exactly)
-DTYPES: dict[str, np.dtype[Any]] = {
+#: what a tensor holds: FP64, FP32 or INT64 values
+Scalar = np.float64 | np.float32 | np.int64
+DTYPES: dict[str, np.dtype[Scalar]] = {
     "FP64": np.dtype("<f8"),
     "FP32": np.dtype("<f4"),
     "INT64": np.dtype("<i8"),
@@ -76,7 +81,7 @@ class Tensor:
     name: str
     datatype: str
     shape: tuple[int, ...]
-    data: npt.NDArray[Any]
+    data: npt.NDArray[Scalar]
 
 
 @dataclass(frozen=True)
@@ -94,6 +99,31 @@ class InferResponse:
     model_version: str
     id: str
     outputs: tuple[Tensor, ...]
+
+
+class TensorMetadata(TypedDict):
+    name: str
+    datatype: str
+    shape: list[int]
+
+
+class ModelMetadata(TypedDict):
+    """v2 ModelMetadata (REST: its JSON body; gRPC: ModelMetadataResponse's fields)."""
+
+    name: str
+    versions: list[str]
+    platform: str
+    inputs: list[TensorMetadata]
+    outputs: list[TensorMetadata]
+    properties: dict[str, str]
+
+
+class ServerMetadata(TypedDict):
+    """v2 ServerMetadata (REST: its JSON body; gRPC: ServerMetadataResponse's fields)."""
+
+    name: str
+    version: str
+    extensions: list[str]
 
 
 def decode_raw(name: str, datatype: str, shape: Sequence[int], raw: bytes) -> Tensor:
@@ -163,7 +193,7 @@ class OIPModel:
                 # the same answer as a GetValues pinned to this release id
                 self.h._release_for_query(version)
 
-    def properties(self, rel: Any) -> dict[str, str]:
+    def properties(self, rel: ActiveRelease) -> dict[str, str]:
         """ModelMetadata's ``properties`` (strings): the release id, the value grid, how the
         noise is evaluated and a few fields of the release's PUBLIC card (its allow-list: no
         weights, hash, key or noise; the privacy numbers are the accountant's, as the card
@@ -179,7 +209,7 @@ class OIPModel:
                 props[key] = value if isinstance(value, str) else json.dumps(value)
         return props
 
-    def metadata(self, name: str = MODEL_NAME, version: str = "") -> dict[str, Any]:
+    def metadata(self, name: str = MODEL_NAME, version: str = "") -> ModelMetadata:
         """ModelMetadata: name, versions (the active release), platform, inputs, outputs and
         :meth:`properties`."""
         self.check_model(name, version)
@@ -202,7 +232,9 @@ class OIPModel:
         }
 
     # ------------------------------------------------------------------ inference
-    def _parse(self, req: InferRequest) -> tuple[npt.NDArray[np.float64], Any, list[str]]:
+    def _parse(
+        self, req: InferRequest
+    ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.int64] | None, list[str]]:
         self.check_model(req.model_name, "")
         by_name: dict[str, Tensor] = {}
         for t in req.inputs:
@@ -256,7 +288,7 @@ class OIPModel:
         states: npt.NDArray[np.float64] = np.asarray(st.data, dtype=np.float64).reshape(-1)
         if d > 1:
             states = states.reshape(-1, d)
-        actions = None
+        actions: npt.NDArray[np.int64] | None = None
         if ACTION in by_name:
             at = by_name[ACTION]
             if len(at.shape) != 1 or at.shape[0] != st.shape[0]:
@@ -288,7 +320,7 @@ class OIPModel:
         ``caller`` keys the new-point budget, exactly as for ValueService."""
         states, actions, wanted = self._parse(req)
         rid = req.model_version
-        out: dict[str, npt.NDArray[Any]] = {}
+        out: dict[str, npt.NDArray[Scalar]] = {}
         releases: set[str] = set()
         if actions is not None and Q in wanted:
             release, out[Q] = self.h.get_action_values(

@@ -26,12 +26,15 @@ import logging
 import threading
 import time
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 
 from qveil.errors import IntegrityError
+
+if TYPE_CHECKING:  # for annotations only
+    from qveil.server.store.base import SamplePathStore
 
 __all__ = ["AnswerLog", "MAX_PENDING_POINTS"]
 
@@ -51,7 +54,7 @@ _Entry = tuple[str, npt.NDArray[np.float64], list[int], npt.NDArray[np.float64]]
 class AnswerLog:
     """The background writer of answered values (see the module docstring)."""
 
-    def __init__(self, store: Any, *, max_points: int) -> None:
+    def __init__(self, store: SamplePathStore, *, max_points: int) -> None:
         self.store = store
         self.max_points = int(max_points)
         self._queue: deque[_Entry] = deque()
@@ -159,7 +162,8 @@ class AnswerLog:
         """Move the queue into ``_pending``: per (release, path), every state answered once
         (sorted; a state's value is the same in every answer, so any one is kept)."""
         pending = self._pending
-        parts: dict[tuple[str, int], list[tuple[Any, Any]]] = {}
+        parts: dict[tuple[str, int], list[tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]]]
+        parts = {}
         while self._queue:
             rid, xs, acts, coords = self._queue.popleft()
             d = xs.shape[1]

@@ -16,6 +16,7 @@ import errno
 import ipaddress
 import logging
 import multiprocessing
+import multiprocessing.synchronize
 import os
 import signal
 import socket
@@ -23,8 +24,9 @@ import stat
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from multiprocessing.context import SpawnProcess
 from pathlib import Path
-from typing import Any
+from typing import Literal
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -36,14 +38,14 @@ from qveil.server.protocol.grpc.bad_body import checked_server
 from qveil.server.protocol.grpc.servicer import AdminServicer, AuditServicer, ValueServicer
 from qveil.server.protocol.grpc.v2_servicer import SERVICE_NAME as OIP_SERVICE_NAME
 from qveil.server.protocol.grpc.v2_servicer import add_inference_service
-from qveil.server.protocol.rest.server import start_rest
+from qveil.server.protocol.rest.server import RestServer, start_rest
 from qveil.server.serving.answer_log import AnswerLog
 from qveil.server.serving.auth import Authorizer, load_tokens
 from qveil.server.serving.health import Health
 from qveil.server.serving.limits import Limits
 from qveil.server.serving.metrics import Metrics
 from qveil.server.serving.services import Services
-from qveil.server.serving.state import ReleaseHolder
+from qveil.server.serving.state import ActiveRelease, ReleaseHolder
 from qveil.server.store import open_store
 from qveil.v1 import admin_service_pb2, audit_service_pb2, value_service_pb2
 from qveil.v1 import admin_service_pb2_grpc as admin_grpc
@@ -202,7 +204,7 @@ def create_server(
     checked_server(server, admin_grpc.add_AdminServiceServicer_to_server, AdminServicer(plane))
     checked_server(server, audit_grpc.add_AuditServiceServicer_to_server, AuditServicer(plane))
     health_pb2_grpc.add_HealthServicer_to_server(health.servicer, server)
-    add_inference_service(plane, health, server)  # the v2 protocol, same port
+    add_inference_service(plane, lambda: bool(health.serving), server)  # v2, same port
     if reflection:
         names = (
             *SERVICE_NAMES,
@@ -386,8 +388,8 @@ class _Run:
         self.host, _ = split_host(config.listen)
         self.server: grpc.aio.Server | None = None
         self.port = 0
-        self.rest: Any = None
-        self.others: list[Any] = []  # processes 2..N, started by the first process
+        self.rest: RestServer | None = None
+        self.others: list[SpawnProcess] = []  # processes 2..N, started by the first process
         self.answers: AnswerLog | None = None
 
     async def bind(self) -> None:
@@ -441,7 +443,7 @@ class _Run:
                 log.warning("%s", warning)
         return url
 
-    def _open_and_start(self, url: str) -> Any:
+    def _open_and_start(self, url: str) -> ActiveRelease:
         """Check the bundle and its receipt, open the store (the answer log's; created when
         new: it is a log, not the noise), start the answer log, then start the bundle's
         release (in the executor). A bundle that is refused opens nothing."""
@@ -452,16 +454,20 @@ class _Run:
         self.answers = self.services.start_answer_log(st)
         return releases.start(self.config.bundle, loaded=loaded)
 
-    async def start_release(self, url: str, waiter: asyncio.Future[Any]) -> Any:
+    async def start_release(
+        self, url: str, waiter: asyncio.Future[Literal[True]]
+    ) -> ActiveRelease | None:
         """The started release, or None when ``waiter`` (the stop signal) came first."""
         loop = asyncio.get_running_loop()
         starting = loop.run_in_executor(self.executor, self._open_and_start, url)
-        done, _ = await asyncio.wait({starting, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        first: set[asyncio.Future[ActiveRelease] | asyncio.Future[Literal[True]]]
+        first = {starting, waiter}
+        done, _ = await asyncio.wait(first, return_when=asyncio.FIRST_COMPLETED)
         if starting not in done:
             return None
         return starting.result()
 
-    async def go_live(self, active: Any, url: str, stop: asyncio.Event) -> None:
+    async def go_live(self, active: ActiveRelease, url: str, stop: asyncio.Event) -> None:
         """Bind (a joining process), health SERVING, the metrics endpoint, and say so."""
         config, releases = self.config, self.services.releases
         if self.joining:
@@ -523,14 +529,14 @@ class _Run:
         self.executor.shutdown(wait=True)
         if self.answers is not None:
             self.answers.close(timeout=config.grace)
-        st = self.services.ctx.store
+        st = self.services.ctx.opened_store
         if st is not None:
             st.close()
 
 
 async def _start_processes(
     config: ServeConfig, host: str, port: int, stop: asyncio.Event, say: Callable[[str], None]
-) -> list[Any]:
+) -> list[SpawnProcess]:
     """Start processes 2..N of ``--processes N`` one after another (spawned, so no gRPC state
     is forked), each serving the same bundle and store on ``port`` (a joiner binds only once
     its release is ready: a connection never reaches a process that is still starting).
@@ -546,7 +552,7 @@ async def _start_processes(
         metrics_port=None,
         http_port=None,
     )
-    started: list[Any] = []
+    started: list[SpawnProcess] = []
     try:
         for k in range(2, config.processes + 1):
             ready = ctx.Event()
@@ -573,7 +579,7 @@ async def _start_processes(
 
 
 async def _watch_processes(
-    procs: list[Any], stop: asyncio.Event, say: Callable[[str], None]
+    procs: list[SpawnProcess], stop: asyncio.Event, say: Callable[[str], None]
 ) -> bool:
     """Stop the server (True) when one of the other processes dies while serving."""
     while not stop.is_set():
@@ -595,7 +601,9 @@ async def _watch_parent(parent: int | None, stop: asyncio.Event) -> None:
         await asyncio.sleep(0.5)
 
 
-def _process_main(config: ServeConfig, index: int, ready: Any) -> None:
+def _process_main(
+    config: ServeConfig, index: int, ready: multiprocessing.synchronize.Event
+) -> None:
     """Entry point of process ``index`` of ``--processes N`` (a spawned interpreter)."""
     os.umask(0o077)
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -615,7 +623,7 @@ def _process_main(config: ServeConfig, index: int, ready: Any) -> None:
 
 async def _start_rest(
     config: ServeConfig, plane: DataPlane, health: Health, say: Callable[[str], None]
-) -> Any:
+) -> RestServer | None:
     """The v2 REST binding (``--http-port``): 127.0.0.1 unless TLS is set, then the
     --listen host, with the same certificates."""
     if config.http_port is None:
@@ -635,8 +643,7 @@ async def _start_rest(
     return rest
 
 
-def _holder() -> Any:
-
+def _holder() -> ReleaseHolder:
     return ReleaseHolder()
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Generator
-from typing import Any
 
 from qveil.common import typing as t
 from qveil.errors import bad_argument, echo
 from qveil.server.serving import views
 from qveil.server.serving.state import ContextService
+from qveil.server.store.releases import ReleaseRecord
 
 __all__ = ["AuditService"]
 
@@ -18,7 +18,7 @@ __all__ = ["AuditService"]
 class AuditService(ContextService):
     """StreamNoisePoints, VerifyIntegrity and GetStatisticalReport."""
 
-    def _audit_release(self, release_id: str, action: int | None) -> Any:
+    def _audit_release(self, release_id: str, action: int | None) -> ReleaseRecord:
         if not release_id:
             release_id = self.holder.current().release_id
         rec = self.releases.get_release(release_id)  # NotFound

@@ -11,7 +11,6 @@ would wait the whole grace period for it and then cancel every call still runnin
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -26,11 +25,13 @@ SERVICES = (
     "inference.GRPCInferenceService",  # the Open Inference Protocol (KServe v2)
 )
 Status = health_pb2.HealthCheckResponse.ServingStatus
-# a ServingStatus value (the generated enum is an int; grpc_health ships no types)
+# a ServingStatus value (the generated enum is an int; its stubs type it as an int)
 StatusValue = int
+# the context of a grpc.health.v1 call
+_Context = grpc.aio.ServicerContext[health_pb2.HealthCheckRequest, health_pb2.HealthCheckResponse]
 
 
-class _Servicer(health_pb2_grpc.HealthServicer):  # type: ignore[misc]  # grpc_health: untyped
+class _Servicer(health_pb2_grpc.HealthServicer):
     """Check and Watch over one status table and one condition (event loop only)."""
 
     def __init__(self) -> None:
@@ -40,7 +41,7 @@ class _Servicer(health_pb2_grpc.HealthServicer):  # type: ignore[misc]  # grpc_h
         self.watchers = 0
 
     async def Check(  # noqa: N802 - gRPC method name
-        self, request: health_pb2.HealthCheckRequest, context: Any
+        self, request: health_pb2.HealthCheckRequest, context: _Context
     ) -> health_pb2.HealthCheckResponse:
 
         status = self.status.get(request.service)
@@ -49,7 +50,7 @@ class _Servicer(health_pb2_grpc.HealthServicer):  # type: ignore[misc]  # grpc_h
         return health_pb2.HealthCheckResponse(status=status)
 
     async def Watch(  # noqa: N802 - gRPC method name
-        self, request: health_pb2.HealthCheckRequest, context: Any
+        self, request: health_pb2.HealthCheckRequest, context: _Context
     ) -> None:
         last: StatusValue | None = None
         self.watchers += 1

@@ -19,8 +19,11 @@ from __future__ import annotations
 import asyncio
 import errno
 import threading
+from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
+
+import grpc
 
 from qveil.server.governance.closing import Closing
 from qveil.server.protocol.dataplane import DataPlane, new_executor
@@ -31,11 +34,14 @@ from qveil.server.serving.limits import Limits
 from qveil.server.serving.services import Services
 from qveil.server.serving.state import ReleaseHolder
 from qveil.server.store import open_store
+from qveil.server.store.base import SamplePathStore
 
 __all__ = ["LocalServer"]
 
+T = TypeVar("T")
 
-def _quiet_poller_shutdown(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+
+def _quiet_poller_shutdown(loop: asyncio.AbstractEventLoop, context: dict[str, object]) -> None:
     """The loop's exception handler: drop one known-harmless report, pass the rest on.
 
     When the last grpc.aio object of the process stops, grpc closes its completion-queue
@@ -60,10 +66,12 @@ class LocalServer(Closing):
     store). ``plane``, ``health`` and ``services`` are exposed so tests can drive readiness
     and draining deterministically; ``start=False`` leaves the server NOT_SERVING."""
 
+    server: grpc.aio.Server | None
+
     def __init__(
         self,
         bundle: Path | None,
-        store_url: str | Any,
+        store_url: str | SamplePathStore,
         *,
         tokens: Path | None = None,
         max_batch: int = 4096,
@@ -90,7 +98,7 @@ class LocalServer(Closing):
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self._thread.start()
 
-        async def build() -> Any:
+        async def build() -> tuple[grpc.aio.Server, int]:
             self.health = Health()
             await self.health.set_serving(False)
             server, port = create_server(
@@ -111,7 +119,7 @@ class LocalServer(Closing):
     def target(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def run(self, coro: Any, timeout: float = 30.0) -> Any:
+    def run(self, coro: Coroutine[object, object, T], timeout: float = 30.0) -> T:
         """Run a coroutine on the server's event loop and wait for its result."""
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
@@ -123,8 +131,9 @@ class LocalServer(Closing):
         self.run(self.health.set_serving(True))
 
     def close(self) -> None:
-        if getattr(self, "server", None) is not None:
-            self.run(self.server.stop(0))
+        server: grpc.aio.Server | None = getattr(self, "server", None)
+        if server is not None:
+            self.run(server.stop(0))
             self.server = None
         if self.loop.is_running():
             self.loop.call_soon_threadsafe(self.loop.stop)

@@ -15,7 +15,8 @@ from __future__ import annotations
 import json
 import logging
 from datetime import UTC, datetime
-from typing import Any
+
+from qveil.json_types import JSONObject
 
 __all__ = ["ACCESS", "AUTH", "FORMATS", "JsonFormatter", "access_line", "configure"]
 
@@ -34,7 +35,7 @@ class JsonFormatter(logging.Formatter):
     record's ``fields`` (an access line's) when it has them."""
 
     def format(self, record: logging.LogRecord) -> str:
-        out: dict[str, Any] = {
+        out: JSONObject = {
             "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname,
             "logger": record.name,
@@ -67,7 +68,7 @@ def configure(*, level: str, fmt: str, access: bool) -> None:
     AUTH.setLevel(logging.WARNING)
 
 
-def access_line(**fields: Any) -> None:
+def access_line(**fields: str | int | float) -> None:
     """Log one call (see the module docstring), when the access log is on."""
     if ACCESS.disabled or not ACCESS.isEnabledFor(logging.INFO):
         return

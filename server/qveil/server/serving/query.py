@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from typing import Any, NamedTuple, NoReturn
+from typing import NamedTuple, NoReturn
 
 import numpy as np
 import numpy.typing as npt
@@ -40,6 +40,8 @@ from qveil.server.serving.answer_log import AnswerLog
 from qveil.server.serving.state import ActiveRelease, ContextService, ServerContext
 
 __all__ = ["ParsedQuery", "QueryService", "grid_round"]
+
+_Floats = npt.NDArray[np.float64]
 
 
 def _check_deadline(deadline: float | None) -> None:
@@ -93,7 +95,7 @@ class QueryService(ContextService):
         #: where answered values go, off the answer path (None: not logged)
         self.log = log
         #: (release, lo, hi, hi - lo) of the release whose box bounds were last needed
-        self._box_bounds: tuple[Any, ...] | None = None
+        self._box_bounds: tuple[ActiveRelease, _Floats, _Floats, _Floats] | None = None
 
     def _check_batch(self, n: int) -> None:
         """An empty batch, or one over --max-batch, is INVALID_ARGUMENT."""

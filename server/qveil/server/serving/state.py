@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from qveil.errors import Unavailable
 from qveil.server.governance.registry import Registry, open_registry
 from qveil.server.serving.limits import Limits
 from qveil.server.serving.metrics import Metrics
 from qveil.server.serving.quotas import Quotas
+from qveil.server.store.base import SamplePathStore
 from qveil.server.store.releases import ReleaseRecord, ReleaseRegistry
 
 if TYPE_CHECKING:  # for annotations only
@@ -71,19 +72,36 @@ class ServerContext:
     def __init__(
         self,
         *,
-        store: Any,  # a SamplePathStore, or None until it is open (set .store then)
+        store: SamplePathStore | None,  # None until it is open (set .store then)
         holder: ReleaseHolder,
         limits: Limits,
         metrics: Metrics | None = None,
         registry: Registry | None = None,
     ) -> None:
-        self.store = store
+        self._store = store
         self.holder = holder
         self.limits = limits
         self.metrics = metrics or Metrics()
         self.quotas = Quotas(limits.quota_config())
         self.metrics.quotas = self.quotas
         self._registry = registry
+
+    @property
+    def store(self) -> SamplePathStore:
+        """The store; Unavailable until it is open (the server is starting)."""
+        st = self._store
+        if st is None:
+            raise Unavailable("the store is not open yet (the server is starting)")
+        return st
+
+    @store.setter
+    def store(self, store: SamplePathStore) -> None:
+        self._store = store
+
+    @property
+    def opened_store(self) -> SamplePathStore | None:
+        """The store, or None when it was never opened."""
+        return self._store
 
     @property
     def registry(self) -> Registry:
@@ -99,14 +117,13 @@ class ContextService:
         self.ctx = ctx
 
     @property
-    def store(self) -> Any:  # the context's store (see ServerContext)
+    def store(self) -> SamplePathStore:  # the context's store (see ServerContext)
         return self.ctx.store
 
     @property
     def releases(self) -> ReleaseRegistry:
         """The store's release registry (``store.releases``)."""
-        registry: ReleaseRegistry = self.ctx.store.releases
-        return registry
+        return self.ctx.store.releases
 
     @property
     def holder(self) -> ReleaseHolder:

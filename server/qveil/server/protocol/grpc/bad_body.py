@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from typing import Any, TypeVar, cast
 
 import grpc
 
@@ -25,8 +25,9 @@ __all__ = ["checked", "checked_server"]
 
 log = logging.getLogger("qveil.server")
 
-# grpcio ships no type information: its servers, method handlers and generated registration
-# functions are Any below; a request is any service's message (object).
+# A request is any service's message (object). A method handler is Any: grpcio's stubs type
+# the handlers of its thread-pool server (no coroutines) and not the named tuple's _replace.
+Servicer = TypeVar("Servicer")
 
 
 class _Corrupt:
@@ -46,14 +47,14 @@ def _safe(deserialize: Callable[[bytes], object]) -> Callable[[bytes], object]:
     return parse
 
 
-def checked(handler: Any, method: str) -> Any:  # a grpc.RpcMethodHandler (untyped)
+def checked(handler: Any, method: str) -> Any:  # grpc.aio's RpcMethodHandler (stubs: sync)
     """``handler`` (a grpc.RpcMethodHandler of ``method``, ``/package.Service/Method``) with
     an undecodable body answered INVALID_ARGUMENT; a request-streaming handler, or one
     without a deserializer, is returned as it is."""
     if handler.request_streaming or handler.request_deserializer is None:
         return handler
 
-    async def refuse(request: _Corrupt, context: grpc.aio.ServicerContext) -> None:
+    async def refuse(request: _Corrupt, context: grpc.aio.ServicerContext[object, object]) -> None:
         log.warning("%s: undecodable request body (%s): INVALID_ARGUMENT", method, request.error)
         await context.abort(
             grpc.StatusCode.INVALID_ARGUMENT,
@@ -63,7 +64,9 @@ def checked(handler: Any, method: str) -> Any:  # a grpc.RpcMethodHandler (untyp
     if handler.unary_unary is not None:
         inner_uu = handler.unary_unary
 
-        async def unary_unary(request: object, context: grpc.aio.ServicerContext) -> object:
+        async def unary_unary(
+            request: object, context: grpc.aio.ServicerContext[object, object]
+        ) -> object:
             if request.__class__ is _Corrupt:
                 await refuse(request, context)
             return await inner_uu(request, context)
@@ -75,7 +78,7 @@ def checked(handler: Any, method: str) -> Any:  # a grpc.RpcMethodHandler (untyp
         inner_us = handler.unary_stream
 
         async def unary_stream(
-            request: object, context: grpc.aio.ServicerContext
+            request: object, context: grpc.aio.ServicerContext[object, object]
         ) -> AsyncIterator[object]:
             if request.__class__ is _Corrupt:
                 await refuse(request, context)
@@ -94,16 +97,20 @@ class _CheckedServer:
     it registers the service's method handlers (generic and registered, as the generated
     code does) each wrapped once by :func:`checked`."""
 
-    def __init__(self, server: Any) -> None:  # a grpc.aio.Server (untyped)
+    def __init__(self, server: grpc.aio.Server) -> None:
         self._server = server
         self._generic = 0
 
-    def add_generic_rpc_handlers(self, handlers: Any) -> None:  # grpc's, untyped
+    def add_generic_rpc_handlers(self, handlers: Sequence[grpc.GenericRpcHandler]) -> None:
         # the generated code passes the same methods to add_registered_method_handlers next;
         # they are registered, wrapped, there
         self._generic += len(handlers)
 
-    def add_registered_method_handlers(self, service: str, methods: Mapping[str, Any]) -> None:
+    def add_registered_method_handlers(
+        self,
+        service: str,
+        methods: Mapping[str, Any],  # grpc.aio's RpcMethodHandlers
+    ) -> None:
         wrapped = {name: checked(h, f"/{service}/{name}") for name, h in methods.items()}
         self._server.add_generic_rpc_handlers(
             (grpc.method_handlers_generic_handler(service, wrapped),)
@@ -119,9 +126,14 @@ class _CheckedServer:
             )
 
 
-def checked_server(server: Any, add: Callable[[Any, Any], None], servicer: Any) -> None:
+def checked_server(
+    server: grpc.aio.Server,
+    add: Callable[[Servicer, grpc.aio.Server], None],
+    servicer: Servicer,
+) -> None:
     """``add(servicer, server)`` (a generated ``add_<Service>Servicer_to_server``) with every
     method of the service checked for undecodable bodies (:func:`checked`)."""
     proxy = _CheckedServer(server)
-    add(servicer, proxy)
+    # the generated function calls only the two registration methods the proxy has
+    add(servicer, cast(grpc.aio.Server, proxy))
     proxy.done()

@@ -9,9 +9,9 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, NoReturn, TypeVar
+from typing import NoReturn, TypeVar
 
 import grpc
 import numpy as np
@@ -38,6 +38,7 @@ from qveil.v1 import value_service_pb2_grpc as value_grpc
 
 __all__ = [
     "AdminServicer",
+    "Context",
     "AuditServicer",
     "ValueServicer",
     "abort",
@@ -47,8 +48,12 @@ __all__ = [
 
 R = TypeVar("R")
 
+#: The context of a call of any service on this server (the helpers below read its
+#: metadata, peer and deadline, or abort it: its request and response types do not matter).
+Context = grpc.aio.ServicerContext[object, object]
 
-def _time_left(context: grpc.aio.ServicerContext) -> float | None:
+
+def _time_left(context: Context) -> float | None:
     """Seconds before the call's deadline (None: no deadline)."""
     remaining = context.time_remaining()
     if remaining is None or remaining > 1e7:
@@ -56,7 +61,7 @@ def _time_left(context: grpc.aio.ServicerContext) -> float | None:
     return float(remaining)
 
 
-def call_context(context: grpc.aio.ServicerContext) -> CallContext:
+def call_context(context: Context) -> CallContext:
     """The data plane's view of a gRPC call: peer, ``authorization`` metadata, deadline."""
     authorization = None
     for k, v in context.invocation_metadata() or ():
@@ -72,14 +77,14 @@ def call_context(context: grpc.aio.ServicerContext) -> CallContext:
     )
 
 
-async def abort(context: grpc.aio.ServicerContext, exc: BaseException) -> NoReturn:
+async def abort(context: Context, exc: BaseException) -> NoReturn:
     """End the call with the status of ``exc`` (the one table)."""
     mapped = status_for(exc, time_left=_time_left(context))
     await context.abort(mapped.code, mapped.message, trailing_metadata=mapped.trailing_metadata)
     raise AssertionError("abort returned") from None
 
 
-async def answer(context: grpc.aio.ServicerContext, pending: Awaitable[R]) -> R:
+async def answer(context: Context, pending: Awaitable[R]) -> R:
     """The data plane's answer, or the call aborted with the status of its error."""
     try:
         return await pending
@@ -87,7 +92,7 @@ async def answer(context: grpc.aio.ServicerContext, pending: Awaitable[R]) -> R:
         await abort(context, exc)
 
 
-def _floats(values: Any) -> npt.NDArray[np.float64]:
+def _floats(values: Sequence[float]) -> npt.NDArray[np.float64]:
     """A packed ``repeated double`` as an array, every bit kept: one copy of its buffer, not
     a Python float per value (or, for a few values, the values themselves)."""
     n = len(values)
@@ -96,7 +101,9 @@ def _floats(values: Any) -> npt.NDArray[np.float64]:
     return np.array(values, dtype=np.float64)
 
 
-def _request_states(request: Any) -> npt.NDArray[np.float64]:
+def _request_states(
+    request: value_pb.GetValuesRequest | value_pb.GetBestActionsRequest,
+) -> npt.NDArray[np.float64]:
     """The request's states: ``states`` (n,) for a 1-D client, or ``state_matrix`` as an
     (n, dims) array; both at once, or values not a multiple of dims, is INVALID_ARGUMENT
     (the query service then checks dims against the release)."""
@@ -117,7 +124,10 @@ def _request_states(request: Any) -> npt.NDArray[np.float64]:
     return _floats(m.values).reshape(-1, d)
 
 
-def _query(request: Any, actions: tuple[int, ...] = ()) -> Callable[[], ValuesQuery]:
+def _query(
+    request: value_pb.GetValuesRequest | value_pb.GetBestActionsRequest,
+    actions: tuple[int, ...] = (),
+) -> Callable[[], ValuesQuery]:
     """A decoder of the request, run by the data plane after admission (a malformed state
     matrix is INVALID_ARGUMENT through the one error table, nothing stored)."""
 
@@ -132,7 +142,7 @@ class ValueServicer(value_grpc.ValueServiceServicer):
         self.plane = plane
 
     async def GetValues(  # noqa: N802
-        self, request: value_pb.GetValuesRequest, context: grpc.aio.ServicerContext
+        self, request: value_pb.GetValuesRequest, context: Context
     ) -> value_pb.GetValuesResponse:
         pending = self.plane.get_values(
             call_context(context), _query(request, tuple(request.actions))
@@ -140,13 +150,13 @@ class ValueServicer(value_grpc.ValueServiceServicer):
         return convert.values_to_proto(await answer(context, pending))
 
     async def GetBestActions(  # noqa: N802
-        self, request: value_pb.GetBestActionsRequest, context: grpc.aio.ServicerContext
+        self, request: value_pb.GetBestActionsRequest, context: Context
     ) -> value_pb.GetBestActionsResponse:
         pending = self.plane.get_best_actions(call_context(context), _query(request))
         return convert.best_actions_to_proto(await answer(context, pending))
 
     async def GetRelease(  # noqa: N802
-        self, request: value_pb.GetReleaseRequest, context: grpc.aio.ServicerContext
+        self, request: value_pb.GetReleaseRequest, context: Context
     ) -> value_pb.GetReleaseResponse:
         rel = await answer(context, self.plane.get_release(call_context(context)))
         return value_pb.GetReleaseResponse(release=convert.release_to_proto(rel))
@@ -160,7 +170,7 @@ class _Service:
     def __init__(self, plane: DataPlane) -> None:
         self.plane = plane
 
-    async def _call(self, method: str, context: grpc.aio.ServicerContext, fn: Callable[[], R]) -> R:
+    async def _call(self, method: str, context: Context, fn: Callable[[], R]) -> R:
         def run(_call: Call) -> R:
             return fn()
 
@@ -177,7 +187,7 @@ class AdminServicer(_Service, admin_grpc.AdminServiceServicer):
         self.h = plane.services.releases
 
     async def ListReleases(  # noqa: N802
-        self, request: admin_pb.ListReleasesRequest, context: grpc.aio.ServicerContext
+        self, request: admin_pb.ListReleasesRequest, context: Context
     ) -> admin_pb.ListReleasesResponse:
         releases, active = await self._call("ListReleases", context, self.h.list_releases)
         return admin_pb.ListReleasesResponse(
@@ -185,7 +195,7 @@ class AdminServicer(_Service, admin_grpc.AdminServiceServicer):
         )
 
     async def ActivateRelease(  # noqa: N802
-        self, request: admin_pb.ActivateReleaseRequest, context: grpc.aio.ServicerContext
+        self, request: admin_pb.ActivateReleaseRequest, context: Context
     ) -> admin_pb.ActivateReleaseResponse:
         rel, previous = await self._call(
             "ActivateRelease",
@@ -197,24 +207,24 @@ class AdminServicer(_Service, admin_grpc.AdminServiceServicer):
         )
 
     async def RetireRelease(  # noqa: N802
-        self, request: admin_pb.RetireReleaseRequest, context: grpc.aio.ServicerContext
+        self, request: admin_pb.RetireReleaseRequest, context: Context
     ) -> admin_pb.RetireReleaseResponse:
         rel = await self._call("RetireRelease", context, lambda: self.h.retire(request.release_id))
         return admin_pb.RetireReleaseResponse(release=convert.release_to_proto(rel))
 
     async def GetStats(  # noqa: N802
-        self, request: admin_pb.GetStatsRequest, context: grpc.aio.ServicerContext
+        self, request: admin_pb.GetStatsRequest, context: Context
     ) -> admin_pb.GetStatsResponse:
         return convert.stats_to_proto(await self._call("GetStats", context, self.h.stats))
 
     async def GetBudget(  # noqa: N802
-        self, request: admin_pb.GetBudgetRequest, context: grpc.aio.ServicerContext
+        self, request: admin_pb.GetBudgetRequest, context: Context
     ) -> admin_pb.GetBudgetResponse:
         reports = await self._call("GetBudget", context, lambda: self.h.budget(request.dataset_id))
         return convert.budget_to_proto(reports)
 
     async def GetAdminCard(  # noqa: N802
-        self, request: admin_pb.GetAdminCardRequest, context: grpc.aio.ServicerContext
+        self, request: admin_pb.GetAdminCardRequest, context: Context
     ) -> admin_pb.GetAdminCardResponse:
         rid, public, admin = await self._call(
             "GetAdminCard", context, lambda: self.h.admin_card(request.release_id)
@@ -234,7 +244,7 @@ class AuditServicer(_Service, audit_grpc.AuditServiceServicer):
         self.h = plane.services.audit
 
     async def StreamNoisePoints(  # noqa: N802
-        self, request: audit_pb.StreamNoisePointsRequest, context: grpc.aio.ServicerContext
+        self, request: audit_pb.StreamNoisePointsRequest, context: Context
     ) -> AsyncIterator[audit_pb.StreamNoisePointsResponse]:
         release_id, chunks = await self._call(
             "StreamNoisePoints",
@@ -261,7 +271,7 @@ class AuditServicer(_Service, audit_grpc.AuditServiceServicer):
             await loop.run_in_executor(one, chunks.close)
 
     async def VerifyIntegrity(  # noqa: N802
-        self, request: audit_pb.VerifyIntegrityRequest, context: grpc.aio.ServicerContext
+        self, request: audit_pb.VerifyIntegrityRequest, context: Context
     ) -> audit_pb.VerifyIntegrityResponse:
         action = request.action if request.HasField("action") else None
         result = await self._call(
@@ -270,7 +280,7 @@ class AuditServicer(_Service, audit_grpc.AuditServiceServicer):
         return convert.integrity_to_proto(result)
 
     async def GetStatisticalReport(  # noqa: N802
-        self, request: audit_pb.GetStatisticalReportRequest, context: grpc.aio.ServicerContext
+        self, request: audit_pb.GetStatisticalReportRequest, context: Context
     ) -> audit_pb.GetStatisticalReportResponse:
         action = request.action if request.HasField("action") else None
         result = await self._call(

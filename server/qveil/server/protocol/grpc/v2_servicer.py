@@ -16,7 +16,6 @@ Tensors are read from ``raw_input_contents`` (what tritonclient sends) or from t
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import grpc
 import numpy as np
@@ -27,7 +26,7 @@ from qveil.oip import grpc_predict_v2_pb2 as pb
 from qveil.oip import grpc_predict_v2_pb2_grpc as pb_grpc
 from qveil.server.protocol.dataplane import DataPlane
 from qveil.server.protocol.grpc.bad_body import checked_server
-from qveil.server.protocol.grpc.servicer import answer, call_context
+from qveil.server.protocol.grpc.servicer import Context, answer, call_context
 from qveil.server.protocol.v2_model import (
     DTYPES,
     InferRequest,
@@ -114,30 +113,30 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         return bool(self.plane.ready and self._serving())
 
     async def ServerLive(  # noqa: N802
-        self, request: pb.ServerLiveRequest, context: grpc.aio.ServicerContext
+        self, request: pb.ServerLiveRequest, context: Context
     ) -> pb.ServerLiveResponse:
         return pb.ServerLiveResponse(live=True)
 
     async def ServerReady(  # noqa: N802
-        self, request: pb.ServerReadyRequest, context: grpc.aio.ServicerContext
+        self, request: pb.ServerReadyRequest, context: Context
     ) -> pb.ServerReadyResponse:
         return pb.ServerReadyResponse(ready=self._ready())
 
     async def ModelReady(  # noqa: N802
-        self, request: pb.ModelReadyRequest, context: grpc.aio.ServicerContext
+        self, request: pb.ModelReadyRequest, context: Context
     ) -> pb.ModelReadyResponse:
         return pb.ModelReadyResponse(
             ready=self._ready() and self.plane.model_ready(request.name, request.version)
         )
 
     async def ServerMetadata(  # noqa: N802
-        self, request: pb.ServerMetadataRequest, context: grpc.aio.ServicerContext
+        self, request: pb.ServerMetadataRequest, context: Context
     ) -> pb.ServerMetadataResponse:
         md = await answer(context, self.plane.server_metadata(call_context(context)))
         return pb.ServerMetadataResponse(**md)
 
     async def ModelMetadata(  # noqa: N802
-        self, request: pb.ModelMetadataRequest, context: grpc.aio.ServicerContext
+        self, request: pb.ModelMetadataRequest, context: Context
     ) -> pb.ModelMetadataResponse:
         md = await answer(
             context,
@@ -154,19 +153,19 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         )
 
     async def RepositoryModelLoad(  # noqa: N802
-        self, request: pb.RepositoryModelLoadRequest, context: grpc.aio.ServicerContext
+        self, request: pb.RepositoryModelLoadRequest, context: Context
     ) -> pb.RepositoryModelLoadResponse:
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, NO_REPOSITORY)
         raise AssertionError("abort returned")
 
     async def RepositoryModelUnload(  # noqa: N802
-        self, request: pb.RepositoryModelUnloadRequest, context: grpc.aio.ServicerContext
+        self, request: pb.RepositoryModelUnloadRequest, context: Context
     ) -> pb.RepositoryModelUnloadResponse:
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, NO_REPOSITORY)
         raise AssertionError("abort returned")
 
     async def ModelInfer(  # noqa: N802
-        self, request: pb.ModelInferRequest, context: grpc.aio.ServicerContext
+        self, request: pb.ModelInferRequest, context: Context
     ) -> pb.ModelInferResponse:
         resp = await answer(
             context, self.plane.infer(call_context(context), lambda: request_from_proto(request))
@@ -174,10 +173,13 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         return response_to_proto(resp, raw=len(request.raw_input_contents) > 0)
 
 
-def add_inference_service(plane: DataPlane, health: Any, server: grpc.aio.Server) -> None:
-    """Register ``inference.GRPCInferenceService`` on ``server`` (``app.create_server``)."""
+def add_inference_service(
+    plane: DataPlane, serving: Callable[[], bool], server: grpc.aio.Server
+) -> None:
+    """Register ``inference.GRPCInferenceService`` on ``server`` (``app.create_server``);
+    ``serving``: whether health says SERVING (ServerReady, ModelReady)."""
     checked_server(
         server,
         pb_grpc.add_GRPCInferenceServiceServicer_to_server,
-        InferenceServicer(plane, lambda: bool(health.serving)),
+        InferenceServicer(plane, serving),
     )

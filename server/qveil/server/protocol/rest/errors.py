@@ -11,9 +11,12 @@ storage cap, a request larger than the caller's whole budget).
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING
 
 from qveil.errors import error_status
+
+if TYPE_CHECKING:  # starlette loads only when the REST endpoint is served (--http-port)
+    from starlette.responses import Response
 
 __all__ = ["HTTP_STATUS", "error_response", "http_error"]
 
@@ -43,9 +46,9 @@ def http_error(exc: BaseException) -> tuple[int, dict[str, str], dict[str, str]]
     return HTTP_STATUS.get(st.code, 500), body, headers
 
 
-def error_response(exc: BaseException) -> Any:
+def error_response(exc: BaseException) -> Response:
     """The Starlette response of :func:`http_error`."""
-    # starlette loads only when the REST endpoint is served (--rest-port)
+    # starlette loads only when the REST endpoint is served (--http-port)
     from starlette.responses import JSONResponse
 
     status, body, headers = http_error(exc)

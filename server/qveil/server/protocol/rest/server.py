@@ -10,26 +10,42 @@ import socket
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 from qveil.errors import InvalidArgument, PortInUse
 from qveil.server.protocol.dataplane import DataPlane
 from qveil.server.protocol.rest.v2_endpoints import build_app
 
-__all__ = ["RestServer", "start_rest"]
+if TYPE_CHECKING:  # uvicorn loads only when the REST endpoint is served (--http-port)
+    import uvicorn
+
+__all__ = ["RestServer", "TLSPaths", "start_rest"]
+
+
+class TLSPaths(Protocol):
+    """The server's TLS files (``qveil.server.serving.app.TLSFiles``)."""
+
+    @property
+    def cert(self) -> Path: ...
+    @property
+    def key(self) -> Path: ...
+    @property
+    def client_ca(self) -> Path | None: ...  # set: mutual TLS
 
 
 @dataclass
 class RestServer:
     """uvicorn serving the app on an already bound socket, inside the running event loop."""
 
-    server: Any
+    server: uvicorn.Server
     sock: socket.socket
     task: asyncio.Task[None]
     port: int
 
     async def stop(self, grace: float) -> None:
-        self.server.config.timeout_graceful_shutdown = max(0.0, grace)
+        # typed int by uvicorn, used as asyncio.wait_for's timeout: a float is what it takes
+        self.server.config.timeout_graceful_shutdown = max(0.0, grace)  # type: ignore[assignment]
         self.server.should_exit = True
         await self.task
         await self.server.shutdown(sockets=[self.sock])
@@ -41,12 +57,12 @@ async def start_rest(
     *,
     host: str,
     port: int,
-    tls: Any = None,
+    tls: TLSPaths | None = None,
     max_body_bytes: int = 4 * 1024 * 1024,
 ) -> RestServer:
     """Bind ``host:port`` (0: any free port) and serve the v2 REST app on it (TLS from the
     server's ``TLSFiles``; mutual TLS when it has a client CA)."""
-    # uvicorn loads only when the REST endpoint is served (--rest-port)
+    # uvicorn loads only when the REST endpoint is served (--http-port)
     import uvicorn
 
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -68,17 +84,16 @@ async def start_rest(
         raise InvalidArgument(f"cannot bind the v2 REST port {host}:{port}: {exc}") from None
     sock.listen(128)
     sock.setblocking(False)
-    kw: dict[str, Any] = {}
-    if tls is not None:
-        kw = {"ssl_certfile": str(tls.cert), "ssl_keyfile": str(tls.key)}
-        if tls.client_ca is not None:
-            kw |= {"ssl_ca_certs": str(tls.client_ca), "ssl_cert_reqs": ssl.CERT_REQUIRED}
+    ca = tls.client_ca if tls is not None else None
     config = uvicorn.Config(
         build_app(plane, serving, max_body_bytes=max_body_bytes),
         lifespan="off",
         log_level="warning",
         access_log=False,
-        **kw,
+        ssl_certfile=str(tls.cert) if tls is not None else None,
+        ssl_keyfile=str(tls.key) if tls is not None else None,
+        ssl_ca_certs=str(ca) if ca is not None else None,
+        ssl_cert_reqs=ssl.CERT_REQUIRED if ca is not None else ssl.CERT_NONE,
     )
     config.load()
     server = uvicorn.Server(config)

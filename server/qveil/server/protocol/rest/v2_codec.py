@@ -14,9 +14,9 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from qveil.errors import InvalidArgument, bad_argument
 from qveil.json_types import JSONObject, JSONValue
@@ -25,6 +25,7 @@ from qveil.server.protocol.v2_model import (
     MODEL_NAME,
     InferRequest,
     InferResponse,
+    Scalar,
     Tensor,
     decode_raw,
 )
@@ -157,8 +158,7 @@ def _tensor(i: int, t: JSONValue, binary: memoryview) -> tuple[Tensor, memoryvie
     return Tensor(name, dtype, shape, _typed(i, dtype, dt, data)), binary
 
 
-# np.dtype[Any]: numpy's type of a dtype chosen at run time (DTYPES[datatype])
-def _typed(i: int, dtype: str, dt: np.dtype[Any], data: JSONValue) -> np.ndarray[Any, Any]:
+def _typed(i: int, dtype: str, dt: np.dtype[Scalar], data: JSONValue) -> npt.NDArray[Scalar]:
     """JSON ``data`` (nested lists of numbers) as a flat array of ``dt``."""
     flat = _flatten(data)
     try:

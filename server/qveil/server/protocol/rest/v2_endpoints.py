@@ -21,19 +21,24 @@ read up to ``--max-message-bytes`` (413 beyond, nothing stored) and decoded once
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from qveil.server.protocol.dataplane import CallContext, DataPlane
 from qveil.server.protocol.rest.errors import error_response
 from qveil.server.protocol.rest.v2_codec import V2Body, parse_body, render
 from qveil.server.protocol.v2_model import InferRequest
 
+if TYPE_CHECKING:  # starlette loads only when the REST endpoint is served (--http-port)
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response
+
 __all__ = ["HEADER_LENGTH", "build_app", "call_context"]
 
 HEADER_LENGTH = "inference-header-content-length"
 
 
-def call_context(request: Any) -> CallContext:
+def call_context(request: Request) -> CallContext:
     """The data plane's view of an HTTP request: the client's address in gRPC's peer form
     (so a host has ONE new-state budget over both bindings) and its Authorization header."""
     client = request.client
@@ -48,7 +53,7 @@ def call_context(request: Any) -> CallContext:
     )
 
 
-async def read_body(request: Any, limit: int) -> bytes | None:
+async def read_body(request: Request, limit: int) -> bytes | None:
     """The body, or None when it is larger than ``limit`` bytes (by its declared length,
     before anything is read, or while it streams in)."""
     declared = request.headers.get("content-length")
@@ -63,8 +68,8 @@ async def read_body(request: Any, limit: int) -> bytes | None:
     return b"".join(chunks)
 
 
-def _too_large(limit: int) -> Any:
-    # starlette loads only when the REST endpoint is served (--rest-port)
+def _too_large(limit: int) -> Response:
+    # starlette loads only when the REST endpoint is served (--http-port)
     from starlette.responses import JSONResponse
 
     return JSONResponse(
@@ -77,11 +82,10 @@ def _too_large(limit: int) -> Any:
     )
 
 
-def build_app(plane: DataPlane, serving: Callable[[], bool], *, max_body_bytes: int) -> Any:
+def build_app(plane: DataPlane, serving: Callable[[], bool], *, max_body_bytes: int) -> Starlette:
     """The Starlette app (routes above) over ``plane``."""
-    # starlette loads only when the REST endpoint is served (--rest-port)
+    # starlette loads only when the REST endpoint is served (--http-port)
     from starlette.applications import Starlette
-    from starlette.requests import Request
     from starlette.responses import JSONResponse, Response
     from starlette.routing import Route
 
@@ -95,7 +99,7 @@ def build_app(plane: DataPlane, serving: Callable[[], bool], *, max_body_bytes: 
             try:
                 return await handler(request)
             except Exception as exc:  # noqa: BLE001 - every error goes through the one table
-                return error_response(exc)  # type: ignore[no-any-return]
+                return error_response(exc)
 
         return run
 
@@ -125,7 +129,7 @@ def build_app(plane: DataPlane, serving: Callable[[], bool], *, max_body_bytes: 
         name, version = _model(request)
         body = await read_body(request, max_body_bytes)
         if body is None:
-            return _too_large(max_body_bytes)  # type: ignore[no-any-return]
+            return _too_large(max_body_bytes)
         hlen = request.headers.get(HEADER_LENGTH)
         decoded: list[V2Body] = []
 

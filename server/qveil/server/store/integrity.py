@@ -21,7 +21,8 @@ import math
 import struct
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+
+from qveil.json_types import JSONObject
 
 __all__ = ["ActionIntegrity", "ChainHasher", "IntegrityReport", "genesis", "verify_chain"]
 
@@ -102,7 +103,7 @@ class ActionIntegrity:
     gaps: tuple[tuple[int, int], ...] = ()
     problems: tuple[str, ...] = ()
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return asdict(self) | {
             "gaps": [list(g) for g in self.gaps],
             "problems": list(self.problems),
@@ -130,7 +131,7 @@ class IntegrityReport:
     def high_water(self) -> dict[int, int]:
         return {a.action: a.high_water for a in self.actions}
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return asdict(self) | {"actions": [a.to_dict() for a in self.actions]}
 
 

@@ -15,18 +15,23 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol, TypedDict
 
 import numpy as np
 
 from qveil.common.typing import ReleaseHeader
 from qveil.errors import InvalidArgument, NotFound, echo
+from qveil.json_types import JSONObject
 from qveil.server.store.models import RELEASE_STATUSES
+
+if TYPE_CHECKING:  # for annotations only
+    from qveil.bundle import Bundle
 
 __all__ = [
     "ReleaseRecord",
     "ReleaseRegistry",
     "ReleaseTable",
+    "StoreParams",
     "check_action",
     "check_status",
     "new_identity",
@@ -75,7 +80,7 @@ class ReleaseRecord(ReleaseHeader):
         """The OU rate of a path: betas[coordinate] (``beta`` for a 1-D release)."""
         return self.betas[int(path) % self.dims] if self.betas else self.beta
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         """The record as an export file's release line names it (``betas`` [] for a 1-D
         release: its rate is ``beta``)."""
         return {
@@ -178,7 +183,15 @@ def check_action(action: int, n_actions: int) -> int:
     return a
 
 
-def store_params(bundle: Any) -> dict[str, Any]:
+class StoreParams(TypedDict):
+    """A bundle's noise parameters as the store records them (``create_release`` keywords)."""
+
+    beta: float
+    interval: tuple[float, float]
+    betas: list[float]
+
+
+def store_params(bundle: Bundle) -> StoreParams:
     """The store's noise parameters of a bundle (``create_release`` keywords): its betas (one
     per coordinate; d = 1: one), with beta and interval its first coordinate's."""
     betas = [float(b) for b in bundle.betas]

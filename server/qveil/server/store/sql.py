@@ -37,9 +37,12 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 from sqlalchemy import bindparam, func, select
 from sqlalchemy.dialects import sqlite as _sqlite_dialect
+from sqlalchemy.dialects.postgresql import Insert as PGInsert
 from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import Insert as SQLiteInsert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import URL, make_url
+from sqlalchemy.sql.elements import BindParameter
 
 from qveil.errors import (
     FailedPrecondition,
@@ -64,6 +67,7 @@ from qveil.server.store.models import noise_points as NP  # noqa: N812
 from qveil.server.store.models import releases as REL  # noqa: N812
 from qveil.server.store.models import store_meta as META  # noqa: N812
 from qveil.server.store.sql_engines import (
+    Settings,
     check_settings,
     postgres_engines,
     sqlite_engine,
@@ -305,18 +309,17 @@ class SQLStore(SamplePathStore):
             )
         )
 
-    def _check_settings(self) -> dict[str, Any]:
+    def _check_settings(self) -> Settings:
         """Read back the durability settings; refuse (FailedPrecondition) without them."""
         return check_settings(
             self._writer, backend=self.backend, begin_mode=self._begin_mode, where=self._identity
         )
 
     def _build_statements(self) -> None:
-        # bindparam() is typed BindParameter[Any] by SQLAlchemy (its value type is not known)
-        r: Any = bindparam("r")
-        a: Any = bindparam("a")
+        r: BindParameter[str] = bindparam("r")
+        a: BindParameter[int] = bindparam("a")
         cols = (NP.c.seq, NP.c.x, NP.c.g, NP.c.created_at, NP.c.hash)
-        j: Any = bindparam("j")
+        j: BindParameter[int] = bindparam("j")
         mine = (NP.c.release_id == r, NP.c.action == a, NP.c.coordinate == j)
         self._q_since = select(*cols).where(*mine, NP.c.seq > bindparam("hw")).order_by(NP.c.seq)
         self._q_range = (
@@ -332,14 +335,13 @@ class SQLStore(SamplePathStore):
         )
         self._q_action = select(NP.c.action, NP.c.coordinate, *cols).where(*mine).order_by(NP.c.seq)
         self._q_lock = select(func.pg_advisory_xact_lock(bindparam("k", type_=sa.BigInteger)))
-        # the dialect's insert (SQLite or PostgreSQL): the two have no common typed base
-        ins: Any = sqlite_insert if self.backend == "sqlite" else pg_insert
-        self._ins_points: Any = self._points_insert()
+        points = self._points_insert()
+        self._ins_points: sa.Insert = points
         if self.backend == "postgresql":  # one multi-row INSERT ... RETURNING per batch
-            self._ins_points = self._ins_points.returning(NP.c.seq)
+            self._ins_points = points.returning(NP.c.seq)
         # RETURNING: the row count of INSERT .. ON CONFLICT DO NOTHING is not reliable through
         # every driver (psycopg reports -1 here); a returned key means "inserted"
-        self._ins_release = ins(REL).on_conflict_do_nothing().returning(REL.c.release_id)
+        self._ins_release = self._insert(REL).on_conflict_do_nothing().returning(REL.c.release_id)
         # SQLite hot path: the same Core statement compiled once to positional SQL, executed
         # with tuples (saves SQLAlchemy's per-row parameter processing, ~10 us a row)
         self._ins_points_sql: str | None = None
@@ -376,11 +378,15 @@ class SQLStore(SamplePathStore):
             self._rows_sql[k] = got
         return got
 
-    def _points_insert(self) -> Any:  # either dialect's Insert (no common typed base)
+    def _insert(self, table: sa.Table) -> SQLiteInsert | PGInsert:
+        """The INSERT of ``table`` in the store's dialect (SQLite or PostgreSQL: each has
+        its own ON CONFLICT clauses)."""
+        return sqlite_insert(table) if self.backend == "sqlite" else pg_insert(table)
+
+    def _points_insert(self) -> SQLiteInsert | PGInsert:
         """The insert of new rows: a row already there is skipped (ON CONFLICT DO NOTHING),
         which :meth:`_SqlTxn.confirm` then finds (a lost race, retried)."""
-        ins: Any = sqlite_insert if self.backend == "sqlite" else pg_insert
-        return ins(NP).on_conflict_do_nothing()
+        return self._insert(NP).on_conflict_do_nothing()
 
     def _map(self, exc: sa.exc.StatementError, what: str) -> Exception:
         orig = exc.orig
@@ -614,10 +620,9 @@ class SQLStore(SamplePathStore):
         q = select(META.c.value).where(META.c.key == "key_check")
         got = self._read_call("read the integrity key check", lambda c: c.execute(q).scalar())
         if got is None:  # the first opener since migration 0003 (written once, then only read)
-            ins: Any = sqlite_insert if self.backend == "sqlite" else pg_insert  # either dialect
             with self._write("record the integrity key check") as conn:
                 conn.execute(
-                    ins(META).on_conflict_do_nothing(), {"key": "key_check", "value": want}
+                    self._insert(META).on_conflict_do_nothing(), {"key": "key_check", "value": want}
                 )
                 got = conn.execute(q).scalar()
         if got != want:
@@ -638,10 +643,9 @@ class SQLStore(SamplePathStore):
         return None if got is None else str(got)
 
     def _db_set_meta(self, values: dict[str, str], *, only_if_absent: bool) -> None:
-        ins: Any = sqlite_insert if self.backend == "sqlite" else pg_insert  # either dialect
         with self._write("write the store metadata") as conn:
             for k, v in values.items():
-                stmt = ins(META).values(key=k, value=v)
+                stmt = self._insert(META).values(key=k, value=v)
                 conn.execute(
                     stmt.on_conflict_do_nothing()
                     if only_if_absent
@@ -690,7 +694,7 @@ class SQLStore(SamplePathStore):
 
     # -- test aids --------------------------------------------------------------------------
 
-    def _writer_scalar(self, sql: str) -> Any:  # an untyped SQL statement's scalar
+    def _writer_scalar(self, sql: str) -> object:
         """Test aid: one statement on the writer connection (rolled back), its scalar."""
         with self._writer_lock:
             if self._wconn is None:

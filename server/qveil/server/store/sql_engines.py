@@ -5,16 +5,21 @@ back and refuses to run the store without them (:class:`qveil.server.store.sql.S
 from __future__ import annotations
 
 import os
+import sqlite3
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import URL
+from sqlalchemy.pool import ConnectionPoolEntry
 
 from qveil.errors import FailedPrecondition, InvalidArgument, Unavailable
 
-__all__ = ["check_settings", "postgres_engines", "sqlite_engine", "sqlite_url"]
+__all__ = ["Settings", "check_settings", "postgres_engines", "sqlite_engine", "sqlite_url"]
+
+#: the durability settings a store reads back (name -> the database's value)
+Settings = dict[str, str | int | None]
 
 
 def sqlite_url(u: URL, url: str | URL, *, create: bool, new_ok: bool) -> tuple[URL, str]:
@@ -73,7 +78,7 @@ def sqlite_engine(
     keys); ``begin``: every transaction starts with BEGIN IMMEDIATE (the writer: it holds the
     file's write lock from its first statement) and a larger page cache; ``implicit``: keep
     the driver's own deferred BEGIN instead of turning it off (``isolation_level``)."""
-    args: dict[str, Any] = {"timeout": busy, "check_same_thread": False}
+    args: dict[str, float | bool | None] = {"timeout": busy, "check_same_thread": False}
     if not implicit:
         args["isolation_level"] = None
     eng = sa.create_engine(
@@ -86,7 +91,7 @@ def sqlite_engine(
     ms = int(busy * 1000)
 
     @event.listens_for(eng, "connect")
-    def _on_connect(dbapi_conn: Any, _rec: Any) -> None:
+    def _on_connect(dbapi_conn: sqlite3.Connection, _rec: ConnectionPoolEntry) -> None:
         cur = dbapi_conn.cursor()
         cur.execute(f"PRAGMA busy_timeout = {ms}")
         cur.execute("PRAGMA journal_mode = WAL")
@@ -97,7 +102,7 @@ def sqlite_engine(
     if begin:  # the writer: a larger page cache keeps the x index's inner pages hot
 
         @event.listens_for(eng, "connect")
-        def _cache(dbapi_conn: Any, _rec: Any) -> None:
+        def _cache(dbapi_conn: sqlite3.Connection, _rec: ConnectionPoolEntry) -> None:
             dbapi_conn.execute("PRAGMA cache_size = -65536")  # 64 MiB
 
         @event.listens_for(eng, "begin")
@@ -107,31 +112,34 @@ def sqlite_engine(
     return eng
 
 
-def check_settings(
-    writer: sa.Engine, *, backend: str, begin_mode: str, where: str
-) -> dict[str, Any]:
+def check_settings(writer: sa.Engine, *, backend: str, begin_mode: str, where: str) -> Settings:
     """Read back the durability settings through ``writer``; refuse (FailedPrecondition)
     a store without them. ``begin_mode``: the writer's BEGIN (``IMMEDIATE`` for qveil's)."""
     bad: list[str] = []
     if backend == "sqlite":
         with writer.connect() as conn:
-            dbapi: Any = conn.connection.dbapi_connection
+            # the pysqlite driver's connection (an SQLite URL)
+            dbapi = cast(sqlite3.Connection, conn.connection.dbapi_connection)
             cur = dbapi.cursor()  # raw: no BEGIN IMMEDIATE just to read settings
-            s = {
-                "journal_mode": cur.execute("PRAGMA journal_mode").fetchone()[0],
-                "synchronous": cur.execute("PRAGMA synchronous").fetchone()[0],
-                "busy_timeout_ms": cur.execute("PRAGMA busy_timeout").fetchone()[0],
-                "driver_isolation_level": getattr(dbapi, "isolation_level", "?"),
-                "begin": begin_mode,
-            }
+            journal: str = cur.execute("PRAGMA journal_mode").fetchone()[0]
+            synchronous: int = cur.execute("PRAGMA synchronous").fetchone()[0]
+            busy_ms: int = cur.execute("PRAGMA busy_timeout").fetchone()[0]
+            isolation: str | None = getattr(dbapi, "isolation_level", "?")
             cur.close()
-        if str(s["journal_mode"]).lower() != "wal":
-            bad.append(f"journal_mode={s['journal_mode']} (need wal)")
-        if int(s["synchronous"]) < 2:
-            bad.append(f"synchronous={s['synchronous']} (need FULL=2 or EXTRA=3)")
-        if int(s["busy_timeout_ms"]) <= 0:
+        s: Settings = {
+            "journal_mode": journal,
+            "synchronous": synchronous,
+            "busy_timeout_ms": busy_ms,
+            "driver_isolation_level": isolation,
+            "begin": begin_mode,
+        }
+        if str(journal).lower() != "wal":
+            bad.append(f"journal_mode={journal} (need wal)")
+        if int(synchronous) < 2:
+            bad.append(f"synchronous={synchronous} (need FULL=2 or EXTRA=3)")
+        if int(busy_ms) <= 0:
             bad.append("busy_timeout is 0")
-        if begin_mode == "IMMEDIATE" and s["driver_isolation_level"] is not None:
+        if begin_mode == "IMMEDIATE" and isolation is not None:
             bad.append("the driver's implicit transactions are enabled")
     else:
         with writer.connect() as conn:

@@ -16,15 +16,18 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-from qveil.cli_parser import add_command
+from qveil.cli_parser import Subcommands, add_command
 from qveil.errors import InvalidArgument
+
+if TYPE_CHECKING:  # for annotations only: this CLI module loads no server module
+    from qveil.server.governance.audit import AuditReport
 
 __all__ = ["add_parser", "run"]
 
 
-def add_parser(sub: Any) -> argparse.ArgumentParser:
+def add_parser(sub: Subcommands) -> argparse.ArgumentParser:
     p = add_command(
         sub, "audit", "verify stored noise: integrity and statistical tests", __doc__, run
     )
@@ -61,7 +64,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     return p
 
 
-def _summary(report: Any) -> str:
+def _summary(report: AuditReport) -> str:
     d = report.to_dict()
     lines = [
         f"audit of {d['store']} at {d['generated_at']}: {'PASSED' if d['passed'] else 'FAILED'}",

@@ -16,16 +16,16 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
 
-from qveil.cli_parser import add_command
+from qveil.cli_parser import Subcommands, add_command
 from qveil.errors import InvalidArgument
+from qveil.json_types import JSONObject
 from qveil.server.governance import population
 
 __all__ = ["add_parser", "run"]
 
 
-def add_parser(sub: Any) -> argparse.ArgumentParser:
+def add_parser(sub: Subcommands) -> argparse.ArgumentParser:
     p = add_command(
         sub, "budget", "declare a population's privacy budget, or show its spending", __doc__, run
     )
@@ -48,7 +48,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     return p
 
 
-def _spent(rep: dict[str, Any]) -> str:
+def _spent(rep: JSONObject) -> str:
     """What the population has spent, in words: nothing yet, or its (eps, delta) and, under
     the Gaussian filter, the share of the budget in its own unit (mu adds up as a root sum
     of squares, which epsilons do not)."""
@@ -60,7 +60,7 @@ def _spent(rep: dict[str, Any]) -> str:
     return text
 
 
-def _text(rep: dict[str, Any]) -> str:
+def _text(rep: JSONObject) -> str:
     lines = [
         f"population {rep['population']} (declared {rep['declared_at']} by {rep['declared_by']})",
         f"  budget:    eps={rep['budget']['epsilon']:g} delta={rep['budget']['delta']:g}",

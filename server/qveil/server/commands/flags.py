@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import inspect
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 __all__ = ["call_with_flags"]
 
@@ -15,7 +15,7 @@ _R = TypeVar("_R")
 
 
 def call_with_flags(
-    fn: Callable[..., _R], args: argparse.Namespace, /, *positional: Any, **given: Any
+    fn: Callable[..., _R], args: argparse.Namespace, /, *positional: object, **given: object
 ) -> _R:
     """``fn(*positional, **given)`` where each other parameter of ``fn`` (a function, or a
     dataclass's fields) that has a flag of the same name (``max_batch``: ``--max-batch``)

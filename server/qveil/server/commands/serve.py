@@ -12,15 +12,14 @@ import argparse
 import asyncio
 import sys
 from pathlib import Path
-from typing import Any
 
-from qveil.cli_parser import add_command
+from qveil.cli_parser import Subcommands, add_command
 from qveil.server.commands.flags import call_with_flags
 
 
 # long-function: a flat list of qveil serve's flag declarations, one per option: splitting it would
 #   only scatter its one --help
-def add_parser(sub: Any) -> None:
+def add_parser(sub: Subcommands) -> None:
     # here, not at the top: importing this CLI module loads no server module but commands.flags
     from qveil.server.serving.limits import DEFAULT_MAX_STORED_POINTS
     from qveil.server.serving.quotas import DEFAULT_BURST_SECONDS, DEFAULT_STATE_RATE

@@ -147,14 +147,14 @@ class ReleaseInfo:
         }
 
 
-# rows of untyped SQLAlchemy selects: Row[Any]
-def _bundle_rows(db: AdminDB) -> dict[str, sa.Row[Any]]:
+def _bundle_rows(db: AdminDB) -> dict[str, sa.Row[Any]]:  # rows of a table's untyped select
     with db.read() as conn:
         return {r.release_id: r for r in conn.execute(sa.select(T.release_bundles))}
 
 
-# (a select of four untyped columns)
-def _ledger_by_release(db: AdminDB) -> dict[str, sa.Row[Any, Any, Any, Any]]:
+def _ledger_by_release(
+    db: AdminDB,
+) -> dict[str, sa.Row[Any, Any, Any, Any]]:  # a select of four untyped columns
     t = T.ledger_events
     with db.read() as conn:
         return {

@@ -19,18 +19,23 @@ vanish with the process, which is said wherever such a ledger is shown.
 from __future__ import annotations
 
 import hashlib
+import sqlite3
+import weakref
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.pool import StaticPool
+from sqlalchemy.pool import ConnectionPoolEntry, Pool, StaticPool
 
 from qveil.errors import FailedPrecondition, InvalidArgument, Unavailable
 from qveil.server.governance import admin_tables as T
 from qveil.server.governance.closing import Closing
+
+if TYPE_CHECKING:  # for annotations only
+    from qveil.server.store.base import SamplePathStore
 
 __all__ = ["AdminDB", "admin_db_for", "open_admin_db"]
 
@@ -102,11 +107,14 @@ class AdminDB(Closing):
         self.engine.dispose()
 
 
-def _sqlite_engine(url: str, **kw: Any) -> Engine:
-    engine = sa.create_engine(url, **kw)
+def _sqlite_engine(url: str, *, poolclass: type[Pool] | None = None) -> Engine:
+    kw = {} if poolclass is None else {"poolclass": poolclass}
+    engine = sa.create_engine(url, connect_args={"check_same_thread": False}, **kw)
 
     @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_conn: Any, _record: Any) -> None:  # pragma: no cover - trivial
+    def _on_connect(
+        dbapi_conn: sqlite3.Connection, _record: ConnectionPoolEntry
+    ) -> None:  # pragma: no cover - trivial
         # Disable the driver's implicit transactions: we issue BEGIN / BEGIN IMMEDIATE ourselves.
         dbapi_conn.isolation_level = None
         cur = dbapi_conn.cursor()
@@ -126,9 +134,7 @@ def open_admin_db(url: str | None, *, create: bool = False) -> AdminDB:
     or pass ``create=True`` in tests); otherwise :class:`FailedPrecondition`.
     """
     if url is None or url == "" or url.startswith("memory://"):
-        engine = _sqlite_engine(
-            "sqlite://", poolclass=StaticPool, connect_args={"check_same_thread": False}
-        )
+        engine = _sqlite_engine("sqlite://", poolclass=StaticPool)
         db = AdminDB(engine, url="memory://", ephemeral=True)
         with engine.begin() as conn:
             T.metadata.create_all(conn, tables=list(_TABLES))
@@ -138,7 +144,7 @@ def open_admin_db(url: str | None, *, create: bool = False) -> AdminDB:
     except sa.exc.ArgumentError as exc:
         raise InvalidArgument(f"bad store URL {url!r}: {exc}") from None
     if surl.get_backend_name() == "sqlite":
-        engine = _sqlite_engine(url, connect_args={"check_same_thread": False})
+        engine = _sqlite_engine(url)
     elif surl.get_backend_name() == "postgresql":
         engine = sa.create_engine(url, isolation_level="READ COMMITTED", pool_pre_ping=True)
     else:
@@ -165,9 +171,13 @@ def open_admin_db(url: str | None, *, create: bool = False) -> AdminDB:
     return db
 
 
-def admin_db_for(store: Any, store_url: str | None = None) -> AdminDB:
+#: the admin records opened beside each store object (:func:`admin_db_for`)
+_OPENED: weakref.WeakKeyDictionary[SamplePathStore, AdminDB] = weakref.WeakKeyDictionary()
+
+
+def admin_db_for(store: SamplePathStore, store_url: str | None = None) -> AdminDB:
     """The admin records beside ``store`` (same database), opened once per store object."""
-    db: AdminDB | None = getattr(store, "_qveil_admin_db", None)
+    db = _OPENED.get(store)
     if db is not None:
         return db
     url = store_url or getattr(store, "url", None) or getattr(store, "_url", None)
@@ -177,8 +187,5 @@ def admin_db_for(store: Any, store_url: str | None = None) -> AdminDB:
         db = open_admin_db("memory://")  # a private in-memory admin database per memory store
     else:
         db = open_admin_db(str(url))
-    try:
-        store._qveil_admin_db = db
-    except AttributeError:
-        pass
+    _OPENED[store] = db
     return db

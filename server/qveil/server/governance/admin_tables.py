@@ -29,7 +29,7 @@ __all__ = [
 _HASH = sa.String(64)
 
 
-def _dataset_chain(name: str, *own: sa.Column[Any]) -> sa.Table:
+def _dataset_chain(name: str, *own: sa.Column[Any]) -> sa.Table:  # columns of any type
     """A table of one hash chain per dataset: keyed (dataset, seq 1, 2, ...), the row's own
     columns, then its time and its link (the previous row's hash, its own)."""
     return sa.Table(

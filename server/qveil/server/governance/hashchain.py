@@ -18,7 +18,8 @@ import hashlib
 import json
 import math
 from collections.abc import Mapping
-from typing import Any
+
+from qveil.json_types import JSONMapping, JSONValue
 
 __all__ = ["GENESIS", "canonical_json", "link_hash"]
 
@@ -26,7 +27,7 @@ __all__ = ["GENESIS", "canonical_json", "link_hash"]
 GENESIS = "0" * 64
 
 
-def _check_finite(obj: Any, path: str = "$") -> None:
+def _check_finite(obj: JSONValue, path: str = "$") -> None:
     if isinstance(obj, float) and not math.isfinite(obj):
         raise ValueError(f"non-finite number at {path}: {obj!r} (not representable in a record)")
     if isinstance(obj, Mapping):
@@ -37,7 +38,7 @@ def _check_finite(obj: Any, path: str = "$") -> None:
             _check_finite(v, f"{path}[{i}]")
 
 
-def canonical_json(obj: Any) -> str:
+def canonical_json(obj: JSONValue) -> str:
     """Deterministic JSON text of ``obj``: sorted keys, compact separators, exact floats.
 
     Python's ``json`` writes floats with ``repr`` (shortest round-trip form), so encoding,
@@ -49,7 +50,7 @@ def canonical_json(obj: Any) -> str:
     )
 
 
-def link_hash(prev_hash: str, fields: Mapping[str, Any]) -> str:
+def link_hash(prev_hash: str, fields: JSONMapping) -> str:
     """SHA-256 hex of ``prev_hash`` followed by the canonical JSON of ``fields``."""
     if len(prev_hash) != 64:
         raise ValueError(f"previous hash must be 64 hex characters, got {prev_hash!r}")

@@ -162,8 +162,7 @@ class _Chain:
     #: what a row that does not link to the one before it is said not to link to
     before: str
     #: findings about a stored row's own content (where, dataset id, row), beyond its link
-    # (the row: a SQLAlchemy row of an untyped select, Any)
-    row_findings: Callable[[str, str, Any], list[str]] | None = None
+    row_findings: Callable[[str, str, Any], list[str]] | None = None  # Any: an untyped SA row
 
     @property
     def seq_key(self) -> str:

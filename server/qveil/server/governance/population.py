@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from qveil.errors import BudgetExceeded, FailedPrecondition, InvalidArgument, echo
 from qveil.json_types import JSONObject
@@ -23,6 +23,9 @@ from qveil.privacy.gaussian import gdp_epsilon
 from qveil.privacy.ledger import PrivacyEvent, filter_check, filter_state
 from qveil.release_records import validate_population
 from qveil.server.governance.registry import Registry
+
+if TYPE_CHECKING:  # matplotlib loads only when a plot is drawn
+    from matplotlib.figure import Figure
 
 __all__ = ["create", "precheck", "report", "plot_spending", "spending_figure"]
 
@@ -111,7 +114,7 @@ def plot_spending(rep: JSONObject, png: str | Path) -> None:
     plt.close(fig)
 
 
-def spending_figure(rep: JSONObject) -> Any:  # a matplotlib Figure (untyped)
+def spending_figure(rep: JSONObject) -> Figure:
     """Spending over time: the filter's spent epsilon (at the budget's delta) after each
     release, against the budget line. The time axis spans the releases with a margin (a day
     either side of a single release), in UTC; the legend stands below the axes, off the

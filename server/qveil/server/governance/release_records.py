@@ -7,14 +7,14 @@ The trainer never imports the server; the composition root (:mod:`qveil.cli`) pa
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 from qveil.bundle import load_bundle
 from qveil.bundle.receipt import write_receipt
 from qveil.errors import FailedPrecondition, echo
+from qveil.json_types import JSONMapping, JSONObject
 from qveil.privacy.ledger import PrivacyEvent, spending_line
 from qveil.release_records import validate_population
 from qveil.server.governance import audit_log
@@ -39,10 +39,10 @@ class RegistryRecords:
     def url(self) -> str:
         return str(self.registry.url)
 
-    def population_report(self, population: str) -> dict[str, Any]:
+    def population_report(self, population: str) -> JSONObject:
         return pop.report(self.registry, validate_population(population))
 
-    def precheck(self, population: str, event: PrivacyEvent) -> dict[str, Any]:
+    def precheck(self, population: str, event: PrivacyEvent) -> JSONObject:
         return pop.precheck(self.registry, validate_population(population), event)
 
     def record_release(self, bundle: Path, *, population: str | None) -> str:
@@ -99,7 +99,7 @@ class RegistryRecords:
         )
 
     def record_evaluation(
-        self, population: str, event: PrivacyEvent, *, target: str, params: Mapping[str, Any]
+        self, population: str, event: PrivacyEvent, *, target: str, params: JSONMapping
     ) -> None:
         reg = self.registry
         reg.ledger.record(event, release_id=None, actor=reg.actor, require_cap=True)

@@ -16,7 +16,7 @@ revision = "0002"
 down_revision = "0001"
 
 
-def _dataset_chain(name: str, *own: sa.Column[Any]) -> None:
+def _dataset_chain(name: str, *own: sa.Column[Any]) -> None:  # columns of any type
     """A hash-chained table of per-dataset rows: (dataset, seq), its own columns, the time
     and the chain hashes."""
     op.create_table(

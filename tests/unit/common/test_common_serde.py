@@ -1,5 +1,5 @@
-"""Proto <-> qveil type round trips, the error table mirrored by the client, the stub drift
-check, the auth table, and the client's light imports."""
+"""Proto <-> qveil type round trips, the stub drift check, and the client's light imports
+(the error table as the client reads it back: test_common_errors.py)."""
 
 from __future__ import annotations
 
@@ -9,17 +9,12 @@ import sys
 from dataclasses import replace
 from datetime import UTC, datetime
 
-import grpc
 import numpy as np
 import pytest
 from server_helpers import REPO
 
-from qveil import errors as domain
-from qveil.common import errors as cerr
 from qveil.common import serde as convert
 from qveil.common import typing as t
-from qveil.common.errors import status_for
-from qveil.errors import CODE_TABLE, bad_argument
 from qveil.v1 import value_service_pb2 as value_pb
 
 
@@ -191,88 +186,6 @@ def test_audit_and_stats_round_trip() -> None:
     assert convert.stats_from_proto(convert.stats_to_proto(st)) == st
 
 
-class _FakeCall(grpc.RpcError):
-    """A failed call as grpc surfaces it (code, details, trailers) for from_grpc_error."""
-
-    def __init__(self, mapped: object) -> None:
-        self.m = mapped
-
-    def code(self) -> grpc.StatusCode:
-        return self.m.code  # type: ignore[attr-defined,no-any-return]
-
-    def details(self) -> str:
-        return self.m.message  # type: ignore[attr-defined,no-any-return]
-
-    def trailing_metadata(self) -> object:
-        return self.m.trailing_metadata  # type: ignore[attr-defined]
-
-
-@pytest.mark.parametrize("dom_cls,code_name,_reason", CODE_TABLE)
-def test_client_tree_mirrors_server_table(dom_cls: type, code_name: str, _reason: str) -> None:
-    """Every row of the server's one table comes back to the client as the typed exception
-    for that code, which is also an instance of the domain exception of the row."""
-    if dom_cls is domain.BudgetExceeded:
-        exc: BaseException = dom_cls(dataset_id="d", spent=(1, 0), requested=(1, 0), cap=(1, 0))
-    else:
-        exc = dom_cls("boom")
-    mapped = status_for(exc)
-    code = grpc.StatusCode[code_name]
-    assert mapped.code == code
-    back = cerr.from_grpc_error(_FakeCall(mapped))
-    assert isinstance(back, cerr.BY_CODE[code])
-    if issubclass(dom_cls, domain.QveilError):
-        base = dom_cls if dom_cls is not domain.BudgetExceeded else domain.FailedPrecondition
-        assert isinstance(back, base)
-    assert back.reason
-
-
-def test_bad_argument_details_reach_client() -> None:
-    mapped = status_for(
-        bad_argument(
-            "state nan at index 2 is not finite", field="states[2]", reason="STATE_NOT_FINITE"
-        )
-    )
-    back = cerr.from_grpc_error(_FakeCall(mapped))
-    assert isinstance(back, cerr.InvalidArgumentError) and isinstance(back, ValueError)
-    assert back.reason == "STATE_NOT_FINITE"
-    assert back.violations[0].field == "states[2]"
-
-
-def test_unexpected_exception_is_internal_without_leaking() -> None:
-    mapped = status_for(KeyError("secret weights W0"))
-    assert mapped.code == grpc.StatusCode.INTERNAL and "secret" not in mapped.message
-
-
-def test_auth_table(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from qveil.server.serving.auth import Authorizer, add_token, load_tokens
-
-    f = tmp_path / "tokens.toml"
-    tok = {r: add_token(f, r) for r in ("query", "admin", "auditor")}
-    text = f.read_text()
-    assert all(v not in text for v in tok.values())  # hashes only
-    auth = Authorizer(load_tokens(f))
-    allowed = {
-        "qveil.v1.ValueService": {"query", "admin", "auditor"},
-        "qveil.v1.AdminService": {"admin"},
-        "qveil.v1.AuditService": {"auditor"},
-    }
-    for service, roles in allowed.items():
-        for role, token in tok.items():
-            if role in roles:
-                assert auth.authorize(service, f"Bearer {token}").role == role
-            else:
-                with pytest.raises(domain.PermissionDenied):
-                    auth.authorize(service, f"Bearer {token}")
-        for bad in (None, "", "Bearer", "Basic xyz", f"Bearer {tok['admin']}x"):
-            with pytest.raises(domain.Unauthenticated):
-                auth.authorize(service, bad)
-    anon = Authorizer(None)
-    assert anon.authorize("qveil.v1.ValueService", None).role is None
-    for service in ("qveil.v1.AdminService", "qveil.v1.AuditService"):
-        with pytest.raises(domain.PermissionDenied):
-            anon.authorize(service, f"Bearer {tok['admin']}")
-
-
 def test_grid_rounding_is_exact_multiple() -> None:
     from qveil.server.serving.query import grid_round
 
@@ -304,24 +217,6 @@ def test_generated_stubs_do_not_drift() -> None:
         ["bash", "scripts/gen_proto.sh", "--check"], cwd=REPO, capture_output=True, text=True
     )
     assert r.returncode == 0, r.stdout + r.stderr
-
-
-def test_server_cancelled_call_is_unavailable_and_retryable() -> None:
-    """grpc-core resets calls that reached a stopping server before any handler took them
-    (grpc/grpc#41785): the client sees CANCELLED though it cancelled nothing. The SDK reports
-    that as UnavailableError (code kept, reason SERVER_CANCELLED) and retries it."""
-    from types import SimpleNamespace
-
-    call = _FakeCall(
-        SimpleNamespace(code=grpc.StatusCode.CANCELLED, message="", trailing_metadata=())
-    )
-    back = cerr.from_grpc_error(call)
-    assert isinstance(back, cerr.UnavailableError) and isinstance(back, domain.Unavailable)
-    assert back.code == grpc.StatusCode.CANCELLED and back.reason == "SERVER_CANCELLED"
-    assert cerr.is_retryable(call)
-    assert not cerr.is_retryable(
-        _FakeCall(SimpleNamespace(code=grpc.StatusCode.INTERNAL, message="", trailing_metadata=()))
-    )
 
 
 def _qveil_imports(folder: str) -> set[tuple[str, str]]:

@@ -55,8 +55,6 @@ WITHOUT_OWN_FILE: dict[str, str] = {
     "qveil.server.commands.flags": "flags to arguments: every `qveil serve` and `qveil admin` run",
     "qveil.server.commands.serve": _CLI + "tests/integration/test_server_e2e.py",
     "qveil.server.governance.admin_db": "the admin records' database: test_server_governance_*",
-    "qveil.server.governance.admin_tables": "tables: test_server_governance_ledger.py",
-    "qveil.server.governance.audit_log": "the admin audit log: test_server_governance_admin.py",
     "qveil.server.governance.closing": "the `with obj:` base of resources",
     "qveil.server.governance.hashchain": "hash chains: test_server_governance_ledger.py",
     "qveil.server.governance.release_ledger": "a release's charge: every `qveil train` run",

@@ -5,7 +5,7 @@ What the log guarantees: the values written (``record_paths``) are read back bit
 reopening; a state logged once is not logged again (also by another store object on the same
 database); a state logged with a different value is counted as mismatched and not written;
 bad input writes nothing; the hash chains verify and report tampering; a second row for a
-state is refused when the path is loaded; export/import is a verified plain copy.
+state is refused when the path is loaded (export and import: test_server_store_export.py).
 
 The values logged come from a real key (:func:`store_helpers.keyed_paths`). PostgreSQL cases
 use the ``pg_url`` fixture (a fresh database; skipped outside CI when the server is absent,
@@ -13,7 +13,6 @@ failing under CI=true)."""
 
 from __future__ import annotations
 
-import json
 import uuid
 from pathlib import Path
 
@@ -33,7 +32,6 @@ from store_helpers import (
 
 from qveil.errors import IntegrityError, InvalidArgument, NotFound
 from qveil.server.store import open_store
-from qveil.server.store.export import export_release, import_release
 from qveil.server.store.integrity import ChainHasher
 
 
@@ -216,54 +214,6 @@ def test_meta_value_first_writer_wins(url: str) -> None:
     with open_store(url) as s:
         assert s.releases.meta_value("test.key", lambda: "four") == "one"
         assert s.releases.store_id == sid
-
-
-def test_integrity_and_export_import(url: str, tmp_path: Path) -> None:
-    with open_store(url) as s:
-        kp = keyed_paths(make_release(s))
-        log_values(s, kp, RID, [0], [np.linspace(0, 1, 25)])
-        log_values(s, kp, RID, [1], [[0.3, 0.7]])
-        rep = s.verify(RID)
-        assert rep.ok and rep.high_water == {0: 25, 1: 2}
-        assert s.verify(RID, 1).high_water == {1: 2}
-        out = tmp_path / "r.jsonl"
-        assert export_release(s, RID, out) == 27
-        assert out.stat().st_mode & 0o777 == 0o600
-        lines = out.read_text().splitlines()
-        assert len(lines) == 29
-        # a changed value, a missing line, a truncated file: each is refused, nothing stored
-        with open_store(f"memory://{uuid.uuid4().hex}") as t:
-            bad = tmp_path / "bad.jsonl"
-            d = json.loads(lines[5])
-            d["g"] += 1e-12
-            bad.write_text("\n".join(lines[:5] + [json.dumps(d)] + lines[6:]) + "\n")
-            with pytest.raises(IntegrityError, match="broken at seq 5"):
-                import_release(t, bad)
-            bad.write_text("\n".join(lines[:7] + lines[8:]) + "\n")
-            with pytest.raises(IntegrityError):
-                import_release(t, bad)
-            bad.write_text("\n".join(lines[:-1]) + "\n")
-            with pytest.raises(IntegrityError, match="truncated"):
-                import_release(t, bad)
-            assert t.releases.list_releases() == [] and t.count_points() == 0
-            rec = import_release(t, out)
-            assert rec == s.releases.get_release(RID)
-            assert t.verify(RID).ok
-            for p in (0, 1):  # the rows round-trip bit for bit, hashes and all
-                assert [(q.seq, q.x, q.g, q.hash) for q in t.iter_points(RID, p)] == [
-                    (q.seq, q.x, q.g, q.hash) for q in s.iter_points(RID, p)
-                ]
-            # a plain copy: both logs go on, and the copy does not log its states again
-            assert log_values(t, kp, RID, [0], [np.linspace(0, 1, 25)])[2:] == (0, 0)
-            assert log_values(t, kp, RID, [0], [[0.123]])[2:] == (1, 0)
-            assert log_values(s, kp, RID, [0], [[0.123]])[2:] == (1, 0)
-            assert t.verify(RID).ok and s.verify(RID).ok
-            assert logged(t, RID, 0) == logged(s, RID, 0)
-            with pytest.raises(InvalidArgument, match="already exists"):
-                import_release(t, out)
-        with open_store(f"memory://{uuid.uuid4().hex}", key=b"other-key") as t:
-            with pytest.raises(IntegrityError, match="server key"):
-                import_release(t, out)
 
 
 def _tamper(s: object, url: str, sql: str, edit: object) -> None:

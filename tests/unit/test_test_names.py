@@ -39,7 +39,6 @@ WITHOUT_OWN_FILE: dict[str, str] = {
     "qveil.kfqi_config": "the kernel config: test_kfqi.py, test_trainer_estimators.py",
     "qveil.kfqi_spec": "the public spec and anchors: test_kfqi.py, test_kfqi_anchors.py",
     "qveil.ope": "the off-policy estimate: tests/unit/trainer/test_trainer_private_eval.py",
-    "qveil.pathindex": "the path index of the sampler: test_noise_batch.py",
     "qveil.privacy.checks": "argument checks of the accountant: test_privacy_accountant.py",
     "qveil.privacy.fqi": "the fqi accountant: test_kfqi.py, test_release_map.py",
     "qveil.privacy.kfqi": "the kernel accountant: test_kfqi.py, test_kfqi_prior.py",

@@ -1,6 +1,7 @@
 """The batch draw of :mod:`qveil.noise` (:func:`qveil.noise.sample_batch`: new states given
 the known points of an OU path; a release's served noise is keyed, :mod:`qveil.keyed`) against
-dense GP conditioning, and its sorted neighbour index (:class:`SortedPoints`) against brute force.
+dense GP conditioning, with the neighbours its sorted index (:class:`SortedPoints`; tested
+alone in test_pathindex.py) records.
 
 ``sample_batch`` is affine in its normals: g = mu + A z. So its exact law is read off without
 sampling: mu = g(z = 0) and column k of A = g(e_k) - mu, and the batch's law N(mu, A A^T)
@@ -115,31 +116,3 @@ def test_recorded_neighbours_are_the_nearest_earlier_points() -> None:
         lo, hi = known[known < v], known[known > v]
         assert left[k] == (lo.max() if lo.size else -np.inf)
         assert right[k] == (hi.min() if hi.size else np.inf)
-
-
-def test_sorted_points_neighbours_match_brute_force_across_merges() -> None:
-    """Adds of 1, 50 and 3000 points (delta inserts and merges into main) keep every
-    neighbour query equal to a brute-force search over all points added."""
-    rng = np.random.default_rng(9)
-    idx = SortedPoints()
-    allx = np.empty(0)
-    allg = np.empty(0)
-    for k in [1, 1, 50, 3000, 1, 700, 50, 2000, 1]:
-        xs = rng.uniform(size=k)
-        gs = rng.normal(size=k)
-        idx.add(dict(zip(xs.tolist(), gs.tolist(), strict=True)))
-        allx, allg = np.concatenate([allx, xs]), np.concatenate([allg, gs])
-        q = rng.uniform(size=200)
-        lx, lg, rx, rg = idx.neighbours(q)
-        o = np.argsort(allx)
-        sx, sg = allx[o], allg[o]
-        i = np.searchsorted(sx, q)
-        has_l, has_r = i > 0, i < sx.size
-        np.testing.assert_array_equal(lx, np.where(has_l, sx[np.maximum(i - 1, 0)], -np.inf))
-        np.testing.assert_array_equal(lg, np.where(has_l, sg[np.maximum(i - 1, 0)], 0.0))
-        np.testing.assert_array_equal(rx, np.where(has_r, sx[np.minimum(i, sx.size - 1)], np.inf))
-        np.testing.assert_array_equal(rg, np.where(has_r, sg[np.minimum(i, sx.size - 1)], 0.0))
-        assert len(idx) == allx.size
-        px, pg = idx.arrays()
-        np.testing.assert_array_equal(px, sx)
-        np.testing.assert_array_equal(pg, sg)

@@ -1,6 +1,7 @@
-"""qveil.dataset: validation (array + row in every error), the npz and Minari formats (round
-trips keep the fingerprint), atomic writes, and qveil.trainer.collect (seeded, any Box/Discrete
-env, terminal only on termination). Real files in tmp_path, real Gymnasium envs, real Minari."""
+"""qveil.dataset: validation (array + row in every error), the npz format (round trips keep
+the fingerprint), atomic writes, the declared population and population averages, and the
+module's public surface. Real files in tmp_path (the Minari format: test_dataset_minari.py;
+collection: tests/unit/trainer/test_trainer_collect.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 
 import qveil.trainer  # noqa: F401  (registers qveil/LineWalk-v0)
 from qveil.dataset import Dataset, Transitions, load_dataset, save_dataset, validate_arrays
-from qveil.errors import FailedPrecondition, IntegrityError, InvalidArgument, NotFound
+from qveil.errors import InvalidArgument, NotFound
 from qveil.trainer.collect import collect
 
 LW = "qveil/LineWalk-v0"
@@ -381,204 +382,7 @@ def test_a_bad_population_name_is_refused(bad: object) -> None:
         _ds(population=bad)
 
 
-# -- Minari --------------------------------------------------------------------------------
-
-
-def test_minari_round_trip_keeps_fingerprint_and_users(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    ds = collect(LW, 12, seed=9, episodes_per_user=3)
-    target = tmp_path / "linewalk-v0"
-    save_dataset(ds, target)
-    assert _files(tmp_path) == ["linewalk-v0"]
-    back = load_dataset(target)
-    assert back.fingerprint() == ds.fingerprint() and back.users == 12
-    # it is a real Minari dataset: Minari itself loads it from its root, 36 episodes
-    import minari
-
-    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path))
-    m = minari.load_dataset("linewalk-v0")
-    assert (m.total_episodes, m.total_steps) == (36, ds.n)
-    ep = next(m.iterate_episodes())
-    assert ep.observations.shape == (51, 1) and ep.infos["user"][0] == 0
-    # the minari:ID form resolves under the same root, namespaces included
-    save_dataset(ds, "minari:qveil/lw-v1")
-    assert load_dataset("minari:qveil/lw-v1") == ds
-    assert (tmp_path / "qveil" / "lw-v1" / "data" / "metadata.json").is_file()
-
-
-def test_minari_cartpole_terminals_survive(tmp_path: Path) -> None:
-    ds = collect("CartPole-v1", 15, seed=4, reward_range=(0.0, 1.0))
-    save_dataset(ds, tmp_path / "cp-v0")
-    back = load_dataset(tmp_path / "cp-v0")
-    assert back == ds and back.d == 4 and back.terminal.sum() == ds.terminal.sum() > 0
-
-
-def test_minari_foreign_dataset_one_user_per_episode(tmp_path: Path) -> None:
-    """A dataset written by Minari's own API (no qveil metadata, no user key): each episode
-    is one user, the env id comes from its env spec, the range must be given."""
-    import gymnasium as gym
-    from minari.data_collector import EpisodeBuffer
-    from minari.dataset.minari_storage import MinariStorage
-
-    space = gym.spaces.Box(0.0, 1.0, shape=(1,), dtype=np.float64)
-    (tmp_path / "foreign-v0").mkdir()
-    storage = MinariStorage.new(
-        tmp_path / "foreign-v0" / "data",
-        observation_space=space,
-        action_space=gym.spaces.Discrete(2),
-        env_spec=gym.spec(LW),
-    )
-    rng = np.random.default_rng(0)
-    lengths = [3, 5, 4]
-    storage.update_episodes(
-        [
-            EpisodeBuffer(
-                id=k,
-                observations=rng.uniform(0, 1, (t + 1, 1)),
-                actions=rng.integers(0, 2, t),
-                rewards=rng.uniform(0, 0.5, t),
-                terminations=np.zeros(t, bool),
-                truncations=np.arange(t) == t - 1,
-            )
-            for k, t in enumerate(lengths)
-        ]
-    )
-    with pytest.raises(InvalidArgument, match="declares no reward range"):
-        load_dataset(tmp_path / "foreign-v0")
-    ds = load_dataset(tmp_path / "foreign-v0", reward_range=(0.0, 0.5))
-    assert ds.users == 3 and ds.n == 12 and ds.env_id == LW
-    np.testing.assert_array_equal(ds.user, np.repeat([0, 1, 2], lengths))
-    np.testing.assert_array_equal(ds.s[1:3], ds.s2[0:2])  # consecutive observations
-    with pytest.raises(InvalidArgument, match=r"r\[\d+\] = .* outside the declared reward range"):
-        load_dataset(tmp_path / "foreign-v0", reward_range=(0.0, 0.1))
-
-
-def test_minari_refusals(tmp_path: Path) -> None:
-    ds = collect(LW, 3, seed=1)
-    save_dataset(ds, tmp_path / "a-v0")
-    before = sorted(p.name for p in (tmp_path / "a-v0").rglob("*"))
-    with pytest.raises(FailedPrecondition, match="never overwritten"):
-        save_dataset(collect(LW, 4, seed=2), tmp_path / "a-v0")
-    assert sorted(p.name for p in (tmp_path / "a-v0").rglob("*")) == before
-    assert load_dataset(tmp_path / "a-v0") == ds
-    with pytest.raises(InvalidArgument, match="named NAME-vN"):
-        save_dataset(ds, tmp_path / "noversion")
-    with pytest.raises(InvalidArgument, match="bad Minari dataset id"):
-        save_dataset(ds, "minari:../../etc-v0")
-    with pytest.raises(InvalidArgument, match="bad Minari dataset id"):
-        save_dataset(ds, "minari:/abs/etc-v0")
-    with pytest.raises(NotFound, match="nothing is downloaded"):
-        load_dataset(tmp_path / "absent-v0")
-    # the qveil key's fingerprint catches an edited file
-    meta_path = tmp_path / "a-v0" / "data" / "metadata.json"
-    meta = json.loads(meta_path.read_text())
-    meta["qveil"]["reward_range"] = [0.0, 0.75]
-    meta_path.write_text(json.dumps(meta))
-    with pytest.raises(IntegrityError, match="changed after it was written"):
-        load_dataset(tmp_path / "a-v0")
-
-
-# -- collection ----------------------------------------------------------------------------
-
-
-def test_collect_is_deterministic_by_seed() -> None:
-    a, b, c = collect(LW, 40, seed=7), collect(LW, 40, seed=7), collect(LW, 40, seed=8)
-    assert a.fingerprint() == b.fingerprint() != c.fingerprint()
-    # each user's data depends on (seed, user) only: a smaller run is a prefix
-    small = collect(LW, 10, seed=7)
-    assert small.n == 500
-    np.testing.assert_array_equal(small.s, a.s[:500])
-    np.testing.assert_array_equal(small.a, a.a[:500])
-
-
-def test_collect_linewalk_shape() -> None:
-    ds = collect(LW, 25, seed=3, episodes_per_user=2)
-    assert (ds.users, ds.n, ds.d, ds.n_actions) == (25, 25 * 2 * 50, 1, 2)
-    assert ds.reward_range == (0.0, 0.5) and ds.env_id == LW
-    assert not ds.terminal.any()  # LineWalk only truncates (a time limit), never terminates
-    np.testing.assert_array_equal(np.bincount(ds.user), np.full(25, 100))
-    # within an episode the chain is consistent, and the policy is roughly uniform
-    same_ep = np.ones(ds.n - 1, bool)
-    same_ep[49::50] = False
-    np.testing.assert_array_equal(ds.s[1:][same_ep], ds.s2[:-1][same_ep])
-    assert abs(ds.a.mean() - 0.5) < 0.05  # 2500 fair coins: 5 standard deviations
-
-
-def test_collect_cartpole_d4_terminal_only_on_termination() -> None:
-    ds = collect("CartPole-v1", 30, seed=11, reward_range=(0.0, 1.0))
-    assert ds.d == 4 and ds.users == 30 and np.all(ds.r == 1.0)
-    # a random policy drops the pole long before the 500-step limit: every episode terminates,
-    # exactly once, on its last row
-    ends = np.flatnonzero(np.diff(ds.user))
-    assert ds.terminal.sum() == 30 and ds.terminal[-1] and ds.terminal[ends].all()
-
-
-def test_collect_truncation_is_not_terminal() -> None:
-    """CartPole under a 5-step time limit: episodes that reach it are truncated, not terminal."""
-    import gymnasium as gym
-
-    if "qveil-test/CartPole5-v0" not in gym.registry:
-        gym.register(
-            id="qveil-test/CartPole5-v0",
-            entry_point="gymnasium.envs.classic_control.cartpole:CartPoleEnv",
-            max_episode_steps=5,
-        )
-    ds = collect("qveil-test/CartPole5-v0", 20, seed=0, reward_range=(0.0, 1.0))
-    assert ds.n == 100 and not ds.terminal.any()
-
-
-def test_collect_refusals() -> None:
-    with pytest.raises(InvalidArgument, match="declares no reward range"):
-        collect("CartPole-v1", 3, seed=0)
-    with pytest.raises(InvalidArgument, match=r"r\[0\] = 1 is outside the declared reward range"):
-        collect("CartPole-v1", 3, seed=0, reward_range=(0.0, 0.5))
-    with pytest.raises(InvalidArgument, match="need Discrete actions"):
-        collect("Pendulum-v1", 2, seed=0, reward_range=(-17.0, 0.0))
-    with pytest.raises(InvalidArgument, match="need a Box"):
-        collect("FrozenLake-v1", 2, seed=0, reward_range=(0.0, 1.0))
-    with pytest.raises(NotFound, match="cannot make env"):
-        collect("qveil/NoSuchEnv-v0", 2, seed=0)
-    for kwargs in ({"users": 0}, {"seed": -1}, {"episodes_per_user": 0}, {"users": 2.5}):
-        args: dict[str, Any] = {"users": 2, "seed": 0, **kwargs}
-        with pytest.raises(InvalidArgument):
-            collect(LW, **args)
-
-
-def test_minari_infos_user_key_groups_episodes(tmp_path: Path) -> None:
-    """Three episodes written by Minari's API whose infos carry ``user``: episodes 0 and 2
-    belong to user 7, so the dataset has 2 users, not 3."""
-    import gymnasium as gym
-    from minari.data_collector import EpisodeBuffer
-    from minari.dataset.minari_storage import MinariStorage
-
-    (tmp_path / "grouped-v0").mkdir()
-    storage = MinariStorage.new(
-        tmp_path / "grouped-v0" / "data",
-        observation_space=gym.spaces.Box(0.0, 1.0, shape=(2,), dtype=np.float64),
-        action_space=gym.spaces.Discrete(3, start=1),  # actions 1..3 become 0..2
-    )
-    rng = np.random.default_rng(1)
-    owners, lengths = [7, 9, 7], [4, 2, 3]
-    storage.update_episodes(
-        [
-            EpisodeBuffer(
-                id=k,
-                observations=rng.uniform(0, 1, (t + 1, 2)),
-                actions=rng.integers(1, 4, t),
-                rewards=rng.uniform(-1, 1, t),
-                terminations=np.arange(t) == t - 1,
-                truncations=np.zeros(t, bool),
-                infos={"user": np.full(t + 1, owners[k])},
-            )
-            for k, t in enumerate(lengths)
-        ]
-    )
-    ds = load_dataset(tmp_path / "grouped-v0", reward_range=(-1.0, 1.0))
-    assert ds.users == 2 and ds.n == 9 and ds.d == 2 and ds.n_actions == 3
-    np.testing.assert_array_equal(ds.user, np.repeat(owners, lengths))
-    assert ds.a.min() >= 0 and ds.a.max() <= 2 and ds.terminal.sum() == 3
-    assert ds.env_id is None
+# -- the module ----------------------------------------------------------------------------
 
 
 def test_public_surface() -> None:
@@ -609,20 +413,3 @@ def test_dataset_module_imports_numpy_only() -> None:
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.strip() == "[]", r.stdout + r.stderr
-
-
-def test_minari_unreadable_dataset_is_a_clear_error(tmp_path: Path) -> None:
-    data = tmp_path / ("x" * 120 + "-v0") / "data"
-    data.mkdir(parents=True)
-    (data / "metadata.json").write_text('{"data_format": "hdf5"}')  # no spaces, no env spec
-    with pytest.raises(InvalidArgument, match="is not a readable Minari dataset") as info:
-        load_dataset(data.parent)
-    assert "x" * 81 not in str(info.value)
-
-
-def test_collect_progress_bar(capsys: pytest.CaptureFixture[str]) -> None:
-    collect(LW, 5, seed=0, progress=True)
-    err = capsys.readouterr().err
-    assert "collect" in err and "5/5" in err and "user" in err
-    collect(LW, 5, seed=0)
-    assert capsys.readouterr().err == ""

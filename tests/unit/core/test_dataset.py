@@ -1,6 +1,6 @@
-"""qveil.dataset: validation (array + row in every error), the npz format (round trips keep
-the fingerprint), atomic writes, the declared population and population averages, and the
-module's public surface. Real files in tmp_path (the Minari format: test_dataset_minari.py;
+"""qveil.dataset: validation (array + row in every error), refusals of bad npz files and bad
+saves, the declared population and population averages, and the module's public surface.
+Real files in tmp_path (the formats: test_dataset_npz.py and test_dataset_minari.py;
 collection: tests/unit/trainer/test_trainer_collect.py)."""
 
 from __future__ import annotations
@@ -12,13 +12,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+from dataset_helpers import LW, file_names, raw_arrays, small_dataset
 
 import qveil.trainer  # noqa: F401  (registers qveil/LineWalk-v0)
 from qveil.dataset import Dataset, Transitions, load_dataset, save_dataset, validate_arrays
-from qveil.errors import InvalidArgument, NotFound
-from qveil.trainer.collect import collect
-
-LW = "qveil/LineWalk-v0"
+from qveil.errors import InvalidArgument
 
 
 @pytest.fixture(autouse=True)
@@ -27,36 +25,12 @@ def _minari_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari-root"))
 
 
-def _arrays(n: int = 20, d: int = 1, seed: int = 0) -> dict[str, Any]:
-    """A small valid dataset as raw arrays: 4 users, LineWalk-like rewards in [0, 0.5]."""
-    rng = np.random.default_rng(seed)
-    s = rng.uniform(0, 1, size=(n, d) if d > 1 else n)
-    return {
-        "user": np.repeat(np.arange(4), n // 4).astype(np.int64),
-        "s": s,
-        "a": rng.integers(0, 2, n).astype(np.int64),
-        "r": rng.uniform(0, 0.5, n),
-        "s2": rng.uniform(0, 1, size=s.shape),
-        "terminal": np.zeros(n, dtype=bool),
-    }
-
-
-def _ds(**overrides: Any) -> Dataset:
-    kw: dict[str, Any] = {**_arrays(), "n_actions": 2, "reward_range": (0.0, 0.5)}
-    kw.update(overrides)
-    return Dataset(**kw)
-
-
-def _files(path: Path) -> list[str]:
-    return sorted(p.name for p in path.iterdir())
-
-
 # -- construction and validation -----------------------------------------------------------
 
 
 def test_construction_normalises_and_freezes() -> None:
-    raw = _arrays()
-    ds = _ds(**raw, env_id=LW)
+    raw = raw_arrays()
+    ds = small_dataset(**raw, env_id=LW)
     assert (ds.n, ds.d, ds.users, len(ds)) == (20, 1, 4, 20)
     assert ds.s.shape == (20, 1) and ds.s2.shape == (20, 1)
     assert ds.user.dtype == np.int64 and ds.a.dtype == np.int64
@@ -70,12 +44,16 @@ def test_construction_normalises_and_freezes() -> None:
 
 
 def test_fingerprint_is_canonical_and_sensitive() -> None:
-    raw = _arrays()
-    a = _ds(**raw)
-    flat_vs_column = _ds(**{**raw, "s": raw["s"].reshape(-1, 1), "s2": raw["s2"].reshape(-1, 1)})
+    raw = raw_arrays()
+    a = small_dataset(**raw)
+    flat_vs_column = small_dataset(
+        **{**raw, "s": raw["s"].reshape(-1, 1), "s2": raw["s2"].reshape(-1, 1)}
+    )
     assert a.fingerprint() == flat_vs_column.fingerprint() and a == flat_vs_column
     assert re.fullmatch(r"sha256:[0-9a-f]{64}", a.fingerprint())
-    int32 = _ds(**{**raw, "a": raw["a"].astype(np.int32), "user": raw["user"].astype(np.int32)})
+    int32 = small_dataset(
+        **{**raw, "a": raw["a"].astype(np.int32), "user": raw["user"].astype(np.int32)}
+    )
     assert int32.fingerprint() == a.fingerprint()  # content, not the caller's dtypes
     seen = {a.fingerprint()}
     for name in ("user", "s", "a", "r", "s2", "terminal"):
@@ -88,15 +66,15 @@ def test_fingerprint_is_canonical_and_sensitive() -> None:
             arr[3] = 77
         else:
             arr[3] = arr[3] * 0.5
-        seen.add(_ds(**{**raw, name: arr}).fingerprint())
-    seen.add(_ds(**raw, n_actions=3).fingerprint())
-    seen.add(_ds(**raw, reward_range=(0.0, 0.5000000001)).fingerprint())
-    seen.add(_ds(**raw, env_id=LW).fingerprint())
+        seen.add(small_dataset(**{**raw, name: arr}).fingerprint())
+    seen.add(small_dataset(**raw, n_actions=3).fingerprint())
+    seen.add(small_dataset(**raw, reward_range=(0.0, 0.5000000001)).fingerprint())
+    seen.add(small_dataset(**raw, env_id=LW).fingerprint())
     assert len(seen) == 10  # every array and every metadata field is covered
 
 
 def test_summary_keys_and_counts() -> None:
-    ds = _ds(env_id=LW)
+    ds = small_dataset(env_id=LW)
     s = ds.summary()
     assert s["users"] == 4 and s["samples"] == 20 and s["d"] == 1 and s["n_actions"] == 2
     assert sum(s["actions"]) == 20 and s["actions"] == np.bincount(ds.a, minlength=2).tolist()
@@ -109,7 +87,7 @@ def test_summary_keys_and_counts() -> None:
 
 def _bad(name: str) -> tuple[dict[str, Any], str]:
     """Raw arrays broken in one way, and the regex its error must match (array and row)."""
-    raw = _arrays()
+    raw = raw_arrays()
     if name == "nan_s":
         raw["s"][7] = np.nan
         return raw, r"^s\[7, 0\] = nan is not finite"
@@ -120,7 +98,7 @@ def _bad(name: str) -> tuple[dict[str, Any], str]:
         raw["s2"][11] = -np.inf
         return raw, r"^s2\[11, 0\] = -inf is not finite"
     if name == "nan_s_2d":
-        raw = _arrays(d=3)
+        raw = raw_arrays(d=3)
         raw["s"][4, 2] = np.nan
         return raw, r"^s\[4, 2\] = nan is not finite"
     if name == "reward_high":
@@ -209,7 +187,7 @@ def test_bad_npz_file_is_refused_and_nothing_is_written(tmp_path: Path, case: st
     np.savez(src / "bad.npz", **raw, n_actions=np.int64(2), reward_low=0.0, reward_high=0.5)
     with pytest.raises(InvalidArgument, match=pattern):
         load_dataset(src / "bad.npz")
-    good = _ds()
+    good = small_dataset()
     out = tmp_path / "out"
     out.mkdir()
     for name, value in raw.items():  # bypass the frozen dataclass, as a buggy caller might
@@ -217,7 +195,7 @@ def test_bad_npz_file_is_refused_and_nothing_is_written(tmp_path: Path, case: st
     for target in (out / "x.npz", out / "x-v0"):
         with pytest.raises(InvalidArgument, match=pattern):
             save_dataset(good, target)
-    assert _files(out) == []
+    assert file_names(out) == []
 
 
 @pytest.mark.parametrize(
@@ -237,94 +215,34 @@ def test_bad_npz_file_is_refused_and_nothing_is_written(tmp_path: Path, case: st
 )
 def test_bad_metadata(kwargs: dict[str, Any], pattern: str) -> None:
     with pytest.raises(InvalidArgument, match=pattern) as info:
-        _ds(**kwargs)
+        small_dataset(**kwargs)
     assert len(str(info.value)) < 200  # user input echoed at most 80 characters
-
-
-# -- the npz format ------------------------------------------------------------------------
-
-
-def test_npz_round_trip_keeps_everything(tmp_path: Path) -> None:
-    ds = collect(LW, 30, seed=5, episodes_per_user=2)
-    path = tmp_path / "lw.npz"
-    save_dataset(ds, path)
-    assert _files(tmp_path) == ["lw.npz"]  # no temporary left behind
-    back = load_dataset(path)
-    assert back.fingerprint() == ds.fingerprint()
-    for name in ("user", "s", "a", "r", "s2", "terminal"):
-        np.testing.assert_array_equal(getattr(back, name), getattr(ds, name))
-    assert (back.n_actions, back.reward_range, back.env_id) == (2, (0.0, 0.5), LW)
-    with np.load(path, allow_pickle=False) as z:  # the documented layout
-        assert set(z.files) == {
-            "user", "s", "a", "r", "s2", "terminal",
-            "format", "n_actions", "reward_low", "reward_high", "env_id",
-        }  # fmt: skip
-        assert str(z["format"]) == "qveil-dataset/1" and z["user"].dtype == np.int64
-
-
-def test_npz_from_another_tool_with_flat_states(tmp_path: Path) -> None:
-    """Minimal file: the six arrays, s as [n], n_actions; the range comes from the caller."""
-    raw = _arrays()
-    np.savez(tmp_path / "ext.npz", **raw, n_actions=np.int64(2))
-    with pytest.raises(InvalidArgument, match="declares no reward range"):
-        load_dataset(tmp_path / "ext.npz")
-    ds = load_dataset(tmp_path / "ext.npz", reward_range=(0.0, 0.5))
-    assert ds == _ds(**raw)
-    np.savez(tmp_path / "declared.npz", **raw, n_actions=2, reward_low=0.0, reward_high=0.5)
-    with pytest.raises(InvalidArgument, match=r"declares the reward range \[0, 0\.5\], not"):
-        load_dataset(tmp_path / "declared.npz", reward_range=(0.0, 1.0))
-    missing = {k: v for k, v in raw.items() if k != "terminal"}
-    np.savez(tmp_path / "missing.npz", **missing, n_actions=2)
-    with pytest.raises(InvalidArgument, match="lacks the array.*terminal"):
-        load_dataset(tmp_path / "missing.npz", reward_range=(0.0, 0.5))
-    (tmp_path / "junk.npz").write_bytes(b"not a zip")
-    with pytest.raises(InvalidArgument, match="is not an .npz file .* starts with 'not a zip'"):
-        load_dataset(tmp_path / "junk.npz")
-    with pytest.raises(NotFound):
-        load_dataset(tmp_path / "absent.npz")
-    np.savez(tmp_path / "pickled.npz", **{**raw, "r": raw["r"].astype(object)}, n_actions=2)
-    with pytest.raises(InvalidArgument, match="not a readable"):  # never unpickled
-        load_dataset(tmp_path / "pickled.npz", reward_range=(0.0, 0.5))
-
-
-def test_npz_overwrite_is_atomic(tmp_path: Path) -> None:
-    a, b = collect(LW, 3, seed=1), collect(LW, 4, seed=2)
-    path = tmp_path / "d.npz"
-    save_dataset(a, path)
-    save_dataset(b, path)
-    assert load_dataset(path) == b and _files(tmp_path) == ["d.npz"]
-    with pytest.raises(NotFound):
-        save_dataset(a, tmp_path / "nope" / "d.npz")
-    with pytest.raises(InvalidArgument, match="unknown dataset location"):
-        save_dataset(a, tmp_path / "d.txt")
-    with pytest.raises(InvalidArgument, match="reads CSV but does not write it"):
-        save_dataset(a, tmp_path / "d.csv")
 
 
 # -- the declared rewards_are_population_averages --------------------------------------------
 
 
 def test_population_averages_declaration_defaults_false_and_is_validated() -> None:
-    assert _ds().rewards_are_population_averages is False
-    assert _ds().summary()["rewards_are_population_averages"] is False
+    assert small_dataset().rewards_are_population_averages is False
+    assert small_dataset().summary()["rewards_are_population_averages"] is False
     for ok, want in ((True, True), (np.bool_(True), True), (np.array(False), False)):
-        got = _ds(rewards_are_population_averages=ok).rewards_are_population_averages
+        got = small_dataset(rewards_are_population_averages=ok).rewards_are_population_averages
         assert got is want
     for bad in (1, 0, "yes", None, 1.0, np.array([True]), np.array(1), np.array("True")):
         with pytest.raises(InvalidArgument, match="rewards_are_population_averages must be a bool"):
-            _ds(rewards_are_population_averages=bad)
+            small_dataset(rewards_are_population_averages=bad)
 
 
 def test_population_averages_declaration_is_not_in_the_fingerprint() -> None:
     """A declaration about the data, not data: the ledger keys a dataset on its fingerprint,
     so declaring it must not make the same rows a new dataset with a fresh budget."""
-    declared = _ds(rewards_are_population_averages=True)
-    assert declared.fingerprint() == _ds().fingerprint()
+    declared = small_dataset(rewards_are_population_averages=True)
+    assert declared.fingerprint() == small_dataset().fingerprint()
 
 
 @pytest.mark.parametrize("flag", [True, False])
 def test_population_averages_declaration_round_trips(tmp_path: Path, flag: bool) -> None:
-    ds = _ds(env_id=LW, rewards_are_population_averages=flag)
+    ds = small_dataset(env_id=LW, rewards_are_population_averages=flag)
     save_dataset(ds, tmp_path / "d.npz")
     with np.load(tmp_path / "d.npz") as z:  # absent when False: old files read the same
         assert ("rewards_are_population_averages" in z.files) is flag
@@ -344,7 +262,7 @@ def test_population_averages_declaration_of_the_wrong_type_in_a_file_is_refused(
 ) -> None:
     np.savez(
         tmp_path / "d.npz",
-        **_arrays(),
+        **raw_arrays(),
         n_actions=2,
         reward_low=0.0,
         reward_high=0.5,
@@ -365,8 +283,8 @@ def test_declared_population_round_trips_and_is_read_from_metadata_alone(
     it is not in the fingerprint (a declaration, not data)."""
     from qveil.dataset import declared_metadata
 
-    ds = _ds(env_id=LW, population=name)
-    assert ds.fingerprint() == _ds(env_id=LW).fingerprint()
+    ds = small_dataset(env_id=LW, population=name)
+    assert ds.fingerprint() == small_dataset(env_id=LW).fingerprint()
     assert ds.summary()["population"] == name
     save_dataset(ds, tmp_path / "d.npz")
     assert declared_metadata(tmp_path / "d.npz").population == name
@@ -379,7 +297,7 @@ def test_declared_population_round_trips_and_is_read_from_metadata_alone(
 @pytest.mark.parametrize("bad", ["", " x", "x ", "a\nb", "p" * 201, 3])
 def test_a_bad_population_name_is_refused(bad: object) -> None:
     with pytest.raises(InvalidArgument, match="population name"):
-        _ds(population=bad)
+        small_dataset(population=bad)
 
 
 # -- the module ----------------------------------------------------------------------------

@@ -11,13 +11,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from dataset_helpers import LW, file_names
 
 import qveil.trainer  # noqa: F401  (registers qveil/LineWalk-v0)
 from qveil.dataset import load_dataset, save_dataset
 from qveil.errors import FailedPrecondition, IntegrityError, InvalidArgument, NotFound
 from qveil.trainer.collect import collect
-
-LW = "qveil/LineWalk-v0"
 
 
 @pytest.fixture(autouse=True)
@@ -26,17 +25,13 @@ def _minari_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari-root"))
 
 
-def _files(path: Path) -> list[str]:
-    return sorted(p.name for p in path.iterdir())
-
-
 def test_minari_round_trip_keeps_fingerprint_and_users(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ds = collect(LW, 12, seed=9, episodes_per_user=3)
     target = tmp_path / "linewalk-v0"
     save_dataset(ds, target)
-    assert _files(tmp_path) == ["linewalk-v0"]
+    assert file_names(tmp_path) == ["linewalk-v0"]
     back = load_dataset(target)
     assert back.fingerprint() == ds.fingerprint() and back.users == 12
     # it is a real Minari dataset: Minari itself loads it from its root, 36 episodes

@@ -8,12 +8,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+from dataset_helpers import LW
 
 import qveil.trainer  # noqa: F401  (registers qveil/LineWalk-v0)
 from qveil.errors import InvalidArgument, NotFound
 from qveil.trainer.collect import collect
-
-LW = "qveil/LineWalk-v0"
 
 
 def test_collect_is_deterministic_by_seed() -> None:

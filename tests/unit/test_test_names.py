@@ -79,7 +79,6 @@ WITHOUT_OWN_FILE: dict[str, str] = {
     "qveil.server.serving.services": "the services of one server: test_server_serving_query.py",
     "qveil.server.serving.state": "the shared state: test_server_serving_query.py",
     "qveil.server.serving.views": "the API's views: test_server_serving_query.py",
-    "qveil.server.store.integrity": "hash chains of paths: test_server_store_base.py",
     "qveil.server.store.memory": _BACKEND,
     "qveil.server.store.models": "the store's tables: test_server_store_migrate.py",
     "qveil.server.store.sql": _BACKEND,

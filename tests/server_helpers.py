@@ -1,7 +1,8 @@
 """Helpers for the server/client tests: small real bundles, real `qveil serve` subprocesses
 on 127.0.0.1 port 0 (the server writes its bound port to --port-file), an in-process grpc.aio
 server on a background event loop (qveil.server.serving.local: still real gRPC over loopback), token
-files and test certificates (made with `cryptography`)."""
+files and test certificates (made with `cryptography`), and a query service with its answer log
+over a SQLite store (:func:`serving_query`)."""
 
 from __future__ import annotations
 
@@ -576,3 +577,34 @@ def serving_with_tokens(
     tokens = make_tokens(tmp / "tokens.toml")
     with running(tmp, bundle, "--tokens-file", str(tokens.path), *extra, **kw) as sp:
         yield sp, tokens
+
+
+@contextmanager
+def serving_query(
+    tmp: Path, *, log: bool = True, **limits: object
+) -> Iterator[tuple[Any, Any, Any, Any]]:
+    """(query service, store, answer log or None, loaded bundle) on a fresh SQLite store
+    serving a 3-action bundle on [-1, 2] (seeded key), the answer log wired as ``qveil
+    serve`` wires it; the log and the store are closed after."""
+    from qveil.bundle import load_bundle
+    from qveil.server.serving.answer_log import AnswerLog
+    from qveil.server.serving.limits import Limits
+    from qveil.server.serving.services import Services
+    from qveil.server.store import open_store
+
+    bundle = make_bundle(tmp / "bundle", seed=5, actions=3, hidden=16)
+    st = open_store(f"sqlite:///{tmp / 'store.sqlite'}")
+    answer_log = None
+    try:
+        lim = Limits(**limits)  # type: ignore[arg-type]
+        services = Services.create(store=st, limits=lim)
+        services.releases.start(bundle)
+        if log:
+            answer_log = AnswerLog(st, max_points=lim.max_stored_points)
+            answer_log.start()
+            services.query.log = answer_log
+        yield services.query, st, answer_log, load_bundle(bundle)
+    finally:
+        if answer_log is not None:
+            answer_log.close()
+        st.close()

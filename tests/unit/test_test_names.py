@@ -67,7 +67,6 @@ WITHOUT_OWN_FILE: dict[str, str] = {
     "qveil.server.protocol.rest.v2_codec": _WIRE + "tests/integration/test_oip_rest.py",
     "qveil.server.protocol.rest.v2_endpoints": _WIRE + "tests/integration/test_oip_rest.py",
     "qveil.server.protocol.v2_model": "the v2 model: test_server_serving_query.py",
-    "qveil.server.serving.answer_log": "the answer log: test_server_store_base_answers.py",
     "qveil.server.serving.app": "the server factory: tests/integration/test_server_inprocess.py",
     "qveil.server.serving.audit_service": "the audit service: test_server_governance_audit.py",
     "qveil.server.serving.health": "health: tests/integration/test_server_inprocess.py",

@@ -19,8 +19,6 @@ import hashlib
 import json
 import sys
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -178,53 +176,19 @@ def test_few_states_map_with_python_floats_to_the_bits_of_numpy() -> None:
         _unit_few(s, [0.0, 0.0], [1.0, 1.0], [1.0, 1.0])
 
 
-@contextmanager
-def _serving(
-    tmp: Path, *, log: bool = True, **limits: object
-) -> Iterator[tuple[Any, Any, Any, Any]]:
-    """(query service, store, answer log or None, loaded bundle) on a fresh SQLite store
-    serving a 3-action bundle on [-1, 2] (seeded key), the answer log wired as ``qveil
-    serve`` wires it; the log and the store are closed after."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from server_helpers import make_bundle
-
-    from qveil.bundle import load_bundle
-    from qveil.server.serving.answer_log import AnswerLog
-    from qveil.server.serving.limits import Limits
-    from qveil.server.serving.services import Services
-    from qveil.server.store import open_store
-
-    bundle = make_bundle(tmp / "bundle", seed=5, actions=3, hidden=16)
-    st = open_store(f"sqlite:///{tmp / 'store.sqlite'}")
-    answer_log = None
-    try:
-        lim = Limits(**limits)  # type: ignore[arg-type]
-        services = Services.create(store=st, limits=lim)
-        services.releases.start(bundle)
-        if log:
-            answer_log = AnswerLog(st, max_points=lim.max_stored_points)
-            answer_log.start()
-            services.query.log = answer_log
-        yield services.query, st, answer_log, load_bundle(bundle)
-    finally:
-        if answer_log is not None:
-            answer_log.close()
-        st.close()
-
-
 def test_an_answer_does_not_depend_on_what_was_asked_before(tmp_path: Path) -> None:
     """Every answer is ``released_values`` at its states, bit for bit, whatever was asked
     before, in whatever batch and order: a state asked first alone or first in a batch of
     300, repeated, within a batch twice, for a subset of actions, by two services on two
     stores (one asked in the reverse order), all answer the same bits."""
-    from server_helpers import served_values
+    from server_helpers import served_values, serving_query
 
     rng = np.random.default_rng(8)
     xs = np.concatenate([rng.uniform(LO, HI, 298), [LO, HI]])
     xs[7] = xs[3]  # a repeat within the batch
     with (
-        _serving(tmp_path / "a", log=False) as (h1, _s1, _l1, b),
-        _serving(tmp_path / "b", log=False) as (h2, _s2, _l2, b2),
+        serving_query(tmp_path / "a", log=False) as (h1, _s1, _l1, b),
+        serving_query(tmp_path / "b", log=False) as (h2, _s2, _l2, b2),
     ):
         want = served_values(b, xs)
         assert served_values(b2, xs).tobytes() == want.tobytes()  # one seed, one key
@@ -244,45 +208,15 @@ def test_an_answer_does_not_depend_on_what_was_asked_before(tmp_path: Path) -> N
         assert best.values.tobytes() == want.max(axis=1).tobytes()
 
 
-def test_the_answer_log_keeps_each_answered_point_once(tmp_path: Path) -> None:
-    """What was answered is logged off the answer path: after a flush the store holds every
-    answered (path, state) once, repeats and action subsets included, each value the key's
-    noise at the state's grid point; a refused request logs nothing."""
-    from qveil.errors import InvalidArgument
-    from qveil.keyed import snap
-
-    with _serving(tmp_path) as (h, st, log, b):
-        rid = h.holder.current().release_id
-        xs = np.array([0.1, 0.2, 0.2, -1.0, 5.0])  # a repeat; 5.0 is clipped to 2.0
-        h.get_values(xs)
-        h.get_values(np.array([0.1, 0.3]), [1])  # 0.1 again; 0.3 for action 1 only
-        with pytest.raises(InvalidArgument):
-            h.get_values(np.array([0.7, np.nan]))
-        assert log.flush(30)
-        _idx, unit = snap(b.box.to_unit(np.array([0.1, 0.2, -1.0, 2.0, 0.3]), clip=True))
-        want = {a: set(unit[:4, 0].tolist()) for a in range(3)}
-        want[1].add(float(unit[4, 0]))
-        got = {a: {p.x: p.g for p in st.iter_points(rid, a)} for a in range(3)}
-        assert {a: set(v) for a, v in got.items()} == want
-        assert st.count_points(rid) == 4 * 3 + 1 == log.logged
-        for a in range(3):
-            xa = np.array(sorted(got[a]))
-            ia = np.rint(xa * 2.0**32).astype(np.uint64)
-            noise = b.noise_paths.path_values(a, ia)
-            assert noise.tobytes() == np.array([got[a][x] for x in xa]).tobytes()
-        assert log.mismatched == 0 and log.unlogged == 0
-        h.get_values(xs)  # all logged: nothing more
-        assert log.flush(30)
-        assert st.count_points(rid) == 13 and log.logged == 13
-
-
 def test_every_state_costs_a_token_asked_before_or_not(tmp_path: Path) -> None:
     """The quota counts every state of a call (asked before or not, repeated in the call or
     not): a bucket of 5 states admits 3 and then refuses the same 3 again, whole; another
     caller has its own bucket; a refused call is not answered and logs nothing."""
+    from server_helpers import serving_query
+
     from qveil.errors import ResourceExhausted
 
-    with _serving(tmp_path, state_rate=0.001, state_burst=5.0) as (h, st, log, _b):
+    with serving_query(tmp_path, state_rate=0.001, state_burst=5.0) as (h, st, log, _b):
         rid = h.holder.current().release_id
         xs = np.array([0.1, 0.2, 0.2])
         first = h.get_values(xs, caller="token:a")
@@ -299,29 +233,6 @@ def test_every_state_costs_a_token_asked_before_or_not(tmp_path: Path) -> None:
         assert log.flush(30)
         assert st.count_points(rid) == 4 * 3  # 0.1, 0.2, 0.4, 0.5; nothing of the refused
         assert h.quotas.refused == {"state_rate": 3}
-
-
-def test_a_full_disk_delays_the_log_and_never_an_answer(tmp_path: Path) -> None:
-    """The store's disk is full: every call is still answered (the answers do not wait for
-    the store), the log keeps what it could not write and retries; with space again it
-    writes all of it, once."""
-    with _serving(tmp_path) as (h, st, log, _b):
-        rid = h.holder.current().release_id
-        h.get_values(np.linspace(LO, HI, 5))
-        assert log.flush(30)
-        before = st.count_points(rid)
-        pages = st._writer_scalar("PRAGMA page_count")  # type: ignore[attr-defined]
-        st._sqlite_pragma_all(f"PRAGMA max_page_count = {pages}")  # type: ignore[attr-defined]
-        fresh = [np.random.default_rng(i).uniform(LO, HI, 400) for i in range(3)]
-        got = [h.get_values(x).values for x in fresh]  # answered, not logged
-        assert not log.flush(2.0)
-        assert log.failures >= 1 and st.count_points(rid) == before
-        st._sqlite_pragma_all("PRAGMA max_page_count = 1073741823")  # type: ignore[attr-defined]
-        assert log.flush(30)
-        assert st.count_points(rid) == before + 3 * 400 * 3
-        for x, v in zip(fresh, got, strict=True):
-            assert h.get_values(x).values.tobytes() == v.tobytes()
-        assert log.flush(30) and st.count_points(rid) == before + 3 * 400 * 3
 
 
 def test_a_subnormal_state_is_the_grid_point_beside_it(tmp_path: Path) -> None:

@@ -86,7 +86,6 @@ WITHOUT_OWN_FILE: dict[str, str] = {
     "qveil.trainer.commands.evaluate": _CLI + "tests/integration/test_cli_evaluate.py",
     "qveil.trainer.commands.train": _CLI + "tests/integration/test_cli_train.py",
     "qveil.trainer.distributed": "the fit on Dask: tests/integration/test_distributed_fit.py",
-    "qveil.trainer.network": "the MLP: test_trainer_algorithm.py",
     "qveil.trainer.progress": "progress lines: tests/integration/test_cli_train.py",
     "qveil.trainer.served_eval": "evaluation of a served release: test_kfqi_cli.py",
     "qveil.trainer.train": "the bundle writer: tests/unit/core/test_bundle_io.py",

@@ -1,6 +1,6 @@
 """Algorithm 1 (and the replay recipe): the SGD step, determinism, noise resets, |g| > k
-counting, Lipschitz construction, and learning (non-private beats random; the authors'
-recipe approaches the hand-written policy)."""
+counting, and learning (non-private beats random; the authors' recipe approaches the
+hand-written policy). The network's Lipschitz construction: test_trainer_network.py."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 import torch
 from scipy import stats
 
-from qveil.bundle import lipschitz_bound, measured_lipschitz, mlp_forward
+from qveil.bundle import mlp_forward
 from qveil.trainer.algorithm import NoisePaths, _Rngs, train_q
 from qveil.trainer.config import TrainConfig
 from qveil.trainer.env import towards_middle_policy
@@ -148,26 +148,6 @@ def test_noise_paths_count_without_sigma() -> None:
     n.reset(0)
     assert n.values(np.array([0.1, 0.2])).shape == (2, 3)
     assert n.finish()["points"] == 0 and n.finish()["paths_per_action"] == 1
-
-
-def test_network_is_lipschitz_by_construction_whatever_the_parameters() -> None:
-    net = LipschitzMLP(
-        n_actions=3, hidden=(32, 32), lipschitz=2.5, generator=torch.Generator().manual_seed(0)
-    )
-    with torch.no_grad():
-        for p in net.parameters():
-            p.mul_(50.0)  # raw parameters far outside the bound
-    w = net.export()
-    assert lipschitz_bound(w) <= 2.5 * (1 + 1e-12)
-    assert measured_lipschitz(w) <= lipschitz_bound(w) * (1 + 1e-12)
-    # the bound is attained, not vacuous: all-positive aligned weights make Q(x) = L x
-    with torch.no_grad():
-        for wt, b in zip(net.weights, net.biases, strict=True):
-            wt.fill_(7.0)
-            b.zero_()
-    w = net.export()
-    assert measured_lipschitz(w) == pytest.approx(2.5, rel=1e-9)
-    np.testing.assert_allclose(mlp_forward(w, [0.0, 0.4]), [[0.0] * 3, [1.0] * 3])
 
 
 def test_non_private_beats_random_on_quick_config() -> None:

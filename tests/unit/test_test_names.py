@@ -44,7 +44,6 @@ WITHOUT_OWN_FILE: dict[str, str] = {
     "qveil.privacy.record": "the JSON round trip of records: test_privacy_events.py",
     "qveil.release_records": "a protocol; its implementation: test_trainer_private_eval.py",
     "qveil.training_data": "a protocol; both kinds a fit reads: test_dataset_parquet.py",
-    "qveil.version": "the version string: tests/unit/core/test_namespace.py",
     "qveil.server.commands.admin": _CLI + "tests/integration/test_admin_server.py",
     "qveil.server.commands.audit": _CLI + "tests/integration/test_server_e2e.py",
     "qveil.server.commands.budget": _CLI + "tests/integration/test_cli.py",

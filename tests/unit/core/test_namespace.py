@@ -1,8 +1,8 @@
 """The `qveil` namespace as the repository lays it out (docs/architecture.md): a PEP 420
 namespace package with no ``__init__`` in any part, each part nested under its own top-level
 folder as it is imported (``server/qveil/server/...``), read from those folders as they are
-(the editable install's .pth puts the seven roots on sys.path; no import hook), and one
-version, ``qveil.version.__version__``, which is the distribution's."""
+(the editable install's .pth puts the seven roots on sys.path; no import hook). The one
+version: test_version.py."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ import tomllib
 from pathlib import Path
 
 import qveil
-from qveil.version import __version__
 
 REPO = Path(__file__).resolve().parents[3]
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
@@ -66,9 +65,3 @@ def test_the_roots_agree_across_pyproject() -> None:
     assert mypy["mypy_path"] == ROOTS
     assert hatch["targets"]["wheel"]["only-include"] == [f"{r}/qveil" for r in ROOTS]
     assert mypy["files"] == [f"{r}/qveil" for r in ROOTS]
-
-
-def test_version_is_the_distributions() -> None:
-    assert __version__ == PYPROJECT["project"]["version"]
-    client = tomllib.loads((REPO / "client" / "pyproject.toml").read_text())
-    assert client["project"]["version"] == __version__

@@ -1,5 +1,5 @@
-"""Shared by the experiment tests: run ``qveil experiments NAME --quick`` in process and read
-the CSV tables it writes."""
+"""Shared by the experiment tests: run ``qveil experiments NAME --quick`` in process, read the
+CSV tables it writes and check the files it wrote."""
 
 from __future__ import annotations
 
@@ -22,3 +22,14 @@ def read_rows(path: Path, columns: Sequence[str] | None = None) -> list[dict[str
         if columns is not None:
             assert tuple(rd.fieldnames or ()) == tuple(columns)
         return list(rd)
+
+
+def check_outputs(out: Path, names: list[str]) -> None:
+    """Each of ``names`` was written in ``out``: a CSV table with rows, a PNG image."""
+    for name in names:
+        p = out / name
+        assert p.is_file() and p.stat().st_size > 0, name
+        if name.endswith(".csv"):
+            assert read_rows(p), f"{name} has no rows"
+        if name.endswith(".png"):
+            assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -95,11 +95,7 @@ WITHOUT_OWN_FILE: dict[str, str] = {
     "qveil.common.typing": "the API's types: test_common_serde.py",
     "qveil.experiments._util": "helpers of the experiments: test_experiments_*.py",
     "qveil.experiments.chain_mdp": "the chain MDP: test_experiments_chain_fqe.py",
-    "qveil.experiments.fig1": "a figure: test_experiments_commands_experiments.py",
-    "qveil.experiments.fig2": "a figure: test_experiments_commands_experiments.py",
     "qveil.experiments.linewalk": "LineWalk runs: test_experiments_commands_experiments.py",
-    "qveil.experiments.multid": "the d > 1 runs: test_experiments_commands_experiments.py",
-    "qveil.experiments.utility": "utility measurements: test_experiments_*.py",
 }
 
 

@@ -9,7 +9,7 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -35,14 +35,13 @@ def default_workers() -> int:
     return max(1, min(os.cpu_count() or 1, 4))
 
 
-# Any: a job's arguments, each job its function's own (the function checks them)
-def _star(args: tuple[Callable[..., R], tuple[Any, ...]]) -> R:
+def _star(args: tuple[Callable[..., R], tuple[object, ...]]) -> R:
     fn, a = args
     return fn(*a)
 
 
 def progress_map(
-    fn: Callable[..., R], jobs: Sequence[tuple[Any, ...]], *, workers: int = 1, desc: str = ""
+    fn: Callable[..., R], jobs: Sequence[tuple[object, ...]], *, workers: int = 1, desc: str = ""
 ) -> list[R]:
     """``[fn(*job) for job in jobs]`` with a tqdm bar, in ``workers`` processes (spawned, so
     torch's threads are never forked). Results keep the order of ``jobs``."""

@@ -27,9 +27,8 @@ Seeds are for experiments only.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -45,6 +44,7 @@ from qveil.experiments.multid_levers import (
     row,
 )
 from qveil.experiments.prior_lever import PUBLIC_SEED, public_dataset
+from qveil.json_types import JSONMapping, JSONObject
 from qveil.kfqi_anchors import (
     VISITATION_SEED,
     VISITATION_STATES,
@@ -52,6 +52,9 @@ from qveil.kfqi_anchors import (
     visitation_points,
     write_anchors,
 )
+
+if TYPE_CHECKING:  # matplotlib loads only when a plot is drawn
+    from matplotlib.artist import Artist
 
 __all__ = ["COLUMNS", "COUNTS", "TUNING", "anchor_file", "line", "run", "visitation_config"]
 
@@ -91,7 +94,7 @@ COLUMNS = (
 
 def anchor_file(
     count: int,
-    cfg: Mapping[str, Any],
+    cfg: JSONMapping,
     *,
     public_users: int = PUBLIC_USERS,
     max_states: int = VISITATION_STATES,
@@ -119,15 +122,17 @@ def anchor_file(
     return path
 
 
-def visitation_config(path: Path, neighbours: int, bandwidth: float) -> dict[str, Any]:
+def visitation_config(path: Path, neighbours: int, bandwidth: float) -> JSONObject:
     """The 6^4-grid config (:data:`qveil.experiments.multid_levers.GRID`) with the anchors of
     ``path``."""
     file = {"anchors": "file", "anchor_file": str(path), "neighbours": neighbours}
     return load_config(**{**GRID, **file, "bandwidth": bandwidth})
 
 
-def _row(seed: int, label: str, cfg: dict[str, Any], sweep: Sweep, **kw: Any) -> dict[str, Any]:
-    r = row(label, cfg, sweep, seed=seed, epsilon=EPSILON, **kw)
+def _row(
+    seed: int, label: str, cfg: JSONObject, sweep: Sweep, *, releases: int, episodes: int
+) -> JSONObject:
+    r = row(label, cfg, sweep, seed=seed, epsilon=EPSILON, releases=releases, episodes=episodes)
     is_file = cfg.get("anchors") == "file"
     return {
         **r,
@@ -142,7 +147,7 @@ def _row(seed: int, label: str, cfg: dict[str, Any], sweep: Sweep, **kw: Any) ->
     }
 
 
-def line(r: Mapping[str, Any], width: int = 28) -> str:
+def line(r: JSONMapping, width: int = 28) -> str:
     """One row in words (the progress line of a run)."""
     return (
         f"seed {r['seed']} {r['label']:<{width}} sigma {r['sigma']:.3g} private {r['private']:.0f} "
@@ -152,7 +157,7 @@ def line(r: Mapping[str, Any], width: int = 28) -> str:
     )
 
 
-def _vs(r: Mapping[str, Any], ref: Mapping[str, Any]) -> float:
+def _vs(r: JSONMapping, ref: JSONMapping) -> float:
     """The row's private return as a fraction of the way from random to the CONFIG's
     non-private return (a layout moves its own non-private fit too)."""
     return float((r["private"] - ref["random"]) / (ref["non_private"] - ref["random"]))
@@ -162,7 +167,7 @@ def _label(k: int, nb: int, h: float) -> str:
     return f"visitation K={k} k={nb} h={h:g}"
 
 
-def run(*, out: Path, quick: bool = False, **_: Any) -> dict[str, Path]:
+def run(*, out: Path, quick: bool = False, **_: object) -> dict[str, Path]:
     """Tuning seed (R x E = 10 x 20) then report seed (20 x 30). ``--quick``: 200 private
     users, 300 public users, K = 16, seed 0, 2 x 2 (seconds)."""
     out.mkdir(parents=True, exist_ok=True)
@@ -183,7 +188,7 @@ def run(*, out: Path, quick: bool = False, **_: Any) -> dict[str, Path]:
     files = {k: anchor_file(k, base, public_users=public) for k in counts}
     for k, f in files.items():
         say(f"anchors K={k}: sha256 {read_anchors(f).sha256}")
-    rows: list[dict[str, Any]] = []
+    rows: list[JSONObject] = []
     best: dict[int, tuple[int, float]] = {}
     for seed, rel, eps in plan:
         sweep = Sweep(dataset(users, seed), progress=say)
@@ -213,7 +218,7 @@ def run(*, out: Path, quick: bool = False, **_: Any) -> dict[str, Path]:
     return paths
 
 
-def _plot(rows: list[dict[str, Any]], path: Path) -> Path:
+def _plot(rows: list[JSONObject], path: Path) -> Path:
     """Private return against k (neighbours), one line per K, beside the config's band;
     one panel per collection seed (tuning, then report)."""
     # matplotlib loads only when a plot is drawn (a heavy import)
@@ -247,7 +252,7 @@ def _plot(rows: list[dict[str, Any]], path: Path) -> Path:
         ax.set_ylabel("private return, 95% CI (CartPole-v1, max 500)")
         ax.set_title(f"collection seed {seed} ({'tuning' if seed == TUNE_SEED else 'report'})")
         ax.grid(alpha=0.3)
-    uniq: dict[str, Any] = {}
+    uniq: dict[str, Artist] = {}  # legend label -> its handle
     for ax in axes[0]:
         for hh, ll in zip(*ax.get_legend_handles_labels(), strict=True):
             uniq.setdefault(ll, hh)

@@ -16,9 +16,7 @@ Seeds are for experiments only.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -26,13 +24,14 @@ from qveil.experiments._util import write_csv
 from qveil.experiments.anchors_lever import COLUMNS as AL_COLUMNS
 from qveil.experiments.anchors_lever import REPORT_SEED, TUNE_SEED, USERS, anchor_file, line
 from qveil.experiments.multid_levers import EPSILON, GRID, Sweep, dataset, load_config, row
+from qveil.json_types import JSONMapping, JSONObject
 from qveil.kfqi_anchors import read_anchors
 
 __all__ = ["COLUMNS", "PLAN", "last_step_factor", "plan_config", "plot", "run"]
 
 #: Each combination tried on the tuning seed: (K, k-means states, changes from the config with
 #: ``anchors = "file"``). ``neighbours`` and ``bandwidth`` are always given.
-PLAN: list[tuple[int, int, dict[str, Any]]] = [
+PLAN: list[tuple[int, int, JSONObject]] = [
     # K and k at the grid config's bandwidth 0.2, with gamma 0.7 / 0.5 / 0.3 (T 15 / 10 / 6)
     (256, 200_000, {"neighbours": 128, "bandwidth": 0.2}),
     (256, 200_000, {"neighbours": 128, "bandwidth": 0.2, "gamma": 0.5, "iterations": 10}),
@@ -70,8 +69,8 @@ COLUMNS = (
 )
 
 
-def plan_config(count: int, states: int, changes: Mapping[str, Any], *,
-                public_users: int | None = None) -> dict[str, Any]:  # fmt: skip
+def plan_config(count: int, states: int, changes: JSONMapping, *,
+                public_users: int | None = None) -> JSONObject:  # fmt: skip
     """The 6^4-grid config (:data:`qveil.experiments.multid_levers.GRID`) with the visitation
     anchors of K = ``count`` (k-means of
     at most ``states`` public states) and ``changes``."""
@@ -87,7 +86,7 @@ def last_step_factor(gamma: float, iterations: int) -> float:
     return gamma * (1.0 - gamma ** (iterations - 1)) / (1.0 - gamma**iterations)
 
 
-def label(count: int, states: int, changes: Mapping[str, Any]) -> str:
+def label(count: int, states: int, changes: JSONMapping) -> str:
     extra = " ".join(
         f"{k}={'/'.join(f'{x:g}' for x in v) if isinstance(v, list) else v}"
         for k, v in changes.items()
@@ -95,9 +94,10 @@ def label(count: int, states: int, changes: Mapping[str, Any]) -> str:
     return f"K={count} states={states} {extra}"
 
 
-def _row(seed: int, name: str, cfg: dict[str, Any], sweep: Sweep, count: int, states: int,
-         **kw: Any) -> dict[str, Any]:  # fmt: skip
-    r = row(name, cfg, sweep, seed=seed, epsilon=EPSILON, **kw)
+def _row(seed: int, name: str, cfg: JSONObject, sweep: Sweep, count: int, states: int, *,
+         releases: int, episodes: int, sigma_factor: float = 1.0) -> JSONObject:  # fmt: skip
+    r = row(name, cfg, sweep, seed=seed, epsilon=EPSILON, releases=releases, episodes=episodes,
+            sigma_factor=sigma_factor)  # fmt: skip
     is_file = cfg.get("anchors") == "file"
     return {
         **r,
@@ -108,11 +108,11 @@ def _row(seed: int, name: str, cfg: dict[str, Any], sweep: Sweep, count: int, st
     }
 
 
-def _sha(cfg: Mapping[str, Any]) -> str:
+def _sha(cfg: JSONMapping) -> str:
     return read_anchors(cfg["anchor_file"]).sha256
 
 
-def run(*, out: Path, quick: bool = False, **_: Any) -> dict[str, Path]:
+def run(*, out: Path, quick: bool = False, **_: object) -> dict[str, Path]:
     """Every combination of :data:`PLAN` on the tuning seed (10 x 20), then the best and the
     config on the report seed (20 x 30). ``--quick``: 200 private and 300 public users, K 16,
     two combinations, seed 0 only, 2 x 2 (seconds)."""
@@ -132,7 +132,7 @@ def run(*, out: Path, quick: bool = False, **_: Any) -> dict[str, Path]:
     else:
         users, public, plan = USERS, None, PLAN
         tune, report = (TUNE_SEED, 10, 20), (REPORT_SEED, 20, 30)
-    rows: list[dict[str, Any]] = []
+    rows: list[JSONObject] = []
     seed, rel, eps = tune
     sweep = Sweep(dataset(users, seed), progress=say)
     kw = {"releases": rel, "episodes": eps}
@@ -177,7 +177,7 @@ def _short(label: str) -> str:
     return label
 
 
-def plot(rows: list[dict[str, Any]], path: Path) -> Path:
+def plot(rows: list[JSONObject], path: Path) -> Path:
     """Private return (95% CI) and the non-private fit of every row, one panel per
     collection seed (tuning, then report), one row per combination."""
     # matplotlib loads only when a plot is drawn (a heavy import)

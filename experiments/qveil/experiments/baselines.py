@@ -32,9 +32,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-
-# Any below: torch modules and tensors (the network, per-sample gradients) and gymnasium's env
-# wrapper API, whose types those libraries leave open
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
@@ -47,7 +44,10 @@ from qveil.trainer.config import TrainConfig
 from qveil.trainer.train import make_env
 
 if TYPE_CHECKING:  # the module loads torch: imported where a network trains
+    import torch
+
     from qveil.trainer.algorithm import TrainResult
+    from qveil.trainer.network import LipschitzMLP
 
 __all__ = [
     "BaselinePrivacy",
@@ -190,7 +190,11 @@ class NoisyRewards(gym.Wrapper):
     episode returns in ``true_returns`` (for evaluation only, never for training)."""
 
     def __init__(
-        self, env: gym.Env[Any, Any], *, noise_std: float, rng: np.random.Generator
+        self,
+        env: gym.Env[Any, Any],  # any env (gymnasium types observations and actions Any)
+        *,
+        noise_std: float,
+        rng: np.random.Generator,
     ) -> None:
         super().__init__(env)
         self.noise_std = float(noise_std)
@@ -198,11 +202,11 @@ class NoisyRewards(gym.Wrapper):
         self.true_returns: list[float] = []
         self._ret = 0.0
 
-    def reset(self, **kwargs: Any) -> Any:
+    def reset(self, **kwargs: Any) -> Any:  # gymnasium's reset, passed through (Any there)
         self._ret = 0.0
         return self.env.reset(**kwargs)
 
-    def step(self, action: Any) -> Any:
+    def step(self, action: Any) -> Any:  # gymnasium's step, its types Any there
         obs, r, term, trunc, info = self.env.step(action)
         self._ret += float(r)
         if term or trunc:
@@ -239,13 +243,13 @@ def train_input_perturbation(cfg: TrainConfig, *, noise_std: float, seed: int) -
 
 @dataclass
 class DPSGDResult:
-    network: Any
+    network: LipschitzMLP
     log_rows: list[JSONObject]
     updates: int
     samples_used: int
 
 
-def _effective(v: Any, c: float, last: bool) -> Any:
+def _effective(v: torch.Tensor, c: float, last: bool) -> torch.Tensor:
     """LipschitzMLP's layer rescaling (qveil.trainer.network): W = V c / max(c, ||V||), the
     spectral norm for hidden layers and the row norms for the output layer."""
     # torch loads only for the runs that train a network (a heavy import)
@@ -258,7 +262,7 @@ def _effective(v: Any, c: float, last: bool) -> Any:
     return v * (c / torch.clamp(norms, min=c))
 
 
-def _rescale_vjp(v: Any, g: Any, c: float, last: bool) -> Any:
+def _rescale_vjp(v: torch.Tensor, g: torch.Tensor, c: float, last: bool) -> torch.Tensor:
     """Per-sample vector-Jacobian products through W = V c / max(c, ||V||) (batched over the
     first axis of g). Where the norm is <= c the map is the identity. Hidden layers (spectral
     norm s1 with top singular vectors u, w): vjp(G) = c G / s1 - c <G, V> / s1^2 u w^T.
@@ -279,10 +283,13 @@ def _rescale_vjp(v: Any, g: Any, c: float, last: bool) -> Any:
         return g
     top = torch.outer(u[:, 0], vh[0])
     dot = (g * v[None]).sum(dim=(1, 2))[:, None, None]
-    return c * g / s1 - c * dot / s1**2 * top[None]
+    out: torch.Tensor = c * g / s1 - c * dot / s1**2 * top[None]
+    return out
 
 
-def per_sample_grads(net: Any, xs: Any, acts: Any, ys: Any) -> Any:
+def per_sample_grads(
+    net: LipschitzMLP, xs: torch.Tensor, acts: torch.Tensor, ys: torch.Tensor
+) -> torch.Tensor:
     """Per-sample gradients of 1/2 (Q(x_i, a_i) - y_i)^2 with respect to the RAW parameters
     of a ``LipschitzMLP`` (in ``named_parameters`` order), shape (B, n_params).
 
@@ -355,7 +362,7 @@ def train_dpsgd(cfg: TrainConfig, *, clip: float, noise_std: float, seed: int) -
     mem_len = mem_pos = 0
     updates = 0
 
-    def q_np(xs: np.ndarray, model: Any) -> np.ndarray:
+    def q_np(xs: np.ndarray, model: LipschitzMLP) -> np.ndarray:
         with torch.no_grad():
             out: np.ndarray = model(torch.from_numpy(np.asarray(xs, dtype=np.float64))).numpy()
             return out

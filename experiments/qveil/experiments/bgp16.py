@@ -30,7 +30,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -314,15 +313,14 @@ def _cell_rows(
     ]
     for f_max in f_maxes:
         f_label = "R_max/(1-gamma)" if f_max is None else f"{f_max:g}"
-        kw: dict[str, Any] = {  # keyword arguments (Any: each checked by its parameter)
-            "epsilon": epsilon,
-            "delta": delta,
-            "r_max": mdp.r_max,
-            "gamma": mdp.gamma,
-            "f_max": f_max,
-        }
-        s_w = lsw_sigma(batch.counts, phi, w, **kw)
-        s_l = lsl_sigma(batch.counts, phi, rho, m=batch.m, lam=lam, **kw)
+        s_w = lsw_sigma(
+            batch.counts, phi, w, epsilon=epsilon, delta=delta, r_max=mdp.r_max, gamma=mdp.gamma,
+            f_max=f_max,
+        )  # fmt: skip
+        s_l = lsl_sigma(
+            batch.counts, phi, rho, m=batch.m, lam=lam, epsilon=epsilon, delta=delta,
+            r_max=mdp.r_max, gamma=mdp.gamma, f_max=f_max,
+        )  # fmt: skip
         eta = rng.standard_normal((2, phi.shape[1]))
         rows.append(
             {**base, "method": "DP-LSW", "f_max": f_label, "sigma_x": s_w,

@@ -34,9 +34,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-
-# Any below: torch modules (the network and its layers), which torch leaves untyped here
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -45,6 +43,9 @@ from qveil.experiments._util import write_csv
 from qveil.experiments.multid_levers import Sweep, score
 from qveil.json_types import JSONObject
 from qveil.kfqi_config import KernelFQIConfig, plan_kernel, read_fqi_toml
+
+if TYPE_CHECKING:  # for annotations only: torch loads only for the runs that train
+    from torch import nn
 
 __all__ = [
     "COLUMNS",
@@ -103,7 +104,7 @@ class LearnerConfig:
 class OfflineQ:
     """A trained Q network with the dataset's state normalisation (non-private: a ceiling)."""
 
-    net: Any
+    net: nn.Sequential
     mean: np.ndarray
     std: np.ndarray
     losses: list[float] = field(default_factory=list)
@@ -122,11 +123,11 @@ class OfflineQ:
         return out
 
 
-def _mlp(d: int, m: int, hidden: Sequence[int]) -> Any:
+def _mlp(d: int, m: int, hidden: Sequence[int]) -> nn.Sequential:
     # torch loads only for the runs that train a network (a heavy import)
     from torch import nn
 
-    layers: list[Any] = []
+    layers: list[nn.Module] = []
     width = d
     for h in hidden:
         layers += [nn.Linear(width, h), nn.ReLU()]
@@ -136,7 +137,7 @@ def _mlp(d: int, m: int, hidden: Sequence[int]) -> Any:
 
 
 def fit_offline_q(
-    ds: Any,
+    ds: Dataset,
     cfg: LearnerConfig,
     *,
     seed: int = 0,

@@ -10,9 +10,8 @@ from __future__ import annotations
 import functools
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -20,7 +19,7 @@ import numpy.typing as npt
 from qveil.experiments._util import mean_se
 from qveil.experiments.bgp16 import lambda_schedule, lsl_fit, lsl_sigma, lsw_fit, lsw_sigma
 from qveil.experiments.chain_mdp import Batch, ChainMDP, tabular_features
-from qveil.json_types import JSONObject
+from qveil.json_types import JSONObject, JSONValue
 from qveil.noise import OUSamplePath
 from qveil.privacy.gaussian import analytic_gaussian_sigma
 from qveil.release_map import (
@@ -216,14 +215,13 @@ def chain_job(sizes: tuple[int, ...], run_id: int) -> list[JSONObject]:
             )
             th_w = lsw_fit(batch, phi, ones)
             th_l = lsl_fit(batch, phi, ones, lam=fit.lam)
-            kw_q: dict[str, Any] = {  # keyword arguments (Any: each checked by its parameter)
-                "gamma": mdp.gamma,
-                "iterations": CHAIN_ITERATIONS,
-                "f_max": CHAIN_F_MAX,
-            }
+            g, t, f = mdp.gamma, CHAIN_ITERATIONS, CHAIN_F_MAX
             for name, est in (
-                ("FQE pooled (non-private)", chain_fqe(stats, pooled=True, **kw_q)),
-                ("FQE per-user (non-private)", chain_fqe(stats, **kw_q)),
+                (
+                    "FQE pooled (non-private)",
+                    chain_fqe(stats, pooled=True, gamma=g, iterations=t, f_max=f),
+                ),
+                ("FQE per-user (non-private)", chain_fqe(stats, gamma=g, iterations=t, f_max=f)),
                 ("LSW", phi @ th_w),
                 ("LSL", phi @ th_l),
             ):
@@ -248,7 +246,7 @@ class _ChainFit:
     v_true: FloatArray
     base: JSONObject
 
-    def row(self, method: str, est: FloatArray, **cols: Any) -> JSONObject:
+    def row(self, method: str, est: FloatArray, **cols: JSONValue) -> JSONObject:
         rmse = float(np.sqrt(np.mean((est - self.v_true) ** 2)))
         return {**self.base, "method": method, **cols, "rmse": rmse}
 
@@ -273,14 +271,28 @@ def _private_rows(
     ]
     for f_max in (CHAIN_F_MAX, None):
         label = "R_max/(1-gamma)" if f_max is None else f"{f_max:g}"
-        kw: dict[str, Any] = {
-            **priv,
-            "r_max": mdp.r_max,
-            "gamma": mdp.gamma,
-            "f_max": f_max,
-        }  # keyword arguments (Any: each checked by its parameter)
-        s_w = lsw_sigma(fit.batch.counts, phi, ones, **kw)
-        s_l = lsl_sigma(fit.batch.counts, phi, ones, m=fit.batch.m, lam=fit.lam, **kw)
+        s_w = lsw_sigma(
+            fit.batch.counts,
+            phi,
+            ones,
+            epsilon=eps,
+            delta=delta,
+            r_max=mdp.r_max,
+            gamma=mdp.gamma,
+            f_max=f_max,
+        )
+        s_l = lsl_sigma(
+            fit.batch.counts,
+            phi,
+            ones,
+            m=fit.batch.m,
+            lam=fit.lam,
+            epsilon=eps,
+            delta=delta,
+            r_max=mdp.r_max,
+            gamma=mdp.gamma,
+            f_max=f_max,
+        )
         eta = rng.standard_normal((2, mdp.n_states))
         rows.append(fit.row("DP-LSW", phi @ (th_w + s_w * eta[0]), **priv, f_max=label, sigma=s_w))
         rows.append(fit.row("DP-LSL", phi @ (th_l + s_l * eta[1]), **priv, f_max=label, sigma=s_l))
@@ -293,7 +305,7 @@ CHAIN_FIELDS = [*CHAIN_KEYS, "runs", "rmse_mean", "rmse_se", "sigma"]
 
 
 def summarise_chain(rows: Sequence[JSONObject]) -> list[JSONObject]:
-    groups: dict[tuple[Any, ...], list[JSONObject]] = defaultdict(list)
+    groups: dict[tuple[Hashable, ...], list[JSONObject]] = defaultdict(list)
     for r in rows:
         groups[tuple(r[k] for k in CHAIN_KEYS)].append(r)
     out = []

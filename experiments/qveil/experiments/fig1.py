@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -19,6 +19,9 @@ from qveil.experiments._util import progress_map, write_csv
 from qveil.experiments.linewalk import load_cfg, privacy_row, reference_returns, run_spec
 from qveil.json_types import JSONObject
 from qveil.privacy.accountant import theorem5_beta
+
+if TYPE_CHECKING:  # for annotations only: loads matplotlib
+    from qveil.experiments.plotting import Curve
 
 __all__ = ["SIGMAS", "aggregate_curves", "run"]
 
@@ -87,7 +90,7 @@ def run(
                     "return": ret,
                 }
             )
-    panels: dict[str, dict[str, tuple[Any, Any, Any]]] = {f"J = {j}": {} for j in js}
+    panels: dict[str, dict[str, Curve]] = {f"J = {j}": {} for j in js}
     for (sigma, j), runs in sorted(groups.items()):
         acct = {}
         for mode in ("paper", "gdp"):

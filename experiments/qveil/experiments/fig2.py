@@ -24,8 +24,9 @@ from __future__ import annotations
 import csv
 import math
 from collections import defaultdict
+from collections.abc import Hashable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -34,6 +35,11 @@ from qveil.experiments.fig1 import aggregate_curves
 from qveil.experiments.linewalk import load_cfg, privacy_row, reference_returns, run_spec
 from qveil.json_types import JSONObject
 from qveil.privacy.accountant import theorem5_beta
+
+if TYPE_CHECKING:  # for annotations only: loads gymnasium and matplotlib
+    from qveil.experiments.baselines import BaselinePrivacy
+    from qveil.experiments.plotting import Curve
+    from qveil.trainer.config import TrainConfig
 
 __all__ = ["METHODS", "PAPER_SIGMA", "method_spec", "run"]
 
@@ -55,7 +61,7 @@ QUICK_CHANGES = {"samples": 320, "resets": 5}  # 5 iterations of B = 64
 DPSGD_CLIP = 1.0
 
 
-def _baseline_row(p: Any) -> JSONObject:
+def _baseline_row(p: BaselinePrivacy) -> JSONObject:
     """The privacy columns of a baseline calibrated by its own accountant (always holds)."""
     return {
         "epsilon": p.epsilon,
@@ -74,7 +80,7 @@ def method_spec(
     *,
     epsilon: float,
     delta: float,
-    cfg: Any,
+    cfg: TrainConfig,
     config: str | None,
     changes: JSONObject,
     reward_sensitivity: float = 1.0,
@@ -175,7 +181,7 @@ def method_spec(
 
 
 def _summarise(results: list[JSONObject], keys: tuple[str, ...]) -> list[JSONObject]:
-    groups: dict[tuple[Any, ...], list[JSONObject]] = defaultdict(list)
+    groups: dict[tuple[Hashable, ...], list[JSONObject]] = defaultdict(list)
     for r in results:
         groups[tuple(r[k] for k in keys)].append(r)
     rows = []
@@ -288,9 +294,9 @@ def run(
     ref = reference_returns(cfg)
     paths["png"] = _plot_targets(summ, out / "fig2.png", ref=ref, n_seeds=n_seeds, cfg=cfg)
 
-    curve_panels: dict[str, dict[str, tuple[Any, Any, Any]]] = {}
+    curve_panels: dict[str, dict[str, Curve]] = {}
     for eps in (0.9, 0.45):
-        panel = {}
+        panel: dict[str, Curve] = {}
         for key in METHODS:
             runs = [
                 r for r in targets if r["key"] == key and (r["eps"] == eps or key == "non-private")
@@ -426,7 +432,7 @@ def replot(out: Path, *, config: str | Path | None = None, delta: float = 1e-4) 
 
 
 def _plot_targets(
-    summ: list[JSONObject], path: Path, *, ref: dict[str, float], n_seeds: int, cfg: Any
+    summ: list[JSONObject], path: Path, *, ref: dict[str, float], n_seeds: int, cfg: TrainConfig
 ) -> Path:
     # matplotlib loads only when a plot is drawn (a heavy import)
     import matplotlib.pyplot as plt

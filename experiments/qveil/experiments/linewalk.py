@@ -18,7 +18,6 @@ from __future__ import annotations
 import math
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -31,7 +30,7 @@ __all__ = ["load_cfg", "privacy_row", "reference_returns", "run_spec"]
 DEFAULT_CONFIG = Path(__file__).resolve().parents[3] / "configs" / "linewalk.toml"
 
 
-def load_cfg(path: str | Path | None = None, **changes: Any) -> TrainConfig:
+def load_cfg(path: str | Path | None = None, **changes: object) -> TrainConfig:
     """The training config (default: configs/linewalk.toml, the paper's settings);
     ``changes``: any of its fields' values."""
     cfg = TrainConfig.from_toml(path or DEFAULT_CONFIG)

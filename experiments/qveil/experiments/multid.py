@@ -32,10 +32,10 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 import numpy.typing as npt
@@ -48,6 +48,9 @@ from qveil.json_types import JSONObject
 from qveil.kfqi_config import KernelFQIConfig, read_fqi_toml
 from qveil.server.governance.release_records import charge_simulated
 from qveil.server.serving.local import LocalServer
+
+if TYPE_CHECKING:  # for annotations only: loads gymnasium
+    from qveil.trainer.kfqi import KernelFit
 
 __all__ = [
     "EPSILONS",
@@ -168,7 +171,7 @@ def served_release_returns(
     return returns, stats
 
 
-def _random_policy(m: int, seed: int) -> Callable[[npt.NDArray[np.float64]], Any]:
+def _random_policy(m: int, seed: int) -> Callable[[npt.NDArray[np.float64]], npt.NDArray[np.int64]]:
     rng = np.random.default_rng([seed, 7])  # experiment seed (the floor's actions), not noise
     return lambda s: rng.integers(0, m, size=len(s))
 
@@ -185,7 +188,7 @@ def run_point(
     say: Callable[[str], object] = print,
     dataset: Path | None = None,
     workers: int = 1,
-    **changes: Any,
+    **changes: object,
 ) -> tuple[list[JSONObject], list[JSONObject]]:
     """One (env, N, seed): collect (or stream ``dataset``, a Parquet file of N users of
     ``env_id`` collected with ``seed``), fit once (on ``workers`` local Dask workers; 1: in
@@ -263,6 +266,14 @@ def _data(
     return src, float("nan")  # collected beforehand (qveil dataset collect)
 
 
+class _PlayKwargs(TypedDict):
+    """:func:`served_release_returns`' keywords of a :class:`_Play`."""
+
+    episodes: int
+    seed: int
+    env_kwargs: JSONObject
+
+
 @dataclass(frozen=True)
 class _Play:
     """The scored episodes every policy of a point plays: the same seeds, the same cap."""
@@ -275,13 +286,13 @@ class _Play:
     def env_kwargs(self) -> JSONObject:
         return {} if self.max_steps is None else {"max_episode_steps": int(self.max_steps)}
 
-    def kwargs(self) -> dict[str, Any]:  # keyword arguments (Any: each checked by its parameter)
+    def kwargs(self) -> _PlayKwargs:
         return {"episodes": self.episodes, "seed": self.seed, "env_kwargs": self.env_kwargs()}
 
 
 def _served_release(
-    fit: Any, d: Path, eps: float, play: _Play, say: Callable[[str], object], label: str
-) -> tuple[Any, JSONObject]:
+    fit: KernelFit, d: Path, eps: float, play: _Play, say: Callable[[str], object], label: str
+) -> tuple[list[float], JSONObject]:
     """Write one release of ``fit`` at ``eps`` into ``d``, serve it on its own store and play
     the episodes against it; (returns, its row's numbers). ``d`` is removed afterwards."""
     from qveil.trainer.kfqi import write_kernel_release  # here: loads gymnasium on use
@@ -344,7 +355,7 @@ def _private_row(
 
 
 def _fraction(rows: list[JSONObject]) -> None:
-    by: dict[tuple[Any, ...], dict[str, float]] = {}
+    by: dict[tuple[Hashable, ...], dict[str, float]] = {}
     for r in rows:
         if r["policy"] != "private":
             by.setdefault((r["env"], r["users"], r["seed"]), {})[r["policy"]] = r["return"]
@@ -371,7 +382,9 @@ def _plot(rows: list[JSONObject], path: Path) -> Path:
         er = [r for r in rows if r["env"] == env]
         ns = sorted({r["users"] for r in er})
 
-        def line(pred: Any, er: list[JSONObject] = er, ns: list[int] = ns) -> list[float]:
+        def line(
+            pred: Callable[[JSONObject], bool], er: list[JSONObject] = er, ns: list[int] = ns
+        ) -> list[float]:
             return [
                 float(np.mean([r["return"] for r in er if r["users"] == n and pred(r)] or [np.nan]))
                 for n in ns
@@ -379,9 +392,13 @@ def _plot(rows: list[JSONObject], path: Path) -> Path:
 
         ax.plot(ns, line(lambda r: r["policy"] == "non-private"), "k-", lw=2, label="non-private")
         for eps in sorted({r["epsilon"] for r in er if r["policy"] == "private"}):
+
+            def private_at(r: JSONObject, e: float = eps) -> bool:
+                return bool(r["policy"] == "private" and r["epsilon"] == e)
+
             ax.plot(
                 ns,
-                line(lambda r, e=eps: r["policy"] == "private" and r["epsilon"] == e),
+                line(private_at),
                 marker="o",
                 label=f"eps {eps:g} (served)",
             )

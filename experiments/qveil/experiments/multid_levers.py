@@ -30,18 +30,21 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 
 from qveil.additive import AdditiveSamplePath, StateBox
-from qveil.dataset import load_npz, save_npz
+from qveil.dataset import Dataset, load_npz, save_npz
 from qveil.experiments._util import write_csv
+from qveil.json_types import JSONObject, JSONValue
 from qveil.kfqi import (
     Anchors,
+    KernelFQIOperators,
+    KernelFQISpec,
     additive_mean,
     build_operators_nd,
     inducing_grid,
@@ -49,6 +52,7 @@ from qveil.kfqi import (
     krr_operator,
 )
 from qveil.kfqi_config import KernelFQIConfig, read_fqi_toml
+from qveil.privacy.fqi import FQIPrivacyResult
 from qveil.privacy.kfqi import KernelFQIPrivacyParams, calibrate_kernel_fqi
 
 __all__ = [
@@ -72,7 +76,7 @@ TUNE_SEED = 1
 REPORT_SEEDS = (0, 2)
 #: The configuration on main before this sweep (configs/cartpole-private.toml
 #: before the levers): the row every lever is compared with.
-BEFORE: dict[str, Any] = {
+BEFORE: JSONObject = {
     "state_intervals": [[-0.3, 0.3], [-1.5, 1.5], [-0.2095, 0.2095], [-2.0, 2.0]],
     "reward_range": [0.0, 1.0],
     "neighbour": "user",
@@ -89,7 +93,7 @@ BEFORE: dict[str, Any] = {
 #: The 6^4-grid configuration chosen by this sweep (configs/cartpole-private.toml of sections
 #: 8, 8.1, 9, 9.1, 9.3 and 9.4, before the visitation anchors of 9.5): the changes that turn
 #: the config file into it, so those sections' rows stay reproducible.
-GRID: dict[str, Any] = {
+GRID: JSONObject = {
     **BEFORE,
     "betas": [1024.0, 1024.0, 4.0, 4.0],
     "anchors": "grid",
@@ -100,7 +104,7 @@ GRID: dict[str, Any] = {
 #: One-at-a-time changes from the chosen config (configs/cartpole-private.toml):
 #: (lever, value, changes). KRR-only levers first, then the FQI iteration, then the
 #: operators (each a new build). "before" is the beta lever at beta_j = 2 for all j.
-LEVERS: list[tuple[str, float, dict[str, Any]]] = [
+LEVERS: list[tuple[str, float, JSONObject]] = [
     *[("lam", v, {"lam": v}) for v in (0.05, 0.1, 0.5, 1.0, 2.0)],
     *[("beta_x", v, {"betas": [v, v, 4.0, 4.0]}) for v in (4.0, 64.0, 256.0, 4096.0)],
     *[("beta_theta", v, {"betas": [1024.0, 1024.0, v, v]}) for v in (2.0, 8.0)],
@@ -151,7 +155,7 @@ def cache_dir() -> Path:
     return Path(os.environ.get("QVEIL_LEVERS_CACHE", "/tmp/levers-data"))
 
 
-def load_config(**changes: Any) -> dict[str, Any]:
+def load_config(**changes: JSONValue) -> JSONObject:
     """configs/cartpole-private.toml as a dict with ``changes`` applied (None values kept:
     a key set to None means "the spec's default", e.g. the midpoint default value)."""
     cfg = read_fqi_toml(CONFIG)
@@ -159,7 +163,9 @@ def load_config(**changes: Any) -> dict[str, Any]:
     return cfg
 
 
-def dataset(users: int, seed: int, *, episodes_per_user: int = 1, cache: Path | None = None) -> Any:
+def dataset(
+    users: int, seed: int, *, episodes_per_user: int = 1, cache: Path | None = None
+) -> Dataset:
     """N random-policy CartPole users (qveil.trainer.collect), cached as npz."""
     # here, not at the top: loads gymnasium only when this runs
     from qveil.trainer.collect import collect
@@ -175,12 +181,12 @@ def dataset(users: int, seed: int, *, episodes_per_user: int = 1, cache: Path | 
     return ds
 
 
-def _spec(cfg: dict[str, Any]) -> Any:
+def _spec(cfg: JSONObject) -> KernelFQISpec:
     """The estimator's :class:`qveil.kfqi.KernelFQISpec` (through the config's own type)."""
     return KernelFQIConfig.from_dict(cfg).spec(len(cfg["betas"]))
 
 
-def sigma_for(cfg: dict[str, Any], *, users: int, actions: int, epsilon: float) -> Any:
+def sigma_for(cfg: JSONObject, *, users: int, actions: int, epsilon: float) -> FQIPrivacyResult:
     """The accountant's calibration (qveil.privacy.kfqi.calibrate_kernel_fqi) for ``cfg``."""
     p = KernelFQIPrivacyParams(
         neighbour=cfg["neighbour"],
@@ -207,7 +213,7 @@ class Fitted:
     centre: float
     inducing: np.ndarray
     betas: tuple[float, ...]
-    box: Any
+    box: StateBox
 
     def values(self, obs: np.ndarray) -> np.ndarray:
         """(n, m) mean values at raw observations (n, d)."""
@@ -224,13 +230,13 @@ class Fitted:
 class Sweep:
     """Fits configurations on one dataset, re-using the FQI operators and KRR maps."""
 
-    def __init__(self, ds: Any, *, progress: Callable[[str], object] = print) -> None:
+    def __init__(self, ds: Dataset, *, progress: Callable[[str], object] = print) -> None:
         self.ds = ds
-        self._ops: dict[tuple[Any, ...], Any] = {}
-        self._krr: dict[tuple[Any, ...], np.ndarray] = {}
+        self._ops: dict[tuple[Hashable, ...], KernelFQIOperators] = {}
+        self._krr: dict[tuple[Hashable, ...], np.ndarray] = {}
         self._progress = progress
 
-    def fit(self, cfg: dict[str, Any], *, prior: np.ndarray | None = None) -> Fitted:
+    def fit(self, cfg: JSONObject, *, prior: np.ndarray | None = None) -> Fitted:
         """``cfg``'s released mean on the sweep's dataset (uncovered users vote the public
         ``prior`` (K, m) when given, else the config's default)."""
         spec = _spec(cfg)
@@ -377,9 +383,17 @@ def bootstrap(s: Scores, *, draws: int = 2000, seed: int = 0) -> dict[str, float
     }
 
 
+class _Runs(TypedDict):
+    """A row's data seed and its releases x episodes (:func:`row`'s keywords)."""
+
+    seed: int
+    releases: int
+    episodes: int
+
+
 def row(
     label: str,
-    cfg: dict[str, Any],
+    cfg: JSONObject,
     sweep: Sweep,
     *,
     seed: int,
@@ -389,7 +403,7 @@ def row(
     lever: str = "",
     value: float = math.nan,
     sigma_factor: float = 1.0,
-) -> dict[str, Any]:
+) -> JSONObject:
     """One table row: fit ``cfg`` on the sweep's dataset, calibrate sigma with the
     accountant for this config and dataset, score on common episodes, bootstrap.
     ``sigma_factor`` scales the accountant's sigma (a what-if for a bound not adopted: such
@@ -438,7 +452,7 @@ def episodes_rows(
     releases: int,
     episodes: int,
     say: Callable[[str], object] = print,
-) -> list[dict[str, Any]]:
+) -> list[JSONObject]:
     """The several-episodes lever: the chosen config on ``users`` users of k random-policy
     episodes each, for each seed and k (the same users' first episodes for every k)."""
     rows = []
@@ -453,7 +467,7 @@ def episodes_rows(
     return rows
 
 
-def _line(r: dict[str, Any]) -> str:
+def _line(r: JSONObject) -> str:
     return (
         f"{r['label']:<22} seed {r['seed']} sigma {r['sigma']:.3g}: private {r['private']:.0f} "
         f"[{r['private_lo']:.0f}, {r['private_hi']:.0f}] non-private {r['non_private']:.0f} "
@@ -470,7 +484,7 @@ _PANELS = {
 }
 
 
-def _plot(rows: list[dict[str, Any]], path: Path) -> Path:
+def _plot(rows: list[JSONObject], path: Path) -> Path:
     # matplotlib loads only when a plot is drawn (a heavy import)
     import matplotlib
 
@@ -517,7 +531,9 @@ def _plot(rows: list[dict[str, Any]], path: Path) -> Path:
     return save(fig, path)
 
 
-def run(*, out: Path, quick: bool = False, seeds: int | None = None, **_: Any) -> dict[str, Path]:
+def run(
+    *, out: Path, quick: bool = False, seeds: int | None = None, **_: object
+) -> dict[str, Path]:
     """The lever table: on the tuning seed, the config before, the chosen config and each
     lever alone (20 releases x 40 episodes each); then both configs on the report seeds
     (40 releases x 50 episodes). ``--seeds`` caps the report seeds. ``--quick``: 300
@@ -537,9 +553,9 @@ def run(*, out: Path, quick: bool = False, seeds: int | None = None, **_: Any) -
         report = REPORT_SEEDS[: seeds or len(REPORT_SEEDS)]
     chosen = load_config(**GRID)
     before = {**chosen, **BEFORE}
-    rows: list[dict[str, Any]] = []
+    rows: list[JSONObject] = []
 
-    def emit(r: dict[str, Any]) -> None:
+    def emit(r: JSONObject) -> None:
         rows.append(r)
         print(f"levers [{time.perf_counter() - t0:.0f} s] {_line(r)}", flush=True)
 
@@ -549,7 +565,7 @@ def run(*, out: Path, quick: bool = False, seeds: int | None = None, **_: Any) -
     t0 = time.perf_counter()
     note(f"tuning seed {TUNE_SEED}: {users} users")
     sweep = Sweep(dataset(users, TUNE_SEED), progress=note)
-    kw: dict[str, Any] = {"seed": TUNE_SEED, "releases": rel, "episodes": eps}
+    kw: _Runs = {"seed": TUNE_SEED, "releases": rel, "episodes": eps}
     emit(row("before", before, sweep, **kw))
     emit(row("chosen", chosen, sweep, **kw))
     for lever, value, ch in levers:

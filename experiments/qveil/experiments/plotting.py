@@ -13,13 +13,14 @@ import textwrap
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict, Unpack
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+import numpy.typing as npt  # noqa: E402
 from matplotlib.artist import Artist  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
@@ -67,8 +68,9 @@ def save(fig: Figure, path: Path) -> Path:
     return path
 
 
-# Any: matplotlib types the axes array of subplots as Any (a numpy array of Axes)
-def panels(nrows: int, ncols: int, *, width: float, height: float) -> tuple[Figure, Any]:
+def panels(
+    nrows: int, ncols: int, *, width: float, height: float
+) -> tuple[Figure, Any]:  # Any: matplotlib types subplots' array of Axes Any
     """A figure of nrows x ncols panels of width x height inches each, on the constrained
     layout (titles, labels and :func:`legend_below` fit in the figure): (figure, axes[i][j])."""
     return plt.subplots(
@@ -188,8 +190,22 @@ def bgp16_figure(rows: Iterable[JSONMapping], *, title: str) -> Figure:
     return fig
 
 
+class _LinesOptions(TypedDict):
+    """:func:`lines_figure`'s keywords."""
+
+    title: str
+    xlabel: str
+    ylabel: str
+    logx: NotRequired[bool]
+    logy: NotRequired[bool]
+    bands: NotRequired[Mapping[str, Sequence[float]] | None]
+    styles: NotRequired[Mapping[str, str] | None]
+
+
 def plot_lines(
-    series: Mapping[str, tuple[Sequence[float], Sequence[float]]], path: Path, **kw: Any
+    series: Mapping[str, tuple[Sequence[float], Sequence[float]]],
+    path: Path,
+    **kw: Unpack[_LinesOptions],
 ) -> Path:
     """Save :func:`lines_figure` as ``path``."""
     return save(lines_figure(series, **kw), path)
@@ -228,17 +244,30 @@ def lines_figure(
     return fig
 
 
+#: one curve of :func:`curves_figure`: (x, mean, std)
+Curve = tuple[npt.ArrayLike, npt.ArrayLike, npt.ArrayLike]
+
+
+class _CurvesOptions(TypedDict):
+    """:func:`curves_figure`'s keywords."""
+
+    title: str
+    xlabel: str
+    ylabel: str
+    ncols: NotRequired[int]
+
+
 def plot_curves(
-    curves: Mapping[str, Mapping[str, tuple[Sequence[float], Sequence[float], Sequence[float]]]],
+    curves: Mapping[str, Mapping[str, Curve]],
     path: Path,
-    **kw: Any,
+    **kw: Unpack[_CurvesOptions],
 ) -> Path:
     """Save :func:`curves_figure` as ``path``."""
     return save(curves_figure(curves, **kw), path)
 
 
 def curves_figure(
-    curves: Mapping[str, Mapping[str, tuple[Sequence[float], Sequence[float], Sequence[float]]]],
+    curves: Mapping[str, Mapping[str, Curve]],
     *,
     title: str,
     xlabel: str,

@@ -34,12 +34,11 @@ import hashlib
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from qveil.additive import StateBox
-from qveil.dataset import load_npz, save_npz
+from qveil.dataset import Dataset, load_npz, save_npz
 from qveil.experiments._util import write_csv
 from qveil.experiments.multid_levers import (
     ENV_ID,
@@ -55,6 +54,7 @@ from qveil.experiments.multid_levers import (
     score,
     sigma_for,
 )
+from qveil.json_types import JSONMapping, JSONObject
 from qveil.kfqi import Anchors, build_operators_nd, inducing_grid, iterate_q_nd, krr_result
 from qveil.kfqi_config import KernelFQIConfig
 from qveil.kfqi_prior import read_prior, write_prior
@@ -101,7 +101,7 @@ COLUMNS = (
 
 def public_dataset(
     name: str, *, users: int = PUBLIC_USERS, seed: int = PUBLIC_SEED, cache: Path | None = None
-) -> Any:
+) -> Dataset:
     """``users`` random-policy users of the public simulator ``name`` (:data:`PRIORS`),
     cached as npz."""
     from qveil.trainer.collect import collect  # here: loads gymnasium only when this runs
@@ -118,7 +118,7 @@ def public_dataset(
     return ds
 
 
-def public_prior(name: str, cfg: Mapping[str, Any], *, users: int = PUBLIC_USERS) -> np.ndarray:
+def public_prior(name: str, cfg: JSONMapping, *, users: int = PUBLIC_USERS) -> np.ndarray:
     """The prior of ``cfg`` from the public simulator ``name``: the non-private kernel fqi's
     Q_T at the config's anchors on :func:`public_dataset`, (K, m) (what ``qveil train
     --write-prior`` writes), cached as a prior file beside the datasets (named by the
@@ -153,7 +153,7 @@ def advantage(prior: np.ndarray, default: float) -> np.ndarray:
     return out
 
 
-def prior_fit(prior: np.ndarray, cfg: Mapping[str, Any]) -> Fitted:
+def prior_fit(prior: np.ndarray, cfg: JSONMapping) -> Fitted:
     """The prior's own released-mean form under the config's map (no data, no noise): its
     greedy policy is a public policy."""
     spec = KernelFQIConfig.from_dict(cfg).spec(len(cfg["betas"]))
@@ -179,7 +179,7 @@ def _row(
     users: int,
     releases: int,
     episodes: int,
-) -> dict[str, Any]:
+) -> JSONObject:
     """One table row: ``sc``'s returns, with the fraction against ``ref``'s non-private and
     random (the same episodes)."""
     b = bootstrap(Scores(ceiling=ref.ceiling, floor=ref.floor, private=sc.private,
@@ -214,30 +214,35 @@ def seed_rows(
     releases: int,
     episodes: int,
     say: Callable[[str], object] = print,
-) -> list[dict[str, Any]]:
+) -> list[JSONObject]:
     """The rows of one private collection seed: the config, the config with each prior
     (R releases each, the same noise seeds), and each prior's own greedy policy."""
     cfg = load_config(**GRID)
     ds = dataset(users, seed)
     sweep = Sweep(ds, progress=say)
     res = sigma_for(cfg, users=int(ds.users), actions=int(ds.n_actions), epsilon=EPSILON)
-    kw: dict[str, Any] = {
-        "sigma": res.sigma,
-        "noise_to_value": res.noise_to_value,
-        "releases": releases,
-        "episodes": episodes,
-        "eval_seed": 10_000 + 1000 * seed,
-    }
+
+    def scored(fit: Fitted) -> Scores:
+        """``fit`` scored as every row of this seed is (the same sigma, noise and episodes)."""
+        return score(
+            fit,
+            sigma=res.sigma,
+            noise_to_value=res.noise_to_value,
+            releases=releases,
+            episodes=episodes,
+            eval_seed=10_000 + 1000 * seed,
+        )
+
     common = {"users": int(ds.users), "releases": releases, "episodes": episodes}
-    ref = score(sweep.fit(cfg), **kw)
+    ref = scored(sweep.fit(cfg))
     rows = [_row(seed, "config (default 0)", "", ref, ref, **common)]
     say(_line(rows[-1]))
     for name, prior in priors.items():
-        sc = score(sweep.fit(cfg, prior=prior), **kw)
+        sc = scored(sweep.fit(cfg, prior=prior))
         rows.append(_row(seed, "config + prior", name, sc, ref, **common))
         say(_line(rows[-1]))
     for name, prior in priors.items():
-        sc = score(sweep.fit(cfg, prior=advantage(prior, float(cfg["default_value"]))), **kw)
+        sc = scored(sweep.fit(cfg, prior=advantage(prior, float(cfg["default_value"]))))
         rows.append(_row(seed, "config + prior advantage", name, sc, ref, **common))
         say(_line(rows[-1]))
     for name, prior in priors.items():
@@ -259,7 +264,7 @@ def _greedy(fit: Fitted, seeds: list[int]) -> np.ndarray:
     return out
 
 
-def _line(r: Mapping[str, Any]) -> str:
+def _line(r: JSONMapping) -> str:
     return (
         f"seed {r['seed']} {r['row']:<22} {r['prior']:<8} return {r['return']:.0f} "
         f"[{r['return_lo']:.0f}, {r['return_hi']:.0f}] non-private {r['non_private']:.0f} "
@@ -268,7 +273,7 @@ def _line(r: Mapping[str, Any]) -> str:
     )
 
 
-def run(*, out: Path, quick: bool = False, **_: Any) -> dict[str, Path]:
+def run(*, out: Path, quick: bool = False, **_: object) -> dict[str, Path]:
     """The table: the priors fitted once on the public simulations, then the tuning seed
     (R x E = 10 x 20) and the report seed (20 x 30). ``--quick``: 200 private users, 300
     public users, seed 0, 2 x 2 (seconds)."""
@@ -288,7 +293,7 @@ def run(*, out: Path, quick: bool = False, **_: Any) -> dict[str, Path]:
         priors[name] = public_prior(name, cfg, users=public)
         say(f"prior {name}: {public} public users, values in "
             f"[{priors[name].min():.3g}, {priors[name].max():.3g}]")  # fmt: skip
-    rows: list[dict[str, Any]] = []
+    rows: list[JSONObject] = []
     for seed, rel, eps in plan:
         rows += seed_rows(seed, priors, users=users, releases=rel, episodes=eps, say=say)
     say(f"{len(rows)} rows")

@@ -32,10 +32,9 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -284,7 +283,7 @@ SUMMARY_FIELDS = [
 
 def summarise(rows: Sequence[JSONObject]) -> list[JSONObject]:
     """Mean and standard error of the return over seeds, per (method, variant, N, eps)."""
-    groups: dict[tuple[Any, ...], list[JSONObject]] = defaultdict(list)
+    groups: dict[tuple[Hashable, ...], list[JSONObject]] = defaultdict(list)
     for r in rows:
         groups[tuple(r.get(k, "") for k in SUMMARY_KEYS)].append(r)
     out = []
@@ -319,7 +318,7 @@ def _pm(row: JSONObject | None) -> str:
     return s
 
 
-def _truthy(v: Any) -> bool:
+def _truthy(v: object) -> bool:
     return v is True or str(v).lower() == "true"
 
 
@@ -398,7 +397,7 @@ def run(
     variants = _variants(quick)
     episodes = EPISODES_QUICK if quick else EPISODES_FULL
     # biggest jobs first, so that the pool's tail is short
-    jobs: list[tuple[Any, ...]] = [
+    jobs: list[tuple[object, ...]] = [
         (s, n, variants, epsilons, episodes)
         for n in sorted(users, reverse=True)
         for s in range(n_seeds)

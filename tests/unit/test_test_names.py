@@ -62,7 +62,6 @@ WITHOUT_OWN_FILE: dict[str, str] = {
     "qveil.server.protocol.grpc.servicer": _WIRE + "tests/integration/test_server_e2e.py",
     "qveil.server.protocol.grpc.v2_servicer": _WIRE + "tests/integration/test_oip_grpc.py",
     "qveil.server.protocol.rest.errors": _WIRE + "tests/integration/test_oip_rest.py",
-    "qveil.server.protocol.rest.server": _WIRE + "tests/integration/test_oip_rest.py",
     "qveil.server.protocol.rest.v2_codec": _WIRE + "tests/integration/test_oip_rest.py",
     "qveil.server.protocol.rest.v2_endpoints": _WIRE + "tests/integration/test_oip_rest.py",
     "qveil.server.protocol.v2_model": "the v2 model: test_server_serving_query.py",

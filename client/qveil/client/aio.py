@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import Any, Self, TypeVar
+from typing import Self, TypeVar
 
 import grpc
 import numpy as np
 import numpy.typing as npt
+from google.protobuf.message import Message
 
 from qveil.client import calls
 from qveil.client.calls import StateFields, is_flat, state_fields
@@ -49,8 +50,12 @@ class AsyncValueClient:
         self._channel = self._conn.aio_channel()
         self._stub = value_grpc.ValueServiceStub(self._channel)
 
-    # Any: grpc.aio's stub methods and their responses (grpcio ships no type information)
-    async def _call(self, method: Any, request: Any, timeout: float | None) -> Any:
+    async def _call(
+        self,
+        method: grpc.aio.UnaryUnaryMultiCallable[Message, Message],
+        request: Message,
+        timeout: float | None,
+    ) -> Message:
         """One call, retried as :meth:`qveil.client.ValueClient._call` does."""
         attempts = self._conn.attempts()
         deadline = self._conn.deadline(timeout)

@@ -373,7 +373,7 @@ def _resolve_range(
     return rr
 
 
-def _resolve_actions(declared: Any, given: int | None, *, where: str) -> Any:
+def _resolve_actions(declared: Any, given: int | None, *, where: str) -> Any:  # file's, unchecked
     """The file's declared action count, or the caller's; both present must agree."""
     if declared is not None and given is not None and int(given) != declared:
         raise InvalidArgument(

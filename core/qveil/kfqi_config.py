@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from qveil.errors import InvalidArgument
-from qveil.fqi_config import config_from_dict, config_toml, read_toml
+from qveil.fqi_config import TOMLTable, config_from_dict, config_toml, read_toml
 from qveil.kfqi import KernelFQISpec
 from qveil.kfqi_anchors import AnchorSet, read_anchors
 from qveil.privacy.fqi import FQIPrivacyResult
@@ -208,7 +208,7 @@ def default_config() -> KernelFQIConfig:
     return grid_config({})
 
 
-def read_fqi_toml(path: str | Path) -> dict[str, Any]:
+def read_fqi_toml(path: str | Path) -> TOMLTable:
     """An fqi config file's keys as a dict, with a relative ``prior`` or ``anchor_file``
     path taken relative to the file's directory (what every reader of a config needs)."""
     d = read_toml(path)

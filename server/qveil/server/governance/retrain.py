@@ -33,7 +33,7 @@ import shutil
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
@@ -116,16 +116,19 @@ def _training_config(
             f"not the {estimator_name(cfg)} estimator: train fqi releases with qveil train "
             "--dataset"
         )
-    over: dict[str, Any] = {}  # TrainConfig fields of several types (dataclasses.replace)
-    if mode is not None:
-        over["mode"] = mode
-    if delta is not None:
-        over["delta"] = delta
+    # a given sigma or epsilon replaces the config's (and clears the other)
+    noise = (cfg.sigma, cfg.epsilon)
     if sigma is not None:
-        over.update(sigma=sigma, epsilon=None)
+        noise = (sigma, None)
     elif epsilon is not None:
-        over.update(epsilon=epsilon, sigma=None)
-    cfg = dataclasses.replace(cfg, **over)
+        noise = (None, epsilon)
+    cfg = dataclasses.replace(
+        cfg,
+        mode=cfg.mode if mode is None else mode,
+        delta=cfg.delta if delta is None else delta,
+        sigma=noise[0],
+        epsilon=noise[1],
+    )
     cfg.validate()
     if cfg.sigma is None and cfg.epsilon is None:
         raise InvalidArgument("give --epsilon E or --sigma S (or set one in the config)")

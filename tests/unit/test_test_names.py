@@ -38,7 +38,6 @@ WITHOUT_OWN_FILE: dict[str, str] = {
     "qveil.kfqi_spec": "the public spec and anchors: test_kfqi.py, test_kfqi_anchors.py",
     "qveil.ope": "the off-policy estimate: tests/unit/trainer/test_trainer_private_eval.py",
     "qveil.privacy.checks": "argument checks of the parameters: test_privacy_params.py",
-    "qveil.privacy.fqi": "the fqi accountant: test_kfqi.py, test_release_map.py",
     "qveil.privacy.ope": "the OPE accountant: test_kfqi.py, test_trainer_private_eval.py",
     "qveil.privacy.record": "the JSON round trip of records: test_privacy_events.py",
     "qveil.release_records": "a protocol; its implementation: test_trainer_private_eval.py",

@@ -1,11 +1,10 @@
-"""The private off-policy evaluation: qveil.ope (the estimate), qveil.privacy.ope (its
-accountant), the release's policy computed in process (the same actions a real server gives)
-and `qveil evaluate --private DIR` end to end: no server, no store, nothing of the held-out
-users' states kept anywhere."""
+"""The private off-policy evaluation: the release's policy computed in process (the same
+actions a real server gives) and `qveil evaluate --private DIR` end to end: no server, no
+store, nothing of the held-out users' states kept anywhere. The estimate and its accountant
+alone: tests/unit/core/test_ope.py and test_privacy_ope.py."""
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import subprocess
@@ -16,79 +15,7 @@ import pytest
 from cli_helpers import qveil_main
 from server_helpers import QVEIL, REPO, ensure_population, fresh_bundle, registry_home
 
-from qveil.additive import StateBox
-from qveil.kfqi import KernelFQISpec
 from qveil.ope import policy_value
-from qveil.privacy.ope import OPEPrivacyParams, account_ope, calibrate_ope, ope_sensitivity
-from qveil.transitions import Transitions
-
-
-def _toy(n_users: int, seed: int) -> tuple[np.ndarray, ...]:
-    rng = np.random.default_rng(seed)
-    per = 4
-    u = np.repeat(np.arange(n_users), per)
-    s = rng.uniform(0, 1, (len(u), 2))
-    s2 = np.clip(s + rng.normal(0, 0.15, s.shape), 0, 1)
-    return (
-        u,
-        s,
-        rng.integers(0, 2, len(u)),
-        rng.uniform(0, 1, len(u)),
-        s2,
-        rng.uniform(size=len(u)) < 0.1,
-    )
-
-
-def _policy(x: np.ndarray) -> np.ndarray:
-    return (x[:, 0] > 0.5).astype(np.int64)  # a fixed public policy
-
-
-SOBOL = {"anchors": "sobol", "anchor_count": 64, "neighbours": 6}
-
-
-@pytest.mark.parametrize("anchors", [{"anchor_points": 5}, SOBOL])
-def test_one_user_replaced_moves_the_estimate_by_at_most_delta_j(anchors: dict) -> None:
-    """Adversarial replacements of user 0 (its first state moved to every corner, rewards
-    all high or all low, terminal or not), and a brute force over its start state on a
-    3 x 3 lattice: |J - J'| <= Delta_J = D_T + (q_hi - q_lo) / N, and the search does move J
-    (on the grid by more than a tenth of the bound)."""
-    n_users, gamma, t = 12, 0.6, 6
-    u, s, a, r, s2, term = _toy(n_users, 3)
-    spec = KernelFQISpec(gamma=gamma, iterations=t, betas=(1.0, 1.0), bandwidth=0.3, **anchors)
-    kw = dict(policy=_policy, n_actions=2, reward_range=(0.0, 1.0),
-              box=StateBox.of([[0.0, 1.0]] * 2), spec=spec)  # fmt: skip
-    j, _ = policy_value(Transitions(s=s, a=a, r=r, s2=s2, terminal=term, user=u), **kw)
-    bound = ope_sensitivity(
-        OPEPrivacyParams(
-            users=n_users, reward_range=(0.0, 1.0), gamma=gamma, iterations=t, delta=1e-5
-        )  # fmt: skip
-    )
-    mine = np.flatnonzero(u == 0)
-    worst = 0.0
-    lattice = list(itertools.product((0.0, 0.5, 1.0), repeat=2))
-    for corner, rew, end, act in itertools.product(lattice, (0.0, 1.0), (False, True), (0, 1)):
-        s_, r_, t_, a_, s2_ = s.copy(), r.copy(), term.copy(), a.copy(), s2.copy()
-        s_[mine] = corner
-        s2_[mine] = 1.0 - np.asarray(corner)
-        r_[mine], t_[mine], a_[mine] = rew, end, act
-        j2, _ = policy_value(Transitions(s=s_, a=a_, r=r_, s2=s2_, terminal=t_, user=u), **kw)
-        worst = max(worst, abs(j - j2))
-    assert worst <= bound * (1 + 1e-9), (worst, bound)
-    assert worst > (0.1 if anchors is not SOBOL else 0.01) * bound, (worst, bound)
-
-
-def test_accountant_calibrates_and_recomputes() -> None:
-    p = OPEPrivacyParams(users=1000, reward_range=(0.0, 0.5), gamma=0.5, iterations=10,
-                         delta=1e-5)  # fmt: skip
-    r = calibrate_ope(p, epsilon=1.0)
-    assert r.target is not None and r.target["met"] and r.epsilon == pytest.approx(1.0, rel=1e-6)
-    assert r.sensitivity == pytest.approx(0.5 * (1 - 0.5**10) / (1000 * 0.25) + 1.0 / 1000)
-    again = account_ope(p.replace(sigma=r.sigma))
-    assert again.epsilon == pytest.approx(r.epsilon, rel=1e-12)
-    from qveil.privacy.events import account_params
-
-    assert account_params(r.params.to_dict()).epsilon == pytest.approx(r.epsilon, rel=1e-12)
-
 
 CONFIG = str(REPO / "configs" / "linewalk-private.toml")
 

@@ -35,7 +35,6 @@ WITHOUT_OWN_FILE: dict[str, str] = {
     "qveil.fqi_config": "TOML helpers of the configs: tests/unit/trainer/test_trainer_config.py",
     "qveil.json_types": "type aliases only",
     "qveil.kfqi_config": "the kernel config: test_kfqi.py, test_trainer_estimators.py",
-    "qveil.kfqi_spec": "the public spec and anchors: test_kfqi.py, test_kfqi_anchors.py",
     "qveil.privacy.checks": "argument checks of the parameters: test_privacy_params.py",
     "qveil.privacy.record": "the JSON round trip of records: test_privacy_events.py",
     "qveil.release_records": "a protocol; its implementation: test_trainer_private_eval.py",

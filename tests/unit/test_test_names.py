@@ -74,7 +74,6 @@ WITHOUT_OWN_FILE: dict[str, str] = {
     "qveil.server.store.memory": _BACKEND,
     "qveil.server.store.models": "the store's tables: test_server_store_migrate.py",
     "qveil.server.store.sql": _BACKEND,
-    "qveil.server.store.sql_engines": _BACKEND,
     "qveil.trainer.commands.collect": _CLI + "tests/integration/test_dataset_cli.py",
     "qveil.trainer.commands.evaluate": _CLI + "tests/integration/test_cli_evaluate.py",
     "qveil.trainer.commands.train": _CLI + "tests/integration/test_cli_train.py",

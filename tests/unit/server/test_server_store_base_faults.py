@@ -3,8 +3,8 @@
 A write of new points must fail with a clear qveil.errors.Unavailable, nothing may be
 half-written (the whole batch is rolled back, the in-process copy is unchanged), what was
 logged reads back unchanged, from memory and from the database after reopening, and the next
-write succeeds once the fault is gone. Plus: unsafe settings and bad URLs are refused at
-start-up.
+write succeeds once the fault is gone (unsafe settings and bad URLs refused at start-up:
+test_server_store_sql_engines.py).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 from store_helpers import RID, keyed_paths, log_values, logged, make_release, path_values
 from thread_helpers import run_threads
 
-from qveil.errors import FailedPrecondition, InvalidArgument, Unavailable
+from qveil.errors import Unavailable
 from qveil.server.store import open_store
 
 
@@ -102,33 +102,6 @@ def test_read_only_database(tmp_path: Path) -> None:
         assert s.count_points() == 20
         assert logged(s, RID, 1) == _as_dict(known, g_known)
         assert log_values(s, kp, RID, [1], [[0.3333, 0.6666]])[2:] == (2, 0)  # writable again
-
-
-def test_refuses_unsafe_or_bad_setup(tmp_path: Path) -> None:
-    with pytest.raises(InvalidArgument):
-        open_store("sqlite://")  # in-memory SQLite: not durable
-    with pytest.raises(InvalidArgument):
-        open_store("mysql://x@localhost/db")
-    with pytest.raises(FailedPrecondition, match="does not exist"):
-        open_store(f"sqlite:///{tmp_path / 'missing.sqlite'}", create=False)
-    assert not (tmp_path / "missing.sqlite").exists()
-    with pytest.raises(Unavailable):
-        open_store(f"sqlite:///{tmp_path / 'no' / 'dir.sqlite'}")
-    # a database in rollback-journal mode opened read-only cannot be switched to WAL
-    import sqlite3
-
-    p = tmp_path / "journal.sqlite"
-    sqlite3.connect(p).execute("CREATE TABLE t (x)").connection.close()
-    with pytest.raises((FailedPrecondition, Unavailable)):
-        open_store(f"sqlite:///file:{p}?mode=ro&uri=true")
-
-
-def test_settings_are_read_back(tmp_path: Path) -> None:
-    with open_store(f"sqlite:///{tmp_path / 's.sqlite'}") as s:
-        st = s.settings  # type: ignore[attr-defined]
-        assert st["journal_mode"] == "wal" and st["synchronous"] == 2
-        assert st["busy_timeout_ms"] > 0 and st["driver_isolation_level"] is None
-        assert st["begin"] == "IMMEDIATE"
 
 
 @pytest.mark.postgres

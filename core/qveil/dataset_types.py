@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from qveil.errors import InvalidArgument
+from qveil.errors import InvalidArgument, clip
 from qveil.json_types import JSONObject
 from qveil.transitions import ARRAYS as _ARRAYS
 from qveil.transitions import Transitions
@@ -64,9 +64,8 @@ ECHO = 80
 
 
 def _echo(value: object) -> str:
-    """``repr`` of user input, cut to :data:`ECHO` characters."""
-    text = repr(value)
-    return text if len(text) <= ECHO else text[: ECHO - 3] + "..."
+    """``repr`` of user input, cut to :data:`ECHO` characters (:func:`qveil.errors.clip`)."""
+    return clip(repr(value), ECHO)
 
 
 def _num(x: float) -> str:

@@ -40,6 +40,7 @@ __all__ = [
     "Unauthenticated",
     "Unavailable",
     "bad_argument",
+    "clip",
     "echo",
     "error_status",
 ]
@@ -48,13 +49,19 @@ __all__ = [
 ECHO_LIMIT = 80
 
 
+def clip(text: str, limit: int = ECHO_LIMIT) -> str:
+    """``text`` cut to ``limit`` characters by an ellipsis in its middle: its start and its
+    end stay, the end the longer (a path's file name, an id's last characters)."""
+    if len(text) <= limit:
+        return text
+    head = (limit - 1) // 3
+    return text[:head] + "\u2026" + text[len(text) - (limit - 1 - head) :]
+
+
 def echo(value: object, limit: int = ECHO_LIMIT) -> str:
-    """``repr`` of user input for an error message, cut to ``limit`` characters with an
-    ellipsis: a megabyte-long release id or path never fills a log line or a status message."""
-    text = value if isinstance(value, str) else str(value)
-    if len(text) > limit:
-        text = text[: limit - 1] + "\u2026"
-    return repr(text)
+    """``repr`` of user input for an error message, cut to ``limit`` characters (:func:`clip`):
+    a megabyte-long release id or path never fills a log line or a status message."""
+    return repr(clip(value if isinstance(value, str) else str(value), limit))
 
 
 class QveilError(Exception):

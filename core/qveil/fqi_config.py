@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from qveil.errors import InvalidArgument
+from qveil.errors import InvalidArgument, echo
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -55,9 +55,9 @@ def read_toml(path: str | Path) -> TOMLTable:
         with Path(path).open("rb") as fh:
             return tomllib.load(fh)
     except FileNotFoundError:
-        raise InvalidArgument(f"config {str(path)[:80]!r} does not exist") from None
+        raise InvalidArgument(f"config {echo(path)} does not exist") from None
     except tomllib.TOMLDecodeError as exc:
-        raise InvalidArgument(f"config {str(path)[:80]!r} is not valid TOML: {exc}") from None
+        raise InvalidArgument(f"config {echo(path)} is not valid TOML: {exc}") from None
 
 
 def config_from_dict(cls: type[C], d: Mapping[str, object], what: str) -> C:

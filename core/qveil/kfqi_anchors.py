@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from qveil.errors import InvalidArgument, NotFound
+from qveil.errors import InvalidArgument, NotFound, echo
 from qveil.json_types import JSONObject
 from qveil.kfqi_spec import points_sha256
 from qveil.npz_file import new_npz_path, write_npz_atomic
@@ -146,13 +146,13 @@ def read_anchors(path: str | os.PathLike[str]) -> AnchorSet:
     """An anchor file as written by :func:`write_anchors` (InvalidArgument otherwise)."""
     p = Path(os.fspath(path))
     if not p.is_file():
-        raise NotFound(f"anchor file {str(p)[:80]!r} does not exist")
+        raise NotFound(f"anchor file {echo(p)} does not exist")
     try:
         with np.load(p, allow_pickle=False) as z:
             if not {"format", "points", "state_intervals", "origin"} <= set(z.files):
-                raise InvalidArgument(f"{str(p)[:80]!r} is not a qveil anchor file")
+                raise InvalidArgument(f"{echo(p)} is not a qveil anchor file")
             if str(z["format"]) != FORMAT:
-                raise InvalidArgument(f"{str(p)[:80]!r}: unknown anchor format")
+                raise InvalidArgument(f"{echo(p)}: unknown anchor format")
             a = AnchorSet(
                 points=np.asarray(z["points"], dtype=np.float64),
                 state_intervals=tuple(
@@ -161,7 +161,7 @@ def read_anchors(path: str | os.PathLike[str]) -> AnchorSet:
                 origin=str(z["origin"]),
             )
     except (OSError, ValueError) as e:
-        raise InvalidArgument(f"{str(p)[:80]!r} is not a readable anchor file: {e}") from e
+        raise InvalidArgument(f"{echo(p)} is not a readable anchor file: {e}") from e
     _check(a)
     return a
 

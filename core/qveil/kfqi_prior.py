@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from qveil.errors import InvalidArgument, NotFound
+from qveil.errors import InvalidArgument, NotFound, echo
 from qveil.json_types import JSONObject
 from qveil.kfqi_spec import Anchors, KernelFQISpec, check_in_q_range
 from qveil.npz_file import new_npz_path, write_npz_atomic
@@ -131,15 +131,14 @@ def read_prior(path: str | os.PathLike[str]) -> Prior:
     """A prior file as written by :func:`write_prior` (InvalidArgument for anything else)."""
     p = Path(os.fspath(path))
     if not p.is_file():
-        raise NotFound(f"prior file {str(p)[:80]!r} does not exist")
+        raise NotFound(f"prior file {echo(p)} does not exist")
     try:
         with np.load(p, allow_pickle=False) as z:
             keys = set(z.files)
             want = {"format", "values", "anchors", "state_intervals", "reward_range", "gamma"}
             if not want <= keys:
                 raise InvalidArgument(
-                    f"{str(p)[:80]!r} is not a qveil prior (missing "
-                    f"{', '.join(sorted(want - keys))})"
+                    f"{echo(p)} is not a qveil prior (missing {', '.join(sorted(want - keys))})"
                 )
             fmt = str(z["format"].item())
             if fmt != FORMAT:
@@ -155,7 +154,7 @@ def read_prior(path: str | os.PathLike[str]) -> Prior:
                 origin=str(z["origin"].item()) if "origin" in keys else "",
             )
     except (OSError, ValueError) as exc:
-        raise InvalidArgument(f"cannot read prior {str(p)[:80]!r}: {str(exc)[:120]}") from None
+        raise InvalidArgument(f"cannot read prior {echo(p)}: {str(exc)[:120]}") from None
     _check_shape(prior)
     return prior
 

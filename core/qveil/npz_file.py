@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from qveil.errors import InvalidArgument, NotFound
+from qveil.errors import InvalidArgument, NotFound, echo
 
 __all__ = ["new_npz_path", "write_npz_atomic"]
 
@@ -25,11 +25,11 @@ def new_npz_path(path: str | os.PathLike[str], what: str) -> Path:
     out = Path(os.fspath(path))
     if out.suffix != ".npz":
         article = "an" if what[:1] in "aeiou" else "a"
-        raise InvalidArgument(f"{article} {what} must end in .npz, got {str(out)[:80]!r}")
+        raise InvalidArgument(f"{article} {what} must end in .npz, got {echo(out)}")
     if out.exists():
-        raise InvalidArgument(f"{what} {str(out)[:80]!r} already exists")
+        raise InvalidArgument(f"{what} {echo(out)} already exists")
     if not out.parent.is_dir():
-        raise NotFound(f"directory {str(out.parent)[:80]!r} does not exist")
+        raise NotFound(f"directory {echo(out.parent)} does not exist")
     return out
 
 

@@ -31,7 +31,6 @@ WITHOUT_OWN_FILE: dict[str, str] = {
     "qveil.commands.noise": _CLI + "tests/integration/test_fqi_cli.py",
     "qveil.commands.privacy": _CLI + "tests/integration/test_privacy_cli.py",
     "qveil.dataset_types": "types only; used by every dataset test",
-    "qveil.errors": "the error table: tests/unit/common/test_common_errors.py",
     "qveil.fqi_config": "TOML helpers of the configs: tests/unit/trainer/test_trainer_config.py",
     "qveil.json_types": "type aliases only",
     "qveil.kfqi_config": "the kernel config: test_kfqi.py, test_trainer_estimators.py",

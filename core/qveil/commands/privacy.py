@@ -25,7 +25,7 @@ from typing import Protocol
 
 from qveil.cli_parser import Subcommands
 from qveil.dataset import load_dataset
-from qveil.errors import InvalidArgument
+from qveil.errors import InvalidArgument, echo
 from qveil.json_types import JSONObject
 from qveil.kfqi_config import KernelFQIConfig, default_config, load_fqi_config, plan_kernel
 from qveil.kfqi_prior import read_prior
@@ -313,7 +313,7 @@ def _actions(
             ) from None
     if args.config:
         raise InvalidArgument(
-            f"config {str(args.config)[:80]!r} names neither actions nor an env_id: set "
+            f"config {echo(args.config)} names neither actions nor an env_id: set "
             "actions = M in it (or pass --actions M)"
         )
     return int(E3_SETTINGS["actions"])

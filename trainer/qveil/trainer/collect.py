@@ -28,7 +28,7 @@ import numpy as np
 from gymnasium import spaces
 
 from qveil.dataset import Dataset
-from qveil.errors import InvalidArgument, NotFound
+from qveil.errors import InvalidArgument, NotFound, echo
 from qveil.trainer.progress import progress as show_progress
 
 __all__ = ["collect", "env_reward_range"]
@@ -38,10 +38,6 @@ MAX_EPISODE_STEPS = 1_000_000
 
 #: Actions are drawn in blocks of this many (one generator call per block, not per step).
 _ACTION_BLOCK = 256
-
-
-def _echo(text: str) -> str:
-    return repr(text) if len(text) <= 78 else repr(text[:75] + "...")
 
 
 def env_reward_range(env: gym.Env[Any, Any]) -> tuple[float, float] | None:
@@ -77,11 +73,11 @@ def _make(
     except gym.error.Error as exc:  # unknown id, missing dependency, deprecated version
         # Gymnasium's message repeats the id: echo it once, clipped, not again in full
         reason = str(exc).replace(env_id, "<id>")[:160]
-        raise NotFound(f"cannot make env {_echo(env_id)}: {reason}") from None
+        raise NotFound(f"cannot make env {echo(env_id)}: {reason}") from None
     for name, value in (env_attrs or {}).items():
         if not hasattr(env.unwrapped, name):
             env.close()
-            raise InvalidArgument(f"env {_echo(env_id)} has no attribute {_echo(name)}")
+            raise InvalidArgument(f"env {echo(env_id)} has no attribute {echo(name)}")
         setattr(env.unwrapped, name, value)
     return env
 
@@ -166,7 +162,7 @@ def collect(
         rr = reward_range if reward_range is not None else env_reward_range(env)
         if rr is None:
             raise InvalidArgument(
-                f"env {_echo(env_id)} declares no reward range; give one "
+                f"env {echo(env_id)} declares no reward range; give one "
                 "(--reward-range LO,HI; CartPole: 0,1): the guarantee needs a public bound"
             )
         steps_guess = (env.spec.max_episode_steps if env.spec else None) or 64
@@ -217,12 +213,12 @@ def _check_spaces(env: Any, env_id: str) -> tuple[spaces.Discrete, spaces.Box]:
     """qveil datasets need Discrete actions and Box observations: the two spaces."""
     if not isinstance(env.action_space, spaces.Discrete):
         raise InvalidArgument(
-            f"env {_echo(env_id)} has action space {type(env.action_space).__name__}; "
+            f"env {echo(env_id)} has action space {type(env.action_space).__name__}; "
             "qveil datasets need Discrete actions"
         )
     if not isinstance(env.observation_space, spaces.Box):
         raise InvalidArgument(
-            f"env {_echo(env_id)} has observation space "
+            f"env {echo(env_id)} has observation space "
             f"{type(env.observation_space).__name__}; qveil datasets need a Box"
         )
     return env.action_space, env.observation_space

@@ -48,7 +48,7 @@ import numpy.typing as npt
 from qveil.additive import StateBox
 from qveil.dataset import Dataset
 from qveil.dataset_parquet import USERS_PER_GROUP, ParquetDatasetWriter, ParquetSource
-from qveil.errors import FailedPrecondition, InvalidArgument
+from qveil.errors import FailedPrecondition, InvalidArgument, echo
 from qveil.kfqi import (
     KernelFQIOperators,
     KernelFQISpec,
@@ -131,7 +131,7 @@ def open_client(engine: Engine) -> Iterator[Any]:
             client = Client(engine.cluster, timeout="20s")
         except (OSError, TimeoutError) as exc:
             raise FailedPrecondition(
-                f"cannot reach the Dask scheduler at {engine.cluster[:80]!r}: {str(exc)[:120]}"
+                f"cannot reach the Dask scheduler at {echo(engine.cluster)}: {str(exc)[:120]}"
             ) from None
         try:
             yield client

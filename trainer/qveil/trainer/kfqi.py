@@ -35,7 +35,7 @@ from qveil.additive import StateBox
 from qveil.bundle import build_kernel_fqi_card, load_bundle, write_kernel_bundle
 from qveil.bundle.io import plot_curve
 from qveil.dataset import Dataset
-from qveil.errors import FailedPrecondition, InvalidArgument
+from qveil.errors import FailedPrecondition, InvalidArgument, echo
 from qveil.fqi_config import CLIP_REFUSE, CLIP_WARN, REFUSE_RATIO, clipping_message, ratio_message
 from qveil.json_types import JSONMapping, JSONObject
 from qveil.kfqi import Anchors, KernelFQIResult, additive_mean, iterate_q_nd, krr_result
@@ -310,7 +310,7 @@ def write_kernel_release(
     Returns a :class:`FQIOutcome`. Nothing is written on any error."""
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise InvalidArgument(f"output {str(out)[:80]!r} already exists and is not empty")
+        raise InvalidArgument(f"output {echo(out)} already exists and is not empty")
     cfg = fit.cfg
     if epsilon is not None or sigma is not None:
         cfg = cfg.replace(epsilon=epsilon, sigma=sigma)
@@ -409,7 +409,7 @@ def write_kernel_anchors(
     the file's origin. Returns the anchors as written."""
     out = Path(out)
     if out.exists():
-        raise InvalidArgument(f"anchor file {str(out)[:80]!r} already exists")
+        raise InvalidArgument(f"anchor file {echo(out)} already exists")
     if not isinstance(dataset, Dataset):
         raise InvalidArgument("anchors are placed from an in-memory dataset (npz, csv or parquet)")
     dims = int(dataset.s.shape[1])
@@ -438,7 +438,7 @@ def write_kernel_prior(
     origin. Returns the prior as written."""
     out = Path(out)
     if out.exists():
-        raise InvalidArgument(f"prior file {str(out)[:80]!r} already exists")
+        raise InvalidArgument(f"prior file {echo(out)} already exists")
     fit = fit_kernel(cfg, dataset, engine=engine)
     spec = cfg.spec(fit.dims)
     origin = (
@@ -472,7 +472,7 @@ def train_kernel_fqi(
     check_reward_relation(cfg.neighbour, dataset)
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise InvalidArgument(f"output {str(out)[:80]!r} already exists and is not empty")
+        raise InvalidArgument(f"output {echo(out)} already exists and is not empty")
     result = _plan(cfg, dataset)
     if result.noise_to_value > REFUSE_RATIO and not force:
         raise FailedPrecondition(

@@ -23,7 +23,7 @@ import sys
 from qveil.cli_parser import Subcommands
 from qveil.client import TLSConfig, ValueClient
 from qveil.client.channel import read_token_file
-from qveil.errors import InvalidArgument
+from qveil.errors import InvalidArgument, echo
 from qveil.json_types import JSONValue
 
 #: Arguments argparse must read as values, not options: anything starting with "-" and a
@@ -89,7 +89,7 @@ def _numbers(item: str) -> list[float]:
         part = part.strip()
         if not part:
             raise InvalidArgument(
-                f"--state {item[:80]!r} has an empty value (numbers separated by single commas)"
+                f"--state {echo(item)} has an empty value (numbers separated by single commas)"
             )
         try:
             out.append(float(part))
@@ -107,7 +107,7 @@ def _states(raw: list[str], dims: int) -> list[list[float]]:
         nums = _numbers(item)
         if len(nums) % dims:
             raise InvalidArgument(
-                f"--state {item[:80]!r} has {len(nums)} coordinate(s); this release has {dims} "
+                f"--state {echo(item)} has {len(nums)} coordinate(s); this release has {dims} "
                 "(give whole states, their coordinates comma-separated)"
             )
         out += [nums[i : i + dims] for i in range(0, len(nums), dims)]

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from qveil.cli_parser import Subcommands, add_command
-from qveil.errors import InvalidArgument
+from qveil.errors import InvalidArgument, echo
 from qveil.experiments._util import default_workers
 
 N = TypeVar("N", int, float)
@@ -156,9 +156,9 @@ def _numbers(flag: str, raw: str, kind: Callable[[str], N]) -> list[N]:
     try:
         out = [kind(v) for v in raw.split(",")]
     except ValueError:
-        raise InvalidArgument(f"{flag} must be comma-separated numbers, got {raw[:80]!r}") from None
+        raise InvalidArgument(f"{flag} must be comma-separated numbers, got {echo(raw)}") from None
     if not out or any(v <= 0 for v in out):
-        raise InvalidArgument(f"{flag} must be positive, got {raw[:80]!r}")
+        raise InvalidArgument(f"{flag} must be positive, got {echo(raw)}")
     return out
 
 
@@ -188,14 +188,14 @@ def _multid_kwargs(
         if "env" in given or "users" in given:
             raise InvalidArgument("--dataset gives the env and the users: not with --env/--users")
         if not given["dataset"].is_file():
-            raise InvalidArgument(f"dataset file {str(given['dataset'])[:80]!r} does not exist")
+            raise InvalidArgument(f"dataset file {echo(given['dataset'])} does not exist")
         kw["dataset"] = given["dataset"]
     if "epsilons" in given:
         kw["epsilons"] = tuple(_numbers("--epsilons", given["epsilons"], float))
     if "env" in given or "users" in given:
         env = given.get("env")
         if env is not None and env not in ENVS:
-            raise InvalidArgument(f"--env must be one of {', '.join(ENVS)}, got {env[:80]!r}")
+            raise InvalidArgument(f"--env must be one of {', '.join(ENVS)}, got {echo(env)}")
         base = (QUICK if args.quick else FULL)[0]
         users = _numbers("--users", given["users"], _count) if "users" in given else None
         if env is None:

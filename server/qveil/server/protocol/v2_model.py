@@ -34,7 +34,7 @@ from typing import TypedDict
 import numpy as np
 import numpy.typing as npt
 
-from qveil.errors import NotFound, Unavailable, bad_argument
+from qveil.errors import NotFound, Unavailable, bad_argument, clip, echo
 from qveil.server.serving.query import QueryService
 from qveil.server.serving.state import ActiveRelease
 
@@ -66,12 +66,6 @@ DTYPES: dict[str, np.dtype[Scalar]] = {
     "FP32": np.dtype("<f4"),
     "INT64": np.dtype("<i8"),
 }
-_ECHO = 80  # characters of user input echoed in an error message
-
-
-def _echo(s: object) -> str:
-    text = str(s)
-    return repr(text if len(text) <= _ECHO else text[:_ECHO] + "...")
 
 
 @dataclass(frozen=True)
@@ -131,15 +125,15 @@ def decode_raw(name: str, datatype: str, shape: Sequence[int], raw: bytes) -> Te
     dt = DTYPES.get(datatype)
     if dt is None:
         raise bad_argument(
-            f"input {_echo(name)} has datatype {_echo(datatype)}; expected {_expected_dtype(name)}",
-            field=f"inputs[{name[:_ECHO]}].datatype",
+            f"input {echo(name)} has datatype {echo(datatype)}; expected {_expected_dtype(name)}",
+            field=f"inputs[{clip(name)}].datatype",
             reason="WRONG_DATATYPE",
         )
     if len(raw) % dt.itemsize:
         raise bad_argument(
-            f"raw contents of input {_echo(name)} are {len(raw)} bytes, not a multiple of "
+            f"raw contents of input {echo(name)} are {len(raw)} bytes, not a multiple of "
             f"{dt.itemsize} ({datatype})",
-            field=f"inputs[{name[:_ECHO]}]",
+            field=f"inputs[{clip(name)}]",
             reason="WRONG_SHAPE",
         )
     data = np.frombuffer(raw, dtype=dt).astype(dt.newbyteorder("="))
@@ -185,7 +179,7 @@ class OIPModel:
     def check_model(self, name: str, version: str = "") -> None:
         if name != MODEL_NAME:
             raise NotFound(
-                f"unknown model {_echo(name)}: this server serves one model, {MODEL_NAME!r}"
+                f"unknown model {echo(name)}: this server serves one model, {MODEL_NAME!r}"
             )
         if version:
             self.h.holder.current()  # Unavailable while starting
@@ -240,9 +234,9 @@ class OIPModel:
         for t in req.inputs:
             if t.name not in (STATE, ACTION):
                 raise bad_argument(
-                    f"unknown input {_echo(t.name)}: model {MODEL_NAME!r} takes STATE "
+                    f"unknown input {echo(t.name)}: model {MODEL_NAME!r} takes STATE "
                     "(FP64 [n, d]) and optionally ACTION (INT64 [n])",
-                    field=f"inputs[{t.name[:_ECHO]}]",
+                    field=f"inputs[{clip(t.name)}]",
                     reason="UNKNOWN_INPUT",
                 )
             if t.name in by_name:
@@ -255,7 +249,7 @@ class OIPModel:
             want = _expected_dtype(t.name)
             if t.datatype != want:
                 raise bad_argument(
-                    f"input {t.name} has datatype {_echo(t.datatype)}; expected {want}"
+                    f"input {t.name} has datatype {echo(t.datatype)}; expected {want}"
                     + (" or FP32" if t.name == STATE else ""),
                     field=f"inputs[{t.name}].datatype",
                     reason="WRONG_DATATYPE",
@@ -303,9 +297,9 @@ class OIPModel:
         for name in wanted:
             if name not in OUTPUTS:
                 raise bad_argument(
-                    f"unknown output {_echo(name)}: model {MODEL_NAME!r} has outputs Q and "
+                    f"unknown output {echo(name)}: model {MODEL_NAME!r} has outputs Q and "
                     "BEST_ACTION",
-                    field=f"outputs[{name[:_ECHO]}]",
+                    field=f"outputs[{clip(name)}]",
                     reason="UNKNOWN_OUTPUT",
                 )
         if not wanted:

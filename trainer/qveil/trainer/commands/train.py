@@ -41,7 +41,7 @@ from qveil.cli_parser import Subcommands, add_no_progress
 from qveil.commands.dataset import add_engine_flags, parse_reward_range
 from qveil.dataset import Dataset, Declared, count_users, declared_metadata, open_dataset
 from qveil.dataset_parquet import ParquetSource
-from qveil.errors import FailedPrecondition, InvalidArgument, QveilError
+from qveil.errors import FailedPrecondition, InvalidArgument, QveilError, echo
 from qveil.json_types import JSONObject
 from qveil.kfqi_config import KernelFQIConfig
 from qveil.privacy.gaussian import gdp_mu
@@ -190,7 +190,7 @@ def _config(args: argparse.Namespace) -> KernelFQIConfig | TrainConfig:
         privacy["delta"] = args.delta
     if isinstance(cfg, TrainConfig):
         if fqi:
-            raise InvalidArgument(f"config {str(args.config)[:80]!r} is not an fqi config")
+            raise InvalidArgument(f"config {echo(args.config)} is not an fqi config")
         for flag in ("neighbour", "force", "reward_range", "allow_clipping"):
             if getattr(args, flag):
                 name = flag.replace("_", "-")
@@ -309,7 +309,7 @@ def _write_public(args: argparse.Namespace) -> int:
         raise InvalidArgument(f"{option} needs --dataset PATH (a public dataset)")
     cfg = _config(args)
     if isinstance(cfg, TrainConfig):  # Algorithm 1's config: not an fqi one
-        raise InvalidArgument(f"config {str(args.config)[:80]!r} is not an fqi config")
+        raise InvalidArgument(f"config {echo(args.config)} is not an fqi config")
     # anchors are placed from the states in memory
     ds = _open(args, cfg, declared=None, stream=args.write_anchors is None)
     if args.write_anchors is not None:
@@ -380,12 +380,12 @@ def _action_count(cfg: KernelFQIConfig, declared: Declared) -> int | None:
 def _check_dims(cfg: KernelFQIConfig, dims: int, dataset: str, config: str | None) -> None:
     """The config's per-coordinate lists (state_intervals, betas) must be the dataset's d
     long; the error names both files."""
-    where = f"config {config!r:.80}" if config else "the built-in default config"
+    where = f"config {echo(config)}" if config else "the built-in default config"
     for name in ("state_intervals", "betas"):
         given = getattr(cfg, name, None)
         if given is not None and len(given) != dims:
             raise InvalidArgument(
-                f"the dataset {dataset!r:.80} has {dims} state coordinates, but the {where} "
+                f"the dataset {echo(dataset)} has {dims} state coordinates, but the {where} "
                 f"gives {name} for {len(given)}: give one per coordinate (state_intervals = "
                 "[[lo, hi], ...], betas = [...])"
             )

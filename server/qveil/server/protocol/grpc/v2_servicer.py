@@ -21,7 +21,7 @@ import grpc
 import numpy as np
 
 from qveil.common.serde import packed_doubles, packed_varints
-from qveil.errors import bad_argument
+from qveil.errors import bad_argument, echo
 from qveil.oip import grpc_predict_v2_pb2 as pb
 from qveil.oip import grpc_predict_v2_pb2_grpc as pb_grpc
 from qveil.server.protocol.dataplane import DataPlane
@@ -66,7 +66,7 @@ def request_from_proto(req: pb.ModelInferRequest) -> InferRequest:
         if raw:
             if t.HasField("contents"):
                 raise bad_argument(
-                    f"input {t.name[:80]!r} has typed contents as well as raw_input_contents",
+                    f"input {echo(t.name)} has typed contents as well as raw_input_contents",
                     field=f"inputs[{i}].contents",
                     reason="MIXED_CONTENTS",
                 )

@@ -24,8 +24,10 @@ $(STAMP): pyproject.toml
 demo: setup
 	bash scripts/demo.sh
 
+# The suite on every core (pytest-xdist): TEST_WORKERS=0 runs it in this one process.
+TEST_WORKERS ?= auto
 test: setup
-	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 check: setup proto-check
 	$(VENV)/bin/ruff check .

@@ -54,22 +54,21 @@ def client_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     venv = tmp_path_factory.mktemp("client-venv") / "venv"
     subprocess.run([_python311(), "-m", "venv", str(venv)], check=True, timeout=120)
     py = venv / "bin" / "python"
-    # setuptools builds in place: client/build/ and client/qveil_client.egg-info/. client/ is
-    # a root on the main environment's sys.path (the editable install's .pth), where that
-    # egg-info would read as an installed qveil-client: what this build adds is removed.
-    leftovers = [REPO / "client" / "build", REPO / "client" / "qveil_client.egg-info"]
-    existed = {p for p in leftovers if p.exists()}
-    try:
-        r = subprocess.run(
-            [str(py), "-m", "pip", "install", "--quiet", str(REPO / "client")],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
-        )
-    finally:
-        for p in set(leftovers) - existed:
-            shutil.rmtree(p, ignore_errors=True)
+    # setuptools builds in place (build/, qveil_client.egg-info/), and client/ is a root on
+    # the main environment's sys.path where that egg-info would read as an installed
+    # qveil-client to every other test running meanwhile: build from a copy of the folders
+    # the client's package-dir maps, at the same relative places.
+    src = tmp_path_factory.mktemp("client-src")
+    skip = shutil.ignore_patterns("__pycache__", "build", "*.egg-info")
+    for folder in ("client", "core/qveil", "common/qveil/common", "proto/qveil/v1"):
+        shutil.copytree(REPO / folder, src / folder, ignore=skip)
+    r = subprocess.run(
+        [str(py), "-m", "pip", "install", "--quiet", str(src / "client")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
+    )
     if r.returncode != 0:
         unreachable = any(
             s in r.stderr

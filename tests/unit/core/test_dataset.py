@@ -253,10 +253,11 @@ def test_npz_round_trip_keeps_everything(tmp_path: Path) -> None:
     for name in ("user", "s", "a", "r", "s2", "terminal"):
         np.testing.assert_array_equal(getattr(back, name), getattr(ds, name))
     assert (back.n_actions, back.reward_range, back.env_id) == (2, (0.0, 0.5), LW)
+    assert back.behaviour == ds.behaviour == "random"
     with np.load(path, allow_pickle=False) as z:  # the documented layout
         assert set(z.files) == {
             "user", "s", "a", "r", "s2", "terminal",
-            "format", "n_actions", "reward_low", "reward_high", "env_id",
+            "format", "n_actions", "reward_low", "reward_high", "env_id", "behaviour",
         }  # fmt: skip
         assert str(z["format"]) == "qveil-dataset/1" and z["user"].dtype == np.int64
 
@@ -593,7 +594,7 @@ def test_public_surface() -> None:
     fields = [f for f in Dataset.__dataclass_fields__ if not f.startswith("_")]
     assert fields == [
         "user", "s", "a", "r", "s2", "terminal", "n_actions", "reward_range", "env_id",
-        "rewards_are_population_averages", "population",
+        "rewards_are_population_averages", "population", "behaviour",
     ]  # fmt: skip
 
 

@@ -142,6 +142,31 @@ def test_random_level_data_is_said_plainly_and_train_refuses_it(tmp_path: Path) 
     assert "CANNOT SUPPORT" in r.stdout and out.exists()
 
 
+def test_the_forecast_simulates_the_configs_behaviour_policy(tmp_path: Path) -> None:
+    """behaviour_policy / behaviour_epsilon: the forecast's users are simulated with that
+    public policy (the energy heuristic reaches MountainCar's goal, so the same 20 users
+    that are random-level under the random policy now support a policy better than
+    random); an unknown name or an epsilon outside [0, 1] is refused."""
+    keys = {"gamma": "0.5", "iterations": "4", "lam": "0.02", "default_value": "-2.0",
+            "anchor_points": "12", "bandwidth": "0.1"}  # fmt: skip
+    cfg = load_fqi_config(
+        mountaincar_config(
+            tmp_path,
+            "energy",
+            **keys,
+            behaviour_policy='"mountaincar-energy"',
+            behaviour_epsilon="0.3",
+        )  # fmt: skip
+    )
+    fc = forecast(cfg, users=20, epsilon=1.0, releases=2, episodes=6)
+    assert "users of behaviour policy mountaincar-energy (epsilon 0.3)" in fc.source
+    assert not fc.random_level and fc.non_private > fc.random
+    with pytest.raises(InvalidArgument, match="unknown behaviour policy 'greedy'"):
+        forecast(cfg.replace(behaviour_policy="greedy"), users=20, epsilon=1.0)
+    with pytest.raises(InvalidArgument, match=r"behaviour_epsilon must be in \[0, 1\]"):
+        load_fqi_config(mountaincar_config(tmp_path, "bad", behaviour_epsilon="1.5"))
+
+
 def _forecast(**changes: float) -> Forecast:
     base = dict(env_id="e", users=10, epsilon=1.0, sigma=0.1, fraction=0.6, fraction_lo=0.4,
                 fraction_hi=0.8, private=16.0, non_private=20.0, random=10.0, releases=2,

@@ -419,12 +419,15 @@ def plot(rows: Sequence[Mapping[str, Any]], path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     # here, not at the top: loads matplotlib only when this runs
-    from qveil.experiments.plotting import legend_below, save
+    from qveil.experiments.plotting import save
 
     big = [r for r in rows if int(r["releases"]) > 0]
-    fig, ax = plt.subplots(figsize=(9, 0.28 * len(big) + 1.8))
+    fig, ax = plt.subplots(figsize=(9, 0.28 * len(big) + 1.8), layout="constrained")
     y = np.arange(len(big))
-    labels = [f"seed {r['seed']}: {r['label']}" for r in big]
+    labels = [
+        r["label"] if int(r["seed"]) == TUNE_SEED else f"REPORT SEED {r['seed']}: {r['label']}"
+        for r in big
+    ]
     ax.scatter([r["non_private"] for r in big], y, marker="o", color="C0", label="non-private")
     priv = np.array([r["private"] for r in big])
     err = np.array(
@@ -436,10 +439,13 @@ def plot(rows: Sequence[Mapping[str, Any]], path: Path) -> Path:
     ax.axvline(-200.0, color="grey", ls=":", label="random (-200)")
     ax.set_yticks(y, labels, fontsize=7)
     ax.invert_yaxis()
-    ax.set_xlabel("mean return over 30 episodes (MountainCar-v0, higher is better)")
-    ax.set_title(
-        f"Kernel fqi on {big[0]['users'] if big else 0} users of the epsilon-greedy energy "
-        "heuristic, epsilon 1"
+    ax.set_xlabel(
+        "mean return over 30 episodes (MountainCar-v0, higher is better); rows: tuning seed 1"
     )
-    legend_below(fig, [ax], fontsize=8)
+    fig.suptitle(
+        f"MountainCar-v0: kernel fqi on {big[0]['users'] if big else 0} users of the "
+        "epsilon-greedy energy heuristic, epsilon 1"
+    )
+    # the legend above the panel, under the title: it covers no point
+    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=4, fontsize=8, frameon=False)
     return save(fig, path)

@@ -121,7 +121,7 @@ class Forecast:
         measured against served releases."""
         covers = (
             "its 95% interval covers the simulated noise and episodes only, not the gap "
-            "between the public simulator's random-policy users and your users"
+            "between the public simulator's users (its behaviour policy) and your users"
         )
         err = self.measured_error
         if err is None:

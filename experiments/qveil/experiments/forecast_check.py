@@ -4,8 +4,8 @@ For every environment with a public fqi config in configs/ (LineWalk, CartPole, 
 LunarLander, Reach16, MountainCar) at epsilon 1 and several N, the forecast's fraction of the
 way from random to non-private and its 95% interval, beside the fraction measured through the
 server on other datasets (docs/results.md: LineWalk section 7, CartPole, Acrobot and Reach16
-section 8, LunarLander section 10, MountainCar 9.6). The forecast simulates its own users (collection seed 1,
-the tuning seed; the served measurements used report seeds).
+section 8, LunarLander section 10, MountainCar 9.6). The forecast simulates its own users
+(collection seed 1, the tuning seed; the served measurements used report seeds).
 
 Writes forecast.csv and forecast.png under ``out``.
 """

@@ -55,6 +55,7 @@ MEASURED_ERROR: dict[str, tuple[float, int]] = {
     "CartPole-v1": (0.0, 1),
     "LunarLander-v3": (2.04, 2),
     "qveil/Reach16-v0": (0.68, 2),
+    "MountainCar-v0": (0.02, 1),
 }
 
 FloatArray = npt.NDArray[np.float64]

@@ -144,9 +144,9 @@ def test_random_level_data_is_said_plainly_and_train_refuses_it(tmp_path: Path) 
 
 def test_the_forecast_simulates_the_configs_behaviour_policy(tmp_path: Path) -> None:
     """behaviour_policy / behaviour_epsilon: the forecast's users are simulated with that
-    public policy (the energy heuristic reaches MountainCar's goal, so the same 20 users
-    that are random-level under the random policy now support a policy better than
-    random); an unknown name or an epsilon outside [0, 1] is refused."""
+    public policy (the energy heuristic reaches MountainCar's goal, so 10 users of it support
+    a policy better than random, where random-policy users are random-level); an unknown
+    name or an epsilon outside [0, 1] is refused."""
     keys = {"gamma": "0.5", "iterations": "4", "lam": "0.02", "default_value": "-2.0",
             "anchor_points": "12", "bandwidth": "0.1"}  # fmt: skip
     cfg = load_fqi_config(
@@ -158,7 +158,7 @@ def test_the_forecast_simulates_the_configs_behaviour_policy(tmp_path: Path) -> 
             behaviour_epsilon="0.3",
         )  # fmt: skip
     )
-    fc = forecast(cfg, users=20, epsilon=1.0, releases=2, episodes=6)
+    fc = forecast(cfg, users=10, epsilon=1.0, releases=1, episodes=3)
     assert "users of behaviour policy mountaincar-energy (epsilon 0.3)" in fc.source
     assert not fc.random_level and fc.non_private > fc.random
     with pytest.raises(InvalidArgument, match="unknown behaviour policy 'greedy'"):

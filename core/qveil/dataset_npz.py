@@ -39,7 +39,8 @@ def save_npz(ds: Dataset, path: str | os.PathLike[str]) -> None:
     ``"qveil-dataset/1"``), ``n_actions`` (int64), ``reward_low`` and ``reward_high`` (float64,
     the declared range), ``env_id`` (str; absent when unknown) and
     ``rewards_are_population_averages`` (bool; written only when True, absent means False)
-    and ``population`` (str; the declared population, absent when none).
+    and ``population`` (str; the declared population, absent when none) and ``behaviour``
+    (str; the declared behaviour policy, absent when none).
     Readers accept ``s``/``s2`` of shape [n] for d = 1 and no ``format`` key (files written by
     other tools).
     """
@@ -60,6 +61,8 @@ def save_npz(ds: Dataset, path: str | os.PathLike[str]) -> None:
         meta["rewards_are_population_averages"] = np.array(True)
     if ds.population is not None:
         meta["population"] = np.array(ds.population)
+    if ds.behaviour is not None:
+        meta["behaviour"] = np.array(ds.behaviour)
     arrays: dict[str, np.ndarray] = ds.transitions.columns()
     write_npz_atomic(out, {**arrays, **meta})
 
@@ -150,6 +153,7 @@ def read_npz(path: str | os.PathLike[str]) -> DatasetRows:
         rewards_are_population_averages=data.get(
             "rewards_are_population_averages", np.array(False)
         ),
+        behaviour=_scalar("behaviour", data["behaviour"], "U") if "behaviour" in data else None,
     )
 
 

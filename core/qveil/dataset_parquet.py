@@ -16,7 +16,8 @@ terminal   bool                                the episode terminated at s2
 and, in the file's key-value metadata under ``qveil``, a JSON object: ``format``
 (``"qveil-dataset-parquet/1"``), ``n_actions``, ``reward_range`` (two floats, also as
 ``float.hex`` in ``reward_range_hex`` so the range round-trips exactly), ``env_id``,
-``population``, ``rewards_are_population_averages``, ``users_per_group`` and the writer's
+``population``, ``rewards_are_population_averages``, ``behaviour`` (the declared behaviour
+policy, or null), ``users_per_group`` and the writer's
 record of the data (``summary``: users, samples, d, the action histogram, observed rewards,
 terminal rows, samples per user, the fingerprint), which ``qveil dataset info`` prints without
 reading a row.
@@ -221,6 +222,7 @@ class ParquetDatasetWriter:
         rewards_are_population_averages: bool = False,
         users_per_group: int = USERS_PER_GROUP,
         force: bool = False,
+        behaviour: str | None = None,
     ) -> None:
         _, pq = _pyarrow()
         self.path = Path(os.fspath(path))
@@ -242,6 +244,7 @@ class ParquetDatasetWriter:
         self.env_id = env_id
         self.population = population
         self.averages = bool(rewards_are_population_averages)
+        self.behaviour = behaviour
         self.users_per_group = int(users_per_group)
         self._tag = uuid.uuid4().hex[:8]
         self._tmp = self.path.parent / f".{self.path.name}.tmp-{self._tag}"
@@ -326,6 +329,7 @@ class ParquetDatasetWriter:
                 "env_id": self.env_id,
                 "population": self.population,
                 "rewards_are_population_averages": self.averages,
+                "behaviour": self.behaviour,
                 "users_per_group": self.users_per_group,
                 "summary": summary,
             }
@@ -390,6 +394,7 @@ class ParquetDatasetWriter:
             "env_id": self.env_id,
             "rewards_are_population_averages": self.averages,
             "population": self.population,
+            "behaviour": self.behaviour,
             "fingerprint": fingerprint,
         }
 
@@ -434,6 +439,7 @@ def save_parquet(
         rewards_are_population_averages=ds.rewards_are_population_averages,
         users_per_group=users_per_group,
         force=force,
+        behaviour=ds.behaviour,
     ) as w:
         w.write(ds.transitions)
         return w.close()
@@ -505,6 +511,8 @@ class ParquetSource:
         pop = meta.get("population")
         self.population: str | None = None if pop is None else check_population_name(pop)
         self.rewards_are_population_averages = meta.get("rewards_are_population_averages") is True
+        beh = meta.get("behaviour")
+        self.behaviour: str | None = beh if isinstance(beh, str) and beh else None
         expected = _schema(self._state_dims())
         if not self._file.schema_arrow.remove_metadata().equals(expected.remove_metadata()):
             raise InvalidArgument(
@@ -546,6 +554,7 @@ class ParquetSource:
         out["reward_range"] = [self.reward_range[0], self.reward_range[1]]
         out["population"] = self.population
         out["rewards_are_population_averages"] = self.rewards_are_population_averages
+        out["behaviour"] = self.behaviour
         return out
 
     def _where(self, group: int, row: int | None = None) -> str:
@@ -661,6 +670,7 @@ class ParquetSource:
             env_id=self.env_id,
             rewards_are_population_averages=self.rewards_are_population_averages,
             population=self.population,
+            behaviour=self.behaviour,
         )
 
 

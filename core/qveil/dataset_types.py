@@ -100,6 +100,10 @@ class Dataset:
     #: one privacy budget every release trained on them is charged to (``qveil budget``).
     #: Files that share people (a superset, a resample) declare the same name.
     population: str | None = None
+    #: Declared by whoever made the data: the public behaviour policy that chose the actions
+    #: (``random``, or ``NAME (epsilon E)`` from ``qveil dataset collect --policy``); None:
+    #: not declared. Not in the fingerprint (the rows are the data).
+    behaviour: str | None = None
     # derived values (fingerprint, user count), computed once: the arrays are read-only
     _cache: dict[str, int | str] = field(
         default_factory=dict, init=False, repr=False, compare=False
@@ -121,6 +125,15 @@ class Dataset:
         )
         if self.population is not None:
             object.__setattr__(self, "population", check_population_name(self.population))
+        if self.behaviour is not None and (
+            not isinstance(self.behaviour, str)
+            or not self.behaviour
+            or len(self.behaviour) > 256
+            or not self.behaviour.isprintable()
+        ):
+            raise InvalidArgument(
+                f"behaviour must be 1 to 256 printable characters, got {_echo(self.behaviour)}"
+            )
         if self.env_id is not None:
             if not isinstance(self.env_id, str):
                 raise InvalidArgument(f"env_id must be a string or None, got {_echo(self.env_id)}")
@@ -139,6 +152,7 @@ class Dataset:
         env_id: str | None = None,
         rewards_are_population_averages: bool = False,
         population: str | None = None,
+        behaviour: str | None = None,
     ) -> Dataset:
         """The dataset of ``rows`` and this metadata (validated as every construction)."""
         return cls(
@@ -153,6 +167,7 @@ class Dataset:
             env_id=env_id,
             rewards_are_population_averages=rewards_are_population_averages,
             population=population,
+            behaviour=behaviour,
         )
 
     # -- shape -----------------------------------------------------------------------------
@@ -200,7 +215,7 @@ class Dataset:
         bytes, little-endian and C-ordered, in a fixed order. It depends on the content only,
         not on the file it came from: a ``[n]`` state file and its ``[n, 1]`` twin, or an
         ``.npz`` and its Minari copy, have the same fingerprint. The privacy ledger keys fqi
-        releases on it. ``rewards_are_population_averages`` and ``population`` are
+        releases on it. ``rewards_are_population_averages``, ``population`` and ``behaviour`` are
         declarations about the data, not data: they are left out.
         """
         if "fingerprint" not in self._cache:
@@ -233,7 +248,7 @@ class Dataset:
         Keys: ``users``, ``samples``, ``d``, ``n_actions``, ``actions`` (count per action),
         ``reward_range`` (declared [lo, hi]), ``reward_observed`` ([min, max] of r),
         ``terminals`` (rows with terminal), ``samples_per_user`` ({min, max}), ``env_id``,
-        ``rewards_are_population_averages``, ``population``, ``fingerprint``.
+        ``rewards_are_population_averages``, ``population``, ``behaviour``, ``fingerprint``.
         """
         _, per_user = np.unique(self.user, return_counts=True)
         return {
@@ -249,6 +264,7 @@ class Dataset:
             "env_id": self.env_id,
             "rewards_are_population_averages": self.rewards_are_population_averages,
             "population": self.population,
+            "behaviour": self.behaviour,
             "fingerprint": self.fingerprint(),
         }
 
@@ -412,6 +428,7 @@ class DatasetRows:
     env_id: str | None = None
     population: str | None = None
     rewards_are_population_averages: Any = False
+    behaviour: str | None = None
 
     def dataset(
         self, *, reward_range: tuple[float, float] | None = None, n_actions: int | None = None
@@ -425,6 +442,7 @@ class DatasetRows:
             env_id=self.env_id,
             rewards_are_population_averages=self.rewards_are_population_averages,
             population=self.population,
+            behaviour=self.behaviour,
         )
 
     def summary(
@@ -447,6 +465,7 @@ class DatasetRows:
             env_id=self.env_id,
             rewards_are_population_averages=self.rewards_are_population_averages,
             population=self.population,
+            behaviour=self.behaviour,
         ).summary()
         if rr is None:
             out["reward_range"] = None

@@ -85,6 +85,12 @@ class KernelFQIConfig:
     prior's value p(z, a) instead of ``default_value`` (which stays the KRR centre). In a
     config file a relative path is relative to the file. D_T does not change
     (docs/privacy.md 2.6); the card records the prior's sha256 and origin."""
+    behaviour_policy: str = "random"
+    """The public behaviour policy of the data (``qveil dataset collect --policy``): what
+    ``qveil privacy --forecast`` simulates (:mod:`qveil.trainer.behaviour`). Not part of the
+    release: the fit reads the data as it is."""
+    behaviour_epsilon: float = 0.0
+    """The epsilon-greedy mixing of ``behaviour_policy`` with uniform actions, in [0, 1]."""
     epsilon: float | None = 1.0
     delta: float = 1e-5
     sigma: float | None = None
@@ -122,6 +128,14 @@ class KernelFQIConfig:
             not isinstance(self.anchor_file, str) or not self.anchor_file
         ):
             raise InvalidArgument(f"anchor_file must be a file path, got {self.anchor_file!r:.80}")
+        if not isinstance(self.behaviour_policy, str) or not self.behaviour_policy:
+            raise InvalidArgument(
+                f"behaviour_policy must be a name, got {self.behaviour_policy!r:.80}"
+            )
+        be = self.behaviour_epsilon
+        if isinstance(be, bool) or not isinstance(be, int | float) or not 0.0 <= be <= 1.0:
+            raise InvalidArgument(f"behaviour_epsilon must be in [0, 1], got {be!r:.80}")
+        object.__setattr__(self, "behaviour_epsilon", float(be))
         if (self.anchors == "file") != (self.anchor_file is not None):
             raise InvalidArgument('give anchor_file with anchors = "file", and only then')
 

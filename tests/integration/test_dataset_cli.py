@@ -385,3 +385,34 @@ def test_the_documented_table_recipes(tmp_path: Path) -> None:
     assert load_dataset(tmp_path / "cp-qveil.parquet") == load_dataset(tmp_path / "cp.parquet")
     assert load_dataset(tmp_path / "cp.parquet").fingerprint() == twin.fingerprint()
     assert (tmp_path / "bundle" / "card.json").is_file()
+
+
+def test_collect_with_a_public_behaviour_policy_records_it(tmp_path: Path) -> None:
+    """--policy NAME --policy-epsilon E: the episodes of the epsilon-greedy heuristic, the
+    policy recorded in the file (npz and Parquet) and printed by info; an unknown name, an
+    epsilon outside [0, 1] or an epsilon for the random policy: a message, exit 2, nothing
+    written."""
+    for out in (tmp_path / "mc.npz", tmp_path / "mc.parquet"):
+        r = dataset("collect", "--env", "MountainCar-v0", "--users", "3", "--seed", "4",
+                    "--reward-range=-1,0", "--policy", "mountaincar-energy",
+                    "--policy-epsilon", "0.3", "--out", str(out), "--no-progress")  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        assert "behaviour policy mountaincar-energy (epsilon 0.3)" in r.stdout
+        info = dataset("info", str(out))
+        assert "behaviour    mountaincar-energy (epsilon 0.3)" in info.stdout, info.stdout
+        assert json.loads(dataset("info", str(out), "--json").stdout)["behaviour"] == (
+            "mountaincar-energy (epsilon 0.3)"
+        )
+    assert load_dataset(tmp_path / "mc.npz") == load_dataset(tmp_path / "mc.parquet")
+    assert int(load_dataset(tmp_path / "mc.npz").terminal.sum()) >= 1  # the goal is reached
+    bad = tmp_path / "bad.npz"
+    for flags, message in (
+        (["--policy", "greedy"], "unknown behaviour policy 'greedy'"),
+        (["--policy", "mountaincar-energy", "--policy-epsilon", "2"], "must be in [0, 1]"),
+        (["--policy-epsilon", "0.3"], "the random policy's actions are all uniform"),
+        (["--policy", "cartpole-balance"], "is for 4 coordinates and 2 actions"),
+    ):
+        r = dataset("collect", "--env", "MountainCar-v0", "--users", "2", "--seed", "4",
+                    "--reward-range=-1,0", "--out", str(bad), *flags)  # fmt: skip
+        assert r.returncode == 2 and message in r.stderr, (flags, r.stderr)
+        assert "Traceback" not in r.stderr and not bad.exists()

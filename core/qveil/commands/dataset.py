@@ -4,6 +4,7 @@
                         [--episodes-per-user K] [--reward-range LO,HI] [--force]
                         [--rewards-are-population-averages] [--population NAME]
                         [--config FILE] [--clip-rewards]
+                        [--policy NAME [--policy-epsilon E]]
                         [--workers N | --cluster ADDRESS] [--shard-users S]
   qveil dataset info PATH [--reward-range LO,HI] [--config FILE] [--json]
   qveil dataset convert SRC DST [--reward-range LO,HI] [--config FILE] [--population NAME]
@@ -17,8 +18,11 @@ r, terminal and the state as list columns s, s2 or one column per coordinate s_0
 (read whole). What a file does not declare comes from --reward-range and the --config's
 reward_range and actions. ``info --config`` also counts the rows outside the config's
 state_intervals (``qveil train`` warns above 1 %, refuses above 25 %).
-``collect`` runs K episodes per user with a uniformly random policy (Gymnasium env, Box
-observations, Discrete actions); the seed makes it reproducible. Collecting into a
+``collect`` runs K episodes per user (Gymnasium env, Box observations, Discrete actions) with
+a public behaviour policy: uniformly random actions (``--policy random``, the default), a
+named public heuristic (``mountaincar-energy``, ``cartpole-balance``) or ``MODULE:CALLABLE``,
+mixed epsilon-greedy with uniform actions by ``--policy-epsilon E``; the file records the
+policy, and the seed makes the data reproducible. Collecting into a
 ``.parquet`` file runs one task per shard of users (``--workers N`` on a local Dask cluster,
 ``--cluster ADDRESS`` on a running scheduler) and gives the same file whatever the worker
 count. Bad data or flags: a message naming the array and
@@ -114,8 +118,9 @@ def add_parser(sub: Subcommands) -> argparse.ArgumentParser:
 
     c = dsub.add_parser(
         "collect",
-        help="collect random-policy episodes, one user per episode (or K)",
-        description="Collect K episodes per user with a uniformly random behaviour policy.",
+        help="collect simulated episodes, one user per episode (or K)",
+        description="Collect K episodes per user with a public behaviour policy (uniformly "
+        "random by default).",
     )
     c.add_argument("--env", required=True, metavar="ENV_ID", help="Gymnasium env id")
     c.add_argument("--users", required=True, type=int, metavar="N", help="number of users")
@@ -157,6 +162,22 @@ def add_parser(sub: Subcommands) -> argparse.ArgumentParser:
         help="declare the population these users belong to: every release trained on the "
         "file is charged to its budget (qveil budget create NAME ...); files that share people "
         "declare the same name",
+    )
+    c.add_argument(
+        "--policy",
+        default="random",
+        metavar="NAME",
+        help="the public behaviour policy: random (the default), mountaincar-energy (push in "
+        "the direction of the velocity), cartpole-balance (push toward the side the pole "
+        "falls), or MODULE:CALLABLE (a function (obs, rng) -> action)",
+    )
+    c.add_argument(
+        "--policy-epsilon",
+        type=float,
+        default=0.0,
+        metavar="E",
+        help="with probability E a step's action is uniformly random instead of the "
+        "policy's (epsilon-greedy; 0 to 1, default 0)",
     )
     c.add_argument("--force", action="store_true", help="replace an existing .npz or .parquet")
     add_no_progress(c)
@@ -238,6 +259,13 @@ def run_collect(args: argparse.Namespace, *, collect: Callable[..., None]) -> in
         raise InvalidArgument(f"--episodes-per-user must be >= 1, got {args.episodes_per_user}")
     if args.seed < 0:
         raise InvalidArgument(f"--seed must be >= 0, got {args.seed}")
+    if not (math.isfinite(args.policy_epsilon) and 0.0 <= args.policy_epsilon <= 1.0):
+        raise InvalidArgument(f"--policy-epsilon must be in [0, 1], got {args.policy_epsilon:g}")
+    if args.policy == "random" and args.policy_epsilon != 0.0:
+        raise InvalidArgument(
+            "--policy-epsilon mixes a --policy NAME with uniform actions; the random policy's "
+            "actions are all uniform already"
+        )
     _check_out(args.out, force=args.force)
     parquet = dataset_kind(args.out) == "parquet"
     if not parquet and (args.workers != 1 or args.cluster is not None):
@@ -298,6 +326,7 @@ def format_summary(s: JSONObject, path: str) -> str:
             else "not declared population averages (fqi refuses the reward relation)",
         ),
         ("population", s.get("population") or "(not declared: qveil train needs --population)"),
+        ("behaviour", s.get("behaviour") or "(not declared)"),
         ("fingerprint", s["fingerprint"] or "(none until the reward range is declared)"),
     ]
     if s.get("clipped") is not None:

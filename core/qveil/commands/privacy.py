@@ -155,7 +155,8 @@ def _add_fqi_flags(f: argparse._ArgumentGroup) -> None:
         action="store_true",
         help="fqi with --epsilon: also forecast the release's utility (the fraction of the way "
         "from random to non-private) by running the same estimator on public simulated data "
-        "of N users (the config's env, random behaviour policy); spends no privacy",
+        "of N users (the config's env and behaviour_policy, random by default); spends no "
+        "privacy",
     )
     f.add_argument(
         "--public-dataset",

@@ -1,9 +1,11 @@
 """``qveil experiments multid``: the kernel fqi release for states with d coordinates,
-measured THROUGH THE SERVER: CartPole-v1 (d = 4, 2 actions) and Acrobot-v1
-(d = 6, 3 actions).
+measured THROUGH THE SERVER: CartPole-v1 (d = 4, 2 actions), Acrobot-v1 (d = 6, 3 actions),
+LunarLander-v3, Reach16 and MountainCar-v0 (d = 2, 3 actions).
 
-For each environment, number of users N and dataset seed: collect N users with one uniformly
-random episode each (:func:`qveil.trainer.collect.collect`) and fit the kernel FQI + subspace
+For each environment, number of users N and dataset seed: collect N users with one episode
+each under the config's public behaviour policy (``behaviour_policy``, uniformly random
+unless the config names another: MountainCar's is the epsilon-greedy energy heuristic;
+:func:`qveil.trainer.collect.collect`) and fit the kernel FQI + subspace
 KRR ONCE (:func:`qveil.trainer.kfqi.fit_kernel`, public config configs/<env>-private.toml).
 Then, on the same E episode seeds for every policy (common random numbers, so differences
 between policies are not episode luck):
@@ -68,6 +70,7 @@ ENVS = {
     "Acrobot-v1": ROOT / "configs" / "acrobot-private.toml",
     "LunarLander-v3": ROOT / "configs" / "lunarlander-private.toml",
     "qveil/Reach16-v0": ROOT / "configs" / "reach16-private.toml",
+    "MountainCar-v0": ROOT / "configs" / "mountaincar-private.toml",
 }
 EPSILONS = (0.5, 1.0, 2.0, 4.0)
 DELTA = 1e-5
@@ -252,13 +255,22 @@ def _data(
 ) -> tuple[Dataset | ParquetSource, float]:
     """The fit's data and the seconds its collection took: ``users`` collected with ``seed``
     now, or the Parquet ``dataset`` collected beforehand (NaN seconds)."""
-    from qveil.trainer.collect import collect  # here: loads gymnasium only when this runs
+    # here: these load gymnasium only when this runs
+    from qveil.trainer.behaviour import resolve_behaviour
+    from qveil.trainer.collect import collect
 
     if dataset is None:
         t0 = time.perf_counter()
         # rewards clipped into the config's public range (LunarLander's are unbounded;
         # CartPole's, Acrobot's and Reach16's already lie in it)
-        data = collect(env_id, users, seed, reward_range=cfg.reward_range, clip_rewards=True)
+        data = collect(
+            env_id,
+            users,
+            seed,
+            reward_range=cfg.reward_range,
+            clip_rewards=True,
+            behaviour=resolve_behaviour(cfg.behaviour_policy, cfg.behaviour_epsilon),
+        )
         return data, time.perf_counter() - t0
     src = ParquetSource(dataset)
     if src.env_id != env_id or src.users != users:

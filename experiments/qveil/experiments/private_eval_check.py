@@ -41,6 +41,7 @@ PLAN = [
     ("Acrobot-v1", "acrobot-private.toml", 1000, 3),
     ("LunarLander-v3", "lunarlander-private.toml", 2000, 3),
     ("qveil/Reach16-v0", "reach16-private.toml", 1000, 5),
+    ("MountainCar-v0", "mountaincar-private.toml", 1000, 3),
 ]
 
 
@@ -86,6 +87,7 @@ def run(
 ) -> dict[str, Path]:
 
     # the trainer's modules load gymnasium: only when this runs
+    from qveil.trainer.behaviour import resolve_behaviour
     from qveil.trainer.collect import collect
     from qveil.trainer.estimators import create_estimator
     from qveil.trainer.private_eval import Z95, estimator_of
@@ -101,9 +103,18 @@ def run(
         rr = getattr(cfg, "reward_range", None)
         rr = None if rr is None else (float(rr[0]), float(rr[1]))
         for seed in range(n_seeds):
-            clip = rr is not None  # into the config's public range (LunarLander)
-            train = collect(env_id, users, 1000 + seed, reward_range=rr, clip_rewards=clip)
-            held = collect(env_id, users, 2000 + seed, reward_range=rr, clip_rewards=clip)
+            # rewards clipped into the config's public range (LunarLander); the users act
+            # under the config's public behaviour policy (MountainCar: the heuristic)
+            clip, beh = (
+                rr is not None,
+                resolve_behaviour(cfg.behaviour_policy, cfg.behaviour_epsilon),
+            )
+            train = collect(
+                env_id, users, 1000 + seed, reward_range=rr, clip_rewards=clip, behaviour=beh
+            )
+            held = collect(
+                env_id, users, 2000 + seed, reward_range=rr, clip_rewards=clip, behaviour=beh
+            )
             with tempfile.TemporaryDirectory() as tmp:
                 b = load_bundle(
                     create_estimator(cfg)

@@ -315,7 +315,7 @@ def test_public_surface() -> None:
     fields = [f for f in Dataset.__dataclass_fields__ if not f.startswith("_")]
     assert fields == [
         "user", "s", "a", "r", "s2", "terminal", "n_actions", "reward_range", "env_id",
-        "rewards_are_population_averages", "population",
+        "rewards_are_population_averages", "population", "behaviour",
     ]  # fmt: skip
 
 

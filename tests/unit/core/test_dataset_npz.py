@@ -28,10 +28,11 @@ def test_npz_round_trip_keeps_everything(tmp_path: Path) -> None:
     for name in ("user", "s", "a", "r", "s2", "terminal"):
         np.testing.assert_array_equal(getattr(back, name), getattr(ds, name))
     assert (back.n_actions, back.reward_range, back.env_id) == (2, (0.0, 0.5), LW)
+    assert back.behaviour == ds.behaviour == "random"
     with np.load(path, allow_pickle=False) as z:  # the documented layout
         assert set(z.files) == {
             "user", "s", "a", "r", "s2", "terminal",
-            "format", "n_actions", "reward_low", "reward_high", "env_id",
+            "format", "n_actions", "reward_low", "reward_high", "env_id", "behaviour",
         }  # fmt: skip
         assert str(z["format"]) == "qveil-dataset/1" and z["user"].dtype == np.int64
 

@@ -47,8 +47,8 @@ def test_the_forecast_states_its_own_error() -> None:
     assert f"off by at most {err[0]:.2f} of the way" in fc.text()
     assert "covers the simulated noise and episodes only" in fc.text()
     assert fc.to_dict()["measured_error"] == {"max_abs": err[0], "sizes": err[1]}
-    other = dataclasses.replace(fc, env_id="MountainCar-v0")
-    assert "not measured for MountainCar-v0" in other.text()
+    other = dataclasses.replace(fc, env_id="Acrobot-v1")
+    assert "not measured for Acrobot-v1" in other.text()
     assert other.to_dict()["measured_error"] is None
 
 
@@ -140,6 +140,31 @@ def test_random_level_data_is_said_plainly_and_train_refuses_it(tmp_path: Path) 
     r = qveil_main(*train, "--force")
     assert r.returncode == 0, r.stderr
     assert "CANNOT SUPPORT" in r.stdout and out.exists()
+
+
+def test_the_forecast_simulates_the_configs_behaviour_policy(tmp_path: Path) -> None:
+    """behaviour_policy / behaviour_epsilon: the forecast's users are simulated with that
+    public policy (the energy heuristic reaches MountainCar's goal, so 10 users of it support
+    a policy better than random, where random-policy users are random-level); an unknown
+    name or an epsilon outside [0, 1] is refused."""
+    keys = {"gamma": "0.5", "iterations": "4", "lam": "0.02", "default_value": "-2.0",
+            "anchor_points": "12", "bandwidth": "0.1"}  # fmt: skip
+    cfg = load_fqi_config(
+        mountaincar_config(
+            tmp_path,
+            "energy",
+            **keys,
+            behaviour_policy='"mountaincar-energy"',
+            behaviour_epsilon="0.3",
+        )  # fmt: skip
+    )
+    fc = forecast(cfg, users=10, epsilon=1.0, releases=1, episodes=3)
+    assert "users of behaviour policy mountaincar-energy (epsilon 0.3)" in fc.source
+    assert not fc.random_level and fc.non_private > fc.random
+    with pytest.raises(InvalidArgument, match="unknown behaviour policy 'greedy'"):
+        forecast(cfg.replace(behaviour_policy="greedy"), users=20, epsilon=1.0)
+    with pytest.raises(InvalidArgument, match=r"behaviour_epsilon must be in \[0, 1\]"):
+        load_fqi_config(mountaincar_config(tmp_path, "bad", behaviour_epsilon="1.5"))
 
 
 def _forecast(**changes: float) -> Forecast:

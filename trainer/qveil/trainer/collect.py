@@ -1,9 +1,11 @@
-"""Collect an offline dataset from any Gymnasium env with a uniformly random behaviour policy.
+"""Collect an offline dataset from any Gymnasium env under a public behaviour policy.
 
 ``collect(env_id, users, seed)`` runs ``episodes_per_user`` episodes for each of ``users``
 users and returns a validated :class:`qveil.dataset.Dataset`. The env needs a ``Box``
 observation space (flattened to d coordinates) and a ``Discrete`` action space (stored as
-``action - start``, so actions are always ``0 .. n - 1``).
+``action - start``, so actions are always ``0 .. n - 1``). The behaviour policy is
+uniformly random unless ``behaviour`` names another (:mod:`qveil.trainer.behaviour`: a
+public heuristic mixed epsilon-greedy with uniform actions); the dataset records it.
 
 Randomness: user u's episode k draws its env seed and its actions from
 ``SeedSequence(seed, spawn_key=(u, k))``, so a seed gives the same dataset every time, and
@@ -29,6 +31,7 @@ from gymnasium import spaces
 
 from qveil.dataset import Dataset
 from qveil.errors import InvalidArgument, NotFound, echo
+from qveil.trainer.behaviour import Behaviour, resolve_behaviour
 from qveil.trainer.progress import progress as show_progress
 
 __all__ = ["collect", "env_reward_range"]
@@ -134,8 +137,9 @@ def collect(
     first_user: int = 0,
     env_kwargs: Mapping[str, Any] | None = None,
     env_attrs: Mapping[str, float] | None = None,
+    behaviour: Behaviour | None = None,
 ) -> Dataset:
-    """Collect ``episodes_per_user`` random-policy episodes for each of ``users`` users.
+    """Collect ``episodes_per_user`` episodes for each of ``users`` users.
 
     ``reward_range`` declares the public reward range when the env declares none (CartPole
     pays 1 per step: ``(0, 1)``); given, it replaces the env's declaration. Neither available
@@ -151,14 +155,19 @@ def collect(
     ``env_kwargs`` go to ``gym.make`` (LunarLander's ``gravity``); ``env_attrs`` are set on
     the unwrapped env after it is made (CartPole's ``length`` and ``polemass_length``): a
     simulator of other, public dynamics, e.g. for a public prior (:mod:`qveil.kfqi_prior`).
+
+    ``behaviour``: the behaviour policy (default uniformly random; its actions draw from the
+    same per-episode generator, so ``random`` gives the same data as before it existed).
     """
     _check_counts(users, episodes_per_user, seed, first_user)
+    beh = behaviour if behaviour is not None else resolve_behaviour()
     env = _make(env_id, env_kwargs, env_attrs)
     try:
         act_space, obs_space = _check_spaces(env, env_id)
         n_actions = int(act_space.n)
         start = int(act_space.start)
         d = max(1, int(np.prod(obs_space.shape)))
+        beh.check_env(env_id, d, n_actions)
         rr = reward_range if reward_range is not None else env_reward_range(env)
         if rr is None:
             raise InvalidArgument(
@@ -172,9 +181,11 @@ def collect(
             for u in range(int(first_user), int(first_user) + int(users)):
                 for k in range(int(episodes_per_user)):
                     env_ss, act_ss = np.random.SeedSequence(root, spawn_key=(u, k)).spawn(2)
-                    _episode(
-                        env, rows, u, env_ss, np.random.default_rng(act_ss), n_actions, start, d
-                    )
+                    rng = np.random.default_rng(act_ss)
+                    if beh.uniform:
+                        _episode(env, rows, u, env_ss, rng, n_actions, start, d)
+                    else:
+                        _episode_policy(env, rows, u, env_ss, rng, beh, n_actions, start, d)
                 bar.update(1)
     finally:
         env.close()
@@ -190,6 +201,7 @@ def collect(
         n_actions=n_actions,
         reward_range=rr,
         env_id=env_id,
+        behaviour=beh.describe(),
     )
 
 
@@ -250,6 +262,34 @@ def _episode(
         t += 1
         obs, reward, terminated, truncated, _ = env.step(a + start if start else a)
         s2 = _flat(obs, d)
+        rows.add(user, s, a, reward, s2, terminated)
+        if terminated or truncated:
+            return
+        s = s2
+    raise InvalidArgument(
+        f"an episode ran {MAX_EPISODE_STEPS} steps without ending; wrap the env in a time limit"
+    )
+
+
+def _episode_policy(
+    env: gym.Env[Any, Any],
+    rows: _Rows,
+    user: int,
+    env_ss: np.random.SeedSequence,
+    rng: np.random.Generator,
+    behaviour: Behaviour,
+    n_actions: int,
+    start: int,
+    d: int,
+) -> None:
+    """One episode of ``behaviour`` (one :meth:`Behaviour.act` per step), appended to
+    ``rows``."""
+    obs, _ = env.reset(seed=int(env_ss.generate_state(1, np.uint64)[0]))
+    s = np.asarray(_flat(obs, d), dtype=np.float64)
+    for _ in range(MAX_EPISODE_STEPS):
+        a = np.int64(behaviour.act(s, rng, n_actions))
+        obs, reward, terminated, truncated, _ = env.step(a + start if start else a)
+        s2 = np.asarray(_flat(obs, d), dtype=np.float64)
         rows.add(user, s, a, reward, s2, terminated)
         if terminated or truncated:
             return

@@ -59,6 +59,7 @@ from qveil.kfqi import (
     shard_denominators,
     shard_sums,
 )
+from qveil.trainer.behaviour import Behaviour
 from qveil.trainer.collect import collect
 from qveil.trainer.progress import progress
 from qveil.training_data import TrainingData
@@ -354,7 +355,8 @@ def _collect_shard(
     env_id: str, first_user: int, users: int, seed: int, opts: dict[str, Any]
 ) -> tuple[Transitions, dict[str, Any]]:
     ds = collect(env_id, users, seed, first_user=first_user, **opts)
-    return ds.transitions, {"n_actions": ds.n_actions, "reward_range": ds.reward_range, "d": ds.d}
+    meta = {"n_actions": ds.n_actions, "reward_range": ds.reward_range, "d": ds.d}
+    return ds.transitions, meta | {"behaviour": ds.behaviour}
 
 
 def collect_parquet(
@@ -370,10 +372,12 @@ def collect_parquet(
     rewards_are_population_averages: bool = False,
     force: bool = False,
     engine: Engine | None = None,
+    behaviour: Behaviour | None = None,
 ) -> dict[str, Any]:
     """Collect ``users`` users into the Parquet dataset ``out``, one task per shard of
     ``engine.shard_users`` users, written in shard order (the same seed gives the same
-    file whatever the worker count). Returns the file's summary."""
+    file whatever the worker count). ``behaviour``: the behaviour policy (default uniformly
+    random). Returns the file's summary."""
     engine = engine or Engine()
     if users < 1:
         raise InvalidArgument(f"users must be >= 1, got {users}")
@@ -381,6 +385,7 @@ def collect_parquet(
         "episodes_per_user": episodes_per_user,
         "reward_range": reward_range,
         "clip_rewards": clip_rewards,
+        "behaviour": behaviour,
     }
     bounds = list(range(0, users, engine.shard_users)) + [users]
     jobs = [(bounds[i], bounds[i + 1] - bounds[i]) for i in range(len(bounds) - 1)]
@@ -409,6 +414,7 @@ def collect_parquet(
                         rewards_are_population_averages=rewards_are_population_averages,
                         users_per_group=engine.shard_users,
                         force=force,
+                        behaviour=meta["behaviour"],
                     )
                 writer.write(arrays)
                 bar.update(1)

@@ -3,8 +3,9 @@ and epsilon is expected to be worth, before any private data is read.
 
 The forecast runs the same estimator (:mod:`qveil.trainer.estimators`) on **public data of
 the same shape**: N simulated users of the environment's public simulator under the
-documented behaviour policy (uniformly random actions, one episode per user: what
-``qveil dataset collect`` records), or a public dataset the user names. It writes a
+config's public behaviour policy (``behaviour_policy`` and ``behaviour_epsilon``, uniformly
+random actions by default; one episode per user: what ``qveil dataset collect --policy``
+records), or a public dataset the user names. It writes a
 throw-away release bundle of that simulated data (never served, never bound, never
 recorded), then plays, on common episode seeds, the non-private mean (the ceiling), the
 uniformly random policy (the floor) and ``releases`` simulated private releases (the mean plus
@@ -35,6 +36,7 @@ from qveil.errors import InvalidArgument
 from qveil.json_types import JSONObject
 from qveil.kfqi_config import KernelFQIConfig
 from qveil.trainer import register_envs
+from qveil.trainer.behaviour import resolve_behaviour
 from qveil.trainer.collect import collect
 from qveil.trainer.estimators import create_estimator
 from qveil.training_data import TrainingData
@@ -53,6 +55,7 @@ MEASURED_ERROR: dict[str, tuple[float, int]] = {
     "CartPole-v1": (0.0, 1),
     "LunarLander-v3": (2.04, 2),
     "qveil/Reach16-v0": (0.68, 2),
+    "MountainCar-v0": (0.02, 1),
 }
 
 FloatArray = npt.NDArray[np.float64]
@@ -119,7 +122,7 @@ class Forecast:
         measured against served releases."""
         covers = (
             "its 95% interval covers the simulated noise and episodes only, not the gap "
-            "between the public simulator's random-policy users and your users"
+            "between the public simulator's users (its behaviour policy) and your users"
         )
         err = self.measured_error
         if err is None:
@@ -259,7 +262,7 @@ def forecast(
 ) -> Forecast:
     """The forecast of ``config`` (an fqi config) for N = ``users`` and ``epsilon`` (see the
     module docstring). ``dataset``: a public dataset of the same shape (default: N users of
-    the config's environment simulated with the random behaviour policy, ``seed``)."""
+    the config's environment simulated with the config's behaviour policy, ``seed``)."""
     if int(users) < 1 or not (math.isfinite(epsilon) and epsilon > 0):
         raise InvalidArgument(
             f"a forecast needs users >= 1 and epsilon > 0, got {users}, {epsilon}"
@@ -272,6 +275,7 @@ def forecast(
         raise InvalidArgument("the config names no env_id: the forecast needs its simulator")
     if dataset is None:
         rr = getattr(config, "reward_range", None)
+        behaviour = resolve_behaviour(config.behaviour_policy, config.behaviour_epsilon)
         dataset = collect(
             env_id,
             int(users),
@@ -280,8 +284,12 @@ def forecast(
             # the config's range is the release's public reward definition: what a
             # collection for it records (`qveil dataset collect --clip-rewards`)
             clip_rewards=rr is not None,
+            behaviour=behaviour,
         )
-        source = f"{env_id}, {users} simulated random-policy users (seed {seed})"
+        source = (
+            f"{env_id}, {users} simulated users of behaviour policy {behaviour.describe()} "
+            f"(seed {seed})"
+        )
     else:
         # the public data is fitted as it is, and released with the noise of N = ``users``
         # users (the private release's), not of the public dataset's own user count

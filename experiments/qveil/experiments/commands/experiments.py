@@ -72,6 +72,12 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
         "CartPole kernel fqi at N = 1e4, eps 1: visitation anchors combined with K, k, h, "
         "gamma, T, lambda, beta_j and the k-means source (tuned on seed 1, reported on seed 0)",
     ),
+    "behaviour-target": (
+        "qveil.experiments.behaviour_target",
+        "MountainCar kernel fqi on data of the epsilon-greedy energy heuristic at N = 1e4, eps "
+        "1: behaviour, random, non-private and private returns (tuned on seed 1, seed 0 "
+        "reported)",
+    ),
     "ceiling": (
         "qveil.experiments.ceiling",
         "the kernel fqi estimator (non-private and eps 1) beside offline DQN and discrete CQL "
@@ -129,7 +135,7 @@ def add_parser(sub: Subcommands) -> None:
     multid.add_argument(
         "--env",
         help="multid: one environment with a public config (CartPole-v1, Acrobot-v1, "
-        "LunarLander-v3, qveil/Reach16-v0)",
+        "LunarLander-v3, qveil/Reach16-v0, MountainCar-v0)",
     )
     multid.add_argument("--users", help="multid: comma-separated numbers of users N")
     multid.add_argument("--epsilons", help="multid: comma-separated epsilons (default 0.5,1,2,4)")

@@ -17,6 +17,7 @@ import sys
 from qveil.commands.dataset import no_signal_note
 from qveil.dataset import dataset_kind, save_dataset
 from qveil.dataset_parquet import USERS_PER_GROUP
+from qveil.trainer.behaviour import resolve_behaviour
 from qveil.trainer.collect import collect
 from qveil.trainer.distributed import Engine, collect_parquet
 
@@ -35,7 +36,9 @@ def engine_from(args: argparse.Namespace) -> Engine:
 
 def collect_command(args: argparse.Namespace, reward_range: tuple[float, float] | None) -> None:
     """``qveil dataset collect`` once its flags and destination are checked: the episodes of
-    ``args.users`` users into ``args.out`` (a ``.parquet`` file as one task per shard)."""
+    ``args.users`` users into ``args.out`` (a ``.parquet`` file as one task per shard), under
+    the behaviour policy of ``--policy`` and ``--policy-epsilon``."""
+    behaviour = resolve_behaviour(args.policy, args.policy_epsilon)
     if dataset_kind(args.out) == "parquet":
         s = collect_parquet(
             args.env,
@@ -49,6 +52,7 @@ def collect_command(args: argparse.Namespace, reward_range: tuple[float, float] 
             rewards_are_population_averages=args.rewards_are_population_averages,
             force=args.force,
             engine=engine_from(args),
+            behaviour=behaviour,
         )
     else:
         ds = collect(
@@ -59,6 +63,7 @@ def collect_command(args: argparse.Namespace, reward_range: tuple[float, float] 
             progress=not args.no_progress,  # a bar on a terminal, else log lines
             reward_range=reward_range,
             clip_rewards=args.clip_rewards,
+            behaviour=behaviour,
         )
         if args.rewards_are_population_averages:
             ds = dataclasses.replace(ds, rewards_are_population_averages=True)
@@ -68,7 +73,7 @@ def collect_command(args: argparse.Namespace, reward_range: tuple[float, float] 
         s = ds.summary()
     print(
         f"wrote {args.out}: {s['users']} users, {s['samples']} samples, d = {s['d']}, "
-        f"{s['fingerprint']}"
+        f"{s['fingerprint']}, behaviour policy {s['behaviour']}"
     )
     note = no_signal_note(s)
     if note is not None:

@@ -77,6 +77,17 @@ def sql_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return str(request.getfixturevalue("pg_url"))
 
 
+@pytest.fixture(params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh, empty store URL, once per backend: the in-memory store, then :func:`sql_url`'s
+    two."""
+    if request.param == "memory":
+        return f"memory://{uuid.uuid4().hex}"
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'store.sqlite'}"
+    return str(request.getfixturevalue("pg_url"))
+
+
 @pytest.fixture(scope="session")
 def cartpole_release(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """(bundle, train's stdout): the session's one d = 4 kernel fqi release of CartPole

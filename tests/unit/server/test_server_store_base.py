@@ -13,9 +13,6 @@ failing under CI=true)."""
 
 from __future__ import annotations
 
-import uuid
-from pathlib import Path
-
 import numpy as np
 import pytest
 from store_helpers import (
@@ -33,17 +30,8 @@ from qveil.errors import InvalidArgument, NotFound
 from qveil.server.store import open_store
 
 
-@pytest.fixture(params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "memory":
-        return f"memory://{uuid.uuid4().hex}"
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'store.sqlite'}"
-    return str(request.getfixturevalue("pg_url"))
-
-
-def test_releases(url: str) -> None:
-    with open_store(url) as s:
+def test_releases(store_url: str) -> None:
+    with open_store(store_url) as s:
         assert s.releases.list_releases() == []
         rec = s.releases.create_release(
             release_id=RID, fingerprint="fp", sigma=SIGMA, beta=BETA, interval=(-1, 2), n_actions=3
@@ -99,7 +87,7 @@ def test_releases(url: str) -> None:
             s.record_paths("nope", [0], [[0.5]], [[0.1]])
         with pytest.raises(NotFound):
             s.count_points("nope")
-    with open_store(url) as s:
+    with open_store(store_url) as s:
         got = s.releases.get_release(RID)
         assert (got.status, got.sigma, got.beta, got.interval, got.n_actions) == (
             "active",
@@ -110,9 +98,9 @@ def test_releases(url: str) -> None:
         )
 
 
-def test_values_read_back_bit_for_bit_after_reopen(url: str) -> None:
+def test_values_read_back_bit_for_bit_after_reopen(store_url: str) -> None:
     units = np.array([0.5, 0.1, 0.5, 0.9, 0.1, 0.0, 1.0])
-    with open_store(url) as s:
+    with open_store(store_url) as s:
         kp = keyed_paths(make_release(s))
         x0, g0 = path_values(kp, 0, units)
         x1, g1 = path_values(kp, 1, units)
@@ -126,7 +114,7 @@ def test_values_read_back_bit_for_bit_after_reopen(url: str) -> None:
         assert s.record_paths(RID, [1, 0], [x1[::-1], x0], [g1[::-1], g0]) == (0, 0)
         assert s.count_points() == 10 and s.paths.known_points(RID) == 10
     want0 = dict(zip(x0.tolist(), g0.tolist(), strict=True))
-    with open_store(url) as s:
+    with open_store(store_url) as s:
         pts = list(s.iter_points(RID, 0))
         assert [p.seq for p in pts] == [1, 2, 3, 4, 5]
         assert [p.x for p in pts] == x0[[0, 1, 3, 5, 6]].tolist()  # first-occurrence order
@@ -141,18 +129,18 @@ def test_values_read_back_bit_for_bit_after_reopen(url: str) -> None:
         assert s.verify(RID).ok
 
 
-def test_a_different_value_is_counted_as_mismatched_not_written(url: str) -> None:
+def test_a_different_value_is_counted_as_mismatched_not_written(store_url: str) -> None:
     """Whether the logged state is in this object's copy already or only in the database
     (logged by another store object), a different value for it is counted and not written."""
     units = np.linspace(0, 1, 9)
-    with open_store(url) as s:
+    with open_store(store_url) as s:
         kp = keyed_paths(make_release(s))
         xs, gs, written, mism = log_values(s, kp, RID, [0, 1], [units, units])
         assert (written, mism) == (18, 0)
         bumped = gs[0].copy()
         bumped[[2, 5]] += 1e-12
         assert s.record_paths(RID, [0], [xs[0]], [bumped]) == (0, 2)
-        with open_store(url) as t:  # another object: its copy is empty, the log is not
+        with open_store(store_url) as t:  # another object: its copy is empty, the log is not
             other = keyed_paths(t.releases.get_release(RID), seed=2)  # another key's values
             _, _, written, mism = log_values(t, other, RID, [1], [units[:4]])
             assert (written, mism) == (0, 4)
@@ -164,8 +152,8 @@ def test_a_different_value_is_counted_as_mismatched_not_written(url: str) -> Non
         assert s.verify(RID).ok
 
 
-def test_bad_input_writes_nothing(url: str) -> None:
-    with open_store(url) as s:
+def test_bad_input_writes_nothing(store_url: str) -> None:
+    with open_store(store_url) as s:
         make_release(s)
         for bad in ([0.2, float("nan")], [1.5], [-0.1], [[0.1, 0.2]], ["a"], [0.3, np.inf]):
             with pytest.raises(InvalidArgument):
@@ -185,10 +173,10 @@ def test_bad_input_writes_nothing(url: str) -> None:
         assert s.count_points() == 0 and s.paths.known_points(RID) == 0
 
 
-def test_two_store_objects_on_one_log(url: str) -> None:
+def test_two_store_objects_on_one_log(store_url: str) -> None:
     """A state another store object (another process, another replica) logged is not logged
     again; ``refresh`` loads what the others logged."""
-    with open_store(url) as a, open_store(url) as b:
+    with open_store(store_url) as a, open_store(store_url) as b:
         kp = keyed_paths(make_release(a))
         first = np.linspace(0, 1, 11)
         assert log_values(a, kp, RID, [0, 1], [first, first])[2:] == (22, 0)
@@ -202,13 +190,13 @@ def test_two_store_objects_on_one_log(url: str) -> None:
         assert a.verify(RID).ok
 
 
-def test_meta_value_first_writer_wins(url: str) -> None:
-    with open_store(url) as s:
+def test_meta_value_first_writer_wins(store_url: str) -> None:
+    with open_store(store_url) as s:
         assert s.releases.meta_value("test.key", lambda: "one") == "one"
         assert s.releases.meta_value("test.key", lambda: "two") == "one"
-        with open_store(url) as t:
+        with open_store(store_url) as t:
             assert t.releases.meta_value("test.key", lambda: "three") == "one"
         sid = s.releases.store_id
-    with open_store(url) as s:
+    with open_store(store_url) as s:
         assert s.releases.meta_value("test.key", lambda: "four") == "one"
         assert s.releases.store_id == sid

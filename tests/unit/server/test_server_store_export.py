@@ -25,17 +25,8 @@ from qveil.server.store import open_store
 from qveil.server.store.export import export_release, import_release
 
 
-@pytest.fixture(params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "memory":
-        return f"memory://{uuid.uuid4().hex}"
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'store.sqlite'}"
-    return str(request.getfixturevalue("pg_url"))
-
-
-def test_integrity_and_export_import(url: str, tmp_path: Path) -> None:
-    with open_store(url) as s:
+def test_integrity_and_export_import(store_url: str, tmp_path: Path) -> None:
+    with open_store(store_url) as s:
         kp = keyed_paths(make_release(s))
         log_values(s, kp, RID, [0], [np.linspace(0, 1, 25)])
         log_values(s, kp, RID, [1], [[0.3, 0.7]])

@@ -19,7 +19,7 @@ False (the state s2 still has a future, so fitted-Q bootstraps from it).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 # Any: gymnasium's Env is generic in its observation and action types, which gymnasium.make
 # does not know (observations and step values are read through numpy)
@@ -182,10 +182,12 @@ def collect(
                 for k in range(int(episodes_per_user)):
                     env_ss, act_ss = np.random.SeedSequence(root, spawn_key=(u, k)).spawn(2)
                     rng = np.random.default_rng(act_ss)
-                    if beh.uniform:
-                        _episode(env, rows, u, env_ss, rng, n_actions, start, d)
-                    else:
-                        _episode_policy(env, rows, u, env_ss, rng, beh, n_actions, start, d)
+                    actions = (
+                        _uniform_actions(rng, n_actions)
+                        if beh.uniform
+                        else _policy_actions(beh, rng, n_actions)
+                    )
+                    _episode(env, rows, u, env_ss, actions, start, d)
                 bar.update(1)
     finally:
         env.close()
@@ -236,60 +238,47 @@ def _check_spaces(env: Any, env_id: str) -> tuple[spaces.Discrete, spaces.Box]:
     return env.action_space, env.observation_space
 
 
+def _uniform_actions(rng: np.random.Generator, n_actions: int) -> Callable[[Any], np.int64]:
+    """The uniform random policy: actions drawn in blocks of :data:`_ACTION_BLOCK` (one
+    generator call per block), as numpy integers (what ``Discrete.sample`` returns;
+    Gymnasium's ``contains`` checks them without the per-call ``iinfo`` Python ints need)."""
+    block = rng.integers(0, n_actions, size=_ACTION_BLOCK)
+    t = 0
+
+    def next_action(_s: Any) -> np.int64:
+        nonlocal block, t
+        if t == _ACTION_BLOCK:
+            block = rng.integers(0, n_actions, size=_ACTION_BLOCK)
+            t = 0
+        t += 1
+        return np.int64(block[t - 1])
+
+    return next_action
+
+
+def _policy_actions(
+    behaviour: Behaviour, rng: np.random.Generator, n_actions: int
+) -> Callable[[Any], np.int64]:
+    """``behaviour``'s actions, one :meth:`Behaviour.act` per step on the float64 state."""
+    return lambda s: np.int64(behaviour.act(np.asarray(s, dtype=np.float64), rng, n_actions))
+
+
 def _episode(
     env: gym.Env[Any, Any],
     rows: _Rows,
     user: int,
     env_ss: np.random.SeedSequence,
-    rng: np.random.Generator,
-    n_actions: int,
+    next_action: Callable[[Any], np.int64],
     start: int,
     d: int,
 ) -> None:
-    """One episode of the uniform random policy, appended to ``rows``.
-
-    Actions go to the env as numpy integers (what ``Discrete.sample`` returns; Gymnasium's
-    ``contains`` checks them without the per-call ``iinfo`` it needs for Python ints)."""
+    """One episode, its actions from ``next_action(state)``, appended to ``rows``."""
     obs, _ = env.reset(seed=int(env_ss.generate_state(1, np.uint64)[0]))
     s = _flat(obs, d)
-    actions = rng.integers(0, n_actions, size=_ACTION_BLOCK)
-    t = 0
     for _ in range(MAX_EPISODE_STEPS):
-        if t == _ACTION_BLOCK:
-            actions = rng.integers(0, n_actions, size=_ACTION_BLOCK)
-            t = 0
-        a = actions[t]
-        t += 1
+        a = next_action(s)
         obs, reward, terminated, truncated, _ = env.step(a + start if start else a)
         s2 = _flat(obs, d)
-        rows.add(user, s, a, reward, s2, terminated)
-        if terminated or truncated:
-            return
-        s = s2
-    raise InvalidArgument(
-        f"an episode ran {MAX_EPISODE_STEPS} steps without ending; wrap the env in a time limit"
-    )
-
-
-def _episode_policy(
-    env: gym.Env[Any, Any],
-    rows: _Rows,
-    user: int,
-    env_ss: np.random.SeedSequence,
-    rng: np.random.Generator,
-    behaviour: Behaviour,
-    n_actions: int,
-    start: int,
-    d: int,
-) -> None:
-    """One episode of ``behaviour`` (one :meth:`Behaviour.act` per step), appended to
-    ``rows``."""
-    obs, _ = env.reset(seed=int(env_ss.generate_state(1, np.uint64)[0]))
-    s = np.asarray(_flat(obs, d), dtype=np.float64)
-    for _ in range(MAX_EPISODE_STEPS):
-        a = np.int64(behaviour.act(s, rng, n_actions))
-        obs, reward, terminated, truncated, _ = env.step(a + start if start else a)
-        s2 = np.asarray(_flat(obs, d), dtype=np.float64)
         rows.add(user, s, a, reward, s2, terminated)
         if terminated or truncated:
             return

@@ -363,48 +363,29 @@ def run(
     explore, plan = (EXPLORE[:1], PLAN[:1]) if quick else (EXPLORE, PLAN)
     rows: list[dict[str, Any]] = []
     t0 = time.perf_counter()
-    sweep = Sweep(dataset(50 if quick else 1000, TUNE_SEED, *beh), progress=say)
-    for label, changes in explore:
-        rows.append(
-            measure(
-                label,
-                _config(changes, beh),
-                sweep,
-                seed=TUNE_SEED,
-                releases=0,
-                episodes=3 if quick else 30,
-                behaviour=beh,
-                private=False,
-            )  # fmt: skip
-        )
-        say(f"{line(rows[-1])} ({time.perf_counter() - t0:.0f} s)")
-    sweep = Sweep(dataset(users, TUNE_SEED, *beh), progress=say)
-    for label, changes in [("config", {}), *plan]:
-        rows.append(
-            measure(
-                label,
-                _config(changes, beh),
-                sweep,
-                seed=TUNE_SEED,
-                releases=2 if quick else 10,
-                episodes=3 if quick else 30,
-                behaviour=beh,
-            )  # fmt: skip
-        )
-        say(f"{line(rows[-1])} ({time.perf_counter() - t0:.0f} s)")
-    sweep = Sweep(dataset(users, REPORT_SEED, *beh), progress=say)
-    rows.append(
-        measure(
-            "config",
-            _config({}, beh),
-            sweep,
-            seed=REPORT_SEED,
-            releases=2 if quick else 20,
-            episodes=3 if quick else 30,
-            behaviour=beh,
-        )  # fmt: skip
-    )
-    say(f"{line(rows[-1])} ({time.perf_counter() - t0:.0f} s)")
+    # (what the stage fits on, its seed, its rows, releases per row): the non-private
+    # exploration, the tuning sweep, then the report seed on the pick alone
+    stages: list[tuple[int, int, list[tuple[str, dict[str, Any]]], int]] = [
+        (50 if quick else 1000, TUNE_SEED, explore, 0),
+        (users, TUNE_SEED, [("config", {}), *plan], 2 if quick else 10),
+        (users, REPORT_SEED, [("config", {})], 2 if quick else 20),
+    ]
+    for n, seed, plan_rows, releases in stages:
+        sweep = Sweep(dataset(n, seed, *beh), progress=say)
+        for label, changes in plan_rows:
+            rows.append(
+                measure(
+                    label,
+                    _config(changes, beh),
+                    sweep,
+                    seed=seed,
+                    releases=releases,
+                    episodes=3 if quick else 30,
+                    behaviour=beh,
+                    private=releases > 0,
+                )  # fmt: skip
+            )
+            say(f"{line(rows[-1])} ({time.perf_counter() - t0:.0f} s)")
     return {
         "goal": write_csv(out / "behaviour_goal.csv", goal_rows),
         "csv": write_csv(out / "behaviour_target.csv", rows, COLUMNS),

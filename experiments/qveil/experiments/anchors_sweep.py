@@ -141,6 +141,15 @@ LUNAR_PLAN: list[Combo] = [
     (1024, 200_000, {"neighbours": 128}),
     (1024, 200_000, {"neighbours": 128, **lower_gamma(0.3, 6, _LL)}),
     (1024, 200_000, {"neighbours": 128, **lower_gamma(0.2, 5, _LL)}),
+    # around the best of them (K 1024, k 128, gamma 0.2), added after they ran (seed 1 only):
+    # gamma 0.1; beta_j 16 and 64 (rougher noise, free for privacy); lambda 0.5; k 64;
+    (1024, 200_000, {"neighbours": 128, **lower_gamma(0.1, 4, _LL)}),
+    (1024, 200_000, {"neighbours": 128, **lower_gamma(0.2, 5, _LL), "betas": [16.0] * 8}),
+    (1024, 200_000, {"neighbours": 128, **lower_gamma(0.2, 5, _LL), "betas": [64.0] * 8}),
+    (1024, 200_000, {"neighbours": 128, **lower_gamma(0.2, 5, _LL), "lam": 0.5}),
+    (1024, 200_000, {"neighbours": 64, **lower_gamma(0.2, 5, _LL)}),
+    # the two best of those together
+    (1024, 200_000, {"neighbours": 128, **lower_gamma(0.1, 4, _LL), "betas": [16.0] * 8}),
 ]
 
 

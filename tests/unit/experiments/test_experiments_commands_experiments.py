@@ -120,6 +120,19 @@ def test_multid_plan_is_the_env_asked_for() -> None:
     assert plan("--users", "50", "--quick") == [("CartPole-v1", [50]), ("Acrobot-v1", [50])]
 
 
+def test_multid_config_names_the_env(tmp_path: Path) -> None:
+    """--config FILE serves FILE's config for its own env_id; a plan of another env is
+    refused before any work."""
+    from qveil.experiments import multid
+    from qveil.experiments.commands.experiments import _multid_config_env
+
+    lunar = Path(__file__).resolve().parents[3] / "configs" / "lunarlander-visitation.toml"
+    assert _multid_config_env(lunar, None) == "LunarLander-v3"
+    with pytest.raises(ValueError, match="not of"):
+        multid.run(out=tmp_path / "out", plan=[("CartPole-v1", [10])], config=lunar)
+    assert not (tmp_path / "out").exists()
+
+
 def test_fraction_bootstrap_pairs_episodes() -> None:
     """The fraction's bootstrap over releases and episodes: with every release equal to the
     floor plus half the (ceiling - floor) gap of the same episode, the fraction is 0.5 in
@@ -196,7 +209,8 @@ def test_bad_arguments_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]
         (["multid", "--dataset", __file__, "--users", "300"], "not with --env/--users"),
         (["anchors-sweep", "--env", "Acrobot-v1"], "--env must be one of CartPole-v1"),
         (["anchors-sweep", "--users", "300"], "apply to multid only"),
-        (["bgp16", "--config", lunar], "applies to fig1, fig2 and anchors-sweep only"),
+        (["bgp16", "--config", lunar], "applies to fig1, fig2, anchors-sweep and multid only"),
+        (["multid", "--env", "CartPole-v1", "--config", lunar], "not of --env"),
         (["anchors-sweep", "--config", acrobot], "--env must be one of"),
         (["anchors-sweep", "--env", "CartPole-v1", "--config", lunar], "not of --env"),
     ):

@@ -2,7 +2,8 @@
 
 ``anchors-sweep`` takes ``--env ENV`` (CartPole-v1, LunarLander-v3: the environment whose
 plan runs) and ``--config FILE`` (its reference config instead of the pinned one).
-``multid`` also takes ``--env ENV``, ``--users N[,N...]``, ``--epsilons E[,E...]``,
+``multid`` also takes ``--config FILE`` (a kernel fqi config instead of its env's public
+one; its env_id is the environment), ``--env ENV``, ``--users N[,N...]``, ``--epsilons E[,E...]``,
 ``--releases R`` and ``--episodes E`` to run part of its plan (for example CartPole-v1 at
 1e5 users only), and ``--dataset FILE.parquet`` to serve releases fitted on a collected
 Parquet dataset (its env and users; the fit on ``--workers`` local Dask workers).
@@ -120,7 +121,8 @@ def add_parser(sub: Subcommands) -> None:
         type=Path,
         default=None,
         help="fig1/fig2: training config (default configs/linewalk.toml, the paper's settings); "
-        "anchors-sweep: the reference config (its env_id names the environment)",
+        "anchors-sweep: the reference config; multid: the config instead of the env's public "
+        "one (for both, its env_id names the environment)",
     )
     p.add_argument(
         "--workers",
@@ -236,6 +238,20 @@ def _sweep_config(path: Path, env: str | None) -> None:
         raise InvalidArgument(f"--config is a config of {cfg_env[:80]}, not of --env {env[:80]}")
 
 
+def _multid_config_env(path: Path, env: str | None) -> str:
+    """The environment of a config file given to multid (``env`` when given must be it)."""
+    # here, not at the top: loads the config reader and multid only when they run
+    from qveil.experiments.multid import ENVS
+    from qveil.kfqi_config import read_fqi_toml
+
+    cfg_env = str(read_fqi_toml(path).get("env_id"))
+    if cfg_env not in ENVS:
+        raise InvalidArgument(f"--config is a config of {cfg_env[:80]!r}: multid has no such env")
+    if env is not None and env != cfg_env:
+        raise InvalidArgument(f"--config is a config of {cfg_env[:80]}, not of --env {env[:80]}")
+    return cfg_env
+
+
 def run(args: argparse.Namespace) -> int:
     if args.seeds is not None and args.seeds < 1 and args.name != "theory":
         raise InvalidArgument(f"--seeds must be >= 1, got {args.seeds}")
@@ -246,12 +262,14 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     kwargs: dict[str, Any] = {}  # keyword arguments (Any: each checked by its parameter)
     if args.config is not None:
-        if args.name not in ("fig1", "fig2", "anchors-sweep"):
-            raise InvalidArgument("--config applies to fig1, fig2 and anchors-sweep only")
+        if args.name not in ("fig1", "fig2", "anchors-sweep", "multid"):
+            raise InvalidArgument("--config applies to fig1, fig2, anchors-sweep and multid only")
         if not args.config.is_file():
             raise InvalidArgument(f"config file {str(args.config)[:80]!r} does not exist")
         if args.name == "anchors-sweep":
             _sweep_config(args.config, args.env)
+        if args.name == "multid":
+            args.env = _multid_config_env(args.config, args.env)
         kwargs["config"] = args.config
     kwargs.update(_multid_kwargs(args))
     paths = module.run(

@@ -20,6 +20,7 @@ Seeds are for experiments only.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -195,6 +196,7 @@ TARGETS: dict[str, Target] = {
 }
 COLUMNS = (
     "env",
+    "users",
     "seed",
     "label",
     "anchor_count",
@@ -363,7 +365,8 @@ def _short(label: str) -> str:
         ("(upper bound, not a release)", "(bound, no release)"),
     ):
         label = label.replace(a, b)
-    return label
+    # betas=v/v/.../v (one value for every coordinate) -> betas=v
+    return re.sub(r"betas=([^/ ]+)(?:/\1)+(?=[ ,]|$)", r"betas=\1", label)
 
 
 def plot(rows: list[dict[str, Any]], path: Path, *, max_return: float | None = 520.0) -> Path:
@@ -399,9 +402,9 @@ def plot(rows: list[dict[str, Any]], path: Path, *, max_return: float | None = 5
         ax.set_title(f"collection seed {seed} ({'tuning' if seed == TUNE_SEED else 'report'})",
                      fontsize=9)  # fmt: skip
     env = str(rows[0].get("env") or "CartPole-v1")
-    users = int(rows[0]["users"])
+    users = f", {int(rows[0]['users'])} users" if rows[0].get("users") else ""
     cap = ", max 500" if env == "CartPole-v1" else ""
-    axes[-1, 0].set_xlabel(f"return ({env}{cap}), {users} users")
+    axes[-1, 0].set_xlabel(f"return ({env}{cap}){users}")
     fig.suptitle(f"Visitation anchors with gamma, T, lambda, K and k: {env}, epsilon 1",
                  fontsize=10)  # fmt: skip
     legend_below(fig, axes[:, 0])

@@ -478,6 +478,7 @@ def run(
         envs = {e for e, _ in (plan or [])}
         if envs - {changes.get("env_id")}:
             raise ValueError(f"{config} is a config of {changes.get('env_id')}, not of {envs}")
+        changes.pop("env_id", None)  # the plan's env (run_point's first argument)
     out.mkdir(parents=True, exist_ok=True)
     default_plan, default_episodes, default_releases, max_steps = QUICK if quick else FULL
     if dataset is not None:

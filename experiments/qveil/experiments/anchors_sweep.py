@@ -87,9 +87,9 @@ PLAN: list[Combo] = [
     ),
 ]
 
-#: configs/lunarlander-private.toml of sections 8.2, 9, 9.1 and 9.2 (4096 Sobol anchors,
-#: gamma 0.5, T 10, default -200): the LunarLander reference, pinned so those rows and this
-#: sweep's reference stay reproducible whatever the config file becomes.
+#: configs/lunarlander-sobol.toml, the LunarLander config of sections 8.2, 9, 9.1 and 9.2
+#: (4096 Sobol anchors, gamma 0.5, T 10, default -200): the reference, pinned so this sweep's
+#: reference stays reproducible whatever the config files become.
 LUNAR_SOBOL: dict[str, Any] = {
     "mode": "fqi",
     "estimator": "kernel",

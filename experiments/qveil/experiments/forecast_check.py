@@ -41,7 +41,7 @@ PLAN: list[tuple[str, str, list[int]]] = [
     ("qveil/LineWalk-v0", "linewalk-private.toml", [30, 100, 300, 1000]),
     ("CartPole-v1", "cartpole-private.toml", [10_000]),
     ("Acrobot-v1", "acrobot-private.toml", [1000]),
-    ("LunarLander-v3", "lunarlander-private.toml", [2000, 10_000]),
+    ("LunarLander-v3", "lunarlander-sobol.toml", [2000, 10_000]),
     ("qveil/Reach16-v0", "reach16-private.toml", [1000, 10_000]),
 ]
 QUICK: list[tuple[str, str, list[int]]] = [

@@ -126,7 +126,7 @@ def test_multid_config_names_the_env(tmp_path: Path) -> None:
     from qveil.experiments import multid
     from qveil.experiments.commands.experiments import _multid_config_env
 
-    lunar = Path(__file__).resolve().parents[3] / "configs" / "lunarlander-visitation.toml"
+    lunar = Path(__file__).resolve().parents[3] / "configs" / "lunarlander-private.toml"
     assert _multid_config_env(lunar, None) == "LunarLander-v3"
     with pytest.raises(ValueError, match="not of"):
         multid.run(out=tmp_path / "out", plan=[("CartPole-v1", [10])], config=lunar)

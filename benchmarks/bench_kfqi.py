@@ -42,7 +42,7 @@ SCALE = {
     4: ("CartPole-v1", "cartpole-private.toml", {"reward_range": (0.0, 1.0)}),
     8: (
         "LunarLander-v3",
-        "lunarlander-private.toml",
+        "lunarlander-sobol.toml",
         {"reward_range": (-100.0, 100.0), "clip_rewards": True},
     ),
     16: ("qveil/Reach16-v0", "reach16-private.toml", {}),

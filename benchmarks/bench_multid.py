@@ -56,7 +56,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: d -> the public config of its kernel fqi release
 CONFIGS = {
     4: ROOT / "configs" / "cartpole-private.toml",
-    8: ROOT / "configs" / "lunarlander-private.toml",
+    8: ROOT / "configs" / "lunarlander-sobol.toml",
     16: ROOT / "configs" / "reach16-private.toml",
 }
 COMMAND = ".venv/bin/python benchmarks/bench_multid.py"

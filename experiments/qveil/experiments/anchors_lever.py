@@ -34,6 +34,7 @@ import numpy as np
 
 from qveil.additive import StateBox
 from qveil.experiments._util import write_csv
+from qveil.experiments.ceiling import dataset as ceiling_dataset
 from qveil.experiments.multid_levers import (
     EPSILON,
     GRID,
@@ -43,7 +44,7 @@ from qveil.experiments.multid_levers import (
     load_config,
     row,
 )
-from qveil.experiments.prior_lever import PUBLIC_SEED, public_dataset
+from qveil.experiments.prior_lever import PUBLIC_SEED
 from qveil.json_types import JSONMapping, JSONObject
 from qveil.kfqi_anchors import (
     VISITATION_SEED,
@@ -98,24 +99,27 @@ def anchor_file(
     *,
     public_users: int = PUBLIC_USERS,
     max_states: int = VISITATION_STATES,
+    env_id: str = "CartPole-v1",
 ) -> Path:
     """The visitation anchor file of K = ``count`` for ``cfg``'s box (cached; built from
-    the public collection only: k-means of at most ``max_states`` of its states)."""
+    the public collection of ``env_id`` only, collection seed ``PUBLIC_SEED``: k-means of at
+    most ``max_states`` of its states)."""
     more = "" if max_states == VISITATION_STATES else f"-n{max_states}"
+    env = env_id.replace("/", "_")
     path = (
         cache_dir()
-        / f"anchors-CartPole-v1-{public_users}-s{PUBLIC_SEED}-K{count}-a{VISITATION_SEED}{more}.npz"
+        / f"anchors-{env}-{public_users}-s{PUBLIC_SEED}-K{count}-a{VISITATION_SEED}{more}.npz"
     )
     if path.exists():
         return path
-    ds = public_dataset("same", users=public_users)
+    ds = ceiling_dataset(env_id, public_users, PUBLIC_SEED)
     box = StateBox.of(cfg["state_intervals"])
     x = box.to_unit(np.asarray(ds.s, dtype=np.float64))
     pts = visitation_points(x, count, max_states=max_states)
     origin = (
         f"visitation_points (k-means, seed {VISITATION_SEED}, at most {max_states} "
         f"states) of the {len(x)} states of {public_users} simulated random-policy "
-        f"CartPole-v1 users, collection seed {PUBLIC_SEED}"
+        f"{env_id} users, collection seed {PUBLIC_SEED}"
     )
     path.parent.mkdir(parents=True, exist_ok=True)
     write_anchors(path, points=pts, state_intervals=cfg["state_intervals"], origin=origin)

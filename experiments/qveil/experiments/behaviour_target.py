@@ -22,18 +22,22 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from qveil.additive import StateBox
-from qveil.dataset import load_npz, save_npz
+from qveil.dataset import Dataset, load_npz, save_npz
 from qveil.experiments._util import write_csv
 from qveil.experiments.multid_levers import Scores, Sweep, bootstrap, cache_dir, score, sigma_for
+from qveil.json_types import JSONMapping, JSONObject, JSONValue
 from qveil.kfqi_anchors import visitation_points, write_anchors
 from qveil.kfqi_config import read_fqi_toml
+
+if TYPE_CHECKING:
+    from qveil.trainer.behaviour import Behaviour
 
 __all__ = ["COLUMNS", "PLAN", "behaviour_returns", "run"]
 
@@ -53,14 +57,14 @@ _PESSIMISTIC = {0.5: -2.0, 0.7: -10.0 / 3.0, 0.8: -5.0, 0.9: -10.0, 0.95: -20.0,
                 0.99: -100.0, 0.995: -200.0}  # fmt: skip
 
 
-def _c(gamma: float = 0.99, **changes: Any) -> dict[str, Any]:
+def _c(gamma: float = 0.99, **changes: JSONValue) -> JSONObject:
     """A change from the config: gamma with the pessimistic end of its Q range as the
     default value, 12^2 grid anchors (the exploration's start), and ``changes``."""
     return {"gamma": gamma, "default_value": _PESSIMISTIC[gamma], "anchor_points": 12, **changes}
 
 
 #: Non-private exploration on 1000 users of the tuning seed (label, changes from the config).
-EXPLORE: list[tuple[str, dict[str, Any]]] = [
+EXPLORE: list[tuple[str, JSONObject]] = [
     (
         "default 0 (the Q range's top), T 150, lam 0.2",
         {"iterations": 150, "lam": 0.2, "default_value": 0.0, "anchor_points": 12},
@@ -97,7 +101,7 @@ EXPLORE: list[tuple[str, dict[str, Any]]] = [
 ]
 
 #: Changes from the config tried on the tuning seed at N = 1e4 with private releases.
-PLAN: list[tuple[str, dict[str, Any]]] = [
+PLAN: list[tuple[str, JSONObject]] = [
     ("T 15, lam 0.02", _c(iterations=15, lam=0.02)),
     ("T 30, lam 0.02", _c(iterations=30, lam=0.02)),
     ("T 5, lam 0.02", _c(iterations=5, lam=0.02)),
@@ -174,7 +178,7 @@ COLUMNS = (
 )
 
 
-def _behaviour(name: str, epsilon: float) -> Any:
+def _behaviour(name: str, epsilon: float) -> Behaviour:
     # here, not at the top: the trainer (gymnasium) loads only when this runs
     from qveil.trainer.behaviour import resolve_behaviour
 
@@ -205,7 +209,7 @@ def behaviour_returns(name: str, epsilon: float, seeds: Sequence[int]) -> np.nda
     return total
 
 
-def dataset(users: int, seed: int, name: str, epsilon: float) -> Any:
+def dataset(users: int, seed: int, name: str, epsilon: float) -> Dataset:
     """N users of the behaviour policy (qveil.trainer.collect), cached as npz."""
     from qveil.trainer.collect import collect  # here: loads gymnasium only when this runs
 
@@ -218,7 +222,7 @@ def dataset(users: int, seed: int, name: str, epsilon: float) -> Any:
     return ds
 
 
-def anchor_file(count: int, cfg: Mapping[str, Any], name: str, epsilon: float) -> Path:
+def anchor_file(count: int, cfg: JSONMapping, name: str, epsilon: float) -> Path:
     """K = ``count`` visitation anchors of the PUBLIC collection (seed 100), cached."""
     path = (
         cache_dir()
@@ -238,7 +242,7 @@ def anchor_file(count: int, cfg: Mapping[str, Any], name: str, epsilon: float) -
     return path
 
 
-def load_config(**changes: Any) -> dict[str, Any]:
+def load_config(**changes: JSONValue) -> JSONObject:
     cfg = read_fqi_toml(CONFIG)
     cfg.update(changes)
     return cfg
@@ -253,7 +257,7 @@ def _ci(x: np.ndarray) -> tuple[float, float]:
 
 def measure(
     label: str,
-    cfg: dict[str, Any],
+    cfg: JSONObject,
     sweep: Sweep,
     *,
     seed: int,
@@ -261,7 +265,7 @@ def measure(
     episodes: int,
     behaviour: tuple[str, float],
     private: bool = True,
-) -> dict[str, Any]:
+) -> JSONObject:
     """One row: fit, score (behaviour, random, non-private, private), bootstrap."""
     ds = sweep.ds
     res = sigma_for(cfg, users=int(ds.users), actions=int(ds.n_actions), epsilon=EPSILON)
@@ -315,7 +319,7 @@ def measure(
     }
 
 
-def line(r: Mapping[str, Any]) -> str:
+def line(r: JSONMapping) -> str:
     return (
         f"seed {r['seed']} {r['label']}: N {r['users']} behaviour {r['behaviour_return']:.1f} "
         f"random {r['random']:.1f} non-private {r['non_private']:.1f} "
@@ -324,7 +328,7 @@ def line(r: Mapping[str, Any]) -> str:
     )
 
 
-def _config(changes: Mapping[str, Any], beh: tuple[str, float]) -> dict[str, Any]:
+def _config(changes: JSONMapping, beh: tuple[str, float]) -> JSONObject:
     """The config with ``changes`` (a ``file`` layout gets its public visitation anchors)."""
     cfg = load_config(**changes)
     if cfg.get("anchors") == "file":
@@ -337,7 +341,7 @@ def run(
     out: Path,
     quick: bool = False,
     say: Callable[[str], object] = print,
-    **_: Any,
+    **_: object,
 ) -> dict[str, Path]:
     """Goal rates of the behaviour policy; :data:`EXPLORE` (non-private, 1000 users) and
     :data:`PLAN` (N = 1e4, private) on the tuning seed; the config on the report seed.
@@ -361,11 +365,11 @@ def run(
             f"{goal_rows[-1]['return']:.1f}")  # fmt: skip
     users = 50 if quick else USERS
     explore, plan = (EXPLORE[:1], PLAN[:1]) if quick else (EXPLORE, PLAN)
-    rows: list[dict[str, Any]] = []
+    rows: list[JSONObject] = []
     t0 = time.perf_counter()
     # (what the stage fits on, its seed, its rows, releases per row): the non-private
     # exploration, the tuning sweep, then the report seed on the pick alone
-    stages: list[tuple[int, int, list[tuple[str, dict[str, Any]]], int]] = [
+    stages: list[tuple[int, int, list[tuple[str, JSONObject]], int]] = [
         (50 if quick else 1000, TUNE_SEED, explore, 0),
         (users, TUNE_SEED, [("config", {}), *plan], 2 if quick else 10),
         (users, REPORT_SEED, [("config", {})], 2 if quick else 20),
@@ -393,7 +397,7 @@ def run(
     }
 
 
-def plot(rows: Sequence[Mapping[str, Any]], path: Path) -> Path:
+def plot(rows: Sequence[JSONMapping], path: Path) -> Path:
     """Non-private and private return of every N = 1e4 row, beside the behaviour policy's
     and the random policy's returns."""
     # matplotlib loads only when a plot is drawn (a heavy import)

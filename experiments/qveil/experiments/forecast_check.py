@@ -4,7 +4,7 @@ For every environment with a public fqi config in configs/ (LineWalk, CartPole, 
 LunarLander, Reach16, MountainCar) at epsilon 1 and several N, the forecast's fraction of the
 way from random to non-private and its 95% interval, beside the fraction measured through the
 server on other datasets (docs/results.md: LineWalk section 7, CartPole, Acrobot and Reach16
-section 8, LunarLander section 10, MountainCar 9.6). The forecast simulates its own users
+section 8, LunarLander section 10, MountainCar 9.7). The forecast simulates its own users
 (collection seed 1, the tuning seed; the served measurements used report seeds).
 
 Writes forecast.csv and forecast.png under ``out``.
@@ -42,7 +42,7 @@ PLAN: list[tuple[str, str, list[int]]] = [
     ("qveil/LineWalk-v0", "linewalk-private.toml", [30, 100, 300, 1000]),
     ("CartPole-v1", "cartpole-private.toml", [10_000]),
     ("Acrobot-v1", "acrobot-private.toml", [1000]),
-    ("LunarLander-v3", "lunarlander-private.toml", [2000, 10_000]),
+    ("LunarLander-v3", "lunarlander-sobol.toml", [2000, 10_000]),
     ("qveil/Reach16-v0", "reach16-private.toml", [1000, 10_000]),
     ("MountainCar-v0", "mountaincar-private.toml", [10_000]),
 ]

@@ -492,12 +492,22 @@ def run(
     epsilons: tuple[float, ...] = EPSILONS,
     dataset: Path | None = None,
     workers: int = 1,
+    config: Path | None = None,
     **_: object,
 ) -> dict[str, Path]:
     """Every (env, N, seed) of the plan; writes multid.csv (one row per cell),
     multid_releases.csv (one row per served release) and multid.png. ``dataset``: one
     Parquet file instead of the plan (its env and users; seed 0 is recorded, the file's
-    collection seed must be it), fitted on ``workers`` local Dask workers."""
+    collection seed must be it), fitted on ``workers`` local Dask workers. ``config``: a
+    kernel fqi config file used instead of the public config of its ``env_id`` (every
+    environment of the plan must be that one)."""
+    changes: JSONObject = {}  # config keys, each checked by KernelFQIConfig
+    if config is not None:
+        changes = read_fqi_toml(config)
+        envs = {e for e, _ in (plan or [])}
+        if envs - {changes.get("env_id")}:
+            raise ValueError(f"{config} is a config of {changes.get('env_id')}, not of {envs}")
+        changes.pop("env_id", None)  # the plan's env (run_point's first argument)
     out.mkdir(parents=True, exist_ok=True)
     default_plan, default_episodes, default_releases, max_steps = QUICK if quick else FULL
     if dataset is not None:
@@ -525,6 +535,7 @@ def run(
                     max_steps=max_steps,
                     dataset=dataset,
                     workers=workers if dataset is not None else 1,
+                    **changes,
                 )
                 rows += got
                 per_release += rel

@@ -188,6 +188,7 @@ def _spec(cfg: JSONObject) -> KernelFQISpec:
 
 def sigma_for(cfg: JSONObject, *, users: int, actions: int, epsilon: float) -> FQIPrivacyResult:
     """The accountant's calibration (qveil.privacy.kfqi.calibrate_kernel_fqi) for ``cfg``."""
+    anchor_points = KernelFQIConfig.from_dict(cfg).anchor_points  # the spec's default if unset
     p = KernelFQIPrivacyParams(
         neighbour=cfg["neighbour"],
         users=users,
@@ -198,7 +199,7 @@ def sigma_for(cfg: JSONObject, *, users: int, actions: int, epsilon: float) -> F
         dims=len(cfg["betas"]),
         betas=tuple(cfg["betas"]),
         lam=cfg["lam"],
-        anchor_points=cfg["anchor_points"],
+        anchor_points=anchor_points,
         inducing_points=cfg["inducing_points"],
         delta=DELTA,
     )
@@ -403,11 +404,12 @@ def row(
     lever: str = "",
     value: float = math.nan,
     sigma_factor: float = 1.0,
+    env_id: str = ENV_ID,
 ) -> JSONObject:
     """One table row: fit ``cfg`` on the sweep's dataset, calibrate sigma with the
-    accountant for this config and dataset, score on common episodes, bootstrap.
-    ``sigma_factor`` scales the accountant's sigma (a what-if for a bound not adopted: such
-    a row is not a release)."""
+    accountant for this config and dataset, score on common episodes of ``env_id``,
+    bootstrap. ``sigma_factor`` scales the accountant's sigma (a what-if for a bound not
+    adopted: such a row is not a release)."""
     ds = sweep.ds
     res = sigma_for(cfg, users=int(ds.users), actions=int(ds.n_actions), epsilon=epsilon)
     fit = sweep.fit(cfg)
@@ -418,6 +420,7 @@ def row(
         releases=releases,
         episodes=episodes,
         eval_seed=10_000 + 1000 * seed,
+        env_id=env_id,
     )
     b = cfg["betas"]
     return {
@@ -438,7 +441,7 @@ def row(
         "lam": cfg["lam"],
         "beta": "/".join(f"{v:g}" for v in b),
         "inducing_points": cfg["inducing_points"],
-        "anchor_points": cfg["anchor_points"],
+        "anchor_points": cfg.get("anchor_points", ""),
         "bandwidth": cfg["bandwidth"],
         "default_value": "midpoint" if cfg.get("default_value") is None else cfg["default_value"],
     }

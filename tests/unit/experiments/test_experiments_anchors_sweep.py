@@ -10,6 +10,7 @@ import pytest
 from experiment_helpers import read_rows, run_quick
 
 from qveil.experiments import anchors_sweep as sw
+from qveil.kfqi_config import KernelFQIConfig
 from qveil.privacy.fqi import sup_sensitivity
 
 
@@ -48,3 +49,27 @@ def test_quick_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         assert float(r["sigma"]) == pytest.approx(f * float(base["sigma"]), rel=1e-12)
     for r in rows:
         assert float(r["private_lo"]) <= float(r["private"]) <= float(r["private_hi"])
+
+
+def test_lower_gamma_puts_the_default_at_the_pessimistic_end() -> None:
+    for gamma, t, low in ((0.5, 10, -200.0), (0.3, 6, -1000.0 / 7.0), (0.2, 5, -125.0)):
+        ch = sw.lower_gamma(gamma, t, (-100.0, 100.0))
+        assert ch == {"gamma": gamma, "iterations": t, "default_value": pytest.approx(low)}
+        cfg = sw.plan_config(None, 0, ch, base=sw.LUNAR_SOBOL, env_id="LunarLander-v3")
+        spec = KernelFQIConfig.from_dict(cfg).spec(8)
+        assert spec.default_value((-100.0, 100.0)) == ch["default_value"]  # in the Q range
+
+
+def test_lunar_target_keeps_the_reference_anchors_unless_a_k_is_given() -> None:
+    target = sw.TARGETS["LunarLander-v3"]
+    ref = target.reference()
+    assert (ref["anchors"], ref["anchor_count"], ref["gamma"], ref["default_value"]) == (
+        "sobol", 4096, 0.5, -200.0,
+    )  # fmt: skip
+    count, states, ch = target.plan[0]
+    assert count is None
+    cfg = sw.plan_config(count, states, ch, base=ref, env_id=target.env_id)
+    assert cfg == {**ref, **ch}
+    assert sw.label(count, states, ch) == (
+        "reference anchors gamma=0.3 iterations=6 default_value=-142.857"
+    )

@@ -66,6 +66,9 @@ def test_bad_arguments_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]
         == 2
     )
     assert not any(tmp_path.iterdir())  # nothing written
+    configs = Path(__file__).resolve().parents[3] / "configs"
+    lunar = str(configs / "lunarlander-private.toml")
+    acrobot = str(configs / "acrobot-private.toml")
     for argv, message in (
         (["bgp16", "--users", "3"], "apply to multid only"),
         (["multid", "--env", "Pong-v5"], "--env must be one of"),
@@ -75,6 +78,12 @@ def test_bad_arguments_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]
         (["multid", "--releases", "0"], "--releases must be >= 1"),
         (["multid", "--dataset", str(tmp_path / "none.parquet")], "does not exist"),
         (["multid", "--dataset", __file__, "--users", "300"], "not with --env/--users"),
+        (["anchors-sweep", "--env", "Acrobot-v1"], "--env must be one of CartPole-v1"),
+        (["anchors-sweep", "--users", "300"], "apply to multid only"),
+        (["bgp16", "--config", lunar], "applies to fig1, fig2, anchors-sweep and multid only"),
+        (["multid", "--env", "CartPole-v1", "--config", lunar], "not of --env"),
+        (["anchors-sweep", "--config", acrobot], "--env must be one of"),
+        (["anchors-sweep", "--env", "CartPole-v1", "--config", lunar], "not of --env"),
     ):
         assert main(["experiments", *argv, "--quick", "--out", str(tmp_path)]) == 2, argv
         assert message in capsys.readouterr().err, argv

@@ -89,3 +89,16 @@ def test_fraction_bootstrap_pairs_episodes() -> None:
     b = fraction_bootstrap(spread, ceiling, floor, rng=np.random.default_rng(1))
     assert b["fraction"] == pytest.approx(0.5) and b["se"] > 0.01
     assert b["lo"] < 0.5 < b["hi"]
+
+
+def test_multid_config_names_the_env(tmp_path: Path) -> None:
+    """--config FILE serves FILE's config for its own env_id; a plan of another env is
+    refused before any work."""
+    from qveil.experiments import multid
+    from qveil.experiments.commands.experiments import _multid_config_env
+
+    lunar = Path(__file__).resolve().parents[3] / "configs" / "lunarlander-private.toml"
+    assert _multid_config_env(lunar, None) == "LunarLander-v3"
+    with pytest.raises(ValueError, match="not of"):
+        multid.run(out=tmp_path / "out", plan=[("CartPole-v1", [10])], config=lunar)
+    assert not (tmp_path / "out").exists()

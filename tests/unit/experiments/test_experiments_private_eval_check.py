@@ -13,12 +13,16 @@ from qveil.experiments.private_eval_check import PLAN, run
 
 
 def test_the_plan_covers_every_fqi_config() -> None:
-    fqi = set()
+    """Every environment with an fqi config in configs/ (LunarLander has two: its default
+    and the Sobol one its measured rows used), each planned config an fqi config of its env."""
+    fqi = {}
     for path in (REPO / "configs").glob("*.toml"):
         with path.open("rb") as fh:
-            if tomllib.load(fh).get("mode") == "fqi":
-                fqi.add(path.name)
-    assert {config for _, config, _, _ in PLAN} == fqi
+            cfg = tomllib.load(fh)
+        if cfg.get("mode") == "fqi":
+            fqi[path.name] = cfg["env_id"]
+    assert {env for env, _, _, _ in PLAN} == set(fqi.values())
+    assert all(fqi.get(config) == env for env, config, _, _ in PLAN)
 
 
 def test_quick_run_records_value_and_return(tmp_path: Path) -> None:

@@ -1,6 +1,9 @@
 """``qveil experiments NAME [--quick] [--seeds N] [--out DIR] [--workers W]``.
 
-``multid`` also takes ``--env ENV``, ``--users N[,N...]``, ``--epsilons E[,E...]``,
+``anchors-sweep`` takes ``--env ENV`` (CartPole-v1, LunarLander-v3: the environment whose
+plan runs) and ``--config FILE`` (its reference config instead of the pinned one).
+``multid`` also takes ``--config FILE`` (a kernel fqi config instead of its env's public
+one; its env_id is the environment), ``--env ENV``, ``--users N[,N...]``, ``--epsilons E[,E...]``,
 ``--releases R`` and ``--episodes E`` to run part of its plan (for example CartPole-v1 at
 1e5 users only), and ``--dataset FILE.parquet`` to serve releases fitted on a collected
 Parquet dataset (its env and users; the fit on ``--workers`` local Dask workers).
@@ -123,7 +126,9 @@ def add_parser(sub: Subcommands) -> None:
         "--config",
         type=Path,
         default=None,
-        help="fig1/fig2: training config (default configs/linewalk.toml, the paper's settings)",
+        help="fig1/fig2: training config (default configs/linewalk.toml, the paper's settings); "
+        "anchors-sweep: the reference config; multid: the config instead of the env's public "
+        "one (for both, its env_id names the environment)",
     )
     p.add_argument(
         "--workers",
@@ -135,7 +140,8 @@ def add_parser(sub: Subcommands) -> None:
     multid.add_argument(
         "--env",
         help="multid: one environment with a public config (CartPole-v1, Acrobot-v1, "
-        "LunarLander-v3, qveil/Reach16-v0, MountainCar-v0)",
+        "LunarLander-v3, qveil/Reach16-v0, MountainCar-v0); anchors-sweep: the environment "
+        "whose plan runs (CartPole-v1, LunarLander-v3)",
     )
     multid.add_argument("--users", help="multid: comma-separated numbers of users N")
     multid.add_argument("--epsilons", help="multid: comma-separated epsilons (default 0.5,1,2,4)")
@@ -182,6 +188,8 @@ def _multid_kwargs(
     given = {k: v for k, v in given.items() if v is not None}
     if not given:
         return {}
+    if args.name == "anchors-sweep" and list(given) == ["env"]:
+        return {"env": _sweep_env(given["env"])}
     if args.name != "multid":
         raise InvalidArgument(f"--{', --'.join(given)} apply to multid only")
     kw: dict[str, Any] = {}  # keyword arguments (Any: each checked by its parameter)
@@ -214,6 +222,42 @@ def _multid_kwargs(
     return kw
 
 
+def _sweep_env(env: str) -> str:
+    """An environment anchors-sweep has a plan for."""
+    # here, not at the top: loads the experiment only when it runs
+    from qveil.experiments.anchors_sweep import TARGETS
+
+    if env not in TARGETS:
+        raise InvalidArgument(f"--env must be one of {', '.join(TARGETS)}, got {env[:80]!r}")
+    return env
+
+
+def _sweep_config(path: Path, env: str | None) -> None:
+    """A reference config for anchors-sweep: a readable fqi config of an environment with a
+    plan (``env``'s, when given)."""
+    # here, not at the top: loads the config reader only when it runs
+    from qveil.kfqi_config import read_fqi_toml
+
+    cfg_env = str(read_fqi_toml(path).get("env_id"))
+    _sweep_env(cfg_env)
+    if env is not None and env != cfg_env:
+        raise InvalidArgument(f"--config is a config of {cfg_env[:80]}, not of --env {env[:80]}")
+
+
+def _multid_config_env(path: Path, env: str | None) -> str:
+    """The environment of a config file given to multid (``env`` when given must be it)."""
+    # here, not at the top: loads the config reader and multid only when they run
+    from qveil.experiments.multid import ENVS
+    from qveil.kfqi_config import read_fqi_toml
+
+    cfg_env = str(read_fqi_toml(path).get("env_id"))
+    if cfg_env not in ENVS:
+        raise InvalidArgument(f"--config is a config of {cfg_env[:80]!r}: multid has no such env")
+    if env is not None and env != cfg_env:
+        raise InvalidArgument(f"--config is a config of {cfg_env[:80]}, not of --env {env[:80]}")
+    return cfg_env
+
+
 def run(args: argparse.Namespace) -> int:
     if args.seeds is not None and args.seeds < 1 and args.name != "theory":
         raise InvalidArgument(f"--seeds must be >= 1, got {args.seeds}")
@@ -224,10 +268,14 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     kwargs: dict[str, Any] = {}  # keyword arguments (Any: each checked by its parameter)
     if args.config is not None:
-        if args.name not in ("fig1", "fig2"):
-            raise InvalidArgument("--config applies to fig1 and fig2 only")
+        if args.name not in ("fig1", "fig2", "anchors-sweep", "multid"):
+            raise InvalidArgument("--config applies to fig1, fig2, anchors-sweep and multid only")
         if not args.config.is_file():
-            raise InvalidArgument(f"config file {str(args.config)!r} does not exist")
+            raise InvalidArgument(f"config file {str(args.config)[:80]!r} does not exist")
+        if args.name == "anchors-sweep":
+            _sweep_config(args.config, args.env)
+        if args.name == "multid":
+            args.env = _multid_config_env(args.config, args.env)
         kwargs["config"] = args.config
     kwargs.update(_multid_kwargs(args))
     paths = module.run(

@@ -501,14 +501,6 @@ def run(
     collection seed must be it), fitted on ``workers`` local Dask workers. ``config``: a
     kernel fqi config file used instead of the public config of its ``env_id`` (every
     environment of the plan must be that one)."""
-    changes: JSONObject = {}  # config keys, each checked by KernelFQIConfig
-    if config is not None:
-        changes = read_fqi_toml(config)
-        envs = {e for e, _ in (plan or [])}
-        if envs - {changes.get("env_id")}:
-            raise ValueError(f"{config} is a config of {changes.get('env_id')}, not of {envs}")
-        changes.pop("env_id", None)  # the plan's env (run_point's first argument)
-    out.mkdir(parents=True, exist_ok=True)
     default_plan, default_episodes, default_releases, max_steps = QUICK if quick else FULL
     if dataset is not None:
         src = ParquetSource(dataset)
@@ -517,6 +509,14 @@ def run(
         plan = [(str(src.env_id), [int(src.users)])]
         seeds = 1
     plan = default_plan if plan is None else plan
+    changes: JSONObject = {}  # config keys, each checked by KernelFQIConfig
+    if config is not None:
+        changes = read_fqi_toml(config)
+        envs = {e for e, _ in plan}
+        if envs - {changes.get("env_id")}:
+            raise ValueError(f"{config} is a config of {changes.get('env_id')}, not of {envs}")
+        changes.pop("env_id", None)  # the plan's env (run_point's first argument)
+    out.mkdir(parents=True, exist_ok=True)
     episodes = episodes or default_episodes
     releases = releases or default_releases
     rows: list[JSONObject] = []

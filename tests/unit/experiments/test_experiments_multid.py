@@ -11,6 +11,8 @@ from experiment_helpers import read_rows, run_quick
 
 from qveil.cli import main
 
+CONFIGS = Path(__file__).resolve().parents[3] / "configs"
+
 
 def test_multid_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """CartPole-v1 (d = 4) and Acrobot-v1 (d = 6): the non-private, private (each epsilon)
@@ -50,7 +52,10 @@ def test_multid_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
 
 def test_multid_on_a_parquet_dataset(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """--dataset FILE.parquet: the plan is the file's env and users (no collection), the fit
-    streams it shard by shard with a log line per shard, and the releases are served."""
+    streams it shard by shard with a log line per shard, and the releases are served; with
+    --config a config of the file's env (a config of another env is refused before any
+    work)."""
+    from qveil.experiments import multid
     from qveil.trainer.distributed import Engine, collect_parquet
 
     data = tmp_path / "cp.parquet"
@@ -61,12 +66,16 @@ def test_multid_on_a_parquet_dataset(tmp_path: Path, capsys: pytest.CaptureFixtu
     out = tmp_path / "out"
     argv = ["experiments", "multid", "--quick", "--dataset", str(data), "--workers", "1"]
     argv += ["--epsilons", "1", "--releases", "1", "--episodes", "2", "--out", str(out)]
-    assert main(argv) == 0
+    assert main([*argv, "--config", str(CONFIGS / "cartpole-private.toml")]) == 0
     rows = read_rows(out / "multid.csv")
     assert {(r["env"], r["users"]) for r in rows} == {("CartPole-v1", "200")}
     assert {r["policy"] for r in rows} == {"non-private", "private", "random"}
     err = capsys.readouterr().err
     assert "fit shards: shard 2/2 done" in err
+    lunar = CONFIGS / "lunarlander-private.toml"
+    with pytest.raises(ValueError, match="not of"):
+        multid.run(out=tmp_path / "other", dataset=data, config=lunar)
+    assert not (tmp_path / "other").exists()
 
 
 def test_fraction_bootstrap_pairs_episodes() -> None:
@@ -97,7 +106,7 @@ def test_multid_config_names_the_env(tmp_path: Path) -> None:
     from qveil.experiments import multid
     from qveil.experiments.commands.experiments import _multid_config_env
 
-    lunar = Path(__file__).resolve().parents[3] / "configs" / "lunarlander-private.toml"
+    lunar = CONFIGS / "lunarlander-private.toml"
     assert _multid_config_env(lunar, None) == "LunarLander-v3"
     with pytest.raises(ValueError, match="not of"):
         multid.run(out=tmp_path / "out", plan=[("CartPole-v1", [10])], config=lunar)

@@ -275,7 +275,9 @@ def run(args: argparse.Namespace) -> int:
         if args.name == "anchors-sweep":
             _sweep_config(args.config, args.env)
         if args.name == "multid":
-            args.env = _multid_config_env(args.config, args.env)
+            env = _multid_config_env(args.config, args.env)
+            if args.dataset is None:  # a --dataset names its env itself (checked by multid)
+                args.env = env
         kwargs["config"] = args.config
     kwargs.update(_multid_kwargs(args))
     paths = module.run(

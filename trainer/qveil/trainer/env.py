@@ -15,7 +15,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from qveil.errors import InvalidArgument
+from qveil.errors import InvalidArgument, echo
 
 __all__ = [
     "ENV_ID",
@@ -131,13 +131,13 @@ def action_count(env_id: str) -> int:
     try:
         env = gym.make(env_id)
     except gym.error.Error as exc:
-        raise InvalidArgument(f"cannot make env {env_id!r:.80}: {exc}") from None
+        raise InvalidArgument(f"cannot make env {echo(env_id)}: {exc}") from None
     try:
         space = env.action_space
     finally:
         env.close()
     if not isinstance(space, spaces.Discrete):
-        raise InvalidArgument(f"env {env_id!r:.80} has no discrete action space ({space})")
+        raise InvalidArgument(f"env {echo(env_id)} has no discrete action space ({space})")
     return int(space.n)
 
 

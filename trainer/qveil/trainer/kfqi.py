@@ -418,7 +418,7 @@ def write_kernel_anchors(
     points = visitation_points(x, cfg.anchor_count)
     origin = (
         f"visitation_points (k-means, seed {VISITATION_SEED}, at most {VISITATION_STATES} "
-        f"states) of the {len(x)} states of the public dataset {source[:80]} "
+        f"states) of the {len(x)} states of the public dataset {echo(source)} "
         f"{dataset.fingerprint()} ({dataset.users} users of {dataset.env_id or 'an unnamed env'})"
     )
     return write_anchors(out, points=points, state_intervals=intervals, origin=origin)
@@ -442,7 +442,7 @@ def write_kernel_prior(
     fit = fit_kernel(cfg, dataset, engine=engine)
     spec = cfg.spec(fit.dims)
     origin = (
-        f"the non-private kernel fqi of the config on the public dataset {source[:80]} "
+        f"the non-private kernel fqi of the config on the public dataset {echo(source)} "
         f"{fit.dataset_fingerprint} ({fit.users} users of {fit.env_id or 'an unnamed env'})"
     )
     return write_prior(

@@ -21,7 +21,7 @@ import numpy.typing as npt
 
 from qveil.bundle import is_kernel_card
 from qveil.client import ResourceExhaustedError, ValueClient
-from qveil.errors import InvalidArgument
+from qveil.errors import InvalidArgument, echo
 from qveil.json_types import JSONObject
 from qveil.kfqi_anchors import write_anchors
 from qveil.kfqi_config import KernelFQIConfig
@@ -65,7 +65,7 @@ def lockstep_returns(
         envs = [gym.make(env_id, **env_kwargs) for _ in range(episodes)]
     except (gym.error.Error, TypeError, ImportError) as exc:
         raise InvalidArgument(
-            f"cannot play the release's environment {env_id!r:.80} here: "
+            f"cannot play the release's environment {echo(env_id)} here: "
             f"{str(exc).splitlines()[0][:160]} (the release names an env that is not installed "
             "or not registered in Gymnasium)"
         ) from None

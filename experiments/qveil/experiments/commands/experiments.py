@@ -228,7 +228,7 @@ def _sweep_env(env: str) -> str:
     from qveil.experiments.anchors_sweep import TARGETS
 
     if env not in TARGETS:
-        raise InvalidArgument(f"--env must be one of {', '.join(TARGETS)}, got {env[:80]!r}")
+        raise InvalidArgument(f"--env must be one of {', '.join(TARGETS)}, got {echo(env)}")
     return env
 
 
@@ -241,7 +241,7 @@ def _sweep_config(path: Path, env: str | None) -> None:
     cfg_env = str(read_fqi_toml(path).get("env_id"))
     _sweep_env(cfg_env)
     if env is not None and env != cfg_env:
-        raise InvalidArgument(f"--config is a config of {cfg_env[:80]}, not of --env {env[:80]}")
+        raise InvalidArgument(f"--config is a config of {echo(cfg_env)}, not of --env {echo(env)}")
 
 
 def _multid_config_env(path: Path, env: str | None) -> str:
@@ -252,9 +252,9 @@ def _multid_config_env(path: Path, env: str | None) -> str:
 
     cfg_env = str(read_fqi_toml(path).get("env_id"))
     if cfg_env not in ENVS:
-        raise InvalidArgument(f"--config is a config of {cfg_env[:80]!r}: multid has no such env")
+        raise InvalidArgument(f"--config is a config of {echo(cfg_env)}: multid has no such env")
     if env is not None and env != cfg_env:
-        raise InvalidArgument(f"--config is a config of {cfg_env[:80]}, not of --env {env[:80]}")
+        raise InvalidArgument(f"--config is a config of {echo(cfg_env)}, not of --env {echo(env)}")
     return cfg_env
 
 
@@ -271,7 +271,7 @@ def run(args: argparse.Namespace) -> int:
         if args.name not in ("fig1", "fig2", "anchors-sweep", "multid"):
             raise InvalidArgument("--config applies to fig1, fig2, anchors-sweep and multid only")
         if not args.config.is_file():
-            raise InvalidArgument(f"config file {str(args.config)[:80]!r} does not exist")
+            raise InvalidArgument(f"config file {echo(args.config)} does not exist")
         if args.name == "anchors-sweep":
             _sweep_config(args.config, args.env)
         if args.name == "multid":

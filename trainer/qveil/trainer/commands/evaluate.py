@@ -25,7 +25,7 @@ from qveil.bundle import load_bundle
 from qveil.cli_parser import Subcommands
 from qveil.client.channel import read_token_file
 from qveil.dataset import declared_metadata, load_dataset
-from qveil.errors import InvalidArgument
+from qveil.errors import InvalidArgument, echo
 from qveil.kfqi_config import load_fqi_config
 from qveil.privacy.ledger import spending_line
 from qveil.release_records import OpenReleaseRecords
@@ -129,7 +129,7 @@ def run_private(args: argparse.Namespace, records: OpenReleaseRecords) -> int:
         dataset = load_dataset(args.dataset)
         if dataset.population not in (None, population):
             raise InvalidArgument(
-                f"the dataset declares population {dataset.population!r:.80}, not "
+                f"the dataset declares population {echo(dataset.population)}, not "
                 f"{population!r:.80}"
             )
         rep = private_evaluation(

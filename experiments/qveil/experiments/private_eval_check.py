@@ -40,6 +40,7 @@ PLAN = [
     ("CartPole-v1", "cartpole-private.toml", 10_000, 10),
     ("Acrobot-v1", "acrobot-private.toml", 1000, 3),
     ("LunarLander-v3", "lunarlander-sobol.toml", 2000, 3),
+    ("LunarLander-v3", "lunarlander-private.toml", 2000, 3),
     ("qveil/Reach16-v0", "reach16-private.toml", 1000, 5),
     ("MountainCar-v0", "mountaincar-private.toml", 1000, 3),
 ]

@@ -34,6 +34,7 @@ MEASURED: dict[tuple[str, int], float] = {
     ("Acrobot-v1", 1000): 0.12,
     ("LunarLander-v3", 2000): -1.65,
     ("LunarLander-v3", 10_000): -3.29,
+    ("LunarLander-v3", 30_000): 0.42,  # configs/lunarlander-private.toml (9.6)
     ("qveil/Reach16-v0", 1000): -0.50,
     ("qveil/Reach16-v0", 10_000): -0.54,
     ("MountainCar-v0", 10_000): 0.94,
@@ -43,6 +44,7 @@ PLAN: list[tuple[str, str, list[int]]] = [
     ("CartPole-v1", "cartpole-private.toml", [10_000]),
     ("Acrobot-v1", "acrobot-private.toml", [1000]),
     ("LunarLander-v3", "lunarlander-sobol.toml", [2000, 10_000]),
+    ("LunarLander-v3", "lunarlander-private.toml", [30_000]),
     ("qveil/Reach16-v0", "reach16-private.toml", [1000, 10_000]),
     ("MountainCar-v0", "mountaincar-private.toml", [10_000]),
 ]

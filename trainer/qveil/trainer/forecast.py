@@ -53,7 +53,9 @@ NEAR_RANDOM = 0.2
 MEASURED_ERROR: dict[str, tuple[float, int]] = {
     "qveil/LineWalk-v0": (0.02, 2),
     "CartPole-v1": (0.0, 1),
-    "LunarLander-v3": (2.04, 2),  # measured on configs/lunarlander-sobol.toml
+    # 2.04 and 0.63 with configs/lunarlander-sobol.toml (2000, 1e4 users), 0.02 with
+    # configs/lunarlander-private.toml (3e4 users): the largest
+    "LunarLander-v3": (2.04, 3),
     "qveil/Reach16-v0": (0.68, 2),
     "MountainCar-v0": (0.02, 1),
 }

@@ -6,7 +6,9 @@
 * ``release`` reads a release's parameters once (they never change), ``get_release`` reads
   its status every time; ``dims`` / ``split`` give a path's (action, coordinate);
 * a closed store's registry refuses every call (Unavailable);
-* ``store_params`` / ``store_betas``: a bundle's parameters as the registry records them.
+* ``store_params`` / ``store_betas``: a bundle's parameters as the registry records them;
+* ``register_bundle`` records a real bundle's release (staged) once, and refuses a second
+  bundle under the same release id with other parameters (nothing stored changes).
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from server_helpers import make_bundle
 
-from qveil.errors import NotFound, Unavailable
+from qveil.bundle import load_bundle
+from qveil.errors import IntegrityError, NotFound, Unavailable
 from qveil.server.store import open_store
 from qveil.server.store.releases import (
     ReleaseRecord,
@@ -101,3 +105,18 @@ def test_a_bundle_parameters_as_the_registry_records_them() -> None:
     assert store_params(two) == {"beta": 0.7, "interval": (-1.0, 2.0), "betas": [0.7, 3.0]}
     assert store_betas([0.7]) == () and store_betas(None) == ()
     assert store_betas([0.7, 3]) == (0.7, 3.0)
+
+
+def test_a_bundle_is_registered_staged_once_and_a_different_one_refused(tmp_path: Path) -> None:
+    first = load_bundle(make_bundle(tmp_path / "a", seed=0, sigma=2.0))
+    other = load_bundle(make_bundle(tmp_path / "b", seed=1, sigma=3.0, bundle_id=first.bundle_id))
+    with open_store(f"sqlite:///{tmp_path / 's.sqlite'}") as st:
+        rec = st.releases.register_bundle(first)
+        assert (rec.release_id, rec.status, rec.sigma) == (first.bundle_id, "staged", 2.0)
+        assert (rec.beta, rec.interval, rec.n_actions) == (first.betas[0], (-1.0, 2.0), 3)
+        st.releases.set_release_status(rec.release_id, "active")
+        again = st.releases.register_bundle(first)  # the stored record, status kept
+        assert again.status == "active" and again.fingerprint == rec.fingerprint
+        with pytest.raises(IntegrityError, match="different fingerprint, sigma"):
+            st.releases.register_bundle(other)
+        assert st.releases.list_releases() == [again]

@@ -48,7 +48,6 @@ from qveil.server.governance.admin import AdminContext, activate
 from qveil.server.governance.audit_log import utc_now
 from qveil.server.governance.ledger import BudgetReport, LedgerEntry
 from qveil.server.governance.release_records import RegistryRecords
-from qveil.server.serving.services import Services
 from qveil.server.store.releases import store_params
 
 if TYPE_CHECKING:  # the trainer is an optional extra: imported where retrain runs
@@ -275,7 +274,7 @@ def _record_and_register(
     params["ledger_seq"] = entry.seq  # spent: from here on the bundle is kept
     sp = store_params(bundle)  # 1-D or d coordinates
     RegistryRecords(ctx.registry, url=ctx.registry_url).issue_receipt(bundle.path)
-    Services.create(store=ctx.store, registry=ctx.registry).releases.register(bundle)
+    ctx.store.releases.register_bundle(bundle)
     with ctx.db.write("release-bundles") as conn:
         conn.execute(
             T.release_bundles.insert().values(

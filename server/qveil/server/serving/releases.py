@@ -27,7 +27,7 @@ from qveil.server.governance import audit_log
 from qveil.server.governance.population import report as population_report
 from qveil.server.serving import views
 from qveil.server.serving.state import ActiveRelease, ContextService, ServerContext
-from qveil.server.store.releases import ReleaseRecord, store_betas, store_params
+from qveil.server.store.releases import ReleaseRecord
 
 __all__ = ["ReleaseService"]
 
@@ -68,42 +68,6 @@ class ReleaseService(ContextService):
         )
         return bundle, receipt
 
-    def register(self, bundle: Bundle) -> ReleaseRecord:
-        """The store's record of the bundle's release, created (staged) when absent; a
-        record with different parameters is refused (a release id names one noise path)."""
-        rid = bundle.bundle_id
-        sp = store_params(bundle)
-        fingerprint = str(bundle.card.get("card_sha256") or bundle.card.get("weights_sha256"))
-        try:
-            rec = self.releases.get_release(rid)
-        except NotFound:
-            return self.releases.create_release(
-                release_id=rid,
-                fingerprint=fingerprint,
-                sigma=bundle.sigma,
-                n_actions=bundle.n_actions,
-                status="staged",
-                **sp,
-            )
-        mismatch = [
-            name
-            for name, a, b in (
-                ("fingerprint", getattr(rec, "fingerprint", fingerprint), fingerprint),
-                ("sigma", float(rec.sigma), bundle.sigma),
-                ("beta", float(rec.beta), sp["beta"]),
-                ("betas", tuple(getattr(rec, "betas", ())), store_betas(sp["betas"])),
-                ("interval", tuple(map(float, rec.interval)), sp["interval"]),
-                ("n_actions", int(rec.n_actions), bundle.n_actions),
-            )
-            if a != b
-        ]
-        if mismatch:
-            raise IntegrityError(
-                f"release {echo(rid)} is registered in the store with different "
-                f"{', '.join(mismatch)} than the bundle"
-            )
-        return rec
-
     def start(
         self,
         bundle_path: str | Path,
@@ -133,7 +97,7 @@ class ReleaseService(ContextService):
                     f"bundle {echo(str(path))} holds release {bundle.bundle_id!r}, not "
                     f"{echo(expected_id)}"
                 )
-            rec = self.register(bundle)
+            rec = self.releases.register_bundle(bundle)
             if getattr(rec, "status", "") == "retired":
                 raise FailedPrecondition(
                     f"release {bundle.bundle_id!r} is retired; retired "

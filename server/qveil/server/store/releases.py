@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Protocol, TypedDict
 import numpy as np
 
 from qveil.common.typing import ReleaseHeader
-from qveil.errors import InvalidArgument, NotFound, echo
+from qveil.errors import IntegrityError, InvalidArgument, NotFound, echo
 from qveil.json_types import JSONObject
 from qveil.server.store.models import RELEASE_STATUSES
 
@@ -282,6 +282,43 @@ class ReleaseRegistry:
                 f"betas {list(old.betas)!r})"
             )
         return old
+
+    def register_bundle(self, bundle: Bundle) -> ReleaseRecord:
+        """The store's record of the bundle's release, created (staged) when absent; a record
+        with different parameters is refused (IntegrityError: a release id names one noise
+        path). How a server's start and ``qveil admin retrain`` register a release."""
+        rid = bundle.bundle_id
+        sp = store_params(bundle)
+        fingerprint = str(bundle.card.get("card_sha256") or bundle.card.get("weights_sha256"))
+        try:
+            rec = self.get_release(rid)
+        except NotFound:
+            return self.create_release(
+                release_id=rid,
+                fingerprint=fingerprint,
+                sigma=bundle.sigma,
+                n_actions=bundle.n_actions,
+                status="staged",
+                **sp,
+            )
+        mismatch = [
+            name
+            for name, a, b in (
+                ("fingerprint", rec.fingerprint, fingerprint),
+                ("sigma", float(rec.sigma), bundle.sigma),
+                ("beta", float(rec.beta), sp["beta"]),
+                ("betas", tuple(rec.betas), store_betas(sp["betas"])),
+                ("interval", tuple(map(float, rec.interval)), sp["interval"]),
+                ("n_actions", int(rec.n_actions), bundle.n_actions),
+            )
+            if a != b
+        ]
+        if mismatch:
+            raise IntegrityError(
+                f"release {echo(rid)} is registered in the store with different "
+                f"{', '.join(mismatch)} than the bundle"
+            )
+        return rec
 
     def get_release(self, release_id: str) -> ReleaseRecord:
         """The release's current record (status read from the database), or NotFound."""

@@ -100,18 +100,34 @@ def anchor_file(
     public_users: int = PUBLIC_USERS,
     max_states: int = VISITATION_STATES,
     env_id: str = "CartPole-v1",
+    behaviour: tuple[str, float] | None = None,
 ) -> Path:
     """The visitation anchor file of K = ``count`` for ``cfg``'s box (cached; built from
-    the public collection of ``env_id`` only, collection seed ``PUBLIC_SEED``: k-means of at
-    most ``max_states`` of its states)."""
+    the public collection of ``env_id`` only, collection seed ``PUBLIC_SEED``, random-policy
+    users or ``behaviour`` = (name, epsilon) users: k-means of at most ``max_states`` of its
+    states)."""
     more = "" if max_states == VISITATION_STATES else f"-n{max_states}"
+    how = "" if behaviour is None else f"-{behaviour[0]}-e{behaviour[1]:g}"
     env = env_id.replace("/", "_")
     path = (
         cache_dir()
-        / f"anchors-{env}-{public_users}-s{PUBLIC_SEED}-K{count}-a{VISITATION_SEED}{more}.npz"
+        / f"anchors-{env}-{public_users}-s{PUBLIC_SEED}{how}-K{count}-a{VISITATION_SEED}{more}.npz"
     )
     if path.exists():
         return path
+    ds = ceiling_dataset(env_id, public_users, PUBLIC_SEED, behaviour=behaviour)
+    box = StateBox.of(cfg["state_intervals"])
+    x = box.to_unit(np.asarray(ds.s, dtype=np.float64))
+    pts = visitation_points(x, count, max_states=max_states)
+    policy = "random-policy" if behaviour is None else f"{behaviour[0]} (epsilon {behaviour[1]:g})"
+    origin = (
+        f"visitation_points (k-means, seed {VISITATION_SEED}, at most {max_states} "
+        f"states) of the {len(x)} states of {public_users} simulated {policy} "
+        f"{env_id} users, collection seed {PUBLIC_SEED}"
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_anchors(path, points=pts, state_intervals=cfg["state_intervals"], origin=origin)
+    return path
     ds = ceiling_dataset(env_id, public_users, PUBLIC_SEED)
     box = StateBox.of(cfg["state_intervals"])
     x = box.to_unit(np.asarray(ds.s, dtype=np.float64))

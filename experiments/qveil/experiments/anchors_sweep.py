@@ -224,8 +224,13 @@ def plan_config(count: int | None, states: int, changes: JSONMapping, *,
     ref = dict(base) if base is not None else load_config(**GRID)
     if count is None:
         return {**ref, **changes}
-    kw = {} if public_users is None else {"public_users": public_users}
-    path = anchor_file(count, ref, max_states=states, env_id=env_id, **kw)
+    path = anchor_file(
+        count,
+        ref,
+        max_states=states,
+        env_id=env_id,
+        public_users=PUBLIC_USERS if public_users is None else public_users,
+    )
     return {**ref, "anchors": "file", "anchor_file": str(path), **changes}
 
 

@@ -28,12 +28,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from qveil.additive import StateBox
-from qveil.dataset import Dataset, load_npz, save_npz
 from qveil.experiments._util import write_csv
-from qveil.experiments.multid_levers import Scores, Sweep, bootstrap, cache_dir, score, sigma_for
+from qveil.experiments.anchors_lever import anchor_file
+from qveil.experiments.ceiling import dataset
+from qveil.experiments.multid_levers import Scores, Sweep, bootstrap, score, sigma_for
 from qveil.json_types import JSONMapping, JSONObject, JSONValue
-from qveil.kfqi_anchors import visitation_points, write_anchors
 from qveil.kfqi_config import read_fqi_toml
 
 if TYPE_CHECKING:
@@ -209,39 +208,6 @@ def behaviour_returns(name: str, epsilon: float, seeds: Sequence[int]) -> np.nda
     return total
 
 
-def dataset(users: int, seed: int, name: str, epsilon: float) -> Dataset:
-    """N users of the behaviour policy (qveil.trainer.collect), cached as npz."""
-    from qveil.trainer.collect import collect  # here: loads gymnasium only when this runs
-
-    path = cache_dir() / f"{ENV_ID}-{users}-s{seed}-{name}-e{epsilon:g}.npz"
-    if path.exists():
-        return load_npz(path)
-    ds = collect(ENV_ID, users, seed, reward_range=(-1.0, 0.0), behaviour=_behaviour(name, epsilon))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    save_npz(ds, path)
-    return ds
-
-
-def anchor_file(count: int, cfg: JSONMapping, name: str, epsilon: float) -> Path:
-    """K = ``count`` visitation anchors of the PUBLIC collection (seed 100), cached."""
-    path = (
-        cache_dir()
-        / f"anchors-{ENV_ID}-{PUBLIC_USERS}-s{PUBLIC_SEED}-{name}-e{epsilon:g}-K{count}.npz"
-    )
-    if path.exists():
-        return path
-    ds = dataset(PUBLIC_USERS, PUBLIC_SEED, name, epsilon)
-    box = StateBox.of(cfg["state_intervals"])
-    x = box.to_unit(np.asarray(ds.s, dtype=np.float64))
-    pts = visitation_points(x, count)
-    origin = (
-        f"visitation_points of the {len(x)} states of {PUBLIC_USERS} simulated {ENV_ID} users "
-        f"of {name} (epsilon {epsilon:g}), collection seed {PUBLIC_SEED}"
-    )
-    write_anchors(path, points=pts, state_intervals=cfg["state_intervals"], origin=origin)
-    return path
-
-
 def load_config(**changes: JSONValue) -> JSONObject:
     cfg = read_fqi_toml(CONFIG)
     cfg.update(changes)
@@ -332,7 +298,15 @@ def _config(changes: JSONMapping, beh: tuple[str, float]) -> JSONObject:
     """The config with ``changes`` (a ``file`` layout gets its public visitation anchors)."""
     cfg = load_config(**changes)
     if cfg.get("anchors") == "file":
-        cfg["anchor_file"] = str(anchor_file(int(cfg["anchor_count"]), cfg, *beh))
+        cfg["anchor_file"] = str(
+            anchor_file(
+                int(cfg["anchor_count"]),
+                cfg,
+                public_users=PUBLIC_USERS,
+                env_id=ENV_ID,
+                behaviour=beh,
+            )
+        )
     return cfg
 
 
@@ -375,7 +349,7 @@ def run(
         (users, REPORT_SEED, [("config", {})], 2 if quick else 20),
     ]
     for n, seed, plan_rows, releases in stages:
-        sweep = Sweep(dataset(n, seed, *beh), progress=say)
+        sweep = Sweep(dataset(ENV_ID, n, seed, behaviour=beh), progress=say)
         for label, changes in plan_rows:
             rows.append(
                 measure(

@@ -65,6 +65,7 @@ EPSILON = 1.0
 ENVS: dict[str, Path] = {
     "CartPole-v1": ROOT / "configs" / "cartpole-private.toml",
     "LunarLander-v3": ROOT / "configs" / "lunarlander-private.toml",
+    "MountainCar-v0": ROOT / "configs" / "mountaincar-private.toml",
 }
 COLUMNS = (
     "env",
@@ -202,18 +203,35 @@ def load_config(env_id: str) -> JSONObject:
     return read_fqi_toml(ENVS[env_id])
 
 
-def dataset(env_id: str, users: int, seed: int, *, cache: Path | None = None) -> Dataset:
-    """N random-policy users of ``env_id`` (one episode each; rewards clipped into the
-    config's public range), cached as npz."""
+def dataset(
+    env_id: str,
+    users: int,
+    seed: int,
+    *,
+    cache: Path | None = None,
+    behaviour: tuple[str, float] | None = None,
+) -> Dataset:
+    """N users of ``env_id``, one episode each, rewards clipped into the config's public
+    range, cached as npz: uniformly random actions, or ``behaviour`` = (name, epsilon), a
+    public heuristic of :mod:`qveil.trainer.behaviour` mixed epsilon-greedy."""
     # the trainer's modules load gymnasium: only when this runs
+    from qveil.trainer.behaviour import resolve_behaviour
     from qveil.trainer.collect import collect
 
     root = cache if cache is not None else cache_dir()
-    path = root / f"{env_id}-{users}-s{seed}.npz"
+    how = "" if behaviour is None else f"-{behaviour[0]}-e{behaviour[1]:g}"
+    path = root / f"{env_id}-{users}-s{seed}{how}.npz"
     if path.exists():
         return load_npz(path)
     lo, hi = load_config(env_id)["reward_range"]
-    ds = collect(env_id, users, seed, reward_range=(float(lo), float(hi)), clip_rewards=True)
+    ds = collect(
+        env_id,
+        users,
+        seed,
+        reward_range=(float(lo), float(hi)),
+        clip_rewards=True,
+        behaviour=None if behaviour is None else resolve_behaviour(*behaviour),
+    )
     root.mkdir(parents=True, exist_ok=True)
     save_npz(ds, path)
     return ds

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import gymnasium as gym
 import numpy as np
@@ -41,6 +41,7 @@ from qveil.errors import InvalidArgument
 from qveil.json_types import JSONObject
 from qveil.privacy import gdp_epsilon, gdp_mu
 from qveil.trainer.config import TrainConfig
+from qveil.trainer.env import GymEnv
 from qveil.trainer.train import make_env
 
 if TYPE_CHECKING:  # the module loads torch: imported where a network trains
@@ -191,7 +192,7 @@ class NoisyRewards(gym.Wrapper):
 
     def __init__(
         self,
-        env: gym.Env[Any, Any],  # any env (gymnasium types observations and actions Any)
+        env: GymEnv,
         *,
         noise_std: float,
         rng: np.random.Generator,
@@ -202,11 +203,13 @@ class NoisyRewards(gym.Wrapper):
         self.true_returns: list[float] = []
         self._ret = 0.0
 
-    def reset(self, **kwargs: Any) -> Any:  # gymnasium's reset, passed through (Any there)
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, object] | None = None
+    ) -> tuple[object, dict[str, object]]:
         self._ret = 0.0
-        return self.env.reset(**kwargs)
+        return self.env.reset(seed=seed, options=options)
 
-    def step(self, action: Any) -> Any:  # gymnasium's step, its types Any there
+    def step(self, action: object) -> tuple[object, float, bool, bool, dict[str, object]]:
         obs, r, term, trunc, info = self.env.step(action)
         self._ret += float(r)
         if term or trunc:

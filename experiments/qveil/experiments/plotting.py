@@ -13,7 +13,7 @@ import textwrap
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NotRequired, TypedDict, Unpack
+from typing import NotRequired, TypedDict, Unpack
 
 import matplotlib
 
@@ -70,7 +70,7 @@ def save(fig: Figure, path: Path) -> Path:
 
 def panels(
     nrows: int, ncols: int, *, width: float, height: float
-) -> tuple[Figure, Any]:  # Any: matplotlib types subplots' array of Axes Any
+) -> tuple[Figure, np.ndarray]:  # an nrows x ncols array of Axes (matplotlib types it so)
     """A figure of nrows x ncols panels of width x height inches each, on the constrained
     layout (titles, labels and :func:`legend_below` fit in the figure): (figure, axes[i][j])."""
     return plt.subplots(

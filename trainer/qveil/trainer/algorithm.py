@@ -42,11 +42,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-# Any: gymnasium's Env is generic in its observation and action types, which gymnasium.make
-# does not know (observations and step values are read through numpy)
-from typing import Any
-
-import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -57,6 +52,7 @@ from qveil.json_types import JSONObject
 from qveil.noise import OUSamplePath, StateInterval
 from qveil.rng import NormalSource
 from qveil.trainer.config import TrainConfig
+from qveil.trainer.env import GymEnv
 from qveil.trainer.network import LipschitzMLP
 
 __all__ = ["NoisePaths", "TrainResult", "train_q"]
@@ -289,7 +285,7 @@ class _Actor:
 
 def train_q(
     cfg: TrainConfig,
-    env: gym.Env[Any, Any],
+    env: GymEnv,
     *,
     interval: StateInterval,
     sigma: float,
@@ -324,7 +320,7 @@ def train_q(
 #   line it implements
 def _train_q(
     cfg: TrainConfig,
-    env: gym.Env[Any, Any],
+    env: GymEnv,
     *,
     interval: StateInterval,
     sigma: float,
@@ -364,7 +360,7 @@ def _train_q(
     obs, _ = env.reset(seed=rngs.env_seed)
     lo, hi, width = interval.lo, interval.hi, interval.width
 
-    def unit(o: Any) -> float:
+    def unit(o: object) -> float:
         """StateInterval.to_unit for one observation (same arithmetic, less overhead)."""
         st = float(np.asarray(o, dtype=np.float64).reshape(-1)[0])
         if not lo <= st <= hi:  # also refuses NaN

@@ -20,10 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-
-# Any: gymnasium's Env is generic in its observation and action types, which gymnasium.make
-# does not know (observations and step values are read through numpy)
-from typing import Any
+from typing import SupportsFloat
 
 import gymnasium as gym
 import numpy as np
@@ -31,7 +28,9 @@ from gymnasium import spaces
 
 from qveil.dataset import Dataset
 from qveil.errors import InvalidArgument, NotFound, echo
+from qveil.json_types import JSONMapping
 from qveil.trainer.behaviour import Behaviour, resolve_behaviour
+from qveil.trainer.env import GymEnv
 from qveil.trainer.progress import progress as show_progress
 
 __all__ = ["collect", "env_reward_range"]
@@ -43,7 +42,7 @@ MAX_EPISODE_STEPS = 1_000_000
 _ACTION_BLOCK = 256
 
 
-def env_reward_range(env: gym.Env[Any, Any]) -> tuple[float, float] | None:
+def env_reward_range(env: GymEnv) -> tuple[float, float] | None:
     """The range an env declares for its rewards, or None.
 
     Looks for ``reward_bounds`` (qveil's envs, e.g. LineWalk's (0.0, 0.5)) and then the
@@ -66,9 +65,9 @@ def env_reward_range(env: gym.Env[Any, Any]) -> tuple[float, float] | None:
 
 def _make(
     env_id: str,
-    env_kwargs: Mapping[str, Any] | None = None,
+    env_kwargs: JSONMapping | None = None,
     env_attrs: Mapping[str, float] | None = None,
-) -> gym.Env[Any, Any]:
+) -> GymEnv:
     if not isinstance(env_id, str) or not env_id:
         raise InvalidArgument(f"env id must be a non-empty string, got {env_id!r}"[:120])
     try:
@@ -85,7 +84,7 @@ def _make(
     return env
 
 
-def _flat(obs: Any, d: int) -> np.ndarray:
+def _flat(obs: object, d: int) -> np.ndarray:
     """The observation as a [d] vector (a 1-D float array passes through without a copy;
     the row assignment in :meth:`_Rows.add` casts it to float64)."""
     if type(obs) is np.ndarray and obs.ndim == 1:
@@ -112,7 +111,9 @@ class _Rows:
             new[: self.n] = old[: self.n]
             setattr(self, name, new)
 
-    def add(self, u: int, s: np.ndarray, a: Any, r: Any, s2: np.ndarray, term: Any) -> None:
+    def add(
+        self, u: int, s: np.ndarray, a: np.int64, r: SupportsFloat, s2: np.ndarray, term: bool
+    ) -> None:
         if self.n == self.a.shape[0]:
             self._grow()
         i = self.n
@@ -135,7 +136,7 @@ def collect(
     reward_range: tuple[float, float] | None = None,
     clip_rewards: bool = False,
     first_user: int = 0,
-    env_kwargs: Mapping[str, Any] | None = None,
+    env_kwargs: JSONMapping | None = None,
     env_attrs: Mapping[str, float] | None = None,
     behaviour: Behaviour | None = None,
 ) -> Dataset:
@@ -223,7 +224,7 @@ def _check_counts(
         raise InvalidArgument(f"first_user must be an integer >= 0, got {first_user!r}"[:120])
 
 
-def _check_spaces(env: Any, env_id: str) -> tuple[spaces.Discrete, spaces.Box]:
+def _check_spaces(env: GymEnv, env_id: str) -> tuple[spaces.Discrete, spaces.Box]:
     """qveil datasets need Discrete actions and Box observations: the two spaces."""
     if not isinstance(env.action_space, spaces.Discrete):
         raise InvalidArgument(
@@ -238,14 +239,14 @@ def _check_spaces(env: Any, env_id: str) -> tuple[spaces.Discrete, spaces.Box]:
     return env.action_space, env.observation_space
 
 
-def _uniform_actions(rng: np.random.Generator, n_actions: int) -> Callable[[Any], np.int64]:
+def _uniform_actions(rng: np.random.Generator, n_actions: int) -> Callable[[np.ndarray], np.int64]:
     """The uniform random policy: actions drawn in blocks of :data:`_ACTION_BLOCK` (one
     generator call per block), as numpy integers (what ``Discrete.sample`` returns;
     Gymnasium's ``contains`` checks them without the per-call ``iinfo`` Python ints need)."""
     block = rng.integers(0, n_actions, size=_ACTION_BLOCK)
     t = 0
 
-    def next_action(_s: Any) -> np.int64:
+    def next_action(_s: np.ndarray) -> np.int64:
         nonlocal block, t
         if t == _ACTION_BLOCK:
             block = rng.integers(0, n_actions, size=_ACTION_BLOCK)
@@ -258,17 +259,17 @@ def _uniform_actions(rng: np.random.Generator, n_actions: int) -> Callable[[Any]
 
 def _policy_actions(
     behaviour: Behaviour, rng: np.random.Generator, n_actions: int
-) -> Callable[[Any], np.int64]:
+) -> Callable[[np.ndarray], np.int64]:
     """``behaviour``'s actions, one :meth:`Behaviour.act` per step on the float64 state."""
     return lambda s: np.int64(behaviour.act(np.asarray(s, dtype=np.float64), rng, n_actions))
 
 
 def _episode(
-    env: gym.Env[Any, Any],
+    env: GymEnv,
     rows: _Rows,
     user: int,
     env_ss: np.random.SeedSequence,
-    next_action: Callable[[Any], np.int64],
+    next_action: Callable[[np.ndarray], np.int64],
     start: int,
     d: int,
 ) -> None:

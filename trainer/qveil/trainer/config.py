@@ -29,7 +29,7 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any  # Any: replace's changes, as dataclasses.replace types them
 
 from qveil.errors import InvalidArgument
 from qveil.json_types import JSONObject
@@ -49,7 +49,7 @@ class TrainConfig:
     """Gymnasium id of the environment; it must have a bounded 1-D Box observation and
     Discrete actions (the state interval is read from the observation space)."""
 
-    env_kwargs: dict[str, Any] = field(default_factory=dict)  # gymnasium.make's **kwargs
+    env_kwargs: JSONObject = field(default_factory=dict)
     """Keyword arguments for ``gymnasium.make`` (e.g. ``episode_length`` for LineWalk)."""
 
     samples: int = 5000
@@ -203,7 +203,7 @@ class TrainConfig:
             raise InvalidArgument(
                 f"{source}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}"
             )
-        kwargs: dict[str, Any] = {}  # each field's value, checked by validate()
+        kwargs: JSONObject = {}  # the TOML table's values, checked by validate()
         for key, value in data.items():
             if key in ("hidden", "reward_range"):
                 if not isinstance(value, list | tuple):
@@ -231,7 +231,7 @@ class TrainConfig:
         cfg.validate()
         return cfg
 
-    def replace(self, **changes: Any) -> TrainConfig:  # any field's value (replace checks)
+    def replace(self, **changes: Any) -> TrainConfig:  # dataclasses.replace's (Any there)
         """A copy with ``changes`` applied (None values are ignored), validated."""
         cfg = dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
         cfg.validate()

@@ -37,10 +37,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-
-# Any below: Dask distributed's client, futures and task results (read as untyped: the mypy
-# config skips its partial annotations), and a task's keyword arguments
-from typing import Any
+from typing import Any, NotRequired, TypeAlias, TypedDict, TypeVar  # Any: the Dask aliases
 
 import numpy as np
 import numpy.typing as npt
@@ -49,6 +46,7 @@ from qveil.additive import StateBox
 from qveil.dataset import Dataset
 from qveil.dataset_parquet import USERS_PER_GROUP, ParquetDatasetWriter, ParquetSource
 from qveil.errors import FailedPrecondition, InvalidArgument, echo
+from qveil.json_types import JSONObject
 from qveil.kfqi import (
     KernelFQIOperators,
     KernelFQISpec,
@@ -61,11 +59,61 @@ from qveil.kfqi import (
 )
 from qveil.trainer.behaviour import Behaviour
 from qveil.trainer.collect import collect
-from qveil.trainer.progress import progress
+from qveil.trainer.progress import Progress, progress
 from qveil.training_data import TrainingData
 from qveil.transitions import Transitions
 
 FloatArray = npt.NDArray[np.float64]
+
+#: A ``distributed.Client`` (or a ``LocalCluster``'s).
+DaskClient: TypeAlias = Any  # distributed is read as untyped (pyproject: follow_imports skip)
+#: A ``distributed.Future``: a submitted task's result, held by the cluster.
+DaskFuture: TypeAlias = Any  # distributed is read as untyped (pyproject: follow_imports skip)
+
+_T = TypeVar("_T")
+#: A task: a function and its positional arguments (the function's parameters check them).
+_Task: TypeAlias = tuple[Callable[..., _T], tuple[object, ...]]
+#: A shard of a fit: a Parquet file's row group (its index), or an in-memory shard.
+_Shard: TypeAlias = int | Transitions
+
+
+class _ShardOptions(TypedDict):
+    """The keyword arguments of :func:`qveil.kfqi.shard_denominators`."""
+
+    n_actions: int
+    box: StateBox
+    spec: KernelFQISpec
+
+
+class _DenPool(TypedDict):
+    """The pooled denominators a ``reward``-relation fit passes to every shard's sums."""
+
+    den_pool: NotRequired[FloatArray]
+
+
+class _SumsOptions(_ShardOptions, _DenPool):
+    """The keyword arguments of :func:`qveil.kfqi.shard_sums`."""
+
+    reward_range: tuple[float, float]
+
+
+class _CollectOptions(TypedDict):
+    """The keyword arguments of a shard's :func:`qveil.trainer.collect.collect`."""
+
+    episodes_per_user: int
+    reward_range: tuple[float, float] | None
+    clip_rewards: bool
+    behaviour: Behaviour | None
+
+
+class _ShardMeta(TypedDict):
+    """What a collected shard says of its dataset (the Parquet writer's arguments)."""
+
+    n_actions: int
+    reward_range: tuple[float, float]
+    d: int
+    behaviour: str | None
+
 
 __all__ = [
     "Engine",
@@ -113,7 +161,7 @@ class Engine:
 
 
 @contextmanager
-def open_client(engine: Engine) -> Iterator[Any]:
+def open_client(engine: Engine) -> Iterator[DaskClient | None]:
     """A ``distributed.Client`` for ``engine`` (None for the in-process engine). A local
     cluster (``workers`` processes of one thread each, no dashboard) is started here and
     stopped on exit; an attached cluster is left running."""
@@ -176,7 +224,7 @@ class FitSums:
     shards: int
 
 
-def shard_progress(total: int, *, desc: str, enabled: bool) -> Any:
+def shard_progress(total: int, *, desc: str, enabled: bool) -> Progress:
     """Progress per shard (:func:`qveil.trainer.progress.progress`): a tqdm bar on a
     terminal, else a stderr line per tenth of the shards done or every few seconds; nothing
     when not ``enabled``."""
@@ -184,11 +232,11 @@ def shard_progress(total: int, *, desc: str, enabled: bool) -> Any:
 
 
 # --------------------------------------------------------------------------- the tasks
-def _memory_sums(shard: Transitions, kw: dict[str, Any]) -> ShardSums:
+def _memory_sums(shard: Transitions, kw: _SumsOptions) -> ShardSums:
     return shard_sums(shard, **kw)
 
 
-def _memory_denominators(shard: Transitions, kw: dict[str, Any]) -> FloatArray:
+def _memory_denominators(shard: Transitions, kw: _ShardOptions) -> FloatArray:
     return shard_denominators(shard, **kw)
 
 
@@ -196,47 +244,46 @@ def _parquet_group(path: str, group: int) -> Transitions:
     return ParquetSource(path).read_group(group)
 
 
-def _parquet_sums(path: str, group: int, kw: dict[str, Any]) -> ShardSums:
+def _parquet_sums(path: str, group: int, kw: _SumsOptions) -> ShardSums:
     return shard_sums(_parquet_group(path, group), **kw)
 
 
-def _parquet_denominators(path: str, group: int, kw: dict[str, Any]) -> FloatArray:
+def _parquet_denominators(path: str, group: int, kw: _ShardOptions) -> FloatArray:
     return shard_denominators(_parquet_group(path, group), **kw)
 
 
-def _add(left: Any, right: Any) -> Any:
-    if isinstance(left, ShardSums):
-        return add_shard_sums(left, right)
+def _add_arrays(left: FloatArray, right: FloatArray) -> FloatArray:
     return left + right
 
 
 # --------------------------------------------------------------------------- the driver
 def _map_reduce(
-    client: Any,
-    tasks: list[tuple[Callable[..., Any], tuple[Any, ...]]],
+    client: DaskClient | None,
+    tasks: list[_Task[_T]],
     *,
+    add: Callable[[_T, _T], _T],
     progress: bool,
     desc: str,
-) -> Any:
+) -> _T:
     """fold_tree(add) over the tasks' results: in this process (client None) or as tasks
     (each map and each addition one task; the whole tree submitted at once)."""
     bar = shard_progress(len(tasks), desc=desc, enabled=progress)
     with bar:
         if client is None:
 
-            def run_local() -> Iterator[Any]:
+            def run_local() -> Iterator[_T]:
                 for fn, args in tasks:
                     out = fn(*args)
                     bar.update(1)
                     yield out
 
-            return fold_tree(run_local(), _add)
+            return fold_tree(run_local(), add)
         # Dask (the trainer's optional distributed engine) loads only when a fit runs on it
         from distributed import as_completed
 
-        mapped: list[Any] = []
+        mapped: list[DaskFuture] = []
 
-        def submit_maps() -> Iterator[Any]:
+        def submit_maps() -> Iterator[DaskFuture]:
             for fn, args in tasks:
                 fut = client.submit(fn, *args, pure=False, retries=RETRIES)
                 mapped.append(fut)
@@ -244,7 +291,7 @@ def _map_reduce(
 
         root = fold_tree(
             submit_maps(),
-            lambda a, b: client.submit(_add, a, b, pure=False, retries=RETRIES),
+            lambda a, b: client.submit(add, a, b, pure=False, retries=RETRIES),
         )
         # as_completed holds each map future until it is yielded; the driver keeps none, so
         # a shard's sums are released as soon as its addition has consumed them (holding
@@ -254,7 +301,8 @@ def _map_reduce(
         for fut in done:
             bar.update(1)
             del fut
-        return root.result()
+        total: _T = root.result()
+        return total
 
 
 def fit_operators(
@@ -268,27 +316,29 @@ def fit_operators(
 ) -> FitSums:
     """The operators of equation (1) of ``data`` (a :class:`qveil.dataset.Dataset` or a
     :class:`qveil.dataset_parquet.ParquetSource`), built shard by shard on ``engine``."""
-    kw: dict[str, Any] = {"n_actions": int(n_actions), "box": box, "spec": spec}
+    kw: _ShardOptions = {"n_actions": int(n_actions), "box": box, "spec": spec}
     with open_client(engine) as client:
         if isinstance(data, ParquetSource):
             path = str(data.path.resolve())
-            shards: list[Any] = list(range(data.groups))
+            shards: list[_Shard] = list(range(data.groups))
 
-            def sums_task(g: Any, den: Any) -> tuple[Callable[..., Any], tuple[Any, ...]]:
-                return _parquet_sums, (path, g, {**kw, "reward_range": reward_range, **den})
+            def sums_task(g: _Shard, den: _DenPool) -> _Task[ShardSums]:
+                opts: _SumsOptions = {**kw, "reward_range": reward_range, **den}
+                return _parquet_sums, (path, g, opts)
 
-            def den_task(g: Any) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+            def den_task(g: _Shard) -> _Task[FloatArray]:
                 return _parquet_denominators, (path, g, kw)
         elif isinstance(data, Dataset):
             # each task carries its shard (held by the scheduler, so a task lost with its
             # worker is recomputed elsewhere); large datasets belong in Parquet files, read
             # by the tasks themselves
-            shards = data.transitions.shards(engine.shard_users)
+            shards = list(data.transitions.shards(engine.shard_users))
 
-            def sums_task(g: Any, den: Any) -> tuple[Callable[..., Any], tuple[Any, ...]]:
-                return _memory_sums, (g, {**kw, "reward_range": reward_range, **den})
+            def sums_task(g: _Shard, den: _DenPool) -> _Task[ShardSums]:
+                opts: _SumsOptions = {**kw, "reward_range": reward_range, **den}
+                return _memory_sums, (g, opts)
 
-            def den_task(g: Any) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+            def den_task(g: _Shard) -> _Task[FloatArray]:
                 return _memory_denominators, (g, kw)
         else:
             raise InvalidArgument(
@@ -300,13 +350,15 @@ def fit_operators(
             den_pool = _map_reduce(
                 client,
                 [den_task(sh) for sh in shards],
+                add=_add_arrays,
                 progress=engine.progress,
                 desc="denominators",
             )
-        extra = {} if den_pool is None else {"den_pool": den_pool}
+        extra: _DenPool = {} if den_pool is None else {"den_pool": den_pool}
         total = _map_reduce(
             client,
             [sums_task(sh, extra) for sh in shards],
+            add=add_shard_sums,
             progress=engine.progress,
             desc="fit shards",
         )
@@ -321,9 +373,7 @@ def fit_operators(
 
 
 # --------------------------------------------------------------------------- collection
-def _in_order(
-    client: Any, tasks: list[tuple[Callable[..., Any], tuple[Any, ...]]]
-) -> Iterator[Any]:
+def _in_order(client: DaskClient, tasks: list[_Task[_T]]) -> Iterator[_T]:
     """The tasks' results in task order, with at most two tasks per worker thread in
     flight: a result is released once yielded, so the cluster holds a bounded number of
     shards however many there are (collected shards are large: all of them held at once
@@ -331,7 +381,7 @@ def _in_order(
 
     threads = sum(w.get("nthreads", 1) for w in client.scheduler_info()["workers"].values())
     window = max(2, 2 * threads)
-    pending: deque[Any] = deque()
+    pending: deque[DaskFuture] = deque()
     queue = iter(tasks)
 
     def top_up() -> None:
@@ -352,11 +402,16 @@ def _in_order(
 
 
 def _collect_shard(
-    env_id: str, first_user: int, users: int, seed: int, opts: dict[str, Any]
-) -> tuple[Transitions, dict[str, Any]]:
+    env_id: str, first_user: int, users: int, seed: int, opts: _CollectOptions
+) -> tuple[Transitions, _ShardMeta]:
     ds = collect(env_id, users, seed, first_user=first_user, **opts)
-    meta = {"n_actions": ds.n_actions, "reward_range": ds.reward_range, "d": ds.d}
-    return ds.transitions, meta | {"behaviour": ds.behaviour}
+    meta: _ShardMeta = {
+        "n_actions": ds.n_actions,
+        "reward_range": ds.reward_range,
+        "d": ds.d,
+        "behaviour": ds.behaviour,
+    }
+    return ds.transitions, meta
 
 
 def collect_parquet(
@@ -373,7 +428,7 @@ def collect_parquet(
     force: bool = False,
     engine: Engine | None = None,
     behaviour: Behaviour | None = None,
-) -> dict[str, Any]:
+) -> JSONObject:
     """Collect ``users`` users into the Parquet dataset ``out``, one task per shard of
     ``engine.shard_users`` users, written in shard order (the same seed gives the same
     file whatever the worker count). ``behaviour``: the behaviour policy (default uniformly
@@ -381,7 +436,7 @@ def collect_parquet(
     engine = engine or Engine()
     if users < 1:
         raise InvalidArgument(f"users must be >= 1, got {users}")
-    opts = {
+    opts: _CollectOptions = {
         "episodes_per_user": episodes_per_user,
         "reward_range": reward_range,
         "clip_rewards": clip_rewards,
@@ -394,7 +449,7 @@ def collect_parquet(
     try:
         with open_client(engine) as client, bar:
             if client is None:
-                results: Iterator[Any] = (
+                results: Iterator[tuple[Transitions, _ShardMeta]] = (
                     _collect_shard(env_id, u0, n, seed, opts) for u0, n in jobs
                 )
             else:

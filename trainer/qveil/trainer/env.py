@@ -8,8 +8,7 @@ its 50th step. Registered as ``qveil/LineWalk-v0`` when :mod:`qveil.trainer` is 
 
 from __future__ import annotations
 
-# Any: gymnasium's own types of an env's metadata, reset options and step info
-from typing import Any
+from typing import Any, TypeAlias  # Any: GymEnv
 
 import gymnasium as gym
 import numpy as np
@@ -20,6 +19,7 @@ from qveil.errors import InvalidArgument, echo
 __all__ = [
     "ENV_ID",
     "REACH_ID",
+    "GymEnv",
     "LineWalkEnv",
     "ReachEnv",
     "action_count",
@@ -30,6 +30,9 @@ __all__ = [
 ENV_ID = "qveil/LineWalk-v0"
 REACH_ID = "qveil/Reach16-v0"
 
+#: An env of any id, as ``gymnasium.make`` returns it.
+GymEnv: TypeAlias = gym.Env[Any, Any]  # gymnasium types its obs. and actions Any (id-dependent)
+
 #: Largest single move (E.1: "a random amount sampled uniformly from [0, 0.25]").
 MAX_MOVE = 0.25
 
@@ -37,7 +40,7 @@ MAX_MOVE = 0.25
 class LineWalkEnv(gym.Env[np.ndarray, int]):
     """The 1-D walk of Appendix E.1; reward range [0, 0.5]."""
 
-    metadata: dict[str, Any] = {"render_modes": []}
+    metadata: dict[str, object] = {"render_modes": []}
     #: Declared reward range; the trainer clips to the configured range anyway.
     reward_bounds = (0.0, 0.5)
 
@@ -55,14 +58,14 @@ class LineWalkEnv(gym.Env[np.ndarray, int]):
         self._t = 0
 
     def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[np.ndarray, dict[str, Any]]:
+        self, *, seed: int | None = None, options: dict[str, object] | None = None
+    ) -> tuple[np.ndarray, dict[str, object]]:
         super().reset(seed=seed)
         self._state = float(self.np_random.uniform(0.0, 1.0))
         self._t = 0
         return np.array([self._state], dtype=np.float64), {}
 
-    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, object]]:
         if not self.action_space.contains(action):
             raise ValueError(f"invalid action {action!r}; LineWalk has actions 0 (left), 1 (right)")
         move = float(self.np_random.uniform(0.0, self.max_move))
@@ -88,7 +91,7 @@ class ReachEnv(gym.Env[np.ndarray, int]):
     (truncation) at its 20th step. Action 1 is always the better one, so the Q-function's
     action gap is known; the env exists to measure time and memory against d."""
 
-    metadata: dict[str, Any] = {"render_modes": []}
+    metadata: dict[str, object] = {"render_modes": []}
     reward_bounds = (0.0, 1.0)
 
     def __init__(self, *, dims: int = 16, episode_length: int = 20) -> None:
@@ -103,14 +106,14 @@ class ReachEnv(gym.Env[np.ndarray, int]):
         self._t = 0
 
     def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[np.ndarray, dict[str, Any]]:
+        self, *, seed: int | None = None, options: dict[str, object] | None = None
+    ) -> tuple[np.ndarray, dict[str, object]]:
         super().reset(seed=seed)
         self._state = self.np_random.uniform(0.0, 1.0, self.dims)
         self._t = 0
         return self._state.copy(), {}
 
-    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, object]]:
         if not self.action_space.contains(action):
             raise ValueError(f"invalid action {action!r}; Reach has actions 0 (away), 1 (towards)")
         step = self.np_random.uniform(0.0, 0.1, self.dims)

@@ -13,10 +13,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-# Any: gymnasium's Env is generic in its observation and action types, which gymnasium.make
-# does not know (observations and step values are read through numpy)
-from typing import Any
-
 import gymnasium as gym
 import numpy as np
 
@@ -24,7 +20,7 @@ from qveil.answer import released_values
 from qveil.bundle import Bundle
 from qveil.errors import InvalidArgument
 from qveil.trainer import register_envs
-from qveil.trainer.env import ENV_ID, towards_middle_policy
+from qveil.trainer.env import ENV_ID, GymEnv, towards_middle_policy
 
 __all__ = [
     "PolicyScore",
@@ -48,7 +44,7 @@ class PolicyScore:
 
 
 def run_policy(
-    env: gym.Env[Any, Any],
+    env: GymEnv,
     policy: Callable[[float], int],
     *,
     episodes: int,

@@ -6,16 +6,26 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any
+from typing import Protocol
 
 from tqdm import tqdm
 
-__all__ = ["LOG_EVERY_FRACTION", "LOG_EVERY_SECONDS", "progress"]
+__all__ = ["LOG_EVERY_FRACTION", "LOG_EVERY_SECONDS", "Progress", "progress"]
 
 #: Off a terminal: a line when this fraction of the total is done since the last line...
 LOG_EVERY_FRACTION = 0.1
 #: ... or when this many seconds have passed since it (and always at the end).
 LOG_EVERY_SECONDS = 5.0
+
+
+class Progress(Protocol):
+    """What :func:`progress` returns: a context manager counting the work done."""
+
+    def update(self, n: int = 1) -> None: ...
+
+    def __enter__(self) -> Progress: ...
+
+    def __exit__(self, *exc: object) -> None: ...
 
 
 class _LogLines:
@@ -48,11 +58,11 @@ class _LogLines:
         return None
 
 
-# Any: a tqdm bar (tqdm ships no type information) or _LogLines, used as a context manager
-# with update(n)
-def progress(total: int, *, desc: str, unit: str, enabled: bool) -> Any:
+def progress(total: int, *, desc: str, unit: str, enabled: bool) -> Progress:
     """A context manager with ``update(n=1)``: a tqdm bar when stderr is a terminal, log
     lines otherwise (module docstring), nothing when not ``enabled``."""
     if enabled and not sys.stderr.isatty():
         return _LogLines(int(total), desc, unit)
-    return tqdm(total=total, disable=not enabled, unit=unit, file=sys.stderr, desc=desc)
+    # tqdm ships no type information: its bar is read as untyped, and has this protocol
+    bar: Progress = tqdm(total=total, disable=not enabled, unit=unit, file=sys.stderr, desc=desc)
+    return bar

@@ -21,7 +21,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import gymnasium as gym
 import numpy as np
@@ -34,6 +34,7 @@ from qveil.noise import StateInterval
 from qveil.privacy import PrivacyParams, PrivacyResult, account, calibrate
 from qveil.trainer import register_envs
 from qveil.trainer.config import TrainConfig, to_toml
+from qveil.trainer.env import GymEnv
 from qveil.version import __version__
 
 if TYPE_CHECKING:  # the module itself loads torch: imported where training runs
@@ -54,7 +55,7 @@ __all__ = [
 class EnvInfo:
     """The facts about an environment that the trainer and the card need."""
 
-    env: gym.Env[Any, Any]  # gymnasium's Env: its observation and action types are the env's
+    env: GymEnv
     interval: StateInterval
     n_actions: int
     fingerprint: str
@@ -100,7 +101,7 @@ def make_env(cfg: TrainConfig) -> EnvInfo:
     )
 
 
-def env_fingerprint(cfg: TrainConfig, env: gym.Env[Any, Any], interval: StateInterval) -> str:
+def env_fingerprint(cfg: TrainConfig, env: GymEnv, interval: StateInterval) -> str:
     """sha256 over the env id, kwargs, entry point, spaces and the env class's source file."""
     spec = env.spec
     src_sha = ""
@@ -182,7 +183,7 @@ def privacy_for(
     # every PrivacyParams field but beta (the accountant's) is the config's of the same name,
     # except these three; in PrivacyParams' order, which the card keeps
     derived = {"actions": n_actions, "steps": cfg.planned_updates, "notes": tuple(_notes(cfg))}
-    fields: dict[str, Any] = {  # keyword arguments (Any: each checked by its parameter)
+    fields: JSONObject = {  # PrivacyParams' fields: the card's privacy params
         f.name: derived[f.name] if f.name in derived else getattr(cfg, f.name)
         for f in dataclasses.fields(PrivacyParams)
         if f.name != "beta"

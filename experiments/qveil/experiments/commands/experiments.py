@@ -21,7 +21,7 @@ import importlib
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from qveil.cli_parser import Subcommands, add_command
 from qveil.errors import InvalidArgument, echo
@@ -174,44 +174,52 @@ def _numbers(flag: str, raw: str, kind: Callable[[str], N]) -> list[N]:
     return out
 
 
-def _multid_kwargs(
-    args: argparse.Namespace,
-) -> dict[str, Any]:  # keyword arguments (Any: each checked by its parameter)
+def _multid_kwargs(args: argparse.Namespace) -> dict[str, object]:
     """The multid-only flags as keyword arguments of qveil.experiments.multid.run."""
     # here, not at the top: loads the server and the trainer only when multid runs
     from qveil.experiments.multid import ENVS, FULL, QUICK
 
-    given: dict[str, Any] = {  # keyword arguments (Any: each checked by its parameter)
-        k: getattr(args, k, None)
-        for k in ("env", "users", "epsilons", "releases", "episodes", "dataset")
+    # each flag's value as its parser reads it (None: not given)
+    env: str | None = getattr(args, "env", None)
+    users_flag: str | None = getattr(args, "users", None)
+    epsilons: str | None = getattr(args, "epsilons", None)
+    releases: int | None = getattr(args, "releases", None)
+    episodes: int | None = getattr(args, "episodes", None)
+    dataset: Path | None = getattr(args, "dataset", None)
+    flags = {
+        "env": env,
+        "users": users_flag,
+        "epsilons": epsilons,
+        "releases": releases,
+        "episodes": episodes,
+        "dataset": dataset,
     }
-    given = {k: v for k, v in given.items() if v is not None}
+    given = [k for k, v in flags.items() if v is not None]
     if not given:
         return {}
-    if args.name == "anchors-sweep" and list(given) == ["env"]:
-        return {"env": _sweep_env(given["env"])}
+    if args.name == "anchors-sweep" and given == ["env"] and env is not None:
+        return {"env": _sweep_env(env)}
     if args.name != "multid":
         raise InvalidArgument(f"--{', --'.join(given)} apply to multid only")
-    kw: dict[str, Any] = {}  # keyword arguments (Any: each checked by its parameter)
-    for k in ("releases", "episodes"):
-        if k in given:
-            if given[k] < 1:
-                raise InvalidArgument(f"--{k} must be >= 1, got {given[k]}")
-            kw[k] = given[k]
-    if "dataset" in given:
-        if "env" in given or "users" in given:
+    kw: dict[str, object] = {}  # keyword arguments of multid.run (found by name: untyped)
+    for k, count in (("releases", releases), ("episodes", episodes)):
+        if count is not None:
+            if count < 1:
+                raise InvalidArgument(f"--{k} must be >= 1, got {count}")
+            kw[k] = count
+    if dataset is not None:
+        if env is not None or users_flag is not None:
             raise InvalidArgument("--dataset gives the env and the users: not with --env/--users")
-        if not given["dataset"].is_file():
-            raise InvalidArgument(f"dataset file {echo(given['dataset'])} does not exist")
-        kw["dataset"] = given["dataset"]
-    if "epsilons" in given:
-        kw["epsilons"] = tuple(_numbers("--epsilons", given["epsilons"], float))
-    if "env" in given or "users" in given:
-        env = given.get("env")
+        if not dataset.is_file():
+            raise InvalidArgument(f"dataset file {echo(dataset)} does not exist")
+        kw["dataset"] = dataset
+    if epsilons is not None:
+        kw["epsilons"] = tuple(_numbers("--epsilons", epsilons, float))
+    if env is not None or users_flag is not None:
         if env is not None and env not in ENVS:
             raise InvalidArgument(f"--env must be one of {', '.join(ENVS)}, got {echo(env)}")
         base = (QUICK if args.quick else FULL)[0]
-        users = _numbers("--users", given["users"], _count) if "users" in given else None
+        users = _numbers("--users", users_flag, _count) if users_flag is not None else None
         if env is None:
             kw["plan"] = [(e, users if users is not None else ns) for e, ns in base]
         else:
@@ -266,7 +274,7 @@ def run(args: argparse.Namespace) -> int:
     out = args.out if args.out is not None else Path("results") / args.name
     module = importlib.import_module(EXPERIMENTS[args.name][0])
     t0 = time.perf_counter()
-    kwargs: dict[str, Any] = {}  # keyword arguments (Any: each checked by its parameter)
+    kwargs: dict[str, object] = {}  # keyword arguments of the experiment's run (untyped)
     if args.config is not None:
         if args.name not in ("fig1", "fig2", "anchors-sweep", "multid"):
             raise InvalidArgument("--config applies to fig1, fig2, anchors-sweep and multid only")

@@ -16,7 +16,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import sqlalchemy as sa
 
@@ -40,6 +39,7 @@ from qveil.server.store.base import SamplePathStore
 from qveil.server.store.export import export_release as export_points
 from qveil.server.store.export import import_release as import_points
 from qveil.server.store.export import read_export_header
+from qveil.server.store.models import TableRow
 from qveil.server.store.releases import store_betas, store_params
 
 __all__ = [
@@ -147,14 +147,14 @@ class ReleaseInfo:
         }
 
 
-def _bundle_rows(db: AdminDB) -> dict[str, sa.Row[Any]]:  # rows of a table's untyped select
+def _bundle_rows(db: AdminDB) -> dict[str, TableRow]:
     with db.read() as conn:
         return {r.release_id: r for r in conn.execute(sa.select(T.release_bundles))}
 
 
 def _ledger_by_release(
     db: AdminDB,
-) -> dict[str, sa.Row[Any, Any, Any, Any]]:  # a select of four untyped columns
+) -> dict[str, sa.Row[str, float, float, str]]:  # release_id, epsilon, delta, dataset_id
     t = T.ledger_events
     with db.read() as conn:
         return {

@@ -12,8 +12,6 @@ Timestamps are ISO-8601 UTC text (microseconds), hashed exactly as stored.
 
 from __future__ import annotations
 
-from typing import Any
-
 import sqlalchemy as sa
 
 from qveil.server.store.models import metadata
@@ -29,7 +27,7 @@ __all__ = [
 _HASH = sa.String(64)
 
 
-def _dataset_chain(name: str, *own: sa.Column[Any]) -> sa.Table:  # columns of any type
+def _dataset_chain(name: str, *own: sa.Column[object]) -> sa.Table:  # columns of any type
     """A table of one hash chain per dataset: keyed (dataset, seq 1, 2, ...), the row's own
     columns, then its time and its link (the previous row's hash, its own)."""
     return sa.Table(

@@ -23,7 +23,6 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 
 import sqlalchemy as sa
 
@@ -40,6 +39,7 @@ from qveil.server.governance import admin_tables as T
 from qveil.server.governance.admin_db import AdminDB, admin_db_for
 from qveil.server.governance.hashchain import GENESIS, canonical_json, link_hash
 from qveil.server.store.base import SamplePathStore
+from qveil.server.store.models import TableRow
 
 __all__ = [
     "OUTCOMES",
@@ -203,7 +203,7 @@ def _append(
     )
 
 
-def _row_entry(r: Any) -> AuditEntry:  # a SQLAlchemy row (untyped select of audit_log)
+def _row_entry(r: TableRow) -> AuditEntry:
     try:
         params = json.loads(r.params_json)
     except ValueError:

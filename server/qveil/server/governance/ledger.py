@@ -20,7 +20,6 @@ import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import sqlalchemy as sa
 
@@ -40,6 +39,7 @@ from qveil.server.governance import audit_log
 from qveil.server.governance.admin_db import AdminDB
 from qveil.server.governance.audit_log import ChainReport, utc_now
 from qveil.server.governance.hashchain import GENESIS, link_hash
+from qveil.server.store.models import TableRow
 
 __all__ = ["BudgetReport", "Cap", "Ledger", "LedgerEntry"]
 
@@ -162,7 +162,7 @@ class _Chain:
     #: what a row that does not link to the one before it is said not to link to
     before: str
     #: findings about a stored row's own content (where, dataset id, row), beyond its link
-    row_findings: Callable[[str, str, Any], list[str]] | None = None  # Any: an untyped SA row
+    row_findings: Callable[[str, str, TableRow], list[str]] | None = None
 
     @property
     def seq_key(self) -> str:
@@ -205,7 +205,7 @@ def _hashed(dataset_id: str, seq: int, created_at: str, values: JSONObject) -> J
     return {"dataset_id": dataset_id, "seq": seq, **own, "created_at": created_at}
 
 
-def _stored(chain: _Chain, r: Any) -> JSONObject:  # r: an untyped SQLAlchemy row
+def _stored(chain: _Chain, r: TableRow) -> JSONObject:
     """The own columns of a stored row of ``chain``, each number as the float it was hashed as."""
     t = chain.table
     return {
@@ -555,7 +555,7 @@ class Ledger:
         return rep
 
 
-def _event_findings(where: str, ds: str, r: Any) -> list[str]:  # r: an untyped SQLAlchemy row
+def _event_findings(where: str, ds: str, r: TableRow) -> list[str]:
     """What is wrong with a stored event row's own content: unreadable JSON, another
     dataset, columns that differ from the event, numbers the accountant does not reproduce."""
     try:

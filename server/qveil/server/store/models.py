@@ -31,16 +31,23 @@ so a stored x or g round-trips bit for bit.
 
 from __future__ import annotations
 
+from typing import TypeAlias
+
 import sqlalchemy as sa
 
 __all__ = [
     "RELEASE_STATUSES",
     "STORE_ID_KEY",
+    "TableRow",
     "metadata",
     "noise_points",
     "releases",
     "store_meta",
 ]
+
+#: A row of a select of whole tables or columns of these (or the admin tables): its values
+#: of any type, each read by column name (SQLAlchemy types a Core table's columns untyped).
+TableRow: TypeAlias = sa.Row[*tuple[object, ...]]
 
 #: ``store_meta`` key of the store's random, persistent identity (created with the store).
 STORE_ID_KEY = "store_id"

@@ -32,7 +32,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy import bindparam, func, select
@@ -62,7 +62,7 @@ from qveil.server.store.base import (
     SamplePathStore,
 )
 from qveil.server.store.integrity import ChainHasher
-from qveil.server.store.models import STORE_ID_KEY
+from qveil.server.store.models import STORE_ID_KEY, TableRow
 from qveil.server.store.models import noise_points as NP  # noqa: N812
 from qveil.server.store.models import releases as REL  # noqa: N812
 from qveil.server.store.models import store_meta as META  # noqa: N812
@@ -90,7 +90,7 @@ def advisory_key(release_id: str, action: int) -> int:
     return int.from_bytes(d[:8], "big", signed=True)
 
 
-def _to_record(row: Any) -> ReleaseRecord:  # a row of an untyped SQLAlchemy select
+def _to_record(row: TableRow) -> ReleaseRecord:
     created = row.created_at
     if isinstance(created, str):
         created = datetime.fromisoformat(created)

@@ -7,8 +7,6 @@ tables are append-only by contract and hash-chained (see the module docstrings).
 
 from __future__ import annotations
 
-from typing import Any
-
 import sqlalchemy as sa
 from alembic import op
 
@@ -16,7 +14,7 @@ revision = "0002"
 down_revision = "0001"
 
 
-def _dataset_chain(name: str, *own: sa.Column[Any]) -> None:  # columns of any type
+def _dataset_chain(name: str, *own: sa.Column[object]) -> None:  # columns of any type
     """A hash-chained table of per-dataset rows: (dataset, seq), its own columns, the time
     and the chain hashes."""
     op.create_table(

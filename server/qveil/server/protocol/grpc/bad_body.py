@@ -17,7 +17,7 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from typing import Any, TypeVar, cast
+from typing import Any, TypeAlias, TypeVar, cast  # Any: AioMethodHandler
 
 import grpc
 
@@ -25,9 +25,10 @@ __all__ = ["checked", "checked_server"]
 
 log = logging.getLogger("qveil.server")
 
-# A request is any service's message (object). A method handler is Any: grpcio's stubs type
-# the handlers of its thread-pool server (no coroutines) and not the named tuple's _replace.
+# A request is any service's message (object).
 Servicer = TypeVar("Servicer")
+#: A grpc.aio method handler: a grpc.RpcMethodHandler named tuple of coroutine behaviours.
+AioMethodHandler: TypeAlias = Any  # types-grpcio types sync handlers only, and no _replace
 
 
 class _Corrupt:
@@ -47,7 +48,7 @@ def _safe(deserialize: Callable[[bytes], object]) -> Callable[[bytes], object]:
     return parse
 
 
-def checked(handler: Any, method: str) -> Any:  # grpc.aio's RpcMethodHandler (stubs: sync)
+def checked(handler: AioMethodHandler, method: str) -> AioMethodHandler:
     """``handler`` (a grpc.RpcMethodHandler of ``method``, ``/package.Service/Method``) with
     an undecodable body answered INVALID_ARGUMENT; a request-streaming handler, or one
     without a deserializer, is returned as it is."""
@@ -109,7 +110,7 @@ class _CheckedServer:
     def add_registered_method_handlers(
         self,
         service: str,
-        methods: Mapping[str, Any],  # grpc.aio's RpcMethodHandlers
+        methods: Mapping[str, AioMethodHandler],
     ) -> None:
         wrapped = {name: checked(h, f"/{service}/{name}") for name, h in methods.items()}
         self._server.add_generic_rpc_handlers(

@@ -4,7 +4,7 @@ format, and the answer rendered in that format.
 Tensors come as JSON ``data`` or with Triton's binary-data extension
 (``Inference-Header-Content-Length`` header, ``binary_data_size`` per input), which
 tritonclient.http uses by default; outputs are binary when asked (``binary_data`` per output
-or ``binary_data_output`` for all). Any body that is not such a request (not JSON, nested
+or ``binary_data_output`` for all). A body that is not such a request (not JSON, nested
 deeper than the JSON parser allows, the wrong types) is INVALID_ARGUMENT: the caller's error,
 never the server's.
 """

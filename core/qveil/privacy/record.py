@@ -18,7 +18,7 @@ __all__ = ["FieldValue", "GaussianResult", "Record", "construct", "reject_unknow
 
 T = TypeVar("T")
 #: The value of some field of a dataclass, as a ``replace(**changes)`` passes it on.
-FieldValue: TypeAlias = Any  # dataclasses.replace types **changes Any (mypy checks each field)
+FieldValue: TypeAlias = Any  # mypy checks replace(**changes) against every field: object fails
 
 
 class Record:

@@ -22,7 +22,6 @@ import importlib
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from qveil.errors import FailedPrecondition, QveilError
 from qveil.version import __version__
@@ -92,13 +91,13 @@ WIRING: dict[str, dict[str, str]] = {
 }
 
 
-# Any: the callable is found by name at run time (importlib), so its type is not known here;
-# the run function that receives it names the type it expects
-def provided(spec: str) -> Callable[..., Any]:
+# object: the callable is found by name at run time (importlib), so its signature and result
+# are not known here; the run function that receives it names the type it expects
+def provided(spec: str) -> Callable[..., object]:
     """The callable ``module:attribute``, imported when it is first called; a missing optional
     extra is a FailedPrecondition naming it (one line and exit 2, not a traceback)."""
 
-    def call(*args: Any, **kwargs: Any) -> Any:
+    def call(*args: object, **kwargs: object) -> object:
         module, attr = spec.split(":")
         try:
             target = getattr(importlib.import_module(module), attr)

@@ -6,13 +6,26 @@ since a command's parser is built before it runs."""
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
-from typing import Any, TypeAlias
+from collections.abc import Callable, Sequence
+from typing import TypeAlias, TypedDict, Unpack
 
 __all__ = ["Subcommands", "add_command", "add_no_progress"]
 
 #: What ``add_subparsers()`` returns: each command module's ``add_parser`` adds to it.
 Subcommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
+class ParserOptions(TypedDict, total=False):
+    """``add_parser``'s own keywords that :func:`add_command` passes through (typed as
+    argparse types them)."""
+
+    aliases: Sequence[str]
+    parents: Sequence[argparse.ArgumentParser]
+    prog: str | None
+    usage: str | None
+    epilog: str | None
+    add_help: bool
+    allow_abbrev: bool
 
 
 def add_command(
@@ -21,7 +34,7 @@ def add_command(
     help: str,  # noqa: A002 - argparse's own name for it
     doc: str | None,
     run: Callable[[argparse.Namespace], int] | None = None,
-    **kw: Any,  # add_parser's own keywords (argparse types each; passed through)
+    **kw: Unpack[ParserOptions],
 ) -> argparse.ArgumentParser:
     """The command ``name`` of ``sub`` (``add_subparsers()``), whose ``--help`` shows ``doc``
     (its module docstring) as written and which ``run`` runs (none: its subcommands set

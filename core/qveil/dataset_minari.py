@@ -32,7 +32,8 @@ import re
 import shutil
 import uuid
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import Any, Literal, TypeAlias, overload  # Any: Storage, Episode (untyped)
 
 import numpy as np
 
@@ -53,9 +54,13 @@ __all__ = ["declared_minari", "load_minari", "resolve_location", "save_minari"]
 _ID = re.compile(r"^(?:[A-Za-z0-9][A-Za-z0-9_.-]*/){0,2}[A-Za-z0-9][A-Za-z0-9_.-]*-v\d+$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*-v\d+$")
 
+#: A ``minari.dataset.minari_storage.MinariStorage`` (a dataset's episodes and spaces).
+Storage: TypeAlias = Any  # Minari ships no type information
+#: A ``minari.EpisodeData`` (one episode's observations, actions, rewards, infos, id).
+Episode: TypeAlias = Any  # Minari ships no type information
 
-# Any below: Minari ships no type information (its module, storage and episode objects)
-def _minari() -> Any:
+
+def _minari() -> ModuleType:
     try:
         # here, not at the top: Minari is an optional dependency (the trainer extra)
         import minari
@@ -64,7 +69,8 @@ def _minari() -> Any:
         raise FailedPrecondition(
             f"Minari datasets need {exc.name!r}: pip install 'qveil[trainer]'"
         ) from None
-    return minari
+    module: ModuleType = minari  # its objects: Storage and Episode above
+    return module
 
 
 def resolve_location(location: str | os.PathLike[str]) -> tuple[Path, str]:
@@ -100,7 +106,17 @@ def _data_dir(directory: Path) -> Path:
     )
 
 
-def _open(location: str | os.PathLike[str], *, episodes: bool) -> tuple[str, Any, JSONObject]:
+@overload
+def _open(
+    location: str | os.PathLike[str], *, episodes: Literal[True]
+) -> tuple[str, Storage, JSONObject]: ...
+@overload
+def _open(
+    location: str | os.PathLike[str], *, episodes: Literal[False]
+) -> tuple[str, None, JSONObject]: ...
+def _open(
+    location: str | os.PathLike[str], *, episodes: bool
+) -> tuple[str, Storage | None, JSONObject]:
     """``(where, storage, raw metadata)`` of the local Minari dataset at ``location`` (a
     ``minari:`` id or a directory): ``storage`` is its ``MinariStorage`` when ``episodes``,
     else None (the metadata alone is read). An unreadable dataset is InvalidArgument."""
@@ -208,7 +224,7 @@ def load_minari(
 
 
 def _episode_columns(
-    ep: Any, d: int, start: int, where: str
+    ep: Episode, d: int, start: int, where: str
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """One Minari episode as (user, s, s2, a, r, terminal) rows: users from
     ``infos['user']`` (one per step) or the episode id, actions shifted to start at 0."""

@@ -9,15 +9,16 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import numpy as np
+from numpy.lib.npyio import NpzFile
 
 from qveil.dataset_types import (
     ECHO,
     FORMAT,
     Dataset,
     DatasetRows,
+    _declared_flag,
     _echo,
     check_population_name,
 )
@@ -67,17 +68,32 @@ def save_npz(ds: Dataset, path: str | os.PathLike[str]) -> None:
     write_npz_atomic(out, {**arrays, **meta})
 
 
-# Any: numpy's .item() of a checked scalar (an int, a float or a str by ``kind``)
-def _scalar(name: str, value: np.ndarray, kind: str) -> Any:
+def _scalar(name: str, value: np.ndarray, kind: str) -> np.ndarray:
+    """``value``, checked to be a 0-d array of a dtype kind in ``kind``."""
     if value.shape != () or value.dtype.kind not in kind:
         raise InvalidArgument(
             f"metadata {name} must be a scalar of kind {kind!r}, got dtype {value.dtype} "
             f"shape {tuple(value.shape)}"
         )
-    return value.item()
+    return value
 
 
-def _open(p: Path) -> Any:  # np.load: numpy types it Any (an NpzFile here)
+def _text(name: str, value: np.ndarray) -> str:
+    """The string of a 0-d str array (its ``.item()`` is a str)."""
+    return str(_scalar(name, value, "U").item())
+
+
+def _int(name: str, value: np.ndarray) -> int:
+    """The integer of a 0-d integer array (its ``.item()`` is an int)."""
+    return int(_scalar(name, value, "iu").item())
+
+
+def _float(name: str, value: np.ndarray) -> float:
+    """The number of a 0-d float or integer array, as a float."""
+    return float(_scalar(name, value, "fiu").item())
+
+
+def _open(p: Path) -> NpzFile[np.generic]:
     """``np.load`` of an existing zip archive; anything else (a CSV or a pickle named
     ``.npz``) is refused with what the file looks like, not numpy's pickle message."""
     try:
@@ -101,7 +117,8 @@ def _open(p: Path) -> Any:  # np.load: numpy types it Any (an NpzFile here)
             f"{looks} (docs/datasets.md)"
         )
     try:
-        return np.load(p, allow_pickle=False)
+        z: NpzFile[np.generic] = np.load(p, allow_pickle=False)  # of a zip archive: an NpzFile
+        return z
     except (OSError, ValueError, EOFError) as exc:
         raise InvalidArgument(
             f"{_echo(str(p))} is not a readable .npz dataset: "
@@ -114,10 +131,7 @@ def _reward_range(data: Mapping[str, np.ndarray]) -> tuple[float, float] | None:
         return None
     if "reward_low" not in data or "reward_high" not in data:
         raise InvalidArgument("give both reward_low and reward_high, or neither")
-    return (
-        float(_scalar("reward_low", data["reward_low"], "fiu")),
-        float(_scalar("reward_high", data["reward_high"], "fiu")),
-    )
+    return _float("reward_low", data["reward_low"]), _float("reward_high", data["reward_high"])
 
 
 def read_npz(path: str | os.PathLike[str]) -> DatasetRows:
@@ -137,23 +151,22 @@ def read_npz(path: str | os.PathLike[str]) -> DatasetRows:
         raise InvalidArgument(
             f"{_echo(str(p))} lacks the array(s) {', '.join(missing)} (needs {', '.join(ARRAYS)})"
         )
-    if "format" in data and _scalar("format", data["format"], "U") != FORMAT:
+    if "format" in data and _text("format", data["format"]) != FORMAT:
         raise InvalidArgument(
             f"unsupported dataset format {_echo(str(data['format']))} (this qveil reads {FORMAT})"
         )
-    n_actions = _scalar("n_actions", data["n_actions"], "iu") if "n_actions" in data else None
-    population = _scalar("population", data["population"], "U") if "population" in data else None
+    n_actions = _int("n_actions", data["n_actions"]) if "n_actions" in data else None
+    population = _text("population", data["population"]) if "population" in data else None
+    flag = data.get("rewards_are_population_averages", np.array(False))
     return DatasetRows(
         where=str(p),
         arrays=Transitions.of(data),
         n_actions=n_actions,
         reward_range=_reward_range(data),
-        env_id=_scalar("env_id", data["env_id"], "U") if "env_id" in data else None,
+        env_id=_text("env_id", data["env_id"]) if "env_id" in data else None,
         population=population,
-        rewards_are_population_averages=data.get(
-            "rewards_are_population_averages", np.array(False)
-        ),
-        behaviour=_scalar("behaviour", data["behaviour"], "U") if "behaviour" in data else None,
+        rewards_are_population_averages=_declared_flag("rewards_are_population_averages", flag),
+        behaviour=_text("behaviour", data["behaviour"]) if "behaviour" in data else None,
     )
 
 
@@ -186,9 +199,9 @@ def declared_npz(
                 f"{_echo(str(p))} is not a readable .npz dataset: {str(exc)[:ECHO]}"
             ) from None
     name = meta.get("population")
-    population = None if name is None else check_population_name(_scalar("population", name, "U"))
+    population = None if name is None else check_population_name(_text("population", name))
     n = meta.get("n_actions")
-    return population, _reward_range(meta), None if n is None else _scalar("n_actions", n, "iu")
+    return population, _reward_range(meta), None if n is None else _int("n_actions", n)
 
 
 def npz_users(path: str | os.PathLike[str]) -> int:

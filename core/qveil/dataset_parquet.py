@@ -55,8 +55,7 @@ import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from types import TracebackType
-from typing import Any
+from types import ModuleType, TracebackType
 
 import numpy as np
 from numpy.typing import NDArray
@@ -64,6 +63,9 @@ from numpy.typing import NDArray
 from qveil.dataset_types import (
     ECHO,
     FORMAT,
+    ArrowArray,
+    ArrowSchema,
+    ArrowTable,
     Dataset,
     _echo,
     _resolve_actions,
@@ -93,8 +95,8 @@ USERS_PER_GROUP = 10_000
 _META_KEY = b"qveil"
 
 
-# Any below: pyarrow's modules, tables, arrays and schemas (pyarrow ships no type information)
-def _pyarrow() -> Any:
+def _pyarrow() -> tuple[ModuleType, ModuleType]:
+    """``pyarrow`` and ``pyarrow.parquet`` (their objects: dataset_types' Arrow aliases)."""
     try:
         # here, not at the top: pyarrow is an optional dependency (the trainer extra)
         import pyarrow as pa
@@ -120,7 +122,7 @@ def is_qveil_parquet(path: str | os.PathLike[str]) -> bool:
         return False
 
 
-def _schema(d: int, metadata: JSONObject | None = None) -> Any:
+def _schema(d: int, metadata: JSONObject | None = None) -> ArrowSchema:
     pa, _ = _pyarrow()
     state = pa.list_(pa.float64(), d)
     fields = [
@@ -135,11 +137,11 @@ def _schema(d: int, metadata: JSONObject | None = None) -> Any:
     return pa.schema(fields, metadata=meta)
 
 
-def _table(arrays: Transitions) -> Any:
+def _table(arrays: Transitions) -> ArrowTable:
     pa, _ = _pyarrow()
     d = arrays.d
 
-    def states(x: NDArray[np.float64]) -> Any:
+    def states(x: NDArray[np.float64]) -> ArrowArray:
         return pa.FixedSizeListArray.from_arrays(pa.array(np.ascontiguousarray(x).ravel()), d)
 
     return pa.Table.from_arrays(

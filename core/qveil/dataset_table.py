@@ -36,11 +36,14 @@ import os
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from types import ModuleType
+from typing import TypeVar
 
 import numpy as np
 
 from qveil.dataset_types import (
+    ArrowArray,
+    ArrowTable,
     Dataset,
     DatasetRows,
     Transitions,
@@ -66,8 +69,7 @@ TABLE_METADATA = (
 _PANDAS_ATTRS = b"PANDAS_ATTRS"
 
 
-# Any below: pyarrow's modules, tables and columns (pyarrow ships no type information)
-def _pyarrow() -> Any:
+def _pyarrow() -> ModuleType:
     try:
         # here, not at the top: pyarrow is an optional dependency (the trainer extra)
         import pyarrow as pa
@@ -75,7 +77,8 @@ def _pyarrow() -> Any:
         raise FailedPrecondition(
             "Parquet and CSV datasets need pyarrow: pip install 'qveil[trainer]'"
         ) from None
-    return pa
+    module: ModuleType = pa  # its objects: dataset_types' Arrow aliases
+    return module
 
 
 def _is_csv(p: Path) -> bool:
@@ -179,7 +182,7 @@ def declared_table(
     return (None if pop is None else check_population_name(pop)), _reward_range(p, meta), n
 
 
-def _read(p: Path, columns: list[str] | None = None) -> Any:
+def _read(p: Path, columns: list[str] | None = None) -> ArrowTable:
     """The Arrow table of a CSV or Parquet table (``columns`` only, when given)."""
     pa = _pyarrow()
     # here, not at the top: optional dependency (see _pyarrow)
@@ -204,13 +207,13 @@ def _read(p: Path, columns: list[str] | None = None) -> Any:
         ) from None
 
 
-def _null_row(col: Any) -> int | None:
+def _null_row(col: ArrowArray) -> int | None:
     if not col.null_count:
         return None
     return int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
 
 
-def _column(table: Any, name: str, where: str) -> Any:
+def _column(table: ArrowTable, name: str, where: str) -> ArrowArray:
     if name not in table.column_names:
         raise InvalidArgument(
             f"{_echo(where)} has no column {name!r} (columns: "
@@ -223,7 +226,7 @@ def _column(table: Any, name: str, where: str) -> Any:
     return col
 
 
-def _typed(table: Any, name: str, where: str, kinds: str) -> np.ndarray:
+def _typed(table: ArrowTable, name: str, where: str, kinds: str) -> np.ndarray:
     """Column ``name`` as numpy, its Arrow type one of ``kinds`` (i: integer, f: floating,
     b: bool)."""
     pa = _pyarrow()
@@ -240,7 +243,7 @@ def _typed(table: Any, name: str, where: str, kinds: str) -> np.ndarray:
     return np.asarray(col.to_numpy(zero_copy_only=False))
 
 
-def _terminal(table: Any, where: str) -> np.ndarray:
+def _terminal(table: ArrowTable, where: str) -> np.ndarray:
     arr = _typed(table, "terminal", where, "bi")
     if arr.dtype.kind == "b":
         return arr
@@ -254,7 +257,7 @@ def _terminal(table: Any, where: str) -> np.ndarray:
     return arr.astype(bool)
 
 
-def _state(table: Any, base: str, where: str) -> np.ndarray:
+def _state(table: ArrowTable, base: str, where: str) -> np.ndarray:
     """The [n, d] state of ``base`` (``s`` or ``s2``): a list column, or one column per
     coordinate ``base_0 .. base_{d-1}``."""
     pa = _pyarrow()

@@ -37,7 +37,7 @@ import json
 import math
 import sys
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeAlias  # Any: the Arrow aliases below (pyarrow is untyped)
 
 import numpy as np
 from numpy.typing import NDArray
@@ -48,6 +48,9 @@ from qveil.transitions import ARRAYS as _ARRAYS
 from qveil.transitions import Transitions
 
 __all__ = [
+    "ArrowArray",
+    "ArrowSchema",
+    "ArrowTable",
     "Dataset",
     "DatasetRows",
     "FORMAT",
@@ -61,6 +64,15 @@ FORMAT = "qveil-dataset/1"
 
 #: User text (paths, ids) is echoed at most this many characters.
 ECHO = 80
+
+# The pyarrow objects the Parquet and CSV formats (qveil.dataset_parquet, qveil.dataset_table)
+# pass between their functions, named once here (both import this module, not each other).
+#: A ``pyarrow.Table`` (rows in named columns).
+ArrowTable: TypeAlias = Any  # pyarrow ships no type information
+#: A ``pyarrow.Array`` or ``ChunkedArray`` (one column, or a list column's values).
+ArrowArray: TypeAlias = Any  # pyarrow ships no type information
+#: A ``pyarrow.Schema`` (column names, types and the key-value metadata).
+ArrowSchema: TypeAlias = Any  # pyarrow ships no type information
 
 
 def _echo(value: object) -> str:
@@ -388,7 +400,7 @@ def _resolve_range(
     return rr
 
 
-def _resolve_actions(declared: Any, given: int | None, *, where: str) -> Any:  # file's, unchecked
+def _resolve_actions(declared: int | None, given: int | None, *, where: str) -> int:
     """The file's declared action count, or the caller's; both present must agree."""
     if declared is not None and given is not None and int(given) != declared:
         raise InvalidArgument(
@@ -421,13 +433,11 @@ class DatasetRows:
 
     where: str
     arrays: Transitions
-    # Any: the values as the file holds them (checked by Dataset: a numpy scalar, a bool
-    # array, or whatever a file wrote), never trusted before the check
-    n_actions: Any = None
+    n_actions: int | None = None
     reward_range: tuple[float, float] | None = None
     env_id: str | None = None
     population: str | None = None
-    rewards_are_population_averages: Any = False
+    rewards_are_population_averages: bool = False
     behaviour: str | None = None
 
     def dataset(

@@ -10,7 +10,7 @@ import dataclasses
 import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, TypeVar  # Any: TOMLTable
 
 from qveil.errors import InvalidArgument, echo
 
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 C = TypeVar("C")
 #: A TOML table as :mod:`tomllib` types it: its values are any TOML value (string, number,
 #: bool, date, array, table), read by the config dataclass that takes them.
-TOMLTable = dict[str, Any]
+TOMLTable: TypeAlias = dict[str, Any]  # tomllib.load returns dict[str, Any] (any TOML value)
 
 __all__ = [
     "CLIP_REFUSE",

@@ -17,7 +17,6 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from qveil.errors import InvalidArgument
 from qveil.fqi_config import TOMLTable, config_from_dict, config_toml, read_toml
@@ -25,6 +24,7 @@ from qveil.kfqi import KernelFQISpec
 from qveil.kfqi_anchors import AnchorSet, read_anchors
 from qveil.privacy.fqi import FQIPrivacyResult
 from qveil.privacy.kfqi import KernelFQIPrivacyParams, account_kernel_fqi, calibrate_kernel_fqi
+from qveil.privacy.record import FieldValue
 
 __all__ = [
     "DEFAULT_BETA",
@@ -143,7 +143,7 @@ class KernelFQIConfig:
     def from_dict(cls, d: Mapping[str, object]) -> KernelFQIConfig:
         return config_from_dict(cls, d, "kernel fqi")
 
-    def replace(self, **changes: Any) -> KernelFQIConfig:  # any field's value (replace checks)
+    def replace(self, **changes: FieldValue) -> KernelFQIConfig:  # replace checks them
         return dataclasses.replace(self, **changes)
 
     def betas_for(self, dims: int) -> tuple[float, ...]:

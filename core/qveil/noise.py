@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -49,6 +49,9 @@ __all__ = [
 ]
 
 FloatArray = npt.NDArray[np.float64]
+#: What :func:`ou_bridge` computes on: floats (with math's exp/expm1) or float64 arrays (with
+#: numpy's), elementwise by the same formula.
+V = TypeVar("V", float, FloatArray)
 
 #: Calls with at most this many values take a pure-Python path (no np.unique etc.): below
 #: it, numpy's fixed cost per call, not the arithmetic, is what they pay. The serving path
@@ -80,11 +83,16 @@ def ou_covariance(
     return cov
 
 
-# Any: floats with math's exp/expm1, or float64 arrays with numpy's (one formula, elementwise;
-# math's functions and numpy's ufuncs share no static type)
 def ou_bridge(
-    beta: float, s2: float, d1: Any, g1: Any, d2: Any, g2: Any, exp: Any, expm1: Any
-) -> tuple[Any, Any]:
+    beta: float,
+    s2: float,
+    d1: V,
+    g1: V,
+    d2: V,
+    g2: V,
+    exp: Callable[[V], V],
+    expm1: Callable[[V], V],
+) -> tuple[V, V]:
     """The OU conditional, the one place its formula is written: (mean, variance) of g(x)
     given its nearest stored neighbour at distance ``d1`` on the left with value ``g1`` and
     at ``d2`` on the right with value ``g2``, for the kernel s2 exp(-beta |x - y|). With

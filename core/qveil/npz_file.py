@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -36,12 +35,14 @@ def new_npz_path(path: str | os.PathLike[str], what: str) -> Path:
 def write_npz_atomic(out: Path, arrays: Mapping[str, npt.ArrayLike]) -> None:
     """Write ``arrays`` (name -> array) as the ``.npz`` file ``out``; its directory must
     exist. Replaces ``out`` if it exists (callers that must not overwrite check first)."""
-    # Any: numpy's stub gives savez's **kwds the type of its allow_pickle flag
-    named: dict[str, Any] = {name: np.asarray(a) for name, a in arrays.items()}
+    named = {name: np.asarray(a) for name, a in arrays.items()}
+    # numpy's stub checks savez's **kwds against its allow_pickle flag (bool) too, which an
+    # array is not: called with the keyword names unchecked (the values are arrays)
+    savez: Callable[..., None] = np.savez
     tmp = out.parent / f".{out.name}.tmp-{uuid.uuid4().hex[:8]}"
     try:
         with open(tmp, "wb") as fh:
-            np.savez(fh, **named)
+            savez(fh, **named)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, out)

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import os
 import types
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, overload, runtime_checkable
 
 import numpy as np
+from numpy.typing import NDArray
 from scipy.special import ndtri
 
 __all__ = ["NormalSource", "OSEntropy", "is_seeded", "resolve_rng", "seeded_rng"]
@@ -29,9 +30,11 @@ _TWO_POW_52 = float(2**52)
 class NormalSource(Protocol):
     """Anything that draws independent standard normals."""
 
-    # Any: numpy's Generator.standard_normal is overloaded on ``size`` (a float for None, an
-    # array for a shape); Any is the one signature both it and OSEntropy satisfy
-    def standard_normal(self, size: Any = None) -> Any: ...
+    # as numpy's Generator.standard_normal: a float for no ``size``, an array for a shape
+    @overload
+    def standard_normal(self, size: None = None) -> float: ...
+    @overload
+    def standard_normal(self, size: int | tuple[int, ...]) -> NDArray[np.float64]: ...
 
 
 class OSEntropy:
@@ -44,13 +47,19 @@ class OSEntropy:
     8.2 in absolute value (probability of a true normal beyond that: 2e-16).
     """
 
-    def standard_normal(self, size: Any = None) -> Any:
+    @overload
+    def standard_normal(self, size: None = None) -> float: ...
+    @overload
+    def standard_normal(self, size: int | tuple[int, ...]) -> NDArray[np.float64]: ...
+    def standard_normal(
+        self, size: int | tuple[int, ...] | None = None
+    ) -> float | NDArray[np.float64]:
         if size is None:  # one draw (a server query): the same arithmetic without numpy arrays
             k = int.from_bytes(os.urandom(8), "little") >> 12
             return float(ndtri((k + 0.5) / _TWO_POW_52))
         n = int(np.prod(size))
         bits = np.frombuffer(os.urandom(8 * n), dtype="<u8") >> np.uint64(12)
-        z = ndtri((bits.astype(np.float64) + 0.5) / _TWO_POW_52)
+        z: NDArray[np.float64] = ndtri((bits.astype(np.float64) + 0.5) / _TWO_POW_52)
         return z.reshape(size)
 
     def __repr__(self) -> str:

@@ -21,6 +21,7 @@ from qveil.v1 import value_service_pb2_grpc as value_grpc
 __all__ = ["AsyncValueClient"]
 
 T = TypeVar("T")
+M = TypeVar("M", bound=Message)
 
 
 class AsyncValueClient:
@@ -52,10 +53,10 @@ class AsyncValueClient:
 
     async def _call(
         self,
-        method: grpc.aio.UnaryUnaryMultiCallable[Message, Message],
+        method: grpc.aio.UnaryUnaryMultiCallable[Message, M],
         request: Message,
         timeout: float | None,
-    ) -> Message:
+    ) -> M:
         """One call, retried as :meth:`qveil.client.ValueClient._call` does."""
         attempts = self._conn.attempts()
         deadline = self._conn.deadline(timeout)
@@ -71,7 +72,7 @@ class AsyncValueClient:
                 await asyncio.sleep(wait)
         raise AssertionError("unreachable")
 
-    async def _run(self, call: calls.Call[T], timeout: float | None) -> T:
+    async def _run(self, call: calls.Call[M, T], timeout: float | None) -> T:
         resp = await self._call(getattr(self._stub, call.method), call.request, timeout)
         return call.decode(resp)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypedDict, TypeVar
+from typing import Generic, TypedDict, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -27,6 +27,9 @@ __all__ = [
     "state_fields",
 ]
 
+#: The response message of a call's stub method.
+M = TypeVar("M", bound=Message)
+#: What the SDK makes of it.
 T = TypeVar("T")
 
 
@@ -67,19 +70,18 @@ def state_fields(states: npt.ArrayLike, dims: int = 1) -> StateFields:
 
 
 @dataclass(frozen=True, slots=True)
-class Call(Generic[T]):
+class Call(Generic[M, T]):
     """One ValueService call: ``method`` (the stub's attribute), ``request``, and ``decode``
-    (the response message to the SDK's type)."""
+    (the response message ``M`` of ``method`` to the SDK's type ``T``)."""
 
     method: str
     request: Message
-    # Any: the response message of ``method``; each call's ``decode`` takes its own type
-    decode: Callable[[Any], T]
+    decode: Callable[[M], T]
 
 
 def get_values(
     fields: StateFields, actions: Sequence[int] | None, release_id: str
-) -> Call[t.Values]:
+) -> Call[value_pb.GetValuesResponse, t.Values]:
     """GetValues of the states in ``fields`` (:func:`state_fields`), all actions when
     ``actions`` is None or empty."""
     request = value_pb.GetValuesRequest(
@@ -88,7 +90,9 @@ def get_values(
     return Call("GetValues", request, convert.values_from_proto)
 
 
-def get_best_actions(fields: StateFields, release_id: str) -> Call[t.BestActions]:
+def get_best_actions(
+    fields: StateFields, release_id: str
+) -> Call[value_pb.GetBestActionsResponse, t.BestActions]:
     request = value_pb.GetBestActionsRequest(**fields, release_id=release_id)
     return Call("GetBestActions", request, convert.best_actions_from_proto)
 
@@ -97,6 +101,6 @@ def _release(resp: value_pb.GetReleaseResponse) -> t.Release:
     return convert.release_from_proto(resp.release)
 
 
-def get_release() -> Call[t.Release]:
+def get_release() -> Call[value_pb.GetReleaseResponse, t.Release]:
     """GetRelease: the public card of the active release."""
     return Call("GetRelease", value_pb.GetReleaseRequest(), _release)

@@ -32,6 +32,7 @@ from qveil.v1 import value_service_pb2_grpc as value_grpc
 __all__ = ["AdminClient", "AuditClient", "ValueClient", "is_flat", "state_fields"]
 
 R = TypeVar("R")
+M = TypeVar("M", bound=Message)
 
 
 class _DefaultTimeout:
@@ -125,7 +126,7 @@ class ValueClient(_Base):
     def _stub(self) -> value_grpc.ValueServiceStub:
         return value_grpc.ValueServiceStub(self._channel)
 
-    def _run(self, call: calls.Call[R], timeout: float | None) -> R:
+    def _run(self, call: calls.Call[M, R], timeout: float | None) -> R:
         return call.decode(
             self._call(getattr(self._stub, call.method), call.request, timeout=timeout)
         )

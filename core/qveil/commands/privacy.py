@@ -20,7 +20,7 @@ import argparse
 import dataclasses
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
 from qveil.cli_parser import Subcommands
@@ -125,13 +125,14 @@ _FQI_OWN = {"actions": "fqi: the config's actions, else its env's action count"}
 
 def _add_e3_flags(p: argparse.ArgumentParser, flags: tuple[tuple[str, type, str], ...]) -> None:
     """``--key`` flags defaulting to the E.3 setting, their help naming its source."""
+    settings: Mapping[str, object] = E3_SETTINGS  # looked up by each flag's name
     for key, kind, what in flags:
         own = _FQI_OWN.get(key)
         p.add_argument(
             "--" + key.replace("_", "-"),
             type=kind,
-            default=None if own else E3_SETTINGS[key],
-            help=f"{what} (default {E3_SETTINGS[key]}; {E3_SOURCES[key]}"
+            default=None if own else settings[key],
+            help=f"{what} (default {settings[key]}; {E3_SOURCES[key]}"
             + (f"; {own})" if own else ")"),
         )
 

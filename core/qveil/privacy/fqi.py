@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields, replace
-from typing import Any, Self, TypeVar
+from typing import Self, TypeVar
 
 from qveil.errors import InvalidArgument
 from qveil.json_types import JSONMapping, JSONObject
@@ -45,6 +45,7 @@ from qveil.privacy.gaussian import (
     analytic_gaussian_epsilon,
     analytic_gaussian_sigma,
 )
+from qveil.privacy.record import FieldValue
 from qveil.release_map import certified_kappa
 
 __all__ = [
@@ -160,7 +161,7 @@ class RelationParams:
         """r0 / (1 - gamma): the width of the range every Q_t lies in."""
         return value_scale(self.reward_range, self.gamma)
 
-    def replace(self, **changes: Any) -> Self:  # any field's value (dataclasses.replace)
+    def replace(self, **changes: FieldValue) -> Self:
         return replace(self, **changes)
 
     def to_dict(self) -> JSONObject:

@@ -13,7 +13,7 @@ import math
 import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Protocol, TypedDict
 
 from qveil.errors import InvalidArgument
 from qveil.json_types import JSONMapping, JSONObject
@@ -25,6 +25,7 @@ from qveil.privacy.record import Record, construct, reject_unknown
 __all__ = [
     "E3_SETTINGS",
     "E3_SOURCES",
+    "E3Settings",
     "MODES",
     "PrivacyParams",
     "PrivacyResult",
@@ -33,8 +34,25 @@ __all__ = [
 
 MODES: tuple[str, ...] = ("paper", "gdp", "output")
 
+
+class E3Settings(TypedDict):
+    """The E.3 settings: PrivacyParams' fields of those names (``PrivacyParams(**s)``)."""
+
+    delta: float
+    samples: int
+    batch_size: int
+    lr: float
+    k: float
+    lipschitz: float
+    resets: int
+    actions: int
+    gamma: float
+    reward_bound: float
+    reward_sensitivity: float
+
+
 # The paper's Appendix E.3 settings (Wang & Hegde 2019), and where each value comes from.
-E3_SETTINGS: dict[str, Any] = {  # int and float fields, passed as PrivacyParams(**E3_SETTINGS)
+E3_SETTINGS: E3Settings = {
     "delta": 1e-4,
     "samples": 5000,
     "batch_size": 64,
@@ -266,9 +284,16 @@ class PrivacyResult:
         return d
 
 
-# Any: p is the result's own params (PrivacyParams or OPEPrivacyParams, kept as given), and the
-# dict is keyword arguments of either result dataclass (fields of several types)
-def one_gaussian(p: Any, *, sensitivity: float, sigma: float) -> JSONObject:
+class _Accounted(Protocol):
+    """What :func:`one_gaussian` reads of a result's params (PrivacyParams or
+    OPEPrivacyParams, kept as given)."""
+
+    @property
+    def delta(self) -> float: ...
+
+
+# the dict is keyword arguments of either result dataclass (fields of several types)
+def one_gaussian(p: _Accounted, *, sensitivity: float, sigma: float) -> JSONObject:
     """The result fields that every accountant of one Gaussian mechanism fills alike: noise
     ``sigma`` on a statistic of L2 (or RKHS) sensitivity ``sensitivity``, accounted for the
     params ``p`` at ``p.delta``. epsilon is the analytic Gaussian mechanism's (the mu-GDP

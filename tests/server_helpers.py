@@ -1,6 +1,6 @@
 """Helpers for the server/client tests: small real bundles, real `qveil serve` subprocesses
 on 127.0.0.1 port 0 (the server writes its bound port to --port-file), an in-process grpc.aio
-server on a background event loop (qveil.server.serving.local: still real gRPC over loopback), token
+server on a background event loop (qveil.server.local: still real gRPC over loopback), token
 files and test certificates (made with `cryptography`), and a query service with its answer log
 over a SQLite store (:func:`serving_query`)."""
 
@@ -22,7 +22,7 @@ from typing import Any
 import grpc
 import numpy as np
 
-from qveil.server.serving.local import LocalServer
+from qveil.server.local import LocalServer
 
 REPO = Path(__file__).resolve().parent.parent
 QVEIL = str(Path(sys.executable).parent / "qveil")
@@ -556,7 +556,7 @@ def wait_health(
 
 # ----------------------------------------------------------------------------- in-process
 #: the real grpc.aio server on a background event loop over a real store
-#: (qveil.server.serving.local)
+#: (qveil.server.local)
 InProcessServer = LocalServer
 
 

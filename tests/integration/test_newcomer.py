@@ -15,7 +15,7 @@ from server_helpers import QVEIL, ensure_population, make_bundle, start_server
 from qveil.bundle import value_scale_warning
 from qveil.cli import main
 from qveil.client.commands.query import human
-from qveil.server.serving.app import resolve_store_url
+from qveil.server.app import resolve_store_url
 
 
 @pytest.fixture

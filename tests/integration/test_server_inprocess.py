@@ -1,4 +1,4 @@
-"""The real grpc.aio server (qveil.server.serving.app.create_server) on a background event loop,
+"""The real grpc.aio server (qveil.server.app.create_server) on a background event loop,
 over loopback, with a real SQLite store as its answer log: the bad-input property test, health
 transitions, the concurrency bound, deadlines, anonymous mode, atomic activation, replicas on one
 PostgreSQL log and the log's count of what it wrote."""

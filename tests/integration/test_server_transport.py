@@ -47,7 +47,7 @@ NO_RETRY = RetryPolicy(attempts=1)
 
 
 def test_tls_rejects_plaintext_client(bundle: Path, certs, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    from qveil.server.serving.app import TLSFiles, create_server
+    from qveil.server.app import TLSFiles, create_server
 
     with InProcessServer(None, f"sqlite:///{tmp_path / 's.sqlite'}") as s:
 

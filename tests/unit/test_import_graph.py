@@ -106,7 +106,7 @@ def test_the_graph_holds_every_part(graph: grimp.ImportGraph) -> None:
     name, not counted)."""
     for mod in (
         "qveil.keyed",
-        "qveil.server.serving.app",
+        "qveil.server.app",
         "qveil.trainer.train",
         "qveil.client.sync",
         "qveil.common.serde",

@@ -15,7 +15,7 @@ between policies are not episode luck):
 * the private release at each epsilon (delta 1e-5, user relation), R times: each time a new
   release bundle of the fit is written (:func:`qveil.trainer.kfqi.write_kernel_release`: its
   own release id and fingerprint, sigma from the kernel accountant for that epsilon), served
-  by the real server (:class:`qveil.server.serving.local.LocalServer`: gRPC on 127.0.0.1 port 0, a
+  by the real server (:class:`qveil.server.local.LocalServer`: gRPC on 127.0.0.1 port 0, a
   fresh SQLite store file, release noise from OS entropy, never seeded), and the E episodes
   are played in lockstep with every action from ``GetBestActions`` on [n, d] states
   (:func:`qveil.trainer.served_eval.lockstep_returns`).
@@ -49,7 +49,7 @@ from qveil.experiments._util import write_csv
 from qveil.json_types import JSONObject
 from qveil.kfqi_config import KernelFQIConfig, read_fqi_toml
 from qveil.server.governance.release_records import charge_simulated
-from qveil.server.serving.local import LocalServer
+from qveil.server.local import LocalServer
 
 if TYPE_CHECKING:  # for annotations only: loads gymnasium
     from qveil.trainer.kfqi import KernelFit

@@ -68,7 +68,7 @@ from qveil.client.sync import ValueClient
 from qveil.errors import FailedPrecondition, IntegrityError, InvalidArgument, QveilError
 from qveil.keyed import seeded_key
 from qveil.server.governance.registry import open_registry
-from qveil.server.serving.local import LocalServer
+from qveil.server.local import LocalServer
 from qveil.server.serving.services import Services
 from qveil.server.store import open_store
 

@@ -31,7 +31,7 @@ from qveil.client.sync import ValueClient
 from qveil.keyed import KeyedPaths, seeded_key, snap
 from qveil.server.governance.admin_db import admin_db_for
 from qveil.server.governance.audit import audit_store, variance_test_power
-from qveil.server.serving.local import LocalServer
+from qveil.server.local import LocalServer
 from qveil.server.store import open_store
 from qveil.server.store.integrity import ChainHasher
 

@@ -133,7 +133,7 @@ def test_the_evaluated_policy_is_the_served_policy(linewalk: Path, tmp_path: Pat
     from qveil.kfqi_config import load_fqi_config
     from qveil.rng import seeded_rng
     from qveil.server.governance.release_records import open_release_records
-    from qveil.server.serving.local import LocalServer
+    from qveil.server.local import LocalServer
     from qveil.trainer.private_eval import estimator_of, private_evaluation
 
     pop = ensure_population()[1]

@@ -185,7 +185,7 @@ def add_parser(sub: Subcommands) -> None:
 def run(args: argparse.Namespace) -> int:
     # here, not at the top: grpc, the store and the services load only when serve runs
     from qveil.errors import InvalidArgument, PortInUse
-    from qveil.server.serving.app import ServeConfig, TLSFiles, serve
+    from qveil.server.app import ServeConfig, TLSFiles, serve
     from qveil.server.serving.auth import add_token
     from qveil.server.serving.limits import Limits
     from qveil.server.serving.logs import configure

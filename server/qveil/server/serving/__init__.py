@@ -1,2 +1,3 @@
-"""What serves calls: the server factory, the services of one server on their shared state, the
-answer log, quotas, limits, auth, metrics, logs and the API's views."""
+"""What serves calls: the services of one server on their shared state, the answer log,
+quotas, limits, auth, metrics, health, logs and the API's views (``qveil.server.app`` puts them
+together with the transports)."""

@@ -24,7 +24,7 @@ __all__ = ["RestServer", "TLSPaths", "start_rest"]
 
 
 class TLSPaths(Protocol):
-    """The server's TLS files (``qveil.server.serving.app.TLSFiles``)."""
+    """The server's TLS files (``qveil.server.app.TLSFiles``)."""
 
     @property
     def cert(self) -> Path: ...

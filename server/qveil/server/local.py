@@ -1,7 +1,7 @@
 """The real qveil server inside this process, for experiments and tests.
 
 :class:`LocalServer` builds what ``qveil serve`` builds
-(:func:`qveil.server.serving.app.create_server`
+(:func:`qveil.server.app.create_server`
 with the value, admin, audit, health and v2 services over
 :class:`~qveil.server.serving.services.Services` and a real store) and runs it on a background event
 loop bound to ``127.0.0.1:0``. Clients reach it over loopback gRPC like any server, so what
@@ -25,9 +25,9 @@ from typing import TypeVar
 
 import grpc
 
+from qveil.server.app import create_server
 from qveil.server.governance.closing import Closing
 from qveil.server.protocol.dataplane import DataPlane, new_executor
-from qveil.server.serving.app import create_server
 from qveil.server.serving.auth import Authorizer, load_tokens
 from qveil.server.serving.health import Health
 from qveil.server.serving.limits import Limits

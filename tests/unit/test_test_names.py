@@ -21,9 +21,6 @@ _BACKEND = "a store backend: the contract suite test_server_store_base.py runs o
 
 #: module -> why it has no unit-test file named after it (where it is tested instead)
 WITHOUT_OWN_FILE: dict[str, str] = {
-    "qveil.bundle.layout": "file names only; read and written by test_bundle_io.py",
-    "qveil.bundle.models": "the model kinds; loaded and evaluated by test_bundle_io.py",
-    "qveil.bundle.verify": "verification on load: test_bundle_io.py (tampering refused)",
     "qveil.cli": "the composition root: tests/integration/test_cli.py",
     "qveil.cli_parser": "how commands declare flags: tests/integration/test_cli.py",
     "qveil.commands.dataset": _CLI + "tests/integration/test_dataset_cli.py",
@@ -34,8 +31,6 @@ WITHOUT_OWN_FILE: dict[str, str] = {
     "qveil.fqi_config": "TOML helpers of the configs: tests/unit/trainer/test_trainer_config.py",
     "qveil.json_types": "type aliases only",
     "qveil.kfqi_config": "the kernel config: test_kfqi.py, test_trainer_estimators.py",
-    "qveil.privacy.checks": "argument checks of the parameters: test_privacy_params.py",
-    "qveil.privacy.record": "the JSON round trip of records: test_privacy_events.py",
     "qveil.release_records": "a protocol; its implementation: test_trainer_private_eval.py",
     "qveil.training_data": "a protocol; both kinds a fit reads: test_dataset_parquet.py",
     "qveil.server.commands.admin": _CLI + "tests/integration/test_admin_server.py",

@@ -21,12 +21,6 @@ _BACKEND = "a store backend: the contract suite test_server_store_base.py runs o
 
 #: module -> why it has no unit-test file named after it (where it is tested instead)
 WITHOUT_OWN_FILE: dict[str, str] = {
-    "qveil.cli": "the composition root: tests/integration/test_cli.py",
-    "qveil.cli_parser": "how commands declare flags: tests/integration/test_cli.py",
-    "qveil.commands.dataset": _CLI + "tests/integration/test_dataset_cli.py",
-    "qveil.commands.inspect": _CLI + "tests/integration/test_kfqi_cli.py",
-    "qveil.commands.noise": _CLI + "tests/integration/test_fqi_cli.py",
-    "qveil.commands.privacy": _CLI + "tests/integration/test_privacy_cli.py",
     "qveil.dataset_types": "types only; used by every dataset test",
     "qveil.fqi_config": "TOML helpers of the configs: tests/unit/trainer/test_trainer_config.py",
     "qveil.json_types": "type aliases only",

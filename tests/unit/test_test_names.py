@@ -21,12 +21,8 @@ _BACKEND = "a store backend: the contract suite test_server_store_base.py runs o
 
 #: module -> why it has no unit-test file named after it (where it is tested instead)
 WITHOUT_OWN_FILE: dict[str, str] = {
-    "qveil.dataset_types": "types only; used by every dataset test",
-    "qveil.fqi_config": "TOML helpers of the configs: tests/unit/trainer/test_trainer_config.py",
-    "qveil.json_types": "type aliases only",
-    "qveil.kfqi_config": "the kernel config: test_kfqi.py, test_trainer_estimators.py",
-    "qveil.release_records": "a protocol; its implementation: test_trainer_private_eval.py",
-    "qveil.training_data": "a protocol; both kinds a fit reads: test_dataset_parquet.py",
+    "qveil.json_types": "three type aliases (JSONValue, JSONObject, JSONMapping), no code",
+    "qveil.training_data": "a Protocol, no code; both kinds a fit reads: test_dataset_parquet.py",
     "qveil.server.commands.admin": _CLI + "tests/integration/test_admin_server.py",
     "qveil.server.commands.audit": _CLI + "tests/integration/test_server_e2e.py",
     "qveil.server.commands.budget": _CLI + "tests/integration/test_cli.py",

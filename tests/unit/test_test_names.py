@@ -58,7 +58,6 @@ WITHOUT_OWN_FILE: dict[str, str] = {
     "qveil.server.store.memory": _BACKEND,
     "qveil.server.store.models": "the store's tables: test_server_store_migrate.py",
     "qveil.server.store.sql": _BACKEND,
-    "qveil.trainer.train": "the bundle writer: tests/unit/core/test_bundle_io.py",
     "qveil.client.aio": "the asyncio SDK: tests/integration/test_server_e2e.py",
     "qveil.client.calls": "the SDK's calls: through sync and aio",
     "qveil.client.channel": "channel and retries: tests/integration/test_quota_backoff.py",

@@ -58,14 +58,6 @@ WITHOUT_OWN_FILE: dict[str, str] = {
     "qveil.server.store.memory": _BACKEND,
     "qveil.server.store.models": "the store's tables: test_server_store_migrate.py",
     "qveil.server.store.sql": _BACKEND,
-    "qveil.client.aio": "the asyncio SDK: tests/integration/test_server_e2e.py",
-    "qveil.client.calls": "the SDK's calls: through sync and aio",
-    "qveil.client.channel": "channel and retries: tests/integration/test_quota_backoff.py",
-    "qveil.client.sync": "the SDK: tests/integration/test_admin_server.py",
-    "qveil.common.typing": "the API's types: test_common_serde.py",
-    "qveil.experiments._util": "helpers of the experiments: test_experiments_*.py",
-    "qveil.experiments.chain_mdp": "the chain MDP: test_experiments_chain_fqe.py",
-    "qveil.experiments.linewalk": "LineWalk runs: test_experiments_commands_experiments.py",
 }
 
 

@@ -5,6 +5,7 @@ line; the wiring of a run function; an unavailable command's message; the exit c
 from __future__ import annotations
 
 import argparse
+import importlib
 import re
 import sys
 import textwrap
@@ -54,8 +55,6 @@ def test_the_command_a_line_names(argv: list[str], command: str | None) -> None:
 
 
 def test_the_wiring_names_real_run_functions_and_providers() -> None:
-    import importlib  # the modules WIRING names, loaded here to check the names
-
     for func, kwargs in WIRING.items():
         module, name = func.rsplit(".", 1)
         assert callable(getattr(importlib.import_module(module), name)), func

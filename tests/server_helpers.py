@@ -282,6 +282,16 @@ class Tokens:
         return None if role is None else getattr(self, role)
 
 
+@dataclass(frozen=True)
+class Served:
+    """A release being served: the server's ``target``, the ``bundle`` it serves and the
+    ``tokens`` of its tokens file."""
+
+    target: str
+    bundle: Path
+    tokens: Tokens
+
+
 def make_tokens(path: Path) -> Tokens:
     from qveil.server.serving.auth import add_token
 

@@ -27,7 +27,7 @@ from qveil.errors import FailedPrecondition, QveilError
 from qveil.version import __version__
 
 # subcommand -> (module providing ``add_parser(subparsers)``, the one-line help that module
-# gives it: what ``qveil --help`` lists without importing it; tests/integration/test_cli.py
+# gives it: what ``qveil --help`` lists without importing it; tests/unit/core/test_cli.py
 # checks the two agree). The parser stores ``func``.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "noise": ("qveil.commands.noise", "sample an exact GP (OU) noise path and summarise it"),

@@ -1,9 +1,9 @@
 """``qveil evaluate --target`` (qveil.trainer.commands.evaluate) with a token: ``--token-file``
 reads it like ``qveil query``; a missing or non-UTF-8 token file, or both --token and
---token-file, is one line on stderr and exit 2, before anything is played. ``--private``
-never goes to a server: with ``--target`` it is one line and exit 2, before anything is
-read. A token file is read by a real subprocess; the refusals run the same entry point in this
-process (cli_helpers.qveil_main)."""
+--token-file, is one line on stderr and exit 2, before anything is played. A token file is
+read by a real subprocess; the refusals run the same entry point in this process
+(cli_helpers.qveil_main). The command's other flags and refusals (``--private`` never goes to
+a server): tests/unit/trainer/test_trainer_commands_evaluate.py."""
 
 from __future__ import annotations
 
@@ -90,18 +90,3 @@ def test_a_release_of_an_unregistered_env_is_one_line_and_exit_2(tmp_path: Path)
         r = qveil_main("evaluate", "--target", srv.target, "--episodes", "2")
     assert r.returncode == 2, r.stderr
     assert "cannot play the release's environment" in r.stderr and "Traceback" not in r.stderr
-
-
-def test_private_evaluation_refuses_a_server_target(
-    server: tuple[ServerProcess, Tokens], tmp_path: Path
-) -> None:
-    """`qveil evaluate --private DIR --target ...`: refused in one line (exit 2) before the
-    bundle, the dataset or the config is looked at (none of them exists here)."""
-    sp, tokens = server
-    missing = [str(tmp_path / n) for n in ("bundle", "held.npz", "c.toml")]
-    r = qveil_main(
-        "evaluate", "--private", missing[0], "--target", sp.target, f"--token={tokens.query}",
-        "--dataset", missing[1], "--config", missing[2], "--epsilon", "1",
-        "--population", "test-users",
-    )  # fmt: skip
-    assert_one_line_error(r, "evaluate", "--target", "never sends held-out states to a server")

@@ -159,20 +159,13 @@ def test_collect_cartpole_needs_and_takes_a_reward_range(tmp_path: Path) -> None
     assert ds.d == 4 and ds.users == 8 and ds.terminal.sum() == 8
 
 
+# (the command's own flag checks, each: tests/unit/core/test_commands_dataset.py)
 BAD_FLAGS = [
     (["--reward-range", "a,b"], "--reward-range must be LO,HI (two numbers), got 'a,b'"),
-    (["--reward-range", "1,0"], "--reward-range needs finite LO < HI"),
-    (["--reward-range", "0,1,2"], "--reward-range must be LO,HI"),
-    (["--reward-range", "0,nan"], "--reward-range needs finite LO < HI"),
-    (["--users", "0"], "--users must be >= 1, got 0"),
-    (["--seed", "-3"], "--seed must be >= 0, got -3"),
-    (["--episodes-per-user", "0"], "--episodes-per-user must be >= 1"),
     (["--env", "qveil/NoSuch-v0"], "cannot make env 'qveil/NoSuch-v0'"),
     (["--env", "Pendulum-v1", "--reward-range", "-17,0"], "need Discrete actions"),
     (["--env", "FrozenLake-v1", "--reward-range", "0,1"], "need a Box"),
-    (["--out", "{tmp}/missing/x.npz"], "does not exist"),
     (["--out", "{tmp}/x.txt"], "unknown dataset location"),
-    (["--out", "{tmp}/x.csv"], "qveil reads CSV but does not write it"),
     (["--out", "{tmp}/noversion"], "a Minari dataset directory is named NAME-vN"),
     (["--out", "minari:../x-v0"], "bad Minari dataset id"),
 ]
@@ -201,7 +194,7 @@ def test_collect_bad_flags_exit_2_and_write_nothing(
 
 
 def test_bad_flags_in_a_real_process(tmp_path: Path) -> None:
-    for argv, message in (BAD_FLAGS[0], BAD_FLAGS[8]):
+    for argv, message in (BAD_FLAGS[0], BAD_FLAGS[2]):
         r = qveil("collect", *_collect_argv(tmp_path, argv))
         assert r.returncode == 2 and r.stdout == "", r.stderr
         assert r.stderr.startswith("qveil dataset: error: ") and message in r.stderr
@@ -322,9 +315,6 @@ def test_collect_takes_the_reward_range_from_the_config_and_clips_on_request(
                 "--no-progress")  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert load_dataset(out).reward_range == (0.0, 1.0)
-    r = dataset("collect", "--env", "CartPole-v1", "--users", "5", "--seed", "1",
-                "--clip-rewards", "--out", str(tmp_path / "x.npz"), "--no-progress")  # fmt: skip
-    assert r.returncode == 2 and "--clip-rewards needs a declared range" in r.stderr
     pytest.importorskip("Box2D", reason="gymnasium[box2d] is not installed")
     lunar = tmp_path / "ll.npz"
     r = dataset("collect", "--env", "LunarLander-v3", "--users", "20", "--seed", "1",
@@ -389,9 +379,8 @@ def test_the_documented_table_recipes(tmp_path: Path) -> None:
 
 def test_collect_with_a_public_behaviour_policy_records_it(tmp_path: Path) -> None:
     """--policy NAME --policy-epsilon E: the episodes of the epsilon-greedy heuristic, the
-    policy recorded in the file (npz and Parquet) and printed by info; an unknown name, an
-    epsilon outside [0, 1] or an epsilon for the random policy: a message, exit 2, nothing
-    written."""
+    policy recorded in the file (npz and Parquet) and printed by info; an unknown name or a
+    heuristic for another env: a message, exit 2, nothing written."""
     for out in (tmp_path / "mc.npz", tmp_path / "mc.parquet"):
         r = dataset("collect", "--env", "MountainCar-v0", "--users", "3", "--seed", "4",
                     "--reward-range=-1,0", "--policy", "mountaincar-energy",
@@ -408,8 +397,6 @@ def test_collect_with_a_public_behaviour_policy_records_it(tmp_path: Path) -> No
     bad = tmp_path / "bad.npz"
     for flags, message in (
         (["--policy", "greedy"], "unknown behaviour policy 'greedy'"),
-        (["--policy", "mountaincar-energy", "--policy-epsilon", "2"], "must be in [0, 1]"),
-        (["--policy-epsilon", "0.3"], "the random policy's actions are all uniform"),
         (["--policy", "cartpole-balance"], "is for 4 coordinates and 2 actions"),
     ):
         r = dataset("collect", "--env", "MountainCar-v0", "--users", "2", "--seed", "4",

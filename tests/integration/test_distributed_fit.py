@@ -1,7 +1,9 @@
 """The kernel fit and the collection as map-reduce tasks on Dask distributed
 (qveil.trainer.distributed): the same bits in process, on a local cluster of worker
 processes and on a real ``dask scheduler`` with two ``dask worker`` processes; a worker
-killed mid-fit changes nothing; shards never split a user."""
+killed mid-fit changes nothing; shards never split a user. The in-process engine (the sums
+of shards against the single-process build, progress, Parquet against memory):
+tests/unit/trainer/test_trainer_distributed.py."""
 
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from qveil.additive import StateBox
 from qveil.dataset import Dataset, load_dataset
 from qveil.dataset_parquet import ParquetSource, save_parquet
 from qveil.errors import InvalidArgument
-from qveil.kfqi import build_operators_nd, fold_tree
+from qveil.kfqi import fold_tree
 from qveil.kfqi_config import load_fqi_config
 from qveil.trainer.distributed import Engine, collect_parquet, fit_operators
 from qveil.trainer.kfqi import fit_kernel
@@ -98,66 +100,6 @@ def test_fold_tree_is_a_fixed_tree() -> None:
         expr = fold_tree(names, lambda a, b: f"({a}+{b})")
         assert expr.replace("(", "").replace(")", "").split("+") == names
     assert fold_tree(list("abcde"), lambda a, b: f"({a}+{b})") == "(((a+b)+(c+d))+e)"
-
-
-def test_one_shard_is_exactly_the_single_process_build(cartpole: Path) -> None:
-    ds = load_dataset(cartpole)
-    cfg = load_fqi_config(CONFIG)
-    box = StateBox.of(cfg.state_intervals)
-    for neighbour in ("user", "reward"):
-        spec = cfg.replace(neighbour=neighbour).spec(4)
-        whole = build_operators_nd(
-            ds.transitions,
-            n_actions=2, reward_range=(0.0, 1.0), box=box, spec=spec,
-        )  # fmt: skip
-        one = _fit(ds, Engine(shard_users=USERS), neighbour)
-        _same_operators(whole, one.operators)  # type: ignore[attr-defined]
-        many = _fit(ds, Engine(shard_users=SHARD), neighbour)
-        for x, y in zip(whole.actions, many.operators.actions, strict=True):  # type: ignore[attr-defined]
-            # other shards, another summation order: equal within float rounding
-            np.testing.assert_allclose(x.c_sum, y.c_sum, rtol=1e-12, atol=1e-12)
-            np.testing.assert_allclose(x.p.toarray(), y.p.toarray(), rtol=1e-12, atol=1e-14)
-            assert np.array_equal(x.covered, y.covered)
-
-
-def test_progress_is_a_line_per_shard_in_a_log(
-    cartpole: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """stderr is not a terminal (a log file): one line per shard done, in order."""
-    _fit(ParquetSource(cartpole), Engine(progress=True))
-    err = capsys.readouterr().err
-    lines = [ln for ln in err.splitlines() if ln.startswith("fit shards: ")]
-    assert [ln.split(" done")[0] for ln in lines] == [
-        f"fit shards: shard {k}/5" for k in range(1, 6)
-    ]
-    _fit(ParquetSource(cartpole), Engine(progress=False))
-    assert "fit shards" not in capsys.readouterr().err
-
-
-def _worker_environment() -> tuple[bytes, str | None]:
-    """What a worker process started with (its environment at exec: what glibc read)."""
-    env = Path(f"/proc/{os.getpid()}/environ").read_bytes().split(b"\0")
-    trim = b"".join(v for v in env if v.startswith(b"MALLOC_TRIM_THRESHOLD_="))
-    return trim, os.environ.get("OMP_NUM_THREADS")
-
-
-def test_local_workers_keep_the_default_allocator(cartpole: Path) -> None:
-    """A LocalCluster's workers start without Dask's MALLOC_TRIM_THRESHOLD_ (which fixes
-    glibc's mmap threshold and made every shard's temporaries fresh page faults: 16x the
-    faults and 1.6x the CPU of the same shard in process) and with one BLAS/OpenMP thread."""
-    from qveil.trainer.distributed import open_client
-
-    with open_client(Engine(workers=2)) as client:
-        seen = client.run(_worker_environment)
-    assert len(seen) == 2
-    assert all(v == (b"", "1") for v in seen.values()), seen
-
-
-def test_parquet_and_in_memory_shards_agree(cartpole: Path) -> None:
-    streamed = _fit(ParquetSource(cartpole), Engine())
-    memory = _fit(load_dataset(cartpole), Engine(shard_users=SHARD))
-    _same_operators(streamed.operators, memory.operators)  # type: ignore[attr-defined]
-    assert streamed.shards == 5 and streamed.users == USERS  # type: ignore[attr-defined]
 
 
 # --------------------------------------------------------------------------- clusters

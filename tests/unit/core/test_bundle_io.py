@@ -37,7 +37,6 @@ from qveil.errors import FailedPrecondition, IntegrityError, InvalidArgument, No
 from qveil.keyed import KEY_BYTES, seeded_key
 from qveil.privacy import PrivacyParams, account
 from qveil.trainer.config import TrainConfig, to_toml
-from qveil.trainer.train import run_training
 
 CONFIGS = Path(__file__).resolve().parents[3] / "configs"
 
@@ -321,38 +320,6 @@ def test_write_bundle_draws_a_fresh_key_unless_given_one(tmp_path: Path) -> None
         with pytest.raises(InvalidArgument, match="32 bytes"):
             write("bad", noise_key=bad)
         assert not (tmp_path / "bad").exists()
-
-
-def _quick_config(**changes: Any) -> TrainConfig:
-    """configs/linewalk-quick.toml at 100 samples and 2 noise paths, with ``changes``."""
-    cfg = TrainConfig.from_toml(CONFIGS / "linewalk-quick.toml")
-    return dataclasses.replace(cfg, samples=100, resets=2, **changes)
-
-
-def test_sigma_zero_bundle_says_no_guarantee(tmp_path: Path) -> None:
-    cfg = _quick_config(sigma=0.0)
-    out = run_training(cfg, tmp_path / "z", seed=None)
-    b = load_bundle(out.path)
-    assert b.card["holds"] is False and b.card["epsilon"] is None and b.sigma == 0.0
-    assert b.card["seeded"] is False
-    assert b.card["release_noise"]["source"] == "OS entropy"
-
-
-def test_output_mode_trains_without_noise_and_releases_with_its_sigma(tmp_path: Path) -> None:
-    cfg = _quick_config(mode="output", epsilon=2.0)
-    card = run_training(cfg, tmp_path / "out", seed=1).card
-    assert card["training_noise"]["sigma"] == 0.0 and card["training_noise"]["points"] == 0
-    assert card["sigma"] == card["privacy"]["sigma"] > 0 and card["holds"] is True
-    assert card["epsilon"] <= 2.0 and card["q_bound"] == pytest.approx(0.5 / (1 - 0.9))
-    assert card["beta"] == card["privacy"]["beta"]
-
-
-def test_adaptive_optimizer_card_says_holds_false_in_paper_mode(tmp_path: Path) -> None:
-    cfg = _quick_config(optimizer="rmsprop", sigma=1.0)
-    card = run_training(cfg, tmp_path / "rms", seed=1).card
-    assert card["holds"] is False and "not plain SGD" in card["reason"]
-    assert card["privacy_params"]["plain_sgd"] is False
-    assert any(a.startswith("VIOLATED") for a in card["assumptions"]["assumed"])
 
 
 def test_bundle_module_is_torch_free(trained: Path) -> None:

@@ -18,7 +18,7 @@ from qveil.experiments.bgp16 import (
     lsw_sigma,
     smooth_params,
 )
-from qveil.experiments.chain_mdp import Batch, ChainMDP, pairs_features, tabular_features
+from qveil.experiments.chain_mdp import Batch, pairs_features, tabular_features
 
 # A small dataset: N = 3 states, m = 2 trajectories; trajectory 1 visits states 0 and 1 with
 # first-visit returns 0.5 and 0.8, trajectory 2 visits state 0 only with return 0.25. So the
@@ -31,13 +31,6 @@ R_MAX, GAMMA = 1.0, 0.5  # R_max / (1 - gamma) = 2
 
 def small_batch() -> Batch:
     return Batch.from_returns(RETURNS, VISITED)
-
-
-def test_signature_and_mean_returns() -> None:
-    b = small_batch()
-    assert b.m == 2
-    assert b.counts.tolist() == [2, 1, 0]
-    np.testing.assert_allclose(b.mean_returns(), [0.375, 0.8, 0.0])
 
 
 def test_smooth_params_closed_form() -> None:
@@ -149,22 +142,6 @@ def test_lsw_and_lsl_estimators() -> None:
                 grad += -2 / 2 * (RETURNS[i, s] - phi[s] @ theta) * phi[s]
     grad += 0.7 / 2 * theta
     np.testing.assert_allclose(grad, 0.0, atol=1e-12)
-
-
-def test_chain_values_and_monte_carlo_agree() -> None:
-    mdp = ChainMDP(n_states=6, p_stay=0.5, gamma=0.9, start="first")
-    v = mdp.true_values()
-    assert v[-1] == 0.0
-    assert v[-2] == pytest.approx(0.5 / (1 - 0.45))
-    b = mdp.sample(20_000, np.random.default_rng(1))
-    assert b.counts.tolist() == [20_000] * 6
-    # the first-visit returns are unbiased: sd of a return < 1, so 5 sigma = 5/sqrt(2e4)
-    np.testing.assert_allclose(b.mean_returns(), v, atol=0.035)
-    # a wrong discount (0.95) would be off by far more than that
-    assert np.max(np.abs(ChainMDP(n_states=6, gamma=0.95).true_values() - v)) > 0.1
-    u = ChainMDP(n_states=6, start="uniform").sample(5000, np.random.default_rng(2))
-    # state s is visited iff the start is <= s: counts increase along the chain
-    assert np.all(np.diff(u.counts) >= 0) and u.counts[-1] == 5000
 
 
 def test_dp_lsw_noise_has_the_stated_scale() -> None:

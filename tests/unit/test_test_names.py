@@ -25,7 +25,7 @@ WITHOUT_OWN_FILE: dict[str, str] = {
     "qveil.training_data": "a Protocol, no code; both kinds a fit reads: test_dataset_parquet.py",
     "qveil.server.commands.admin": _CLI + "tests/integration/test_admin_server.py",
     "qveil.server.commands.audit": _CLI + "tests/integration/test_server_e2e.py",
-    "qveil.server.commands.budget": _CLI + "tests/integration/test_cli.py",
+    "qveil.server.commands.budget": _CLI + "tests/integration/test_cli_entry.py",
     "qveil.server.commands.flags": "flags to arguments: every `qveil serve` and `qveil admin` run",
     "qveil.server.commands.serve": _CLI + "tests/integration/test_server_e2e.py",
     "qveil.server.governance.admin_db": "the admin records' database: test_server_governance_*",

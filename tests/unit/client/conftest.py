@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 from server_helpers import Served, make_bundle, make_tokens, registry_home
 
-from qveil.server.serving.local import LocalServer
+from qveil.server.local import LocalServer
 
 
 @pytest.fixture(scope="module")

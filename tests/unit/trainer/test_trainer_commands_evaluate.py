@@ -16,7 +16,7 @@ from server_helpers import fresh_bundle, write_output_bundle
 
 from qveil.dataset import save_dataset
 from qveil.privacy import E3_SETTINGS
-from qveil.server.serving.local import LocalServer
+from qveil.server.local import LocalServer
 from qveil.trainer.collect import collect
 
 

@@ -17,7 +17,7 @@ import qveil.trainer  # noqa: F401  (registers qveil/LineWalk-v0)
 from qveil.bundle import load_bundle
 from qveil.errors import InvalidArgument
 from qveil.privacy import E3_SETTINGS
-from qveil.server.serving.local import LocalServer
+from qveil.server.local import LocalServer
 from qveil.trainer.served_eval import evaluate_served, lockstep_returns, nonprivate_policy
 
 

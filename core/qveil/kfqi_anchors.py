@@ -22,15 +22,14 @@ import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
 
-from qveil.errors import InvalidArgument, NotFound, echo
+from qveil.errors import InvalidArgument, echo
 from qveil.json_types import JSONObject
 from qveil.kfqi_spec import points_sha256
-from qveil.npz_file import new_npz_path, write_npz_atomic
+from qveil.npz_file import new_npz_path, read_npz_members, write_npz_atomic
 
 __all__ = [
     "FORMAT",
@@ -144,26 +143,27 @@ def write_anchors(
 
 def read_anchors(path: str | os.PathLike[str]) -> AnchorSet:
     """An anchor file as written by :func:`write_anchors` (InvalidArgument otherwise)."""
-    p = Path(os.fspath(path))
-    if not p.is_file():
-        raise NotFound(f"anchor file {echo(p)} does not exist")
+    z = read_npz_members(
+        path, "anchor file", fmt=FORMAT, required=("points", "state_intervals", "origin")
+    )
     try:
-        with np.load(p, allow_pickle=False) as z:
-            if not {"format", "points", "state_intervals", "origin"} <= set(z.files):
-                raise InvalidArgument(f"{echo(p)} is not a qveil anchor file")
-            if str(z["format"]) != FORMAT:
-                raise InvalidArgument(f"{echo(p)}: unknown anchor format")
-            a = AnchorSet(
-                points=np.asarray(z["points"], dtype=np.float64),
-                state_intervals=tuple(
-                    (float(lo), float(hi)) for lo, hi in np.asarray(z["state_intervals"])
-                ),
-                origin=str(z["origin"]),
-            )
-    except (OSError, ValueError) as e:
-        raise InvalidArgument(f"{echo(p)} is not a readable anchor file: {e}") from e
+        a = AnchorSet(
+            points=np.asarray(z["points"], dtype=np.float64),
+            state_intervals=_intervals(z["state_intervals"]),
+            origin=str(z["origin"].item()),
+        )
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgument(f"anchor file {echo(path)} is malformed: {str(exc)[:120]}") from None
     _check(a)
     return a
+
+
+def _intervals(iv: npt.ArrayLike) -> tuple[tuple[float, float], ...]:
+    """(lo, hi) per coordinate of a stored (d, 2) array (InvalidArgument for another shape)."""
+    a = np.asarray(iv, dtype=np.float64)
+    if a.ndim != 2 or a.shape[1] != 2:
+        raise InvalidArgument(f"state intervals must be (d, 2), got shape {a.shape}")
+    return tuple((float(lo), float(hi)) for lo, hi in a)
 
 
 def _check(a: AnchorSet) -> None:

@@ -29,15 +29,14 @@ import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
 
-from qveil.errors import InvalidArgument, NotFound, echo
+from qveil.errors import InvalidArgument, echo
 from qveil.json_types import JSONObject
 from qveil.kfqi_spec import Anchors, KernelFQISpec, check_in_q_range
-from qveil.npz_file import new_npz_path, write_npz_atomic
+from qveil.npz_file import new_npz_path, read_npz_members, write_npz_atomic
 
 __all__ = [
     "FORMAT",
@@ -129,32 +128,25 @@ def write_prior(
 
 def read_prior(path: str | os.PathLike[str]) -> Prior:
     """A prior file as written by :func:`write_prior` (InvalidArgument for anything else)."""
-    p = Path(os.fspath(path))
-    if not p.is_file():
-        raise NotFound(f"prior file {echo(p)} does not exist")
+    z = read_npz_members(
+        path,
+        "prior file",
+        fmt=FORMAT,
+        required=("values", "anchors", "state_intervals", "reward_range", "gamma"),
+    )
     try:
-        with np.load(p, allow_pickle=False) as z:
-            keys = set(z.files)
-            want = {"format", "values", "anchors", "state_intervals", "reward_range", "gamma"}
-            if not want <= keys:
-                raise InvalidArgument(
-                    f"{echo(p)} is not a qveil prior (missing {', '.join(sorted(want - keys))})"
-                )
-            fmt = str(z["format"].item())
-            if fmt != FORMAT:
-                raise InvalidArgument(f"prior format must be {FORMAT!r}, got {fmt!r:.80}")
-            iv = np.asarray(z["state_intervals"], dtype=np.float64)
-            rr = np.asarray(z["reward_range"], dtype=np.float64).reshape(-1)
-            prior = Prior(
-                values=np.asarray(z["values"], dtype=np.float64),
-                anchors=np.asarray(z["anchors"], dtype=np.float64),
-                state_intervals=tuple((float(a), float(b)) for a, b in iv.reshape(-1, 2)),
-                reward_range=(float(rr[0]), float(rr[1])),
-                gamma=float(z["gamma"].item()),
-                origin=str(z["origin"].item()) if "origin" in keys else "",
-            )
-    except (OSError, ValueError) as exc:
-        raise InvalidArgument(f"cannot read prior {echo(p)}: {str(exc)[:120]}") from None
+        iv = np.asarray(z["state_intervals"], dtype=np.float64).reshape(-1, 2)
+        rr = np.asarray(z["reward_range"], dtype=np.float64).reshape(2)
+        prior = Prior(
+            values=np.asarray(z["values"], dtype=np.float64),
+            anchors=np.asarray(z["anchors"], dtype=np.float64),
+            state_intervals=tuple((float(a), float(b)) for a, b in iv),
+            reward_range=(float(rr[0]), float(rr[1])),
+            gamma=float(z["gamma"].item()),
+            origin=str(z["origin"].item()) if "origin" in z else "",
+        )
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgument(f"prior file {echo(path)} is malformed: {str(exc)[:120]}") from None
     _check_shape(prior)
     return prior
 

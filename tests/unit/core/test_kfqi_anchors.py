@@ -15,6 +15,7 @@ from qveil.additive import StateBox
 from qveil.errors import InvalidArgument, NotFound
 from qveil.kfqi import Anchors, KernelFQISpec, build_operators_nd, iterate_q_nd
 from qveil.kfqi_anchors import (
+    FORMAT,
     check_anchor_intervals,
     read_anchors,
     visitation_points,
@@ -135,6 +136,10 @@ def test_unreadable_or_existing_anchor_files_are_refused(tmp_path: Path) -> None
     (tmp_path / "junk.npz").write_bytes(b"not a zip")
     with pytest.raises(InvalidArgument, match="not a readable anchor file"):
         read_anchors(tmp_path / "junk.npz")
+    bad = {"format": np.array(FORMAT), "points": pts, "origin": np.array("x")}
+    np.savez(tmp_path / "flat.npz", state_intervals=np.zeros(3), **bad)
+    with pytest.raises(InvalidArgument, match=r"anchor file .* is malformed: state intervals"):
+        read_anchors(tmp_path / "flat.npz")
 
 
 def test_specs_and_configs_refuse_an_anchor_set_that_cannot_be_the_layout(

@@ -96,7 +96,7 @@ def test_a_prior_of_another_config_is_refused(tmp_path: Path) -> None:
             Transitions(s=s, a=a, r=r, s2=s2, terminal=term, user=u), **_kw(), prior=_values()[:8]
         )
     (tmp_path / "x.npz").write_bytes(b"not a zip")
-    with pytest.raises(InvalidArgument, match="cannot read prior"):
+    with pytest.raises(InvalidArgument, match="not a readable prior file"):
         read_prior(tmp_path / "x.npz")
 
 

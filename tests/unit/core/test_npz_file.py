@@ -1,4 +1,5 @@
-"""qveil.npz_file: an .npz written whole or not at all, no temporary file left behind."""
+"""qveil.npz_file: an .npz written whole or not at all, no temporary file left behind; a qveil
+.npz file read back whole, refused with its reason when it is not one."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from qveil.npz_file import write_npz_atomic
+from qveil.errors import InvalidArgument, NotFound
+from qveil.npz_file import read_npz_members, write_npz_atomic
 
 
 def test_the_file_holds_every_array(tmp_path: Path) -> None:
@@ -46,3 +48,39 @@ def test_a_new_npz_path_is_refused_with_the_reason(tmp_path: Path) -> None:
         new_npz_path(tmp_path / "p.npz", "prior file")
     with pytest.raises(NotFound, match="does not exist"):
         new_npz_path(tmp_path / "no" / "p.npz", "prior file")
+
+
+def test_a_qveil_file_is_read_back_whole(tmp_path: Path) -> None:
+    out = tmp_path / "x.npz"
+    write_npz_atomic(out, {"format": np.array("f1"), "a": np.arange(3.0), "extra": np.ones(1)})
+    got = read_npz_members(out, "test file", fmt="f1", required=("a",))
+    assert sorted(got) == ["a", "extra", "format"] and got["a"].tolist() == [0.0, 1.0, 2.0]
+
+
+@pytest.mark.parametrize(
+    ("arrays", "match"),
+    [
+        ({"a": np.zeros(1)}, "is not a qveil test file \\(missing format\\)"),
+        ({"format": np.array("f1")}, r"\(missing a\)$"),
+        ({"format": np.array("f2"), "a": np.zeros(1)}, "format must be 'f1', got 'f2'"),
+        ({"format": np.array(["f1", "f1"]), "a": np.zeros(1)}, "got '\\?'"),
+    ],
+)
+def test_a_file_that_is_not_one_is_refused_with_its_reason(
+    tmp_path: Path, arrays: dict[str, np.ndarray], match: str
+) -> None:
+    out = tmp_path / "x.npz"
+    np.savez(out, **arrays)
+    with pytest.raises(InvalidArgument, match=match):
+        read_npz_members(out, "test file", fmt="f1", required=("a",))
+
+
+def test_a_missing_or_unreadable_or_pickled_file_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(NotFound, match="test file .*none.npz' does not exist"):
+        read_npz_members(tmp_path / "none.npz", "test file", fmt="f1", required=())
+    (tmp_path / "junk.npz").write_bytes(b"not a zip")
+    with pytest.raises(InvalidArgument, match="is not a readable test file"):
+        read_npz_members(tmp_path / "junk.npz", "test file", fmt="f1", required=())
+    np.savez(tmp_path / "p.npz", format=np.array("f1"), a=np.array([{"x": 1}], dtype=object))
+    with pytest.raises(InvalidArgument, match="is not a readable test file"):
+        read_npz_members(tmp_path / "p.npz", "test file", fmt="f1", required=("a",))

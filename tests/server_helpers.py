@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import grpc
 import numpy as np
@@ -558,6 +558,19 @@ def wait_health(
 #: the real grpc.aio server on a background event loop over a real store
 #: (qveil.server.serving.local)
 InProcessServer = LocalServer
+
+
+class Served(NamedTuple):
+    """A running in-process server (qveil.server.serving.local) of ``bundle`` over a SQLite
+    store, asking for the tokens of ``tokens``."""
+
+    server: LocalServer
+    tokens: Tokens
+    bundle: Path
+
+    def md(self, role: str) -> list[tuple[str, str]]:
+        """The call metadata carrying ``role``'s token."""
+        return [("authorization", f"Bearer {self.tokens.of(role)}")]
 
 
 @contextmanager

@@ -16,7 +16,6 @@ ROOT = Path(__file__).resolve().parents[2]
 PARTS = ("core", "server", "trainer", "client", "common", "experiments")
 
 _CLI = "a command-line module: run as `qveil` subprocesses by "
-_WIRE = "the transports, exercised end to end over real servers by "
 _BACKEND = "a store backend: the contract suite test_server_store_base.py runs on every backend"
 
 #: module -> why it has no unit-test file named after it (where it is tested instead)
@@ -51,12 +50,6 @@ WITHOUT_OWN_FILE: dict[str, str] = {
     "qveil.server.governance.retrain": "qveil admin retrain: test_server_governance_admin.py",
     "qveil.server.migrations.env": "Alembic's environment: test_server_store_migrate.py",
     "qveil.server.migrations.noise_points": "a migration's helper: test_server_store_migrate.py",
-    "qveil.server.protocol.grpc.bad_body": _WIRE + "tests/integration/test_server_transport.py",
-    "qveil.server.protocol.grpc.servicer": _WIRE + "tests/integration/test_server_e2e.py",
-    "qveil.server.protocol.grpc.v2_servicer": _WIRE + "tests/integration/test_oip_grpc.py",
-    "qveil.server.protocol.rest.errors": _WIRE + "tests/integration/test_oip_rest.py",
-    "qveil.server.protocol.rest.v2_codec": _WIRE + "tests/integration/test_oip_rest.py",
-    "qveil.server.protocol.rest.v2_endpoints": _WIRE + "tests/integration/test_oip_rest.py",
     "qveil.server.store.memory": _BACKEND,
     "qveil.server.store.models": "the store's tables: test_server_store_migrate.py",
     "qveil.server.store.sql": _BACKEND,

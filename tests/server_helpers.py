@@ -51,11 +51,35 @@ def make_bundle(
     hidden: int = 16,
     bundle_id: str | None = None,
 ) -> Path:
+    """A small real bundle (:func:`make_uncharged_bundle`), charged to the test population
+    and receipted (:func:`charge`) so that it can be served. ``bundle_id``: tests of a
+    second bundle under an existing release id only."""
+    out = make_uncharged_bundle(
+        path,
+        seed=seed,
+        actions=actions,
+        sigma=sigma,
+        interval=interval,
+        hidden=hidden,
+        bundle_id=bundle_id,
+    )
+    charge(out)
+    return out
+
+
+def make_uncharged_bundle(
+    path: Path,
+    *,
+    seed: int = 0,
+    actions: int = 3,
+    sigma: float = 2.0,
+    interval: tuple[float, float] = (-1.0, 2.0),
+    hidden: int = 16,
+    bundle_id: str | None = None,
+) -> Path:
     """A small real bundle (output mode: served Q clamped to the card's bound), written by
     qveil.bundle.write_bundle with privacy numbers from qveil.privacy.account, its noise key
-    seeded by ``seed``, charged to the test population and receipted (:func:`charge`) so
-    that it can be served. ``bundle_id``: tests of a second bundle under an existing release
-    id only."""
+    seeded by ``seed``; recorded in no registry and without a receipt."""
     from qveil.bundle import lipschitz_bound
     from qveil.privacy import E3_SETTINGS
 
@@ -66,7 +90,7 @@ def make_bundle(
         "W1": rng.normal(size=(actions, hidden)) * 0.5,
         "b1": rng.normal(size=actions),
     }
-    out = write_output_bundle(
+    return write_output_bundle(
         path,
         w,
         seed=seed,
@@ -81,8 +105,6 @@ def make_bundle(
         config_toml="# test bundle\n",
         learning_curve_png=b"",
     )
-    charge(out)
-    return out
 
 
 def charge(bundle: Path, *, population: str | None = None, home: Path | None = None) -> str:

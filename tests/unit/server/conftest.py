@@ -1,12 +1,16 @@
-"""Fixtures of the server's unit tests: one real in-process server per test module."""
+"""Fixtures of the server's unit tests: one real in-process server per test module, a store
+made by `qveil admin init-store`, a tiny training config."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+from config_helpers import tiny_linewalk_config
 from server_helpers import Served, make_bundle, make_tokens
 
+from qveil.cli import main
 from qveil.server.serving.local import LocalServer
 
 
@@ -19,3 +23,19 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     tokens = make_tokens(d / "tokens.toml")
     with LocalServer(bundle, f"sqlite:///{d / 's.sqlite'}", tokens=tokens.path, max_batch=64) as s:
         yield Served(s, tokens, bundle)
+
+
+@pytest.fixture
+def tiny_config(tmp_path: Path) -> Path:
+    """A tiny LineWalk training config (config_helpers.tiny_linewalk_config)."""
+    return tiny_linewalk_config(tmp_path)
+
+
+@pytest.fixture
+def admin_store(tmp_path: Path) -> str:
+    """The URL of a new SQLite store in its own directory ``srv``, made the way an operator
+    makes one (``qveil admin init-store``)."""
+    (tmp_path / "srv").mkdir()
+    url = f"sqlite:///{tmp_path / 'srv' / 'qveil-store.sqlite'}"
+    assert main(["admin", "init-store", "--store", url]) == 0  # admin creates stores only here
+    return url

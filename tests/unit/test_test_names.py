@@ -16,7 +16,6 @@ ROOT = Path(__file__).resolve().parents[2]
 PARTS = ("core", "server", "trainer", "client", "common", "experiments")
 
 _CLI = "a command-line module: run as `qveil` subprocesses by "
-_BACKEND = "a store backend: the contract suite test_server_store_base.py runs on every backend"
 
 #: module -> why it has no unit-test file named after it (where it is tested instead)
 WITHOUT_OWN_FILE: dict[str, str] = {
@@ -44,9 +43,6 @@ WITHOUT_OWN_FILE: dict[str, str] = {
     "qveil.server.commands.serve": _CLI + "tests/integration/test_server_e2e.py",
     "qveil.server.migrations.env": "Alembic's environment: test_server_store_migrate.py",
     "qveil.server.migrations.noise_points": "a migration's helper: test_server_store_migrate.py",
-    "qveil.server.store.memory": _BACKEND,
-    "qveil.server.store.models": "the store's tables: test_server_store_migrate.py",
-    "qveil.server.store.sql": _BACKEND,
     "qveil.trainer.commands.collect": _CLI + "tests/integration/test_dataset_cli.py",
     "qveil.trainer.commands.evaluate": _CLI + "tests/integration/test_cli_evaluate.py",
     "qveil.trainer.commands.train": _CLI + "tests/integration/test_cli_train.py",

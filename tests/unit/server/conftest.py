@@ -3,6 +3,7 @@ made by `qveil admin init-store`, a tiny training config."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from config_helpers import tiny_linewalk_config
 from server_helpers import Served, make_bundle, make_tokens
 
 from qveil.cli import main
+from qveil.server.serving import logs
 from qveil.server.serving.local import LocalServer
 
 
@@ -39,3 +41,22 @@ def admin_store(tmp_path: Path) -> str:
     url = f"sqlite:///{tmp_path / 'srv' / 'qveil-store.sqlite'}"
     assert main(["admin", "init-store", "--store", url]) == 0  # admin creates stores only here
     return url
+
+
+@pytest.fixture
+def restore_logging() -> Iterator[None]:
+    """The log configuration of this process put back after the test (qveil.server.serving.logs
+    .configure, which `qveil serve` runs, replaces the root handler and levels)."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    access = (logs.ACCESS.level, logs.ACCESS.disabled)
+    alembic = logging.getLogger("alembic").level
+    yield
+    for h in list(root.handlers):
+        root.removeHandler(h)
+    for h in handlers:
+        root.addHandler(h)
+    root.setLevel(level)
+    logs.ACCESS.setLevel(access[0])
+    logs.ACCESS.disabled = access[1]
+    logging.getLogger("alembic").setLevel(alembic)

@@ -6,29 +6,10 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from collections.abc import Iterator
 
 import pytest
 
 from qveil.server.serving import logs
-
-
-@pytest.fixture
-def restore_logging() -> Iterator[None]:
-    """configure() replaces the root handler and levels: put them back after the test."""
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    access = (logs.ACCESS.level, logs.ACCESS.disabled)
-    alembic = logging.getLogger("alembic").level
-    yield
-    for h in list(root.handlers):
-        root.removeHandler(h)
-    for h in handlers:
-        root.addHandler(h)
-    root.setLevel(level)
-    logs.ACCESS.setLevel(access[0])
-    logs.ACCESS.disabled = access[1]
-    logging.getLogger("alembic").setLevel(alembic)
 
 
 def _record(msg: str, **extra: object) -> logging.LogRecord:

@@ -36,8 +36,6 @@ WITHOUT_OWN_FILE: dict[str, str] = {
     "qveil.privacy.record": "the JSON round trip of records: test_privacy_events.py",
     "qveil.release_records": "a protocol; its implementation: test_trainer_private_eval.py",
     "qveil.training_data": "a protocol; both kinds a fit reads: test_dataset_parquet.py",
-    "qveil.server.migrations.env": "Alembic's environment: test_server_store_migrate.py",
-    "qveil.server.migrations.noise_points": "a migration's helper: test_server_store_migrate.py",
     "qveil.trainer.commands.collect": _CLI + "tests/integration/test_dataset_cli.py",
     "qveil.trainer.commands.evaluate": _CLI + "tests/integration/test_cli_evaluate.py",
     "qveil.trainer.commands.train": _CLI + "tests/integration/test_cli_train.py",

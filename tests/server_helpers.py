@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 import grpc
 import numpy as np
 
+from qveil.server.governance.registry import Registry
 from qveil.server.serving.local import LocalServer
 
 REPO = Path(__file__).resolve().parent.parent
@@ -50,10 +51,12 @@ def make_bundle(
     interval: tuple[float, float] = (-1.0, 2.0),
     hidden: int = 16,
     bundle_id: str | None = None,
+    home: Path | None = None,
 ) -> Path:
     """A small real bundle (:func:`make_uncharged_bundle`), charged to the test population
-    and receipted (:func:`charge`) so that it can be served. ``bundle_id``: tests of a
-    second bundle under an existing release id only."""
+    and receipted (:func:`charge`) so that it can be served, in the registry of ``home``
+    (default: this test's ``QVEIL_HOME``). ``bundle_id``: tests of a second bundle under an
+    existing release id only."""
     out = make_uncharged_bundle(
         path,
         seed=seed,
@@ -63,7 +66,7 @@ def make_bundle(
         hidden=hidden,
         bundle_id=bundle_id,
     )
-    charge(out)
+    charge(out, home=home)
     return out
 
 
@@ -643,3 +646,13 @@ def serving_query(
         if answer_log is not None:
             answer_log.close()
         st.close()
+
+
+class ModuleRegistry(NamedTuple):
+    """A registry of the test module's own (``home``: its QVEIL_HOME) and a bundle charged in
+    it: tests charge their bundles there (``server_helpers.charge(b, home=home)``) and give
+    ``registry`` to ``Services.create``, instead of a new registry per test."""
+
+    home: Path
+    registry: Registry
+    bundle: Path

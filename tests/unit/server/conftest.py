@@ -1,5 +1,5 @@
-"""Fixtures of the server's unit tests: one real in-process server per test module, a store
-made by `qveil admin init-store`, a tiny training config."""
+"""Fixtures of the server's unit tests: one real in-process server per test module, a registry
+per test module, a store made by `qveil admin init-store`, a tiny training config."""
 
 from __future__ import annotations
 
@@ -9,9 +9,17 @@ from pathlib import Path
 
 import pytest
 from config_helpers import tiny_linewalk_config
-from server_helpers import Served, make_bundle, make_tokens
+from server_helpers import (
+    ModuleRegistry,
+    Served,
+    charge,
+    make_bundle,
+    make_tokens,
+    make_uncharged_bundle,
+)
 
 from qveil.cli import main
+from qveil.server.governance.registry import open_registry
 from qveil.server.serving import logs
 from qveil.server.serving.local import LocalServer
 
@@ -25,6 +33,16 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     tokens = make_tokens(d / "tokens.toml")
     with LocalServer(bundle, f"sqlite:///{d / 's.sqlite'}", tokens=tokens.path, max_batch=64) as s:
         yield Served(s, tokens, bundle)
+
+
+@pytest.fixture(scope="module")
+def module_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModuleRegistry]:
+    """A registry of the test module's own, with a bundle charged in it."""
+    d = tmp_path_factory.mktemp("module-registry")
+    bundle = make_uncharged_bundle(d / "bundle", seed=7)
+    charge(bundle, home=d / "home")
+    with open_registry(f"sqlite:///{d / 'home' / 'registry.sqlite'}") as reg:
+        yield ModuleRegistry(d / "home", reg, bundle)
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from server_helpers import make_bundle, make_tokens, served_values
+from server_helpers import ModuleRegistry, make_tokens, served_values
 
 from qveil.errors import PermissionDenied, ResourceExhausted, Unauthenticated, Unavailable
 from qveil.server.protocol.dataplane import (
@@ -34,14 +34,16 @@ PEER = "ipv4:127.0.0.1:5000"
 
 
 @pytest.fixture
-def world(tmp_path: Path) -> Iterator[tuple[Services, Path]]:
-    bundle = make_bundle(tmp_path / "b", seed=7)
+def world(tmp_path: Path, module_registry: ModuleRegistry) -> Iterator[tuple[Services, Path]]:
+    """Fresh services on a fresh store (their own metrics) serving the module's bundle."""
     with open_store(f"sqlite:///{tmp_path / 's.sqlite'}") as st:
         services = Services.create(
-            store=st, limits=Limits(max_in_flight=2, max_in_flight_per_caller=1)
+            store=st,
+            limits=Limits(max_in_flight=2, max_in_flight_per_caller=1),
+            registry=module_registry.registry,
         )
-        services.releases.start(bundle)
-        yield services, bundle
+        services.releases.start(module_registry.bundle)
+        yield services, module_registry.bundle
 
 
 def _plane(services: Services, auth: Authorizer | None = None) -> DataPlane:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from server_helpers import TEST_POPULATION, make_bundle
+from server_helpers import TEST_POPULATION, ModuleRegistry, make_bundle
 
 from qveil.bundle import RECEIPT_FILE
 from qveil.errors import FailedPrecondition, IntegrityError, InvalidArgument, NotFound
@@ -30,10 +30,12 @@ def _statuses(s: Services) -> dict[str, str]:
     return {r.release_id: r.status for r in s.releases.list_releases()[0]}
 
 
-def test_start_activate_by_id_and_retire(tmp_path: Path, store: SamplePathStore) -> None:
-    b1 = make_bundle(tmp_path / "bundles" / "b1", seed=1)
-    b2 = make_bundle(tmp_path / "bundles" / "b2", seed=2, actions=2)
-    s = Services.create(store=store)
+def test_start_activate_by_id_and_retire(
+    tmp_path: Path, store: SamplePathStore, module_registry: ModuleRegistry
+) -> None:
+    b1 = make_bundle(tmp_path / "bundles" / "b1", seed=1, home=module_registry.home)
+    b2 = make_bundle(tmp_path / "bundles" / "b2", seed=2, actions=2, home=module_registry.home)
+    s = Services.create(store=store, registry=module_registry.registry)
     r1 = s.releases.start(b1).release_id
     assert s.releases.last_receipt is not None and s.releases.last_receipt.release_id == r1
     assert _statuses(s) == {r1: "active"}
@@ -58,11 +60,11 @@ def test_start_activate_by_id_and_retire(tmp_path: Path, store: SamplePathStore)
 
 
 def test_bad_activation_and_retirement_requests_change_nothing(
-    tmp_path: Path, store: SamplePathStore
+    tmp_path: Path, store: SamplePathStore, module_registry: ModuleRegistry
 ) -> None:
-    b1 = make_bundle(tmp_path / "b1", seed=1)
-    other = make_bundle(tmp_path / "elsewhere" / "b2", seed=2)
-    s = Services.create(store=store)
+    b1 = make_bundle(tmp_path / "b1", seed=1, home=module_registry.home)
+    other = make_bundle(tmp_path / "elsewhere" / "b2", seed=2, home=module_registry.home)
+    s = Services.create(store=store, registry=module_registry.registry)
     r1 = s.releases.start(b1).release_id
     before = _statuses(s)
     with pytest.raises(InvalidArgument, match="give release_id or bundle_path") as ei:
@@ -80,31 +82,35 @@ def test_bad_activation_and_retirement_requests_change_nothing(
 
 
 def test_a_bundle_without_its_receipt_is_refused_before_anything_is_stored(
-    tmp_path: Path, store: SamplePathStore
+    tmp_path: Path, store: SamplePathStore, module_registry: ModuleRegistry
 ) -> None:
-    b = make_bundle(tmp_path / "b", seed=1)
+    b = make_bundle(tmp_path / "b", seed=1, home=module_registry.home)
     (b / RECEIPT_FILE).unlink()
-    s = Services.create(store=store)
+    s = Services.create(store=store, registry=module_registry.registry)
     with pytest.raises(Exception, match="receipt"):
         s.releases.start(b)
     assert store.releases.list_releases() == [] and s.ctx.holder.peek() is None
 
 
 def test_a_release_registered_with_other_parameters_is_refused(
-    tmp_path: Path, store: SamplePathStore
+    tmp_path: Path, store: SamplePathStore, module_registry: ModuleRegistry
 ) -> None:
-    b1 = make_bundle(tmp_path / "b1", seed=1, sigma=2.0)
-    s = Services.create(store=store)
+    b1 = make_bundle(tmp_path / "b1", seed=1, sigma=2.0, home=module_registry.home)
+    s = Services.create(store=store, registry=module_registry.registry)
     rid = s.releases.start(b1).release_id
-    imposter = make_bundle(tmp_path / "b2", seed=1, sigma=3.0, bundle_id=rid)
+    imposter = make_bundle(
+        tmp_path / "b2", seed=1, sigma=3.0, bundle_id=rid, home=module_registry.home
+    )
     with pytest.raises(IntegrityError, match="registered in the store with different .*sigma"):
         s.releases.activate(bundle_path=str(imposter))
     assert s.ctx.holder.current().bundle.path == b1  # the served bundle stays
 
 
-def test_stats_cards_budgets_and_spending(tmp_path: Path, store: SamplePathStore) -> None:
-    b = make_bundle(tmp_path / "b", seed=4)
-    s = Services.create(store=store)
+def test_stats_cards_budgets_and_spending(
+    tmp_path: Path, store: SamplePathStore, module_registry: ModuleRegistry
+) -> None:
+    b = make_bundle(tmp_path / "b", seed=4, home=module_registry.home)
+    s = Services.create(store=store, registry=module_registry.registry)
     assert s.releases.stored_points() == {} and s.releases.stats().active_release_id == ""
     rid = s.releases.start(b).release_id
     log = s.start_answer_log(store)
@@ -124,7 +130,7 @@ def test_stats_cards_budgets_and_spending(tmp_path: Path, store: SamplePathStore
         s.releases.admin_card("nope")
     [budget] = s.releases.budget(TEST_POPULATION)
     assert budget["dataset_id"] == TEST_POPULATION
-    assert [e["release_id"] for e in budget["events"]] == [rid]  # type: ignore[index]
+    assert rid in [e["release_id"] for e in budget["events"]]  # type: ignore[index]
     line = s.releases.spending(TEST_POPULATION)
     assert (
         line.startswith(f"population {TEST_POPULATION} spent eps=") and "budget eps=1e+07" in line

@@ -7,8 +7,12 @@ import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:  # tests/ is put on the import path when pytest starts (pytest_configure)
+    from server_helpers import Served
 
 PG_ADMIN_URL = os.environ.get("QVEIL_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 IN_CI = os.environ.get("CI", "").lower() == "true"
@@ -100,3 +104,22 @@ def cartpole_release(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, st
     (d / "qveil-home").mkdir()
     with registry_home(d / "qveil-home"):
         return make_cartpole_kernel_bundle(d, seed=1)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """One real server for the test module: a 3-action release on [-1, 2] served by
+    LocalServer (grpc.aio on 127.0.0.1, port 0, over a SQLite store) with a tokens file (a
+    query, an admin and an auditor token), its bundle charged in a registry of the module's
+    own. Tests that share it only read, or put back what they change."""
+    from server_helpers import Served, make_bundle, make_tokens, registry_home
+
+    from qveil.server.local import LocalServer
+
+    d = tmp_path_factory.mktemp("served")
+    with registry_home(d / "qveil-home"):
+        bundle = make_bundle(d / "bundle", seed=21)
+        tokens = make_tokens(d / "tokens.toml")
+        store = f"sqlite:///{d / 'store.sqlite'}"
+        with LocalServer(bundle, store, tokens=tokens.path, max_batch=64) as s:
+            yield Served(s, tokens, bundle)

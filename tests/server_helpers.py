@@ -17,11 +17,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import grpc
 import numpy as np
 
+from qveil.server.governance.registry import Registry
 from qveil.server.local import LocalServer
 
 REPO = Path(__file__).resolve().parent.parent
@@ -50,12 +51,38 @@ def make_bundle(
     interval: tuple[float, float] = (-1.0, 2.0),
     hidden: int = 16,
     bundle_id: str | None = None,
+    home: Path | None = None,
+) -> Path:
+    """A small real bundle (:func:`make_uncharged_bundle`), charged to the test population
+    and receipted (:func:`charge`) so that it can be served, in the registry of ``home``
+    (default: this test's ``QVEIL_HOME``). ``bundle_id``: tests of a second bundle under an
+    existing release id only."""
+    out = make_uncharged_bundle(
+        path,
+        seed=seed,
+        actions=actions,
+        sigma=sigma,
+        interval=interval,
+        hidden=hidden,
+        bundle_id=bundle_id,
+    )
+    charge(out, home=home)
+    return out
+
+
+def make_uncharged_bundle(
+    path: Path,
+    *,
+    seed: int = 0,
+    actions: int = 3,
+    sigma: float = 2.0,
+    interval: tuple[float, float] = (-1.0, 2.0),
+    hidden: int = 16,
+    bundle_id: str | None = None,
 ) -> Path:
     """A small real bundle (output mode: served Q clamped to the card's bound), written by
     qveil.bundle.write_bundle with privacy numbers from qveil.privacy.account, its noise key
-    seeded by ``seed``, charged to the test population and receipted (:func:`charge`) so
-    that it can be served. ``bundle_id``: tests of a second bundle under an existing release
-    id only."""
+    seeded by ``seed``; recorded in no registry and without a receipt."""
     from qveil.bundle import lipschitz_bound
     from qveil.privacy import E3_SETTINGS
 
@@ -66,7 +93,7 @@ def make_bundle(
         "W1": rng.normal(size=(actions, hidden)) * 0.5,
         "b1": rng.normal(size=actions),
     }
-    out = write_output_bundle(
+    return write_output_bundle(
         path,
         w,
         seed=seed,
@@ -81,8 +108,6 @@ def make_bundle(
         config_toml="# test bundle\n",
         learning_curve_png=b"",
     )
-    charge(out)
-    return out
 
 
 def charge(bundle: Path, *, population: str | None = None, home: Path | None = None) -> str:
@@ -280,16 +305,6 @@ class Tokens:
 
     def of(self, role: str | None) -> str | None:
         return None if role is None else getattr(self, role)
-
-
-@dataclass(frozen=True)
-class Served:
-    """A release being served: the server's ``target``, the ``bundle`` it serves and the
-    ``tokens`` of its tokens file."""
-
-    target: str
-    bundle: Path
-    tokens: Tokens
 
 
 def make_tokens(path: Path) -> Tokens:
@@ -570,6 +585,24 @@ def wait_health(
 InProcessServer = LocalServer
 
 
+class Served(NamedTuple):
+    """A running in-process server (qveil.server.local) of ``bundle`` over a SQLite
+    store, asking for the tokens of ``tokens``."""
+
+    server: LocalServer
+    tokens: Tokens
+    bundle: Path
+
+    @property
+    def target(self) -> str:
+        """The server's gRPC address (127.0.0.1:port)."""
+        return self.server.target
+
+    def md(self, role: str) -> list[tuple[str, str]]:
+        """The call metadata carrying ``role``'s token."""
+        return [("authorization", f"Bearer {self.tokens.of(role)}")]
+
+
 @contextmanager
 def running(tmp: Path, bundle: Path, *extra: str, **kw: Any) -> Iterator[ServerProcess]:
     sp = start_server(tmp, bundle, *extra, **kw)
@@ -618,3 +651,13 @@ def serving_query(
         if answer_log is not None:
             answer_log.close()
         st.close()
+
+
+class ModuleRegistry(NamedTuple):
+    """A registry of the test module's own (``home``: its QVEIL_HOME) and a bundle charged in
+    it: tests charge their bundles there (``server_helpers.charge(b, home=home)``) and give
+    ``registry`` to ``Services.create``, instead of a new registry per test."""
+
+    home: Path
+    registry: Registry
+    bundle: Path

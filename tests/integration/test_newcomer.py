@@ -15,7 +15,6 @@ from server_helpers import QVEIL, ensure_population, make_bundle, start_server
 from qveil.bundle import value_scale_warning
 from qveil.cli import main
 from qveil.client.commands.query import human
-from qveil.server.app import resolve_store_url
 
 
 @pytest.fixture
@@ -73,19 +72,6 @@ def test_privacy_cli_prints_an_epsilon_or_the_flags_it_needs(
     assert "holds       yes" in out and "guarantee   (" in out and "no epsilon" not in out
     assert main(["privacy", "--mode", "gdp", "--sigma", "0.74"]) == 0
     assert "--k " in capsys.readouterr().out
-
-
-def test_resolve_store_url_unit(tmp_path: Path) -> None:
-    b = tmp_path / "runs" / "bundle"
-    assert resolve_store_url("sqlite:///s.sqlite", b) == (
-        f"sqlite:///{(tmp_path / 'runs' / 's.sqlite').resolve()}",
-        True,
-    )
-    assert resolve_store_url("sqlite:///../x/s.sqlite?timeout=3", b)[0].endswith(
-        f"{(tmp_path / 'x' / 's.sqlite').resolve()}?timeout=3"
-    )
-    for same in ("sqlite:////abs/s.sqlite", "sqlite:///:memory:", "memory:x", "postgresql://h/db"):
-        assert resolve_store_url(same, b) == (same, False)
 
 
 def test_serve_resolves_a_relative_sqlite_store_against_the_bundle(tmp_path: Path) -> None:

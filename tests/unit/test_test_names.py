@@ -15,49 +15,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PARTS = ("core", "server", "trainer", "client", "common", "experiments")
 
-_CLI = "a command-line module: run as `qveil` subprocesses by "
-_WIRE = "the transports, exercised end to end over real servers by "
-_BACKEND = "a store backend: the contract suite test_server_store_base.py runs on every backend"
-
 #: module -> why it has no unit-test file named after it (where it is tested instead)
 WITHOUT_OWN_FILE: dict[str, str] = {
     "qveil.json_types": "three type aliases (JSONValue, JSONObject, JSONMapping), no code",
     "qveil.training_data": "a Protocol, no code; both kinds a fit reads: test_dataset_parquet.py",
-    "qveil.server.commands.admin": _CLI + "tests/integration/test_admin_server.py",
-    "qveil.server.commands.audit": _CLI + "tests/integration/test_server_e2e.py",
-    "qveil.server.commands.budget": _CLI + "tests/integration/test_cli_entry.py",
-    "qveil.server.commands.flags": "flags to arguments: every `qveil serve` and `qveil admin` run",
-    "qveil.server.commands.serve": _CLI + "tests/integration/test_server_e2e.py",
-    "qveil.server.governance.admin_db": "the admin records' database: test_server_governance_*",
-    "qveil.server.governance.closing": "the `with obj:` base of resources",
-    "qveil.server.governance.hashchain": "hash chains: test_server_governance_ledger.py",
-    "qveil.server.governance.release_ledger": "a release's charge: every `qveil train` run",
-    "qveil.server.governance.release_records": "the registry's records: tests/integration/",
-    "qveil.server.governance.retrain": "qveil admin retrain: test_server_governance_admin.py",
-    "qveil.server.migrations.env": "Alembic's environment: test_server_store_migrate.py",
-    "qveil.server.migrations.noise_points": "a migration's helper: test_server_store_migrate.py",
-    "qveil.server.protocol.dataplane": _WIRE + "tests/integration/test_oip_*.py",
-    "qveil.server.protocol.grpc.bad_body": _WIRE + "tests/integration/test_server_transport.py",
-    "qveil.server.protocol.grpc.servicer": _WIRE + "tests/integration/test_server_e2e.py",
-    "qveil.server.protocol.grpc.v2_servicer": _WIRE + "tests/integration/test_oip_grpc.py",
-    "qveil.server.protocol.rest.errors": _WIRE + "tests/integration/test_oip_rest.py",
-    "qveil.server.protocol.rest.v2_codec": _WIRE + "tests/integration/test_oip_rest.py",
-    "qveil.server.protocol.rest.v2_endpoints": _WIRE + "tests/integration/test_oip_rest.py",
-    "qveil.server.protocol.v2_model": "the v2 model: test_server_serving_query.py",
-    "qveil.server.app": "the server factory: tests/integration/test_server_inprocess.py",
-    "qveil.server.serving.audit_service": "the audit service: test_server_governance_audit.py",
-    "qveil.server.serving.health": "health: tests/integration/test_server_inprocess.py",
-    "qveil.server.serving.limits": "limits: test_server_serving_query.py",
-    "qveil.server.local": "an in-process server: test_server_governance_audit.py",
-    "qveil.server.serving.logs": "log lines: tests/integration/test_server_e2e.py",
-    "qveil.server.serving.metrics": "metrics: tests/integration/test_metrics.py",
-    "qveil.server.serving.releases": "the release service: tests/integration/test_admin_server.py",
-    "qveil.server.serving.services": "the services of one server: test_server_serving_query.py",
-    "qveil.server.serving.state": "the shared state: test_server_serving_query.py",
-    "qveil.server.serving.views": "the API's views: test_server_serving_query.py",
-    "qveil.server.store.memory": _BACKEND,
-    "qveil.server.store.models": "the store's tables: test_server_store_migrate.py",
-    "qveil.server.store.sql": _BACKEND,
 }
 
 

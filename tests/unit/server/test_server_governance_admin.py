@@ -9,30 +9,15 @@ import json
 from pathlib import Path
 
 import pytest
-from config_helpers import tiny_linewalk_config
 from store_helpers import log_values
 
 from qveil.bundle import load_bundle
 from qveil.bundle.receipt import check_receipt
 from qveil.cli import main
-from qveil.errors import BudgetExceeded, FailedPrecondition
+from qveil.errors import FailedPrecondition
 from qveil.privacy import PrivacyParams, account
 from qveil.server.governance import admin, audit_log
-from qveil.server.governance.ledger import Ledger
 from qveil.server.governance.retrain import retrain
-
-
-@pytest.fixture
-def tiny_config(tmp_path: Path) -> Path:
-    return tiny_linewalk_config(tmp_path)
-
-
-@pytest.fixture
-def store_url(tmp_path: Path) -> str:
-    (tmp_path / "srv").mkdir()
-    url = f"sqlite:///{tmp_path / 'srv' / 'qveil-store.sqlite'}"
-    assert main(["admin", "init-store", "--store", url]) == 0  # admin creates stores only here
-    return url
 
 
 def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, object]:
@@ -41,32 +26,32 @@ def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, object]:
     return code, (json.loads(out) if "--json" in argv and code == 0 else out)
 
 
-def _retrain_argv(store_url: str, config: Path, dataset_id: str) -> list[str]:
+def _retrain_argv(admin_store: str, config: Path, dataset_id: str) -> list[str]:
     """``qveil admin retrain`` of ``config`` in gdp mode at sigma 1, seeded."""
     return [
-        *("admin", "retrain", "--store", store_url, "--config", str(config)),
+        *("admin", "retrain", "--store", admin_store, "--config", str(config)),
         *("--dataset-id", dataset_id, "--sigma", "1.0", "--mode", "gdp", "--seed", "1"),
     ]
 
 
-def _set_cap_argv(store_url: str, dataset_id: str, epsilon: str) -> list[str]:
+def _set_cap_argv(admin_store: str, dataset_id: str, epsilon: str) -> list[str]:
     """``qveil admin set-cap`` of ``dataset_id`` at (epsilon, 1e-3)."""
-    return ["admin", "set-cap", "--store", store_url, "--dataset-id", dataset_id,
+    return ["admin", "set-cap", "--store", admin_store, "--dataset-id", dataset_id,
             "--epsilon", epsilon, "--delta", "1e-3"]  # fmt: skip
 
 
 # long-function: one release lifecycle top to bottom: retrain, activate, roll back, retire
 def test_retrain_activate_rollback_retire(
-    store_url: str, tiny_config: Path, capsys: pytest.CaptureFixture[str]
+    admin_store: str, tiny_config: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code, _ = _cli(
         capsys,
-        *_set_cap_argv(store_url, "users", "5000"),
+        *_set_cap_argv(admin_store, "users", "5000"),
     )
     assert code == 0
     code, r1 = _cli(
         capsys,
-        *_retrain_argv(store_url, tiny_config, "users"),
+        *_retrain_argv(admin_store, tiny_config, "users"),
         "--activate",
         "--json",
     )
@@ -74,9 +59,9 @@ def test_retrain_activate_rollback_retire(
     rid1 = r1["release_id"]
     bundle1 = Path(r1["bundle_path"])
     assert r1["activated"] and bundle1.is_dir() and bundle1.name == rid1
-    assert bundle1.parent == Path(store_url.removeprefix("sqlite:///")).parent  # beside store
+    assert bundle1.parent == Path(admin_store.removeprefix("sqlite:///")).parent  # beside store
 
-    with admin.open_admin(store_url, actor="test") as ctx:
+    with admin.open_admin(admin_store, actor="test") as ctx:
         # the recorded numbers are the accountant's, recomputed from the bundle's own card
         card = json.loads((bundle1 / "card.json").read_text())
         res = account(PrivacyParams.from_dict(card["privacy_params"]))
@@ -153,50 +138,33 @@ def test_retrain_activate_rollback_retire(
         assert audit_log.verify_audit_log(ctx.db).ok and ctx.ledger.verify().ok
         assert audit_log.verify_audit_log(ctx.registry.db).ok
 
-    code, rows = _cli(capsys, "admin", "releases", "--store", store_url, "--json")
+    code, rows = _cli(capsys, "admin", "releases", "--store", admin_store, "--json")
     assert code == 0 and {r["release_id"] for r in rows} == {rid1, rid2}
     assert all(r["dataset_id"] == "users" and r["epsilon"] > 0 for r in rows)
-    code, budget = _cli(capsys, "admin", "budget", "--store", store_url, "--json")
+    code, budget = _cli(capsys, "admin", "budget", "--store", admin_store, "--json")
     assert code == 0 and [b["dataset_id"] for b in budget] == ["users"]
     assert len(budget[0]["events"]) == 2 and budget[0]["remaining"]["epsilon"] > 0
-    code, text = _cli(capsys, "admin", "log", "--store", store_url)
+    code, text = _cli(capsys, "admin", "log", "--store", admin_store)
     assert code == 0 and "retire" in text and "refused" in text
 
 
 def test_retrain_over_budget_is_refused_before_training(
-    store_url: str, tiny_config: Path, capsys: pytest.CaptureFixture[str]
+    admin_store: str, tiny_config: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(_set_cap_argv(store_url, "d", "1")) == 0
-    code = main(_retrain_argv(store_url, tiny_config, "d"))
+    assert main(_set_cap_argv(admin_store, "d", "1")) == 0
+    code = main(_retrain_argv(admin_store, tiny_config, "d"))
     err = capsys.readouterr().err
     assert code == 2 and "budget of dataset 'd' exceeded" in err and "cap (eps=1" in err
-    srv = Path(store_url.removeprefix("sqlite:///")).parent
+    srv = Path(admin_store.removeprefix("sqlite:///")).parent
     assert sorted(p.name for p in srv.iterdir() if p.is_dir()) == []  # no bundle written
-    with admin.open_admin(store_url, actor="t") as ctx:
+    with admin.open_admin(admin_store, actor="t") as ctx:
         assert ctx.store.releases.list_releases() == [] and ctx.ledger.entries("d") == []
         last = audit_log.entries(ctx.db)[-1]
         assert (last.action, last.outcome) == ("retrain", "refused")
         assert "exceeded" in last.detail
     # a dataset without a cap is refused too (no silent unlimited budget)
-    assert main(_retrain_argv(store_url, tiny_config, "other")) == 2
+    assert main(_retrain_argv(admin_store, tiny_config, "other")) == 2
     assert "has no budget" in capsys.readouterr().err
-
-
-def test_refusal_at_record_time_leaves_nothing(
-    store_url: str, tiny_config: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Another retrain spent the budget while this one trained: the atomic check in
-    Ledger.record refuses, the bundle is deleted, no release is registered."""
-    with admin.open_admin(store_url, actor="t") as ctx:
-        ctx.ledger.set_cap("d", cap_epsilon=1.0, cap_delta=1e-3, actor="t")
-        monkeypatch.setattr(Ledger, "check", lambda self, event, **kw: None)  # the pre-check passed
-        with pytest.raises(BudgetExceeded) as info:
-            retrain(ctx, config=tiny_config, dataset_id="d", sigma=1.0, mode="gdp", seed=1)
-        assert info.value.cap == (1.0, 1e-3) and info.value.spent == (0.0, 0.0)
-        assert ctx.store.releases.list_releases() == [] and ctx.ledger.entries("d") == []
-        assert admin.releases(ctx) == []
-    srv = Path(store_url.removeprefix("sqlite:///")).parent
-    assert [p for p in srv.iterdir() if p.is_dir()] == []
 
 
 def test_admin_needs_a_store(

@@ -4,10 +4,11 @@
    rest from a pool of 1000 repeated states) is measured closed-loop first; then open-loop
    steps at rising fractions of it find the highest rate that holds (no error, no skipped
    tick, p99 within 250 ms; quick form: one step at 30 %), and loadgen holds 80 % of that
-   rate for 8 s (quick) / 120 s (full). Zero errors, (almost) no call skipped for lack of a
-   free slot, the server's RSS bounded (after warm-up it may grow only by what the logged
-   points explain), the answer log growing by the distinct states (never by the number of
-   queries; counted after the graceful stop, which flushes the log), and p50/p99 recorded.
+   rate for 120 s (full) / 50 % of it for 8 s (quick: beside the suite's other worker). Zero
+   errors, (almost) no call skipped for lack of a free slot, the server's RSS bounded (after
+   warm-up it may grow only by what the logged points explain), the answer log growing by
+   the distinct states (never by the number of queries; counted after the graceful stop,
+   which flushes the log), and p50/p99 recorded.
 2. Overload: with --max-in-flight 4 (per caller: 3), one client flooding with 32 concurrent
    heavy calls over its connection gets RESOURCE_EXHAUSTED for the excess and nothing else;
    every admitted call is answered correctly (re-checked, and the release's keyed values); an
@@ -93,8 +94,11 @@ def test_soak_at_the_measured_sustainable_rate(tmp_path: Path, bundle: Path) -> 
                 pool=pool,
             )
         )
-        # a short step that held is not yet a soak: keep a 20 % margin for the long run
-        rate = 0.8 * held
+        # a short step that held is not yet a soak: keep a margin for the long run, 20 % in
+        # the full form (the machine to itself); the quick form runs inside `make test`, where
+        # the other pytest-xdist worker's tests take the cores at their own times, so the
+        # capacity measured here is not the capacity during the soak: a 50 % margin
+        rate = float(scale(0.5, 0.8)) * held
         rss_before = srv.rss()
         sampler = RssSampler(srv)
         sampler.start()

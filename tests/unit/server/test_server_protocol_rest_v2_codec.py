@@ -39,6 +39,11 @@ def test_a_json_request() -> None:
     assert b.binary("Q") is True and b.binary("BEST_ACTION") is False and b.binary("X") is False
 
 
+def test_outputs_absent_or_null_ask_for_every_output() -> None:
+    for doc in ({"inputs": []}, {"inputs": [], "outputs": None}, {"inputs": [], "outputs": []}):
+        assert list(parse_body(_body(doc), None).request.outputs) == []
+
+
 def test_a_binary_data_request() -> None:
     xs = np.array([0.25, 1.5, -0.75], "<f8")
     acts = np.array([2, 0, 1], "<i8")
@@ -124,6 +129,9 @@ def test_a_binary_data_request() -> None:
             "binary_data_size 8 exceeds the body",
         ),
         (_body({"inputs": [], "outputs": {"Q": 1}}), None, "outputs", '"outputs" must be a list'),
+        (_body({"inputs": [], "outputs": {}}), None, "outputs", '"outputs" must be a list'),
+        (_body({"inputs": [], "outputs": ""}), None, "outputs", '"outputs" must be a list'),
+        (_body({"inputs": [], "outputs": False}), None, "outputs", '"outputs" must be a list'),
         (_body({"inputs": [], "outputs": [{}]}), None, "outputs[0]", 'string "name"'),
         (_body({"inputs": [], "parameters": []}), None, "parameters", "must be a JSON object"),
         (_body({"inputs": [], "id": 5}), None, "id", "id must be a string, got int"),

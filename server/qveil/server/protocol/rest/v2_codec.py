@@ -74,7 +74,9 @@ def parse_body(
     for i, t in enumerate(doc["inputs"]):
         tensor, binary = _tensor(i, t, binary)
         tensors.append(tensor)
-    outputs = doc.get("outputs") or []
+    outputs = doc.get("outputs")
+    if outputs is None:  # absent (or null): every output, in JSON
+        outputs = []
     if not isinstance(outputs, list):
         raise _bad_json('"outputs" must be a list', field="outputs")
     params = _parameters(doc.get("parameters"), "parameters")

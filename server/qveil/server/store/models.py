@@ -26,7 +26,9 @@ environment imports both, so Alembic sees every table:
 ``store_meta`` holds the store's random identity (and, in a registry, its signing key).
 
 Floats are IEEE doubles on both backends (``Double``: SQLite REAL, PostgreSQL DOUBLE PRECISION),
-so a stored x or g round-trips bit for bit.
+so a stored x or g round-trips bit for bit, but for the sign of a zero: SQLite stores -0.0 as
+0.0. A stored x is a grid point (index * 2^-K, never -0.0); a g of exactly zero has
+probability zero under the path's Gaussian law.
 """
 
 from __future__ import annotations

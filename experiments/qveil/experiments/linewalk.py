@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from qveil.errors import InvalidArgument, echo
 from qveil.json_types import JSONObject
 from qveil.noise import OUSamplePath
 from qveil.trainer.config import TrainConfig
@@ -122,11 +123,19 @@ def reference_returns(cfg: TrainConfig, *, episodes: int = 200, seed: int = 0) -
     return {"random": float(np.mean(rnd)), "towards 0.5": float(np.mean(mid))}
 
 
+#: the learners a spec may name: Algorithm 1, DP-SGD, input perturbation
+METHODS = ("alg1", "dpsgd", "input")
+
+
 def run_spec(spec: JSONObject) -> JSONObject:
     """Train and evaluate one spec. Keys: method (alg1|dpsgd|input), config (path),
     config_changes (dict), seed, eval_episodes; alg1: train_sigma, train_beta, release_sigma,
     release_beta, q_bound; dpsgd: clip, noise_std; input: noise_std. Returns the spec plus
-    ``curve`` (training-episode returns), ``release_return`` (mean), ``seconds``."""
+    ``curve`` (training-episode returns), ``release_return`` (mean), ``seconds``. An unknown
+    method is refused (InvalidArgument) before anything is loaded."""
+    method = spec.get("method")
+    if method not in METHODS:
+        raise InvalidArgument(f"method must be one of {', '.join(METHODS)}, got {echo(method)}")
     # torch loads only for the runs that train a network (a heavy import)
     import torch
 
@@ -143,7 +152,6 @@ def run_spec(spec: JSONObject) -> JSONObject:
     cfg = load_cfg(spec.get("config"), **spec.get("config_changes", {}))
     seed = int(spec["seed"])
     t0 = time.perf_counter()
-    method = spec["method"]
     release_sigma, release_beta, q_bound = 0.0, 1.0, None
     if method == "alg1":
         info = make_env(cfg)
@@ -167,11 +175,9 @@ def run_spec(spec: JSONObject) -> JSONObject:
             cfg, clip=float(spec["clip"]), noise_std=float(spec["noise_std"]), seed=seed
         )
         net, rows = baseline.network, baseline.log_rows
-    elif method == "input":
+    else:  # "input"
         perturbed = train_input_perturbation(cfg, noise_std=float(spec["noise_std"]), seed=seed)
         net, rows = perturbed.network, perturbed.log_rows
-    else:
-        raise ValueError(f"unknown method {method!r}")
     weights = net.export()
     rets = evaluate_release(
         cfg,

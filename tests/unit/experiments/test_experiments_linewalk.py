@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from qveil.errors import InvalidArgument
 from qveil.experiments.linewalk import (
     DEFAULT_CONFIG,
     evaluate_release,
@@ -92,5 +93,7 @@ def test_run_spec_trains_and_scores_the_release() -> None:
     assert {k: out[k] for k in spec} == spec
     assert len(out["curve"]) >= 1 and all(len(point) == 2 for point in out["curve"])
     assert np.isfinite(out["release_return"]) and out["seconds"] > 0
-    with pytest.raises(ValueError, match="unknown method 'sgd'"):
+    with pytest.raises(
+        InvalidArgument, match="method must be one of alg1, dpsgd, input, got 'sgd'"
+    ):
         run_spec({**spec, "method": "sgd"})

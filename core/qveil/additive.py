@@ -22,8 +22,9 @@ Each g_j is a 1-D OU path (:class:`qveil.noise.OUSamplePath`), exact and lazy
 coordinate whose value is new) at O(d log n) cost, and the sum has the exact joint law of
 (2) whatever the order of queries: the paths are independent, each exact on its own.
 
-Pure numpy; no I/O. ``rng=None`` draws every path from OS entropy (releases); an int seed
-or a generator is for tests and experiments only (spawned into d independent children).
+Pure numpy; no I/O. ``rng=None`` draws every path from OS entropy; an int seed or a
+generator is for tests and experiments only (spawned into d independent children). A
+release's noise is not drawn here: it is a function of its key (:mod:`qveil.keyed`).
 """
 
 from __future__ import annotations

@@ -240,12 +240,14 @@ class OUSamplePath:
     :class:`qveil.pathindex.SortedPoints` (the one sorted index of a path, shared with the
     store and the audit).
 
-    ``rng``: ``None`` (the default, for releases) draws from OS entropy; a seeded
-    ``numpy.random.Generator`` or an int seed is for tests and experiments only.
+    ``rng``: ``None`` (the default) draws from OS entropy; a seeded
+    ``numpy.random.Generator`` or an int seed is for tests and experiments only. (A release's
+    noise is not drawn here: it is a function of the release's key, :mod:`qveil.keyed`; this
+    path serves Algorithm 1's training noise, ``qveil noise`` and the experiments.)
 
-    Not thread-safe: concurrent callers of one path must serialize (non-negotiable 3; the
-    store does). With a seeded source the values do not depend on how the states are split
-    into calls, since new states are always drawn in first-occurrence order.
+    Not thread-safe: concurrent callers of one path must serialize. With a seeded source the
+    values do not depend on how the states are split into calls, since new states are always
+    drawn in first-occurrence order.
     """
 
     __slots__ = ("_beta", "_sigma", "_rng", "_index")

@@ -5,13 +5,12 @@
 with the value, admin, audit, health and v2 services over
 :class:`~qveil.server.serving.services.Services` and a real store) and runs it on a background event
 loop bound to ``127.0.0.1:0``. Clients reach it over loopback gRPC like any server, so what
-they get is what a deployment answers: the released values with the noise the store durably
-holds. It skips only the process concerns of ``qveil serve`` (signals, draining, port files,
-TLS, REST).
-
-The store's noise comes from OS entropy unless the caller opens the store with a seed
-itself (tests only; non-negotiable 5). ``services`` (and ``services.ctx.metrics``: states
-answered, new points) are exposed so a caller can show that its answers came from here.
+they get is what a deployment answers: the released values, the mean plus the noise the
+release's key gives each snapped state (:mod:`qveil.keyed`), the same bits as every other
+copy of the release. It skips only the process concerns of ``qveil serve`` (signals,
+draining, port files, TLS, REST). ``services`` (and ``services.ctx.metrics``: states
+answered, new points logged) are exposed so a caller can show that its answers came from
+here.
 """
 
 from __future__ import annotations
@@ -62,9 +61,9 @@ def _quiet_poller_shutdown(loop: asyncio.AbstractEventLoop, context: dict[str, o
 
 class LocalServer(Closing):
     """The real grpc.aio server (``create_server``) on a background event loop, bound to
-    127.0.0.1:0, over a real store (a URL, opened here with OS-entropy noise, or an open
-    store). ``plane``, ``health`` and ``services`` are exposed so tests can drive readiness
-    and draining deterministically; ``start=False`` leaves the server NOT_SERVING."""
+    127.0.0.1:0, over a real store (a URL opened here, or an open store: the answer log).
+    ``plane``, ``health`` and ``services`` are exposed so tests can drive readiness and
+    draining deterministically; ``start=False`` leaves the server NOT_SERVING."""
 
     server: grpc.aio.Server | None
 

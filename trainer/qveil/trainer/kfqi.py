@@ -15,8 +15,8 @@ release id (a fresh ``bundle_id``), fingerprint and, once served, its own store 
 draw. Releasing several bundles of one dataset composes their privacy costs; the experiment
 measures each one's utility separately (independent repetitions), it does not publish them.
 
-The release noise is drawn by the server's store from OS entropy, under the store keys
-(release, action, coordinate, x_j).
+The release noise is the bundle's: one key per bundle, drawn from OS entropy when the bundle
+is written, gives every snapped state its noise (:mod:`qveil.keyed`).
 """
 
 from __future__ import annotations

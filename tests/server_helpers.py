@@ -125,6 +125,33 @@ def charge(bundle: Path, *, population: str | None = None, home: Path | None = N
         return rec.issue_receipt(bundle)
 
 
+def small_network_bundle(
+    path: Path,
+    *,
+    weights_seed: int,
+    sigma: float,
+    interval: tuple[float, float],
+    env_id: str = "LineWalk-v0",
+) -> Path:
+    """A tiny d = 1 output-mode network release: 2 actions, 4 hidden units drawn with
+    ``weights_seed``, Lipschitz bound 2, accountant settings E3, noise key seeded by 0.
+    Not charged: :func:`charge` it to serve it."""
+    from qveil.privacy import E3_SETTINGS
+
+    rng = np.random.default_rng(weights_seed)
+    w = {
+        "W0": rng.uniform(-1, 1, (4, 1)),
+        "b0": rng.uniform(-1, 1, 4),
+        "W1": rng.uniform(-1, 1, (2, 4)) / 4,
+        "b1": np.zeros(2),
+    }
+    return write_output_bundle(
+        path, w, actions=2, lipschitz=2.0, sigma=sigma, settings=dict(E3_SETTINGS),
+        env_id=env_id, interval=interval, hyperparameters={}, config_toml="",
+        learning_curve_png=b"",
+    )  # fmt: skip
+
+
 def write_output_bundle(
     path: Path,
     weights: dict[str, Any],

@@ -10,34 +10,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 from cli_helpers import qveil_main
-from server_helpers import write_output_bundle
+from server_helpers import small_network_bundle
 
 from qveil.bundle import load_bundle
-from qveil.privacy import E3_SETTINGS
 
 
 @pytest.fixture(scope="module")
 def network_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A d = 1 output-mode network release on the interval [-1, 3]."""
-    rng = np.random.default_rng(0)
-    w = {
-        "W0": rng.uniform(-1, 1, (4, 1)),
-        "b0": rng.uniform(-1, 1, 4),
-        "W1": rng.uniform(-1, 1, (2, 4)) / 4,
-        "b1": np.zeros(2),
-    }
-    return write_output_bundle(
-        tmp_path_factory.mktemp("inspect") / "b",
-        w,
-        actions=2,
-        lipschitz=2.0,
-        sigma=2.0,
-        settings=E3_SETTINGS,
-        env_id="LineWalk-v0",
-        interval=(-1.0, 3.0),
-        hyperparameters={},
-        config_toml="",
-        learning_curve_png=b"",
+    return small_network_bundle(
+        tmp_path_factory.mktemp("inspect") / "b", weights_seed=0, sigma=2.0, interval=(-1.0, 3.0)
     )
 
 

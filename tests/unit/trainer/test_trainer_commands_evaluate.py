@@ -8,14 +8,12 @@ import json
 import re
 from pathlib import Path
 
-import numpy as np
 import pytest
 from cli_helpers import assert_one_line_error, qveil_main
 from dataset_helpers import LW
-from server_helpers import fresh_bundle, write_output_bundle
+from server_helpers import fresh_bundle, small_network_bundle
 
 from qveil.dataset import save_dataset
-from qveil.privacy import E3_SETTINGS
 from qveil.server.local import LocalServer
 from qveil.trainer.collect import collect
 
@@ -23,18 +21,13 @@ from qveil.trainer.collect import collect
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A LineWalk output-mode network release (d = 1, 2 actions)."""
-    rng = np.random.default_rng(1)
-    w = {
-        "W0": rng.uniform(-1, 1, (4, 1)),
-        "b0": rng.uniform(-1, 1, 4),
-        "W1": rng.uniform(-1, 1, (2, 4)) / 4,
-        "b1": np.zeros(2),
-    }
-    return write_output_bundle(
-        tmp_path_factory.mktemp("evaluate") / "b", w, actions=2, lipschitz=2.0, sigma=0.5,
-        settings=E3_SETTINGS, env_id=LW, interval=(0.0, 1.0), hyperparameters={},
-        config_toml="", learning_curve_png=b"",
-    )  # fmt: skip
+    return small_network_bundle(
+        tmp_path_factory.mktemp("evaluate") / "b",
+        weights_seed=1,
+        sigma=0.5,
+        interval=(0.0, 1.0),
+        env_id=LW,
+    )
 
 
 def test_a_bundle_as_json_and_as_a_table(bundle: Path, tmp_path: Path) -> None:

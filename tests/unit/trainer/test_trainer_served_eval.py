@@ -11,12 +11,11 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from dataset_helpers import LW, small_dataset
-from server_helpers import charge, served_values, write_output_bundle
+from server_helpers import charge, served_values, small_network_bundle
 
 import qveil.trainer  # noqa: F401  (registers qveil/LineWalk-v0)
 from qveil.bundle import load_bundle
 from qveil.errors import InvalidArgument
-from qveil.privacy import E3_SETTINGS
 from qveil.server.local import LocalServer
 from qveil.trainer.served_eval import evaluate_served, lockstep_returns, nonprivate_policy
 
@@ -69,18 +68,9 @@ def test_no_episodes_is_refused_before_dialling() -> None:
 
 @pytest.fixture
 def served_linewalk(tmp_path: Path) -> Path:
-    rng = np.random.default_rng(0)
-    w = {
-        "W0": rng.uniform(-1, 1, (4, 1)),
-        "b0": rng.uniform(-1, 1, 4),
-        "W1": rng.uniform(-1, 1, (2, 4)) / 4,
-        "b1": np.zeros(2),
-    }
-    bundle = write_output_bundle(
-        tmp_path / "b", w, actions=2, lipschitz=2.0, sigma=0.5, settings=E3_SETTINGS,
-        env_id=LW, interval=(0.0, 1.0), hyperparameters={}, config_toml="",
-        learning_curve_png=b"",
-    )  # fmt: skip
+    bundle = small_network_bundle(
+        tmp_path / "b", weights_seed=0, sigma=0.5, interval=(0.0, 1.0), env_id=LW
+    )
     charge(bundle)
     return bundle
 

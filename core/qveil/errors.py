@@ -100,7 +100,7 @@ class ResourceExhausted(QveilError):
 
     ``retry_after``: seconds after which the same request can succeed (None: no estimate, the
     transport's default delay applies; ``math.inf``: retrying the same request never helps,
-    e.g. a storage cap or a request larger than the caller's whole budget)."""
+    e.g. a request larger than the caller's whole budget)."""
 
     def __init__(self, message: str = "", *, retry_after: float | None = None) -> None:
         super().__init__(message)

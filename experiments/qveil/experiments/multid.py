@@ -25,7 +25,7 @@ repetitions of the experiment (R noise draws), not a composition; publishing the
 compose their privacy costs. Per cell: the mean return over R x E, the minimum and maximum
 over releases, and "fraction" = (private - random) / (ceiling - random), with a bootstrap
 standard error and 95% interval over releases and episodes (:func:`fraction_bootstrap`).
-The server's own counters (states answered, new noise points stored) are recorded per
+The server's own counters (states answered, new noise points logged) are recorded per
 release, so the table shows that every private action came from the server.
 """
 

@@ -112,7 +112,7 @@ def _served_returns(
     env_seed: int,
 ) -> list[float]:
     """Returns of argmax_a [served additive mean + g_a] on LineWalk, g_a drawn lazily at the
-    visited states as the store does (no noise when ``noise_seed`` is None)."""
+    visited states by seeded exact OU paths in process (no noise when ``noise_seed`` is None)."""
     # the trainer's modules load gymnasium: only when this runs
     from qveil.trainer.served_eval import lockstep_returns
 

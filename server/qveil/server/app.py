@@ -258,8 +258,8 @@ def port_in_use(host: str, port: int) -> bool:
 def loose_permissions(bundle: Path, store_url: str) -> list[str]:
     """One warning for each of the bundle and the SQLite store whose files (or the bundle
     directory) are readable or writable by group or others, naming the first such path, its
-    mode and the fix. Both hold what the release protects: the bundle its un-noised model,
-    the store the noise drawn for it."""
+    mode and the fix. Both hold what the release protects: the bundle its un-noised model
+    and noise key, the store the noise values it answered."""
     warnings = []
 
     def loose(paths: list[Path]) -> list[tuple[Path, int]]:

@@ -15,9 +15,9 @@ Durability and serialisation (checked at start-up, refused without them):
   serialisation failures, deadlocks and lost connections; fsync and synchronous_commit must
   be on. Single-statement reads run in autocommit (no BEGIN/ROLLBACK round trips).
 
-A value drawn in an attempt that did not commit is never returned: a retry re-reads the
-committed rows (including, after an ambiguous lost COMMIT, rows that did land) and draws
-only states still missing.
+A row written in an attempt that did not commit never enters the in-process copy: a retry
+re-reads the committed rows (including, after an ambiguous lost COMMIT, rows that did land)
+and logs only states still missing.
 
 Database errors come out as :class:`qveil.errors.Unavailable` (disk full, read-only, busy
 beyond the timeout, connection lost) with the transaction rolled back: nothing half-written.

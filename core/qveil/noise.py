@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -268,7 +268,7 @@ class OUSamplePath:
         sigma: float,
         rng: NormalSource | int | None = None,
     ) -> OUSamplePath:
-        """Restore a path from stored points (e.g. from :meth:`points` or a store)."""
+        """Rebuild a path from its points (e.g. from :meth:`points`)."""
         path = cls(beta=beta, sigma=sigma, rng=rng)
         path.add_points(xs, gs)
         return path
@@ -430,12 +430,6 @@ class OUSamplePath:
             add(x, g)
             out.append(g)
         return out
-
-    def new_states(self, xs: Iterable[float] | npt.ArrayLike) -> list[float]:
-        """The distinct states of ``xs`` (validated) not yet stored, in first-occurrence order."""
-        xl = validate_unit_states(xs).tolist()  # type: ignore[arg-type]
-        get = self._index.find
-        return [xi for xi in dict.fromkeys(xl) if get(xi) is None]
 
     def points(self) -> tuple[FloatArray, FloatArray]:
         """The stored (xs, gs), in increasing state order (copies)."""

@@ -110,7 +110,8 @@ class ResourceExhausted(QveilError):
 
 
 class Unavailable(QveilError):
-    """A dependency (the store) cannot serve now; nothing unsafe was answered."""
+    """Not available now (the server starting or draining, the store down for a call that
+    needs it); retrying later can succeed."""
 
 
 class IntegrityError(QveilError):

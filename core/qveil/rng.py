@@ -1,9 +1,12 @@
-"""Sources of randomness for every sampler in qveil.
+"""Sources of randomness for the samplers that draw from OS entropy: Algorithm 1's training
+noise, the private evaluation's Gaussian noise, ``qveil noise`` and the experiments. (A
+release's served noise is a function of its one key, 32 bytes of OS entropy drawn once when the
+release is written: :mod:`qveil.keyed`.)
 
-Release noise must come from OS entropy (non-negotiable 5): an attacker who learns a PRNG's
-seed or state learns the noise and can subtract it. So the default source, :class:`OSEntropy`,
-turns bytes from ``os.urandom`` straight into standard normals (52-bit uniforms through the
-inverse normal CDF); there is no seed or generator state anywhere to leak. A seeded
+Noise that protects data must come from OS entropy (non-negotiable 5): an attacker who learns
+a PRNG's seed or state learns the noise and can subtract it. So the default source,
+:class:`OSEntropy`, turns bytes from ``os.urandom`` straight into standard normals (52-bit
+uniforms through the inverse normal CDF); there is no seed or generator state to leak. A seeded
 ``numpy.random.Generator`` is accepted for tests and experiments only; whoever uses one must
 mark the resulting artefact ``seeded: true`` (see :func:`is_seeded`).
 

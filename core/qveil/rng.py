@@ -57,7 +57,7 @@ class OSEntropy:
     def standard_normal(
         self, size: int | tuple[int, ...] | None = None
     ) -> float | NDArray[np.float64]:
-        if size is None:  # one draw (a server query): the same arithmetic without numpy arrays
+        if size is None:  # one draw (a single-state step): the same arithmetic without numpy arrays
             k = int.from_bytes(os.urandom(8), "little") >> 12
             return float(ndtri((k + 0.5) / _TWO_POW_52))
         n = int(np.prod(size))

@@ -18,7 +18,7 @@ variance at one state is therefore d sigma^2, which the accountant's noise-to-va
 reports (sigma sqrt(d) / value scale).
 
 Each g_j is a 1-D OU path (:class:`qveil.noise.OUSamplePath`), exact and lazy
-(docs/privacy.md section 9), so a query stores at most d new points per action (one per
+(docs/privacy.md section 9), so a state adds at most d new points to a path (one per
 coordinate whose value is new) at O(d log n) cost, and the sum has the exact joint law of
 (2) whatever the order of queries: the paths are independent, each exact on its own.
 
@@ -199,21 +199,6 @@ class AdditiveSamplePath:
             for bj, src in zip(b, sources, strict=True)
         )
 
-    @classmethod
-    def from_paths(cls, paths: Sequence[OUSamplePath]) -> AdditiveSamplePath:
-        """Wrap existing coordinate paths (e.g. restored from a store), one per coordinate,
-        all with the same sigma."""
-        if not paths:
-            raise InvalidArgument("from_paths needs at least one path")
-        sig = {p.sigma for p in paths}
-        if len(sig) != 1:
-            raise InvalidArgument("every coordinate path must carry the same (full) sigma")
-        self = cls.__new__(cls)
-        self._paths = tuple(paths)
-        self._betas = tuple(p.beta for p in paths)
-        self._sigma = paths[0].sigma
-        return self
-
     @property
     def dims(self) -> int:
         return len(self._paths)
@@ -228,7 +213,7 @@ class AdditiveSamplePath:
 
     @property
     def paths(self) -> tuple[OUSamplePath, ...]:
-        """The coordinate paths g_j (what a store keys by (coordinate, x_j))."""
+        """The coordinate paths g_j."""
         return self._paths
 
     def __len__(self) -> int:
@@ -240,11 +225,6 @@ class AdditiveSamplePath:
             f"AdditiveSamplePath(betas={self._betas!r}, sigma={self._sigma!r}, "
             f"points={[len(p) for p in self._paths]})"
         )
-
-    def new_points(self, xs: npt.ArrayLike) -> int:
-        """How many coordinate values of xs are not stored yet (at most d per state)."""
-        x = validate_unit_points(xs, self.dims)
-        return sum(len(p.new_states(np.unique(x[:, j]))) for j, p in enumerate(self._paths))
 
     def sample_coordinates(self, xs: npt.ArrayLike) -> FloatArray:
         """(n, d): g_j(x_j) for each state and coordinate (stored or newly drawn)."""

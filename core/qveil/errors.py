@@ -100,7 +100,7 @@ class ResourceExhausted(QveilError):
 
     ``retry_after``: seconds after which the same request can succeed (None: no estimate, the
     transport's default delay applies; ``math.inf``: retrying the same request never helps,
-    e.g. a storage cap or a request larger than the caller's whole budget)."""
+    e.g. a request larger than the caller's whole budget)."""
 
     def __init__(self, message: str = "", *, retry_after: float | None = None) -> None:
         super().__init__(message)
@@ -110,7 +110,8 @@ class ResourceExhausted(QveilError):
 
 
 class Unavailable(QveilError):
-    """A dependency (the store) cannot serve now; nothing unsafe was answered."""
+    """Not available now (the server starting or draining, the store down for a call that
+    needs it); retrying later can succeed."""
 
 
 class IntegrityError(QveilError):

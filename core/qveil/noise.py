@@ -20,14 +20,15 @@ Every ``1 - exp(-2 beta d)`` is computed as ``-expm1(-2 beta d)``, so the formul
 relative precision from beta d = 1e-12 (where 1 - rho^2 ~ 2e-12) to beta d = 1e5 (where the
 neighbour is irrelevant and the weights underflow cleanly to 0); no sinh or cosh appears.
 
-This module is pure: no I/O, no global RNG. The store and the trainer both use it.
+This module is pure: no I/O, no global RNG. The trainer's Algorithm 1 (its training noise),
+``qveil noise``, the experiments and the audit's whitening (:mod:`qveil.stats`) use it; a
+release's served noise is the keyed construction of :mod:`qveil.keyed`.
 """
 
 from __future__ import annotations
 
 import math
-from bisect import bisect_left
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -40,7 +41,6 @@ from qveil.rng import NormalSource, resolve_rng
 
 __all__ = [
     "OUSamplePath",
-    "sample_batch",
     "StateInterval",
     "conditional_moments",
     "ou_covariance",
@@ -238,7 +238,7 @@ class OUSamplePath:
     on; so a batch, or any sequence of batches in any order, has the GP's joint law. Each new
     point costs O(log n) amortised: the stored points live in
     :class:`qveil.pathindex.SortedPoints` (the one sorted index of a path, shared with the
-    store and the audit).
+    audit's whitening).
 
     ``rng``: ``None`` (the default) draws from OS entropy; a seeded
     ``numpy.random.Generator`` or an int seed is for tests and experiments only. (A release's
@@ -268,7 +268,7 @@ class OUSamplePath:
         sigma: float,
         rng: NormalSource | int | None = None,
     ) -> OUSamplePath:
-        """Restore a path from stored points (e.g. from :meth:`points` or a store)."""
+        """Rebuild a path from its points (e.g. from :meth:`points`)."""
         path = cls(beta=beta, sigma=sigma, rng=rng)
         path.add_points(xs, gs)
         return path
@@ -431,12 +431,6 @@ class OUSamplePath:
             out.append(g)
         return out
 
-    def new_states(self, xs: Iterable[float] | npt.ArrayLike) -> list[float]:
-        """The distinct states of ``xs`` (validated) not yet stored, in first-occurrence order."""
-        xl = validate_unit_states(xs).tolist()  # type: ignore[arg-type]
-        get = self._index.find
-        return [xi for xi in dict.fromkeys(xl) if get(xi) is None]
-
     def points(self) -> tuple[FloatArray, FloatArray]:
         """The stored (xs, gs), in increasing state order (copies)."""
         return self._index.arrays()
@@ -445,112 +439,6 @@ class OUSamplePath:
         """max |g| over the stored points (0.0 for an empty path)."""
         gs = self.points()[1]
         return float(np.max(np.abs(gs))) if gs.size else 0.0
-
-
-def sample_batch(
-    x: FloatArray,
-    lx: FloatArray,
-    lg: FloatArray,
-    rx: FloatArray,
-    rg: FloatArray,
-    *,
-    beta: float,
-    sigma: float,
-    z: FloatArray,
-) -> tuple[FloatArray, FloatArray, FloatArray]:
-    """Exact joint draw of new states ``x`` (distinct, none stored) given a path's stored
-    points, in the order given, from each state's nearest stored neighbours.
-
-    ``lx``/``lg`` are the nearest stored state strictly left of each ``x[k]`` and its value
-    (``-inf`` and 0.0 when there is none), ``rx``/``rg`` the nearest one to the right (``+inf``
-    and 0.0); ``z`` holds one standard normal per state (``z[k]`` for ``x[k]``). Returns
-    ``(g, left, right)``: g drawn point by point in the order of ``x``, each state
-    conditioned on everything stored and on the batch's earlier states, which by the Markov
-    property of the OU kernel (docs/privacy.md section 9) means on its nearest
-    neighbours among them, ``left[k]`` and ``right[k]`` (+-inf: none). That sequential rule
-    gives the exact joint law, and it is what this computes, in two parts that cannot see
-    each other: a state alone between two consecutive stored points (almost every state of
-    a batch into a big path) depends on those two only, so all of them are drawn in one
-    vectorised step; states sharing a gap are drawn in a loop, in the order given, each from
-    its nearest neighbours among the gap's stored ends and the gap's earlier draws. Same
-    formulas as :func:`conditional_moments` (a missing side is a neighbour at distance inf:
-    weight exp(-inf) = 0, so the bridge reduces exactly to the one-sided and unconditional
-    laws).
-    """
-    m = int(x.size)
-    g = np.zeros(m, dtype=np.float64)
-    left, right = lx.copy(), rx.copy()
-    if m == 0:
-        return g, left, right
-    s2 = float(sigma) * float(sigma)
-    b = float(beta)
-    if m <= FEW:  # a query's few states: the loop alone (same rule, no array temporaries)
-        return _draw_in_gaps(list(range(m)), x, lx, lg, rx, rg, g, left, right, b, s2, z)
-    order = np.argsort(x, kind="stable")
-    xs = x[order]
-    # in sorted order, same[k]: x_(k) lies in the gap of x_(k-1) (no stored point between)
-    same = lx[order][1:] < xs[:-1]
-    shared = np.zeros(m, dtype=bool)  # in the order of x: the state's gap holds another one
-    if same.any():
-        ss = np.zeros(m, dtype=bool)
-        ss[1:] |= same
-        ss[:-1] |= same
-        shared[order] = ss
-    alone = np.flatnonzero(~shared)
-    if alone.size:
-        xi = x[alone]
-        mean, var = ou_bridge(
-            b, s2, xi - lx[alone], lg[alone], rx[alone] - xi, rg[alone], np.exp, np.expm1
-        )
-        g[alone] = mean + np.sqrt(var) * z[alone]
-    rest = np.flatnonzero(shared).tolist()
-    if not rest:
-        return g, left, right
-    return _draw_in_gaps(rest, x, lx, lg, rx, rg, g, left, right, b, s2, z)
-
-
-def _draw_in_gaps(
-    rest: list[int],
-    x: FloatArray,
-    lx: FloatArray,
-    lg: FloatArray,
-    rx: FloatArray,
-    rg: FloatArray,
-    g: FloatArray,
-    left: FloatArray,
-    right: FloatArray,
-    b: float,
-    s2: float,
-    z: FloatArray,
-) -> tuple[FloatArray, FloatArray, FloatArray]:
-    """:func:`sample_batch`'s loop: the states ``rest`` (indices, in draw order) one by one,
-    each from its nearest neighbours among its gap's stored ends and the gap's earlier draws;
-    fills ``g``, ``left`` and ``right`` at ``rest`` (the other entries are kept)."""
-    # per gap (keyed by its stored left end), the sorted states known so far and values
-    gaps: dict[float, tuple[list[float], list[float]]] = {}
-    exp, expm1, sqrt = math.exp, math.expm1, math.sqrt
-    bridge = ou_bridge
-    xl, zl = x.tolist(), z.tolist()
-    lxl, lgl, rxl, rgl = lx.tolist(), lg.tolist(), rx.tolist(), rg.tolist()
-    lo, hi = left.tolist(), right.tolist()
-    out = g.tolist()
-    for k in rest:
-        gap = gaps.get(lxl[k])
-        if gap is None:
-            gap = gaps[lxl[k]] = ([lxl[k], rxl[k]], [lgl[k], rgl[k]])
-        gx, gv = gap
-        xk = xl[k]
-        j = bisect_left(gx, xk)
-        mean, var = bridge(b, s2, xk - gx[j - 1], gv[j - 1], gx[j] - xk, gv[j], exp, expm1)
-        gk = mean + sqrt(var) * zl[k]
-        out[k], lo[k], hi[k] = gk, gx[j - 1], gx[j]
-        gx.insert(j, xk)
-        gv.insert(j, gk)
-    return (
-        np.array(out, dtype=np.float64),
-        np.array(lo, dtype=np.float64),
-        np.array(hi, dtype=np.float64),
-    )
 
 
 @dataclass(frozen=True, slots=True)

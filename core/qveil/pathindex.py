@@ -1,25 +1,19 @@
 """The one sorted index of a 1-D sample path's points: exact and neighbour look-ups, one state
-at a time or for a whole batch.
+at a time.
 
-Used by every holder of a path: the store's in-process copy of each path (beside a dict
-x -> g for the hits; a batch's neighbours come from two ``searchsorted`` calls instead of
-one Python bisection per state), the online :class:`qveil.noise.OUSamplePath` (one state at
-a time: :meth:`SortedPoints.around`, :meth:`SortedPoints.add_one`) and the audit's whitening
-(:func:`qveil.stats.whiten`, replaying a path in insertion order).
+Used by the online :class:`qveil.noise.OUSamplePath` (:meth:`SortedPoints.around`,
+:meth:`SortedPoints.add_one`) and the audit's whitening (:func:`qveil.stats.whiten`,
+replaying a path in insertion order).
 
 Layout (a two-level log-structured merge): a large sorted ``main`` pair of float64 arrays,
 framed by sentinels (-inf and +inf with value 0.0, so every state in [0, 1] has a left and a
 right entry and "no neighbour" is a state at distance inf), and a small sorted ``delta`` pair
-of Python lists holding the points added since the last merge (the few points of a one-state
-commit go in by bisection, without a numpy call; a batch is merged in with numpy). When the
-delta outgrows ``cap`` (4 sqrt(n), at least 4096) it is merged into ``main`` in one O(n)
-pass. So a commit of k points costs O(cap + k) and, amortised, O(n / cap) per point: flat
-enough from 1e3 to 1e6 stored points, with no Python object per point beyond the dict's
-(the delta's lists point at the dict's own floats).
+of Python lists holding the points added since the last merge (each goes in by bisection,
+without a numpy call). When the delta outgrows ``cap`` (4 sqrt(n), at least 4096) it is
+merged into ``main`` in one O(n) pass. So an add costs O(log n) plus a list insert and,
+amortised, O(n / cap) per point: flat enough from 1e3 to 1e6 stored points.
 
-Pure data structure: nothing here decides or draws anything (the store adds only committed
-points, after the commit). Not thread-safe for writers; the store mutates an index only under
-the path's lock.
+Pure data structure: nothing here decides or draws anything. Not thread-safe for writers.
 """
 
 from __future__ import annotations
@@ -34,10 +28,6 @@ __all__ = ["SortedPoints"]
 
 FloatArray = npt.NDArray[np.float64]
 
-#: look-ups of at most this many states go one by one
-_FEW = 16
-#: adds of at most this many points go into the delta one by one (bisection, list insert)
-_FEW_ADD = 128
 #: the delta holds up to max(_MIN_CAP, 4 sqrt(n)) points before it is merged into main
 _MIN_CAP = 4096
 _EMPTY_X = np.array([-np.inf, np.inf])
@@ -73,53 +63,20 @@ def _merge(
 
 
 class SortedPoints:
-    """Stored (x, g) of one path in increasing x: batch neighbour look-ups, O(log n) each."""
+    """Stored (x, g) of one path in increasing x: neighbour look-ups, O(log n) each."""
 
     __slots__ = ("_mx", "_mg", "_dx", "_dg", "_dframed", "_n")
 
     def __init__(self) -> None:
         self._mx, self._mg = _EMPTY_X, _EMPTY_G
-        self._dx: list[float] = []  # the delta: sorted states (Python lists: a few points per
-        self._dg: list[float] = []  # commit go in by bisection, no numpy call per commit)
-        #: the delta as framed arrays, kept from the last batch merge (None: build on demand)
+        self._dx: list[float] = []  # the delta: sorted states (Python lists: each point goes
+        self._dg: list[float] = []  # in by bisection, no numpy call per point)
+        #: the delta as framed arrays (None: build on demand)
         self._dframed: tuple[FloatArray, FloatArray] | None = _EMPTY_X, _EMPTY_G
         self._n = 0
 
     def __len__(self) -> int:
         return self._n
-
-    def add(self, points: dict[float, float]) -> None:
-        """Add points x -> g whose states are not stored yet (the caller checks)."""
-        k = len(points)
-        if k == 0:
-            return
-        self._n += k
-        dx, dg = self._dx, self._dg
-        if k <= _FEW_ADD:
-            self._dframed = None
-            for x, g in points.items():
-                j = bisect_left(dx, x)
-                dx.insert(j, x)
-                dg.insert(j, g)
-            if len(dx) <= max(_MIN_CAP, 4 * math.isqrt(self._n)):
-                return
-            points = {}
-        bx, bg = _framed(
-            np.fromiter(points.keys(), np.float64, len(points)),
-            np.fromiter(points.values(), np.float64, len(points)),
-        )
-        if self._n == k:  # the first load: the points are the whole index
-            self._mx, self._mg = bx, bg
-            self._dframed = _EMPTY_X, _EMPTY_G
-            return
-        ux, ug = _merge(*self._delta_arrays(), bx, bg)
-        if ux.size - 2 <= max(_MIN_CAP, 4 * math.isqrt(self._n)):
-            self._dx, self._dg = ux[1:-1].tolist(), ug[1:-1].tolist()
-            self._dframed = ux, ug
-            return
-        self._mx, self._mg = _merge(self._mx, self._mg, ux, ug)
-        self._dx, self._dg = [], []
-        self._dframed = _EMPTY_X, _EMPTY_G
 
     def add_one(self, x: float, g: float) -> None:
         """Add one point whose state is not stored yet (the caller checks): O(log n) plus a
@@ -185,56 +142,6 @@ class SortedPoints:
         if self._dframed is None:
             self._dframed = _framed(self._dx, self._dg)
         return self._dframed
-
-    def neighbours(self, x: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
-        """(lx, lg, rx, rg): the nearest stored state strictly left of each (not stored) state
-        of ``x`` and its value, and the nearest one strictly right; -inf / +inf (value 0.0)
-        where there is none."""
-        if x.size <= _FEW:
-            return self._neighbours_few(x.tolist())
-        mx, mg = self._mx, self._mg
-        i = np.searchsorted(mx, x)  # mx[i - 1] < x < mx[i]: x is not stored
-        lx, lg, rx, rg = mx[i - 1], mg[i - 1], mx[i], mg[i]
-        if self._dx:
-            dx, dg = self._delta_arrays()
-            j = np.searchsorted(dx, x)
-            dlx, drx = dx[j - 1], dx[j]
-            use = dlx > lx
-            lx = np.where(use, dlx, lx)
-            lg = np.where(use, dg[j - 1], lg)
-            use = drx < rx
-            rx = np.where(use, drx, rx)
-            rg = np.where(use, dg[j], rg)
-        return lx, lg, rx, rg
-
-    def _neighbours_few(
-        self, xs: list[float]
-    ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
-        """:meth:`neighbours` for a few states, one scalar look-up each (no array temporaries)."""
-        mx, mg, dx, dg = self._mx, self._mg, self._dx, self._dg
-        nd = len(dx)
-        out: list[list[float]] = [[], [], [], []]
-        for x in xs:
-            # bisect, not mx.searchsorted: numpy's releases the interpreter lock on some
-            # arrays, and a caller on a busy server then waits to get it back
-            i = bisect_left(mx, x)
-            lx, lg, rx, rg = float(mx[i - 1]), float(mg[i - 1]), float(mx[i]), float(mg[i])
-            if nd:
-                j = bisect_left(dx, x)
-                if j > 0 and dx[j - 1] > lx:
-                    lx, lg = dx[j - 1], dg[j - 1]
-                if j < nd and dx[j] < rx:
-                    rx, rg = dx[j], dg[j]
-            out[0].append(lx)
-            out[1].append(lg)
-            out[2].append(rx)
-            out[3].append(rg)
-        return (
-            np.array(out[0]),
-            np.array(out[1]),
-            np.array(out[2]),
-            np.array(out[3]),
-        )
 
     def arrays(self) -> tuple[FloatArray, FloatArray]:
         """All stored (xs, gs) in increasing x (copies; for tests and audits)."""

@@ -1,9 +1,12 @@
-"""Sources of randomness for every sampler in qveil.
+"""Sources of randomness for the samplers that draw from OS entropy: Algorithm 1's training
+noise, the private evaluation's Gaussian noise, ``qveil noise`` and the experiments. (A
+release's served noise is a function of its one key, 32 bytes of OS entropy drawn once when the
+release is written: :mod:`qveil.keyed`.)
 
-Release noise must come from OS entropy (non-negotiable 5): an attacker who learns a PRNG's
-seed or state learns the noise and can subtract it. So the default source, :class:`OSEntropy`,
-turns bytes from ``os.urandom`` straight into standard normals (52-bit uniforms through the
-inverse normal CDF); there is no seed or generator state anywhere to leak. A seeded
+Noise that protects data must come from OS entropy (non-negotiable 5): an attacker who learns
+a PRNG's seed or state learns the noise and can subtract it. So the default source,
+:class:`OSEntropy`, turns bytes from ``os.urandom`` straight into standard normals (52-bit
+uniforms through the inverse normal CDF); there is no seed or generator state to leak. A seeded
 ``numpy.random.Generator`` is accepted for tests and experiments only; whoever uses one must
 mark the resulting artefact ``seeded: true`` (see :func:`is_seeded`).
 
@@ -54,7 +57,7 @@ class OSEntropy:
     def standard_normal(
         self, size: int | tuple[int, ...] | None = None
     ) -> float | NDArray[np.float64]:
-        if size is None:  # one draw (a server query): the same arithmetic without numpy arrays
+        if size is None:  # one draw (a single-state step): the same arithmetic without numpy arrays
             k = int.from_bytes(os.urandom(8), "little") >> 12
             return float(ndtri((k + 0.5) / _TWO_POW_52))
         n = int(np.prod(size))

@@ -1,8 +1,9 @@
 """Statistical checks of stored noise: whitening by the exact OU conditionals, normality tests.
 
-A sample path built point by point (``qveil.noise.OUSamplePath``, or a store) draws each new
-point from its exact conditional given the points stored *before* it. Replaying the points in
-that insertion order, the innovations
+A sample path built point by point (``qveil.noise.OUSamplePath``) draws each new point from
+its exact conditional given the points stored *before* it; a release's keyed path
+(:mod:`qveil.keyed`) has the exact joint law at any set of points, so any order serves.
+Replaying the points in that order, the innovations
 
     z_i = (g_i - mean_i) / std_i,    (mean_i, std_i) = conditional_moments(neighbours of x_i
                                                         among x_1, ..., x_{i-1})
@@ -11,7 +12,7 @@ are independent N(0, 1) under the true law (the chain rule of the joint density;
 conditionals are those of docs/privacy.md section 9, not the paper's equation (2)). A
 wrong sigma, a wrong beta or a wrong conditional shows up as innovations that are not
 iid N(0, 1), which :func:`normality_report` measures. Used by the noise tests, the store's
-contract tests and the audit command.
+contract tests and the audit command (on the answer log, in its insertion order).
 
 Pure: numpy, scipy.stats and :func:`qveil.noise.conditional_moments`; no I/O, no randomness.
 """
@@ -42,9 +43,9 @@ def whiten(xs: npt.ArrayLike, gs: npt.ArrayLike, *, beta: float, sigma: float) -
     """Innovations of a path's points replayed in insertion order; iid N(0, 1) under the law.
 
     ``xs``, ``gs``: states in [0, 1] and their values in the order the points were drawn
-    (a store's insertion sequence). Each point is standardised by the exact OU conditional
-    given its nearest neighbours among the points before it
-    (:class:`qveil.pathindex.SortedPoints`, O(log n) per point). States must be distinct,
+    (for a keyed path any order, e.g. the answer log's insertion sequence). Each point is
+    standardised by the exact OU conditional given its nearest neighbours among the points
+    before it (:class:`qveil.pathindex.SortedPoints`, O(log n) per point). States must be distinct,
     values finite, ``sigma > 0`` (else no innovation exists): otherwise
     :class:`InvalidArgument`.
     """

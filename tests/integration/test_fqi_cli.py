@@ -348,7 +348,7 @@ def test_missing_dataset_is_a_clear_error(tmp_path: Path) -> None:
 def test_train_records_the_release_in_its_population_ledger(bundle: Path) -> None:
     """`qveil train` records its release in the registry's ledger under the population it
     names, as one Gaussian mechanism with mu = sensitivity / sigma (the charge its receipt
-    is signed for), and nothing else: no store, no binding."""
+    is signed for); the bundle holds its files and the receipt, nothing else (no store)."""
     from qveil.bundle.receipt import read_receipt
     from qveil.server.governance.registry import open_registry
 

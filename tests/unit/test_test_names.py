@@ -4,7 +4,7 @@ The rule (docs/architecture.md, "Tests"): the tests of module ``qveil.a.b`` of p
 server, trainer, client, common, experiments) are ``tests/unit/P/test_a_b.py``: the module's
 dotted name below ``qveil``, dots as underscores (unique across parts, so pytest's default
 import mode takes every file); an aspect tested apart adds ``_<aspect>``
-(``test_noise_batch.py``). Packages' ``__init__`` modules, the Alembic revisions under
+(``test_noise_conditionals.py``). Packages' ``__init__`` modules, the Alembic revisions under
 ``migrations/versions/`` and the generated stubs (``proto/``) are not product modules here.
 """
 

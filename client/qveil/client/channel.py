@@ -80,8 +80,8 @@ class RetryPolicy:
     * ``codes``: the retried status codes, RESOURCE_EXHAUSTED (a quota or a concurrency
       bound) and UNAVAILABLE (the server starting, draining, or its store down) by default.
     * The server's pushback (trailer ``grpc-retry-pushback-ms``) decides the wait when it
-      sends one: a caller over its new-state budget waits exactly until its request fits,
-      and a pushback of -1 (a storage cap, a request larger than the whole budget, a wait
+      sends one: a caller over its state budget waits exactly until its request fits,
+      and a pushback of -1 (a request larger than the whole budget, a wait
       longer than the call's deadline) ends the retries at once. Without a pushback the
       wait is random in [0, min(``initial_backoff`` x ``backoff_multiplier`` ^ (n - 1),
       ``max_backoff``)] before attempt n + 1.

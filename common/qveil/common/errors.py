@@ -14,10 +14,10 @@ Back-off that standard clients understand: RESOURCE_EXHAUSTED and UNAVAILABLE al
 trailer ``grpc-retry-pushback-ms`` (gRPC's retry policy waits exactly that long before its
 next attempt; gRFC A6). The delay is the exception's ``retry_after`` when it has one (a quota
 knows when the request will fit), else a default per code. When retrying the same request
-can never succeed (``retry_after`` infinite: a storage cap, a request larger than the
-caller's bucket), or the wait is longer than the call's remaining deadline, the pushback is
-``-1``: the client's retry policy gives up at once and the caller sees RESOURCE_EXHAUSTED
-with the server's message instead of a DEADLINE_EXCEEDED after waiting in vain.
+can never succeed (``retry_after`` infinite: a request larger than the caller's bucket), or
+the wait is longer than the call's remaining deadline, the pushback is ``-1``: the client's
+retry policy gives up at once and the caller sees RESOURCE_EXHAUSTED with the server's
+message instead of a DEADLINE_EXCEEDED after waiting in vain.
 
 The client's typed exceptions, one per gRPC status code the server uses; each derives from the
 same ``qveil.errors`` domain exception the server mapped to that code, so callers can catch
@@ -40,10 +40,9 @@ The server attaches a ``google.rpc.Status`` (trailer ``grpc-status-details-bin``
 ``ErrorInfo`` (``reason``, e.g. ``STATE_NOT_FINITE``) and, for bad input, a ``BadRequest``
 naming the offending field; both are exposed as attributes. RESOURCE_EXHAUSTED and
 UNAVAILABLE carry a ``RetryInfo`` (``retry_delay``) when waiting helps, and none when
-retrying the same request never does (a storage cap, a request larger than the caller's
-whole budget). By the time the SDK raises one, its channel has already retried as the
-server's pushback said (see :class:`qveil.client.RetryPolicy`): the attempts or the call's
-deadline ran out.
+retrying the same request never does (a request larger than the caller's whole budget). By
+the time the SDK raises one, its channel has already retried as the server's pushback said
+(see :class:`qveil.client.RetryPolicy`): the attempts or the call's deadline ran out.
 """
 
 from __future__ import annotations

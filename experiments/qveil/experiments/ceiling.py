@@ -12,7 +12,7 @@ every policy (common random numbers):
   its mean;
 * the estimator's private releases at epsilon 1, delta 1e-5, user relation: sigma from the
   accountant (:func:`qveil.kfqi_config.plan_kernel`), R seeded in-process noise draws of the
-  exact additive sampler the store uses (:func:`qveil.experiments.multid_levers.score`);
+  exact additive sampler, of the served noise's law (:func:`qveil.experiments.multid_levers.score`);
 * **offline DQN** and **discrete CQL** (Kumar et al. 2020): a double DQN on an MLP, trained
   on the dataset only (no environment interaction), with CQL's regulariser
   alpha (logsumexp_b Q(s, b) - Q(s, a)) for CQL and alpha = 0 for DQN

@@ -25,7 +25,7 @@ repetitions of the experiment (R noise draws), not a composition; publishing the
 compose their privacy costs. Per cell: the mean return over R x E, the minimum and maximum
 over releases, and "fraction" = (private - random) / (ceiling - random), with a bootstrap
 standard error and 95% interval over releases and episodes (:func:`fraction_bootstrap`).
-The server's own counters (states answered, new noise points stored) are recorded per
+The server's own counters (states answered, new noise points logged) are recorded per
 release, so the table shows that every private action came from the server.
 """
 
@@ -141,7 +141,7 @@ def served_release_returns(
     lockstep episodes (seeds ``seed + i``) with actions from GetBestActions on [n, d] states.
     Returns (returns, a record: the release id and sigma of the served card, the calls and
     states this client sent, and the server's own counters: (state, action) values it
-    answered, noise points it drew and committed, points its store holds)."""
+    answered, noise points its answer log wrote, points its store holds)."""
     # here, not at the top: loads gymnasium only when this runs
     from qveil.trainer.served_eval import best_actions_paced, lockstep_returns
 

@@ -148,7 +148,7 @@ def time_noise_path(
         t0 = time.perf_counter()
         path.sample(new)
         t_new = (time.perf_counter() - t0) / queries
-        old = new.copy()  # stored now: a repeat answers from the store
+        old = new.copy()  # stored now: a repeat answers from the path's points
         t0 = time.perf_counter()
         path.sample(old)
         t_old = (time.perf_counter() - t0) / queries

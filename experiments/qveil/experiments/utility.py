@@ -11,10 +11,11 @@ release is evaluated exactly as the server serves it:
     f_a(x) = the served additive mean (:func:`qveil.kfqi.additive_mean`) + g_a(x),
              g_a an :class:`qveil.noise.OUSamplePath`(sigma, beta),
 
-with g_a queried lazily at the states the episodes visit (the store's exact conditional
-sampler), the greedy policy argmax_a f_a(x), on real LineWalk episodes
+with g_a queried lazily at the states the episodes visit (its exact conditional sampler, of
+the served noise's law), the greedy policy argmax_a f_a(x), on real LineWalk episodes
 (:func:`qveil.trainer.served_eval.lockstep_returns`). The seeds (data collection, noise
-generator, episodes) are the experiment's; a release draws its noise from OS entropy.
+generator, episodes) are the experiment's; a release's noise comes from its key, drawn from
+OS entropy.
 Beside it: non-private FQI (the same estimator with the pooled averager, no noise: the
 ceiling), the uniformly random policy (the floor), and Algorithm 1's ``paper``, ``gdp`` and
 ``output`` modes at the same eps (:mod:`qveil.experiments.fig2`'s machinery, each by its own
@@ -112,7 +113,7 @@ def _served_returns(
     env_seed: int,
 ) -> list[float]:
     """Returns of argmax_a [served additive mean + g_a] on LineWalk, g_a drawn lazily at the
-    visited states as the store does (no noise when ``noise_seed`` is None)."""
+    visited states by seeded exact OU paths in process (no noise when ``noise_seed`` is None)."""
     # the trainer's modules load gymnasium: only when this runs
     from qveil.trainer.served_eval import lockstep_returns
 

@@ -221,7 +221,7 @@ class GetStatsResponse(_message.Message):
     active_release_id: _builtins.str
     uptime_seconds: _builtins.float
     states_answered: _builtins.int
-    """States answered by this process and how many of them got a new noise point."""
+    """States answered by this process, and the noise points its answer log wrote to the store."""
     new_points: _builtins.int
     in_flight: _builtins.int
     """Calls in flight now and the bound above which calls get RESOURCE_EXHAUSTED."""

@@ -80,7 +80,7 @@ class Release(_message.Message):
     STATE_INTERVALS_FIELD_NUMBER: _builtins.int
     BETAS_FIELD_NUMBER: _builtins.int
     release_id: _builtins.str
-    """Bundle id; also the id of the release's noise path in the store."""
+    """Bundle id; also the id of the release's answer log in the store."""
     mode: _builtins.str
     """Privacy mode of the accountant: "paper", "gdp" or "output"."""
     epsilon: _builtins.float

@@ -27,8 +27,9 @@ if _version_not_supported:
 
 class ValueServiceStub:
     """Released values of the active release. Every state is answered with the network's value
-    plus the release's stored noise for that state (a new state gets an exact conditional draw,
-    committed durably before the answer). Repeated queries return identical values.
+    plus the release's noise for that state, a pure function of the release's key (nothing is
+    looked up or stored first). Repeated queries, and every copy of the release, return
+    identical values.
     """
 
     def __init__(self, channel):
@@ -56,8 +57,9 @@ class ValueServiceStub:
 
 class ValueServiceServicer:
     """Released values of the active release. Every state is answered with the network's value
-    plus the release's stored noise for that state (a new state gets an exact conditional draw,
-    committed durably before the answer). Repeated queries return identical values.
+    plus the release's noise for that state, a pure function of the release's key (nothing is
+    looked up or stored first). Repeated queries, and every copy of the release, return
+    identical values.
     """
 
     def GetValues(self, request, context):
@@ -109,8 +111,9 @@ def add_ValueServiceServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class ValueService:
     """Released values of the active release. Every state is answered with the network's value
-    plus the release's stored noise for that state (a new state gets an exact conditional draw,
-    committed durably before the answer). Repeated queries return identical values.
+    plus the release's noise for that state, a pure function of the release's key (nothing is
+    looked up or stored first). Repeated queries, and every copy of the release, return
+    identical values.
     """
 
     @staticmethod

@@ -28,8 +28,9 @@ GRPC_VERSION: str
 
 class ValueServiceStub:
     """Released values of the active release. Every state is answered with the network's value
-    plus the release's stored noise for that state (a new state gets an exact conditional draw,
-    committed durably before the answer). Repeated queries return identical values.
+    plus the release's noise for that state, a pure function of the release's key (nothing is
+    looked up or stored first). Repeated queries, and every copy of the release, return
+    identical values.
     """
 
     @_typing.overload
@@ -46,8 +47,9 @@ class ValueServiceStub:
 @_typing.type_check_only
 class ValueServiceAsyncStub(ValueServiceStub):
     """Released values of the active release. Every state is answered with the network's value
-    plus the release's stored noise for that state (a new state gets an exact conditional draw,
-    committed durably before the answer). Repeated queries return identical values.
+    plus the release's noise for that state, a pure function of the release's key (nothing is
+    looked up or stored first). Repeated queries, and every copy of the release, return
+    identical values.
     """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
@@ -60,8 +62,9 @@ class ValueServiceAsyncStub(ValueServiceStub):
 
 class ValueServiceServicer(metaclass=_abc_1.ABCMeta):
     """Released values of the active release. Every state is answered with the network's value
-    plus the release's stored noise for that state (a new state gets an exact conditional draw,
-    committed durably before the answer). Repeated queries return identical values.
+    plus the release's noise for that state, a pure function of the release's key (nothing is
+    looked up or stored first). Repeated queries, and every copy of the release, return
+    identical values.
     """
 
     @_abc_1.abstractmethod

@@ -258,8 +258,8 @@ def port_in_use(host: str, port: int) -> bool:
 def loose_permissions(bundle: Path, store_url: str) -> list[str]:
     """One warning for each of the bundle and the SQLite store whose files (or the bundle
     directory) are readable or writable by group or others, naming the first such path, its
-    mode and the fix. Both hold what the release protects: the bundle its un-noised model,
-    the store the noise drawn for it."""
+    mode and the fix. Both hold what the release protects: the bundle its un-noised model
+    and noise key, the store the noise values it answered."""
     warnings = []
 
     def loose(paths: list[Path]) -> list[tuple[Path, int]]:
@@ -280,7 +280,8 @@ def loose_permissions(bundle: Path, store_url: str) -> list[str]:
             more = f" (and {len(found) - 1} more in the bundle)" if len(found) > 1 else ""
             warnings.append(
                 f"WARNING: {first} is mode {mode:04o}, readable or writable by group or "
-                f"others{more}; a bundle holds the un-noised model: chmod -R go-rwx {bundle}"
+                f"others{more}; a bundle holds the un-noised model and its noise key: "
+                f"chmod -R go-rwx {bundle}"
             )
     scheme, sep, rest = store_url.partition(":///")
     if sep and (scheme == "sqlite" or scheme.startswith("sqlite+")):
@@ -294,7 +295,7 @@ def loose_permissions(bundle: Path, store_url: str) -> list[str]:
                 fix = " ".join(str(p) for p, _ in found)
                 warnings.append(
                     f"WARNING: store file {first} is mode {mode:04o}, readable or writable by "
-                    f"group or others; it holds the release's noise: chmod -R go-rwx {fix}"
+                    f"group or others; it holds every noise value answered: chmod -R go-rwx {fix}"
                 )
     return warnings
 

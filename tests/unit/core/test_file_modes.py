@@ -174,7 +174,7 @@ def test_serve_warns_about_a_bundle_others_can_read(tmp_path: Path) -> None:
     assert lines[0] == (
         f"qveil serve: WARNING: {bundle} is mode 0755, readable or writable by group or "
         f"others (and {len(list(bundle.iterdir()))} more in the bundle); a bundle holds the "
-        f"un-noised model: chmod -R go-rwx {bundle}"
+        f"un-noised model and its noise key: chmod -R go-rwx {bundle}"
     )
     # the store file as well
     os.chmod(bundle, 0o700)

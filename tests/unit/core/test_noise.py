@@ -56,8 +56,6 @@ def test_bad_input_raises_and_stores_nothing(bad: object) -> None:
     before = path.points()
     with pytest.raises(InvalidArgument):
         path.sample(bad)  # type: ignore[arg-type]
-    with pytest.raises(InvalidArgument):
-        path.new_states(bad)  # type: ignore[arg-type]
     after = path.points()
     assert len(path) == 2
     assert np.array_equal(before[0], after[0]) and np.array_equal(before[1], after[1])
@@ -121,7 +119,6 @@ def test_sorted_index_against_brute_force() -> None:
         i, j = np.searchsorted(arr, q, "left"), np.searchsorted(arr, q, "right")
         assert left == ((keys[i - 1], vals[keys[i - 1]]) if i > 0 else None)
         assert right == ((keys[j], vals[keys[j]]) if j < len(keys) else None)
-    assert path.new_states([0.25, 0.3, 0.25, keys[3]]) == [x for x in [0.25, 0.3] if x not in vals]
 
 
 def test_sigma_zero_and_empty() -> None:

@@ -1,10 +1,9 @@
 """qveil.noise answers exactly what it answered when these answers were recorded.
 
 ``tests/data/noise_golden.npz`` holds the outputs of seeded calls of every sampler of
-:mod:`qveil.noise` (the online ``OUSamplePath``, ``sample_batch`` in its loop and
-vectorised parts, ``conditional_moments`` on one-sided, two-sided and empty neighbourhoods),
-recorded before the OU conditional was written once for all of them. A refactoring of the
-formulas must keep every bit (the law is proven elsewhere,
+:mod:`qveil.noise` (the online ``OUSamplePath``, ``conditional_moments`` on one-sided,
+two-sided and empty neighbourhoods), recorded before the OU conditional was written once for
+all of them. A refactoring of the formulas must keep every bit (the law is proven elsewhere,
 tests/unit/core/test_noise_conditionals.py; this pins the numbers). Regenerate only for an
 intended change of the arithmetic:
 ``python tests/unit/core/test_noise_golden.py --write``.
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from qveil.noise import OUSamplePath, conditional_moments, sample_batch
+from qveil.noise import OUSamplePath, conditional_moments
 
 GOLDEN = Path(__file__).resolve().parents[2] / "data" / "noise_golden.npz"
 
@@ -32,23 +31,6 @@ def answers() -> dict[str, np.ndarray]:
         got.append(np.array([path.sample_one(float(v)) for v in rng.uniform(0, 1, 20)]))
         got.append(path.sample(rng.uniform(0, 1, 50).round(2)))
         out[f"path_{beta}_{sigma}"] = np.concatenate(got)
-    # the store's batch sampler: given stored neighbours (some missing), loop and vectorised
-    for m in (1, 9, 16, 40, 500):
-        stored = np.sort(rng.uniform(0, 1, 30))
-        sg = rng.normal(size=30)
-        x = rng.uniform(0, 1, m)
-        x[: m // 3] = rng.uniform(0, stored[0], m // 3)  # left of everything: one-sided
-        i = np.searchsorted(stored, x)
-        fx = np.concatenate(([-np.inf], stored, [np.inf]))
-        fg = np.concatenate(([0.0], sg, [0.0]))
-        lx, lg, rx, rg = fx[i], fg[i], fx[i + 1], fg[i + 1]
-        z = rng.normal(size=m)
-        g, left, right = sample_batch(x, lx, lg, rx, rg, beta=1.7, sigma=0.9, z=z)
-        out[f"batch_{m}"] = np.concatenate([g, left, right])
-        empty = np.full(m, np.inf)
-        zero = np.zeros(m)
-        g0, _, _ = sample_batch(x, -empty, zero, empty, zero, beta=1.7, sigma=0.9, z=z)
-        out[f"batch_empty_{m}"] = g0
     # the moments: every kind of neighbourhood, beta d from 1e-12 to 1e5
     rows = []
     for d1, d2 in ((None, None), (None, 0.3), (0.2, None), (1e-12, 0.5), (0.0, 0.1), (1e5, 1e-3)):

@@ -11,9 +11,9 @@ whose states have d >= 1 coordinates (a 1-D ``grid`` config is the case d = 1).
 Fitting (:func:`fit_kernel`) and writing a release (:func:`write_kernel_release`) are
 separate steps, so one fit can back several bundles (``qveil experiments multid`` writes one
 per epsilon and repetition instead of refitting). Each bundle is a distinct release: its own
-release id (a fresh ``bundle_id``), fingerprint and, once served, its own store and noise
-draw. Releasing several bundles of one dataset composes their privacy costs; the experiment
-measures each one's utility separately (independent repetitions), it does not publish them.
+release id (a fresh ``bundle_id``), fingerprint and noise key, so its own noise. Releasing
+several bundles of one dataset composes their privacy costs; the experiment measures each
+one's utility separately (independent repetitions), it does not publish them.
 
 The release noise is the bundle's: one key per bundle, drawn from OS entropy when the bundle
 is written, gives every snapped state its noise (:mod:`qveil.keyed`).

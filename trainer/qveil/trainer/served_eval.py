@@ -1,5 +1,5 @@
 """Returns of a SERVED release: the policy's actions come from the server's GetBestActions
-(the released values Q + g, with the noise the store holds), not from a model in process.
+(the released values Q + g, g the noise of the release's key), not from a model in process.
 
 Episodes run in lockstep, so each environment step costs one batched call for all
 episodes still running: [n, d] states for a release of d >= 1 coordinates. Beside the served

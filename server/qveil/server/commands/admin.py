@@ -10,8 +10,9 @@
 
 Only ``init-store`` creates a store; every other operation refuses a store that does not exist.
 ``export-release`` / ``import-release`` copy a release's answer log (every logged point) to
-another store; both stores keep serving the same values, since every copy of a release
-answers with its key's values (docs/operations.md, "One key per release").
+another store; the source keeps its log, and a server on either store answers the same
+values, since every copy of a release answers with its key's values (docs/operations.md,
+"One key per release").
 
 Two ways to reach the releases (docs/operations.md, "Activation"):
 

@@ -34,7 +34,7 @@ def add_parser(sub: Subcommands) -> None:
     p.add_argument("--bundle", type=Path, help="release bundle directory (qveil train --out)")
     p.add_argument(
         "--store",
-        help="store URL (sqlite:///ABS/PATH.sqlite or "
+        help="the answer log's store URL (sqlite:///ABS/PATH.sqlite or "
         "postgresql+psycopg://...); default: SQLite beside the bundle",
     )
     p.add_argument("--listen", default="127.0.0.1:50051", help="HOST:PORT (port 0: any free)")

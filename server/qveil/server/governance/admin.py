@@ -314,8 +314,8 @@ def retire(ctx: AdminContext, release_id: str) -> ReleaseInfo:
 # ------------------------------------------------------------------------ copying logs
 def export_release(ctx: AdminContext, release_id: str, out: str | Path) -> JSONObject:
     """Write a release's answer log (every logged point) to ``out`` (JSON Lines,
-    :mod:`qveil.server.store.export`). A copy, not a move: the store keeps serving it, and
-    any store that imports it holds the same values (the release's key's)."""
+    :mod:`qveil.server.store.export`). A copy, not a move: the store keeps its log, and any
+    store that imports it holds the same values (the release's key's)."""
     params: JSONObject = {"release_id": release_id, "out": str(out)}
     with _audited(ctx, "export-release", release_id, params):
         n = export_points(ctx.store, release_id, out)

@@ -131,7 +131,7 @@ def budget_key(caller: str) -> str:
 
 
 class DataPlane:
-    """Admission, execution, padding and metrics of every call, and the query endpoints."""
+    """Admission, execution and metrics of every call, and the query endpoints."""
 
     def __init__(
         self, services: Services, authorizer: Authorizer, executor: ThreadPoolExecutor
@@ -195,8 +195,8 @@ class DataPlane:
         return await self.call(VALUE, "GetRelease", ctx, lambda _c: self.query.get_release())
 
     async def infer(self, ctx: CallContext, decode: Callable[[], InferRequest]) -> InferResponse:
-        """v2 ModelInfer; ``decode`` runs after admission, so a bad body is refused (and
-        padded) like any other bad input of an authorized caller."""
+        """v2 ModelInfer; ``decode`` runs after admission, so a bad body is refused like
+        any other bad input of an authorized caller."""
 
         def run(call: Call) -> InferResponse:
             return self.model.infer(decode(), deadline=call.deadline, caller=call.caller)

@@ -4,7 +4,7 @@ Both v2 bindings (gRPC: ``qveil.server.protocol.grpc.v2_servicer``; REST/JSON:
 ``qveil.server.protocol.rest.v2_endpoints``) decode their request into :class:`InferRequest`
 and call the data plane's ``infer``, which calls :meth:`OIPModel.infer` on the ONE query
 service that ValueService uses (``QueryService.get_values``, ``get_best_actions``,
-``get_action_values``): the same validation, the same stored noise, the same value grid, the
+``get_action_values``): the same validation, the same keyed noise, the same value grid, the
 same limits. Nothing here touches the store.
 
 The model::
@@ -15,12 +15,13 @@ The model::
     output BEST_ACTION  INT64 [n]      argmax of the released values (ties: lowest action)
 
 Outputs by default: Q and BEST_ACTION without ACTION; Q alone with ACTION (BEST_ACTION needs
-every action's value at every state, which would draw noise the caller did not ask for; it is
-computed when asked for by name). The model's version is the active release id; a request
-naming another version is refused exactly like a pinned ``release_id`` of GetValues.
+every action's value at every state, which would compute (and log) noise the caller did not
+ask for; it is computed when asked for by name). The model's version is the active release
+id; a request naming another version is refused exactly like a pinned ``release_id`` of
+GetValues.
 
 Every decoding error is an ``InvalidArgument`` raised before a handler runs, so a rejected
-request stores nothing.
+request is neither answered nor logged.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
 
 * ``memory://`` (private) or ``memory://NAME`` (process-global, reopenable): tests, training;
 * ``sqlite:////abs/path.sqlite``: the embedded default (WAL, synchronous=FULL, BEGIN IMMEDIATE);
-* ``postgresql+psycopg://user@host:port/db``: several replicas sharing one store.
+* ``postgresql+psycopg://user@host:port/db``: several replicas logging to one store.
 
 ``record_paths(release_id, paths, xs, gs)`` logs answered values ``gs[k][i] =
 g_{paths[k]}(xs[k][i])`` (a release of d coordinates: path a * d + j is action a's

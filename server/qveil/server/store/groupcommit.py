@@ -193,7 +193,7 @@ class GroupCommitter:
         last: Exception | None = None
         for attempt in range(MAX_ATTEMPTS):
             try:
-                drawn: dict[tuple[str, int], list[Row]] = {}
+                written: dict[tuple[str, int], list[Row]] = {}
                 now = time.time()  # one created_at per transaction
                 with self._db._db_write_txn(sorted(todo)) as tx:
                     tok = tx.version()
@@ -202,23 +202,23 @@ class GroupCommitter:
                         if tok is None or st.version != tok:
                             self._paths.catch_up(st, _since(tx.fetch_since, k, st))
                             if st.broken is not None:
-                                continue  # refused: nothing drawn for it
+                                continue  # refused: nothing logged for it
                         new = [v for v in todo[k] if v not in st.values]
                         if new:
-                            drawn[k] = self._rows(rels[k[0]], st, k[1], new, batch[k], tx, now)
-                    if not drawn:
+                            written[k] = self._rows(rels[k[0]], st, k[1], new, batch[k], tx, now)
+                    if not written:
                         return
-                    rows = [(k[0], k[1], *r) for k in sorted(drawn) for r in drawn[k]]
+                    rows = [(k[0], k[1], *r) for k in sorted(written) for r in written[k]]
                     tx.insert(rows)
                     if not tx.confirm(rows):
                         raise Retry("another writer stored rows concurrently")
-                # committed durably: only now may the values be used
+                # committed durably: only now do the rows enter the copies
                 with self._logged_guard:
                     self._logged += len(rows)
                 for k in todo:
                     st = sts[k]
-                    if k in drawn:
-                        self._apply_committed(k, st, drawn[k])
+                    if k in written:
+                        self._apply_committed(k, st, written[k])
                     # complete as of tok: re-read in the transaction, or nobody else wrote
                     # since, and our own rows are applied
                     st.version = tok

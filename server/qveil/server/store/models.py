@@ -108,7 +108,7 @@ noise_points = sa.Table(
 )
 
 #: Facts about the store itself; ``store_id`` (a random uuid written by migration 0003 when the
-#: store is created) names this database, so a bundle can record which store holds its noise.
+#: store is created) names this database (a registry's id, the integrity key's check value).
 store_meta = sa.Table(
     "store_meta",
     metadata,

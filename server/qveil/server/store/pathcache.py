@@ -48,7 +48,7 @@ class _ActionState:
         #: the backend's write-version token at which the copy was last known complete
         self.version: object | None = None
         #: why the stored log of this path was refused (a gap, a state stored twice); once
-        #: set, nothing of the path is answered or drawn by this process again
+        #: set, nothing more of the path is logged by this process
         self.broken: str | None = None
 
     def check(self) -> None:

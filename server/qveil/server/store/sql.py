@@ -15,9 +15,9 @@ Durability and serialisation (checked at start-up, refused without them):
   serialisation failures, deadlocks and lost connections; fsync and synchronous_commit must
   be on. Single-statement reads run in autocommit (no BEGIN/ROLLBACK round trips).
 
-A value drawn in an attempt that did not commit is never returned: a retry re-reads the
-committed rows (including, after an ambiguous lost COMMIT, rows that did land) and draws
-only states still missing.
+A row written in an attempt that did not commit never enters the in-process copy: a retry
+re-reads the committed rows (including, after an ambiguous lost COMMIT, rows that did land)
+and logs only states still missing.
 
 Database errors come out as :class:`qveil.errors.Unavailable` (disk full, read-only, busy
 beyond the timeout, connection lost) with the transaction rolled back: nothing half-written.
@@ -390,7 +390,7 @@ class SQLStore(SamplePathStore):
 
     def _map(self, exc: sa.exc.StatementError, what: str) -> Exception:
         orig = exc.orig
-        where = f"noise store {self._identity}"
+        where = f"store {self._identity}"
         if self.backend == "sqlite":
             name = getattr(orig, "sqlite_errorname", "") or ""
             msg = str(orig)
@@ -419,11 +419,9 @@ class SQLStore(SamplePathStore):
         if code == "25006":
             return Unavailable(f"{where} is read-only; cannot {what} (nothing was written)")
         if exc.connection_invalidated or code.startswith("08") or code.startswith("57P"):
-            if what.startswith("store new") or what.startswith("read"):
+            if what.startswith("log new") or what.startswith("read"):
                 return Retry(f"connection lost ({orig})")  # retried on a new connection
-            return Unavailable(
-                f"{where}: database connection lost during {what}; nothing was answered"
-            )
+            return Unavailable(f"{where}: database connection lost during {what}; retry it")
         return Unavailable(f"{where}: database error during {what}: {orig}")
 
     @contextmanager
@@ -439,11 +437,10 @@ class SQLStore(SamplePathStore):
             raise self._map(wrapped, what) from exc
         except sa.exc.TimeoutError as exc:
             raise Unavailable(
-                f"noise store {self._identity}: no connection free within "
-                f"{self._busy:g} s during {what}"
+                f"store {self._identity}: no connection free within {self._busy:g} s during {what}"
             ) from exc
         except OSError as exc:
-            raise Unavailable(f"noise store {self._identity}: {exc} during {what}") from exc
+            raise Unavailable(f"store {self._identity}: {exc} during {what}") from exc
 
     @contextmanager
     def _write(self, what: str, lock_keys: Sequence[int] = ()) -> Iterator[sa.Connection]:
@@ -490,8 +487,7 @@ class SQLStore(SamplePathStore):
             except Retry as exc:
                 if attempt:
                     raise Unavailable(
-                        f"noise store {self._identity}: database connection "
-                        f"lost during {what} ({exc})"
+                        f"store {self._identity}: database connection lost during {what} ({exc})"
                     ) from None
         raise AssertionError("unreachable")
 
@@ -560,7 +556,7 @@ class SQLStore(SamplePathStore):
     @contextmanager
     def _txn(self, keys: Sequence[tuple[str, int]]) -> Iterator[_SqlTxn]:
         lock_keys = sorted({advisory_key(r, a) for r, a in keys})
-        with self._write("store new noise points", lock_keys) as conn:
+        with self._write("log new noise points", lock_keys) as conn:
             yield self._new_txn(conn)
 
     def _new_txn(self, conn: sa.Connection) -> _SqlTxn:
@@ -589,8 +585,7 @@ class SQLStore(SamplePathStore):
                     yield a * d + j, (s, x, g, c, h)
         except Retry as exc:  # a lost connection mid-iteration: no silent restart
             raise Unavailable(
-                f"noise store {self._identity}: database connection lost "
-                f"while reading points ({exc})"
+                f"store {self._identity}: database connection lost while reading points ({exc})"
             ) from None
 
     def _db_count(self, release_id: str | None, action: int | None) -> int:
@@ -609,7 +604,7 @@ class SQLStore(SamplePathStore):
             lambda c: c.execute(select(META.c.value).where(META.c.key == STORE_ID_KEY)).first(),
         )
         if row is None:
-            raise IntegrityError(f"noise store {self._identity} has no store id (store_meta)")
+            raise IntegrityError(f"store {self._identity} has no store id (store_meta)")
         return str(row[0])
 
     def _check_key(self) -> None:

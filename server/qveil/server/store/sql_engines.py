@@ -164,6 +164,6 @@ def check_settings(writer: sa.Engine, *, backend: str, begin_mode: str, where: s
             bad.append("full_page_writes is off")
     if bad:
         raise FailedPrecondition(
-            f"refusing to run the noise store on {where}: unsafe settings: " + "; ".join(bad)
+            f"refusing to run the store on {where}: unsafe settings: " + "; ".join(bad)
         )
     return s

@@ -3,8 +3,9 @@ in process from the bundle's key, as the server answers them) and of the bare ne
 table.
 
 ``qveil evaluate --target HOST:PORT [--dataset PATH]``: returns of the SERVED release, its
-actions asked from the server (GetBestActions, with the noise its store holds), beside the
-random policy and, given the dataset, non-private FQI with the same public estimator.
+actions asked from the server (GetBestActions: the released values, their noise the release
+key's), beside the random policy and, given the dataset, non-private FQI with the same public
+estimator.
 
 ``qveil evaluate --private DIR --dataset HELD_OUT --config FILE --population NAME --epsilon E
 [--delta D]``: a differentially private estimate of the release's greedy policy's value on the

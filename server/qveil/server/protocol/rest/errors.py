@@ -5,7 +5,7 @@
 The body is ``{"error": message, "reason": REASON}``; 429 and 503 carry ``Retry-After``
 (whole seconds, rounded up) when waiting helps, so standard HTTP clients (curl --retry,
 urllib3's Retry) back off; no ``Retry-After`` when retrying the same request never helps (a
-storage cap, a request larger than the caller's whole budget).
+request larger than the caller's whole budget).
 """
 
 from __future__ import annotations

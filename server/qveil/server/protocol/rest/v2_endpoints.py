@@ -10,7 +10,7 @@ call of the data plane (served by ``qveil.server.protocol.rest.server``).
 
 Every call that needs a token goes through the data plane exactly like a gRPC call (the
 ``Authorization: Bearer`` header as the credential, the client's address as the peer: the
-same roles, in-flight and per-caller bounds, new-state budget, thread pool and padding).
+same roles, in-flight and per-caller bounds, state budget and thread pool).
 Errors are mapped to HTTP directly by the REST error table
 (``qveil.server.protocol.rest.errors``): ``{"error": message, "reason": REASON}``, 400 for
 bad input, 401, 403, 404, 429 and 503 with ``Retry-After`` when waiting helps. The body is
@@ -40,7 +40,7 @@ HEADER_LENGTH = "inference-header-content-length"
 
 def call_context(request: Request) -> CallContext:
     """The data plane's view of an HTTP request: the client's address in gRPC's peer form
-    (so a host has ONE new-state budget over both bindings) and its Authorization header."""
+    (so a host has ONE state budget over both bindings) and its Authorization header."""
     client = request.client
     if client is None:
         peer = "http:unknown"

@@ -388,7 +388,7 @@ class SQLStore(SamplePathStore):
         which :meth:`_SqlTxn.confirm` then finds (a lost race, retried)."""
         return self._insert(NP).on_conflict_do_nothing()
 
-    def _map(self, exc: sa.exc.StatementError, what: str) -> Exception:
+    def _map(self, exc: sa.exc.StatementError, what: str, *, retry_lost: bool) -> Exception:
         orig = exc.orig
         where = f"store {self._identity}"
         if self.backend == "sqlite":
@@ -419,22 +419,25 @@ class SQLStore(SamplePathStore):
         if code == "25006":
             return Unavailable(f"{where} is read-only; cannot {what} (nothing was written)")
         if exc.connection_invalidated or code.startswith("08") or code.startswith("57P"):
-            if what.startswith("log new") or what.startswith("read"):
+            if retry_lost:  # a read, or a write its caller repeats whole
                 return Retry(f"connection lost ({orig})")  # retried on a new connection
             return Unavailable(f"{where}: database connection lost during {what}; retry it")
         return Unavailable(f"{where}: database error during {what}: {orig}")
 
     @contextmanager
-    def _translated(self, what: str) -> Iterator[None]:
+    def _translated(self, what: str, *, retry_lost: bool = False) -> Iterator[None]:
+        """Database errors as qveil's errors; a lost connection as :class:`Retry` when
+        ``retry_lost`` (the caller runs the operation again on a fresh connection), else
+        Unavailable."""
         try:
             yield
         except (QveilError, Retry):
             raise
         except sa.exc.DBAPIError as exc:
-            raise self._map(exc, what) from exc
+            raise self._map(exc, what, retry_lost=retry_lost) from exc
         except sqlite3.Error as exc:  # the hot path's raw cursor: wrap as SQLAlchemy would
             wrapped = sa.exc.DBAPIError.instance(None, None, exc, sqlite3.Error)
-            raise self._map(wrapped, what) from exc
+            raise self._map(wrapped, what, retry_lost=retry_lost) from exc
         except sa.exc.TimeoutError as exc:
             raise Unavailable(
                 f"store {self._identity}: no connection free within {self._busy:g} s during {what}"
@@ -443,15 +446,19 @@ class SQLStore(SamplePathStore):
             raise Unavailable(f"store {self._identity}: {exc} during {what}") from exc
 
     @contextmanager
-    def _write(self, what: str, lock_keys: Sequence[int] = ()) -> Iterator[sa.Connection]:
-        """One write transaction: commit (durably) on clean exit, roll back otherwise."""
+    def _write(
+        self, what: str, lock_keys: Sequence[int] = (), *, retry_lost: bool = False
+    ) -> Iterator[sa.Connection]:
+        """One write transaction: commit (durably) on clean exit, roll back otherwise. A lost
+        connection raises :class:`Retry` when ``retry_lost`` (the caller repeats the whole
+        transaction), else Unavailable."""
         if self.backend == "sqlite":
             # the one writer connection of this store, kept checked out (no pool round trip
             # per transaction); dropped and reopened after any error
             with self._writer_lock:
                 ok = False
                 try:
-                    with self._translated(what):
+                    with self._translated(what, retry_lost=retry_lost):
                         if self._wconn is None:
                             self._wconn = self._writer.connect()
                             self._wepoch += 1  # data_version is per connection
@@ -466,7 +473,11 @@ class SQLStore(SamplePathStore):
                             pass
                         self._wconn = None
             return
-        with self._translated(what), self._writer.connect() as conn, conn.begin():
+        with (
+            self._translated(what, retry_lost=retry_lost),
+            self._writer.connect() as conn,
+            conn.begin(),
+        ):
             if self.backend == "postgresql":
                 for k in lock_keys:  # sorted by the caller: replicas never deadlock
                     conn.execute(self._q_lock, {"k": k})
@@ -474,7 +485,7 @@ class SQLStore(SamplePathStore):
 
     @contextmanager
     def _read(self, what: str) -> Iterator[sa.Connection]:
-        with self._translated(what), self._reader.connect() as conn:
+        with self._translated(what, retry_lost=True), self._reader.connect() as conn:
             yield conn
 
     def _read_call(self, what: str, fn: Callable[[sa.Connection], _T]) -> _T:
@@ -556,7 +567,7 @@ class SQLStore(SamplePathStore):
     @contextmanager
     def _txn(self, keys: Sequence[tuple[str, int]]) -> Iterator[_SqlTxn]:
         lock_keys = sorted({advisory_key(r, a) for r, a in keys})
-        with self._write("log new noise points", lock_keys) as conn:
+        with self._write("log new noise points", lock_keys, retry_lost=True) as conn:
             yield self._new_txn(conn)
 
     def _new_txn(self, conn: sa.Connection) -> _SqlTxn:
@@ -579,7 +590,7 @@ class SQLStore(SamplePathStore):
         # READ COMMITTED engine; one statement = one snapshot); SQLite reads from the pool
         eng = self._writer if self.backend == "postgresql" else self._reader
         try:
-            with self._translated("read noise points"), eng.connect() as conn:
+            with self._translated("read noise points", retry_lost=True), eng.connect() as conn:
                 res = conn.execution_options(yield_per=20000).execute(q, params)
                 for a, j, s, x, g, c, h in res:
                     yield a * d + j, (s, x, g, c, h)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import sqlalchemy as sa
 
-from qveil.errors import FailedPrecondition, IntegrityError, InvalidArgument, echo
+from qveil.errors import FailedPrecondition, InvalidArgument, echo
 from qveil.json_types import JSONObject
 from qveil.privacy.ledger import (
     PrivacyEvent,
@@ -547,12 +547,6 @@ class Ledger:
             if chain.row_findings is not None:
                 problems.extend(chain.row_findings(where, ds, r))
         return n, prev
-
-    def verify_or_raise(self) -> ChainReport:
-        rep = self.verify()
-        if not rep.ok:
-            raise IntegrityError("privacy ledger fails verification: " + "; ".join(rep.problems))
-        return rep
 
 
 def _event_findings(where: str, ds: str, r: TableRow) -> list[str]:

@@ -57,7 +57,6 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 import numpy as np
 import numpy.typing as npt
@@ -133,10 +132,6 @@ class StoredPoint:
     g: float
     created_at: float
     hash: str
-
-    @property
-    def created_datetime(self) -> datetime:
-        return datetime.fromtimestamp(self.created_at, UTC)
 
 
 class SamplePathStore(ABC):

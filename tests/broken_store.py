@@ -69,8 +69,14 @@ class BrokenSQLStore(SQLStore):
         return super()._map(exc, what)
 
     @contextmanager
-    def _write(self, what: str, lock_keys: Sequence[int] = ()) -> Iterator[sa.Connection]:
-        with self._translated(what), self._writer.connect() as conn, conn.begin():
+    def _write(
+        self, what: str, lock_keys: Sequence[int] = (), *, retry_lost: bool = False
+    ) -> Iterator[sa.Connection]:
+        with (
+            self._translated(what, retry_lost=retry_lost),
+            self._writer.connect() as conn,
+            conn.begin(),
+        ):
             yield conn
 
     def _new_txn(self, conn: sa.Connection) -> _SqlTxn:

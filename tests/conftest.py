@@ -95,7 +95,7 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 @pytest.fixture(scope="session")
 def cartpole_release(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """(bundle, train's stdout): the session's one d = 4 kernel fqi release of CartPole
-    trained by the real CLI (server_helpers.make_cartpole_kernel_bundle), recorded in a
+    trained by the CLI (server_helpers.make_cartpole_kernel_bundle), recorded in a
     registry of its own. A template: never served or changed itself; a module or test
     serves or edits its own server_helpers.fresh_bundle copy."""
     from server_helpers import make_cartpole_kernel_bundle, registry_home

@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 
 import grpc
 import numpy as np
+from cli_helpers import qveil_main
 
 from qveil.server.governance.registry import Registry
 from qveil.server.local import LocalServer
@@ -204,10 +205,11 @@ def write_output_bundle(
 
 def make_cartpole_kernel_bundle(d: Path, *, seed: int) -> tuple[Path, str]:
     """(bundle, train's stdout): 200 CartPole users collected with ``seed`` and trained by
-    the real CLI with configs/cartpole-private.toml at epsilon 1 (a d = 4 kernel fqi
+    the CLI's entry point in this process (cli_helpers.qveil_main: the real commands without
+    two interpreter start-ups; `qveil dataset collect` and `qveil train` run as processes in
+    their own tests) with configs/cartpole-private.toml at epsilon 1 (a d = 4 kernel fqi
     release, receipted by the registry it was trained with: serve a :func:`fresh_bundle` copy
     per test)."""
-    qveil = str(Path(sys.executable).with_name("qveil"))
     config = str(Path(__file__).resolve().parents[1] / "configs" / "cartpole-private.toml")
     pop = ensure_population()
     steps = (
@@ -217,7 +219,7 @@ def make_cartpole_kernel_bundle(d: Path, *, seed: int) -> tuple[Path, str]:
         + ["--epsilon", "1", "--delta", "1e-5", "--out", str(d / "bundle"), *pop],
     )
     for argv in steps:
-        r = subprocess.run([qveil, *argv], capture_output=True, text=True, timeout=300, cwd=d)
+        r = qveil_main(*argv, cwd=d)
         assert r.returncode == 0, r.stderr
     return d / "bundle", r.stdout
 

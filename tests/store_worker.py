@@ -18,6 +18,8 @@ import json
 import os
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -150,12 +152,28 @@ def _meet(folder: Path, me: int, parties: int, timeout: float = 300.0) -> None:
         time.sleep(0.002)
 
 
+@contextmanager
+def forking() -> Iterator[None]:
+    """A block of :func:`run_forked` calls: the parent's garbage is collected once at its
+    start and what survives is frozen (unfrozen at the end), so the collection before each
+    fork scans only the objects made since. A full collection of a test process that has
+    imported the server and the trainer takes ~0.3 s; 32 of them were half of a 32-fork
+    test. The block must not release objects it did not make (a server, a channel)."""
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
 def run_forked(target, *args):  # type: ignore[no-untyped-def]
     """Start ``target(*args)`` in a forked child that leaves with os._exit (code 0 / 1).
 
     The parent collects its garbage first and the child freezes what it inherited: a child
     that garbage-collects objects of an earlier test's gRPC server or channel (cyclic garbage
-    still waiting in the parent at fork time) spins forever inside gRPC's core."""
+    still waiting in the parent at fork time) spins forever inside gRPC's core. Inside
+    :func:`forking` that collection is of the objects made since the block began."""
     gc.collect()
     pid = os.fork()
     if pid == 0:  # child

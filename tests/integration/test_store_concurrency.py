@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from store_helpers import RID, keyed_paths, log_values, logged, make_release
-from store_worker import concurrent_writer, run_forked
+from store_worker import concurrent_writer, forking, run_forked
 from thread_helpers import run_threads
 
 from qveil.server.store import open_store
@@ -89,24 +89,25 @@ def _run_processes(
     # came seconds apart and a late writer raced nobody
     start = time.time() + 0.2
     logs = [tmp_path / f"w{seed}-{i}.jsonl" for i in range(4)]
-    pids = [
-        run_forked(
-            concurrent_writer,
-            url,
-            RID,
-            0,
-            seed + i,
-            rounds,
-            grid,
-            str(logs[i]),
-            broken,
-            start,
-            sweep,
-            str(tmp_path / f"rendezvous-{seed}"),
-            4,
-        )
-        for i in range(4)
-    ]
+    with forking():
+        pids = [
+            run_forked(
+                concurrent_writer,
+                url,
+                RID,
+                0,
+                seed + i,
+                rounds,
+                grid,
+                str(logs[i]),
+                broken,
+                start,
+                sweep,
+                str(tmp_path / f"rendezvous-{seed}"),
+                4,
+            )
+            for i in range(4)
+        ]
     for pid in pids:
         _, status = os.waitpid(pid, 0)
         assert os.waitstatus_to_exitcode(status) == 0

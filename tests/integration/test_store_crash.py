@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from store_helpers import RID, keyed_paths, log_values, make_release
-from store_worker import crash_writer, run_forked
+from store_worker import crash_writer, forking, run_forked
 
 from qveil.server.store import open_store
 
@@ -60,31 +60,32 @@ def test_sigkill_during_logging_loses_nothing_committed(
     in_flight: list[dict] = []  # the call each killed writer was making
     rng = np.random.default_rng(2)
     calls = 0
-    for i in range(kills):
-        r, w = os.pipe()
-        pid = run_forked(crash_writer, url, RID, 100 + i, w)
-        os.close(w)
-        data = _read_lines(r, 20.0)  # wait for the writer's first committed call
-        assert b'"done"' in data, f"writer {i} reported nothing"
-        time.sleep(float(rng.uniform(0, 0.04)))
-        os.kill(pid, signal.SIGKILL)
-        _, status = os.waitpid(pid, 0)
-        assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
-        data += _read_lines(r, 0.2)
-        os.close(r)
-        last = None
-        for line in data.split(b"\n")[:-1]:  # complete lines only
-            d = json.loads(line)
-            if d["t"] == "try":
-                last = d
-                continue
-            assert last is not None
-            calls += 1
-            for x, g in zip(last["x"], last["g"], strict=True):
-                assert done.setdefault((last["a"], x), g) == g
+    with forking():  # 32 forks: one full garbage collection, not 32
+        for i in range(kills):
+            r, w = os.pipe()
+            pid = run_forked(crash_writer, url, RID, 100 + i, w)
+            os.close(w)
+            data = _read_lines(r, 20.0)  # wait for the writer's first committed call
+            assert b'"done"' in data, f"writer {i} reported nothing"
+            time.sleep(float(rng.uniform(0, 0.04)))
+            os.kill(pid, signal.SIGKILL)
+            _, status = os.waitpid(pid, 0)
+            assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+            data += _read_lines(r, 0.2)
+            os.close(r)
             last = None
-        if last is not None:
-            in_flight.append(last)
+            for line in data.split(b"\n")[:-1]:  # complete lines only
+                d = json.loads(line)
+                if d["t"] == "try":
+                    last = d
+                    continue
+                assert last is not None
+                calls += 1
+                for x, g in zip(last["x"], last["g"], strict=True):
+                    assert done.setdefault((last["a"], x), g) == g
+                last = None
+            if last is not None:
+                in_flight.append(last)
     assert calls >= kills
     with open_store(url) as s:
         rep = s.verify(RID)

@@ -1,7 +1,9 @@
 """The registry (qveil.server.governance.registry): budgets, and an Ed25519 signing key created once
 and kept for good, whose receipts ``qveil serve`` trusts. Tried as an operator would: real `qveil
-train`, `qveil serve` and `qveil budget` processes, real SQLite files and the real PostgreSQL
-server.
+train`, `qveil serve`, `qveil budget` and `qveil audit` processes, real SQLite files and the real
+PostgreSQL server. Each command path runs as a real process at least once; the trainings that
+only make a release to serve, and the variations of a command, run the same entry point in
+this process (cli_helpers.qveil_main); every `qveil serve` is a real process.
 
 A release's answers are a pure function of its weights and its one noise key, so the
 registry keeps no record of where the noise lives: a copied bundle, a byte copy of its
@@ -18,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_helpers import qveil_main
 from server_helpers import QVEIL, REPO, ensure_population, running
 
 from qveil.answer import released_values
@@ -38,6 +41,13 @@ def _run(*argv: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
     return r
 
 
+def _main(*argv: str) -> subprocess.CompletedProcess[str]:
+    """``qveil ARGV`` in this process (cli_helpers.qveil_main), which must succeed."""
+    r = qveil_main(*argv)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r
+
+
 def _url(p: Path) -> str:
     return f"sqlite:///{p}"
 
@@ -45,16 +55,21 @@ def _url(p: Path) -> str:
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("data") / "users.npz"
-    _run(QVEIL, "dataset", "collect", "--env", "qveil/LineWalk-v0", "--users", "60",
+    _main("dataset", "collect", "--env", "qveil/LineWalk-v0", "--users", "60",
          "--seed", "5", "--out", str(out), "--no-progress")  # fmt: skip
     return out
 
 
-def _train(dataset: Path, out: Path, *extra: str) -> Path:
-    """`qveil train` of a small fqi release, charged in this test's registry."""
-    _run(QVEIL, "train", "--mode", "fqi", "--dataset", str(dataset), "--config", CONFIG,
-         "--epsilon", "4", "--delta", "1e-5", "--force", "--out", str(out),
-         *ensure_population(), *extra)  # fmt: skip
+def _train(dataset: Path, out: Path, *extra: str, process: bool = False) -> Path:
+    """`qveil train` of a small fqi release, charged in this test's registry: in this
+    process, or (``process``) as a real process."""
+    argv = ("train", "--mode", "fqi", "--dataset", str(dataset), "--config", CONFIG,
+            "--epsilon", "4", "--delta", "1e-5", "--force", "--out", str(out),
+            *ensure_population(), *extra)  # fmt: skip
+    if process:
+        _run(QVEIL, *argv)
+    else:
+        _main(*argv)
     return out
 
 
@@ -136,13 +151,13 @@ def test_budget_registry_key_prints_the_registrys_public_key(tmp_path: Path) -> 
     r = _run(QVEIL, "budget", "registry-key")
     with open_registry() as reg:
         assert r.stdout.strip() == reg.public_key
-        d = json.loads(_run(QVEIL, "budget", "registry-key", "--json").stdout)
+        d = json.loads(_main("budget", "registry-key", "--json").stdout)
         assert d == {"registry_id": reg.registry_id, "public_key": reg.public_key}
     # the default registry is $QVEIL_HOME/registry.sqlite, owner-only (it holds the key)
     home = qveil_home()
     assert home.stat().st_mode & 0o777 == 0o700
     assert (home / "registry.sqlite").stat().st_mode & 0o777 == 0o600
-    other = _run(QVEIL, "budget", "registry-key", "--registry", _url(tmp_path / "o.sqlite"))
+    other = _main("budget", "registry-key", "--registry", _url(tmp_path / "o.sqlite"))
     assert other.stdout.strip() != r.stdout.strip()
 
 
@@ -150,7 +165,7 @@ def test_budget_registry_key_prints_the_registrys_public_key(tmp_path: Path) -> 
 def test_train_writes_the_registrys_receipt_and_serve_names_it(
     dataset: Path, tmp_path: Path
 ) -> None:
-    b = _train(dataset, tmp_path / "rel" / "bundle")
+    b = _train(dataset, tmp_path / "rel" / "bundle", process=True)
     bundle = load_bundle(b)
     rid, card = bundle.bundle_id, bundle.card
     with open_registry() as reg:
@@ -187,7 +202,7 @@ def test_another_registrys_release_is_served_only_with_its_key_trusted(
     (another QVEIL_HOME): refused, naming --trust-registry-key, nothing created; with the
     training registry's key (as `qveil budget registry-key` prints it) trusted, served."""
     b = _train(dataset, tmp_path / "rel" / "bundle")
-    key = _run(QVEIL, "budget", "registry-key").stdout.strip()
+    key = _main("budget", "registry-key").stdout.strip()
     monkeypatch.setenv("QVEIL_HOME", str(tmp_path / "another-home"))
     store = tmp_path / "s.sqlite"
     r = _run(QVEIL, "serve", "--bundle", str(b), "--store", _url(store),
@@ -250,9 +265,10 @@ def test_a_byte_copy_of_the_store_answers_identically(dataset: Path, tmp_path: P
         with ValueClient(sa.target) as ca, ValueClient(sb.target) as cc:
             assert np.array_equal(np.asarray(cc.values(STATES)), first)
             assert np.array_equal(np.asarray(ca.values(more)), np.asarray(cc.values(more)))
-    for d in (b.parent, copy_dir):
-        r = _run(QVEIL, "audit", "--store", _url(d / "qveil-store.sqlite"), "--bundle",
-                 str(d / "bundle"), "--no-record")  # fmt: skip
+    for d, process in ((b.parent, True), (copy_dir, False)):
+        argv = ("audit", "--store", _url(d / "qveil-store.sqlite"), "--bundle",
+                str(d / "bundle"), "--no-record")  # fmt: skip
+        r = _run(QVEIL, *argv) if process else _main(*argv)
         assert "every logged value recomputed from its key" in r.stdout, r.stdout
 
 
@@ -265,8 +281,8 @@ def test_a_database_cloned_from_a_template_answers_identically(
     import psycopg
 
     registry = pg_url  # the registry's tables beside the store's, in one database
-    _run(QVEIL, "budget", "create", "test-users", "--epsilon", "100", "--delta", "0.5",
-         "--registry", registry)  # fmt: skip
+    _main("budget", "create", "test-users", "--epsilon", "100", "--delta", "0.5",
+          "--registry", registry)  # fmt: skip
     b = _train(dataset, tmp_path / "rel" / "bundle", "--registry", registry)
     with open_registry(registry) as reg:
         key = reg.public_key

@@ -31,7 +31,7 @@ import pytest
 import sqlalchemy as sa
 from server_helpers import InProcessServer, make_bundle
 from store_helpers import RID, keyed_paths, log_values, logged, make_release, path_values
-from store_worker import run_forked, same_x_writer
+from store_worker import forking, run_forked, same_x_writer
 
 from qveil.answer import released_values
 from qveil.bundle import load_bundle
@@ -141,7 +141,8 @@ def test_same_new_state_from_two_processes(
     xs = np.random.default_rng(4).uniform(size=60).tolist()
     start = time.time() + 0.3
     logs = [tmp_path / f"p{i}.jsonl" for i in range(2)]
-    pids = [run_forked(same_x_writer, url, RID, 0, xs, str(logs[i]), start) for i in range(2)]
+    with forking():
+        pids = [run_forked(same_x_writer, url, RID, 0, xs, str(logs[i]), start) for i in range(2)]
     for pid in pids:
         _, status = os.waitpid(pid, 0)
         assert os.waitstatus_to_exitcode(status) == 0

@@ -34,6 +34,7 @@ import numpy as np
 
 from qveil.additive import StateBox
 from qveil.experiments._util import write_csv
+from qveil.experiments.ceiling import cache_tag
 from qveil.experiments.ceiling import dataset as ceiling_dataset
 from qveil.experiments.multid_levers import (
     EPSILON,
@@ -107,12 +108,9 @@ def anchor_file(
     users or ``behaviour`` = (name, epsilon) users: k-means of at most ``max_states`` of its
     states)."""
     more = "" if max_states == VISITATION_STATES else f"-n{max_states}"
-    how = "" if behaviour is None else f"-{behaviour[0]}-e{behaviour[1]:g}"
     env = env_id.replace("/", "_")
-    path = (
-        cache_dir()
-        / f"anchors-{env}-{public_users}-s{PUBLIC_SEED}{how}-K{count}-a{VISITATION_SEED}{more}.npz"
-    )
+    who = f"{public_users}-s{PUBLIC_SEED}{cache_tag(behaviour)}"
+    path = cache_dir() / f"anchors-{env}-{who}-K{count}-a{VISITATION_SEED}{more}.npz"
     if path.exists():
         return path
     ds = ceiling_dataset(env_id, public_users, PUBLIC_SEED, behaviour=behaviour)

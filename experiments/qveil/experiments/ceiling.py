@@ -50,6 +50,7 @@ if TYPE_CHECKING:  # for annotations only: torch loads only for the runs that tr
 __all__ = [
     "COLUMNS",
     "ENVS",
+    "cache_tag",
     "LearnerConfig",
     "OfflineQ",
     "dataset",
@@ -203,6 +204,12 @@ def load_config(env_id: str) -> JSONObject:
     return read_fqi_toml(ENVS[env_id])
 
 
+def cache_tag(behaviour: tuple[str, float] | None) -> str:
+    """How a cached file's name says who collected it: "" for uniformly random actions,
+    ``-NAME-eEPSILON`` for a public behaviour policy."""
+    return "" if behaviour is None else f"-{behaviour[0]}-e{behaviour[1]:g}"
+
+
 def dataset(
     env_id: str,
     users: int,
@@ -219,8 +226,7 @@ def dataset(
     from qveil.trainer.collect import collect
 
     root = cache if cache is not None else cache_dir()
-    how = "" if behaviour is None else f"-{behaviour[0]}-e{behaviour[1]:g}"
-    path = root / f"{env_id}-{users}-s{seed}{how}.npz"
+    path = root / f"{env_id}-{users}-s{seed}{cache_tag(behaviour)}.npz"
     if path.exists():
         return load_npz(path)
     lo, hi = load_config(env_id)["reward_range"]
